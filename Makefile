@@ -1,0 +1,27 @@
+# The two set-up commands: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first and pinned, so that nothing else pulls a newer (CUDA) build
+	$(BIN)/python -m pip install --disable-pip-version-check -q "torch==2.13.0"
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/seqpack demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bpe_train.py
+	$(BIN)/python benchmarks/encode.py
+
+clean:
+	rm -rf $(VENV) demo_out build src/*.egg-info

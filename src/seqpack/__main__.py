@@ -1,0 +1,5 @@
+import sys
+
+from seqpack.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,34 @@
+"""``seqpack decode --tokenizer DIR [FILE]``: token ids (whitespace-separated) -> text."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def parse_ids(text: str, source: str) -> list[int]:
+    ids = []
+    for n, word in enumerate(text.split(), start=1):
+        try:
+            ids.append(int(word))
+        except ValueError:
+            raise ValueError(f"{source}: item {n} is {word!r}, expected an integer token id") from None
+    return ids
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("decode", help="token ids -> text", description="Decode whitespace-separated token ids (FILE or stdin) to text.")
+    p.add_argument("file", nargs="?", help="file of ids (default: stdin)")
+    p.add_argument("--tokenizer", required=True, help="directory written by train-tokenizer")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from seqpack.corpus import iter_decoded
+    from seqpack.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(args.tokenizer)
+    text = "".join(iter_decoded(args.file))
+    sys.stdout.write(tok.decode(parse_ids(text, args.file or "<stdin>")))
+    return 0

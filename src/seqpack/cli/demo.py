@@ -1,0 +1,25 @@
+"""``seqpack demo``: the main job on the built-in corpus (what ``make demo`` runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("demo", help="run the pipeline on the built-in corpus", description="Run the seqpack pipeline end to end on the built-in Python-documentation corpus (or --corpus files).")
+    p.add_argument("--corpus", nargs="+", default=[], metavar="PATH", help="your own text/.jsonl/.parquet files")
+    p.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
+    p.add_argument("--vocab-size", type=int, default=8192)
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from seqpack.demo import format_summary, run_demo
+
+    summary = run_demo(args.out, corpus=args.corpus, vocab_size=args.vocab_size, workers=args.workers, progress=not args.json)
+    print(json.dumps(summary) if args.json else format_summary(summary))
+    return 0

@@ -1,0 +1,32 @@
+"""``seqpack encode --tokenizer DIR [FILE]``: print token ids (stdin by default)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("encode", help="text -> token ids", description="Encode text (FILE or stdin) to token ids, printed space-separated.")
+    p.add_argument("file", nargs="?", help="input text file (default: stdin)")
+    p.add_argument("--tokenizer", required=True, help="directory written by train-tokenizer")
+    p.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8 handling")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from seqpack.corpus import iter_decoded
+    from seqpack.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(args.tokenizer)
+    out = sys.stdout
+    first = True
+    batch: list[str] = []
+    for i in tok.encode_iterable(iter_decoded(args.file, errors=args.errors)):
+        batch.append(str(i))
+        if len(batch) >= 8192:
+            out.write(("" if first else " ") + " ".join(batch))
+            first, batch = False, []
+    out.write(("" if first or not batch else " ") + " ".join(batch) + "\n")
+    return 0

@@ -1,0 +1,71 @@
+"""``seqpack train-tokenizer INPUT... --vocab-size N --out DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+DEFAULT_SPECIAL = "<|endoftext|>"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "train-tokenizer",
+        help="train a byte-level BPE tokenizer",
+        description="Train a byte-level BPE tokenizer (exact CS336 semantics) and save it. "
+        "Text files are read whole; .jsonl/.parquet give one document per record. "
+        "With no INPUT, trains on the built-in Python-documentation corpus.",
+    )
+    p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files")
+    p.add_argument("--vocab-size", type=int, required=True, help="final vocab size, specials included")
+    p.add_argument(
+        "--special-token", action="append", dest="special_tokens", metavar="TOK",
+        help=f"special token (repeatable; default {DEFAULT_SPECIAL})",
+    )
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    p.add_argument("--workers", type=int, default=None, help="processes for pre-tokenization (default: all cores)")
+    p.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8 handling")
+    p.add_argument("--text-field", default="text", help="field of .jsonl/.parquet records")
+    p.add_argument("--json", action="store_true", help="print one JSON object with the results")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from seqpack._atomic import check_output_dir
+    from seqpack.tokenizer import BPEConfig, Tokenizer
+    from seqpack.tokenizer.train import train_bpe_inputs
+
+    specials = tuple(args.special_tokens) if args.special_tokens else (DEFAULT_SPECIAL,)
+    config = BPEConfig(
+        vocab_size=args.vocab_size, special_tokens=specials, workers=args.workers,
+        errors=args.errors, progress=not args.json,
+    )
+    check_output_dir(args.out, overwrite=args.overwrite)
+    result = train_bpe_inputs(args.inputs, config=config, text_field=args.text_field)
+    tok = Tokenizer(result.vocab, result.merges, list(result.special_tokens))
+    tok.save(args.out, overwrite=args.overwrite)
+    summary: dict[str, Any] = {
+        "vocab_size": len(result.vocab),
+        "num_merges": len(result.merges),
+        "special_tokens": list(result.special_tokens),
+        "seconds": round(result.seconds, 4),
+        "pretokenize_seconds": round(result.pretokenize_seconds, 4),
+        "merge_seconds": round(result.merge_seconds, 4),
+        "num_words": result.num_words,
+        "num_pretokens": result.num_pretokens,
+        "input_size": result.input_bytes,
+        "stopped_early": result.stopped_early,
+        "out": str(args.out),
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(
+            f"trained {summary['vocab_size']} tokens ({summary['num_merges']} merges) from "
+            f"{result.num_pretokens:,} pre-tokens ({result.num_words:,} distinct) in "
+            f"{result.seconds:.2f} s (pre-tokenize {result.pretokenize_seconds:.2f} s, "
+            f"merges {result.merge_seconds:.2f} s) -> {args.out}"
+        )
+    return 0

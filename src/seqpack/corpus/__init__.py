@@ -1,0 +1,25 @@
+"""Corpus readers and the built-in Python-documentation corpus."""
+
+from __future__ import annotations
+
+from seqpack.corpus.builtin import python_docs
+from seqpack.corpus.readers import (
+    DEFAULT_SEPARATOR,
+    from_hf_dataset,
+    iter_decoded,
+    read_documents,
+    read_jsonl,
+    read_parquet,
+    read_text,
+)
+
+__all__ = [
+    "DEFAULT_SEPARATOR",
+    "from_hf_dataset",
+    "iter_decoded",
+    "python_docs",
+    "read_documents",
+    "read_jsonl",
+    "read_parquet",
+    "read_text",
+]

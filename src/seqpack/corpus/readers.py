@@ -1,0 +1,172 @@
+"""Document readers: text files, JSON lines, Parquet, HF datasets.
+
+Each reader is a generator of ``str`` documents with bounded memory.
+
+    >>> import pathlib, tempfile
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.txt"
+    >>> _ = p.write_text("one<|endoftext|>two<|endoftext|>")
+    >>> list(read_text(p))
+    ['one', 'two']
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SEPARATOR = "<|endoftext|>"
+_BLOCK = 1 << 20
+
+
+def _existing(path: str | os.PathLike[str]) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such file")
+    if p.is_dir():
+        raise IsADirectoryError(f"{p}: is a directory, expected a file")
+    if not os.access(p, os.R_OK):
+        raise PermissionError(f"{p}: not readable")
+    return p
+
+
+def iter_decoded(path: str | os.PathLike[str] | None, *, errors: str = "strict") -> Iterator[str]:
+    """Decode a file (``None``: standard input) as UTF-8 in blocks.
+
+    Invalid UTF-8 with ``errors="strict"`` raises ``ValueError`` naming the file
+    and the absolute byte offset.
+    """
+    import sys
+
+    name = "<stdin>" if path is None else str(path)
+    stream = sys.stdin.buffer if path is None else open(_existing(path), "rb")  # noqa: SIM115
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=errors)
+    consumed = 0
+    try:
+        while True:
+            block = stream.read(_BLOCK)
+            final = not block
+            held = len(decoder.getstate()[0])
+            try:
+                text = decoder.decode(block, final=final)
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{name}: invalid UTF-8 at byte offset {consumed - held + e.start}; "
+                    "pass --errors replace (errors='replace') to substitute U+FFFD"
+                ) from None
+            consumed += len(block)
+            if text:
+                yield text
+            if final:
+                return
+    finally:
+        if path is not None:
+            stream.close()
+
+
+def read_text(
+    path: str | os.PathLike[str],
+    *,
+    separator: str | None = DEFAULT_SEPARATOR,
+    one_per_line: bool = False,
+    errors: str = "strict",
+) -> Iterator[str]:
+    """Documents of a text file: split at ``separator`` or, with ``one_per_line``, per line.
+
+    ``separator=None`` and not ``one_per_line`` yields the whole file as one document.
+    A trailing separator (or final newline) does not make an empty last document.
+    """
+    sep = "\n" if one_per_line else separator
+    if sep == "":
+        raise ValueError("separator must not be empty")
+    buf = ""
+    for text in iter_decoded(path, errors=errors):
+        buf += text
+        if sep is None:
+            continue
+        parts = buf.split(sep)
+        buf = parts.pop()
+        yield from parts
+    if buf:
+        yield buf
+
+
+def read_jsonl(path: str | os.PathLike[str], *, text_field: str = "text") -> Iterator[str]:
+    """The ``text_field`` of each JSON object per line (blank lines skipped)."""
+    p = _existing(path)
+    with open(p, encoding="utf-8") as f:
+        try:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{p}: line {lineno}: not valid JSON ({e.msg})") from None
+                yield _field(obj, text_field, f"{p}: line {lineno}")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p}: invalid UTF-8 ({e.reason})") from None
+
+
+def _field(obj: Any, field: str, where: str) -> str:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    if field not in obj:
+        keys = ", ".join(sorted(map(str, obj))[:8])
+        raise ValueError(f"{where}: no field {field!r} (fields: {keys}); pass --text-field NAME")
+    value = obj[field]
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: field {field!r} is {type(value).__name__}, expected a string")
+    return value
+
+
+def read_parquet(path: str | os.PathLike[str], *, text_field: str = "text") -> Iterator[str]:
+    """The ``text_field`` column of a Parquet file, batch by batch."""
+    import pyarrow.parquet as pq
+
+    p = _existing(path)
+    try:
+        pf = pq.ParquetFile(p)
+    except Exception as e:  # pyarrow raises its own error types
+        raise ValueError(f"{p}: not a readable Parquet file ({e})") from None
+    names = pf.schema_arrow.names
+    if text_field not in names:
+        raise ValueError(f"{p}: no column {text_field!r} (columns: {', '.join(names)}); pass --text-field NAME")
+    for batch in pf.iter_batches(columns=[text_field], batch_size=4096):
+        for i, value in enumerate(batch.column(0).to_pylist()):
+            if not isinstance(value, str):
+                raise ValueError(f"{p}: column {text_field!r} row {i} is {type(value).__name__}, expected a string")
+            yield value
+
+
+def from_hf_dataset(dataset: Iterable[Any], *, text_field: str = "text") -> Iterator[str]:
+    """Documents of a Hugging Face ``datasets`` object (or any iterable of dicts)."""
+    for i, row in enumerate(dataset):
+        yield _field(row, text_field, f"dataset row {i}")
+
+
+def read_documents(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    text_field: str = "text",
+    separator: str | None = DEFAULT_SEPARATOR,
+    one_per_line: bool = False,
+    errors: str = "strict",
+) -> Iterator[str]:
+    """Documents of several files, chosen by suffix: ``.jsonl``, ``.parquet``, else text."""
+    for path in paths:
+        suffix = Path(path).suffix.lower()
+        if suffix in (".jsonl", ".ndjson"):
+            yield from read_jsonl(path, text_field=text_field)
+        elif suffix == ".parquet":
+            yield from read_parquet(path, text_field=text_field)
+        else:
+            yield from read_text(path, separator=separator, one_per_line=one_per_line, errors=errors)
+
+
+def is_structured(path: str | os.PathLike[str]) -> bool:
+    """True for formats whose documents come from a field (jsonl, parquet)."""
+    return Path(path).suffix.lower() in (".jsonl", ".ndjson", ".parquet")

@@ -1,0 +1,74 @@
+"""The main job (``seqpack demo`` / ``make demo``).
+
+Today it runs the first stage of the pipeline on the built-in corpus: train a
+byte-level BPE tokenizer, check the fast corpus encoder against the reference
+encoder, save the tokenizer and print a summary. Later stages (store, packing,
+training) will extend it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def run_demo(
+    out_dir: str | Path = "demo_out",
+    *,
+    corpus: Sequence[str] = (),
+    vocab_size: int = 8192,
+    workers: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train, check and save a tokenizer; returns the summary it prints."""
+    from seqpack.corpus import python_docs, read_documents
+    from seqpack.tokenizer import BPEConfig, Tokenizer
+    from seqpack.tokenizer.train import train_bpe_corpus
+
+    t0 = time.perf_counter()
+    docs = list(read_documents(corpus)) if corpus else python_docs()
+    t_corpus = time.perf_counter() - t0
+    config = BPEConfig(
+        vocab_size=vocab_size, special_tokens=("<|endoftext|>",), workers=workers, progress=progress
+    )
+    result = train_bpe_corpus(documents=docs, config=config)
+    tok = Tokenizer(result.vocab, result.merges, list(result.special_tokens))
+    t1 = time.perf_counter()
+    fast = tok.encode_batch(docs)
+    t_fast = time.perf_counter() - t1
+    sample = docs[:: max(1, len(docs) // 50)]
+    exact = all(tok.encode(d) == fast[i * max(1, len(docs) // 50)] for i, d in enumerate(sample))
+    n_bytes = sum(len(d.encode("utf-8")) for d in docs)
+    n_tokens = sum(len(ids) for ids in fast)
+    out = Path(out_dir) / "tokenizer"
+    tok.save(out, overwrite=True)
+    return {
+        "corpus": "built-in Python docs" if not corpus else ", ".join(corpus),
+        "documents": len(docs),
+        "megabytes": n_bytes / 1e6,
+        "corpus_seconds": t_corpus,
+        "vocab_size": tok.vocab_size,
+        "merges": len(tok.merges),
+        "pretokenize_seconds": result.pretokenize_seconds,
+        "merge_seconds": result.merge_seconds,
+        "tokens": n_tokens,
+        "bytes_per_token": n_bytes / max(1, n_tokens),
+        "encode_mb_per_s": n_bytes / 1e6 / max(t_fast, 1e-9),
+        "fast_path_exact_on_sample": exact,
+        "tokenizer_dir": str(out),
+    }
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    rows = [
+        ("corpus", f"{s['corpus']}: {s['documents']:,} documents, {s['megabytes']:.2f} MB"),
+        ("tokenizer", f"byte-level BPE, {s['vocab_size']:,} tokens ({s['merges']:,} merges)"),
+        ("training", f"pre-tokenize {s['pretokenize_seconds']:.2f} s + merges {s['merge_seconds']:.2f} s"),
+        ("encoded", f"{s['tokens']:,} tokens, {s['bytes_per_token']:.2f} bytes/token, {s['encode_mb_per_s']:.1f} MB/s"),
+        ("fast == reference", "yes" if s["fast_path_exact_on_sample"] else "NO"),
+        ("saved to", s["tokenizer_dir"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,0 +1,137 @@
+"""Tokenizer files: GPT-2 ``vocab.json`` + ``merges.txt``, HF ``tokenizer.json``, ``meta.json``.
+
+Both GPT-2 files write bytes through GPT-2's byte-to-unicode map, so a merge
+line is two space-free strings: ``"Ġ t"`` is the merge ``(b" ", b"t")``.
+Corrupt input raises ``ValueError`` naming the file (and line or key).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from seqpack._atomic import atomic_directory
+from seqpack.tokenizer.byte_unicode import bytes_to_str, str_to_bytes
+
+if TYPE_CHECKING:
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
+FORMAT_VERSION = 1
+FILES = ("vocab.json", "merges.txt", "tokenizer.json", "meta.json")
+
+
+def _read_text(path: str | os.PathLike[str]) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such file")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: invalid UTF-8 at byte offset {e.start}") from None
+
+
+def _decode_token(text: str, where: str) -> bytes:
+    try:
+        return str_to_bytes(text)
+    except KeyError as e:
+        raise ValueError(
+            f"{where}: {text!r} holds {e.args[0]!r}, which is not in GPT-2's byte-to-unicode map"
+        ) from None
+
+
+def read_vocab(path: str | os.PathLike[str]) -> dict[int, bytes]:
+    """``{id: bytes}`` from a GPT-2 ``vocab.json`` (``{token string: id}``)."""
+    text = _read_text(path)
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(f"{path}: expected a non-empty JSON object {{token: id}}")
+    vocab: dict[int, bytes] = {}
+    for tok, idx in raw.items():
+        if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
+            raise ValueError(f"{path}: token {tok!r} has id {idx!r}; ids must be ints >= 0")
+        if idx in vocab:
+            raise ValueError(f"{path}: id {idx} is used twice")
+        vocab[idx] = _decode_token(tok, f"{path}: token")
+    return vocab
+
+
+def read_merges(path: str | os.PathLike[str]) -> list[tuple[bytes, bytes]]:
+    """Merges from a GPT-2 ``merges.txt`` (optional ``#version`` first line)."""
+    merges: list[tuple[bytes, bytes]] = []
+    for lineno, line in enumerate(_read_text(path).split("\n"), start=1):
+        line = line.rstrip("\r")
+        if not line or (lineno == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise ValueError(f"{path}: line {lineno}: expected two tokens separated by one space, got {line!r}")
+        where = f"{path}: line {lineno}"
+        merges.append((_decode_token(parts[0], where), _decode_token(parts[1], where)))
+    return merges
+
+
+def _vocab_json(tok: Tokenizer) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in sorted(tok.vocab):
+        key = bytes_to_str(tok.vocab[i])
+        if key in out:
+            raise ValueError(
+                f"token {tok.vocab[i]!r} appears twice in the vocab (ids {out[key]} and {i}); "
+                "vocab.json cannot hold duplicates"
+            )
+        out[key] = i
+    return out
+
+
+def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+    """Write the four files into ``directory`` atomically (meta.json last)."""
+    from seqpack.tokenizer.hf import hf_tokenizer_json
+
+    vocab = _vocab_json(tok)
+    with atomic_directory(directory, overwrite=overwrite) as tmp:
+        (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0), encoding="utf-8")
+        lines = ["#version: 0.2"] + [f"{bytes_to_str(a)} {bytes_to_str(b)}" for a, b in tok.merges]
+        (tmp / "merges.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (tmp / "tokenizer.json").write_text(hf_tokenizer_json(tok), encoding="utf-8")
+        meta = {
+            "format": "seqpack-tokenizer",
+            "format_version": FORMAT_VERSION,
+            "vocab_size": tok.vocab_size,
+            "num_merges": len(tok.merges),
+            "special_tokens": tok.special_tokens,
+            "fingerprint": tok.fingerprint(),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def load_tokenizer(directory: str | os.PathLike[str]) -> Tokenizer:
+    """Load a directory written by :func:`save_tokenizer` (checks the fingerprint)."""
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
+    d = Path(directory)
+    if not d.is_dir():
+        raise FileNotFoundError(f"{d}: no such tokenizer directory")
+    meta_path = d / "meta.json"
+    specials: list[str] = []
+    expected = None
+    if meta_path.exists():
+        try:
+            meta = json.loads(_read_text(meta_path))
+            specials = list(meta["special_tokens"])
+            expected = meta.get("fingerprint")
+            version = int(meta["format_version"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{meta_path}: malformed ({e})") from None
+        if version > FORMAT_VERSION:
+            raise ValueError(f"{meta_path}: format_version {version} is newer than this seqpack reads")
+    tok = Tokenizer(read_vocab(d / "vocab.json"), read_merges(d / "merges.txt"), specials)
+    if expected is not None and tok.fingerprint() != expected:
+        raise ValueError(
+            f"{d}: vocab.json/merges.txt do not match the fingerprint in meta.json (edited or truncated)"
+        )
+    return tok

@@ -1,0 +1,260 @@
+"""The byte-level BPE ``Tokenizer``: encode, decode, stream, save, load, export.
+
+    >>> vocab = {i: bytes([i]) for i in range(256)} | {256: b"<|eot|>", 257: b"ab", 258: b"abc"}
+    >>> tok = Tokenizer(vocab, [(b"a", b"b"), (b"ab", b"c")], special_tokens=["<|eot|>"])
+    >>> tok.encode("abc<|eot|>ab")
+    [258, 256, 257]
+    >>> tok.decode([258, 256, 257])
+    'abc<|eot|>ab'
+
+``encode`` is the reference algorithm (minbpe's): within each pre-token, merge
+the adjacent pair with the lowest merge rank, all occurrences left to right,
+until no adjacent pair is a merge. Results are cached per pre-token.
+``encode_batch`` is the fast path for whole corpora: this encoder in several
+processes (identical by construction), or the Hugging Face ``tokenizers`` export
+(``backend="hf"``, tested identical).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from seqpack.tokenizer.pretokenize import special_pattern, split_words
+
+if TYPE_CHECKING:
+    import os
+
+_CACHE_LIMIT = 1 << 18
+#: Streaming cuts after "x\ny" (printable ASCII around the newline): such a cut
+#: never changes the GPT-2 pre-tokenization (see pretokenize.file_chunks).
+_STREAM_FLUSH_CHARS = 1 << 16
+
+
+def _safe_cut(text: str, start: int) -> int:
+    """Index of the last safe cut in ``text`` at or after ``start``; -1 if none."""
+    i = text.rfind("\n", start)
+    while i > 0:
+        if i + 1 < len(text) and "!" <= text[i - 1] <= "~" and "!" <= text[i + 1] <= "~":
+            return i + 1
+        i = text.rfind("\n", start, i)
+    return -1
+
+
+class Tokenizer:
+    """Byte-level BPE tokenizer from ``vocab`` (id -> bytes) and ordered ``merges``.
+
+    Special tokens not yet in ``vocab`` are appended to it with new ids.
+    """
+
+    def __init__(
+        self,
+        vocab: dict[int, bytes],
+        merges: Sequence[tuple[bytes, bytes]],
+        special_tokens: Sequence[str] | None = None,
+    ) -> None:
+        self.vocab: dict[int, bytes] = dict(vocab)
+        self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
+        self.special_tokens: list[str] = list(dict.fromkeys(special_tokens or ()))
+        self._id_of: dict[bytes, int] = {}
+        for i in sorted(self.vocab):
+            self._id_of.setdefault(self.vocab[i], i)
+        self.special_ids: dict[str, int] = {}
+        for s in self.special_tokens:
+            b = s.encode("utf-8")
+            if b not in self._id_of:
+                new = max(self.vocab, default=-1) + 1
+                self.vocab[new] = b
+                self._id_of[b] = new
+            self.special_ids[s] = self._id_of[b]
+        missing = [i for i in range(256) if bytes([i]) not in self._id_of]
+        if missing:
+            raise ValueError(
+                f"vocab lacks {len(missing)} of the 256 single bytes (e.g. byte {missing[0]}); "
+                "a byte-level BPE vocab must contain every byte"
+            )
+        self._byte_ids = [self._id_of[bytes([i])] for i in range(256)]
+        self._ranks: dict[tuple[int, int], tuple[int, int]] = {}
+        for rank, (a, b) in enumerate(self.merges):
+            ia, ib, iab = self._id_of.get(a), self._id_of.get(b), self._id_of.get(a + b)
+            if ia is None or ib is None or iab is None:
+                raise ValueError(
+                    f"merge {rank} ({a!r}, {b!r}) refers to a token missing from the vocab"
+                )
+            self._ranks.setdefault((ia, ib), (rank, iab))
+        self._specials_re = special_pattern(self.special_tokens)
+        self._cache: dict[str, list[int]] = {}
+        self._hf: Any = None
+
+    # ------------------------------------------------------------------ encode
+    def _bpe(self, word: str) -> list[int]:
+        ids = [self._byte_ids[b] for b in word.encode("utf-8")]
+        ranks = self._ranks
+        while len(ids) > 1:
+            best = None
+            for pair in zip(ids, ids[1:]):
+                r = ranks.get(pair)
+                if r is not None and (best is None or r[0] < best[0]):
+                    best = r
+                    best_pair = pair
+            if best is None:
+                break
+            new_id = best[1]
+            a, b = best_pair
+            out: list[int] = []
+            i, n = 0, len(ids)
+            while i < n:
+                if i + 1 < n and ids[i] == a and ids[i + 1] == b:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            ids = out
+        return ids
+
+    def _encode_ordinary(self, text: str, out: list[int]) -> None:
+        cache = self._cache
+        for word in split_words(text):
+            ids = cache.get(word)
+            if ids is None:
+                ids = self._bpe(word)
+                if len(cache) < _CACHE_LIMIT:
+                    cache[word] = ids
+            out.extend(ids)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; special tokens (longest match first) map to their ids."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode takes a str, got {type(text).__name__}")
+        out: list[int] = []
+        if self._specials_re is None:
+            self._encode_ordinary(text, out)
+            return out
+        pos = 0
+        for m in self._specials_re.finditer(text):
+            self._encode_ordinary(text[pos : m.start()], out)
+            out.append(self.special_ids[m.group()])
+            pos = m.end()
+        self._encode_ordinary(text[pos:], out)
+        return out
+
+    def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
+        """Stream ids from an iterable of strings (e.g. a file handle), bounded memory.
+
+        Text is held back only up to the last safe cut (``"x\\ny"``), so the ids
+        are exactly ``encode("".join(iterable))``. Input without any newline
+        between printable characters is buffered whole.
+        """
+        buf = ""
+        for piece in iterable:
+            buf += piece
+            if len(buf) < _STREAM_FLUSH_CHARS:
+                continue
+            cut = _safe_cut(buf, len(buf) // 2)
+            if cut <= 0 or self._straddles_special(buf, cut):
+                continue
+            head, buf = buf[:cut], buf[cut:]
+            yield from self.encode(head)
+        if buf:
+            yield from self.encode(buf)
+
+    def _straddles_special(self, text: str, cut: int) -> bool:
+        if self._specials_re is None:
+            return False
+        longest = max(len(s) for s in self.special_tokens)
+        lo = max(0, cut - longest)
+        window = text[lo : cut + longest]
+        return any(m.start() < cut - lo < m.end() for m in self._specials_re.finditer(window))
+
+    # ------------------------------------------------------------------ decode
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids``; byte sequences that are not valid UTF-8 become U+FFFD."""
+        vocab = self.vocab
+        try:
+            data = b"".join(vocab[i] for i in ids)
+        except KeyError as e:
+            raise ValueError(f"unknown token id {e.args[0]} (vocab has {len(vocab)} ids)") from None
+        return data.decode("utf-8", errors="replace")
+
+    # --------------------------------------------------------------- fast path
+    def to_hf(self) -> Any:
+        """An equivalent ``tokenizers.Tokenizer`` (same ids, same merges)."""
+        if self._hf is None:
+            from seqpack.tokenizer.hf import build_hf_tokenizer
+
+            self._hf = build_hf_tokenizer(self)
+        return self._hf
+
+    def encode_batch(
+        self, texts: Iterable[str], *, backend: str = "python", workers: int | None = None
+    ) -> list[list[int]]:
+        """Encode many texts at once; ids identical to ``[self.encode(t) for t in texts]``.
+
+        ``backend="python"``: :func:`seqpack.tokenizer.fast.encode_documents`, this
+        encoder in ``workers`` processes (identical by construction).
+        ``backend="hf"``: the equivalent Hugging Face tokenizer (Rust, threads; tested
+        identical).
+        """
+        if backend == "hf":
+            hf = self.to_hf()
+            return [e.ids for e in hf.encode_batch(list(texts), add_special_tokens=False)]
+        if backend != "python":
+            raise ValueError(f"backend must be 'python' or 'hf', got {backend!r}")
+        from seqpack.tokenizer.fast import encode_documents
+
+        return [a.tolist() for a in encode_documents(self, texts, workers=workers)]
+
+    # --------------------------------------------------------------- identity
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def token_to_id(self, token: bytes | str) -> int | None:
+        b = token.encode("utf-8") if isinstance(token, str) else token
+        return self._id_of.get(b)
+
+    def fingerprint(self) -> str:
+        """sha256 over vocab, merges and special tokens: names this exact tokenizer."""
+        h = hashlib.sha256()
+        for i in sorted(self.vocab):
+            h.update(i.to_bytes(8, "little") + len(self.vocab[i]).to_bytes(4, "little"))
+            h.update(self.vocab[i])
+        for a, b in self.merges:
+            h.update(len(a).to_bytes(4, "little") + a + len(b).to_bytes(4, "little") + b)
+        for s in self.special_tokens:
+            h.update(b"\x00special\x00" + s.encode("utf-8"))
+        return h.hexdigest()
+
+    def __repr__(self) -> str:
+        return (
+            f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
+            f"special_tokens={self.special_tokens})"
+        )
+
+    # ---------------------------------------------------------------- files
+    @classmethod
+    def from_files(
+        cls,
+        vocab_path: str | os.PathLike[str],
+        merges_path: str | os.PathLike[str],
+        special_tokens: Sequence[str] | None = None,
+    ) -> Tokenizer:
+        """Load GPT-2 format ``vocab.json`` + ``merges.txt``."""
+        from seqpack.tokenizer.io import read_merges, read_vocab
+
+        return cls(read_vocab(vocab_path), read_merges(merges_path), special_tokens)
+
+    def save(self, directory: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        """Write vocab.json, merges.txt, tokenizer.json and meta.json (atomically)."""
+        from seqpack.tokenizer.io import save_tokenizer
+
+        save_tokenizer(self, directory, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> Tokenizer:
+        """Load a directory written by :meth:`save`."""
+        from seqpack.tokenizer.io import load_tokenizer
+
+        return load_tokenizer(directory)

@@ -1,0 +1,277 @@
+"""Fast, exact byte-level BPE training.
+
+    >>> import pathlib, tempfile
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.txt"
+    >>> _ = p.write_text("low low lower newest newest<|endoftext|>widest")
+    >>> vocab, merges = train_bpe(p, 260, ["<|endoftext|>"], workers=1)
+    >>> merges[:2]
+    [(b' ', b'l'), (b' l', b'o')]
+    >>> vocab[256]
+    b'<|endoftext|>'
+
+Ids: 0..255 are the bytes, then the special tokens in the order given, then one
+id per merge in creation order. Semantics are those of the CS336 reference: the
+GPT-2 pre-tokenizer, special tokens split the text and are never merged, the most
+frequent pair wins and ties go to the lexicographically greater pair of bytes.
+
+Two stages: (1) pre-tokenize and count distinct words in parallel over chunks
+cut at safe boundaries (:mod:`seqpack.tokenizer.pretokenize`); (2) the merge loop
+over distinct words with an inverted index pair -> positions, incremental count
+updates and a lazily invalidated max-heap, compiled by numba
+(:mod:`seqpack.tokenizer._merge_numba`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+
+from seqpack.tokenizer.pretokenize import count_chunks, doc_chunks, file_chunks
+
+PathLike = Union[str, "os.PathLike[str]"]
+Vocab = dict[int, bytes]
+Merges = list[tuple[bytes, bytes]]
+
+#: Below this many bytes of input, one process beats a pool.
+_PARALLEL_MIN_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class BPEConfig:
+    """Options of a BPE training run (validated on creation)."""
+
+    vocab_size: int
+    special_tokens: tuple[str, ...] = ()
+    workers: int | None = None
+    errors: str = "strict"
+    chunk_bytes: int | None = None
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int):
+            raise TypeError(f"vocab_size must be an int, got {self.vocab_size!r}")
+        specials = tuple(self.special_tokens)
+        object.__setattr__(self, "special_tokens", specials)
+        for s in specials:
+            if not isinstance(s, str) or not s:
+                raise ValueError(f"special tokens must be non-empty strings, got {s!r}")
+        if len(set(specials)) != len(specials):
+            raise ValueError(f"special tokens must be distinct, got {list(specials)}")
+        minimum = 256 + len(specials)
+        if self.vocab_size < minimum:
+            raise ValueError(
+                f"vocab_size={self.vocab_size} is too small: the minimum is {minimum} "
+                f"(256 bytes + {len(specials)} special tokens)"
+            )
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.errors not in ("strict", "replace"):
+            raise ValueError(f"errors must be 'strict' or 'replace', got {self.errors!r}")
+        if self.chunk_bytes is not None and self.chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be >= 1, got {self.chunk_bytes}")
+
+
+@dataclass(frozen=True)
+class BPEResult:
+    """What a training run produced, with timings."""
+
+    vocab: Vocab
+    merges: Merges
+    special_tokens: tuple[str, ...]
+    num_words: int
+    num_pretokens: int
+    input_bytes: int
+    pretokenize_seconds: float
+    merge_seconds: float
+    stopped_early: bool
+    requested_vocab_size: int
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return self.pretokenize_seconds + self.merge_seconds
+
+
+def _default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _check_files(paths: Sequence[PathLike]) -> list[str]:
+    out = []
+    for p in paths:
+        s = os.fspath(p)
+        if not os.path.exists(s):
+            raise FileNotFoundError(f"{s}: no such file")
+        if os.path.isdir(s):
+            raise IsADirectoryError(f"{s}: is a directory, expected a text file")
+        if not os.access(s, os.R_OK):
+            raise PermissionError(f"{s}: not readable")
+        out.append(s)
+    return out
+
+
+def count_corpus(
+    files: Sequence[PathLike] = (),
+    documents: Iterable[str] | None = None,
+    *,
+    config: BPEConfig,
+) -> tuple[dict[str, int], int]:
+    """Pre-tokenize and count: ``({word: count}, bytes or chars read)``."""
+    paths = _check_files(files)
+    total = sum(os.path.getsize(p) for p in paths)
+    workers = config.workers or _default_workers()
+    if documents is None and total < _PARALLEL_MIN_BYTES:
+        workers = 1
+    target = config.chunk_bytes or max(256 << 10, min(64 << 20, total // (2 * workers) + 1))
+    specials = config.special_tokens
+
+    def chunks():  # type: ignore[no-untyped-def]
+        for p in paths:
+            yield from file_chunks(p, target, specials)
+        if documents is not None:
+            yield from doc_chunks(documents, target)
+
+    seen = 0
+    bar = None
+    if config.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total or None, unit="B", unit_scale=True, desc="pre-tokenize", leave=False)
+
+    def on_progress(n: int) -> None:
+        nonlocal seen
+        seen += n
+        if bar is not None:
+            bar.update(n)
+
+    try:
+        counts = count_chunks(
+            chunks(), special_tokens=specials, workers=workers, errors=config.errors,
+            on_progress=on_progress,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    return dict(counts), seen
+
+
+def merges_from_counts(
+    word_counts: Mapping[str, int], num_merges: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run the compiled merge loop; returns (left, right) ids in the loop's numbering."""
+    from seqpack.tokenizer._merge_numba import bpe_merge_loop
+
+    encoded = [w.encode("utf-8") for w in word_counts]
+    lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
+    woff = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=woff[1:])
+    wbytes = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    wcount = np.fromiter(word_counts.values(), dtype=np.int64, count=len(encoded))
+    if num_merges <= 0 or len(wbytes) == 0:
+        return np.empty(0, np.int32), np.empty(0, np.int32)
+    left, right = bpe_merge_loop(wbytes, woff, wcount, num_merges)
+    return left, right
+
+
+def vocab_from_merge_ids(
+    left: np.ndarray, right: np.ndarray, special_tokens: Sequence[str]
+) -> tuple[Vocab, Merges]:
+    """Build the vocab and byte merges from the loop's (left, right) id arrays."""
+    toks: list[bytes] = [bytes([i]) for i in range(256)]
+    merges: Merges = []
+    for a, b in zip(left.tolist(), right.tolist()):
+        pair = (toks[a], toks[b])
+        merges.append(pair)
+        toks.append(pair[0] + pair[1])
+    vocab: Vocab = {i: toks[i] for i in range(256)}
+    for s in special_tokens:
+        vocab[len(vocab)] = s.encode("utf-8")
+    for t in toks[256:]:
+        vocab[len(vocab)] = t
+    return vocab, merges
+
+
+def train_bpe_corpus(
+    files: Sequence[PathLike] = (),
+    documents: Iterable[str] | None = None,
+    *,
+    config: BPEConfig,
+) -> BPEResult:
+    """Train on text files (each read whole, specials split it) and/or documents."""
+    t0 = time.perf_counter()
+    counts, size = count_corpus(files, documents, config=config)
+    t1 = time.perf_counter()
+    if not counts:
+        raise ValueError("the corpus is empty: no text to train on (after removing special tokens)")
+    num_merges = config.vocab_size - 256 - len(config.special_tokens)
+    left, right = merges_from_counts(counts, num_merges)
+    vocab, merges = vocab_from_merge_ids(left, right, config.special_tokens)
+    t2 = time.perf_counter()
+    stopped = len(merges) < num_merges
+    if stopped:
+        warnings.warn(
+            f"vocab_size={config.vocab_size} is beyond what this corpus can reach: stopped after "
+            f"{len(merges)} merges (vocab size {len(vocab)}) because no pair of tokens is left",
+            stacklevel=2,
+        )
+    return BPEResult(
+        vocab=vocab,
+        merges=merges,
+        special_tokens=config.special_tokens,
+        num_words=len(counts),
+        num_pretokens=sum(counts.values()),
+        input_bytes=size,
+        pretokenize_seconds=t1 - t0,
+        merge_seconds=t2 - t1,
+        stopped_early=stopped,
+        requested_vocab_size=config.vocab_size,
+    )
+
+
+def train_bpe(
+    input_path: PathLike,
+    vocab_size: int,
+    special_tokens: Sequence[str] | None = None,
+    *,
+    workers: int | None = None,
+    errors: str = "strict",
+) -> tuple[Vocab, Merges]:
+    """Train a byte-level BPE on the text file ``input_path`` (the CS336 interface).
+
+    Returns ``(vocab, merges)``: ``vocab[id] = bytes``, ``merges`` in creation order.
+    """
+    config = BPEConfig(
+        vocab_size=vocab_size, special_tokens=tuple(special_tokens or ()), workers=workers,
+        errors=errors,
+    )
+    result = train_bpe_corpus([input_path], config=config)
+    return result.vocab, result.merges
+
+
+def train_bpe_inputs(
+    inputs: Sequence[PathLike], *, config: BPEConfig, text_field: str = "text"
+) -> BPEResult:
+    """Train on CLI-style inputs; no inputs means the built-in Python-docs corpus.
+
+    Text files are read whole (special tokens split them, as in :func:`train_bpe`);
+    ``.jsonl`` and ``.parquet`` files give one document per record (``text_field``).
+    """
+    from seqpack.corpus import python_docs, read_documents
+    from seqpack.corpus.readers import is_structured
+
+    if not inputs:
+        return train_bpe_corpus(documents=python_docs(), config=config)
+    files = [p for p in inputs if not is_structured(p)]
+    structured = [p for p in inputs if is_structured(p)]
+    _check_files(structured)
+    documents = read_documents(structured, text_field=text_field) if structured else None
+    return train_bpe_corpus(files, documents, config=config)
