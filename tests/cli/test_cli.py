@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seqpack.cli.main import main
+
+EOT = "<|endoftext|>"
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    p = tmp_path / "corpus.txt"
+    p.write_text(("the quick brown fox jumps over the lazy dog. " * 30 + EOT) * 5, encoding="utf-8")
+    return p
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_train_encode_decode(capsys, tmp_path, corpus):
+    code, out, _ = run(capsys, "train-tokenizer", str(corpus), "--vocab-size", "280", "--out", str(tmp_path / "tok"), "--json", "--workers", "1")
+    assert code == 0
+    summary = json.loads(out)
+    for key in ("vocab_size", "num_merges", "seconds", "pretokenize_seconds", "merge_seconds"):
+        assert key in summary
+    assert summary["vocab_size"] == 280 and summary["num_merges"] == 23
+    text = tmp_path / "in.txt"
+    text.write_text("the lazy fox\nsleeps" + EOT, encoding="utf-8")
+    code, ids, _ = run(capsys, "encode", "--tokenizer", str(tmp_path / "tok"), str(text))
+    assert code == 0
+    (tmp_path / "ids.txt").write_text(ids)
+    code, back, _ = run(capsys, "decode", "--tokenizer", str(tmp_path / "tok"), str(tmp_path / "ids.txt"))
+    assert code == 0 and back == text.read_text(encoding="utf-8")
+
+
+def test_train_on_jsonl_and_human_output(capsys, tmp_path):
+    p = tmp_path / "c.jsonl"
+    p.write_text("\n".join(json.dumps({"body": "hello hello world"}) for _ in range(20)) + "\n")
+    code, out, _ = run(capsys, "train-tokenizer", str(p), "--text-field", "body", "--vocab-size", "262", "--out", str(tmp_path / "t"), "--special-token", "<s>")
+    assert code == 0 and "trained 262 tokens" in out
+    assert json.loads((tmp_path / "t" / "meta.json").read_text())["special_tokens"] == ["<s>"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train-tokenizer", "{tmp}/missing.txt", "--vocab-size", "300", "--out", "{tmp}/o"], "missing.txt: no such file"),
+        (["train-tokenizer", "{corpus}", "--vocab-size", "200", "--out", "{tmp}/o"], "the minimum is 257"),
+        (["train-tokenizer", "{bad}", "--vocab-size", "300", "--out", "{tmp}/o"], "invalid UTF-8 at byte offset 3"),
+        (["train-tokenizer", "{empty}", "--vocab-size", "300", "--out", "{tmp}/o"], "corpus is empty"),
+        (["train-tokenizer", "{corpus}", "--vocab-size", "300", "--out", "{full}"], "not empty; pass --overwrite"),
+        (["encode", "--tokenizer", "{tmp}/nope", "{corpus}"], "no such tokenizer directory"),
+        (["decode", "--tokenizer", "{tok}", "{notids}"], "item 2 is 'x', expected an integer"),
+        (["decode", "--tokenizer", "{tok}", "{bigid}"], "unknown token id 99999"),
+        (["train-tokenizer", "--vocab-size", "x", "--out", "o"], "invalid int value"),
+    ],
+)
+def test_bad_input_one_line_exit_2(capsys, tmp_path, corpus, argv, message):
+    (tmp_path / "bad.txt").write_bytes(b"abc\xffdef")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "f").write_text("x")
+    (tmp_path / "notids.txt").write_text("1 x 3")
+    (tmp_path / "bigid.txt").write_text("1 99999")
+    from seqpack.tokenizer import Tokenizer
+
+    Tokenizer({i: bytes([i]) for i in range(256)}, []).save(tmp_path / "tok")
+    fill = {"tmp": str(tmp_path), "corpus": str(corpus), "bad": str(tmp_path / "bad.txt"),
+            "empty": str(tmp_path / "empty.txt"), "full": str(tmp_path / "full"),
+            "tok": str(tmp_path / "tok"), "notids": str(tmp_path / "notids.txt"),
+            "bigid": str(tmp_path / "bigid.txt")}
+    args = [a.format(**fill) for a in argv]
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse
+        code = e.code
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_errors_replace_goes_on(capsys, tmp_path):
+    p = tmp_path / "bad.txt"
+    p.write_bytes(b"abc\xffdef abc abc")
+    code, _, _ = run(capsys, "train-tokenizer", str(p), "--vocab-size", "258", "--out", str(tmp_path / "o"), "--errors", "replace", "--json")
+    assert code == 0
+
+
+def test_unreachable_vocab_warns(capsys, tmp_path):
+    p = tmp_path / "t.txt"
+    p.write_text("ab ab")
+    code, out, err = run(capsys, "train-tokenizer", str(p), "--vocab-size", "400", "--out", str(tmp_path / "o"), "--json")
+    assert code == 0 and "seqpack: warning:" in err and json.loads(out)["stopped_early"] is True
+
+
+def test_real_process_no_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "seqpack", "encode", "--tokenizer", str(tmp_path / "none")],
+        capture_output=True, text=True, input="", timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("seqpack: error:") and "Traceback" not in proc.stderr
+
+
+def test_encode_stdin(tmp_path, monkeypatch, capsys):
+    import io
+
+    from seqpack.tokenizer import Tokenizer
+
+    Tokenizer({i: bytes([i]) for i in range(256)}, []).save(tmp_path / "tok")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"hi")))
+    code, out, _ = run(capsys, "encode", "--tokenizer", str(tmp_path / "tok"))
+    assert code == 0 and out == "104 105\n"

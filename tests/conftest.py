@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory):
+    """The built-in corpus cache goes to a temp dir, never to ~/.cache."""
+    old = os.environ.get("SEQPACK_CACHE_DIR")
+    os.environ["SEQPACK_CACHE_DIR"] = str(tmp_path_factory.mktemp("seqpack-cache"))
+    yield
+    if old is None:
+        os.environ.pop("SEQPACK_CACHE_DIR", None)
+    else:
+        os.environ["SEQPACK_CACHE_DIR"] = old
+
+
+def shared(*parts: str) -> Path:
+    """A path under ../shared/data; skips the test if it is absent."""
+    p = SHARED_DATA.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"shared data not available: {p}")
+    return p
+
+
+@pytest.fixture
+def cs336() -> Path:
+    return shared("cs336")

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from seqpack.corpus import (
+    from_hf_dataset,
+    iter_decoded,
+    python_docs,
+    read_documents,
+    read_jsonl,
+    read_parquet,
+    read_text,
+)
+
+EOT = "<|endoftext|>"
+
+
+def test_read_text_separator_and_lines(tmp_path: Path):
+    p = tmp_path / "a.txt"
+    p.write_text(f"one{EOT}two\nlines{EOT}three{EOT}")
+    assert list(read_text(p)) == ["one", "two\nlines", "three"]
+    assert list(read_text(p, one_per_line=True)) == [f"one{EOT}two", f"lines{EOT}three{EOT}"]
+    assert list(read_text(p, separator=None)) == [p.read_text()]
+
+
+def test_read_text_separator_across_blocks(tmp_path: Path, monkeypatch):
+    import seqpack.corpus.readers as readers
+
+    monkeypatch.setattr(readers, "_BLOCK", 3)
+    p = tmp_path / "a.txt"
+    p.write_text(f"héllo{EOT}wörld")
+    assert list(read_text(p)) == ["héllo", "wörld"]
+
+
+def test_invalid_utf8_offset_across_blocks(tmp_path: Path, monkeypatch):
+    import seqpack.corpus.readers as readers
+
+    monkeypatch.setattr(readers, "_BLOCK", 4)
+    p = tmp_path / "bad.txt"
+    p.write_bytes("héllo wö".encode() + b"\xff" + b"rest")
+    with pytest.raises(ValueError, match=r"bad.txt: invalid UTF-8 at byte offset 10"):
+        list(iter_decoded(p))
+    assert "".join(iter_decoded(p, errors="replace")) == "héllo wö\ufffdrest"
+
+
+def test_read_jsonl(tmp_path: Path):
+    p = tmp_path / "a.jsonl"
+    p.write_text('{"text": "a"}\n\n{"text": "b", "x": 1}\n')
+    assert list(read_jsonl(p)) == ["a", "b"]
+    p.write_text('{"text": "a"}\n{"body": "b"}\n')
+    with pytest.raises(ValueError, match=r"a.jsonl: line 2: no field 'text' \(fields: body\); pass --text-field"):
+        list(read_jsonl(p))
+    p.write_text('{"text": 3}\n')
+    with pytest.raises(ValueError, match="line 1: field 'text' is int"):
+        list(read_jsonl(p))
+    p.write_text('{"text": \n')
+    with pytest.raises(ValueError, match="line 1: not valid JSON"):
+        list(read_jsonl(p))
+
+
+def test_read_parquet(tmp_path: Path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"body": ["x", "y z"], "n": [1, 2]}), p)
+    assert list(read_parquet(p, text_field="body")) == ["x", "y z"]
+    with pytest.raises(ValueError, match=r"no column 'text' \(columns: body, n\)"):
+        list(read_parquet(p))
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(ValueError, match="not a readable Parquet file"):
+        list(read_parquet(tmp_path / "bad.parquet"))
+
+
+def test_hf_dataset_like_and_dispatch(tmp_path: Path):
+    assert list(from_hf_dataset([{"text": "a"}, {"text": "b"}])) == ["a", "b"]
+    (tmp_path / "x.jsonl").write_text(json.dumps({"text": "j"}) + "\n")
+    (tmp_path / "y.txt").write_text(f"t1{EOT}t2")
+    assert list(read_documents([tmp_path / "x.jsonl", tmp_path / "y.txt"])) == ["j", "t1", "t2"]
+
+
+def test_missing_file(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        list(read_text(tmp_path / "nope.txt"))
+    with pytest.raises(IsADirectoryError):
+        list(read_text(tmp_path))
+
+
+def test_builtin_corpus_is_python_docs():
+    docs = python_docs()
+    assert len(docs) > 300
+    assert sum(map(len, docs)) > 1_000_000
+    assert any("for" in d and "statement" in d for d in docs[:100])  # pydoc topics first
+    assert python_docs() == docs  # second call: from the cache, identical

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from seqpack.tokenizer import BPEConfig, Tokenizer, train_bpe_corpus
+
+EOT = "<|endoftext|>"
+TEXTS = ["Hello world! don't stop", f"a{EOT}b", "tabs\tand\n\nnewlines  ", "héllo 123 ümlaut", ""]
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    docs = ["the cat sat on the mat. " * 20, "héllo wörld 123 don't stop"] * 5
+    r = train_bpe_corpus(documents=docs, config=BPEConfig(vocab_size=285, special_tokens=(EOT,), workers=1))
+    return Tokenizer(r.vocab, r.merges, [EOT])
+
+
+def test_save_load_round_trip(tok, tmp_path):
+    tok.save(tmp_path / "t")
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [
+        "merges.txt", "meta.json", "tokenizer.json", "vocab.json",
+    ]
+    back = Tokenizer.load(tmp_path / "t")
+    assert back.vocab == tok.vocab and back.merges == tok.merges
+    assert back.special_tokens == [EOT]
+    assert back.fingerprint() == tok.fingerprint()
+    meta = json.loads((tmp_path / "t" / "meta.json").read_text())
+    assert meta["format_version"] == 1 and meta["vocab_size"] == tok.vocab_size
+    again = Tokenizer.from_files(tmp_path / "t" / "vocab.json", tmp_path / "t" / "merges.txt", [EOT])
+    assert again.vocab == tok.vocab
+
+
+def test_tokenizer_json_loads_in_hf_tokenizers(tok, tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    tok.save(tmp_path / "t")
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "t" / "tokenizer.json"))
+    for text in TEXTS:
+        assert hf.encode(text).ids == tok.encode(text)
+        assert hf.decode(tok.encode(text), skip_special_tokens=False) == text
+
+
+def test_tokenizer_json_loads_in_transformers(tok, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    tok.save(tmp_path / "t")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "t" / "tokenizer.json"))
+    for text in TEXTS:
+        assert fast(text)["input_ids"] == tok.encode(text)
+
+
+def test_gpt2_files_export_identically(cs336, tmp_path):
+    gpt2 = Tokenizer.from_files(cs336 / "gpt2_vocab.json", cs336 / "gpt2_merges.txt", [EOT])
+    gpt2.save(tmp_path / "g")
+    tokenizers = pytest.importorskip("tokenizers")
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "g" / "tokenizer.json"))
+    text = (cs336 / "tinystories_sample.txt").read_text(encoding="utf-8")
+    assert hf.encode(text).ids == gpt2.encode(text)
+    assert json.loads((tmp_path / "g" / "vocab.json").read_text(encoding="utf-8")) == json.loads(
+        (cs336 / "gpt2_vocab.json").read_text(encoding="utf-8")
+    )
+
+
+def test_refuses_non_empty_out_unless_overwrite(tok, tmp_path):
+    out = tmp_path / "t"
+    out.mkdir()
+    (out / "x").write_text("keep")
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        tok.save(out)
+    assert (out / "x").exists()
+    tok.save(out, overwrite=True)
+    assert not (out / "x").exists() and Tokenizer.load(out).vocab == tok.vocab
+    assert [p.name for p in tmp_path.iterdir()] == ["t"]  # no temp dirs left behind
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        ("vocab.json", '{"a": 0,\n "b": ', r"vocab.json: line 2: not valid JSON"),
+        ("vocab.json", '["a"]', r"vocab.json: expected a non-empty JSON object"),
+        ("vocab.json", '{"a": "x"}', r"vocab.json: token 'a' has id 'x'"),
+        ("merges.txt", "#version: 0.2\nĠ t\nbroken\n", r"merges.txt: line 3: expected two tokens"),
+        ("merges.txt", "a b c\n", r"merges.txt: line 1: expected two tokens"),
+    ],
+)
+def test_corrupt_files_name_file_and_line(tok, tmp_path, name, content, match):
+    tok.save(tmp_path / "t")
+    (tmp_path / "t" / name).write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=match):
+        Tokenizer.load(tmp_path / "t")
+
+
+def test_truncated_merges_fail_the_fingerprint(tok, tmp_path):
+    tok.save(tmp_path / "t")
+    path = tmp_path / "t" / "merges.txt"
+    path.write_text("\n".join(path.read_text(encoding="utf-8").splitlines()[:-5]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="fingerprint"):
+        Tokenizer.load(tmp_path / "t")
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such tokenizer directory"):
+        Tokenizer.load(tmp_path / "nope")

@@ -1,0 +1,147 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqpack.tokenizer import BPEConfig, Tokenizer, train_bpe_corpus
+from seqpack.tokenizer import tokenizer as tokmod
+
+EOT = "<|endoftext|>"
+FIXTURES = [
+    "address.txt",
+    "german.txt",
+    "tinystories_sample.txt",
+    "special_token_double_newlines_non_whitespace.txt",
+    "special_token_trailing_newlines.txt",
+]
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> Tokenizer:
+    from tests.conftest import shared
+
+    d = shared("cs336")
+    return Tokenizer.from_files(d / "gpt2_vocab.json", d / "gpt2_merges.txt", [EOT])
+
+
+@pytest.fixture(scope="module")
+def tiktoken_gpt2():
+    from tests.conftest import shared
+
+    tiktoken = pytest.importorskip("tiktoken")
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(shared("tiktoken_cache"))
+    return tiktoken.get_encoding("gpt2")
+
+
+@pytest.fixture(scope="module")
+def small() -> Tokenizer:
+    docs = ["the cat sat on the mat. " * 20, "héllo wörld 123 don't stop", "tabs\tand\n\nnewlines  "] * 5
+    r = train_bpe_corpus(documents=docs, config=BPEConfig(vocab_size=295, special_tokens=(EOT,), workers=1))
+    return Tokenizer(r.vocab, r.merges, [EOT])
+
+
+def test_tiny_golden():
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"<|eot|>", 257: b"ab", 258: b"abc"}
+    tok = Tokenizer(vocab, [(b"a", b"b"), (b"ab", b"c")], special_tokens=["<|eot|>"])
+    assert tok.encode("abc<|eot|>ab") == [258, 256, 257]
+    assert tok.encode(" abc") == [32, 258]
+    assert tok.decode([258, 256, 257]) == "abc<|eot|>ab"
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_gpt2_conformance_with_tiktoken(gpt2, tiktoken_gpt2, cs336, name):
+    text = (cs336 / name).read_text(encoding="utf-8")
+    ids = gpt2.encode(text)
+    assert ids == tiktoken_gpt2.encode(text, allowed_special={EOT})
+    assert gpt2.decode(ids) == text
+    with open(cs336 / name, encoding="utf-8") as f:
+        assert list(gpt2.encode_iterable(f)) == ids
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=200))
+def test_gpt2_conformance_on_unicode(gpt2, tiktoken_gpt2, text):
+    ids = gpt2.encode(text)
+    assert ids == tiktoken_gpt2.encode_ordinary(text)
+    assert gpt2.decode(ids) == text
+
+
+def test_longest_special_wins():
+    vocab = {i: bytes([i]) for i in range(256)}
+    tok = Tokenizer(vocab, [], special_tokens=[EOT, EOT + EOT])
+    double, single = tok.special_ids[EOT + EOT], tok.special_ids[EOT]
+    assert tok.encode(EOT * 3) == [double, single]
+    assert tok.decode(tok.encode("a" + EOT * 2 + "b")) == "a" + EOT * 2 + "b"
+
+
+def test_decode_replaces_invalid_utf8():
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    assert tok.decode([0xE2, 0x82]) == "\ufffd"  # a truncated 3-byte sequence
+    with pytest.raises(ValueError, match="unknown token id 999"):
+        tok.decode([999])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    pieces=st.lists(
+        st.lists(st.sampled_from(list("ab \n\n\t!é'l") + [EOT, "<|end", "oftext|>"]), max_size=30).map("".join),
+        max_size=20,
+    )
+)
+def test_encode_iterable_equals_encode(small, pieces):
+    old = tokmod._STREAM_FLUSH_CHARS
+    tokmod._STREAM_FLUSH_CHARS = 8
+    try:
+        assert list(small.encode_iterable(pieces)) == small.encode("".join(pieces))
+    finally:
+        tokmod._STREAM_FLUSH_CHARS = old
+
+
+def test_encode_iterable_streams(small):
+    """Ids come out before the input ends: memory stays bounded."""
+
+    def endless():
+        while True:
+            yield "the cat sat on the mat.\n"
+
+    it = small.encode_iterable(endless())
+    first = [next(it) for _ in range(10_000)]
+    assert small.decode(first).startswith("the cat sat")
+
+
+@pytest.mark.parametrize("backend", ["python", "hf"])
+def test_encode_batch_identical(small, backend):
+    texts = ["the cat", "", f"a{EOT}b", "don't   stop\n\n", "héllo 123"] * 3
+    assert small.encode_batch(texts, backend=backend) == [small.encode(t) for t in texts]
+
+
+def test_encode_batch_parallel_on_corpus(gpt2, cs336):
+    text = (cs336 / "corpus.en").read_text(encoding="utf-8")
+    docs = [text[i : i + 5000] for i in range(0, len(text), 5000)] * 10  # > 1 MB: uses the pool
+    from seqpack.tokenizer.fast import encode_documents
+
+    got = [a.tolist() for a in encode_documents(gpt2, docs, workers=2)]
+    assert got == [gpt2.encode(d) for d in docs]
+    assert gpt2.encode_batch(docs[:20], backend="hf") == got[:20]
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(max_size=100))
+def test_hf_backend_equals_reference_on_unicode(small, text):
+    assert small.encode_batch([text], backend="hf")[0] == small.encode(text)
+
+
+def test_bad_constructor_arguments():
+    with pytest.raises(ValueError, match="single bytes"):
+        Tokenizer({0: b"a"}, [])
+    vocab = {i: bytes([i]) for i in range(256)}
+    with pytest.raises(ValueError, match="missing from the vocab"):
+        Tokenizer(vocab, [(b"a", b"b")])
+    with pytest.raises(TypeError):
+        Tokenizer(vocab, []).encode(b"bytes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="backend"):
+        Tokenizer(vocab, []).encode_batch(["x"], backend="nope")
