@@ -4,6 +4,19 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# no example database and no .hypothesis/ in the checkout: tests write only to temp dirs
+settings.register_profile("seqpack", database=None)
+settings.load_profile("seqpack")
+try:
+    import tempfile
+
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(tempfile.mkdtemp(prefix="seqpack-hypothesis-"))
+except ImportError:  # pragma: no cover - older hypothesis
+    pass
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

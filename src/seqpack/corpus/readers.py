@@ -2,10 +2,7 @@
 
 Each reader is a generator of ``str`` documents with bounded memory.
 
-    >>> import pathlib, tempfile
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.txt"
-    >>> _ = p.write_text("one<|endoftext|>two<|endoftext|>")
-    >>> list(read_text(p))
+    >>> list(from_hf_dataset([{"text": "one"}, {"text": "two"}]))
     ['one', 'two']
 """
 

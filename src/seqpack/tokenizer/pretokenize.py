@@ -207,11 +207,13 @@ def count_chunks(
     workers: int = 1,
     errors: Errors = "strict",
     on_progress: Callable[[int], None] | None = None,
+    on_started: Callable[[], None] | None = None,
 ) -> Counter[str]:
     """Count pre-tokens over chunks, in ``workers`` processes (1 = in this process).
 
     Chunks are consumed lazily (``imap_unordered``), so memory stays bounded by
-    a few chunks per worker plus the table of distinct words.
+    a few chunks per worker plus the table of distinct words. ``on_started`` is
+    called once the workers exist (after the last fork), e.g. to start a thread.
     """
     tasks = ((c, tuple(special_tokens), errors) for c in chunks)
     total: Counter[str] = Counter()
@@ -223,6 +225,8 @@ def count_chunks(
             on_progress(size)
 
     if workers <= 1:
+        if on_started is not None:
+            on_started()
         for t in tasks:
             absorb(_count_chunk(t))
         return total
@@ -230,6 +234,8 @@ def count_chunks(
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
     with ctx.Pool(workers) as pool:
+        if on_started is not None:
+            on_started()
         for result in pool.imap_unordered(_count_chunk, tasks, chunksize=1):
             absorb(result)
     return total

@@ -1,13 +1,11 @@
 """Fast, exact byte-level BPE training.
 
-    >>> import pathlib, tempfile
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.txt"
-    >>> _ = p.write_text("low low lower newest newest<|endoftext|>widest")
-    >>> vocab, merges = train_bpe(p, 260, ["<|endoftext|>"], workers=1)
-    >>> merges[:2]
-    [(b' ', b'l'), (b' l', b'o')]
-    >>> vocab[256]
-    b'<|endoftext|>'
+    >>> config = BPEConfig(vocab_size=260, special_tokens=("<|endoftext|>",), workers=1)
+    >>> r = train_bpe_corpus(documents=["low low lower newest newest<|endoftext|>widest"], config=config)
+    >>> r.merges  # (w,e) (e,s) (s,t) (l,o) (o,w) all occur 3 times: b"w" is greatest
+    [(b'w', b'e'), (b's', b't'), (b'l', b'o')]
+    >>> r.vocab[256], r.vocab[259]
+    (b'<|endoftext|>', b'lo')
 
 Ids: 0..255 are the bytes, then the special tokens in the order given, then one
 id per merge in creation order. Semantics are those of the CS336 reference: the
@@ -24,9 +22,10 @@ updates and a lazily invalidated max-heap, compiled by numba
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -124,6 +123,7 @@ def count_corpus(
     documents: Iterable[str] | None = None,
     *,
     config: BPEConfig,
+    on_started: Callable[[], None] | None = None,
 ) -> tuple[dict[str, int], int]:
     """Pre-tokenize and count: ``({word: count}, bytes or chars read)``."""
     paths = _check_files(files)
@@ -156,12 +156,19 @@ def count_corpus(
     try:
         counts = count_chunks(
             chunks(), special_tokens=specials, workers=workers, errors=config.errors,
-            on_progress=on_progress,
+            on_progress=on_progress, on_started=on_started,
         )
     finally:
         if bar is not None:
             bar.close()
     return dict(counts), seen
+
+
+def _warm_merge_loop() -> None:
+    from seqpack.tokenizer._merge_numba import bpe_merge_loop
+
+    one = np.ones(1, dtype=np.int64)
+    bpe_merge_loop(np.zeros(2, np.uint8), np.array([0, 2], np.int64), one, 1)
 
 
 def merges_from_counts(
@@ -208,8 +215,13 @@ def train_bpe_corpus(
 ) -> BPEResult:
     """Train on text files (each read whole, specials split it) and/or documents."""
     t0 = time.perf_counter()
-    counts, size = count_corpus(files, documents, config=config)
+    # import numba and load the compiled loop while the workers pre-tokenize; the
+    # thread starts only after the pool has forked (forking a threaded process
+    # can deadlock the children)
+    warm = threading.Thread(target=_warm_merge_loop, daemon=True)
+    counts, size = count_corpus(files, documents, config=config, on_started=warm.start)
     t1 = time.perf_counter()
+    warm.join()
     if not counts:
         raise ValueError("the corpus is empty: no text to train on (after removing special tokens)")
     num_merges = config.vocab_size - 256 - len(config.special_tokens)
