@@ -19,7 +19,8 @@ DEFAULT_SEPARATOR = "<|endoftext|>"
 _BLOCK = 1 << 20
 
 
-def _existing(path: str | os.PathLike[str]) -> Path:
+def require_file(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a ``Path`` if it is a readable file, else a one-line ``OSError``."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such file")
@@ -39,7 +40,7 @@ def iter_decoded(path: str | os.PathLike[str] | None, *, errors: str = "strict")
     import sys
 
     name = "<stdin>" if path is None else str(path)
-    stream = sys.stdin.buffer if path is None else open(_existing(path), "rb")  # noqa: SIM115
+    stream = sys.stdin.buffer if path is None else open(require_file(path), "rb")  # noqa: SIM115
     decoder = codecs.getincrementaldecoder("utf-8")(errors=errors)
     consumed = 0
     try:
@@ -93,7 +94,7 @@ def read_text(
 
 def read_jsonl(path: str | os.PathLike[str], *, text_field: str = "text") -> Iterator[str]:
     """The ``text_field`` of each JSON object per line (blank lines skipped)."""
-    p = _existing(path)
+    p = require_file(path)
     with open(p, encoding="utf-8") as f:
         try:
             for lineno, line in enumerate(f, start=1):
@@ -124,7 +125,7 @@ def read_parquet(path: str | os.PathLike[str], *, text_field: str = "text") -> I
     """The ``text_field`` column of a Parquet file, batch by batch."""
     import pyarrow.parquet as pq
 
-    p = _existing(path)
+    p = require_file(path)
     try:
         pf = pq.ParquetFile(p)
     except Exception as e:  # pyarrow raises its own error types

@@ -150,6 +150,71 @@ def _heap_pop(hc, hp, n, pa, pb, tb, toff, tlen):
 
 
 @njit(cache=True)
+def _init_positions(wbytes, woff, wcount):
+    """Per-position token, links and weight for the words laid out in ``wbytes``."""
+    P = wbytes.shape[0]
+    tok = np.empty(P, dtype=np.int32)
+    nxt = np.empty(P, dtype=np.int32)
+    prv = np.empty(P, dtype=np.int32)
+    wgt = np.empty(P, dtype=np.int64)
+    for w in range(wcount.shape[0]):
+        s, e = woff[w], woff[w + 1]
+        for i in range(s, e):
+            tok[i] = wbytes[i]
+            nxt[i] = i + 1 if i + 1 < e else -1
+            prv[i] = i - 1 if i > s else -1
+            wgt[i] = wcount[w]
+    return tok, nxt, prv, wgt
+
+
+@njit(cache=True)
+def _pop_best(hc, hp, n_heap, pc, pa, pb, tb, toff, tlen):
+    """Pop entries until one holds its pair's current count; -1 if none is left."""
+    while n_heap > 0:
+        c, p = hc[0], hp[0]
+        n_heap = _heap_pop(hc, hp, n_heap, pa, pb, tb, toff, tlen)
+        if c == pc[p] and c > 0:
+            return p, hc, hp, n_heap
+        if c > pc[p] and pc[p] > 0:  # decreased since pushed: re-queue
+            hc, hp, n_heap = _heap_push(hc, hp, n_heap, pc[p], p, pa, pb, tb, toff, tlen)
+    return np.int32(-1), hc, hp, n_heap
+
+
+@njit(cache=True)
+def _append_token(tb, tb_used, toff, tlen, a, b, new):
+    """Store the bytes of token ``new`` = bytes(a) + bytes(b)."""
+    la, lb = tlen[a], tlen[b]
+    if tb_used + la + lb > tb.shape[0]:
+        tb = _grow_u8(tb, tb_used + la + lb)
+    tb[tb_used : tb_used + la] = tb[toff[a] : toff[a] + la]
+    tb[tb_used + la : tb_used + la + lb] = tb[toff[b] : toff[b] + lb]
+    toff[new] = tb_used
+    tlen[new] = la + lb
+    return tb, tb_used + la + lb
+
+
+@njit(cache=True)
+def _collect_sites(first, occ_pos, occ_next, in_order):
+    """Positions on one occurrence list (sorted when ``in_order``: left to right
+    matters for pairs (a, a))."""
+    k = 0
+    o = first
+    while o != -1:
+        k += 1
+        o = occ_next[o]
+    sites = np.empty(k, dtype=np.int32)
+    k = 0
+    o = first
+    while o != -1:
+        sites[k] = occ_pos[o]
+        k += 1
+        o = occ_next[o]
+    if in_order:
+        sites.sort()
+    return sites
+
+
+@njit(cache=True)
 def bpe_merge_loop(wbytes, woff, wcount, num_merges):  # noqa: C901 - one tight kernel
     """Run up to ``num_merges`` BPE merges over words given as flat UTF-8 bytes.
 
@@ -160,18 +225,7 @@ def bpe_merge_loop(wbytes, woff, wcount, num_merges):  # noqa: C901 - one tight 
     ids are 0..255 for bytes and 256 + k for the token created by merge k.
     """
     P = wbytes.shape[0]
-    W = wcount.shape[0]
-    tok = np.empty(P, dtype=np.int32)
-    nxt = np.empty(P, dtype=np.int32)
-    prv = np.empty(P, dtype=np.int32)
-    wgt = np.empty(P, dtype=np.int64)
-    for w in range(W):
-        s, e = woff[w], woff[w + 1]
-        for i in range(s, e):
-            tok[i] = wbytes[i]
-            nxt[i] = i + 1 if i + 1 < e else -1
-            prv[i] = i - 1 if i > s else -1
-            wgt[i] = wcount[w]
+    tok, nxt, prv, wgt = _init_positions(wbytes, woff, wcount)
 
     # token byte strings
     max_tokens = 256 + num_merges
@@ -214,46 +268,17 @@ def bpe_merge_loop(wbytes, woff, wcount, num_merges):  # noqa: C901 - one tight 
         n_changed = 0
         if rnd >= 0:
             # pop the best live pair
-            best = np.int32(-1)
-            while n_heap > 0:
-                c, p = hc[0], hp[0]
-                n_heap = _heap_pop(hc, hp, n_heap, pa, pb, tb, toff, tlen)
-                if c == pc[p] and c > 0:
-                    best = p
-                    break
-                if c > pc[p] and pc[p] > 0:  # decreased since pushed: re-queue
-                    hc, hp, n_heap = _heap_push(hc, hp, n_heap, pc[p], p, pa, pb, tb, toff, tlen)
+            best, hc, hp, n_heap = _pop_best(hc, hp, n_heap, pc, pa, pb, tb, toff, tlen)
             if best < 0:
                 return left[:rnd], right[:rnd]
             a, b = pa[best], pb[best]
             new = 256 + rnd
             left[rnd] = a
             right[rnd] = b
-            la, lb = tlen[a], tlen[b]
-            if tb_used + la + lb > tb.shape[0]:
-                tb = _grow_u8(tb, tb_used + la + lb)
-            tb[tb_used : tb_used + la] = tb[toff[a] : toff[a] + la]
-            tb[tb_used + la : tb_used + la + lb] = tb[toff[b] : toff[b] + lb]
-            toff[new] = tb_used
-            tlen[new] = la + lb
-            tb_used += la + lb
-            # gather live occurrences, left to right (matters when a == b)
-            k = 0
-            o = head[best]
-            while o != -1:
-                k += 1
-                o = occ_next[o]
-            sites = np.empty(k, dtype=np.int32)
-            k = 0
-            o = head[best]
-            while o != -1:
-                sites[k] = occ_pos[o]
-                k += 1
-                o = occ_next[o]
+            tb, tb_used = _append_token(tb, tb_used, toff, tlen, a, b, new)
+            sites = _collect_sites(head[best], occ_pos, occ_next, a == b)
             head[best] = -1
-            if a == b:
-                sites.sort()
-            n_sites = k
+            n_sites = sites.shape[0]
         else:
             n_sites = P
             sites = np.empty(0, dtype=np.int32)

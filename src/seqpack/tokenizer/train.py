@@ -105,17 +105,9 @@ def _default_workers() -> int:
 
 
 def _check_files(paths: Sequence[PathLike]) -> list[str]:
-    out = []
-    for p in paths:
-        s = os.fspath(p)
-        if not os.path.exists(s):
-            raise FileNotFoundError(f"{s}: no such file")
-        if os.path.isdir(s):
-            raise IsADirectoryError(f"{s}: is a directory, expected a text file")
-        if not os.access(s, os.R_OK):
-            raise PermissionError(f"{s}: not readable")
-        out.append(s)
-    return out
+    from seqpack.corpus.readers import require_file
+
+    return [str(require_file(p)) for p in paths]
 
 
 def count_corpus(
