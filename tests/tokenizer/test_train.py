@@ -151,3 +151,24 @@ def test_config_validation():
         BPEConfig(vocab_size=300, special_tokens=("a", "a"))
     with pytest.raises(ValueError, match="errors"):
         BPEConfig(vocab_size=300, errors="ignore")
+
+
+def test_parallel_counting_reads_ahead_boundedly():
+    """A corpus larger than RAM: chunks are pulled in small windows, not all at once."""
+    from seqpack.tokenizer.pretokenize import DocChunk, count_chunks
+
+    pulled = 0
+    pulled_at_first_result = []
+
+    def chunks():
+        nonlocal pulled
+        for _ in range(100):
+            pulled += 1
+            yield DocChunk(("a b c",))
+
+    counts = count_chunks(
+        chunks(), workers=2,
+        on_progress=lambda n: pulled_at_first_result.append(pulled) if not pulled_at_first_result else None,
+    )
+    assert counts == {"a": 100, " b": 100, " c": 100}
+    assert pulled_at_first_result[0] <= 8

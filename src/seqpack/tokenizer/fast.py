@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -82,7 +83,9 @@ def encode_documents(
     _set_worker_tokenizer(tok)
     with ctx.Pool(workers, initializer=None if "fork" in methods else _set_worker_tokenizer,
                   initargs=() if "fork" in methods else (tok,)) as pool:
-        yield from _split(pool.imap(_encode_batch, batches, chunksize=1))
+        # a Pool drains its task iterator eagerly: hand it bounded windows instead
+        while window := list(islice(batches, 4 * workers)):
+            yield from _split(pool.imap(_encode_batch, window, chunksize=1))
 
 
 def _split(results: Iterable[tuple[np.ndarray, np.ndarray]]) -> Iterator[np.ndarray]:

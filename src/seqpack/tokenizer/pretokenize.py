@@ -23,6 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Union
 
 import regex
@@ -236,6 +237,8 @@ def count_chunks(
     with ctx.Pool(workers) as pool:
         if on_started is not None:
             on_started()
-        for result in pool.imap_unordered(_count_chunk, tasks, chunksize=1):
-            absorb(result)
+        # a Pool drains its task iterator eagerly: hand it bounded windows instead
+        while window := list(islice(tasks, 4 * workers)):
+            for result in pool.imap_unordered(_count_chunk, window, chunksize=1):
+                absorb(result)
     return total
