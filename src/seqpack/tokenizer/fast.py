@@ -13,12 +13,13 @@ comes along) and return one flat ``uint32`` array per batch of documents.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
-from itertools import islice
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from seqpack._parallel import default_workers, process_pool, windowed_map
+from seqpack.tokenizer.pretokenize import DocChunk, doc_chunks
 
 if TYPE_CHECKING:
     from seqpack.tokenizer.tokenizer import Tokenizer
@@ -33,29 +34,16 @@ def _set_worker_tokenizer(tok: Tokenizer) -> None:
     _WORKER_TOKENIZER = tok
 
 
-def _encode_batch(docs: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _encode_batch(chunk: DocChunk) -> tuple[np.ndarray, np.ndarray]:
     tok = _WORKER_TOKENIZER
     assert tok is not None
     out: list[int] = []
-    lengths = np.empty(len(docs), dtype=np.int64)
-    for i, d in enumerate(docs):
+    lengths = np.empty(len(chunk.documents), dtype=np.int64)
+    for i, d in enumerate(chunk.documents):
         before = len(out)
         out.extend(tok.encode(d))
         lengths[i] = len(out) - before
     return np.asarray(out, dtype=np.uint32), lengths
-
-
-def _batches(documents: Iterable[str], batch_chars: int) -> Iterator[list[str]]:
-    batch: list[str] = []
-    size = 0
-    for d in documents:
-        batch.append(d)
-        size += len(d)
-        if size >= batch_chars:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
 
 
 def encode_documents(
@@ -66,26 +54,17 @@ def encode_documents(
     batch_chars: int = 1 << 19,
 ) -> Iterator[np.ndarray]:
     """Yield each document's ids as a ``uint32`` array, in input order."""
-    if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = workers or default_workers()
     if isinstance(documents, (list, tuple)) and sum(map(len, documents)) < _PARALLEL_MIN_CHARS:
         workers = 1
-    batches = _batches(documents, batch_chars)
-    if workers <= 1:
-        _set_worker_tokenizer(tok)
-        results: Iterable[tuple[np.ndarray, np.ndarray]] = map(_encode_batch, batches)
-        yield from _split(results)
-        return
-    import multiprocessing as mp
-
-    methods = mp.get_all_start_methods()
-    ctx = mp.get_context("fork" if "fork" in methods else None)
+    batches = doc_chunks(documents, batch_chars)
     _set_worker_tokenizer(tok)
-    with ctx.Pool(workers, initializer=None if "fork" in methods else _set_worker_tokenizer,
-                  initargs=() if "fork" in methods else (tok,)) as pool:
-        # a Pool drains its task iterator eagerly: hand it bounded windows instead
-        while window := list(islice(batches, 4 * workers)):
-            yield from _split(pool.imap(_encode_batch, window, chunksize=1))
+    if workers <= 1:
+        yield from _split(map(_encode_batch, batches))
+        return
+    # forked workers inherit the tokenizer (and its warm cache); elsewhere it is sent once
+    with process_pool(workers, initializer=_set_worker_tokenizer, initargs=(tok,)) as pool:
+        yield from _split(windowed_map(pool, _encode_batch, batches, window=4 * workers))
 
 
 def _split(results: Iterable[tuple[np.ndarray, np.ndarray]]) -> Iterator[np.ndarray]:

@@ -23,10 +23,11 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from typing import Union
 
 import regex
+
+from seqpack._parallel import process_pool, windowed_map
 
 #: The GPT-2 pre-tokenization pattern.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -231,14 +232,9 @@ def count_chunks(
         for t in tasks:
             absorb(_count_chunk(t))
         return total
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    with ctx.Pool(workers) as pool:
+    with process_pool(workers) as pool:
         if on_started is not None:
             on_started()
-        # a Pool drains its task iterator eagerly: hand it bounded windows instead
-        while window := list(islice(tasks, 4 * workers)):
-            for result in pool.imap_unordered(_count_chunk, window, chunksize=1):
-                absorb(result)
+        for result in windowed_map(pool, _count_chunk, tasks, window=4 * workers, ordered=False):
+            absorb(result)
     return total

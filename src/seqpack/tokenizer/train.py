@@ -31,6 +31,7 @@ from typing import Union
 
 import numpy as np
 
+from seqpack._parallel import default_workers
 from seqpack.tokenizer.pretokenize import count_chunks, doc_chunks, file_chunks
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -97,13 +98,6 @@ class BPEResult:
         return self.pretokenize_seconds + self.merge_seconds
 
 
-def _default_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def _check_files(paths: Sequence[PathLike]) -> list[str]:
     from seqpack.corpus.readers import require_file
 
@@ -120,7 +114,7 @@ def count_corpus(
     """Pre-tokenize and count: ``({word: count}, bytes or chars read)``."""
     paths = _check_files(files)
     total = sum(os.path.getsize(p) for p in paths)
-    workers = config.workers or _default_workers()
+    workers = config.workers or default_workers()
     if documents is None and total < _PARALLEL_MIN_BYTES:
         workers = 1
     target = config.chunk_bytes or max(256 << 10, min(64 << 20, total // (2 * workers) + 1))
@@ -169,16 +163,15 @@ def merges_from_counts(
     """Run the compiled merge loop; returns (left, right) ids in the loop's numbering."""
     from seqpack.tokenizer._merge_numba import bpe_merge_loop
 
+    if num_merges <= 0 or not word_counts:
+        return np.empty(0, np.int32), np.empty(0, np.int32)
     encoded = [w.encode("utf-8") for w in word_counts]
     lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
     woff = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(lengths, out=woff[1:])
     wbytes = np.frombuffer(b"".join(encoded), dtype=np.uint8)
     wcount = np.fromiter(word_counts.values(), dtype=np.int64, count=len(encoded))
-    if num_merges <= 0 or len(wbytes) == 0:
-        return np.empty(0, np.int32), np.empty(0, np.int32)
-    left, right = bpe_merge_loop(wbytes, woff, wcount, num_merges)
-    return left, right
+    return bpe_merge_loop(wbytes, woff, wcount, num_merges)
 
 
 def vocab_from_merge_ids(
