@@ -1,0 +1,86 @@
+"""``seqpack plan --histogram FILE --max-len L``: a packing plan, or every algorithm side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+MAX_LEN_HINT = "pass --max-len {longest} or more (the histogram's longest length)"
+
+
+def _depth(text: str) -> int | None:
+    if text.lower() in ("none", "max", "unlimited"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"max depth must be an integer >= 1 or 'none', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"max depth must be >= 1 (or 'none' for no limit), got {value}")
+    return value
+
+
+def _max_len(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--max-len must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--max-len must be >= 1, got {value}")
+    return value
+
+
+def add_parser(sub: Any) -> None:
+    from seqpack.packing import ALGORITHMS
+
+    p = sub.add_parser("plan", help="pack a length histogram", description="Plan packs for a length histogram.")
+    p.add_argument("--histogram", required=True, help=".npy (counts indexed by length-1) or .csv (length,count)")
+    p.add_argument("--max-len", required=True, type=_max_len, help="tokens per row")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default="best")
+    p.add_argument("--max-depth", type=_depth, default=None, help="sequences per pack at most (default: no limit)")
+    p.add_argument("--compare", action="store_true", help="every algorithm at depths 1,2,3,4,8,16,none (Table 1)")
+    p.add_argument("--json", action="store_true", help="print JSON (a list with --compare)")
+    p.add_argument("--out", help="write the plan (strategies and counts) to this JSON file")
+    p.add_argument("--plot", help="PNG: the length histogram and the distribution of pack fill")
+    p.set_defaults(handler=run)
+
+
+def _compare(hist: Any, max_len: int) -> list[Any]:
+    from seqpack.packing import plan
+    from seqpack.packing.report import COMPARE_DEPTHS
+
+    plans = []
+    for algorithm in ("spfhp", "lpfhp", "nnlshp", "best"):
+        for depth in COMPARE_DEPTHS:
+            if algorithm == "nnlshp" and (depth is None or depth > 3):
+                continue
+            try:
+                plans.append(plan(hist, max_len, algorithm=algorithm, max_depth=depth))
+            except ValueError as e:  # nnlshp refuses large max_len: say so, keep the rest
+                import warnings
+
+                warnings.warn(f"skipped {algorithm} at depth {depth}: {e}", stacklevel=1)
+    return plans
+
+
+def run(args: argparse.Namespace) -> int:
+    from seqpack.packing import check_histogram, load_histogram, plan
+    from seqpack.packing.report import format_table, plot_plan
+
+    hist = check_histogram(load_histogram(args.histogram), args.max_len, hint=MAX_LEN_HINT)
+    if args.compare:
+        plans = _compare(hist, args.max_len)
+    else:
+        plans = [plan(hist, args.max_len, algorithm=args.algorithm, max_depth=args.max_depth)]
+    if args.out:
+        plans[-1].save(args.out)
+    if args.plot:
+        plot_plan(hist, plans[-1], args.plot)
+    if args.json:
+        objs = [p.summary() for p in plans]
+        print(json.dumps(objs if args.compare else objs[0]))
+    else:
+        print(format_table(plans))
+    return 0

@@ -1,0 +1,54 @@
+"""``seqpack stats --lengths FILE.npy | --histogram FILE --max-len L``: what padding costs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from seqpack.cli.plan import MAX_LEN_HINT, _max_len
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("stats", help="padding without packing", description="Sequences, tokens, padding, speed-up bound.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--lengths", help=".npy of sequence lengths (one per sequence)")
+    src.add_argument("--histogram", help=".npy (counts indexed by length-1) or .csv (length,count)")
+    p.add_argument("--max-len", required=True, type=_max_len)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def _read_lengths(path: str) -> Any:
+    import numpy as np
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"lengths file not found: {p}")
+    try:
+        arr = np.load(p, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{p}: not a readable .npy file ({e})") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{p}: expected a 1-D array of lengths, got shape {arr.shape}")
+    return arr
+
+
+def run(args: argparse.Namespace) -> int:
+    from seqpack.packing import check_histogram, histogram, length_stats, load_histogram
+
+    if args.lengths:
+        hist = histogram(_read_lengths(args.lengths), args.max_len)
+    else:
+        hist = check_histogram(load_histogram(args.histogram), args.max_len, hint=MAX_LEN_HINT)
+    s = length_stats(hist, args.max_len)
+    if args.json:
+        print(json.dumps(s.to_dict()))
+    else:
+        print(
+            f"sequences {s.sequences:,}  tokens {s.tokens:,}  mean length {s.mean_length:.1f}  longest {s.longest}\n"
+            f"padded to {s.max_len}: {100 * s.padding_fraction:.2f}% padding; "
+            f"theoretical speed-up from removing it: {s.theoretical_speedup:.3f}x"
+        )
+    return 0

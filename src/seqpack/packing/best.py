@@ -1,0 +1,133 @@
+"""``best``: LP column generation, integer rounding that keeps the LP's packs, best-fit repair.
+
+1. **Bound and columns.** Solve the LP relaxation (``seqpack.packing.lp``): Gilmore-Gomory
+   column generation with knapsack pricing, seeded with the best-fit plan; at depth <= 3 all
+   maximal packs are enumerated and solved at once. Its value bounds every plan from below.
+2. **Round down.** Take ``floor(x_j)`` copies of every LP pack as templates: slot lengths
+   that may hold the sequences of that length or any shorter one (the LP's flows).
+3. **Fill.** Sequences, longest first, take the smallest free slot that holds them (optimal
+   for nested slot sizes); empty slots are dropped, leaving gaps.
+4. **Repeat** steps 2-3 on what is left, re-solving the LP over the same packs, while that
+   still yields whole packs.
+5. **Repair.** The few remaining sequences go by best fit into the gaps, then into new packs
+   (``lpfhp`` with open packs).
+6. **Never worse than the greedy plans**: return the fewest packs among this, LPFHP and SPFHP.
+
+On the Wikipedia histogram this lands within a few dozen packs of the LP bound, in well
+under a second.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+from seqpack.packing.heuristics import lpfhp_packs, spfhp_packs
+from seqpack.packing.lp import LPResult, resolve_lp, solve_lp
+
+Packs = list[tuple[tuple[int, ...], int]]
+MAX_ROUNDS = 4
+
+
+class _Group:
+    __slots__ = ("count", "filled", "free")
+
+    def __init__(self, count: int, filled: list[int], free: list[int]) -> None:
+        self.count, self.filled, self.free = count, filled, free
+
+
+def fill_templates(templates: Packs, hist: np.ndarray) -> tuple[Packs, np.ndarray]:
+    """Put sequences into the slots of template packs; return (packs, residual histogram).
+
+    A slot of length ``s`` holds one sequence of length ``<= s``. Sequences go longest first
+    into the smallest free slot that holds them.
+
+    >>> packs, rest = fill_templates([((3, 2), 2)], np.array([1, 2, 1]))
+    >>> sorted(packs), rest.tolist()
+    ([((2, 1), 1), ((3, 2), 1)], [0, 0, 0])
+    """
+    need = np.asarray(hist, dtype=np.int64).copy()
+    groups: list[_Group] = []
+    by_slot: dict[int, list[_Group]] = {}
+    for strategy, count in templates:
+        g = _Group(int(count), [], sorted(strategy, reverse=True))
+        groups.append(g)
+        for s in set(g.free):
+            by_slot.setdefault(s, []).append(g)
+    slots = sorted(by_slot)
+
+    def register(g: _Group) -> None:
+        groups.append(g)
+        for s in set(g.free):
+            if s not in by_slot:
+                bisect.insort(slots, s)
+                by_slot[s] = []
+            by_slot[s].append(g)
+
+    for idx in np.flatnonzero(need)[::-1].tolist():
+        length, n = idx + 1, int(need[idx])
+        k = bisect.bisect_left(slots, length)
+        while n and k < len(slots):
+            s = slots[k]
+            for g in by_slot[s]:
+                per = g.free.count(s)
+                if not n or not g.count or not per:
+                    continue
+                full, r = divmod(min(n, per * g.count), per)
+                rest = [x for x in g.free if x != s]
+                if full:
+                    register(_Group(full, g.filled + [length] * per, rest))
+                if r:
+                    register(_Group(1, g.filled + [length] * r, rest + [s] * (per - r)))
+                g.count -= full + (1 if r else 0)
+                n -= full * per + r
+            by_slot[s] = [g for g in by_slot[s] if g.count and s in g.free]
+            k += 1
+        need[idx] = n
+    packs = [(tuple(g.filled), g.count) for g in groups if g.count and g.filled]
+    return packs, need
+
+
+def round_lp(lp: LPResult, hist: np.ndarray, max_len: int, max_depth: int | None) -> Packs:
+    """Steps 2-5 above: an exact plan (every sequence once) from an LP solution."""
+    packs: Packs = []
+    rest = np.asarray(hist, dtype=np.int64)
+    x = lp.x
+    for _ in range(MAX_ROUNDS):
+        whole = np.floor(x + 1e-9).astype(np.int64)
+        if not whole.any():
+            break
+        templates = [(lp.patterns[j], int(whole[j])) for j in np.flatnonzero(whole).tolist()]
+        filled, rest = fill_templates(templates, rest)
+        packs += filled
+        if not rest.any():
+            return packs
+        x = resolve_lp(lp, rest)
+    return lpfhp_packs(rest, max_len, max_depth, open_packs=packs)
+
+
+def best_packs(
+    hist: np.ndarray, max_len: int, max_depth: int | None = None, *, time_limit: float = 5.0
+) -> tuple[Packs, dict[str, object]]:
+    """The fewest packs among the LP rounding, LPFHP and SPFHP; ``info`` carries the LP bound."""
+    greedy = lpfhp_packs(hist, max_len, max_depth)
+    candidates = {"lpfhp": greedy, "spfhp": spfhp_packs(hist, max_len, max_depth)}
+    lower = None
+    if max_depth is not None and max_depth > 3:  # the unlimited LP is fast and bounds this one
+        free = lpfhp_packs(hist, max_len, None)
+        lower = solve_lp(hist, max_len, None, start=[s for s, _ in free], time_limit=time_limit).value
+    lp = solve_lp(hist, max_len, max_depth, start=[s for s, _ in greedy], time_limit=time_limit, lower=lower)
+    candidates["lp"] = round_lp(lp, hist, max_len, max_depth)
+    sizes = {k: sum(c for _, c in v) for k, v in candidates.items()}
+    winner = min(sizes, key=lambda k: (sizes[k], k != "lp"))
+    info: dict[str, object] = {
+        "lp_value": lp.value,
+        "lp_optimal": lp.optimal,
+        "lp_bound": lp.bound,
+        "lp_iterations": lp.iterations,
+        "lp_seconds": lp.seconds,
+        "chosen": winner,
+        "candidates": sizes,
+    }
+    return candidates[winner], info

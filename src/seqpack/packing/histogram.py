@@ -1,0 +1,193 @@
+"""Length histograms: the input of every packing plan (numpy only).
+
+A histogram ``h`` for ``max_len`` is an int64 array of shape ``(max_len,)`` where
+``h[i]`` counts the sequences of length ``i + 1``.
+
+>>> histogram([1, 3, 3, 4], 4).tolist()
+[1, 0, 2, 1]
+>>> s = length_stats(histogram([1, 3, 3, 4], 4), 4)
+>>> (s.sequences, s.tokens, round(s.padding_fraction, 3), round(s.theoretical_speedup, 3))
+(4, 11, 0.312, 1.455)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+OVERFLOW_HINT = "pass --overflow truncate|split|drop"
+
+
+def _check_max_len(max_len: object) -> int:
+    if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)):
+        raise TypeError(f"max_len must be an int, got {type(max_len).__name__}")
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    return int(max_len)
+
+
+def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -> np.ndarray:
+    """Validate sequence lengths; return them as a 1-D int64 array.
+
+    Lengths of 0 or above ``max_len`` raise ``ValueError`` with their count and ``hint``.
+    """
+    max_len = _check_max_len(max_len)
+    arr = np.asarray(lengths)
+    if arr.ndim != 1:
+        raise ValueError(f"lengths must be 1-D, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not np.issubdtype(arr.dtype, np.floating) or not np.all(arr == np.round(arr)):
+            raise TypeError(f"lengths must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    n_zero = int(np.count_nonzero(arr <= 0))
+    if n_zero:
+        raise ValueError(f"{n_zero} sequences have length <= 0; drop empty sequences before packing")
+    n_long = int(np.count_nonzero(arr > max_len))
+    if n_long:
+        raise ValueError(f"{n_long} sequences exceed max_len={max_len}; {hint}")
+    return arr
+
+
+def histogram(lengths: object, max_len: int) -> np.ndarray:
+    """Counts of each length: ``h[i]`` = number of sequences of length ``i + 1``.  # (max_len,)"""
+    arr = check_lengths(lengths, max_len)
+    return np.bincount(arr - 1, minlength=int(max_len)).astype(np.int64)
+
+
+def check_histogram(
+    hist: object, max_len: int | None = None, *, allow_empty: bool = False, hint: str = OVERFLOW_HINT
+) -> np.ndarray:
+    """Validate a histogram (1-D, non-negative integer counts); return it as int64.
+
+    With ``max_len`` given, a shorter histogram is zero-extended and a longer one
+    must have no sequences above ``max_len``.
+    """
+    arr = np.asarray(hist)
+    if arr.ndim != 1:
+        raise ValueError(f"histogram must be 1-D (counts indexed by length - 1), got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise TypeError(f"histogram counts must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if np.any(arr < 0):
+        n_neg = int(np.count_nonzero(arr < 0))
+        raise ValueError(f"histogram has {n_neg} negative counts; counts must be >= 0")
+    if max_len is not None:
+        max_len = _check_max_len(max_len)
+        if arr.size > max_len:
+            over = int(arr[max_len:].sum())
+            if over:
+                longest = int(np.flatnonzero(arr)[-1]) + 1
+                raise ValueError(f"{over} sequences exceed max_len={max_len}; " + hint.format(longest=longest))
+            arr = arr[:max_len]
+        elif arr.size < max_len:
+            arr = np.concatenate([arr, np.zeros(max_len - arr.size, dtype=np.int64)])
+    if not allow_empty and not arr.sum():
+        raise ValueError("histogram is empty (no sequences to pack)")
+    return arr
+
+
+@dataclass(frozen=True)
+class LengthStats:
+    """What padding costs without packing (one sequence per row of ``max_len``)."""
+
+    sequences: int
+    tokens: int
+    max_len: int
+    longest: int
+    mean_length: float
+
+    @property
+    def padding_fraction(self) -> float:
+        """Fraction of padded-row tokens that are padding."""
+        return 1.0 - self.tokens / (self.sequences * self.max_len)
+
+    @property
+    def theoretical_speedup(self) -> float:
+        """``sequences * max_len / tokens``: the speed-up with no padding and no overhead."""
+        return self.sequences * self.max_len / self.tokens
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "sequences": self.sequences,
+            "tokens": self.tokens,
+            "max_len": self.max_len,
+            "longest": self.longest,
+            "mean_length": self.mean_length,
+            "padding_fraction": self.padding_fraction,
+            "theoretical_speedup": self.theoretical_speedup,
+        }
+
+
+def length_stats(hist: object, max_len: int) -> LengthStats:
+    h = check_histogram(hist, max_len)
+    lens = np.arange(1, h.size + 1, dtype=np.int64)
+    n, tokens = int(h.sum()), int(h @ lens)
+    return LengthStats(
+        sequences=n, tokens=tokens, max_len=int(max_len), longest=int(np.flatnonzero(h)[-1] + 1), mean_length=tokens / n
+    )
+
+
+def load_histogram(path: str | Path) -> np.ndarray:
+    """Read a histogram from ``.npy`` (counts indexed by length - 1) or ``.csv`` (header ``length,count``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"histogram file not found: {p}")
+    suffix = p.suffix.lower()
+    if suffix == ".npy":
+        try:
+            arr = np.load(p, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise ValueError(f"{p}: not a readable .npy file ({e})") from None
+        if arr.ndim != 1:
+            raise ValueError(f"{p}: expected a 1-D array of counts indexed by length - 1, got shape {arr.shape}")
+        try:
+            return check_histogram(arr, allow_empty=True)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{p}: {e}") from None
+    if suffix == ".csv":
+        return _read_csv_histogram(p)
+    raise ValueError(f"{p}: unknown histogram format {suffix!r}; use .npy (counts) or .csv (length,count)")
+
+
+def _read_csv_histogram(p: Path) -> np.ndarray:
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: not a UTF-8 text file") from None
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or [c.strip().lower() for c in rows[0]] != ["length", "count"]:
+        raise ValueError(f"{p}: expected the header 'length,count' on line 1")
+    lengths: list[int] = []
+    counts: list[int] = []
+    for lineno, row in enumerate(rows[1:], start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != 2:
+            raise ValueError(f"{p}:{lineno}: expected 2 fields 'length,count', got {len(row)}")
+        try:
+            length, count = int(row[0]), int(row[1])
+        except ValueError:
+            raise ValueError(f"{p}:{lineno}: length and count must be integers, got {row!r}") from None
+        if length < 1:
+            raise ValueError(f"{p}:{lineno}: length must be >= 1, got {length}")
+        if count < 0:
+            raise ValueError(f"{p}:{lineno}: count must be >= 0, got {count}")
+        lengths.append(length)
+        counts.append(count)
+    if not lengths:
+        return np.zeros(0, dtype=np.int64)
+    out = np.zeros(max(lengths), dtype=np.int64)
+    np.add.at(out, np.asarray(lengths) - 1, np.asarray(counts, dtype=np.int64))
+    return out
+
+
+def save_histogram_csv(hist: np.ndarray, path: str | Path) -> None:
+    """Write the non-zero bins of ``hist`` as ``length,count`` rows."""
+    h = check_histogram(hist, allow_empty=True)
+    lines = ["length,count"] + [f"{i + 1},{int(c)}" for i, c in enumerate(h) if c]
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")

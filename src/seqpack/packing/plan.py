@@ -1,0 +1,68 @@
+"""``plan(histogram, max_len, algorithm=...)``: choose which lengths share each pack.
+
+>>> p = plan([2, 2, 0, 2, 0, 0], 6, algorithm="spfhp")   # lengths 1, 1, 2, 2, 4, 4
+>>> p.strategies, p.counts.tolist(), p.num_packs          # the paper's SPFHP: new packs hold one each
+(((4, 2), (1,)), [2, 2], 4)
+>>> plan([2, 2, 0, 2, 0, 0], 6).strategies               # "best": (4, 2) twice, (1, 1)
+((4, 2), (1, 1))
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from seqpack.packing.best import best_packs
+from seqpack.packing.heuristics import lpfhp_packs, spfhp_packs
+from seqpack.packing.histogram import check_histogram
+from seqpack.packing.nnlshp import nnlshp_packs
+from seqpack.packing.plan_types import PackingPlan, plan_from_packs
+
+ALGORITHMS = ("spfhp", "lpfhp", "nnlshp", "best")
+
+
+def check_max_depth(max_depth: object) -> int | None:
+    if max_depth is None:
+        return None
+    if isinstance(max_depth, bool) or not isinstance(max_depth, (int, np.integer)):
+        raise TypeError(f"max_depth must be an int or None, got {type(max_depth).__name__}")
+    if max_depth < 1:
+        raise ValueError(f"max_depth must be >= 1 (or None for no limit), got {max_depth}")
+    return int(max_depth)
+
+
+def plan(
+    histogram: object,
+    max_len: int,
+    *,
+    algorithm: str = "best",
+    max_depth: int | None = None,
+    time_limit: float = 5.0,
+) -> PackingPlan:
+    """Pack a length histogram (``h[i]`` = sequences of length ``i + 1``) into rows of ``max_len``.
+
+    ``algorithm``: ``spfhp`` (the paper's worst fit, ~ms), ``lpfhp`` (best fit, ~ms),
+    ``nnlshp`` (the paper's NNLS, depth <= 3, seconds), ``best`` (LP + rounding; see
+    ``seqpack.packing.best``). ``max_depth`` bounds sequences per pack (``None``: no limit;
+    ``nnlshp`` then uses 3). The plan holds every sequence exactly once.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    depth = check_max_depth(max_depth)
+    h = check_histogram(histogram, max_len)
+    t0 = time.perf_counter()
+    info: dict[str, object] = {}
+    if algorithm == "spfhp":
+        packs = spfhp_packs(h, max_len, depth)
+    elif algorithm == "lpfhp":
+        packs = lpfhp_packs(h, max_len, depth)
+    elif algorithm == "nnlshp":
+        depth = 3 if depth is None else depth
+        packs = nnlshp_packs(h, max_len, depth)
+    else:
+        packs, info = best_packs(h, max_len, depth, time_limit=time_limit)
+    seconds = time.perf_counter() - t0
+    result = plan_from_packs(packs, max_len=max_len, max_depth=depth, algorithm=algorithm, seconds=seconds, info=info)
+    assert result.covers(h), f"{algorithm} plan does not cover the histogram"
+    return result

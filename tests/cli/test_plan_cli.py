@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.cli.test_cli import run
+
+KEYS = {
+    "algorithm", "max_len", "max_depth", "packs", "sequences", "tokens", "efficiency", "packing_factor",
+    "lower_bound", "gap_to_lower_bound", "theoretical_speedup", "seconds",
+}
+
+
+@pytest.fixture
+def hist_file(tmp_path):
+    h = np.bincount(np.random.default_rng(0).integers(1, 100, 3000) - 1, minlength=128)
+    np.save(tmp_path / "h.npy", h)
+    return tmp_path / "h.npy"
+
+
+def test_plan_json_plot_and_out(capsys, tmp_path, hist_file):
+    code, out, _ = run(capsys, "plan", "--histogram", str(hist_file), "--max-len", "128", "--json",
+                       "--plot", str(tmp_path / "p.png"), "--out", str(tmp_path / "plan.json"), "--max-depth", "3")
+    assert code == 0
+    d = json.loads(out)
+    assert set(d) == KEYS and d["max_depth"] == 3 and d["sequences"] == 3000
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "plan.json").read_text())["packs"] == d["packs"]
+
+
+def test_plan_compare(capsys, tmp_path, hist_file):
+    code, out, _ = run(capsys, "plan", "--histogram", str(hist_file), "--max-len", "128", "--compare", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert {(r["algorithm"], r["max_depth"]) for r in rows} >= {("best", None), ("spfhp", 16), ("nnlshp", 3)}
+    assert all(set(r) == KEYS for r in rows)
+    code, out, _ = run(capsys, "plan", "--histogram", str(hist_file), "--max-len", "128", "--compare")
+    assert code == 0 and "spfhp" in out and "lower bound" in out
+
+
+def test_stats(capsys, tmp_path, hist_file):
+    np.save(tmp_path / "l.npy", np.array([1, 3, 3, 4]))
+    code, out, _ = run(capsys, "stats", "--lengths", str(tmp_path / "l.npy"), "--max-len", "4", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["sequences"] == 4 and d["tokens"] == 11
+    assert d["theoretical_speedup"] == pytest.approx(16 / 11)
+    code, out, _ = run(capsys, "stats", "--histogram", str(hist_file), "--max-len", "128")
+    assert code == 0 and "padding" in out
+
+
+@pytest.mark.parametrize(
+    "content,args,match",
+    [
+        ("length,count\n1,-3\n", [], "count must be >= 0"),
+        ("len,n\n1,3\n", [], "header"),
+        ("length,count\n600,3\n", [], "3 sequences exceed max_len=512; pass --max-len 600"),
+        ("length,count\n1,0\n", [], "empty"),
+        ("length,count\n1,3\n", ["--max-depth", "0"], "max depth must be >= 1"),
+        ("length,count\n1,3\n", ["--max-len", "x"], "--max-len must be an integer"),
+    ],
+)
+def test_plan_bad_input(capsys, tmp_path, content, args, match):
+    f = tmp_path / "h.csv"
+    f.write_text(content)
+    argv = ["plan", "--histogram", str(f)] + (args if "--max-len" in args else ["--max-len", "512"] + args)
+    try:
+        code, out, err = run(capsys, *argv)
+    except SystemExit as e:  # argparse rejects the option itself
+        code, (out, err) = e.code, capsys.readouterr()
+    assert code == 2 and match in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_missing_and_bad_files(capsys, tmp_path):
+    code, _, err = run(capsys, "plan", "--histogram", str(tmp_path / "nope.npy"), "--max-len", "8")
+    assert code == 2 and "not found" in err
+    np.save(tmp_path / "two.npy", np.ones((2, 2), dtype=np.int64))
+    code, _, err = run(capsys, "stats", "--histogram", str(tmp_path / "two.npy"), "--max-len", "8")
+    assert code == 2 and "1-D" in err
+    np.save(tmp_path / "neg.npy", np.array([0, 5]))
+    code, _, err = run(capsys, "stats", "--lengths", str(tmp_path / "neg.npy"), "--max-len", "8")
+    assert code == 2 and "length <= 0" in err

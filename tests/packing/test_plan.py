@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seqpack.packing import ALGORITHMS, PackingPlan, histogram, plan
+from seqpack.packing.heuristics import lpfhp_packs, spfhp_packs
+from seqpack.packing.lp import maximal_patterns, solve_lp
+from seqpack.packing.reference import best_fit_decreasing, lp_bound, worst_fit_decreasing
+
+
+@st.composite
+def histograms(draw, max_max_len: int = 40, max_count: int = 30):
+    max_len = draw(st.integers(1, max_max_len))
+    kind = draw(st.sampled_from(["random", "sparse", "short", "long", "halves", "one"]))
+    if kind == "random":
+        h = draw(st.lists(st.integers(0, max_count), min_size=max_len, max_size=max_len))
+    elif kind == "sparse":
+        h = [0] * max_len
+        for _ in range(draw(st.integers(1, 4))):
+            h[draw(st.integers(0, max_len - 1))] += draw(st.integers(1, max_count))
+    elif kind == "short":  # many short sequences: the depth limit binds
+        h = [draw(st.integers(0, max_count)) if i < max(1, max_len // 8) else 0 for i in range(max_len)]
+    elif kind == "long":  # nothing pairs up
+        h = [draw(st.integers(0, max_count)) if i >= max_len // 2 else 0 for i in range(max_len)]
+    elif kind == "halves":  # adversarial for greedy: just over and just under half
+        h = [0] * max_len
+        h[max_len // 2] = draw(st.integers(0, max_count))
+        h[max(0, (max_len - 1) // 2 - 1)] += draw(st.integers(0, max_count))
+    else:
+        h = [0] * max_len
+        h[draw(st.integers(0, max_len - 1))] = 1
+    if not sum(h):
+        h[-1] = 1
+    return np.array(h, dtype=np.int64), max_len
+
+
+def check_plan(p: PackingPlan, h: np.ndarray, max_len: int, max_depth: int | None) -> None:
+    assert p.covers(h), "every sequence exactly once"
+    assert (p.fills <= max_len).all()
+    if max_depth is not None:
+        assert (p.depths <= max_depth).all()
+    assert p.num_packs >= p.lower_bound
+    assert p.num_sequences == h.sum() and p.num_tokens == h @ np.arange(1, max_len + 1)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=histograms(), depth=st.sampled_from([None, 1, 2, 3, 4]))
+def test_every_plan_covers_the_histogram(algorithm, data, depth):
+    h, max_len = data
+    if algorithm == "nnlshp" and depth is not None and depth > 3:
+        with pytest.raises(ValueError, match="at most 3"):
+            plan(h, max_len, algorithm=algorithm, max_depth=depth)
+        return
+    p = plan(h, max_len, algorithm=algorithm, max_depth=depth)
+    check_plan(p, h, max_len, p.max_depth)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=histograms(max_max_len=24, max_count=6), depth=st.sampled_from([None, 2, 3]))
+def test_best_beats_greedy_and_meets_the_lp_bound(data, depth):
+    h, max_len = data
+    p = plan(h, max_len, max_depth=depth)
+    assert p.num_packs <= plan(h, max_len, algorithm="lpfhp", max_depth=depth).num_packs
+    assert p.num_packs <= plan(h, max_len, algorithm="spfhp", max_depth=depth).num_packs
+    bound = lp_bound(h, max_len, depth)  # every pack enumerated: the true LP
+    assert p.info["lp_bound"] <= np.ceil(bound - 1e-6)
+    assert p.num_packs >= np.ceil(bound - 1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=histograms(max_max_len=20, max_count=5), depth=st.sampled_from([None, 1, 2, 3]))
+def test_column_generation_equals_the_enumerated_lp(data, depth):
+    h, max_len = data
+    r = solve_lp(h, max_len, depth)
+    true_lp = lp_bound(h, max_len, depth)
+    # column generation may stop early once ceil(lower bound) meets ceil(value)
+    assert r.lower - 1e-6 <= true_lp <= r.value + 1e-6
+    assert r.bound == np.ceil(true_lp - 1e-6)
+    if r.optimal:
+        assert r.value == pytest.approx(true_lp, abs=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=histograms(max_max_len=30, max_count=8))
+def test_histogram_greedy_equals_sequence_by_sequence_reference(data):
+    h, max_len = data
+    lengths = np.repeat(np.arange(1, max_len + 1), h)
+    assert sum(c for _, c in lpfhp_packs(h, max_len)) == len(best_fit_decreasing(lengths, max_len))
+    for depth in (None, 2, 3):
+        assert sum(c for _, c in spfhp_packs(h, max_len, depth)) == len(worst_fit_decreasing(lengths, max_len, depth))
+
+
+def test_tiny_goldens():
+    # hand-computed: lengths 4,4,2,2,1,1 in rows of 6 -> (4,2) twice and (1,1)
+    h = histogram([4, 4, 2, 2, 1, 1], 6)
+    for algorithm in ("lpfhp", "best"):
+        p = plan(h, 6, algorithm=algorithm)
+        assert p.strategies == ((4, 2), (1, 1)) and p.counts.tolist() == [2, 1]
+    # the paper's SPFHP opens one new pack per sequence of a length that fits nowhere
+    p = plan(h, 6, algorithm="spfhp")
+    assert p.strategies == ((4, 2), (1,)) and p.counts.tolist() == [2, 2]
+    # 3,3,3,3 / 2,2 in rows of 6 with depth 2: (3,3) x2, (2,2)
+    p = plan(histogram([3, 3, 3, 3, 2, 2], 6), 6, max_depth=2)
+    assert dict(zip(p.strategies, p.counts.tolist())) == {(3, 3): 2, (2, 2): 1}
+    # best fit beats worst fit: 5,3,2,2 in rows of 7: BF (5,2),(3,2); the paper's SPFHP opens 3
+    assert plan(histogram([5, 3, 2, 2], 7), 7, algorithm="lpfhp").num_packs == 2
+    assert plan(histogram([5, 3, 2, 2], 7), 7, algorithm="spfhp").num_packs == 2
+    assert sorted(maximal_patterns(np.array([1, 2, 3]), 4, 3)) == [(2, 1, 1), (2, 2), (3, 1)]
+
+
+def test_plan_properties_and_json_round_trip(tmp_path):
+    p = plan(histogram([3, 1, 4, 4, 2], 4), 4)
+    assert (p.num_packs, p.num_sequences, p.num_tokens, p.lower_bound) == (4, 5, 14, 4)
+    assert p.efficiency == pytest.approx(14 / 16)
+    assert p.packing_factor == pytest.approx(5 / 4)
+    assert p.theoretical_speedup == pytest.approx(5 * 4 / 14)
+    assert p.gap_to_lower_bound == 0.0
+    p.save(tmp_path / "plan.json")
+    q = PackingPlan.load(tmp_path / "plan.json")
+    assert q.strategies == p.strategies and q.counts.tolist() == p.counts.tolist()
+    assert q.summary() == p.summary()
+    d = p.to_dict()
+    assert d["format_version"] == 1 and set(p.summary()) <= set(d)
+
+
+def test_deterministic():
+    rng = np.random.default_rng(0)
+    h = np.bincount(rng.integers(1, 65, 2000) - 1, minlength=64)
+    for algorithm in ALGORITHMS:
+        a, b = plan(h, 64, algorithm=algorithm), plan(h, 64, algorithm=algorithm)
+        assert a.strategies == b.strategies and a.counts.tolist() == b.counts.tolist()
+
+
+@pytest.mark.parametrize(
+    "name,lengths,max_len",
+    [
+        ("short skewed", lambda r: np.clip(r.lognormal(3.0, 0.6, 20000).astype(int), 1, 128), 128),
+        ("normal", lambda r: np.clip(r.normal(160, 60, 20000).astype(int), 1, 384), 384),
+        ("bimodal", lambda r: np.concatenate([np.clip(r.normal(20, 5, 8000), 1, 1024), np.clip(r.normal(900, 60, 3000), 1, 1024)]).astype(int), 1024),
+        ("long tail", lambda r: np.clip((r.pareto(1.2, 60000) * 40 + 5).astype(int), 1, 2048), 2048),
+    ],
+)
+def test_other_distributions_near_the_lp_bound(name, lengths, max_len):
+    h = histogram(lengths(np.random.default_rng(7)), max_len)
+    best = plan(h, max_len)
+    bound = best.info["lp_bound"]
+    assert best.num_packs <= bound * 1.0005, f"{name}: {best.num_packs} vs LP bound {bound}"
+    d3 = plan(h, max_len, max_depth=3)
+    for algorithm in ("spfhp", "lpfhp"):
+        assert d3.num_packs <= plan(h, max_len, algorithm=algorithm, max_depth=3).num_packs
+    if max_len <= 384:
+        assert d3.num_packs <= plan(h, max_len, algorithm="nnlshp").num_packs

@@ -1,0 +1,37 @@
+"""The paper's Table 1 on the BERT Wikipedia histogram (skips without ../shared/data)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from seqpack.packing import plan
+from tests.conftest import shared
+
+
+@pytest.fixture(scope="module")
+def wiki() -> np.ndarray:
+    return np.load(shared("histograms", "wikipedia_len512_histogram.npy"))
+
+
+@pytest.mark.parametrize("depth,packs", [(2, 10_101_683), (3, 9_094_695), (4, 8_658_996), (8, 8_224_673), (16, 8_166_708)])
+def test_spfhp_table1(wiki, depth, packs):
+    assert plan(wiki, 512, algorithm="spfhp", max_depth=depth).num_packs == packs
+
+
+def test_lpfhp_is_best_fit_decreasing(wiki):
+    assert plan(wiki, 512, algorithm="lpfhp").num_packs == 8_138_483
+
+
+def test_nnlshp_depth3_within_0_1_percent(wiki):
+    p = plan(wiki, 512, algorithm="nnlshp", max_depth=3)
+    assert abs(p.num_packs - 8_155_057) <= 0.001 * 8_155_057
+
+
+def test_best_depth3_and_unlimited(wiki):
+    d3 = plan(wiki, 512, max_depth=3)
+    assert d3.num_packs <= 8_143_900
+    assert d3.info["lp_bound"] == 8_143_829
+    free = plan(wiki, 512)
+    assert free.num_packs <= 8_135_995
+    assert free.info["lp_bound"] == 8_135_727
