@@ -22,6 +22,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bpe_train.py
 	$(BIN)/python benchmarks/encode.py
+	$(BIN)/python benchmarks/plan.py
 
 clean:
 	rm -rf $(VENV) demo_out build src/*.egg-info

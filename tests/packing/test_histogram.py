@@ -68,3 +68,11 @@ def test_files_round_trip_and_errors(tmp_path):
         load_histogram(tmp_path / "2d.npy")
     with pytest.raises(ValueError, match="not found"):
         load_histogram(tmp_path / "missing.npy")
+
+
+def test_packing_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, seqpack.packing; from seqpack.packing import plan; plan([1, 2], 2); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
