@@ -10,26 +10,24 @@ from typing import Any
 MAX_LEN_HINT = "pass --max-len {longest} or more (the histogram's longest length)"
 
 
+def _positive_int(text: str, name: str, extra: str = "") -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name} must be an integer{extra}, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{name} must be >= 1{extra}, got {value}")
+    return value
+
+
 def _depth(text: str) -> int | None:
     if text.lower() in ("none", "max", "unlimited"):
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"max depth must be an integer >= 1 or 'none', got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"max depth must be >= 1 (or 'none' for no limit), got {value}")
-    return value
+    return _positive_int(text, "max depth", " (or 'none' for no limit)")
 
 
 def _max_len(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--max-len must be an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--max-len must be >= 1, got {value}")
-    return value
+    return _positive_int(text, "--max-len")
 
 
 def add_parser(sub: Any) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from seqpack.cli.plan import MAX_LEN_HINT, _max_len
@@ -20,26 +19,12 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _read_lengths(path: str) -> Any:
-    import numpy as np
-
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"lengths file not found: {p}")
-    try:
-        arr = np.load(p, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise ValueError(f"{p}: not a readable .npy file ({e})") from None
-    if arr.ndim != 1:
-        raise ValueError(f"{p}: expected a 1-D array of lengths, got shape {arr.shape}")
-    return arr
-
-
 def run(args: argparse.Namespace) -> int:
     from seqpack.packing import check_histogram, histogram, length_stats, load_histogram
+    from seqpack.packing.histogram import load_npy_1d
 
     if args.lengths:
-        hist = histogram(_read_lengths(args.lengths), args.max_len)
+        hist = histogram(load_npy_1d(args.lengths, "lengths (one per sequence)"), args.max_len)
     else:
         hist = check_histogram(load_histogram(args.histogram), args.max_len, hint=MAX_LEN_HINT)
     s = length_stats(hist, args.max_len)

@@ -132,6 +132,20 @@ def length_stats(hist: object, max_len: int) -> LengthStats:
     )
 
 
+def load_npy_1d(path: str | Path, what: str) -> np.ndarray:
+    """Read a 1-D ``.npy`` array; errors name the file and say what was expected."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{what.split(' ')[0]} file not found: {p}")
+    try:
+        arr = np.load(p, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{p}: not a readable .npy file ({e})") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{p}: expected a 1-D array of {what}, got shape {arr.shape}")
+    return arr
+
+
 def load_histogram(path: str | Path) -> np.ndarray:
     """Read a histogram from ``.npy`` (counts indexed by length - 1) or ``.csv`` (header ``length,count``)."""
     p = Path(path)
@@ -139,12 +153,7 @@ def load_histogram(path: str | Path) -> np.ndarray:
         raise ValueError(f"histogram file not found: {p}")
     suffix = p.suffix.lower()
     if suffix == ".npy":
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise ValueError(f"{p}: not a readable .npy file ({e})") from None
-        if arr.ndim != 1:
-            raise ValueError(f"{p}: expected a 1-D array of counts indexed by length - 1, got shape {arr.shape}")
+        arr = load_npy_1d(p, "histogram counts indexed by length - 1")
         try:
             return check_histogram(arr, allow_empty=True)
         except (TypeError, ValueError) as e:
