@@ -154,3 +154,17 @@ def test_other_distributions_near_the_lp_bound(name, lengths, max_len):
         assert d3.num_packs <= plan(h, max_len, algorithm=algorithm, max_depth=3).num_packs
     if max_len <= 384:
         assert d3.num_packs <= plan(h, max_len, algorithm="nnlshp").num_packs
+
+
+def test_lp_without_the_persistent_solver_gives_the_same_bound(monkeypatch):
+    import sys
+
+    h = np.array([0, 3, 2, 0, 4, 1, 0, 2])
+    expected = solve_lp(h, 8, None).bound
+    monkeypatch.setitem(sys.modules, "scipy.optimize._highspy", None)  # import fails: linprog fallback
+    r = solve_lp(h, 8, None)
+    assert r.bound == expected == np.ceil(lp_bound(h, 8) - 1e-6)
+    assert r.master.h is None
+    d3 = solve_lp(h, 8, 3)
+    assert d3.bound == np.ceil(lp_bound(h, 8, 3) - 1e-6)
+    assert plan(h, 8).covers(h) and plan(h, 8, max_depth=3).covers(h)

@@ -22,7 +22,7 @@ import numpy as np
 OVERFLOW_HINT = "pass --overflow truncate|split|drop"
 
 
-def _check_max_len(max_len: object) -> int:
+def check_max_len(max_len: object) -> int:
     if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)):
         raise TypeError(f"max_len must be an int, got {type(max_len).__name__}")
     if max_len < 1:
@@ -35,7 +35,7 @@ def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -
 
     Lengths of 0 or above ``max_len`` raise ``ValueError`` with their count and ``hint``.
     """
-    max_len = _check_max_len(max_len)
+    max_len = check_max_len(max_len)
     arr = np.asarray(lengths)
     if arr.ndim != 1:
         raise ValueError(f"lengths must be 1-D, got shape {arr.shape}")
@@ -77,7 +77,7 @@ def check_histogram(
         n_neg = int(np.count_nonzero(arr < 0))
         raise ValueError(f"histogram has {n_neg} negative counts; counts must be >= 0")
     if max_len is not None:
-        max_len = _check_max_len(max_len)
+        max_len = check_max_len(max_len)
         if arr.size > max_len:
             over = int(arr[max_len:].sum())
             if over:

@@ -56,7 +56,6 @@ class _Columns:
         self.seen: set[tuple[int, ...]] = set()
         self.col_start: list[int] = []
         self.rows: list[int] = []
-        self.cols: list[int] = []
         self.vals: list[int] = []
 
     def add(self, pattern: tuple[int, ...]) -> bool:
@@ -69,7 +68,6 @@ class _Columns:
         self.col_start.append(len(self.rows))
         for length in set(key):
             self.rows.append(self.index[length])
-            self.cols.append(j)
             self.vals.append(key.count(length))
         return True
 
@@ -83,8 +81,9 @@ class _Columns:
 
         m, n = len(self.lengths), len(self.patterns)
         flow = np.arange(m - 1)
+        per_col = np.diff(np.append(np.asarray(self.col_start, dtype=np.int64), len(self.rows)))
         rows = np.concatenate([np.asarray(self.rows, dtype=np.int64), flow, flow + 1])
-        cols = np.concatenate([np.asarray(self.cols, dtype=np.int64), n + flow, n + flow])
+        cols = np.concatenate([np.repeat(np.arange(n), per_col), n + flow, n + flow])
         vals = np.concatenate([np.asarray(self.vals, dtype=np.float64), np.ones(m - 1), -np.ones(m - 1)])
         return csc_matrix((vals, (rows, cols)), shape=(m, n + m - 1))
 
@@ -131,7 +130,7 @@ class _Master:
 
     def resolve(self, demand: np.ndarray) -> np.ndarray:
         """Same packs, new demand; returns ``x``."""
-        if self.h is None:  # pragma: no cover
+        if self.h is None:  # scipy without its HiGHS object
             return _solve_restricted(self.cols.matrix(), demand)[0]
         m = len(demand)
         for i, d in enumerate(demand.tolist()):
@@ -140,7 +139,7 @@ class _Master:
         return self.solve()[0]
 
     def solve(self, *, ipm: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
-        if self.h is None:  # pragma: no cover
+        if self.h is None:  # scipy without its HiGHS object
             return _solve_restricted(self.cols.matrix(), self.demand, "highs-ipm" if ipm else "highs-ds")
         c, h, m = self.cols, self.h, len(self.demand)
         new = len(c.patterns) - self.n_in

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from seqpack.packing.assign import assign
+from seqpack.packing.histogram import check_max_len
 from seqpack.packing.plan import check_max_depth, plan
 
 
@@ -40,8 +41,7 @@ class StreamPacker:
             raise ValueError(f"buffer_size must be an int >= 1, got {buffer_size!r}")
         if not 0.0 <= carry < 1.0:
             raise ValueError(f"carry must be in [0, 1), got {carry}")
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be an int >= 1, got {max_len!r}")
+        max_len = check_max_len(max_len)
         self.max_len, self.buffer_size, self.carry = max_len, buffer_size, carry
         self.max_depth = check_max_depth(max_depth)
         self.algorithm, self.seed = algorithm, seed
