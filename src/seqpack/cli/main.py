@@ -11,9 +11,9 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from seqpack.cli import decode, demo, encode, plan, stats, train_tokenizer
+from seqpack.cli import decode, demo, encode, pack, plan, stats, tokenize, train_tokenizer
 
-_COMMANDS = (train_tokenizer, encode, decode, plan, stats, demo)
+_COMMANDS = (train_tokenizer, encode, decode, tokenize, plan, stats, pack, demo)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,107 @@
+"""Pack + materialise + write 1,000,000 sequences with Wikipedia lengths (issue 4 goals), vs TRL.
+
+Run: .venv/bin/python benchmarks/pack_dataset.py [--quick] [--no-trl]
+Lengths are sampled from ../shared/data/histograms/wikipedia_len512_histogram.npy (seed 0),
+token ids are random (vocab 30,522, as BERT's). Medians of several runs after a warm-up.
+Times, in this order:
+  sequences   building the causal-LM sequences (input_ids + labels) from a flat token array
+  pack        plan (``best``/``lpfhp``) + assignment + all columns in memory
+  write       Parquet shards (zstd-1 default, snappy, none) + manifest, MB/s over the columns' bytes
+TRL's ``pack_dataset(strategy="bfd")`` runs on the same sequences as an HF ``Dataset``,
+in its default 1000-row chunks and whole-table; we compare its time with our ``pack``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _common import SHARED  # type: ignore[import-not-found]
+
+from seqpack.data.clm import clm_sequences
+from seqpack.data.io import write_packed
+from seqpack.data.pack import pack_sequences
+
+MAX_LEN, VOCAB = 512, 30522
+
+
+def sample(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    h = np.load(SHARED / "histograms" / "wikipedia_len512_histogram.npy").astype(np.float64)
+    rng = np.random.default_rng(seed)
+    lengths = rng.choice(np.arange(1, MAX_LEN + 1), size=n, p=h / h.sum())
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    tokens = rng.integers(0, VOCAB, size=int(offsets[-1]), dtype=np.uint16)
+    return tokens, offsets
+
+
+def timed(fn, runs):  # type: ignore[no-untyped-def]
+    fn()
+    times, out = [], None
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return out, statistics.median(times), times
+
+
+def trl_pack(tokens: np.ndarray, offsets: np.ndarray, whole: bool) -> tuple[float, float, int]:
+    import datasets
+    from trl.data_utils import pack_dataset
+
+    lists = np.split(tokens.astype(np.int32), offsets[1:-1])
+    ds = datasets.Dataset.from_dict({"input_ids": [a.tolist() for a in lists]})
+    kw = {"batch_size": len(ds)} if whole else None
+    t0 = time.perf_counter()
+    out = pack_dataset(ds, MAX_LEN, strategy="bfd", map_kwargs=kw)
+    seconds = time.perf_counter() - t0
+    rows = len(out)
+    return seconds, int(offsets[-1]) / (rows * MAX_LEN), rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--quick", action="store_true", help="100,000 sequences, 2 runs")
+    ap.add_argument("--no-trl", action="store_true")
+    args = ap.parse_args()
+    n, runs = (100_000, 2) if args.quick else (args.n, 5)
+    tokens, offsets = sample(n)
+    print(f"## {n:,} sequences, {offsets[-1]:,} tokens, max_len {MAX_LEN} (median of {runs} runs)")
+    seqs, t_seq, _ = timed(lambda: clm_sequences(tokens, offsets, max_len=MAX_LEN, eos_id=None, vocab_size=VOCAB), runs)
+    print(f"sequences (clm input_ids + labels)   {t_seq:7.3f} s")
+    for algo in ("lpfhp", "best"):
+        pc, t_pack, all_t = timed(lambda a=algo: pack_sequences(seqs, MAX_LEN, algorithm=a, seed=0), runs)
+        print(
+            f"pack {algo:<5} plan+assign+columns      {t_pack:7.3f} s  ({pc.num_packs:,} packs, "
+            f"efficiency {pc.packing.plan.efficiency:.4%}, {pc.nbytes / 1e9:.2f} GB of columns; runs "
+            + ", ".join(f"{t:.2f}" for t in all_t) + ")"
+        )
+    tmp = tempfile.mkdtemp(prefix="seqpack-bench-")
+
+    for comp in ("zstd", "snappy", "none"):
+        def write(c: str = comp) -> None:
+            write_packed(pc, f"{tmp}/out", overwrite=True, compression=c)
+
+        _, t_write, _ = timed(write, max(2, runs // 2))
+        size = sum(f.stat().st_size for f in Path(tmp, "out").rglob("*")) / 1e6
+        print(f"write Parquet {comp:<6} + manifest        {t_write:7.3f} s  = {pc.nbytes / 1e6 / t_write:,.0f} MB/s of columns ({size:,.0f} MB on disk)")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if args.no_trl:
+        return
+    for whole in (False, True):
+        s, eff, rows = trl_pack(tokens, offsets, whole)
+        label = "whole table" if whole else "1000-row chunks"
+        print(
+            f"TRL pack_dataset bfd, {label:<15} {s:7.3f} s  ({rows:,} rows, efficiency {eff:.4%}); "
+            f"seqpack best is {s / t_pack:.1f}x faster"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Causal LM: each document's tokens + EOS is a sequence; long ones are split, truncated or dropped.
+
+Labels follow the Hugging Face convention (the model shifts them by one inside):
+``labels == input_ids`` except the first token of every sequence, which is -100,
+so that in a pack no token learns to predict the next sequence's first token.
+
+    >>> s = clm_sequences(np.array([1, 2, 3, 4, 5]), np.array([0, 3, 5]), max_len=3, eos_id=0)
+    >>> [s.sequence(i)["input_ids"].tolist() for i in range(s.num_sequences)]
+    [[1, 2, 3], [0], [4, 5, 0]]
+    >>> s.example_ids.tolist(), s.sequence(2)["labels"].tolist()
+    ([0, 0, 1], [-100, 5, 0])
+
+A split piece is a sequence of its own: its positions restart at 0 and it
+attends only to itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+
+import numpy as np
+
+from seqpack.data.sequences import (
+    IGNORE_INDEX,
+    Sequences,
+    _offsets,
+    _ranges,
+    check_overflow,
+    id_dtype,
+    label_dtype,
+    overflow_error,
+)
+from seqpack.packing.histogram import check_max_len
+
+
+def clm_sequences(
+    tokens: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    max_len: int,
+    eos_id: int | None,
+    overflow: str = "split",
+    vocab_size: int | None = None,
+) -> Sequences:
+    """Documents ``tokens[offsets[i]:offsets[i+1]]`` -> causal-LM sequences of <= ``max_len``."""
+    check_max_len(max_len)
+    check_overflow(overflow)
+    tokens = np.asarray(tokens)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    doc_len = np.diff(offsets)
+    n_docs = doc_len.size
+    dropped: dict[str, int] = {}
+    if eos_id is not None:
+        # one EOS after each document: new offsets shift by the number of EOS before them
+        new_off = offsets + np.arange(n_docs + 1)
+        flat = np.empty(tokens.size + n_docs, dtype=np.result_type(tokens.dtype, np.min_scalar_type(eos_id)))
+        is_eos = np.zeros(flat.size, dtype=bool)
+        is_eos[new_off[1:] - 1] = True
+        flat[is_eos] = eos_id
+        flat[~is_eos] = tokens
+        tokens, offsets, doc_len = flat, new_off, doc_len + 1
+    empty = doc_len == 0
+    if empty.any():
+        dropped["empty"] = int(empty.sum())
+    long = doc_len > max_len
+    n_long = int(long.sum())
+    starts = offsets[:-1]
+    if overflow == "error" and n_long:
+        raise overflow_error(n_long, max_len, ("split", "truncate", "drop", "error"))
+    if overflow == "split":
+        pieces = -(-doc_len // max_len)
+        example_ids = np.repeat(np.arange(n_docs), pieces)
+        within = np.arange(example_ids.size) - np.repeat(_offsets(pieces)[:-1], pieces)
+        piece_start = starts[example_ids] + within * max_len
+        piece_len = np.minimum(max_len, doc_len[example_ids] - within * max_len)
+        new_offsets = np.append(piece_start, offsets[-1]).astype(np.int64)
+        if not np.array_equal(np.diff(new_offsets), piece_len):  # only when docs are not contiguous
+            tokens, new_offsets = tokens[_ranges(piece_start, piece_len)], _offsets(piece_len)
+        if n_long:
+            dropped["split_documents"] = n_long
+    else:
+        keep = ~empty & (~long if overflow == "drop" else True)
+        example_ids = np.flatnonzero(keep)
+        lens = np.minimum(doc_len[keep], max_len)
+        tokens = tokens[_ranges(starts[keep], lens)]
+        new_offsets = _offsets(lens)
+        if n_long and overflow == "drop":
+            dropped["too_long"] = n_long
+        if n_long and overflow == "truncate":
+            dropped["truncated_tokens"] = int((doc_len[long] - max_len).sum())
+    max_id = max(int(tokens.max()) if tokens.size else 0, (vocab_size or 1) - 1)
+    input_ids = tokens.astype(id_dtype(max_id), copy=False)
+    labels = input_ids.astype(label_dtype(max_id))
+    labels[new_offsets[:-1][np.diff(new_offsets) > 0]] = IGNORE_INDEX
+    return Sequences(
+        task="clm",
+        offsets=new_offsets,
+        example_ids=example_ids.astype(np.int64),
+        token_fields={"input_ids": input_ids, "labels": labels},
+        num_examples=n_docs,
+        dropped=dropped,
+        info={"eos_id": eos_id, "overflow": overflow},
+    )
+
+
+def clm_reference(
+    documents: Seq[Seq[int]], *, max_len: int, eos_id: int | None, overflow: str = "split"
+) -> list[tuple[int, list[int], list[int]]]:
+    """The obvious per-document loop: ``(example_id, input_ids, labels)`` per sequence."""
+    out = []
+    for d, doc in enumerate(documents):
+        ids = list(doc) + ([] if eos_id is None else [eos_id])
+        if not ids:
+            continue
+        if len(ids) > max_len:
+            if overflow == "error":
+                raise ValueError("too long")
+            if overflow == "drop":
+                continue
+            if overflow == "truncate":
+                ids = ids[:max_len]
+        for s in range(0, len(ids), max_len):
+            piece = ids[s : s + max_len]
+            out.append((d, piece, [IGNORE_INDEX] + piece[1:]))
+    return out

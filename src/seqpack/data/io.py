@@ -1,0 +1,188 @@
+"""Packed datasets on disk: Parquet shards + ``manifest.json`` (written last), optional ``.bin``.
+
+Layout::
+
+    DIR/manifest.json              format version, task, plan, histogram, efficiency, columns, shards
+    DIR/data/part-00000.parquet    rows = packs; (P, L) columns as fixed-size lists
+    DIR/bin/<column>.bin           (optional) raw C-order arrays for zero-copy np.memmap
+
+``datasets.load_dataset("parquet", data_files=f"{DIR}/data/*.parquet")`` loads it;
+:func:`load_packed` reads it back into numpy arrays (memory-mapped with ``.bin``).
+The directory appears only complete: it is built in a temp dir and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seqpack._atomic import atomic_directory
+from seqpack.data.pack import PackedColumns
+
+FORMAT_VERSION = 1
+KIND = "seqpack.packed_dataset"
+MANIFEST = "manifest.json"
+COMPRESSION = ("none", "snappy", "zstd", "lz4", "gzip")
+
+
+def manifest_of(pc: PackedColumns, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything a reader (or a person) needs to know about the packed rows."""
+    plan = pc.packing.plan
+    plan_d = plan.to_dict()
+    plan_d.pop("seconds", None)
+    hist = plan.histogram()
+    return {
+        "kind": KIND,
+        "format_version": FORMAT_VERSION,
+        "task": pc.task,
+        "max_len": pc.max_len,
+        "max_depth": pc.max_depth,
+        "num_packs": pc.num_packs,
+        "num_sequences": plan.num_sequences,
+        "num_tokens": plan.num_tokens,
+        "efficiency": plan.efficiency,
+        "packing_factor": plan.packing_factor,
+        **pc.info,
+        **(extra or {}),
+        "histogram": {"index": "length - 1", "counts": hist.tolist()},
+        "plan": plan_d,
+        "columns": {k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in pc.columns.items()},
+    }
+
+
+def _arrow_column(a: np.ndarray) -> Any:
+    import pyarrow as pa
+
+    arr = pa.array(np.ascontiguousarray(a).reshape(-1))
+    for width in reversed(a.shape[1:]):
+        arr = pa.FixedSizeListArray.from_arrays(arr, width)
+    return arr
+
+
+def _write_shard(path: Path, cols: dict[str, np.ndarray], lo: int, hi: int, row_group: int, compression: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({k: _arrow_column(v[lo:hi]) for k, v in cols.items()})
+    level = 1 if compression == "zstd" else None  # fast: packed columns are written once, read often
+    pq.write_table(
+        table, path, row_group_size=row_group, compression=compression, compression_level=level,
+        use_dictionary=False, write_statistics=False, store_schema=True,
+    )
+
+
+def write_packed(
+    pc: PackedColumns,
+    out: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    shard_packs: int = 50_000,
+    row_group_packs: int = 4096,
+    compression: str = "zstd",
+    export_bin: bool = False,
+    extra: dict[str, Any] | None = None,
+    workers: int = 2,
+) -> dict[str, Any]:
+    """Write ``pc`` to ``out`` (atomically, manifest last); returns the manifest."""
+    if compression not in COMPRESSION:
+        raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {compression!r}")
+    for name, v in (("shard_packs", shard_packs), ("row_group_packs", row_group_packs), ("workers", workers)):
+        if v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+    manifest = manifest_of(pc, extra=extra)
+    P = pc.num_packs
+    bounds = [(lo, min(P, lo + shard_packs)) for lo in range(0, P, shard_packs)]
+    shards = [{"file": f"data/part-{i:05d}.parquet", "rows": hi - lo} for i, (lo, hi) in enumerate(bounds)]
+    with atomic_directory(out, overwrite=overwrite) as tmp:
+        (tmp / "data").mkdir()
+        with ThreadPoolExecutor(max_workers=workers) as ex:  # pyarrow writes without the GIL
+            jobs = [
+                ex.submit(_write_shard, tmp / s["file"], pc.columns, lo, hi, row_group_packs, compression)
+                for s, (lo, hi) in zip(shards, bounds)
+            ]
+            for j in jobs:
+                j.result()
+        if export_bin:
+            (tmp / "bin").mkdir()
+            for name, v in pc.columns.items():
+                np.ascontiguousarray(v).tofile(tmp / "bin" / f"{name}.bin")
+        manifest["shards"] = shards
+        manifest["compression"] = compression
+        manifest["bin"] = export_bin
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return manifest
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"{p}: no such packed dataset directory (make one with seqpack pack)")
+    mp = p / MANIFEST
+    if not mp.is_file():
+        raise ValueError(f"{mp}: missing; {p} is not a complete packed dataset")
+    try:
+        m = json.loads(mp.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{mp}: corrupt ({e})") from None
+    if not isinstance(m, dict) or m.get("kind") != KIND:
+        raise ValueError(f"{mp}: not a seqpack packed dataset")
+    if m.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{mp}: format version {m.get('format_version')}, this seqpack reads {FORMAT_VERSION}")
+    return m
+
+
+def load_packed(
+    path: str | os.PathLike[str], *, columns: list[str] | None = None, mmap: bool = True
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(manifest, {column: array})``; ``.bin`` columns are memory-mapped when present."""
+    p = Path(path)
+    m = read_manifest(p)
+    names = list(m["columns"]) if columns is None else columns
+    unknown = [c for c in names if c not in m["columns"]]
+    if unknown:
+        raise ValueError(f"{p}: no column {unknown[0]!r} (columns: {', '.join(m['columns'])})")
+    P = int(m["num_packs"])
+    if m.get("bin") and mmap:
+        return m, {c: _bin_column(p, c, m["columns"][c], P) for c in names}
+    return m, _parquet_columns(p, m, names)
+
+
+def _bin_column(p: Path, name: str, spec: dict[str, Any], P: int) -> np.ndarray:
+    path = p / "bin" / f"{name}.bin"
+    dt = np.dtype(spec["dtype"])
+    shape = (P, *spec["shape"])
+    want = int(np.prod(shape)) * dt.itemsize
+    if not path.is_file() or path.stat().st_size != want:
+        raise ValueError(f"{path}: missing or truncated (expected {want:,} bytes)")
+    return np.memmap(path, dtype=dt, mode="r", shape=shape) if want else np.zeros(shape, dt)
+
+
+def _parquet_columns(p: Path, m: dict[str, Any], names: list[str]) -> dict[str, np.ndarray]:
+    import pyarrow.parquet as pq
+
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in names}
+    for shard in m["shards"]:
+        f = p / shard["file"]
+        try:
+            table = pq.read_table(f, columns=names, memory_map=True)
+        except Exception as e:  # pyarrow's own error types
+            raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from None
+        if table.num_rows != shard["rows"]:
+            raise ValueError(f"{f}: {table.num_rows} rows, manifest says {shard['rows']}")
+        for c in names:
+            spec = m["columns"][c]
+            flat = table.column(c).combine_chunks()
+            for _ in spec["shape"]:
+                flat = flat.flatten()
+            arr = flat.to_numpy(zero_copy_only=False).astype(spec["dtype"], copy=False)
+            parts[c].append(arr.reshape(table.num_rows, *spec["shape"]))
+    out = {}
+    for c in names:
+        spec = m["columns"][c]
+        out[c] = np.concatenate(parts[c]) if parts[c] else np.zeros((0, *spec["shape"]), spec["dtype"])
+    return out

@@ -1,0 +1,76 @@
+"""Corpus -> token store, with the parallel fast encoder and bounded memory."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from seqpack.store.store import StoreWriter, TokenStore
+
+if TYPE_CHECKING:
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
+
+def build_store(
+    documents: Iterable[str],
+    tokenizer: Tokenizer,
+    out: str | os.PathLike[str],
+    *,
+    workers: int | None = None,
+    overwrite: bool = False,
+    source: str = "",
+    batch_chars: int = 1 << 19,
+) -> TokenStore:
+    """Encode ``documents`` with ``tokenizer`` and write a store at ``out``.
+
+    Documents stream through :func:`seqpack.tokenizer.fast.encode_documents`
+    (``workers`` processes, reading a bounded window ahead), and each one's ids go
+    straight to disk, so memory stays bounded whatever the corpus size.
+    ``meta.json`` records the input bytes and the encode time (``mb_per_s``).
+    """
+    from seqpack.tokenizer.fast import _PARALLEL_MIN_CHARS, encode_documents
+
+    if isinstance(documents, (list, tuple)) and sum(map(len, documents)) < _PARALLEL_MIN_CHARS:
+        workers = 1  # a pool costs more than it saves
+    counted = _CountingIter(documents)
+    t0 = time.perf_counter()
+    with StoreWriter(
+        out, vocab_size=tokenizer.vocab_size, tokenizer_hash=tokenizer.fingerprint(), overwrite=overwrite
+    ) as w:
+        for ids in encode_documents(tokenizer, counted, workers=workers, batch_chars=batch_chars):
+            w.add(ids)
+        seconds = time.perf_counter() - t0
+        w.extra.update(_stats(counted.chars, counted.bytes, seconds, source))
+    return TokenStore(out)
+
+
+class _CountingIter:
+    """Pass documents through, counting characters and UTF-8 bytes."""
+
+    def __init__(self, documents: Iterable[str]) -> None:
+        self._it = iter(documents)
+        self.chars = 0
+        self.bytes = 0
+
+    def __iter__(self) -> _CountingIter:
+        return self
+
+    def __next__(self) -> str:
+        d = next(self._it)
+        if not isinstance(d, str):
+            raise TypeError(f"documents must be str, got {type(d).__name__}")
+        self.chars += len(d)
+        self.bytes += len(d) if d.isascii() else len(d.encode("utf-8"))
+        return d
+
+
+def _stats(chars: int, nbytes: int, seconds: float, source: str) -> dict[str, Any]:
+    return {
+        "source": source,
+        "input_chars": chars,
+        "input_bytes": nbytes,
+        "encode_seconds": round(seconds, 3),
+        "mb_per_s": round(nbytes / 1e6 / max(seconds, 1e-9), 2),
+    }

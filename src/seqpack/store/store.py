@@ -1,0 +1,217 @@
+"""Token store files, a streaming writer and a memory-mapped reader.
+
+Layout of a store directory::
+
+    tokens.bin    all documents' tokens back to back      uint16 if vocab_size <= 65536, else uint32
+    offsets.idx   document boundaries, int64, num_documents + 1 entries, offsets[0] == 0
+    meta.json     format version, dtype, counts, tokenizer hash (written last)
+
+Document ``i`` is ``tokens[offsets[i]:offsets[i + 1]]``. Empty documents are not
+stored; they are counted in ``meta["empty_documents"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import ExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from seqpack._atomic import atomic_directory
+
+FORMAT_VERSION = 1
+KIND = "seqpack.token_store"
+TOKENS, OFFSETS, META = "tokens.bin", "offsets.idx", "meta.json"
+_FLUSH_OFFSETS = 1 << 16
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The smallest unsigned dtype that holds ids ``0 .. vocab_size - 1``."""
+    if vocab_size < 1:
+        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+class StoreWriter:
+    """Append documents one at a time; memory stays bounded (tokens go straight to disk).
+
+    Use as a context manager: the directory appears, complete, only when the block
+    ends without an error (temp dir, then rename; ``meta.json`` written last).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        vocab_size: int,
+        tokenizer_hash: str,
+        overwrite: bool = False,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.dtype = token_dtype(vocab_size)
+        self.vocab_size = vocab_size
+        self.tokenizer_hash = tokenizer_hash
+        self.overwrite = overwrite
+        self.extra = dict(extra or {})
+        self.num_documents = 0
+        self.num_tokens = 0
+        self.empty_documents = 0
+        self.max_length = 0
+        self._pending: list[int] = []
+        self._stack: ExitStack | None = None
+
+    def __enter__(self) -> StoreWriter:
+        stack = ExitStack()
+        self._tmp = stack.enter_context(atomic_directory(self.path, overwrite=self.overwrite))
+        self._tokens = stack.enter_context(open(self._tmp / TOKENS, "wb"))
+        self._offsets = stack.enter_context(open(self._tmp / OFFSETS, "wb"))
+        self._offsets.write(np.zeros(1, np.int64).tobytes())
+        self._stack = stack
+        return self
+
+    def add(self, ids: np.ndarray | list[int]) -> None:
+        """Append one document's token ids (an empty one is counted, not stored)."""
+        if self._stack is None:
+            raise RuntimeError("use StoreWriter as a context manager: with StoreWriter(...) as w")
+        arr = np.asarray(ids)
+        if arr.size == 0:
+            self.empty_documents += 1
+            return
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise TypeError(f"a document must be a 1-D array of integer ids, got {arr.dtype} {arr.shape}")
+        if int(arr.max()) >= self.vocab_size or int(arr.min()) < 0:
+            raise ValueError(f"document {self.num_documents} has ids outside 0..{self.vocab_size - 1}")
+        self._tokens.write(arr.astype(self.dtype, copy=False).tobytes())
+        self.num_tokens += int(arr.size)
+        self.num_documents += 1
+        self.max_length = max(self.max_length, int(arr.size))
+        self._pending.append(self.num_tokens)
+        if len(self._pending) >= _FLUSH_OFFSETS:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._offsets.write(np.asarray(self._pending, dtype=np.int64).tobytes())
+        self._pending.clear()
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "kind": KIND,
+            "format_version": FORMAT_VERSION,
+            "dtype": self.dtype.name,
+            "vocab_size": self.vocab_size,
+            "tokenizer_hash": self.tokenizer_hash,
+            "num_documents": self.num_documents,
+            "num_tokens": self.num_tokens,
+            "empty_documents": self.empty_documents,
+            "max_length": self.max_length,
+            **self.extra,
+        }
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._stack is not None
+        stack, self._stack = self._stack, None
+        if exc_type is None:
+            self._flush()
+            self._tokens.close()
+            self._offsets.close()
+            text = json.dumps(self.meta(), indent=2, sort_keys=True) + "\n"
+            (self._tmp / META).write_text(text, encoding="utf-8")
+        stack.__exit__(exc_type, exc, tb)
+
+
+class TokenStore:
+    """Read-only, memory-mapped view of a store directory.
+
+    ``store[i]`` is document ``i`` (a read-only array view), ``len(store)`` the number
+    of documents, ``store.lengths()`` all lengths at once. Corrupt or truncated files
+    raise ``ValueError`` naming the file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.meta = _read_meta(self.path)
+        self.dtype = np.dtype(self.meta["dtype"])
+        n_docs, n_tok = self.meta["num_documents"], self.meta["num_tokens"]
+        self.offsets = _mapped(self.path / OFFSETS, np.dtype(np.int64), n_docs + 1)
+        self.tokens = _mapped(self.path / TOKENS, self.dtype, n_tok)
+        if n_docs and (self.offsets[0] != 0 or self.offsets[-1] != n_tok or np.any(np.diff(self.offsets) <= 0)):
+            raise ValueError(f"{self.path / OFFSETS}: corrupt (offsets must rise from 0 to {n_tok})")
+
+    @property
+    def tokenizer_hash(self) -> str:
+        return str(self.meta["tokenizer_hash"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["vocab_size"])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.meta["num_tokens"])
+
+    def __len__(self) -> int:
+        return int(self.meta["num_documents"])
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"document {i} out of range (store has {n})")
+        i %= n
+        return self.tokens[self.offsets[i] : self.offsets[i + 1]]
+
+    def lengths(self) -> np.ndarray:
+        """Tokens per document.  # (num_documents,) int64"""
+        return np.diff(self.offsets)
+
+    def check_tokenizer(self, tokenizer_hash: str) -> None:
+        """Raise unless the store was made by the tokenizer with this fingerprint."""
+        if tokenizer_hash != self.tokenizer_hash:
+            raise ValueError(
+                f"{self.path}: made with tokenizer {self.tokenizer_hash[:12]}, not the given "
+                f"{tokenizer_hash[:12]} (hash mismatch); pass the tokenizer that made it or re-run seqpack tokenize"
+            )
+
+    def __repr__(self) -> str:
+        return f"TokenStore({str(self.path)!r}, documents={len(self):,}, tokens={self.num_tokens:,}, dtype={self.dtype.name})"
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such store directory (make one with seqpack tokenize)")
+    meta_path = path / META
+    if not meta_path.is_file():
+        raise ValueError(f"{meta_path}: missing; {path} is not a complete token store")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{meta_path}: corrupt ({e})") from None
+    if not isinstance(meta, dict) or meta.get("kind") != KIND:
+        raise ValueError(f"{meta_path}: not a seqpack token store")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{meta_path}: format version {meta.get('format_version')}, this seqpack reads {FORMAT_VERSION}")
+    for key in ("dtype", "vocab_size", "tokenizer_hash", "num_documents", "num_tokens"):
+        if key not in meta:
+            raise ValueError(f"{meta_path}: corrupt (no {key!r})")
+    if meta["dtype"] not in ("uint16", "uint32"):
+        raise ValueError(f"{meta_path}: corrupt (dtype {meta['dtype']!r})")
+    return meta
+
+
+def _mapped(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
+    if not path.is_file():
+        raise ValueError(f"{path}: missing from the store")
+    size = path.stat().st_size
+    if size != count * dtype.itemsize:
+        raise ValueError(
+            f"{path}: {size:,} bytes, expected {count * dtype.itemsize:,} (truncated or corrupt store)"
+        )
+    if count == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
