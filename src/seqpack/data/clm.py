@@ -50,6 +50,7 @@ def clm_sequences(
     doc_len = np.diff(offsets)
     n_docs = doc_len.size
     dropped: dict[str, int] = {}
+    info: dict[str, object] = {"eos_id": eos_id, "overflow": overflow}
     if eos_id is not None:
         # one EOS after each document: new offsets shift by the number of EOS before them
         new_off = offsets + np.arange(n_docs + 1)
@@ -76,8 +77,7 @@ def clm_sequences(
         new_offsets = np.append(piece_start, offsets[-1]).astype(np.int64)
         if not np.array_equal(np.diff(new_offsets), piece_len):  # only when docs are not contiguous
             tokens, new_offsets = tokens[_ranges(piece_start, piece_len)], _offsets(piece_len)
-        if n_long:
-            dropped["split_documents"] = n_long
+        info["split_documents"] = n_long
     else:
         keep = ~empty & (~long if overflow == "drop" else True)
         example_ids = np.flatnonzero(keep)
@@ -86,8 +86,9 @@ def clm_sequences(
         new_offsets = _offsets(lens)
         if n_long and overflow == "drop":
             dropped["too_long"] = n_long
-        if n_long and overflow == "truncate":
-            dropped["truncated_tokens"] = int((doc_len[long] - max_len).sum())
+        if overflow == "truncate":
+            info["truncated_documents"] = n_long
+            info["truncated_tokens"] = int((doc_len[long] - max_len).sum())
     max_id = max(int(tokens.max()) if tokens.size else 0, (vocab_size or 1) - 1)
     input_ids = tokens.astype(id_dtype(max_id), copy=False)
     labels = input_ids.astype(label_dtype(max_id))
@@ -99,7 +100,7 @@ def clm_sequences(
         token_fields={"input_ids": input_ids, "labels": labels},
         num_examples=n_docs,
         dropped=dropped,
-        info={"eos_id": eos_id, "overflow": overflow},
+        info=info,
     )
 
 

@@ -1,0 +1,52 @@
+"""A torch ``Dataset`` over a packed directory, and the collate function for its batches.
+
+    ds = PackedDataset("packed/")
+    loader = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=True, collate_fn=collate_packed)
+    batch = next(iter(loader))   # {"input_ids": (8, L) int64, "segment_ids": (8, L), ...}
+
+Integer columns become ``int64`` tensors (what embeddings and losses take); a
+multi-label target becomes ``float32`` with -100 kept in empty slots.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from seqpack.data.io import load_packed
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    if a.dtype.kind in "iub":
+        return torch.from_numpy(np.asarray(a, dtype=np.int64))
+    return torch.from_numpy(np.asarray(a, dtype=np.float32))
+
+
+class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Packs of a directory written by ``seqpack pack``; item ``i`` is a dict of tensors."""
+
+    def __init__(self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None, mmap: bool = True) -> None:
+        self.manifest, self.columns = load_packed(path, columns=list(columns) if columns else None, mmap=mmap)
+        self.task: str = self.manifest["task"]
+
+    def __len__(self) -> int:
+        return int(self.manifest["num_packs"])
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"pack {i} out of range ({len(self)} packs)")
+        out = {k: _tensor(np.asarray(v[i])) for k, v in self.columns.items()}
+        if self.task == "multilabel" and "labels" in out:
+            out["labels"] = out["labels"].float()
+        return out
+
+
+def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Stack a list of items into batch tensors: ``(B, L)``, ``(B, D)``, ``(B,)``..."""
+    if not batch:
+        raise ValueError("collate_packed got an empty batch")
+    return {k: torch.stack([torch.as_tensor(item[k]) for item in batch]) for k in batch[0]}

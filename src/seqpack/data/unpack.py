@@ -1,0 +1,70 @@
+"""Per-slot model outputs of packed rows -> one row per original example.
+
+``predictions`` has one entry per pack slot, ``(P, D, ...)``, as the packed heads
+emit them; ``example_ids`` ``(P, D)`` (-1 for empty slots) says whose each is.
+
+    >>> ex = np.array([[2, 0], [1, -1]])
+    >>> preds = np.array([[0.2, 0.0], [0.1, 9.9]])
+    >>> unpack_predictions(preds, ex).tolist()
+    [0.0, 0.1, 0.2]
+
+An example split over several sequences (clm pieces, qa windows) has several
+slots: ``reduce`` picks ``"mean"``, ``"max"`` or ``"list"`` (a list of arrays per
+example); the default ``"error"`` refuses. Examples with no slot (dropped) get
+``fill`` (or an empty list).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+REDUCE = ("error", "mean", "max", "list")
+
+
+def _numpy(x: Any) -> np.ndarray:
+    if hasattr(x, "detach"):  # a torch tensor, without importing torch
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def unpack_predictions(
+    predictions: Any,
+    example_ids: Any,
+    *,
+    num_examples: int | None = None,
+    reduce: str = "error",
+    fill: float = np.nan,
+) -> Any:
+    """Outputs in example order: ``(num_examples, ...)`` (or a list with ``reduce="list"``)."""
+    if reduce not in REDUCE:
+        raise ValueError(f"reduce must be one of {'|'.join(REDUCE)}, got {reduce!r}")
+    preds, ex = _numpy(predictions), _numpy(example_ids).astype(np.int64)
+    if preds.shape[: ex.ndim] != ex.shape:
+        raise ValueError(f"predictions {preds.shape} must start with the shape of example_ids {ex.shape} (P, D)")
+    valid = ex >= 0
+    ids, vals = ex[valid], preds[valid]
+    n = int(num_examples) if num_examples is not None else int(ids.max(initial=-1)) + 1
+    if ids.size and ids.max() >= n:
+        raise ValueError(f"example id {int(ids.max())} >= num_examples={n}")
+    counts = np.bincount(ids, minlength=n)
+    if reduce == "list":
+        order = np.argsort(ids, kind="stable")
+        return np.split(vals[order], np.cumsum(counts)[:-1])
+    if reduce == "error" and np.any(counts > 1):
+        first = int(np.flatnonzero(counts > 1)[0])
+        raise ValueError(f"example {first} has {counts[first]} slots (split or windowed); pass reduce='mean'|'max'|'list'")
+    dtype = np.result_type(vals.dtype, np.float32) if np.isnan(fill) or reduce == "mean" else vals.dtype
+    out = np.full((n, *vals.shape[1:]), fill, dtype=dtype)
+    if reduce == "max":
+        out[np.unique(ids)] = -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+        np.maximum.at(out, ids, vals)
+    elif reduce == "mean":
+        out[np.unique(ids)] = 0
+        np.add.at(out, ids, vals)
+        has = counts > 0
+        out[has] /= counts[has].reshape(-1, *([1] * (vals.ndim - 1)))
+    else:
+        out[ids] = vals
+    return out
