@@ -34,7 +34,8 @@ def manifest_of(pc: PackedColumns, *, extra: dict[str, Any] | None = None) -> di
     """Everything a reader (or a person) needs to know about the packed rows."""
     plan = pc.packing.plan
     plan_d = plan.to_dict()
-    plan_d.pop("seconds", None)
+    plan_d.pop("seconds", None)  # timings would make equal inputs give different bytes
+    plan_d["info"] = {k: v for k, v in plan_d.get("info", {}).items() if "seconds" not in k}
     hist = plan.histogram()
     return {
         "kind": KIND,
@@ -53,6 +54,12 @@ def manifest_of(pc: PackedColumns, *, extra: dict[str, Any] | None = None) -> di
         "plan": plan_d,
         "columns": {k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in pc.columns.items()},
     }
+
+
+def dump_manifest(m: dict[str, Any]) -> str:
+    """JSON with one top-level key per line (long lists stay on their line)."""
+    lines = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in m.items()]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def _arrow_column(a: np.ndarray) -> Any:
@@ -114,7 +121,7 @@ def write_packed(
         manifest["shards"] = shards
         manifest["compression"] = compression
         manifest["bin"] = export_bin
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        (tmp / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
     return manifest
 
 

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from seqpack.tokenizer.tokenizer import Tokenizer
+from tests.cli.test_cli import EOT, run
+
+
+@pytest.fixture
+def tokdir(tmp_path: Path) -> Path:
+    Tokenizer({i: bytes([i]) for i in range(256)}, [], special_tokens=[EOT]).save(tmp_path / "tok")
+    return tmp_path / "tok"
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    p = tmp_path / "c.txt"
+    p.write_text(EOT.join(f"Doc {i}. " + "Some words here. " * (i % 9) for i in range(40)) + EOT + EOT, encoding="utf-8")
+    return p
+
+
+def test_tokenize_then_pack_every_store_task(capsys, tmp_path, tokdir, corpus):
+    code, out, _ = run(capsys, "tokenize", str(corpus), "--tokenizer", str(tokdir), "--out", str(tmp_path / "s"), "--json", "--workers", "1")
+    meta = json.loads(out)
+    assert code == 0 and meta["num_documents"] == 40 and meta["dtype"] == "uint16"
+    for task in ("clm", "mlm"):
+        code, out, err = run(capsys, "pack", str(tmp_path / "s"), "--task", task, "--max-len", "64", "--tokenizer", str(tokdir),
+                             "--out", str(tmp_path / task), "--json", "--algorithm", "lpfhp")
+        assert code == 0, err
+        s = json.loads(out)
+        assert s["task"] == task and s["num_packs"] >= 1 and 0 < s["efficiency"] <= 1
+        assert (tmp_path / task / "manifest.json").is_file()
+
+
+def test_pack_examples_tasks(capsys, tmp_path, tokdir):
+    ex = tmp_path / "ex.jsonl"
+    rows = [{"text": f"text number {i}", "label": i % 3, "tags": [i % 2],
+             "question": "n?", "context": f"the number is {i}.", "answers": {"text": [str(i)], "answer_start": [14]}} for i in range(30)]
+    ex.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    for task, extra in (("classification", []), ("multilabel", ["--label-field", "tags"]), ("qa", ["--doc-stride", "4"])):
+        code, out, err = run(capsys, "pack", str(ex), "--task", task, "--max-len", "48", "--tokenizer", str(tokdir),
+                             "--out", str(tmp_path / task), "--export-bin", *extra)
+        assert code == 0, err
+        assert out.startswith(f"{task}: 30 sequences from 30 examples")
+
+
+@pytest.fixture
+def store(capsys, tmp_path, tokdir, corpus) -> Path:
+    run(capsys, "tokenize", str(corpus), "--tokenizer", str(tokdir), "--out", str(tmp_path / "s"))
+    return tmp_path / "s"
+
+
+def test_pack_errors_are_one_line(capsys, tmp_path, tokdir, store):
+    base = ["--tokenizer", str(tokdir), "--out", str(tmp_path / "o")]
+
+    def err(*argv: str) -> str:
+        code, _, e = run(capsys, "pack", *argv)
+        assert code == 2 and e.count("\n") == 1 and "Traceback" not in e
+        return e
+
+    assert "sequences exceed max_len=8; pass --overflow split|truncate|drop" in err(str(store), "--task", "clm", "--max-len", "8", "--overflow", "error", *base)
+    assert "--overflow does not apply to task qa" in err(str(store), "--task", "qa", "--max-len", "8", "--overflow", "drop", *base)
+    assert "reads labelled examples" in err(str(store), "--task", "classification", "--max-len", "8", *base)
+    assert "no such file" in err(str(tmp_path / "none.jsonl"), "--task", "classification", "--max-len", "8", *base)
+    other = tmp_path / "tok2"
+    Tokenizer({i: bytes([i]) for i in range(256)}, []).save(other)
+    assert "hash mismatch" in err(str(store), "--task", "clm", "--max-len", "64", "--tokenizer", str(other), "--out", str(tmp_path / "o"))
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "f").write_text("x")
+    assert "exists and is not empty; pass --overwrite" in err(str(store), "--task", "clm", "--max-len", "64", *base)
+    (store / "tokens.bin").write_bytes(b"\x00")
+    assert "tokens.bin" in err(str(store), "--task", "clm", "--max-len", "64", *base, "--overwrite")
+
+
+def test_pack_bad_options_exit_2(capsys, tmp_path, tokdir, store):
+    for argv in (["--task", "nope"], ["--task", "clm", "--max-len", "0"], ["--task", "clm", "--max-len", "8", "--seed", "-1"]):
+        with pytest.raises(SystemExit) as e:
+            run(capsys, "pack", str(store), "--tokenizer", str(tokdir), "--out", str(tmp_path / "o"), *argv)
+        assert e.value.code == 2
+
+
+def test_tokenize_errors(capsys, tmp_path, tokdir, corpus):
+    code, _, e = run(capsys, "tokenize", str(tmp_path / "missing.txt"), "--tokenizer", str(tokdir), "--out", str(tmp_path / "s"))
+    assert code == 2 and "no such file" in e
+    assert not (tmp_path / "s").exists()
+    code, _, e = run(capsys, "tokenize", str(corpus), "--tokenizer", str(tokdir), "--out", str(tmp_path / "s"), "--workers", "0")
+    assert code == 2 and "--workers" in e
