@@ -30,14 +30,14 @@ def scatter_rows(src, seq_off, order, pack_off, out, pad):  # type: ignore[no-un
 def segments_positions(lengths, order, pack_off, seg, pos, pos_offset):  # type: ignore[no-untyped-def]
     """seg[p]: 1..k per sequence, 0 padding; pos[p]: pos_offset + 0..n-1 per sequence, 0 padding."""
     n_packs, width = seg.shape
+    ramp = (np.arange(width) + pos_offset).astype(pos.dtype)  # copied as a slice: vectorised stores
     for p in prange(n_packs):
         col = 0
         k = 1
         for j in range(pack_off[p], pack_off[p + 1]):
             n = lengths[order[j]]
-            for t in range(n):
-                seg[p, col + t] = k
-                pos[p, col + t] = pos_offset + t
+            seg[p, col : col + n] = k
+            pos[p, col : col + n] = ramp[:n]
             col += n
             k += 1
         seg[p, col:width] = 0
