@@ -20,9 +20,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev,bench]'
 	$(BIN)/python benchmarks/bpe_train.py
 	$(BIN)/python benchmarks/encode.py
 	$(BIN)/python benchmarks/plan.py
+	$(BIN)/python benchmarks/tokenize_store.py
+	$(BIN)/python benchmarks/pack_dataset.py
 
 clean:
 	rm -rf $(VENV) demo_out build src/*.egg-info

@@ -1,9 +1,9 @@
 """The main job (``seqpack demo`` / ``make demo``).
 
-Today it runs the first stage of the pipeline on the built-in corpus: train a
-byte-level BPE tokenizer, check the fast corpus encoder against the reference
-encoder, save the tokenizer and print a summary. Later stages (store, packing,
-training) will extend it.
+It runs the pipeline so far on the built-in corpus: train a byte-level BPE
+tokenizer, check the fast corpus encoder against the reference encoder, save the
+tokenizer, write the token store, and pack it for causal-LM (max_len 512) and BERT
+pre-training (MLM + NSP, max_len 128). Training (issue 6) will extend it.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def run_demo(
     n_tokens = sum(len(ids) for ids in fast)
     out = Path(out_dir) / "tokenizer"
     tok.save(out, overwrite=True)
+    packed = _store_and_pack(docs, tok, Path(out_dir), workers)
     return {
         "corpus": "built-in Python docs" if not corpus else ", ".join(corpus),
         "documents": len(docs),
@@ -58,7 +59,26 @@ def run_demo(
         "encode_mb_per_s": n_bytes / 1e6 / max(t_fast, 1e-9),
         "fast_path_exact_on_sample": exact,
         "tokenizer_dir": str(out),
+        **packed,
     }
+
+
+def _store_and_pack(docs: Sequence[str], tok: Any, out: Path, workers: int | None) -> dict[str, Any]:
+    from seqpack.data import PackConfig, build_packed_dataset
+    from seqpack.store import build_store
+
+    store = build_store(docs, tok, out / "store", workers=workers, overwrite=True)
+    result: dict[str, Any] = {"store_dir": str(store.path), "store_mb_per_s": store.meta["mb_per_s"]}
+    for task, max_len in (("clm", 512), ("mlm", 128)):
+        t0 = time.perf_counter()
+        m = build_packed_dataset(store, tok, out / f"packed_{task}", PackConfig(task=task, max_len=max_len), overwrite=True)
+        result[task] = {
+            "max_len": max_len, "sequences": m["num_sequences"], "packs": m["num_packs"],
+            "padded_rows": m["num_sequences"], "efficiency": m["efficiency"],
+            "padding_efficiency": m["num_tokens"] / (m["num_sequences"] * max_len),
+            "seconds": time.perf_counter() - t0, "dir": str(out / f"packed_{task}"),
+        }
+    return result
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -69,6 +89,15 @@ def format_summary(s: dict[str, Any]) -> str:
         ("encoded", f"{s['tokens']:,} tokens, {s['bytes_per_token']:.2f} bytes/token, {s['encode_mb_per_s']:.1f} MB/s"),
         ("fast == reference", "yes" if s["fast_path_exact_on_sample"] else "NO"),
         ("saved to", s["tokenizer_dir"]),
+        ("token store", f"{s['store_dir']} ({s['store_mb_per_s']:.1f} MB/s)"),
     ]
+    for task in ("clm", "mlm"):
+        t = s[task]
+        rows.append((
+            f"packed {task}",
+            f"{t['sequences']:,} sequences -> {t['packs']:,} rows of {t['max_len']} ({t['efficiency']:.2%} full; "
+            f"padded: {t['padded_rows']:,} rows, {t['padding_efficiency']:.1%} full; "
+            f"{t['padded_rows'] / t['packs']:.2f}x fewer rows) in {t['seconds']:.2f} s -> {t['dir']}",
+        ))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -120,3 +120,14 @@ def test_encode_stdin(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"hi")))
     code, out, _ = run(capsys, "encode", "--tokenizer", str(tmp_path / "tok"))
     assert code == 0 and out == "104 105\n"
+
+
+def test_demo_on_a_small_corpus(capsys, tmp_path, corpus):
+    code, out, err = run(capsys, "demo", "--corpus", str(corpus), "--out", str(tmp_path / "d"), "--vocab-size", "300", "--workers", "1", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["fast_path_exact_on_sample"] and s["vocab_size"] <= 300
+    for task in ("clm", "mlm"):
+        assert s[task]["packs"] >= 1 and 0 < s[task]["efficiency"] <= 1
+        assert (tmp_path / "d" / f"packed_{task}" / "manifest.json").is_file()
+    assert (tmp_path / "d" / "store" / "meta.json").is_file()

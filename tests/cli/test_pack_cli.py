@@ -32,7 +32,12 @@ def test_tokenize_then_pack_every_store_task(capsys, tmp_path, tokdir, corpus):
         assert code == 0, err
         s = json.loads(out)
         assert s["task"] == task and s["num_packs"] >= 1 and 0 < s["efficiency"] <= 1
-        assert (tmp_path / task / "manifest.json").is_file()
+        m = json.loads((tmp_path / task / "manifest.json").read_text())
+        assert m["dropped"] == {"empty": 1}  # the empty document between the two final separators
+        run(capsys, "pack", str(tmp_path / "s"), "--task", task, "--max-len", "64", "--tokenizer", str(tokdir),
+            "--out", str(tmp_path / f"{task}2"), "--algorithm", "lpfhp")
+        for f in sorted((tmp_path / task).rglob("*.*")):  # same inputs and seed: byte-identical files
+            assert f.read_bytes() == (tmp_path / f"{task}2" / f.relative_to(tmp_path / task)).read_bytes(), f
 
 
 def test_pack_examples_tasks(capsys, tmp_path, tokdir):

@@ -45,6 +45,10 @@ def test_clm_matches_reference(docs, max_len, overflow, eos):
     got = [(int(s.example_ids[i]), q["input_ids"].tolist(), q["labels"].tolist()) for i in range(s.num_sequences) for q in [s.sequence(i)]]
     assert got == ref
     assert s.num_examples == len(docs)
+    n = [len(d) + (eos is not None) for d in docs]
+    too_long = sum(x > max_len for x in n)
+    assert s.dropped.get("too_long", 0) == (too_long if overflow == "drop" else 0)
+    assert s.dropped.get("empty", 0) == n.count(0)
 
 
 def test_clm_overflow_error_counts():
