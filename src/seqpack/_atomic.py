@@ -8,12 +8,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def check_output_dir(path: str | os.PathLike[str], *, overwrite: bool) -> Path:
@@ -46,3 +48,24 @@ def atomic_directory(path: str | os.PathLike[str], *, overwrite: bool = False) -
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def read_versioned_json(directory: Path, name: str, *, kind: str, version: int, what: str, hint: str) -> dict[str, Any]:
+    """``directory/name`` as a dict whose ``kind`` and ``format_version`` match; one-line errors.
+
+    ``what`` names the thing ("token store"); ``hint`` says how to make one.
+    """
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: no such {what} directory ({hint})")
+    path = directory / name
+    if not path.is_file():
+        raise ValueError(f"{path}: missing; {directory} is not a complete {what}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: corrupt ({e})") from None
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise ValueError(f"{path}: not a seqpack {what}")
+    if data.get("format_version") != version:
+        raise ValueError(f"{path}: format version {data.get('format_version')}, this seqpack reads {version}")
+    return data

@@ -92,8 +92,8 @@ def read_text(
         yield buf
 
 
-def read_jsonl(path: str | os.PathLike[str], *, text_field: str = "text") -> Iterator[str]:
-    """The ``text_field`` of each JSON object per line (blank lines skipped)."""
+def iter_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed value)`` of each non-blank line; one-line errors naming the file."""
     p = require_file(path)
     with open(p, encoding="utf-8") as f:
         try:
@@ -101,12 +101,17 @@ def read_jsonl(path: str | os.PathLike[str], *, text_field: str = "text") -> Ite
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line)
+                    yield lineno, json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{p}: line {lineno}: not valid JSON ({e.msg})") from None
-                yield _field(obj, text_field, f"{p}: line {lineno}")
         except UnicodeDecodeError as e:
             raise ValueError(f"{p}: invalid UTF-8 ({e.reason})") from None
+
+
+def read_jsonl(path: str | os.PathLike[str], *, text_field: str = "text") -> Iterator[str]:
+    """The ``text_field`` of each JSON object per line (blank lines skipped)."""
+    for lineno, obj in iter_json_lines(path):
+        yield _field(obj, text_field, f"{path}: line {lineno}")
 
 
 def _field(obj: Any, field: str, where: str) -> str:

@@ -69,14 +69,7 @@ def clm_sequences(
     if overflow == "error" and n_long:
         raise overflow_error(n_long, max_len, ("split", "truncate", "drop", "error"))
     if overflow == "split":
-        pieces = -(-doc_len // max_len)
-        example_ids = np.repeat(np.arange(n_docs), pieces)
-        within = np.arange(example_ids.size) - np.repeat(_offsets(pieces)[:-1], pieces)
-        piece_start = starts[example_ids] + within * max_len
-        piece_len = np.minimum(max_len, doc_len[example_ids] - within * max_len)
-        new_offsets = np.append(piece_start, offsets[-1]).astype(np.int64)
-        if not np.array_equal(np.diff(new_offsets), piece_len):  # only when docs are not contiguous
-            tokens, new_offsets = tokens[_ranges(piece_start, piece_len)], _offsets(piece_len)
+        tokens, new_offsets, example_ids = _split(tokens, offsets, doc_len, max_len)
         info["split_documents"] = n_long
     else:
         keep = ~empty & (~long if overflow == "drop" else True)
@@ -102,6 +95,19 @@ def clm_sequences(
         dropped=dropped,
         info=info,
     )
+
+
+def _split(tokens: np.ndarray, offsets: np.ndarray, doc_len: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut every document into pieces of ``max_len`` (the last one shorter): tokens, offsets, doc ids."""
+    pieces = -(-doc_len // max_len)
+    example_ids = np.repeat(np.arange(doc_len.size), pieces)
+    within = np.arange(example_ids.size) - np.repeat(_offsets(pieces)[:-1], pieces)
+    piece_start = offsets[:-1][example_ids] + within * max_len
+    piece_len = np.minimum(max_len, doc_len[example_ids] - within * max_len)
+    new_offsets = np.append(piece_start, offsets[-1]).astype(np.int64)
+    if not np.array_equal(np.diff(new_offsets), piece_len):  # only when docs are not contiguous
+        tokens, new_offsets = tokens[_ranges(piece_start, piece_len)], _offsets(piece_len)
+    return tokens, new_offsets, example_ids
 
 
 def clm_reference(

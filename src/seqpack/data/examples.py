@@ -6,13 +6,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seqpack.corpus.readers import require_file
+from seqpack.corpus.readers import iter_json_lines, require_file
 
 if TYPE_CHECKING:
     from seqpack.tokenizer.tokenizer import Tokenizer
@@ -39,17 +38,10 @@ def iter_records(source: str | os.PathLike[str] | Iterable[Any]) -> Iterator[dic
 
 
 def _jsonl(p: Path) -> Iterator[dict[str, Any]]:
-    with open(p, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p}: line {lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{p}: line {lineno}: expected a JSON object, got {type(obj).__name__}")
-            yield obj
+    for lineno, obj in iter_json_lines(p):
+        if not isinstance(obj, dict):
+            raise ValueError(f"{p}: line {lineno}: expected a JSON object, got {type(obj).__name__}")
+        yield obj
 
 
 def _parquet(p: Path) -> Iterator[dict[str, Any]]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack._atomic import atomic_directory
+from seqpack._atomic import atomic_directory, read_versioned_json
 from seqpack.data.pack import PackedColumns
 
 FORMAT_VERSION = 1
@@ -126,21 +126,9 @@ def write_packed(
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_dir():
-        raise FileNotFoundError(f"{p}: no such packed dataset directory (make one with seqpack pack)")
-    mp = p / MANIFEST
-    if not mp.is_file():
-        raise ValueError(f"{mp}: missing; {p} is not a complete packed dataset")
-    try:
-        m = json.loads(mp.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{mp}: corrupt ({e})") from None
-    if not isinstance(m, dict) or m.get("kind") != KIND:
-        raise ValueError(f"{mp}: not a seqpack packed dataset")
-    if m.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{mp}: format version {m.get('format_version')}, this seqpack reads {FORMAT_VERSION}")
-    return m
+    """The manifest of a packed dataset directory (checked kind and format version)."""
+    return read_versioned_json(Path(path), MANIFEST, kind=KIND, version=FORMAT_VERSION,
+                               what="packed dataset", hint="make one with seqpack pack")
 
 
 def load_packed(

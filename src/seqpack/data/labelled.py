@@ -71,6 +71,35 @@ def _labels(raw: list[Any], multilabel: bool, num_labels: int | None, field: str
     return hot, names
 
 
+def _read(
+    examples: str | os.PathLike[str] | Iterable[Any], text_field: str, text_pair_field: str | None,
+    label_field: str, multilabel: bool,
+) -> tuple[list[str], list[str | None], list[Any], list[int], int, dict[str, int]]:
+    """Texts, pairs and raw labels of the non-empty examples, checked; their indices; counts."""
+    label_kind: type | tuple[type, ...] = list if multilabel else (int, str)
+    texts: list[str] = []
+    pairs: list[str | None] = []
+    raw: list[Any] = []
+    keep_ids: list[int] = []
+    dropped: dict[str, int] = {}
+    n_examples = 0
+    for i, row in enumerate(iter_records(examples)):
+        n_examples += 1
+        text = get_field(row, text_field, i, "--text-field")
+        pair = get_field(row, text_pair_field, i, "--text-pair-field") if text_pair_field else None
+        label = get_field(row, label_field, i, "--label-field", label_kind)
+        if multilabel and not all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in label):
+            raise ValueError(f"example {i}: field {label_field!r} must be a list of ints or strings")
+        if not text.strip() and not (pair or "").strip():
+            dropped["empty"] = dropped.get("empty", 0) + 1
+            continue
+        texts.append(text)
+        pairs.append(pair)
+        raw.append(label)
+        keep_ids.append(i)
+    return texts, pairs, raw, keep_ids, n_examples, dropped
+
+
 def classification_sequences(
     examples: str | os.PathLike[str] | Iterable[Any],
     tokenizer: Tokenizer,
@@ -88,24 +117,8 @@ def classification_sequences(
     check_overflow(overflow, allowed=OVERFLOW)
     specials, vocab_size = special_ids(tokenizer)
     cls, sep = specials["[CLS]"], specials["[SEP]"]
-    label_kind: type | tuple[type, ...] = list if multilabel else (int, str)
-    texts, pairs, raw, keep_ids = [], [], [], []
-    dropped: dict[str, int] = {}
-    n_examples = 0
-    for i, row in enumerate(iter_records(examples)):
-        n_examples += 1
-        text = get_field(row, text_field, i, "--text-field")
-        pair = get_field(row, text_pair_field, i, "--text-pair-field") if text_pair_field else None
-        label = get_field(row, label_field, i, "--label-field", label_kind)
-        if multilabel and not all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in label):
-            raise ValueError(f"example {i}: field {label_field!r} must be a list of ints or strings")
-        if not text.strip() and not (pair or "").strip():
-            dropped["empty"] = dropped.get("empty", 0) + 1
-            continue
-        texts.append(text)
-        pairs.append(pair)
-        raw.append(label)
-        keep_ids.append(i)
+    texts, pairs, raw, keep_ids, n_examples, dropped = _read(
+        examples, text_field, text_pair_field, label_field, multilabel)
     labels, names = _labels(raw, multilabel, num_labels, label_field)
     enc_a = tokenizer.encode_batch(texts)
     enc_b = tokenizer.encode_batch([p or "" for p in pairs]) if text_pair_field else [[] for _ in texts]

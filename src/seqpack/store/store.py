@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack._atomic import atomic_directory
+from seqpack._atomic import atomic_directory, read_versioned_json
 
 FORMAT_VERSION = 1
 KIND = "seqpack.token_store"
@@ -183,19 +183,9 @@ class TokenStore:
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such store directory (make one with seqpack tokenize)")
     meta_path = path / META
-    if not meta_path.is_file():
-        raise ValueError(f"{meta_path}: missing; {path} is not a complete token store")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{meta_path}: corrupt ({e})") from None
-    if not isinstance(meta, dict) or meta.get("kind") != KIND:
-        raise ValueError(f"{meta_path}: not a seqpack token store")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{meta_path}: format version {meta.get('format_version')}, this seqpack reads {FORMAT_VERSION}")
+    meta = read_versioned_json(path, META, kind=KIND, version=FORMAT_VERSION,
+                               what="token store", hint="make one with seqpack tokenize")
     for key in ("dtype", "vocab_size", "tokenizer_hash", "num_documents", "num_tokens"):
         if key not in meta:
             raise ValueError(f"{meta_path}: corrupt (no {key!r})")
