@@ -239,3 +239,23 @@ def test_build_store_tasks_end_to_end(tok, store, tmp_path, task):
     assert c["input_ids"].shape == (m["num_packs"], 64)
     if task == "mlm":
         assert c["next_sentence_label"].shape == (m["num_packs"], m["max_depth"]) and "token_type_ids" in c
+
+
+def test_hf_dataset_and_parquet_examples(tok, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"text": f"t{i}", "label": i % 2} for i in range(10)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "ex.parquet")
+    want = classification_sequences(rows, tok, max_len=16)
+    for source in (tmp_path / "ex.parquet", pytest.importorskip("datasets").Dataset.from_list(rows)):
+        got = classification_sequences(source, tok, max_len=16)
+        assert np.array_equal(got.token_fields["input_ids"], want.token_fields["input_ids"])
+        assert got.seq_fields["labels"].tolist() == want.seq_fields["labels"].tolist()
+    with pytest.raises(ValueError, match="must be .jsonl or .parquet"):
+        classification_sequences(_touch(tmp_path / "ex.csv"), tok, max_len=16)
+
+
+def _touch(p):
+    p.write_text("text,label\n")
+    return p
