@@ -74,7 +74,7 @@ def _store_and_pack(docs: Sequence[str], tok: Any, out: Path, workers: int | Non
         m = build_packed_dataset(store, tok, out / f"packed_{task}", PackConfig(task=task, max_len=max_len), overwrite=True)
         result[task] = {
             "max_len": max_len, "sequences": m["num_sequences"], "packs": m["num_packs"],
-            "padded_rows": m["num_sequences"], "efficiency": m["efficiency"],
+            "efficiency": m["efficiency"],
             "padding_efficiency": m["num_tokens"] / (m["num_sequences"] * max_len),
             "seconds": time.perf_counter() - t0, "dir": str(out / f"packed_{task}"),
         }
@@ -96,8 +96,8 @@ def format_summary(s: dict[str, Any]) -> str:
         rows.append((
             f"packed {task}",
             f"{t['sequences']:,} sequences -> {t['packs']:,} rows of {t['max_len']} ({t['efficiency']:.2%} full; "
-            f"padded: {t['padded_rows']:,} rows, {t['padding_efficiency']:.1%} full; "
-            f"{t['padded_rows'] / t['packs']:.2f}x fewer rows) in {t['seconds']:.2f} s -> {t['dir']}",
+            f"padded: {t['sequences']:,} rows, {t['padding_efficiency']:.1%} full; "
+            f"{t['sequences'] / t['packs']:.2f}x fewer rows) in {t['seconds']:.2f} s -> {t['dir']}",
         ))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

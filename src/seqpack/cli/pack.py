@@ -10,7 +10,13 @@ from seqpack.cli.plan import _depth, _max_len, _positive_int
 
 
 def _nonneg(text: str) -> int:
-    return _positive_int(str(int(text) + 1) if text.lstrip("-").isdigit() else text, "value", " (>= 0)") - 1
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
 
 
 def add_parser(sub: Any) -> None:

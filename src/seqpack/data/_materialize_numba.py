@@ -43,10 +43,3 @@ def segments_positions(lengths, order, pack_off, seg, pos, pos_offset):  # type:
         seg[p, col:width] = 0
         pos[p, col:width] = 0
 
-
-def warm_up() -> None:
-    """Compile the common signatures (first use otherwise pays it)."""
-    off = np.array([0, 1], np.int64)
-    for dt in (np.uint16, np.int16, np.uint8):
-        scatter_rows(np.zeros(1, dt), off, np.zeros(1, np.int64), off, np.zeros((1, 2), dt), dt(0))
-    segments_positions(np.ones(1, np.int64), np.zeros(1, np.int64), off, np.zeros((1, 2), np.uint8), np.zeros((1, 2), np.uint16), 0)

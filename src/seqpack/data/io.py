@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from seqpack._atomic import atomic_directory, read_versioned_json
+from seqpack._parallel import default_workers
 from seqpack.data.pack import PackedColumns
 
 FORMAT_VERSION = 1
@@ -93,11 +94,12 @@ def write_packed(
     compression: str = "zstd",
     export_bin: bool = False,
     extra: dict[str, Any] | None = None,
-    workers: int = 2,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Write ``pc`` to ``out`` (atomically, manifest last); returns the manifest."""
     if compression not in COMPRESSION:
         raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {compression!r}")
+    workers = workers or default_workers()  # pyarrow writes shards without the GIL
     for name, v in (("shard_packs", shard_packs), ("row_group_packs", row_group_packs), ("workers", workers)):
         if v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
@@ -107,7 +109,7 @@ def write_packed(
     shards = [{"file": f"data/part-{i:05d}.parquet", "rows": hi - lo} for i, (lo, hi) in enumerate(bounds)]
     with atomic_directory(out, overwrite=overwrite) as tmp:
         (tmp / "data").mkdir()
-        with ThreadPoolExecutor(max_workers=workers) as ex:  # pyarrow writes without the GIL
+        with ThreadPoolExecutor(max_workers=workers) as ex:
             jobs = [
                 ex.submit(_write_shard, tmp / s["file"], pc.columns, lo, hi, row_group_packs, compression)
                 for s, (lo, hi) in zip(shards, bounds)

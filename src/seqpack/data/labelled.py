@@ -44,7 +44,8 @@ def truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], l
     return a[:na], b[:nb]
 
 
-def _labels(raw: list[Any], multilabel: bool, num_labels: int | None, field: str) -> tuple[np.ndarray, list[str] | None]:
+def _labels(raw: list[Any], multilabel: bool, num_labels: int | None, field: str) -> tuple[np.ndarray, list[str] | None, int]:
+    """Label ids ((N,), or multi-hot (N, C)), the names of string labels, and the class count C."""
     flat = [x for r in raw for x in r] if multilabel else raw
     kinds = {type(x) for x in flat}
     names: list[str] | None = None
@@ -64,11 +65,11 @@ def _labels(raw: list[Any], multilabel: bool, num_labels: int | None, field: str
     if top > c:
         raise ValueError(f"a label id is {top - 1} but num_labels={c}; pass a larger --num-labels")
     if not multilabel:
-        return np.asarray(ids, dtype=np.int16 if c < 1 << 15 else np.int64), names
+        return np.asarray(ids, dtype=np.int16 if c < 1 << 15 else np.int64), names, c
     hot = np.zeros((len(raw), max(c, 1)), dtype=np.int8)
     rows = np.repeat(np.arange(len(raw)), [len(r) for r in raw])
     hot[rows, np.asarray(ids, dtype=np.int64)] = 1
-    return hot, names
+    return hot, names, hot.shape[1]
 
 
 def _read(
@@ -119,7 +120,7 @@ def classification_sequences(
     cls, sep = specials["[CLS]"], specials["[SEP]"]
     texts, pairs, raw, keep_ids, n_examples, dropped = _read(
         examples, text_field, text_pair_field, label_field, multilabel)
-    labels, names = _labels(raw, multilabel, num_labels, label_field)
+    labels, names, n_classes = _labels(raw, multilabel, num_labels, label_field)
     enc_a = tokenizer.encode_batch(texts)
     enc_b = tokenizer.encode_batch([p or "" for p in pairs]) if text_pair_field else [[] for _ in texts]
     seqs, types, keep = [], [], []
@@ -155,7 +156,7 @@ def classification_sequences(
         dropped=dropped,
         info={
             "special_ids": specials, "vocab_size": vocab_size, "label_names": names,
-            "num_labels": int(labels.shape[1]) if multilabel else (len(names) if names else int(labels.max(initial=-1)) + 1),
+            "num_labels": n_classes,
             "overflow": overflow, "truncated": too_long if overflow == "truncate" else 0,
         },
     )

@@ -43,9 +43,9 @@ def small_uint(n: int) -> np.dtype:
 
 def signed_for(dtype: np.dtype) -> np.dtype:
     """A dtype that holds every value of ``dtype`` and -100."""
-    if dtype.kind in "if" and (dtype.kind == "f" or dtype.itemsize >= 1):
+    if dtype.kind in "if":  # signed ints and floats already hold -100
         return dtype
-    return np.dtype(np.int8) if dtype == np.bool_ else np.promote_types(dtype, np.int8)
+    return np.promote_types(dtype, np.int8)  # bool -> int8, uint8 -> int16, ...
 
 
 @dataclass(frozen=True, eq=False)

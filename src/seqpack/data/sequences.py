@@ -79,22 +79,6 @@ class Sequences:
         out.update({k: v[i] for k, v in self.seq_fields.items()})
         return out
 
-    def select(self, keep: np.ndarray) -> Sequences:
-        """The sequences where ``keep`` (bool, (N,)) is true, in order."""
-        lengths = self.lengths[keep]
-        starts = self.offsets[:-1][keep]
-        idx = _ranges(starts, lengths)
-        return Sequences(
-            task=self.task,
-            offsets=_offsets(lengths),
-            example_ids=self.example_ids[keep],
-            token_fields={k: v[idx] for k, v in self.token_fields.items()},
-            seq_fields={k: v[keep] for k, v in self.seq_fields.items()},
-            position_fields=self.position_fields,
-            num_examples=self.num_examples,
-            dropped=dict(self.dropped),
-            info=dict(self.info),
-        )
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:

@@ -30,10 +30,9 @@ def build_store(
     straight to disk, so memory stays bounded whatever the corpus size.
     ``meta.json`` records the input bytes and the encode time (``mb_per_s``).
     """
-    from seqpack.tokenizer.fast import _PARALLEL_MIN_CHARS, encode_documents
+    from seqpack.tokenizer.fast import choose_workers, encode_documents
 
-    if isinstance(documents, (list, tuple)) and sum(map(len, documents)) < _PARALLEL_MIN_CHARS:
-        workers = 1  # a pool costs more than it saves
+    workers = choose_workers(documents, workers)  # decided before the counting wrapper hides the list
     counted = _CountingIter(documents)
     t0 = time.perf_counter()
     with StoreWriter(

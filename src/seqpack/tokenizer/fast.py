@@ -46,6 +46,13 @@ def _encode_batch(chunk: DocChunk) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(out, dtype=np.uint32), lengths
 
 
+def choose_workers(documents: Iterable[str], workers: int | None) -> int:
+    """``workers`` (default: all cores), or 1 for a small in-memory list, where a pool costs more."""
+    if isinstance(documents, (list, tuple)) and sum(map(len, documents)) < _PARALLEL_MIN_CHARS:
+        return 1
+    return workers or default_workers()
+
+
 def encode_documents(
     tok: Tokenizer,
     documents: Iterable[str],
@@ -54,9 +61,7 @@ def encode_documents(
     batch_chars: int = 1 << 19,
 ) -> Iterator[np.ndarray]:
     """Yield each document's ids as a ``uint32`` array, in input order."""
-    workers = workers or default_workers()
-    if isinstance(documents, (list, tuple)) and sum(map(len, documents)) < _PARALLEL_MIN_CHARS:
-        workers = 1
+    workers = choose_workers(documents, workers)
     batches = doc_chunks(documents, batch_chars)
     _set_worker_tokenizer(tok)
     if workers <= 1:
