@@ -6,17 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.plan import _depth, _max_len, _positive_int
+from seqpack.cli.plan import _depth, _int_at_least, _max_len, _positive_int
 
 
 def _nonneg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+    return _int_at_least(text, "value", 0)
 
 
 def add_parser(sub: Any) -> None:

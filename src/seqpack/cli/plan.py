@@ -10,14 +10,18 @@ from typing import Any
 MAX_LEN_HINT = "pass --max-len {longest} or more (the histogram's longest length)"
 
 
-def _positive_int(text: str, name: str, extra: str = "") -> int:
+def _int_at_least(text: str, name: str, minimum: int, extra: str = "") -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{name} must be an integer{extra}, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{name} must be >= 1{extra}, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}{extra}, got {value}")
     return value
+
+
+def _positive_int(text: str, name: str, extra: str = "") -> int:
+    return _int_at_least(text, name, 1, extra)
 
 
 def _depth(text: str) -> int | None:
