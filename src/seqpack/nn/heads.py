@@ -1,0 +1,67 @@
+"""Packed heads: they read each sequence of a row by index, never by moving tokens.
+
+    hidden (B, T, H), segment_ids (B, T)  ->  gather_slots  ->  (B, D, H) one [CLS] per slot
+
+    >>> h = torch.arange(6.).view(1, 6, 1)             # token t has hidden value t
+    >>> cls, present = gather_slots(h, torch.tensor([[1, 1, 2, 2, 2, 0]]), 3)
+    >>> cls[..., 0].tolist(), present.tolist()
+    ([[0.0, 2.0, 0.0]], [[True, True, False]])
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqpack.nn.masks import sequence_starts
+
+
+def gather_slots(
+    hidden: torch.Tensor, segment_ids: torch.Tensor, max_depth: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sequence's first token (its [CLS]): ``(B, D, H)`` and ``present`` ``(B, D)``."""
+    if hidden.shape[:2] != segment_ids.shape:
+        raise ValueError(f"hidden {tuple(hidden.shape)} must be (B, T, H) for segment_ids {tuple(segment_ids.shape)}")
+    starts, present = sequence_starts(segment_ids, max_depth)  # (B, D)
+    idx = starts[..., None].expand(-1, -1, hidden.shape[-1])
+    return hidden.gather(1, idx), present
+
+
+def slot_count(segment_ids: torch.Tensor, *labels: torch.Tensor | None, max_depth: int | None = None) -> int:
+    """Slots a head emits: ``max_depth`` if given, else the labels' ``D``, else the deepest row."""
+    if max_depth is not None:
+        return max_depth
+    for lab in labels:
+        if lab is not None:
+            if lab.ndim < 2 or lab.shape[0] != segment_ids.shape[0]:
+                raise ValueError(f"per-sequence labels must be (B, D[, C]), got {tuple(lab.shape)}")
+            return int(lab.shape[1])
+    return int(segment_ids.max()) if segment_ids.numel() else 0
+
+
+class PackedPooler(nn.Module):
+    """BERT's pooler (dense + tanh) applied to every sequence's [CLS], found by index."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+
+    def forward(self, hidden: torch.Tensor, segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+        cls, present = gather_slots(hidden, segment_ids, max_depth)
+        return torch.tanh(self.dense(cls)), present  # (B, D, H), (B, D)
+
+
+class MLMHead(nn.Module):
+    """Transform (dense, gelu, LayerNorm) then the tied vocabulary projection."""
+
+    def __init__(self, hidden: int, embedding: nn.Embedding, *, eps: float = 1e-12) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        self.ln = nn.LayerNorm(hidden, eps=eps)
+        self.embedding = embedding
+        self.bias = nn.Parameter(torch.zeros(embedding.num_embeddings))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        h = self.ln(F.gelu(self.dense(hidden)))
+        return F.linear(h, self.embedding.weight, self.bias)  # (..., V)

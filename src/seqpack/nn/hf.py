@@ -1,0 +1,188 @@
+"""Feed packed batches to Hugging Face transformers (5.x) models and unpack what comes out.
+
+    model = transformers.BertForMaskedLM(config)                  # attn_implementation sdpa or eager
+    out = packed_forward(model, batch)                            # batch from collate_packed
+    out.loss, out.per_sequence                                    # per-sequence MLM loss, (B, D)
+
+What the adapter does for you:
+
+* a 4-D ``(B, 1, T, T)`` mask that keeps the row's sequences apart (causal for GPT-2 and
+  Llama): **bool for ``sdpa``, additive float for ``eager``**. A bool 4-D mask given to an
+  eager model is added to the scores as 0/1 and silently attends across sequences, so
+  :func:`hf_attention_mask` picks the dtype from ``config._attn_implementation`` and
+  :func:`check_hf_mask` refuses a mismatch. (5.x passes any 4-D mask through untouched and
+  rejects 3-D ones.)
+* ``position_ids`` that restart at every sequence (from ``segment_ids`` when the batch has none);
+* heads that read each sequence's own [CLS] (NSP, classification) or unpack span logits per
+  sequence with ``-inf`` outside it (QA), through the model's own modules and weights;
+* per-sequence losses (the paper's) or per-token ones (``reduction="token"``, HF's).
+
+Supported: ``BertForPreTraining``, ``BertForMaskedLM``, ``BertForSequenceClassification``,
+``BertForQuestionAnswering``, ``GPT2LMHeadModel``, ``LlamaForCausalLM``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from seqpack.nn.heads import gather_slots, slot_count
+from seqpack.nn.losses import (
+    IGNORE_INDEX,
+    mean_over,
+    multilabel_loss,
+    qa_logits,
+    qa_loss,
+    sequence_token_losses,
+    slot_cross_entropy,
+    token_loss,
+)
+from seqpack.nn.masks import attention_mask, check_segment_ids, position_ids
+from seqpack.nn.models.bert import PackedOutput
+
+CAUSAL = ("GPT2LMHeadModel", "LlamaForCausalLM")
+BIDIRECTIONAL = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification", "BertForQuestionAnswering")
+SUPPORTED = BIDIRECTIONAL + CAUSAL
+
+
+def _impl(model_or_config: Any) -> str:
+    config = getattr(model_or_config, "config", model_or_config)
+    return str(getattr(config, "_attn_implementation", None) or "eager")
+
+
+def hf_attention_mask(model_or_config: Any, segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The 4-D mask a transformers model with this attention implementation reads correctly:
+    bool for ``sdpa`` (and flex), additive float of ``dtype`` for ``eager``.  # (B, 1, T, T)"""
+    impl = _impl(model_or_config)
+    if impl == "eager":
+        return attention_mask(segment_ids, causal=causal, dtype=dtype)
+    if impl in ("sdpa", "flex_attention"):
+        return attention_mask(segment_ids, causal=causal)
+    raise ValueError(
+        f"attn_implementation {impl!r} takes no 4-D mask here; load the model with "
+        "attn_implementation='sdpa' (or 'eager')"
+    )
+
+
+def check_hf_mask(model_or_config: Any, mask: torch.Tensor) -> None:
+    """Refuse a 4-D mask whose dtype the model's attention would misread."""
+    impl = _impl(model_or_config)
+    if mask.ndim != 4:
+        raise ValueError(f"attention_mask must be 4-D (B, 1, T, T) for packed rows, got shape {tuple(mask.shape)}")
+    if impl == "eager" and mask.dtype == torch.bool:
+        raise ValueError(
+            "a bool 4-D mask is added as 0/1 by eager attention and silently attends across sequences; "
+            "pass an additive float mask: hf_attention_mask(model, segment_ids, causal=...)"
+        )
+
+
+def _model_dtype(model: Any) -> torch.dtype:
+    return next(model.parameters()).dtype
+
+
+def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``input_ids``, the 4-D ``attention_mask``, restarting ``position_ids`` (and
+    ``token_type_ids`` for BERT) for ``model(**inputs)``."""
+    name = type(model).__name__
+    if name not in SUPPORTED:
+        raise ValueError(f"no packed adapter for {name}; supported: {', '.join(SUPPORTED)}")
+    for key in ("input_ids", "segment_ids"):
+        if key not in batch:
+            raise ValueError(f"the packed batch has no {key!r} column")
+    ids, seg = batch["input_ids"], batch["segment_ids"]
+    if ids.shape != seg.shape:
+        raise ValueError(f"segment_ids has shape {tuple(seg.shape)} but input_ids is {tuple(ids.shape)}")
+    check_segment_ids(seg)
+    pos = batch.get("position_ids")
+    if pos is None:
+        pos = position_ids(seg)
+    elif pos.shape != ids.shape:
+        raise ValueError(f"position_ids has shape {tuple(pos.shape)} but input_ids is {tuple(ids.shape)}")
+    mask = hf_attention_mask(model, seg, causal=name in CAUSAL, dtype=_model_dtype(model))
+    out = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+    if name in BIDIRECTIONAL:
+        out["token_type_ids"] = batch.get("token_type_ids", torch.zeros_like(ids))
+    return out
+
+
+def _pooled(model: Any, hidden: torch.Tensor, seg: torch.Tensor, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's own pooler (dense + tanh) on every sequence's [CLS].  # (B, D, H)"""
+    cls, present = gather_slots(hidden, seg, depth)
+    pooler = model.bert.pooler
+    return pooler.activation(pooler.dense(cls)), present
+
+
+def packed_forward(
+    model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str = "sequence", max_depth: int | None = None
+) -> PackedOutput:
+    """Run a supported transformers model on a packed batch; see the module docstring."""
+    name = type(model).__name__
+    inputs = hf_inputs(model, batch)
+    seg, labels = batch["segment_ids"], batch.get("labels")
+    if name in CAUSAL or name == "BertForMaskedLM":
+        logits = model(**inputs).logits  # (B, T, V)
+        out = PackedOutput(logits=logits)
+        if labels is not None:
+            shift = name in CAUSAL
+            out.per_sequence, out.present = sequence_token_losses(logits, labels, seg, shift=shift)
+            out.loss = _token_reduce(logits, labels, seg, out.per_sequence, out.present, reduction, shift)
+        return out
+    hidden = model.bert(**inputs).last_hidden_state  # (B, T, H)
+    if name == "BertForQuestionAnswering":
+        logits = model.qa_outputs(hidden)  # (B, T, 2)
+        if logits.shape[-1] != 2:
+            raise ValueError(f"BertForQuestionAnswering needs num_labels=2 (start, end), got {logits.shape[-1]}")
+        start, end = logits.unbind(dim=-1)
+        sp, ep = batch.get("start_positions"), batch.get("end_positions")
+        s_slots, e_slots = qa_logits(start, end, seg, slot_count(seg, sp, max_depth=max_depth))
+        out = PackedOutput(hidden=hidden, extra={"start_logits": s_slots, "end_logits": e_slots})
+        if sp is not None and ep is not None:
+            out.loss, out.per_sequence = qa_loss(s_slots, e_slots, sp, ep)
+            out.present = sp != IGNORE_INDEX
+        return out
+    if name == "BertForSequenceClassification":
+        return _classify(model, hidden, seg, labels, max_depth)
+    return _pretraining(model, hidden, seg, labels, batch.get("next_sentence_label"), reduction, max_depth)
+
+
+def _token_reduce(
+    logits: torch.Tensor, labels: torch.Tensor, seg: torch.Tensor, per: torch.Tensor, present: torch.Tensor,
+    reduction: str, shift: bool,
+) -> torch.Tensor:
+    if reduction == "sequence":
+        return mean_over(per, present)
+    return token_loss(logits, labels, seg, reduction=reduction, shift=shift)
+
+
+def _classify(model: Any, hidden: torch.Tensor, seg: torch.Tensor, labels: torch.Tensor | None, max_depth: int | None) -> PackedOutput:
+    pooled, present = _pooled(model, hidden, seg, slot_count(seg, labels, max_depth=max_depth))
+    logits = model.classifier(model.dropout(pooled))  # (B, D, C)
+    out = PackedOutput(hidden=hidden, slot_logits=logits, present=present)
+    if labels is not None:
+        if model.config.problem_type == "multi_label_classification" or labels.ndim == 3:
+            out.loss, out.per_sequence = multilabel_loss(logits, labels.to(logits.dtype))
+        else:
+            out.loss, out.per_sequence = slot_cross_entropy(logits, labels)
+    return out
+
+
+def _pretraining(
+    model: Any, hidden: torch.Tensor, seg: torch.Tensor, labels: torch.Tensor | None,
+    nsp_labels: torch.Tensor | None, reduction: str, max_depth: int | None,
+) -> PackedOutput:
+    logits = model.cls.predictions(hidden)  # (B, T, V)
+    pooled, _ = _pooled(model, hidden, seg, slot_count(seg, nsp_labels, max_depth=max_depth))
+    out = PackedOutput(hidden=hidden, logits=logits, slot_logits=model.cls.seq_relationship(pooled))
+    losses = []
+    if labels is not None:
+        out.per_sequence, out.present = sequence_token_losses(logits, labels, seg)
+        out.extra["mlm_loss"] = _token_reduce(logits, labels, seg, out.per_sequence, out.present, reduction, False)
+        losses.append(out.extra["mlm_loss"])
+    if nsp_labels is not None:
+        out.extra["nsp_loss"], out.extra["nsp_per_sequence"] = slot_cross_entropy(out.slot_logits, nsp_labels)
+        losses.append(out.extra["nsp_loss"])
+    if losses:
+        out.loss = sum(losses[1:], losses[0])
+    return out

@@ -1,0 +1,205 @@
+"""Per-sequence losses of packed rows (paper §3.3): a packed batch gives the same loss as the
+sequences run one by one.
+
+Token losses (MLM, CLM) are binned by ``(row, segment)`` into ``(B, D)`` slots::
+
+    reduction="sequence"  mean over each sequence's target tokens, then mean over sequences
+                          (paper Listing 1; every sequence weighs the same)
+    reduction="token"     sum over all target tokens / their count (the Hugging Face convention)
+
+    >>> logits = torch.zeros(1, 4, 3)             # (B, T, V): uniform, every token costs log 3
+    >>> labels = torch.tensor([[0, -100, 1, 2]])
+    >>> seg = torch.tensor([[1, 1, 2, 2]])
+    >>> round(float(token_loss(logits, labels, seg)), 4)
+    1.0986
+    >>> per, present = sequence_token_losses(logits, labels, seg)
+    >>> present.tolist()
+    [[True, True]]
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from seqpack.nn.masks import sequence_starts
+
+IGNORE_INDEX = -100
+REDUCTIONS = ("sequence", "token")
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {'|'.join(REDUCTIONS)}, got {reduction!r}")
+
+
+def _check_same(a: torch.Tensor, an: str, b: torch.Tensor, bn: str, dims: int) -> None:
+    if tuple(a.shape[:dims]) != tuple(b.shape[:dims]):
+        raise ValueError(f"{an} {tuple(a.shape)} and {bn} {tuple(b.shape)} must agree in their first {dims} dims")
+
+
+def _binned(
+    losses: torch.Tensor, slots: torch.Tensor, num_slots: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum and count of ``losses`` (N,) per slot id (N,) -> two ``(num_slots,)`` tensors."""
+    total = losses.new_zeros(num_slots).index_add(0, slots, losses)
+    count = torch.bincount(slots, minlength=num_slots).to(losses.dtype)
+    return total, count
+
+
+def sequence_token_losses(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    segment_ids: torch.Tensor,
+    *,
+    max_depth: int | None = None,
+    shift: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean cross-entropy of each sequence's target tokens.
+
+    ``logits`` (B, T, V), ``labels`` (B, T) with -100 where there is no target,
+    ``segment_ids`` (B, T). ``shift=True`` is the causal-LM convention: logits at ``t``
+    predict ``labels[t + 1]``. Returns ``(losses, present)``, both ``(B, D)``; slots with no
+    target token have loss 0 and ``present`` False.
+    """
+    _check_same(logits, "logits", labels, "labels", 2)
+    _check_same(labels, "labels", segment_ids, "segment_ids", 2)
+    B, T = labels.shape
+    k = 1 if shift else 0
+    b, t = (labels[:, k:] != IGNORE_INDEX).nonzero(as_tuple=True)  # logits at t predict labels[t + k]
+    # index_select on the flat view: its backward is one index_add, not a scatter over (B, T, V)
+    picked = logits.reshape(B * T, -1).index_select(0, b * T + t)  # (N, V)
+    return _token_slot_losses(picked, labels[b, t + k], b, segment_ids[b, t + k], B, max_depth, segment_ids)
+
+
+def _token_slot_losses(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    rows: torch.Tensor,
+    segs: torch.Tensor,
+    batch: int,
+    max_depth: int | None,
+    segment_ids: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits already gathered at the N target tokens: (N, V), targets (N,), rows/segs (N,)."""
+    depth = int(segment_ids.max()) if segment_ids.numel() else 0
+    D = depth if max_depth is None else max_depth
+    if depth > D:
+        raise ValueError(f"segment_ids has a row with {depth} sequences but max_depth={D}")
+    if segs.numel() and int(segs.min()) < 1:
+        raise ValueError("labels has a target (not -100) on a padding token (segment 0)")
+    ce = F.cross_entropy(logits.float(), targets, reduction="none")
+    total, count = _binned(ce, rows * D + segs - 1, batch * D)
+    present = count > 0
+    return (total / count.clamp(min=1)).view(batch, D), present.view(batch, D)
+
+
+def token_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    segment_ids: torch.Tensor,
+    *,
+    reduction: str = "sequence",
+    shift: bool = False,
+) -> torch.Tensor:
+    """Scalar MLM (``shift=False``) or causal-LM (``shift=True``) loss of a packed batch."""
+    _check_reduction(reduction)
+    if reduction == "token":
+        _check_same(logits, "logits", labels, "labels", 2)
+        if shift:
+            logits, labels = logits[:, :-1], labels[:, 1:]
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+    per, present = sequence_token_losses(logits, labels, segment_ids, shift=shift)
+    return mean_over(per, present)
+
+
+def mean_over(values: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` where ``present`` (0 when nothing is present, with a gradient path)."""
+    n = present.sum()
+    return (values * present).sum() / n.clamp(min=1)
+
+
+def target_loss(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    rows: torch.Tensor,
+    segs: torch.Tensor,
+    segment_ids: torch.Tensor,
+    *,
+    reduction: str = "sequence",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token loss from logits computed only at the N target tokens: ``logits`` (N, V),
+    ``targets`` (N,), and the row and segment of each target (N,).
+
+    Returns ``(loss, per_sequence (B, D), present (B, D))``. Projecting onto the vocabulary
+    only where there is a target is what BERT pre-training does (``max_predictions``).
+    """
+    _check_reduction(reduction)
+    per, present = _token_slot_losses(logits, targets, rows, segs, segment_ids.shape[0], None, segment_ids)
+    if reduction == "token":
+        loss = F.cross_entropy(logits.float(), targets) if targets.numel() else logits.sum() * 0
+    else:
+        loss = mean_over(per, present)
+    return loss, per, present
+
+
+def slot_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Classification / NSP over slots: ``logits`` (B, D, C), ``labels`` (B, D) with -100 in
+    empty slots. Returns ``(mean loss over real slots, per-slot loss (B, D))``."""
+    if logits.ndim != 3 or labels.shape != logits.shape[:2]:
+        raise ValueError(f"logits must be (B, D, C) and labels (B, D); got {tuple(logits.shape)} and {tuple(labels.shape)}")
+    per = F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none")
+    return mean_over(per, labels != IGNORE_INDEX), per
+
+
+def multilabel_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Multi-label BCE over slots: ``logits`` and ``targets`` (B, D, C), targets -100 in empty
+    slots. Mean over real sequences x labels; also returns the per-slot mean (B, D), 0 in
+    empty slots."""
+    if logits.shape != targets.shape or logits.ndim != 3:
+        raise ValueError(f"logits and targets must both be (B, D, C); got {tuple(logits.shape)} and {tuple(targets.shape)}")
+    present = (targets != IGNORE_INDEX).all(dim=-1)  # (B, D)
+    t = torch.where(present[..., None], targets, torch.zeros_like(targets)).float()
+    bce = F.binary_cross_entropy_with_logits(logits.float(), t, reduction="none").mean(dim=-1)  # (B, D)
+    return mean_over(bce, present), bce * present
+
+
+def qa_logits(
+    start_logits: torch.Tensor, end_logits: torch.Tensor, segment_ids: torch.Tensor, max_depth: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unpack row logits (B, T) into per-slot logits (B, D, T): slot ``d`` keeps its own
+    sequence's tokens and is ``-inf`` everywhere else (0 would leak probability mass to the
+    other sequences' tokens, a known pitfall)."""
+    for name, x in (("start_logits", start_logits), ("end_logits", end_logits)):
+        if x.shape != segment_ids.shape:
+            raise ValueError(f"{name} {tuple(x.shape)} must have the shape of segment_ids {tuple(segment_ids.shape)}")
+    sequence_starts(segment_ids, max_depth)  # validates the depth
+    slot = torch.arange(1, max_depth + 1, device=segment_ids.device)
+    inside = segment_ids[:, None, :] == slot[None, :, None]  # (B, D, T)
+    neg = torch.tensor(float("-inf"), dtype=start_logits.dtype, device=start_logits.device)
+    return (
+        torch.where(inside, start_logits[:, None, :], neg),
+        torch.where(inside, end_logits[:, None, :], neg),
+    )
+
+
+def qa_loss(
+    start_slots: torch.Tensor, end_slots: torch.Tensor, start_positions: torch.Tensor, end_positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SQuAD loss per slot, ``(CE(start) + CE(end)) / 2``, positions in row coordinates
+    (B, D) with -100 in empty slots. Returns ``(mean over real slots, per slot (B, D))``."""
+    if start_positions.shape != start_slots.shape[:2] or end_positions.shape != start_positions.shape:
+        raise ValueError(
+            f"start/end_positions {tuple(start_positions.shape)}/{tuple(end_positions.shape)} must be (B, D) "
+            f"of the slot logits {tuple(start_slots.shape)}"
+        )
+    present = start_positions != IGNORE_INDEX
+
+    def ce(slots: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        slots = torch.where(present[..., None], slots.float(), 0.0)  # empty slots are all -inf: no nan
+        logp = torch.log_softmax(slots, dim=-1)  # (B, D, T)
+        idx = torch.where(present, pos, torch.zeros_like(pos))[..., None]
+        return -torch.where(present, logp.gather(-1, idx).squeeze(-1), torch.zeros_like(idx[..., 0], dtype=logp.dtype))
+
+    per = (ce(start_slots, start_positions) + ce(end_slots, end_positions)) / 2
+    return mean_over(per, present), per

@@ -1,0 +1,24 @@
+"""Compact BERT and GPT that take ``segment_ids`` / ``position_ids`` natively."""
+
+from __future__ import annotations
+
+from seqpack.nn.models.bert import (
+    Bert,
+    BertConfig,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    PackedOutput,
+)
+from seqpack.nn.models.gpt import GPT, GPTConfig
+
+__all__ = [
+    "GPT",
+    "Bert",
+    "BertConfig",
+    "BertForPreTraining",
+    "BertForQuestionAnswering",
+    "BertForSequenceClassification",
+    "GPTConfig",
+    "PackedOutput",
+]

@@ -1,0 +1,268 @@
+"""A compact BERT that reads packed rows natively (``segment_ids``, restarting ``position_ids``).
+
+    model = BertForPreTraining(BertConfig(vocab_size=V))
+    out = model(input_ids, segment_ids, token_type_ids=tt, labels=mlm_labels, next_sentence_label=nsp)
+    out.loss                    # MLM (per-sequence mean by default) + NSP over real slots
+    out.per_sequence            # (B, D) MLM loss of each sequence, out.present (B, D)
+
+Same parameter layout as the original: post-LN blocks, word + position + token-type
+embeddings, tied MLM decoder, pooler on [CLS]. The pooler reads each sequence's own
+[CLS] (its first token), so NSP / classification work over ``(B, D)`` slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from seqpack.nn.attention import AttentionPlan, plan_attention
+from seqpack.nn.heads import MLMHead, PackedPooler, slot_count
+from seqpack.nn.losses import (
+    IGNORE_INDEX,
+    REDUCTIONS,
+    multilabel_loss,
+    qa_logits,
+    qa_loss,
+    slot_cross_entropy,
+    target_loss,
+)
+from seqpack.nn.masks import position_ids as make_position_ids
+from seqpack.nn.models.layers import Block, check_config, init_weights
+
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"hidden": 128, "layers": 2, "heads": 2},
+    "small": {"hidden": 256, "layers": 4, "heads": 4},
+    "base": {"hidden": 768, "layers": 12, "heads": 12},
+}
+
+
+def sized(size: str, overrides: dict[str, object]) -> dict[str, object]:
+    """Keyword arguments of a named size, with ``overrides`` on top."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {'|'.join(SIZES)}, got {size!r}")
+    return {**SIZES[size], **overrides}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BertConfig:
+    vocab_size: int
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 4
+    intermediate: int = 0  # 0: 4 * hidden
+    max_position: int = 512
+    type_vocab: int = 2
+    dropout: float = 0.1
+    eps: float = 1e-12
+    attention: str = "auto"
+    num_labels: int = 2
+    multilabel: bool = False
+
+    def __post_init__(self) -> None:
+        check_config(self, ("vocab_size", "hidden", "layers", "heads", "max_position", "type_vocab", "num_labels"))
+
+    @property
+    def ffn(self) -> int:
+        return self.intermediate or 4 * self.hidden
+
+    @classmethod
+    def of_size(cls, size: str, **overrides: object) -> BertConfig:
+        """``tiny`` (128/2/2), ``small`` (256/4/4, the benchmark model), ``base`` (768/12/12)."""
+        return cls(**sized(size, overrides))  # type: ignore[arg-type]
+
+
+@dataclass
+class PackedOutput:
+    """What the packed models return; slot tensors are ``(B, D, ...)``."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None  # token logits (B, T, V), or (N, V) at the N target tokens
+    slot_logits: torch.Tensor | None = None  # (B, D, C): NSP / classification
+    per_sequence: torch.Tensor | None = None  # (B, D) loss of each sequence
+    present: torch.Tensor | None = None  # (B, D) which slots hold a sequence (with a target)
+    hidden: torch.Tensor | None = None  # (B, T, H)
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def check_batch(input_ids: torch.Tensor, segment_ids: torch.Tensor, **others: torch.Tensor | None) -> None:
+    """Every per-token tensor must be ``(B, T)`` like ``input_ids``."""
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
+    for name, x in {"segment_ids": segment_ids, **others}.items():
+        if x is not None and x.shape != input_ids.shape:
+            raise ValueError(f"{name} has shape {tuple(x.shape)} but input_ids is {tuple(input_ids.shape)}; expected (B, T)")
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {'|'.join(REDUCTIONS)}, got {reduction!r}")
+
+
+class Bert(nn.Module):
+    """Encoder: ``(B, T)`` ids -> ``(B, T, H)`` hidden states, sequences kept apart."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        self.word = nn.Embedding(c.vocab_size, c.hidden)
+        self.position = nn.Embedding(c.max_position, c.hidden)
+        self.token_type = nn.Embedding(c.type_vocab, c.hidden)
+        self.ln = nn.LayerNorm(c.hidden, eps=c.eps)
+        self.dropout = nn.Dropout(c.dropout)
+        self.blocks = nn.ModuleList(
+            Block(c.hidden, c.heads, c.ffn, dropout=c.dropout, eps=c.eps, pre_norm=False) for _ in range(c.layers)
+        )
+        init_weights(self)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        segment_ids: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        plan: AttentionPlan | None = None,
+    ) -> torch.Tensor:
+        check_batch(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
+        if position_ids is None:
+            position_ids = make_position_ids(segment_ids)
+        if position_ids.numel() and int(position_ids.max()) >= self.config.max_position:
+            raise ValueError(
+                f"position_ids reach {int(position_ids.max())} but max_position={self.config.max_position}"
+            )
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        if plan is None:
+            plan = plan_attention(segment_ids, causal=False, backend=self.config.attention, dtype=self.word.weight.dtype)
+        x = self.word(input_ids) + self.position(position_ids) + self.token_type(token_type_ids)
+        x = self.dropout(self.ln(x))  # (B, T, H)
+        for block in self.blocks:
+            x = block(x, plan)
+        return x
+
+
+class BertForPreTraining(nn.Module):
+    """MLM (+ NSP when ``next_sentence_label`` is given) over packed rows."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = Bert(config)
+        self.mlm = MLMHead(config.hidden, self.bert.word, eps=config.eps)
+        self.pooler = PackedPooler(config.hidden)
+        self.nsp = nn.Linear(config.hidden, 2)
+        init_weights(self.mlm.dense)
+        init_weights(self.pooler)
+        init_weights(self.nsp)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        segment_ids: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        reduction: str = "sequence",
+        max_depth: int | None = None,
+    ) -> PackedOutput:
+        """Without ``labels``: full token logits (B, T, V). With them: logits only at the
+        N target tokens (N, V), and the loss."""
+        _check_reduction(reduction)
+        check_batch(input_ids, segment_ids, labels=labels)
+        h = self.bert(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
+        out = PackedOutput(hidden=h)
+        if labels is None:
+            out.logits = self.mlm(h)
+        else:
+            rows, cols = (labels != IGNORE_INDEX).nonzero(as_tuple=True)
+            out.logits = self.mlm(h[rows, cols])  # (N, V)
+            out.loss, out.per_sequence, out.present = target_loss(
+                out.logits, labels[rows, cols], rows, segment_ids[rows, cols], segment_ids, reduction=reduction
+            )
+        D = slot_count(segment_ids, next_sentence_label, max_depth=max_depth)
+        pooled, present = self.pooler(h, segment_ids, D)
+        out.slot_logits = self.nsp(pooled)  # (B, D, 2)
+        if next_sentence_label is not None:
+            nsp, per = slot_cross_entropy(out.slot_logits, next_sentence_label)
+            out.extra["nsp_loss"], out.extra["nsp_per_sequence"] = nsp, per
+            if out.loss is not None:
+                out.extra["mlm_loss"] = out.loss
+                out.loss = out.loss + nsp
+            else:
+                out.loss = nsp
+        return out
+
+
+class BertForSequenceClassification(nn.Module):
+    """One prediction per packed sequence: ``slot_logits`` (B, D, num_labels).
+
+    ``labels`` (B, D) class ids, or (B, D, C) multi-hot targets when ``config.multilabel``;
+    -100 marks empty slots either way.
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = Bert(config)
+        self.pooler = PackedPooler(config.hidden)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.hidden, config.num_labels)
+        init_weights(self.pooler)
+        init_weights(self.classifier)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        segment_ids: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        max_depth: int | None = None,
+    ) -> PackedOutput:
+        h = self.bert(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
+        pooled, present = self.pooler(h, segment_ids, slot_count(segment_ids, labels, max_depth=max_depth))
+        out = PackedOutput(hidden=h, slot_logits=self.classifier(self.dropout(pooled)), present=present)
+        if labels is not None:
+            if self.config.multilabel:
+                out.loss, out.per_sequence = multilabel_loss(out.slot_logits, labels.to(out.slot_logits.dtype))
+            else:
+                out.loss, out.per_sequence = slot_cross_entropy(out.slot_logits, labels)
+        return out
+
+
+class BertForQuestionAnswering(nn.Module):
+    """Span prediction per packed sequence: ``extra["start_logits"]``/``["end_logits"]`` are
+    (B, D, T), -inf outside each slot's own tokens; positions are row coordinates."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = Bert(config)
+        self.qa = nn.Linear(config.hidden, 2)
+        init_weights(self.qa)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        segment_ids: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        max_depth: int | None = None,
+    ) -> PackedOutput:
+        h = self.bert(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
+        start, end = self.qa(h).unbind(dim=-1)  # (B, T) each
+        D = slot_count(segment_ids, start_positions, max_depth=max_depth)
+        s_slots, e_slots = qa_logits(start, end, segment_ids, D)
+        out = PackedOutput(hidden=h, extra={"start_logits": s_slots, "end_logits": e_slots})
+        if start_positions is not None and end_positions is not None:
+            out.loss, out.per_sequence = qa_loss(s_slots, e_slots, start_positions, end_positions)
+            out.present = start_positions != IGNORE_INDEX
+        return out

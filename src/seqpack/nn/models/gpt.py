@@ -1,0 +1,92 @@
+"""A compact GPT-2-style causal LM over packed rows (nanoGPT's shape, packed attention).
+
+    model = GPT(GPTConfig(vocab_size=V))
+    out = model(input_ids, segment_ids, labels=labels)     # labels: HF convention, model shifts
+    out.loss, out.per_sequence                              # (B, D) mean loss of each sequence
+
+Positions restart at every sequence (learned absolute embeddings), the causal mask never
+crosses a sequence boundary, and the data's -100 on each sequence's first label means no
+token is trained to predict the next, unrelated sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from seqpack.nn.attention import AttentionPlan, plan_attention
+from seqpack.nn.losses import IGNORE_INDEX, REDUCTIONS, target_loss
+from seqpack.nn.masks import position_ids as make_position_ids
+from seqpack.nn.models.bert import PackedOutput, check_batch, sized
+from seqpack.nn.models.layers import Block, check_config, init_weights
+
+@dataclass(frozen=True, kw_only=True)
+class GPTConfig:
+    vocab_size: int
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 4
+    max_position: int = 2048
+    dropout: float = 0.0
+    eps: float = 1e-5
+    attention: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_config(self, ("vocab_size", "hidden", "layers", "heads", "max_position"))
+
+    @classmethod
+    def of_size(cls, size: str, **overrides: object) -> GPTConfig:
+        """``tiny`` (128/2/2), ``small`` (256/4/4), ``base`` (768/12/12)."""
+        return cls(**sized(size, overrides))  # type: ignore[arg-type]
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        self.wte = nn.Embedding(c.vocab_size, c.hidden)
+        self.wpe = nn.Embedding(c.max_position, c.hidden)
+        self.dropout = nn.Dropout(c.dropout)
+        self.blocks = nn.ModuleList(
+            Block(c.hidden, c.heads, 4 * c.hidden, dropout=c.dropout, eps=c.eps, pre_norm=True) for _ in range(c.layers)
+        )
+        self.ln_f = nn.LayerNorm(c.hidden, eps=c.eps)
+        init_weights(self)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        segment_ids: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        reduction: str = "sequence",
+        plan: AttentionPlan | None = None,
+    ) -> PackedOutput:
+        """Without ``labels``: ``logits`` (B, T, V). With ``labels`` (B, T) (HF convention, the
+        model shifts): the loss, and logits only at the N positions that have a target (N, V)."""
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {'|'.join(REDUCTIONS)}, got {reduction!r}")
+        check_batch(input_ids, segment_ids, position_ids=position_ids, labels=labels)
+        if position_ids is None:
+            position_ids = make_position_ids(segment_ids)
+        if position_ids.numel() and int(position_ids.max()) >= self.config.max_position:
+            raise ValueError(f"position_ids reach {int(position_ids.max())} but max_position={self.config.max_position}")
+        if plan is None:
+            plan = plan_attention(segment_ids, causal=True, backend=self.config.attention, dtype=self.wte.weight.dtype)
+        x = self.dropout(self.wte(input_ids) + self.wpe(position_ids))
+        for block in self.blocks:
+            x = block(x, plan)
+        h = self.ln_f(x)
+        if labels is None:
+            return PackedOutput(hidden=h, logits=h @ self.wte.weight.T)  # (B, T, V), tied
+        # the loss needs logits only where there is a target: (N, V) instead of (B, T, V)
+        rows, cols = (labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
+        logits = h[rows, cols] @ self.wte.weight.T  # position t predicts labels[t + 1]
+        out = PackedOutput(hidden=h, logits=logits)
+        out.loss, out.per_sequence, out.present = target_loss(
+            logits, labels[rows, cols + 1], rows, segment_ids[rows, cols + 1], segment_ids, reduction=reduction
+        )
+        return out

@@ -1,0 +1,90 @@
+"""Transformer building blocks that attend through a packed ``AttentionPlan``."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqpack.nn.attention import BACKENDS, AttentionPlan, packed_attention
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention; the plan keeps sequences of one row apart.
+
+    No dropout on attention probabilities (the packed backends share one kernel path);
+    dropout is applied to the projected output instead.
+    """
+
+    def __init__(self, hidden: int, heads: int, *, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
+        self.heads = heads
+        self.qkv = nn.Linear(hidden, 3 * hidden, bias=bias)
+        self.out = nn.Linear(hidden, hidden, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, plan: AttentionPlan) -> torch.Tensor:
+        B, T, H = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # (B, h, T, d)
+        y = packed_attention(q, k, v, plan)  # (B, h, T, d)
+        return self.dropout(self.out(y.transpose(1, 2).reshape(B, T, H)))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int, *, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.up = nn.Linear(hidden, intermediate)
+        self.down = nn.Linear(intermediate, hidden)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.down(F.gelu(self.up(x))))
+
+
+class Block(nn.Module):
+    """``pre_norm=False``: BERT (post-LN). ``pre_norm=True``: GPT-2 (pre-LN)."""
+
+    def __init__(
+        self, hidden: int, heads: int, intermediate: int, *, dropout: float, eps: float, pre_norm: bool
+    ) -> None:
+        super().__init__()
+        self.attn = SelfAttention(hidden, heads, dropout=dropout)
+        self.mlp = MLP(hidden, intermediate, dropout=dropout)
+        self.ln1 = nn.LayerNorm(hidden, eps=eps)
+        self.ln2 = nn.LayerNorm(hidden, eps=eps)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: torch.Tensor, plan: AttentionPlan) -> torch.Tensor:
+        if self.pre_norm:
+            x = x + self.attn(self.ln1(x), plan)
+            return x + self.mlp(self.ln2(x))
+        x = self.ln1(x + self.attn(x, plan))
+        return self.ln2(x + self.mlp(x))
+
+
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """BERT / GPT-2 initialisation: normal(0, std) weights, zero biases, unit LayerNorm."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=std)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+def check_config(cfg: object, positive: tuple[str, ...]) -> None:
+    """Shared validation of model configs (``ValueError`` naming the field)."""
+    for name in positive:
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    hidden, heads = getattr(cfg, "hidden"), getattr(cfg, "heads")
+    if hidden % heads:
+        raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
+    if not 0.0 <= getattr(cfg, "dropout") < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {getattr(cfg, 'dropout')}")
+    if getattr(cfg, "attention") not in BACKENDS:
+        raise ValueError(f"attention must be one of {'|'.join(BACKENDS)}, got {getattr(cfg, 'attention')!r}")

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+from seqpack.nn import attention_mask, choose_backend, packed_attention, plan_attention
+from tests.nn._packs import packs, segment_rows, spans
+
+CPU_BACKENDS = ("sdpa", "eager", "per_document")
+
+
+def alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """One sequence, no mask at all: the unpacked reference.  # (H, n, d)"""
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    return s.softmax(-1) @ v
+
+
+@settings(max_examples=30, deadline=None)
+@given(packs(max_len=40, max_depth=6))
+def test_every_backend_equals_each_sequence_alone(pack) -> None:  # type: ignore[no-untyped-def]
+    T, rows = pack
+    seg = segment_rows(T, rows)
+    torch.manual_seed(T)
+    q, k, v = (torch.randn(len(rows), 2, T, 8) for _ in range(3))
+    for causal in (False, True):
+        for backend in CPU_BACKENDS:
+            out = packed_attention(q, k, v, plan_attention(seg, causal=causal, backend=backend))
+            for b, _, at, n in spans(rows):
+                sl = slice(at, at + n)
+                want = alone(q[b, :, sl], k[b, :, sl], v[b, :, sl], causal)
+                assert (out[b, :, sl] - want).abs().max() <= 1e-5, (backend, causal)
+            if backend != "sdpa":  # sdpa's cheap single-sequence forms leave padding outputs unspecified
+                assert bool((out.transpose(1, 2)[seg == 0] == 0).all()), backend
+
+
+@settings(max_examples=15, deadline=None)
+@given(packs(max_len=32, max_depth=5))
+def test_gradients_agree_across_backends(pack) -> None:  # type: ignore[no-untyped-def]
+    T, rows = pack
+    seg = segment_rows(T, rows)
+    torch.manual_seed(1)
+    base = [torch.randn(len(rows), 2, T, 4) for _ in range(3)]
+    w = torch.randn(len(rows), 2, T, 4) * (seg > 0)[:, None, :, None]  # a loss on real tokens only
+    grads = {}
+    for backend in CPU_BACKENDS:
+        qkv = [x.clone().requires_grad_() for x in base]
+        (packed_attention(*qkv, plan_attention(seg, causal=True, backend=backend)) * w).sum().backward()
+        grads[backend] = [x.grad for x in qkv]
+    for backend in ("sdpa", "per_document"):
+        for g, ref in zip(grads[backend], grads["eager"]):
+            assert (g - ref).abs().max() <= 1e-5
+
+
+def test_auto_backend_rule() -> None:
+    many = torch.arange(1, 9).repeat_interleave(256)[None].repeat(2, 1)  # 8 documents of 256 per row
+    assert choose_backend(many, causal=True, dtype=torch.float32) == "per_document"
+    one = torch.ones(2, 2048, dtype=torch.long)
+    assert choose_backend(one, causal=True, dtype=torch.float32) == "sdpa"
+    short = torch.tensor([[1, 1, 2, 2]])
+    assert plan_attention(short).backend == "sdpa"
+    padded = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    assert plan_attention(padded).mask.shape == (2, 1, 1, 4)  # key padding only
+    assert plan_attention(padded, causal=True).mask is None  # plain is_causal
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_forward_on_cpu() -> None:
+    seg = torch.tensor([[1] * 6 + [2] * 6 + [0] * 4])
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    got = packed_attention(q, k, v, plan_attention(seg, causal=True, backend="flex"))
+    want = packed_attention(q, k, v, plan_attention(seg, causal=True, backend="eager"))
+    assert (got - want).abs().max() <= 1e-5
+
+
+def test_bad_inputs() -> None:
+    seg = torch.tensor([[1, 1, 2, 0]])
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        plan_attention(seg, backend="fast")
+    with pytest.raises(ValueError, match=r"plan was built for segment_ids of shape \(1, 4\)"):
+        packed_attention(torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8), plan_attention(seg))
+    with pytest.raises(ValueError, match=r"q must be \(B, H, T, d\)"):
+        packed_attention(q[0], q, q, plan_attention(seg))
+    with pytest.raises(ValueError, match="disagree"):
+        packed_attention(q, q[..., :4], q, plan_attention(seg))
+    with pytest.raises(ValueError, match="not contiguous runs"):
+        plan_attention(torch.tensor([[1, 0, 1, 1]]))
+    with pytest.raises(ValueError, match="needs CUDA tensors and the flash-attn package"):
+        plan_attention(seg, backend="flash_varlen")
+    bool_plan = plan_attention(seg, backend="eager", dtype=torch.float32)
+    object.__setattr__(bool_plan, "mask", attention_mask(seg))  # a bool mask smuggled into eager
+    with pytest.raises(ValueError, match="eager attention needs an additive float mask"):
+        packed_attention(q, q, q, bool_plan)
+    half_plan = plan_attention(seg, backend="sdpa")
+    object.__setattr__(half_plan, "mask", attention_mask(seg, dtype=torch.float16))
+    with pytest.raises(ValueError, match="additive mask must have the dtype of q"):
+        packed_attention(q, q, q, half_plan)
