@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/plan.py
 	$(BIN)/python benchmarks/tokenize_store.py
 	$(BIN)/python benchmarks/pack_dataset.py
+	$(BIN)/python benchmarks/throughput.py
 
 clean:
 	rm -rf $(VENV) demo_out build src/*.egg-info

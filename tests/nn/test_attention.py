@@ -101,3 +101,17 @@ def test_bad_inputs() -> None:
     object.__setattr__(half_plan, "mask", attention_mask(seg, dtype=torch.float16))
     with pytest.raises(ValueError, match="additive mask must have the dtype of q"):
         packed_attention(q, q, q, half_plan)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("backend", ("flash_varlen", "flex"))
+def test_cuda_backends_match_eager(backend: str) -> None:
+    if backend == "flash_varlen":
+        pytest.importorskip("flash_attn")
+    seg = torch.tensor([[1] * 100 + [2] * 60 + [3] * 90 + [0] * 6, [1] * 256]).cuda()
+    q, k, v = (torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    for causal in (False, True):
+        ref = packed_attention(q.float(), k.float(), v.float(), plan_attention(seg, causal=causal, backend="eager"))
+        got = packed_attention(q, k, v, plan_attention(seg, causal=causal, backend=backend, dtype=q.dtype))
+        real = (seg > 0)[:, None, :, None]
+        assert ((got.float() - ref) * real).abs().max() <= 2e-2

@@ -144,3 +144,36 @@ def test_adapter_bad_inputs() -> None:
     model.config._attn_implementation = "flash_attention_2"
     with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
         hf_attention_mask(model, torch.ones(1, 3, dtype=torch.long), causal=True)
+
+
+def _outputs(kind: str, out: Any) -> list[torch.Tensor]:
+    if kind == "BertForQuestionAnswering":
+        return [out.extra["start_logits"], out.extra["end_logits"]]
+    if kind.startswith("BertForSequenceClassification"):
+        return [out.slot_logits]
+    return [out.logits]
+
+
+@pytest.mark.parametrize("impl", ("sdpa", "eager"))
+@pytest.mark.parametrize("kind", KINDS)
+@settings(max_examples=3, deadline=None)
+@given(pack=packs(max_rows=2, max_len=20, max_depth=3, min_len=2))
+def test_adapter_no_cross_contamination(kind: str, impl: str, pack) -> None:  # type: ignore[no-untyped-def]
+    T, rows = pack
+    model = build(kind, impl)
+    x = make_batch(T, rows, seed=5)
+    before = packed_forward(model, packed_batch(kind, x))
+    b, k, at, n = spans(rows)[-1]
+    changed = dict(x)
+    changed["input_ids"] = x["input_ids"].clone()
+    changed["input_ids"][b, at : at + n] = (x["input_ids"][b, at : at + n] + 11) % V
+    after = packed_forward(model, packed_batch(kind, changed))
+    for b2, k2, at2, n2 in spans(rows):
+        if (b2, k2) == (b, k):
+            continue
+        for x1, x2 in zip(_outputs(kind, before), _outputs(kind, after)):
+            if kind != "BertForQuestionAnswering" and not kind.startswith("BertForSequenceClassification"):  # (B, T, V)
+                d = x1[b2, at2 : at2 + n2] - x2[b2, at2 : at2 + n2]
+            else:  # per-slot (B, D, ...), -inf outside the sequence for QA
+                d = x1[b2, k2].nan_to_num(0, 0, 0) - x2[b2, k2].nan_to_num(0, 0, 0)
+            assert d.abs().max() <= 1e-6

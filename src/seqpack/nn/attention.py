@@ -24,7 +24,7 @@ sequences: its cheaper key-padding / ``is_causal`` forms leave padding outputs u
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +68,6 @@ class AttentionPlan:
     cu_seqlens: torch.Tensor | None = None
     max_seqlen: int = 0
     block_mask: object | None = None  # flex
-    info: dict[str, float] = field(default_factory=dict)
 
 
 def _flash_available() -> bool:
@@ -89,9 +88,7 @@ def choose_backend(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtyp
     if T < 1024 or B == 0:
         return "sdpa"
     lengths = _bucket_lengths(sequence_lengths(segment_ids), T).double()
-    dense = B * T * T * (0.5 if causal else 1.0)
-    sparse = float((lengths * lengths).sum()) * (0.5 if causal else 1.0)
-    return "per_document" if sparse < 0.4 * dense else "sdpa"
+    return "per_document" if float((lengths * lengths).sum()) < 0.4 * B * T * T else "sdpa"
 
 
 def plan_attention(
