@@ -31,6 +31,7 @@ import torch
 from seqpack.nn.heads import gather_slots, slot_count
 from seqpack.nn.losses import (
     IGNORE_INDEX,
+    check_reduction,
     mean_over,
     multilabel_loss,
     qa_logits,
@@ -118,6 +119,7 @@ def packed_forward(
     model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str = "sequence", max_depth: int | None = None
 ) -> PackedOutput:
     """Run a supported transformers model on a packed batch; see the module docstring."""
+    check_reduction(reduction)
     name = type(model).__name__
     inputs = hf_inputs(model, batch)
     seg, labels = batch["segment_ids"], batch.get("labels")

@@ -28,7 +28,7 @@ IGNORE_INDEX = -100
 REDUCTIONS = ("sequence", "token")
 
 
-def _check_reduction(reduction: str) -> None:
+def check_reduction(reduction: str) -> None:
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {'|'.join(REDUCTIONS)}, got {reduction!r}")
 
@@ -103,7 +103,7 @@ def token_loss(
     shift: bool = False,
 ) -> torch.Tensor:
     """Scalar MLM (``shift=False``) or causal-LM (``shift=True``) loss of a packed batch."""
-    _check_reduction(reduction)
+    check_reduction(reduction)
     if reduction == "token":
         _check_same(logits, "logits", labels, "labels", 2)
         if shift:
@@ -134,7 +134,7 @@ def target_loss(
     Returns ``(loss, per_sequence (B, D), present (B, D))``. Projecting onto the vocabulary
     only where there is a target is what BERT pre-training does (``max_predictions``).
     """
-    _check_reduction(reduction)
+    check_reduction(reduction)
     per, present = _token_slot_losses(logits, targets, rows, segs, segment_ids.shape[0], None, segment_ids)
     if reduction == "token":
         loss = F.cross_entropy(logits.float(), targets) if targets.numel() else logits.sum() * 0

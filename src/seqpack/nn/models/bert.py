@@ -17,19 +17,18 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from seqpack.nn.attention import AttentionPlan, plan_attention
+from seqpack.nn.attention import AttentionPlan
 from seqpack.nn.heads import MLMHead, PackedPooler, slot_count
 from seqpack.nn.losses import (
     IGNORE_INDEX,
-    REDUCTIONS,
+    check_reduction,
     multilabel_loss,
     qa_logits,
     qa_loss,
     slot_cross_entropy,
     target_loss,
 )
-from seqpack.nn.masks import position_ids as make_position_ids
-from seqpack.nn.models.layers import Block, check_config, init_weights
+from seqpack.nn.models.layers import Block, check_config, init_weights, positions_and_plan
 
 SIZES: dict[str, dict[str, int]] = {
     "tiny": {"hidden": 128, "layers": 2, "heads": 2},
@@ -95,11 +94,6 @@ def check_batch(input_ids: torch.Tensor, segment_ids: torch.Tensor, **others: to
             raise ValueError(f"{name} has shape {tuple(x.shape)} but input_ids is {tuple(input_ids.shape)}; expected (B, T)")
 
 
-def _check_reduction(reduction: str) -> None:
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {'|'.join(REDUCTIONS)}, got {reduction!r}")
-
-
 class Bert(nn.Module):
     """Encoder: ``(B, T)`` ids -> ``(B, T, H)`` hidden states, sequences kept apart."""
 
@@ -126,16 +120,12 @@ class Bert(nn.Module):
         plan: AttentionPlan | None = None,
     ) -> torch.Tensor:
         check_batch(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
-        if position_ids is None:
-            position_ids = make_position_ids(segment_ids)
-        if position_ids.numel() and int(position_ids.max()) >= self.config.max_position:
-            raise ValueError(
-                f"position_ids reach {int(position_ids.max())} but max_position={self.config.max_position}"
-            )
+        position_ids, plan = positions_and_plan(
+            segment_ids, position_ids, plan, max_position=self.config.max_position, causal=False,
+            backend=self.config.attention, dtype=self.word.weight.dtype,
+        )
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        if plan is None:
-            plan = plan_attention(segment_ids, causal=False, backend=self.config.attention, dtype=self.word.weight.dtype)
         x = self.word(input_ids) + self.position(position_ids) + self.token_type(token_type_ids)
         x = self.dropout(self.ln(x))  # (B, T, H)
         for block in self.blocks:
@@ -171,7 +161,7 @@ class BertForPreTraining(nn.Module):
     ) -> PackedOutput:
         """Without ``labels``: full token logits (B, T, V). With them: logits only at the
         N target tokens (N, V), and the loss."""
-        _check_reduction(reduction)
+        check_reduction(reduction)
         check_batch(input_ids, segment_ids, labels=labels)
         h = self.bert(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
         out = PackedOutput(hidden=h)

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from seqpack.nn.attention import AttentionPlan, plan_attention
-from seqpack.nn.losses import IGNORE_INDEX, REDUCTIONS, target_loss
-from seqpack.nn.masks import position_ids as make_position_ids
+from seqpack.nn.attention import AttentionPlan
+from seqpack.nn.losses import IGNORE_INDEX, check_reduction, target_loss
 from seqpack.nn.models.bert import PackedOutput, check_batch, sized
-from seqpack.nn.models.layers import Block, check_config, init_weights
+from seqpack.nn.models.layers import Block, check_config, init_weights, positions_and_plan
 
 @dataclass(frozen=True, kw_only=True)
 class GPTConfig:
@@ -67,15 +66,12 @@ class GPT(nn.Module):
     ) -> PackedOutput:
         """Without ``labels``: ``logits`` (B, T, V). With ``labels`` (B, T) (HF convention, the
         model shifts): the loss, and logits only at the N positions that have a target (N, V)."""
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {'|'.join(REDUCTIONS)}, got {reduction!r}")
+        check_reduction(reduction)
         check_batch(input_ids, segment_ids, position_ids=position_ids, labels=labels)
-        if position_ids is None:
-            position_ids = make_position_ids(segment_ids)
-        if position_ids.numel() and int(position_ids.max()) >= self.config.max_position:
-            raise ValueError(f"position_ids reach {int(position_ids.max())} but max_position={self.config.max_position}")
-        if plan is None:
-            plan = plan_attention(segment_ids, causal=True, backend=self.config.attention, dtype=self.wte.weight.dtype)
+        position_ids, plan = positions_and_plan(
+            segment_ids, position_ids, plan, max_position=self.config.max_position, causal=True,
+            backend=self.config.attention, dtype=self.wte.weight.dtype,
+        )
         x = self.dropout(self.wte(input_ids) + self.wpe(position_ids))
         for block in self.blocks:
             x = block(x, plan)

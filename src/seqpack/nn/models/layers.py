@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqpack.nn.attention import BACKENDS, AttentionPlan, packed_attention
+from seqpack.nn.attention import BACKENDS, AttentionPlan, packed_attention, plan_attention
+from seqpack.nn.masks import position_ids as make_position_ids
 
 
 class SelfAttention(nn.Module):
@@ -88,3 +89,23 @@ def check_config(cfg: object, positive: tuple[str, ...]) -> None:
         raise ValueError(f"dropout must be in [0, 1), got {getattr(cfg, 'dropout')}")
     if getattr(cfg, "attention") not in BACKENDS:
         raise ValueError(f"attention must be one of {'|'.join(BACKENDS)}, got {getattr(cfg, 'attention')!r}")
+
+
+def positions_and_plan(
+    segment_ids: torch.Tensor,
+    position_ids: torch.Tensor | None,
+    plan: AttentionPlan | None,
+    *,
+    max_position: int,
+    causal: bool,
+    backend: str,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, AttentionPlan]:
+    """Restarting positions (unless given, then range-checked) and the attention plan of a batch."""
+    if position_ids is None:
+        position_ids = make_position_ids(segment_ids)
+    if position_ids.numel() and int(position_ids.max()) >= max_position:
+        raise ValueError(f"position_ids reach {int(position_ids.max())} but max_position={max_position}")
+    if plan is None:
+        plan = plan_attention(segment_ids, causal=causal, backend=backend, dtype=dtype)
+    return position_ids, plan
