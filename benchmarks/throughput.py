@@ -23,6 +23,7 @@ Two conventions for the vocabulary projection (``--head``):
   gpt    the same size, causal LM, T=2048, rows of ~8 Wikipedia-length documents:
          goal packed / padded > the packing factor (the per-document attention path)
 
+``attention`` times the attention op alone (4 rows x T=2048, 6 documents per row).
 Also reported: the theoretical speed-up (packing factor), the overhead
 (1 - realised / theoretical, the paper's Table 1 column) and the time to build the
 attention plan (masks / indices) as a share of a packed step.
@@ -40,7 +41,7 @@ import torch
 
 from _common import SHARED  # type: ignore[import-not-found]
 
-from seqpack.nn.attention import plan_attention
+from seqpack.nn.attention import packed_attention, plan_attention
 from seqpack.nn.models import GPT, BertConfig, BertForPreTraining, GPTConfig
 from seqpack.packing import pack_lengths
 
@@ -179,6 +180,30 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
     return result
 
 
+def attention_case(args: argparse.Namespace) -> dict:
+    """Attention alone, fwd + bwd: B=4 rows of T=2048 holding 6 documents each, 4 heads of 64."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    B, T, H, d, docs = 4, 2048, 4, 64, 6
+    seg = torch.zeros(B, T, dtype=torch.long)
+    for b in range(B):
+        cuts = np.sort(rng.choice(np.arange(1, T), docs - 1, replace=False))
+        seg[b] = torch.from_numpy(np.repeat(np.arange(1, docs + 1), np.diff(np.r_[0, cuts, T])))
+    q, k, v = (torch.randn(B, H, T, d, requires_grad=True) for _ in range(3))
+    out: dict = {"case": "attention", "T": T, "rows": B, "documents_per_row": docs}
+    for causal in (True, False):
+        times = {}
+        for backend in ("sdpa", "per_document"):
+            ts = []
+            for _ in range(args.repeats + 1):
+                t0 = time.perf_counter()
+                packed_attention(q, k, v, plan_attention(seg, causal=causal, backend=backend)).sum().backward()
+                ts.append(time.perf_counter() - t0)
+            times[backend] = statistics.median(ts[1:])
+        out["causal" if causal else "bidirectional"] = {**times, "speedup": times["sdpa"] / times["per_document"]}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
@@ -186,7 +211,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="steps per variant per round")
     ap.add_argument("--batch", type=int, default=16, help="rows per step at T=512 (GPT at T=2048 uses a quarter)")
     ap.add_argument("--sequences", type=int, default=20000, help="pool of sampled lengths")
-    ap.add_argument("--case", choices=("bert", "gpt", "all"), default="all")
+    ap.add_argument("--case", choices=("attention", "bert", "gpt", "all"), default="all")
     ap.add_argument("--head", choices=("all", "targets", "both"), default="both",
                     help="vocabulary projection at every position (HF) or only at target tokens")
     ap.add_argument("--json", action="store_true")
@@ -195,12 +220,19 @@ def main() -> None:
         args.repeats, args.steps = 3, 2
     args.heads = ("all", "targets") if args.head == "both" else (args.head,)
     torch.set_num_threads(2)
-    cases = ("bert", "gpt") if args.case == "all" else (args.case,)
-    results = [run_case(c, args) for c in cases]
+    cases = ("attention", "bert", "gpt") if args.case == "all" else (args.case,)
+    results = [attention_case(args) if c == "attention" else run_case(c, args) for c in cases]
     if args.json:
         print(json.dumps(results, indent=1))
         return
     for r in results:
+        if r["case"] == "attention":
+            print(f"attention alone, fwd+bwd, {r['rows']} rows x T={r['T']}, {r['documents_per_row']} documents per row:")
+            for kind in ("causal", "bidirectional"):
+                x = r[kind]
+                print(f"  {kind:13s} dense sdpa {x['sdpa'] * 1e3:6.1f} ms, per-document {x['per_document'] * 1e3:6.1f} ms: "
+                      f"{x['speedup']:.2f}x")
+            continue
         print(f"\n{r['case']}: T={r['T']}, {r['batch_rows']} rows/step, packing factor {r['packing_factor']:.3f} "
               f"(efficiency {r['efficiency']:.3%}), {r['repeats']} rounds x {r['steps']} steps")
         for head in args.heads:
