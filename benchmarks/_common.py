@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 EOT = "<|endoftext|>"
@@ -52,3 +54,9 @@ PEAK_MB = (
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
+
+
+def wikipedia_lengths(n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` lengths drawn from the BERT Wikipedia histogram (lengths 1..512)."""
+    h = np.load(SHARED / "histograms" / "wikipedia_len512_histogram.npy").astype(np.float64)
+    return rng.choice(np.arange(1, h.size + 1), size=n, p=h / h.sum())

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import SHARED  # type: ignore[import-not-found]
+from _common import wikipedia_lengths  # type: ignore[import-not-found]
 
 from seqpack.data.clm import clm_sequences
 from seqpack.data.io import write_packed
@@ -34,9 +34,8 @@ MAX_LEN, VOCAB = 512, 30522
 
 
 def sample(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    h = np.load(SHARED / "histograms" / "wikipedia_len512_histogram.npy").astype(np.float64)
     rng = np.random.default_rng(seed)
-    lengths = rng.choice(np.arange(1, MAX_LEN + 1), size=n, p=h / h.sum())
+    lengths = wikipedia_lengths(n, rng)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     tokens = rng.integers(0, VOCAB, size=int(offsets[-1]), dtype=np.uint16)
     return tokens, offsets

@@ -39,18 +39,13 @@ import time
 import numpy as np
 import torch
 
-from _common import SHARED  # type: ignore[import-not-found]
+from _common import wikipedia_lengths  # type: ignore[import-not-found]
 
 from seqpack.nn.attention import packed_attention, plan_attention
 from seqpack.nn.models import GPT, BertConfig, BertForPreTraining, GPTConfig
 from seqpack.packing import pack_lengths
 
 VOCAB = 30522
-
-
-def wiki_lengths(n: int, seed: int = 0) -> np.ndarray:
-    h = np.load(SHARED / "histograms" / "wikipedia_len512_histogram.npy").astype(np.float64)
-    return np.random.default_rng(seed).choice(np.arange(1, h.size + 1), size=n, p=h / h.sum())
 
 
 def layout(seqs: list[np.ndarray], labels: list[np.ndarray], groups: list[np.ndarray], T: int) -> dict[str, torch.Tensor]:
@@ -143,7 +138,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
     else:
         T, batch, task = 2048, max(1, args.batch // 4), "clm"
         make = lambda attn: GPT(GPTConfig(vocab_size=VOCAB, hidden=256, layers=4, heads=4, max_position=T, attention=attn))  # noqa: E731
-    lengths = wiki_lengths(args.sequences, seed=0)
+    lengths = wikipedia_lengths(args.sequences, np.random.default_rng(0))
     per = args.steps
     data = make_batches(task, lengths, T, batch, per * (args.repeats + 1), seed=0)
     result: dict = {"case": name, "T": T, "batch_rows": batch, "steps": per, "repeats": args.repeats,

@@ -78,10 +78,11 @@ def _flash_available() -> bool:
     return True
 
 
-def choose_backend(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype) -> str:
+def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype) -> str:
     """The ``auto`` rule. CUDA with flash-attn and half precision: ``flash_varlen``.
     Otherwise ``per_document`` when it would do under 40% of the dense attention work
-    on rows of at least 1024 tokens, else dense ``sdpa``."""
+    (``sum(l_i^2) < 0.4 * B * T^2``; causality halves both sides) on rows of at least 1024
+    tokens, else dense ``sdpa``."""
     if segment_ids.is_cuda and dtype in (torch.float16, torch.bfloat16) and _flash_available():
         return "flash_varlen"
     B, T = segment_ids.shape
@@ -105,7 +106,7 @@ def plan_attention(
     if validate:
         check_segment_ids(segment_ids)
     if backend == "auto":
-        backend = choose_backend(segment_ids, causal=causal, dtype=dtype)
+        backend = choose_backend(segment_ids, dtype=dtype)
     B, T = segment_ids.shape
     base = {"backend": backend, "causal": causal, "batch": B, "length": T}
     if backend == "sdpa":
@@ -155,11 +156,9 @@ def _plan_buckets(
     they are masked keys (or, causal, keys after every real query) and their outputs are dropped."""
     B, T = segment_ids.shape
     dev = segment_ids.device
-    flat = segment_ids.reshape(-1)
-    is_start = flat > 0
-    is_start[1:] &= (flat[1:] != flat[:-1]) | (torch.arange(1, B * T, device=dev) % T == 0)
-    starts = is_start.nonzero().squeeze(1)
-    lengths = sequence_lengths(segment_ids)
+    cu = cu_seqlens(segment_ids).long()
+    lengths = cu[1:] - cu[:-1]
+    starts = unpad_index(segment_ids)[cu[:-1]]  # flat index of each sequence's first token
     padded = _bucket_lengths(lengths, T)
     inverse = torch.full((B * T,), -1, dtype=torch.long, device=dev)
     buckets: list[Bucket] = []

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqpack.nn.masks import sequence_starts
+from seqpack.nn.masks import check_depth, sequence_starts
 
 
 def gather_slots(
@@ -37,7 +37,7 @@ def slot_count(segment_ids: torch.Tensor, *labels: torch.Tensor | None, max_dept
             if lab.ndim < 2 or lab.shape[0] != segment_ids.shape[0]:
                 raise ValueError(f"per-sequence labels must be (B, D[, C]), got {tuple(lab.shape)}")
             return int(lab.shape[1])
-    return int(segment_ids.max()) if segment_ids.numel() else 0
+    return check_depth(segment_ids, None)
 
 
 class PackedPooler(nn.Module):

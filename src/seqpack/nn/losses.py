@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from seqpack.nn.masks import sequence_starts
+from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.nn.masks import check_depth
 
-IGNORE_INDEX = -100
 REDUCTIONS = ("sequence", "token")
 
 
@@ -82,10 +82,7 @@ def _token_slot_losses(
     segment_ids: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits already gathered at the N target tokens: (N, V), targets (N,), rows/segs (N,)."""
-    depth = int(segment_ids.max()) if segment_ids.numel() else 0
-    D = depth if max_depth is None else max_depth
-    if depth > D:
-        raise ValueError(f"segment_ids has a row with {depth} sequences but max_depth={D}")
+    D = check_depth(segment_ids, max_depth)
     if segs.numel() and int(segs.min()) < 1:
         raise ValueError("labels has a target (not -100) on a padding token (segment 0)")
     ce = F.cross_entropy(logits.float(), targets, reduction="none")
@@ -173,7 +170,7 @@ def qa_logits(
     for name, x in (("start_logits", start_logits), ("end_logits", end_logits)):
         if x.shape != segment_ids.shape:
             raise ValueError(f"{name} {tuple(x.shape)} must have the shape of segment_ids {tuple(segment_ids.shape)}")
-    sequence_starts(segment_ids, max_depth)  # validates the depth
+    check_depth(segment_ids, max_depth)
     slot = torch.arange(1, max_depth + 1, device=segment_ids.device)
     inside = segment_ids[:, None, :] == slot[None, :, None]  # (B, D, T)
     neg = torch.tensor(float("-inf"), dtype=start_logits.dtype, device=start_logits.device)

@@ -179,6 +179,19 @@ def max_seqlen(segment_ids: torch.Tensor) -> int:
     return int(lengths.max()) if lengths.numel() else 0
 
 
+def check_depth(segment_ids: torch.Tensor, max_depth: int | None) -> int:
+    """Slots needed: ``max_depth`` (when given, after checking no row holds more) or the deepest row."""
+    depth = int(segment_ids.max()) if segment_ids.numel() else 0
+    if max_depth is None:
+        return depth
+    if depth > max_depth:
+        raise ValueError(
+            f"segment_ids has a row with {depth} sequences but the head has max_depth={max_depth} slots; "
+            "pack with a smaller --max-depth or build the head with more slots"
+        )
+    return max_depth
+
+
 def sequence_starts(segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Index of each slot's first token (its [CLS]) and which slots are real.
 
@@ -191,12 +204,7 @@ def sequence_starts(segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Te
     _check_2d(segment_ids, "segment_ids")
     s = segment_ids
     B, T = s.shape
-    depth = int(s.max()) if s.numel() else 0
-    if depth > max_depth:
-        raise ValueError(
-            f"segment_ids has a row with {depth} sequences but the head has max_depth={max_depth} slots; "
-            "pack with a smaller --max-depth or build the head with more slots"
-        )
+    check_depth(s, max_depth)
     is_start = s > 0
     is_start[:, 1:] &= s[:, 1:] != s[:, :-1]
     b, t = is_start.nonzero(as_tuple=True)
