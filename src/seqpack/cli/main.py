@@ -11,9 +11,9 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from seqpack.cli import decode, demo, encode, pack, plan, stats, tokenize, train_tokenizer
+from seqpack.cli import decode, demo, encode, pack, plan, stats, tokenize, train, train_tokenizer
 
-_COMMANDS = (train_tokenizer, encode, decode, tokenize, plan, stats, pack, demo)
+_COMMANDS = (train_tokenizer, encode, decode, tokenize, plan, stats, pack, train, demo)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,8 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = str(e) or type(e).__name__
         print(f"seqpack: error: {msg}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("seqpack: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"seqpack: interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
         return 130
 
 

@@ -149,6 +149,7 @@ def pack_task(source: Any, tokenizer: Tokenizer, config: PackConfig) -> tuple[Pa
         "dropped": dict(sorted(seqs.dropped.items())),
         "position_fields": list(seqs.position_fields),
         "task_info": seqs.info,
+        "vocab_size": int(seqs.info.get("vocab_size", tokenizer.vocab_size)),
         "config": asdict(config),
     }
     return pc, extra

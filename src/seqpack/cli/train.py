@@ -1,0 +1,103 @@
+"""``seqpack train --data DIR --out RUN [--padded] ...``: train on a packed dataset (or its padded baseline)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from seqpack.cli.plan import _int_at_least, _positive_int
+
+
+def _betas(text: str) -> tuple[float, float]:
+    try:
+        b1, b2 = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--betas takes two numbers like 0.9,0.999, got {text!r}") from None
+    return b1, b2
+
+
+def add_training_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by ``train`` and ``compare``."""
+    from seqpack.nn.attention import BACKENDS
+    from seqpack.nn.losses import REDUCTIONS
+    from seqpack.nn.models.bert import SIZES
+    from seqpack.train.config import MODELS, OPTIMIZERS, SCHEDULES
+
+    pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
+    p.add_argument("--data", required=True, help="packed dataset directory (seqpack pack)")
+    p.add_argument("--model", choices=MODELS, default=None, help="default: gpt for clm, bert otherwise")
+    p.add_argument("--size", choices=tuple(SIZES), default="tiny", help="seqpack's compact model size (default tiny)")
+    p.add_argument("--hf-model", default=None, metavar="CONFIG", help="a transformers config.json (or its directory) instead")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--betas", type=_betas, default=(0.9, 0.999))
+    p.add_argument("--warmup", type=float, default=0.06, help="warm-up: a fraction of the steps (<1) or steps (>=1)")
+    p.add_argument("--schedule", choices=SCHEDULES, default="linear", help="decay after warm-up")
+    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping (0: none)")
+    p.add_argument("--batch-size", type=pos("--batch-size"), default=32, help="rows per micro-batch, all ranks together")
+    p.add_argument("--accumulation", type=pos("--accumulation"), default=1, help="micro-batches per optimiser step")
+    p.add_argument("--steps", type=pos("--steps"), default=None, help="optimiser steps (default: one epoch)")
+    p.add_argument("--sequences", type=pos("--sequences"), default=None, help="train until about this many sequences")
+    p.add_argument("--eval-every", type=lambda t: _int_at_least(t, "--eval-every", 0), default=0, help="steps (0: at the end)")
+    p.add_argument("--eval-fraction", type=float, default=0.05, help="share of packs held out for evaluation")
+    p.add_argument("--eval-batch-size", type=pos("--eval-batch-size"), default=64)
+    p.add_argument("--seed", type=lambda t: _int_at_least(t, "--seed", 0), default=0)
+    p.add_argument("--reduction", choices=REDUCTIONS, default="sequence", help="loss mean per sequence (paper) or per token (HF)")
+    p.add_argument("--attention", choices=BACKENDS, default="auto", help="packed attention backend")
+    p.add_argument("--dropout", type=float, default=None, help="override the model's dropout")
+    p.add_argument("--max-position", type=pos("--max-position"), default=None, help="the model's position table size")
+    p.add_argument("--threads", type=pos("--threads"), default=None, help="torch CPU threads")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_parser(sub: Any) -> None:
+    from seqpack.train.config import MATCH
+
+    p = sub.add_parser(
+        "train", help="train BERT/GPT on a packed dataset (or its padded baseline)",
+        description="Train on a packed dataset; --padded trains on the same sequences one per row. Writes "
+        "RUN/config.json, metrics.jsonl, checkpoint.pt and summary.json. Ctrl-C saves a checkpoint; "
+        "--resume continues it exactly. Under torchrun each rank takes a share of every batch.",
+    )
+    add_training_options(p)
+    p.add_argument("--out", required=True, metavar="RUN", help="run directory")
+    p.add_argument("--padded", action="store_true", help="the baseline: one sequence per row, padded to max_len")
+    p.add_argument("--match", choices=MATCH, default="none",
+                   help="sequences: packed rows = batch / packing factor, as many sequences per step as padded")
+    p.add_argument("--adjust-hparams", action="store_true", help="raise the optimiser's betas to the power p (paper §4.2)")
+    p.add_argument("--checkpoint-every", type=lambda t: _int_at_least(t, "--checkpoint-every", 0), default=0)
+    p.add_argument("--resume", action="store_true", help="continue RUN from its checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="start again in a RUN that already holds a run")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(handler=run)
+
+
+def config_from_args(args: argparse.Namespace, **changes: Any) -> Any:
+    from seqpack.train.config import TrainConfig
+
+    keys = ("data", "model", "size", "hf_model", "optimizer", "lr", "weight_decay", "betas", "warmup", "schedule",
+            "clip", "batch_size", "accumulation", "steps", "sequences", "eval_every", "eval_fraction",
+            "eval_batch_size", "seed", "reduction", "attention", "dropout", "max_position", "threads")
+    opts = {k: getattr(args, k) for k in keys}
+    opts["progress"] = not (args.quiet or getattr(args, "json", False))
+    return TrainConfig(**{**opts, **changes})
+
+
+def run(args: argparse.Namespace) -> int:
+    from seqpack.train import train
+
+    cfg = config_from_args(args, out=args.out, padded=args.padded, match=args.match,
+                           adjust_hparams=args.adjust_hparams, checkpoint_every=args.checkpoint_every)
+    s = train(cfg, resume=args.resume, overwrite=args.overwrite)
+    if args.json:
+        print(json.dumps(s))
+        return 0
+    ev = s["eval"]
+    parts = [f"{k} {v:.4f}" for k, v in ev.items()]
+    print(f"{'padded' if s['padded'] else 'packed'} {s['model']}: {s['steps']} steps, {s['sequences']:,} sequences, "
+          f"{s['tokens']:,} tokens in {s['train_seconds']:.1f} s ({s['tokens_per_s']:,.0f} tokens/s)")
+    print("eval: " + ", ".join(parts))
+    print(f"run: {s['run']}")
+    return 0

@@ -1,0 +1,91 @@
+"""Checkpoints (``RUN/checkpoint.pt``, written atomically) and the run's JSON-lines metrics.
+
+A checkpoint holds the model and optimiser state, the step counters, the torch RNG state and
+what the run was: the model description, the dataset's identity and the training options
+that decide the result. ``--resume`` refuses a checkpoint whose model or data differ, and
+continues bit for bit where it stopped (the batch order is a function of the step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+KIND = "seqpack.checkpoint"
+FORMAT_VERSION = 1
+CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.jsonl"
+# options that may change between a run and its resumption without changing its result
+FREE_OPTIONS = ("out", "data", "progress", "threads", "eval_every", "eval_batch_size", "checkpoint_every")
+
+
+def data_identity(manifest: dict[str, Any], padded: bool) -> dict[str, Any]:
+    keys = ("task", "max_len", "num_packs", "num_sequences", "num_tokens", "tokenizer_hash", "seed", "algorithm")
+    return {**{k: manifest.get(k) for k in keys}, "padded": padded}
+
+
+def save_checkpoint(run: Path, payload: dict[str, Any]) -> Path:
+    """Write ``run/checkpoint.pt`` via a temp file and one rename."""
+    path = run / CHECKPOINT
+    tmp = run / f".{CHECKPOINT}.tmp-{os.getpid()}"
+    torch.save({"kind": KIND, "format_version": FORMAT_VERSION, **payload}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(run: Path, *, model: dict[str, Any], data: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint in ``run``, checked against what this run builds."""
+    path = run / CHECKPOINT
+    if not path.is_file():
+        raise ValueError(f"--resume: no checkpoint in {run} (nothing to resume); run without --resume to start a new run")
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # torch raises many types for a damaged file
+        raise ValueError(f"{path}: not a readable checkpoint ({e})") from None
+    if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: not a seqpack checkpoint (format {FORMAT_VERSION})")
+    if ck["model"] != model:
+        diff = _diff(ck["model"].get("config", {}), model.get("config", {})) or f"{ck['model']['class']} vs {model['class']}"
+        raise ValueError(f"{path} was saved from another model config ({diff}); resume with the same --model/--size/--hf-model, "
+                         "or use a new --out")
+    if ck["data"] != data:
+        raise ValueError(f"{path} was trained on other data ({_diff(ck['data'], data)}); resume with the same --data and --padded")
+    mine = {k: v for k, v in options.items() if k not in FREE_OPTIONS}
+    theirs = {k: v for k, v in ck["options"].items() if k not in FREE_OPTIONS}
+    if mine != theirs:
+        raise ValueError(f"{path} was trained with other options ({_diff(theirs, mine)}); resume with the same options")
+    return ck  # type: ignore[no-any-return]
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return ", ".join(f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys[:4])
+
+
+class MetricsLog:
+    """``RUN/metrics.jsonl``: one JSON object per line. On resume, lines past the checkpoint's
+    step (written after it by the interrupted run) are dropped."""
+
+    def __init__(self, path: Path, *, keep_until: int | None) -> None:
+        self.path = path
+        if keep_until is None:
+            path.write_text("", encoding="utf-8")
+        elif path.is_file():
+            lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+            kept = [ln for ln in lines if json.loads(ln).get("step", 0) <= keep_until]
+            path.write_text("".join(ln + "\n" for ln in kept), encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def read_metrics(run: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    p = Path(run) / METRICS
+    if not p.is_file():
+        raise ValueError(f"{run}: no {METRICS} (not a seqpack training run)")
+    return [json.loads(ln) for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]

@@ -1,0 +1,109 @@
+"""What one training run does: :class:`TrainConfig` (frozen, validated on creation).
+
+    cfg = TrainConfig(data="packed_mlm/", out="runs/packed", model="bert", size="tiny", steps=200)
+    cfg_padded = cfg.replace(padded=True, out="runs/padded")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from seqpack.nn.attention import BACKENDS
+from seqpack.nn.losses import REDUCTIONS
+from seqpack.nn.models.bert import SIZES
+
+MODELS = ("bert", "gpt")
+OPTIMIZERS = ("adamw", "lamb")
+SCHEDULES = ("linear", "cosine", "constant")
+MATCH = ("none", "sequences")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """A training run over a packed dataset (or, with ``padded``, its one-sequence-per-row baseline).
+
+    Budget: ``steps`` optimiser steps, or ``sequences`` (the steps that see about that many
+    training sequences), or neither for one epoch. ``batch_size`` is rows per micro-batch
+    (over all ranks); a step is ``accumulation`` micro-batches. ``match="sequences"`` divides
+    the packed run's rows by the packing factor so a step sees as many sequences as the padded
+    run's on average (paper §4.2, first setup); ``adjust_hparams`` keeps the rows and raises
+    the optimiser's betas to the power ``p`` instead (its second setup).
+    """
+
+    data: str
+    out: str
+    model: str | None = None  # None: from the task (mlm/classification -> bert, clm -> gpt)
+    size: str = "tiny"
+    hf_model: str | None = None  # a transformers config.json (or a directory holding one)
+    padded: bool = False
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup: float = 0.06  # < 1: a fraction of the steps; >= 1: a number of steps
+    schedule: str = "linear"
+    clip: float = 1.0  # 0: no clipping
+    batch_size: int = 32
+    accumulation: int = 1
+    steps: int | None = None
+    sequences: int | None = None
+    eval_every: int = 0  # 0: only at the end
+    eval_fraction: float = 0.05
+    eval_batch_size: int = 64
+    checkpoint_every: int = 0  # 0: at the end (and on SIGINT)
+    seed: int = 0
+    reduction: str = "sequence"
+    match: str = "none"
+    adjust_hparams: bool = False
+    attention: str = "auto"
+    dropout: float | None = None
+    max_position: int | None = None
+    threads: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        def one_of(name: str, allowed: tuple[str, ...]) -> None:
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {'|'.join(allowed)}, got {getattr(self, name)!r}")
+
+        if self.model is not None:
+            one_of("model", MODELS)
+        for name, allowed in (("size", tuple(SIZES)), ("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
+                              ("reduction", REDUCTIONS), ("match", MATCH), ("attention", BACKENDS)):
+            one_of(name, allowed)
+        for name in ("batch_size", "accumulation", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("steps", "sequences", "threads", "max_position"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+        if self.steps is not None and self.sequences is not None:
+            raise ValueError("give --steps or --sequences, not both")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.weight_decay < 0 or self.clip < 0 or self.warmup < 0:
+            raise ValueError("weight_decay, clip and warmup must be >= 0")
+        if not 0.0 < self.eval_fraction < 0.5:
+            raise ValueError(f"eval_fraction must be in (0, 0.5), got {self.eval_fraction}")
+        if self.eval_every < 0 or self.checkpoint_every < 0:
+            raise ValueError("eval_every and checkpoint_every must be >= 0 (0: at the end only)")
+        if self.match != "none" and self.adjust_hparams:
+            raise ValueError("--match sequences and --adjust-hparams are two alternatives; pick one")
+        if self.padded and (self.match != "none" or self.adjust_hparams):
+            raise ValueError("--match / --adjust-hparams adjust the packed run; the padded run is the reference")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if any(not 0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must be in [0, 1), got {self.betas}")
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["betas"] = list(self.betas)
+        return d

@@ -1,0 +1,114 @@
+"""Batches for training: packed rows, or the same sequences one per row (``padded``).
+
+The order is a pure function of ``(seed, step)``: step ``s`` takes global rows
+``s*R .. (s+1)*R - 1`` of an endless stream of epochs, each a fresh permutation seeded by
+``(seed, epoch)``. So a resumed run, or one split over ranks, reads exactly the rows an
+uninterrupted single-process run reads::
+
+    rows of step s   = stream[s*R : (s+1)*R]           # R = batch_size * accumulation
+    micro-batch m    = rows[m*B : (m+1)*B]              # B = batch_size (all ranks)
+    rank r's share   = micro-batch m [r::world]
+
+A fixed share of packs (``eval_fraction``, chosen by a seed that does not depend on the run's
+seed) is held out; both the packed and the padded run evaluate on those same packed rows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from seqpack.data.io import load_packed
+from seqpack.data.padded import padded_rows, sequence_spans
+
+SPLIT_SEED = 20_240_101
+
+
+def _tensor(a: np.ndarray, *, floating: bool = False) -> torch.Tensor:
+    a = np.asarray(a)
+    if floating:
+        return torch.from_numpy(a.astype(np.float32))
+    return torch.from_numpy(a.astype(np.int64))
+
+
+class TrainData:
+    """A packed dataset split into training units (packs, or sequences when ``padded``) and
+    held-out evaluation packs."""
+
+    def __init__(self, path: str | os.PathLike[str], *, padded: bool = False, eval_fraction: float = 0.05) -> None:
+        self.manifest, self.columns = load_packed(path)
+        self.task: str = self.manifest["task"]
+        self.padded = padded
+        self.max_len = int(self.manifest["max_len"])
+        self.position_fields = tuple(self.manifest.get("position_fields", ()))
+        P = int(self.manifest["num_packs"])
+        n_eval = max(1, round(P * eval_fraction))
+        if P - n_eval < 1:
+            raise ValueError(f"{path}: only {P} pack(s); need at least 2 (one to train on, one to evaluate)")
+        perm = np.random.default_rng(SPLIT_SEED).permutation(P)
+        self.eval_packs = np.sort(perm[:n_eval])
+        self.train_packs = np.sort(perm[n_eval:])
+        nseq = np.asarray(self.columns["num_sequences"], dtype=np.int64)
+        if padded:
+            spans = sequence_spans(np.asarray(self.columns["segment_ids"])[self.train_packs])
+            spans[:, 0] = self.train_packs[spans[:, 0]]
+            self.spans = spans
+            self.unit_sequences = np.ones(len(spans), np.int64)
+            self.unit_tokens = spans[:, 2].copy()
+        else:
+            self.unit_sequences = nseq[self.train_packs]
+            self.unit_tokens = (np.asarray(self.columns["segment_ids"])[self.train_packs] != 0).sum(axis=1)
+        self.packing_factor = float(nseq[self.train_packs].mean())
+        self.train_sequences = int(nseq[self.train_packs].sum())
+        self.eval_sequences = int(nseq[self.eval_packs].sum())
+        self._perms: dict[tuple[int, int], np.ndarray] = {}
+
+    @property
+    def num_units(self) -> int:
+        return len(self.unit_sequences)
+
+    def stream(self, seed: int, start: int, count: int) -> np.ndarray:
+        """Unit indices at stream positions ``start .. start + count - 1``."""
+        pos = np.arange(start, start + count)
+        n = self.num_units
+        out = np.empty(count, np.int64)
+        for epoch in np.unique(pos // n):
+            key = (seed, int(epoch))
+            if key not in self._perms:
+                self._perms = {key: np.random.default_rng([seed, int(epoch)]).permutation(n)}
+            sel = pos // n == epoch
+            out[sel] = self._perms[key][pos[sel] % n]
+        return out
+
+    def batch(self, units: np.ndarray) -> dict[str, torch.Tensor]:
+        """Tensors for training units (pack or sequence indices): ``(B, L)`` / ``(B, D)``."""
+        if self.padded:
+            cols = padded_rows(self.columns, self.spans[units], task=self.task, position_fields=self.position_fields)
+        else:
+            packs = self.train_packs[units]
+            cols = {k: np.asarray(v[packs]) for k, v in self.columns.items()}
+        return self._tensors(cols)
+
+    def eval_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        """The held-out packs, in order, packed (the same for packed and padded runs)."""
+        for lo in range(0, len(self.eval_packs), batch_size):
+            packs = self.eval_packs[lo : lo + batch_size]
+            yield self._tensors({k: np.asarray(v[packs]) for k, v in self.columns.items()})
+
+    def _tensors(self, cols: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        out = {k: _tensor(v) for k, v in cols.items() if k != "example_ids"}
+        if self.task == "multilabel":
+            out["labels"] = _tensor(cols["labels"], floating=True)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "task": self.task, "max_len": self.max_len, "padded": self.padded,
+            "train_packs": len(self.train_packs), "eval_packs": len(self.eval_packs),
+            "train_sequences": self.train_sequences, "eval_sequences": self.eval_sequences,
+            "packing_factor": self.packing_factor, "units": self.num_units,
+        }

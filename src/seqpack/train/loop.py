@@ -1,0 +1,273 @@
+"""The training loop behind ``seqpack train``.
+
+    summary = train(TrainConfig(data="packed_mlm/", out="runs/packed", steps=200))
+    summary = train(cfg.replace(padded=True, out="runs/padded"))      # the baseline
+
+Writes ``RUN/config.json`` (what ran), ``RUN/metrics.jsonl`` (one line per step, one per
+evaluation), ``RUN/checkpoint.pt`` (every ``checkpoint_every`` steps, at the end and on
+Ctrl-C) and ``RUN/summary.json``. Under ``torchrun`` each rank takes its share of every
+micro-batch (see :mod:`seqpack.train.data`); gradients are averaged by
+``DistributedDataParallel`` and the loss is normalised over the whole global step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from seqpack.nn.models.bert import PackedOutput
+from seqpack.nn.optim import Lamb, adjust_betas
+from seqpack.train.checkpoint import CHECKPOINT, METRICS, MetricsLog, data_identity, load_checkpoint, save_checkpoint
+from seqpack.train.config import TrainConfig
+from seqpack.train.data import TrainData
+from seqpack.train.distributed import World, close_world, init_world
+from seqpack.train.models import build_model, forward
+from seqpack.train.objective import EvalTotals, component_means, loss_units, step_loss
+
+
+class Objective(torch.nn.Module):
+    """The model and its task, so that ``DistributedDataParallel`` sees one forward call."""
+
+    def __init__(self, model: torch.nn.Module, task: str, reduction: str) -> None:
+        super().__init__()
+        self.model, self.task, self.reduction = model, task, reduction
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> PackedOutput:
+        return forward(self.model, batch, task=self.task, reduction=self.reduction)
+
+
+def lr_at(step: int, cfg: TrainConfig, total: int) -> float:
+    """Linear warm-up, then linear / cosine decay to 0 (or constant)."""
+    warm = int(cfg.warmup) if cfg.warmup >= 1 else round(cfg.warmup * total)
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    if cfg.schedule == "constant":
+        return cfg.lr
+    frac = (step - warm) / max(1, total - warm)
+    return cfg.lr * (1 - frac if cfg.schedule == "linear" else 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, betas: tuple[float, float]) -> torch.optim.Optimizer:
+    """AdamW or LAMB; no weight decay on biases, LayerNorms and embeddings' norms (1-D tensors)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    if cfg.optimizer == "lamb":
+        return Lamb(groups, lr=cfg.lr, betas=betas)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, foreach=False)
+
+
+def rows_per_batch(cfg: TrainConfig, data: TrainData) -> int:
+    """Rows per micro-batch: ``batch_size``, divided by the packing factor with ``match``."""
+    if cfg.match == "sequences" and not cfg.padded:
+        return max(1, round(cfg.batch_size / data.packing_factor))
+    return cfg.batch_size
+
+
+def total_steps(cfg: TrainConfig, data: TrainData, rows: int) -> int:
+    per_step = rows * cfg.accumulation
+    if cfg.steps is not None:
+        return cfg.steps
+    seqs_per_unit = float(data.unit_sequences.mean())
+    if cfg.sequences is not None:
+        return max(1, math.ceil(cfg.sequences / (per_step * seqs_per_unit)))
+    return max(1, data.num_units // per_step)  # one epoch
+
+
+class _Interrupt:
+    """Turns SIGINT into a flag checked between steps (main thread only)."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._old: Any = None
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.hit = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def train(
+    cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False,
+    on_step: Callable[[int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run (or continue, with ``resume``) a training run; returns ``RUN/summary.json``'s content."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    data = TrainData(cfg.data, padded=cfg.padded, eval_fraction=cfg.eval_fraction)
+    world = init_world()
+    try:
+        return _Run(cfg, data, world, resume=resume, overwrite=overwrite).run(on_step)
+    finally:
+        close_world(world)
+
+
+class _Run:
+    def __init__(self, cfg: TrainConfig, data: TrainData, world: World, *, resume: bool, overwrite: bool) -> None:
+        self.cfg, self.data, self.world = cfg, data, world
+        self.task = data.task
+        self.run_dir = Path(cfg.out)
+        if not resume and (self.run_dir / CHECKPOINT).exists() and not overwrite:
+            raise ValueError(f"{self.run_dir} already holds a run; pass --resume to continue it, --overwrite to start again")
+        torch.manual_seed(cfg.seed)
+        self.model, self.spec = build_model(data.manifest, cfg)
+        self.model.to(world.device)
+        self.rows = rows_per_batch(cfg, data)
+        if self.rows < world.size:
+            raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {world.size} ranks; raise --batch-size")
+        self.total = total_steps(cfg, data, self.rows)
+        betas = adjust_betas(cfg.betas, data.packing_factor) if cfg.adjust_hparams else cfg.betas
+        self.optimizer = make_optimizer(self.model, cfg, betas)
+        self.state: dict[str, Any] = {"step": 0, "sequences": 0, "tokens": 0, "train_seconds": 0.0}
+        self.identity = data_identity(data.manifest, cfg.padded)
+        if resume:
+            ck = load_checkpoint(self.run_dir, model=self.spec, data=self.identity, options=cfg.to_dict())
+            self.model.load_state_dict(ck["model_state"])
+            self.optimizer.load_state_dict(ck["optimizer_state"])
+            self.state = ck["state"]
+            torch.set_rng_state(ck["rng"]["torch"])
+            if torch.cuda.is_available() and ck["rng"].get("cuda") is not None:
+                torch.cuda.set_rng_state(ck["rng"]["cuda"])
+        wrapped: torch.nn.Module = Objective(self.model, self.task, cfg.reduction)
+        if world.size > 1:
+            ids = [world.device.index] if world.device.type == "cuda" else None
+            wrapped = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids)
+        self.wrapped = wrapped
+        if world.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.log = MetricsLog(self.run_dir / METRICS, keep_until=self.state["step"] if resume else None)
+            self._write_config(betas)
+
+    def _write_config(self, betas: tuple[float, float]) -> None:
+        info = {"train": self.cfg.to_dict(), "model": self.spec, "data": {**self.data.describe(), **self.identity},
+                "rows_per_batch": self.rows, "total_steps": self.total, "betas": list(betas), "world_size": self.world.size}
+        (self.run_dir / "config.json").write_text(json.dumps(info, indent=1, default=str) + "\n", encoding="utf-8")
+
+    def _micro_batches(self, step: int) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
+        R = self.rows * self.cfg.accumulation
+        units = self.data.stream(self.cfg.seed, step * R, R)
+        for m in range(self.cfg.accumulation):
+            mine = units[m * self.rows : (m + 1) * self.rows][self.world.rank :: self.world.size]
+            yield mine, {k: v.to(self.world.device) for k, v in self.data.batch(mine).items()}
+
+    def _step(self, step: int) -> dict[str, Any]:
+        cfg, world = self.cfg, self.world
+        lr = lr_at(step, cfg, self.total)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        self.model.train()
+        batches = list(self._micro_batches(step))
+        local = [loss_units(b, self.task, cfg.reduction) for _, b in batches]
+        total = world.all_sum(torch.stack(local).sum(0))
+        logged = torch.zeros(3, dtype=torch.float64)  # loss, sequences, tokens (summed over ranks)
+        for m, (units, b) in enumerate(batches):
+            sync = world.size == 1 or m == len(batches) - 1
+            ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()  # type: ignore[operator]
+            with ctx:
+                out = self.wrapped(b)
+                loss = step_loss(component_means(out, self.task), local[m], total, world=world.size)
+                loss.backward()
+            logged += torch.tensor([float(loss.detach()) / world.size, self.data.unit_sequences[units].sum(),
+                                    self.data.unit_tokens[units].sum()], dtype=torch.float64)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip if cfg.clip > 0 else math.inf)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        logged = world.all_sum(logged)
+        return {"lr": lr, "loss": float(logged[0]), "grad_norm": float(norm),
+                "step_sequences": int(logged[1]), "step_tokens": int(logged[2])}
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        model = self.model
+        was = model.training
+        model.eval()
+        totals = EvalTotals()
+        for b in self.data.eval_batches(self.cfg.eval_batch_size):
+            b = {k: v.to(self.world.device) for k, v in b.items()}
+            totals.update(forward(model, b, task=self.task, reduction="sequence"), b, self.task)
+        model.train(was)
+        return totals.result()
+
+    def _checkpoint(self) -> None:
+        if self.world.main:
+            rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+            save_checkpoint(self.run_dir, {
+                "model": self.spec, "data": self.identity, "options": self.cfg.to_dict(), "state": dict(self.state),
+                "model_state": self.model.state_dict(), "optimizer_state": self.optimizer.state_dict(), "rng": rng,
+            })
+        self.world.barrier()
+
+    def _eval_record(self) -> None:
+        if self.world.main:
+            ev = self.evaluate()
+            self.log.write({"step": self.state["step"], "sequences": self.state["sequences"],
+                            "train_seconds": self.state["train_seconds"], "eval": ev})
+            self.last_eval = ev
+        self.world.barrier()
+
+    def run(self, on_step: Callable[[int, dict[str, Any]], None] | None) -> dict[str, Any]:
+        from tqdm.auto import tqdm
+
+        cfg, st = self.cfg, self.state
+        self.last_eval: dict[str, float] = {}
+        if st["step"] == 0 and self.world.main:
+            self._eval_record()  # the curve starts at 0 sequences
+        bar = tqdm(total=self.total, initial=st["step"], disable=not (cfg.progress and self.world.main),
+                   desc="padded" if cfg.padded else "packed", unit="step", dynamic_ncols=True)
+        with _Interrupt() as stop:
+            while st["step"] < self.total:
+                t0 = time.perf_counter()
+                rec = self._step(st["step"])
+                dt = time.perf_counter() - t0
+                st["step"] += 1
+                st["sequences"] += rec["step_sequences"]
+                st["tokens"] += rec["step_tokens"]
+                st["train_seconds"] += dt
+                rec = {"step": st["step"], **rec, "sequences": st["sequences"], "tokens": st["tokens"],
+                       "step_seconds": dt, "train_seconds": st["train_seconds"],
+                       "tokens_per_s": rec["step_tokens"] / dt, "sequences_per_s": rec["step_sequences"] / dt}
+                if self.world.main:
+                    self.log.write(rec)
+                bar.update(1)
+                bar.set_postfix(loss=f"{rec['loss']:.3f}")
+                if on_step is not None:
+                    on_step(st["step"], rec)
+                last = st["step"] == self.total
+                if (cfg.eval_every and st["step"] % cfg.eval_every == 0) or last:
+                    self._eval_record()
+                if (cfg.checkpoint_every and st["step"] % cfg.checkpoint_every == 0) or last or stop.hit:
+                    self._checkpoint()
+                if stop.hit and not last:
+                    bar.close()
+                    raise KeyboardInterrupt(f"interrupted at step {st['step']}; checkpoint saved in {self.run_dir}, "
+                                            "continue with --resume")
+        bar.close()
+        return self._summary()
+
+    def _summary(self) -> dict[str, Any]:
+        st = self.state
+        summary = {"run": str(self.run_dir), "padded": self.cfg.padded, "task": self.task, "model": self.spec["class"],
+                   "steps": st["step"], "sequences": st["sequences"], "tokens": st["tokens"],
+                   "train_seconds": st["train_seconds"], "tokens_per_s": st["tokens"] / max(st["train_seconds"], 1e-9),
+                   "sequences_per_s": st["sequences"] / max(st["train_seconds"], 1e-9),
+                   "rows_per_batch": self.rows, "packing_factor": self.data.packing_factor, "eval": self.last_eval}
+        if self.world.main:
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        return summary

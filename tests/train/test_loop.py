@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from seqpack.cli.main import main
+from seqpack.train import TrainConfig, train
+from seqpack.train.checkpoint import read_metrics
+from seqpack.train.data import TrainData
+from seqpack.train.loop import Objective
+from seqpack.train.models import build_model
+from seqpack.train.objective import component_means, loss_units, step_loss
+
+TIMING = ("step_seconds", "train_seconds", "tokens_per_s", "sequences_per_s")
+
+
+def cfg(data, out, **kw):
+    base = dict(data=str(data), out=str(out), steps=4, batch_size=6, progress=False, eval_fraction=0.1, threads=2)
+    return TrainConfig(**{**base, **kw})
+
+
+def params(run):
+    return torch.load(run / "checkpoint.pt", weights_only=False)["model_state"]
+
+
+def untimed(records):
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in records]
+
+
+@pytest.mark.parametrize("task", ["mlm", "clm"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_runs_and_writes_its_files(datasets, tmp_path, task, padded):
+    s = train(cfg(datasets[task], tmp_path / "run", padded=padded))
+    assert s["steps"] == 4 and s["sequences"] > 0 and s["padded"] is padded
+    recs = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in recs if "eval" not in r] == [1, 2, 3, 4]
+    assert [r["step"] for r in recs if "eval" in r] == [0, 4]
+    if padded:
+        assert all(r["step_sequences"] == 6 for r in recs if "eval" not in r)
+    ev = s["eval"]
+    keys = {"loss", "lm_loss", "lm_token_loss", "lm_accuracy"} | ({"nsp_loss", "nsp_accuracy"} if task == "mlm" else set())
+    assert keys <= set(ev) and np.isfinite(ev["loss"])
+    assert ev["loss"] < recs[0]["eval"]["loss"]  # 4 steps of 1e-3 learn something
+    for f in ("config.json", "summary.json", "checkpoint.pt"):
+        assert (tmp_path / "run" / f).is_file()
+
+
+@pytest.mark.parametrize("task", ["mlm", "clm"])
+@pytest.mark.parametrize("reduction", ["sequence", "token"])
+def test_packed_batch_equals_its_sequences_padded(datasets, task, reduction):
+    """Same sequences, packed rows vs one per row: the same loss and the same gradient."""
+    packed, padded = TrainData(datasets[task]), TrainData(datasets[task], padded=True)
+    packs = np.arange(5)
+    chosen = np.flatnonzero(np.isin(padded.spans[:, 0], packed.train_packs[packs]))
+    results = []
+    for data, units in ((packed, packs), (padded, chosen)):
+        torch.manual_seed(0)
+        model, _ = build_model(data.manifest, cfg(datasets[task], "x", dropout=0.0))
+        b = data.batch(units)
+        n = loss_units(b, task, reduction)
+        out = Objective(model, task, reduction)(b)
+        loss = step_loss(component_means(out, task), n, n)
+        loss.backward()
+        results.append((loss.detach(), n, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}))
+    (l1, n1, g1), (l2, n2, g2) = results
+    assert torch.equal(n1, n2)
+    torch.testing.assert_close(l1, l2, rtol=1e-5, atol=1e-6)
+    assert g1.keys() == g2.keys()
+    for k in g1:
+        torch.testing.assert_close(g1[k], g2[k], rtol=1e-4, atol=1e-5 + 1e-4 * float(g1[k].abs().max()))
+
+
+def test_accumulation_equals_one_big_batch(datasets, tmp_path):
+    a = train(cfg(datasets["mlm"], tmp_path / "a", batch_size=8, accumulation=1, dropout=0.0, steps=2))
+    b = train(cfg(datasets["mlm"], tmp_path / "b", batch_size=4, accumulation=2, dropout=0.0, steps=2))
+    assert a["sequences"] == b["sequences"]
+    pa, pb = params(tmp_path / "a"), params(tmp_path / "b")
+    for k in pa:
+        torch.testing.assert_close(pa[k], pb[k], rtol=1e-5, atol=1e-6)
+
+
+def test_sigint_checkpoint_and_resume_is_identical(datasets, tmp_path):
+    whole = tmp_path / "whole"
+    train(cfg(datasets["mlm"], whole, steps=6, eval_every=2))  # dropout on: the RNG state must be restored
+
+    def interrupt(step, rec):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    cut = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt, match="interrupted at step 3"):
+        train(cfg(datasets["mlm"], cut, steps=6, eval_every=2), on_step=interrupt)
+    assert torch.load(cut / "checkpoint.pt", weights_only=False)["state"]["step"] == 3
+    train(cfg(datasets["mlm"], cut, steps=6, eval_every=2), resume=True)
+    pw, pc = params(whole), params(cut)
+    assert all(torch.equal(pw[k], pc[k]) for k in pw)
+    assert untimed(read_metrics(whole)) == untimed(read_metrics(cut))
+
+
+def test_match_sequences_and_adjust_hparams(datasets, tmp_path):
+    data = TrainData(datasets["mlm"], eval_fraction=0.1)
+    s = train(cfg(datasets["mlm"], tmp_path / "m", batch_size=12, match="sequences"))
+    assert s["rows_per_batch"] == round(12 / data.packing_factor) < 12
+    train(cfg(datasets["mlm"], tmp_path / "h", adjust_hparams=True, optimizer="lamb"))
+    info = json.loads((tmp_path / "h" / "config.json").read_text())
+    p = data.packing_factor
+    assert info["betas"] == pytest.approx([0.9**p, 0.999**p])
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_train_and_bad_input(datasets, tmp_path, capsys):
+    run = tmp_path / "run"
+    base = ["train", "--data", str(datasets["mlm"]), "--out", str(run), "--steps", "2", "--batch-size", "4", "--quiet"]
+    code, out, err = run_cli(capsys, *base, "--json")
+    assert code == 0 and json.loads(out)["steps"] == 2
+    cases = [
+        (["train", "--data", str(tmp_path), "--out", str(tmp_path / "x"), "--quiet"], "packed dataset"),
+        ([*base[:4], str(tmp_path / "fresh"), *base[5:], "--resume"], "no checkpoint"),
+        ([*base, "--resume", "--size", "small"], "another model config"),
+        ([*base, "--overwrite", "--max-position", "32"], "need 64 positions"),
+        (base, "already holds a run"),
+        ([*base[:2], str(datasets["clm"]), *base[3:], "--model", "bert", "--overwrite"], "use --model gpt"),
+    ]
+    for argv, msg in cases:
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2 and msg in err and err.count("\n") == 1, (argv, err)
