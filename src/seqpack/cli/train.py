@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from seqpack.cli.plan import _int_at_least, _positive_int
@@ -91,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, out=args.out, padded=args.padded, match=args.match,
                            adjust_hparams=args.adjust_hparams, checkpoint_every=args.checkpoint_every)
     s = train(cfg, resume=args.resume, overwrite=args.overwrite)
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
+        return 0
     if args.json:
         print(json.dumps(s))
         return 0

@@ -227,7 +227,7 @@ class _Run:
 
         cfg, st = self.cfg, self.state
         self.last_eval: dict[str, float] = {}
-        if st["step"] == 0 and self.world.main:
+        if st["step"] == 0:
             self._eval_record()  # the curve starts at 0 sequences
         bar = tqdm(total=self.total, initial=st["step"], disable=not (cfg.progress and self.world.main),
                    desc="padded" if cfg.padded else "packed", unit="step", dynamic_ncols=True)

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import torch
+
+from seqpack.train import TrainConfig, train
+from seqpack.train.checkpoint import read_metrics
+
+
+def test_two_cpu_ranks_agree_with_one_process(datasets, tmp_path):
+    """torchrun, 2 gloo ranks, each half of every micro-batch == 1 process on the global batch."""
+    opts = ["--steps", "3", "--batch-size", "6", "--accumulation", "2", "--dropout", "0", "--eval-fraction", "0.1",
+            "--threads", "1", "--quiet", "--json"]
+    two = tmp_path / "two"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "seqpack.cli.main", "train", "--data", str(datasets["mlm"]), "--out", str(two), *opts]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((two / "config.json").read_text())["world_size"] == 2
+    train(TrainConfig(data=str(datasets["mlm"]), out=str(tmp_path / "one"), steps=3, batch_size=6, accumulation=2,
+                      dropout=0.0, eval_fraction=0.1, threads=1, progress=False))
+    p2 = torch.load(two / "checkpoint.pt", weights_only=False)["model_state"]
+    p1 = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=False)["model_state"]
+    for k in p1:
+        torch.testing.assert_close(p2[k], p1[k], rtol=1e-4, atol=1e-5)  # Adam after 3 steps: float summation order
+    steps = lambda run: [(r["step"], r["step_sequences"], round(r["loss"], 4)) for r in read_metrics(run) if "loss" in r]  # noqa: E731
+    assert steps(two) == steps(tmp_path / "one")

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from seqpack.train import TrainConfig, train
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_hf_trainer_example_trains_bert_mlm(datasets, tmp_path):
+    pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate (the dev extra)")
+    spec = importlib.util.spec_from_file_location("hf_trainer_mlm", ROOT / "examples" / "hf_trainer_mlm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    s = mod.main(["--data", str(datasets["mlm"]), "--out", str(tmp_path / "hf"), "--steps", "4", "--batch-size", "4"])
+    assert s["steps"] == 4 and math.isfinite(s["train_loss"]) and s["log"]
+
+
+@pytest.mark.parametrize(("task", "config"), [
+    ("mlm", {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+             "intermediate_size": 64, "max_position_embeddings": 64}),
+    ("clm", {"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 64}),
+])
+def test_train_hf_model_from_a_config_file(datasets, tmp_path, task, config):
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(config))
+    s = train(TrainConfig(data=str(datasets[task]), out=str(tmp_path / "run"), hf_model=str(f), steps=3, batch_size=4,
+                          progress=False, eval_fraction=0.1))
+    assert s["model"] == ("BertForPreTraining" if task == "mlm" else "GPT2LMHeadModel")
+    assert math.isfinite(s["eval"]["loss"]) and s["eval"]["lm_accuracy"] >= 0
+    f.write_text(json.dumps({**config, ("n_positions" if task == "clm" else "max_position_embeddings"): 32}))
+    with pytest.raises(ValueError, match="need 64 positions"):
+        train(TrainConfig(data=str(datasets[task]), out=str(tmp_path / "run2"), hf_model=str(f), steps=1, progress=False))
