@@ -43,81 +43,9 @@ from _common import wikipedia_lengths  # type: ignore[import-not-found]
 
 from seqpack.nn.attention import packed_attention, plan_attention
 from seqpack.nn.models import GPT, BertConfig, BertForPreTraining, GPTConfig
-from seqpack.packing import pack_lengths
+from seqpack.train.bench import make_batches, step_times
 
 VOCAB = 30522
-
-
-def layout(seqs: list[np.ndarray], labels: list[np.ndarray], groups: list[np.ndarray], T: int) -> dict[str, torch.Tensor]:
-    """Rows of ``groups`` (sequence indices per row): input_ids, labels, segment_ids."""
-    B = len(groups)
-    ids = np.zeros((B, T), np.int64)
-    lab = np.full((B, T), -100, np.int64)
-    seg = np.zeros((B, T), np.int64)
-    for r, g in enumerate(groups):
-        at = 0
-        for k, i in enumerate(g):
-            n = seqs[i].size
-            ids[r, at : at + n], lab[r, at : at + n], seg[r, at : at + n] = seqs[i], labels[i], k + 1
-            at += n
-    return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(lab), "segment_ids": torch.from_numpy(seg)}
-
-
-def make_batches(task: str, lengths: np.ndarray, T: int, batch: int, count: int, seed: int) -> dict:
-    """``count`` batches of ``batch`` random packs and ``count`` of ``batch`` random single
-    sequences (padded), drawn from the same pool, plus the pool's real tokens per row."""
-    rng = np.random.default_rng(seed)
-    seqs = [rng.integers(0, VOCAB, size=int(n)) for n in lengths]
-    if task == "mlm":
-        labels = [np.where(rng.random(s.size) < 0.15, s, -100) for s in seqs]
-    else:  # causal LM, HF convention: the model shifts; no target for each sequence's first token
-        labels = [np.concatenate([[-100], s[1:]]) for s in seqs]
-    packing = pack_lengths(lengths, T, algorithm="best", seed=seed)
-    packs = [packing.pack(i) for i in range(packing.num_packs)]
-    pick = lambda n: rng.choice(n, size=batch, replace=False)  # noqa: E731
-    return {
-        "packed": [layout(seqs, labels, [packs[i] for i in pick(len(packs))], T) for _ in range(count)],
-        "padded": [layout(seqs, labels, [np.array([i]) for i in pick(len(seqs))], T) for _ in range(count)],
-        "packed_tokens_per_row": float(lengths.sum() / len(packs)),
-        "padded_tokens_per_row": float(lengths.mean()),
-        "packing_factor": packing.plan.packing_factor,
-        "efficiency": packing.plan.efficiency,
-    }
-
-
-def hf_style_loss(logits: torch.Tensor, labels: torch.Tensor, seg: torch.Tensor, shift: bool) -> torch.Tensor:
-    """Per-sequence mean of a cross-entropy taken at every position, as transformers computes
-    it (``ignore_index`` zeroes the loss, the log-softmax still runs everywhere)."""
-    B, T, V = logits.shape
-    if shift:  # as transformers' ForCausalLMLoss: shift the labels, not the logits
-        pad = torch.full((B, 1), -100, dtype=labels.dtype)
-        labels, seg = torch.cat([labels[:, 1:], pad], 1), torch.cat([seg[:, 1:], torch.zeros_like(pad)], 1)
-    ce = torch.nn.functional.cross_entropy(logits.reshape(B * T, V), labels.reshape(-1), reduction="none")
-    D = int(seg.max())
-    slot = (torch.arange(B)[:, None] * (D + 1) + seg).reshape(-1)
-    is_target = (labels != -100).reshape(-1).float()
-    total = torch.zeros(B * (D + 1)).index_add(0, slot, ce * is_target)
-    count = torch.zeros(B * (D + 1)).index_add(0, slot, is_target)
-    return (total / count.clamp(min=1))[count > 0].mean()
-
-
-def step(model: torch.nn.Module, b: dict[str, torch.Tensor], head: str) -> None:
-    if head == "targets":  # the model projects onto the vocabulary only at target tokens
-        loss = model(b["input_ids"], b["segment_ids"], labels=b["labels"]).loss
-    else:  # logits and cross-entropy at every position, as Hugging Face models compute them
-        logits = model(b["input_ids"], b["segment_ids"]).logits
-        loss = hf_style_loss(logits, b["labels"], b["segment_ids"], shift=isinstance(model, GPT))
-    loss.backward()
-    model.zero_grad(set_to_none=True)
-
-
-def step_times(model: torch.nn.Module, batches: list[dict], head: str) -> list[float]:
-    out = []
-    for b in batches:
-        t0 = time.perf_counter()
-        step(model, b, head)
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def plan_time(batches: list[dict], causal: bool, backend: str) -> float:
@@ -140,7 +68,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
         make = lambda attn: GPT(GPTConfig(vocab_size=VOCAB, hidden=256, layers=4, heads=4, max_position=T, attention=attn))  # noqa: E731
     lengths = wikipedia_lengths(args.sequences, np.random.default_rng(0))
     per = args.steps
-    data = make_batches(task, lengths, T, batch, per * (args.repeats + 1), seed=0)
+    data = make_batches(task, lengths, T, batch, per * (args.repeats + 1), seed=0, vocab=VOCAB)
     result: dict = {"case": name, "T": T, "batch_rows": batch, "steps": per, "repeats": args.repeats,
                     "packing_factor": data["packing_factor"], "efficiency": data["efficiency"]}
     for head in args.heads:
@@ -149,7 +77,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
         for r in range(args.repeats + 1):  # interleaved rounds, so that drift hits every variant alike
             for k, m in models.items():
                 chunk = data["padded" if k == "padded" else "packed"][r * per : (r + 1) * per]
-                t = step_times(m, chunk, head)
+                t = step_times(m, chunk, head, task == "clm")
                 if r:  # round 0 warms up
                     times[k].append(t)
         def rate(k: str, ts: list[float]) -> float:  # real tokens per row (whole pool) x rows / step time

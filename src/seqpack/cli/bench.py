@@ -1,0 +1,49 @@
+"""``seqpack bench --lengths wikipedia|FILE.npy|DIR --max-len L --model bert|gpt [--json]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from seqpack.cli.plan import _max_len, _positive_int
+
+
+def add_parser(sub: Any) -> None:
+    from seqpack.nn.attention import BACKENDS
+    from seqpack.nn.models.bert import SIZES
+    from seqpack.train.bench import HEADS
+
+    pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
+    p = sub.add_parser(
+        "bench", help="padded vs packed training throughput, side by side",
+        description="Time forward+backward steps of the same model on padded rows and on packed rows of "
+        "lengths drawn from a histogram; report sequences/s, real tokens/s, the realised and the theoretical "
+        "speed-up (packing factor) and the overhead (paper Table 1).",
+    )
+    p.add_argument("--lengths", default="wikipedia", help="wikipedia (shared data), a .npy histogram "
+                   "(index = length - 1) or a packed dataset directory")
+    p.add_argument("--max-len", type=_max_len, default=512)
+    p.add_argument("--model", choices=("bert", "gpt"), default="bert")
+    p.add_argument("--size", choices=tuple(SIZES), default="small")
+    p.add_argument("--vocab-size", type=pos("--vocab-size"), default=30522)
+    p.add_argument("--batch-size", type=pos("--batch-size"), default=None, help="rows per step (default 8192 // max_len)")
+    p.add_argument("--sequences", type=pos("--sequences"), default=20_000, help="pool of sampled lengths")
+    p.add_argument("--steps", type=pos("--steps"), default=4, help="timed steps per variant per round")
+    p.add_argument("--repeats", type=pos("--repeats"), default=3, help="timed rounds (after a warm-up round)")
+    p.add_argument("--head", choices=HEADS, default="targets", help="vocabulary projection at target tokens "
+                   "(seqpack's models) or at every position (Hugging Face's)")
+    p.add_argument("--attention", choices=BACKENDS, default="auto", help="the packed run's attention backend")
+    p.add_argument("--threads", type=pos("--threads"), default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from seqpack.train.bench import BenchConfig, format_bench, run_bench
+
+    keys = ("lengths", "max_len", "model", "size", "vocab_size", "batch_size", "sequences", "steps", "repeats",
+            "head", "attention", "threads")
+    r = run_bench(BenchConfig(**{k: getattr(args, k) for k in keys}))
+    print(json.dumps(r) if args.json else format_bench(r))
+    return 0

@@ -1,0 +1,232 @@
+"""Padded vs packed training throughput, side by side in one process (``seqpack bench``).
+
+    result = run_bench(BenchConfig(lengths="wikipedia", max_len=512, model="bert"))
+    result["realized_speedup"], result["packing_factor"], result["overhead"]
+
+A pool of sequence lengths is drawn from a histogram and laid out two ways: one sequence per
+row, padded to ``max_len``, and rows packed by ``best``. Both run the same model (forward +
+backward) on random batches, in interleaved rounds (round 0 warms up). Real tokens/s = the
+pool's real tokens per row x rows / median step time; a per-batch token count would swing
+with which few sequences the timed batches drew, while a row's step time barely depends on
+its content. ``overhead = 1 - realised / theoretical`` is the paper's Table 1 column.
+
+``head``: ``targets`` projects onto the vocabulary only at target tokens (seqpack's models);
+``all`` at every position as Hugging Face models do. The first is cheaper, but its cost grows
+with real tokens, which packing cannot remove, so its realised speed-up is lower.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+WIKIPEDIA = "histograms/wikipedia_len512_histogram.npy"
+HEADS = ("targets", "all")
+
+
+def shared_data_dirs() -> list[Path]:
+    """Where the shared data folder may be: ``$SEQPACK_SHARED_DATA``, then ``../shared/data``
+    beside the working directory and beside the source checkout."""
+    env = os.environ.get("SEQPACK_SHARED_DATA")
+    dirs = [Path(env)] if env else []
+    dirs += [Path.cwd().parent / "shared" / "data", Path(__file__).resolve().parents[4] / "shared" / "data"]
+    return dirs
+
+
+def load_histogram(source: str) -> np.ndarray:
+    """Counts by length (index = length - 1) from ``wikipedia``, a ``.npy`` histogram, or a
+    packed dataset directory (its manifest's histogram)."""
+    if source == "wikipedia":
+        for d in shared_data_dirs():
+            if (d / WIKIPEDIA).is_file():
+                return load_histogram(str(d / WIKIPEDIA))
+        raise ValueError(f"the Wikipedia histogram ({WIKIPEDIA}) is not in {', '.join(map(str, shared_data_dirs()))}; "
+                         "set SEQPACK_SHARED_DATA=DIR or pass --lengths FILE.npy|DATASET_DIR")
+    p = Path(source)
+    if p.is_dir():
+        from seqpack.data import read_manifest
+
+        return np.asarray(read_manifest(p)["histogram"]["counts"], dtype=np.int64)
+    if p.suffix != ".npy" or not p.is_file():
+        raise ValueError(f"--lengths {source}: give wikipedia, a .npy histogram (index = length - 1) or a packed dataset dir")
+    h = np.load(p)
+    if h.ndim != 1 or h.dtype.kind not in "iu" or (h < 0).any() or h.sum() == 0:
+        raise ValueError(f"{p}: not a histogram (a 1-D array of counts, index = length - 1)")
+    return h.astype(np.int64)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    lengths: str = "wikipedia"
+    max_len: int = 512
+    model: str = "bert"
+    size: str = "small"
+    vocab_size: int = 30522
+    batch_size: int | None = None  # None: 8192 // max_len rows
+    sequences: int = 20_000
+    steps: int = 4
+    repeats: int = 3
+    head: str = "targets"
+    attention: str = "auto"
+    threads: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.model not in ("bert", "gpt"):
+            raise ValueError(f"model must be bert|gpt, got {self.model!r}")
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {'|'.join(HEADS)}, got {self.head!r}")
+        for name in ("max_len", "vocab_size", "sequences", "steps", "repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def rows(self) -> int:
+        return self.batch_size or max(1, 8192 // self.max_len)
+
+
+def layout(seqs: list[np.ndarray], labels: list[np.ndarray], groups: list[np.ndarray], T: int) -> dict[str, torch.Tensor]:
+    """Rows of ``groups`` (sequence indices per row): input_ids, labels, segment_ids."""
+    B = len(groups)
+    ids, lab, seg = np.zeros((B, T), np.int64), np.full((B, T), -100, np.int64), np.zeros((B, T), np.int64)
+    for r, g in enumerate(groups):
+        at = 0
+        for k, i in enumerate(g):
+            n = seqs[i].size
+            ids[r, at : at + n], lab[r, at : at + n], seg[r, at : at + n] = seqs[i], labels[i], k + 1
+            at += n
+    return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(lab), "segment_ids": torch.from_numpy(seg)}
+
+
+def make_batches(task: str, lengths: np.ndarray, T: int, batch: int, count: int, seed: int, vocab: int) -> dict[str, Any]:
+    """``count`` batches of ``batch`` random packs and of ``batch`` random single sequences
+    (padded), drawn from the same pool, plus the pool's real tokens per row."""
+    from seqpack.packing import pack_lengths
+
+    rng = np.random.default_rng(seed)
+    seqs = [rng.integers(0, vocab, size=int(n)) for n in lengths]
+    if task == "mlm":
+        labels = [np.where(rng.random(s.size) < 0.15, s, -100) for s in seqs]
+    else:  # causal LM, HF convention: the model shifts; no target for each sequence's first token
+        labels = [np.concatenate([[-100], s[1:]]) for s in seqs]
+    packing = pack_lengths(lengths, T, algorithm="best", seed=seed)
+    packs = [packing.pack(i) for i in range(packing.num_packs)]
+    pick = lambda n: rng.choice(n, size=min(batch, n), replace=False)  # noqa: E731
+    return {
+        "packed": [layout(seqs, labels, [packs[i] for i in pick(len(packs))], T) for _ in range(count)],
+        "padded": [layout(seqs, labels, [np.array([i]) for i in pick(len(seqs))], T) for _ in range(count)],
+        "packed_tokens_per_row": float(lengths.sum() / len(packs)),
+        "padded_tokens_per_row": float(lengths.mean()),
+        "packs": packing.num_packs, "sequences": len(lengths),
+        "packing_factor": packing.plan.packing_factor, "efficiency": packing.plan.efficiency,
+    }
+
+
+def hf_style_loss(logits: torch.Tensor, labels: torch.Tensor, seg: torch.Tensor, shift: bool) -> torch.Tensor:
+    """Per-sequence mean of a cross-entropy taken at every position, as transformers computes
+    it (``ignore_index`` zeroes the loss; the log-softmax still runs everywhere)."""
+    B, T, V = logits.shape
+    if shift:  # as transformers' ForCausalLMLoss: shift the labels, not the logits
+        pad = torch.full((B, 1), -100, dtype=labels.dtype)
+        labels, seg = torch.cat([labels[:, 1:], pad], 1), torch.cat([seg[:, 1:], torch.zeros_like(pad)], 1)
+    ce = torch.nn.functional.cross_entropy(logits.reshape(B * T, V), labels.reshape(-1), reduction="none")
+    D = int(seg.max())
+    slot = (torch.arange(B)[:, None] * (D + 1) + seg).reshape(-1)
+    is_target = (labels != -100).reshape(-1).float()
+    total = torch.zeros(B * (D + 1)).index_add(0, slot, ce * is_target)
+    count = torch.zeros(B * (D + 1)).index_add(0, slot, is_target)
+    return (total / count.clamp(min=1))[count > 0].mean()
+
+
+def step(model: torch.nn.Module, b: dict[str, torch.Tensor], head: str, causal: bool) -> None:
+    if head == "targets":
+        loss = model(b["input_ids"], b["segment_ids"], labels=b["labels"]).loss
+    else:
+        logits = model(b["input_ids"], b["segment_ids"]).logits
+        loss = hf_style_loss(logits, b["labels"], b["segment_ids"], shift=causal)
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+
+
+def step_times(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], head: str, causal: bool) -> list[float]:
+    out = []
+    for b in batches:
+        t0 = time.perf_counter()
+        step(model, b, head, causal)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def bench_model(cfg: BenchConfig, attention: str) -> torch.nn.Module:
+    from seqpack.nn.models import GPT, BertConfig, BertForPreTraining, GPTConfig
+
+    kw: dict[str, Any] = {"vocab_size": cfg.vocab_size, "max_position": cfg.max_len, "attention": attention}
+    if cfg.model == "bert":
+        return BertForPreTraining(BertConfig.of_size(cfg.size, dropout=0.0, **kw)).train()
+    return GPT(GPTConfig.of_size(cfg.size, **kw)).train()
+
+
+def run_bench(cfg: BenchConfig) -> dict[str, Any]:
+    """Padded vs packed: tokens/s and sequences/s of each, realised and theoretical speed-up."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    hist = load_histogram(cfg.lengths)
+    longest = int(np.flatnonzero(hist)[-1]) + 1
+    if longest > cfg.max_len:
+        n = int(hist[cfg.max_len :].sum())
+        raise ValueError(f"{n:,} sequences in {cfg.lengths} exceed --max-len {cfg.max_len} (up to {longest}); raise --max-len")
+    rng = np.random.default_rng(cfg.seed)
+    lengths = rng.choice(np.arange(1, hist.size + 1), size=cfg.sequences, p=hist / hist.sum())
+    torch.manual_seed(cfg.seed)
+    task = "mlm" if cfg.model == "bert" else "clm"
+    data = make_batches(task, lengths, cfg.max_len, cfg.rows, cfg.steps * (cfg.repeats + 1), cfg.seed, cfg.vocab_size)
+    models = {"padded": bench_model(cfg, "sdpa"), "packed": bench_model(cfg, cfg.attention)}
+    times: dict[str, list[float]] = {k: [] for k in models}
+    rounds: list[float] = []
+    for r in range(cfg.repeats + 1):  # interleaved, so that drift hits both alike; round 0 warms up
+        got = {k: step_times(m, data[k][r * cfg.steps : (r + 1) * cfg.steps], cfg.head, task == "clm") for k, m in models.items()}
+        if r:
+            for k in got:
+                times[k] += got[k]
+            rounds.append(statistics.median(got["padded"]) / statistics.median(got["packed"]))
+    step_s = {k: statistics.median(v) for k, v in times.items()}
+    tok = {k: data[f"{k}_tokens_per_row"] * cfg.rows / step_s[k] for k in models}
+    seq_per_row = {"padded": 1.0, "packed": data["packing_factor"]}
+    speedup = tok["packed"] / tok["padded"]
+    return {
+        "model": cfg.model, "size": cfg.size, "max_len": cfg.max_len, "rows": cfg.rows, "head": cfg.head,
+        "lengths": cfg.lengths, "sequences": data["sequences"], "packs": data["packs"],
+        "efficiency": data["efficiency"], "padding_efficiency": float(lengths.mean() / cfg.max_len),
+        "packing_factor": data["packing_factor"],
+        "padded_tokens_per_s": tok["padded"], "packed_tokens_per_s": tok["packed"],
+        "padded_sequences_per_s": seq_per_row["padded"] * cfg.rows / step_s["padded"],
+        "packed_sequences_per_s": seq_per_row["packed"] * cfg.rows / step_s["packed"],
+        "padded_step_s": step_s["padded"], "packed_step_s": step_s["packed"],
+        "realized_speedup": speedup, "speedup_per_round": [r * data["packing_factor"] for r in rounds],
+        "overhead": 1 - speedup / data["packing_factor"], "attention": cfg.attention,
+        "steps": cfg.steps, "repeats": cfg.repeats, "threads": torch.get_num_threads(),
+    }
+
+
+def format_bench(r: dict[str, Any]) -> str:
+    lines = [
+        f"{r['model']} ({r['size']}), max_len {r['max_len']}, {r['rows']} rows/step, head={r['head']}, "
+        f"{r['repeats']} rounds x {r['steps']} steps, {r['threads']} threads; lengths: {r['lengths']}",
+        f"{'':8s} {'sequences/s':>12s} {'real tokens/s':>14s} {'s/step':>8s}",
+    ]
+    for k in ("padded", "packed"):
+        lines.append(f"{k:8s} {r[f'{k}_sequences_per_s']:12.1f} {r[f'{k}_tokens_per_s']:14,.0f} {r[f'{k}_step_s']:8.3f}")
+    rounds = " ".join(f"{x:.2f}" for x in r["speedup_per_round"])
+    lines += [
+        f"packs {r['packs']:,} for {r['sequences']:,} sequences; efficiency {r['efficiency']:.2%} "
+        f"(padded {r['padding_efficiency']:.2%}); packing factor (theoretical speed-up) {r['packing_factor']:.3f}",
+        f"realised speed-up {r['realized_speedup']:.3f}x (rounds {rounds}); overhead {r['overhead']:+.2%}",
+    ]
+    return "\n".join(lines)
