@@ -123,11 +123,25 @@ def test_encode_stdin(tmp_path, monkeypatch, capsys):
 
 
 def test_demo_on_a_small_corpus(capsys, tmp_path, corpus):
-    code, out, err = run(capsys, "demo", "--corpus", str(corpus), "--out", str(tmp_path / "d"), "--vocab-size", "300", "--workers", "1", "--json")
+    argv = ["demo", "--corpus", str(corpus), "--out", str(tmp_path / "d"), "--vocab-size", "300", "--workers", "1",
+            "--budget", "0.005", "--threads", "2", "--json"]
+    code, out, err = run(capsys, *argv)
     assert code == 0, err
     s = json.loads(out)
     assert s["fast_path_exact_on_sample"] and s["vocab_size"] <= 300
     for task in ("clm", "mlm"):
         assert s[task]["packs"] >= 1 and 0 < s[task]["efficiency"] <= 1
         assert (tmp_path / "d" / f"packed_{task}" / "manifest.json").is_file()
+        tr = s[task]["training"]
+        assert tr["sequences"]["padded"] > 0 and tr["final_eval_loss"]["packed"] > 0
+        assert "best" in s["plans"][task]["table"]
+        for png in ("lengths", "fill", "loss"):
+            assert (tmp_path / "d" / f"{task}_{png}.png").is_file()
     assert (tmp_path / "d" / "store" / "meta.json").is_file()
+    html = (tmp_path / "d" / "report.html").read_text()
+    assert "throughput.png" in html and "realised speed-up" in html
+    # a second run reuses every finished stage; --fresh re-runs them
+    code, out, err = run(capsys, *argv[:-1])
+    assert code == 0 and out.count(": cached (") == 7 and "realised speed-up" in out
+    code, out, err = run(capsys, *argv[:-1], "--fresh")
+    assert code == 0 and ": cached (" not in out

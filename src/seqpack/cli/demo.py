@@ -13,6 +13,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
     p.add_argument("--vocab-size", type=int, default=8192)
     p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads for training")
+    p.add_argument("--budget", type=float, default=1.0, help="scale the training sequences (default 1.0)")
+    p.add_argument("--fresh", action="store_true", help="re-run every stage (default: reuse finished ones)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
 
@@ -20,6 +23,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from seqpack.demo import format_summary, run_demo
 
-    summary = run_demo(args.out, corpus=args.corpus, vocab_size=args.vocab_size, workers=args.workers, progress=not args.json)
+    summary = run_demo(args.out, corpus=args.corpus, vocab_size=args.vocab_size, workers=args.workers,
+                       progress=not args.json, fresh=args.fresh, threads=args.threads, budget=args.budget)
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0

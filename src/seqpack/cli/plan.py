@@ -49,31 +49,15 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _compare(hist: Any, max_len: int) -> list[Any]:
-    from seqpack.packing import plan
-    from seqpack.packing.report import COMPARE_DEPTHS
-
-    plans = []
-    for algorithm in ("spfhp", "lpfhp", "nnlshp", "best"):
-        for depth in COMPARE_DEPTHS:
-            if algorithm == "nnlshp" and (depth is None or depth > 3):
-                continue
-            try:
-                plans.append(plan(hist, max_len, algorithm=algorithm, max_depth=depth))
-            except ValueError as e:  # nnlshp refuses large max_len: say so, keep the rest
-                import warnings
-
-                warnings.warn(f"skipped {algorithm} at depth {depth}: {e}", stacklevel=1)
-    return plans
-
-
 def run(args: argparse.Namespace) -> int:
     from seqpack.packing import check_histogram, load_histogram, plan
     from seqpack.packing.report import format_table, plot_plan
 
     hist = check_histogram(load_histogram(args.histogram), args.max_len, hint=MAX_LEN_HINT)
     if args.compare:
-        plans = _compare(hist, args.max_len)
+        from seqpack.packing.report import compare_plans
+
+        plans = compare_plans(hist, args.max_len)
     else:
         plans = [plan(hist, args.max_len, algorithm=args.algorithm, max_depth=args.max_depth)]
     if args.out:

@@ -12,6 +12,24 @@ from seqpack.packing.plan_types import PackingPlan
 COMPARE_DEPTHS: tuple[int | None, ...] = (1, 2, 3, 4, 8, 16, None)
 
 
+def compare_plans(hist: np.ndarray, max_len: int, depths: Sequence[int | None] = COMPARE_DEPTHS) -> list[PackingPlan]:
+    """Every algorithm at each depth (nnlshp only up to depth 3); a refusal becomes a warning."""
+    import warnings
+
+    from seqpack.packing.plan import plan
+
+    plans = []
+    for algorithm in ("spfhp", "lpfhp", "nnlshp", "best"):
+        for depth in depths:
+            if algorithm == "nnlshp" and (depth is None or depth > 3):
+                continue
+            try:
+                plans.append(plan(hist, max_len, algorithm=algorithm, max_depth=depth))
+            except ValueError as e:  # nnlshp refuses large max_len: say so, keep the rest
+                warnings.warn(f"skipped {algorithm} at depth {depth}: {e}", stacklevel=2)
+    return plans
+
+
 def format_table(plans: Sequence[PackingPlan]) -> str:
     """The paper's Table 1 analogue: one row per plan."""
     head = f"{'algorithm':<8} {'depth':>5} {'packs':>12} {'efficiency':>10} {'pack.factor':>11} {'gap to LB':>10} {'seconds':>8}"

@@ -1,0 +1,38 @@
+"""``seqpack compare --data DIR --out DIR --sequences N``: padded vs packed training, same sequences, one plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from seqpack.cli.plan import _positive_int
+from seqpack.cli.train import add_training_options, config_from_args
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "compare", help="train padded and packed on the same sequences; plot eval loss",
+        description="Train the padded baseline, then the packed run (by default with as many sequences per step: "
+        "--match sequences), for the same number of training sequences; write OUT/{padded,packed}/, "
+        "OUT/compare.png (eval loss vs sequences seen and vs time) and OUT/compare.json.",
+    )
+    add_training_options(p)
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--setup", choices=("match", "adjust"), default="match",
+                   help="match: packed rows = batch / packing factor (paper's first setup); adjust: same rows, "
+                   "betas ** p (second setup)")
+    p.add_argument("--evals", type=lambda t: _positive_int(t, "--evals"), default=10, help="evaluations per run")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from seqpack.train.compare import compare, format_compare
+
+    adjust = args.setup == "adjust"
+    cfg = config_from_args(args, out=args.out, match="none" if adjust else "sequences", adjust_hparams=adjust)
+    r = compare(cfg, evals=args.evals, overwrite=args.overwrite)
+    print(json.dumps(r) if args.json else format_compare(r))
+    return 0

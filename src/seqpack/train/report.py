@@ -1,0 +1,122 @@
+"""PNG plots (matplotlib, Agg) and the demo's ``report.html``."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+COLORS = {"padded": "#c0504d", "packed": "#4f81bd"}
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path, *, title: str = "") -> Path:
+    """Eval loss vs sequences seen (left) and vs training seconds (right), one line per run."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for name, recs in curves.items():
+        x = [r["sequences"] for r in recs]
+        t = [r["train_seconds"] for r in recs]
+        y = [r["eval"]["loss"] for r in recs]
+        axes[0].plot(x, y, "o-", label=name, color=COLORS.get(name), ms=3)
+        axes[1].plot(t, y, "o-", label=name, color=COLORS.get(name), ms=3)
+    axes[0].set_xlabel("training sequences seen")
+    axes[1].set_xlabel("training time (s)")
+    for ax in axes:
+        ax.set_ylabel("eval loss")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_histogram(counts: np.ndarray, max_len: int, path: Path, *, title: str = "") -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(np.arange(1, counts.size + 1), counts, width=1.0, color="#4f81bd")
+    ax.axvline(max_len, color="#c0504d", ls="--", label=f"max_len {max_len}")
+    ax.set_xlabel("sequence length (tokens)")
+    ax.set_ylabel("sequences")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_fill(fills: Mapping[str, np.ndarray], path: Path, *, title: str = "") -> Path:
+    """Distribution of row fill (real tokens / max_len) for padded rows and packed rows."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    bins = np.linspace(0, 1, 41)
+    for name, f in fills.items():
+        ax.hist(f, bins=bins, alpha=0.6, label=f"{name} (mean {np.mean(f):.1%})", color=COLORS.get(name),
+                weights=np.full(len(f), 1 / max(len(f), 1)))
+    ax.set_xlabel("row fill (real tokens / max_len)")
+    ax.set_ylabel("share of rows")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_throughput(rates: Mapping[str, Mapping[str, float]], path: Path, *, title: str = "") -> Path:
+    """Grouped bars: real tokens/s of padded vs packed, one group per model."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    groups = list(rates)
+    x = np.arange(len(groups))
+    for i, kind in enumerate(("padded", "packed")):
+        vals = [rates[g][kind] for g in groups]
+        bars = ax.bar(x + (i - 0.5) * 0.38, vals, width=0.38, label=kind, color=COLORS[kind])
+        if kind == "packed":
+            for b, g in zip(bars, groups):
+                ax.annotate(f"{rates[g]['packed'] / rates[g]['padded']:.2f}x", (b.get_x() + b.get_width() / 2, b.get_height()),
+                            ha="center", va="bottom", fontsize=9)
+    ax.set_xticks(x, groups)
+    ax.set_ylabel("real tokens / s (training)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_html(path: Path, title: str, sections: Sequence[tuple[str, str | list[list[str]] | Path]]) -> Path:
+    """A self-contained page: each section is a heading and a paragraph, a table or an image."""
+    parts = [f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             "<style>body{font:14px sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}</style>",
+             f"<h1>{html.escape(title)}</h1>"]
+    for head, body in sections:
+        parts.append(f"<h2>{html.escape(head)}</h2>")
+        if isinstance(body, Path):
+            parts.append(f"<img src='{html.escape(body.name)}' alt='{html.escape(head)}'>")
+        elif isinstance(body, list):
+            rows = [f"<tr>{''.join(f'<th>{html.escape(c)}</th>' for c in body[0])}</tr>"]
+            rows += [f"<tr>{''.join(f'<td>{html.escape(c)}</td>' for c in r)}</tr>" for r in body[1:]]
+            parts.append(f"<table>{''.join(rows)}</table>")
+        elif "\n" in body:
+            parts.append(f"<pre>{html.escape(body)}</pre>")
+        else:
+            parts.append(f"<p>{html.escape(body)}</p>")
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return path
