@@ -21,6 +21,16 @@ def _plt() -> Any:
     return plt
 
 
+def _finish(fig: Any, ax: Any, path: Path, *, xlabel: str, ylabel: str, title: str) -> Path:
+    """Labels, legend, save as PNG, close."""
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _plt().close(fig)
+    return path
+
+
 def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path, *, title: str = "") -> Path:
     """Eval loss vs sequences seen (left) and vs training seconds (right), one line per run."""
     plt = _plt()
@@ -31,17 +41,12 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path, *
         y = [r["eval"]["loss"] for r in recs]
         axes[0].plot(x, y, "o-", label=name, color=COLORS.get(name), ms=3)
         axes[1].plot(t, y, "o-", label=name, color=COLORS.get(name), ms=3)
-    axes[0].set_xlabel("training sequences seen")
-    axes[1].set_xlabel("training time (s)")
-    for ax in axes:
-        ax.set_ylabel("eval loss")
-        ax.grid(alpha=0.3)
-        ax.legend()
+    axes[0].set(xlabel="training sequences seen", ylabel="eval loss")
+    axes[0].legend()
+    axes[0].grid(alpha=0.3)
+    axes[1].grid(alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _finish(fig, axes[1], path, xlabel="training time (s)", ylabel="eval loss", title="")
 
 
 def plot_histogram(counts: np.ndarray, max_len: int, path: Path, *, title: str = "") -> Path:
@@ -49,14 +54,7 @@ def plot_histogram(counts: np.ndarray, max_len: int, path: Path, *, title: str =
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar(np.arange(1, counts.size + 1), counts, width=1.0, color="#4f81bd")
     ax.axvline(max_len, color="#c0504d", ls="--", label=f"max_len {max_len}")
-    ax.set_xlabel("sequence length (tokens)")
-    ax.set_ylabel("sequences")
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, xlabel="sequence length (tokens)", ylabel="sequences", title=title)
 
 
 def plot_fill(fills: Mapping[str, np.ndarray], path: Path, *, title: str = "") -> Path:
@@ -67,14 +65,7 @@ def plot_fill(fills: Mapping[str, np.ndarray], path: Path, *, title: str = "") -
     for name, f in fills.items():
         ax.hist(f, bins=bins, alpha=0.6, label=f"{name} (mean {np.mean(f):.1%})", color=COLORS.get(name),
                 weights=np.full(len(f), 1 / max(len(f), 1)))
-    ax.set_xlabel("row fill (real tokens / max_len)")
-    ax.set_ylabel("share of rows")
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, xlabel="row fill (real tokens / max_len)", ylabel="share of rows", title=title)
 
 
 def plot_throughput(rates: Mapping[str, Mapping[str, float]], path: Path, *, title: str = "") -> Path:
@@ -91,13 +82,7 @@ def plot_throughput(rates: Mapping[str, Mapping[str, float]], path: Path, *, tit
                 ax.annotate(f"{rates[g]['packed'] / rates[g]['padded']:.2f}x", (b.get_x() + b.get_width() / 2, b.get_height()),
                             ha="center", va="bottom", fontsize=9)
     ax.set_xticks(x, groups)
-    ax.set_ylabel("real tokens / s (training)")
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, xlabel="", ylabel="real tokens / s (training)", title=title)
 
 
 def write_html(path: Path, title: str, sections: Sequence[tuple[str, str | list[list[str]] | Path]]) -> Path:
