@@ -42,11 +42,12 @@ class Stages:
         p = out / STAGES
         self.record: dict[str, Any] = {} if fresh or not p.is_file() else json.loads(p.read_text(encoding="utf-8"))
 
-    def run(self, name: str, key: str, fn: Callable[[], dict[str, Any]], *, outputs: Sequence[Path] = ()) -> dict[str, Any]:
+    def run(self, name: str, key: str | None, fn: Callable[[], dict[str, Any]], *, outputs: Sequence[Path] = ()) -> dict[str, Any]:
+        """``fn()``, or the result recorded under the same ``key``; ``key=None`` always runs."""
         self.done += 1
         prev = self.record.get(name)
         label = f"[{self.done}/{self.total}] {name}"
-        if prev and prev["key"] == key and all(Path(o).exists() for o in outputs):
+        if key is not None and prev and prev["key"] == key and all(Path(o).exists() for o in outputs):
             self.echo(f"{label}: cached ({key[:12]})")
             return prev["result"]  # type: ignore[no-any-return]
         self.echo(f"{label} ...")

@@ -67,7 +67,7 @@ def run_demo(
         train_key = content_hash(keys[task], spec, threads, budget)
         s[task]["training"] = stages.run(f"train {task}", train_key, lambda t=task: _train(out, t, threads, progress, budget),  # type: ignore[misc]
                                          outputs=[out / "runs" / task / "compare.json"])
-    stages.run("report", content_hash(time.time()), lambda: {"report": str(_report(out, s))})
+    stages.run("report", None, lambda: {"report": str(_report(out, s))})
     s["report"] = str(out / "report.html")
     return s
 
@@ -116,12 +116,12 @@ def _pack(out: Path, task: str, workers: int | None) -> dict[str, Any]:
 
 
 def _plans(out: Path) -> dict[str, Any]:
-    from seqpack.data import read_manifest
+    from seqpack.data.io import manifest_histogram
     from seqpack.packing.report import compare_plans, format_table
 
     res = {}
     for task, spec in TASKS.items():
-        hist = np.asarray(read_manifest(out / f"packed_{task}")["histogram"]["counts"], dtype=np.int64)
+        hist = manifest_histogram(out / f"packed_{task}")
         plans = compare_plans(hist, spec["max_len"], depths=(1, 3, None))
         res[task] = {"table": format_table(plans), "plans": [p.summary() for p in plans]}
     return res

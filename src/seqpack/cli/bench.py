@@ -21,7 +21,7 @@ def add_parser(sub: Any) -> None:
         "lengths drawn from a histogram; report sequences/s, real tokens/s, the realised and the theoretical "
         "speed-up (packing factor) and the overhead (paper Table 1).",
     )
-    p.add_argument("--lengths", default="wikipedia", help="wikipedia (shared data), a .npy histogram "
+    p.add_argument("--lengths", default="wikipedia", help="wikipedia (shared data), a .npy or .csv histogram "
                    "(index = length - 1) or a packed dataset directory")
     p.add_argument("--max-len", type=_max_len, default=512)
     p.add_argument("--model", choices=("bert", "gpt"), default="bert")
@@ -40,10 +40,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import fields
+
     from seqpack.train.bench import BenchConfig, format_bench, run_bench
 
-    keys = ("lengths", "max_len", "model", "size", "vocab_size", "batch_size", "sequences", "steps", "repeats",
-            "head", "attention", "threads")
-    r = run_bench(BenchConfig(**{k: getattr(args, k) for k in keys}))
+    r = run_bench(BenchConfig(**{f.name: getattr(args, f.name) for f in fields(BenchConfig) if hasattr(args, f.name)}))
     print(json.dumps(r) if args.json else format_bench(r))
     return 0

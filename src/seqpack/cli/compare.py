@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.train.compare import compare, format_compare
 
     adjust = args.setup == "adjust"
-    cfg = config_from_args(args, out=args.out, match="none" if adjust else "sequences", adjust_hparams=adjust)
+    cfg = config_from_args(args, match="none" if adjust else "sequences", adjust_hparams=adjust, evals=None)
     r = compare(cfg, evals=args.evals, overwrite=args.overwrite)
     print(json.dumps(r) if args.json else format_compare(r))
     return 0

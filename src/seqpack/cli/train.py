@@ -76,12 +76,11 @@ def add_parser(sub: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace, **changes: Any) -> Any:
+    from dataclasses import fields
+
     from seqpack.train.config import TrainConfig
 
-    keys = ("data", "model", "size", "hf_model", "optimizer", "lr", "weight_decay", "betas", "warmup", "schedule",
-            "clip", "batch_size", "accumulation", "steps", "sequences", "eval_every", "eval_fraction",
-            "eval_batch_size", "seed", "reduction", "attention", "dropout", "max_position", "threads")
-    opts = {k: getattr(args, k) for k in keys}
+    opts = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
     opts["progress"] = not (args.quiet or getattr(args, "json", False))
     return TrainConfig(**{**opts, **changes})
 
@@ -89,8 +88,7 @@ def config_from_args(args: argparse.Namespace, **changes: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     from seqpack.train import train
 
-    cfg = config_from_args(args, out=args.out, padded=args.padded, match=args.match,
-                           adjust_hparams=args.adjust_hparams, checkpoint_every=args.checkpoint_every)
+    cfg = config_from_args(args)
     s = train(cfg, resume=args.resume, overwrite=args.overwrite)
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return 0

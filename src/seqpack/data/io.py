@@ -133,6 +133,11 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
                                what="packed dataset", hint="make one with seqpack pack")
 
 
+def manifest_histogram(path: str | os.PathLike[str]) -> np.ndarray:
+    """Counts by length (index = length - 1) of a packed dataset's sequences."""
+    return np.asarray(read_manifest(path)["histogram"]["counts"], dtype=np.int64)
+
+
 def load_packed(
     path: str | os.PathLike[str], *, columns: list[str] | None = None, mmap: bool = True
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

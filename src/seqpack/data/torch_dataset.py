@@ -26,6 +26,14 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.asarray(a, dtype=np.float32))
 
 
+def to_tensors(columns: dict[str, np.ndarray], task: str) -> dict[str, torch.Tensor]:
+    """Columns of one pack ``(L,)`` or of a batch ``(B, L)`` as tensors (see the module docstring)."""
+    out = {k: _tensor(np.asarray(v)) for k, v in columns.items()}
+    if task == "multilabel" and "labels" in out:
+        out["labels"] = out["labels"].float()
+    return out
+
+
 class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     """Packs of a directory written by ``seqpack pack``; item ``i`` is a dict of tensors."""
 
@@ -39,10 +47,7 @@ class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         if not -len(self) <= i < len(self):
             raise IndexError(f"pack {i} out of range ({len(self)} packs)")
-        out = {k: _tensor(np.asarray(v[i])) for k, v in self.columns.items()}
-        if self.task == "multilabel" and "labels" in out:
-            out["labels"] = out["labels"].float()
-        return out
+        return to_tensors({k: v[i] for k, v in self.columns.items()}, self.task)
 
 
 def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:

@@ -49,17 +49,17 @@ def load_histogram(source: str) -> np.ndarray:
                 return load_histogram(str(d / WIKIPEDIA))
         raise ValueError(f"the Wikipedia histogram ({WIKIPEDIA}) is not in {', '.join(map(str, shared_data_dirs()))}; "
                          "set SEQPACK_SHARED_DATA=DIR or pass --lengths FILE.npy|DATASET_DIR")
+    from seqpack.packing import check_histogram
+    from seqpack.packing import load_histogram as read_histogram_file
+
     p = Path(source)
     if p.is_dir():
-        from seqpack.data import read_manifest
+        from seqpack.data.io import manifest_histogram
 
-        return np.asarray(read_manifest(p)["histogram"]["counts"], dtype=np.int64)
-    if p.suffix != ".npy" or not p.is_file():
-        raise ValueError(f"--lengths {source}: give wikipedia, a .npy histogram (index = length - 1) or a packed dataset dir")
-    h = np.load(p)
-    if h.ndim != 1 or h.dtype.kind not in "iu" or (h < 0).any() or h.sum() == 0:
-        raise ValueError(f"{p}: not a histogram (a 1-D array of counts, index = length - 1)")
-    return h.astype(np.int64)
+        return manifest_histogram(p)
+    if p.suffix not in (".npy", ".csv") or not p.is_file():
+        raise ValueError(f"--lengths {source}: give wikipedia, a .npy/.csv histogram (index = length - 1) or a packed dataset dir")
+    return check_histogram(read_histogram_file(p))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ FORMAT_VERSION = 1
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 # options that may change between a run and its resumption without changing its result
-FREE_OPTIONS = ("out", "data", "progress", "threads", "eval_every", "eval_batch_size", "checkpoint_every")
+FREE_OPTIONS = ("out", "data", "progress", "threads", "eval_every", "evals", "eval_batch_size", "checkpoint_every")
 
 
 def data_identity(manifest: dict[str, Any], padded: bool) -> dict[str, Any]:

@@ -22,14 +22,6 @@ from seqpack.train.checkpoint import read_metrics
 from seqpack.train.config import TrainConfig
 
 
-def _eval_every(cfg: TrainConfig, evals: int) -> int:
-    from seqpack.train.data import TrainData
-    from seqpack.train.loop import rows_per_batch, total_steps
-
-    data = TrainData(cfg.data, padded=cfg.padded, eval_fraction=cfg.eval_fraction)
-    return max(1, total_steps(cfg, data, rows_per_batch(cfg, data)) // evals)
-
-
 def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False) -> dict[str, Any]:
     """Train ``cfg`` padded, then packed (``match`` as in ``cfg``, default sequences); plot both."""
     from seqpack.train.loop import train
@@ -43,8 +35,7 @@ def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False) -> di
     }
     summaries = {}
     for name, c in runs.items():
-        c = c.replace(eval_every=cfg.eval_every or _eval_every(c, evals))
-        summaries[name] = train(c, overwrite=overwrite)
+        summaries[name] = train(c if cfg.eval_every else c.replace(evals=evals), overwrite=overwrite)
     curves = {name: [r for r in read_metrics(c.out) if "eval" in r] for name, c in runs.items()}
     plot_curves(curves, out / "compare.png", title=f"{summaries['packed']['model']} on {Path(cfg.data).name}")
     pad, pak = summaries["padded"], summaries["packed"]

@@ -51,6 +51,7 @@ class TrainConfig:
     steps: int | None = None
     sequences: int | None = None
     eval_every: int = 0  # 0: only at the end
+    evals: int | None = None  # instead of eval_every: this many evaluations spread over the run
     eval_fraction: float = 0.05
     eval_batch_size: int = 64
     checkpoint_every: int = 0  # 0: at the end (and on SIGINT)
@@ -89,6 +90,8 @@ class TrainConfig:
             raise ValueError("weight_decay, clip and warmup must be >= 0")
         if not 0.0 < self.eval_fraction < 0.5:
             raise ValueError(f"eval_fraction must be in (0, 0.5), got {self.eval_fraction}")
+        if self.evals is not None and (self.evals < 1 or self.eval_every):
+            raise ValueError("evals must be >= 1, and is given instead of eval_every, not with it")
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise ValueError("eval_every and checkpoint_every must be >= 0 (0: at the end only)")
         if self.match != "none" and self.adjust_hparams:

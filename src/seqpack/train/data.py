@@ -22,17 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqpack.data.io import load_packed
+from seqpack.data.io import load_packed, read_manifest
 from seqpack.data.padded import padded_rows, sequence_spans
+from seqpack.data.torch_dataset import to_tensors
 
 SPLIT_SEED = 20_240_101
-
-
-def _tensor(a: np.ndarray, *, floating: bool = False) -> torch.Tensor:
-    a = np.asarray(a)
-    if floating:
-        return torch.from_numpy(a.astype(np.float32))
-    return torch.from_numpy(a.astype(np.int64))
 
 
 class TrainData:
@@ -40,7 +34,8 @@ class TrainData:
     held-out evaluation packs."""
 
     def __init__(self, path: str | os.PathLike[str], *, padded: bool = False, eval_fraction: float = 0.05) -> None:
-        self.manifest, self.columns = load_packed(path)
+        columns = [c for c in read_manifest(path)["columns"] if c != "example_ids"]  # not needed to train
+        self.manifest, self.columns = load_packed(path, columns=columns)
         self.task: str = self.manifest["task"]
         self.padded = padded
         self.max_len = int(self.manifest["max_len"])
@@ -90,20 +85,14 @@ class TrainData:
             cols = padded_rows(self.columns, self.spans[units], task=self.task, position_fields=self.position_fields)
         else:
             packs = self.train_packs[units]
-            cols = {k: np.asarray(v[packs]) for k, v in self.columns.items()}
-        return self._tensors(cols)
+            cols = {k: v[packs] for k, v in self.columns.items()}
+        return to_tensors(cols, self.task)
 
     def eval_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """The held-out packs, in order, packed (the same for packed and padded runs)."""
         for lo in range(0, len(self.eval_packs), batch_size):
             packs = self.eval_packs[lo : lo + batch_size]
-            yield self._tensors({k: np.asarray(v[packs]) for k, v in self.columns.items()})
-
-    def _tensors(self, cols: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        out = {k: _tensor(v) for k, v in cols.items() if k != "example_ids"}
-        if self.task == "multilabel":
-            out["labels"] = _tensor(cols["labels"], floating=True)
-        return out
+            yield to_tensors({k: v[packs] for k, v in self.columns.items()}, self.task)
 
     def describe(self) -> dict[str, Any]:
         return {

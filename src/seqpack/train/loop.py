@@ -133,6 +133,7 @@ class _Run:
         if self.rows < world.size:
             raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {world.size} ranks; raise --batch-size")
         self.total = total_steps(cfg, data, self.rows)
+        self.eval_every = max(1, self.total // cfg.evals) if cfg.evals else cfg.eval_every
         betas = adjust_betas(cfg.betas, data.packing_factor) if cfg.adjust_hparams else cfg.betas
         self.optimizer = make_optimizer(self.model, cfg, betas)
         self.state: dict[str, Any] = {"step": 0, "sequences": 0, "tokens": 0, "train_seconds": 0.0}
@@ -250,7 +251,7 @@ class _Run:
                 if on_step is not None:
                     on_step(st["step"], rec)
                 last = st["step"] == self.total
-                if (cfg.eval_every and st["step"] % cfg.eval_every == 0) or last:
+                if (self.eval_every and st["step"] % self.eval_every == 0) or last:
                     self._eval_record()
                 if (cfg.checkpoint_every and st["step"] % cfg.checkpoint_every == 0) or last or stop.hit:
                     self._checkpoint()

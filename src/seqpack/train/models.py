@@ -7,6 +7,7 @@ transformers model from a config file (through :mod:`seqpack.nn.hf`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -72,7 +73,7 @@ def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn
     if need > mc.max_position:
         raise ValueError(f"the dataset's rows need {need} positions, more than the model's max_position="
                          f"{mc.max_position}; pass --max-position {need} or re-pack with a smaller --max-len")
-    spec = {"library": "seqpack", "class": type(model).__name__, "config": vars(mc) | {}}
+    spec = {"library": "seqpack", "class": type(model).__name__, "config": dataclasses.asdict(mc)}
     return model, spec
 
 

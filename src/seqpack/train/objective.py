@@ -99,17 +99,19 @@ class EvalTotals:
             logits, targets = target_logits(out, batch, task)
             self.add("lm_token_loss", float(F.cross_entropy(logits.float(), targets, reduction="sum")), targets.numel())
             self.add("lm_accuracy", float((logits.argmax(-1) == targets).sum()), targets.numel())
-        slots = batch.get("next_sentence_label") if task == "mlm" else batch.get("labels")
-        if slots is not None and out.slot_logits is not None and task != "multilabel" and task != "clm":
-            key = "nsp" if task == "mlm" else "cls"
-            present = slots != IGNORE_INDEX
-            logits = out.slot_logits[:, : slots.shape[1]]
-            per = F.cross_entropy(logits.float().transpose(1, 2), slots.long(), ignore_index=IGNORE_INDEX, reduction="none")
-            self.add(f"{key}_loss", float(per[present].sum()), float(present.sum()))
-            self.add(f"{key}_accuracy", float((logits.argmax(-1) == slots)[present].sum()), float(present.sum()))
-        if task == "multilabel" and out.per_sequence is not None:
-            present = (batch["labels"] != IGNORE_INDEX).all(dim=-1)
-            self.add("cls_loss", float(out.per_sequence[present].sum()), float(present.sum()))
+        if task == "clm":
+            return
+        # per-slot losses as the model computed them: NSP (B, D) for mlm, the labels' otherwise
+        slots = batch.get("next_sentence_label" if task == "mlm" else "labels")
+        per = out.extra.get("nsp_per_sequence") if task == "mlm" else out.per_sequence
+        if slots is None or per is None:
+            return
+        key = "nsp" if task == "mlm" else "cls"
+        present = (slots != IGNORE_INDEX).all(dim=-1) if slots.ndim == 3 else slots != IGNORE_INDEX
+        self.add(f"{key}_loss", float(per[present].sum()), float(present.sum()))
+        if slots.ndim == 2 and out.slot_logits is not None:  # single-label: accuracy
+            hits = out.slot_logits.argmax(-1) == slots
+            self.add(f"{key}_accuracy", float(hits[present].sum()), float(present.sum()))
 
     def result(self) -> dict[str, float]:
         out = {k: v / max(self.sums[k + "#n"], 1.0) for k, v in self.sums.items() if not k.endswith("#n")}
