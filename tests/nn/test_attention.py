@@ -81,8 +81,10 @@ def test_flex_forward_on_cpu() -> None:
 def test_bad_inputs() -> None:
     seg = torch.tensor([[1, 1, 2, 0]])
     q = torch.randn(1, 2, 4, 8)
-    with pytest.raises(ValueError, match="backend must be one of"):
+    with pytest.raises(ValueError, match=r"unknown attention backend 'fast'; known: auto\|sdpa\|eager\|per_document"):
         plan_attention(seg, backend="fast")
+    with pytest.raises(ValueError, match="'varlen' needs CUDA tensors in float16/bfloat16"):
+        plan_attention(seg, backend="varlen", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"plan was built for segment_ids of shape \(1, 4\)"):
         packed_attention(torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8), plan_attention(seg))
     with pytest.raises(ValueError, match=r"q must be \(B, H, T, d\)"):
@@ -104,7 +106,7 @@ def test_bad_inputs() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("backend", ("flash_varlen", "flex"))
+@pytest.mark.parametrize("backend", ("flash_varlen", "varlen", "flex"))
 def test_cuda_backends_match_eager(backend: str) -> None:
     if backend == "flash_varlen":
         pytest.importorskip("flash_attn")

@@ -107,5 +107,12 @@ def positions_and_plan(
     if position_ids.numel() and int(position_ids.max()) >= max_position:
         raise ValueError(f"position_ids reach {int(position_ids.max())} but max_position={max_position}")
     if plan is None:
-        plan = plan_attention(segment_ids, causal=causal, backend=backend, dtype=dtype)
+        plan = plan_attention(segment_ids, causal=causal, backend=backend, dtype=compute_dtype(segment_ids.device, dtype))
     return position_ids, plan
+
+
+def compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
+    """The dtype q/k/v will have: autocast's when autocast is on for ``device``, else ``dtype``."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return dtype

@@ -1,0 +1,111 @@
+"""Packed attention behind one function: build a plan once per batch, call it in every layer.
+
+    plan = plan_attention(segment_ids, causal=True)        # (B, T) -> masks / indices, once
+    out = packed_attention(q, k, v, plan)                  # (B, H, T, d) -> (B, H, T, d), per layer
+
+Backends live in one registry (:data:`REGISTRY`), one module each:
+
+``sdpa``          dense ``(B, 1, T, T)`` bool mask into ``scaled_dot_product_attention``
+                  (:mod:`.dense`); rows holding one sequence use a key-padding mask instead.
+``eager``         the reference: ``softmax(q k^T * scale + additive mask) v`` (:mod:`.dense`).
+``per_document``  length buckets, SDPA per bucket (:mod:`.per_document`).
+``flash_varlen``  ``flash_attn_varlen_func`` on the unpadded tokens (:mod:`.varlen`, flash-attn).
+``varlen``        PyTorch's own varlen flash kernel on the unpadded tokens (:mod:`.varlen`).
+``flex``          FlexAttention with a ``BlockMask`` (:mod:`.flex`).
+``auto``          :func:`choose_backend` picks one per batch.
+
+Adding a backend: one module defining a plan type and a :class:`Backend`, plus one line in
+``REGISTRY`` below.
+
+Padding tokens (segment 0) get output 0, except with ``sdpa`` when no row holds two
+sequences: its cheaper key-padding / ``is_causal`` forms leave padding outputs unspecified
+(nothing reads them: no real token attends to padding).
+
+    >>> sorted(REGISTRY) == sorted(BACKENDS[1:])
+    True
+    >>> get_backend("dense")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown attention backend 'dense'; known: auto|sdpa|eager|per_document|flash_varlen|varlen|flex
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from seqpack.nn.attention.base import AttentionPlan, Backend, check_qkv, half_precision
+from seqpack.nn.attention.dense import EAGER, SDPA, MaskPlan, eager_attention
+from seqpack.nn.attention.flex import FLEX, FlexPlan
+from seqpack.nn.attention.per_document import PER_DOCUMENT, BucketPlan, bucket_lengths
+from seqpack.nn.attention.varlen import FLASH_VARLEN, VARLEN, VarlenPlan, flash_attn_available, torch_varlen
+from seqpack.nn.masks import check_segment_ids, sequence_lengths
+
+REGISTRY: dict[str, Backend] = {b.name: b for b in (SDPA, EAGER, PER_DOCUMENT, FLASH_VARLEN, VARLEN, FLEX)}
+BACKENDS: tuple[str, ...] = ("auto", *REGISTRY)
+
+
+def get_backend(name: str) -> Backend:
+    """The registry entry of ``name``; a ``ValueError`` listing the known names otherwise."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown attention backend {name!r}; known: {'|'.join(BACKENDS)}")
+    return REGISTRY[name]
+
+
+def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype) -> str:
+    """The ``auto`` rule.
+
+    CUDA, half precision: ``flash_varlen`` when flash-attn is installed, else PyTorch's
+    ``varlen`` (both skip padding and cross-document blocks entirely).
+    Otherwise ``per_document`` when it would do under 40% of the dense attention work
+    (``sum(l_i^2) < 0.4 * B * T^2``; causality halves both sides) on rows of at least 1024
+    tokens, else dense ``sdpa``.
+    """
+    if segment_ids.is_cuda and half_precision(dtype):
+        if flash_attn_available():
+            return "flash_varlen"
+        if torch_varlen() is not None:
+            return "varlen"
+    B, T = segment_ids.shape
+    if T < 1024 or B == 0:
+        return "sdpa"
+    lengths = bucket_lengths(sequence_lengths(segment_ids), T).double()
+    return "per_document" if float((lengths * lengths).sum()) < 0.4 * B * T * T else "sdpa"
+
+
+def plan_attention(
+    segment_ids: torch.Tensor,
+    *,
+    causal: bool = False,
+    backend: str = "auto",
+    dtype: torch.dtype = torch.float32,
+    validate: bool = True,
+) -> AttentionPlan:
+    """Masks or indices for ``packed_attention`` (``dtype`` is the dtype of q/k/v)."""
+    if backend != "auto":
+        get_backend(backend)
+    if validate:
+        check_segment_ids(segment_ids)
+    if backend == "auto":
+        backend = choose_backend(segment_ids, dtype=dtype)
+    entry = REGISTRY[backend]
+    reason = entry.unavailable(segment_ids, dtype)
+    if reason is not None:
+        raise ValueError(reason)
+    return entry.plan(segment_ids, causal=causal, dtype=dtype)
+
+
+def packed_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, *, scale: float | None = None
+) -> torch.Tensor:
+    """Attention that never mixes sequences of one row.  # (B, H, T, d) x3 -> (B, H, T, d)"""
+    check_qkv(q, k, v, plan)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return get_backend(plan.backend).attend(q, k, v, plan, scale)
+
+
+__all__ = [
+    "BACKENDS", "REGISTRY", "AttentionPlan", "Backend", "BucketPlan", "FlexPlan", "MaskPlan", "VarlenPlan",
+    "choose_backend", "eager_attention", "get_backend", "packed_attention", "plan_attention",
+]

@@ -1,0 +1,80 @@
+"""Dense-mask backends: ``sdpa`` (a bool mask into ``scaled_dot_product_attention``) and
+``eager`` (the slow, obviously correct reference: ``softmax(q k^T * scale + mask) v``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from seqpack.nn.attention.base import AttentionPlan, Backend, common
+from seqpack.nn.masks import attention_mask
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaskPlan(AttentionPlan):
+    mask: torch.Tensor | None  # (B, 1, T, T) or (B, 1, 1, T); None: plain is_causal
+
+
+def _sdpa_mask(segment_ids: torch.Tensor, *, causal: bool) -> torch.Tensor | None:
+    """Dense bool mask; a cheap key-padding form when no row holds two sequences."""
+    if segment_ids.numel() and int(segment_ids.max()) <= 1:
+        if causal:  # one sequence per row, padding after it: plain is_causal never reads padding keys
+            return None
+        return (segment_ids > 0)[:, None, None, :]  # (B, 1, 1, T) key padding
+    return attention_mask(segment_ids, causal=causal)  # (B, 1, T, T)
+
+
+def plan_sdpa(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype) -> MaskPlan:
+    return MaskPlan(**common("sdpa", segment_ids, causal), mask=_sdpa_mask(segment_ids, causal=causal))  # type: ignore[arg-type]
+
+
+def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
+    assert isinstance(plan, MaskPlan)
+    if plan.mask is not None and plan.mask.dtype != torch.bool and plan.mask.dtype != q.dtype:
+        raise ValueError(f"an additive mask must have the dtype of q ({q.dtype}), got {plan.mask.dtype}")
+    is_causal = plan.causal and plan.mask is None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=plan.mask, is_causal=is_causal, scale=scale)
+
+
+def plan_eager(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype) -> MaskPlan:
+    return MaskPlan(**common("eager", segment_ids, causal), mask=attention_mask(segment_ids, causal=causal, dtype=dtype))  # type: ignore[arg-type]
+
+
+def eager_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, scale: float
+) -> torch.Tensor:
+    """Reference attention with an additive float mask (0 allowed / dtype-min masked).
+
+    A bool mask here would be added as 0/1 and silently attend everywhere, so it is refused.
+    Rows with no allowed key (padding) return 0, as SDPA does.
+    """
+    if mask is not None and not mask.dtype.is_floating_point:
+        raise ValueError(
+            f"eager attention needs an additive float mask (0 / finfo.min), got dtype {mask.dtype}; "
+            "build it with attention_mask(segment_ids, dtype=q.dtype)"
+        )
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
+    if mask is None:
+        return scores.softmax(dim=-1) @ v
+    scores = scores + mask
+    out = scores.softmax(dim=-1) @ v
+    any_key = (mask == 0).any(dim=-1, keepdim=True)  # (B, 1, T, 1)
+    return out * any_key
+
+
+def attend_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
+    assert isinstance(plan, MaskPlan)
+    return eager_attention(q, k, v, plan.mask, scale=scale)
+
+
+SDPA = Backend(
+    name="sdpa", plan=plan_sdpa, attend=attend_sdpa,
+    summary="dense (B, 1, T, T) bool mask into scaled_dot_product_attention; rows of one sequence use a "
+    "(B, 1, 1, T) key-padding mask or plain is_causal (the padded baseline)",
+)
+EAGER = Backend(
+    name="eager", plan=plan_eager, attend=attend_eager,
+    summary="the reference: softmax(q k^T * scale + additive mask) v in plain ops",
+)
