@@ -12,7 +12,7 @@ from seqpack.cli.plan import _max_len, _positive_int
 def add_parser(sub: Any) -> None:
     from seqpack.nn.attention import BACKENDS
     from seqpack.nn.models.bert import SIZES
-    from seqpack.train.bench import HEADS
+    from seqpack.train.bench import DEVICES, DTYPES, HEADS
 
     pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
     p = sub.add_parser(
@@ -35,6 +35,8 @@ def add_parser(sub: Any) -> None:
                    "(seqpack's models) or at every position (Hugging Face's)")
     p.add_argument("--attention", choices=BACKENDS, default="auto", help="the packed run's attention backend")
     p.add_argument("--threads", type=pos("--threads"), default=None)
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="where both runs execute")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="fp32", help="bf16/fp16: autocast over fp32 weights")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 

@@ -29,6 +29,8 @@ import torch
 
 WIKIPEDIA = "histograms/wikipedia_len512_histogram.npy"
 HEADS = ("targets", "all")
+DEVICES = ("cpu", "cuda")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # half: autocast
 
 
 def shared_data_dirs() -> list[Path]:
@@ -77,10 +79,18 @@ class BenchConfig:
     attention: str = "auto"
     threads: int | None = None
     seed: int = 0
+    device: str = "cpu"
+    dtype: str = "fp32"
 
     def __post_init__(self) -> None:
         if self.model not in ("bert", "gpt"):
             raise ValueError(f"model must be bert|gpt, got {self.model!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {'|'.join(DEVICES)}, got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {'|'.join(DTYPES)}, got {self.dtype!r}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA device is visible to torch; use --device cpu")
         if self.head not in HEADS:
             raise ValueError(f"head must be one of {'|'.join(HEADS)}, got {self.head!r}")
         for name in ("max_len", "vocab_size", "sequences", "steps", "repeats"):
@@ -133,33 +143,49 @@ def hf_style_loss(logits: torch.Tensor, labels: torch.Tensor, seg: torch.Tensor,
     """Per-sequence mean of a cross-entropy taken at every position, as transformers computes
     it (``ignore_index`` zeroes the loss; the log-softmax still runs everywhere)."""
     B, T, V = logits.shape
+    dev = logits.device
     if shift:  # as transformers' ForCausalLMLoss: shift the labels, not the logits
-        pad = torch.full((B, 1), -100, dtype=labels.dtype)
+        pad = torch.full((B, 1), -100, dtype=labels.dtype, device=dev)
         labels, seg = torch.cat([labels[:, 1:], pad], 1), torch.cat([seg[:, 1:], torch.zeros_like(pad)], 1)
     ce = torch.nn.functional.cross_entropy(logits.reshape(B * T, V), labels.reshape(-1), reduction="none")
     D = int(seg.max())
-    slot = (torch.arange(B)[:, None] * (D + 1) + seg).reshape(-1)
+    slot = (torch.arange(B, device=dev)[:, None] * (D + 1) + seg).reshape(-1)
     is_target = (labels != -100).reshape(-1).float()
-    total = torch.zeros(B * (D + 1)).index_add(0, slot, ce * is_target)
-    count = torch.zeros(B * (D + 1)).index_add(0, slot, is_target)
+    total = torch.zeros(B * (D + 1), device=dev).index_add(0, slot, ce * is_target)
+    count = torch.zeros(B * (D + 1), device=dev).index_add(0, slot, is_target)
     return (total / count.clamp(min=1))[count > 0].mean()
 
 
-def step(model: torch.nn.Module, b: dict[str, torch.Tensor], head: str, causal: bool) -> None:
-    if head == "targets":
-        loss = model(b["input_ids"], b["segment_ids"], labels=b["labels"]).loss
-    else:
-        logits = model(b["input_ids"], b["segment_ids"]).logits
-        loss = hf_style_loss(logits, b["labels"], b["segment_ids"], shift=causal)
+def step(model: torch.nn.Module, b: dict[str, torch.Tensor], head: str, causal: bool, dtype: str = "fp32") -> None:
+    """One forward + backward; half precision runs under autocast (fp32 weights, as in training)."""
+    half = DTYPES[dtype] != torch.float32
+    device = b["input_ids"].device.type
+    with torch.autocast(device, dtype=DTYPES[dtype], enabled=half):
+        if head == "targets":
+            loss = model(b["input_ids"], b["segment_ids"], labels=b["labels"]).loss
+        else:
+            logits = model(b["input_ids"], b["segment_ids"]).logits
+            loss = hf_style_loss(logits.float(), b["labels"], b["segment_ids"], shift=causal)
     loss.backward()
     model.zero_grad(set_to_none=True)
 
 
-def step_times(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], head: str, causal: bool) -> list[float]:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def step_times(
+    model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], head: str, causal: bool, dtype: str = "fp32"
+) -> list[float]:
+    """Wall time of each step; on CUDA the device is synchronised before and after."""
     out = []
     for b in batches:
+        dev = b["input_ids"].device
+        _sync(dev)
         t0 = time.perf_counter()
-        step(model, b, head, causal)
+        step(model, b, head, causal, dtype)
+        _sync(dev)
         out.append(time.perf_counter() - t0)
     return out
 
@@ -187,11 +213,21 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     task = "mlm" if cfg.model == "bert" else "clm"
     data = make_batches(task, lengths, cfg.max_len, cfg.rows, cfg.steps * (cfg.repeats + 1), cfg.seed, cfg.vocab_size)
-    models = {"padded": bench_model(cfg, "sdpa"), "packed": bench_model(cfg, cfg.attention)}
+    dev = torch.device(cfg.device)
+    for k in ("packed", "padded"):
+        data[k] = [{n: x.to(dev) for n, x in b.items()} for b in data[k]]
+    models = {"padded": bench_model(cfg, "sdpa").to(dev), "packed": bench_model(cfg, cfg.attention).to(dev)}
     times: dict[str, list[float]] = {k: [] for k in models}
+    peak: dict[str, float] = {}
     rounds: list[float] = []
     for r in range(cfg.repeats + 1):  # interleaved, so that drift hits both alike; round 0 warms up
-        got = {k: step_times(m, data[k][r * cfg.steps : (r + 1) * cfg.steps], cfg.head, task == "clm") for k, m in models.items()}
+        got = {}
+        for k, m in models.items():
+            if r == 0 and dev.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(dev)
+            got[k] = step_times(m, data[k][r * cfg.steps : (r + 1) * cfg.steps], cfg.head, task == "clm", cfg.dtype)
+            if r == 0 and dev.type == "cuda":
+                peak[k] = torch.cuda.max_memory_allocated(dev) / 2**30
         if r:
             for k in got:
                 times[k] += got[k]
@@ -212,13 +248,30 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         "realized_speedup": speedup, "speedup_per_round": [r * data["packing_factor"] for r in rounds],
         "overhead": 1 - speedup / data["packing_factor"], "attention": cfg.attention,
         "steps": cfg.steps, "repeats": cfg.repeats, "threads": torch.get_num_threads(),
+        "resolved_attention": resolved_backend(cfg, data["packed"][0]["segment_ids"]),
+        "device": device_name(dev), "dtype": cfg.dtype, "torch": torch.__version__,
+        "peak_memory_gib": peak,
     }
+
+
+def resolved_backend(cfg: BenchConfig, segment_ids: torch.Tensor) -> str:
+    """The backend the packed run used (what ``auto`` chose on the first packed batch)."""
+    if cfg.attention != "auto":
+        return cfg.attention
+    from seqpack.nn.attention import choose_backend
+
+    return choose_backend(segment_ids, dtype=DTYPES[cfg.dtype])
+
+
+def device_name(dev: torch.device) -> str:
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
 
 
 def format_bench(r: dict[str, Any]) -> str:
     lines = [
         f"{r['model']} ({r['size']}), max_len {r['max_len']}, {r['rows']} rows/step, head={r['head']}, "
         f"{r['repeats']} rounds x {r['steps']} steps, {r['threads']} threads; lengths: {r['lengths']}",
+        f"device {r['device']}, {r['dtype']}, packed attention {r['resolved_attention']} (asked: {r['attention']})",
         f"{'':8s} {'sequences/s':>12s} {'real tokens/s':>14s} {'s/step':>8s}",
     ]
     for k in ("padded", "packed"):

@@ -34,6 +34,7 @@ SIZES: dict[str, dict[str, int]] = {
     "tiny": {"hidden": 128, "layers": 2, "heads": 2},
     "small": {"hidden": 256, "layers": 4, "heads": 4},
     "base": {"hidden": 768, "layers": 12, "heads": 12},
+    "large": {"hidden": 1024, "layers": 24, "heads": 16},
 }
 
 

@@ -91,6 +91,7 @@ def check_config(cfg: object, positive: tuple[str, ...]) -> None:
         raise ValueError(f"attention must be one of {'|'.join(BACKENDS)}, got {getattr(cfg, 'attention')!r}")
 
 
+@torch.compiler.disable  # data-dependent metadata, built eagerly once per batch; the body compiles
 def positions_and_plan(
     segment_ids: torch.Tensor,
     position_ids: torch.Tensor | None,
