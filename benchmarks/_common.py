@@ -58,5 +58,7 @@ def median(xs: list[float]) -> float:
 
 def wikipedia_lengths(n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` lengths drawn from the BERT Wikipedia histogram (lengths 1..512)."""
-    h = np.load(SHARED / "histograms" / "wikipedia_len512_histogram.npy").astype(np.float64)
+    from seqpack.packing import builtin_histogram
+
+    h = builtin_histogram("wikipedia").astype(np.float64)
     return rng.choice(np.arange(1, h.size + 1), size=n, p=h / h.sum())

@@ -19,7 +19,7 @@ import torch
 
 from seqpack.nn.attention import BACKENDS, REGISTRY
 from tests.nn._packs import spans
-from tests.nn.test_models import KINDS, alone, build, check_packed_equals_unpacked, make_batch, on, run, slot_outputs
+from tests.nn.test_models import KINDS, alone, build, check_packed_equals_unpacked, heads_for, make_batch, on, run, slot_outputs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -74,7 +74,7 @@ def test_bf16_packing_adds_no_error(kind: str, backend: str, case: int) -> None:
     _skip_unavailable(backend, torch.bfloat16)
     T, rows = ROWS[case]
     model = build(kind, backend).cuda().eval()
-    reference = build(kind, "eager").cuda().eval()  # the same weights (seeded), fp32 reference maths
+    reference = build(kind, "eager", heads=heads_for(backend)).cuda().eval()  # same weights (seeded), fp32 maths
     batch = on(make_batch(T, rows, seed=T), torch.device("cuda"))
     with torch.no_grad():
         with torch.autocast("cuda", dtype=torch.bfloat16):

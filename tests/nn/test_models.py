@@ -26,8 +26,14 @@ def f(x: Any) -> float:
     return float(x.detach()) if isinstance(x, torch.Tensor) else float(x)
 
 
-def bert_cfg(backend: str, **kw: Any) -> BertConfig:
-    return BertConfig(vocab_size=V, hidden=16, layers=2, heads=2, max_position=64, dropout=0.0, attention=backend, **kw)
+def heads_for(backend: str) -> int:
+    """2 heads of 8 dims; FlexAttention's CUDA kernel needs head dims >= 16, so 1 head of 16 there."""
+    return 1 if backend == "flex" and torch.cuda.is_available() else 2
+
+
+def bert_cfg(backend: str, heads: int | None = None, **kw: Any) -> BertConfig:
+    return BertConfig(vocab_size=V, hidden=16, layers=2, heads=heads or heads_for(backend), max_position=64, dropout=0.0,
+                      attention=backend, **kw)
 
 
 def make_batch(T: int, rows: list[list[int]], seed: int, *, num_labels: int = 3) -> dict[str, torch.Tensor]:
@@ -80,17 +86,18 @@ def run(model: torch.nn.Module, kind: str, x: dict[str, torch.Tensor], reduction
     return model(x["input_ids"], x["segment_ids"], labels=x["clm"], reduction=reduction)
 
 
-def build(kind: str, backend: str) -> torch.nn.Module:
+def build(kind: str, backend: str, *, heads: int | None = None) -> torch.nn.Module:
     torch.manual_seed(0)
+    h = heads or heads_for(backend)
     if kind == "pretrain":
-        return BertForPreTraining(bert_cfg(backend))
+        return BertForPreTraining(bert_cfg(backend, h))
     if kind == "classify":
-        return BertForSequenceClassification(bert_cfg(backend, num_labels=3))
+        return BertForSequenceClassification(bert_cfg(backend, h, num_labels=3))
     if kind == "multilabel":
-        return BertForSequenceClassification(bert_cfg(backend, num_labels=3, multilabel=True))
+        return BertForSequenceClassification(bert_cfg(backend, h, num_labels=3, multilabel=True))
     if kind == "qa":
-        return BertForQuestionAnswering(bert_cfg(backend))
-    return GPT(GPTConfig(vocab_size=V, hidden=16, layers=2, heads=2, max_position=64, attention=backend))
+        return BertForQuestionAnswering(bert_cfg(backend, h))
+    return GPT(GPTConfig(vocab_size=V, hidden=16, layers=2, heads=h, max_position=64, attention=backend))
 
 
 def slot_outputs(kind: str, out: Any) -> list[torch.Tensor]:

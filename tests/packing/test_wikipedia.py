@@ -1,17 +1,28 @@
-"""The paper's Table 1 on the BERT Wikipedia histogram (skips without ../shared/data)."""
+"""The paper's Table 1 on the BERT Wikipedia histogram shipped with the package."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from seqpack.packing import plan
+from seqpack.packing import builtin_histogram, plan
 from tests.conftest import shared
 
 
 @pytest.fixture(scope="module")
 def wiki() -> np.ndarray:
-    return np.load(shared("histograms", "wikipedia_len512_histogram.npy"))
+    return builtin_histogram("wikipedia")
+
+
+def test_builtin_equals_the_shared_copy(wiki) -> None:
+    """The packaged counts are the paper's (skips without ../shared/data)."""
+    assert np.array_equal(wiki, np.load(shared("histograms", "wikipedia_len512_histogram.npy")))
+    assert wiki.dtype == np.int64 and int(wiki.sum()) == 16_279_552
+
+
+def test_unknown_builtin_histogram() -> None:
+    with pytest.raises(ValueError, match="no built-in histogram 'books'; built in: wikipedia"):
+        builtin_histogram("books")
 
 
 @pytest.mark.parametrize("depth,packs", [(2, 10_101_683), (3, 9_094_695), (4, 8_658_996), (8, 8_224_673), (16, 8_166_708)])

@@ -21,7 +21,7 @@ def add_parser(sub: Any) -> None:
         "lengths drawn from a histogram; report sequences/s, real tokens/s, the realised and the theoretical "
         "speed-up (packing factor) and the overhead (paper Table 1).",
     )
-    p.add_argument("--lengths", default="wikipedia", help="wikipedia (shared data), a .npy or .csv histogram "
+    p.add_argument("--lengths", default="wikipedia", help="wikipedia (built in: the paper's BERT Wikipedia lengths), a .npy or .csv histogram "
                    "(index = length - 1) or a packed dataset directory")
     p.add_argument("--max-len", type=_max_len, default=512)
     p.add_argument("--model", choices=("bert", "gpt"), default="bert")

@@ -40,12 +40,18 @@ from seqpack.nn.losses import (
     slot_cross_entropy,
     token_loss,
 )
+from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, flatten, unflatten_slots, unflatten_tokens
 from seqpack.nn.masks import attention_mask, check_segment_ids, position_ids
 from seqpack.nn.models.bert import PackedOutput
 
 CAUSAL = ("GPT2LMHeadModel", "LlamaForCausalLM")
 BIDIRECTIONAL = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification", "BertForQuestionAnswering")
 SUPPORTED = BIDIRECTIONAL + CAUSAL
+
+
+def _name(model: Any) -> str:
+    """The transformers class name, through a ``torch.compile`` wrapper."""
+    return type(getattr(model, "_orig_mod", model)).__name__
 
 
 def _impl(model_or_config: Any) -> str:
@@ -63,7 +69,7 @@ def hf_attention_mask(model_or_config: Any, segment_ids: torch.Tensor, *, causal
         return attention_mask(segment_ids, causal=causal)
     raise ValueError(
         f"attn_implementation {impl!r} takes no 4-D mask here; load the model with "
-        "attn_implementation='sdpa' (or 'eager')"
+        f"attn_implementation='sdpa' (or 'eager'), or a padding-free one for causal LMs: {', '.join(PADDING_FREE)}"
     )
 
 
@@ -86,7 +92,7 @@ def _model_dtype(model: Any) -> torch.dtype:
 def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``input_ids``, the 4-D ``attention_mask``, restarting ``position_ids`` (and
     ``token_type_ids`` for BERT) for ``model(**inputs)``."""
-    name = type(model).__name__
+    name = _name(model)
     if name not in SUPPORTED:
         raise ValueError(f"no packed adapter for {name}; supported: {', '.join(SUPPORTED)}")
     for key in ("input_ids", "segment_ids"):
@@ -120,7 +126,9 @@ def packed_forward(
 ) -> PackedOutput:
     """Run a supported transformers model on a packed batch; see the module docstring."""
     check_reduction(reduction)
-    name = type(model).__name__
+    name = _name(model)
+    if name in CAUSAL and _impl(model) in PADDING_FREE:
+        return _padding_free_causal(model, batch, reduction)
     inputs = hf_inputs(model, batch)
     seg, labels = batch["segment_ids"], batch.get("labels")
     if name in CAUSAL or name == "BertForMaskedLM":
@@ -147,6 +155,24 @@ def packed_forward(
     if name == "BertForSequenceClassification":
         return _classify(model, hidden, seg, labels, max_depth)
     return _pretraining(model, hidden, seg, labels, batch.get("next_sentence_label"), reduction, max_depth)
+
+
+def _padding_free_causal(model: Any, batch: Mapping[str, torch.Tensor], reduction: str) -> PackedOutput:
+    """A causal LM on the flattened real tokens (no padding, no mask); outputs back in (B, T) / (B, D)."""
+    for key in ("input_ids", "segment_ids"):
+        if key not in batch:
+            raise ValueError(f"the packed batch has no {key!r} column")
+    seg, labels = batch["segment_ids"], batch.get("labels")
+    check_segment_ids(seg)
+    inputs, flat_seg = flat_inputs(batch)
+    flat_logits = model(**inputs).logits  # (1, total, V)
+    out = PackedOutput(logits=unflatten_tokens(flat_logits, seg))
+    if labels is not None:
+        flat_labels = flatten(labels, seg)
+        per, present = sequence_token_losses(flat_logits, flat_labels, flat_seg, shift=True)  # (1, N)
+        out.per_sequence, out.present = unflatten_slots(per, seg), unflatten_slots(present, seg, fill=False)
+        out.loss = _token_reduce(flat_logits, flat_labels, flat_seg, per, present, reduction, True)
+    return out
 
 
 def _token_reduce(

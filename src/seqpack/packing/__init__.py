@@ -12,17 +12,27 @@
 from __future__ import annotations
 
 from seqpack.packing.assign import Packing, pack_lengths
-from seqpack.packing.histogram import LengthStats, check_histogram, histogram, length_stats, load_histogram
+from seqpack.packing.histogram import (
+    BUILTIN_HISTOGRAMS,
+    LengthStats,
+    builtin_histogram,
+    check_histogram,
+    histogram,
+    length_stats,
+    load_histogram,
+)
 from seqpack.packing.plan import ALGORITHMS, plan
 from seqpack.packing.plan_types import PackingPlan
 from seqpack.packing.stream import StreamPacker
 
 __all__ = [
     "ALGORITHMS",
+    "BUILTIN_HISTOGRAMS",
     "LengthStats",
     "Packing",
     "PackingPlan",
     "StreamPacker",
+    "builtin_histogram",
     "check_histogram",
     "histogram",
     "length_stats",

@@ -146,6 +146,21 @@ def load_npy_1d(path: str | Path, what: str) -> np.ndarray:
     return arr
 
 
+BUILTIN_HISTOGRAMS = {"wikipedia": "wikipedia_len512.csv"}  # name -> file in seqpack/packing/data/
+
+
+def builtin_histogram(name: str) -> np.ndarray:
+    """A length histogram shipped with the package (provenance in ``packing/data/README.md``).
+
+    >>> h = builtin_histogram("wikipedia")
+    >>> int(h.sum()), h.size
+    (16279552, 512)
+    """
+    if name not in BUILTIN_HISTOGRAMS:
+        raise ValueError(f"no built-in histogram {name!r}; built in: {', '.join(BUILTIN_HISTOGRAMS)}")
+    return load_histogram(Path(__file__).parent / "data" / BUILTIN_HISTOGRAMS[name])
+
+
 def load_histogram(path: str | Path) -> np.ndarray:
     """Read a histogram from ``.npy`` (counts indexed by length - 1) or ``.csv`` (header ``length,count``)."""
     p = Path(path)

@@ -17,7 +17,6 @@ with real tokens, which packing cannot remove, so its realised speed-up is lower
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -27,31 +26,18 @@ from typing import Any
 import numpy as np
 import torch
 
-WIKIPEDIA = "histograms/wikipedia_len512_histogram.npy"
 HEADS = ("targets", "all")
 DEVICES = ("cpu", "cuda")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # half: autocast
 
 
-def shared_data_dirs() -> list[Path]:
-    """Where the shared data folder may be: ``$SEQPACK_SHARED_DATA``, then ``../shared/data``
-    beside the working directory and beside the source checkout."""
-    env = os.environ.get("SEQPACK_SHARED_DATA")
-    dirs = [Path(env)] if env else []
-    dirs += [Path.cwd().parent / "shared" / "data", Path(__file__).resolve().parents[4] / "shared" / "data"]
-    return dirs
-
-
 def load_histogram(source: str) -> np.ndarray:
-    """Counts by length (index = length - 1) from ``wikipedia``, a ``.npy`` histogram, or a
-    packed dataset directory (its manifest's histogram)."""
-    if source == "wikipedia":
-        for d in shared_data_dirs():
-            if (d / WIKIPEDIA).is_file():
-                return load_histogram(str(d / WIKIPEDIA))
-        raise ValueError(f"the Wikipedia histogram ({WIKIPEDIA}) is not in {', '.join(map(str, shared_data_dirs()))}; "
-                         "set SEQPACK_SHARED_DATA=DIR or pass --lengths FILE.npy|DATASET_DIR")
-    from seqpack.packing import check_histogram
+    """Counts by length (index = length - 1) from ``wikipedia`` (shipped with the package), a
+    ``.npy`` / ``.csv`` histogram, or a packed dataset directory (its manifest's histogram)."""
+    from seqpack.packing import BUILTIN_HISTOGRAMS, builtin_histogram, check_histogram
+
+    if source in BUILTIN_HISTOGRAMS:
+        return builtin_histogram(source)
     from seqpack.packing import load_histogram as read_histogram_file
 
     p = Path(source)

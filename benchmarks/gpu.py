@@ -1,0 +1,203 @@
+"""Every CUDA path measured on one GPU (issue 18): attention backends alone, packed vs padded
+training throughput (BERT base/large at 512, GPT at 2048, a Llama-style HF model padding-free),
+and torch.compile. Results go to ``--out`` as JSON lines; figures are recorded in benchmarks/gpu.md.
+
+Run (on a CUDA machine, from the checkout): PYTHONPATH=src:. python benchmarks/gpu.py --out gpu.jsonl
+
+Every throughput figure is bf16 autocast over fp32 weights, forward + backward, lengths drawn
+from the Wikipedia histogram shipped with seqpack (seed 0), padded and packed steps interleaved
+in rounds after a warm-up round, the device synchronised around each step; medians reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import wikipedia_lengths  # type: ignore[import-not-found]  # noqa: E402
+
+from seqpack.nn.attention import packed_attention, plan_attention  # noqa: E402
+from seqpack.train.bench import BenchConfig, make_batches, run_bench  # noqa: E402
+
+BACKENDS = ("sdpa", "per_document", "varlen", "flex")
+
+
+def cuda_time(fn: Callable[[], Any], reps: int, warmup: int = 3) -> float:
+    """Median seconds of ``fn`` over ``reps`` calls, synchronised."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def attention_alone(T: int, rows: int, causal: bool, reps: int) -> dict[str, Any]:
+    """fwd+bwd of the attention op alone, 12 heads x 64 dims, bf16, on packed Wikipedia rows
+    (each backend) and on the same number of padded rows (sdpa, key padding / is_causal)."""
+    lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
+    data = make_batches("clm" if causal else "mlm", lengths, T, rows, 1, seed=0, vocab=100)
+    res: dict[str, Any] = {"case": "attention", "T": T, "rows": rows, "causal": causal, "packing_factor": data["packing_factor"]}
+    for name, seg, backends in (("padded", data["padded"][0]["segment_ids"], ("sdpa",)),
+                                ("packed", data["packed"][0]["segment_ids"], BACKENDS)):
+        seg = seg.cuda()
+        q, k, v = (torch.randn(rows, 12, T, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        grad = torch.randn_like(q)
+        for b in backends:
+            plan = plan_attention(seg, causal=causal, backend=b, dtype=torch.bfloat16)
+
+            def step() -> None:
+                packed_attention(q, k, v, plan).backward(grad)
+
+            res[f"{name}_{b}_ms"] = 1e3 * cuda_time(step, reps)
+    return res
+
+
+def throughput(model: str, size: str, T: int, rows: int, attention: str, steps: int, repeats: int, head: str = "targets") -> dict[str, Any]:
+    cfg = BenchConfig(lengths="wikipedia", max_len=T, model=model, size=size, batch_size=rows, steps=steps,
+                      repeats=repeats, head=head, attention=attention, device="cuda", dtype="bf16", sequences=20_000)
+    return {"case": "bench", **run_bench(cfg)}
+
+
+def llama(T: int, rows: int, steps: int, repeats: int) -> dict[str, Any]:
+    """A Llama-style model from a config through seqpack.nn.hf: padded rows (4-D mask, sdpa),
+    packed rows with the 4-D mask (sdpa) and packed rows padding-free (seqpack_varlen)."""
+    import transformers as tf
+
+    from seqpack.nn.hf import packed_forward
+    from seqpack.nn.hf_padding_free import register_varlen_attention
+
+    impl_varlen = register_varlen_attention()
+    lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
+    data = make_batches("clm", lengths, T, rows, steps * (repeats + 1), seed=0, vocab=32000)
+    variants = {"padded_sdpa": ("padded", "sdpa"), "packed_sdpa": ("packed", "sdpa"), "packed_varlen": ("packed", impl_varlen)}
+    models = {}
+    for key, (_, impl) in variants.items():
+        torch.manual_seed(0)
+        cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+                             num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=T, attn_implementation=impl)
+        models[key] = tf.LlamaForCausalLM(cfg).cuda().train()
+    batches = {k: [{n: x.cuda() for n, x in b.items()} for b in data[layout]] for k, (layout, _) in variants.items()}
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    peak: dict[str, float] = {}
+    for r in range(repeats + 1):
+        for key, m in models.items():
+            torch.cuda.reset_peak_memory_stats()
+            for b in batches[key][r * steps : (r + 1) * steps]:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = packed_forward(m, b).loss
+                loss.backward()
+                m.zero_grad(set_to_none=True)
+                torch.cuda.synchronize()
+                if r:
+                    times[key].append(time.perf_counter() - t0)
+            peak[key] = torch.cuda.max_memory_allocated() / 2**30
+    step_s = {k: statistics.median(v) for k, v in times.items()}
+    per_row = {k: data[f"{variants[k][0]}_tokens_per_row"] for k in variants}
+    tok = {k: per_row[k] * rows / step_s[k] for k in variants}
+    return {"case": "llama", "T": T, "rows": rows, "packing_factor": data["packing_factor"], "step_s": step_s,
+            "tokens_per_s": tok, "speedup_vs_padded": {k: tok[k] / tok["padded_sdpa"] for k in variants},
+            "peak_memory_gib": peak, "layers": 12, "hidden": 1024}
+
+
+def compile_counts() -> list[dict[str, Any]]:
+    """Compiled vs eager on batches whose sequences per row change (tests/nn/test_compile.py)."""
+    from tests.nn.test_compile import compile_run
+
+    out = []
+    for kind, backend in (("gpt", "sdpa"), ("pretrain", "sdpa"), ("gpt", "per_document"), ("gpt", "flex")):
+        t0 = time.perf_counter()
+        r = compile_run(kind, backend, device="cuda", compiler="inductor")
+        out.append({"case": "compile", "kind": kind, "backend": backend, "graphs_after_each_batch": r["graphs_after"],
+                    "max_loss_diff": max(abs(a - b) for a, b in zip(r["eager"], r["compiled"])),
+                    "max_grad_diff": max(r["grad_diff"]), "seconds": time.perf_counter() - t0})
+    return out
+
+
+def compiled_throughput(steps: int) -> dict[str, Any]:
+    """BERT-base packed (varlen), eager vs torch.compile, step time after warm-up."""
+    from seqpack.nn.models import BertConfig, BertForPreTraining
+    from seqpack.train.bench import step
+
+    lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
+    data = make_batches("mlm", lengths, 512, 64, steps + 4, seed=0, vocab=30522)
+    batches = [{n: x.cuda() for n, x in b.items()} for b in data["packed"]]
+    res: dict[str, Any] = {"case": "compiled_throughput", "model": "bert base", "rows": 64}
+    for name in ("eager", "compiled"):
+        torch.manual_seed(0)
+        model = BertForPreTraining(BertConfig.of_size("base", vocab_size=30522, dropout=0.0, attention="varlen")).cuda().train()
+        fn = torch.compile(model) if name == "compiled" else model
+        t0 = time.perf_counter()
+        for b in batches[:4]:
+            step(fn, b, "targets", False, "bf16")
+        torch.cuda.synchronize()
+        res[f"{name}_warmup_s"] = time.perf_counter() - t0
+        ts = []
+        for b in batches[4:]:
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            step(fn, b, "targets", False, "bf16")
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t1)
+        res[f"{name}_step_s"] = statistics.median(ts)
+    res["speedup"] = res["eager_step_s"] / res["compiled_step_s"]
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default="gpu.jsonl")
+    ap.add_argument("--cases", default="attention,bert,gpt,llama,compile,compiled")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = True  # throughput runs: the usual training setting
+    cases = set(args.cases.split(","))
+    out = open(args.out, "a", encoding="utf-8")
+
+    def emit(r: dict[str, Any]) -> None:
+        r = {**r, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+        out.write(json.dumps(r, default=str) + "\n")
+        out.flush()
+        print(json.dumps(r, default=str), flush=True)
+
+    if "attention" in cases:
+        emit(attention_alone(512, 64, False, 20))
+        emit(attention_alone(2048, 16, True, 20))
+    if "bert" in cases:
+        for size, rows in (("base", 64), ("large", 32)):
+            for attn in ("auto", "sdpa", "per_document", "flex"):
+                if size == "large" and attn not in ("auto", "sdpa"):
+                    continue
+                emit(throughput("bert", size, 512, rows, attn, args.steps, args.repeats))
+        emit(throughput("bert", "base", 512, 64, "auto", args.steps, args.repeats, head="all"))
+    if "gpt" in cases:
+        for attn in ("auto", "per_document", "sdpa", "flex"):
+            emit(throughput("gpt", "base", 2048, 16, attn, args.steps, args.repeats))
+    if "llama" in cases:
+        emit(llama(2048, 8, args.steps, args.repeats))
+    if "compile" in cases:
+        for r in compile_counts():
+            emit(r)
+    if "compiled" in cases:
+        emit(compiled_throughput(args.steps))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The padding-free layout transformers uses (``DataCollatorWithFlattening``) for packed rows.
+
+    register_varlen_attention()                                   # once, before building the model
+    model = transformers.LlamaForCausalLM(LlamaConfig(..., attn_implementation="seqpack_varlen"))
+    out = packed_forward(model, batch)                            # seqpack.nn.hf: goes padding-free
+
+The real tokens of every packed row are concatenated into one row ``(1, total)`` with
+position ids that restart at each sequence, plus ``cu_seq_lens_q/k`` and ``max_length_q/k``
+(FlashAttention's keywords, which transformers passes down to the attention function):
+
+    segment_ids  [[1 1 2 0], [1 1 1 0]]   ->  input_ids (1, 5), position_ids [[0 1 0 0 1 2]][:, :5]
+    cu_seq_lens  [0 2 3 5]                    max_length 2
+
+``seqpack_varlen`` is an attention function registered in transformers' ``AttentionInterface``:
+on CUDA in fp16/bf16 it runs PyTorch's varlen flash kernel
+(``torch.nn.attention.varlen.varlen_attn``); elsewhere it runs each sequence through SDPA, one
+at a time (the slow reference, exact on CPU). ``flash_attention_2/3/4`` models (flash-attn
+installed) take the same inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from seqpack.nn.masks import cu_seqlens, max_seqlen, position_ids, unpad_index
+
+VARLEN_IMPL = "seqpack_varlen"
+PADDING_FREE = ("flash_attention_2", "flash_attention_3", "flash_attention_4", VARLEN_IMPL)
+
+
+def register_varlen_attention() -> str:
+    """Register ``seqpack_varlen`` with transformers (idempotent); returns the name."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(VARLEN_IMPL, varlen_attention_forward)
+    return VARLEN_IMPL
+
+
+def flat_inputs(batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], torch.Tensor]:
+    """``model(**inputs)`` keywords of the padding-free layout, and the flat ``segment_ids``
+    (1, total) numbering every sequence of the batch 1..N."""
+    seg = batch["segment_ids"]
+    keep = unpad_index(seg)  # (total,)
+    pos = batch.get("position_ids")
+    pos = position_ids(seg) if pos is None else pos
+    cu = cu_seqlens(seg)
+    m = max_seqlen(seg)
+    lengths = (cu[1:] - cu[:-1]).long()
+    flat_seg = torch.repeat_interleave(torch.arange(1, lengths.numel() + 1, device=seg.device), lengths)[None]
+    inputs = {"input_ids": batch["input_ids"].reshape(-1)[keep][None], "position_ids": pos.reshape(-1)[keep][None],
+              "cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": m, "max_length_k": m}
+    return inputs, flat_seg
+
+
+def flatten(x: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+    """A per-token ``(B, T, ...)`` tensor in the padding-free layout ``(1, total, ...)``."""
+    return x.reshape(-1, *x.shape[2:])[unpad_index(segment_ids)][None]
+
+
+def unflatten_slots(values: torch.Tensor, segment_ids: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+    """Per-sequence values ``(1, N)`` of the flat layout back into ``(B, D)`` slots."""
+    B, T = segment_ids.shape
+    D = int(segment_ids.max()) if segment_ids.numel() else 0
+    cu = cu_seqlens(segment_ids).long()
+    starts = unpad_index(segment_ids)[cu[:-1]]  # flat index of each sequence's first token
+    rows, slots = starts // T, segment_ids.reshape(-1)[starts] - 1
+    out = values.new_full((B, max(D, 1)), fill)
+    return out.index_put((rows, slots), values.reshape(-1))
+
+
+def unflatten_tokens(flat: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+    """``(1, total, ...)`` back into ``(B, T, ...)``, zeros at padding."""
+    B, T = segment_ids.shape
+    out = flat.new_zeros(B * T, *flat.shape[2:])
+    return out.index_copy(0, unpad_index(segment_ids), flat[0]).view(B, T, *flat.shape[2:])
+
+
+def varlen_attention_forward(
+    module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+    is_causal: bool | None = None, **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers attention function: q ``(1, Hq, total, d)``, k/v ``(1, Hkv, total, d)`` ->
+    ``(1, total, Hq, d)``; sequences given by ``cu_seq_lens_q``."""
+    B, Hq, n, d = query.shape
+    cu, m = kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q")
+    if cu is None or m is None:  # a plain batch: every row is one unpadded sequence (as flash_attention_2)
+        cu, m = torch.arange(0, B * n + 1, n, device=query.device, dtype=torch.int32), n
+    if dropout and module.training:
+        raise ValueError(f"{VARLEN_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
+    causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
+    scale = d**-0.5 if scaling is None else float(scaling)
+    if key.shape[1] != Hq:  # grouped-query attention: share each kv head across its query group
+        key, value = (x.repeat_interleave(Hq // x.shape[1], dim=1) for x in (key, value))
+    q, k, v = (x.transpose(1, 2).reshape(B * n, Hq, d) for x in (query, key, value))
+    from seqpack.nn.attention.varlen import _causal_kwargs, torch_varlen
+
+    fn = torch_varlen()
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and fn is not None:
+        out = fn(q, k, v, cu.to(torch.int32), cu.to(torch.int32), int(m), int(m), **_causal_kwargs(fn, causal, scale, d))
+    else:
+        out = _reference(q, k, v, cu, causal=causal, scale=scale)
+    return out.view(B, n, Hq, d), None
+
+
+def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, *, causal: bool, scale: float) -> torch.Tensor:
+    """Each sequence through SDPA on its own: slow and obviously correct.  # (total, H, d)"""
+    outs = []
+    for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        qs, ks, vs = (x[a:b].transpose(0, 1)[None] for x in (q, k, v))  # (1, H, n, d)
+        outs.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale)[0].transpose(0, 1))
+    return torch.cat(outs) if outs else q.new_zeros(q.shape)
+
+
+__all__ = ["PADDING_FREE", "VARLEN_IMPL", "flat_inputs", "flatten", "register_varlen_attention",
+           "unflatten_slots", "unflatten_tokens", "varlen_attention_forward"]

@@ -1,0 +1,62 @@
+"""The padding-free path (transformers' flattened layout, ``seqpack_varlen`` attention): a packed
+batch gives what each sequence gives alone through the unmodified model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+from seqpack.nn import packed_forward
+from seqpack.nn.hf_padding_free import VARLEN_IMPL, flat_inputs, register_varlen_attention, unflatten_slots
+from tests.nn._packs import packs, segment_rows
+from tests.nn.test_hf import check_adapter
+
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.mark.parametrize("kind", ("GPT2LMHeadModel", "LlamaForCausalLM"))
+@settings(max_examples=4, deadline=None)
+@given(pack=packs(max_rows=2, max_len=20, max_depth=3, min_len=2))
+def test_padding_free_equals_model_run_alone(kind: str, pack) -> None:  # type: ignore[no-untyped-def]
+    register_varlen_attention()
+    check_adapter(kind, VARLEN_IMPL, *pack)
+
+
+def test_flat_layout_golden() -> None:
+    seg = torch.tensor([[1, 1, 2, 0], [1, 1, 1, 0]])
+    ids = torch.tensor([[5, 6, 7, 0], [8, 9, 10, 0]])
+    inputs, flat_seg = flat_inputs({"input_ids": ids, "segment_ids": seg})
+    assert inputs["input_ids"].tolist() == [[5, 6, 7, 8, 9, 10]]
+    assert inputs["position_ids"].tolist() == [[0, 1, 0, 0, 1, 2]]
+    assert inputs["cu_seq_lens_q"].tolist() == [0, 2, 3, 6] and inputs["max_length_q"] == 3
+    assert flat_seg.tolist() == [[1, 1, 2, 3, 3, 3]]
+    assert unflatten_slots(torch.tensor([[0.5, 1.5, 2.5]]), seg).tolist() == [[0.5, 1.5], [2.5, 0.0]]
+    assert segment_rows(4, [[2, 1], [3]]).tolist() == seg.tolist()
+
+
+def test_padding_free_refuses_attention_dropout() -> None:
+    import transformers as tf
+
+    register_varlen_attention()
+    cfg = tf.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, max_position_embeddings=64, attention_dropout=0.1, attn_implementation=VARLEN_IMPL)
+    model = tf.LlamaForCausalLM(cfg).train()
+    with pytest.raises(ValueError, match="has no attention dropout"):
+        packed_forward(model, {"input_ids": torch.ones(1, 4, dtype=torch.long), "segment_ids": torch.ones(1, 4, dtype=torch.long)})
+
+
+@pytest.mark.parametrize("kind", ("GPT2LMHeadModel", "LlamaForCausalLM"))
+def test_padding_free_equals_the_sdpa_model(kind: str) -> None:
+    """Same weights, attention through SDPA with seqpack's 4-D mask: the same logits and loss."""
+    from tests.nn.test_hf import build, packed_batch
+    from tests.nn.test_models import make_batch
+
+    register_varlen_attention()
+    x = make_batch(18, [[5, 9, 4], [18]], seed=3)
+    flat, dense = packed_forward(build(kind, VARLEN_IMPL), packed_batch(kind, x)), packed_forward(build(kind, "sdpa"), packed_batch(kind, x))
+    real = x["segment_ids"] > 0
+    assert (flat.logits - dense.logits)[real].abs().max() <= 1e-5
+    assert abs(float(flat.loss) - float(dense.loss)) <= 1e-5 * max(1.0, abs(float(dense.loss)))
+    assert torch.equal(flat.present, dense.present)
