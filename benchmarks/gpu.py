@@ -67,6 +67,33 @@ def attention_alone(T: int, rows: int, causal: bool, reps: int) -> dict[str, Any
     return res
 
 
+def varlen_profile(reps: int) -> dict[str, Any]:
+    """Where varlen attention's time goes: the kernel alone on already-unpadded tokens (fwd, fwd+bwd)
+    against flash SDPA on full rows, and seqpack's gather/scatter around it."""
+    from seqpack.nn.attention.varlen import torch_varlen
+
+    fn = torch_varlen()
+    lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
+    data = make_batches("clm", lengths, 2048, 16, 1, seed=0, vocab=100)
+    seg = data["packed"][0]["segment_ids"].cuda()
+    plan = plan_attention(seg, causal=True, backend="varlen", dtype=torch.bfloat16)
+    total = int(plan.unpad.numel())
+    q, k, v = (torch.randn(total, 12, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    cu = plan.cu_seqlens.to(torch.int32)
+    full = [torch.randn(16, 12, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+    res: dict[str, Any] = {"case": "varlen_profile", "tokens": total, "sequences": int(cu.numel() - 1)}
+    with torch.no_grad():
+        res["varlen_kernel_fwd_ms"] = 1e3 * cuda_time(lambda: fn(q, k, v, cu, cu, plan.max_seqlen, plan.max_seqlen, window_size=(-1, 0)), reps)
+        res["flash_full_rows_fwd_ms"] = 1e3 * cuda_time(lambda: torch.nn.functional.scaled_dot_product_attention(*full, is_causal=True), reps)
+    g = torch.randn_like(q)
+    res["varlen_kernel_fwd_bwd_ms"] = 1e3 * cuda_time(
+        lambda: fn(q, k, v, cu, cu, plan.max_seqlen, plan.max_seqlen, window_size=(-1, 0)).backward(g), reps)
+    gf = torch.randn_like(full[0])
+    res["flash_full_rows_fwd_bwd_ms"] = 1e3 * cuda_time(
+        lambda: torch.nn.functional.scaled_dot_product_attention(*full, is_causal=True).backward(gf), reps)
+    return res
+
+
 def throughput(model: str, size: str, T: int, rows: int, attention: str, steps: int, repeats: int, head: str = "targets") -> dict[str, Any]:
     cfg = BenchConfig(lengths="wikipedia", max_len=T, model=model, size=size, batch_size=rows, steps=steps,
                       repeats=repeats, head=head, attention=attention, device="cuda", dtype="bf16", sequences=20_000)
@@ -190,6 +217,11 @@ def main() -> None:
     if "gpt" in cases:
         for attn in ("auto", "per_document", "sdpa", "flex"):
             emit(throughput("gpt", "base", 2048, 16, attn, args.steps, args.repeats))
+    if "gpt_all" in cases:
+        for attn in ("auto", "flex", "sdpa"):
+            emit(throughput("gpt", "base", 2048, 16, attn, args.steps, args.repeats, head="all"))
+    if "varlen_profile" in cases:
+        emit(varlen_profile(20))
     if "llama" in cases:
         emit(llama(2048, 8, args.steps, args.repeats))
     if "compile" in cases:
