@@ -135,12 +135,15 @@ def llama(T: int, rows: int, steps: int, repeats: int) -> dict[str, Any]:
                 if r:
                     times[key].append(time.perf_counter() - t0)
             peak[key] = torch.cuda.max_memory_allocated() / 2**30
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):  # same weights: same loss?
+        b = batches["packed_sdpa"][0]
+        check = {k: float(packed_forward(models[k], b).loss) for k in ("packed_sdpa", "packed_varlen")}
     step_s = {k: statistics.median(v) for k, v in times.items()}
     per_row = {k: data[f"{variants[k][0]}_tokens_per_row"] for k in variants}
     tok = {k: per_row[k] * rows / step_s[k] for k in variants}
     return {"case": "llama", "T": T, "rows": rows, "packing_factor": data["packing_factor"], "step_s": step_s,
             "tokens_per_s": tok, "speedup_vs_padded": {k: tok[k] / tok["padded_sdpa"] for k in variants},
-            "peak_memory_gib": peak, "layers": 12, "hidden": 1024}
+            "peak_memory_gib": peak, "layers": 12, "hidden": 1024, "first_batch_loss": check}
 
 
 def compile_counts() -> list[dict[str, Any]]:

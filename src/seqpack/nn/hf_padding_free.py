@@ -100,11 +100,14 @@ def varlen_attention_forward(
     from seqpack.nn.attention.varlen import _causal_kwargs, torch_varlen
 
     fn = torch_varlen()
+    if q.is_cuda and torch.is_autocast_enabled("cuda") and q.dtype == torch.float32:
+        # rotary embeddings hand fp32 q/k to attention under autocast; flash kernels take half (as transformers' FA2 path)
+        q, k, v = (x.to(torch.get_autocast_dtype("cuda")) for x in (q, k, v))
     if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and fn is not None:
         out = fn(q, k, v, cu.to(torch.int32), cu.to(torch.int32), int(m), int(m), **_causal_kwargs(fn, causal, scale, d))
     else:
         out = _reference(q, k, v, cu, causal=causal, scale=scale)
-    return out.view(B, n, Hq, d), None
+    return out.to(query.dtype).view(B, n, Hq, d), None
 
 
 def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, *, causal: bool, scale: float) -> torch.Tensor:
