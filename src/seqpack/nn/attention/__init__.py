@@ -54,20 +54,24 @@ def get_backend(name: str) -> Backend:
 
 
 def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype) -> str:
-    """The ``auto`` rule.
+    """The ``auto`` rule (the fastest exact backend measured; benchmarks/gpu.md, README).
 
-    CUDA, half precision: ``flash_varlen`` when flash-attn is installed, else PyTorch's
-    ``varlen`` (both skip padding and cross-document blocks entirely).
+    CUDA, half precision, rows of at least 1024 tokens: ``flash_varlen`` when flash-attn is
+    installed, else PyTorch's ``varlen`` (no padding, no cross-document blocks). Shorter rows on
+    CUDA: dense ``sdpa`` (at 512 the unpad/scatter around a varlen kernel costs more than the
+    masked blocks it saves: BERT-base on an H100, 1.87x vs 1.68x packed/padded).
     Otherwise ``per_document`` when it would do under 40% of the dense attention work
     (``sum(l_i^2) < 0.4 * B * T^2``; causality halves both sides) on rows of at least 1024
     tokens, else dense ``sdpa``.
     """
-    if segment_ids.is_cuda and half_precision(dtype):
+    B, T = segment_ids.shape
+    if segment_ids.is_cuda:
+        if not half_precision(dtype) or T < 1024:
+            return "sdpa"
         if flash_attn_available():
             return "flash_varlen"
         if torch_varlen() is not None:
             return "varlen"
-    B, T = segment_ids.shape
     if T < 1024 or B == 0:
         return "sdpa"
     lengths = bucket_lengths(sequence_lengths(segment_ids), T).double()
