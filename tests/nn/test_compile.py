@@ -45,8 +45,8 @@ def compile_run(kind: str, backend: str, *, device: str, compiler: str, layouts:
                    if p.grad is not None)
         eager.zero_grad()
         compiled.zero_grad()
-        out["eager"].append(float(le))
-        out["compiled"].append(float(lc))
+        out["eager"].append(float(le.detach()))
+        out["compiled"].append(float(lc.detach()))
         out["grad_diff"].append(diff)
         out["graphs_after"].append(len(graphs))
     return out
@@ -63,3 +63,39 @@ def test_compiled_equals_eager_without_a_recompile_storm(kind: str) -> None:
     assert max(r["grad_diff"]) <= 1e-5
     after = r["graphs_after"]
     assert after[STEADY - 1] == after[-1], f"graphs compiled after each batch: {after}"
+
+
+def compile_hf_run(kind: str, *, device: str, compiler: str) -> dict[str, Any]:
+    """A transformers causal LM compiled and fed through seqpack.nn.hf.packed_forward."""
+    from seqpack.nn.hf import packed_forward
+    from tests.nn.test_hf import build as hf_build
+    from tests.nn.test_hf import packed_batch
+
+    torch._dynamo.reset()
+    graphs: list[int] = []
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        graphs.append(len(gm.graph.nodes))
+        return torch._dynamo.lookup_backend(compiler)(gm, example_inputs)
+
+    eager = hf_build(kind, "sdpa").to(device)
+    fn = torch.compile(hf_build(kind, "sdpa").to(device), backend=counting)
+    out: dict[str, Any] = {"eager": [], "compiled": [], "graphs_after": []}
+    for i, rows in enumerate(LAYOUTS):
+        x = on(make_batch(T, rows, seed=i), torch.device(device))
+        with torch.no_grad():
+            out["eager"].append(float(packed_forward(eager, packed_batch(kind, x)).loss))
+            out["compiled"].append(float(packed_forward(fn, packed_batch(kind, x)).loss))
+        out["graphs_after"].append(len(graphs))
+    return out
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("kind", ("GPT2LMHeadModel", "LlamaForCausalLM"))
+def test_compiled_hf_adapter_equals_eager(kind: str) -> None:
+    pytest.importorskip("transformers")
+    cuda = torch.cuda.is_available()
+    r = compile_hf_run(kind, device="cuda" if cuda else "cpu", compiler="inductor" if cuda else "aot_eager")
+    for e, c in zip(r["eager"], r["compiled"]):
+        assert abs(e - c) <= 1e-5 * max(1.0, abs(e))  # as above: reordered fp32 sums at most
+    assert r["graphs_after"][STEADY - 1] == r["graphs_after"][-1], r["graphs_after"]
