@@ -41,8 +41,9 @@ def compile_run(kind: str, backend: str, *, device: str, compiler: str, layouts:
         le, lc = run(eager, kind, batch).loss, run(fn, kind, batch).loss
         le.backward()
         lc.backward()
-        diff = max(float((p.grad - q.grad).abs().max()) for p, q in zip(eager.parameters(), compiled.parameters())
-                   if p.grad is not None)
+        # largest gradient difference in units of the exactness suite's tolerance (1e-5 + 1e-4 * scale)
+        diff = max(float((p.grad - q.grad).abs().max() / (1e-5 + 1e-4 * p.grad.abs().max()))
+                   for p, q in zip(eager.parameters(), compiled.parameters()) if p.grad is not None)
         eager.zero_grad()
         compiled.zero_grad()
         out["eager"].append(float(le.detach()))
@@ -60,7 +61,7 @@ def test_compiled_equals_eager_without_a_recompile_storm(kind: str) -> None:
         # aot_eager runs the same ATen ops in the same order: equal to float rounding of a few
         # re-associated sums (inductor fuses kernels: fp32 sums reordered, ~1e-6 relative)
         assert abs(e - c) <= 1e-5 * max(1.0, abs(e))
-    assert max(r["grad_diff"]) <= 1e-5
+    assert max(r["grad_diff"]) <= 1.0
     after = r["graphs_after"]
     assert after[STEADY - 1] == after[-1], f"graphs compiled after each batch: {after}"
 
