@@ -168,7 +168,7 @@ def test_qa_windows_cover_the_answer(tok):
 def test_qa_packed_positions_index_the_row(tok, tmp_path):
     p = tmp_path / "qa.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in qa_rows()), encoding="utf-8")
-    m = build_packed_dataset(p, tok, tmp_path / "out", PackConfig(task="qa", max_len=96, doc_stride=16))
+    m = build_packed_dataset(p, tok, tmp_path / "out", PackConfig.for_task("qa", max_len=96, doc_stride=16))
     _, c = load_packed(tmp_path / "out")
     hits = 0
     for r in range(m["num_packs"]):
@@ -215,8 +215,8 @@ def test_build_checks_source_and_tokenizer(tok, store, tmp_path):
     with pytest.raises(ValueError, match="reads labelled examples"):
         build_sequences(store.path, tok, PackConfig(task="classification", max_len=64))
     with pytest.raises(ValueError, match="has no token '<none>'"):
-        build_sequences(store, tok, PackConfig(task="clm", max_len=64, eos_token="<none>"))
-    s = build_sequences(store, tok, PackConfig(task="clm", max_len=64, eos_token=""))
+        build_sequences(store, tok, PackConfig.for_task("clm", max_len=64, eos_token="<none>"))
+    s = build_sequences(store, tok, PackConfig.for_task("clm", max_len=64, eos_token=""))
     assert s.num_tokens == store.num_tokens
 
 
@@ -227,7 +227,7 @@ def test_build_checks_source_and_tokenizer(tok, store, tmp_path):
 )
 def test_pack_config_validation(bad):
     with pytest.raises(ValueError):
-        PackConfig(**{"max_len": 64, **bad})
+        PackConfig.for_task(**{"max_len": 64, **bad})
 
 
 @pytest.mark.parametrize("task", ["clm", "mlm"])

@@ -36,7 +36,24 @@ def build_datasets(root: Path, n_docs: int = 240) -> dict[str, Path]:
     for task, max_len in (("mlm", 64), ("clm", 64)):
         build_packed_dataset(store, tok, root / task, PackConfig(task=task, max_len=max_len))
         out[task] = root / task
+    build_packed_dataset(qa_examples(docs[:120]), tok, root / "qa", PackConfig.for_task("qa", max_len=64, doc_stride=16))
+    out["qa"] = root / "qa"
     return out
+
+
+def qa_examples(docs: list[str], seed: int = 1) -> list[dict]:
+    """SQuAD-style rows over the documents: the answer is a few words of the context."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for doc in docs:
+        words = doc.split()
+        a = int(rng.integers(0, len(words)))
+        answer = " ".join(words[a : a + int(rng.integers(1, 4))])
+        start = len(" ".join(words[:a])) + (1 if a else 0)
+        assert doc.replace("\n", " ")[start : start + len(answer)] == answer
+        rows.append({"question": " ".join(rng.choice(WORDS, size=5)), "context": doc.replace("\n", " "),
+                     "answers": {"text": [answer], "answer_start": [start]}})
+    return rows
 
 
 @pytest.fixture(scope="session")

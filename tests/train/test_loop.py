@@ -50,8 +50,8 @@ def test_runs_and_writes_its_files(datasets, tmp_path, task, padded):
         assert (tmp_path / "run" / f).is_file()
 
 
-@pytest.mark.parametrize("task", ["mlm", "clm"])
-@pytest.mark.parametrize("reduction", ["sequence", "token"])
+@pytest.mark.parametrize("task,reduction", [("mlm", "sequence"), ("mlm", "token"), ("clm", "sequence"), ("clm", "token"),
+                                             ("qa", "sequence")])
 def test_packed_batch_equals_its_sequences_padded(datasets, task, reduction):
     """Same sequences, packed rows vs one per row: the same loss and the same gradient."""
     packed, padded = TrainData(datasets[task]), TrainData(datasets[task], padded=True)
@@ -165,3 +165,14 @@ def test_cli_train_and_bad_input(datasets, tmp_path, capsys):
     for argv, msg in cases:
         code, out, err = run_cli(capsys, *argv)
         assert code == 2 and msg in err and err.count("\n") == 1, (argv, err)
+
+
+def test_qa_trains_and_reports_exact_match(datasets, tmp_path):
+    s = train(cfg(datasets["qa"], tmp_path / "qa", steps=6, lr=3e-3))
+    ev = s["eval"]
+    assert {"loss", "span_loss", "exact_match"} <= set(ev) and 0.0 <= ev["exact_match"] <= 1.0
+    first = read_metrics(tmp_path / "qa")[0]["eval"]
+    assert ev["span_loss"] < first["span_loss"]  # 6 steps learn something
+    assert s["padded"] is False and s["steps"] == 6
+    p = train(cfg(datasets["qa"], tmp_path / "qa-padded", steps=2, padded=True))
+    assert p["padded"] is True and "exact_match" in p["eval"]

@@ -6,12 +6,13 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.plan import _max_len, _positive_int
+from seqpack.cli.args import max_len as _max_len
+from seqpack.cli.args import positive_int as _positive_int
 
 
 def add_parser(sub: Any) -> None:
     from seqpack.nn.attention import BACKENDS
-    from seqpack.nn.models.bert import SIZES
+    from seqpack.nn.models.common import SIZES
     from seqpack.train.bench import DEVICES, DTYPES, HEADS
 
     pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.plan import _positive_int
+from seqpack.cli.args import positive_int as _positive_int
 from seqpack.cli.train import add_training_options, config_from_args
 
 

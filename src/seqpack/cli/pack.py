@@ -6,17 +6,39 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.plan import _depth, _int_at_least, _max_len, _positive_int
+from seqpack.cli.args import depth, max_len, nonneg, option_name, positive_int
 
 
-def _nonneg(text: str) -> int:
-    return _int_at_least(text, "value", 0)
+def default_of(cls: type, name: str) -> Any:
+    """A dataclass field's default: the CLI states no default of its own."""
+    import dataclasses
+
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
+def add_task_options(g: Any) -> None:
+    """One option per task option of every registered task (from the tasks' options
+    dataclasses); its help lists each task's default."""
+    import dataclasses
+
+    from seqpack.cli.args import _parser_for
+    from seqpack.tasks import REGISTRY
+
+    found: dict[str, list[tuple[str, Any, str, str]]] = {}
+    for t in REGISTRY.values():
+        for f in dataclasses.fields(t.options_type):
+            found.setdefault(f.name, []).append((t.name, f.default, f.metadata.get("help", ""), str(f.type)))
+    for name, uses in found.items():
+        defaults = ", ".join(f"{task}: {d}" for task, d, _, _ in uses)
+        g.add_argument(option_name(name), type=_parser_for(uses[0][3]), default=argparse.SUPPRESS,
+                       help=f"{uses[0][2]} (default {defaults})")
 
 
 def add_parser(sub: Any) -> None:
-    from seqpack.data.build import TASKS
+    from seqpack.data.build import PackConfig
     from seqpack.data.io import COMPRESSION
     from seqpack.packing import ALGORITHMS
+    from seqpack.tasks import TASKS
 
     p = sub.add_parser(
         "pack", help="token store or labelled examples -> packed dataset",
@@ -26,36 +48,22 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("source", metavar="STORE|EXAMPLES")
     p.add_argument("--task", required=True, choices=TASKS)
-    p.add_argument("--max-len", required=True, type=_max_len, help="tokens per packed row")
+    p.add_argument("--max-len", required=True, type=max_len, help="tokens per packed row")
     p.add_argument("--tokenizer", required=True, help="directory written by train-tokenizer")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    p.add_argument("--algorithm", choices=ALGORITHMS, default="best")
-    p.add_argument("--max-depth", type=_depth, default=None, help="sequences per pack at most (default: no limit)")
-    p.add_argument("--seed", type=_nonneg, default=0, help="seed of the assignment (and of mlm's pairs/masks)")
-    p.add_argument("--overflow", default=None, help="clm: split|truncate|drop|error (default split); "
-                   "classification/multilabel: truncate|drop|error (default truncate)")
-    p.add_argument("--position-offset", type=_nonneg, default=0, help="first position id of a sequence (RoBERTa: 2)")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default=default_of(PackConfig, "algorithm"))
+    p.add_argument("--max-depth", type=depth, default=default_of(PackConfig, "max_depth"),
+                   help="sequences per pack at most (default: no limit)")
+    p.add_argument("--seed", type=nonneg, default=default_of(PackConfig, "seed"),
+                   help="seed of the assignment (and of mlm's pairs/masks)")
+    p.add_argument("--position-offset", type=nonneg, default=default_of(PackConfig, "position_offset"),
+                   help="first position id of a sequence (RoBERTa: 2)")
     p.add_argument("--export-bin", action="store_true", help="also write raw .bin columns for zero-copy memmap")
     p.add_argument("--compression", choices=COMPRESSION, default="zstd", help="Parquet compression (default zstd level 1)")
-    p.add_argument("--shard-packs", type=lambda t: _positive_int(t, "--shard-packs"), default=50_000, help="packs per Parquet shard")
+    p.add_argument("--shard-packs", type=lambda t: positive_int(t, "--shard-packs"), default=50_000, help="packs per Parquet shard")
     p.add_argument("--json", action="store_true", help="print the manifest's summary as JSON")
-    g = p.add_argument_group("task options")
-    g.add_argument("--eos-token", default="<|endoftext|>", help="clm: appended to each document ('' for none)")
-    g.add_argument("--text-field", default="text")
-    g.add_argument("--text-pair-field", default=None)
-    g.add_argument("--label-field", default="label")
-    g.add_argument("--num-labels", type=lambda t: _positive_int(t, "--num-labels"), default=None)
-    g.add_argument("--question-field", default="question")
-    g.add_argument("--context-field", default="context")
-    g.add_argument("--answers-field", default="answers")
-    g.add_argument("--doc-stride", type=_nonneg, default=128, help="qa: overlap of context windows, tokens")
-    g.add_argument("--max-question-len", type=lambda t: _positive_int(t, "--max-question-len"), default=64)
-    g.add_argument("--mask-prob", type=float, default=0.15)
-    g.add_argument("--short-seq-prob", type=float, default=0.1)
-    g.add_argument("--random-next-prob", type=float, default=0.5)
-    g.add_argument("--max-predictions", type=lambda t: _positive_int(t, "--max-predictions"), default=None)
-    g.add_argument("--dupe-factor", type=lambda t: _positive_int(t, "--dupe-factor"), default=1)
+    add_task_options(p.add_argument_group("task options (each task takes its own; see seqpack.tasks)"))
     p.set_defaults(handler=run)
 
 
@@ -63,19 +71,21 @@ SUMMARY_KEYS = ("task", "max_len", "max_depth", "num_packs", "num_sequences", "n
                 "efficiency", "packing_factor", "dropped")
 
 
+def _task_option_names() -> set[str]:
+    import dataclasses
+
+    from seqpack.tasks import REGISTRY
+
+    return {f.name for t in REGISTRY.values() for f in dataclasses.fields(t.options_type)}
+
+
 def run(args: argparse.Namespace) -> int:
-    from seqpack.data.build import PackConfig, build_packed_dataset
+    from seqpack.data.build import COMMON, PackConfig, build_packed_dataset
     from seqpack.tokenizer import Tokenizer
 
-    cfg = PackConfig(
-        task=args.task, max_len=args.max_len, algorithm=args.algorithm, max_depth=args.max_depth,
-        seed=args.seed, position_offset=args.position_offset, overflow=args.overflow,
-        eos_token=args.eos_token, text_field=args.text_field, text_pair_field=args.text_pair_field,
-        label_field=args.label_field, num_labels=args.num_labels, question_field=args.question_field,
-        context_field=args.context_field, answers_field=args.answers_field, doc_stride=args.doc_stride,
-        max_question_len=args.max_question_len, mask_prob=args.mask_prob, short_seq_prob=args.short_seq_prob,
-        random_next_prob=args.random_next_prob, max_predictions=args.max_predictions, dupe_factor=args.dupe_factor,
-    )
+    options = {k: v for k, v in vars(args).items() if k not in COMMON and k in _task_option_names()}
+    cfg = PackConfig.for_task(args.task, max_len=args.max_len, algorithm=args.algorithm, max_depth=args.max_depth,
+                              seed=args.seed, position_offset=args.position_offset, **options)
     tok = Tokenizer.load(args.tokenizer)
     m = build_packed_dataset(args.source, tok, args.out, cfg, overwrite=args.overwrite,
                              export_bin=args.export_bin, compression=args.compression, shard_packs=args.shard_packs)

@@ -7,31 +7,10 @@ import json
 from typing import Any
 
 
-MAX_LEN_HINT = "pass --max-len {longest} or more (the histogram's longest length)"
-
-
-def _int_at_least(text: str, name: str, minimum: int, extra: str = "") -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{name} must be an integer{extra}, got {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}{extra}, got {value}")
-    return value
-
-
-def _positive_int(text: str, name: str, extra: str = "") -> int:
-    return _int_at_least(text, name, 1, extra)
-
-
-def _depth(text: str) -> int | None:
-    if text.lower() in ("none", "max", "unlimited"):
-        return None
-    return _positive_int(text, "max depth", " (or 'none' for no limit)")
-
-
-def _max_len(text: str) -> int:
-    return _positive_int(text, "--max-len")
+from seqpack.cli.args import MAX_LEN_HINT
+from seqpack.cli.args import depth as _depth
+from seqpack.cli.args import max_len as _max_len
+from seqpack.cli.args import positive_int as _positive_int
 
 
 def add_parser(sub: Any) -> None:

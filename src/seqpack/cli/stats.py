@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.plan import MAX_LEN_HINT, _max_len
+from seqpack.cli.args import MAX_LEN_HINT
+from seqpack.cli.args import max_len as _max_len
 
 
 def add_parser(sub: Any) -> None:

@@ -7,7 +7,8 @@ import json
 import os
 from typing import Any
 
-from seqpack.cli.plan import _int_at_least, _positive_int
+from seqpack.cli.args import int_at_least as _int_at_least
+from seqpack.cli.args import positive_int as _positive_int
 
 
 def _betas(text: str) -> tuple[float, float]:
@@ -22,7 +23,7 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     """Options shared by ``train`` and ``compare``."""
     from seqpack.nn.attention import BACKENDS
     from seqpack.nn.losses import REDUCTIONS
-    from seqpack.nn.models.bert import SIZES
+    from seqpack.nn.models.common import SIZES
     from seqpack.train.config import MODELS, OPTIMIZERS, SCHEDULES
 
     pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from seqpack.data.build import TASKS, PackConfig, build_packed_dataset, build_sequences, pack_task
+from seqpack.data.build import PackConfig, build_packed_dataset, build_sequences, pack_task
 from seqpack.data.io import load_packed, read_manifest, write_packed
 from seqpack.data.pack import PackedColumns, materialize, materialize_reference, pack_sequences
 from seqpack.data.sequences import IGNORE_INDEX, Sequences, from_lists
@@ -16,7 +16,6 @@ from seqpack.data.unpack import unpack_predictions
 
 __all__ = [
     "IGNORE_INDEX",
-    "TASKS",
     "PackConfig",
     "PackedColumns",
     "PackedDataset",

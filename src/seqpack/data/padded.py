@@ -23,12 +23,14 @@ import numpy as np
 from seqpack.data.sequences import IGNORE_INDEX
 
 TOKEN_COLUMNS = ("input_ids", "segment_ids", "position_ids", "token_type_ids")
-LABELLED_TOKENS = ("clm", "mlm")  # tasks whose ``labels`` are per token
 
 
 def token_columns(task: str) -> tuple[str, ...]:
-    """Names of the ``(P, L)`` per-token columns of a task."""
-    return TOKEN_COLUMNS + (("labels",) if task in LABELLED_TOKENS else ())
+    """Names of the ``(P, L)`` per-token columns of a task (``labels`` when the task's are per token)."""
+    from seqpack.tasks import REGISTRY
+
+    known = REGISTRY.get(task)
+    return TOKEN_COLUMNS + (("labels",) if known is not None and known.token_labels else ())
 
 
 def sequence_spans(segment_ids: np.ndarray, *, chunk: int = 65_536) -> np.ndarray:

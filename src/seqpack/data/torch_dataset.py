@@ -28,8 +28,11 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
 
 def to_tensors(columns: dict[str, np.ndarray], task: str) -> dict[str, torch.Tensor]:
     """Columns of one pack ``(L,)`` or of a batch ``(B, L)`` as tensors (see the module docstring)."""
+    from seqpack.tasks import REGISTRY
+
     out = {k: _tensor(np.asarray(v)) for k, v in columns.items()}
-    if task == "multilabel" and "labels" in out:
+    known = REGISTRY.get(task)  # a dataset written by write_packed may name a task of its own
+    if known is not None and known.float_labels and "labels" in out:
         out["labels"] = out["labels"].float()
     return out
 

@@ -42,7 +42,7 @@ from seqpack.nn.losses import (
 )
 from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, flatten, unflatten_slots, unflatten_tokens
 from seqpack.nn.masks import attention_mask, check_segment_ids, position_ids
-from seqpack.nn.models.bert import PackedOutput
+from seqpack.nn.models.common import PackedOutput
 
 CAUSAL = ("GPT2LMHeadModel", "LlamaForCausalLM")
 BIDIRECTIONAL = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification", "BertForQuestionAnswering")

@@ -13,7 +13,7 @@ from typing import Any
 
 from seqpack.nn.attention import BACKENDS
 from seqpack.nn.losses import REDUCTIONS
-from seqpack.nn.models.bert import SIZES
+from seqpack.nn.models.common import SIZES
 
 MODELS = ("bert", "gpt")
 OPTIMIZERS = ("adamw", "lamb")

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqpack.nn.models.bert import PackedOutput
+from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.optim import Lamb, adjust_betas
 from seqpack.train.checkpoint import CHECKPOINT, METRICS, MetricsLog, data_identity, load_checkpoint, save_checkpoint
 from seqpack.train.config import TrainConfig

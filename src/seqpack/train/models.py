@@ -15,10 +15,9 @@ from typing import Any
 
 import torch
 
-from seqpack.nn.models.bert import PackedOutput
+from seqpack.nn.models.common import PackedOutput
+from seqpack.tasks import Task, get_task
 from seqpack.train.config import TrainConfig
-
-MODEL_TASKS = {"bert": ("mlm", "classification", "multilabel"), "gpt": ("clm",)}
 
 
 def dataset_vocab_size(manifest: Mapping[str, Any]) -> int:
@@ -28,48 +27,20 @@ def dataset_vocab_size(manifest: Mapping[str, Any]) -> int:
     return int(v)
 
 
-def model_kind(task: str, cfg: TrainConfig) -> str:
-    kind = cfg.model or ("gpt" if task == "clm" else "bert")
-    if task not in MODEL_TASKS[kind]:
-        fits = [k for k, tasks in MODEL_TASKS.items() if task in tasks]
-        hint = f"use --model {fits[0]}" if fits else "seqpack train does not train this task yet"
-        raise ValueError(f"--model {kind} does not train a {task} dataset; {hint}")
-    return kind
-
-
-def _num_labels(manifest: Mapping[str, Any]) -> int:
-    info = manifest.get("task_info", {})
-    n = info.get("num_labels") or len(info.get("label_names") or ()) or manifest.get("config", {}).get("num_labels")
-    if not n:
-        raise ValueError("the dataset's manifest records no num_labels; re-pack it with --num-labels N")
-    return int(n)
-
-
 def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn.Module, dict[str, Any]]:
     """A freshly initialised model (seeded by the caller) and its description."""
-    task = manifest["task"]
-    kind = model_kind(task, cfg)
+    task = get_task(manifest["task"])
+    kind = task.model_kind(cfg.model)
     vocab = dataset_vocab_size(manifest)
     need = int(manifest["max_len"]) + int(manifest.get("position_offset", 0))
     if cfg.hf_model:
         return _hf_model(cfg.hf_model, task, vocab, need, manifest)
-    from seqpack.nn.models import GPT, BertConfig, BertForPreTraining, BertForSequenceClassification, GPTConfig
-
     extra: dict[str, Any] = {"attention": cfg.attention}
     if cfg.dropout is not None:
         extra["dropout"] = cfg.dropout
     if cfg.max_position is not None:
         extra["max_position"] = cfg.max_position
-    if kind == "gpt":
-        mc: Any = GPTConfig.of_size(cfg.size, vocab_size=vocab, **extra)
-        model: torch.nn.Module = GPT(mc)
-    elif task == "mlm":
-        mc = BertConfig.of_size(cfg.size, vocab_size=vocab, **extra)
-        model = BertForPreTraining(mc)
-    else:
-        mc = BertConfig.of_size(cfg.size, vocab_size=vocab, num_labels=_num_labels(manifest),
-                                multilabel=task == "multilabel", **extra)
-        model = BertForSequenceClassification(mc)
+    model, mc = task.seqpack_model(kind, cfg.size, vocab, manifest, extra)
     if need > mc.max_position:
         raise ValueError(f"the dataset's rows need {need} positions, more than the model's max_position="
                          f"{mc.max_position}; pass --max-position {need} or re-pack with a smaller --max-len")
@@ -77,7 +48,7 @@ def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn
     return model, spec
 
 
-def _hf_model(source: str, task: str, vocab: int, need: int, manifest: Mapping[str, Any]) -> tuple[torch.nn.Module, dict[str, Any]]:
+def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[str, Any]) -> tuple[torch.nn.Module, dict[str, Any]]:
     import transformers
 
     p = Path(source)
@@ -91,23 +62,13 @@ def _hf_model(source: str, task: str, vocab: int, need: int, manifest: Mapping[s
         raise ValueError(f"--hf-model {file}: not a transformers config ({e})") from None
     d["vocab_size"] = vocab  # trained from scratch on this dataset's tokenizer
     d.setdefault("attn_implementation", "sdpa")
-    if task in ("classification", "multilabel"):
-        d["num_labels"] = _num_labels(manifest)
-        if task == "multilabel":
-            d["problem_type"] = "multi_label_classification"
+    task.hf_config(d, manifest)
     config = transformers.AutoConfig.for_model(model_type, **d)
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if positions is not None and need > positions:
         raise ValueError(f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
                          "raise max_position_embeddings in the config or re-pack with a smaller --max-len")
-    if task == "clm":
-        model = transformers.AutoModelForCausalLM.from_config(config)
-    elif task == "mlm" and "next_sentence_label" in manifest["columns"] and model_type == "bert":
-        model = transformers.BertForPreTraining(config)
-    elif task == "mlm":
-        model = transformers.AutoModelForMaskedLM.from_config(config)
-    else:
-        model = transformers.AutoModelForSequenceClassification.from_config(config)
+    model = task.hf_model(config, model_type, manifest)
     from seqpack.nn.hf import SUPPORTED
 
     if type(model).__name__ not in SUPPORTED:
@@ -118,18 +79,10 @@ def _hf_model(source: str, task: str, vocab: int, need: int, manifest: Mapping[s
 def forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, task: str, reduction: str) -> PackedOutput:
     """One forward pass on a batch from :class:`seqpack.train.data.TrainData`."""
     inner = getattr(model, "module", model)  # DistributedDataParallel wraps the model
+    t = get_task(task)
     if type(inner).__module__.startswith("transformers"):
         from seqpack.nn.hf import packed_forward
 
-        b = {k: v for k, v in batch.items() if k != "num_sequences"}
-        if task == "mlm" and type(inner).__name__ != "BertForPreTraining":
-            b.pop("next_sentence_label", None)
+        b = t.hf_batch(inner, {k: v for k, v in batch.items() if k != "num_sequences"})
         return packed_forward(model, b, reduction=reduction)  # type: ignore[no-any-return]
-    ids, seg = batch["input_ids"], batch["segment_ids"]
-    kw: dict[str, Any] = {"position_ids": batch["position_ids"], "labels": batch.get("labels")}
-    if task == "clm":
-        return model(ids, seg, reduction=reduction, **kw)  # type: ignore[no-any-return]
-    kw["token_type_ids"] = batch.get("token_type_ids")
-    if task == "mlm":
-        return model(ids, seg, reduction=reduction, next_sentence_label=batch.get("next_sentence_label"), **kw)  # type: ignore[no-any-return]
-    return model(ids, seg, **kw)  # type: ignore[no-any-return]
+    return t.forward(model, batch, reduction=reduction)  # type: ignore[no-any-return]

@@ -8,8 +8,8 @@ from seqpack.nn.models.bert import (
     BertForPreTraining,
     BertForQuestionAnswering,
     BertForSequenceClassification,
-    PackedOutput,
 )
+from seqpack.nn.models.common import SIZES, PackedOutput
 from seqpack.nn.models.gpt import GPT, GPTConfig
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
     "BertForSequenceClassification",
     "GPTConfig",
     "PackedOutput",
+    "SIZES",
 ]

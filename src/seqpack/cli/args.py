@@ -1,0 +1,99 @@
+"""Argument parsers shared by the subcommands, and options generated from config dataclasses,
+so that a default lives in exactly one place (the dataclass).
+
+    add_dataclass_options(parser, BenchConfig, skip=("lengths",))    # --max-len, --model, ...
+    cfg = from_args(BenchConfig, args)                               # only what was given
+
+Generated options default to ``argparse.SUPPRESS``: an option not given is not passed, and
+the dataclass default applies. Help text comes from ``field(metadata={"help": ...})``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+MAX_LEN_HINT = "pass --max-len {longest} or more (the histogram's longest length)"
+
+
+def int_at_least(text: str, name: str, minimum: int, extra: str = "") -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name} must be an integer{extra}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}{extra}, got {value}")
+    return value
+
+
+def positive_int(text: str, name: str, extra: str = "") -> int:
+    return int_at_least(text, name, 1, extra)
+
+
+def nonneg(text: str) -> int:
+    return int_at_least(text, "value", 0)
+
+
+def depth(text: str) -> int | None:
+    if text.lower() in ("none", "max", "unlimited"):
+        return None
+    return positive_int(text, "max depth", " (or 'none' for no limit)")
+
+
+def max_len(text: str) -> int:
+    return positive_int(text, "--max-len")
+
+
+def _optional(parse: Any) -> Any:
+    def f(text: str) -> Any:
+        return None if text.lower() == "none" else parse(text)
+    return f
+
+
+def _parser_for(annotation: str) -> Any:
+    """An argparse ``type`` for a dataclass field annotation (``from __future__`` strings)."""
+    kinds = [k.strip() for k in str(annotation).split("|")]
+    base = next((k for k in kinds if k != "None"), "str")
+    parse = {"int": int, "float": float, "str": str}.get(base)
+    if parse is None:
+        raise TypeError(f"no CLI parser for a field of type {annotation}")
+    return _optional(parse) if "None" in kinds and base != "str" else parse
+
+
+def option_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def add_dataclass_options(
+    parser: Any, cls: type, *, skip: tuple[str, ...] = (), choices: dict[str, Any] | None = None, seen: set[str] | None = None
+) -> None:
+    """One ``--field-name`` per field of ``cls`` (bools become flags); ``seen`` skips names
+    already added (several dataclasses sharing a group)."""
+    choices = choices or {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip or (seen is not None and f.name in seen):
+            continue
+        if seen is not None:
+            seen.add(f.name)
+        default = f.default if f.default is not dataclasses.MISSING else None
+        help_ = f.metadata.get("help", "")
+        help_ = f"{help_} (default: {default})" if help_ else f"default: {default}"
+        if str(f.type) == "bool":
+            parser.add_argument(option_name(f.name), action="store_true", default=argparse.SUPPRESS, help=help_)
+            continue
+        kw: dict[str, Any] = {"default": argparse.SUPPRESS, "help": help_}
+        if f.name in choices:
+            kw["choices"] = choices[f.name]
+        else:
+            kw["type"] = _parser_for(str(f.type))
+        parser.add_argument(option_name(f.name), **kw)
+
+
+def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of ``cls`` that were given on the command line."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+
+
+def from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
+    return cls(**{**given(args, cls), **overrides})

@@ -1,0 +1,147 @@
+"""What a task is: one frozen object that owns everything that differs between tasks.
+
+A task knows its options (a frozen dataclass: defaults and validation in one place), how it
+builds sequences from its source, which of its columns are per token, how its labels become
+tensors, which models train it and how they are called, which loss components it has and how
+they are counted, and its evaluation metrics. ``data/``, ``train/`` and the CLI ask the task;
+none of them compares a task's name to a string.
+
+No torch at module level (tasks are imported by the torch-free data layer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from seqpack.data.sequences import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    import torch
+
+    from seqpack.data.sequences import Sequences
+    from seqpack.nn.models.common import PackedOutput
+    from seqpack.store import TokenStore
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
+COMPONENTS = ("lm", "nsp", "cls")  # loss components, in the order of loss_units
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoOptions:
+    """A task without options of its own."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    """Base of every task; subclasses override what differs. Instances are registered in
+    :mod:`seqpack.tasks`."""
+
+    name: str
+    summary: str
+    reads: str  # "store" (a token store) | "examples" (.jsonl / .parquet / an HF dataset)
+    models: tuple[str, ...] = ()  # seqpack model kinds that train it, the default first
+    token_labels: bool = False  # ``labels`` is a per-token (P, L) column
+    float_labels: bool = False  # ``labels`` becomes float32 (multi-hot)
+    options_type: ClassVar[type] = NoOptions
+
+    # ---- data -------------------------------------------------------------------------------
+    def options(self, **kw: Any) -> Any:
+        """The task's options; an unknown one is a ``ValueError`` naming those it has."""
+        names = {f.name for f in dataclasses.fields(self.options_type)}
+        extra = sorted(set(kw) - names)
+        if extra:
+            flag = lambda n: "--" + n.replace("_", "-")  # noqa: E731
+            have = ", ".join(flag(n) for n in sorted(names)) or "none"
+            raise ValueError(f"{', '.join(flag(n) for n in extra)} does not apply to task {self.name} (its options: {have})")
+        return self.options_type(**kw)
+
+    def build_sequences(self, source: Any, tokenizer: Tokenizer, config: Any) -> Sequences:
+        """The task's sequences (not yet packed) from ``source``; ``config`` is a ``PackConfig``."""
+        raise NotImplementedError
+
+    def open_store(self, source: Any, tokenizer: Tokenizer) -> TokenStore:
+        from seqpack.store import TokenStore
+
+        if isinstance(source, TokenStore):
+            store = source
+        elif isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
+            store = TokenStore(source)
+        else:
+            raise ValueError(f"task {self.name} reads a token store directory, got {source!r}; make one with seqpack tokenize")
+        store.check_tokenizer(tokenizer.fingerprint())
+        return store
+
+    def check_examples(self, source: Any) -> None:
+        if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
+            raise ValueError(f"task {self.name} reads labelled examples (.jsonl or .parquet), not the directory {source}")
+
+    # ---- models -----------------------------------------------------------------------------
+    def model_kind(self, asked: str | None) -> str:
+        kind = asked or (self.models[0] if self.models else "bert")
+        if kind not in self.models:
+            hint = f"use --model {self.models[0]}" if self.models else "seqpack train does not train this task yet"
+            raise ValueError(f"--model {kind} does not train a {self.name} dataset; {hint}")
+        return kind
+
+    def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+        """``(model, model_config)`` of seqpack's own models."""
+        raise NotImplementedError
+
+    def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
+        """Task-specific fields of a transformers config dict (in place)."""
+
+    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str) -> PackedOutput:
+        """One forward pass of seqpack's model on a training batch."""
+        raise NotImplementedError
+
+    def hf_batch(self, model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The batch a transformers model takes through ``packed_forward`` (columns dropped)."""
+        return batch
+
+    # ---- loss and metrics -------------------------------------------------------------------
+    def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
+        """Units behind each component's mean, ``(3,)`` float64 in :data:`COMPONENTS` order."""
+        raise NotImplementedError
+
+    def component_means(self, out: PackedOutput) -> list[torch.Tensor | None]:
+        """The model's mean loss per component (None where the model has none)."""
+        return [None, None, out.loss]
+
+    def update_eval(self, totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+        """Add one evaluation batch to ``totals`` (:class:`seqpack.train.objective.EvalTotals`)."""
+        raise NotImplementedError
+
+
+def slot_units(labels: torch.Tensor) -> int:
+    """Real slots of a per-slot label column ``(B, D)`` or ``(B, D, C)``."""
+    present = labels != IGNORE_INDEX
+    return int((present.all(dim=-1) if labels.ndim == 3 else present).sum())
+
+
+def add_slot_metrics(totals: Any, key: str, per: Any, slots: Any, slot_logits: Any) -> None:
+    """``{key}_loss`` over real slots and, single-label, ``{key}_accuracy``."""
+    if slots is None or per is None:
+        return
+    present = (slots != IGNORE_INDEX).all(dim=-1) if slots.ndim == 3 else slots != IGNORE_INDEX
+    totals.add(f"{key}_loss", float(per[present].sum()), float(present.sum()))
+    if slots.ndim == 2 and slot_logits is not None:
+        hits = slot_logits.argmax(-1) == slots
+        totals.add(f"{key}_accuracy", float(hits[present].sum()), float(present.sum()))
+
+
+def num_labels(manifest: Mapping[str, Any]) -> int:
+    info = manifest.get("task_info", {})
+    cfg = manifest.get("config", {})
+    n = (info.get("num_labels") or len(info.get("label_names") or ()) or cfg.get("options", {}).get("num_labels")
+         or cfg.get("num_labels"))
+    if not n:
+        raise ValueError("the dataset's manifest records no num_labels; re-pack it with --num-labels N")
+    return int(n)
