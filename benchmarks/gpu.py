@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import wikipedia_lengths  # type: ignore[import-not-found]  # noqa: E402
 
 from seqpack.nn.attention import packed_attention, plan_attention  # noqa: E402
-from seqpack.train.bench import BenchConfig, make_batches, run_bench  # noqa: E402
+from seqpack.experiments.bench import BenchConfig, make_batches, run_bench  # noqa: E402
 
 BACKENDS = ("sdpa", "per_document", "varlen", "flex")
 
@@ -50,7 +50,7 @@ def attention_alone(T: int, rows: int, causal: bool, reps: int) -> dict[str, Any
     """fwd+bwd of the attention op alone, 12 heads x 64 dims, bf16, on packed Wikipedia rows
     (each backend) and on the same number of padded rows (sdpa, key padding / is_causal)."""
     lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
-    data = make_batches("clm" if causal else "mlm", lengths, T, rows, 1, seed=0, vocab=100)
+    data = make_batches(lengths, T, rows, 1, seed=0, vocab=100, causal=causal)
     res: dict[str, Any] = {"case": "attention", "T": T, "rows": rows, "causal": causal, "packing_factor": data["packing_factor"]}
     for name, seg, backends in (("padded", data["padded"][0]["segment_ids"], ("sdpa",)),
                                 ("packed", data["packed"][0]["segment_ids"], BACKENDS)):
@@ -74,7 +74,7 @@ def varlen_profile(reps: int) -> dict[str, Any]:
 
     fn = torch_varlen()
     lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
-    data = make_batches("clm", lengths, 2048, 16, 1, seed=0, vocab=100)
+    data = make_batches(lengths, 2048, 16, 1, seed=0, vocab=100, causal=True)
     seg = data["packed"][0]["segment_ids"].cuda()
     plan = plan_attention(seg, causal=True, backend="varlen", dtype=torch.bfloat16)
     total = int(plan.unpad.numel())
@@ -110,7 +110,7 @@ def llama(T: int, rows: int, steps: int, repeats: int) -> dict[str, Any]:
 
     impl_varlen = register_varlen_attention()
     lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
-    data = make_batches("clm", lengths, T, rows, steps * (repeats + 1), seed=0, vocab=32000)
+    data = make_batches(lengths, T, rows, steps * (repeats + 1), seed=0, vocab=32000, causal=True)
     variants = {"padded_sdpa": ("padded", "sdpa"), "packed_sdpa": ("packed", "sdpa"), "packed_varlen": ("packed", impl_varlen)}
     models = {}
     for key, (_, impl) in variants.items():
@@ -163,10 +163,10 @@ def compile_counts() -> list[dict[str, Any]]:
 def compiled_throughput(steps: int) -> dict[str, Any]:
     """BERT-base packed (varlen), eager vs torch.compile, step time after warm-up."""
     from seqpack.nn.models import BertConfig, BertForPreTraining
-    from seqpack.train.bench import step
+    from seqpack.experiments.bench import step
 
     lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
-    data = make_batches("mlm", lengths, 512, 64, steps + 4, seed=0, vocab=30522)
+    data = make_batches(lengths, 512, 64, steps + 4, seed=0, vocab=30522, causal=False)
     batches = [{n: x.cuda() for n, x in b.items()} for b in data["packed"]]
     res: dict[str, Any] = {"case": "compiled_throughput", "model": "bert base", "rows": 64}
     for name in ("eager", "compiled"):

@@ -43,7 +43,7 @@ from _common import wikipedia_lengths  # type: ignore[import-not-found]
 
 from seqpack.nn.attention import packed_attention, plan_attention
 from seqpack.nn.models import GPT, BertConfig, BertForPreTraining, GPTConfig
-from seqpack.train.bench import make_batches, step_times
+from seqpack.experiments.bench import make_batches, step_times
 
 VOCAB = 30522
 
@@ -60,15 +60,15 @@ def plan_time(batches: list[dict], causal: bool, backend: str) -> float:
 def run_case(name: str, args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     if name == "bert":
-        T, batch, task = 512, args.batch, "mlm"
+        T, batch, causal = 512, args.batch, False
         make = lambda attn: BertForPreTraining(  # noqa: E731
             BertConfig(vocab_size=VOCAB, hidden=256, layers=4, heads=4, max_position=T, dropout=0.0, attention=attn))
     else:
-        T, batch, task = 2048, max(1, args.batch // 4), "clm"
+        T, batch, causal = 2048, max(1, args.batch // 4), True
         make = lambda attn: GPT(GPTConfig(vocab_size=VOCAB, hidden=256, layers=4, heads=4, max_position=T, attention=attn))  # noqa: E731
     lengths = wikipedia_lengths(args.sequences, np.random.default_rng(0))
     per = args.steps
-    data = make_batches(task, lengths, T, batch, per * (args.repeats + 1), seed=0, vocab=VOCAB)
+    data = make_batches(lengths, T, batch, per * (args.repeats + 1), seed=0, vocab=VOCAB, causal=causal)
     result: dict = {"case": name, "T": T, "batch_rows": batch, "steps": per, "repeats": args.repeats,
                     "packing_factor": data["packing_factor"], "efficiency": data["efficiency"]}
     for head in args.heads:
@@ -77,7 +77,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
         for r in range(args.repeats + 1):  # interleaved rounds, so that drift hits every variant alike
             for k, m in models.items():
                 chunk = data["padded" if k == "padded" else "packed"][r * per : (r + 1) * per]
-                t = step_times(m, chunk, head, task == "clm")
+                t = step_times(m, chunk, head, causal)
                 if r:  # round 0 warms up
                     times[k].append(t)
         def rate(k: str, ts: list[float]) -> float:  # real tokens per row (whole pool) x rows / step time
@@ -89,7 +89,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
         for backend in ("sdpa", "per_document"):
             speedup = rate(backend, flat[backend]) / res["padded_tokens_per_s"]
             rounds = [rate(backend, q) / rate("padded", p) for p, q in zip(times["padded"], times[backend])]
-            plan_s = plan_time(data["packed"], task == "clm", backend)
+            plan_s = plan_time(data["packed"], causal, backend)
             res[backend] = {
                 "packed_tokens_per_s": rate(backend, flat[backend]),
                 "packed_step_s": statistics.median(flat[backend]),

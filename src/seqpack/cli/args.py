@@ -61,6 +61,16 @@ def _parser_for(annotation: str) -> Any:
     return _optional(parse) if "None" in kinds and base != "str" else parse
 
 
+def default_of(cls: type, name: str) -> Any:
+    """A dataclass field's default: the CLI states no default of its own."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise ValueError(f"{cls.__name__}.{name} has no default")
+
+
 def option_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 

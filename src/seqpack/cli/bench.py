@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from seqpack.cli.args import default_of
 from seqpack.cli.args import max_len as _max_len
 from seqpack.cli.args import positive_int as _positive_int
 
@@ -13,7 +14,7 @@ from seqpack.cli.args import positive_int as _positive_int
 def add_parser(sub: Any) -> None:
     from seqpack.nn.attention import BACKENDS
     from seqpack.nn.models.common import SIZES
-    from seqpack.train.bench import DEVICES, DTYPES, HEADS
+    from seqpack.experiments.bench import DEVICES, DTYPES, HEADS, BenchConfig
 
     pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
     p = sub.add_parser(
@@ -22,22 +23,22 @@ def add_parser(sub: Any) -> None:
         "lengths drawn from a histogram; report sequences/s, real tokens/s, the realised and the theoretical "
         "speed-up (packing factor) and the overhead (paper Table 1).",
     )
-    p.add_argument("--lengths", default="wikipedia", help="wikipedia (built in: the paper's BERT Wikipedia lengths), a .npy or .csv histogram "
+    p.add_argument("--lengths", default=default_of(BenchConfig, "lengths"), help="wikipedia (built in: the paper's BERT Wikipedia lengths), a .npy or .csv histogram "
                    "(index = length - 1) or a packed dataset directory")
-    p.add_argument("--max-len", type=_max_len, default=512)
-    p.add_argument("--model", choices=("bert", "gpt"), default="bert")
-    p.add_argument("--size", choices=tuple(SIZES), default="small")
-    p.add_argument("--vocab-size", type=pos("--vocab-size"), default=30522)
-    p.add_argument("--batch-size", type=pos("--batch-size"), default=None, help="rows per step (default 8192 // max_len)")
-    p.add_argument("--sequences", type=pos("--sequences"), default=20_000, help="pool of sampled lengths")
-    p.add_argument("--steps", type=pos("--steps"), default=4, help="timed steps per variant per round")
-    p.add_argument("--repeats", type=pos("--repeats"), default=3, help="timed rounds (after a warm-up round)")
-    p.add_argument("--head", choices=HEADS, default="targets", help="vocabulary projection at target tokens "
+    p.add_argument("--max-len", type=_max_len, default=default_of(BenchConfig, "max_len"))
+    p.add_argument("--model", choices=("bert", "gpt"), default=default_of(BenchConfig, "model"))
+    p.add_argument("--size", choices=tuple(SIZES), default=default_of(BenchConfig, "size"))
+    p.add_argument("--vocab-size", type=pos("--vocab-size"), default=default_of(BenchConfig, "vocab_size"))
+    p.add_argument("--batch-size", type=pos("--batch-size"), default=default_of(BenchConfig, "batch_size"), help="rows per step (default 8192 // max_len)")
+    p.add_argument("--sequences", type=pos("--sequences"), default=default_of(BenchConfig, "sequences"), help="pool of sampled lengths")
+    p.add_argument("--steps", type=pos("--steps"), default=default_of(BenchConfig, "steps"), help="timed steps per variant per round")
+    p.add_argument("--repeats", type=pos("--repeats"), default=default_of(BenchConfig, "repeats"), help="timed rounds (after a warm-up round)")
+    p.add_argument("--head", choices=HEADS, default=default_of(BenchConfig, "head"), help="vocabulary projection at target tokens "
                    "(seqpack's models) or at every position (Hugging Face's)")
-    p.add_argument("--attention", choices=BACKENDS, default="auto", help="the packed run's attention backend")
-    p.add_argument("--threads", type=pos("--threads"), default=None)
-    p.add_argument("--device", choices=DEVICES, default="cpu", help="where both runs execute")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default="fp32", help="bf16/fp16: autocast over fp32 weights")
+    p.add_argument("--attention", choices=BACKENDS, default=default_of(BenchConfig, "attention"), help="the packed run's attention backend")
+    p.add_argument("--threads", type=pos("--threads"), default=default_of(BenchConfig, "threads"))
+    p.add_argument("--device", choices=DEVICES, default=default_of(BenchConfig, "device"), help="where both runs execute")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default=default_of(BenchConfig, "dtype"), help="bf16/fp16: autocast over fp32 weights")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 
@@ -45,7 +46,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import fields
 
-    from seqpack.train.bench import BenchConfig, format_bench, run_bench
+    from seqpack.experiments.bench import BenchConfig, format_bench, run_bench
 
     r = run_bench(BenchConfig(**{f.name: getattr(args, f.name) for f in fields(BenchConfig) if hasattr(args, f.name)}))
     print(json.dumps(r) if args.json else format_bench(r))

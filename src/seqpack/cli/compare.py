@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from seqpack.train.compare import compare, format_compare
+    from seqpack.experiments.compare import compare, format_compare
 
     adjust = args.setup == "adjust"
     cfg = config_from_args(args, match="none" if adjust else "sequences", adjust_hparams=adjust, evals=None)

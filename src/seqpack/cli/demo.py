@@ -21,7 +21,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from seqpack.demo import format_summary, run_demo
+    from seqpack.experiments.demo import format_summary, run_demo
 
     summary = run_demo(args.out, corpus=args.corpus, vocab_size=args.vocab_size, workers=args.workers,
                        progress=not args.json, fresh=args.fresh, threads=args.threads, budget=args.budget)

@@ -6,14 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.args import depth, max_len, nonneg, option_name, positive_int
-
-
-def default_of(cls: type, name: str) -> Any:
-    """A dataclass field's default: the CLI states no default of its own."""
-    import dataclasses
-
-    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+from seqpack.cli.args import default_of, depth, max_len, nonneg, option_name, positive_int
 
 
 def add_task_options(g: Any) -> None:

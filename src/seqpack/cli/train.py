@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any
 
+from seqpack.cli.args import default_of
 from seqpack.cli.args import int_at_least as _int_at_least
 from seqpack.cli.args import positive_int as _positive_int
 
@@ -24,38 +25,38 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     from seqpack.nn.attention import BACKENDS
     from seqpack.nn.losses import REDUCTIONS
     from seqpack.nn.models.common import SIZES
-    from seqpack.train.config import MODELS, OPTIMIZERS, SCHEDULES
+    from seqpack.train.config import MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
 
     pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
     p.add_argument("--data", required=True, help="packed dataset directory (seqpack pack)")
-    p.add_argument("--model", choices=MODELS, default=None, help="default: gpt for clm, bert otherwise")
-    p.add_argument("--size", choices=tuple(SIZES), default="tiny", help="seqpack's compact model size (default tiny)")
-    p.add_argument("--hf-model", default=None, metavar="CONFIG", help="a transformers config.json (or its directory) instead")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--betas", type=_betas, default=(0.9, 0.999))
-    p.add_argument("--warmup", type=float, default=0.06, help="warm-up: a fraction of the steps (<1) or steps (>=1)")
-    p.add_argument("--schedule", choices=SCHEDULES, default="linear", help="decay after warm-up")
-    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping (0: none)")
-    p.add_argument("--batch-size", type=pos("--batch-size"), default=32, help="rows per micro-batch, all ranks together")
-    p.add_argument("--accumulation", type=pos("--accumulation"), default=1, help="micro-batches per optimiser step")
-    p.add_argument("--steps", type=pos("--steps"), default=None, help="optimiser steps (default: one epoch)")
-    p.add_argument("--sequences", type=pos("--sequences"), default=None, help="train until about this many sequences")
-    p.add_argument("--eval-every", type=lambda t: _int_at_least(t, "--eval-every", 0), default=0, help="steps (0: at the end)")
-    p.add_argument("--eval-fraction", type=float, default=0.05, help="share of packs held out for evaluation")
-    p.add_argument("--eval-batch-size", type=pos("--eval-batch-size"), default=64)
-    p.add_argument("--seed", type=lambda t: _int_at_least(t, "--seed", 0), default=0)
-    p.add_argument("--reduction", choices=REDUCTIONS, default="sequence", help="loss mean per sequence (paper) or per token (HF)")
-    p.add_argument("--attention", choices=BACKENDS, default="auto", help="packed attention backend")
-    p.add_argument("--dropout", type=float, default=None, help="override the model's dropout")
-    p.add_argument("--max-position", type=pos("--max-position"), default=None, help="the model's position table size")
-    p.add_argument("--threads", type=pos("--threads"), default=None, help="torch CPU threads")
+    p.add_argument("--model", choices=MODELS, default=default_of(TrainConfig, "model"), help="default: gpt for clm, bert otherwise")
+    p.add_argument("--size", choices=tuple(SIZES), default=default_of(TrainConfig, "size"), help="seqpack's compact model size")
+    p.add_argument("--hf-model", default=default_of(TrainConfig, "hf_model"), metavar="CONFIG", help="a transformers config.json (or its directory) instead")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=default_of(TrainConfig, "optimizer"))
+    p.add_argument("--lr", type=float, default=default_of(TrainConfig, "lr"))
+    p.add_argument("--weight-decay", type=float, default=default_of(TrainConfig, "weight_decay"))
+    p.add_argument("--betas", type=_betas, default=default_of(TrainConfig, "betas"))
+    p.add_argument("--warmup", type=float, default=default_of(TrainConfig, "warmup"), help="warm-up: a fraction of the steps (<1) or steps (>=1)")
+    p.add_argument("--schedule", choices=SCHEDULES, default=default_of(TrainConfig, "schedule"), help="decay after warm-up")
+    p.add_argument("--clip", type=float, default=default_of(TrainConfig, "clip"), help="gradient norm clipping (0: none)")
+    p.add_argument("--batch-size", type=pos("--batch-size"), default=default_of(TrainConfig, "batch_size"), help="rows per micro-batch, all ranks together")
+    p.add_argument("--accumulation", type=pos("--accumulation"), default=default_of(TrainConfig, "accumulation"), help="micro-batches per optimiser step")
+    p.add_argument("--steps", type=pos("--steps"), default=default_of(TrainConfig, "steps"), help="optimiser steps (default: one epoch)")
+    p.add_argument("--sequences", type=pos("--sequences"), default=default_of(TrainConfig, "sequences"), help="train until about this many sequences")
+    p.add_argument("--eval-every", type=lambda t: _int_at_least(t, "--eval-every", 0), default=default_of(TrainConfig, "eval_every"), help="steps (0: at the end)")
+    p.add_argument("--eval-fraction", type=float, default=default_of(TrainConfig, "eval_fraction"), help="share of packs held out for evaluation")
+    p.add_argument("--eval-batch-size", type=pos("--eval-batch-size"), default=default_of(TrainConfig, "eval_batch_size"))
+    p.add_argument("--seed", type=lambda t: _int_at_least(t, "--seed", 0), default=default_of(TrainConfig, "seed"))
+    p.add_argument("--reduction", choices=REDUCTIONS, default=default_of(TrainConfig, "reduction"), help="loss mean per sequence (paper) or per token (HF)")
+    p.add_argument("--attention", choices=BACKENDS, default=default_of(TrainConfig, "attention"), help="packed attention backend")
+    p.add_argument("--dropout", type=float, default=default_of(TrainConfig, "dropout"), help="override the model's dropout")
+    p.add_argument("--max-position", type=pos("--max-position"), default=default_of(TrainConfig, "max_position"), help="the model's position table size")
+    p.add_argument("--threads", type=pos("--threads"), default=default_of(TrainConfig, "threads"), help="torch CPU threads")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def add_parser(sub: Any) -> None:
-    from seqpack.train.config import MATCH
+    from seqpack.train.config import MATCH, TrainConfig
 
     p = sub.add_parser(
         "train", help="train BERT/GPT on a packed dataset (or its padded baseline)",
@@ -66,10 +67,10 @@ def add_parser(sub: Any) -> None:
     add_training_options(p)
     p.add_argument("--out", required=True, metavar="RUN", help="run directory")
     p.add_argument("--padded", action="store_true", help="the baseline: one sequence per row, padded to max_len")
-    p.add_argument("--match", choices=MATCH, default="none",
+    p.add_argument("--match", choices=MATCH, default=default_of(TrainConfig, "match"),
                    help="sequences: packed rows = batch / packing factor, as many sequences per step as padded")
     p.add_argument("--adjust-hparams", action="store_true", help="raise the optimiser's betas to the power p (paper §4.2)")
-    p.add_argument("--checkpoint-every", type=lambda t: _int_at_least(t, "--checkpoint-every", 0), default=0)
+    p.add_argument("--checkpoint-every", type=lambda t: _int_at_least(t, "--checkpoint-every", 0), default=default_of(TrainConfig, "checkpoint_every"))
     p.add_argument("--resume", action="store_true", help="continue RUN from its checkpoint")
     p.add_argument("--overwrite", action="store_true", help="start again in a RUN that already holds a run")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

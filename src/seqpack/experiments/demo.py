@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack._stages import Stages, content_hash, corpus_hash
+from seqpack.experiments.stages import Stages, content_hash, corpus_hash
 
 TASKS = {"mlm": {"max_len": 128, "model": "BERT tiny", "batch_size": 32, "sequences": 6000},
          "clm": {"max_len": 512, "model": "GPT tiny", "batch_size": 8, "sequences": 1600}}
@@ -129,7 +129,7 @@ def _plans(out: Path) -> dict[str, Any]:
 
 def _train(out: Path, task: str, threads: int | None, progress: bool, budget: float) -> dict[str, Any]:
     from seqpack.train import TrainConfig
-    from seqpack.train.compare import compare
+    from seqpack.experiments.compare import compare
 
     spec = TASKS[task]
     cfg = TrainConfig(data=str(out / f"packed_{task}"), out=str(out / "runs" / task), size="tiny",
@@ -140,7 +140,7 @@ def _train(out: Path, task: str, threads: int | None, progress: bool, budget: fl
 def _report(out: Path, s: dict[str, Any]) -> Path:
     from seqpack.data import load_packed
     from seqpack.train.checkpoint import read_metrics
-    from seqpack.train.report import plot_curves, plot_fill, plot_histogram, plot_throughput, write_html
+    from seqpack.experiments.report import plot_curves, plot_fill, plot_histogram, plot_throughput, write_html
 
     sections: list[Any] = [("Corpus", f"{s['corpus']}: {s['documents']:,} documents, {s['megabytes']:.2f} MB, "
                  f"{s['tokens']:,} tokens (byte-level BPE, {s['vocab_size']:,} tokens)."),

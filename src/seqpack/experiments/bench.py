@@ -88,58 +88,54 @@ class BenchConfig:
         return self.batch_size or max(1, 8192 // self.max_len)
 
 
-def layout(seqs: list[np.ndarray], labels: list[np.ndarray], groups: list[np.ndarray], T: int) -> dict[str, torch.Tensor]:
-    """Rows of ``groups`` (sequence indices per row): input_ids, labels, segment_ids."""
-    B = len(groups)
-    ids, lab, seg = np.zeros((B, T), np.int64), np.full((B, T), -100, np.int64), np.zeros((B, T), np.int64)
-    for r, g in enumerate(groups):
-        at = 0
-        for k, i in enumerate(g):
-            n = seqs[i].size
-            ids[r, at : at + n], lab[r, at : at + n], seg[r, at : at + n] = seqs[i], labels[i], k + 1
-            at += n
-    return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(lab), "segment_ids": torch.from_numpy(seg)}
-
-
-def make_batches(task: str, lengths: np.ndarray, T: int, batch: int, count: int, seed: int, vocab: int) -> dict[str, Any]:
+def make_batches(lengths: np.ndarray, T: int, batch: int, count: int, *, seed: int, vocab: int, causal: bool) -> dict[str, Any]:
     """``count`` batches of ``batch`` random packs and of ``batch`` random single sequences
-    (padded), drawn from the same pool, plus the pool's real tokens per row."""
-    from seqpack.packing import pack_lengths
+    (padded), drawn from the same pool, plus the pool's real tokens per row. Rows come from the
+    library: ``pack_sequences`` (``best``) and the padded view ``padded_rows``."""
+    from seqpack.data.pack import pack_sequences
+    from seqpack.data.padded import padded_rows, sequence_spans
+    from seqpack.data.sequences import IGNORE_INDEX, from_lists
 
     rng = np.random.default_rng(seed)
     seqs = [rng.integers(0, vocab, size=int(n)) for n in lengths]
-    if task == "mlm":
-        labels = [np.where(rng.random(s.size) < 0.15, s, -100) for s in seqs]
-    else:  # causal LM, HF convention: the model shifts; no target for each sequence's first token
-        labels = [np.concatenate([[-100], s[1:]]) for s in seqs]
-    packing = pack_lengths(lengths, T, algorithm="best", seed=seed)
-    packs = [packing.pack(i) for i in range(packing.num_packs)]
-    pick = lambda n: rng.choice(n, size=min(batch, n), replace=False)  # noqa: E731
+    if causal:  # HF convention: the model shifts; no target for each sequence's first token
+        labels = [np.concatenate([[IGNORE_INDEX], s[1:]]) for s in seqs]
+    else:  # masked LM: 15% of tokens are targets
+        labels = [np.where(rng.random(s.size) < 0.15, s, IGNORE_INDEX) for s in seqs]
+    task = "clm" if causal else "mlm"  # per-token labels either way (the padded view reads the task)
+    pool = from_lists(seqs, task=task)
+    pool.token_fields["labels"] = np.concatenate(labels).astype(np.int32)
+    pc = pack_sequences(pool, T, algorithm="best", seed=seed)
+    cols = {k: pc.columns[k] for k in ("input_ids", "labels", "segment_ids")}
+    spans = sequence_spans(cols["segment_ids"])
+
+    def tensors(c: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        return {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.int64)) for k, v in c.items()}
+
+    def pick(n: int) -> np.ndarray:
+        return rng.choice(n, size=min(batch, n), replace=False)
+
+    def packed_batch() -> dict[str, torch.Tensor]:
+        rows = pick(pc.num_packs)
+        return tensors({k: v[rows] for k, v in cols.items()})
+
     return {
-        "packed": [layout(seqs, labels, [packs[i] for i in pick(len(packs))], T) for _ in range(count)],
-        "padded": [layout(seqs, labels, [np.array([i]) for i in pick(len(seqs))], T) for _ in range(count)],
-        "packed_tokens_per_row": float(lengths.sum() / len(packs)),
+        "packed": [packed_batch() for _ in range(count)],
+        "padded": [tensors(padded_rows(cols, spans[pick(len(spans))], task=task)) for _ in range(count)],
+        "packed_tokens_per_row": float(lengths.sum() / pc.num_packs),
         "padded_tokens_per_row": float(lengths.mean()),
-        "packs": packing.num_packs, "sequences": len(lengths),
-        "packing_factor": packing.plan.packing_factor, "efficiency": packing.plan.efficiency,
+        "packs": pc.num_packs, "sequences": len(lengths),
+        "packing_factor": pc.packing.plan.packing_factor, "efficiency": pc.packing.plan.efficiency,
     }
 
 
 def hf_style_loss(logits: torch.Tensor, labels: torch.Tensor, seg: torch.Tensor, shift: bool) -> torch.Tensor:
-    """Per-sequence mean of a cross-entropy taken at every position, as transformers computes
-    it (``ignore_index`` zeroes the loss; the log-softmax still runs everywhere)."""
-    B, T, V = logits.shape
-    dev = logits.device
-    if shift:  # as transformers' ForCausalLMLoss: shift the labels, not the logits
-        pad = torch.full((B, 1), -100, dtype=labels.dtype, device=dev)
-        labels, seg = torch.cat([labels[:, 1:], pad], 1), torch.cat([seg[:, 1:], torch.zeros_like(pad)], 1)
-    ce = torch.nn.functional.cross_entropy(logits.reshape(B * T, V), labels.reshape(-1), reduction="none")
-    D = int(seg.max())
-    slot = (torch.arange(B, device=dev)[:, None] * (D + 1) + seg).reshape(-1)
-    is_target = (labels != -100).reshape(-1).float()
-    total = torch.zeros(B * (D + 1), device=dev).index_add(0, slot, ce * is_target)
-    count = torch.zeros(B * (D + 1), device=dev).index_add(0, slot, is_target)
-    return (total / count.clamp(min=1))[count > 0].mean()
+    """Per-sequence mean loss from logits at every position (transformers' way of computing the
+    logits), through :func:`seqpack.nn.losses.sequence_token_losses`."""
+    from seqpack.nn.losses import mean_over, sequence_token_losses
+
+    per, present = sequence_token_losses(logits, labels, seg, shift=shift)
+    return mean_over(per, present)
 
 
 def step(model: torch.nn.Module, b: dict[str, torch.Tensor], head: str, causal: bool, dtype: str = "fp32") -> None:
@@ -197,8 +193,9 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     rng = np.random.default_rng(cfg.seed)
     lengths = rng.choice(np.arange(1, hist.size + 1), size=cfg.sequences, p=hist / hist.sum())
     torch.manual_seed(cfg.seed)
-    task = "mlm" if cfg.model == "bert" else "clm"
-    data = make_batches(task, lengths, cfg.max_len, cfg.rows, cfg.steps * (cfg.repeats + 1), cfg.seed, cfg.vocab_size)
+    causal = cfg.model == "gpt"
+    data = make_batches(lengths, cfg.max_len, cfg.rows, cfg.steps * (cfg.repeats + 1), seed=cfg.seed, vocab=cfg.vocab_size,
+                        causal=causal)
     dev = torch.device(cfg.device)
     for k in ("packed", "padded"):
         data[k] = [{n: x.to(dev) for n, x in b.items()} for b in data[k]]
@@ -211,7 +208,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         for k, m in models.items():
             if r == 0 and dev.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(dev)
-            got[k] = step_times(m, data[k][r * cfg.steps : (r + 1) * cfg.steps], cfg.head, task == "clm", cfg.dtype)
+            got[k] = step_times(m, data[k][r * cfg.steps : (r + 1) * cfg.steps], cfg.head, causal, cfg.dtype)
             if r == 0 and dev.type == "cuda":
                 peak[k] = torch.cuda.max_memory_allocated(dev) / 2**30
         if r:

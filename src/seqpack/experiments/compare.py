@@ -25,7 +25,7 @@ from seqpack.train.config import TrainConfig
 def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False) -> dict[str, Any]:
     """Train ``cfg`` padded, then packed (``match`` as in ``cfg``, default sequences); plot both."""
     from seqpack.train.loop import train
-    from seqpack.train.report import plot_curves
+    from seqpack.experiments.report import plot_curves
 
     out = Path(cfg.out)
     match = cfg.match if cfg.match != "none" or cfg.adjust_hparams else "sequences"

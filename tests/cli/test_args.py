@@ -1,0 +1,45 @@
+"""One source of defaults: every CLI option that maps to a config field defaults to the field's default."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from seqpack.cli.args import default_of
+from seqpack.cli.main import build_parser
+
+
+def defaults(argv: list[str]) -> dict:
+    return vars(build_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize("argv,cls_path", [
+    (["train", "--data", "d", "--out", "o"], "seqpack.train.config:TrainConfig"),
+    (["bench"], "seqpack.experiments.bench:BenchConfig"),
+    (["pack", "s", "--task", "clm", "--max-len", "8", "--tokenizer", "t", "--out", "o"], "seqpack.data.build:PackConfig"),
+])
+def test_cli_defaults_are_the_dataclass_defaults(argv: list[str], cls_path: str) -> None:
+    import importlib
+
+    mod, name = cls_path.split(":")
+    cls = getattr(importlib.import_module(mod), name)
+    got = defaults(argv)
+    checked = 0
+    for f in dataclasses.fields(cls):
+        if f.name in got and (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING):
+            assert got[f.name] == default_of(cls, f.name), f.name
+            checked += 1
+    assert checked >= 4
+
+
+def test_task_options_are_not_stated_by_the_cli() -> None:
+    """Task options given nowhere are absent (the task's dataclass default applies), and a
+    given one that the task lacks is refused by name."""
+    from seqpack.data.build import PackConfig
+
+    got = defaults(["pack", "s", "--task", "qa", "--max-len", "8", "--tokenizer", "t", "--out", "o"])
+    assert "doc_stride" not in got and "overflow" not in got
+    assert PackConfig(task="qa", max_len=8).options.doc_stride == 128
+    with pytest.raises(ValueError, match="--overflow does not apply to task qa"):
+        PackConfig.for_task("qa", max_len=8, overflow="drop")
