@@ -1,9 +1,14 @@
-"""Atomic directory output: write into a temp dir beside the target, then rename.
+"""Atomic output, the one helper every writer uses: write into a temp dir (or file) beside the
+target, then rename.
 
     with atomic_directory("out", overwrite=False) as tmp:
         (tmp / "data.bin").write_bytes(...)
         (tmp / "meta.json").write_text(...)   # manifest last
     # "out" now exists, complete, or not at all
+
+    with atomic_file("run/checkpoint.pt") as tmp:  # a single file, replaced in one rename
+        torch.save(state, tmp)
+    write_text_atomic("out/stages.json", text)
 """
 
 from __future__ import annotations
@@ -48,6 +53,29 @@ def atomic_directory(path: str | os.PathLike[str], *, overwrite: bool = False) -
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temp path beside ``path``; on success it replaces ``path`` in one rename, on
+    failure it is removed (a reader never sees a half-written file)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{out.name}.tmp-", dir=out.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    with atomic_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
 
 
 def read_versioned_json(directory: Path, name: str, *, kind: str, version: int, what: str, hint: str) -> dict[str, Any]:

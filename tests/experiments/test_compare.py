@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 
 from seqpack.cli.main import main
 

@@ -10,7 +10,6 @@ from typing import Any
 from seqpack.cli.args import MAX_LEN_HINT
 from seqpack.cli.args import depth as _depth
 from seqpack.cli.args import max_len as _max_len
-from seqpack.cli.args import positive_int as _positive_int
 
 
 def add_parser(sub: Any) -> None:

@@ -18,7 +18,6 @@ import json
 import os
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 _SKIP_PARTS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
@@ -79,12 +78,9 @@ def python_docs(*, use_cache: bool = True) -> list[str]:
             pass  # a damaged cache is rebuilt below
     docs = extract_python_docs()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".python-docs-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for d in docs:
-                f.write(json.dumps(d) + "\n")
-        os.replace(tmp, path)
+        from seqpack._atomic import write_text_atomic
+
+        write_text_atomic(path, "".join(json.dumps(d) + "\n" for d in docs))
     except OSError:
         pass  # caching is an optimisation only
     return docs

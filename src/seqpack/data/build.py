@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack.packing.histogram import check_max_len

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from seqpack._atomic import write_text_atomic
+
 STAGES = "stages.json"
 
 
@@ -55,7 +57,5 @@ class Stages:
         result = fn()
         self.echo(f"{label}: done in {time.perf_counter() - t0:.1f} s")
         self.record[name] = {"key": key, "result": result}
-        tmp = self.out / f".{STAGES}.tmp"
-        tmp.write_text(json.dumps(self.record, indent=1, default=str) + "\n", encoding="utf-8")
-        tmp.replace(self.out / STAGES)
+        write_text_atomic(self.out / STAGES, json.dumps(self.record, indent=1, default=str) + "\n")
         return result

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -170,15 +168,9 @@ class PackingPlan:
 
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON, atomically (temp file, then rename)."""
-        p = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent or ".")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from seqpack._atomic import write_text_atomic
+
+        write_text_atomic(path, json.dumps(self.to_dict()))
 
     @classmethod
     def load(cls, path: str | Path) -> PackingPlan:

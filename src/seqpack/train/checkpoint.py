@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from seqpack._atomic import atomic_file
+
 KIND = "seqpack.checkpoint"
 FORMAT_VERSION = 1
 CHECKPOINT = "checkpoint.pt"
@@ -31,9 +33,8 @@ def data_identity(manifest: dict[str, Any], padded: bool) -> dict[str, Any]:
 def save_checkpoint(run: Path, payload: dict[str, Any]) -> Path:
     """Write ``run/checkpoint.pt`` via a temp file and one rename."""
     path = run / CHECKPOINT
-    tmp = run / f".{CHECKPOINT}.tmp-{os.getpid()}"
-    torch.save({"kind": KIND, "format_version": FORMAT_VERSION, **payload}, tmp)
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        torch.save({"kind": KIND, "format_version": FORMAT_VERSION, **payload}, tmp)
     return path
 
 
@@ -43,7 +44,7 @@ def load_checkpoint(run: Path, *, model: dict[str, Any], data: dict[str, Any], o
     if not path.is_file():
         raise ValueError(f"--resume: no checkpoint in {run} (nothing to resume); run without --resume to start a new run")
     try:
-        ck = torch.load(path, map_location="cpu", weights_only=False)
+        ck = torch.load(path, map_location="cpu", weights_only=True)  # loading never runs the file's code
     except Exception as e:  # torch raises many types for a damaged file
         raise ValueError(f"{path}: not a readable checkpoint ({e})") from None
     if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != FORMAT_VERSION:
