@@ -102,3 +102,26 @@ def test_truncated_merges_fail_the_fingerprint(tok, tmp_path):
 def test_missing_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such tokenizer directory"):
         Tokenizer.load(tmp_path / "nope")
+
+
+def test_tokenizer_json_ids_equal_ours_on_any_text(tok):
+    """tokenizer.json is built through the tokenizers API; its ids equal seqpack's on arbitrary
+    Unicode (specials included) and its vocab/merges are ours, in order."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from seqpack.tokenizer.hf import build_hf_tokenizer, hf_vocab
+
+    hf = build_hf_tokenizer(tok)
+    model = json.loads(hf.to_str())["model"]
+    assert model["vocab"] == hf_vocab(tok) and len(model["merges"]) == len(tok.merges)
+    assert isinstance(hf, tokenizers.Tokenizer)
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.one_of(st.text(max_size=40), st.just(EOT)), max_size=4))
+    def check(parts: list[str]) -> None:
+        text = "".join(parts)
+        assert hf.encode(text).ids == tok.encode(text)
+
+    check()

@@ -9,7 +9,6 @@ as an added token. ``tokenizers.Tokenizer.from_file`` and
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from seqpack.tokenizer.byte_unicode import bytes_to_str
@@ -18,7 +17,8 @@ if TYPE_CHECKING:
     from seqpack.tokenizer.tokenizer import Tokenizer
 
 
-def hf_tokenizer_dict(tok: Tokenizer) -> dict[str, Any]:
+def hf_vocab(tok: Tokenizer) -> dict[str, int]:
+    """Token strings (GPT-2's byte-to-unicode form; special tokens as themselves) -> ids."""
     special_ids = set(tok.special_ids.values())
     vocab: dict[str, int] = {}
     for i in sorted(tok.vocab):
@@ -29,37 +29,24 @@ def hf_tokenizer_dict(tok: Tokenizer) -> dict[str, Any]:
                 "tokenizer.json cannot hold duplicates"
             )
         vocab[key] = i
-    byte_level = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": [
-            {
-                "id": tok.special_ids[s], "content": s, "single_word": False, "lstrip": False,
-                "rstrip": False, "normalized": False, "special": True,
-            }
-            for s in tok.special_tokens
-        ],
-        "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", **byte_level},
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", **byte_level},
-        "model": {
-            "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-            "ignore_merges": False, "vocab": vocab,
-            "merges": [[bytes_to_str(a), bytes_to_str(b)] for a, b in tok.merges],
-        },
-    }
-
-
-def hf_tokenizer_json(tok: Tokenizer) -> str:
-    return json.dumps(hf_tokenizer_dict(tok), ensure_ascii=False)
+    return vocab
 
 
 def build_hf_tokenizer(tok: Tokenizer) -> Any:
-    """A ``tokenizers.Tokenizer`` equivalent to ``tok``."""
+    """A ``tokenizers.Tokenizer`` equivalent to ``tok``, built through the ``tokenizers`` API."""
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers
     from tokenizers import Tokenizer as HFTokenizer
 
-    return HFTokenizer.from_str(hf_tokenizer_json(tok))
+    merges = [(bytes_to_str(a), bytes_to_str(b)) for a, b in tok.merges]
+    bpe = models.BPE(vocab=hf_vocab(tok), merges=merges, dropout=None, unk_token=None, fuse_unk=False,
+                     byte_fallback=False, ignore_merges=False)
+    hf = HFTokenizer(bpe)
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    hf.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    hf.add_special_tokens([AddedToken(s, single_word=False, lstrip=False, rstrip=False, normalized=False, special=True)
+                           for s in tok.special_tokens])
+    return hf
+
+
+def hf_tokenizer_json(tok: Tokenizer) -> str:
+    return build_hf_tokenizer(tok).to_str()  # type: ignore[no-any-return]
