@@ -33,6 +33,18 @@ from seqpack.data.sequences import (
 from seqpack.packing.histogram import check_max_len
 
 
+def _append_eos(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One EOS after each document: new offsets shift by the number of EOS before them."""
+    n_docs = offsets.size - 1
+    new_off = offsets + np.arange(n_docs + 1)
+    flat = np.empty(tokens.size + n_docs, dtype=np.result_type(tokens.dtype, np.min_scalar_type(eos_id)))
+    is_eos = np.zeros(flat.size, dtype=bool)
+    is_eos[new_off[1:] - 1] = True
+    flat[is_eos] = eos_id
+    flat[~is_eos] = tokens
+    return flat, new_off, np.diff(new_off)
+
+
 def clm_sequences(
     tokens: np.ndarray,
     offsets: np.ndarray,
@@ -52,14 +64,7 @@ def clm_sequences(
     dropped: dict[str, int] = {}
     info: dict[str, object] = {"eos_id": eos_id, "overflow": overflow}
     if eos_id is not None:
-        # one EOS after each document: new offsets shift by the number of EOS before them
-        new_off = offsets + np.arange(n_docs + 1)
-        flat = np.empty(tokens.size + n_docs, dtype=np.result_type(tokens.dtype, np.min_scalar_type(eos_id)))
-        is_eos = np.zeros(flat.size, dtype=bool)
-        is_eos[new_off[1:] - 1] = True
-        flat[is_eos] = eos_id
-        flat[~is_eos] = tokens
-        tokens, offsets, doc_len = flat, new_off, doc_len + 1
+        tokens, offsets, doc_len = _append_eos(tokens, offsets, eos_id)
     empty = doc_len == 0
     if empty.any():
         dropped["empty"] = int(empty.sum())

@@ -80,6 +80,23 @@ def windows(n: int, room: int, stride: int) -> list[int]:
     return starts
 
 
+def _read_rows(
+    examples: str | os.PathLike[str] | Iterable[Any], question_field: str, context_field: str, answers_field: str
+) -> tuple[list[tuple[int, str, str, Any]], dict[str, int], int]:
+    """``(record number, question, context, first answer)`` of each example with a context."""
+    rows, dropped, n_examples = [], {}, 0
+    for i, row in enumerate(iter_records(examples)):
+        n_examples += 1
+        q = get_field(row, question_field, i, "--question-field")
+        c = get_field(row, context_field, i, "--context-field")
+        ans = first_answer(get_field(row, answers_field, i, "--answers-field", (dict, list)), i, answers_field)
+        if not c.strip():
+            dropped["empty"] = dropped.get("empty", 0) + 1
+            continue
+        rows.append((i, q, c, ans))
+    return rows, dropped, n_examples
+
+
 def qa_sequences(
     examples: str | os.PathLike[str] | Iterable[Any],
     tokenizer: Tokenizer,
@@ -95,16 +112,7 @@ def qa_sequences(
     check_max_len(max_len)
     specials, vocab_size = special_ids(tokenizer)
     cls, sep = specials["[CLS]"], specials["[SEP]"]
-    rows, dropped, n_examples = [], {}, 0
-    for i, row in enumerate(iter_records(examples)):
-        n_examples += 1
-        q = get_field(row, question_field, i, "--question-field")
-        c = get_field(row, context_field, i, "--context-field")
-        ans = first_answer(get_field(row, answers_field, i, "--answers-field", (dict, list)), i, answers_field)
-        if not c.strip():
-            dropped["empty"] = dropped.get("empty", 0) + 1
-            continue
-        rows.append((i, q, c, ans))
+    rows, dropped, n_examples = _read_rows(examples, question_field, context_field, answers_field)
     q_ids = tokenizer.encode_batch([r[1] for r in rows])
     c_ids = tokenizer.encode_batch([r[2] for r in rows])
     seqs: list[list[int]] = []

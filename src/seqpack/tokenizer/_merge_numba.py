@@ -216,6 +216,9 @@ def _collect_sites(first, occ_pos, occ_next, in_order):
 
 @njit(cache=True)
 def bpe_merge_loop(wbytes, woff, wcount, num_merges):  # noqa: C901 - one tight kernel
+    # Deliberately one long function (~190 lines): numba compiles it into one loop nest whose
+    # heap and pair-count arrays stay in registers/locals; splitting it into helper calls
+    # costs speed in the hottest loop of training.
     """Run up to ``num_merges`` BPE merges over words given as flat UTF-8 bytes.
 
     wbytes: uint8 (P,) bytes of all distinct words, concatenated
