@@ -1,0 +1,35 @@
+"""The one atomic-write helper: a target is complete or absent, never half-written."""
+
+from __future__ import annotations
+
+import pytest
+
+from seqpack._atomic import atomic_directory, atomic_file, write_text_atomic
+
+
+def test_atomic_file_replaces_in_one_rename(tmp_path) -> None:
+    target = tmp_path / "sub" / "state.json"
+    write_text_atomic(target, "one")
+    with pytest.raises(RuntimeError):
+        with atomic_file(target) as tmp:
+            tmp.write_text("half", encoding="utf-8")
+            raise RuntimeError("killed mid-write")
+    assert target.read_text(encoding="utf-8") == "one"  # the old content survives a failed write
+    assert [p.name for p in target.parent.iterdir()] == ["state.json"]  # no temp file left
+    write_text_atomic(target, "two")
+    assert target.read_text(encoding="utf-8") == "two"
+
+
+def test_atomic_directory_is_complete_or_absent(tmp_path) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError):
+        with atomic_directory(out) as tmp:
+            (tmp / "a").write_text("x", encoding="utf-8")
+            raise RuntimeError("killed")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    with atomic_directory(out) as tmp:
+        (tmp / "a").write_text("x", encoding="utf-8")
+    assert (out / "a").read_text(encoding="utf-8") == "x"
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        with atomic_directory(out):
+            pass
