@@ -145,3 +145,26 @@ def test_demo_on_a_small_corpus(capsys, tmp_path, corpus):
     assert code == 0 and out.count(": cached (") == 7 and "realised speed-up" in out
     code, out, err = run(capsys, *argv[:-1], "--fresh")
     assert code == 0 and ": cached (" not in out
+
+
+def test_train_tokenizer_reads_a_pipe_and_a_fifo_like_a_file(tmp_path, corpus):
+    """A stream has no size to plan chunks from; it trains exactly like the file it carries."""
+    import os
+    import threading
+
+    def trained(source: str, out: str, **kw) -> str:
+        cmd = [sys.executable, "-m", "seqpack.cli.main", "train-tokenizer", source, "--vocab-size", "300", "--out", out]
+        r = subprocess.run(cmd, capture_output=True, **kw)
+        assert r.returncode == 0, r.stderr.decode()
+        return (tmp_path / out / "merges.txt").read_text(encoding="utf-8")
+
+    os.chdir(tmp_path)
+    want = trained(str(corpus), "file")
+    with open(corpus, "rb") as f:
+        assert trained("/dev/stdin", "pipe", stdin=f) == want
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(Path(corpus).read_bytes()))
+    writer.start()
+    assert trained(str(fifo), "from-fifo") == want
+    writer.join()

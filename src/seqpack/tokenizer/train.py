@@ -21,11 +21,15 @@ updates and a lazily invalidated max-heap, compiled by numba
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import stat
+import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -111,8 +115,39 @@ def count_corpus(
     config: BPEConfig,
     on_started: Callable[[], None] | None = None,
 ) -> tuple[dict[str, int], int]:
-    """Pre-tokenize and count: ``({word: count}, bytes or chars read)``."""
-    paths = _check_files(files)
+    """Pre-tokenize and count: ``({word: count}, bytes or chars read)``.
+
+    Pipes, FIFOs and ``/dev/stdin`` have no size to plan chunks from: they are first copied to a
+    temporary file (disk, not memory), which is then read like any file.
+    """
+    with _spooled(_check_files(files)) as paths:
+        return _count(paths, documents, config=config, on_started=on_started)
+
+
+@contextlib.contextmanager
+def _spooled(paths: list[str]) -> Iterator[list[str]]:
+    """``paths`` with every non-regular file (a stream) replaced by a temporary copy."""
+    made: list[str] = []
+    try:
+        out = []
+        for p in paths:
+            if stat.S_ISREG(os.stat(p).st_mode):
+                out.append(p)
+                continue
+            fd, tmp = tempfile.mkstemp(prefix="seqpack-stream-", suffix=".txt")
+            made.append(tmp)
+            with open(p, "rb") as src, os.fdopen(fd, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            out.append(tmp)
+        yield out
+    finally:
+        for tmp in made:
+            os.unlink(tmp)
+
+
+def _count(
+    paths: list[str], documents: Iterable[str] | None, *, config: BPEConfig, on_started: Callable[[], None] | None
+) -> tuple[dict[str, int], int]:
     total = sum(os.path.getsize(p) for p in paths)
     workers = config.workers or default_workers()
     if documents is None and total < _PARALLEL_MIN_BYTES:
