@@ -154,11 +154,10 @@ def test_train_tokenizer_reads_a_pipe_and_a_fifo_like_a_file(tmp_path, corpus):
 
     def trained(source: str, out: str, **kw) -> str:
         cmd = [sys.executable, "-m", "seqpack.cli.main", "train-tokenizer", source, "--vocab-size", "300", "--out", out]
-        r = subprocess.run(cmd, capture_output=True, **kw)
+        r = subprocess.run(cmd, capture_output=True, cwd=tmp_path, **kw)
         assert r.returncode == 0, r.stderr.decode()
         return (tmp_path / out / "merges.txt").read_text(encoding="utf-8")
 
-    os.chdir(tmp_path)
     want = trained(str(corpus), "file")
     with open(corpus, "rb") as f:
         assert trained("/dev/stdin", "pipe", stdin=f) == want
