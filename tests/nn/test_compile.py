@@ -23,15 +23,22 @@ LAYOUTS = [[[10, 22], [32]], [[5, 5, 5, 17], [16, 16]], [[32], [31]], [[8, 8, 8,
 STEADY = 3  # batches after which nothing new may compile
 
 
-def compile_run(kind: str, backend: str, *, device: str, compiler: str, layouts: list[Any] = LAYOUTS) -> dict[str, Any]:
-    """Eager and compiled losses (and the largest gradient difference) per batch, and how many
-    graphs had been compiled after each batch."""
-    torch._dynamo.reset()
+def counting_backend(compiler: str) -> tuple[list[int], Any]:
+    """A ``torch.compile`` backend that records each graph it compiles, then hands it to ``compiler``."""
     graphs: list[int] = []
 
     def counting(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
         graphs.append(len(gm.graph.nodes))
         return torch._dynamo.lookup_backend(compiler)(gm, example_inputs)
+
+    return graphs, counting
+
+
+def compile_run(kind: str, backend: str, *, device: str, compiler: str, layouts: list[Any] = LAYOUTS) -> dict[str, Any]:
+    """Eager and compiled losses (and the largest gradient difference) per batch, and how many
+    graphs had been compiled after each batch."""
+    torch._dynamo.reset()
+    graphs, counting = counting_backend(compiler)
 
     eager, compiled = build(kind, backend).to(device), build(kind, backend).to(device)
     fn = torch.compile(compiled, backend=counting)
@@ -73,11 +80,7 @@ def compile_hf_run(kind: str, *, device: str, compiler: str) -> dict[str, Any]:
     from tests.nn.test_hf import packed_batch
 
     torch._dynamo.reset()
-    graphs: list[int] = []
-
-    def counting(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
-        graphs.append(len(gm.graph.nodes))
-        return torch._dynamo.lookup_backend(compiler)(gm, example_inputs)
+    graphs, counting = counting_backend(compiler)
 
     eager = hf_build(kind, "sdpa").to(device)
     fn = torch.compile(hf_build(kind, "sdpa").to(device), backend=counting)

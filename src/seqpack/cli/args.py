@@ -1,11 +1,8 @@
-"""Argument parsers shared by the subcommands, and options generated from config dataclasses,
-so that a default lives in exactly one place (the dataclass).
+"""Argument parsers shared by the subcommands, and the bridge to config dataclasses, so that a
+default lives in exactly one place (the dataclass).
 
-    add_dataclass_options(parser, BenchConfig, skip=("lengths",))    # --max-len, --model, ...
-    cfg = from_args(BenchConfig, args)                               # only what was given
-
-Generated options default to ``argparse.SUPPRESS``: an option not given is not passed, and
-the dataclass default applies. Help text comes from ``field(metadata={"help": ...})``.
+    p.add_argument("--lr", type=float, default=default_of(TrainConfig, "lr"))
+    cfg = from_args(TrainConfig, args, progress=False)
 """
 
 from __future__ import annotations
@@ -75,35 +72,7 @@ def option_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
-def add_dataclass_options(
-    parser: Any, cls: type, *, skip: tuple[str, ...] = (), choices: dict[str, Any] | None = None, seen: set[str] | None = None
-) -> None:
-    """One ``--field-name`` per field of ``cls`` (bools become flags); ``seen`` skips names
-    already added (several dataclasses sharing a group)."""
-    choices = choices or {}
-    for f in dataclasses.fields(cls):
-        if f.name in skip or (seen is not None and f.name in seen):
-            continue
-        if seen is not None:
-            seen.add(f.name)
-        default = f.default if f.default is not dataclasses.MISSING else None
-        help_ = f.metadata.get("help", "")
-        help_ = f"{help_} (default: {default})" if help_ else f"default: {default}"
-        if str(f.type) == "bool":
-            parser.add_argument(option_name(f.name), action="store_true", default=argparse.SUPPRESS, help=help_)
-            continue
-        kw: dict[str, Any] = {"default": argparse.SUPPRESS, "help": help_}
-        if f.name in choices:
-            kw["choices"] = choices[f.name]
-        else:
-            kw["type"] = _parser_for(str(f.type))
-        parser.add_argument(option_name(f.name), **kw)
-
-
-def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
-    """The fields of ``cls`` that were given on the command line."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
-
-
 def from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
-    return cls(**{**given(args, cls), **overrides})
+    """``cls`` built from the parsed options named like its fields (plus ``overrides``)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    return cls(**{**given, **overrides})

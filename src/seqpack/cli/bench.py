@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.args import default_of
+from seqpack.cli.args import default_of, from_args
 from seqpack.cli.args import max_len as _max_len
 from seqpack.cli.args import positive_int as _positive_int
 
@@ -44,10 +44,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import fields
-
     from seqpack.experiments.bench import BenchConfig, format_bench, run_bench
 
-    r = run_bench(BenchConfig(**{f.name: getattr(args, f.name) for f in fields(BenchConfig) if hasattr(args, f.name)}))
+    r = run_bench(from_args(BenchConfig, args))
     print(json.dumps(r) if args.json else format_bench(r))
     return 0

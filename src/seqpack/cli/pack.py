@@ -9,22 +9,29 @@ from typing import Any
 from seqpack.cli.args import default_of, depth, max_len, nonneg, option_name, positive_int
 
 
+def task_option_fields() -> dict[str, list[tuple[str, Any]]]:
+    """Every task option name -> ``(task, dataclass field)`` of each task that has it."""
+    import dataclasses
+
+    from seqpack.tasks import REGISTRY
+
+    found: dict[str, list[tuple[str, Any]]] = {}
+    for t in REGISTRY.values():
+        for f in dataclasses.fields(t.options_type):
+            found.setdefault(f.name, []).append((t.name, f))
+    return found
+
+
 def add_task_options(g: Any) -> None:
     """One option per task option of every registered task (from the tasks' options
     dataclasses); its help lists each task's default."""
-    import dataclasses
-
     from seqpack.cli.args import _parser_for
-    from seqpack.tasks import REGISTRY
 
-    found: dict[str, list[tuple[str, Any, str, str]]] = {}
-    for t in REGISTRY.values():
-        for f in dataclasses.fields(t.options_type):
-            found.setdefault(f.name, []).append((t.name, f.default, f.metadata.get("help", ""), str(f.type)))
-    for name, uses in found.items():
-        defaults = ", ".join(f"{task}: {d}" for task, d, _, _ in uses)
-        g.add_argument(option_name(name), type=_parser_for(uses[0][3]), default=argparse.SUPPRESS,
-                       help=f"{uses[0][2]} (default {defaults})")
+    for name, uses in task_option_fields().items():
+        first = uses[0][1]
+        defaults = ", ".join(f"{task}: {f.default}" for task, f in uses)
+        g.add_argument(option_name(name), type=_parser_for(str(first.type)), default=argparse.SUPPRESS,
+                       help=f"{first.metadata.get('help', '')} (default {defaults})")
 
 
 def add_parser(sub: Any) -> None:
@@ -64,19 +71,11 @@ SUMMARY_KEYS = ("task", "max_len", "max_depth", "num_packs", "num_sequences", "n
                 "efficiency", "packing_factor", "dropped")
 
 
-def _task_option_names() -> set[str]:
-    import dataclasses
-
-    from seqpack.tasks import REGISTRY
-
-    return {f.name for t in REGISTRY.values() for f in dataclasses.fields(t.options_type)}
-
-
 def run(args: argparse.Namespace) -> int:
     from seqpack.data.build import COMMON, PackConfig, build_packed_dataset
     from seqpack.tokenizer import Tokenizer
 
-    options = {k: v for k, v in vars(args).items() if k not in COMMON and k in _task_option_names()}
+    options = {k: v for k, v in vars(args).items() if k not in COMMON and k in task_option_fields()}
     cfg = PackConfig.for_task(args.task, max_len=args.max_len, algorithm=args.algorithm, max_depth=args.max_depth,
                               seed=args.seed, position_offset=args.position_offset, **options)
     tok = Tokenizer.load(args.tokenizer)

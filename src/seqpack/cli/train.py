@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from seqpack.cli.args import default_of
+from seqpack.cli.args import default_of, from_args
 from seqpack.cli.args import int_at_least as _int_at_least
 from seqpack.cli.args import positive_int as _positive_int
 
@@ -78,13 +78,10 @@ def add_parser(sub: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace, **changes: Any) -> Any:
-    from dataclasses import fields
-
     from seqpack.train.config import TrainConfig
 
-    opts = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
-    opts["progress"] = not (args.quiet or getattr(args, "json", False))
-    return TrainConfig(**{**opts, **changes})
+    progress = not (args.quiet or getattr(args, "json", False))
+    return from_args(TrainConfig, args, **{"progress": progress, **changes})
 
 
 def run(args: argparse.Namespace) -> int:

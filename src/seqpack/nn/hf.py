@@ -89,15 +89,19 @@ def _model_dtype(model: Any) -> torch.dtype:
     return next(model.parameters()).dtype
 
 
+def _require_columns(batch: Mapping[str, torch.Tensor]) -> None:
+    for key in ("input_ids", "segment_ids"):
+        if key not in batch:
+            raise ValueError(f"the packed batch has no {key!r} column")
+
+
 def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``input_ids``, the 4-D ``attention_mask``, restarting ``position_ids`` (and
     ``token_type_ids`` for BERT) for ``model(**inputs)``."""
     name = _name(model)
     if name not in SUPPORTED:
         raise ValueError(f"no packed adapter for {name}; supported: {', '.join(SUPPORTED)}")
-    for key in ("input_ids", "segment_ids"):
-        if key not in batch:
-            raise ValueError(f"the packed batch has no {key!r} column")
+    _require_columns(batch)
     ids, seg = batch["input_ids"], batch["segment_ids"]
     if ids.shape != seg.shape:
         raise ValueError(f"segment_ids has shape {tuple(seg.shape)} but input_ids is {tuple(ids.shape)}")
@@ -159,9 +163,7 @@ def packed_forward(
 
 def _padding_free_causal(model: Any, batch: Mapping[str, torch.Tensor], reduction: str) -> PackedOutput:
     """A causal LM on the flattened real tokens (no padding, no mask); outputs back in (B, T) / (B, D)."""
-    for key in ("input_ids", "segment_ids"):
-        if key not in batch:
-            raise ValueError(f"the packed batch has no {key!r} column")
+    _require_columns(batch)
     seg, labels = batch["segment_ids"], batch.get("labels")
     check_segment_ids(seg)
     inputs, flat_seg = flat_inputs(batch)

@@ -97,14 +97,14 @@ def varlen_attention_forward(
     if key.shape[1] != Hq:  # grouped-query attention: share each kv head across its query group
         key, value = (x.repeat_interleave(Hq // x.shape[1], dim=1) for x in (key, value))
     q, k, v = (x.transpose(1, 2).reshape(B * n, Hq, d) for x in (query, key, value))
-    from seqpack.nn.attention.varlen import _causal_kwargs, torch_varlen
+    from seqpack.nn.attention.varlen import torch_varlen, varlen_kwargs
 
     fn = torch_varlen()
     if q.is_cuda and torch.is_autocast_enabled("cuda") and q.dtype == torch.float32:
         # rotary embeddings hand fp32 q/k to attention under autocast; flash kernels take half (as transformers' FA2 path)
         q, k, v = (x.to(torch.get_autocast_dtype("cuda")) for x in (q, k, v))
     if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and fn is not None:
-        out = fn(q, k, v, cu.to(torch.int32), cu.to(torch.int32), int(m), int(m), **_causal_kwargs(fn, causal, scale, d))
+        out = fn(q, k, v, cu.to(torch.int32), cu.to(torch.int32), int(m), int(m), **varlen_kwargs(fn, causal, scale, d))
     else:
         out = _reference(q, k, v, cu, causal=causal, scale=scale)
     return out.to(query.dtype).view(B, n, Hq, d), None

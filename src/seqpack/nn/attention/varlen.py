@@ -10,6 +10,7 @@ Padding tokens get output 0.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,9 +86,14 @@ def _torch_unavailable(segment_ids: torch.Tensor, dtype: torch.dtype) -> str | N
             f"{dtype}) and torch >= 2.10 (torch.nn.attention.varlen); use 'sdpa' or 'per_document' otherwise")
 
 
-def _causal_kwargs(fn: Callable[..., Any], causal: bool, scale: float, d: int) -> dict[str, Any]:
+@functools.cache
+def _varlen_params(fn: Callable[..., Any]) -> frozenset[str]:
+    return frozenset(inspect.signature(fn).parameters)  # read once, not in every layer's call
+
+
+def varlen_kwargs(fn: Callable[..., Any], causal: bool, scale: float, d: int) -> dict[str, Any]:
     """The causal and scale keywords of this torch's ``varlen_attn`` (its signature changed across releases)."""
-    params = inspect.signature(fn).parameters
+    params = _varlen_params(fn)
     kw: dict[str, Any] = {}
     if "window_size" in params:
         kw["window_size"] = (-1, 0) if causal else (-1, -1)
@@ -108,7 +114,7 @@ def attend_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Attent
     assert fn is not None
     cu = plan.cu_seqlens.to(torch.int32)
     o = fn(*(tokens(x)[plan.unpad] for x in (q, k, v)), cu, cu, plan.max_seqlen, plan.max_seqlen,
-           **_causal_kwargs(fn, plan.causal, scale, q.shape[-1]))
+           **varlen_kwargs(fn, plan.causal, scale, q.shape[-1]))
     return _scatter(q, plan, o)
 
 
