@@ -93,7 +93,8 @@ def test_fast_trainer_equals_reference(docs, extra, with_special):
     chunk=st.integers(1, 64),
 )
 def test_file_chunking_never_changes_counts(tmp_path_factory, text, chunk):
-    from seqpack.tokenizer.pretokenize import count_chunks, count_words, file_chunks
+    from seqpack.tokenizer.counts import count_chunks
+    from seqpack.tokenizer.pretokenize import count_words, file_chunks
 
     path = tmp_path_factory.mktemp("chunk") / "c.txt"
     path.write_text(text, encoding="utf-8", newline="")
@@ -103,7 +104,8 @@ def test_file_chunking_never_changes_counts(tmp_path_factory, text, chunk):
     assert [s for s, _ in spans[1:]] == [e for _, e in spans[:-1]]
     if spans:
         assert spans[0][0] == 0 and spans[-1][1] == len(text.encode("utf-8"))
-    assert count_chunks(chunks, special_tokens=[EOT]) == count_words([text], special_tokens=[EOT])
+    got = count_chunks(chunks, special_tokens=[EOT]).to_dict()
+    assert got == count_words([text], special_tokens=[EOT])
 
 
 # ------------------------------------------------------------------ errors
@@ -155,7 +157,8 @@ def test_config_validation():
 
 def test_parallel_counting_reads_ahead_boundedly():
     """A corpus larger than RAM: chunks are pulled in small windows, not all at once."""
-    from seqpack.tokenizer.pretokenize import DocChunk, count_chunks
+    from seqpack.tokenizer.counts import count_chunks
+    from seqpack.tokenizer.pretokenize import DocChunk
 
     pulled = 0
     pulled_at_first_result = []
@@ -170,5 +173,5 @@ def test_parallel_counting_reads_ahead_boundedly():
         chunks(), workers=2,
         on_progress=lambda n: pulled_at_first_result.append(pulled) if not pulled_at_first_result else None,
     )
-    assert counts == {"a": 100, " b": 100, " c": 100}
+    assert counts.to_dict() == {"a": 100, " b": 100, " c": 100}
     assert pulled_at_first_result[0] <= 8

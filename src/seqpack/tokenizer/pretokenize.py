@@ -1,7 +1,9 @@
-"""Pre-tokenization: split text into GPT-2 "words" and count them, in parallel.
+"""Pre-tokenization: the GPT-2 "words" of a text (the ``regex`` reference) and chunking.
 
 Byte-level BPE never merges across a pre-token boundary, so training only needs
-``{word: count}``. This module produces that table from files or documents.
+``{word: count}``. This module holds the reference pre-tokenizer and counter (the
+compiled scanner in ``csrc/pretokenize.h`` is tested equal to it) and cuts corpora
+into chunks that can be counted independently (:mod:`seqpack.tokenizer.counts`).
 
     >>> split_words("Hello, world!  ")
     ['Hello', ',', ' world', '!', '  ']
@@ -21,13 +23,11 @@ import mmap
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Union
 
 import regex
-
-from seqpack._parallel import process_pool, windowed_map
 
 #: The GPT-2 pre-tokenization pattern.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -177,64 +177,8 @@ def doc_chunks(documents: Iterable[str], target_chars: int) -> Iterator[DocChunk
         yield DocChunk(tuple(batch))
 
 
-def read_chunk_text(chunk: FileChunk, errors: Errors = "strict") -> str:
-    """Decode a file chunk; invalid UTF-8 names the file and absolute byte offset."""
+def read_chunk_bytes(chunk: FileChunk) -> bytes:
+    """The bytes of a file chunk."""
     with open(chunk.path, "rb") as f:
         f.seek(chunk.start)
-        data = f.read(chunk.end - chunk.start)
-    try:
-        return data.decode("utf-8", errors=errors)
-    except UnicodeDecodeError as e:
-        raise ValueError(
-            f"{chunk.path}: invalid UTF-8 at byte offset {chunk.start + e.start}; "
-            "pass --errors replace (errors='replace') to substitute U+FFFD"
-        ) from None
-
-
-def _count_chunk(args: tuple[Chunk, tuple[str, ...], Errors]) -> tuple[dict[str, int], int]:
-    chunk, special_tokens, errors = args
-    if isinstance(chunk, FileChunk):
-        docs: Sequence[str] = [read_chunk_text(chunk, errors)]
-        size = chunk.end - chunk.start
-    else:
-        docs = chunk.documents
-        size = sum(len(d) for d in docs)
-    return dict(count_words(docs, special_tokens=special_tokens)), size
-
-
-def count_chunks(
-    chunks: Iterable[Chunk],
-    *,
-    special_tokens: Sequence[str] = (),
-    workers: int = 1,
-    errors: Errors = "strict",
-    on_progress: Callable[[int], None] | None = None,
-    on_started: Callable[[], None] | None = None,
-) -> Counter[str]:
-    """Count pre-tokens over chunks, in ``workers`` processes (1 = in this process).
-
-    Chunks are consumed lazily (``imap_unordered``), so memory stays bounded by
-    a few chunks per worker plus the table of distinct words. ``on_started`` is
-    called once the workers exist (after the last fork), e.g. to start a thread.
-    """
-    tasks = ((c, tuple(special_tokens), errors) for c in chunks)
-    total: Counter[str] = Counter()
-
-    def absorb(result: tuple[dict[str, int], int]) -> None:
-        counts, size = result
-        total.update(counts)
-        if on_progress is not None:
-            on_progress(size)
-
-    if workers <= 1:
-        if on_started is not None:
-            on_started()
-        for t in tasks:
-            absorb(_count_chunk(t))
-        return total
-    with process_pool(workers) as pool:
-        if on_started is not None:
-            on_started()
-        for result in windowed_map(pool, _count_chunk, tasks, window=4 * workers, ordered=False):
-            absorb(result)
-    return total
+        return f.read(chunk.end - chunk.start)

@@ -7,12 +7,14 @@
     >>> tok.decode([258, 256, 257])
     'abc<|eot|>ab'
 
-``encode`` is the reference algorithm (minbpe's): within each pre-token, merge
-the adjacent pair with the lowest merge rank, all occurrences left to right,
-until no adjacent pair is a merge. Results are cached per pre-token.
-``encode_batch`` is the fast path for whole corpora: this encoder in several
-processes (identical by construction), or the Hugging Face ``tokenizers`` export
-(``backend="hf"``, tested identical).
+The rule is minbpe's: within each pre-token, merge the adjacent pair with the
+lowest merge rank, all occurrences left to right, until no adjacent pair is a
+merge. ``encode`` and ``encode_batch`` run it in the compiled core
+(:mod:`seqpack._native`: a hand-written GPT-2 pre-tokenizer, a word cache per
+thread, the GIL released, texts spread over threads); ``encode_reference`` is the
+same rule in plain Python over the ``regex`` pre-tokenizer, and the two are tested
+equal. ``encode_batch(backend="hf")`` runs the Hugging Face ``tokenizers`` export
+(tested identical).
 """
 
 from __future__ import annotations
@@ -86,8 +88,39 @@ class Tokenizer:
         self._specials_re = special_pattern(self.special_tokens)
         self._cache: dict[str, list[int]] = {}
         self._hf: Any = None
+        self._native: Any = None
 
     # ------------------------------------------------------------------ encode
+    @property
+    def native(self) -> Any:
+        """The compiled encoder (:class:`seqpack._native.Encoder`), built on first use."""
+        if self._native is None:
+            from seqpack._native import Encoder
+
+            left, right, merged = [], [], []
+            for (a, b), (_, ab) in sorted(self._ranks.items(), key=lambda kv: kv[1][0]):
+                left.append(a)
+                right.append(b)
+                merged.append(ab)
+            specials = [s.encode("utf-8") for s in self.special_tokens]
+            self._native = Encoder(
+                self._byte_ids, left, right, merged, specials, [self.special_ids[s] for s in self.special_tokens]
+            )
+        return self._native
+
+    def clear_cache(self) -> None:
+        """Forget the per-word caches (for cold-cache measurements)."""
+        self._cache.clear()
+        if self._native is not None:
+            self._native.clear_cache()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_native"] = None  # rebuilt on first use after unpickling
+        state["_hf"] = None
+        state["_cache"] = {}
+        return state
+
     def _bpe(self, word: str) -> list[int]:
         ids = [self._byte_ids[b] for b in word.encode("utf-8")]
         ranks = self._ranks
@@ -126,6 +159,12 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special tokens (longest match first) map to their ids."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode takes a str, got {type(text).__name__}")
+        return self.native.encode(text)
+
+    def encode_reference(self, text: str) -> list[int]:
+        """:meth:`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the reference."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}")
         out: list[int] = []
@@ -188,20 +227,22 @@ class Tokenizer:
         return self._hf
 
     def encode_batch(
-        self, texts: Iterable[str], *, backend: str = "python", workers: int | None = None
+        self, texts: Iterable[str], *, backend: str = "native", workers: int | None = None
     ) -> list[list[int]]:
         """Encode many texts at once; ids identical to ``[self.encode(t) for t in texts]``.
 
-        ``backend="python"``: :func:`seqpack.tokenizer.fast.encode_documents`, this
-        encoder in ``workers`` processes (identical by construction).
+        ``backend="native"``: the compiled core on ``workers`` threads (default: all cores).
+        ``backend="python"``: :meth:`encode_reference`, one text after another.
         ``backend="hf"``: the equivalent Hugging Face tokenizer (Rust, threads; tested
         identical).
         """
         if backend == "hf":
             hf = self.to_hf()
             return [e.ids for e in hf.encode_batch(list(texts), add_special_tokens=False)]
-        if backend != "python":
-            raise ValueError(f"backend must be 'python' or 'hf', got {backend!r}")
+        if backend == "python":
+            return [self.encode_reference(t) for t in texts]
+        if backend != "native":
+            raise ValueError(f"backend must be 'native', 'python' or 'hf', got {backend!r}")
         from seqpack.tokenizer.fast import encode_documents
 
         return [a.tolist() for a in encode_documents(self, texts, workers=workers)]

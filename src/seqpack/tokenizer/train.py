@@ -12,11 +12,12 @@ id per merge in creation order. Semantics are those of the CS336 reference: the
 GPT-2 pre-tokenizer, special tokens split the text and are never merged, the most
 frequent pair wins and ties go to the lexicographically greater pair of bytes.
 
-Two stages: (1) pre-tokenize and count distinct words in parallel over chunks
-cut at safe boundaries (:mod:`seqpack.tokenizer.pretokenize`); (2) the merge loop
-over distinct words with an inverted index pair -> positions, incremental count
-updates and a lazily invalidated max-heap, compiled by numba
-(:mod:`seqpack.tokenizer._merge_numba`).
+Two stages, both in the compiled core (``csrc/train.h``): (1) pre-tokenize and
+count distinct words on threads over chunks cut at safe boundaries
+(:mod:`seqpack.tokenizer.counts`, a map/reduce); (2) the merge loop over distinct
+words with an inverted index pair -> words, incremental count updates and a lazily
+invalidated max-heap. The plain-Python trainer in :mod:`seqpack.tokenizer.reference`
+is the reference it is tested against.
 """
 
 from __future__ import annotations
@@ -26,17 +27,17 @@ import os
 import shutil
 import stat
 import tempfile
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
 import numpy as np
 
 from seqpack._parallel import default_workers
-from seqpack.tokenizer.pretokenize import count_chunks, doc_chunks, file_chunks
+from seqpack.tokenizer.counts import WordCounts, count_chunks
+from seqpack.tokenizer.pretokenize import doc_chunks, file_chunks
 
 PathLike = Union[str, "os.PathLike[str]"]
 Vocab = dict[int, bytes]
@@ -113,15 +114,14 @@ def count_corpus(
     documents: Iterable[str] | None = None,
     *,
     config: BPEConfig,
-    on_started: Callable[[], None] | None = None,
-) -> tuple[dict[str, int], int]:
-    """Pre-tokenize and count: ``({word: count}, bytes or chars read)``.
+) -> tuple[WordCounts, int]:
+    """Pre-tokenize and count: ``(counts, bytes or chars read)``.
 
     Pipes, FIFOs and ``/dev/stdin`` have no size to plan chunks from: they are first copied to a
     temporary file (disk, not memory), which is then read like any file.
     """
     with _spooled(_check_files(files)) as paths:
-        return _count(paths, documents, config=config, on_started=on_started)
+        return _count(paths, documents, config=config)
 
 
 @contextlib.contextmanager
@@ -146,13 +146,13 @@ def _spooled(paths: list[str]) -> Iterator[list[str]]:
 
 
 def _count(
-    paths: list[str], documents: Iterable[str] | None, *, config: BPEConfig, on_started: Callable[[], None] | None
-) -> tuple[dict[str, int], int]:
+    paths: list[str], documents: Iterable[str] | None, *, config: BPEConfig
+) -> tuple[WordCounts, int]:
     total = sum(os.path.getsize(p) for p in paths)
     workers = config.workers or default_workers()
     if documents is None and total < _PARALLEL_MIN_BYTES:
         workers = 1
-    target = config.chunk_bytes or max(256 << 10, min(64 << 20, total // (2 * workers) + 1))
+    target = config.chunk_bytes or max(256 << 10, min(16 << 20, total // (4 * workers) + 1))
     specials = config.special_tokens
 
     def chunks():  # type: ignore[no-untyped-def]
@@ -177,36 +177,28 @@ def _count(
     try:
         counts = count_chunks(
             chunks(), special_tokens=specials, workers=workers, errors=config.errors,
-            on_progress=on_progress, on_started=on_started,
+            on_progress=on_progress,
         )
     finally:
         if bar is not None:
             bar.close()
-    return dict(counts), seen
-
-
-def _warm_merge_loop() -> None:
-    from seqpack.tokenizer._merge_numba import bpe_merge_loop
-
-    one = np.ones(1, dtype=np.int64)
-    bpe_merge_loop(np.zeros(2, np.uint8), np.array([0, 2], np.int64), one, 1)
+    return counts, seen
 
 
 def merges_from_counts(
-    word_counts: Mapping[str, int], num_merges: int
+    word_counts: WordCounts | Mapping[str, int], num_merges: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run the compiled merge loop; returns (left, right) ids in the loop's numbering."""
-    from seqpack.tokenizer._merge_numba import bpe_merge_loop
+    """Run the compiled merge loop; returns (left, right) ids in the loop's numbering.
 
-    if num_merges <= 0 or not word_counts:
+    Ids 0..255 are the bytes and ``256 + k`` the token made by merge ``k``.
+    """
+    from seqpack._native import merge_loop
+
+    if not isinstance(word_counts, WordCounts):
+        word_counts = WordCounts.from_dict(word_counts)
+    if num_merges <= 0 or not len(word_counts):
         return np.empty(0, np.int32), np.empty(0, np.int32)
-    encoded = [w.encode("utf-8") for w in word_counts]
-    lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
-    woff = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=woff[1:])
-    wbytes = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    wcount = np.fromiter(word_counts.values(), dtype=np.int64, count=len(encoded))
-    return bpe_merge_loop(wbytes, woff, wcount, num_merges)
+    return merge_loop(word_counts.blob, word_counts.offsets, word_counts.counts, num_merges)
 
 
 def vocab_from_merge_ids(
@@ -235,14 +227,9 @@ def train_bpe_corpus(
 ) -> BPEResult:
     """Train on text files (each read whole, specials split it) and/or documents."""
     t0 = time.perf_counter()
-    # import numba and load the compiled loop while the workers pre-tokenize; the
-    # thread starts only after the pool has forked (forking a threaded process
-    # can deadlock the children)
-    warm = threading.Thread(target=_warm_merge_loop, daemon=True)
-    counts, size = count_corpus(files, documents, config=config, on_started=warm.start)
+    counts, size = count_corpus(files, documents, config=config)
     t1 = time.perf_counter()
-    warm.join()
-    if not counts:
+    if not len(counts):
         raise ValueError("the corpus is empty: no text to train on (after removing special tokens)")
     num_merges = config.vocab_size - 256 - len(config.special_tokens)
     left, right = merges_from_counts(counts, num_merges)
@@ -260,7 +247,7 @@ def train_bpe_corpus(
         merges=merges,
         special_tokens=config.special_tokens,
         num_words=len(counts),
-        num_pretokens=sum(counts.values()),
+        num_pretokens=counts.total,
         input_bytes=size,
         pretokenize_seconds=t1 - t0,
         merge_seconds=t2 - t1,

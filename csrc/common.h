@@ -1,0 +1,184 @@
+// Hashing and an open-addressing table of byte strings, shared by the encoder and the trainer.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace seqpack {
+
+inline uint64_t mix64(uint64_t h) {
+  h ^= h >> 32;
+  h *= 0xd6e8feb86659fd93ULL;
+  h ^= h >> 32;
+  h *= 0xd6e8feb86659fd93ULL;
+  h ^= h >> 32;
+  return h;
+}
+
+inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ (static_cast<uint64_t>(n) * 0xff51afd7ed558ccdULL);
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    h = (h ^ v) * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 29;
+    p += 8;
+    n -= 8;
+  }
+  uint64_t v = 0;
+  std::memcpy(&v, p, n);
+  return mix64(h ^ v);
+}
+
+// Byte string -> dense index (insertion order). Keys live in one pool.
+//   StringTable t; t.insert("ab") == {0, true}; t.insert("ab") == {0, false}; t.key(0) == "ab"
+class StringTable {
+ public:
+  StringTable() { reset(); }
+
+  size_t size() const { return offsets_.size(); }
+  std::string_view key(size_t i) const {
+    return std::string_view(pool_.data() + offsets_[i], lengths_[i]);
+  }
+  size_t pool_bytes() const { return pool_.size(); }
+
+  // Index of the key, or -1.
+  int64_t find(const uint8_t* p, size_t n, uint64_t h) const {
+    size_t s = h & mask_;
+    while (true) {
+      const Slot& slot = slots_[s];
+      if (slot.index < 0) return -1;
+      if (slot.hash == h && equal(slot.index, p, n)) return slot.index;
+      s = (s + 1) & mask_;
+    }
+  }
+
+  // (index, inserted)
+  std::pair<int64_t, bool> insert(const uint8_t* p, size_t n, uint64_t h) {
+    size_t s = h & mask_;
+    while (true) {
+      Slot& slot = slots_[s];
+      if (slot.index < 0) break;
+      if (slot.hash == h && equal(slot.index, p, n)) return {slot.index, false};
+      s = (s + 1) & mask_;
+    }
+    int64_t index = static_cast<int64_t>(offsets_.size());
+    slots_[s] = Slot{h, index};
+    offsets_.push_back(pool_.size());
+    lengths_.push_back(static_cast<uint32_t>(n));
+    pool_.append(reinterpret_cast<const char*>(p), n);
+    if (2 * offsets_.size() > slots_.size()) grow();
+    return {index, true};
+  }
+  std::pair<int64_t, bool> insert(std::string_view k) {
+    auto p = reinterpret_cast<const uint8_t*>(k.data());
+    return insert(p, k.size(), hash_bytes(p, k.size()));
+  }
+
+  void reset(size_t capacity = 1024) {
+    slots_.assign(capacity, Slot{0, -1});
+    mask_ = capacity - 1;
+    offsets_.clear();
+    lengths_.clear();
+    pool_.clear();
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash;
+    int64_t index;
+  };
+  bool equal(int64_t i, const uint8_t* p, size_t n) const {
+    return lengths_[i] == n && std::memcmp(pool_.data() + offsets_[i], p, n) == 0;
+  }
+  void grow() {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(old.size() * 2, Slot{0, -1});
+    mask_ = slots_.size() - 1;
+    for (const Slot& o : old) {
+      if (o.index < 0) continue;
+      size_t s = o.hash & mask_;
+      while (slots_[s].index >= 0) s = (s + 1) & mask_;
+      slots_[s] = o;
+    }
+  }
+
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  std::vector<uint64_t> offsets_;
+  std::vector<uint32_t> lengths_;
+  std::string pool_;
+};
+
+// uint64 key -> int32 value, open addressing (keys must not be ~0).
+class U64Map {
+ public:
+  explicit U64Map(size_t capacity = 1024) {
+    size_t c = 16;
+    while (c < 2 * capacity) c <<= 1;
+    keys_.assign(c, kEmpty);
+    vals_.assign(c, 0);
+    mask_ = c - 1;
+  }
+  size_t size() const { return count_; }
+  const int32_t* find(uint64_t k) const {
+    size_t s = mix64(k) & mask_;
+    while (keys_[s] != kEmpty) {
+      if (keys_[s] == k) return &vals_[s];
+      s = (s + 1) & mask_;
+    }
+    return nullptr;
+  }
+  // value slot for k; *inserted tells whether it was new (then its value is 0)
+  int32_t& get(uint64_t k, bool* inserted) {
+    size_t s = mix64(k) & mask_;
+    while (keys_[s] != kEmpty) {
+      if (keys_[s] == k) {
+        *inserted = false;
+        return vals_[s];
+      }
+      s = (s + 1) & mask_;
+    }
+    *inserted = true;
+    if (2 * (count_ + 1) > keys_.size()) {
+      grow();
+      return get(k, inserted);
+    }
+    keys_[s] = k;
+    vals_[s] = 0;
+    ++count_;
+    return vals_[s];
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ULL;
+  void grow() {
+    std::vector<uint64_t> ok;
+    std::vector<int32_t> ov;
+    ok.swap(keys_);
+    ov.swap(vals_);
+    keys_.assign(ok.size() * 2, kEmpty);
+    vals_.assign(ok.size() * 2, 0);
+    mask_ = keys_.size() - 1;
+    for (size_t i = 0; i < ok.size(); ++i) {
+      if (ok[i] == kEmpty) continue;
+      size_t s = mix64(ok[i]) & mask_;
+      while (keys_[s] != kEmpty) s = (s + 1) & mask_;
+      keys_[s] = ok[i];
+      vals_[s] = ov[i];
+    }
+  }
+  std::vector<uint64_t> keys_;
+  std::vector<int32_t> vals_;
+  size_t mask_ = 0;
+  size_t count_ = 0;
+};
+
+inline uint64_t pair_key(uint32_t a, uint32_t b) {
+  return (static_cast<uint64_t>(a) << 32) | b;
+}
+
+}  // namespace seqpack

@@ -1,0 +1,299 @@
+// Python bindings of the compiled core: seqpack._native.
+// Every call that does real work releases the GIL, so Python threads run it in parallel.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "encode.h"
+#include "train.h"
+
+namespace py = pybind11;
+using namespace seqpack;
+
+namespace {
+
+struct Text {
+  const uint8_t* data;
+  size_t size;
+};
+
+// UTF-8 view of a str; the str keeps the buffer alive (CPython caches it on the object).
+Text utf8_of(PyObject* obj) {
+  if (!PyUnicode_Check(obj)) {
+    throw py::type_error(std::string("expected str, got ") + Py_TYPE(obj)->tp_name);
+  }
+  Py_ssize_t n;
+  const char* p = PyUnicode_AsUTF8AndSize(obj, &n);
+  if (!p) throw py::error_already_set();
+  return Text{reinterpret_cast<const uint8_t*>(p), static_cast<size_t>(n)};
+}
+
+std::vector<Text> utf8_list(const py::sequence& texts) {
+  std::vector<Text> out;
+  out.reserve(py::len(texts));
+  for (py::handle t : texts) out.push_back(utf8_of(t.ptr()));
+  return out;
+}
+
+py::list to_list(const std::vector<uint32_t>& ids) {
+  py::list out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    PyList_SET_ITEM(out.ptr(), i, PyLong_FromUnsignedLong(ids[i]));
+  }
+  return out;
+}
+
+template <class T>
+py::array_t<T> to_array(const std::vector<T>& v) {
+  py::array_t<T> a(v.size());
+  if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(T));
+  return a;
+}
+
+std::vector<std::string> as_strings(const std::vector<py::bytes>& xs) {
+  std::vector<std::string> out;
+  for (const auto& x : xs) out.push_back(std::string(x));
+  return out;
+}
+
+// Contiguous ranges of texts with about equal bytes, one per thread.
+std::vector<size_t> balanced_cuts(const std::vector<Text>& texts, size_t parts) {
+  size_t total = 0;
+  for (const Text& t : texts) total += t.size;
+  std::vector<size_t> cuts{0};
+  size_t acc = 0;
+  for (size_t i = 0; i < texts.size() && cuts.size() < parts; ++i) {
+    acc += texts[i].size;
+    if (acc * parts >= total * cuts.size()) cuts.push_back(i + 1);
+  }
+  if (cuts.back() != texts.size()) cuts.push_back(texts.size());
+  return cuts;
+}
+
+class Encoder {
+ public:
+  Encoder(std::vector<uint32_t> byte_ids, std::vector<uint32_t> left, std::vector<uint32_t> right,
+          std::vector<uint32_t> merged, const std::vector<py::bytes>& specials,
+          std::vector<uint32_t> special_ids)
+      : core_(std::move(byte_ids), left, right, merged, as_strings(specials),
+              std::move(special_ids)) {
+    if (left.size() != right.size() || left.size() != merged.size()) {
+      throw py::value_error("left, right and merged must have one entry per merge");
+    }
+  }
+
+  py::list encode(py::str text) {
+    Text t = utf8_of(text.ptr());
+    std::vector<uint32_t> out, scratch;
+    {
+      py::gil_scoped_release nogil;
+      auto cache = pool_.take();
+      core_.encode(t.data, t.size, *cache, out, scratch);
+      pool_.give(std::move(cache));
+    }
+    return to_list(out);
+  }
+
+  // (ids, offsets): text i is ids[offsets[i]:offsets[i + 1]].
+  py::tuple encode_batch(const py::sequence& texts, int threads) {
+    std::vector<Text> views = utf8_list(texts);
+    const size_t parts = std::max<size_t>(1, std::min<size_t>(threads, views.size()));
+    std::vector<size_t> cuts = balanced_cuts(views, parts);
+    const size_t chunks = cuts.size() - 1;
+    std::vector<std::vector<uint32_t>> ids(chunks);
+    std::vector<int64_t> lengths(views.size());
+    {
+      py::gil_scoped_release nogil;
+      auto work = [&](size_t c) {
+        auto cache = pool_.take();
+        std::vector<uint32_t> scratch;
+        for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
+          const size_t before = ids[c].size();
+          core_.encode(views[i].data, views[i].size, *cache, ids[c], scratch);
+          lengths[i] = static_cast<int64_t>(ids[c].size() - before);
+        }
+        pool_.give(std::move(cache));
+      };
+      std::vector<std::thread> pool;
+      for (size_t c = 1; c < chunks; ++c) pool.emplace_back(work, c);
+      if (chunks) work(0);
+      for (auto& th : pool) th.join();
+    }
+    size_t total = 0;
+    for (const auto& v : ids) total += v.size();
+    py::array_t<uint32_t> flat(total);
+    py::array_t<int64_t> offsets(views.size() + 1);
+    uint32_t* dst = flat.mutable_data();
+    for (const auto& v : ids) {
+      if (!v.empty()) std::memcpy(dst, v.data(), v.size() * sizeof(uint32_t));
+      dst += v.size();
+    }
+    int64_t* off = offsets.mutable_data();
+    off[0] = 0;
+    for (size_t i = 0; i < views.size(); ++i) off[i + 1] = off[i] + lengths[i];
+    return py::make_tuple(flat, offsets);
+  }
+
+  py::list bpe_with(py::bytes word, bool heap) {
+    std::string w(word);
+    std::vector<uint32_t> parts;
+    const auto* p = reinterpret_cast<const uint8_t*>(w.data());
+    core_.byte_ids_into(p, w.size(), parts);
+    if (heap) {
+      core_.bpe_heap(parts);
+    } else {
+      core_.bpe_scan(parts);
+    }
+    return to_list(parts);
+  }
+
+  void clear_cache() { pool_.clear(); }
+
+ private:
+  EncoderCore core_;
+  CachePool pool_;
+};
+
+py::list split_words_py(py::str text) {
+  Text t = utf8_of(text.ptr());
+  py::list out;
+  split_words(t.data, t.size, [&](size_t a, size_t b) {
+    out.append(py::reinterpret_steal<py::object>(
+        PyUnicode_DecodeUTF8(reinterpret_cast<const char*>(t.data + a), b - a, "strict")));
+  });
+  return out;
+}
+
+int64_t utf8_error_py(py::buffer data) {
+  py::buffer_info info = data.request();
+  const auto* p = static_cast<const uint8_t*>(info.ptr);
+  const size_t n = static_cast<size_t>(info.size * info.itemsize);
+  py::gil_scoped_release nogil;
+  return utf8_error(p, n);
+}
+
+py::array_t<uint8_t> class_table() {
+  py::array_t<uint8_t> out(0x110000);
+  uint8_t* dst = out.mutable_data();
+  for (uint32_t c = 0; c < 0x110000; ++c) dst[c] = class_of(c);
+  return out;
+}
+
+class Counter {
+ public:
+  explicit Counter(const std::vector<py::bytes>& specials) : counter_(as_strings(specials)) {}
+
+  // Count UTF-8 bytes; returns -1, or the offset of the first invalid byte (nothing counted).
+  int64_t add_bytes(py::buffer data) {
+    py::buffer_info info = data.request();
+    const auto* p = static_cast<const uint8_t*>(info.ptr);
+    const size_t n = static_cast<size_t>(info.size * info.itemsize);
+    py::gil_scoped_release nogil;
+    const int64_t bad = utf8_error(p, n);
+    if (bad >= 0) return bad;
+    counter_.add(p, n);
+    return -1;
+  }
+
+  void add_texts(const py::sequence& texts) {
+    std::vector<Text> views = utf8_list(texts);
+    py::gil_scoped_release nogil;
+    for (const Text& t : views) counter_.add(t.data, t.size);
+  }
+
+  void merge(const Counter& other) {
+    py::gil_scoped_release nogil;
+    counter_.merge(other.counter_);
+  }
+
+  py::tuple to_arrays() const {
+    const size_t n = counter_.size();
+    py::array_t<uint8_t> blob(counter_.key_bytes());
+    py::array_t<int64_t> offsets(n + 1), counts(n);
+    uint8_t* b = blob.mutable_data();
+    int64_t* o = offsets.mutable_data();
+    int64_t* c = counts.mutable_data();
+    o[0] = 0;
+    for (size_t i = 0; i < n; ++i) {
+      std::string_view w = counter_.word(i);
+      std::memcpy(b + o[i], w.data(), w.size());
+      o[i + 1] = o[i] + static_cast<int64_t>(w.size());
+      c[i] = counter_.count(i);
+    }
+    return py::make_tuple(blob, offsets, counts);
+  }
+
+  void add_arrays(py::array_t<uint8_t, py::array::c_style> blob,
+                  py::array_t<int64_t, py::array::c_style> offsets,
+                  py::array_t<int64_t, py::array::c_style> counts) {
+    const size_t n = static_cast<size_t>(counts.size());
+    if (static_cast<size_t>(offsets.size()) != n + 1) {
+      throw py::value_error("offsets must have one more entry than counts");
+    }
+    const uint8_t* b = blob.data();
+    const int64_t* o = offsets.data();
+    const int64_t* c = counts.data();
+    if (o[0] != 0 || o[n] != blob.size()) throw py::value_error("offsets do not span the blob");
+    py::gil_scoped_release nogil;
+    for (size_t i = 0; i < n; ++i) counter_.add_word(b + o[i], o[i + 1] - o[i], c[i]);
+  }
+
+  size_t size() const { return counter_.size(); }
+  int64_t total() const { return counter_.total(); }
+
+ private:
+  WordCounter counter_;
+};
+
+py::tuple merge_loop(py::array_t<uint8_t, py::array::c_style> blob,
+                     py::array_t<int64_t, py::array::c_style> offsets,
+                     py::array_t<int64_t, py::array::c_style> counts, size_t num_merges) {
+  const size_t n = static_cast<size_t>(counts.size());
+  if (static_cast<size_t>(offsets.size()) != n + 1) {
+    throw py::value_error("offsets must have one more entry than counts");
+  }
+  std::vector<int32_t> left, right;
+  {
+    py::gil_scoped_release nogil;
+    MergeLoop loop(blob.data(), offsets.data(), counts.data(), n);
+    loop.run(num_merges, left, right);
+  }
+  return py::make_tuple(to_array(left), to_array(right));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "seqpack's compiled core: GPT-2 pre-tokenizer, BPE encoder, BPE trainer.";
+  py::class_<Encoder>(m, "Encoder")
+      .def(py::init<std::vector<uint32_t>, std::vector<uint32_t>, std::vector<uint32_t>,
+                    std::vector<uint32_t>, const std::vector<py::bytes>&, std::vector<uint32_t>>(),
+           py::arg("byte_ids"), py::arg("left"), py::arg("right"), py::arg("merged"),
+           py::arg("specials"), py::arg("special_ids"))
+      .def("encode", &Encoder::encode, py::arg("text"))
+      .def("encode_batch", &Encoder::encode_batch, py::arg("texts"), py::arg("threads") = 1)
+      .def("bpe_with", &Encoder::bpe_with, py::arg("word"), py::arg("heap"))
+      .def("clear_cache", &Encoder::clear_cache);
+  py::class_<Counter>(m, "WordCounter")
+      .def(py::init<const std::vector<py::bytes>&>(), py::arg("specials"))
+      .def("add_bytes", &Counter::add_bytes, py::arg("data"))
+      .def("add_texts", &Counter::add_texts, py::arg("texts"))
+      .def("add_arrays", &Counter::add_arrays, py::arg("blob"), py::arg("offsets"),
+           py::arg("counts"))
+      .def("merge", &Counter::merge, py::arg("other"))
+      .def("to_arrays", &Counter::to_arrays)
+      .def("__len__", &Counter::size)
+      .def_property_readonly("total", &Counter::total);
+  m.def("merge_loop", &merge_loop, py::arg("blob"), py::arg("offsets"), py::arg("counts"),
+        py::arg("num_merges"));
+  m.def("split_words", &split_words_py, py::arg("text"));
+  m.def("utf8_error", &utf8_error_py, py::arg("data"));
+  m.def("class_table", &class_table);
+}

@@ -1,0 +1,200 @@
+// The GPT-2 pre-tokenizer as a hand-written scanner over UTF-8 bytes.
+//
+// Pattern: '(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// At each position the first alternative that matches wins, as in the regex engine:
+//   "Hello, world!  " -> "Hello" "," " world" "!" "  "
+//   "a  b"            -> "a" " " " b"      (\s+(?!\S) gives the run minus its last char)
+// Classes (L, N, \s) come from unicode_tables.h, generated from the regex module.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "unicode_tables.h"
+
+namespace seqpack {
+
+enum : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kSpace = 3 };
+
+inline uint8_t class_of(uint32_t cp) {
+  return kStage2[static_cast<size_t>(kStage1[cp >> 8]) * 256 + (cp & 255)];
+}
+
+// Decode the code point at s[i] (valid UTF-8); returns its byte length.
+inline int decode_at(const uint8_t* s, size_t i, uint32_t* cp) {
+  uint8_t c = s[i];
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  }
+  if (c < 0xE0) {
+    *cp = ((c & 0x1Fu) << 6) | (s[i + 1] & 0x3Fu);
+    return 2;
+  }
+  if (c < 0xF0) {
+    *cp = ((c & 0x0Fu) << 12) | ((s[i + 1] & 0x3Fu) << 6) | (s[i + 2] & 0x3Fu);
+    return 3;
+  }
+  *cp = ((c & 0x07u) << 18) | ((s[i + 1] & 0x3Fu) << 12) | ((s[i + 2] & 0x3Fu) << 6) |
+        (s[i + 3] & 0x3Fu);
+  return 4;
+}
+
+// Class and byte length of the character at s[i].
+inline uint8_t class_at(const uint8_t* s, size_t i, int* len) {
+  uint32_t cp;
+  *len = decode_at(s, i, &cp);
+  return class_of(cp);
+}
+
+// Offset of the first byte that starts an invalid UTF-8 sequence (as Python's strict
+// decoder reports it), or -1 when all of s[0, n) is valid.
+inline int64_t utf8_error(const uint8_t* s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    // 8 ASCII bytes at a time
+    while (i + 8 <= n) {
+      uint64_t v;
+      std::memcpy(&v, s + i, 8);
+      if (v & 0x8080808080808080ULL) break;
+      i += 8;
+    }
+    if (i >= n) break;
+    uint8_t c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return static_cast<int64_t>(i);
+    }
+    if (i + 1 >= n || s[i + 1] < lo || s[i + 1] > hi) return static_cast<int64_t>(i);
+    for (size_t k = 2; k < len; ++k) {
+      if (i + k >= n || (s[i + k] & 0xC0) != 0x80) return static_cast<int64_t>(i);
+    }
+    i += len;
+  }
+  return -1;
+}
+
+// End of the run of class `cls` that starts at s[i].
+inline size_t run_end(const uint8_t* s, size_t n, size_t i, uint8_t cls) {
+  while (i < n) {
+    int len;
+    if (class_at(s, i, &len) != cls) break;
+    i += len;
+  }
+  return i;
+}
+
+// Call emit(start, end) for each GPT-2 pre-token of s[0, n) (valid UTF-8).
+template <class Emit>
+void split_words(const uint8_t* s, size_t n, Emit&& emit) {
+  size_t i = 0;
+  while (i < n) {
+    const uint8_t c = s[i];
+    // '(?:[sdmt]|ll|ve|re)
+    if (c == '\'' && i + 1 < n) {
+      const uint8_t d = s[i + 1];
+      if (d == 's' || d == 'd' || d == 'm' || d == 't') {
+        emit(i, i + 2);
+        i += 2;
+        continue;
+      }
+      if (i + 2 < n) {
+        const uint8_t e = s[i + 2];
+        if ((d == 'l' && e == 'l') || (d == 'v' && e == 'e') || (d == 'r' && e == 'e')) {
+          emit(i, i + 3);
+          i += 3;
+          continue;
+        }
+      }
+    }
+    int len;
+    // " ?X+" for X in L, N, [^\s\p{L}\p{N}]: the optional space, then a run of one class
+    if (c == ' ' && i + 1 < n) {
+      const uint8_t next = class_at(s, i + 1, &len);
+      if (next != kSpace) {
+        const size_t end = run_end(s, n, i + 1 + len, next);
+        emit(i, end);
+        i = end;
+        continue;
+      }
+    } else {
+      const uint8_t cls = class_at(s, i, &len);
+      if (cls != kSpace) {
+        const size_t end = run_end(s, n, i + len, cls);
+        emit(i, end);
+        i = end;
+        continue;
+      }
+    }
+    // \s+(?!\S) | \s+ : the whitespace run, less its last character when a non-space follows
+    size_t end = i, last = i;
+    while (end < n) {
+      if (class_at(s, end, &len) != kSpace) break;
+      last = end;
+      end += len;
+    }
+    if (end < n && last > i) end = last;
+    emit(i, end);
+    i = end;
+  }
+}
+
+// Splits text at special tokens: the leftmost occurrence wins, the longest at one position.
+//   specials {"<a>", "<ab>"}: "x<ab>y" -> text "x", special 1, text "y"
+class SpecialSplitter {
+ public:
+  explicit SpecialSplitter(std::vector<std::string> specials) : specials_(std::move(specials)) {}
+  bool empty() const { return specials_.empty(); }
+
+  // on_text(start, end) for the text between specials; on_special(index) for each special.
+  template <class OnText, class OnSpecial>
+  void split(const uint8_t* s, size_t n, OnText&& on_text, OnSpecial&& on_special) const {
+    if (specials_.empty()) {
+      if (n) on_text(size_t{0}, n);
+      return;
+    }
+    std::string_view text(reinterpret_cast<const char*>(s), n);
+    std::vector<size_t> next(specials_.size());
+    for (size_t k = 0; k < specials_.size(); ++k) next[k] = text.find(specials_[k]);
+    size_t pos = 0;
+    while (true) {
+      size_t best = std::string_view::npos, which = 0;
+      for (size_t k = 0; k < specials_.size(); ++k) {
+        if (next[k] < pos) next[k] = text.find(specials_[k], pos);
+        if (next[k] < best || (next[k] == best && next[k] != std::string_view::npos &&
+                               specials_[k].size() > specials_[which].size())) {
+          best = next[k];
+          which = k;
+        }
+      }
+      if (best == std::string_view::npos) break;
+      if (best > pos) on_text(pos, best);
+      on_special(which);
+      pos = best + specials_[which].size();
+    }
+    if (pos < n) on_text(pos, n);
+  }
+
+ private:
+  std::vector<std::string> specials_;
+};
+
+}  // namespace seqpack

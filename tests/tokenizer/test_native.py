@@ -1,0 +1,172 @@
+"""The compiled core (csrc/, ``seqpack._native``) against the Python references."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqpack import _native
+from seqpack.tokenizer import Tokenizer
+from seqpack.tokenizer.pretokenize import count_words, split_words
+
+EOT = "<|endoftext|>"
+
+# characters at the pattern's edges: the apostrophe forms, the optional space, whitespace
+# that is (U+00A0, U+3000, U+2028) and is not (U+001C..U+001F: str.isspace but not \s)
+_EDGES = list("'sdmtlvre \t\n\r\x0b\x0c\x1c\x1f\u00a0\u3000\u2028\u2029\u200b\u0085") + [
+    "a", "Z", "é", "日", "٣", "Ⅷ", "½", "5", "!", "😀", "\u0301", "_", "-", "ß",
+]
+_edge_text = st.lists(st.sampled_from(_EDGES), max_size=60).map("".join)
+_any_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=80)
+
+
+def test_character_classes_equal_the_regex_module_at_every_code_point():
+    table = _native.class_table()  # (0x110000,) uint8
+    chars = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+    want = np.zeros(0x110000, np.uint8)
+    for value, pattern in ((1, r"\p{L}"), (2, r"\p{N}"), (3, r"\s")):
+        for m in regex.finditer(pattern, chars):
+            want[ord(m.group())] = value
+    bad = np.nonzero(table != want)[0]
+    assert bad.size == 0, (
+        f"{bad.size} code points differ from the installed regex module (first U+{bad[0]:04X}); "
+        "regenerate csrc/unicode_tables.h with csrc/gen_unicode_tables.py"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("Hello, world!  ", ["Hello", ",", " world", "!", "  "]),
+        ("a  b", ["a", " ", " b"]),  # \s+(?!\S): the run less its last char
+        ("it's 'll'LL", ["it", "'s", " '", "ll", "'", "LL"]),
+        ("x\n\n y", ["x", "\n\n", " y"]),
+        ("12 ab٣", ["12", " ab", "٣"]),
+        (" ", [" "]),
+        ("", []),
+    ],
+)
+def test_scanner_goldens(text, words):
+    assert _native.split_words(text) == words == split_words(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=_edge_text | _any_text)
+def test_scanner_equals_the_regex(text):
+    assert _native.split_words(text) == split_words(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=40) | _any_text.map(lambda t: t.encode("utf-8") + b"\xed\xa0\x80"))
+def test_utf8_validation_reports_where_python_does(data):
+    try:
+        data.decode("utf-8")
+        want = -1
+    except UnicodeDecodeError as e:
+        want = e.start
+    assert _native.utf8_error(data) == want
+
+
+def _random_tokenizer(rng: random.Random, alphabet: bytes, n_merges: int, *, shuffle: bool) -> Tokenizer:
+    """Random merges over ``alphabet``; ``shuffle`` puts later tokens' merges before their parts'."""
+    toks = [bytes([c]) for c in alphabet]
+    merges = []
+    for _ in range(n_merges):
+        a, b = rng.choice(toks), rng.choice(toks)
+        if a + b not in toks:
+            toks.append(a + b)
+            merges.append((a, b))
+    if shuffle:
+        rng.shuffle(merges)
+    vocab = {i: bytes([i]) for i in range(256)}
+    for t in toks:
+        if len(t) > 1:
+            vocab[len(vocab)] = t
+    return Tokenizer(vocab, merges, [EOT])
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), shuffle=st.booleans(), text=st.lists(st.sampled_from(["a", "b", "ab", " ", "1", EOT]), max_size=400).map("".join))
+def test_encoder_equals_the_reference_for_any_merge_order(seed, shuffle, text):
+    # long words (> 64 bytes) take the heap path, short ones the scan; shuffled merges
+    # make pairs formed during one rank's pass rank lower than it (the deferral case)
+    tok = _random_tokenizer(random.Random(seed), b"ab1 ", 30, shuffle=shuffle)
+    assert tok.encode(text) == tok.encode_reference(text)
+
+
+def test_pairs_formed_during_a_rank_wait_for_it_to_finish():
+    # (ab, a) ranks before (a, b): the reference merges every (a, b) first -> [ab, ab];
+    # merging (ab, a) as soon as it forms would give [aba, b]
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"aba"}
+    tok = Tokenizer(vocab, [(b"ab", b"a"), (b"a", b"b")])
+    assert tok.encode_reference("abab") == [256, 256]
+    assert tok.native.bpe_with(b"abab", True) == [256, 256] == tok.native.bpe_with(b"abab", False)
+    assert tok.encode("ab" * 100) == [256] * 100  # the heap path (> 64 bytes)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 10**6))
+def test_heap_and_scan_rules_agree(seed):
+    rng = random.Random(seed)
+    tok = _random_tokenizer(rng, bytes(range(4)), 40, shuffle=seed % 2 == 0)
+    for _ in range(10):
+        word = bytes(rng.randrange(4) for _ in range(rng.randrange(300)))
+        assert tok.native.bpe_with(word, True) == tok.native.bpe_with(word, False)
+
+
+def test_encode_batch_on_threads_equals_encode(gpt2_or_small):
+    tok = gpt2_or_small
+    rng = random.Random(0)
+    pieces = ["The ", "quick ", "brown ", "fox's ", "  ", "\n", "日本語 ", "123", EOT, "!!", "é"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 300))) for _ in range(200)]
+    want = [tok.encode_reference(t) for t in texts]
+    for threads in (1, 2, 3, 8):
+        tok.clear_cache()
+        ids, offsets = tok.native.encode_batch(texts, threads)
+        assert offsets[0] == 0 and offsets[-1] == ids.size
+        got = [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(texts))]
+        assert got == want
+    assert tok.encode_batch(texts, workers=2) == want == tok.encode_batch(texts, backend="python")
+
+
+def test_unencodable_text_raises_like_python():
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    with pytest.raises(UnicodeEncodeError):
+        tok.encode("a\ud800b")
+    with pytest.raises(TypeError, match="str"):
+        tok.native.encode_batch(["a", b"b"], 1)
+
+
+def test_tokenizer_pickles_without_its_native_encoder():
+    import pickle
+
+    tok = _random_tokenizer(random.Random(1), b"ab", 5, shuffle=False)
+    tok.encode("abab")
+    back = pickle.loads(pickle.dumps(tok))
+    assert back.encode("abab ba") == tok.encode("abab ba")
+
+
+@settings(max_examples=100, deadline=None)
+@given(docs=st.lists(_edge_text | _any_text, max_size=5))
+def test_counter_equals_count_words(docs):
+    counter = _native.WordCounter([EOT.encode()])
+    counter.add_texts(docs)
+    blob, offsets, counts = counter.to_arrays()
+    data = blob.tobytes()
+    got = {data[offsets[i] : offsets[i + 1]].decode(): int(counts[i]) for i in range(len(counts))}
+    assert got == count_words(docs, special_tokens=[EOT])
+    assert counter.total == sum(got.values())
+
+
+@pytest.fixture(scope="module")
+def gpt2_or_small() -> Tokenizer:
+    from seqpack.tokenizer import BPEConfig, train_bpe_corpus
+
+    docs = ["the quick brown fox's tail, 123 日本語 " * 30, "héllo wörld!!  \n\n"] * 3
+    r = train_bpe_corpus(documents=docs, config=BPEConfig(vocab_size=300, special_tokens=(EOT,), workers=1))
+    return Tokenizer(r.vocab, r.merges, [EOT])
