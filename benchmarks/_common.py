@@ -62,3 +62,48 @@ def wikipedia_lengths(n: int, rng: np.random.Generator) -> np.ndarray:
 
     h = builtin_histogram("wikipedia").astype(np.float64)
     return rng.choice(np.arange(1, h.size + 1), size=n, p=h / h.sum())
+
+
+def generated_corpus(megabytes: int = 200, *, seed: int = 0) -> Path:
+    """A ``megabytes`` MB corpus with a varied vocabulary, written once to the temp dir.
+
+    400,000 distinct synthetic words (syllables, some capitalised, some with accents,
+    Greek or CJK, numbers of 1-6 digits), drawn Zipf-like (rank^-1.1), with punctuation,
+    in paragraphs of 20-400 words separated by blank lines. Deterministic for a seed.
+    """
+    out = Path(tempfile.gettempdir()) / f"seqpack-generated-{megabytes}mb-{seed}.txt"
+    if out.exists() and out.stat().st_size >= megabytes * 10**6:
+        return out
+    rng = np.random.default_rng(seed)
+    syll = ["ka", "to", "ri", "men", "sa", "lo", "vel", "qu", "an", "tor", "é", "ü", "ß", "pre",
+            "st", "ing", "ion", "er", "y", "ch", "ou", "ä", "ñ", "ph", "th", "gr", "ble", "ous"]
+    greek, cjk = "αβγδεζηθικλμνξοπρστυφχψω", "的一是不了人我在有他这中大来上国个到说们为子和地出道"
+    words = []
+    for i in range(400_000):
+        kind = rng.random()
+        if kind < 0.05:
+            words.append(str(rng.integers(0, 10 ** rng.integers(1, 7))))
+        elif kind < 0.08:
+            words.append("".join(rng.choice(list(greek), rng.integers(2, 9))))
+        elif kind < 0.10:
+            words.append("".join(rng.choice(list(cjk), rng.integers(1, 5))))
+        else:
+            w = "".join(rng.choice(syll, rng.integers(1, 5)))
+            words.append(w.capitalize() if rng.random() < 0.15 else w)
+    words_arr = np.array(words, dtype=object)
+    p = 1.0 / np.arange(1, len(words) + 1) ** 1.1
+    p /= p.sum()
+    punct = np.array(["", "", "", "", "", "", ",", ".", ";", "!", "?", "'s", ":"], dtype=object)
+    written = 0
+    with open(out.with_suffix(".tmp"), "w", encoding="utf-8") as f:
+        while written < megabytes * 10**6:
+            n = 200_000
+            toks = words_arr[rng.choice(len(words), n, p=p)] + punct[rng.integers(0, len(punct), n)]
+            cuts = np.cumsum(rng.integers(20, 400, n // 20))
+            cuts = cuts[cuts < n]
+            paras = [" ".join(part) for part in np.split(toks, cuts)]
+            block = "\n\n".join(paras) + "\n\n"
+            f.write(block)
+            written += len(block.encode("utf-8"))
+    out.with_suffix(".tmp").rename(out)
+    return out

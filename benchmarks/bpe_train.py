@@ -1,85 +1,128 @@
-"""BPE training: seqpack vs HF tokenizers, whole-process wall time, side by side.
+"""BPE training, whole process, side by side: seqpack vs rustbpe vs HF tokenizers.
 
-Shakespeare (42 works joined in sorted name order with <|endoftext|>), vocab 10,000,
-special token <|endoftext|>. Each run is a fresh interpreter (start-up, imports
-and JIT included), alternating seqpack and HF; we report medians over --runs.
-The numba cache is warmed by one untimed run; --cold also times a run with an
-empty numba cache (compilation included).
+Corpora: Shakespeare (42 works joined with <|endoftext|>, 5 MB) and a generated
+200 MB corpus with a varied vocabulary (``_common.generated_corpus``). Each run is a
+fresh interpreter (start-up and imports included); the three trainers alternate and we
+report medians over --runs, seqpack's pre-tokenize and merge times separately, and peak
+memory (ru_maxrss). Every trainer gets the GPT-2 pattern and the same number of merges
+(rustbpe has no special tokens: it gets the documents split at <|endoftext|>, or the
+file's lines). Also: the CS336 speed case (corpus.en, vocab 500, a new process).
 
-    python benchmarks/bpe_train.py [--runs 5] [--cold] [--json]
+    python benchmarks/bpe_train.py [--runs 5] [--big-runs 3] [--big-mb 200] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-import tempfile
 
-from _common import EOT, PEAK_MB, median, run_child, shakespeare_file
+from _common import EOT, PEAK_MB, SHARED, generated_corpus, median, run_child, shakespeare_file
 
 SEQPACK = PEAK_MB + """
-import json, time
+import json
 from seqpack.tokenizer import BPEConfig, train_bpe_corpus
-r = train_bpe_corpus([{path!r}], config=BPEConfig(vocab_size={vocab}, special_tokens=({eot!r},)))
+r = train_bpe_corpus([{path!r}], config=BPEConfig(vocab_size={vocab}, special_tokens={specials!r}))
 print(json.dumps({{"vocab": len(r.vocab), "pretokenize": r.pretokenize_seconds,
                   "merges": r.merge_seconds, "peak_mb": peak_mb()}}))
+"""
+
+RUSTBPE = PEAK_MB + """
+import json, rustbpe
+from seqpack.tokenizer.pretokenize import GPT2_PATTERN
+def docs():
+    if {specials!r}:
+        with open({path!r}, encoding="utf-8") as f:
+            yield from f.read().split({eot!r})
+    else:
+        with open({path!r}, encoding="utf-8") as f:
+            yield from f
+tok = rustbpe.Tokenizer()
+tok.train_from_iterator(docs(), {vocab} - len({specials!r}), pattern=GPT2_PATTERN)
+print(json.dumps({{"vocab": tok.vocab_size + len({specials!r}), "peak_mb": peak_mb()}}))
 """
 
 HF = PEAK_MB + """
 import json
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 tok = Tokenizer(models.BPE())
-tok.pre_tokenizer = pre_tokenizers.Sequence([
-    pre_tokenizers.Split({eot!r}, "removed"),
-    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
-trainer = trainers.BpeTrainer(vocab_size={vocab}, special_tokens=[{eot!r}], show_progress=False)
+pre = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+if {specials!r}:
+    pre.insert(0, pre_tokenizers.Split({eot!r}, "removed"))
+tok.pre_tokenizer = pre_tokenizers.Sequence(pre)
+trainer = trainers.BpeTrainer(vocab_size={vocab}, special_tokens=list({specials!r}), show_progress=False)
 tok.train([{path!r}], trainer)
 print(json.dumps({{"vocab": tok.get_vocab_size(), "peak_mb": peak_mb()}}))
 """
+
+CS336 = """
+import json, time
+t0 = time.perf_counter()
+from seqpack.tokenizer import train_bpe
+vocab, merges = train_bpe({path!r}, 500, [{eot!r}])
+print(json.dumps({{"in_process": time.perf_counter() - t0, "vocab": len(vocab)}}))
+"""
+
+
+def compare(name: str, path: str, vocab: int, specials: tuple[str, ...], runs: int) -> dict:
+    fill = {"path": path, "vocab": vocab, "specials": specials, "eot": EOT}
+    code = {"seqpack": SEQPACK.format(**fill), "rustbpe": RUSTBPE.format(**fill), "hf": HF.format(**fill)}
+    res: dict[str, list[dict]] = {k: [] for k in code}
+    for i in range(runs):
+        order = list(code) if i % 2 == 0 else list(reversed(code))
+        for k in order:
+            res[k].append(run_child(code[k]))
+    out = {"corpus": name, "bytes": os.path.getsize(path), "vocab_size": vocab, "runs": runs}
+    for k, rs in res.items():
+        assert rs[0]["vocab"] == vocab, (k, rs[0]["vocab"])
+        out[f"{k}_wall"] = round(median([r["wall"] for r in rs]), 3)
+        out[f"{k}_walls"] = [round(r["wall"], 3) for r in rs]
+        out[f"{k}_peak_mb"] = max(r["peak_mb"] for r in rs)
+    out["seqpack_pretokenize"] = round(median([r["pretokenize"] for r in res["seqpack"]]), 3)
+    out["seqpack_merges"] = round(median([r["merges"] for r in res["seqpack"]]), 3)
+    out["seqpack_over_rustbpe"] = round(out["seqpack_wall"] / out["rustbpe_wall"], 3)
+    out["seqpack_over_hf"] = round(out["seqpack_wall"] / out["hf_wall"], 3)
+    out["peak_over_hf"] = round(out["seqpack_peak_mb"] / out["hf_peak_mb"], 2)
+    return out
+
+
+def show(r: dict) -> None:
+    print(f"{r['corpus']}: {r['bytes'] / 1e6:.1f} MB, vocab {r['vocab_size']}, median of {r['runs']} runs")
+    print(f"  seqpack  {r['seqpack_wall']:.3f} s  (pre-tokenize {r['seqpack_pretokenize']:.3f} s, "
+          f"merges {r['seqpack_merges']:.3f} s)  peak {r['seqpack_peak_mb']} MB")
+    print(f"  rustbpe  {r['rustbpe_wall']:.3f} s  peak {r['rustbpe_peak_mb']} MB")
+    print(f"  HF       {r['hf_wall']:.3f} s  peak {r['hf_peak_mb']} MB")
+    print(f"  seqpack / rustbpe = {r['seqpack_over_rustbpe']:.3f}; seqpack / HF = {r['seqpack_over_hf']:.3f}; "
+          f"peak / HF's = {r['peak_over_hf']}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--big-runs", type=int, default=3)
+    ap.add_argument("--big-mb", type=int, default=200, help="0 skips the generated corpus")
     ap.add_argument("--vocab-size", type=int, default=10_000)
-    ap.add_argument("--cold", action="store_true", help="also time one run with an empty numba cache")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    path = str(shakespeare_file())
-    fill = {"path": path, "vocab": args.vocab_size, "eot": EOT}
-    seq_code, hf_code = SEQPACK.format(**fill), HF.format(**fill)
-    out: dict = {"corpus_bytes": __import__("os").path.getsize(path), "vocab_size": args.vocab_size}
-    if args.cold:
-        cold = run_child(seq_code, env={"NUMBA_CACHE_DIR": tempfile.mkdtemp()})
-        out["seqpack_cold_wall"] = round(cold["wall"], 3)
-    run_child(seq_code)  # warm the numba cache (untimed)
-    seq, hf = [], []
-    for _ in range(args.runs):
-        seq.append(run_child(seq_code))
-        hf.append(run_child(hf_code))
-    out.update(
-        seqpack_wall=round(median([r["wall"] for r in seq]), 3),
-        hf_wall=round(median([r["wall"] for r in hf]), 3),
-        seqpack_pretokenize=round(median([r["pretokenize"] for r in seq]), 3),
-        seqpack_merges=round(median([r["merges"] for r in seq]), 3),
-        seqpack_peak_mb=max(r["peak_mb"] for r in seq),
-        hf_peak_mb=max(r["peak_mb"] for r in hf),
-        seqpack_walls=[round(r["wall"], 3) for r in seq],
-        hf_walls=[round(r["wall"], 3) for r in hf],
-        runs=args.runs,
-    )
-    out["ratio"] = round(out["seqpack_wall"] / out["hf_wall"], 3)
-    assert seq[0]["vocab"] == hf[0]["vocab"] == args.vocab_size
+    results = [compare("shakespeare", str(shakespeare_file()), args.vocab_size, (EOT,), args.runs)]
+    if args.big_mb:
+        big = str(generated_corpus(args.big_mb))
+        results.append(compare(f"generated-{args.big_mb}mb", big, args.vocab_size, (), args.big_runs))
+    corpus_en = str(SHARED / "cs336" / "corpus.en")
+    cs = [run_child(CS336.format(path=corpus_en, eot=EOT)) for _ in range(args.runs)]
+    speed = {"corpus": "cs336 corpus.en, vocab 500, new process",
+             "wall": round(median([r["wall"] for r in cs]), 3),
+             "in_process": round(median([r["in_process"] for r in cs]), 3),
+             "walls": [round(r["wall"], 3) for r in cs]}
+    results.append(speed)
     if args.json:
-        print(json.dumps(out))
+        print(json.dumps(results))
         return
-    print(f"corpus: Shakespeare, {out['corpus_bytes'] / 1e6:.2f} MB; vocab {args.vocab_size}; median of {args.runs} runs")
-    print(f"  seqpack  {out['seqpack_wall']:.3f} s  (pre-tokenize {out['seqpack_pretokenize']:.3f} s, merges {out['seqpack_merges']:.3f} s, peak {out['seqpack_peak_mb']} MB)")
-    print(f"  HF       {out['hf_wall']:.3f} s  (peak {out['hf_peak_mb']} MB)")
-    print(f"  seqpack / HF = {out['ratio']:.3f}")
-    if "seqpack_cold_wall" in out:
-        print(f"  seqpack, empty numba cache (compiles): {out['seqpack_cold_wall']:.3f} s")
+    for r in results[:-1]:
+        show(r)
+    print(f"CS336 speed case (limit 1.5 s): {speed['wall']:.3f} s whole process "
+          f"({speed['in_process']:.3f} s from import to result)")
 
 
 if __name__ == "__main__":

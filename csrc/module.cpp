@@ -113,12 +113,16 @@ class Encoder {
       py::gil_scoped_release nogil;
       auto work = [&](size_t c) {
         auto cache = pool_.take();
-        std::vector<uint32_t> scratch;
+        // thread-local output (ids[c] side by side would share cache lines between threads)
+        std::vector<uint32_t> out, scratch;
+        std::vector<int64_t> lens(cuts[c + 1] - cuts[c]);
         for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
-          const size_t before = ids[c].size();
-          core_.encode(views[i].data, views[i].size, *cache, ids[c], scratch);
-          lengths[i] = static_cast<int64_t>(ids[c].size() - before);
+          const size_t before = out.size();
+          core_.encode(views[i].data, views[i].size, *cache, out, scratch);
+          lens[i - cuts[c]] = static_cast<int64_t>(out.size() - before);
         }
+        std::copy(lens.begin(), lens.end(), lengths.begin() + cuts[c]);
+        ids[c] = std::move(out);
         pool_.give(std::move(cache));
       };
       std::vector<std::thread> pool;

@@ -25,12 +25,13 @@ def build_store(
 ) -> TokenStore:
     """Encode ``documents`` with ``tokenizer`` and write a store at ``out``.
 
-    Documents stream through :func:`seqpack.tokenizer.fast.encode_documents`
-    (``workers`` processes, reading a bounded window ahead), and each one's ids go
-    straight to disk, so memory stays bounded whatever the corpus size.
+    Documents stream through :func:`seqpack.tokenizer.fast.encode_batches`
+    (the compiled encoder on ``workers`` threads, one batch of about ``batch_chars``
+    characters at a time), and each batch's ids go straight to disk, so memory stays
+    bounded whatever the corpus size.
     ``meta.json`` records the input bytes and the encode time (``mb_per_s``).
     """
-    from seqpack.tokenizer.fast import choose_workers, encode_documents
+    from seqpack.tokenizer.fast import choose_workers, encode_batches
 
     workers = choose_workers(documents, workers)  # decided before the counting wrapper hides the list
     counted = _CountingIter(documents)
@@ -38,8 +39,8 @@ def build_store(
     with StoreWriter(
         out, vocab_size=tokenizer.vocab_size, tokenizer_hash=tokenizer.fingerprint(), overwrite=overwrite
     ) as w:
-        for ids in encode_documents(tokenizer, counted, workers=workers, batch_chars=batch_chars):
-            w.add(ids)
+        for ids, offsets in encode_batches(tokenizer, counted, workers=workers, batch_chars=batch_chars):
+            w.add_batch(ids, offsets)
         seconds = time.perf_counter() - t0
         w.extra.update(_stats(counted.chars, counted.bytes, seconds, source))
     return TokenStore(out)

@@ -94,6 +94,34 @@ class StoreWriter:
         if len(self._pending) >= _FLUSH_OFFSETS:
             self._flush()
 
+    def add_batch(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        """Append many documents at once: document ``i`` is ``ids[offsets[i]:offsets[i + 1]]``.
+
+        Same result as :meth:`add` per document, with one write per batch.
+        """
+        if self._stack is None:
+            raise RuntimeError("use StoreWriter as a context manager: with StoreWriter(...) as w")
+        ids = np.asarray(ids)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu" or offsets.ndim != 1 or offsets.size == 0:
+            raise TypeError("add_batch takes 1-D integer ids and 1-D offsets (one more than documents)")
+        if offsets[0] != 0 or offsets[-1] != ids.size or np.any(np.diff(offsets) < 0):
+            raise ValueError("offsets must rise from 0 to len(ids)")
+        lengths = np.diff(offsets)
+        kept = lengths[lengths > 0]
+        self.empty_documents += int(lengths.size - kept.size)
+        if kept.size == 0:
+            return
+        if int(ids.max()) >= self.vocab_size or int(ids.min()) < 0:
+            raise ValueError(f"a document from {self.num_documents} on has ids outside 0..{self.vocab_size - 1}")
+        self._tokens.write(ids.astype(self.dtype, copy=False).tobytes())
+        self._pending.extend((self.num_tokens + np.cumsum(kept)).tolist())
+        self.num_tokens += int(ids.size)
+        self.num_documents += int(kept.size)
+        self.max_length = max(self.max_length, int(kept.max()))
+        if len(self._pending) >= _FLUSH_OFFSETS:
+            self._flush()
+
     def _flush(self) -> None:
         self._offsets.write(np.asarray(self._pending, dtype=np.int64).tobytes())
         self._pending.clear()

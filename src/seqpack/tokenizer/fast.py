@@ -31,6 +31,23 @@ def choose_workers(documents: Iterable[str], workers: int | None) -> int:
     return workers or default_workers()
 
 
+def encode_batches(
+    tok: Tokenizer,
+    documents: Iterable[str],
+    *,
+    workers: int | None = None,
+    batch_chars: int = 1 << 20,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield ``(ids, offsets)`` per batch: document ``i`` of the batch is ``ids[offsets[i]:offsets[i + 1]]``.
+
+    ``ids`` is ``uint32``, ``offsets`` ``int64``; batches come in input order.
+    """
+    threads = choose_workers(documents, workers)
+    encoder = tok.native
+    for chunk in doc_chunks(documents, batch_chars):
+        yield encoder.encode_batch(chunk.documents, threads)
+
+
 def encode_documents(
     tok: Tokenizer,
     documents: Iterable[str],
@@ -39,10 +56,7 @@ def encode_documents(
     batch_chars: int = 1 << 20,
 ) -> Iterator[np.ndarray]:
     """Yield each document's ids as a ``uint32`` array, in input order."""
-    threads = choose_workers(documents, workers)
-    encoder = tok.native
-    for chunk in doc_chunks(documents, batch_chars):
-        ids, offsets = encoder.encode_batch(chunk.documents, threads)
+    for ids, offsets in encode_batches(tok, documents, workers=workers, batch_chars=batch_chars):
         bounds = offsets.tolist()
-        for i in range(len(chunk.documents)):
+        for i in range(len(bounds) - 1):
             yield ids[bounds[i] : bounds[i + 1]]
