@@ -1,7 +1,7 @@
 """Packing plans and assignment on the BERT Wikipedia histogram (issue 3 goals), plus other shapes.
 
 Run: .venv/bin/python benchmarks/plan.py [--quick]
-Prints medians of several runs (after one warm-up run, so numba's cache and HiGHS are loaded).
+Prints medians of several runs (after one warm-up run, so HiGHS is loaded).
 """
 
 from __future__ import annotations

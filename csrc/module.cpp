@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "encode.h"
+#include "packing.h"
 #include "train.h"
 
 namespace py = pybind11;
@@ -272,10 +273,90 @@ py::tuple merge_loop(py::array_t<uint8_t, py::array::c_style> blob,
   return py::make_tuple(to_array(left), to_array(right));
 }
 
+// ------------------------------------------------------------------------------- packing
+using I64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+using F64 = py::array_t<double, py::array::c_style | py::array::forcecast>;
+
+py::tuple price_packs_py(I64 lengths, F64 values, int64_t cap, int64_t depth) {
+  const int64_t n = lengths.size();
+  if (values.size() != n) throw py::value_error("one value per length");
+  Pricing r;
+  {
+    py::gil_scoped_release nogil;
+    r = price_packs(lengths.data(), values.data(), n, cap, depth);
+  }
+  py::array_t<double> row_values(n + 1);
+  std::memcpy(row_values.mutable_data(), r.row_values.data(), (n + 1) * sizeof(double));
+  py::array_t<int64_t> patterns({n + 1, n});
+  if (n) std::memcpy(patterns.mutable_data(), r.patterns.data(), r.patterns.size() * sizeof(int64_t));
+  return py::make_tuple(row_values, patterns);
+}
+
+void check_out(const py::array& out, const char* name) {
+  if (out.ndim() != 2 || !(out.flags() & py::array::c_style) || !out.writeable()) {
+    throw py::value_error(std::string(name) + " must be a writeable 2-D C-contiguous array");
+  }
+}
+
+void scatter_rows_py(py::array src, I64 seq_off, I64 order, I64 pack_off, py::array out,
+                     py::array pad, int threads) {
+  check_out(out, "out");
+  if (!(src.flags() & py::array::c_style) || !src.dtype().is(out.dtype()) ||
+      !pad.dtype().is(out.dtype()) || pad.size() != 1) {
+    throw py::value_error("src, out and pad must share one dtype (src contiguous, pad one item)");
+  }
+  const int64_t packs = out.shape(0), width = out.shape(1);
+  if (pack_off.size() != packs + 1) throw py::value_error("pack_off must have packs + 1 entries");
+  const auto* s = static_cast<const uint8_t*>(src.data());
+  const auto* pd = static_cast<const uint8_t*>(pad.data());
+  auto* o = static_cast<uint8_t*>(out.mutable_data());
+  const size_t itemsize = static_cast<size_t>(out.itemsize());
+  py::gil_scoped_release nogil;
+  scatter_rows(s, seq_off.data(), order.data(), pack_off.data(), packs, width, itemsize, pd, o,
+               threads);
+}
+
+template <class S>
+void seg_pos_with(const int64_t* lengths, const int64_t* order, const int64_t* pack_off,
+                  int64_t packs, int64_t width, int64_t offset, void* seg, py::array& pos,
+                  int threads) {
+  void* p = pos.mutable_data();
+  switch (pos.itemsize()) {
+    case 1: return segments_positions(lengths, order, pack_off, packs, width, offset, static_cast<S*>(seg), static_cast<uint8_t*>(p), threads);
+    case 2: return segments_positions(lengths, order, pack_off, packs, width, offset, static_cast<S*>(seg), static_cast<uint16_t*>(p), threads);
+    case 4: return segments_positions(lengths, order, pack_off, packs, width, offset, static_cast<S*>(seg), static_cast<uint32_t*>(p), threads);
+    default: return segments_positions(lengths, order, pack_off, packs, width, offset, static_cast<S*>(seg), static_cast<uint64_t*>(p), threads);
+  }
+}
+
+void segments_positions_py(I64 lengths, I64 order, I64 pack_off, py::array seg, py::array pos,
+                           int64_t offset, int threads) {
+  check_out(seg, "seg");
+  check_out(pos, "pos");
+  for (const py::array* a : {&seg, &pos}) {
+    const char kind = a->dtype().kind();
+    if ((kind != 'u' && kind != 'i') || a->shape(0) != seg.shape(0) || a->shape(1) != seg.shape(1)) {
+      throw py::value_error("seg and pos must be integer arrays of one shape");
+    }
+  }
+  const int64_t packs = seg.shape(0), width = seg.shape(1);
+  if (pack_off.size() != packs + 1) throw py::value_error("pack_off must have packs + 1 entries");
+  void* s = seg.mutable_data();
+  pos.mutable_data();  // check writeable while holding the GIL
+  py::gil_scoped_release nogil;
+  const int64_t *l = lengths.data(), *o = order.data(), *po = pack_off.data();
+  switch (seg.itemsize()) {
+    case 1: return seg_pos_with<uint8_t>(l, o, po, packs, width, offset, s, pos, threads);
+    case 2: return seg_pos_with<uint16_t>(l, o, po, packs, width, offset, s, pos, threads);
+    case 4: return seg_pos_with<uint32_t>(l, o, po, packs, width, offset, s, pos, threads);
+    default: return seg_pos_with<uint64_t>(l, o, po, packs, width, offset, s, pos, threads);
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
-  m.doc() = "seqpack's compiled core: GPT-2 pre-tokenizer, BPE encoder, BPE trainer.";
+  m.doc() = "seqpack's compiled core: GPT-2 pre-tokenizer, BPE encoder and trainer, packing kernels.";
   py::class_<Encoder>(m, "Encoder")
       .def(py::init<std::vector<uint32_t>, std::vector<uint32_t>, std::vector<uint32_t>,
                     std::vector<uint32_t>, const std::vector<py::bytes>&, std::vector<uint32_t>>(),
@@ -300,4 +381,11 @@ PYBIND11_MODULE(_native, m) {
   m.def("split_words", &split_words_py, py::arg("text"));
   m.def("utf8_error", &utf8_error_py, py::arg("data"));
   m.def("class_table", &class_table);
+  m.def("price_packs", &price_packs_py, py::arg("lengths"), py::arg("values"), py::arg("cap"),
+        py::arg("depth"));
+  m.def("scatter_rows", &scatter_rows_py, py::arg("src"), py::arg("seq_off"), py::arg("order"),
+        py::arg("pack_off"), py::arg("out"), py::arg("pad"), py::arg("threads"));
+  m.def("segments_positions", &segments_positions_py, py::arg("lengths"), py::arg("order"),
+        py::arg("pack_off"), py::arg("seg"), py::arg("pos"), py::arg("offset"),
+        py::arg("threads"));
 }

@@ -11,6 +11,9 @@ from seqpack.cli.args import max_len as _max_len
 from seqpack.cli.args import positive_int as _positive_int
 
 
+NAME = "bench"
+HELP = "padded vs packed training throughput, side by side"
+
 def add_parser(sub: Any) -> None:
     from seqpack.nn.attention import BACKENDS
     from seqpack.nn.models.common import SIZES
@@ -18,7 +21,7 @@ def add_parser(sub: Any) -> None:
 
     pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
     p = sub.add_parser(
-        "bench", help="padded vs packed training throughput, side by side",
+        NAME, help=HELP,
         description="Time forward+backward steps of the same model on padded rows and on packed rows of "
         "lengths drawn from a histogram; report sequences/s, real tokens/s, the realised and the theoretical "
         "speed-up (packing factor) and the overhead (paper Table 1).",

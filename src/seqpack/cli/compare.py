@@ -10,9 +10,12 @@ from seqpack.cli.args import positive_int as _positive_int
 from seqpack.cli.train import add_training_options, config_from_args
 
 
+NAME = "compare"
+HELP = "train padded and packed on the same sequences; plot eval loss"
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
-        "compare", help="train padded and packed on the same sequences; plot eval loss",
+        NAME, help=HELP,
         description="Train the padded baseline, then the packed run (by default with as many sequences per step: "
         "--match sequences), for the same number of training sequences; write OUT/{padded,packed}/, "
         "OUT/compare.png (eval loss vs sequences seen and vs time) and OUT/compare.json.",

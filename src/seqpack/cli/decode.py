@@ -7,6 +7,9 @@ import sys
 from typing import Any
 
 
+NAME = "decode"
+HELP = "token ids -> text"
+
 def parse_ids(text: str, source: str) -> list[int]:
     ids = []
     for n, word in enumerate(text.split(), start=1):
@@ -18,7 +21,8 @@ def parse_ids(text: str, source: str) -> list[int]:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("decode", help="token ids -> text", description="Decode whitespace-separated token ids (FILE or stdin) to text.")
+    p = sub.add_parser(
+        NAME, help=HELP, description="Decode whitespace-separated token ids (FILE or stdin) to text.")
     p.add_argument("file", nargs="?", help="file of ids (default: stdin)")
     p.add_argument("--tokenizer", required=True, help="directory written by train-tokenizer")
     p.set_defaults(handler=run)

@@ -7,8 +7,12 @@ import json
 from typing import Any
 
 
+NAME = "demo"
+HELP = "run the pipeline on the built-in corpus"
+
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help="run the pipeline on the built-in corpus", description="Run the seqpack pipeline end to end on the built-in Python-documentation corpus (or --corpus files).")
+    p = sub.add_parser(
+        NAME, help=HELP, description="Run the seqpack pipeline end to end on the built-in Python-documentation corpus (or --corpus files).")
     p.add_argument("--corpus", nargs="+", default=[], metavar="PATH", help="your own text/.jsonl/.parquet files")
     p.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
     p.add_argument("--vocab-size", type=int, default=8192)

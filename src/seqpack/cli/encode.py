@@ -7,8 +7,12 @@ import sys
 from typing import Any
 
 
+NAME = "encode"
+HELP = "text -> token ids"
+
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("encode", help="text -> token ids", description="Encode text (FILE or stdin) to token ids, printed space-separated.")
+    p = sub.add_parser(
+        NAME, help=HELP, description="Encode text (FILE or stdin) to token ids, printed space-separated.")
     p.add_argument("file", nargs="?", help="input text file (default: stdin)")
     p.add_argument("--tokenizer", required=True, help="directory written by train-tokenizer")
     p.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8 handling")

@@ -21,14 +21,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"seqpack: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``command``, only that subcommand's options are built.
+
+    Every subcommand is listed either way, but building the options of some (``train``,
+    ``bench``) imports torch; ``seqpack tokenize`` should not pay for that.
+    """
     from seqpack import __version__
 
     parser = _Parser(prog="seqpack", description="Remove padding from transformer training.")
     parser.add_argument("--version", action="version", version=f"seqpack {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in _COMMANDS:
-        module.add_parser(sub)
+        if command is None or module.NAME == command:
+            module.add_parser(sub)
+        else:
+            sub.add_parser(module.NAME, help=module.HELP)
     return parser
 
 
@@ -37,7 +45,9 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):  #
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), "")
+    args = build_parser(command).parse_args(argv)
     warnings.showwarning = _show_warning
     try:
         return int(args.handler(args) or 0)

@@ -9,6 +9,9 @@ from typing import Any
 from seqpack.cli.args import default_of, depth, max_len, nonneg, option_name, positive_int
 
 
+NAME = "pack"
+HELP = "token store or labelled examples -> packed dataset"
+
 def task_option_fields() -> dict[str, list[tuple[str, Any]]]:
     """Every task option name -> ``(task, dataclass field)`` of each task that has it."""
     import dataclasses
@@ -41,7 +44,7 @@ def add_parser(sub: Any) -> None:
     from seqpack.tasks import TASKS
 
     p = sub.add_parser(
-        "pack", help="token store or labelled examples -> packed dataset",
+        NAME, help=HELP,
         description="Build a task's sequences and pack them into fixed-shape rows: Parquet shards + "
         "manifest.json. clm/mlm read a token store (seqpack tokenize); classification, multilabel "
         "and qa read .jsonl/.parquet examples.",

@@ -12,10 +12,14 @@ from seqpack.cli.args import depth as _depth
 from seqpack.cli.args import max_len as _max_len
 
 
+NAME = "plan"
+HELP = "pack a length histogram"
+
 def add_parser(sub: Any) -> None:
     from seqpack.packing import ALGORITHMS
 
-    p = sub.add_parser("plan", help="pack a length histogram", description="Plan packs for a length histogram.")
+    p = sub.add_parser(
+        NAME, help=HELP, description="Plan packs for a length histogram.")
     p.add_argument("--histogram", required=True, help=".npy (counts indexed by length-1) or .csv (length,count)")
     p.add_argument("--max-len", required=True, type=_max_len, help="tokens per row")
     p.add_argument("--algorithm", choices=ALGORITHMS, default="best")

@@ -10,8 +10,12 @@ from seqpack.cli.args import MAX_LEN_HINT
 from seqpack.cli.args import max_len as _max_len
 
 
+NAME = "stats"
+HELP = "padding without packing"
+
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("stats", help="padding without packing", description="Sequences, tokens, padding, speed-up bound.")
+    p = sub.add_parser(
+        NAME, help=HELP, description="Sequences, tokens, padding, speed-up bound.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--lengths", help=".npy of sequence lengths (one per sequence)")
     src.add_argument("--histogram", help=".npy (counts indexed by length-1) or .csv (length,count)")

@@ -9,10 +9,12 @@ from typing import Any
 from seqpack.corpus.readers import DEFAULT_SEPARATOR
 
 
+NAME = "tokenize"
+HELP = "corpus -> token store"
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
-        "tokenize",
-        help="corpus -> token store",
+        NAME, help=HELP,
         description="Encode documents into a memory-mapped token store (tokens.bin + offsets.idx + "
         "meta.json). Text files are split at --separator (or per line with --one-per-line); "
         ".jsonl/.parquet give one document per record. With no INPUT, the built-in Python docs.",
@@ -21,7 +23,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tokenizer", required=True, help="directory written by train-tokenizer")
     p.add_argument("--out", required=True, help="store directory to create")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    p.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
+    p.add_argument("--workers", type=int, default=None, help="encoding threads (default: all cores)")
     p.add_argument("--text-field", default="text", help="field of .jsonl/.parquet records")
     p.add_argument("--separator", default=DEFAULT_SEPARATOR, help="document separator in text files")
     p.add_argument("--one-per-line", action="store_true", help="text files hold one document per line")

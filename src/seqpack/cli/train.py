@@ -12,6 +12,9 @@ from seqpack.cli.args import int_at_least as _int_at_least
 from seqpack.cli.args import positive_int as _positive_int
 
 
+NAME = "train"
+HELP = "train BERT/GPT on a packed dataset (or its padded baseline)"
+
 def _betas(text: str) -> tuple[float, float]:
     try:
         b1, b2 = (float(x) for x in text.split(","))
@@ -59,7 +62,7 @@ def add_parser(sub: Any) -> None:
     from seqpack.train.config import MATCH, TrainConfig
 
     p = sub.add_parser(
-        "train", help="train BERT/GPT on a packed dataset (or its padded baseline)",
+        NAME, help=HELP,
         description="Train on a packed dataset; --padded trains on the same sequences one per row. Writes "
         "RUN/config.json, metrics.jsonl, checkpoint.pt and summary.json. Ctrl-C saves a checkpoint; "
         "--resume continues it exactly. Under torchrun each rank takes a share of every batch.",

@@ -9,10 +9,12 @@ from typing import Any
 DEFAULT_SPECIAL = "<|endoftext|>"
 
 
+NAME = "train-tokenizer"
+HELP = "train a byte-level BPE tokenizer"
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
-        "train-tokenizer",
-        help="train a byte-level BPE tokenizer",
+        NAME, help=HELP,
         description="Train a byte-level BPE tokenizer (exact CS336 semantics) and save it. "
         "Text files are read whole; .jsonl/.parquet give one document per record. "
         "With no INPUT, trains on the built-in Python-documentation corpus.",
@@ -25,7 +27,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    p.add_argument("--workers", type=int, default=None, help="processes for pre-tokenization (default: all cores)")
+    p.add_argument("--workers", type=int, default=None, help="threads for pre-tokenization (default: all cores)")
     p.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8 handling")
     p.add_argument("--text-field", default="text", help="field of .jsonl/.parquet records")
     p.add_argument("--json", action="store_true", help="print one JSON object with the results")

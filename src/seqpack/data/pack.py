@@ -107,20 +107,26 @@ def _seq_columns(seqs: Sequences, packing: Packing, depth: int, cols: dict[str, 
 
 
 def materialize(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: int | None = None, position_offset: int = 0) -> dict[str, np.ndarray]:
-    """All columns, built by the numba kernels (packs in parallel)."""
-    from seqpack.data._materialize_numba import scatter_rows, segments_positions
+    """All columns, built by the compiled kernels (``csrc/packing.h``; packs split over threads)."""
+    from seqpack import _native
+    from seqpack._parallel import default_workers
 
     depth = _depth(packing, max_depth)
     dts = _dtypes(seqs, max_len, depth, position_offset)
-    P, order, poff = packing.num_packs, packing.sequence_index, packing.pack_offsets
+    P, threads = packing.num_packs, default_workers()
+    order = np.ascontiguousarray(packing.sequence_index, dtype=np.int64)
+    poff = np.ascontiguousarray(packing.pack_offsets, dtype=np.int64)
+    seq_off = np.ascontiguousarray(seqs.offsets, dtype=np.int64)
     cols: dict[str, np.ndarray] = {}
     for name, src in seqs.token_fields.items():
         out = np.empty((P, max_len), dtype=src.dtype)
-        scatter_rows(src, seqs.offsets, order, poff, out, src.dtype.type(_TOKEN_PAD.get(name, 0)))
+        pad = np.asarray(_TOKEN_PAD.get(name, 0), dtype=src.dtype)
+        _native.scatter_rows(np.ascontiguousarray(src), seq_off, order, poff, out, pad, threads)
         cols[name] = out
     seg = np.empty((P, max_len), dtype=dts["segment_ids"])
     pos = np.empty((P, max_len), dtype=dts["position_ids"])
-    segments_positions(seqs.lengths, order, poff, seg, pos, position_offset)
+    lengths = np.ascontiguousarray(seqs.lengths, dtype=np.int64)
+    _native.segments_positions(lengths, order, poff, seg, pos, position_offset, threads)
     cols["segment_ids"], cols["position_ids"] = seg, pos
     _seq_columns(seqs, packing, depth, cols, dts)
     return cols

@@ -1,4 +1,4 @@
-"""The LP relaxation of packing on a histogram, solved by column generation (scipy HiGHS + numba).
+"""The LP relaxation of packing on a histogram, solved by column generation (scipy HiGHS + compiled pricing).
 
 Gilmore-Gomory: rows are the distinct lengths ``l`` with demand ``d[l]``, columns are packs
 ("patterns", multiplicities of each length, sum <= max_len, at most max_depth items), and
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seqpack.packing._knapsack_numba import price_packs
+from seqpack.packing.pricing import price_packs
 
 REDUCED_COST_TOL = 1e-9
 MAX_ENUMERATED_PAIRS = 300_000  # depth <= 3: enumerate all maximal packs up to ~770 distinct lengths
