@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test bench clean
 
-$(STAMP): pyproject.toml
+# the compiled core (csrc/) is built by the package's own build: a change there reinstalls
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.h csrc/*.cpp)
 	$(PYTHON) -m venv $(VENV)
 	# torch first and pinned, so that nothing else pulls a newer (CUDA) build
 	$(BIN)/python -m pip install --disable-pip-version-check -q "torch==2.13.0"
@@ -23,10 +24,11 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev,bench]'
 	$(BIN)/python benchmarks/bpe_train.py
 	$(BIN)/python benchmarks/encode.py
+	$(BIN)/python benchmarks/first_command.py
 	$(BIN)/python benchmarks/plan.py
 	$(BIN)/python benchmarks/tokenize_store.py
 	$(BIN)/python benchmarks/pack_dataset.py
 	$(BIN)/python benchmarks/throughput.py
 
 clean:
-	rm -rf $(VENV) demo_out build src/*.egg-info
+	rm -rf $(VENV) demo_out build src/*.egg-info src/seqpack/_native*.so
