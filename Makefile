@@ -11,7 +11,8 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.h csrc/*.cpp)
 	$(PYTHON) -m venv $(VENV)
 	# torch first and pinned, so that nothing else pulls a newer (CUDA) build
 	$(BIN)/python -m pip install --disable-pip-version-check -q "torch==2.13.0"
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
+	# Ray is an optional extra at run time; the tests use it, so CI installs it
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev,bench]'
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev,ray,bench]'
 	$(BIN)/python benchmarks/bpe_train.py
 	$(BIN)/python benchmarks/encode.py
 	$(BIN)/python benchmarks/first_command.py

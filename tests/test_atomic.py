@@ -33,3 +33,23 @@ def test_atomic_directory_is_complete_or_absent(tmp_path) -> None:
     with pytest.raises(FileExistsError, match="--overwrite"):
         with atomic_directory(out):
             pass
+
+
+def test_a_second_job_on_the_same_output_refuses(tmp_path):
+    import subprocess
+    import sys
+
+    from seqpack._atomic import atomic_directory, output_lock
+
+    out = tmp_path / "out"
+    with output_lock(out):
+        code = (
+            "from seqpack._atomic import atomic_directory\n"
+            f"with atomic_directory({str(out)!r}):\n    pass\n"
+        )
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert r.returncode != 0 and "another seqpack job is writing it" in r.stderr
+        with atomic_directory(out) as tmp:  # the holder itself may write (re-entrant)
+            (tmp / "x").write_text("1")
+    assert (out / "x").read_text() == "1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # lock file removed

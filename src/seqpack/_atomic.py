@@ -33,26 +33,89 @@ def check_output_dir(path: str | os.PathLike[str], *, overwrite: bool) -> Path:
     return out
 
 
+_HELD: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth): a job may nest its own writes
+
+
 @contextmanager
-def atomic_directory(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a fresh temp dir; on success it replaces ``path`` in one rename."""
-    out = check_output_dir(path, overwrite=overwrite)
+def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold the lock on writing ``path`` (``.NAME.lock`` beside it); a second job refuses at once.
+
+    Re-entrant within a process. Leftovers of a killed job (``.NAME.tmp-*``, ``.NAME.old-*``)
+    are removed once the lock is held, since no live job can own them then.
+    """
+    import fcntl
+
+    out = Path(path)
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
+    lock = str(parent / f".{out.name}.lock")
+    if lock in _HELD:
+        fd, depth = _HELD[lock]
+        _HELD[lock] = (fd, depth + 1)
+        try:
+            yield
+        finally:
+            fd, depth = _HELD[lock]
+            _HELD[lock] = (fd, depth - 1)
+        return
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise FileExistsError(
+                f"{out}: another seqpack job is writing it now (lock {lock}); wait for it or pick another output"
+            ) from None
+        try:  # the lock file is removed on release: make sure we locked the one on disk
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    _HELD[lock] = (fd, 1)
+    try:
+        for stale in [*parent.glob(f".{out.name}.tmp-*"), *parent.glob(f".{out.name}.old-*")]:
+            shutil.rmtree(stale, ignore_errors=True)
+        yield
+    finally:
+        del _HELD[lock]
+        os.unlink(lock)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+@contextmanager
+def atomic_directory(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a fresh temp dir; on success it replaces ``path`` in one rename (under :func:`output_lock`)."""
+    with output_lock(path), _atomic_directory(path, overwrite=overwrite) as tmp:
+        yield tmp
+
+
+@contextmanager
+def _atomic_directory(path: str | os.PathLike[str], *, overwrite: bool) -> Iterator[Path]:
+    out = check_output_dir(path, overwrite=overwrite)
+    parent = out.resolve().parent
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
     try:
         yield tmp
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=parent))
-            os.rename(out, old / "x")
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
+        replace_directory(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def replace_directory(src: Path, out: Path) -> None:
+    """Put the finished directory ``src`` at ``out`` (replacing it) in one rename."""
+    parent = out.resolve().parent
+    os.chmod(src, 0o755)
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=parent))
+        os.rename(out, old / "x")
+        os.rename(src, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(src, out)
 
 
 @contextmanager

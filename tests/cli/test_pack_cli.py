@@ -76,7 +76,7 @@ def test_pack_errors_are_one_line(capsys, tmp_path, tokdir, store):
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "f").write_text("x")
     assert "exists and is not empty; pass --overwrite" in err(str(store), "--task", "clm", "--max-len", "64", *base)
-    (store / "tokens.bin").write_bytes(b"\x00")
+    (store / "shard-00000" / "tokens.bin").write_bytes(b"\x00")  # a corrupt shard names itself
     assert "tokens.bin" in err(str(store), "--task", "clm", "--max-len", "64", *base, "--overwrite")
 
 

@@ -94,9 +94,13 @@ def test_killed_mid_write_leaves_no_store(tmp_path):
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 9
     assert not (tmp_path / "s").exists()
-    for d in tmp_path.iterdir():  # the abandoned temp dir is not a store
+    left = [d for d in tmp_path.iterdir() if d.is_dir()]
+    assert left  # the abandoned temp dir (the lock died with the process)
+    for d in left:  # is not a store
         with pytest.raises(ValueError, match="meta.json"):
             TokenStore(d)
+    build_store(["abc"], byte_tokenizer(), tmp_path / "s")  # the next job removes it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
 
 
 def _store(tmp_path):

@@ -76,3 +76,19 @@ def from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
     """``cls`` built from the parsed options named like its fields (plus ``overrides``)."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
     return cls(**{**given, **overrides})
+
+
+def add_engine_options(p: Any) -> None:
+    """``--engine local|ray`` and ``--ray-address`` (one place for every sharded command)."""
+    from seqpack.engine import ENGINES
+
+    p.add_argument("--engine", choices=ENGINES, default="local",
+                   help="where the per-shard stages run: this process, or Ray (pip install 'seqpack[ray]')")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="an existing Ray cluster (e.g. auto or ray://head:10001); default: a local Ray instance")
+
+
+def engine_from_args(args: argparse.Namespace) -> Any:
+    from seqpack.engine import get_engine
+
+    return get_engine(args.engine, address=args.ray_address)

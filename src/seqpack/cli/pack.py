@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.args import default_of, depth, max_len, nonneg, option_name, positive_int
+from seqpack.cli.args import add_engine_options, default_of, depth, engine_from_args, max_len, nonneg, option_name, positive_int
 
 
 NAME = "pack"
@@ -65,6 +65,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--export-bin", action="store_true", help="also write raw .bin columns for zero-copy memmap")
     p.add_argument("--compression", choices=COMPRESSION, default="zstd", help="Parquet compression (default zstd level 1)")
     p.add_argument("--shard-packs", type=lambda t: positive_int(t, "--shard-packs"), default=50_000, help="packs per Parquet shard")
+    add_engine_options(p)
     p.add_argument("--json", action="store_true", help="print the manifest's summary as JSON")
     add_task_options(p.add_argument_group("task options (each task takes its own; see seqpack.tasks)"))
     p.set_defaults(handler=run)
@@ -82,8 +83,12 @@ def run(args: argparse.Namespace) -> int:
     cfg = PackConfig.for_task(args.task, max_len=args.max_len, algorithm=args.algorithm, max_depth=args.max_depth,
                               seed=args.seed, position_offset=args.position_offset, **options)
     tok = Tokenizer.load(args.tokenizer)
-    m = build_packed_dataset(args.source, tok, args.out, cfg, overwrite=args.overwrite,
-                             export_bin=args.export_bin, compression=args.compression, shard_packs=args.shard_packs)
+    engine = engine_from_args(args)
+    try:
+        m = build_packed_dataset(args.source, tok, args.out, cfg, overwrite=args.overwrite, engine=engine,
+                                 export_bin=args.export_bin, compression=args.compression, shard_packs=args.shard_packs)
+    finally:
+        engine.close()
     summary = {k: m[k] for k in SUMMARY_KEYS}
     if args.json:
         print(json.dumps(summary))
@@ -93,5 +98,6 @@ def run(args: argparse.Namespace) -> int:
             f"{m['task']}: {m['num_sequences']:,} sequences from {m['num_examples']:,} examples -> "
             f"{m['num_packs']:,} packs of {m['max_len']} (efficiency {m['efficiency']:.2%}, "
             f"{m['packing_factor']:.2f} sequences/pack, dropped: {dropped}) -> {args.out}"
+            + (f" (reused {len(m['reused'])} finished part(s))" if m.get("reused") else "")
         )
     return 0

@@ -6,7 +6,9 @@ import argparse
 import json
 from typing import Any
 
+from seqpack.cli.args import add_engine_options, engine_from_args
 from seqpack.corpus.readers import DEFAULT_SEPARATOR
+from seqpack.store.sharded import DEFAULT_SHARD_CHARS
 
 
 NAME = "tokenize"
@@ -15,8 +17,9 @@ HELP = "corpus -> token store"
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         NAME, help=HELP,
-        description="Encode documents into a memory-mapped token store (tokens.bin + offsets.idx + "
-        "meta.json). Text files are split at --separator (or per line with --one-per-line); "
+        description="Encode documents into a sharded, memory-mapped token store (shards.json + "
+        "shard-NNNNN/ stores: tokens.bin + offsets.idx + meta.json), shard by shard (resumable: a re-run "
+        "reuses finished shards). Text files are split at --separator (or per line with --one-per-line); "
         ".jsonl/.parquet give one document per record. With no INPUT, the built-in Python docs.",
     )
     p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files")
@@ -28,20 +31,28 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--separator", default=DEFAULT_SEPARATOR, help="document separator in text files")
     p.add_argument("--one-per-line", action="store_true", help="text files hold one document per line")
     p.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8 handling")
-    p.add_argument("--json", action="store_true", help="print the store's meta.json")
+    p.add_argument("--shard-mb", type=float, default=DEFAULT_SHARD_CHARS / 2**20,
+                   help=f"characters of input per shard, in MiB (default {DEFAULT_SHARD_CHARS // 2**20})")
+    add_engine_options(p)
+    p.add_argument("--json", action="store_true", help="print the store's shards.json")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
     from seqpack.corpus import python_docs, read_documents
-    from seqpack.store import build_store
+    from seqpack.corpus.readers import require_file
+    from seqpack.store import build_sharded_store
     from seqpack.tokenizer import Tokenizer
 
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    if args.shard_mb <= 0:
+        raise ValueError(f"--shard-mb must be > 0, got {args.shard_mb}")
     tok = Tokenizer.load(args.tokenizer)
     check_output_dir(args.out, overwrite=args.overwrite)
+    for path in args.inputs:  # every input checked before anything is written
+        require_file(path)
     if args.inputs:
         docs = read_documents(
             args.inputs, text_field=args.text_field, separator=args.separator,
@@ -50,14 +61,21 @@ def run(args: argparse.Namespace) -> int:
         source = ", ".join(args.inputs)
     else:
         docs, source = iter(python_docs()), "built-in Python docs"
-    store = build_store(docs, tok, args.out, workers=args.workers, overwrite=args.overwrite, source=source)
+    engine = engine_from_args(args)
+    try:
+        store = build_sharded_store(docs, tok, args.out, shard_chars=max(1, int(args.shard_mb * 2**20)),
+                                    workers=args.workers, engine=engine, overwrite=args.overwrite, source=source)
+    finally:
+        engine.close()
     m = store.meta
     if args.json:
-        print(json.dumps(m, sort_keys=True))
+        print(json.dumps({**m, "reused": store.reused}, sort_keys=True))
     else:
+        reused = f"; reused {len(store.reused)} finished shard(s): {', '.join(store.reused)}" if store.reused else ""
+        mb_s = m["input_bytes"] / 1e6 / max(m["encode_seconds"], 1e-9)
         print(
             f"{m['num_documents']:,} documents ({m['empty_documents']:,} empty, dropped), "
             f"{m['num_tokens']:,} {m['dtype']} tokens from {m['input_bytes'] / 1e6:.2f} MB "
-            f"in {m['encode_seconds']:.2f} s ({m['mb_per_s']:.1f} MB/s) -> {args.out}"
+            f"in {m['encode_seconds']:.2f} s ({mb_s:.1f} MB/s), {len(store.shards)} shard(s){reused} -> {args.out}"
         )
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -104,10 +105,26 @@ def build_packed_dataset(
     export_bin: bool = False,
     compression: str = "zstd",
     shard_packs: int = 50_000,
+    engine: Any = None,
 ) -> dict[str, Any]:
-    """Build, pack and write; returns the manifest (also in ``out/manifest.json``)."""
+    """Build, pack and write; returns the manifest (also in ``out/manifest.json``).
+
+    A sharded token store (``seqpack tokenize`` writes one) goes through
+    :func:`seqpack.data.sharded.build_packed_sharded`: shard by shard, one global plan,
+    on ``engine`` (:func:`seqpack.engine.get_engine`; default: this process).
+    """
     from seqpack._atomic import check_output_dir
     from seqpack.data.io import write_packed
+    from seqpack.store.sharded import SHARDS, ShardedTokenStore
+    from seqpack.tasks import get_task
+
+    sharded = isinstance(source, (str, os.PathLike)) and (Path(source) / SHARDS).is_file()
+    if get_task(config.task).reads_store and (sharded or isinstance(source, ShardedTokenStore)):
+        source = source if isinstance(source, ShardedTokenStore) else ShardedTokenStore(source)
+        from seqpack.data.sharded import build_packed_sharded
+
+        return build_packed_sharded(source, tokenizer, out, config, engine=engine, overwrite=overwrite,
+                                    export_bin=export_bin, compression=compression, shard_packs=shard_packs)
 
     check_output_dir(out, overwrite=overwrite)
     pc, extra = pack_task(source, tokenizer, config)

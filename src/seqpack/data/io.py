@@ -33,27 +33,32 @@ COMPRESSION = ("none", "snappy", "zstd", "lz4", "gzip")
 
 def manifest_of(pc: PackedColumns, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything a reader (or a person) needs to know about the packed rows."""
-    plan = pc.packing.plan
+    specs = {k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in pc.columns.items()}
+    return manifest_fields(pc.task, pc.packing.plan, pc.max_len, pc.max_depth, specs, {**pc.info, **(extra or {})})
+
+
+def manifest_fields(
+    task: str, plan: Any, max_len: int, max_depth: int, columns: dict[str, Any], extra: dict[str, Any]
+) -> dict[str, Any]:
+    """:func:`manifest_of` from its parts (the sharded writer has no columns in memory)."""
     plan_d = plan.to_dict()
     plan_d.pop("seconds", None)  # timings would make equal inputs give different bytes
     plan_d["info"] = {k: v for k, v in plan_d.get("info", {}).items() if "seconds" not in k}
-    hist = plan.histogram()
     return {
         "kind": KIND,
         "format_version": FORMAT_VERSION,
-        "task": pc.task,
-        "max_len": pc.max_len,
-        "max_depth": pc.max_depth,
-        "num_packs": pc.num_packs,
+        "task": task,
+        "max_len": max_len,
+        "max_depth": max_depth,
+        "num_packs": int(plan.num_packs),
         "num_sequences": plan.num_sequences,
         "num_tokens": plan.num_tokens,
         "efficiency": plan.efficiency,
         "packing_factor": plan.packing_factor,
-        **pc.info,
-        **(extra or {}),
-        "histogram": {"index": "length - 1", "counts": hist.tolist()},
+        **extra,
+        "histogram": {"index": "length - 1", "counts": plan.histogram().tolist()},
         "plan": plan_d,
-        "columns": {k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in pc.columns.items()},
+        "columns": columns,
     }
 
 

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 IGNORE_INDEX = -100
+#: ``Sequences.info`` entries that count things: summed when shards are combined
+COUNTED_INFO = ("split_documents", "truncated_documents", "truncated_tokens")
 OVERFLOW = ("split", "truncate", "drop", "error")
 
 

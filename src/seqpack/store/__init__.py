@@ -1,4 +1,4 @@
-"""Token store: flat ``tokens.bin`` + ``offsets.idx`` + ``meta.json``, memory-mapped.
+"""Token store: flat ``tokens.bin`` + ``offsets.idx`` + ``meta.json``, memory-mapped; or many in shards.
 
     >>> import tempfile, numpy as np
     >>> d = tempfile.mkdtemp()
@@ -12,6 +12,16 @@
 from __future__ import annotations
 
 from seqpack.store.build import build_store
+from seqpack.store.sharded import ShardedTokenStore, build_sharded_store, open_store
 from seqpack.store.store import FORMAT_VERSION, StoreWriter, TokenStore, token_dtype
 
-__all__ = ["FORMAT_VERSION", "StoreWriter", "TokenStore", "build_store", "token_dtype"]
+__all__ = [
+    "FORMAT_VERSION",
+    "ShardedTokenStore",
+    "StoreWriter",
+    "TokenStore",
+    "build_sharded_store",
+    "build_store",
+    "open_store",
+    "token_dtype",
+]

@@ -22,6 +22,7 @@ def build_store(
     overwrite: bool = False,
     source: str = "",
     batch_chars: int = 1 << 19,
+    extra: dict[str, Any] | None = None,
 ) -> TokenStore:
     """Encode ``documents`` with ``tokenizer`` and write a store at ``out``.
 
@@ -43,6 +44,7 @@ def build_store(
             w.add_batch(ids, offsets)
         seconds = time.perf_counter() - t0
         w.extra.update(_stats(counted.chars, counted.bytes, seconds, source))
+        w.extra.update(extra or {})
     return TokenStore(out)
 
 

@@ -60,6 +60,11 @@ class Task:
             raise ValueError(f"{', '.join(flag(n) for n in extra)} does not apply to task {self.name} (its options: {have})")
         return self.options_type(**kw)
 
+    @property
+    def reads_store(self) -> bool:
+        """True when the task's sequences come from a token store (so a sharded store packs shard by shard)."""
+        return self.reads == "store"
+
     def build_sequences(self, source: Any, tokenizer: Tokenizer, config: Any) -> Sequences:
         """The task's sequences (not yet packed) from ``source``; ``config`` is a ``PackConfig``."""
         raise NotImplementedError

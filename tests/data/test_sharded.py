@@ -1,0 +1,112 @@
+"""Sharded stores pack with one global plan, exactly like one store, on either engine."""
+
+from __future__ import annotations
+
+import filecmp
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from seqpack.data import PackConfig, build_packed_dataset, load_packed
+from seqpack.data import sharded as sharded_mod
+from seqpack.engine import get_engine
+from seqpack.store import build_sharded_store, build_store
+from seqpack.tokenizer.tokenizer import Tokenizer
+from tests.data.test_tasks import EOT, text_docs
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return Tokenizer({i: bytes([i]) for i in range(256)}, [], special_tokens=[EOT])
+
+
+@pytest.fixture(scope="module")
+def stores(tok, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("stores")
+    docs = text_docs(60)
+    out = {"single": build_store(docs, tok, root / "single").path}
+    for name, chars in (("one", 10**9), ("few", 2_000), ("many", 300)):
+        out[name] = build_sharded_store(docs, tok, root / name, shard_chars=chars).path
+    return out
+
+
+def _same_dataset(a: Path, b: Path) -> bool:
+    files = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file())
+    other = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())
+    return files == other and all(filecmp.cmp(a / f, b / f, shallow=False) for f in files)
+
+
+@pytest.mark.parametrize("algorithm", ["best", "lpfhp"])
+@pytest.mark.parametrize("shards", ["one", "few", "many"])
+def test_clm_from_shards_is_byte_identical_to_one_store(tok, stores, tmp_path, shards, algorithm):
+    cfg = PackConfig.for_task("clm", max_len=64, algorithm=algorithm)
+    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, shard_packs=7)
+    m = build_packed_dataset(stores[shards], tok, tmp_path / "b", cfg, shard_packs=7)
+    assert _same_dataset(tmp_path / "a", tmp_path / "b")  # same plan, packs, bytes, manifest
+    assert m["reused"] == [] and len(m["shards"]) > 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no work dir or lock left
+
+
+def test_mlm_from_one_shard_equals_one_store_and_every_sequence_packs_once(tok, stores, tmp_path):
+    cfg = PackConfig.for_task("mlm", max_len=64, seed=3)
+    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg)
+    build_packed_dataset(stores["one"], tok, tmp_path / "b", cfg)
+    assert _same_dataset(tmp_path / "a", tmp_path / "b")
+    m = build_packed_dataset(stores["many"], tok, tmp_path / "c", cfg, shard_packs=5)
+    _, cols = load_packed(tmp_path / "c")
+    slots = cols["example_ids"][cols["example_ids"] >= 0]
+    assert slots.size == m["num_sequences"] == int(cols["num_sequences"].sum())
+    assert set(slots.tolist()) <= set(range(60))  # documents numbered across shards
+    build_packed_dataset(stores["many"], tok, tmp_path / "d", cfg, shard_packs=5)
+    assert _same_dataset(tmp_path / "c", tmp_path / "d")  # deterministic per seed
+
+
+def test_bin_columns_equal_the_parquet_ones(tok, stores, tmp_path):
+    cfg = PackConfig.for_task("clm", max_len=64)
+    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, shard_packs=7, export_bin=True)
+    build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=7, export_bin=True)
+    assert _same_dataset(tmp_path / "a", tmp_path / "b")
+    _, mm = load_packed(tmp_path / "b")
+    _, pq = load_packed(tmp_path / "b", mmap=False)
+    assert all(np.array_equal(mm[k], pq[k]) for k in pq)
+
+
+def test_a_failed_job_leaves_no_dataset_and_the_rerun_reuses_its_work(tok, stores, tmp_path, monkeypatch):
+    cfg = PackConfig.for_task("clm", max_len=64)
+    real = sharded_mod.packs_stage
+
+    def failing(path, *args):
+        if path.endswith("part-00002.parquet"):
+            raise OSError("disk full")
+        return real(path, *args)
+
+    monkeypatch.setattr(sharded_mod, "packs_stage", failing)
+    with pytest.raises(OSError, match="disk full"):
+        build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=7)
+    assert not (tmp_path / "b").exists()
+    monkeypatch.setattr(sharded_mod, "packs_stage", real)
+    m = build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=7)
+    assert "data/part-00000.parquet" in m["reused"] and "data/part-00002.parquet" not in m["reused"]
+    assert any(r.startswith("sequences-") for r in m["reused"])
+    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, shard_packs=7)
+    assert _same_dataset(tmp_path / "a", tmp_path / "b")
+
+
+def test_ray_engine_writes_the_same_bytes(tok, stores, tmp_path):
+    pytest.importorskip("ray")
+    engine = get_engine("ray", num_cpus=2)
+    try:
+        cfg = PackConfig.for_task("clm", max_len=64)
+        build_packed_dataset(stores["few"], tok, tmp_path / "a", cfg, shard_packs=7)
+        build_packed_dataset(stores["few"], tok, tmp_path / "b", cfg, shard_packs=7, engine=engine)
+        assert _same_dataset(tmp_path / "a", tmp_path / "b")
+        docs = text_docs(60)
+        a = build_sharded_store(docs, tok, tmp_path / "s1", shard_chars=700)
+        b = build_sharded_store(docs, tok, tmp_path / "s2", shard_chars=700, engine=engine)
+        assert a.meta["shards"] == b.meta["shards"] and len(a.shards) > 2
+        for x, y in zip(a.shards, b.shards):  # the token files (meta.json also holds timings)
+            for f in ("tokens.bin", "offsets.idx"):
+                assert filecmp.cmp(x.path / f, y.path / f, shallow=False)
+    finally:
+        engine.close()

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from seqpack.store import ShardedTokenStore, TokenStore, build_sharded_store, build_store, open_store
+from seqpack.store import sharded as sharded_mod
+from tests.store.test_store import byte_tokenizer
+
+
+def _docs(n: int = 40, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice("ab c\né") for _ in range(rng.randint(0, 30))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("shard_chars", [1, 17, 200, 10**9])
+def test_sharded_store_holds_the_same_documents(tmp_path, shard_chars):
+    docs, tok = _docs(), byte_tokenizer()
+    one = build_store(docs, tok, tmp_path / "one")
+    s = build_sharded_store(iter(docs), tok, tmp_path / "s", shard_chars=shard_chars)
+    assert isinstance(open_store(tmp_path / "s"), ShardedTokenStore) and isinstance(open_store(tmp_path / "one"), TokenStore)
+    assert len(s) == len(one) and s.num_tokens == one.num_tokens
+    assert np.array_equal(s.lengths(), one.lengths())
+    assert all(np.array_equal(s[i], one[i]) for i in range(len(one)))
+    assert s.meta["input_documents"] == len(docs) and s.meta["empty_documents"] == one.meta["empty_documents"]
+    if shard_chars == 1:  # a shard ends after every non-empty document
+        assert len(s.shards) == sum(1 for d in docs if d) + (docs[-1] == "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "s"]  # no work dir or lock left
+
+
+def test_a_failed_job_leaves_no_store_and_the_rerun_reuses_finished_shards(tmp_path, monkeypatch):
+    docs, tok = _docs(60), byte_tokenizer()
+    real = sharded_mod.encode_shard
+    calls = []
+
+    def failing(path, documents, tokenizer, first, workers):
+        calls.append(path)
+        if path.endswith("shard-00003"):
+            raise ValueError("shard 3 broke")
+        return real(path, documents, tokenizer, first, workers)
+
+    monkeypatch.setattr(sharded_mod, "encode_shard", failing)
+    with pytest.raises(ValueError, match="shard 3 broke"):
+        build_sharded_store(docs, tok, tmp_path / "s", shard_chars=100)
+    assert not (tmp_path / "s").exists()
+    monkeypatch.setattr(sharded_mod, "encode_shard", real)
+    s = build_sharded_store(docs, tok, tmp_path / "s", shard_chars=100)
+    assert s.reused == ["shard-00000", "shard-00001", "shard-00002"]
+    fresh = build_sharded_store(docs, tok, tmp_path / "t", shard_chars=100)
+    assert fresh.reused == [] and len(fresh.shards) == len(s.shards)
+    assert all(np.array_equal(s[i], fresh[i]) for i in range(len(s)))
+    # another job on the same output (other budget) does not reuse the first one's shards
+    with pytest.raises(ValueError):
+        monkeypatch.setattr(sharded_mod, "encode_shard", failing)
+        build_sharded_store(docs, tok, tmp_path / "u", shard_chars=100)
+    monkeypatch.setattr(sharded_mod, "encode_shard", real)
+    assert build_sharded_store(docs, tok, tmp_path / "u", shard_chars=50).reused == []
+
+
+def test_a_corrupt_shard_names_itself(tmp_path):
+    build_sharded_store(_docs(), byte_tokenizer(), tmp_path / "s", shard_chars=100)
+    (tmp_path / "s" / "shard-00001" / "offsets.idx").write_bytes(b"\x00" * 8)
+    with pytest.raises(ValueError, match="shard-00001/offsets.idx"):
+        ShardedTokenStore(tmp_path / "s")
+
+
+def test_empty_input_gives_one_empty_shard(tmp_path):
+    s = build_sharded_store([], byte_tokenizer(), tmp_path / "s")
+    assert len(s) == 0 and len(s.shards) == 1 and s.lengths().size == 0

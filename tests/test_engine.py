@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from seqpack.engine import LocalEngine, get_engine
+
+
+def test_local_engine_maps_in_order():
+    assert list(get_engine("local").map(pow, [(2, 3), (3, 2), (5, 0)])) == [8, 9, 1]
+    assert isinstance(get_engine(), LocalEngine)
+
+
+def test_bad_engine_choices_say_how_to_fix():
+    with pytest.raises(ValueError, match="local|ray"):
+        get_engine("spark")
+    with pytest.raises(ValueError, match="--ray-address needs --engine ray"):
+        get_engine("local", address="auto")
+
+
+def test_ray_missing_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(ValueError, match=r"pip install 'seqpack\[ray\]'"):
+        get_engine("ray")
+
+
+def test_an_address_that_does_not_answer_fails_fast():
+    pytest.importorskip("ray")
+    with pytest.raises(ValueError, match="cannot reach a Ray cluster at 127.0.0.1:9"):
+        get_engine("ray", address="127.0.0.1:9")
+
+
+def test_ray_engine_runs_tasks_and_reraises_their_errors():
+    pytest.importorskip("ray")
+    engine = get_engine("ray", num_cpus=2)
+    try:
+        assert list(engine.map(pow, [(2, k) for k in range(10)])) == [2**k for k in range(10)]
+        with pytest.raises(ZeroDivisionError):
+            list(engine.map(divmod, [(1, 0)]))
+    finally:
+        engine.close()
