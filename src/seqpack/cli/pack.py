@@ -64,7 +64,8 @@ def add_parser(sub: Any) -> None:
                    help="first position id of a sequence (RoBERTa: 2)")
     p.add_argument("--export-bin", action="store_true", help="also write raw .bin columns for zero-copy memmap")
     p.add_argument("--compression", choices=COMPRESSION, default="zstd", help="Parquet compression (default zstd level 1)")
-    p.add_argument("--shard-packs", type=lambda t: positive_int(t, "--shard-packs"), default=50_000, help="packs per Parquet shard")
+    p.add_argument("--shard-packs", type=lambda t: positive_int(t, "--shard-packs"), default=None,
+                   help="packs per Parquet shard (default: about 16M tokens' worth, at most 50,000)")
     add_engine_options(p)
     p.add_argument("--json", action="store_true", help="print the manifest's summary as JSON")
     add_task_options(p.add_argument_group("task options (each task takes its own; see seqpack.tasks)"))

@@ -104,7 +104,7 @@ def build_packed_dataset(
     overwrite: bool = False,
     export_bin: bool = False,
     compression: str = "zstd",
-    shard_packs: int = 50_000,
+    shard_packs: int | None = None,
     engine: Any = None,
 ) -> dict[str, Any]:
     """Build, pack and write; returns the manifest (also in ``out/manifest.json``).

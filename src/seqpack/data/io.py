@@ -89,12 +89,25 @@ def _write_shard(path: Path, cols: dict[str, np.ndarray], lo: int, hi: int, row_
     )
 
 
+#: Tokens per Parquet shard when shard_packs is not given: memory per shard stays ~ 2**24 x row bytes
+SHARD_TOKENS = 1 << 24
+
+
+def default_shard_packs(max_len: int) -> int:
+    """Packs per shard so that a shard holds about :data:`SHARD_TOKENS` tokens (at most 50,000 packs).
+
+    >>> default_shard_packs(512), default_shard_packs(2048)
+    (32768, 8192)
+    """
+    return max(1, min(50_000, SHARD_TOKENS // max_len))
+
+
 def write_packed(
     pc: PackedColumns,
     out: str | os.PathLike[str],
     *,
     overwrite: bool = False,
-    shard_packs: int = 50_000,
+    shard_packs: int | None = None,
     row_group_packs: int = 4096,
     compression: str = "zstd",
     export_bin: bool = False,
@@ -105,6 +118,7 @@ def write_packed(
     if compression not in COMPRESSION:
         raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {compression!r}")
     workers = workers or default_workers()  # pyarrow writes shards without the GIL
+    shard_packs = shard_packs or default_shard_packs(pc.max_len)
     for name, v in (("shard_packs", shard_packs), ("row_group_packs", row_group_packs), ("workers", workers)):
         if v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")

@@ -176,11 +176,11 @@ def build_packed_sharded(
     overwrite: bool = False,
     export_bin: bool = False,
     compression: str = "zstd",
-    shard_packs: int = 50_000,
+    shard_packs: int | None = None,
     row_group_packs: int = 4096,
 ) -> dict[str, Any]:
     """Pack a sharded store into ``out`` with one global plan; returns the manifest (see the module)."""
-    from seqpack.data.io import COMPRESSION, MANIFEST, dump_manifest, manifest_fields
+    from seqpack.data.io import COMPRESSION, MANIFEST, default_shard_packs, dump_manifest, manifest_fields
     from seqpack.data.pack import _depth
     from seqpack.engine import LocalEngine
     from seqpack.packing import pack_lengths
@@ -188,6 +188,7 @@ def build_packed_sharded(
 
     if compression not in COMPRESSION:
         raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {compression!r}")
+    shard_packs = shard_packs or default_shard_packs(config.max_len)
     if shard_packs < 1:
         raise ValueError(f"shard_packs must be >= 1, got {shard_packs}")
     store.check_tokenizer(tokenizer.fingerprint())
