@@ -93,3 +93,23 @@ def test_tokenize_errors(capsys, tmp_path, tokdir, corpus):
     assert not (tmp_path / "s").exists()
     code, _, e = run(capsys, "tokenize", str(corpus), "--tokenizer", str(tokdir), "--out", str(tmp_path / "s"), "--workers", "0")
     assert code == 2 and "--workers" in e
+    # one missing input among many: named, nothing written
+    code, _, e = run(capsys, "tokenize", str(corpus), str(tmp_path / "gone.txt"), str(corpus), "--tokenizer", str(tokdir),
+                     "--out", str(tmp_path / "s"))
+    assert code == 2 and "gone.txt" in e and e.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".s", "s"))) == []
+    code, _, e = run(capsys, "tokenize", str(corpus), "--tokenizer", str(tokdir), "--out", str(tmp_path / "s"),
+                     "--engine", "local", "--ray-address", "auto")
+    assert code == 2 and "--ray-address needs --engine ray" in e
+
+
+def test_tokenize_and_pack_in_shards(capsys, tmp_path, tokdir, corpus):
+    import json
+
+    code, out, _ = run(capsys, "tokenize", str(corpus), str(corpus), "--tokenizer", str(tokdir), "--out", str(tmp_path / "s"),
+                       "--shard-mb", "0.001", "--json")
+    meta = json.loads(out)
+    assert code == 0 and len(meta["shards"]) > 2 and meta["reused"] == []
+    code, out, _ = run(capsys, "pack", str(tmp_path / "s"), "--task", "clm", "--max-len", "64", "--tokenizer", str(tokdir),
+                       "--out", str(tmp_path / "p"), "--shard-packs", "10")
+    assert code == 0 and "packs of 64" in out

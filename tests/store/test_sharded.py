@@ -69,3 +69,33 @@ def test_a_corrupt_shard_names_itself(tmp_path):
 def test_empty_input_gives_one_empty_shard(tmp_path):
     s = build_sharded_store([], byte_tokenizer(), tmp_path / "s")
     assert len(s) == 0 and len(s.shards) == 1 and s.lengths().size == 0
+
+
+def test_a_killed_job_is_finished_by_the_next_run(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    docs = _docs(60)
+    (tmp_path / "docs.json").write_text(json.dumps(docs))
+    code = (
+        "import json, os, sys\n"
+        "import seqpack.store.sharded as m\n"
+        "from tests.store.test_store import byte_tokenizer\n"
+        "real = m.encode_shard\n"
+        "def killer(path, *a):\n"
+        "    if path.endswith('shard-00002'):\n"
+        "        os._exit(9)\n"
+        "    return real(path, *a)\n"
+        "m.encode_shard = killer\n"
+        f"docs = json.load(open({str(tmp_path / 'docs.json')!r}))\n"
+        f"m.build_sharded_store(docs, byte_tokenizer(), {str(tmp_path / 's')!r}, shard_chars=100)\n"
+    )
+    root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
+    assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 9
+    assert not (tmp_path / "s").exists()  # nothing that looks complete
+    s = build_sharded_store(docs, byte_tokenizer(), tmp_path / "s", shard_chars=100)
+    assert s.reused == ["shard-00000", "shard-00001"]
+    one = build_store(docs, byte_tokenizer(), tmp_path / "one")
+    assert all(np.array_equal(s[i], one[i]) for i in range(len(one)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.json", "one", "s"]

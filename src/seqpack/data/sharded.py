@@ -79,46 +79,55 @@ def _summary(path: Path) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------ stage 3: packs
+def _mapped(path: Path) -> np.ndarray:
+    """A saved array, memory-mapped for scattered reads (no read-ahead or fault-around)."""
+    import mmap
+
+    arr = np.load(path, mmap_mode="r")
+    m = getattr(arr, "_mmap", None)
+    if m is not None and hasattr(mmap, "MADV_RANDOM"):
+        m.madvise(mmap.MADV_RANDOM)
+    return arr
+
+
 def _gather(dirs: list[str], bases: np.ndarray, ids: np.ndarray, dtypes: dict[str, dict[str, str]]) -> dict[str, Any]:
-    """The sequences ``ids`` (global numbers, in this order) read from the saved shards."""
+    """The sequences ``ids`` (global numbers, in this order) read from the saved shards.
+
+    One input shard at a time: its files are mapped, the needed rows copied out and the
+    mapping dropped, so the pages touched never add up over shards.
+    """
     from seqpack.data.sequences import _offsets, _ranges
 
     shard_of = np.searchsorted(bases, ids, side="right") - 1
+    local = ids - bases[shard_of]
+    shards = np.unique(shard_of).tolist()
     lengths = np.empty(ids.size, dtype=np.int64)
     starts = np.empty(ids.size, dtype=np.int64)
-    tok = {k: np.empty(0, dtype=dt) for k, dt in dtypes["token_fields"].items()}
-    loaded: dict[int, dict[str, np.ndarray]] = {}
-    for s in np.unique(shard_of).tolist():
-        d = Path(dirs[s])
-        loaded[s] = {"offsets": np.load(d / "offsets.npy", mmap_mode="r"), "example_ids": np.load(d / "example_ids.npy", mmap_mode="r")}
-        for k in dtypes["token_fields"]:
-            loaded[s][f"token.{k}"] = np.load(d / f"token.{k}.npy", mmap_mode="r")
-        for k in dtypes["seq_fields"]:
-            loaded[s][f"seq.{k}"] = np.load(d / f"seq.{k}.npy", mmap_mode="r")
-    local = ids - bases[shard_of]
     example_ids = np.empty(ids.size, dtype=np.int64)
-    seq_fields: dict[str, np.ndarray] = {}
-    for s, arrays in loaded.items():
+    for s in shards:
         m = shard_of == s
-        off = arrays["offsets"]
+        off = np.load(Path(dirs[s]) / "offsets.npy", mmap_mode="r")
         starts[m] = off[local[m]]
-        lengths[m] = off[local[m] + 1] - off[local[m]]
-        example_ids[m] = arrays["example_ids"][local[m]]
+        lengths[m] = off[local[m] + 1] - starts[m]
+        example_ids[m] = np.load(Path(dirs[s]) / "example_ids.npy", mmap_mode="r")[local[m]]
+        del off
     offsets = _offsets(lengths)
-    for k, dt in dtypes["token_fields"].items():
-        out = np.empty(int(offsets[-1]), dtype=dt)
-        for s, arrays in loaded.items():
-            m = shard_of == s
-            dst = _ranges(offsets[:-1][m], lengths[m])
-            out[dst] = arrays[f"token.{k}"][_ranges(starts[m], lengths[m])]
-        tok[k] = out
-    for k, dt in dtypes["seq_fields"].items():
-        first = next(iter(loaded.values()))[f"seq.{k}"]
-        out = np.empty((ids.size, *first.shape[1:]), dtype=dt)
-        for s, arrays in loaded.items():
-            m = shard_of == s
-            out[m] = arrays[f"seq.{k}"][local[m]]
-        seq_fields[k] = out
+    tok = {k: np.empty(int(offsets[-1]), dtype=dt) for k, dt in dtypes["token_fields"].items()}
+    seq_fields: dict[str, np.ndarray] = {}
+    for s in shards:
+        m = shard_of == s
+        dst = _ranges(offsets[:-1][m], lengths[m])
+        src = _ranges(starts[m], lengths[m])
+        for k in dtypes["token_fields"]:
+            arr = _mapped(Path(dirs[s]) / f"token.{k}.npy")
+            tok[k][dst] = arr[src]
+            del arr
+        for k, dt in dtypes["seq_fields"].items():
+            arr = _mapped(Path(dirs[s]) / f"seq.{k}.npy")
+            if k not in seq_fields:
+                seq_fields[k] = np.empty((ids.size, *arr.shape[1:]), dtype=dt)
+            seq_fields[k][m] = arr[local[m]]
+            del arr
     return {"offsets": offsets, "example_ids": example_ids, "token_fields": tok, "seq_fields": seq_fields}
 
 

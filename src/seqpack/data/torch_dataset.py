@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqpack.data.io import load_packed
+from seqpack.data.reader import PackedRows
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:
@@ -38,10 +38,15 @@ def to_tensors(columns: dict[str, np.ndarray], task: str) -> dict[str, torch.Ten
 
 
 class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    """Packs of a directory written by ``seqpack pack``; item ``i`` is a dict of tensors."""
+    """Packs of a directory written by ``seqpack pack``; item ``i`` is a dict of tensors.
+
+    Rows are read on demand (:class:`seqpack.data.reader.PackedRows`): memory-mapped ``.bin``
+    columns, or Parquet row groups with a small cache; the dataset is never loaded whole.
+    """
 
     def __init__(self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None, mmap: bool = True) -> None:
-        self.manifest, self.columns = load_packed(path, columns=list(columns) if columns else None, mmap=mmap)
+        self.rows = PackedRows(path, columns=list(columns) if columns else None, mmap=mmap)
+        self.manifest = self.rows.manifest
         self.task: str = self.manifest["task"]
 
     def __len__(self) -> int:
@@ -50,7 +55,12 @@ class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         if not -len(self) <= i < len(self):
             raise IndexError(f"pack {i} out of range ({len(self)} packs)")
-        return to_tensors({k: v[i] for k, v in self.columns.items()}, self.task)
+        return to_tensors({k: v[0] for k, v in self.rows.take([i]).items()}, self.task)
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, torch.Tensor]]:
+        """A whole batch in one read (the DataLoader calls this when it exists)."""
+        cols = self.rows.take(indices)
+        return [to_tensors({k: v[j] for k, v in cols.items()}, self.task) for j in range(len(indices))]
 
 
 def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:

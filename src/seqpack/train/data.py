@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqpack.data.io import load_packed, read_manifest
+from seqpack.data.io import read_manifest
+from seqpack.data.reader import PackedRows
 from seqpack.data.padded import padded_rows, sequence_spans
 from seqpack.data.torch_dataset import to_tensors
 
@@ -35,7 +36,9 @@ class TrainData:
 
     def __init__(self, path: str | os.PathLike[str], *, padded: bool = False, eval_fraction: float = 0.05) -> None:
         columns = [c for c in read_manifest(path)["columns"] if c != "example_ids"]  # not needed to train
-        self.manifest, self.columns = load_packed(path, columns=columns)
+        # rows are read on demand (memory-mapped .bin, or Parquet row groups): never the whole dataset
+        self.rows = PackedRows(path, columns=columns)
+        self.manifest = self.rows.manifest
         self.task: str = self.manifest["task"]
         self.padded = padded
         self.max_len = int(self.manifest["max_len"])
@@ -47,16 +50,27 @@ class TrainData:
         perm = np.random.default_rng(SPLIT_SEED).permutation(P)
         self.eval_packs = np.sort(perm[:n_eval])
         self.train_packs = np.sort(perm[n_eval:])
-        nseq = np.asarray(self.columns["num_sequences"], dtype=np.int64)
+        nseq = np.empty(P, np.int64)
+        fill = np.empty(P, np.int64)
+        span_parts = []
+        for lo, chunk in self.rows.chunks(["num_sequences", "segment_ids"]):  # one pass, bounded memory
+            seg = chunk["segment_ids"]
+            nseq[lo : lo + len(seg)] = chunk["num_sequences"]
+            fill[lo : lo + len(seg)] = (seg != 0).sum(axis=1)
+            if padded:
+                sp = sequence_spans(seg)
+                sp[:, 0] += lo
+                span_parts.append(sp)
         if padded:
-            spans = sequence_spans(np.asarray(self.columns["segment_ids"])[self.train_packs])
-            spans[:, 0] = self.train_packs[spans[:, 0]]
-            self.spans = spans
-            self.unit_sequences = np.ones(len(spans), np.int64)
-            self.unit_tokens = spans[:, 2].copy()
+            spans = np.concatenate(span_parts) if span_parts else np.zeros((0, 4), np.int64)
+            is_train = np.zeros(P, bool)
+            is_train[self.train_packs] = True
+            self.spans = spans[is_train[spans[:, 0]]]
+            self.unit_sequences = np.ones(len(self.spans), np.int64)
+            self.unit_tokens = self.spans[:, 2].copy()
         else:
             self.unit_sequences = nseq[self.train_packs]
-            self.unit_tokens = (np.asarray(self.columns["segment_ids"])[self.train_packs] != 0).sum(axis=1)
+            self.unit_tokens = fill[self.train_packs]
         self.packing_factor = float(nseq[self.train_packs].mean())
         self.train_sequences = int(nseq[self.train_packs].sum())
         self.eval_sequences = int(nseq[self.eval_packs].sum())
@@ -82,17 +96,17 @@ class TrainData:
     def batch(self, units: np.ndarray) -> dict[str, torch.Tensor]:
         """Tensors for training units (pack or sequence indices): ``(B, L)`` / ``(B, D)``."""
         if self.padded:
-            cols = padded_rows(self.columns, self.spans[units], task=self.task, position_fields=self.position_fields)
+            spans = self.spans[units].copy()
+            packs, spans[:, 0] = np.unique(spans[:, 0], return_inverse=True)
+            cols = padded_rows(self.rows.take(packs), spans, task=self.task, position_fields=self.position_fields)
         else:
-            packs = self.train_packs[units]
-            cols = {k: v[packs] for k, v in self.columns.items()}
+            cols = self.rows.take(self.train_packs[units])
         return to_tensors(cols, self.task)
 
     def eval_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """The held-out packs, in order, packed (the same for packed and padded runs)."""
         for lo in range(0, len(self.eval_packs), batch_size):
-            packs = self.eval_packs[lo : lo + batch_size]
-            yield to_tensors({k: v[packs] for k, v in self.columns.items()}, self.task)
+            yield to_tensors(self.rows.take(self.eval_packs[lo : lo + batch_size]), self.task)
 
     def describe(self) -> dict[str, Any]:
         return {
