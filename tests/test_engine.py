@@ -12,6 +12,18 @@ def test_local_engine_maps_in_order():
     assert isinstance(get_engine(), LocalEngine)
 
 
+def test_local_stages_on_threads_keep_the_order():
+    import time
+
+    def slow(x):
+        time.sleep(0.01 * (5 - x))  # later items finish first
+        return x * x
+
+    assert list(get_engine("local", stages=3).map(slow, [(i,) for i in range(5)])) == [0, 1, 4, 9, 16]
+    with pytest.raises(ValueError, match="stages"):
+        get_engine("local", stages=0)
+
+
 def test_bad_engine_choices_say_how_to_fix():
     with pytest.raises(ValueError, match="local|ray"):
         get_engine("spark")

@@ -13,19 +13,37 @@ same functions on the same items, so they write the same bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 ENGINES = ("local", "ray")
 
 
 class LocalEngine:
-    """Stages one after another in this process (the compiled kernels inside use the cores)."""
+    """Stages in this process: one after another, or ``stages`` at a time on threads (the
+    compiled kernels and pyarrow release the GIL; memory grows with ``stages``)."""
 
     name = "local"
 
+    def __init__(self, stages: int = 1) -> None:
+        if stages < 1:
+            raise ValueError(f"stages must be >= 1, got {stages}")
+        self.stages = stages
+
     def map(self, fn: Callable[..., Any], items: Iterable[tuple[Any, ...]]) -> Iterator[Any]:
-        for item in items:
-            yield fn(*item)
+        if self.stages == 1:
+            for item in items:
+                yield fn(*item)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        it = iter(items)
+        with ThreadPoolExecutor(self.stages, thread_name_prefix="seqpack-stage") as pool:
+            pending = [pool.submit(fn, *item) for item in islice(it, self.stages)]
+            while pending:
+                result = pending.pop(0).result()
+                pending.extend(pool.submit(fn, *item) for item in islice(it, 1))
+                yield result
 
     def close(self) -> None:
         pass
@@ -104,12 +122,13 @@ def _check_reachable(address: str, timeout: float = 3.0) -> None:
                          "check --ray-address, or leave it out to start a local Ray instance") from None
 
 
-def get_engine(name: str = "local", *, address: str | None = None, num_cpus: int | None = None) -> Engine:
+def get_engine(name: str = "local", *, address: str | None = None, num_cpus: int | None = None,
+               stages: int = 1) -> Engine:
     """``local`` or ``ray`` (``address``: an existing cluster, e.g. ``ray://head:10001`` or ``auto``)."""
     if name == "local":
         if address:
             raise ValueError("--ray-address needs --engine ray")
-        return LocalEngine()
+        return LocalEngine(stages)
     if name == "ray":
         return RayEngine(address, num_cpus=num_cpus)
     raise ValueError(f"engine must be one of {'|'.join(ENGINES)}, got {name!r}")
