@@ -117,3 +117,40 @@ def test_ray_engine_writes_the_same_bytes(tok, stores, tmp_path):
                 assert filecmp.cmp(x.path / f, y.path / f, shallow=False)
     finally:
         engine.close()
+
+
+def test_a_pack_killed_mid_stage_is_finished_by_the_next_run_and_a_second_job_refuses(tok, stores, tmp_path):
+    import subprocess
+    import sys
+
+    from seqpack._atomic import output_lock
+
+    root = str(Path(__file__).resolve().parents[2])
+    code = (
+        "import os\n"
+        "import seqpack.data.sharded as m\n"
+        "from seqpack.data import PackConfig, build_packed_dataset\n"
+        "from seqpack.tokenizer.tokenizer import Tokenizer\n"
+        "real = m.packs_stage\n"
+        "def killer(path, *a):\n"
+        "    if path.endswith('part-00002.parquet'):\n"
+        "        os._exit(9)\n"
+        "    return real(path, *a)\n"
+        "m.packs_stage = killer\n"
+        "tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], special_tokens=['<|endoftext|>'])\n"
+        f"build_packed_dataset({str(stores['many'])!r}, tok, {str(tmp_path / 'b')!r}, PackConfig.for_task('clm', max_len=64), shard_packs=7)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 9
+    assert not (tmp_path / "b").exists()
+    cfg = PackConfig.for_task("clm", max_len=64)
+    m = build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=7)
+    assert m["reused"][-2:] == ["data/part-00000.parquet", "data/part-00001.parquet"]
+    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, shard_packs=7)
+    assert _same_dataset(tmp_path / "a", tmp_path / "b")
+    # a second job on an output another job is writing refuses, in one line, exit 2
+    tok.save(tmp_path / "tok")
+    with output_lock(tmp_path / "c"):
+        r = subprocess.run([sys.executable, "-m", "seqpack.cli.main", "pack", str(stores["many"]), "--task", "clm",
+                            "--max-len", "64", "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "c")],
+                           cwd=root, capture_output=True, text=True)
+    assert r.returncode == 2 and "another seqpack job is writing it" in r.stderr and r.stderr.count("\n") == 1
