@@ -18,7 +18,15 @@ import json
 import os
 import sys
 
-from _common import EOT, PEAK_MB, SHARED, generated_corpus, median, run_child, shakespeare_file
+from _common import (
+    EOT,
+    PEAK_MB,
+    SHARED,
+    generated_corpus,
+    median,
+    run_child,
+    shakespeare_file,
+)
 
 SEQPACK = PEAK_MB + """
 import json

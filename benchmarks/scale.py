@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-
 from _common import EOT, SHARED
 
 
@@ -164,7 +163,7 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
         for p in work.glob(f"*-{size}-*"):
-            subprocess.run(["rm", "-rf", str(p)])
+            subprocess.run(["rm", "-rf", str(p)], check=True)
     if not args.json:
         print("size MB | engine | tokenize s | pack s | MB/s end to end | peak RSS (largest process) MB | packs | single-process packs | efficiency")
         for r in rows:

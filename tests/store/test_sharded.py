@@ -5,7 +5,13 @@ import random
 import numpy as np
 import pytest
 
-from seqpack.store import ShardedTokenStore, TokenStore, build_sharded_store, build_store, open_store
+from seqpack.store import (
+    ShardedTokenStore,
+    TokenStore,
+    build_sharded_store,
+    build_store,
+    open_store,
+)
 from seqpack.store import sharded as sharded_mod
 from tests.store.test_store import byte_tokenizer
 
@@ -92,7 +98,7 @@ def test_a_killed_job_is_finished_by_the_next_run(tmp_path):
         f"m.build_sharded_store(docs, byte_tokenizer(), {str(tmp_path / 's')!r}, shard_chars=100)\n"
     )
     root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
-    assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 9
+    assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 9
     assert not (tmp_path / "s").exists()  # nothing that looks complete
     s = build_sharded_store(docs, byte_tokenizer(), tmp_path / "s", shard_chars=100)
     assert s.reused == ["shard-00000", "shard-00001"]

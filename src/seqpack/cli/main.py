@@ -11,7 +11,19 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from seqpack.cli import bench, compare, decode, demo, encode, pack, plan, stats, tokenize, train, train_tokenizer
+from seqpack.cli import (
+    bench,
+    compare,
+    decode,
+    demo,
+    encode,
+    pack,
+    plan,
+    stats,
+    tokenize,
+    train,
+    train_tokenizer,
+)
 
 _COMMANDS = (train_tokenizer, encode, decode, tokenize, plan, stats, pack, train, bench, compare, demo)
 

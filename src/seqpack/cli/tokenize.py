@@ -10,7 +10,6 @@ from seqpack.cli.args import add_engine_options, engine_from_args
 from seqpack.corpus.readers import DEFAULT_SEPARATOR
 from seqpack.store.sharded import DEFAULT_SHARD_CHARS
 
-
 NAME = "tokenize"
 HELP = "corpus -> token store"
 

@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seqpack._atomic import atomic_directory, atomic_file, check_output_dir, output_lock, replace_directory
+from seqpack._atomic import (
+    atomic_directory,
+    atomic_file,
+    check_output_dir,
+    output_lock,
+    replace_directory,
+)
 
 if TYPE_CHECKING:
     from seqpack.data.build import PackConfig
@@ -189,7 +195,13 @@ def build_packed_sharded(
     row_group_packs: int = 4096,
 ) -> dict[str, Any]:
     """Pack a sharded store into ``out`` with one global plan; returns the manifest (see the module)."""
-    from seqpack.data.io import COMPRESSION, MANIFEST, default_shard_packs, dump_manifest, manifest_fields
+    from seqpack.data.io import (
+        COMPRESSION,
+        MANIFEST,
+        default_shard_packs,
+        dump_manifest,
+        manifest_fields,
+    )
     from seqpack.data.pack import _depth
     from seqpack.engine import LocalEngine
     from seqpack.packing import pack_lengths

@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seqpack._atomic import check_output_dir, output_lock, read_versioned_json, replace_directory, write_text_atomic
+from seqpack._atomic import (
+    check_output_dir,
+    output_lock,
+    read_versioned_json,
+    replace_directory,
+    write_text_atomic,
+)
 from seqpack.store.store import TokenStore
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from seqpack.data.io import read_manifest
-from seqpack.data.reader import PackedRows
 from seqpack.data.padded import padded_rows, sequence_spans
+from seqpack.data.reader import PackedRows
 from seqpack.data.torch_dataset import to_tensors
 
 SPLIT_SEED = 20_240_101
