@@ -154,3 +154,36 @@ def test_a_pack_killed_mid_stage_is_finished_by_the_next_run_and_a_second_job_re
                             "--max-len", "64", "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "c")],
                            cwd=root, capture_output=True, text=True, check=False)
     assert r.returncode == 2 and "another seqpack job is writing it" in r.stderr and r.stderr.count("\n") == 1
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("task", ["classification", "multilabel", "qa"])
+def test_examples_in_shards_equal_examples_in_memory(tok, tmp_path, task):
+    from tests.data.test_tasks import qa_rows
+
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "gamma", "delta"]
+    if task == "qa":
+        rows = qa_rows() * 7
+        kw = {"max_len": 48, "doc_stride": 16}
+    else:
+        names = ["zeta", "eta", "theta", "iota", "kappa"]
+        rows = []
+        for i in range(90):
+            text = " ".join(rng.choice(words, rng.integers(1, 30)))
+            # the rare label appears only in the last shard: every shard must map labels the same way
+            label = names[int(rng.integers(0, 4))] if i < 85 else "kappa"
+            rows.append({"text": text, "label": [label, names[i % 3]] if task == "multilabel" else label})
+        kw = {"max_len": 48}
+    src = _write_jsonl(tmp_path / "ex.jsonl", rows)
+    cfg = PackConfig.for_task(task, **kw)
+    build_packed_dataset(rows, tok, tmp_path / "a", cfg, shard_packs=6)  # a list: packed in memory
+    m = build_packed_dataset(src, tok, tmp_path / "b", cfg, shard_packs=6, shard_examples=8)
+    assert _same_dataset(tmp_path / "a", tmp_path / "b")
+    assert m["num_examples"] == len(rows) and len(m["shards"]) > 1

@@ -106,12 +106,16 @@ def build_packed_dataset(
     compression: str = "zstd",
     shard_packs: int | None = None,
     engine: Any = None,
+    shard_examples: int = 100_000,
 ) -> dict[str, Any]:
     """Build, pack and write; returns the manifest (also in ``out/manifest.json``).
 
     A sharded token store (``seqpack tokenize`` writes one) goes through
-    :func:`seqpack.data.sharded.build_packed_sharded`: shard by shard, one global plan,
-    on ``engine`` (:func:`seqpack.engine.get_engine`; default: this process).
+    :func:`seqpack.data.sharded.build_packed_sharded`, and an examples file (``.jsonl`` /
+    ``.parquet``) through :func:`seqpack.data.sharded.build_packed_examples_sharded`
+    (``shard_examples`` at a time): shard by shard, one global plan, on ``engine``
+    (:func:`seqpack.engine.get_engine`; default: this process). Other sources (a plain store,
+    an HF dataset, a list of records) are packed in memory.
     """
     from seqpack._atomic import check_output_dir
     from seqpack.data.io import write_packed
@@ -119,7 +123,15 @@ def build_packed_dataset(
     from seqpack.tasks import get_task
 
     sharded = isinstance(source, (str, os.PathLike)) and (Path(source) / SHARDS).is_file()
-    if get_task(config.task).reads_store and (sharded or isinstance(source, ShardedTokenStore)):
+    task = get_task(config.task)
+    options = {"engine": engine, "overwrite": overwrite, "export_bin": export_bin, "compression": compression,
+               "shard_packs": shard_packs}
+    if not task.reads_store and isinstance(source, (str, os.PathLike)):
+        from seqpack.data.sharded import build_packed_examples_sharded
+
+        task.check_examples(source)
+        return build_packed_examples_sharded(source, tokenizer, out, config, shard_examples=shard_examples, **options)
+    if task.reads_store and (sharded or isinstance(source, ShardedTokenStore)):
         source = source if isinstance(source, ShardedTokenStore) else ShardedTokenStore(source)
         from seqpack.data.sharded import build_packed_sharded
 

@@ -44,18 +44,51 @@ def truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], l
     return a[:na], b[:nb]
 
 
-def _labels(raw: list[Any], multilabel: bool, num_labels: int | None, field: str) -> tuple[np.ndarray, list[str] | None, int]:
-    """Label ids ((N,), or multi-hot (N, C)), the names of string labels, and the class count C."""
+def label_space(
+    examples: str | os.PathLike[str] | Iterable[Any], field: str, *, multilabel: bool, num_labels: int | None
+) -> tuple[list[str] | None, int]:
+    """The names of string labels (sorted) and the class count, over all ``examples`` (one pass)."""
+    kind: type | tuple[type, ...] = list if multilabel else (int, str)
+    strings: set[str] = set()
+    top, kinds = -1, set()
+    for i, row in enumerate(iter_records(examples)):
+        label = get_field(row, field, i, "--label-field", kind)
+        for x in label if multilabel else [label]:
+            kinds.add(type(x))
+            if isinstance(x, str):
+                strings.add(x)
+            elif isinstance(x, int) and not isinstance(x, bool):
+                if x < 0:
+                    raise ValueError(f"example {i}: label in field {field!r} is negative; labels must be ints >= 0 or strings")
+                top = max(top, x)
+    if len(kinds) > 1:
+        raise ValueError(f"labels in field {field!r} mix {' and '.join(sorted(k.__name__ for k in kinds))}; use all ints or all strings")
+    names = sorted(strings) if strings else None
+    have = len(names) if names is not None else top + 1
+    count = num_labels if num_labels is not None else have
+    if have > count:
+        raise ValueError(f"a label id is {have - 1} but num_labels={count}; pass a larger --num-labels")
+    return names, count
+
+
+def _labels(
+    raw: list[Any], multilabel: bool, num_labels: int | None, field: str, names: list[str] | None = None
+) -> tuple[np.ndarray, list[str] | None, int]:
+    """Label ids ((N,), or multi-hot (N, C)), the names of string labels, and the class count C.
+
+    ``names``: the label set of all examples (a sharded job), instead of this batch's.
+    """
     flat = [x for r in raw for x in r] if multilabel else raw
     kinds = {type(x) for x in flat}
-    names: list[str] | None = None
+    given = names
+    names = None
     if kinds <= {int}:
         ids = flat
         if any(x < 0 for x in ids):
             i = next(k for k, r in enumerate(raw) if any(x < 0 for x in (r if multilabel else [r])))
             raise ValueError(f"example {i}: label in field {field!r} is negative; labels must be ints >= 0 or strings")
     elif kinds <= {str}:
-        names = sorted(set(flat))
+        names = given if given is not None else sorted(set(flat))
         index = {n: k for k, n in enumerate(names)}
         ids = [index[x] for x in flat]
     else:
@@ -112,15 +145,19 @@ def classification_sequences(
     multilabel: bool = False,
     num_labels: int | None = None,
     overflow: str = "truncate",
+    label_names: list[str] | None = None,
 ) -> Sequences:
-    """Labelled examples -> sequences with per-sequence ``labels`` ((N,) or multi-hot (N, C))."""
+    """Labelled examples -> sequences with per-sequence ``labels`` ((N,) or multi-hot (N, C)).
+
+    ``label_names``: map string labels through this list (the label set of a whole sharded job).
+    """
     check_max_len(max_len)
     check_overflow(overflow, allowed=OVERFLOW)
     specials, vocab_size = special_ids(tokenizer)
     cls, sep = specials["[CLS]"], specials["[SEP]"]
     texts, pairs, raw, keep_ids, n_examples, dropped = _read(
         examples, text_field, text_pair_field, label_field, multilabel)
-    labels, names, n_classes = _labels(raw, multilabel, num_labels, label_field)
+    labels, names, n_classes = _labels(raw, multilabel, num_labels, label_field, label_names)
     enc_a = tokenizer.encode_batch(texts)
     enc_b = tokenizer.encode_batch([p or "" for p in pairs]) if text_pair_field else [[] for _ in texts]
     seqs, types, keep = [], [], []

@@ -48,15 +48,23 @@ SUMMARY = "summary.json"
 
 
 # ------------------------------------------------------------------ stage 1: sequences
-def sequences_stage(shard: str, tokenizer: Tokenizer, config: PackConfig, doc_base: int, path: str) -> dict[str, Any]:
-    """Build one input shard's sequences and save them under ``path``; returns their summary."""
+def sequences_stage(
+    shard: str | list[dict[str, Any]], tokenizer: Tokenizer, config: PackConfig, doc_base: int, path: str,
+    context: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Build one input shard's sequences (a token store shard's path, or a batch of example
+    records) and save them under ``path``; returns their summary."""
     from seqpack.store import TokenStore
     from seqpack.tasks import get_task
 
     done = _summary(Path(path))
     if done is not None:
         return done
-    seqs = get_task(config.task).build_sequences(TokenStore(shard), tokenizer, config)
+    task = get_task(config.task)
+    if isinstance(shard, str):
+        seqs = task.build_sequences(TokenStore(shard), tokenizer, config)
+    else:
+        seqs = task.build_shard(shard, tokenizer, config, context or {})
     with atomic_directory(path, overwrite=True) as tmp:
         np.save(tmp / "offsets.npy", seqs.offsets)
         np.save(tmp / "example_ids.npy", seqs.example_ids + doc_base)
@@ -181,6 +189,16 @@ def _parquet_complete(path: Path, rows: int) -> bool:
 
 
 # ------------------------------------------------------------------ the job
+@dataclasses.dataclass(frozen=True)
+class _Output:
+    """How the packed dataset is written (the job's output options)."""
+
+    shard_packs: int
+    compression: str
+    export_bin: bool
+    row_group_packs: int
+
+
 def build_packed_sharded(
     store: ShardedTokenStore,
     tokenizer: Tokenizer,
@@ -195,93 +213,169 @@ def build_packed_sharded(
     row_group_packs: int = 4096,
 ) -> dict[str, Any]:
     """Pack a sharded store into ``out`` with one global plan; returns the manifest (see the module)."""
-    from seqpack.data.io import (
-        COMPRESSION,
-        MANIFEST,
-        default_shard_packs,
-        dump_manifest,
-        manifest_fields,
-    )
-    from seqpack.data.pack import _depth
-    from seqpack.engine import LocalEngine
-    from seqpack.packing import pack_lengths
-    from seqpack.store.sharded import prepare_partial
+    store.check_tokenizer(tokenizer.fingerprint())
+    inputs = ((str(s.path), int(store.document_bases[i]), None) for i, s in enumerate(store.shards))
+    key = {"store": str(store.path.resolve()), "shards": store.meta["shards"]}
+    output = _output(config, shard_packs, compression, export_bin, row_group_packs)
+    return _run_job(key, inputs, tokenizer, out, config, output, engine=engine, overwrite=overwrite)
+
+
+def build_packed_examples_sharded(
+    source: str | os.PathLike[str],
+    tokenizer: Tokenizer,
+    out: str | os.PathLike[str],
+    config: PackConfig,
+    *,
+    shard_examples: int = 100_000,
+    engine: Engine | None = None,
+    overwrite: bool = False,
+    export_bin: bool = False,
+    compression: str = "zstd",
+    shard_packs: int | None = None,
+    row_group_packs: int = 4096,
+) -> dict[str, Any]:
+    """Pack labelled examples (``.jsonl``/``.parquet``) ``shard_examples`` at a time, with one global plan.
+
+    A first pass asks the task for what must be global (classification: the label set); then
+    the examples are read in order and each batch of ``shard_examples`` is one stage.
+    """
+    from itertools import islice
+
+    from seqpack.corpus.readers import require_file
+    from seqpack.data.examples import iter_records
+    from seqpack.tasks import get_task
+
+    if shard_examples < 1:
+        raise ValueError(f"shard_examples must be >= 1, got {shard_examples}")
+    p = require_file(source)
+    task = get_task(config.task)
+    context = task.shard_context(p, config)
+
+    def inputs():  # type: ignore[no-untyped-def]
+        it, base = iter_records(p), 0
+        while batch := list(islice(it, shard_examples)):
+            yield batch, base, context
+            base += len(batch)
+
+    st = p.stat()
+    key = {"examples": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "shard_examples": shard_examples}
+    output = _output(config, shard_packs, compression, export_bin, row_group_packs)
+    return _run_job(key, inputs(), tokenizer, out, config, output, engine=engine, overwrite=overwrite)
+
+
+def _output(config: PackConfig, shard_packs: int | None, compression: str, export_bin: bool, row_group_packs: int) -> _Output:
+    from seqpack.data.io import COMPRESSION, default_shard_packs
 
     if compression not in COMPRESSION:
         raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {compression!r}")
     shard_packs = shard_packs or default_shard_packs(config.max_len)
     if shard_packs < 1:
         raise ValueError(f"shard_packs must be >= 1, got {shard_packs}")
-    store.check_tokenizer(tokenizer.fingerprint())
+    return _Output(shard_packs, compression, export_bin, row_group_packs)
+
+
+def _run_job(
+    key: dict[str, Any], inputs: Any, tokenizer: Tokenizer, out: str | os.PathLike[str], config: PackConfig,
+    output: _Output, *, engine: Engine | None, overwrite: bool,
+) -> dict[str, Any]:
+    """Stages 1-3 and the manifest, in ``.OUT.partial/``; the finished dataset renamed to ``out``."""
+    from seqpack.engine import LocalEngine
+    from seqpack.store.sharded import prepare_partial
+
     engine = engine or LocalEngine()
     out = Path(out)
     cfg_d = {**dataclasses.asdict(config), "options_type": type(config.options).__name__}
     with output_lock(out):
         check_output_dir(out, overwrite=overwrite)
-        job = {"store": str(store.path.resolve()), "shards": store.meta["shards"], "tokenizer": tokenizer.fingerprint(),
-               "config": json.loads(json.dumps(cfg_d, default=str)), "shard_packs": shard_packs,
-               "compression": compression, "bin": export_bin, "row_group_packs": row_group_packs}
+        job = {**key, "tokenizer": tokenizer.fingerprint(), "config": json.loads(json.dumps(cfg_d, default=str)),
+               **dataclasses.asdict(output)}
         work = prepare_partial(out, job)
+        dirs: list[str] = []
         reused: list[str] = []
-        # 1. sequences, shard by shard
-        dirs = [str(work / f"sequences-{i:05d}") for i in range(len(store.shards))]
-        reused += [Path(d).name for d in dirs if _summary(Path(d)) is not None]
-        items = [(str(s.path), tokenizer, dataclasses.replace(config, seed=config.seed + i), int(store.document_bases[i]), d)
-                 for i, (s, d) in enumerate(zip(store.shards, dirs))]
-        summaries = list(engine.map(sequences_stage, items))
-        # 2. one plan over every shard's lengths
-        counts = [s["num_sequences"] for s in summaries]
-        bases = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        lengths = np.concatenate([np.diff(np.load(Path(d) / "offsets.npy")) for d in dirs]) if dirs else np.zeros(0, np.int64)
-        if lengths.size == 0:
-            raise ValueError("no sequences to pack (every document or example was empty or dropped)")
-        packing = pack_lengths(lengths, config.max_len, algorithm=config.algorithm, max_depth=config.max_depth, seed=config.seed)
-        depth = _depth(packing, config.max_depth)
-        dtypes = {kind: {k: np.result_type(*[np.dtype(s[kind][k]) for s in summaries]).str for k in summaries[0][kind]}
-                  for kind in ("token_fields", "seq_fields")}
-        num_examples = int(sum(s["num_examples"] for s in summaries))
-        meta = {"task": config.task, "dtypes": dtypes, "position_fields": summaries[0]["position_fields"],
-                "num_examples": num_examples, "max_len": config.max_len, "max_depth": depth,
-                "position_offset": config.position_offset, "compression": compression, "row_group_packs": row_group_packs}
-        # 3. output shards
+
+        def items():  # type: ignore[no-untyped-def]
+            for i, (src, base, context) in enumerate(inputs):
+                d = work / f"sequences-{i:05d}"
+                dirs.append(str(d))
+                if _summary(d) is not None:
+                    reused.append(d.name)
+                yield src, tokenizer, dataclasses.replace(config, seed=config.seed + i), base, str(d), context
+
+        summaries = list(engine.map(sequences_stage, items()))
+        packing, meta = _plan(dirs, summaries, config, output)
         final = work / "dataset"
-        (final / "data").mkdir(parents=True, exist_ok=True)
-        P = packing.num_packs
-        bounds = [(lo, min(P, lo + shard_packs)) for lo in range(0, P, shard_packs)]
-        files = [f"data/part-{k:05d}.parquet" for k in range(len(bounds))]
-        reused += [f for f, (lo, hi) in zip(files, bounds) if _parquet_complete(final / f, hi - lo)]
-        bin_dir = None
-        if export_bin:
-            bin_dir = final / "bin"
-            shutil.rmtree(bin_dir, ignore_errors=True)
-            bin_dir.mkdir()
-        poff, order = packing.pack_offsets, packing.sequence_index
-        items3 = [(str(final / f), dirs, bases, poff[lo : hi + 1], order[poff[lo] : poff[hi]], packing.plan, meta,
-                   str(bin_dir) if bin_dir else None, lo) for f, (lo, hi) in zip(files, bounds)]
-        if bin_dir is not None:  # columns' sizes: from the first shard's layout
-            specs = packs_stage(*items3[0][:-2], None, 0)
-            for name, spec in specs.items():
-                row = int(np.prod(spec["shape"], dtype=np.int64)) * np.dtype(spec["dtype"]).itemsize
-                with open(bin_dir / f"{name}.bin", "wb") as f:
-                    f.truncate(row * P)
-        specs = [s for s in engine.map(packs_stage, items3) if s]
-        columns = specs[0] if specs else _specs_from_parquet(final / files[0])
-        columns = {k: columns[k] for k in _specs_from_parquet(final / files[0])}  # the files' column order
+        files, bounds, columns = _write_packs(final, dirs, summaries, packing, meta, output, engine, reused)
         extra = {
             "position_offset": config.position_offset, "seed": config.seed, "algorithm": config.algorithm,
-            "tokenizer_hash": tokenizer.fingerprint(), "num_examples": num_examples,
+            "tokenizer_hash": tokenizer.fingerprint(), "num_examples": meta["num_examples"],
             "dropped": dict(sorted(_sum_dropped(summaries).items())), "position_fields": summaries[0]["position_fields"],
             "task_info": _merged_info(summaries),
             "vocab_size": int(summaries[0]["info"].get("vocab_size", tokenizer.vocab_size)), "config": cfg_d,
         }
-        manifest = manifest_fields(config.task, packing.plan, config.max_len, depth, columns, extra)
-        manifest["shards"] = [{"file": f, "rows": hi - lo} for f, (lo, hi) in zip(files, bounds)]
-        manifest["compression"] = compression
-        manifest["bin"] = export_bin
-        (final / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
+        manifest = _write_manifest(final, config, packing, meta["max_depth"], columns, extra, files, bounds, output)
         replace_directory(final, out)
         shutil.rmtree(work)
     manifest["reused"] = reused
+    return manifest
+
+
+def _plan(dirs: list[str], summaries: list[dict[str, Any]], config: PackConfig, output: _Output) -> tuple[Any, dict[str, Any]]:
+    """Stage 2: one plan over every shard's lengths, and what stage 3 needs to know."""
+    from seqpack.data.pack import _depth
+    from seqpack.packing import pack_lengths
+
+    lengths = np.concatenate([np.diff(np.load(Path(d) / "offsets.npy")) for d in dirs]) if dirs else np.zeros(0, np.int64)
+    if lengths.size == 0:
+        raise ValueError("no sequences to pack (every document or example was empty or dropped)")
+    packing = pack_lengths(lengths, config.max_len, algorithm=config.algorithm, max_depth=config.max_depth, seed=config.seed)
+    dtypes = {kind: {k: np.result_type(*[np.dtype(s[kind][k]) for s in summaries]).str for k in summaries[0][kind]}
+              for kind in ("token_fields", "seq_fields")}
+    meta = {"task": config.task, "dtypes": dtypes, "position_fields": summaries[0]["position_fields"],
+            "num_examples": int(sum(s["num_examples"] for s in summaries)), "max_len": config.max_len,
+            "max_depth": _depth(packing, config.max_depth), "position_offset": config.position_offset,
+            "compression": output.compression, "row_group_packs": output.row_group_packs,
+            "bases": np.concatenate([[0], np.cumsum([s["num_sequences"] for s in summaries])]).astype(np.int64)}
+    return packing, meta
+
+
+def _write_packs(
+    final: Path, dirs: list[str], summaries: list[dict[str, Any]], packing: Any, meta: dict[str, Any],
+    output: _Output, engine: Engine, reused: list[str],
+) -> tuple[list[str], list[tuple[int, int]], dict[str, Any]]:
+    """Stage 3: every output shard laid out and written; returns files, pack ranges, column specs."""
+    (final / "data").mkdir(parents=True, exist_ok=True)
+    P = packing.num_packs
+    bounds = [(lo, min(P, lo + output.shard_packs)) for lo in range(0, P, output.shard_packs)]
+    files = [f"data/part-{k:05d}.parquet" for k in range(len(bounds))]
+    reused += [f for f, (lo, hi) in zip(files, bounds) if _parquet_complete(final / f, hi - lo)]
+    bin_dir = None
+    if output.export_bin:
+        bin_dir = final / "bin"
+        shutil.rmtree(bin_dir, ignore_errors=True)
+        bin_dir.mkdir()
+    poff, order, bases = packing.pack_offsets, packing.sequence_index, meta["bases"]
+    items = [(str(final / f), dirs, bases, poff[lo : hi + 1], order[poff[lo] : poff[hi]], packing.plan, meta,
+              str(bin_dir) if bin_dir else None, lo) for f, (lo, hi) in zip(files, bounds)]
+    if bin_dir is not None:  # the .bin files at full size first; each stage fills its rows
+        for name, spec in packs_stage(*items[0][:-2], None, 0).items():
+            row = int(np.prod(spec["shape"], dtype=np.int64)) * np.dtype(spec["dtype"]).itemsize
+            with open(bin_dir / f"{name}.bin", "wb") as f:
+                f.truncate(row * P)
+    list(engine.map(packs_stage, items))
+    return files, bounds, _specs_from_parquet(final / files[0])
+
+
+def _write_manifest(
+    final: Path, config: PackConfig, packing: Any, depth: int, columns: dict[str, Any], extra: dict[str, Any],
+    files: list[str], bounds: list[tuple[int, int]], output: _Output,
+) -> dict[str, Any]:
+    from seqpack.data.io import MANIFEST, dump_manifest, manifest_fields
+
+    manifest = manifest_fields(config.task, packing.plan, config.max_len, depth, columns, extra)
+    manifest["shards"] = [{"file": f, "rows": hi - lo} for f, (lo, hi) in zip(files, bounds)]
+    manifest["compression"] = output.compression
+    manifest["bin"] = output.export_bin
+    (final / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
     return manifest
 
 
@@ -304,7 +398,7 @@ def _sum_dropped(summaries: list[dict[str, Any]]) -> dict[str, int]:
     return total
 
 
-def _specs_from_parquet(path: Path) -> dict[str, Any]:
+def _specs_from_parquet(path: Path) -> dict[str, Any]:  # the written files are the truth
     """Column dtypes and shapes from a written shard's schema (when every shard was reused)."""
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -69,6 +69,14 @@ class Task:
         """The task's sequences (not yet packed) from ``source``; ``config`` is a ``PackConfig``."""
         raise NotImplementedError
 
+    def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
+        """What every shard must agree on, from one pass over all of ``source`` (default: nothing)."""
+        return {}
+
+    def build_shard(self, records: list[dict[str, Any]], tokenizer: Tokenizer, config: Any, context: dict[str, Any]) -> Sequences:
+        """One shard's sequences from a batch of example records (default: :meth:`build_sequences`)."""
+        return self.build_sequences(records, tokenizer, config)
+
     def open_store(self, source: Any, tokenizer: Tokenizer) -> TokenStore:
         from seqpack.store import TokenStore
 

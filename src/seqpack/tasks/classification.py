@@ -42,6 +42,24 @@ class ClassificationTask(Task):
             label_field=o.label_field, multilabel=self.multilabel, num_labels=o.num_labels, overflow=o.overflow,
         )
 
+    def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
+        """The label set of all examples, so that every shard maps labels the same way."""
+        from seqpack.data.labelled import label_space
+
+        o: ClassificationOptions = config.options
+        names, count = label_space(source, o.label_field, multilabel=self.multilabel, num_labels=o.num_labels)
+        return {"label_names": names, "num_labels": count}
+
+    def build_shard(self, records: list[dict[str, Any]], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
+        from seqpack.data.labelled import classification_sequences
+
+        o: ClassificationOptions = config.options
+        return classification_sequences(
+            records, tokenizer, max_len=config.max_len, text_field=o.text_field, text_pair_field=o.text_pair_field,
+            label_field=o.label_field, multilabel=self.multilabel, num_labels=context["num_labels"],
+            overflow=o.overflow, label_names=context["label_names"],
+        )
+
     def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
         from seqpack.nn.models import BertConfig, BertForSequenceClassification
 
