@@ -66,6 +66,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--compression", choices=COMPRESSION, default="zstd", help="Parquet compression (default zstd level 1)")
     p.add_argument("--shard-packs", type=lambda t: positive_int(t, "--shard-packs"), default=None,
                    help="packs per Parquet shard (default: about 16M tokens' worth, at most 50,000)")
+    p.add_argument("--shard-examples", type=lambda t: positive_int(t, "--shard-examples"), default=100_000,
+                   help="labelled examples per stage (classification, multilabel, qa; default 100,000)")
     add_engine_options(p)
     p.add_argument("--json", action="store_true", help="print the manifest's summary as JSON")
     add_task_options(p.add_argument_group("task options (each task takes its own; see seqpack.tasks)"))
@@ -87,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     engine = engine_from_args(args)
     try:
         m = build_packed_dataset(args.source, tok, args.out, cfg, overwrite=args.overwrite, engine=engine,
+                                 shard_examples=args.shard_examples,
                                  export_bin=args.export_bin, compression=args.compression, shard_packs=args.shard_packs)
     finally:
         engine.close()
