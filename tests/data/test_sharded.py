@@ -187,3 +187,15 @@ def test_examples_in_shards_equal_examples_in_memory(tok, tmp_path, task):
     m = build_packed_dataset(src, tok, tmp_path / "b", cfg, shard_packs=6, shard_examples=8)
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
     assert m["num_examples"] == len(rows) and len(m["shards"]) > 1
+
+
+def test_a_bad_example_names_its_shard(tok, tmp_path):
+    rows = [{"text": "alpha beta", "label": "x"} for _ in range(20)]
+    cfg = PackConfig.for_task("classification", max_len=32)
+    rows[13] = {"text": "alpha"}  # no label: found by the first pass, with the file's index
+    with pytest.raises(ValueError, match="example 13: .*label"):
+        build_packed_dataset(_write_jsonl(tmp_path / "ex.jsonl", rows), tok, tmp_path / "o", cfg, shard_examples=5)
+    rows[13] = {"label": "x"}  # no text: found in its shard, which names its records
+    with pytest.raises(ValueError, match=r"examples 10\.\.14 of the file: example 3: .*text"):
+        build_packed_dataset(_write_jsonl(tmp_path / "ex.jsonl", rows), tok, tmp_path / "o", cfg, shard_examples=5)
+    assert not (tmp_path / "o").exists()

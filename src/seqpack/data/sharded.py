@@ -64,7 +64,10 @@ def sequences_stage(
     if isinstance(shard, str):
         seqs = task.build_sequences(TokenStore(shard), tokenizer, config)
     else:
-        seqs = task.build_shard(shard, tokenizer, config, context or {})
+        try:
+            seqs = task.build_shard(shard, tokenizer, config, context or {})
+        except ValueError as e:  # "example i" counts within the shard: say which records it holds
+            raise ValueError(f"examples {doc_base}..{doc_base + len(shard) - 1} of the file: {e}") from None
     with atomic_directory(path, overwrite=True) as tmp:
         np.save(tmp / "offsets.npy", seqs.offsets)
         np.save(tmp / "example_ids.npy", seqs.example_ids + doc_base)
