@@ -178,7 +178,7 @@ def test_killed_mid_write_leaves_nothing_complete(tmp_path):
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 9
     assert not (tmp_path / "p").exists()
-    leftovers = list(tmp_path.iterdir())
+    leftovers = [d for d in tmp_path.iterdir() if d.is_dir()]  # and the dead job's .p.lock (unlocked)
     assert leftovers and all(not (d / "manifest.json").exists() for d in leftovers)
     with pytest.raises(ValueError, match="manifest.json: missing"):
         read_manifest(leftovers[0])

@@ -135,8 +135,7 @@ def build_packed_dataset(
         source = source if isinstance(source, ShardedTokenStore) else ShardedTokenStore(source)
         from seqpack.data.sharded import build_packed_sharded
 
-        return build_packed_sharded(source, tokenizer, out, config, engine=engine, overwrite=overwrite,
-                                    export_bin=export_bin, compression=compression, shard_packs=shard_packs)
+        return build_packed_sharded(source, tokenizer, out, config, **options)
 
     check_output_dir(out, overwrite=overwrite)
     pc, extra = pack_task(source, tokenizer, config)

@@ -32,9 +32,8 @@ def build_store(
     bounded whatever the corpus size.
     ``meta.json`` records the input bytes and the encode time (``mb_per_s``).
     """
-    from seqpack.tokenizer.fast import choose_workers, encode_batches
+    from seqpack.tokenizer.fast import encode_batches
 
-    workers = choose_workers(documents, workers)  # decided before the counting wrapper hides the list
     counted = _CountingIter(documents)
     t0 = time.perf_counter()
     with StoreWriter(

@@ -39,7 +39,7 @@ from seqpack._atomic import (
     replace_directory,
     write_text_atomic,
 )
-from seqpack.store.store import TokenStore
+from seqpack.store.store import StoreMeta, TokenStore
 
 if TYPE_CHECKING:
     from seqpack.engine import Engine
@@ -77,19 +77,15 @@ def prepare_partial(out: Path, job: dict[str, Any]) -> Path:
 
 
 def _shards_of(documents: Iterable[str], shard_chars: int) -> Iterator[tuple[int, int, list[str], int]]:
-    """(shard index, index of its first document, documents, characters)."""
-    batch: list[str] = []
-    chars = first = i = 0
-    for doc in documents:
-        if not isinstance(doc, str):
-            raise TypeError(f"documents must be str, got {type(doc).__name__}")
-        batch.append(doc)
-        chars += len(doc)
-        if chars >= shard_chars:
-            yield i, first, batch, chars
-            i, first, batch, chars = i + 1, first + len(batch), [], 0
-    if batch or i == 0:
-        yield i, first, batch, chars
+    """(shard index, index of its first document, documents, characters); one empty shard for no input."""
+    from seqpack.tokenizer.pretokenize import doc_chunks
+
+    i, first = -1, 0
+    for i, chunk in enumerate(doc_chunks(documents, shard_chars)):
+        yield i, first, list(chunk.documents), sum(map(len, chunk.documents))
+        first += len(chunk.documents)
+    if i < 0:
+        yield 0, 0, [], 0
 
 
 def encode_shard(path: str, documents: list[str], tokenizer: Tokenizer, first: int, workers: int | None) -> dict[str, Any]:
@@ -194,7 +190,7 @@ def _manifest(metas: list[dict[str, Any]], tokenizer: Tokenizer, source: str, sh
     }
 
 
-class ShardedTokenStore:
+class ShardedTokenStore(StoreMeta):
     """Read-only view of a sharded store: ``shards`` are :class:`TokenStore` s, in order.
 
     Documents are numbered across shards (shard 0's first); ``store[i]``, ``len(store)`` and
@@ -212,18 +208,6 @@ class ShardedTokenStore:
         self.document_bases = np.concatenate([[0], np.cumsum([len(s) for s in self.shards])]).astype(np.int64)
         self.reused: list[str] = []
 
-    @property
-    def tokenizer_hash(self) -> str:
-        return str(self.meta["tokenizer_hash"])
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.meta["vocab_size"])
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.meta["num_tokens"])
-
     def __len__(self) -> int:
         return int(self.document_bases[-1])
 
@@ -238,9 +222,6 @@ class ShardedTokenStore:
     def lengths(self) -> np.ndarray:
         """Tokens per document, across shards.  # (num_documents,) int64"""
         return np.concatenate([s.lengths() for s in self.shards]) if self.shards else np.zeros(0, np.int64)
-
-    def check_tokenizer(self, tokenizer_hash: str) -> None:
-        TokenStore.check_tokenizer(self, tokenizer_hash)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return (f"ShardedTokenStore({str(self.path)!r}, shards={len(self.shards)}, documents={len(self):,}, "

@@ -154,7 +154,34 @@ class StoreWriter:
         stack.__exit__(exc_type, exc, tb)
 
 
-class TokenStore:
+class StoreMeta:
+    """What every store (one, or sharded) says about itself, read from ``self.meta``."""
+
+    path: Path
+    meta: dict[str, Any]
+
+    @property
+    def tokenizer_hash(self) -> str:
+        return str(self.meta["tokenizer_hash"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["vocab_size"])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.meta["num_tokens"])
+
+    def check_tokenizer(self, tokenizer_hash: str) -> None:
+        """Raise unless the store was made by the tokenizer with this fingerprint."""
+        if tokenizer_hash != self.tokenizer_hash:
+            raise ValueError(
+                f"{self.path}: made with tokenizer {self.tokenizer_hash[:12]}, not the given "
+                f"{tokenizer_hash[:12]} (hash mismatch); pass the tokenizer that made it or re-run seqpack tokenize"
+            )
+
+
+class TokenStore(StoreMeta):
     """Read-only, memory-mapped view of a store directory.
 
     ``store[i]`` is document ``i`` (a read-only array view), ``len(store)`` the number
@@ -172,18 +199,6 @@ class TokenStore:
         if n_docs and (self.offsets[0] != 0 or self.offsets[-1] != n_tok or np.any(np.diff(self.offsets) <= 0)):
             raise ValueError(f"{self.path / OFFSETS}: corrupt (offsets must rise from 0 to {n_tok})")
 
-    @property
-    def tokenizer_hash(self) -> str:
-        return str(self.meta["tokenizer_hash"])
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.meta["vocab_size"])
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.meta["num_tokens"])
-
     def __len__(self) -> int:
         return int(self.meta["num_documents"])
 
@@ -197,14 +212,6 @@ class TokenStore:
     def lengths(self) -> np.ndarray:
         """Tokens per document.  # (num_documents,) int64"""
         return np.diff(self.offsets)
-
-    def check_tokenizer(self, tokenizer_hash: str) -> None:
-        """Raise unless the store was made by the tokenizer with this fingerprint."""
-        if tokenizer_hash != self.tokenizer_hash:
-            raise ValueError(
-                f"{self.path}: made with tokenizer {self.tokenizer_hash[:12]}, not the given "
-                f"{tokenizer_hash[:12]} (hash mismatch); pass the tokenizer that made it or re-run seqpack tokenize"
-            )
 
     def __repr__(self) -> str:
         return f"TokenStore({str(self.path)!r}, documents={len(self):,}, tokens={self.num_tokens:,}, dtype={self.dtype.name})"

@@ -26,11 +26,6 @@ if TYPE_CHECKING:
     from seqpack.tokenizer.tokenizer import Tokenizer
 
 
-def choose_workers(documents: Iterable[str], workers: int | None) -> int:
-    """``workers``, by default all cores."""
-    return workers or default_workers()
-
-
 def encode_batches(
     tok: Tokenizer,
     documents: Iterable[str],
@@ -42,7 +37,7 @@ def encode_batches(
 
     ``ids`` is ``uint32``, ``offsets`` ``int64``; batches come in input order.
     """
-    threads = choose_workers(documents, workers)
+    threads = workers or default_workers()
     encoder = tok.native
     for chunk in doc_chunks(documents, batch_chars):
         yield encoder.encode_batch(chunk.documents, threads)
