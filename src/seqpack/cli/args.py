@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 from typing import Any
 
+TOKENIZER_HELP = "a directory written by seqpack train-tokenizer, or a Hugging Face tokenizer directory (tokenizer.json)"
 MAX_LEN_HINT = "pass --max-len {longest} or more (the histogram's longest length)"
 
 

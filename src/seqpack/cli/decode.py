@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from seqpack.cli.args import TOKENIZER_HELP
+
 
 NAME = "decode"
 HELP = "token ids -> text"
@@ -24,15 +26,15 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         NAME, help=HELP, description="Decode whitespace-separated token ids (FILE or stdin) to text.")
     p.add_argument("file", nargs="?", help="file of ids (default: stdin)")
-    p.add_argument("--tokenizer", required=True, help="directory written by train-tokenizer")
+    p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from seqpack.corpus import iter_decoded
-    from seqpack.tokenizer import Tokenizer
+    from seqpack.tokenizer import open_tokenizer
 
-    tok = Tokenizer.load(args.tokenizer)
+    tok = open_tokenizer(args.tokenizer)
     text = "".join(iter_decoded(args.file))
     sys.stdout.write(tok.decode(parse_ids(text, args.file or "<stdin>")))
     return 0

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from seqpack.cli.args import TOKENIZER_HELP
+
 
 NAME = "encode"
 HELP = "text -> token ids"
@@ -14,16 +16,16 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         NAME, help=HELP, description="Encode text (FILE or stdin) to token ids, printed space-separated.")
     p.add_argument("file", nargs="?", help="input text file (default: stdin)")
-    p.add_argument("--tokenizer", required=True, help="directory written by train-tokenizer")
+    p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
     p.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8 handling")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from seqpack.corpus import iter_decoded
-    from seqpack.tokenizer import Tokenizer
+    from seqpack.tokenizer import open_tokenizer
 
-    tok = Tokenizer.load(args.tokenizer)
+    tok = open_tokenizer(args.tokenizer)
     out = sys.stdout
     first = True
     batch: list[str] = []

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.args import add_engine_options, default_of, depth, engine_from_args, max_len, nonneg, option_name, positive_int
+from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, default_of, depth, engine_from_args, max_len, nonneg, option_name, positive_int
 
 
 NAME = "pack"
@@ -52,7 +52,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("source", metavar="STORE|EXAMPLES")
     p.add_argument("--task", required=True, choices=TASKS)
     p.add_argument("--max-len", required=True, type=max_len, help="tokens per packed row")
-    p.add_argument("--tokenizer", required=True, help="directory written by train-tokenizer")
+    p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=default_of(PackConfig, "algorithm"))
@@ -80,12 +80,12 @@ SUMMARY_KEYS = ("task", "max_len", "max_depth", "num_packs", "num_sequences", "n
 
 def run(args: argparse.Namespace) -> int:
     from seqpack.data.build import COMMON, PackConfig, build_packed_dataset
-    from seqpack.tokenizer import Tokenizer
+    from seqpack.tokenizer import open_tokenizer
 
     options = {k: v for k, v in vars(args).items() if k not in COMMON and k in task_option_fields()}
     cfg = PackConfig.for_task(args.task, max_len=args.max_len, algorithm=args.algorithm, max_depth=args.max_depth,
                               seed=args.seed, position_offset=args.position_offset, **options)
-    tok = Tokenizer.load(args.tokenizer)
+    tok = open_tokenizer(args.tokenizer)
     engine = engine_from_args(args)
     try:
         m = build_packed_dataset(args.source, tok, args.out, cfg, overwrite=args.overwrite, engine=engine,

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.args import add_engine_options, engine_from_args
+from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, engine_from_args
 from seqpack.corpus.readers import DEFAULT_SEPARATOR
 from seqpack.store.sharded import DEFAULT_SHARD_CHARS
 
@@ -22,7 +22,7 @@ def add_parser(sub: Any) -> None:
         ".jsonl/.parquet give one document per record. With no INPUT, the built-in Python docs.",
     )
     p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files")
-    p.add_argument("--tokenizer", required=True, help="directory written by train-tokenizer")
+    p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
     p.add_argument("--out", required=True, help="store directory to create")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--workers", type=int, default=None, help="encoding threads (default: all cores)")
@@ -42,13 +42,13 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.corpus import python_docs, read_documents
     from seqpack.corpus.readers import require_file
     from seqpack.store import build_sharded_store
-    from seqpack.tokenizer import Tokenizer
+    from seqpack.tokenizer import open_tokenizer
 
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     if args.shard_mb <= 0:
         raise ValueError(f"--shard-mb must be > 0, got {args.shard_mb}")
-    tok = Tokenizer.load(args.tokenizer)
+    tok = open_tokenizer(args.tokenizer)
     check_output_dir(args.out, overwrite=args.overwrite)
     for path in args.inputs:  # every input checked before anything is written
         require_file(path)

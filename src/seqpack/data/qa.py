@@ -56,16 +56,22 @@ def first_answer(answers: Any, i: int, field: str) -> tuple[str, int] | None:
     return text, start
 
 
-def answer_tokens(tokenizer: Tokenizer, context: str, ids: list[int], text: str, start: int, i: int) -> tuple[int, int]:
-    """First and last token (inclusive) of the context that overlap the answer's characters."""
+def answer_tokens(context: str, spans: np.ndarray, text: str, start: int, i: int) -> tuple[int, int]:
+    """First and last token (inclusive) of the context that overlap the answer's characters;
+    ``spans`` is each context token's character span ``(n, 2)`` (from ``encode_with_offsets``).
+
+    >>> answer_tokens("abcdef", np.array([[0, 2], [2, 4], [4, 6]]), "cde", 2, 0)
+    (1, 2)
+    """
     if start < 0 or start + len(text) > len(context) or not text:
         raise ValueError(f"example {i}: answer at characters {start}..{start + len(text)} is outside the context ({len(context)} characters)")
     if context[start : start + len(text)] != text:
         raise ValueError(f"example {i}: answer {text[:40]!r} is not at character {start} of the context")
-    b0 = len(context[:start].encode("utf-8"))
-    b1 = b0 + len(text.encode("utf-8"))
-    ends = np.cumsum([len(tokenizer.vocab[t]) for t in ids])
-    return int(np.searchsorted(ends, b0, side="right")), int(np.searchsorted(ends, b1 - 1, side="right"))
+    end = start + len(text)
+    overlap = np.flatnonzero((spans[:, 0] < end) & (spans[:, 1] > start))
+    if overlap.size == 0:
+        raise ValueError(f"example {i}: no token of the context covers the answer {text[:40]!r}")
+    return int(overlap[0]), int(overlap[-1])
 
 
 def windows(n: int, room: int, stride: int) -> list[int]:
@@ -114,16 +120,16 @@ def qa_sequences(
     cls, sep = specials["[CLS]"], specials["[SEP]"]
     rows, dropped, n_examples = _read_rows(examples, question_field, context_field, answers_field)
     q_ids = tokenizer.encode_batch([r[1] for r in rows])
-    c_ids = tokenizer.encode_batch([r[2] for r in rows])
+    c_enc = tokenizer.encode_with_offsets([r[2] for r in rows])
     seqs: list[list[int]] = []
     fields: dict[str, list[int]] = {k: [] for k in ("start_positions", "end_positions", "context_start", "window_start")}
     example_ids, n_types = [], []
-    for (i, _q, context, ans), qi, ci in zip(rows, q_ids, c_ids):
-        qi = qi[:max_question_len]
+    for (i, _q, context, ans), qi, (c_arr, c_spans) in zip(rows, q_ids, c_enc):
+        qi, ci = qi[:max_question_len], c_arr.tolist()
         room = max_len - len(qi) - 3
         if room <= doc_stride:
             raise ValueError(f"max_len={max_len} leaves {room} context tokens after the question, not more than doc_stride={doc_stride}; raise --max-len or lower --doc-stride")
-        span = None if ans is None else answer_tokens(tokenizer, context, ci, ans[0], ans[1], i)
+        span = None if ans is None else answer_tokens(context, c_spans, ans[0], ans[1], i)
         for w in windows(len(ci), room, doc_stride):
             piece = ci[w : w + room]
             head = [cls, *qi, sep]

@@ -6,8 +6,14 @@
 
 What the adapter does for you:
 
-* a 4-D ``(B, 1, T, T)`` mask that keeps the row's sequences apart (causal for GPT-2 and
-  Llama): **bool for ``sdpa``, additive float for ``eager``**. A bool 4-D mask given to an
+* causal LMs (GPT-2, Llama) get **no mask at all**: restarting ``position_ids`` and
+  ``use_cache=False``, from which transformers (5.x) builds the block-diagonal causal mask
+  itself for ``sdpa``, ``eager`` and ``flex_attention`` (``find_packed_sequence_indices``; a
+  cache would silently switch that off). ``flash_attention_2/3/4`` and ``seqpack_varlen`` go
+  padding-free instead: the real tokens as one row with ``cu_seq_lens_q/k``
+  (:mod:`seqpack.nn.hf_padding_free`, the layout of ``DataCollatorWithFlattening``);
+* bidirectional models (BERT) need a 4-D ``(B, 1, T, T)`` mask that keeps the row's sequences
+  apart: **bool for ``sdpa``, additive float for ``eager``**. A bool 4-D mask given to an
   eager model is added to the scores as 0/1 and silently attends across sequences, so
   :func:`hf_attention_mask` picks the dtype from ``config._attn_implementation`` and
   :func:`check_hf_mask` refuses a mismatch. (5.x passes any 4-D mask through untouched and
@@ -45,6 +51,8 @@ from seqpack.nn.masks import attention_mask, check_segment_ids, position_ids
 from seqpack.nn.models.common import PackedOutput
 
 CAUSAL = ("GPT2LMHeadModel", "LlamaForCausalLM")
+#: attention implementations for which transformers derives a causal model's packed mask from ``position_ids``
+POSITION_MASKED = ("sdpa", "eager", "flex_attention")
 BIDIRECTIONAL = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification", "BertForQuestionAnswering")
 SUPPORTED = BIDIRECTIONAL + CAUSAL
 
@@ -96,8 +104,9 @@ def _require_columns(batch: Mapping[str, torch.Tensor]) -> None:
 
 
 def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``input_ids``, the 4-D ``attention_mask``, restarting ``position_ids`` (and
-    ``token_type_ids`` for BERT) for ``model(**inputs)``."""
+    """``model(**inputs)`` keywords: ``input_ids`` and restarting ``position_ids``; for BERT the 4-D
+    ``attention_mask`` and ``token_type_ids``; for a causal LM under ``sdpa``/``eager``/``flex_attention``
+    no mask (transformers derives it from ``position_ids``) and ``use_cache=False``."""
     name = _name(model)
     if name not in SUPPORTED:
         raise ValueError(f"no packed adapter for {name}; supported: {', '.join(SUPPORTED)}")
@@ -111,6 +120,8 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.
         pos = position_ids(seg)
     elif pos.shape != ids.shape:
         raise ValueError(f"position_ids has shape {tuple(pos.shape)} but input_ids is {tuple(ids.shape)}")
+    if name in CAUSAL and _impl(model) in POSITION_MASKED:
+        return {"input_ids": ids, "position_ids": pos, "use_cache": False}  # transformers masks by position_ids
     mask = hf_attention_mask(model, seg, causal=name in CAUSAL, dtype=_model_dtype(model))
     out = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
     if name in BIDIRECTIONAL:

@@ -7,19 +7,19 @@ Adding a task is one new module defining ``TASK = MyTask(name=..., ...)`` (a sub
 :class:`Task` with its options dataclass) plus one entry in ``REGISTRY`` below.
 
     >>> sorted(REGISTRY)
-    ['classification', 'clm', 'mlm', 'multilabel', 'qa']
+    ['chat', 'classification', 'clm', 'mlm', 'multilabel', 'qa']
     >>> get_task("ner")
     Traceback (most recent call last):
     ...
-    ValueError: unknown task 'ner'; known: clm|mlm|classification|multilabel|qa
+    ValueError: unknown task 'ner'; known: clm|mlm|classification|multilabel|qa|chat
 """
 
 from __future__ import annotations
 
-from seqpack.tasks import classification, clm, mlm, multilabel, qa
+from seqpack.tasks import chat, classification, clm, mlm, multilabel, qa
 from seqpack.tasks.base import COMPONENTS, Task
 
-REGISTRY: dict[str, Task] = {t.name: t for t in (clm.TASK, mlm.TASK, classification.TASK, multilabel.TASK, qa.TASK)}
+REGISTRY: dict[str, Task] = {t.name: t for t in (clm.TASK, mlm.TASK, classification.TASK, multilabel.TASK, qa.TASK, chat.TASK)}
 TASKS: tuple[str, ...] = tuple(REGISTRY)
 
 

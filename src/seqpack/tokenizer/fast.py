@@ -23,11 +23,12 @@ from seqpack._parallel import default_workers
 from seqpack.tokenizer.pretokenize import doc_chunks
 
 if TYPE_CHECKING:
+    from seqpack.tokenizer.pretrained import HFTokenizer
     from seqpack.tokenizer.tokenizer import Tokenizer
 
 
 def encode_batches(
-    tok: Tokenizer,
+    tok: Tokenizer | HFTokenizer,
     documents: Iterable[str],
     *,
     workers: int | None = None,
@@ -35,16 +36,17 @@ def encode_batches(
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(ids, offsets)`` per batch: document ``i`` of the batch is ``ids[offsets[i]:offsets[i + 1]]``.
 
-    ``ids`` is ``uint32``, ``offsets`` ``int64``; batches come in input order.
+    ``ids`` is ``uint32``, ``offsets`` ``int64``; batches come in input order. A pretrained
+    tokenizer (:class:`~seqpack.tokenizer.pretrained.HFTokenizer`) encodes each batch on the
+    ``tokenizers`` thread pool instead.
     """
     threads = workers or default_workers()
-    encoder = tok.native
     for chunk in doc_chunks(documents, batch_chars):
-        yield encoder.encode_batch(chunk.documents, threads)
+        yield tok.encode_flat(chunk.documents, threads)
 
 
 def encode_documents(
-    tok: Tokenizer,
+    tok: Tokenizer | HFTokenizer,
     documents: Iterable[str],
     *,
     workers: int | None = None,

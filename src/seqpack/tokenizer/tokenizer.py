@@ -23,6 +23,8 @@ import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from seqpack.tokenizer.pretokenize import special_pattern, split_words
 
 if TYPE_CHECKING:
@@ -49,6 +51,9 @@ class Tokenizer:
 
     Special tokens not yet in ``vocab`` are appended to it with new ids.
     """
+
+    #: seqpack's own tokenizers carry no chat template (the chat task uses its default, ChatML)
+    chat_template: str | None = None
 
     def __init__(
         self,
@@ -246,6 +251,30 @@ class Tokenizer:
         from seqpack.tokenizer.fast import encode_documents
 
         return [a.tolist() for a in encode_documents(self, texts, workers=workers)]
+
+    def encode_flat(self, documents: list[str], workers: int) -> tuple[np.ndarray, np.ndarray]:
+        """One batch as flat ``uint32`` ids and ``int64`` offsets, in the compiled core on ``workers`` threads."""
+        return self.native.encode_batch(documents, workers)  # type: ignore[no-any-return]
+
+    def encode_with_offsets(self, texts: Iterable[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per text: ids ``(n,)`` and each token's character span ``(n, 2)``; a token that ends
+        inside a multi-byte character ends after it.
+
+        >>> tok = Tokenizer({i: bytes([i]) for i in range(256)} | {256: b"ab"}, [(b"a", b"b")])
+        >>> ids, spans = tok.encode_with_offsets(["abé"])[0]
+        >>> ids.tolist(), spans.tolist()
+        ([256, 195, 169], [[0, 2], [2, 3], [2, 3]])
+        """
+        texts = list(texts)
+        out = []
+        for text, ids in zip(texts, self.encode_batch(texts)):
+            raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+            char_of = np.cumsum((raw & 0xC0) != 0x80) - 1  # (bytes,) the character each byte belongs to
+            ends = np.cumsum(np.fromiter((len(self.vocab[i]) for i in ids), dtype=np.int64, count=len(ids)))
+            starts = ends - np.fromiter((len(self.vocab[i]) for i in ids), dtype=np.int64, count=len(ids))
+            spans = np.stack([char_of[starts], char_of[ends - 1] + 1], axis=1) if ids else np.zeros((0, 2), np.int64)
+            out.append((np.asarray(ids, dtype=np.int64), spans.astype(np.int64)))
+        return out
 
     # --------------------------------------------------------------- identity
     @property

@@ -1,0 +1,64 @@
+"""``chat``: fine-tuning a causal LM on conversations, with the loss only where ``train_on`` says.
+
+Records hold ``messages`` (``[{"role", "content"}]``, the transformers/TRL convention) in
+``.jsonl``, ``.parquet`` or an HF dataset. They are rendered with a chat template (``--chat-template
+FILE``, else the tokenizer's own, else ChatML for a seqpack tokenizer) and trained like ``clm``:
+per-sequence loss is the mean over each conversation's target tokens (``--reduction token`` for the
+per-token mean of transformers/TRL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from seqpack.tasks.clm import CLMTask
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatOptions:
+    messages_field: str = field(default="messages", metadata={"help": "the column holding the list of messages"})
+    chat_template: str | None = field(default=None, metadata={
+        "help": "a Jinja chat template file, or 'chatml' (default: the tokenizer's own; ChatML for a seqpack tokenizer)"})
+    train_on: str = field(default="assistant", metadata={
+        "help": "tokens that carry loss: assistant (every assistant turn and its end token) | last (the final one) | all"})
+    overflow: str = field(default="truncate", metadata={
+        "help": "conversations longer than max_len: truncate (after the last assistant turn that fits) | drop | error"})
+
+    def __post_init__(self) -> None:
+        from seqpack.data.chat import CHAT_OVERFLOW, TRAIN_ON
+        from seqpack.data.sequences import check_overflow
+
+        check_overflow(self.overflow, allowed=CHAT_OVERFLOW)
+        if self.train_on not in TRAIN_ON:
+            raise ValueError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {self.train_on!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatTask(CLMTask):
+    options_type: ClassVar[type] = ChatOptions
+
+    def template(self, tokenizer: Any, options: ChatOptions) -> Any:
+        """The compiled chat template, its special tokens checked against ``tokenizer``."""
+        from seqpack.data.chat_template import CHATML, CHATML_SPECIALS, ChatTemplate, resolve_template
+
+        source, name = resolve_template(options.chat_template, tokenizer)
+        if source == CHATML:
+            missing = [s for s in CHATML_SPECIALS if s not in tokenizer.special_tokens]
+            if missing:
+                raise ValueError(
+                    f"the chatml template writes {' and '.join(missing)}, which the tokenizer lacks as special tokens; "
+                    "train it with --special-token '<|im_start|>' --special-token '<|im_end|>', or pass --chat-template FILE")
+        return ChatTemplate(source, name=name, variables=dict(getattr(tokenizer, "special_map", {})))
+
+    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
+        from seqpack.data.chat import chat_sequences
+
+        self.check_examples(source)
+        o: ChatOptions = config.options
+        return chat_sequences(source, tokenizer, template=self.template(tokenizer, o), max_len=config.max_len,
+                              messages_field=o.messages_field, train_on=o.train_on, overflow=o.overflow)
+
+
+TASK = ChatTask(name="chat", summary="conversations (messages) for a causal LM, loss on assistant turns",
+                reads="examples", models=("gpt",), token_labels=True)
