@@ -60,3 +60,44 @@ def test_padding_free_equals_the_sdpa_model(kind: str) -> None:
     assert (flat.logits - dense.logits)[real].abs().max() <= 1e-5
     assert abs(float(flat.loss) - float(dense.loss)) <= 1e-5 * max(1.0, abs(float(dense.loss)))
     assert torch.equal(flat.present, dense.present)
+
+
+def test_flex_attention_forward_on_cpu() -> None:
+    """``flex_attention`` takes the same path as sdpa (no 4-D mask; transformers builds a block mask
+    from ``position_ids``). On CPU flex has no backward, so logits only. Llama only: GPT-2 has no flex."""
+    from tests.nn._packs import spans
+    from tests.nn.test_hf import build, hf_alone, packed_batch
+    from tests.nn.test_models import alone, make_batch
+
+    rows = [[5, 7], [16]]
+    x = make_batch(16, rows, seed=1)
+    model = build("LlamaForCausalLM", "flex_attention").eval()
+    with torch.no_grad():
+        out = packed_forward(model, packed_batch("LlamaForCausalLM", x))
+        for b, k, at, n in spans(rows):
+            ref = hf_alone(model, "LlamaForCausalLM", alone(x, b, k, at, n))
+            assert (out.logits[b, at : at + n] - ref.logits[0]).abs().max() <= 1e-5
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="flash_attention_2/3 need a CUDA device")
+@pytest.mark.parametrize("impl", ["flash_attention_2", "flash_attention_3"])
+def test_flash_attention_equals_the_reference_on_gpu(impl: str) -> None:
+    """On a GPU with flash-attn installed: the flash kernels on the padding-free layout give the
+    logits of seqpack's varlen reference (per-sequence SDPA) within bf16 rounding."""
+    import importlib.util
+
+    from tests.nn.test_hf import build, packed_batch
+    from tests.nn.test_models import make_batch
+
+    if importlib.util.find_spec("flash_attn" if impl == "flash_attention_2" else "flash_attn_interface") is None:
+        pytest.skip(f"{impl} needs the flash-attn package")
+    register_varlen_attention()
+    x = {k: v.cuda() for k, v in make_batch(48, [[20, 17, 9], [48]], seed=2).items()}
+    outs = []
+    for name in (impl, VARLEN_IMPL):
+        model = build("LlamaForCausalLM", name).cuda().to(torch.bfloat16).eval()
+        with torch.no_grad():
+            outs.append(packed_forward(model, packed_batch("LlamaForCausalLM", x)).logits.float())
+    real = x["segment_ids"] > 0
+    scale = float(outs[1][real].abs().max())
+    assert (outs[0] - outs[1])[real].abs().max() <= 4 * 2.0**-8 * scale  # a few bf16 roundings (u = 2**-8)

@@ -98,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         dropped = ", ".join(f"{v:,} {k}" for k, v in m["dropped"].items()) or "none"
+        truncated = int(m.get("task_info", {}).get("truncated") or 0)
+        if truncated:
+            dropped += f"; truncated: {truncated:,}"
         print(
             f"{m['task']}: {m['num_sequences']:,} sequences from {m['num_examples']:,} examples -> "
             f"{m['num_packs']:,} packs of {m['max_len']} (efficiency {m['efficiency']:.2%}, "

@@ -98,7 +98,7 @@ class HFTokenizer:
 
     def encode_batch(self, texts: Iterable[str], **_: Any) -> list[list[int]]:
         """``[encode(t) for t in texts]``, on the ``tokenizers`` thread pool."""
-        return [list(e) for e in self.hf.encode_batch_fast(list(texts), add_special_tokens=False)]
+        return [e.ids for e in self.hf.encode_batch_fast(list(texts), add_special_tokens=False)]
 
     def encode_with_offsets(self, texts: Iterable[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: ids ``(n,)`` and the character span of each token ``(n, 2)`` (start, end)."""
