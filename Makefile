@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/tokenize_store.py
 	$(BIN)/python benchmarks/pack_dataset.py
 	$(BIN)/python benchmarks/throughput.py
+	$(BIN)/python benchmarks/chat_sft.py --out benchmarks/results/chat_sft.json
 
 clean:
 	rm -rf $(VENV) demo_out build src/*.egg-info src/seqpack/_native*.so

@@ -163,13 +163,20 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("task", ["classification", "multilabel", "qa"])
+@pytest.mark.parametrize("task", ["classification", "multilabel", "qa", "chat"])
 def test_examples_in_shards_equal_examples_in_memory(tok, tmp_path, task):
     from tests.data.test_tasks import qa_rows
+    from tests.hf_tokenizers import conversations
 
     rng = np.random.default_rng(0)
     words = ["alpha", "beta", "gamma", "delta"]
-    if task == "qa":
+    if task == "chat":  # counts in task_info (target tokens, truncations) are summed over shards
+        rows = conversations(60, seed=5)
+        template = tmp_path / "plain.jinja"
+        template.write_text("{% for m in messages %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}"
+                            "{{ m.content }}.{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}")
+        kw = {"max_len": 128, "chat_template": str(template)}
+    elif task == "qa":
         rows = qa_rows() * 7
         kw = {"max_len": 48, "doc_stride": 16}
     else:

@@ -1,4 +1,4 @@
-"""Task sequences (clm, mlm, classification, multilabel, qa), packed columns, files, torch Dataset.
+"""Task sequences (clm, mlm, classification, multilabel, qa, chat), packed columns, files, torch Dataset.
 
 Everything but :class:`PackedDataset` and :func:`collate_packed` is numpy/pyarrow;
 those two import torch on first use.
@@ -12,6 +12,7 @@ from seqpack.data.build import PackConfig, build_packed_dataset, build_sequences
 from seqpack.data.io import load_packed, read_manifest, write_packed
 from seqpack.data.pack import PackedColumns, materialize, materialize_reference, pack_sequences
 from seqpack.data.sequences import IGNORE_INDEX, Sequences, from_lists
+from seqpack.data.trl import trl_examples
 from seqpack.data.unpack import unpack_predictions
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "pack_sequences",
     "pack_task",
     "read_manifest",
+    "trl_examples",
     "unpack_predictions",
     "write_packed",
 ]

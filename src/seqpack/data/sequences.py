@@ -20,7 +20,7 @@ import numpy as np
 
 IGNORE_INDEX = -100
 #: ``Sequences.info`` entries that count things: summed when shards are combined
-COUNTED_INFO = ("split_documents", "truncated_documents", "truncated_tokens", "truncated")
+COUNTED_INFO = ("split_documents", "truncated_documents", "truncated_tokens", "truncated", "target_tokens")
 OVERFLOW = ("split", "truncate", "drop", "error")
 
 

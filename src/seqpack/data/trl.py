@@ -49,9 +49,13 @@ def trl_examples(path: str | os.PathLike[str], packs: Sequence[int] | np.ndarray
 
     from seqpack.data.reader import PackedRows
 
+    from seqpack.tasks import REGISTRY
+
     rows = PackedRows(path, columns=["input_ids", "labels", "segment_ids"])
-    if rows.manifest.get("task") not in ("clm", "chat"):
-        raise ValueError(f"{path}: a {rows.manifest.get('task')} dataset; TRL's SFTTrainer trains clm and chat datasets")
+    name = rows.manifest.get("task")
+    if name not in REGISTRY or "gpt" not in REGISTRY[name].models:  # causal-LM tasks only
+        causal = "|".join(n for n, t in REGISTRY.items() if "gpt" in t.models)
+        raise ValueError(f"{path}: a {name} dataset; TRL's SFTTrainer trains causal-LM datasets ({causal})")
     idx = np.arange(int(rows.manifest["num_packs"])) if packs is None else np.asarray(packs, dtype=np.int64)
     examples = []
     for lo in range(0, idx.size, 4096):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from seqpack.nn.attention import BACKENDS, AttentionPlan, choose_backend, eager_attention, packed_attention, plan_attention
 from seqpack.nn.heads import MLMHead, PackedPooler, gather_slots
 from seqpack.nn.hf import check_hf_mask, hf_attention_mask, hf_inputs, packed_forward
+from seqpack.nn.hf_collator import PackedCollator
 from seqpack.nn.losses import (
     multilabel_loss,
     qa_logits,
@@ -71,6 +72,7 @@ __all__ = [
     "cu_seqlens",
     "eager_attention",
     "gather_slots",
+    "PackedCollator",
     "hf_attention_mask",
     "hf_inputs",
     "max_seqlen",
