@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack.data import IGNORE_INDEX, PackConfig, build_sequences
+from seqpack.data import IGNORE_INDEX, PackConfig, build_packed_dataset, build_sequences
 from seqpack.data.chat import chat_sequences
 from seqpack.data.chat_template import CHATML, ChatTemplate
 from seqpack.tokenizer import Tokenizer
@@ -84,14 +85,20 @@ def test_truncate_at_a_turn_boundary(tok: Tokenizer) -> None:
         seqs(tok, [rec], max_len=first_end + 10, overflow="error")
 
 
-def test_no_assistant_turn_is_dropped_with_a_warning(tok: Tokenizer) -> None:
-    records = [conv("q"), conv("q", "a"), {"messages": [{"role": "system", "content": "s"}]}]
-    with pytest.warns(UserWarning, match="dropped 2 conversation"):
-        s = seqs(tok, records)
-    assert s.num_sequences == 1 and s.dropped == {"no_assistant": 2} and s.example_ids.tolist() == [1]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert seqs(tok, records, train_on="all").num_sequences == 3  # "all" learns from them
+def test_no_assistant_turn_is_dropped_with_one_warning(tok: Tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    records = [conv("q"), conv("q", "a"), {"messages": [{"role": "system", "content": "s"}]}] * 3
+    s = seqs(tok, records)
+    assert s.num_sequences == 3 and s.dropped == {"no_assistant": 6} and s.example_ids.tolist() == [1, 4, 7]
+    assert seqs(tok, records, train_on="all").num_sequences == 9  # "all" learns from them
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = build_packed_dataset(path, tok, tmp_path / "o", PackConfig.for_task("chat", max_len=64), shard_examples=2)
+    # one warning with the job's total, not one per shard of 2 examples
+    assert [str(w.message) for w in caught] == [
+        "dropped 6 conversation(s) with no assistant turn (--train-on assistant has nothing to learn from them)"]
+    assert m["dropped"] == {"no_assistant": 6}
 
 
 @pytest.mark.parametrize("record, match", [
@@ -135,8 +142,7 @@ def test_targets_are_the_kept_assistant_turns(tok: Tokenizer, turns: list[str], 
     rec = conv(*turns)
     whole = seqs(tok, [rec]).sequence(0)["input_ids"].tolist() if len(turns) > 1 else None
     if len(turns) == 1:
-        with pytest.warns(UserWarning, match="no assistant turn"):
-            s = seqs(tok, [rec], max_len=max_len)
+        s = seqs(tok, [rec], max_len=max_len)
         assert s.num_sequences == 0 and s.dropped == {"no_assistant": 1}
         return
     s = seqs(tok, [rec], max_len=max_len)
@@ -149,3 +155,18 @@ def test_targets_are_the_kept_assistant_turns(tok: Tokenizer, turns: list[str], 
     kept = bytes(tok.decode(ids).encode()).count(b"<|im_start|>assistant")
     want = [t for a in answers[:kept] for t in [*b(a), E]]
     assert kept >= 1 and targets(s) == want
+
+
+def test_parquet_and_hf_dataset_give_the_same_sequences(tok: Tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = [conv("q1", "a1", "q2", "a2"), conv("hello", "world")]
+    want = seqs(tok, records)
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "c.parquet")
+    got = chat_sequences(tmp_path / "c.parquet", tok, template=ChatTemplate(CHATML), max_len=512)
+    assert np.array_equal(got.token_fields["input_ids"], want.token_fields["input_ids"])
+    assert np.array_equal(got.token_fields["labels"], want.token_fields["labels"])
+    datasets = pytest.importorskip("datasets")
+    got = chat_sequences(datasets.Dataset.from_list(records), tok, template=ChatTemplate(CHATML), max_len=512)
+    assert np.array_equal(got.token_fields["labels"], want.token_fields["labels"])

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from dataclasses import asdict, dataclass
@@ -130,14 +131,17 @@ def build_packed_dataset(
         from seqpack.data.sharded import build_packed_examples_sharded
 
         task.check_examples(source)
-        return build_packed_examples_sharded(source, tokenizer, out, config, shard_examples=shard_examples, **options)
-    if task.reads_store and (sharded or isinstance(source, ShardedTokenStore)):
+        m = build_packed_examples_sharded(source, tokenizer, out, config, shard_examples=shard_examples, **options)
+    elif task.reads_store and (sharded or isinstance(source, ShardedTokenStore)):
         source = source if isinstance(source, ShardedTokenStore) else ShardedTokenStore(source)
         from seqpack.data.sharded import build_packed_sharded
 
-        return build_packed_sharded(source, tokenizer, out, config, **options)
-
-    check_output_dir(out, overwrite=overwrite)
-    pc, extra = pack_task(source, tokenizer, config)
-    return write_packed(pc, out, overwrite=overwrite, export_bin=export_bin, compression=compression,
-                        shard_packs=shard_packs, extra=extra)
+        m = build_packed_sharded(source, tokenizer, out, config, **options)
+    else:
+        check_output_dir(out, overwrite=overwrite)
+        pc, extra = pack_task(source, tokenizer, config)
+        m = write_packed(pc, out, overwrite=overwrite, export_bin=export_bin, compression=compression,
+                         shard_packs=shard_packs, extra=extra)
+    for message in task.pack_warnings(m):  # once, from the whole job's counts (not once per shard)
+        warnings.warn(message, stacklevel=2)
+    return m

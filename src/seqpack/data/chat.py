@@ -8,8 +8,8 @@ elsewhere and always at the first token.
 
 ``train_on``: ``assistant`` (every assistant turn), ``last`` (the final assistant turn kept),
 ``all`` (every token). A conversation longer than ``max_len`` is cut after the last assistant
-turn that fits (``overflow="truncate"``); one with no target left is dropped and counted, never
-kept without targets.
+turn that fits (``overflow="truncate"``); one with no target left is dropped and counted
+(``Sequences.dropped``; ``build_packed_dataset`` warns with the job's totals), never kept without targets.
 
     >>> from seqpack.data.chat_template import ChatTemplate
     >>> from seqpack.tokenizer.tokenizer import Tokenizer
@@ -25,7 +25,6 @@ kept without targets.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -93,9 +92,6 @@ def chat_sequences(
         texts.append(text)
         turns.append(spans)
         keep_ids.append(i)
-    if dropped.get("no_assistant"):
-        warnings.warn(f"dropped {dropped['no_assistant']:,} conversation(s) with no assistant turn "
-                      f"(--train-on {train_on} has nothing to learn from them)", stacklevel=2)
     seqs, labs, ex, truncated, too_long = [], [], [], 0, 0
     for k, (ids, spans) in enumerate(tokenizer.encode_with_offsets(texts)):
         n, ends = ids.size, turn_ends(spans, turns[k])
@@ -120,8 +116,6 @@ def chat_sequences(
         ex.append(keep_ids[k])
     if too_long and overflow == "error":
         raise overflow_error(too_long, max_len, CHAT_OVERFLOW)
-    if dropped.get("no_target"):
-        warnings.warn(f"dropped {dropped['no_target']:,} conversation(s) whose targets tokenized to nothing", stacklevel=2)
     return _sequences(seqs, labs, ex, n_examples, dropped, tokenizer, info={
         "train_on": train_on, "overflow": overflow, "truncated": truncated, "chat_template": template.name,
     })

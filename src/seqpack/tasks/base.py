@@ -77,6 +77,10 @@ class Task:
         """One shard's sequences from a batch of example records (default: :meth:`build_sequences`)."""
         return self.build_sequences(records, tokenizer, config)
 
+    def pack_warnings(self, manifest: Mapping[str, Any]) -> list[str]:
+        """What a finished packing job should warn about (from the whole job's counts; default: nothing)."""
+        return []
+
     def open_store(self, source: Any, tokenizer: Tokenizer) -> TokenStore:
         from seqpack.store import TokenStore
 

@@ -9,6 +9,7 @@ per-token mean of transformers/TRL).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -50,6 +51,16 @@ class ChatTask(CLMTask):
                     f"the chatml template writes {' and '.join(missing)}, which the tokenizer lacks as special tokens; "
                     "train it with --special-token '<|im_start|>' --special-token '<|im_end|>', or pass --chat-template FILE")
         return ChatTemplate(source, name=name, variables=dict(getattr(tokenizer, "special_map", {})))
+
+    def pack_warnings(self, manifest: Mapping[str, Any]) -> list[str]:
+        dropped, train_on = manifest.get("dropped", {}), manifest.get("task_info", {}).get("train_on", "assistant")
+        out = []
+        if dropped.get("no_assistant"):
+            out.append(f"dropped {dropped['no_assistant']:,} conversation(s) with no assistant turn "
+                       f"(--train-on {train_on} has nothing to learn from them)")
+        if dropped.get("no_target"):
+            out.append(f"dropped {dropped['no_target']:,} conversation(s) whose targets tokenized to nothing")
+        return out
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
         from seqpack.data.chat import chat_sequences
