@@ -106,7 +106,7 @@ def packing_rows(records: list[dict], tok, max_len: int, repeats: int) -> list[d
     lists = [seqs.token_fields["input_ids"][a:b].astype(np.int64).tolist() for a, b in zip(seqs.offsets[:-1], seqs.offsets[1:])]
     rows = []
     for algo in ("best", "lpfhp", "spfhp"):
-        plan, s = median_time(lambda: pack_lengths(lengths, max_len, algorithm=algo), repeats)
+        plan, s = median_time(lambda a=algo: pack_lengths(lengths, max_len, algorithm=a), repeats)
         rows.append({"max_len": max_len, "packer": f"seqpack {algo}", "packs": int(plan.num_packs), "seconds": s})
     for whole in (False, True):
         times = [trl_bfd(lists, max_len, whole) for _ in range(repeats)]

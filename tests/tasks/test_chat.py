@@ -67,7 +67,7 @@ CASES = [("gpt", "-"), ("llama", "sdpa"), ("llama", "eager"), ("gpt2", "sdpa"), 
 
 @pytest.mark.parametrize("which, impl", CASES)
 def test_packed_chat_equals_each_conversation_alone(chat: dict[str, Path], which: str, impl: str) -> None:
-    model, manifest = model_for(chat, which, impl)
+    model, _ = model_for(chat, which, impl)
     model.train()
     batch = collate_packed([PackedDataset(chat["sft"])[i] for i in range(3)])
     batch = {k: v for k, v in batch.items() if k not in ("example_ids", "num_sequences")}
