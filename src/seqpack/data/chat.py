@@ -75,23 +75,7 @@ def chat_sequences(
     check_overflow(overflow, allowed=CHAT_OVERFLOW)
     if train_on not in TRAIN_ON:
         raise ValueError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {train_on!r}")
-    texts, turns, keep_ids, n_examples = [], [], [], 0
-    dropped: dict[str, int] = {}
-    for i, row in enumerate(iter_records(examples)):
-        n_examples += 1
-        messages = check_message(get_field(row, messages_field, i, "--messages-field", list), i)
-        try:
-            text, spans = template.render_with_spans(messages)
-        except ValueError:
-            raise
-        except Exception as e:  # jinja2's errors, and whatever a template's own code raises
-            raise ValueError(f"example {i}: the chat template {template.name} failed to render: {e}") from None
-        if train_on != "all" and not spans:
-            dropped["no_assistant"] = dropped.get("no_assistant", 0) + 1
-            continue
-        texts.append(text)
-        turns.append(spans)
-        keep_ids.append(i)
+    texts, turns, keep_ids, n_examples, dropped = _render_all(examples, template, messages_field, need_turns=train_on != "all")
     seqs, labs, ex, truncated, too_long = [], [], [], 0, 0
     for k, (ids, spans) in enumerate(tokenizer.encode_with_offsets(texts)):
         n, ends = ids.size, turn_ends(spans, turns[k])
@@ -119,6 +103,30 @@ def chat_sequences(
     return _sequences(seqs, labs, ex, n_examples, dropped, tokenizer, info={
         "train_on": train_on, "overflow": overflow, "truncated": truncated, "chat_template": template.name,
     })
+
+
+def _render_all(
+    examples: str | os.PathLike[str] | Iterable[Any], template: ChatTemplate, messages_field: str, *, need_turns: bool,
+) -> tuple[list[str], list[list[tuple[int, int]]], list[int], int, dict[str, int]]:
+    """Each kept record's text and assistant spans, its index; records read; records dropped."""
+    texts, turns, keep_ids, n_examples = [], [], [], 0
+    dropped: dict[str, int] = {}
+    for i, row in enumerate(iter_records(examples)):
+        n_examples += 1
+        messages = check_message(get_field(row, messages_field, i, "--messages-field", list), i)
+        try:
+            text, spans = template.render_with_spans(messages)
+        except ValueError:
+            raise
+        except Exception as e:  # jinja2's errors, and whatever a template's own code raises
+            raise ValueError(f"example {i}: the chat template {template.name} failed to render: {e}") from None
+        if need_turns and not spans:
+            dropped["no_assistant"] = dropped.get("no_assistant", 0) + 1
+            continue
+        texts.append(text)
+        turns.append(spans)
+        keep_ids.append(i)
+    return texts, turns, keep_ids, n_examples, dropped
 
 
 def _sequences(seqs: list[np.ndarray], labs: list[np.ndarray], ex: list[int], n_examples: int,
