@@ -67,3 +67,24 @@ def test_collator_refuses_what_is_not_a_pack() -> None:
         PackedCollator()([{"input_ids": torch.tensor([1, 2])}])
     with pytest.raises(ValueError, match="empty batch"):
         PackedCollator()([])
+
+
+def test_sft_trainer_with_the_collator(sft: Path, tmp_path: Path) -> None:
+    """TRL's SFTTrainer (its own padding-free mode off: the collator is padding-free) over the packs'
+    Parquet shards loaded as a ``datasets.Dataset``: one step's loss is seqpack's token loss."""
+    trl = pytest.importorskip("trl")
+    datasets = pytest.importorskip("datasets")
+    ds = PackedDataset(sft)
+    model = llama("sdpa", int(ds.manifest["vocab_size"]))
+    batch = {k: v for k, v in collate_packed([ds[i] for i in range(8)]).items() if k not in ("example_ids", "num_sequences")}
+    with torch.no_grad():
+        want = float(packed_forward(model, batch, reduction="token").loss)
+    rows = datasets.Dataset.from_parquet(sorted(str(p) for p in (sft / "data").glob("*.parquet"))).select(range(8))
+    args = trl.SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=1, logging_steps=1,
+                         report_to=[], save_strategy="no", use_cpu=True, max_length=None, remove_unused_columns=False,
+                         dataset_kwargs={"skip_prepare_dataset": True})
+    tok = tf.AutoTokenizer.from_pretrained(str(sft.parent / "tok"))
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=rows, data_collator=PackedCollator(), processing_class=tok)
+    trainer.train()
+    got = next(r["loss"] for r in trainer.state.log_history if "loss" in r)
+    assert abs(got - want) <= 1e-5 * abs(want)  # one flattened row vs 8 rows: fp32 order only
