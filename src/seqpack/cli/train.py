@@ -71,7 +71,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", required=True, metavar="RUN", help="run directory")
     p.add_argument("--padded", action="store_true", help="the baseline: one sequence per row, padded to max_len")
     p.add_argument("--match", choices=MATCH, default=default_of(TrainConfig, "match"),
-                   help="sequences: packed rows = batch / packing factor, as many sequences per step as padded")
+                   help="sequences: packed rows = batch / packing factor, as many sequences per step as padded; "
+                   "packs (with --padded): the packed run's packs, one sequence per row: the same steps on the same sequences")
     p.add_argument("--adjust-hparams", action="store_true", help="raise the optimiser's betas to the power p (paper §4.2)")
     p.add_argument("--checkpoint-every", type=lambda t: _int_at_least(t, "--checkpoint-every", 0), default=default_of(TrainConfig, "checkpoint_every"))
     p.add_argument("--resume", action="store_true", help="continue RUN from its checkpoint")

@@ -18,7 +18,7 @@ from seqpack.nn.models.common import SIZES
 MODELS = ("bert", "gpt")
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine", "constant")
-MATCH = ("none", "sequences")
+MATCH = ("none", "sequences", "packs")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +30,10 @@ class TrainConfig:
     (over all ranks); a step is ``accumulation`` micro-batches. ``match="sequences"`` divides
     the packed run's rows by the packing factor so a step sees as many sequences as the padded
     run's on average (paper §4.2, first setup); ``adjust_hparams`` keeps the rows and raises
-    the optimiser's betas to the power ``p`` instead (its second setup).
+    the optimiser's betas to the power ``p`` instead (its second setup). ``match="packs"`` (padded
+    runs) reads the packed run's ``batch_size`` packs per micro-batch, their sequences one per row:
+    both runs take the same optimiser steps on the same sequences, so they learn the same thing
+    (up to float rounding) and differ only in time.
     """
 
     data: str
@@ -96,8 +99,11 @@ class TrainConfig:
             raise ValueError("eval_every and checkpoint_every must be >= 0 (0: at the end only)")
         if self.match != "none" and self.adjust_hparams:
             raise ValueError("--match sequences and --adjust-hparams are two alternatives; pick one")
-        if self.padded and (self.match != "none" or self.adjust_hparams):
-            raise ValueError("--match / --adjust-hparams adjust the packed run; the padded run is the reference")
+        if self.padded and (self.match == "sequences" or self.adjust_hparams):
+            raise ValueError("--match sequences / --adjust-hparams adjust the packed run; the padded run is the reference "
+                             "(--match packs pairs a padded run with the packed run step by step)")
+        if self.match == "packs" and not self.padded:
+            raise ValueError("--match packs is for the padded run: it reads the packed run's packs, one sequence per row")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if any(not 0.0 <= b < 1.0 for b in self.betas):

@@ -9,6 +9,10 @@ uninterrupted single-process run reads::
     micro-batch m    = rows[m*B : (m+1)*B]              # B = batch_size (all ranks)
     rank r's share   = micro-batch m [r::world]
 
+``by_pack`` (a padded run with ``match="packs"``) streams the packed run's packs and lays each
+pack's sequences out one per row: step ``s`` of the padded run then holds exactly the sequences
+of the packed run's step ``s``, so the two compute the same gradients (the fair comparison).
+
 A fixed share of packs (``eval_fraction``, chosen by a seed that does not depend on the run's
 seed) is held out; both the packed and the padded run evaluate on those same packed rows.
 """
@@ -34,7 +38,8 @@ class TrainData:
     """A packed dataset split into training units (packs, or sequences when ``padded``) and
     held-out evaluation packs."""
 
-    def __init__(self, path: str | os.PathLike[str], *, padded: bool = False, eval_fraction: float = 0.05) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, padded: bool = False, by_pack: bool = False,
+                 eval_fraction: float = 0.05) -> None:
         columns = [c for c in read_manifest(path)["columns"] if c != "example_ids"]  # not needed to train
         # rows are read on demand (memory-mapped .bin, or Parquet row groups): never the whole dataset
         self.rows = PackedRows(path, columns=columns)
@@ -68,6 +73,11 @@ class TrainData:
             self.spans = spans[is_train[spans[:, 0]]]
             self.unit_sequences = np.ones(len(self.spans), np.int64)
             self.unit_tokens = self.spans[:, 2].copy()
+        self.by_pack = bool(padded and by_pack)
+        if self.by_pack:  # units are the packed run's packs, each read as its sequences, one per row
+            self.unit_sequences = nseq[self.train_packs]
+            self.unit_tokens = fill[self.train_packs]
+            self._first_span = np.searchsorted(self.spans[:, 0], self.train_packs)  # spans are in pack order
         else:
             self.unit_sequences = nseq[self.train_packs]
             self.unit_tokens = fill[self.train_packs]
@@ -94,7 +104,10 @@ class TrainData:
         return out
 
     def batch(self, units: np.ndarray) -> dict[str, torch.Tensor]:
-        """Tensors for training units (pack or sequence indices): ``(B, L)`` / ``(B, D)``."""
+        """Tensors for training units (pack or sequence indices): ``(B, L)`` / ``(B, D)``. With
+        ``by_pack`` the units are packs and the rows their sequences, one per row, padded."""
+        if self.by_pack:
+            units = np.concatenate([np.arange(self._first_span[u], self._first_span[u] + self.unit_sequences[u]) for u in units])
         if self.padded:
             spans = self.spans[units].copy()
             packs, spans[:, 0] = np.unique(spans[:, 0], return_inverse=True)
@@ -113,5 +126,5 @@ class TrainData:
             "task": self.task, "max_len": self.max_len, "padded": self.padded,
             "train_packs": len(self.train_packs), "eval_packs": len(self.eval_packs),
             "train_sequences": self.train_sequences, "eval_sequences": self.eval_sequences,
-            "packing_factor": self.packing_factor, "units": self.num_units,
+            "packing_factor": self.packing_factor, "units": self.num_units, "by_pack": self.by_pack,
         }

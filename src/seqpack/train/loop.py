@@ -111,7 +111,7 @@ def train(
     """Run (or continue, with ``resume``) a training run; returns ``RUN/summary.json``'s content."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    data = TrainData(cfg.data, padded=cfg.padded, eval_fraction=cfg.eval_fraction)
+    data = TrainData(cfg.data, padded=cfg.padded, by_pack=cfg.match == "packs", eval_fraction=cfg.eval_fraction)
     world = init_world()
     try:
         return _Run(cfg, data, world, resume=resume, overwrite=overwrite).run(on_step)
