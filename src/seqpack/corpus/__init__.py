@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from seqpack.corpus.builtin import python_docs
+from seqpack.corpus.builtin import python_docs, python_docstrings
 from seqpack.corpus.readers import (
     DEFAULT_SEPARATOR,
     from_hf_dataset,
@@ -18,6 +18,7 @@ __all__ = [
     "from_hf_dataset",
     "iter_decoded",
     "python_docs",
+    "python_docstrings",
     "read_documents",
     "read_jsonl",
     "read_parquet",

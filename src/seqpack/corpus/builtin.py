@@ -19,6 +19,7 @@ import os
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 _SKIP_PARTS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
 _VERSION = 1
@@ -63,24 +64,64 @@ def extract_python_docs() -> list[str]:
     return docs
 
 
-def python_docs(*, use_cache: bool = True) -> list[str]:
-    """The built-in corpus as a list of documents (cached after the first call)."""
+def _cached(name: str, build: Any, use_cache: bool) -> list[Any]:
+    """``build()``, cached as JSON lines under :func:`cache_dir` (keyed by Python version and stdlib path)."""
     if not use_cache:
-        return extract_python_docs()
+        return build()  # type: ignore[no-any-return]
     stdlib = sysconfig.get_paths()["stdlib"]
     key = hashlib.sha256(f"{_VERSION}|{sys.version}|{stdlib}".encode()).hexdigest()[:16]
-    path = cache_dir() / f"python-docs-{key}.jsonl"
+    path = cache_dir() / f"{name}-{key}.jsonl"
     if path.exists():
         try:
             with open(path, encoding="utf-8") as f:
                 return [json.loads(line) for line in f]
         except (OSError, ValueError):
             pass  # a damaged cache is rebuilt below
-    docs = extract_python_docs()
+    items = build()
     try:
         from seqpack._atomic import write_text_atomic
 
-        write_text_atomic(path, "".join(json.dumps(d) + "\n" for d in docs))
+        write_text_atomic(path, "".join(json.dumps(d) + "\n" for d in items))
     except OSError:
         pass  # caching is an optimisation only
-    return docs
+    return items  # type: ignore[no-any-return]
+
+
+def python_docs(*, use_cache: bool = True) -> list[str]:
+    """The built-in corpus as a list of documents (cached after the first call)."""
+    return _cached("python-docs", extract_python_docs, use_cache)
+
+
+def extract_docstrings() -> list[dict[str, str]]:
+    """``{"text", "package"}`` for every docstring of every module inside a standard-library package."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    out = []
+    for path in _stdlib_files(root):
+        parts = path.relative_to(root).parts
+        if len(parts) < 2:
+            continue  # a top-level module, not a package
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except (SyntaxError, ValueError):
+            continue
+        out += [{"text": d, "package": parts[0]} for n in ast.walk(tree) if isinstance(n, kinds) if (d := ast.get_docstring(n))]
+    return out
+
+
+def python_docstrings(*, packages: int = 8, per_package: int = 600, seed: int = 0, use_cache: bool = True) -> list[dict[str, Any]]:
+    """A labelled set from the built-in corpus: which standard-library package a docstring comes from.
+
+    The ``packages`` packages with the most docstrings, ``per_package`` docstrings of each drawn at
+    random (``seed``), shuffled: records ``{"text", "label"}`` (the package name)."""
+    import random
+
+    items = _cached("python-docstrings", extract_docstrings, use_cache)
+    by: dict[str, list[str]] = {}
+    for it in items:
+        by.setdefault(it["package"], []).append(it["text"])
+    top = sorted(by, key=lambda k: (-len(by[k]), k))[:packages]
+    rng = random.Random(seed)
+    records = [{"text": t, "label": k} for k in sorted(top) for t in rng.sample(by[k], min(per_package, len(by[k])))]
+    rng.shuffle(records)
+    return records

@@ -172,10 +172,11 @@ def step_times(
     return out
 
 
-def bench_model(cfg: BenchConfig, attention: str) -> torch.nn.Module:
+def bench_model(cfg: BenchConfig, attention: str, shape: dict[str, int] | None = None) -> torch.nn.Module:
+    """The benchmark's model: ``cfg.size``, or ``shape`` (hidden, layers, heads) over it."""
     from seqpack.nn.models import GPT, BertConfig, BertForPreTraining, GPTConfig
 
-    kw: dict[str, Any] = {"vocab_size": cfg.vocab_size, "max_position": cfg.max_len, "attention": attention}
+    kw: dict[str, Any] = {"vocab_size": cfg.vocab_size, "max_position": cfg.max_len, "attention": attention, **(shape or {})}
     if cfg.model == "bert":
         return BertForPreTraining(BertConfig.of_size(cfg.size, dropout=0.0, **kw)).train()
     return GPT(GPTConfig.of_size(cfg.size, **kw)).train()
@@ -183,6 +184,11 @@ def bench_model(cfg: BenchConfig, attention: str) -> torch.nn.Module:
 
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     """Padded vs packed: tokens/s and sequences/s of each, realised and theoretical speed-up."""
+    return run_bench_model(cfg)[0]
+
+
+def run_bench_model(cfg: BenchConfig, shape: dict[str, int] | None = None) -> tuple[dict[str, Any], torch.nn.Module, dict[str, Any]]:
+    """:func:`run_bench` with the model shaped by ``shape``; also returns the packed model and the batches."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     hist = load_histogram(cfg.lengths)
@@ -199,7 +205,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     dev = torch.device(cfg.device)
     for k in ("packed", "padded"):
         data[k] = [{n: x.to(dev) for n, x in b.items()} for b in data[k]]
-    models = {"padded": bench_model(cfg, "sdpa").to(dev), "packed": bench_model(cfg, cfg.attention).to(dev)}
+    models = {"padded": bench_model(cfg, "sdpa", shape).to(dev), "packed": bench_model(cfg, cfg.attention, shape).to(dev)}
     times: dict[str, list[float]] = {k: [] for k in models}
     peak: dict[str, float] = {}
     rounds: list[float] = []
@@ -219,7 +225,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     tok = {k: data[f"{k}_tokens_per_row"] * cfg.rows / step_s[k] for k in models}
     seq_per_row = {"padded": 1.0, "packed": data["packing_factor"]}
     speedup = tok["packed"] / tok["padded"]
-    return {
+    result = {
         "model": cfg.model, "size": cfg.size, "max_len": cfg.max_len, "rows": cfg.rows, "head": cfg.head,
         "lengths": cfg.lengths, "sequences": data["sequences"], "packs": data["packs"],
         "efficiency": data["efficiency"], "padding_efficiency": float(lengths.mean() / cfg.max_len),
@@ -235,6 +241,29 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         "device": device_name(dev), "dtype": cfg.dtype, "torch": torch.__version__,
         "peak_memory_gib": peak,
     }
+    return result, models["packed"], data
+
+
+def time_split(model: torch.nn.Module, b: dict[str, torch.Tensor], repeats: int = 3) -> dict[str, float]:
+    """Median seconds of a training step (forward + backward) of a ``BertForPreTraining`` and of its
+    transformer body alone on the same batch; ``head`` is the rest (heads, loss, their gradients)."""
+    def body() -> None:
+        model.bert(b["input_ids"], b["segment_ids"]).sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    def whole() -> None:
+        step(model, b, "targets", causal=False)
+
+    times = {}
+    for name, fn in (("step", whole), ("body", body)):
+        fn()  # warm
+        runs = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            runs.append(time.perf_counter() - t0)
+        times[name] = statistics.median(runs)
+    return {"step_s": times["step"], "body_s": times["body"], "head_s": max(times["step"] - times["body"], 0.0)}
 
 
 def resolved_backend(cfg: BenchConfig, segment_ids: torch.Tensor) -> str:

@@ -22,23 +22,48 @@ from seqpack.train.checkpoint import read_metrics
 from seqpack.train.config import TrainConfig
 
 
-def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False) -> dict[str, Any]:
-    """Train ``cfg`` padded, then packed (``match`` as in ``cfg``, default sequences); plot both."""
+PAIRINGS = ("sequences", "packs")
+WARMUP_STEPS = 2
+
+
+def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairing: str = "sequences",
+            warmup: int = WARMUP_STEPS) -> dict[str, Any]:
+    """Train ``cfg`` padded, then packed; plot both.
+
+    ``pairing="sequences"``: the packed run matches the padded run's sequences per step on average
+    (``match`` as in ``cfg``, default ``sequences``). ``pairing="packs"``: the padded run takes the
+    packed run's steps, each step's sequences one per row (``--match packs``), so both learn the same
+    thing and differ only in time. ``steady_speedup`` compares the two runs' compute time per real
+    token (forward, backward and optimiser; building batches is left to a data loader) after the
+    first ``warmup`` steps (one-off costs left out of both); with ``packs`` the steps hold the same
+    sequences, so it is the realised speed-up itself."""
     from seqpack.train.loop import train
     from seqpack.experiments.report import plot_curves
 
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {'|'.join(PAIRINGS)}, got {pairing!r}")
     out = Path(cfg.out)
-    match = cfg.match if cfg.match != "none" or cfg.adjust_hparams else "sequences"
-    runs = {
-        "padded": cfg.replace(padded=True, out=str(out / "padded"), match="none", adjust_hparams=False),
-        "packed": cfg.replace(padded=False, out=str(out / "packed"), match=match),
-    }
+    if pairing == "packs":
+        runs = {"padded": cfg.replace(padded=True, out=str(out / "padded"), match="packs", adjust_hparams=False),
+                "packed": cfg.replace(padded=False, out=str(out / "packed"), match="none")}
+        match = "packs"
+    else:
+        match = cfg.match if cfg.match != "none" or cfg.adjust_hparams else "sequences"
+        runs = {
+            "padded": cfg.replace(padded=True, out=str(out / "padded"), match="none", adjust_hparams=False),
+            "packed": cfg.replace(padded=False, out=str(out / "packed"), match=match),
+        }
     summaries = {}
     for name, c in runs.items():
         summaries[name] = train(c if cfg.eval_every else c.replace(evals=evals), overwrite=overwrite)
     curves = {name: [r for r in read_metrics(c.out) if "eval" in r] for name, c in runs.items()}
     plot_curves(curves, out / "compare.png", title=f"{summaries['packed']['model']} on {Path(cfg.data).name}")
     pad, pak = summaries["padded"], summaries["packed"]
+    steps = {name: [r for r in read_metrics(c.out) if "eval" not in r and "step_seconds" in r] for name, c in runs.items()}
+    # compute only (forward, backward, optimiser): building a batch is a data loader's work, off the step's path
+    steady = {name: sum(r.get("compute_seconds", r["step_seconds"]) for r in recs[warmup:]) for name, recs in steps.items()}
+    steady_tokens = {name: sum(r["step_tokens"] for r in recs[warmup:]) for name, recs in steps.items()}
+    rates = {name: steady_tokens[name] / max(steady[name], 1e-9) for name in steps}
     result = {
         "data": cfg.data, "model": pak["model"], "match": match, "adjust_hparams": cfg.adjust_hparams,
         "packing_factor": pak["packing_factor"],
@@ -50,6 +75,8 @@ def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False) -> di
         "train_seconds": {"padded": pad["train_seconds"], "packed": pak["train_seconds"]},
         "wall_time_ratio": pak["train_seconds"] / pad["train_seconds"],
         "tokens_per_s": {"padded": pad["tokens_per_s"], "packed": pak["tokens_per_s"]},
+        "pairing": pairing, "warmup_steps": warmup, "steady_seconds": steady, "steady_tokens_per_s": rates,
+        "steady_speedup": rates["packed"] / max(rates["padded"], 1e-9),
         "plot": str(out / "compare.png"),
     }
     (out / "compare.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

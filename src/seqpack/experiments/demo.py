@@ -1,13 +1,21 @@
-"""The main job (``seqpack demo`` / ``make demo``): the whole pipeline on one corpus.
+"""The main job (``seqpack demo`` / ``make demo``): the whole pipeline, and each claim shown on data where it applies.
 
 Stages (each cached by the hash of its inputs in ``OUT/stages.json``; ``fresh`` re-runs all):
 
-1. train a byte-level BPE tokenizer and check the fast encoder against the reference;
-2. tokenize into a token store;
-3-4. pack BERT pre-training rows (MLM + NSP, 128 tokens) and causal-LM rows (512 tokens);
-5. plan every algorithm on both length histograms (the paper's Table 1 for this corpus);
-6-7. train tiny BERT (MLM) and tiny GPT (CLM), padded then packed, on the same sequences;
-8. write ``OUT/report.html`` with PNG plots (lengths, row fill, eval loss, throughput).
+1. train a byte-level BPE tokenizer (checked against the reference encoder) and build the token store;
+2. pack the corpus for MLM + NSP (128 tokens) and causal LM (512 tokens), and the fine-tuning set:
+   which standard-library package a docstring comes from (labels from the built-in corpus, 128 tokens);
+3. **Table 1**: every packing algorithm at depths 1/2/3/unlimited on the paper's Wikipedia lengths
+   (beside the paper's figures) and on the fine-tuning set;
+4. **the paper's regime**: Wikipedia lengths at 512, a body-dominated BERT, MLM head only at masked
+   tokens: the realised speed-up in throughput;
+5. **fine-tuning with real labels**, padded vs packed: speed-up and accuracy;
+6-7. **convergence** of BERT (MLM) and GPT (CLM): padded and packed runs on the same sequences in the
+   same optimiser steps, so eval losses must agree;
+8. ``OUT/report.html`` with the tables and PNG plots (see :mod:`seqpack.experiments.demo_report`).
+
+Speed-ups are steady-state (the first steps of every run are left out of both arms); the stage
+functions live in :mod:`seqpack.experiments.demo_stages`.
 """
 
 from __future__ import annotations
@@ -17,17 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from seqpack.experiments.demo_stages import CONVERGE, FINETUNE, REGIME
 from seqpack.experiments.stages import Stages, content_hash, corpus_hash
 
-TASKS = {"mlm": {"max_len": 128, "model": "BERT tiny", "batch_size": 32, "sequences": 6000},
-         "clm": {"max_len": 512, "model": "GPT tiny", "batch_size": 8, "sequences": 1600}}
-TOTAL_STAGES = 8
-WHY = ("The realised speed-up is below the packing factor here: tiny models spend much of a step on work that "
-       "grows with real tokens, not rows (the vocabulary projection, which seqpack computes only at target tokens "
-       "in both runs, and the embedding gradients), so packing removes only the transformer body's padding work. "
-       "Larger bodies and shorter sequences gain more: see seqpack bench and seqpack compare.")
+TOTAL_STAGES = 11
+GOALS = {"regime_speedup": 1.85, "finetune_ratio": 0.8, "accuracy_points": 1.0, "loss_gap": 0.01, "seconds": 180.0}
 
 
 def run_demo(
@@ -37,10 +39,12 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run (or reuse) every stage; returns the summary :func:`format_summary` prints.
 
-    ``budget`` scales the training sequences of each model (1.0: the defaults in :data:`TASKS`)."""
+    ``budget`` scales the training and timing work of each stage (1.0: the defaults in
+    :mod:`seqpack.experiments.demo_stages`)."""
     if not budget > 0:
         raise ValueError(f"budget must be > 0, got {budget}")
     from seqpack.corpus import python_docs, read_documents
+    from seqpack.experiments import demo_stages as ds
 
     out = Path(out_dir)
     echo = (lambda s: print(s, flush=True)) if progress else (lambda s: None)
@@ -52,22 +56,34 @@ def run_demo(
     key = content_hash(corpus_hash(docs), vocab_size)
     s: dict[str, Any] = {"corpus": ", ".join(corpus) if corpus else "built-in Python docs", "documents": len(docs),
                          "megabytes": sum(len(d.encode("utf-8", "surrogatepass")) for d in docs) / 1e6,
-                         "corpus_seconds": time.perf_counter() - t0}
+                         "corpus_seconds": time.perf_counter() - t0, "budget": budget, "goals": GOALS}
     s.update(stages.run("tokenizer", key, lambda: _tokenizer(docs, out, vocab_size, workers, progress),
                         outputs=[out / "tokenizer"]))
     key = content_hash(key, "store")
     s.update(stages.run("token store", key, lambda: _store(docs, out, workers), outputs=[out / "store"]))
     keys = {}
-    for task, spec in TASKS.items():
+    for task, spec in CONVERGE.items():
         keys[task] = content_hash(key, task, spec["max_len"])
         s[task] = stages.run(f"pack {task}", keys[task], lambda t=task: _pack(out, t, workers),  # type: ignore[misc]
                              outputs=[out / f"packed_{task}"])
-    s["plans"] = stages.run("plans", content_hash(keys), lambda: _plans(out))
-    for task, spec in TASKS.items():
-        train_key = content_hash(keys[task], spec, threads, budget)
-        s[task]["training"] = stages.run(f"train {task}", train_key, lambda t=task: _train(out, t, threads, progress, budget),  # type: ignore[misc]
+    keys["cls"] = content_hash(key, FINETUNE)
+    s["finetune"] = dict(stages.run("pack fine-tune", keys["cls"], lambda: ds.pack_finetune(out, out / "tokenizer"),
+                                    outputs=[out / "packed_cls"]))
+    s["table1"] = stages.run("table 1", content_hash(keys["cls"], "table1"),
+                             lambda: ds.table1(out / "packed_cls", FINETUNE["max_len"]))
+    s["regime"] = stages.run("paper regime", content_hash(REGIME, threads, budget), lambda: ds.paper_regime(threads, budget))
+    s["finetune"].update(stages.run("fine-tune", content_hash(keys["cls"], threads, budget),
+                                    lambda: ds.finetune(out, threads, progress, budget),
+                                    outputs=[out / "runs" / "cls" / "compare.json"]))
+    for task, spec in CONVERGE.items():
+        s[task]["training"] = stages.run(f"convergence {task}", content_hash(keys[task], spec, threads, budget),
+                                         lambda t=task: ds.convergence(out, t, threads, progress, budget),  # type: ignore[misc]
                                          outputs=[out / "runs" / task / "compare.json"])
+    s["stage_seconds"] = dict(stages.seconds)
+    s["total_seconds"] = time.perf_counter() - t0
     stages.run("report", None, lambda: {"report": str(_report(out, s))})
+    s["stage_seconds"]["report"] = stages.seconds["report"]
+    s["total_seconds"] = time.perf_counter() - t0
     s["report"] = str(out / "report.html")
     return s
 
@@ -106,7 +122,7 @@ def _pack(out: Path, task: str, workers: int | None) -> dict[str, Any]:
     from seqpack.store import TokenStore
     from seqpack.tokenizer import Tokenizer
 
-    max_len = TASKS[task]["max_len"]
+    max_len = CONVERGE[task]["max_len"]
     t0 = time.perf_counter()
     m = build_packed_dataset(TokenStore(out / "store"), Tokenizer.load(out / "tokenizer"), out / f"packed_{task}",
                              PackConfig(task=task, max_len=max_len), overwrite=True)
@@ -115,85 +131,13 @@ def _pack(out: Path, task: str, workers: int | None) -> dict[str, Any]:
             "seconds": time.perf_counter() - t0, "dir": str(out / f"packed_{task}")}
 
 
-def _plans(out: Path) -> dict[str, Any]:
-    from seqpack.data.io import manifest_histogram
-    from seqpack.packing.report import compare_plans, format_table
-
-    res = {}
-    for task, spec in TASKS.items():
-        hist = manifest_histogram(out / f"packed_{task}")
-        plans = compare_plans(hist, spec["max_len"], depths=(1, 3, None))
-        res[task] = {"table": format_table(plans), "plans": [p.summary() for p in plans]}
-    return res
-
-
-def _train(out: Path, task: str, threads: int | None, progress: bool, budget: float) -> dict[str, Any]:
-    from seqpack.train import TrainConfig
-    from seqpack.experiments.compare import compare
-
-    spec = TASKS[task]
-    cfg = TrainConfig(data=str(out / f"packed_{task}"), out=str(out / "runs" / task), size="tiny",
-                      batch_size=spec["batch_size"], sequences=max(1, round(spec["sequences"] * budget)), threads=threads, progress=progress)
-    return compare(cfg, evals=5, overwrite=True)
-
-
 def _report(out: Path, s: dict[str, Any]) -> Path:
-    from seqpack.data import load_packed
-    from seqpack.train.checkpoint import read_metrics
-    from seqpack.experiments.report import plot_curves, plot_fill, plot_histogram, plot_throughput, write_html
+    from seqpack.experiments.demo_report import write_report
 
-    sections: list[Any] = [("Corpus", f"{s['corpus']}: {s['documents']:,} documents, {s['megabytes']:.2f} MB, "
-                 f"{s['tokens']:,} tokens (byte-level BPE, {s['vocab_size']:,} tokens)."),
-                ("Padded vs packed", _table_rows(s)), ("Why not the full packing factor", WHY)]
-    rates = {}
-    for task, spec in TASKS.items():
-        m, cols = load_packed(out / f"packed_{task}", columns=["segment_ids"])
-        hist = np.asarray(m["histogram"]["counts"])
-        L = spec["max_len"]
-        lengths = np.repeat(np.arange(1, hist.size + 1), hist)
-        fills = {"padded": lengths / L, "packed": (np.asarray(cols["segment_ids"]) != 0).sum(1) / L}
-        tr = s[task]["training"]
-        curves = {k: [r for r in read_metrics(out / "runs" / task / k) if "eval" in r] for k in ("padded", "packed")}
-        name = f"{task} (max_len {L})"
-        sections += [
-            (f"{name}: sequence lengths", plot_histogram(hist, L, out / f"{task}_lengths.png", title=name)),
-            (f"{name}: row fill", plot_fill(fills, out / f"{task}_fill.png", title=name)),
-            (f"{name}: plans of every algorithm", s["plans"][task]["table"]),
-            (f"{name}: eval loss, {spec['model']}", plot_curves(curves, out / f"{task}_loss.png", title=f"{spec['model']}, {name}")),
-        ]
-        rates[f"{spec['model']} ({task})"] = tr["tokens_per_s"]
-    sections.append(("Training throughput", plot_throughput(rates, out / "throughput.png", title="tiny models, CPU")))
-    return write_html(out / "report.html", "seqpack demo", sections)
+    return write_report(out, s)
 
 
-def _table_rows(s: dict[str, Any]) -> list[list[str]]:
-    rows = [["task", "max_len", "sequences", "padded rows full", "packed rows full", "packing factor",
-             "realised speed-up", "train s padded / packed", "eval loss padded", "eval loss packed"]]
-    for task, spec in TASKS.items():
-        t, tr = s[task], s[task]["training"]
-        rows.append([f"{task} ({spec['model']})", str(t["max_len"]), f"{t['sequences']:,}", f"{t['padding_efficiency']:.1%}",
-                     f"{t['efficiency']:.2%}", f"{t['packing_factor']:.2f}",
-                     f"{tr['tokens_per_s']['packed'] / tr['tokens_per_s']['padded']:.2f}x",
-                     f"{tr['train_seconds']['padded']:.1f} / {tr['train_seconds']['packed']:.1f}",
-                     f"{tr['final_eval_loss']['padded']:.3f}", f"{tr['final_eval_loss']['packed']:.3f}"])
-    return rows
+def format_summary(s: dict[str, Any]) -> str:
+    from seqpack.experiments.demo_report import summary_text
 
-
-def format_summary(s: dict[str, Any], *, table_only: bool = False) -> str:
-    rows = _table_rows(s)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    table = "\n".join("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
-    if table_only:
-        return table
-    lines = [
-        f"corpus             {s['corpus']}: {s['documents']:,} documents, {s['megabytes']:.2f} MB",
-        f"tokenizer          byte-level BPE, {s['vocab_size']:,} tokens; pre-tokenize {s['pretokenize_seconds']:.2f} s "
-        f"+ merges {s['merge_seconds']:.2f} s; {s['bytes_per_token']:.2f} bytes/token; fast == reference: "
-        f"{'yes' if s['fast_path_exact_on_sample'] else 'NO'}",
-        f"token store        {s['store_dir']} ({s['tokens']:,} tokens)",
-    ]
-    for task in TASKS:
-        lines += ["", f"plans for {task} (max_len {s[task]['max_len']}):", s["plans"][task]["table"]]
-    lines += ["", "padded vs packed training (same sequences; packed: as many sequences per step, fewer rows):", table,
-              "", WHY, "", f"report: {s['report']}"]
-    return "\n".join(lines)
+    return summary_text(s)

@@ -21,10 +21,10 @@ def _plt() -> Any:
     return plt
 
 
-def _finish(fig: Any, ax: Any, path: Path, *, xlabel: str, ylabel: str, title: str) -> Path:
+def _finish(fig: Any, ax: Any, path: Path, *, xlabel: str, ylabel: str, title: str, legend: str = "best") -> Path:
     """Labels, legend, save as PNG, close."""
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    ax.legend()
+    ax.legend(loc=legend)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     _plt().close(fig)
@@ -49,10 +49,14 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path, *
     return _finish(fig, axes[1], path, xlabel="training time (s)", ylabel="eval loss", title="")
 
 
-def plot_histogram(counts: np.ndarray, max_len: int, path: Path, *, title: str = "") -> Path:
+def plot_histogram(counts: np.ndarray, max_len: int, path: Path, *, title: str = "", log: bool = False) -> Path:
+    """Sequences per length; ``log``: a log count axis, so that a pile at max_len (truncated or
+    split documents) does not hide the rest."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar(np.arange(1, counts.size + 1), counts, width=1.0, color="#4f81bd")
+    if log:
+        ax.set_yscale("log")
     ax.axvline(max_len, color="#c0504d", ls="--", label=f"max_len {max_len}")
     return _finish(fig, ax, path, xlabel="sequence length (tokens)", ylabel="sequences", title=title)
 
@@ -85,11 +89,49 @@ def plot_throughput(rates: Mapping[str, Mapping[str, float]], path: Path, *, tit
     return _finish(fig, ax, path, xlabel="", ylabel="real tokens / s (training)", title=title)
 
 
+def plot_split(splits: Mapping[str, Mapping[str, float]], path: Path, *, title: str = "") -> Path:
+    """Horizontal stacked bars: a training step's seconds in the body and in the rest (heads, loss)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(splits) + 1.5))
+    names = list(splits)
+    body = np.array([splits[n]["body_s"] for n in names])
+    rest = np.array([splits[n]["head_s"] for n in names])
+    ax.barh(names, body, color="#4f81bd", label="transformer body")
+    ax.barh(names, rest, left=body, color="#9bbb59", label="heads, loss, their gradients")
+    for i, (b, r) in enumerate(zip(body, rest)):
+        ax.annotate(f"body {b / max(b + r, 1e-12):.0%}", (b + r, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlim(0, float((body + rest).max()) * 1.3 if len(names) else 1)
+    return _finish(fig, ax, path, xlabel="seconds per step", ylabel="", title=title, legend="lower right")
+
+
+def plot_speedups(items: Mapping[str, tuple[float, float]], path: Path, *, title: str = "") -> Path:
+    """Realised speed-up (packed / padded throughput) per run, with its packing factor (the
+    theoretical speed-up) marked: horizontal bars, so long labels stay legible."""
+    plt = _plt()
+    names = list(items)
+    fig, ax = plt.subplots(figsize=(7, 0.55 * len(names) + 1.6))
+    y = np.arange(len(names))
+    realised = [items[n][0] for n in names]
+    factor = [items[n][1] for n in names]
+    ax.barh(y, realised, color=COLORS["packed"], label="realised speed-up")
+    ax.scatter(factor, y, marker="|", s=400, color="#222", zorder=3, label="packing factor")
+    for i, (r, f) in enumerate(zip(realised, factor)):
+        ax.annotate(f"{r:.2f}x of {f:.2f}", (max(r, f), i), xytext=(8, 0), textcoords="offset points", va="center", fontsize=9)
+    ax.axvline(1.0, color=COLORS["padded"], ls="--", lw=1, label="padded (1x)")
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(factor + realised) * 1.7)
+    return _finish(fig, ax, path, xlabel="packed / padded training throughput (real tokens/s)", ylabel="", title=title,
+                   legend="lower right")
+
+
 def write_html(path: Path, title: str, sections: Sequence[tuple[str, str | list[list[str]] | Path]]) -> Path:
     """A self-contained page: each section is a heading and a paragraph, a table or an image."""
     parts = [f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>",
-             "<style>body{font:14px sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}</style>",
+             "<style>body{font:15px sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+             "th{background:#f3f3f3}td:first-child{text-align:left}img{max-width:100%}h2{margin-top:1.6em}</style>",
              f"<h1>{html.escape(title)}</h1>"]
     for head, body in sections:
         parts.append(f"<h2>{html.escape(head)}</h2>")

@@ -40,6 +40,7 @@ class Stages:
     def __init__(self, out: Path, *, fresh: bool, total: int, echo: Callable[[str], None]) -> None:
         self.out, self.fresh, self.total, self.echo = out, fresh, total, echo
         self.done = 0
+        self.seconds: dict[str, float] = {}  # this run's time per stage (0 when cached)
         out.mkdir(parents=True, exist_ok=True)
         p = out / STAGES
         self.record: dict[str, Any] = {} if fresh or not p.is_file() else json.loads(p.read_text(encoding="utf-8"))
@@ -51,11 +52,13 @@ class Stages:
         label = f"[{self.done}/{self.total}] {name}"
         if key is not None and prev and prev["key"] == key and all(Path(o).exists() for o in outputs):
             self.echo(f"{label}: cached ({key[:12]})")
+            self.seconds[name] = 0.0
             return prev["result"]  # type: ignore[no-any-return]
         self.echo(f"{label} ...")
         t0 = time.perf_counter()
         result = fn()
-        self.echo(f"{label}: done in {time.perf_counter() - t0:.1f} s")
+        self.seconds[name] = time.perf_counter() - t0
+        self.echo(f"{label}: done in {self.seconds[name]:.1f} s")
         self.record[name] = {"key": key, "result": result}
         write_text_atomic(self.out / STAGES, json.dumps(self.record, indent=1, default=str) + "\n")
         return result

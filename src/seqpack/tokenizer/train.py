@@ -164,9 +164,9 @@ def _count(
     seen = 0
     bar = None
     if config.progress:
-        from tqdm import tqdm
+        from seqpack._progress import progress_bar
 
-        bar = tqdm(total=total or None, unit="B", unit_scale=True, desc="pre-tokenize", leave=False)
+        bar = progress_bar(total=total or None, unit="B", unit_scale=True, desc="pre-tokenize", leave=False)
 
     def on_progress(n: int) -> None:
         nonlocal seen

@@ -174,7 +174,9 @@ class _Run:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.model.train()
+        t_data = time.perf_counter()
         batches = list(self._micro_batches(step))
+        data_seconds = time.perf_counter() - t_data
         local = [loss_units(b, self.task, cfg.reduction) for _, b in batches]
         total = world.all_sum(torch.stack(local).sum(0))
         logged = torch.zeros(3, dtype=torch.float64)  # loss, sequences, tokens (summed over ranks)
@@ -192,7 +194,7 @@ class _Run:
         self.optimizer.zero_grad(set_to_none=True)
         logged = world.all_sum(logged)
         return {"lr": lr, "loss": float(logged[0]), "grad_norm": float(norm),
-                "step_sequences": int(logged[1]), "step_tokens": int(logged[2])}
+                "step_sequences": int(logged[1]), "step_tokens": int(logged[2]), "data_seconds": data_seconds}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -224,14 +226,14 @@ class _Run:
         self.world.barrier()
 
     def run(self, on_step: Callable[[int, dict[str, Any]], None] | None) -> dict[str, Any]:
-        from tqdm.auto import tqdm
+        from seqpack._progress import progress_bar
 
         cfg, st = self.cfg, self.state
         self.last_eval: dict[str, float] = {}
         if st["step"] == 0:
             self._eval_record()  # the curve starts at 0 sequences
-        bar = tqdm(total=self.total, initial=st["step"], disable=not (cfg.progress and self.world.main),
-                   desc="padded" if cfg.padded else "packed", unit="step", dynamic_ncols=True)
+        bar = progress_bar(cfg.progress and self.world.main, total=self.total, initial=st["step"],
+                           desc="padded" if cfg.padded else "packed", unit="step", dynamic_ncols=True)
         with _Interrupt() as stop:
             while st["step"] < self.total:
                 t0 = time.perf_counter()
@@ -242,7 +244,7 @@ class _Run:
                 st["tokens"] += rec["step_tokens"]
                 st["train_seconds"] += dt
                 rec = {"step": st["step"], **rec, "sequences": st["sequences"], "tokens": st["tokens"],
-                       "step_seconds": dt, "train_seconds": st["train_seconds"],
+                       "step_seconds": dt, "compute_seconds": dt - rec["data_seconds"], "train_seconds": st["train_seconds"],
                        "tokens_per_s": rec["step_tokens"] / dt, "sequences_per_s": rec["step_sequences"] / dt}
                 if self.world.main:
                     self.log.write(rec)
