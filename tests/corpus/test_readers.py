@@ -95,3 +95,13 @@ def test_builtin_corpus_is_python_docs():
     assert sum(map(len, docs)) > 1_000_000
     assert any("for" in d and "statement" in d for d in docs[:100])  # pydoc topics first
     assert python_docs() == docs  # second call: from the cache, identical
+
+
+def test_python_docstrings_are_labelled_by_package() -> None:
+    from seqpack.corpus import python_docstrings
+
+    a = python_docstrings(packages=4, per_package=50)
+    assert a == python_docstrings(packages=4, per_package=50)  # seeded
+    labels = {r["label"] for r in a}
+    assert len(labels) == 4 and len(a) == 200 and all(r["text"].strip() for r in a)
+    assert {r["label"] for r in python_docstrings(packages=4, per_package=50, seed=1)} == labels

@@ -60,6 +60,7 @@ def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairi
     plot_curves(curves, out / "compare.png", title=f"{summaries['packed']['model']} on {Path(cfg.data).name}")
     pad, pak = summaries["padded"], summaries["packed"]
     steps = {name: [r for r in read_metrics(c.out) if "eval" not in r and "step_seconds" in r] for name, c in runs.items()}
+    warmup = warmup if min(len(v) for v in steps.values()) > warmup else 0  # a run too short to leave any out
     # compute only (forward, backward, optimiser): building a batch is a data loader's work, off the step's path
     steady = {name: sum(r.get("compute_seconds", r["step_seconds"]) for r in recs[warmup:]) for name, recs in steps.items()}
     steady_tokens = {name: sum(r["step_tokens"] for r in recs[warmup:]) for name, recs in steps.items()}

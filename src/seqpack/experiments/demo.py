@@ -69,8 +69,8 @@ def run_demo(
     keys["cls"] = content_hash(key, FINETUNE)
     s["finetune"] = dict(stages.run("pack fine-tune", keys["cls"], lambda: ds.pack_finetune(out, out / "tokenizer"),
                                     outputs=[out / "packed_cls"]))
-    s["table1"] = stages.run("table 1", content_hash(keys["cls"], "table1"),
-                             lambda: ds.table1(out / "packed_cls", FINETUNE["max_len"]))
+    s["table1"] = stages.run("table 1", content_hash(keys["cls"], "table1", budget >= ds.NNLSHP_BUDGET),
+                             lambda: ds.table1(out / "packed_cls", FINETUNE["max_len"], budget))
     s["regime"] = stages.run("paper regime", content_hash(REGIME, threads, budget), lambda: ds.paper_regime(threads, budget))
     s["finetune"].update(stages.run("fine-tune", content_hash(keys["cls"], threads, budget),
                                     lambda: ds.finetune(out, threads, progress, budget),

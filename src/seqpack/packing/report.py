@@ -12,14 +12,15 @@ from seqpack.packing.plan_types import PackingPlan
 COMPARE_DEPTHS: tuple[int | None, ...] = (1, 2, 3, 4, 8, 16, None)
 
 
-def compare_plans(hist: np.ndarray, max_len: int, depths: Sequence[int | None] = COMPARE_DEPTHS) -> list[PackingPlan]:
+def compare_plans(hist: np.ndarray, max_len: int, depths: Sequence[int | None] = COMPARE_DEPTHS,
+                  algorithms: Sequence[str] = ("spfhp", "lpfhp", "nnlshp", "best")) -> list[PackingPlan]:
     """Every algorithm at each depth (nnlshp only up to depth 3); a refusal becomes a warning."""
     import warnings
 
     from seqpack.packing.plan import plan
 
     plans = []
-    for algorithm in ("spfhp", "lpfhp", "nnlshp", "best"):
+    for algorithm in algorithms:
         for depth in depths:
             if algorithm == "nnlshp" and (depth is None or depth > 3):
                 continue
