@@ -16,7 +16,7 @@ from seqpack.train.loop import Objective
 from seqpack.train.models import build_model
 from seqpack.train.objective import component_means, loss_units, step_loss
 
-TIMING = ("step_seconds", "train_seconds", "tokens_per_s", "sequences_per_s")
+TIMING = ("step_seconds", "compute_seconds", "data_seconds", "train_seconds", "tokens_per_s", "sequences_per_s")
 
 
 def cfg(data, out, **kw):

@@ -12,7 +12,7 @@ def why_text(s: dict[str, Any]) -> str:
     reg, ft = s["regime"], s["finetune"]
     got = [("paper regime", reg["realized_speedup"], reg["packing_factor"]),
            ("fine-tune", ft["steady_speedup"], ft["packing_factor"])]
-    got += [(t, s[t]["training"]["steady_speedup"], s[t]["training"]["packing_factor"]) for t in ("mlm", "clm")]
+    got += [(t, s[t]["training"]["steady_speedup"], s[t]["training"]["packing_factor"]) for t in ("mlm", "clm")]  # CONVERGE's
     shares = [f"BERT 768x2 {reg['split']['padded']['body_s'] / max(reg['split']['padded']['step_s'], 1e-9):.0%}"]
     if "split" in s["mlm"]["training"]:
         sp = s["mlm"]["training"]["split"]["padded"]
@@ -47,10 +47,10 @@ def claims(s: dict[str, Any]) -> list[list[str]]:
              f"{ft['steady_speedup']:.2f}x / {ft['packing_factor']:.2f} = {ratio:.2f}", "yes" if ratio >= g["finetune_ratio"] else "no"],
             ["fine-tuning accuracy, padded vs packed", f"within {g['accuracy_points']:.0f} point",
              f"{acc['padded']:.1f}% / {acc['packed']:.1f}%", "yes" if abs(acc["padded"] - acc["packed"]) <= g["accuracy_points"] else "no"]]
-    for task in ("mlm", "clm"):
-        tr = s[task]["training"]
+    for name in ("mlm", "clm"):
+        tr = s[name]["training"]
         gap = tr["relative_loss_gap"]
-        rows.append([f"{task} eval loss, packed vs padded", f"within {g['loss_gap']:.0%}",
+        rows.append([f"{name} eval loss, packed vs padded", f"within {g['loss_gap']:.0%}",
                      f"{tr['final_eval_loss']['padded']:.4f} / {tr['final_eval_loss']['packed']:.4f} ({gap:+.4%})",
                      "yes" if abs(gap) <= g["loss_gap"] else "no"])
     rows.append(["whole demo", f"<= {g['seconds']:.0f} s", f"{s['total_seconds']:.0f} s", "yes" if s["total_seconds"] <= g["seconds"] else "no"])
@@ -88,7 +88,9 @@ def training_table(s: dict[str, Any]) -> list[list[str]]:
     rows = [["task", "max_len", "sequences seen", "steps", "padded rows full", "packed rows full", "packing factor",
              "realised speed-up", "train s padded / packed", "eval loss padded", "eval loss packed"]]
     items = [("fine-tune (BERT tiny)", s["finetune"], s["finetune"])]
-    items += [(f"{t} ({'BERT' if t == 'mlm' else 'GPT'} tiny)", s[t], s[t]["training"]) for t in ("mlm", "clm")]
+    from seqpack.experiments.demo_stages import CONVERGE
+
+    items += [(f"{t} ({spec['model']})", s[t], s[t]["training"]) for t, spec in CONVERGE.items()]
     for name, data, tr in items:
         rows.append([name, str(data["max_len"]), f"{tr['sequences']['packed']:,}", f"{tr['steps']['packed']:,}",
                      _pct(data["padding_efficiency"]), _pct(data["efficiency"]), f"{tr['packing_factor']:.2f}",

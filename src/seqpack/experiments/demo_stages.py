@@ -34,7 +34,8 @@ REGIME = {"hidden": 768, "layers": 2, "heads": 12, "vocab_size": 8192, "max_len"
 FINETUNE = {"max_len": 128, "size": "tiny", "batch_size": 16, "sequences": 6000, "lr": 2e-3, "packages": 8,
             "per_package": 600, "eval_fraction": 0.25}
 # eval_fraction: share of packs held out; CLM's eval (logits over an 8,192-token vocabulary at 512) is costly
-CONVERGE = {"mlm": {"max_len": 128, "model": "BERT tiny", "batch_size": 16, "sequences": 1800, "eval_fraction": 0.05},
+CONVERGE = {"mlm": {"max_len": 128, "model": "BERT tiny", "batch_size": 16, "sequences": 1800, "eval_fraction": 0.05,
+                    "split": True},
             "clm": {"max_len": 512, "model": "GPT tiny", "batch_size": 4, "sequences": 300, "eval_fraction": 0.03}}
 
 
@@ -130,7 +131,7 @@ def convergence(out: Path, task: str, threads: int | None, progress: bool, budge
                       batch_size=spec["batch_size"], sequences=max(1, round(spec["sequences"] * budget)),
                       eval_fraction=spec["eval_fraction"], threads=threads, progress=progress)
     r = compare(cfg, evals=3, overwrite=True, pairing="packs")
-    if task == "mlm":  # where a tiny model's step goes: body vs the rest
+    if spec.get("split"):  # where a tiny BERT's step goes: body vs the rest
         r["split"] = tiny_split(cfg)
     return r
 

@@ -73,14 +73,14 @@ class TrainData:
             self.spans = spans[is_train[spans[:, 0]]]
             self.unit_sequences = np.ones(len(self.spans), np.int64)
             self.unit_tokens = self.spans[:, 2].copy()
+        else:
+            self.unit_sequences = nseq[self.train_packs]
+            self.unit_tokens = fill[self.train_packs]
         self.by_pack = bool(padded and by_pack)
         if self.by_pack:  # units are the packed run's packs, each read as its sequences, one per row
             self.unit_sequences = nseq[self.train_packs]
             self.unit_tokens = fill[self.train_packs]
             self._first_span = np.searchsorted(self.spans[:, 0], self.train_packs)  # spans are in pack order
-        else:
-            self.unit_sequences = nseq[self.train_packs]
-            self.unit_tokens = fill[self.train_packs]
         self.packing_factor = float(nseq[self.train_packs].mean())
         self.train_sequences = int(nseq[self.train_packs].sum())
         self.eval_sequences = int(nseq[self.eval_packs].sum())
