@@ -136,6 +136,7 @@ def test_demo_on_a_small_corpus(capsys, tmp_path, corpus):
         assert tr["sequences"]["padded"] == tr["sequences"]["packed"] > 0  # matched by packs: the same sequences
         # the same steps on the same sequences: eval losses agree to float rounding (fp32, a few steps)
         assert abs(tr["relative_loss_gap"]) <= 1e-4 and tr["pairing"] == "packs"
+        assert tr["realised_speedup"] == tr["interleaved"]["speedup"] > 0 and len(tr["interleaved"]["speedup_per_round"]) == 1
     # Table 1 on the paper's lengths: the run's pack counts beside the paper's (NNLSHP left out at this budget)
     wiki = {(r["algorithm"], r["depth"]): r["packs"] for r in s["table1"]["wikipedia"]}
     assert wiki[("spfhp", 2)] == 10_101_683 and wiki[("spfhp", 3)] == 9_094_695 and ("nnlshp", 3) not in wiki
