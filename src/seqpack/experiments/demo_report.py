@@ -197,7 +197,7 @@ def write_report(out: Path, s: dict[str, Any]) -> Path:
         splits.update({"BERT tiny " + k: v for k, v in s["mlm"]["training"]["split"].items()})
     sections += [
         ("Padded vs packed training", training_table(s)),
-        ("Training throughput: realised speed-up and packing factor (steady state)",
+        ("Training throughput: realised speed-up (steps timed in alternation) and packing factor",
          plot_speedups(speedups, out / "throughput.png", title="packed vs padded, CPU (2 cores)")),
         ("Why realised < theoretical", why_text(s)),
         ("Step time: body vs the rest", plot_split(splits, out / "split.png", title="one training step (median)")),
