@@ -270,8 +270,9 @@ class Tokenizer:
         for text, ids in zip(texts, self.encode_batch(texts)):
             raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
             char_of = np.cumsum((raw & 0xC0) != 0x80) - 1  # (bytes,) the character each byte belongs to
-            ends = np.cumsum(np.fromiter((len(self.vocab[i]) for i in ids), dtype=np.int64, count=len(ids)))
-            starts = ends - np.fromiter((len(self.vocab[i]) for i in ids), dtype=np.int64, count=len(ids))
+            sizes = np.fromiter((len(self.vocab[i]) for i in ids), dtype=np.int64, count=len(ids))  # bytes per token
+            ends = np.cumsum(sizes)
+            starts = ends - sizes
             spans = np.stack([char_of[starts], char_of[ends - 1] + 1], axis=1) if ids else np.zeros((0, 2), np.int64)
             out.append((np.asarray(ids, dtype=np.int64), spans.astype(np.int64)))
         return out

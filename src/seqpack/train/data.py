@@ -66,20 +66,19 @@ class TrainData:
                 sp = sequence_spans(seg)
                 sp[:, 0] += lo
                 span_parts.append(sp)
+        self.by_pack = bool(padded and by_pack)
         if padded:
             spans = np.concatenate(span_parts) if span_parts else np.zeros((0, 4), np.int64)
             is_train = np.zeros(P, bool)
             is_train[self.train_packs] = True
             self.spans = spans[is_train[spans[:, 0]]]
+        if padded and not self.by_pack:  # units are sequences
             self.unit_sequences = np.ones(len(self.spans), np.int64)
             self.unit_tokens = self.spans[:, 2].copy()
-        else:
+        else:  # units are packs (with by_pack, each read as its sequences, one per row)
             self.unit_sequences = nseq[self.train_packs]
             self.unit_tokens = fill[self.train_packs]
-        self.by_pack = bool(padded and by_pack)
-        if self.by_pack:  # units are the packed run's packs, each read as its sequences, one per row
-            self.unit_sequences = nseq[self.train_packs]
-            self.unit_tokens = fill[self.train_packs]
+        if self.by_pack:
             self._first_span = np.searchsorted(self.spans[:, 0], self.train_packs)  # spans are in pack order
         self.packing_factor = float(nseq[self.train_packs].mean())
         self.train_sequences = int(nseq[self.train_packs].sum())
