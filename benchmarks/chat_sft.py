@@ -17,7 +17,7 @@ sequences.
 2. Training at max_len 1024, a small Llama (hidden 256, 4 layers, 8 heads / 4 kv heads, sdpa,
    fp32, 2 threads): forward + backward + AdamW on steady-state steps (two warm-up steps per
    variant are not timed, rounds interleaved). Real (non-padding) tokens per second for
-     packed   rows of the ``best`` plan, through ``seqpack.nn.hf.packed_forward``
+     packed   rows of the ``best`` plan, through ``seqpack.nn.hf_adapter.packed_forward``
      padded   one conversation per row, padded to max_len (the fixed-shape baseline)
      dynamic  one conversation per row, padded to the longest in its batch (TRL's default
               without packing)
@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seqpack.data import PackConfig, build_packed_dataset, build_sequences
 from seqpack.packing import pack_lengths
+from seqpack.pipeline import PackConfig, build_packed_dataset, build_sequences
 from seqpack.tokenizer import open_tokenizer
 
 WORDS = ("the a of to and in is was for on with as that this it be are by from at or an not can will you we they "
@@ -66,7 +66,7 @@ def tokenizer_dir(root: Path, records: list[dict]) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from seqpack.data.chat_template import CHATML
+    from seqpack.tasks.chat.template import CHATML
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -142,7 +142,7 @@ def batches(data, rows: int, count: int, seed: int, dynamic: bool) -> list[dict]
 
 
 def training_rows(sft: Path, steps: int, rounds: int, packed_rows: int) -> list[dict]:
-    from seqpack.nn.hf import packed_forward
+    from seqpack.nn.hf_adapter import packed_forward
     from seqpack.train.data import TrainData
 
     torch.set_num_threads(2)

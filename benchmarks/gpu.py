@@ -26,8 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import wikipedia_lengths  # type: ignore[import-not-found]  # noqa: E402
 
-from seqpack.nn.attention import packed_attention, plan_attention  # noqa: E402
 from seqpack.experiments.bench import BenchConfig, make_batches, run_bench  # noqa: E402
+from seqpack.nn.attention import packed_attention, plan_attention  # noqa: E402
 
 BACKENDS = ("sdpa", "per_document", "varlen", "flex")
 
@@ -101,11 +101,11 @@ def throughput(model: str, size: str, T: int, rows: int, attention: str, steps: 
 
 
 def llama(T: int, rows: int, steps: int, repeats: int) -> dict[str, Any]:
-    """A Llama-style model from a config through seqpack.nn.hf: padded rows (4-D mask, sdpa),
+    """A Llama-style model from a config through seqpack.nn.hf_adapter: padded rows (4-D mask, sdpa),
     packed rows with the 4-D mask (sdpa) and packed rows padding-free (seqpack_varlen)."""
     import transformers as tf
 
-    from seqpack.nn.hf import packed_forward
+    from seqpack.nn.hf_adapter import packed_forward
     from seqpack.nn.hf_padding_free import register_varlen_attention
 
     impl_varlen = register_varlen_attention()
@@ -162,8 +162,8 @@ def compile_counts() -> list[dict[str, Any]]:
 
 def compiled_throughput(steps: int) -> dict[str, Any]:
     """BERT-base packed (varlen), eager vs torch.compile, step time after warm-up."""
-    from seqpack.nn.models import BertConfig, BertForPreTraining
     from seqpack.experiments.bench import step
+    from seqpack.nn.models import BertConfig, BertForPreTraining
 
     lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
     data = make_batches(lengths, 512, 64, steps + 4, seed=0, vocab=30522, causal=False)

@@ -22,13 +22,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-
 from _common import wikipedia_lengths  # type: ignore[import-not-found]
 
-from seqpack.data.clm import clm_sequences
-from seqpack.data.io import write_packed
-from seqpack.data.pack import materialize, pack_sequences
+from seqpack.data.format import write_packed
+from seqpack.data.layout import materialize, pack_sequences
 from seqpack.packing import pack_lengths
+from seqpack.tasks.clm import clm_sequences
 
 MAX_LEN, VOCAB = 512, 30522
 

@@ -11,7 +11,6 @@ import sys
 import time
 
 import numpy as np
-
 from _common import SHARED  # type: ignore[import-not-found]
 
 from seqpack.packing import StreamPacker, pack_lengths, plan

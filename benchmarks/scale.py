@@ -124,9 +124,9 @@ def one(size: int, engine: str, tok: Path, work: Path, limit_gb: float | None = 
 
 def single_process_packs(store: Path) -> int:
     """The one-process plan on the same sequences: every length at once, no shards."""
-    from seqpack.data.clm import clm_sequences
     from seqpack.packing import pack_lengths
     from seqpack.store import open_store
+    from seqpack.tasks.clm import clm_sequences
 
     s = open_store(store)
     lengths = []

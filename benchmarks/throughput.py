@@ -38,12 +38,11 @@ import time
 
 import numpy as np
 import torch
-
 from _common import wikipedia_lengths  # type: ignore[import-not-found]
 
+from seqpack.experiments.bench import make_batches, step_times
 from seqpack.nn.attention import packed_attention, plan_attention
 from seqpack.nn.models import GPT, BertConfig, BertForPreTraining, GPTConfig
-from seqpack.experiments.bench import make_batches, step_times
 
 VOCAB = 30522
 

@@ -7,7 +7,7 @@ Two pieces make the stock Trainer train on packed rows:
 
 * the collator stacks packed rows as they are (``input_ids``, ``segment_ids``,
   ``position_ids``, ``token_type_ids``, ``labels``);
-* ``compute_loss`` goes through :func:`seqpack.nn.hf.packed_forward`, which gives the model a
+* ``compute_loss`` goes through :func:`seqpack.nn.hf_adapter.packed_forward`, which gives the model a
   4-D mask that keeps each row's sequences apart, positions that restart per sequence, and
   the per-sequence loss (``--reduction token`` for HF's per-token mean).
 """
@@ -31,7 +31,7 @@ def make_trainer(data: str, out: str, *, steps: int, batch_size: int, lr: float,
     import transformers
 
     from seqpack.data import PackedDataset
-    from seqpack.nn.hf import packed_forward
+    from seqpack.nn.hf_adapter import packed_forward
     from seqpack.train.models import dataset_vocab_size
 
     dataset = PackedDataset(data, columns=COLUMNS)

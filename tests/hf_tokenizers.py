@@ -56,7 +56,14 @@ def bpe_tokenizer_dir(path: Path, *, chat_template: str | None = PLAIN_CHATML, v
 
 def wordpiece_tokenizer_dir(path: Path) -> Path:
     """A lower-casing, accent-stripping WordPiece tokenizer (BERT style): ids do not spell the text back."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -83,7 +90,7 @@ def llama_config(path: Path) -> Path:
 
 def chat_dataset(root: Path, *, n: int = 120, max_len: int = 256, seed: int = 0) -> tuple[Path, Path]:
     """``(packed chat dataset, HF tokenizer dir)``: conversations packed with the tokenizer's own template."""
-    from seqpack.data import PackConfig, build_packed_dataset
+    from seqpack.pipeline import PackConfig, build_packed_dataset
     from seqpack.tokenizer import open_tokenizer
 
     tok_dir = bpe_tokenizer_dir(root / "tok")

@@ -6,8 +6,13 @@ packed dataset -> packed attention and per-sequence loss -> training.
 
 from __future__ import annotations
 
-from seqpack.tokenizer import BPEConfig, BPEResult, Tokenizer, train_bpe, train_bpe_corpus
-
-__version__ = "0.1.0"
+from seqpack._version import __version__
+from seqpack.tokenizer import (
+    BPEConfig,
+    BPEResult,
+    Tokenizer,
+    train_bpe,
+    train_bpe_corpus,
+)
 
 __all__ = ["BPEConfig", "BPEResult", "Tokenizer", "__version__", "train_bpe", "train_bpe_corpus"]

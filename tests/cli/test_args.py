@@ -17,7 +17,7 @@ def defaults(argv: list[str]) -> dict:
 @pytest.mark.parametrize("argv,cls_path", [
     (["train", "--data", "d", "--out", "o"], "seqpack.train.config:TrainConfig"),
     (["bench"], "seqpack.experiments.bench:BenchConfig"),
-    (["pack", "s", "--task", "clm", "--max-len", "8", "--tokenizer", "t", "--out", "o"], "seqpack.data.build:PackConfig"),
+    (["pack", "s", "--task", "clm", "--max-len", "8", "--tokenizer", "t", "--out", "o"], "seqpack.pipeline.pack:PackConfig"),
 ])
 def test_cli_defaults_are_the_dataclass_defaults(argv: list[str], cls_path: str) -> None:
     import importlib
@@ -36,7 +36,7 @@ def test_cli_defaults_are_the_dataclass_defaults(argv: list[str], cls_path: str)
 def test_task_options_are_not_stated_by_the_cli() -> None:
     """Task options given nowhere are absent (the task's dataclass default applies), and a
     given one that the task lacks is refused by name."""
-    from seqpack.data.build import PackConfig
+    from seqpack.pipeline import PackConfig
 
     got = defaults(["pack", "s", "--task", "qa", "--max-len", "8", "--tokenizer", "t", "--out", "o"])
     assert "doc_stride" not in got and "overflow" not in got

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import run
-from tests.hf_tokenizers import bpe_tokenizer_dir, conversations, llama_config, write_jsonl
+from tests.hf_tokenizers import (
+    bpe_tokenizer_dir,
+    conversations,
+    llama_config,
+    write_jsonl,
+)
 
 pytest.importorskip("transformers")
 

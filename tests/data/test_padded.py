@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from seqpack.data import IGNORE_INDEX, pack_sequences
 from seqpack.data.padded import padded_rows, padded_rows_reference, sequence_spans
-from tests.data.test_pack import random_sequences
+from tests.data.test_layout import random_sequences
 
 
 def test_hand_golden():
@@ -15,7 +15,7 @@ def test_hand_golden():
             "next_sentence_label": np.array([[1, 0], [0, -100]]), "num_sequences": np.array([2, 1])}
     spans = sequence_spans(cols["segment_ids"])
     assert spans.tolist() == [[0, 0, 3, 0], [0, 3, 1, 1], [1, 0, 2, 0]]
-    rows = padded_rows(cols, spans[[1, 2]], task="mlm")
+    rows = padded_rows(cols, spans[[1, 2]], token_labels=True)
     assert rows["input_ids"].tolist() == [[5, 0, 0, 0], [3, 4, 0, 0]]
     assert rows["segment_ids"].tolist() == [[1, 0, 0, 0], [1, 1, 0, 0]]
     assert rows["labels"].tolist() == [[5, -100, -100, -100], [3, -100, -100, -100]]
@@ -30,8 +30,8 @@ def test_padded_rows_are_the_sequences_fast_equals_reference(seed, n, max_len, c
     pc = pack_sequences(s, max_len, algorithm="best", seed=seed)
     spans = sequence_spans(pc.columns["segment_ids"], chunk=chunk)
     assert len(spans) == n and spans[:, 2].sum() == s.lengths.sum()
-    fast = padded_rows(pc.columns, spans, task="mlm", position_fields=("start",))
-    ref = padded_rows_reference(pc.columns, spans, task="mlm", position_fields=("start",))
+    fast = padded_rows(pc.columns, spans, token_labels=True, position_fields=("start",))
+    ref = padded_rows_reference(pc.columns, spans, token_labels=True, position_fields=("start",))
     for k in ref:
         assert fast[k].dtype == ref[k].dtype and np.array_equal(fast[k], ref[k]), k
     for r in range(n):  # each row is exactly one original sequence, unshifted

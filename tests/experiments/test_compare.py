@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 
-
 from seqpack.cli.main import main
 
 KEYS = {"padded_tokens_per_s", "packed_tokens_per_s", "realized_speedup", "packing_factor", "overhead"}

@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from seqpack.experiments.report import plot_speedups, write_html
-from seqpack.experiments.screenshot import PNG_MAGIC, find_browser, missing_images, screenshot
+from seqpack.experiments.screenshot import (
+    PNG_MAGIC,
+    find_browser,
+    missing_images,
+    screenshot,
+)
 
 
 def page(tmp_path: Path) -> Path:

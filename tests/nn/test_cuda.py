@@ -19,7 +19,17 @@ import torch
 
 from seqpack.nn.attention import BACKENDS, REGISTRY
 from tests.nn._packs import spans
-from tests.nn.test_models import KINDS, alone, build, check_packed_equals_unpacked, heads_for, make_batch, on, run, slot_outputs
+from tests.nn.test_models import (
+    KINDS,
+    alone,
+    build,
+    check_packed_equals_unpacked,
+    heads_for,
+    make_batch,
+    on,
+    run,
+    slot_outputs,
+)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

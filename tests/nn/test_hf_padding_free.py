@@ -8,7 +8,12 @@ import torch
 from hypothesis import given, settings
 
 from seqpack.nn import packed_forward
-from seqpack.nn.hf_padding_free import VARLEN_IMPL, flat_inputs, register_varlen_attention, unflatten_slots
+from seqpack.nn.hf_padding_free import (
+    VARLEN_IMPL,
+    flat_inputs,
+    register_varlen_attention,
+    unflatten_slots,
+)
 from tests.nn._packs import packs, segment_rows
 from tests.nn.test_hf import check_adapter
 

@@ -17,7 +17,13 @@ from seqpack.nn import (
     sequence_starts,
     unpad_index,
 )
-from tests.nn._packs import mask_reference, packs, positions_reference, segment_rows, spans
+from tests.nn._packs import (
+    mask_reference,
+    packs,
+    positions_reference,
+    segment_rows,
+    spans,
+)
 
 
 def test_golden_mask_and_positions() -> None:

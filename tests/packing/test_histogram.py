@@ -3,7 +3,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seqpack.packing import check_histogram, histogram, length_stats, load_histogram, plan
+from seqpack.packing import (
+    check_histogram,
+    histogram,
+    length_stats,
+    load_histogram,
+    plan,
+)
 from seqpack.packing.histogram import save_histogram_csv
 
 

@@ -147,7 +147,7 @@ def test_writer_rejects_bad_documents(tmp_path):
 
 def test_store_and_data_import_no_torch():
     code = (
-        "import sys, seqpack.store, seqpack.data, seqpack.data.mlm, seqpack.data.qa, seqpack.data.labelled;"
+        "import sys, seqpack.store, seqpack.data, seqpack.tasks.mlm, seqpack.tasks.qa, seqpack.tasks.classification;"
         "print('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seqpack.data.build import PackConfig
+from seqpack.pipeline import PackConfig
 from seqpack.tasks import REGISTRY, TASKS, get_task
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "seqpack"

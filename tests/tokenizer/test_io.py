@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -111,7 +110,7 @@ def test_tokenizer_json_ids_equal_ours_on_any_text(tok):
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from seqpack.tokenizer.hf import build_hf_tokenizer, hf_vocab
+    from seqpack.tokenizer.hf_export import build_hf_tokenizer, hf_vocab
 
     hf = build_hf_tokenizer(tok)
     model = json.loads(hf.to_str())["model"]

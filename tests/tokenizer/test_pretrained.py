@@ -11,7 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqpack.tokenizer import HFTokenizer, Tokenizer, open_tokenizer
-from tests.hf_tokenizers import PLAIN_CHATML, bpe_tokenizer_dir, texts, wordpiece_tokenizer_dir
+from tests.hf_tokenizers import (
+    PLAIN_CHATML,
+    bpe_tokenizer_dir,
+    texts,
+    wordpiece_tokenizer_dir,
+)
 
 tf = pytest.importorskip("transformers")
 
@@ -123,7 +128,7 @@ def test_store_with_a_pretrained_tokenizer(bpe_dir: Path, tmp_path: Path) -> Non
 def test_every_task_packs_with_a_pretrained_tokenizer(bpe_dir: Path, wp_dir: Path, tmp_path: Path, task: str) -> None:
     """Not only chat: each task builds its sequences from an HF tokenizer's ids; its special tokens
     ([CLS]/[SEP]/[MASK]) are the tokenizer's own where it has them."""
-    from seqpack.data import PackConfig, build_sequences
+    from seqpack.pipeline import PackConfig, build_sequences
     from seqpack.store import build_store
 
     tok = open_tokenizer(wp_dir if task != "clm" else bpe_dir)

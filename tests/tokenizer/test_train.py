@@ -9,7 +9,10 @@ from hypothesis import strategies as st
 
 from seqpack.tokenizer import BPEConfig, train_bpe, train_bpe_corpus
 from seqpack.tokenizer.byte_unicode import str_to_bytes
-from seqpack.tokenizer.reference import train_bpe_reference, train_bpe_reference_from_counts
+from seqpack.tokenizer.reference import (
+    train_bpe_reference,
+    train_bpe_reference_from_counts,
+)
 from seqpack.tokenizer.train import merges_from_counts, vocab_from_merge_ids
 
 EOT = "<|endoftext|>"

@@ -22,7 +22,7 @@ def synthetic_documents(n: int, seed: int = 0) -> list[str]:
 
 
 def build_datasets(root: Path, n_docs: int = 240) -> dict[str, Path]:
-    from seqpack.data import PackConfig, build_packed_dataset
+    from seqpack.pipeline import PackConfig, build_packed_dataset
     from seqpack.store import build_store
     from seqpack.tokenizer import BPEConfig, Tokenizer
     from seqpack.tokenizer.train import train_bpe_corpus

@@ -81,7 +81,7 @@ def from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
 
 def add_engine_options(p: Any) -> None:
     """``--engine local|ray`` and ``--ray-address`` (one place for every sharded command)."""
-    from seqpack.engine import ENGINES
+    from seqpack.pipeline.engine import ENGINES
 
     p.add_argument("--engine", choices=ENGINES, default="local",
                    help="where the per-shard stages run: this process, or Ray (pip install 'seqpack[ray]')")
@@ -93,7 +93,7 @@ def add_engine_options(p: Any) -> None:
 
 
 def engine_from_args(args: argparse.Namespace) -> Any:
-    from seqpack.engine import get_engine
+    from seqpack.pipeline.engine import get_engine
 
     if args.stages != 1 and args.engine != "local":
         raise ValueError("--stages applies to --engine local (Ray runs as many stages as it has CPUs)")

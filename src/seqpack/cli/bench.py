@@ -10,14 +10,13 @@ from seqpack.cli.args import default_of, from_args
 from seqpack.cli.args import max_len as _max_len
 from seqpack.cli.args import positive_int as _positive_int
 
-
 NAME = "bench"
 HELP = "padded vs packed training throughput, side by side"
 
 def add_parser(sub: Any) -> None:
+    from seqpack.experiments.bench import DEVICES, DTYPES, HEADS, BenchConfig
     from seqpack.nn.attention import BACKENDS
     from seqpack.nn.models.common import SIZES
-    from seqpack.experiments.bench import DEVICES, DTYPES, HEADS, BenchConfig
 
     pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
     p = sub.add_parser(

@@ -9,7 +9,6 @@ from typing import Any
 from seqpack.cli.args import positive_int as _positive_int
 from seqpack.cli.train import add_training_options, config_from_args
 
-
 NAME = "compare"
 HELP = "train padded and packed on the same sequences; plot eval loss"
 

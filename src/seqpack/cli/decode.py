@@ -8,7 +8,6 @@ from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP
 
-
 NAME = "decode"
 HELP = "token ids -> text"
 

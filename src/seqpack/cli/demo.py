@@ -6,7 +6,6 @@ import argparse
 import json
 from typing import Any
 
-
 NAME = "demo"
 HELP = "run the pipeline on the built-in corpus"
 

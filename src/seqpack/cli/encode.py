@@ -8,7 +8,6 @@ from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP
 
-
 NAME = "encode"
 HELP = "text -> token ids"
 

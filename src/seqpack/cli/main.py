@@ -39,7 +39,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     Every subcommand is listed either way, but building the options of some (``train``,
     ``bench``) imports torch; ``seqpack tokenize`` should not pay for that.
     """
-    from seqpack import __version__
+    from seqpack._version import __version__
 
     parser = _Parser(prog="seqpack", description="Remove padding from transformer training.")
     parser.add_argument("--version", action="version", version=f"seqpack {__version__}")

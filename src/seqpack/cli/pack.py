@@ -6,8 +6,17 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, default_of, depth, engine_from_args, max_len, nonneg, option_name, positive_int
-
+from seqpack.cli.args import (
+    TOKENIZER_HELP,
+    add_engine_options,
+    default_of,
+    depth,
+    engine_from_args,
+    max_len,
+    nonneg,
+    option_name,
+    positive_int,
+)
 
 NAME = "pack"
 HELP = "token store or labelled examples -> packed dataset"
@@ -38,9 +47,9 @@ def add_task_options(g: Any) -> None:
 
 
 def add_parser(sub: Any) -> None:
-    from seqpack.data.build import PackConfig
-    from seqpack.data.io import COMPRESSION
+    from seqpack.data.format import COMPRESSION
     from seqpack.packing import ALGORITHMS
+    from seqpack.pipeline import PackConfig
     from seqpack.tasks import TASKS
 
     p = sub.add_parser(
@@ -79,7 +88,8 @@ SUMMARY_KEYS = ("task", "max_len", "max_depth", "num_packs", "num_sequences", "n
 
 
 def run(args: argparse.Namespace) -> int:
-    from seqpack.data.build import COMMON, PackConfig, build_packed_dataset
+    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.pipeline.config import COMMON
     from seqpack.tokenizer import open_tokenizer
 
     options = {k: v for k, v in vars(args).items() if k not in COMMON and k in task_option_fields()}

@@ -6,11 +6,9 @@ import argparse
 import json
 from typing import Any
 
-
 from seqpack.cli.args import MAX_LEN_HINT
 from seqpack.cli.args import depth as _depth
 from seqpack.cli.args import max_len as _max_len
-
 
 NAME = "plan"
 HELP = "pack a length histogram"

@@ -9,7 +9,6 @@ from typing import Any
 from seqpack.cli.args import MAX_LEN_HINT
 from seqpack.cli.args import max_len as _max_len
 
-
 NAME = "stats"
 HELP = "padding without packing"
 

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
     from seqpack.corpus import python_docs, read_documents
     from seqpack.corpus.readers import require_file
-    from seqpack.store import build_sharded_store
+    from seqpack.pipeline import build_sharded_store
     from seqpack.tokenizer import open_tokenizer
 
     if args.workers is not None and args.workers < 1:

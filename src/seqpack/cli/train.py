@@ -11,7 +11,6 @@ from seqpack.cli.args import default_of, from_args
 from seqpack.cli.args import int_at_least as _int_at_least
 from seqpack.cli.args import positive_int as _positive_int
 
-
 NAME = "train"
 HELP = "train BERT/GPT on a packed dataset (or its padded baseline)"
 

@@ -12,11 +12,13 @@ from seqpack.corpus.readers import (
     read_parquet,
     read_text,
 )
+from seqpack.corpus.records import iter_records
 
 __all__ = [
     "DEFAULT_SEPARATOR",
     "from_hf_dataset",
     "iter_decoded",
+    "iter_records",
     "python_docs",
     "python_docstrings",
     "read_documents",

@@ -1,40 +1,47 @@
-"""Task sequences (clm, mlm, classification, multilabel, qa, chat), packed columns, files, torch Dataset.
+"""The packed format alone: sequences before packing, the packed columns and their layout,
+Parquet parts + ``manifest.json`` (+ optional ``.bin``), lazy readers, the torch ``Dataset``,
+the padded view, predictions unpacked, and TRL's padding-free examples.
 
 Everything but :class:`PackedDataset` and :func:`collate_packed` is numpy/pyarrow;
-those two import torch on first use.
+those two import torch on first use. The pack job that writes this format is
+:mod:`seqpack.pipeline` (``PackConfig``, ``build_packed_dataset``).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-from seqpack.data.build import PackConfig, build_packed_dataset, build_sequences, pack_task
-from seqpack.data.io import load_packed, read_manifest, write_packed
-from seqpack.data.pack import PackedColumns, materialize, materialize_reference, pack_sequences
+from seqpack.data.format import load_packed, read_manifest, write_packed
+from seqpack.data.layout import (
+    PackedColumns,
+    materialize,
+    materialize_reference,
+    pack_sequences,
+)
 from seqpack.data.sequences import IGNORE_INDEX, Sequences, from_lists
 from seqpack.data.trl import trl_examples
 from seqpack.data.unpack import unpack_predictions
 
 __all__ = [
     "IGNORE_INDEX",
-    "PackConfig",
     "PackedColumns",
     "PackedDataset",
     "Sequences",
-    "build_packed_dataset",
-    "build_sequences",
     "collate_packed",
     "from_lists",
     "load_packed",
     "materialize",
     "materialize_reference",
     "pack_sequences",
-    "pack_task",
     "read_manifest",
     "trl_examples",
     "unpack_predictions",
     "write_packed",
 ]
+
+#: names that lived here before the pack job moved to :mod:`seqpack.pipeline` (issue 23)
+_MOVED = ("PackConfig", "build_packed_dataset", "build_sequences", "pack_task")
 
 
 def __getattr__(name: str) -> Any:
@@ -42,4 +49,9 @@ def __getattr__(name: str) -> Any:
         from seqpack.data import torch_dataset
 
         return getattr(torch_dataset, name)
+    if name in _MOVED:
+        warnings.warn(f"seqpack.data.{name} moved to seqpack.pipeline.{name}", DeprecationWarning, stacklevel=2)
+        import seqpack.pipeline  # deprecated re-export (allowed upward import)
+
+        return getattr(seqpack.pipeline, name)
     raise AttributeError(f"module 'seqpack.data' has no attribute {name!r}")

@@ -25,12 +25,10 @@ from seqpack.data.sequences import IGNORE_INDEX
 TOKEN_COLUMNS = ("input_ids", "segment_ids", "position_ids", "token_type_ids")
 
 
-def token_columns(task: str) -> tuple[str, ...]:
-    """Names of the ``(P, L)`` per-token columns of a task (``labels`` when the task's are per token)."""
-    from seqpack.tasks import REGISTRY
-
-    known = REGISTRY.get(task)
-    return TOKEN_COLUMNS + (("labels",) if known is not None and known.token_labels else ())
+def token_columns(*, token_labels: bool) -> tuple[str, ...]:
+    """Names of the ``(P, L)`` per-token columns (``labels`` when the dataset's labels are per token,
+    :attr:`seqpack.data.format.DatasetFacts.token_labels`)."""
+    return TOKEN_COLUMNS + (("labels",) if token_labels else ())
 
 
 def sequence_spans(segment_ids: np.ndarray, *, chunk: int = 65_536) -> np.ndarray:
@@ -59,7 +57,7 @@ def padded_rows(
     columns: Mapping[str, np.ndarray],
     spans: np.ndarray,
     *,
-    task: str,
+    token_labels: bool,
     position_fields: Sequence[str] = (),
 ) -> dict[str, np.ndarray]:
     """One row per span: per-token columns ``(B, L)``, per-sequence ones ``(B, 1, ...)``.
@@ -68,7 +66,7 @@ def padded_rows(
     """
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 4)
     pack, start, length, slot = spans.T
-    tok = token_columns(task)
+    tok = token_columns(token_labels=token_labels)
     L = columns["input_ids"].shape[1]
     col = start[:, None] + np.arange(L)  # (B, L)
     valid = np.arange(L) < length[:, None]
@@ -90,10 +88,10 @@ def padded_rows(
 
 
 def padded_rows_reference(
-    columns: Mapping[str, np.ndarray], spans: np.ndarray, *, task: str, position_fields: Sequence[str] = ()
+    columns: Mapping[str, np.ndarray], spans: np.ndarray, *, token_labels: bool, position_fields: Sequence[str] = ()
 ) -> dict[str, np.ndarray]:
     """The same rows, one sequence at a time (slow, obviously correct)."""
-    tok = token_columns(task)
+    tok = token_columns(token_labels=token_labels)
     L = columns["input_ids"].shape[1]
     out = {}
     for name, a in columns.items():

@@ -82,14 +82,18 @@ class Sequences:
         return out
 
 
+def offsets_of(lengths: np.ndarray) -> np.ndarray:
+    """CSR offsets of ``lengths``: ``(N + 1,)`` int64 starting at 0.
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
+    >>> offsets_of(np.array([3, 1])).tolist()
+    [0, 3, 4]
+    """
     out = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=out[1:])
     return out
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenated ``arange(s, s + n)`` for each pair, without a Python loop."""
     lengths = np.asarray(lengths, dtype=np.int64)
     total = int(lengths.sum())
@@ -98,7 +102,7 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     out = np.ones(total, dtype=np.int64)
     nz = lengths > 0
     s, n = np.asarray(starts, dtype=np.int64)[nz], lengths[nz]
-    heads = _offsets(n)[:-1]
+    heads = offsets_of(n)[:-1]
     out[heads[0]] = s[0]
     out[heads[1:]] = s[1:] - (s[:-1] + n[:-1] - 1)
     return np.cumsum(out)
@@ -118,7 +122,7 @@ def from_lists(
     ids = np.arange(len(sequences)) if example_ids is None else np.asarray(example_ids)
     return Sequences(
         task=task,
-        offsets=_offsets(lengths),
+        offsets=offsets_of(lengths),
         example_ids=ids.astype(np.int64),
         token_fields={"input_ids": flat.astype(id_dtype(max_id))},
         seq_fields={k: np.asarray(v) for k, v in seq_fields.items()},

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqpack.data.reader import PackedRows
+from seqpack.data.format import DatasetFacts
+from seqpack.data.rows import PackedRows
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:
@@ -26,13 +27,10 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.asarray(a, dtype=np.float32))
 
 
-def to_tensors(columns: dict[str, np.ndarray], task: str) -> dict[str, torch.Tensor]:
+def to_tensors(columns: dict[str, np.ndarray], *, float_labels: bool = False) -> dict[str, torch.Tensor]:
     """Columns of one pack ``(L,)`` or of a batch ``(B, L)`` as tensors (see the module docstring)."""
-    from seqpack.tasks import REGISTRY
-
     out = {k: _tensor(np.asarray(v)) for k, v in columns.items()}
-    known = REGISTRY.get(task)  # a dataset written by write_packed may name a task of its own
-    if known is not None and known.float_labels and "labels" in out:
+    if float_labels and "labels" in out:
         out["labels"] = out["labels"].float()
     return out
 
@@ -40,7 +38,7 @@ def to_tensors(columns: dict[str, np.ndarray], task: str) -> dict[str, torch.Ten
 class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     """Packs of a directory written by ``seqpack pack``; item ``i`` is a dict of tensors.
 
-    Rows are read on demand (:class:`seqpack.data.reader.PackedRows`): memory-mapped ``.bin``
+    Rows are read on demand (:class:`seqpack.data.rows.PackedRows`): memory-mapped ``.bin``
     columns, or Parquet row groups with a small cache; the dataset is never loaded whole.
     """
 
@@ -48,6 +46,7 @@ class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         self.rows = PackedRows(path, columns=list(columns) if columns else None, mmap=mmap)
         self.manifest = self.rows.manifest
         self.task: str = self.manifest["task"]
+        self.facts = DatasetFacts.of(self.manifest)
 
     def __len__(self) -> int:
         return int(self.manifest["num_packs"])
@@ -55,12 +54,12 @@ class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         if not -len(self) <= i < len(self):
             raise IndexError(f"pack {i} out of range ({len(self)} packs)")
-        return to_tensors({k: v[0] for k, v in self.rows.take([i]).items()}, self.task)
+        return to_tensors({k: v[0] for k, v in self.rows.take([i]).items()}, float_labels=self.facts.float_labels)
 
     def __getitems__(self, indices: list[int]) -> list[dict[str, torch.Tensor]]:
         """A whole batch in one read (the DataLoader calls this when it exists)."""
         cols = self.rows.take(indices)
-        return [to_tensors({k: v[j] for k, v in cols.items()}, self.task) for j in range(len(indices))]
+        return [to_tensors({k: v[j] for k, v in cols.items()}, float_labels=self.facts.float_labels) for j in range(len(indices))]
 
 
 def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:

@@ -31,23 +31,27 @@ DEVICES = ("cpu", "cuda")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # half: autocast
 
 
-def load_histogram(source: str) -> np.ndarray:
-    """Counts by length (index = length - 1) from ``wikipedia`` (shipped with the package), a
-    ``.npy`` / ``.csv`` histogram, or a packed dataset directory (its manifest's histogram)."""
-    from seqpack.packing import BUILTIN_HISTOGRAMS, builtin_histogram, check_histogram
+def bench_lengths(source: str) -> np.ndarray:
+    """The length histogram ``--lengths`` names (index = length - 1): ``wikipedia`` (shipped with
+    the package), a ``.npy`` / ``.csv`` file (:func:`seqpack.packing.load_histogram`), or a packed
+    dataset directory (its manifest's histogram)."""
+    from seqpack.packing import (
+        BUILTIN_HISTOGRAMS,
+        builtin_histogram,
+        check_histogram,
+        load_histogram,
+    )
 
     if source in BUILTIN_HISTOGRAMS:
         return builtin_histogram(source)
-    from seqpack.packing import load_histogram as read_histogram_file
-
     p = Path(source)
     if p.is_dir():
-        from seqpack.data.io import manifest_histogram
+        from seqpack.data.format import manifest_histogram
 
         return manifest_histogram(p)
     if p.suffix not in (".npy", ".csv") or not p.is_file():
         raise ValueError(f"--lengths {source}: give wikipedia, a .npy/.csv histogram (index = length - 1) or a packed dataset dir")
-    return check_histogram(read_histogram_file(p))
+    return check_histogram(load_histogram(p))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,7 +96,7 @@ def make_batches(lengths: np.ndarray, T: int, batch: int, count: int, *, seed: i
     """``count`` batches of ``batch`` random packs and of ``batch`` random single sequences
     (padded), drawn from the same pool, plus the pool's real tokens per row. Rows come from the
     library: ``pack_sequences`` (``best``) and the padded view ``padded_rows``."""
-    from seqpack.data.pack import pack_sequences
+    from seqpack.data.layout import pack_sequences
     from seqpack.data.padded import padded_rows, sequence_spans
     from seqpack.data.sequences import IGNORE_INDEX, from_lists
 
@@ -102,8 +106,7 @@ def make_batches(lengths: np.ndarray, T: int, batch: int, count: int, *, seed: i
         labels = [np.concatenate([[IGNORE_INDEX], s[1:]]) for s in seqs]
     else:  # masked LM: 15% of tokens are targets
         labels = [np.where(rng.random(s.size) < 0.15, s, IGNORE_INDEX) for s in seqs]
-    task = "clm" if causal else "mlm"  # per-token labels either way (the padded view reads the task)
-    pool = from_lists(seqs, task=task)
+    pool = from_lists(seqs, task="clm" if causal else "mlm")
     pool.token_fields["labels"] = np.concatenate(labels).astype(np.int32)
     pc = pack_sequences(pool, T, algorithm="best", seed=seed)
     cols = {k: pc.columns[k] for k in ("input_ids", "labels", "segment_ids")}
@@ -121,7 +124,7 @@ def make_batches(lengths: np.ndarray, T: int, batch: int, count: int, *, seed: i
 
     return {
         "packed": [packed_batch() for _ in range(count)],
-        "padded": [tensors(padded_rows(cols, spans[pick(len(spans))], task=task)) for _ in range(count)],
+        "padded": [tensors(padded_rows(cols, spans[pick(len(spans))], token_labels=True)) for _ in range(count)],
         "packed_tokens_per_row": float(lengths.sum() / pc.num_packs),
         "padded_tokens_per_row": float(lengths.mean()),
         "packs": pc.num_packs, "sequences": len(lengths),
@@ -191,7 +194,7 @@ def run_bench_model(cfg: BenchConfig, shape: dict[str, int] | None = None) -> tu
     """:func:`run_bench` with the model shaped by ``shape``; also returns the packed model and the batches."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    hist = load_histogram(cfg.lengths)
+    hist = bench_lengths(cfg.lengths)
     longest = int(np.flatnonzero(hist)[-1]) + 1
     if longest > cfg.max_len:
         n = int(hist[cfg.max_len :].sum())

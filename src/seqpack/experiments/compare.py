@@ -21,7 +21,6 @@ from typing import Any
 from seqpack.train.checkpoint import read_metrics
 from seqpack.train.config import TrainConfig
 
-
 PAIRINGS = ("sequences", "packs")
 WARMUP_STEPS = 2
 
@@ -37,8 +36,8 @@ def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairi
     token (forward, backward and optimiser; building batches is left to a data loader) after the
     first ``warmup`` steps (one-off costs left out of both); with ``packs`` the steps hold the same
     sequences, so it is the realised speed-up itself."""
-    from seqpack.train.loop import train
     from seqpack.experiments.report import plot_curves
+    from seqpack.train.loop import train
 
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {'|'.join(PAIRINGS)}, got {pairing!r}")

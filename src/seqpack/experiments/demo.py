@@ -1,6 +1,7 @@
 """The main job (``seqpack demo`` / ``make demo``): the whole pipeline, and each claim shown on data where it applies.
 
-Stages (each cached by the hash of its inputs in ``OUT/stages.json``; ``fresh`` re-runs all):
+Stages (each recorded with the hash of its inputs in ``OUT/stages/`` and reused while that hash and
+its outputs stay the same, :mod:`seqpack._stages`; ``fresh`` re-runs all):
 
 1. train a byte-level BPE tokenizer (checked against the reference encoder) and build the token store;
 2. pack the corpus for MLM + NSP (128 tokens) and causal LM (512 tokens), and the fine-tuning set:
@@ -22,15 +23,43 @@ machine's drift hit both arms alike; the stage functions live in :mod:`seqpack.e
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from seqpack._stages import StageLog, content_hash, corpus_hash
 from seqpack.experiments.demo_stages import CONVERGE, FINETUNE, REGIME
-from seqpack.experiments.stages import Stages, content_hash, corpus_hash
 
 TOTAL_STAGES = 11
 GOALS = {"regime_speedup": 1.85, "finetune_ratio": 0.8, "accuracy_points": 1.0, "loss_gap": 0.01, "seconds": 180.0}
+
+
+class Stages:
+    """The demo's stages in order, numbered and timed as they run; each one resumable
+    (:class:`seqpack._stages.StageLog` in ``OUT/stages/``)."""
+
+    def __init__(self, out: Path, *, fresh: bool, total: int, echo: Callable[[str], None]) -> None:
+        self.log, self.fresh, self.total, self.echo = StageLog(out / "stages"), fresh, total, echo
+        self.done = 0
+        self.seconds: dict[str, float] = {}  # this run's time per stage (0 when reused)
+        out.mkdir(parents=True, exist_ok=True)
+
+    def run(self, name: str, key: str | None, fn: Callable[[], Any], *, outputs: Sequence[Path] = ()) -> Any:
+        """``fn()``, or the result recorded under the same ``key``; ``key=None`` always runs (unrecorded)."""
+        self.done += 1
+        label = f"[{self.done}/{self.total}] {name}"
+        if key is not None and not self.fresh and (prev := self.log.result(name, key, outputs=outputs)) is not None:
+            self.echo(f"{label}: cached ({key[:12]})")
+            self.seconds[name] = 0.0
+            return prev
+        self.echo(f"{label} ...")
+        t0 = time.perf_counter()
+        result = fn()
+        self.seconds[name] = time.perf_counter() - t0
+        self.echo(f"{label}: done in {self.seconds[name]:.1f} s")
+        if key is not None:
+            self.log.finish(name, key, result)
+        return result
 
 
 def run_demo(
@@ -119,7 +148,7 @@ def _store(docs: list[str], out: Path, workers: int | None) -> dict[str, Any]:
 
 
 def _pack(out: Path, task: str, workers: int | None) -> dict[str, Any]:
-    from seqpack.data import PackConfig, build_packed_dataset
+    from seqpack.pipeline import PackConfig, build_packed_dataset
     from seqpack.store import TokenStore
     from seqpack.tokenizer import Tokenizer
 

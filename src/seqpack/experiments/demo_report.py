@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+
 def why_text(s: dict[str, Any]) -> str:
     """Why each realised speed-up sits where it does, from the run's own measurements."""
     reg, ft = s["regime"], s["finetune"]
@@ -158,7 +159,15 @@ def _fills(out: Path, name: str, max_len: int) -> tuple[np.ndarray, dict[str, np
 
 
 def write_report(out: Path, s: dict[str, Any]) -> Path:
-    from seqpack.experiments.report import plot_curves, plot_fill, plot_histogram, plot_speedups, plot_split, plot_throughput, write_html
+    from seqpack.experiments.report import (
+        plot_curves,
+        plot_fill,
+        plot_histogram,
+        plot_speedups,
+        plot_split,
+        plot_throughput,
+        write_html,
+    )
     from seqpack.packing import builtin_histogram
     from seqpack.train.checkpoint import read_metrics
 

@@ -65,7 +65,7 @@ def plan_rows(hist: np.ndarray, max_len: int, *, paper: bool = False, nnlshp: bo
 
 
 def table1(corpus_packed: Path, max_len: int, budget: float = 1.0) -> dict[str, Any]:
-    from seqpack.data.io import manifest_histogram
+    from seqpack.data.format import manifest_histogram
     from seqpack.packing import builtin_histogram
 
     t0 = time.perf_counter()
@@ -99,7 +99,7 @@ def paper_regime(threads: int | None, budget: float) -> dict[str, Any]:
 def pack_finetune(out: Path, tokenizer_dir: Path) -> dict[str, Any]:
     """The fine-tuning set: which standard-library package a docstring comes from, packed at 128."""
     from seqpack.corpus import python_docstrings
-    from seqpack.data import PackConfig, build_packed_dataset
+    from seqpack.pipeline import PackConfig, build_packed_dataset
     from seqpack.tokenizer import open_tokenizer
 
     f = FINETUNE

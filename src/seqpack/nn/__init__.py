@@ -11,9 +11,21 @@ compact BERT/GPT, Hugging Face adapters and LAMB.
 
 from __future__ import annotations
 
-from seqpack.nn.attention import BACKENDS, AttentionPlan, choose_backend, eager_attention, packed_attention, plan_attention
+from seqpack.nn.attention import (
+    BACKENDS,
+    AttentionPlan,
+    choose_backend,
+    eager_attention,
+    packed_attention,
+    plan_attention,
+)
 from seqpack.nn.heads import MLMHead, PackedPooler, gather_slots
-from seqpack.nn.hf import check_hf_mask, hf_attention_mask, hf_inputs, packed_forward
+from seqpack.nn.hf_adapter import (
+    check_hf_mask,
+    hf_attention_mask,
+    hf_inputs,
+    packed_forward,
+)
 from seqpack.nn.hf_collator import PackedCollator
 from seqpack.nn.losses import (
     multilabel_loss,
@@ -47,7 +59,12 @@ from seqpack.nn.models import (
     GPTConfig,
     PackedOutput,
 )
-from seqpack.nn.optim import Lamb, adjust_betas, packed_accumulation, packed_learning_rate
+from seqpack.nn.optim import (
+    Lamb,
+    adjust_betas,
+    packed_accumulation,
+    packed_learning_rate,
+)
 
 __all__ = [
     "BACKENDS",

@@ -2,7 +2,7 @@
 
     register_varlen_attention()                                   # once, before building the model
     model = transformers.LlamaForCausalLM(LlamaConfig(..., attn_implementation="seqpack_varlen"))
-    out = packed_forward(model, batch)                            # seqpack.nn.hf: goes padding-free
+    out = packed_forward(model, batch)                            # seqpack.nn.hf_adapter: goes padding-free
 
 The real tokens of every packed row are concatenated into one row ``(1, total)`` with
 position ids that restart at each sequence, plus ``cu_seq_lens_q/k`` and ``max_length_q/k``

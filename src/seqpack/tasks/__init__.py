@@ -3,8 +3,10 @@
     task = get_task("clm")
     seqs = task.build_sequences(store, tokenizer, PackConfig.for_task("clm", max_len=512))
 
-Adding a task is one new module defining ``TASK = MyTask(name=..., ...)`` (a subclass of
-:class:`Task` with its options dataclass) plus one entry in ``REGISTRY`` below.
+Adding a task is one new module (or folder, like :mod:`seqpack.tasks.chat`) defining
+``TASK = MyTask(name=..., ...)`` (a subclass of :class:`Task` with its options dataclass: its
+sequences, model hooks, losses and metrics) plus one entry in ``REGISTRY`` below; a task defined
+elsewhere (a plugin, a test) joins with :func:`register_task`.
 
     >>> sorted(REGISTRY)
     ['chat', 'classification', 'clm', 'mlm', 'multilabel', 'qa']
@@ -26,8 +28,19 @@ TASKS: tuple[str, ...] = tuple(REGISTRY)
 def get_task(name: str) -> Task:
     """The registered task ``name``; a ``ValueError`` listing the known tasks otherwise."""
     if name not in REGISTRY:
-        raise ValueError(f"unknown task {name!r}; known: {'|'.join(TASKS)}")
+        raise ValueError(f"unknown task {name!r}; known: {'|'.join(REGISTRY)}")
     return REGISTRY[name]
 
 
-__all__ = ["COMPONENTS", "REGISTRY", "TASKS", "Task", "get_task"]
+def register_task(task: Task) -> Task:
+    """Add a task defined outside this package; the pack job, ``PackedDataset`` and ``seqpack train``
+    then treat it like the built-in ones (the CLI's ``--task`` choices stay :data:`TASKS`)."""
+    if not isinstance(task, Task):
+        raise TypeError(f"register_task takes a seqpack.tasks.Task, got {type(task).__name__}")
+    if task.name in REGISTRY:
+        raise ValueError(f"task {task.name!r} is already registered")
+    REGISTRY[task.name] = task
+    return task
+
+
+__all__ = ["COMPONENTS", "REGISTRY", "TASKS", "Task", "get_task", "register_task"]

@@ -61,6 +61,16 @@ class Task:
         return self.options_type(**kw)
 
     @property
+    def causal_lm(self) -> bool:
+        """True when the task trains causal LMs (GPT; the model shifts the labels)."""
+        return "gpt" in self.models
+
+    def facts(self) -> dict[str, bool]:
+        """What readers of the packed format must know of this task, written into the manifest
+        (:class:`seqpack.data.format.DatasetFacts`)."""
+        return {"token_labels": self.token_labels, "float_labels": self.float_labels, "causal_lm": self.causal_lm}
+
+    @property
     def reads_store(self) -> bool:
         """True when the task's sequences come from a token store (so a sharded store packs shard by shard)."""
         return self.reads == "store"

@@ -1,16 +1,216 @@
-"""``classification``: one label per text (or text pair), read from labelled examples."""
+"""``classification``: one label per text (or text pair), read from labelled examples.
+
+Sequence classification and multi-label: ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` + label(s).
+
+    >>> from seqpack.tokenizer.tokenizer import Tokenizer
+    >>> tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    >>> s = classification_sequences([{"text": "ab", "label": "pos"}, {"text": "c", "label": "neg"}], tok, max_len=8)
+    >>> s.sequence(0)["input_ids"].tolist(), s.seq_fields["labels"].tolist(), s.info["label_names"]
+    ([256, 97, 98, 257], [1, 0], ['neg', 'pos'])
+
+Labels are ints, or strings mapped to ids in sorted order (``info["label_names"]``).
+Multi-label gives a multi-hot row of ``num_labels`` per sequence. Overflow:
+``truncate`` (default; longest segment first), ``drop`` or ``error``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from seqpack.data.sequences import check_overflow
+import numpy as np
+
+from seqpack.corpus.records import iter_records
+from seqpack.data.sequences import (
+    Sequences,
+    check_overflow,
+    id_dtype,
+    offsets_of,
+    overflow_error,
+)
+from seqpack.packing.histogram import check_max_len
 from seqpack.tasks.base import Task, add_slot_metrics, num_labels, slot_units
+from seqpack.tasks.examples import get_field, special_ids
 
 if TYPE_CHECKING:
     import torch
+
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
+
+OVERFLOW = ("truncate", "drop", "error")
+
+
+def truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], list[int]]:
+    """Drop tokens from the end of the longer segment until ``len(a) + len(b) <= budget``.
+
+    >>> truncate_pair([1, 2, 3, 4], [5, 6], 4)
+    ([1, 2], [5, 6])
+    """
+    na, nb = len(a), len(b)
+    while na + nb > budget:
+        if na >= nb:
+            na -= 1
+        else:
+            nb -= 1
+    return a[:na], b[:nb]
+
+
+def label_space(
+    examples: str | os.PathLike[str] | Iterable[Any], field: str, *, multilabel: bool, num_labels: int | None
+) -> tuple[list[str] | None, int]:
+    """The names of string labels (sorted) and the class count, over all ``examples`` (one pass)."""
+    kind: type | tuple[type, ...] = list if multilabel else (int, str)
+    strings: set[str] = set()
+    top, kinds = -1, set()
+    for i, row in enumerate(iter_records(examples)):
+        label = get_field(row, field, i, "--label-field", kind)
+        for x in label if multilabel else [label]:
+            kinds.add(type(x))
+            if isinstance(x, str):
+                strings.add(x)
+            elif isinstance(x, int) and not isinstance(x, bool):
+                if x < 0:
+                    raise ValueError(f"example {i}: label in field {field!r} is negative; labels must be ints >= 0 or strings")
+                top = max(top, x)
+    if len(kinds) > 1:
+        raise ValueError(f"labels in field {field!r} mix {' and '.join(sorted(k.__name__ for k in kinds))}; use all ints or all strings")
+    names = sorted(strings) if strings else None
+    have = len(names) if names is not None else top + 1
+    count = num_labels if num_labels is not None else have
+    if have > count:
+        raise ValueError(f"a label id is {have - 1} but num_labels={count}; pass a larger --num-labels")
+    return names, count
+
+
+def _labels(
+    raw: list[Any], multilabel: bool, num_labels: int | None, field: str, names: list[str] | None = None
+) -> tuple[np.ndarray, list[str] | None, int]:
+    """Label ids ((N,), or multi-hot (N, C)), the names of string labels, and the class count C.
+
+    ``names``: the label set of all examples (a sharded job), instead of this batch's.
+    """
+    flat = [x for r in raw for x in r] if multilabel else raw
+    kinds = {type(x) for x in flat}
+    given = names
+    names = None
+    if kinds <= {int}:
+        ids = flat
+        if any(x < 0 for x in ids):
+            i = next(k for k, r in enumerate(raw) if any(x < 0 for x in (r if multilabel else [r])))
+            raise ValueError(f"example {i}: label in field {field!r} is negative; labels must be ints >= 0 or strings")
+    elif kinds <= {str}:
+        names = given if given is not None else sorted(set(flat))
+        index = {n: k for k, n in enumerate(names)}
+        ids = [index[x] for x in flat]
+    else:
+        raise ValueError(f"labels in field {field!r} mix {' and '.join(sorted(k.__name__ for k in kinds))}; use all ints or all strings")
+    top = max(ids, default=-1) + 1 if names is None else len(names)
+    c = num_labels if num_labels is not None else top
+    if top > c:
+        raise ValueError(f"a label id is {top - 1} but num_labels={c}; pass a larger --num-labels")
+    if not multilabel:
+        return np.asarray(ids, dtype=np.int16 if c < 1 << 15 else np.int64), names, c
+    hot = np.zeros((len(raw), max(c, 1)), dtype=np.int8)
+    rows = np.repeat(np.arange(len(raw)), [len(r) for r in raw])
+    hot[rows, np.asarray(ids, dtype=np.int64)] = 1
+    return hot, names, hot.shape[1]
+
+
+def _read(
+    examples: str | os.PathLike[str] | Iterable[Any], text_field: str, text_pair_field: str | None,
+    label_field: str, multilabel: bool,
+) -> tuple[list[str], list[str | None], list[Any], list[int], int, dict[str, int]]:
+    """Texts, pairs and raw labels of the non-empty examples, checked; their indices; counts."""
+    label_kind: type | tuple[type, ...] = list if multilabel else (int, str)
+    texts: list[str] = []
+    pairs: list[str | None] = []
+    raw: list[Any] = []
+    keep_ids: list[int] = []
+    dropped: dict[str, int] = {}
+    n_examples = 0
+    for i, row in enumerate(iter_records(examples)):
+        n_examples += 1
+        text = get_field(row, text_field, i, "--text-field")
+        pair = get_field(row, text_pair_field, i, "--text-pair-field") if text_pair_field else None
+        label = get_field(row, label_field, i, "--label-field", label_kind)
+        if multilabel and not all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in label):
+            raise ValueError(f"example {i}: field {label_field!r} must be a list of ints or strings")
+        if not text.strip() and not (pair or "").strip():
+            dropped["empty"] = dropped.get("empty", 0) + 1
+            continue
+        texts.append(text)
+        pairs.append(pair)
+        raw.append(label)
+        keep_ids.append(i)
+    return texts, pairs, raw, keep_ids, n_examples, dropped
+
+
+def classification_sequences(
+    examples: str | os.PathLike[str] | Iterable[Any],
+    tokenizer: Tokenizer,
+    *,
+    max_len: int,
+    text_field: str = "text",
+    text_pair_field: str | None = None,
+    label_field: str = "label",
+    multilabel: bool = False,
+    num_labels: int | None = None,
+    overflow: str = "truncate",
+    label_names: list[str] | None = None,
+) -> Sequences:
+    """Labelled examples -> sequences with per-sequence ``labels`` ((N,) or multi-hot (N, C)).
+
+    ``label_names``: map string labels through this list (the label set of a whole sharded job).
+    """
+    check_max_len(max_len)
+    check_overflow(overflow, allowed=OVERFLOW)
+    specials, vocab_size = special_ids(tokenizer)
+    cls, sep = specials["[CLS]"], specials["[SEP]"]
+    texts, pairs, raw, keep_ids, n_examples, dropped = _read(
+        examples, text_field, text_pair_field, label_field, multilabel)
+    labels, names, n_classes = _labels(raw, multilabel, num_labels, label_field, label_names)
+    enc_a = tokenizer.encode_batch(texts)
+    enc_b = tokenizer.encode_batch([p or "" for p in pairs]) if text_pair_field else [[] for _ in texts]
+    seqs, types, keep = [], [], []
+    budget = max_len - (3 if text_pair_field else 2)
+    if budget < 1:
+        raise ValueError(f"max_len={max_len} leaves no room for text after [CLS]/[SEP]; raise --max-len")
+    too_long = sum(len(a) + len(b) > budget for a, b in zip(enc_a, enc_b))
+    if too_long and overflow == "error":
+        raise overflow_error(too_long, max_len, OVERFLOW)
+    for k, (a, b) in enumerate(zip(enc_a, enc_b)):
+        if len(a) + len(b) > budget:
+            if overflow == "drop":
+                continue
+            a, b = truncate_pair(a, b, budget)
+        head = [cls, *a, sep]
+        tail = [*b, sep] if text_pair_field else []
+        seqs.append(head + tail)
+        types.append([0] * len(head) + [1] * len(tail))
+        keep.append(k)
+    if too_long and overflow == "drop":
+        dropped["too_long"] = too_long
+    lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+    flat = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=int(lengths.sum()))
+    tt = np.fromiter((t for s in types for t in s), dtype=np.uint8, count=int(lengths.sum()))
+    kept = np.asarray(keep, dtype=np.int64)
+    return Sequences(
+        task="multilabel" if multilabel else "classification",
+        offsets=offsets_of(lengths),
+        example_ids=np.asarray(keep_ids, dtype=np.int64)[kept] if kept.size else np.zeros(0, np.int64),
+        token_fields={"input_ids": flat.astype(id_dtype(vocab_size - 1)), "token_type_ids": tt},
+        seq_fields={"labels": labels[kept] if kept.size else labels[:0]},
+        num_examples=n_examples,
+        dropped=dropped,
+        info={
+            "special_ids": specials, "vocab_size": vocab_size, "label_names": names,
+            "num_labels": n_classes,
+            "overflow": overflow, "truncated": too_long if overflow == "truncate" else 0,
+        },
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,8 +233,6 @@ class ClassificationTask(Task):
     multilabel: bool = False
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        from seqpack.data.labelled import classification_sequences
-
         self.check_examples(source)
         o: ClassificationOptions = config.options
         return classification_sequences(
@@ -44,15 +242,11 @@ class ClassificationTask(Task):
 
     def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
         """The label set of all examples, so that every shard maps labels the same way."""
-        from seqpack.data.labelled import label_space
-
         o: ClassificationOptions = config.options
         names, count = label_space(source, o.label_field, multilabel=self.multilabel, num_labels=o.num_labels)
         return {"label_names": names, "num_labels": count}
 
     def build_shard(self, records: list[dict[str, Any]], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
-        from seqpack.data.labelled import classification_sequences
-
         o: ClassificationOptions = config.options
         return classification_sequences(
             records, tokenizer, max_len=config.max_len, text_field=o.text_field, text_pair_field=o.text_pair_field,

@@ -1,21 +1,151 @@
 """``clm``: causal language modelling on a token store (GPT; transformers causal LMs).
 
-Documents are cut into sequences of at most ``max_len`` (``overflow``); labels follow the HF
-convention (the model shifts) with -100 on each sequence's first token.
+Causal LM: each document's tokens + EOS is a sequence; long ones are split, truncated or dropped.
+
+Labels follow the Hugging Face convention (the model shifts them by one inside):
+``labels == input_ids`` except the first token of every sequence, which is -100,
+so that in a pack no token learns to predict the next sequence's first token.
+
+    >>> s = clm_sequences(np.array([1, 2, 3, 4, 5]), np.array([0, 3, 5]), max_len=3, eos_id=0)
+    >>> [s.sequence(i)["input_ids"].tolist() for i in range(s.num_sequences)]
+    [[1, 2, 3], [0], [4, 5, 0]]
+    >>> s.example_ids.tolist(), s.sequence(2)["labels"].tolist()
+    ([0, 0, 1], [-100, 5, 0])
+
+A split piece is a sequence of its own: its positions restart at 0 and it
+attends only to itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from seqpack.data.sequences import OVERFLOW, check_overflow
+import numpy as np
+
+from seqpack.data.sequences import (
+    IGNORE_INDEX,
+    OVERFLOW,
+    Sequences,
+    check_overflow,
+    concat_ranges,
+    id_dtype,
+    label_dtype,
+    offsets_of,
+    overflow_error,
+)
+from seqpack.packing.histogram import check_max_len
 from seqpack.tasks._lm import add_lm_metrics, count_empty, lm_units
 from seqpack.tasks.base import Task
 
 if TYPE_CHECKING:
     import torch
+
+
+def _append_eos(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One EOS after each document: new offsets shift by the number of EOS before them."""
+    n_docs = offsets.size - 1
+    new_off = offsets + np.arange(n_docs + 1)
+    flat = np.empty(tokens.size + n_docs, dtype=np.result_type(tokens.dtype, np.min_scalar_type(eos_id)))
+    is_eos = np.zeros(flat.size, dtype=bool)
+    is_eos[new_off[1:] - 1] = True
+    flat[is_eos] = eos_id
+    flat[~is_eos] = tokens
+    return flat, new_off, np.diff(new_off)
+
+
+def clm_sequences(
+    tokens: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    max_len: int,
+    eos_id: int | None,
+    overflow: str = "split",
+    vocab_size: int | None = None,
+) -> Sequences:
+    """Documents ``tokens[offsets[i]:offsets[i+1]]`` -> causal-LM sequences of <= ``max_len``."""
+    check_max_len(max_len)
+    check_overflow(overflow)
+    tokens = np.asarray(tokens)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    doc_len = np.diff(offsets)
+    n_docs = doc_len.size
+    dropped: dict[str, int] = {}
+    info: dict[str, object] = {"eos_id": eos_id, "overflow": overflow}
+    if eos_id is not None:
+        tokens, offsets, doc_len = _append_eos(tokens, offsets, eos_id)
+    empty = doc_len == 0
+    if empty.any():
+        dropped["empty"] = int(empty.sum())
+    long = doc_len > max_len
+    n_long = int(long.sum())
+    starts = offsets[:-1]
+    if overflow == "error" and n_long:
+        raise overflow_error(n_long, max_len, ("split", "truncate", "drop", "error"))
+    if overflow == "split":
+        tokens, new_offsets, example_ids = _split(tokens, offsets, doc_len, max_len)
+        info["split_documents"] = n_long
+    else:
+        keep = ~empty & (~long if overflow == "drop" else True)
+        example_ids = np.flatnonzero(keep)
+        lens = np.minimum(doc_len[keep], max_len)
+        tokens = tokens[concat_ranges(starts[keep], lens)]
+        new_offsets = offsets_of(lens)
+        if n_long and overflow == "drop":
+            dropped["too_long"] = n_long
+        if overflow == "truncate":
+            info["truncated_documents"] = n_long
+            info["truncated_tokens"] = int((doc_len[long] - max_len).sum())
+    max_id = max(int(tokens.max()) if tokens.size else 0, (vocab_size or 1) - 1)
+    input_ids = tokens.astype(id_dtype(max_id), copy=False)
+    labels = input_ids.astype(label_dtype(max_id))
+    labels[new_offsets[:-1][np.diff(new_offsets) > 0]] = IGNORE_INDEX
+    return Sequences(
+        task="clm",
+        offsets=new_offsets,
+        example_ids=example_ids.astype(np.int64),
+        token_fields={"input_ids": input_ids, "labels": labels},
+        num_examples=n_docs,
+        dropped=dropped,
+        info=info,
+    )
+
+
+def _split(tokens: np.ndarray, offsets: np.ndarray, doc_len: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut every document into pieces of ``max_len`` (the last one shorter): tokens, offsets, doc ids."""
+    pieces = -(-doc_len // max_len)
+    example_ids = np.repeat(np.arange(doc_len.size), pieces)
+    within = np.arange(example_ids.size) - np.repeat(offsets_of(pieces)[:-1], pieces)
+    piece_start = offsets[:-1][example_ids] + within * max_len
+    piece_len = np.minimum(max_len, doc_len[example_ids] - within * max_len)
+    new_offsets = np.append(piece_start, offsets[-1]).astype(np.int64)
+    if not np.array_equal(np.diff(new_offsets), piece_len):  # only when docs are not contiguous
+        tokens, new_offsets = tokens[concat_ranges(piece_start, piece_len)], offsets_of(piece_len)
+    return tokens, new_offsets, example_ids
+
+
+def clm_reference(
+    documents: Seq[Seq[int]], *, max_len: int, eos_id: int | None, overflow: str = "split"
+) -> list[tuple[int, list[int], list[int]]]:
+    """The obvious per-document loop: ``(example_id, input_ids, labels)`` per sequence."""
+    out = []
+    for d, doc in enumerate(documents):
+        ids = list(doc) + ([] if eos_id is None else [eos_id])
+        if not ids:
+            continue
+        if len(ids) > max_len:
+            if overflow == "error":
+                raise ValueError("too long")
+            if overflow == "drop":
+                continue
+            if overflow == "truncate":
+                ids = ids[:max_len]
+        for s in range(0, len(ids), max_len):
+            piece = ids[s : s + max_len]
+            out.append((d, piece, [IGNORE_INDEX] + piece[1:]))
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,8 +162,6 @@ class CLMTask(Task):
     options_type: ClassVar[type] = CLMOptions
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        from seqpack.data.clm import clm_sequences
-
         o: CLMOptions = config.options
         store = self.open_store(source, tokenizer)
         eos = None

@@ -1,4 +1,22 @@
-"""``mlm``: BERT pre-training on a token store: sentence pairs with NSP and 15% masking (80/10/10)."""
+"""``mlm``: BERT pre-training on a token store: sentence pairs with NSP and 15% masking (80/10/10).
+
+BERT pre-training data (MLM + NSP), from a token store, as Devlin et al. build it.
+
+1. Sentences: a token ends a sentence when it holds a newline, or ends in ``. ! ?``
+   and the next token starts with whitespace (decided from the tokenizer's bytes).
+2. Pairs, per document: gather sentences up to a target length (``max_len - 3``, or
+   with ``short_seq_prob`` a random shorter one, which gives pre-training data its
+   skewed length histogram); A = the first 1..k-1 of them; B = the rest, or, with
+   ``random_next_prob`` (and always for a single sentence), a random span of another
+   document (``next_sentence_label`` 1; the unused sentences are reused). The pair is
+   trimmed to fit, one token at a time from the longer side, front or back at random.
+3. ``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0 then 1, and masking: ``mask_prob``
+   of the non-special tokens (at most ``max_predictions``) get a label; of those 80 %
+   become ``[MASK]``, 10 % a random token, 10 % stay. ``labels`` is -100 elsewhere.
+
+Everything draws from one ``numpy`` generator seeded by ``seed``: same store, same
+options, same seed -> identical sequences.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +25,203 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+
+from seqpack.data.sequences import (
+    IGNORE_INDEX,
+    Sequences,
+    id_dtype,
+    label_dtype,
+    offsets_of,
+)
+from seqpack.packing.histogram import check_max_len
 from seqpack.tasks._lm import add_lm_metrics, count_empty, lm_units
-from seqpack.tasks.base import Task, add_slot_metrics
+from seqpack.tasks.base import Task, add_slot_metrics, slot_units
+from seqpack.tasks.examples import special_ids
 
 if TYPE_CHECKING:
     import torch
+
+    from seqpack.store import TokenStore
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLMConfig:
+    """Options of :func:`mlm_sequences` (defaults: BERT's)."""
+
+    max_len: int
+    mask_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    random_next_prob: float = 0.5
+    max_predictions: int | None = None  # default: round(max_len * mask_prob)
+    dupe_factor: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_max_len(self.max_len)
+        if self.max_len < 5:
+            raise ValueError(f"max_len={self.max_len} is too small for [CLS] A [SEP] B [SEP]; use >= 5")
+        for name in ("mask_prob", "short_seq_prob", "random_next_prob"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {v}")
+        if self.max_predictions is not None and self.max_predictions < 1:
+            raise ValueError(f"max_predictions must be >= 1, got {self.max_predictions}")
+        if self.dupe_factor < 1:
+            raise ValueError(f"dupe_factor must be >= 1, got {self.dupe_factor}")
+
+    @property
+    def predictions(self) -> int:
+        return self.max_predictions or max(1, round(self.max_len * self.mask_prob))
+
+
+def sentence_tables(tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per vocab id: holds a newline, ends in sentence punctuation, starts with whitespace."""
+    n = tokenizer.vocab_size
+    newline, punct, space = (np.zeros(n, dtype=bool) for _ in range(3))
+    for i, b in tokenizer.vocab.items():
+        newline[i] = b"\n" in b
+        punct[i] = b.rstrip(b" \t").endswith((b".", b"!", b"?"))
+        space[i] = b[:1].isspace()
+    return newline, punct, space
+
+
+def sentence_ends(tokens: np.ndarray, doc_offsets: np.ndarray, tables: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """Exclusive end of every sentence of every document, in order (flat token indices)."""
+    newline, punct, space = tables
+    t = np.asarray(tokens, dtype=np.int64)
+    cut = newline[t]
+    cut[:-1] |= punct[t[:-1]] & space[t[1:]]
+    cut[doc_offsets[1:] - 1] = True  # a document's last token ends its last sentence
+    return np.flatnonzero(cut) + 1
+
+
+def mlm_sequences(store: TokenStore, tokenizer: Tokenizer, config: MLMConfig) -> Sequences:
+    """Sentence pairs with NSP labels and 80/10/10 masking, from every document of ``store``."""
+    specials, vocab_size = special_ids(tokenizer)
+    cls, sep, mask = specials["[CLS]"], specials["[SEP]"], specials["[MASK]"]
+    tokens = np.asarray(store.tokens)
+    offsets = np.asarray(store.offsets)
+    ends = sentence_ends(tokens, offsets, sentence_tables(tokenizer))
+    # sentences of document d: ends[sent_off[d]:sent_off[d + 1]]
+    sent_off = np.searchsorted(ends, offsets, side="right")
+    builder = _PairBuilder(tokens, offsets, ends, sent_off, config)
+    rng = builder.rng
+    seqs, types, labels, nsp, ex = [], [], [], [], []
+    for _ in range(config.dupe_factor):
+        for d in range(len(store)):
+            for a, b, is_random in builder.pairs(d):
+                ids = np.concatenate([[cls], a, [sep], b, [sep]]).astype(np.int64)
+                lab = _mask(ids, rng, config, mask, tokenizer.vocab_size, 2 + a.size)
+                seqs.append(ids)
+                labels.append(lab)
+                types.append(a.size + 2)
+                nsp.append(is_random)
+                ex.append(d)
+    lengths = np.array([s.size for s in seqs], dtype=np.int64)
+    off = offsets_of(lengths)
+    flat = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
+    tt = (np.arange(flat.size) - np.repeat(off[:-1], lengths) >= np.repeat(types, lengths)).astype(np.uint8)
+    return Sequences(
+        task="mlm",
+        offsets=off,
+        example_ids=np.asarray(ex, dtype=np.int64),
+        token_fields={
+            "input_ids": flat.astype(id_dtype(vocab_size - 1)),
+            "token_type_ids": tt,
+            "labels": (np.concatenate(labels) if labels else flat).astype(label_dtype(vocab_size - 1)),
+        },
+        seq_fields={"next_sentence_label": np.asarray(nsp, dtype=np.int8)},
+        num_examples=len(store),
+        dropped=dict(builder.dropped),
+        info={
+            "special_ids": specials, "vocab_size": vocab_size, "mask_prob": config.mask_prob,
+            "short_seq_prob": config.short_seq_prob, "random_next_prob": config.random_next_prob,
+            "max_predictions": config.predictions, "dupe_factor": config.dupe_factor, "data_seed": config.seed,
+        },
+    )
+
+
+def _mask(ids: np.ndarray, rng: np.random.Generator, cfg: MLMConfig, mask_id: int, vocab: int, sep_a: int) -> np.ndarray:
+    """Mask ``ids`` in place; returns the labels (-100 except at predicted positions)."""
+    n = ids.size
+    cand = np.delete(np.arange(n), [0, sep_a - 1, n - 1])
+    k = min(cfg.predictions, max(1, round(cand.size * cfg.mask_prob)), cand.size)
+    pos = np.sort(rng.choice(cand, size=k, replace=False))
+    labels = np.full(n, IGNORE_INDEX, dtype=np.int64)
+    labels[pos] = ids[pos]
+    r = rng.random(k)
+    ids[pos[r < 0.8]] = mask_id
+    rand = pos[r >= 0.9]
+    ids[rand] = rng.integers(0, vocab, size=rand.size)
+    return labels
+
+
+class _PairBuilder:
+    """Google's ``create_instances_from_document``, on token arrays."""
+
+    def __init__(self, tokens: np.ndarray, offsets: np.ndarray, ends: np.ndarray, sent_off: np.ndarray, cfg: MLMConfig) -> None:
+        self.tokens, self.offsets, self.ends, self.sent_off, self.cfg = tokens, offsets, ends, sent_off, cfg
+        self.rng = np.random.default_rng(cfg.seed)
+        self.n_docs = offsets.size - 1
+        self.dropped: dict[str, int] = {}
+
+    def sentences(self, d: int) -> list[tuple[int, int]]:
+        e = self.ends[self.sent_off[d] : self.sent_off[d + 1]].tolist()
+        return list(zip([int(self.offsets[d]), *e[:-1]], e))
+
+    def span(self, sents: list[tuple[int, int]]) -> np.ndarray:
+        return self.tokens[sents[0][0] : sents[-1][1]] if sents else self.tokens[:0]
+
+    def pairs(self, d: int):  # type: ignore[no-untyped-def]
+        rng, cfg = self.rng, self.cfg
+        max_tokens = cfg.max_len - 3
+        target = max_tokens if rng.random() >= cfg.short_seq_prob else int(rng.integers(2, max_tokens + 1))
+        sents = self.sentences(d)
+        chunk: list[tuple[int, int]] = []
+        size, i = 0, 0
+        while i < len(sents):
+            chunk.append(sents[i])
+            size += sents[i][1] - sents[i][0]
+            if i == len(sents) - 1 or size >= target:
+                a_end = 1 if len(chunk) < 2 else int(rng.integers(1, len(chunk)))
+                a = self.span(chunk[:a_end])
+                if self.n_docs > 1 and (len(chunk) == 1 or rng.random() < cfg.random_next_prob):
+                    b, is_random = self._random_b(d, target - a.size), 1
+                    i -= len(chunk) - a_end  # put the unused sentences back
+                else:
+                    b, is_random = self.span(chunk[a_end:]), 0
+                a, b = self._trim(a, b, max_tokens)
+                if a.size and b.size:
+                    yield a, b, is_random
+                else:
+                    self.dropped["no_pair"] = self.dropped.get("no_pair", 0) + 1
+                chunk, size = [], 0
+            i += 1
+
+    def _random_b(self, d: int, want: int) -> np.ndarray:
+        r = int(self.rng.integers(0, self.n_docs - 1))
+        r += r >= d  # any document but d
+        sents = self.sentences(r)
+        start = int(self.rng.integers(0, len(sents)))
+        out, n = [], 0
+        for s in sents[start:]:
+            out.append(s)
+            n += s[1] - s[0]
+            if n >= want:
+                break
+        return self.span(out)
+
+    def _trim(self, a: np.ndarray, b: np.ndarray, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        a0, a1, b0, b1 = 0, a.size, 0, b.size
+        while (a1 - a0) + (b1 - b0) > max_tokens:
+            front = self.rng.random() < 0.5
+            if a1 - a0 > b1 - b0:
+                a0, a1 = (a0 + 1, a1) if front else (a0, a1 - 1)
+            else:
+                b0, b1 = (b0 + 1, b1) if front else (b0, b1 - 1)
+        return a[a0:a1], b[b0:b1]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,8 +234,6 @@ class MLMOptions:
     dupe_factor: int = field(default=1, metadata={"help": "passes over the corpus with new pairs and masks"})
 
     def __post_init__(self) -> None:
-        from seqpack.data.mlm import MLMConfig
-
         MLMConfig(max_len=512, **dataclasses.asdict(self))  # the validation lives in MLMConfig
 
 
@@ -34,8 +242,6 @@ class MLMTask(Task):
     options_type: ClassVar[type] = MLMOptions
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        from seqpack.data.mlm import MLMConfig, mlm_sequences
-
         store = self.open_store(source, tokenizer)
         mcfg = MLMConfig(max_len=config.max_len, seed=config.seed, **dataclasses.asdict(config.options))
         return count_empty(store, mlm_sequences(store, tokenizer, mcfg))
@@ -65,8 +271,6 @@ class MLMTask(Task):
 
     def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
         import torch
-
-        from seqpack.tasks.base import slot_units
 
         nsp = batch.get("next_sentence_label")
         return torch.tensor([lm_units(batch, reduction), slot_units(nsp) if nsp is not None else 0.0, 0.0], dtype=torch.float64)

@@ -1,17 +1,170 @@
 """``qa``: extractive question answering (SQuAD-style) in doc-stride windows; span loss per
-window; evaluation reports the exact match of the predicted span at token level."""
+window; evaluation reports the exact match of the predicted span at token level.
+
+Extractive QA: ``[CLS] question [SEP] context-window [SEP]`` + answer start/end token positions.
+
+Answers are character spans of the context (SQuAD: ``{"text": [...], "answer_start": [...]}``,
+the first answer is used). A context that does not fit is cut into windows that
+overlap by ``doc_stride`` tokens (as Hugging Face's ``stride``); a window that does
+not hold the whole answer points at its ``[CLS]`` (position 0), as SQuAD users expect.
+Every window keeps its example id, its ``context_start`` (position of its first
+context token) and ``window_start`` (index of that token in the whole context).
+
+    >>> from seqpack.tokenizer.tokenizer import Tokenizer
+    >>> tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    >>> ex = {"question": "q", "context": "abcdef", "answers": {"text": ["cd"], "answer_start": [2]}}
+    >>> s = qa_sequences([ex], tok, max_len=7, doc_stride=1)
+    >>> [s.sequence(i)["input_ids"].tolist() for i in range(s.num_sequences)]
+    [[256, 113, 257, 97, 98, 99, 257], [256, 113, 257, 99, 100, 101, 257], [256, 113, 257, 101, 102, 257]]
+    >>> s.seq_fields["start_positions"].tolist(), s.seq_fields["end_positions"].tolist()
+    ([0, 3, 0], [0, 4, 0])
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from seqpack.data.sequences import IGNORE_INDEX
+import numpy as np
+
+from seqpack.corpus.records import iter_records
+from seqpack.data.sequences import IGNORE_INDEX, Sequences, id_dtype, offsets_of
+from seqpack.packing.histogram import check_max_len
 from seqpack.tasks.base import Task, slot_units
+from seqpack.tasks.examples import get_field, special_ids
 
 if TYPE_CHECKING:
     import torch
+
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
+
+def first_answer(answers: Any, i: int, field: str) -> tuple[str, int] | None:
+    """``(text, answer_start)`` of the first answer; ``None`` when there is none (SQuAD v2)."""
+    if isinstance(answers, dict):
+        texts, starts = answers.get("text"), answers.get("answer_start")
+        if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+            raise ValueError(f"example {i}: field {field!r} needs lists 'text' and 'answer_start' of equal length")
+        if not texts:
+            return None
+        text, start = texts[0], starts[0]
+    elif isinstance(answers, list):
+        if not answers:
+            return None
+        a = answers[0]
+        if not isinstance(a, dict) or "text" not in a or "answer_start" not in a:
+            raise ValueError(f"example {i}: each answer in {field!r} needs 'text' and 'answer_start'")
+        text, start = a["text"], a["answer_start"]
+    else:
+        raise ValueError(f"example {i}: field {field!r} is {type(answers).__name__}, expected a dict or list")
+    if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
+        raise ValueError(f"example {i}: answer text must be a string and answer_start an int")
+    return text, start
+
+
+def answer_tokens(context: str, spans: np.ndarray, text: str, start: int, i: int) -> tuple[int, int]:
+    """First and last token (inclusive) of the context that overlap the answer's characters;
+    ``spans`` is each context token's character span ``(n, 2)`` (from ``encode_with_offsets``).
+
+    >>> answer_tokens("abcdef", np.array([[0, 2], [2, 4], [4, 6]]), "cde", 2, 0)
+    (1, 2)
+    """
+    if start < 0 or start + len(text) > len(context) or not text:
+        raise ValueError(f"example {i}: answer at characters {start}..{start + len(text)} is outside the context ({len(context)} characters)")
+    if context[start : start + len(text)] != text:
+        raise ValueError(f"example {i}: answer {text[:40]!r} is not at character {start} of the context")
+    end = start + len(text)
+    overlap = np.flatnonzero((spans[:, 0] < end) & (spans[:, 1] > start))
+    if overlap.size == 0:
+        raise ValueError(f"example {i}: no token of the context covers the answer {text[:40]!r}")
+    return int(overlap[0]), int(overlap[-1])
+
+
+def windows(n: int, room: int, stride: int) -> list[int]:
+    """Start of each window of ``room`` tokens over ``n`` tokens, overlapping by ``stride``.
+
+    >>> windows(10, 4, 1)
+    [0, 3, 6]
+    """
+    starts = [0]
+    while starts[-1] + room < n:
+        starts.append(starts[-1] + room - stride)
+    return starts
+
+
+def _read_rows(
+    examples: str | os.PathLike[str] | Iterable[Any], question_field: str, context_field: str, answers_field: str
+) -> tuple[list[tuple[int, str, str, Any]], dict[str, int], int]:
+    """``(record number, question, context, first answer)`` of each example with a context."""
+    rows, dropped, n_examples = [], {}, 0
+    for i, row in enumerate(iter_records(examples)):
+        n_examples += 1
+        q = get_field(row, question_field, i, "--question-field")
+        c = get_field(row, context_field, i, "--context-field")
+        ans = first_answer(get_field(row, answers_field, i, "--answers-field", (dict, list)), i, answers_field)
+        if not c.strip():
+            dropped["empty"] = dropped.get("empty", 0) + 1
+            continue
+        rows.append((i, q, c, ans))
+    return rows, dropped, n_examples
+
+
+def qa_sequences(
+    examples: str | os.PathLike[str] | Iterable[Any],
+    tokenizer: Tokenizer,
+    *,
+    max_len: int,
+    question_field: str = "question",
+    context_field: str = "context",
+    answers_field: str = "answers",
+    doc_stride: int = 128,
+    max_question_len: int = 64,
+) -> Sequences:
+    """QA examples -> one sequence per context window, with ``start/end_positions``."""
+    check_max_len(max_len)
+    specials, vocab_size = special_ids(tokenizer)
+    cls, sep = specials["[CLS]"], specials["[SEP]"]
+    rows, dropped, n_examples = _read_rows(examples, question_field, context_field, answers_field)
+    q_ids = tokenizer.encode_batch([r[1] for r in rows])
+    c_enc = tokenizer.encode_with_offsets([r[2] for r in rows])
+    seqs: list[list[int]] = []
+    fields: dict[str, list[int]] = {k: [] for k in ("start_positions", "end_positions", "context_start", "window_start")}
+    example_ids, n_types = [], []
+    for (i, _q, context, ans), qi, (c_arr, c_spans) in zip(rows, q_ids, c_enc):
+        qi, ci = qi[:max_question_len], c_arr.tolist()
+        room = max_len - len(qi) - 3
+        if room <= doc_stride:
+            raise ValueError(f"max_len={max_len} leaves {room} context tokens after the question, not more than doc_stride={doc_stride}; raise --max-len or lower --doc-stride")
+        span = None if ans is None else answer_tokens(context, c_spans, ans[0], ans[1], i)
+        for w in windows(len(ci), room, doc_stride):
+            piece = ci[w : w + room]
+            head = [cls, *qi, sep]
+            seqs.append(head + piece + [sep])
+            n_types.append(len(head))
+            inside = span is not None and w <= span[0] and span[1] < w + len(piece)
+            fields["start_positions"].append(span[0] - w + len(head) if inside else 0)
+            fields["end_positions"].append(span[1] - w + len(head) if inside else 0)
+            fields["context_start"].append(len(head))
+            fields["window_start"].append(w)
+            example_ids.append(i)
+    lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+    total = int(lengths.sum())
+    flat = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=total)
+    tt = (np.arange(total) - np.repeat(offsets_of(lengths)[:-1], lengths) >= np.repeat(n_types, lengths)).astype(np.uint8)
+    pos_dt = np.int16 if max_len < 1 << 15 else np.int32
+    return Sequences(
+        task="qa",
+        offsets=offsets_of(lengths),
+        example_ids=np.asarray(example_ids, dtype=np.int64),
+        token_fields={"input_ids": flat.astype(id_dtype(vocab_size - 1)), "token_type_ids": tt},
+        seq_fields={k: np.asarray(v, dtype=pos_dt if k != "window_start" else np.int32) for k, v in fields.items()},
+        position_fields=("start_positions", "end_positions", "context_start"),
+        num_examples=n_examples,
+        dropped=dropped,
+        info={"special_ids": specials, "vocab_size": vocab_size, "doc_stride": doc_stride, "max_question_len": max_question_len},
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,8 +185,6 @@ class QATask(Task):
     options_type: ClassVar[type] = QAOptions
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        from seqpack.data.qa import qa_sequences
-
         self.check_examples(source)
         o: QAOptions = config.options
         return qa_sequences(source, tokenizer, max_len=config.max_len, question_field=o.question_field,

@@ -3,7 +3,7 @@ Hugging Face tokenizer directories (:func:`open_tokenizer` opens either kind).""
 
 from __future__ import annotations
 
-from seqpack.tokenizer.pretrained import HFTokenizer, open_tokenizer
+from seqpack.tokenizer.hf_tokenizer import HFTokenizer, open_tokenizer
 from seqpack.tokenizer.tokenizer import Tokenizer
 from seqpack.tokenizer.train import BPEConfig, BPEResult, train_bpe, train_bpe_corpus
 

@@ -1,7 +1,7 @@
 """Pre-token counts as flat arrays, and counting over chunks on threads (map/reduce).
 
 Training only needs ``{pre-token: count}``. The compiled counter
-(:class:`seqpack._native.WordCounter`) splits at special tokens, pre-tokenizes with the
+(:meth:`seqpack.tokenizer.core.CoreBPE.word_counter`) splits at special tokens, pre-tokenizes with the
 GPT-2 scanner and counts, with the GIL released. Counting is a map over chunks
 (:func:`count_chunk`, a pure function: any engine can run it) and a reduce
 (:meth:`WordCounts.merge`); memory is bounded by the table of distinct words plus the
@@ -65,9 +65,9 @@ class WordCounts:
     @classmethod
     def merge(cls, parts: Iterable[WordCounts]) -> WordCounts:
         """The reduce step: add up counts of the same word."""
-        from seqpack._native import WordCounter
+        from seqpack.tokenizer.core import CoreBPE
 
-        total = WordCounter([])
+        total = CoreBPE.word_counter([])
         for p in parts:
             total.add_arrays(p.blob, p.offsets, p.counts)
         return cls(*total.to_arrays())
@@ -79,9 +79,9 @@ class WordCounts:
 
 
 def _counter(special_tokens: Sequence[str]):  # type: ignore[no-untyped-def]
-    from seqpack._native import WordCounter
+    from seqpack.tokenizer.core import CoreBPE
 
-    return WordCounter([s.encode("utf-8") for s in special_tokens])
+    return CoreBPE.word_counter(special_tokens)
 
 
 def _add_chunk(counter, chunk: Chunk, errors: str) -> int:  # type: ignore[no-untyped-def]

@@ -30,6 +30,8 @@ from seqpack.tokenizer.pretokenize import special_pattern, split_words
 if TYPE_CHECKING:
     import os
 
+    from seqpack.tokenizer.core import CoreBPE
+
 _CACHE_LIMIT = 1 << 18
 #: Streaming cuts after "x\ny" (printable ASCII around the newline): such a cut
 #: never changes the GPT-2 pre-tokenization (see pretokenize.file_chunks).
@@ -93,24 +95,18 @@ class Tokenizer:
         self._specials_re = special_pattern(self.special_tokens)
         self._cache: dict[str, list[int]] = {}
         self._hf: Any = None
-        self._native: Any = None
+        self._native: CoreBPE | None = None
 
     # ------------------------------------------------------------------ encode
     @property
-    def native(self) -> Any:
-        """The compiled encoder (:class:`seqpack._native.Encoder`), built on first use."""
+    def native(self) -> CoreBPE:
+        """The compiled encoder (:class:`seqpack.tokenizer.core.CoreBPE`), built on first use."""
         if self._native is None:
-            from seqpack._native import Encoder
+            from seqpack.tokenizer.core import CoreBPE
 
-            left, right, merged = [], [], []
-            for (a, b), (_, ab) in sorted(self._ranks.items(), key=lambda kv: kv[1][0]):
-                left.append(a)
-                right.append(b)
-                merged.append(ab)
-            specials = [s.encode("utf-8") for s in self.special_tokens]
-            self._native = Encoder(
-                self._byte_ids, left, right, merged, specials, [self.special_ids[s] for s in self.special_tokens]
-            )
+            merges = [(a, b, ab) for (a, b), (_, ab) in sorted(self._ranks.items(), key=lambda kv: kv[1][0])]
+            specials = [(s.encode("utf-8"), self.special_ids[s]) for s in self.special_tokens]
+            self._native = CoreBPE(self._byte_ids, merges, specials)
         return self._native
 
     def clear_cache(self) -> None:
@@ -226,7 +222,7 @@ class Tokenizer:
     def to_hf(self) -> Any:
         """An equivalent ``tokenizers.Tokenizer`` (same ids, same merges)."""
         if self._hf is None:
-            from seqpack.tokenizer.hf import build_hf_tokenizer
+            from seqpack.tokenizer.hf_export import build_hf_tokenizer
 
             self._hf = build_hf_tokenizer(self)
         return self._hf
@@ -313,19 +309,25 @@ class Tokenizer:
         special_tokens: Sequence[str] | None = None,
     ) -> Tokenizer:
         """Load GPT-2 format ``vocab.json`` + ``merges.txt``."""
-        from seqpack.tokenizer.io import read_merges, read_vocab
+        from seqpack.tokenizer.files import read_merges, read_vocab
 
         return cls(read_vocab(vocab_path), read_merges(merges_path), special_tokens)
 
     def save(self, directory: str | os.PathLike[str], *, overwrite: bool = False) -> None:
         """Write vocab.json, merges.txt, tokenizer.json and meta.json (atomically)."""
-        from seqpack.tokenizer.io import save_tokenizer
+        from seqpack.tokenizer.files import save_tokenizer
 
         save_tokenizer(self, directory, overwrite=overwrite)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Tokenizer:
-        """Load a directory written by :meth:`save`."""
-        from seqpack.tokenizer.io import load_tokenizer
+        """Load a directory written by :meth:`save` (checks the fingerprint in its ``meta.json``)."""
+        from seqpack.tokenizer.files import read_tokenizer_dir
 
-        return load_tokenizer(directory)
+        vocab, merges, specials, expected = read_tokenizer_dir(directory)
+        tok = cls(vocab, merges, specials)
+        if expected is not None and tok.fingerprint() != expected:
+            raise ValueError(
+                f"{directory}: vocab.json/merges.txt do not match the fingerprint in meta.json (edited or truncated)"
+            )
+        return tok

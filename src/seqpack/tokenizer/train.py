@@ -192,13 +192,13 @@ def merges_from_counts(
 
     Ids 0..255 are the bytes and ``256 + k`` the token made by merge ``k``.
     """
-    from seqpack._native import merge_loop
+    from seqpack.tokenizer.core import CoreBPE
 
     if not isinstance(word_counts, WordCounts):
         word_counts = WordCounts.from_dict(word_counts)
     if num_merges <= 0 or not len(word_counts):
         return np.empty(0, np.int32), np.empty(0, np.int32)
-    return merge_loop(word_counts.blob, word_counts.offsets, word_counts.counts, num_merges)
+    return CoreBPE.merge_loop(word_counts.blob, word_counts.offsets, word_counts.counts, num_merges)
 
 
 def vocab_from_merge_ids(

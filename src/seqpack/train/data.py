@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqpack.data.io import read_manifest
+from seqpack.data.format import DatasetFacts, read_manifest
 from seqpack.data.padded import padded_rows, sequence_spans
-from seqpack.data.reader import PackedRows
+from seqpack.data.rows import PackedRows
 from seqpack.data.torch_dataset import to_tensors
 
 SPLIT_SEED = 20_240_101
@@ -45,6 +45,7 @@ class TrainData:
         self.rows = PackedRows(path, columns=columns)
         self.manifest = self.rows.manifest
         self.task: str = self.manifest["task"]
+        self.facts = DatasetFacts.of(self.manifest)
         self.padded = padded
         self.max_len = int(self.manifest["max_len"])
         self.position_fields = tuple(self.manifest.get("position_fields", ()))
@@ -110,15 +111,15 @@ class TrainData:
         if self.padded:
             spans = self.spans[units].copy()
             packs, spans[:, 0] = np.unique(spans[:, 0], return_inverse=True)
-            cols = padded_rows(self.rows.take(packs), spans, task=self.task, position_fields=self.position_fields)
+            cols = padded_rows(self.rows.take(packs), spans, token_labels=self.facts.token_labels, position_fields=self.position_fields)
         else:
             cols = self.rows.take(self.train_packs[units])
-        return to_tensors(cols, self.task)
+        return to_tensors(cols, float_labels=self.facts.float_labels)
 
     def eval_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """The held-out packs, in order, packed (the same for packed and padded runs)."""
         for lo in range(0, len(self.eval_packs), batch_size):
-            yield to_tensors(self.rows.take(self.eval_packs[lo : lo + batch_size]), self.task)
+            yield to_tensors(self.rows.take(self.eval_packs[lo : lo + batch_size]), float_labels=self.facts.float_labels)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -27,7 +27,14 @@ import torch
 
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.optim import Lamb, adjust_betas
-from seqpack.train.checkpoint import CHECKPOINT, METRICS, MetricsLog, data_identity, load_checkpoint, save_checkpoint
+from seqpack.train.checkpoint import (
+    CHECKPOINT,
+    METRICS,
+    MetricsLog,
+    data_identity,
+    load_checkpoint,
+    save_checkpoint,
+)
 from seqpack.train.config import TrainConfig
 from seqpack.train.data import TrainData
 from seqpack.train.distributed import World, close_world, init_world

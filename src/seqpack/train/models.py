@@ -1,5 +1,5 @@
 """The model a training run builds for a dataset: seqpack's compact BERT / GPT, or a
-transformers model from a config file (through :mod:`seqpack.nn.hf`).
+transformers model from a config file (through :mod:`seqpack.nn.hf_adapter`).
 
     model, spec = build_model(manifest, cfg)          # spec: a JSON-able description
     out = forward(model, batch, task=manifest["task"], reduction="sequence")
@@ -69,7 +69,7 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
         raise ValueError(f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
                          "raise max_position_embeddings in the config or re-pack with a smaller --max-len")
     model = task.hf_model(config, model_type, manifest)
-    from seqpack.nn.hf import SUPPORTED
+    from seqpack.nn.hf_adapter import SUPPORTED
 
     if type(model).__name__ not in SUPPORTED:
         raise ValueError(f"--hf-model builds {type(model).__name__}; the adapters take {', '.join(SUPPORTED)}")
@@ -81,7 +81,7 @@ def forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, task: 
     inner = getattr(model, "module", model)  # DistributedDataParallel wraps the model
     t = get_task(task)
     if type(inner).__module__.startswith("transformers"):
-        from seqpack.nn.hf import packed_forward
+        from seqpack.nn.hf_adapter import packed_forward
 
         b = t.hf_batch(inner, {k: v for k, v in batch.items() if k != "num_sequences"})
         return packed_forward(model, b, reduction=reduction)  # type: ignore[no-any-return]

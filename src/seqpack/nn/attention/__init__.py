@@ -39,7 +39,13 @@ from seqpack.nn.attention.base import AttentionPlan, Backend, check_qkv, half_pr
 from seqpack.nn.attention.dense import EAGER, SDPA, MaskPlan, eager_attention
 from seqpack.nn.attention.flex import FLEX, FlexPlan
 from seqpack.nn.attention.per_document import PER_DOCUMENT, BucketPlan, bucket_lengths
-from seqpack.nn.attention.varlen import FLASH_VARLEN, VARLEN, VarlenPlan, flash_attn_available, torch_varlen
+from seqpack.nn.attention.varlen import (
+    FLASH_VARLEN,
+    VARLEN,
+    VarlenPlan,
+    flash_attn_available,
+    torch_varlen,
+)
 from seqpack.nn.masks import check_segment_ids, sequence_lengths
 
 REGISTRY: dict[str, Backend] = {b.name: b for b in (SDPA, EAGER, PER_DOCUMENT, FLASH_VARLEN, VARLEN, FLEX)}

@@ -18,7 +18,14 @@ from typing import Any
 
 import torch
 
-from seqpack.nn.attention.base import AttentionPlan, Backend, common, half_precision, tokens, untokens
+from seqpack.nn.attention.base import (
+    AttentionPlan,
+    Backend,
+    common,
+    half_precision,
+    tokens,
+    untokens,
+)
 from seqpack.nn.masks import cu_seqlens, max_seqlen, unpad_index
 
 

@@ -29,7 +29,13 @@ from seqpack.nn.losses import (
     target_loss,
 )
 from seqpack.nn.models.common import PackedOutput, check_batch, sized
-from seqpack.nn.models.layers import Block, check_config, init_weights, positions_and_plan
+from seqpack.nn.models.layers import (
+    Block,
+    check_config,
+    init_weights,
+    positions_and_plan,
+)
+
 
 @dataclass(frozen=True, kw_only=True)
 class BertConfig:

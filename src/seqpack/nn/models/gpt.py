@@ -19,7 +19,13 @@ from torch import nn
 from seqpack.nn.attention import AttentionPlan
 from seqpack.nn.losses import IGNORE_INDEX, check_reduction, target_loss
 from seqpack.nn.models.common import PackedOutput, check_batch, sized
-from seqpack.nn.models.layers import Block, check_config, init_weights, positions_and_plan
+from seqpack.nn.models.layers import (
+    Block,
+    check_config,
+    init_weights,
+    positions_and_plan,
+)
+
 
 @dataclass(frozen=True, kw_only=True)
 class GPTConfig:

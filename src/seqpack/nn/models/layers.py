@@ -6,7 +6,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqpack.nn.attention import BACKENDS, AttentionPlan, packed_attention, plan_attention
+from seqpack.nn.attention import (
+    BACKENDS,
+    AttentionPlan,
+    packed_attention,
+    plan_attention,
+)
 from seqpack.nn.masks import position_ids as make_position_ids
 
 

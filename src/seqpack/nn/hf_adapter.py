@@ -35,6 +35,13 @@ from typing import Any
 import torch
 
 from seqpack.nn.heads import gather_slots, slot_count
+from seqpack.nn.hf_padding_free import (
+    PADDING_FREE,
+    flat_inputs,
+    flatten,
+    unflatten_slots,
+    unflatten_tokens,
+)
 from seqpack.nn.losses import (
     IGNORE_INDEX,
     check_reduction,
@@ -46,7 +53,6 @@ from seqpack.nn.losses import (
     slot_cross_entropy,
     token_loss,
 )
-from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, flatten, unflatten_slots, unflatten_tokens
 from seqpack.nn.masks import attention_mask, check_segment_ids, position_ids
 from seqpack.nn.models.common import PackedOutput
 

@@ -153,7 +153,7 @@ def resolve_template(option: str | None, tokenizer: Any) -> tuple[str, str]:
     """``(source, name)`` of the template a chat dataset uses: ``--chat-template`` (a file, or
     ``chatml``), else the tokenizer's own, else ChatML for a seqpack tokenizer; a pretrained
     tokenizer without a template is an error."""
-    from seqpack.tokenizer.pretrained import HFTokenizer
+    from seqpack.tokenizer.hf_tokenizer import HFTokenizer
 
     if option == DEFAULT:
         return CHATML, DEFAULT

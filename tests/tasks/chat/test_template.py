@@ -7,7 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack.data.chat_template import CHATML, ChatTemplate, check_message, resolve_template
+from seqpack.tasks.chat.template import (
+    CHATML,
+    ChatTemplate,
+    check_message,
+    resolve_template,
+)
 from seqpack.tokenizer import Tokenizer
 from tests.hf_tokenizers import PLAIN_CHATML
 
@@ -39,7 +44,7 @@ def test_generation_blocks_and_incremental_rendering_agree(msgs: list[dict[str, 
 def test_same_mask_as_transformers(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Our target tokens == transformers' ``assistant_masks`` for a template with generation blocks."""
     pytest.importorskip("transformers")
-    from seqpack.data.chat import target_mask
+    from seqpack.tasks.chat.sequences import target_mask
     from seqpack.tokenizer import open_tokenizer
     from tests.hf_tokenizers import bpe_tokenizer_dir, conversations
 

@@ -111,7 +111,7 @@ def materialize(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: i
     from seqpack import _native
     from seqpack._parallel import default_workers
 
-    depth = _depth(packing, max_depth)
+    depth = pack_depth(packing, max_depth)
     dts = _dtypes(seqs, max_len, depth, position_offset)
     P, threads = packing.num_packs, default_workers()
     order = np.ascontiguousarray(packing.sequence_index, dtype=np.int64)
@@ -134,7 +134,7 @@ def materialize(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: i
 
 def materialize_reference(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: int | None = None, position_offset: int = 0) -> dict[str, np.ndarray]:
     """The same columns, one pack and one sequence at a time (slow, obviously correct)."""
-    depth = _depth(packing, max_depth)
+    depth = pack_depth(packing, max_depth)
     dts = _dtypes(seqs, max_len, depth, position_offset)
     P = packing.num_packs
     cols = {n: np.full((P, max_len), _TOKEN_PAD.get(n, 0), dtype=v.dtype) for n, v in seqs.token_fields.items()}
@@ -163,7 +163,7 @@ def materialize_reference(seqs: Sequences, packing: Packing, *, max_len: int, ma
     return cols
 
 
-def _depth(packing: Packing, max_depth: int | None) -> int:
+def pack_depth(packing: Packing, max_depth: int | None) -> int:
     used = int(np.diff(packing.pack_offsets).max()) if packing.num_packs else 1
     if max_depth is not None and max_depth < used:
         raise ValueError(f"packing holds up to {used} sequences per pack, more than max_depth={max_depth}")
@@ -186,7 +186,7 @@ def pack_sequences(
     if seqs.num_sequences == 0:
         raise ValueError("no sequences to pack (every document or example was empty or dropped)")
     packing = pack_lengths(seqs.lengths, max_len, algorithm=algorithm, max_depth=max_depth, seed=seed)
-    depth = _depth(packing, max_depth)
+    depth = pack_depth(packing, max_depth)
     cols = materialize(seqs, packing, max_len=max_len, max_depth=depth, position_offset=position_offset)
     info = {"position_offset": position_offset, "seed": seed, "algorithm": algorithm}
     return PackedColumns(seqs.task, cols, packing, max_len, depth, info)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from seqpack.engine import LocalEngine, get_engine
+from seqpack.pipeline.engine import LocalEngine, get_engine
 
 
 def test_local_engine_maps_in_order():

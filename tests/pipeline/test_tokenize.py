@@ -5,14 +5,9 @@ import random
 import numpy as np
 import pytest
 
-from seqpack.store import (
-    ShardedTokenStore,
-    TokenStore,
-    build_sharded_store,
-    build_store,
-    open_store,
-)
-from seqpack.store import sharded as sharded_mod
+from seqpack.pipeline import tokenize as sharded_mod
+from seqpack.pipeline.tokenize import build_sharded_store
+from seqpack.store import ShardedTokenStore, TokenStore, build_store, open_store
 from tests.store.test_store import byte_tokenizer
 
 
@@ -41,11 +36,11 @@ def test_a_failed_job_leaves_no_store_and_the_rerun_reuses_finished_shards(tmp_p
     real = sharded_mod.encode_shard
     calls = []
 
-    def failing(path, documents, tokenizer, first, workers):
+    def failing(path, documents, tokenizer, first, workers, key):
         calls.append(path)
         if path.endswith("shard-00003"):
             raise ValueError("shard 3 broke")
-        return real(path, documents, tokenizer, first, workers)
+        return real(path, documents, tokenizer, first, workers, key)
 
     monkeypatch.setattr(sharded_mod, "encode_shard", failing)
     with pytest.raises(ValueError, match="shard 3 broke"):
@@ -86,7 +81,7 @@ def test_a_killed_job_is_finished_by_the_next_run(tmp_path):
     (tmp_path / "docs.json").write_text(json.dumps(docs))
     code = (
         "import json, os, sys\n"
-        "import seqpack.store.sharded as m\n"
+        "import seqpack.pipeline.tokenize as m\n"
         "from tests.store.test_store import byte_tokenizer\n"
         "real = m.encode_shard\n"
         "def killer(path, *a):\n"

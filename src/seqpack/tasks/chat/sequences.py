@@ -2,7 +2,7 @@
 
 Each record's ``messages`` are rendered with the chat template and tokenized as one text (the
 way ``apply_chat_template(tokenize=True)`` does); a token is a target when it starts inside an
-assistant turn's span (:mod:`seqpack.data.chat_template`). Labels follow the causal-LM
+assistant turn's span (:mod:`seqpack.tasks.chat.template`). Labels follow the causal-LM
 convention of ``clm`` (the model shifts): ``labels[t] = input_ids[t]`` at a target, -100
 elsewhere and always at the first token.
 
@@ -11,7 +11,7 @@ elsewhere and always at the first token.
 turn that fits (``overflow="truncate"``); one with no target left is dropped and counted
 (``Sequences.dropped``; ``build_packed_dataset`` warns with the job's totals), never kept without targets.
 
-    >>> from seqpack.data.chat_template import ChatTemplate
+    >>> from seqpack.tasks.chat.template import ChatTemplate
     >>> from seqpack.tokenizer.tokenizer import Tokenizer
     >>> tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], special_tokens=["<|im_start|>", "<|im_end|>"])
     >>> t = ChatTemplate("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}"
@@ -30,10 +30,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seqpack.data.chat_template import ChatTemplate, check_message
-from seqpack.data.examples import get_field, iter_records
-from seqpack.data.sequences import IGNORE_INDEX, Sequences, _offsets, check_overflow, id_dtype, label_dtype, overflow_error
+from seqpack.corpus.records import iter_records
+from seqpack.data.sequences import (
+    IGNORE_INDEX,
+    Sequences,
+    check_overflow,
+    id_dtype,
+    label_dtype,
+    offsets_of,
+    overflow_error,
+)
 from seqpack.packing.histogram import check_max_len
+from seqpack.tasks.chat.template import ChatTemplate, check_message
+from seqpack.tasks.examples import get_field
 
 if TYPE_CHECKING:
     from seqpack.tokenizer.tokenizer import Tokenizer
@@ -137,7 +146,7 @@ def _sequences(seqs: list[np.ndarray], labs: list[np.ndarray], ex: list[int], n_
     vocab = tokenizer.vocab_size
     return Sequences(
         task="chat",
-        offsets=_offsets(lengths),
+        offsets=offsets_of(lengths),
         example_ids=np.asarray(ex, dtype=np.int64),
         token_fields={"input_ids": flat.astype(id_dtype(vocab - 1)), "labels": flat_lab.astype(label_dtype(vocab - 1))},
         num_examples=n_examples,

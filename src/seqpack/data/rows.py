@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack.data.io import _bin_column, read_manifest
+from seqpack.data.format import bin_column, read_manifest
 
 
 class PackedRows:
@@ -39,7 +39,7 @@ class PackedRows:
         self.cache_groups = max(1, cache_groups)
         self._bin = None
         if self.manifest.get("bin") and mmap:
-            self._bin = {c: _bin_column(self.path, c, specs[c], self.num_rows) for c in self.names}
+            self._bin = {c: bin_column(self.path, c, specs[c], self.num_rows) for c in self.names}
             return
         import pyarrow.parquet as pq
 

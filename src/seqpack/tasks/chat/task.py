@@ -13,6 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from seqpack.data.sequences import check_overflow
+from seqpack.tasks.chat.sequences import CHAT_OVERFLOW, TRAIN_ON, chat_sequences
+from seqpack.tasks.chat.template import (
+    CHATML,
+    CHATML_SPECIALS,
+    ChatTemplate,
+    resolve_template,
+)
 from seqpack.tasks.clm import CLMTask
 
 
@@ -27,9 +35,6 @@ class ChatOptions:
         "help": "conversations longer than max_len: truncate (after the last assistant turn that fits) | drop | error"})
 
     def __post_init__(self) -> None:
-        from seqpack.data.chat import CHAT_OVERFLOW, TRAIN_ON
-        from seqpack.data.sequences import check_overflow
-
         check_overflow(self.overflow, allowed=CHAT_OVERFLOW)
         if self.train_on not in TRAIN_ON:
             raise ValueError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {self.train_on!r}")
@@ -41,8 +46,6 @@ class ChatTask(CLMTask):
 
     def template(self, tokenizer: Any, options: ChatOptions) -> Any:
         """The compiled chat template, its special tokens checked against ``tokenizer``."""
-        from seqpack.data.chat_template import CHATML, CHATML_SPECIALS, ChatTemplate, resolve_template
-
         source, name = resolve_template(options.chat_template, tokenizer)
         if source == CHATML:
             missing = [s for s in CHATML_SPECIALS if s not in tokenizer.special_tokens]
@@ -63,8 +66,6 @@ class ChatTask(CLMTask):
         return out
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        from seqpack.data.chat import chat_sequences
-
         self.check_examples(source)
         o: ChatOptions = config.options
         return chat_sequences(source, tokenizer, template=self.template(tokenizer, o), max_len=config.max_len,

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +25,38 @@ import numpy as np
 
 from seqpack._atomic import atomic_directory, read_versioned_json
 from seqpack._parallel import default_workers
-from seqpack.data.pack import PackedColumns
+from seqpack.data.layout import PackedColumns
 
 FORMAT_VERSION = 1
 KIND = "seqpack.packed_dataset"
 MANIFEST = "manifest.json"
 COMPRESSION = ("none", "snappy", "zstd", "lz4", "gzip")
+
+
+@dataclass(frozen=True)
+class DatasetFacts:
+    """What a reader of packed rows must know of the task that wrote them, read from the manifest
+    (the pack job writes these keys from the task), so that the format needs no task registry.
+
+    >>> DatasetFacts.of({"token_labels": True, "float_labels": False, "causal_lm": True})
+    DatasetFacts(token_labels=True, float_labels=False, causal_lm=True)
+    >>> DatasetFacts.of({"max_len": 8, "columns": {"labels": {"dtype": "int8", "shape": [2, 5]}}})  # an older manifest
+    DatasetFacts(token_labels=False, float_labels=True, causal_lm=False)
+    """
+
+    token_labels: bool  # ``labels`` is a per-token (P, L) column
+    float_labels: bool  # ``labels`` becomes float32 (multi-hot)
+    causal_lm: bool  # trained by a causal LM (the model shifts the labels)
+
+    @classmethod
+    def of(cls, manifest: Mapping[str, Any]) -> DatasetFacts:
+        if "token_labels" in manifest:
+            return cls(bool(manifest["token_labels"]), bool(manifest.get("float_labels")), bool(manifest.get("causal_lm")))
+        # written before the facts were recorded: per-token columns are (L,) per row, multi-hot labels (D, C)
+        cols = manifest.get("columns", {})
+        shape = cols.get("labels", {}).get("shape")
+        token = shape == [manifest.get("max_len")]
+        return cls(token, shape is not None and len(shape) == 2, token and "token_type_ids" not in cols)
 
 
 def manifest_of(pc: PackedColumns, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -77,7 +105,7 @@ def _arrow_column(a: np.ndarray) -> Any:
     return arr
 
 
-def _write_shard(path: Path, cols: dict[str, np.ndarray], lo: int, hi: int, row_group: int, compression: str) -> None:
+def write_parquet_part(path: Path, cols: dict[str, np.ndarray], lo: int, hi: int, row_group: int, compression: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -130,7 +158,7 @@ def write_packed(
         (tmp / "data").mkdir()
         with ThreadPoolExecutor(max_workers=workers) as ex:
             jobs = [
-                ex.submit(_write_shard, tmp / s["file"], pc.columns, lo, hi, row_group_packs, compression)
+                ex.submit(write_parquet_part, tmp / s["file"], pc.columns, lo, hi, row_group_packs, compression)
                 for s, (lo, hi) in zip(shards, bounds)
             ]
             for j in jobs:
@@ -144,6 +172,21 @@ def write_packed(
         manifest["bin"] = export_bin
         (tmp / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
     return manifest
+
+
+def parquet_column_specs(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Column dtypes and shapes (the manifest's ``columns``) from a written Parquet part's schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = {}
+    for field in pq.read_schema(path):
+        t, shape = field.type, []
+        while pa.types.is_fixed_size_list(t):
+            shape.append(t.list_size)
+            t = t.value_type
+        out[field.name] = {"dtype": np.dtype(t.to_pandas_dtype()).name, "shape": shape}
+    return out
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -169,11 +212,11 @@ def load_packed(
         raise ValueError(f"{p}: no column {unknown[0]!r} (columns: {', '.join(m['columns'])})")
     P = int(m["num_packs"])
     if m.get("bin") and mmap:
-        return m, {c: _bin_column(p, c, m["columns"][c], P) for c in names}
+        return m, {c: bin_column(p, c, m["columns"][c], P) for c in names}
     return m, _parquet_columns(p, m, names)
 
 
-def _bin_column(p: Path, name: str, spec: dict[str, Any], P: int) -> np.ndarray:
+def bin_column(p: Path, name: str, spec: dict[str, Any], P: int) -> np.ndarray:
     path = p / "bin" / f"{name}.bin"
     dt = np.dtype(spec["dtype"])
     shape = (P, *spec["shape"])

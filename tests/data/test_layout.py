@@ -20,9 +20,9 @@ from seqpack.data import (
     unpack_predictions,
     write_packed,
 )
-from seqpack.data.clm import clm_reference, clm_sequences
-from seqpack.data.sequences import _offsets, _ranges
+from seqpack.data.sequences import concat_ranges, offsets_of
 from seqpack.packing import pack_lengths
+from seqpack.tasks.clm import clm_reference, clm_sequences
 
 docs_st = st.lists(st.lists(st.integers(1, 500), max_size=40), min_size=1, max_size=30)
 
@@ -30,12 +30,12 @@ docs_st = st.lists(st.lists(st.integers(1, 500), max_size=40), min_size=1, max_s
 def flat(docs):
     lengths = np.array([len(d) for d in docs], dtype=np.int64)
     toks = np.array([t for d in docs for t in d], dtype=np.uint16)
-    return toks, _offsets(lengths)
+    return toks, offsets_of(lengths)
 
 
 def test_ranges():
-    assert _ranges(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist() == [5, 6, 9, 10, 11]
-    assert _ranges(np.array([], np.int64), np.array([], np.int64)).tolist() == []
+    assert concat_ranges(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist() == [5, 6, 9, 10, 11]
+    assert concat_ranges(np.array([], np.int64), np.array([], np.int64)).tolist() == []
 
 
 @given(docs=docs_st, max_len=st.integers(1, 50), overflow=st.sampled_from(["split", "truncate", "drop"]), eos=st.sampled_from([None, 0]))
@@ -58,7 +58,7 @@ def test_clm_overflow_error_counts():
 
 def random_sequences(rng, n, max_len, depth_field=True):
     lengths = rng.integers(1, max_len + 1, size=n)
-    off = _offsets(lengths)
+    off = offsets_of(lengths)
     T = int(off[-1])
     seq_fields = {"cls": rng.integers(0, 5, n).astype(np.int16), "multi": rng.integers(0, 2, (n, 3)).astype(np.int8)}
     seq_fields["start"] = rng.integers(0, lengths).astype(np.int16)
@@ -167,13 +167,13 @@ def test_same_inputs_same_bytes(tmp_path):
 def test_killed_mid_write_leaves_nothing_complete(tmp_path):
     code = (
         "import os, numpy as np\n"
-        "import seqpack.data.io as io\n"
+        "import seqpack.data.format as io\n"
         "from seqpack.data import from_lists, pack_sequences\n"
         "pc = pack_sequences(from_lists([[1, 2]] * 50), 4, algorithm='lpfhp')\n"
-        "real = io._write_shard\n"
+        "real = io.write_parquet_part\n"
         "def die(*a):\n"
         "    real(*a); os._exit(9)\n"
-        "io._write_shard = die\n"
+        "io.write_parquet_part = die\n"
         f"io.write_packed(pc, {str(tmp_path / 'p')!r}, shard_packs=5, workers=1)\n"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 9

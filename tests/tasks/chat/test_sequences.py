@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack.data import IGNORE_INDEX, PackConfig, build_packed_dataset, build_sequences
-from seqpack.data.chat import chat_sequences
-from seqpack.data.chat_template import CHATML, ChatTemplate
+from seqpack.data import IGNORE_INDEX
+from seqpack.pipeline import PackConfig, build_packed_dataset, build_sequences
+from seqpack.tasks.chat.sequences import chat_sequences
+from seqpack.tasks.chat.template import CHATML, ChatTemplate
 from seqpack.tokenizer import Tokenizer
 
 S, E = 256, 257  # <|im_start|>, <|im_end|>

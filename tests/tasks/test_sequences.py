@@ -5,11 +5,12 @@ import json
 import numpy as np
 import pytest
 
-from seqpack.data import IGNORE_INDEX, PackConfig, build_packed_dataset, build_sequences, load_packed
-from seqpack.data.labelled import classification_sequences
-from seqpack.data.mlm import MLMConfig, mlm_sequences, sentence_ends, sentence_tables
-from seqpack.data.qa import qa_sequences
+from seqpack.data import IGNORE_INDEX, load_packed
+from seqpack.pipeline import PackConfig, build_packed_dataset, build_sequences
 from seqpack.store import build_store
+from seqpack.tasks.classification import classification_sequences
+from seqpack.tasks.mlm import MLMConfig, mlm_sequences, sentence_ends, sentence_tables
+from seqpack.tasks.qa import qa_sequences
 from seqpack.tokenizer.tokenizer import Tokenizer
 
 EOT = "<|endoftext|>"

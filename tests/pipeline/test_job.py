@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seqpack.data import PackConfig, build_packed_dataset, load_packed
-from seqpack.data import sharded as sharded_mod
-from seqpack.engine import get_engine
-from seqpack.store import build_sharded_store, build_store
+from seqpack.data import load_packed
+from seqpack.pipeline import PackConfig, build_packed_dataset, build_sharded_store
+from seqpack.pipeline import job as job_mod
+from seqpack.pipeline.engine import get_engine
+from seqpack.store import build_store
 from seqpack.tokenizer.tokenizer import Tokenizer
-from tests.data.test_tasks import EOT, text_docs
+from tests.tasks.test_sequences import EOT, text_docs
 
 
 @pytest.fixture(scope="module")
@@ -74,18 +75,18 @@ def test_bin_columns_equal_the_parquet_ones(tok, stores, tmp_path):
 
 def test_a_failed_job_leaves_no_dataset_and_the_rerun_reuses_its_work(tok, stores, tmp_path, monkeypatch):
     cfg = PackConfig.for_task("clm", max_len=64)
-    real = sharded_mod.packs_stage
+    real = job_mod.packs_stage
 
     def failing(path, *args):
         if path.endswith("part-00002.parquet"):
             raise OSError("disk full")
         return real(path, *args)
 
-    monkeypatch.setattr(sharded_mod, "packs_stage", failing)
+    monkeypatch.setattr(job_mod, "packs_stage", failing)
     with pytest.raises(OSError, match="disk full"):
         build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=7)
     assert not (tmp_path / "b").exists()
-    monkeypatch.setattr(sharded_mod, "packs_stage", real)
+    monkeypatch.setattr(job_mod, "packs_stage", real)
     m = build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=7)
     assert "data/part-00000.parquet" in m["reused"] and "data/part-00002.parquet" not in m["reused"]
     assert any(r.startswith("sequences-") for r in m["reused"])
@@ -128,8 +129,8 @@ def test_a_pack_killed_mid_stage_is_finished_by_the_next_run_and_a_second_job_re
     root = str(Path(__file__).resolve().parents[2])
     code = (
         "import os\n"
-        "import seqpack.data.sharded as m\n"
-        "from seqpack.data import PackConfig, build_packed_dataset\n"
+        "import seqpack.pipeline.job as m\n"
+        "from seqpack.pipeline import PackConfig, build_packed_dataset\n"
         "from seqpack.tokenizer.tokenizer import Tokenizer\n"
         "real = m.packs_stage\n"
         "def killer(path, *a):\n"
@@ -165,8 +166,8 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 @pytest.mark.parametrize("task", ["classification", "multilabel", "qa", "chat"])
 def test_examples_in_shards_equal_examples_in_memory(tok, tmp_path, task):
-    from tests.data.test_tasks import qa_rows
     from tests.hf_tokenizers import conversations
+    from tests.tasks.test_sequences import qa_rows
 
     rng = np.random.default_rng(0)
     words = ["alpha", "beta", "gamma", "delta"]

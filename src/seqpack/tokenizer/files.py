@@ -90,7 +90,7 @@ def _vocab_json(tok: Tokenizer) -> dict[str, int]:
 
 def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike[str], *, overwrite: bool = False) -> None:
     """Write the four files into ``directory`` atomically (meta.json last)."""
-    from seqpack.tokenizer.hf import hf_tokenizer_json
+    from seqpack.tokenizer.hf_export import hf_tokenizer_json
 
     vocab = _vocab_json(tok)
     with atomic_directory(directory, overwrite=overwrite) as tmp:
@@ -109,10 +109,9 @@ def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike[str], *, overwri
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
-def load_tokenizer(directory: str | os.PathLike[str]) -> Tokenizer:
-    """Load a directory written by :func:`save_tokenizer` (checks the fingerprint)."""
-    from seqpack.tokenizer.tokenizer import Tokenizer
-
+def read_tokenizer_dir(directory: str | os.PathLike[str]) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str | None]:
+    """``(vocab, merges, special_tokens, fingerprint or None)`` of a directory written by
+    :func:`save_tokenizer` (:meth:`seqpack.tokenizer.Tokenizer.load` builds and checks the tokenizer)."""
     d = Path(directory)
     if not d.is_dir():
         raise FileNotFoundError(f"{d}: no such tokenizer directory")
@@ -129,9 +128,4 @@ def load_tokenizer(directory: str | os.PathLike[str]) -> Tokenizer:
             raise ValueError(f"{meta_path}: malformed ({e})") from None
         if version > FORMAT_VERSION:
             raise ValueError(f"{meta_path}: format_version {version} is newer than this seqpack reads")
-    tok = Tokenizer(read_vocab(d / "vocab.json"), read_merges(d / "merges.txt"), specials)
-    if expected is not None and tok.fingerprint() != expected:
-        raise ValueError(
-            f"{d}: vocab.json/merges.txt do not match the fingerprint in meta.json (edited or truncated)"
-        )
-    return tok
+    return read_vocab(d / "vocab.json"), read_merges(d / "merges.txt"), specials, expected

@@ -1,0 +1,91 @@
+"""The pack job's options: what to pack (:class:`PackConfig`) and how to write it (:class:`OutputOptions`).
+
+    cfg = PackConfig.for_task("clm", max_len=512)                # task options by name
+    out = OutputOptions(shard_packs=4096, export_bin=True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from seqpack.data.format import COMPRESSION, default_shard_packs
+from seqpack.packing.histogram import check_max_len
+from seqpack.packing.plan import ALGORITHMS, check_max_depth
+from seqpack.tasks import get_task
+
+COMMON = ("task", "max_len", "algorithm", "max_depth", "seed", "position_offset")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackConfig:
+    """The task, how to pack, and the task's own options (its options dataclass, see
+    :mod:`seqpack.tasks`; ``None``: the task's defaults).
+
+    >>> PackConfig.for_task("clm", max_len=512, overflow="drop").options
+    CLMOptions(overflow='drop', eos_token='<|endoftext|>')
+    """
+
+    task: str
+    max_len: int
+    algorithm: str = "best"
+    max_depth: int | None = None
+    seed: int = 0
+    position_offset: int = 0
+    options: Any = None
+
+    def __post_init__(self) -> None:
+        t = get_task(self.task)
+        check_max_len(self.max_len)
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {'|'.join(ALGORITHMS)}, got {self.algorithm!r}")
+        check_max_depth(self.max_depth)
+        if self.position_offset < 0:
+            raise ValueError(f"position_offset must be >= 0, got {self.position_offset}")
+        if self.options is None:
+            object.__setattr__(self, "options", t.options())
+        elif not isinstance(self.options, t.options_type):
+            raise TypeError(f"task {self.task} takes {t.options_type.__name__} options, got {type(self.options).__name__}")
+
+    @classmethod
+    def for_task(cls, task: str, **kw: Any) -> PackConfig:
+        """Packing fields and the task's options in one call (each option checked against the task)."""
+        common = {k: v for k, v in kw.items() if k in COMMON}
+        options = get_task(task).options(**{k: v for k, v in kw.items() if k not in COMMON})
+        return cls(task=task, options=options, **common)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as the manifest records it (the options' class named)."""
+        return {**asdict(self), "options_type": type(self.options).__name__}
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputOptions:
+    """How a packed dataset is written: Parquet parts of ``shard_packs`` packs (default: about
+    2**24 tokens each), ``row_group_packs`` per row group, ``compression``, optional ``.bin`` columns.
+
+    >>> OutputOptions(compression="lz4").parts(max_len=2048)
+    8192
+    >>> OutputOptions(compression="brotli")
+    Traceback (most recent call last):
+    ...
+    ValueError: compression must be one of none|snappy|zstd|lz4|gzip, got 'brotli'
+    """
+
+    overwrite: bool = False
+    export_bin: bool = False
+    compression: str = "zstd"
+    shard_packs: int | None = None
+    row_group_packs: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.compression not in COMPRESSION:
+            raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {self.compression!r}")
+        for name in ("shard_packs", "row_group_packs"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+
+    def parts(self, *, max_len: int) -> int:
+        """Packs per Parquet part."""
+        return self.shard_packs or default_shard_packs(max_len)

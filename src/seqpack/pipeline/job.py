@@ -1,0 +1,219 @@
+"""A packed dataset from shards (a sharded token store, or an examples file read in batches):
+one global plan, shards in and out.
+
+Three steps, each resumable and each the same whatever engine runs it:
+
+1. **sequences** (one stage per input shard, :func:`seqpack.pipeline.stages.sequences_stage`):
+   the task builds the shard's sequences, saved in the job's work directory (memory: one shard).
+2. **plan** (the driver): the shards' sequence lengths are concatenated in shard order and
+   packed with :func:`seqpack.packing.pack_lengths`, exactly as one process would pack the
+   whole corpus: same histogram, same plan, same seeded assignment, same pack count.
+   Lengths are 8 bytes per sequence; no token passes through the driver.
+3. **packs** (one stage per output shard of ``shard_packs`` packs,
+   :func:`seqpack.pipeline.stages.packs_stage`): the shard's sequences gathered and laid into
+   rows, written as one Parquet part.
+
+The manifest is written last and the directory renamed into place, so a job that dies
+leaves no dataset that looks complete; re-running it reuses every finished stage
+(``.OUT.partial/`` beside the output, :mod:`seqpack._stages`). The output is byte-identical for
+any engine and any number of workers. Per-shard randomness (MLM masking and pairs) is seeded
+with ``seed + shard index``, so a one-shard store packs exactly like the plain store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from seqpack._atomic import check_output_dir, output_lock, replace_directory
+from seqpack._stages import StageLog, work_dir
+from seqpack.corpus.readers import require_file
+from seqpack.corpus.records import iter_records
+from seqpack.data.format import (
+    MANIFEST,
+    dump_manifest,
+    manifest_fields,
+    parquet_column_specs,
+)
+from seqpack.data.layout import pack_depth
+from seqpack.data.sequences import COUNTED_INFO
+from seqpack.packing import pack_lengths
+from seqpack.pipeline.config import OutputOptions, PackConfig
+from seqpack.pipeline.engine import LocalEngine
+from seqpack.pipeline.in_memory import manifest_extra
+from seqpack.pipeline.stages import (
+    packs_key,
+    packs_stage,
+    parquet_rows,
+    sequences_finished,
+    sequences_stage,
+)
+from seqpack.tasks import get_task
+
+if TYPE_CHECKING:
+    from seqpack.pipeline.engine import Engine
+    from seqpack.store.sharded import ShardedTokenStore
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
+#: one input shard: (a store shard's path or a batch of records, its first document's number, the task's context)
+ShardInput = tuple[Any, int, "dict[str, Any] | None"]
+
+
+def pack_store_shards(
+    store: ShardedTokenStore, tokenizer: Tokenizer, out: str | os.PathLike[str], config: PackConfig, *,
+    output: OutputOptions = OutputOptions(), engine: Engine | None = None,
+) -> dict[str, Any]:
+    """Pack a sharded store into ``out`` with one global plan; returns the manifest (see the module)."""
+    store.check_tokenizer(tokenizer.fingerprint())
+    inputs = ((str(s.path), int(store.document_bases[i]), None) for i, s in enumerate(store.shards))
+    key = {"store": str(store.path.resolve()), "shards": store.meta["shards"]}
+    return run_job(key, inputs, tokenizer, out, config, output, engine=engine)
+
+
+def pack_example_shards(
+    source: str | os.PathLike[str], tokenizer: Tokenizer, out: str | os.PathLike[str], config: PackConfig, *,
+    output: OutputOptions = OutputOptions(), engine: Engine | None = None, shard_examples: int = 100_000,
+) -> dict[str, Any]:
+    """Pack labelled examples (``.jsonl``/``.parquet``) ``shard_examples`` at a time, with one global plan.
+
+    A first pass asks the task for what must be global (classification: the label set); then
+    the examples are read in order and each batch of ``shard_examples`` is one stage.
+    """
+    if shard_examples < 1:
+        raise ValueError(f"shard_examples must be >= 1, got {shard_examples}")
+    p = require_file(source)
+    context = get_task(config.task).shard_context(p, config)
+
+    def inputs() -> Iterator[ShardInput]:
+        it, base = iter_records(p), 0
+        while batch := list(islice(it, shard_examples)):
+            yield batch, base, context
+            base += len(batch)
+
+    st = p.stat()
+    key = {"examples": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "shard_examples": shard_examples}
+    return run_job(key, inputs(), tokenizer, out, config, output, engine=engine)
+
+
+def run_job(
+    key: dict[str, Any], inputs: Iterable[ShardInput], tokenizer: Tokenizer, out: str | os.PathLike[str],
+    config: PackConfig, output: OutputOptions, *, engine: Engine | None,
+) -> dict[str, Any]:
+    """The three steps and the manifest, in ``.OUT.partial/``; the finished dataset renamed to ``out``."""
+    engine = engine or LocalEngine()
+    out = Path(out)
+    with output_lock(out):
+        check_output_dir(out, overwrite=output.overwrite)
+        job = {**key, "tokenizer": tokenizer.fingerprint(), "config": config.to_dict(),
+               **{k: v for k, v in dataclasses.asdict(output).items() if k != "overwrite"},
+               "shard_packs": output.parts(max_len=config.max_len)}
+        work = work_dir(out, job)
+        dirs: list[str] = []
+        reused: list[str] = []
+
+        def items() -> Iterator[tuple[Any, ...]]:
+            for i, (src, base, context) in enumerate(inputs):
+                d = work / f"sequences-{i:05d}"
+                dirs.append(str(d))
+                if sequences_finished(d):
+                    reused.append(d.name)
+                yield src, tokenizer, dataclasses.replace(config, seed=config.seed + i), base, str(d), context
+
+        summaries = list(engine.map(sequences_stage, items()))
+        packing, meta = _plan(dirs, summaries, config, output, work)
+        final = work / "dataset"
+        files, bounds, columns = _write_packs(final, dirs, packing, meta, output, engine, reused)
+        extra = {
+            "position_offset": config.position_offset, "seed": config.seed, "algorithm": config.algorithm,
+            **manifest_extra(config, tokenizer, num_examples=meta["num_examples"], dropped=_sum_dropped(summaries),
+                             position_fields=summaries[0]["position_fields"], info=_merged_info(summaries)),
+        }
+        manifest = _write_manifest(final, config, packing, meta["max_depth"], columns, extra, files, bounds, output)
+        replace_directory(final, out)
+        shutil.rmtree(work)
+    manifest["reused"] = reused
+    return manifest
+
+
+def _plan(
+    dirs: list[str], summaries: list[dict[str, Any]], config: PackConfig, output: OutputOptions, work: Path,
+) -> tuple[Any, dict[str, Any]]:
+    """Step 2: one plan over every shard's lengths, and what step 3 needs to know."""
+    lengths = np.concatenate([np.diff(np.load(Path(d) / "offsets.npy")) for d in dirs]) if dirs else np.zeros(0, np.int64)
+    if lengths.size == 0:
+        raise ValueError("no sequences to pack (every document or example was empty or dropped)")
+    packing = pack_lengths(lengths, config.max_len, algorithm=config.algorithm, max_depth=config.max_depth, seed=config.seed)
+    dtypes = {kind: {k: np.result_type(*[np.dtype(s[kind][k]) for s in summaries]).str for k in summaries[0][kind]}
+              for kind in ("token_fields", "seq_fields")}
+    meta = {"task": config.task, "dtypes": dtypes, "position_fields": summaries[0]["position_fields"],
+            "num_examples": int(sum(s["num_examples"] for s in summaries)), "max_len": config.max_len,
+            "max_depth": pack_depth(packing, config.max_depth), "position_offset": config.position_offset,
+            "compression": output.compression, "row_group_packs": output.row_group_packs, "work": str(work),
+            "bases": np.concatenate([[0], np.cumsum([s["num_sequences"] for s in summaries])]).astype(np.int64)}
+    return packing, meta
+
+
+def _write_packs(
+    final: Path, dirs: list[str], packing: Any, meta: dict[str, Any], output: OutputOptions, engine: Engine,
+    reused: list[str],
+) -> tuple[list[str], list[tuple[int, int]], dict[str, Any]]:
+    """Step 3: every output shard laid out and written; returns files, pack ranges, column specs."""
+    (final / "data").mkdir(parents=True, exist_ok=True)
+    P, step = packing.num_packs, output.parts(max_len=meta["max_len"])
+    bounds = [(lo, min(P, lo + step)) for lo in range(0, P, step)]
+    files = [f"data/part-{k:05d}.parquet" for k in range(len(bounds))]
+    log = StageLog(meta["work"])
+    reused += [f for f, (lo, hi) in zip(files, bounds)
+               if log.result(Path(f).name, packs_key(Path(f).name, lo, hi - lo)) is not None
+               and parquet_rows(final / f) == hi - lo]
+    bin_dir = None
+    if output.export_bin:
+        bin_dir = final / "bin"
+        shutil.rmtree(bin_dir, ignore_errors=True)
+        bin_dir.mkdir()
+    poff, order, bases = packing.pack_offsets, packing.sequence_index, meta["bases"]
+    items = [(str(final / f), dirs, bases, poff[lo : hi + 1], order[poff[lo] : poff[hi]], packing.plan, meta,
+              str(bin_dir) if bin_dir else None, lo) for f, (lo, hi) in zip(files, bounds)]
+    if bin_dir is not None:  # the .bin files at full size first; each stage fills its rows
+        for name, spec in packs_stage(*items[0][:-2], None, 0).items():
+            row = int(np.prod(spec["shape"], dtype=np.int64)) * np.dtype(spec["dtype"]).itemsize
+            with open(bin_dir / f"{name}.bin", "wb") as f:
+                f.truncate(row * P)
+    list(engine.map(packs_stage, items))
+    return files, bounds, parquet_column_specs(final / files[0])  # the written files are the truth
+
+
+def _write_manifest(
+    final: Path, config: PackConfig, packing: Any, depth: int, columns: dict[str, Any], extra: dict[str, Any],
+    files: list[str], bounds: list[tuple[int, int]], output: OutputOptions,
+) -> dict[str, Any]:
+    manifest = manifest_fields(config.task, packing.plan, config.max_len, depth, columns, extra)
+    manifest["shards"] = [{"file": f, "rows": hi - lo} for f, (lo, hi) in zip(files, bounds)]
+    manifest["compression"] = output.compression
+    manifest["bin"] = output.export_bin
+    (final / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
+    return manifest
+
+
+def _merged_info(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Shard 0's info, with the counting entries summed over shards."""
+    info = dict(summaries[0]["info"])
+    for k in COUNTED_INFO:
+        if k in info:
+            info[k] = int(sum(s["info"].get(k, 0) for s in summaries))
+    return info
+
+
+def _sum_dropped(summaries: list[dict[str, Any]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for s in summaries:
+        for k, v in s["dropped"].items():
+            total[k] = total.get(k, 0) + int(v)
+    return total

@@ -1,0 +1,72 @@
+"""One call from a token store or labelled examples to a packed dataset on disk.
+
+    cfg = PackConfig.for_task("clm", max_len=512)                # task options by name
+    manifest = build_packed_dataset("store/", tokenizer, "packed/", cfg)
+
+Store tasks (``clm``, ``mlm``) read a token store (``seqpack tokenize``); example tasks
+(``classification``, ``multilabel``, ``qa``, ``chat``) read labelled examples (``.jsonl``,
+``.parquet`` or an HF dataset). The task says which (:attr:`seqpack.tasks.Task.reads_store`).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from seqpack._atomic import check_output_dir
+from seqpack.data.format import write_packed
+from seqpack.pipeline.config import OutputOptions, PackConfig
+from seqpack.pipeline.in_memory import pack_task
+from seqpack.pipeline.job import pack_example_shards, pack_store_shards
+from seqpack.store.sharded import SHARDS, ShardedTokenStore
+from seqpack.tasks import get_task
+
+if TYPE_CHECKING:
+    from seqpack.pipeline.engine import Engine
+    from seqpack.store import TokenStore
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
+
+def build_packed_dataset(
+    source: str | os.PathLike[str] | Iterable[Any] | TokenStore,
+    tokenizer: Tokenizer,
+    out: str | os.PathLike[str],
+    config: PackConfig,
+    *,
+    overwrite: bool = False,
+    export_bin: bool = False,
+    compression: str = "zstd",
+    shard_packs: int | None = None,
+    engine: Engine | None = None,
+    shard_examples: int = 100_000,
+) -> dict[str, Any]:
+    """Build, pack and write; returns the manifest (also in ``out/manifest.json``).
+
+    A sharded token store (``seqpack tokenize`` writes one) goes through
+    :func:`seqpack.pipeline.job.pack_store_shards`, and an examples file (``.jsonl`` /
+    ``.parquet``) through :func:`seqpack.pipeline.job.pack_example_shards`
+    (``shard_examples`` at a time): shard by shard, one global plan, on ``engine``
+    (:func:`seqpack.pipeline.engine.get_engine`; default: this process). Other sources (a plain
+    store, an HF dataset, a list of records) are packed in memory.
+    """
+    output = OutputOptions(overwrite=overwrite, export_bin=export_bin, compression=compression, shard_packs=shard_packs)
+    task = get_task(config.task)
+    sharded = isinstance(source, ShardedTokenStore) or (
+        isinstance(source, (str, os.PathLike)) and (Path(source) / SHARDS).is_file())
+    if not task.reads_store and isinstance(source, (str, os.PathLike)):
+        task.check_examples(source)
+        m = pack_example_shards(source, tokenizer, out, config, output=output, engine=engine, shard_examples=shard_examples)
+    elif task.reads_store and sharded:
+        store = source if isinstance(source, ShardedTokenStore) else ShardedTokenStore(source)  # type: ignore[arg-type]
+        m = pack_store_shards(store, tokenizer, out, config, output=output, engine=engine)
+    else:
+        check_output_dir(out, overwrite=overwrite)
+        pc, extra = pack_task(source, tokenizer, config)
+        m = write_packed(pc, out, overwrite=overwrite, export_bin=export_bin, compression=compression,
+                         shard_packs=shard_packs, extra=extra)
+    for message in task.pack_warnings(m):  # once, from the whole job's counts (not once per shard)
+        warnings.warn(message, stacklevel=2)
+    return m

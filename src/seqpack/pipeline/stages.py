@@ -1,0 +1,182 @@
+"""The stages of a sharded pack job (:mod:`seqpack.pipeline.job`), as top-level functions of small,
+picklable arguments, so that any engine runs them and they write the same bytes.
+
+1. :func:`sequences_stage` (one per input shard): the task builds the shard's sequences, saved as
+   ``.npy`` files in the job's work directory (memory: one shard).
+2. :func:`packs_stage` (one per output shard): the shard's sequences gathered by index from the
+   memory-mapped sequence files (one input shard at a time), laid into rows
+   (:func:`seqpack.data.layout.materialize`) and written as one Parquet part.
+
+Each stage records itself when its outputs are complete (:class:`seqpack._stages.StageLog`), so a
+re-run of the same job reuses it.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from seqpack._atomic import atomic_directory, atomic_file
+from seqpack._stages import StageLog, content_hash
+from seqpack.data.format import write_parquet_part
+from seqpack.data.layout import materialize
+from seqpack.data.sequences import Sequences, concat_ranges, offsets_of
+from seqpack.packing import Packing
+from seqpack.store import TokenStore
+from seqpack.tasks import get_task
+
+if TYPE_CHECKING:
+    from seqpack.pipeline.config import PackConfig
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
+
+def sequences_stage(
+    shard: str | list[dict[str, Any]], tokenizer: Tokenizer, config: PackConfig, doc_base: int, path: str,
+    context: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Build one input shard's sequences (a token store shard's path, or a batch of example
+    records) and save them under ``path``; returns their summary (the recorded one when this
+    stage already finished in the same job)."""
+    out = Path(path)
+    log = StageLog(out.parent)
+    key = content_hash(out.name, doc_base, shard if isinstance(shard, str) else len(shard))
+    done = log.result(out.name, key, outputs=[out])
+    if done is not None:
+        return done  # type: ignore[no-any-return]
+    task = get_task(config.task)
+    if isinstance(shard, str):
+        seqs = task.build_sequences(TokenStore(shard), tokenizer, config)
+    else:
+        try:
+            seqs = task.build_shard(shard, tokenizer, config, context or {})
+        except ValueError as e:  # "example i" counts within the shard: say which records it holds
+            raise ValueError(f"examples {doc_base}..{doc_base + len(shard) - 1} of the file: {e}") from None
+    with atomic_directory(out, overwrite=True) as tmp:
+        np.save(tmp / "offsets.npy", seqs.offsets)
+        np.save(tmp / "example_ids.npy", seqs.example_ids + doc_base)
+        for name, v in seqs.token_fields.items():
+            np.save(tmp / f"token.{name}.npy", v)
+        for name, v in seqs.seq_fields.items():
+            np.save(tmp / f"seq.{name}.npy", v)
+    summary = {
+        "num_sequences": seqs.num_sequences,
+        "num_examples": seqs.num_examples,
+        "dropped": seqs.dropped,
+        "info": seqs.info,
+        "position_fields": list(seqs.position_fields),
+        "token_fields": {k: v.dtype.str for k, v in seqs.token_fields.items()},
+        "seq_fields": {k: v.dtype.str for k, v in seqs.seq_fields.items()},
+    }
+    summary = json.loads(json.dumps(summary))  # as a reused record reads back (key order kept: it orders the columns)
+    log.finish(out.name, key, summary)
+    return summary
+
+
+def sequences_finished(path: str | Path) -> bool:
+    """Whether the sequences stage writing ``path`` has a record (for the job's ``reused`` list)."""
+    p = Path(path)
+    return StageLog(p.parent).path(p.name).is_file() and p.is_dir()
+
+
+def _scattered(path: Path) -> np.ndarray:
+    """A saved array, memory-mapped for scattered reads (no read-ahead or fault-around)."""
+    arr = np.load(path, mmap_mode="r")
+    m = getattr(arr, "_mmap", None)
+    if m is not None and hasattr(mmap, "MADV_RANDOM"):
+        m.madvise(mmap.MADV_RANDOM)
+    return arr
+
+
+def _gather(dirs: list[str], bases: np.ndarray, ids: np.ndarray, dtypes: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """The sequences ``ids`` (global numbers, in this order) read from the saved shards.
+
+    One input shard at a time: its files are mapped, the needed rows copied out and the
+    mapping dropped, so the pages touched never add up over shards.
+    """
+    shard_of = np.searchsorted(bases, ids, side="right") - 1
+    local = ids - bases[shard_of]
+    shards = np.unique(shard_of).tolist()
+    lengths = np.empty(ids.size, dtype=np.int64)
+    starts = np.empty(ids.size, dtype=np.int64)
+    example_ids = np.empty(ids.size, dtype=np.int64)
+    for s in shards:
+        m = shard_of == s
+        off = np.load(Path(dirs[s]) / "offsets.npy", mmap_mode="r")
+        starts[m] = off[local[m]]
+        lengths[m] = off[local[m] + 1] - starts[m]
+        example_ids[m] = np.load(Path(dirs[s]) / "example_ids.npy", mmap_mode="r")[local[m]]
+        del off
+    offsets = offsets_of(lengths)
+    tok = {k: np.empty(int(offsets[-1]), dtype=dt) for k, dt in dtypes["token_fields"].items()}
+    seq_fields: dict[str, np.ndarray] = {}
+    for s in shards:
+        m = shard_of == s
+        dst = concat_ranges(offsets[:-1][m], lengths[m])
+        src = concat_ranges(starts[m], lengths[m])
+        for k in dtypes["token_fields"]:
+            arr = _scattered(Path(dirs[s]) / f"token.{k}.npy")
+            tok[k][dst] = arr[src]
+            del arr
+        for k, dt in dtypes["seq_fields"].items():
+            arr = _scattered(Path(dirs[s]) / f"seq.{k}.npy")
+            if k not in seq_fields:
+                seq_fields[k] = np.empty((ids.size, *arr.shape[1:]), dtype=dt)
+            seq_fields[k][m] = arr[local[m]]
+            del arr
+    return {"offsets": offsets, "example_ids": example_ids, "token_fields": tok, "seq_fields": seq_fields}
+
+
+def packs_stage(
+    path: str, dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray,
+    plan: Any, meta: dict[str, Any], bin_dir: str | None, first_pack: int,
+) -> dict[str, Any]:
+    """Lay out one output shard (packs ``pack_offsets``, sequences ``sequence_index``) and write it;
+    returns its column specs. A part recorded by this job (``meta["work"]``) is reused unless
+    ``.bin`` columns must be filled too."""
+    out = Path(path)
+    rows = pack_offsets.size - 1
+    log = StageLog(meta["work"])
+    name, key = out.name, packs_key(out.name, first_pack, rows)
+    done = log.result(name, key, outputs=[out])
+    if done is not None and bin_dir is None and parquet_rows(out) == rows:
+        return done  # type: ignore[no-any-return]
+    g = _gather(dirs, bases, sequence_index, meta["dtypes"])
+    seqs = Sequences(task=meta["task"], offsets=g["offsets"], example_ids=g["example_ids"],
+                     token_fields=g["token_fields"], seq_fields=g["seq_fields"],
+                     position_fields=tuple(meta["position_fields"]), num_examples=meta["num_examples"])
+    local = Packing(pack_offsets - pack_offsets[0], np.arange(sequence_index.size, dtype=np.int64), seqs.lengths, plan)
+    cols = materialize(seqs, local, max_len=meta["max_len"], max_depth=meta["max_depth"],
+                       position_offset=meta["position_offset"])
+    specs = {k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in cols.items()}
+    if done is None or parquet_rows(out) != rows:
+        with atomic_file(out) as tmp:
+            write_parquet_part(tmp, cols, 0, rows, meta["row_group_packs"], meta["compression"])
+        log.finish(name, key, specs)
+    if bin_dir is not None:
+        for col, v in cols.items():
+            f = Path(bin_dir) / f"{col}.bin"
+            mm = np.memmap(f, dtype=v.dtype, mode="r+", offset=first_pack * v[0].nbytes if rows else 0, shape=v.shape)
+            mm[:] = v
+            mm.flush()
+    return specs
+
+
+def packs_key(name: str, first_pack: int, rows: int) -> str:
+    """The key an output part is recorded under (its name and pack range; the job key covers the rest)."""
+    return content_hash(name, first_pack, rows)
+
+
+def parquet_rows(path: Path) -> int | None:
+    """Rows of a Parquet file from its footer; None when it is missing or damaged (then it is rewritten)."""
+    if not path.is_file():
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    except Exception:  # pyarrow's own error types
+        return None

@@ -1,0 +1,119 @@
+"""The tokenize job: documents encoded into a sharded token store, shard by shard, resumable.
+
+Documents are cut into shards by a character budget (``shard_chars``), in input order, so the
+shards are the same whatever engine or how many workers encode them. Each shard is a stage
+(:mod:`seqpack._stages`) finished atomically in ``.STORE.partial/`` beside the output; a re-run of
+the same job (same inputs, tokenizer and budget) reuses the finished shards and encodes the rest.
+``STORE`` appears only once every shard and ``shards.json`` exist (one rename).
+
+    >>> import tempfile
+    >>> from seqpack.tokenizer import Tokenizer
+    >>> tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    >>> d = tempfile.mkdtemp()
+    >>> s = build_sharded_store(["ab", "cde", "f"], tok, d + "/s", shard_chars=4)
+    >>> [len(x) for x in s.shards], len(s), s[1].tolist()
+    ([2, 1], 3, [99, 100, 101])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from seqpack._atomic import check_output_dir, output_lock, replace_directory
+from seqpack._stages import JOB, StageLog, content_hash, work_dir
+from seqpack.pipeline.engine import LocalEngine
+from seqpack.store.build import build_store
+from seqpack.store.sharded import (
+    DEFAULT_SHARD_CHARS,
+    SHARDS,
+    ShardedTokenStore,
+    shard_name,
+    shards_manifest,
+)
+from seqpack.tokenizer.pretokenize import doc_chunks
+
+if TYPE_CHECKING:
+    from seqpack.pipeline.engine import Engine
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
+
+def _shards_of(documents: Iterable[str], shard_chars: int) -> Iterator[tuple[int, int, list[str], int]]:
+    """(shard index, index of its first document, documents, characters); one empty shard for no input."""
+    i, first = -1, 0
+    for i, chunk in enumerate(doc_chunks(documents, shard_chars)):
+        yield i, first, list(chunk.documents), sum(map(len, chunk.documents))
+        first += len(chunk.documents)
+    if i < 0:
+        yield 0, 0, [], 0
+
+
+def encode_shard(path: str, documents: list[str], tokenizer: Tokenizer, first: int, workers: int | None,
+                 key: str) -> dict[str, Any]:
+    """One stage of :func:`build_sharded_store`: encode ``documents`` into the store ``path``, then record it."""
+    extra = {"first_document": first, "input_documents": len(documents)}
+    meta = json.loads(json.dumps(dict(build_store(documents, tokenizer, path, workers=workers, overwrite=True,
+                                                  extra=extra).meta)))
+    StageLog(Path(path).parent).finish(Path(path).name, key, meta)
+    return meta  # type: ignore[no-any-return]
+
+
+def build_sharded_store(
+    documents: Iterable[str],
+    tokenizer: Tokenizer,
+    out: str | os.PathLike[str],
+    *,
+    shard_chars: int = DEFAULT_SHARD_CHARS,
+    workers: int | None = None,
+    engine: Engine | None = None,
+    overwrite: bool = False,
+    source: str = "",
+) -> ShardedTokenStore:
+    """Encode ``documents`` into a sharded store at ``out``; see the module docstring.
+
+    ``engine`` (default: this process) runs one stage per shard; a shard's documents are
+    held in memory only while it is being encoded (``2 x`` the engine's window at most).
+    """
+    if shard_chars < 1:
+        raise ValueError(f"shard_chars must be >= 1, got {shard_chars}")
+    engine = engine or LocalEngine()
+    out = Path(out)
+    with output_lock(out):
+        check_output_dir(out, overwrite=overwrite)
+        job = {"tokenizer_hash": tokenizer.fingerprint(), "shard_chars": shard_chars, "source": source}
+        work = work_dir(out, job)
+        log = StageLog(work)
+        reused: list[str] = []
+
+        def items() -> Iterator[tuple[Any, ...]]:
+            for i, first, docs, chars in _shards_of(documents, shard_chars):
+                path = work / shard_name(i)
+                key = content_hash(path.name, first, len(docs), chars)
+                done = log.result(path.name, key, outputs=[path])
+                if done is not None:
+                    reused.append(path.name)
+                    yield (_reuse, done)
+                else:
+                    yield (encode_shard, str(path), docs, tokenizer, first, workers, key)
+
+        metas = list(engine.map(_call, ((it,) for it in items())))
+        manifest = shards_manifest(metas, tokenizer, source, shard_chars)
+        log.clear()
+        (work / JOB).unlink()
+        (work / SHARDS).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        replace_directory(work, out)
+    store = ShardedTokenStore(out)
+    store.reused = reused
+    return store
+
+
+def _reuse(meta: dict[str, Any]) -> dict[str, Any]:
+    return meta
+
+
+def _call(item: tuple[Any, ...]) -> Any:
+    fn, *args = item
+    return fn(*args)

@@ -1,0 +1,66 @@
+"""The compiled core's tokenizer API behind one thin class (as tiktoken's ``core.py`` wraps its
+Rust ``CoreBPE``): the rest of ``tokenizer/`` calls :class:`CoreBPE` and never imports
+``seqpack._native`` itself.
+
+    >>> core = CoreBPE(list(range(256)), [(97, 98, 256)])          # one merge: a + b -> 256
+    >>> core.encode("abc")
+    [256, 99]
+    >>> counter = CoreBPE.word_counter([])
+    >>> counter.add_texts(["ab ab"]); len(counter)                  # "ab", " ab"
+    2
+
+Every call releases the GIL (the encoder's batch call spreads over threads inside C++).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from seqpack import _native
+
+
+class CoreBPE:
+    """Byte-level BPE encoding in C++: the GPT-2 pre-tokenizer, merges by rank, special tokens.
+
+    ``byte_ids[b]`` is the id of byte ``b``; ``merges`` are ``(left id, right id, merged id)``
+    in rank order; ``specials`` pairs each special token's bytes with its id.
+    """
+
+    def __init__(self, byte_ids: Sequence[int], merges: Sequence[tuple[int, int, int]],
+                 specials: Sequence[tuple[bytes, int]] = ()) -> None:
+        left = [a for a, _, _ in merges]
+        right = [b for _, b, _ in merges]
+        merged = [ab for _, _, ab in merges]
+        self._enc = _native.Encoder(list(byte_ids), left, right, merged, [s for s, _ in specials],
+                                    [i for _, i in specials])
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of one text (special tokens recognised)."""
+        return self._enc.encode(text)  # type: ignore[no-any-return]
+
+    def encode_batch(self, documents: Sequence[str], threads: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, offsets)`` of many documents, flat (CSR), on ``threads`` threads."""
+        return self._enc.encode_batch(documents, threads)  # type: ignore[no-any-return]
+
+    def bpe_with(self, word: bytes, heap: bool) -> list[int]:
+        """One pre-tokenized word by the heap rule (long words) or the scan rule (tests compare them)."""
+        return self._enc.bpe_with(word, heap)  # type: ignore[no-any-return]
+
+    def clear_cache(self) -> None:
+        """Forget the per-thread word caches (cold-cache measurements)."""
+        self._enc.clear_cache()
+
+    # ---- training ---------------------------------------------------------------------------
+    @staticmethod
+    def word_counter(special_tokens: Sequence[str]) -> Any:
+        """A C++ word counter that splits at ``special_tokens`` and pre-tokenizes
+        (``add_texts``, ``add_bytes``, ``add_arrays``, ``merge``, ``to_arrays``, ``len``)."""
+        return _native.WordCounter([s.encode("utf-8") for s in special_tokens])
+
+    @staticmethod
+    def merge_loop(blob: np.ndarray, offsets: np.ndarray, counts: np.ndarray, num_merges: int) -> Any:
+        """The BPE merge loop over counted words (CS336 byte-order tie-break)."""
+        return _native.merge_loop(blob, offsets, counts, num_merges)
