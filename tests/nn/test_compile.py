@@ -76,8 +76,8 @@ def test_compiled_equals_eager_without_a_recompile_storm(kind: str) -> None:
 def compile_hf_run(kind: str, *, device: str, compiler: str) -> dict[str, Any]:
     """A transformers causal LM compiled and fed through seqpack.nn.hf_adapter.packed_forward."""
     from seqpack.nn.hf_adapter import packed_forward
-    from tests.nn.test_hf import build as hf_build
-    from tests.nn.test_hf import packed_batch
+    from tests.nn.test_hf_adapter import build as hf_build
+    from tests.nn.test_hf_adapter import packed_batch
 
     torch._dynamo.reset()
     graphs, counting = counting_backend(compiler)

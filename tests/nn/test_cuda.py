@@ -111,8 +111,8 @@ def test_cuda_backends_are_registered() -> None:
 @pytest.mark.parametrize("case", range(len(ROWS)))
 def test_hf_adapters_fp32_on_cuda(impl: str, case: int) -> None:
     pytest.importorskip("transformers")
-    from tests.nn.test_hf import KINDS as HF_KINDS
-    from tests.nn.test_hf import check_adapter
+    from tests.nn.test_hf_adapter import KINDS as HF_KINDS
+    from tests.nn.test_hf_adapter import check_adapter
 
     T, rows = ROWS[case]
     for kind in HF_KINDS:

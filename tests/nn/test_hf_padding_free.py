@@ -15,7 +15,7 @@ from seqpack.nn.hf_padding_free import (
     unflatten_slots,
 )
 from tests.nn._packs import packs, segment_rows
-from tests.nn.test_hf import check_adapter
+from tests.nn.test_hf_adapter import check_adapter
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -55,7 +55,7 @@ def test_padding_free_refuses_attention_dropout() -> None:
 @pytest.mark.parametrize("kind", ("GPT2LMHeadModel", "LlamaForCausalLM"))
 def test_padding_free_equals_the_sdpa_model(kind: str) -> None:
     """Same weights, attention through SDPA with seqpack's 4-D mask: the same logits and loss."""
-    from tests.nn.test_hf import build, packed_batch
+    from tests.nn.test_hf_adapter import build, packed_batch
     from tests.nn.test_models import make_batch
 
     register_varlen_attention()
@@ -71,7 +71,7 @@ def test_flex_attention_forward_on_cpu() -> None:
     """``flex_attention`` takes the same path as sdpa (no 4-D mask; transformers builds a block mask
     from ``position_ids``). On CPU flex has no backward, so logits only. Llama only: GPT-2 has no flex."""
     from tests.nn._packs import spans
-    from tests.nn.test_hf import build, hf_alone, packed_batch
+    from tests.nn.test_hf_adapter import build, hf_alone, packed_batch
     from tests.nn.test_models import alone, make_batch
 
     rows = [[5, 7], [16]]
@@ -91,7 +91,7 @@ def test_flash_attention_equals_the_reference_on_gpu(impl: str) -> None:
     logits of seqpack's varlen reference (per-sequence SDPA) within bf16 rounding."""
     import importlib.util
 
-    from tests.nn.test_hf import build, packed_batch
+    from tests.nn.test_hf_adapter import build, packed_batch
     from tests.nn.test_models import make_batch
 
     if importlib.util.find_spec("flash_attn" if impl == "flash_attention_2" else "flash_attn_interface") is None:

@@ -14,7 +14,7 @@ Every call releases the GIL (the encoder's batch call spreads over threads insid
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,15 @@ class CoreBPE:
 
     ``byte_ids[b]`` is the id of byte ``b``; ``merges`` are ``(left id, right id, merged id)``
     in rank order; ``specials`` pairs each special token's bytes with its id.
+
+    The hot calls are the C++ methods themselves (bound in ``__init__``: no Python frame per call):
+
+    - ``encode(text) -> list[int]``: ids of one text (special tokens recognised);
+    - ``encode_batch(documents, threads) -> (ids, offsets)``: many documents, flat (CSR), on ``threads``.
     """
+
+    encode: Callable[[str], list[int]]
+    encode_batch: Callable[[Sequence[str], int], tuple[np.ndarray, np.ndarray]]
 
     def __init__(self, byte_ids: Sequence[int], merges: Sequence[tuple[int, int, int]],
                  specials: Sequence[tuple[bytes, int]] = ()) -> None:
@@ -36,14 +44,8 @@ class CoreBPE:
         merged = [ab for _, _, ab in merges]
         self._enc = _native.Encoder(list(byte_ids), left, right, merged, [s for s, _ in specials],
                                     [i for _, i in specials])
-
-    def encode(self, text: str) -> list[int]:
-        """Ids of one text (special tokens recognised)."""
-        return self._enc.encode(text)  # type: ignore[no-any-return]
-
-    def encode_batch(self, documents: Sequence[str], threads: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, offsets)`` of many documents, flat (CSR), on ``threads`` threads."""
-        return self._enc.encode_batch(documents, threads)  # type: ignore[no-any-return]
+        self.encode = self._enc.encode
+        self.encode_batch = self._enc.encode_batch
 
     def bpe_with(self, word: bytes, heap: bool) -> list[int]:
         """One pre-tokenized word by the heap rule (long words) or the scan rule (tests compare them)."""
