@@ -1,10 +1,11 @@
 """Resumable work, one mechanism for every job: each finished stage is recorded with the key of its inputs.
 
-A stage's record is ``{"key": KEY, "result": RESULT}`` in one small JSON file, written atomically
-once the stage's outputs are complete. A later run reuses the stage only when the record holds
-the key that run computes (and the stage's outputs still exist); any other record is ignored and
-the stage runs again. Keys are content hashes (:func:`content_hash`) of what the stage's bytes
-depend on. Three jobs use it:
+A stage's record is ``{"key": KEY, "result": RESULT, "files": {FILE: SHA-256}}`` in one small
+JSON file, written atomically once the stage's outputs are complete. A later run reuses the stage
+only when the record holds the key that run computes (a content hash, :func:`content_hash`, of
+everything the stage's bytes depend on: the inputs' fingerprints, the tokenizer's, the options)
+and every file it recorded still has its checksum; otherwise the stage runs again, and
+:meth:`StageLog.check` says why (``"inputs changed"``, ``"output changed"``). Three jobs use it:
 
 - ``seqpack tokenize`` (:func:`seqpack.pipeline.tokenize.build_sharded_store`): a stage per shard;
 - ``seqpack pack`` (:mod:`seqpack.pipeline.job`): a stage per input shard, then per output shard;
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -58,6 +60,21 @@ def corpus_hash(docs: Iterable[str]) -> str:
         h.update(d.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()
+
+
+def file_sha256(path: str | Path, *, chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file's bytes, read a chunk at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_fingerprint(path: str | Path) -> list[Any]:
+    """``[size, mtime_ns]`` of a file: what changes whenever it is rewritten (cheap; see :func:`file_sha256`)."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns]
 
 
 def partial_dir(out: Path) -> Path:
@@ -94,20 +111,45 @@ class StageLog:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         return self.directory / f"{safe}{SUFFIX}"
 
-    def result(self, name: str, key: str, *, outputs: Sequence[str | Path] = ()) -> Any | None:
-        """The recorded result of ``name`` when it was made with ``key`` and its outputs exist; else None."""
+    def check(self, name: str, key: str, *, outputs: Sequence[str | Path] = ()) -> tuple[Any | None, str | None]:
+        """``(result, None)`` when ``name`` finished with ``key`` and its recorded files are intact;
+        ``(None, reason)`` otherwise: ``None`` (never finished), ``"inputs changed"`` (another key)
+        or ``"output changed"`` (a recorded file missing or altered)."""
         try:
             rec = json.loads(self.path(name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return None
-        if not isinstance(rec, dict) or rec.get("key") != key or not all(Path(o).exists() for o in outputs):
-            return None
-        return rec.get("result")
+            return None, None
+        if not isinstance(rec, dict) or "key" not in rec:
+            return None, "output changed"
+        if rec["key"] != key:
+            return None, "inputs changed"
+        if not all(Path(o).exists() for o in outputs):
+            return None, "output changed"
+        for rel, digest in rec.get("files", {}).items():
+            f = self.directory / rel
+            try:
+                if file_sha256(f) != digest:
+                    return None, "output changed"
+            except OSError:
+                return None, "output changed"
+        return rec.get("result"), None
 
-    def finish(self, name: str, key: str, result: Any) -> None:
-        """Record ``name`` as finished with ``key`` (call once its outputs are complete)."""
+    def result(self, name: str, key: str, *, outputs: Sequence[str | Path] = ()) -> Any | None:
+        """The recorded result of ``name`` when it was made with ``key`` and its outputs are intact; else None."""
+        return self.check(name, key, outputs=outputs)[0]
+
+    def finish(self, name: str, key: str, result: Any, *, files: Iterable[str | Path] = ()) -> None:
+        """Record ``name`` as finished with ``key`` (call once its outputs are complete); ``files``
+        (files, or directories: every file under them) are checksummed, and verified before any reuse."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(self.path(name), json.dumps({"key": key, "result": result}, default=str))
+        sums = {}
+        for f in files:
+            p = Path(f)
+            for q in sorted(p.rglob("*")) if p.is_dir() else [p]:
+                if q.is_file():
+                    sums[Path(os.path.relpath(q, self.directory)).as_posix()] = file_sha256(q)
+        rec = {"key": key, "result": result, "files": sums}
+        write_text_atomic(self.path(name), json.dumps(rec, default=str))
 
     def forget(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)
@@ -118,10 +160,11 @@ class StageLog:
             p.unlink()
 
     def run(self, name: str, key: str, fn: Callable[[], Any], *, outputs: Sequence[str | Path] = ()) -> tuple[Any, bool]:
-        """``(result, reused)``: the recorded result for ``key``, or ``fn()`` run and recorded."""
+        """``(result, reused)``: the recorded result for ``key``, or ``fn()`` run and recorded
+        (with checksums of ``outputs``)."""
         done = self.result(name, key, outputs=outputs)
         if done is not None:
             return done, True
         result = fn()
-        self.finish(name, key, result)
+        self.finish(name, key, result, files=outputs)
         return result, False

@@ -116,5 +116,7 @@ def run(args: argparse.Namespace) -> int:
             f"{m['num_packs']:,} packs of {m['max_len']} (efficiency {m['efficiency']:.2%}, "
             f"{m['packing_factor']:.2f} sequences/pack, dropped: {dropped}) -> {args.out}"
             + (f" (reused {len(m['reused'])} finished part(s))" if m.get("reused") else "")
+            + (f" (rebuilt {len(m['redone'])} part(s) a killed run left whose input or files changed: "
+               + ", ".join(f"{k} ({v})" for k, v in m["redone"].items()) + ")" if m.get("redone") else "")
         )
     return 0

@@ -68,9 +68,12 @@ def run(args: argparse.Namespace) -> int:
         engine.close()
     m = store.meta
     if args.json:
-        print(json.dumps({**m, "reused": store.reused}, sort_keys=True))
+        print(json.dumps({**m, "reused": store.reused, "redone": store.redone}, sort_keys=True))
     else:
         reused = f"; reused {len(store.reused)} finished shard(s): {', '.join(store.reused)}" if store.reused else ""
+        if store.redone:
+            reused += (f"; re-encoded {len(store.redone)} shard(s) a killed run left whose input or files changed: "
+                       + ", ".join(f"{k} ({v})" for k, v in store.redone.items()))
         mb_s = m["input_bytes"] / 1e6 / max(m["encode_seconds"], 1e-9)
         print(
             f"{m['num_documents']:,} documents ({m['empty_documents']:,} empty, dropped), "

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqpack._atomic import check_output_dir, output_lock, replace_directory
-from seqpack._stages import StageLog, work_dir
+from seqpack._stages import StageLog, content_hash, work_dir
 from seqpack.corpus.readers import require_file
 from seqpack.corpus.records import iter_records
 from seqpack.data.format import (
@@ -48,13 +48,7 @@ from seqpack.packing import pack_lengths
 from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline.in_memory import manifest_extra
-from seqpack.pipeline.stages import (
-    packs_key,
-    packs_stage,
-    parquet_rows,
-    sequences_finished,
-    sequences_stage,
-)
+from seqpack.pipeline.stages import input_identity, packs_key, packs_stage, sequences_key, sequences_stage
 from seqpack.tasks import get_task
 
 if TYPE_CHECKING:
@@ -115,21 +109,31 @@ def run_job(
                **{k: v for k, v in dataclasses.asdict(output).items() if k != "overwrite"},
                "shard_packs": output.parts(max_len=config.max_len)}
         work = work_dir(out, job)
+        log = StageLog(work)
         dirs: list[str] = []
+        keys: list[str] = []
         reused: list[str] = []
+        redone: dict[str, str] = {}
 
         def items() -> Iterator[tuple[Any, ...]]:
             for i, (src, base, context) in enumerate(inputs):
                 d = work / f"sequences-{i:05d}"
+                cfg = dataclasses.replace(config, seed=config.seed + i)
+                key = sequences_key(d.name, base, input_identity(src), cfg, tokenizer)
                 dirs.append(str(d))
-                if sequences_finished(d):
+                keys.append(key)
+                done, why = log.check(d.name, key, outputs=[d])
+                if done is not None:
                     reused.append(d.name)
-                yield src, tokenizer, dataclasses.replace(config, seed=config.seed + i), base, str(d), context
+                elif why:
+                    redone[d.name] = why
+                yield src, tokenizer, cfg, base, str(d), context, key
 
         summaries = list(engine.map(sequences_stage, items()))
         packing, meta = _plan(dirs, summaries, config, output, work)
+        meta["inputs_key"] = content_hash(*keys)
         final = work / "dataset"
-        files, bounds, columns = _write_packs(final, dirs, packing, meta, output, engine, reused)
+        files, bounds, columns = _write_packs(final, dirs, packing, meta, output, engine, reused, redone)
         extra = {
             "position_offset": config.position_offset, "seed": config.seed, "algorithm": config.algorithm,
             **manifest_extra(config, tokenizer, num_examples=meta["num_examples"], dropped=_sum_dropped(summaries),
@@ -139,6 +143,7 @@ def run_job(
         replace_directory(final, out)
         shutil.rmtree(work)
     manifest["reused"] = reused
+    manifest["redone"] = redone  # stages a previous run left, rebuilt: {name: "inputs changed" | "output changed"}
     return manifest
 
 
@@ -162,7 +167,7 @@ def _plan(
 
 def _write_packs(
     final: Path, dirs: list[str], packing: Any, meta: dict[str, Any], output: OutputOptions, engine: Engine,
-    reused: list[str],
+    reused: list[str], redone: dict[str, str],
 ) -> tuple[list[str], list[tuple[int, int]], dict[str, Any]]:
     """Step 3: every output shard laid out and written; returns files, pack ranges, column specs."""
     (final / "data").mkdir(parents=True, exist_ok=True)
@@ -170,15 +175,22 @@ def _write_packs(
     bounds = [(lo, min(P, lo + step)) for lo in range(0, P, step)]
     files = [f"data/part-{k:05d}.parquet" for k in range(len(bounds))]
     log = StageLog(meta["work"])
-    reused += [f for f, (lo, hi) in zip(files, bounds)
-               if log.result(Path(f).name, packs_key(Path(f).name, lo, hi - lo)) is not None
-               and parquet_rows(final / f) == hi - lo]
+    poff, order = packing.pack_offsets, packing.sequence_index
+    for f, (lo, hi) in zip(files, bounds):
+        done, why = log.check(Path(f).name, packs_key(Path(f).name, lo, order[poff[lo] : poff[hi]], meta),
+                              outputs=[final / f])
+        if done is not None:
+            reused.append(f)
+        elif why:
+            redone[f] = why
+    for stale in (final / "data").glob(".*.tmp-*"):  # a write a killed run left half done
+        stale.unlink()
     bin_dir = None
     if output.export_bin:
         bin_dir = final / "bin"
         shutil.rmtree(bin_dir, ignore_errors=True)
         bin_dir.mkdir()
-    poff, order, bases = packing.pack_offsets, packing.sequence_index, meta["bases"]
+    bases = meta["bases"]
     items = [(str(final / f), dirs, bases, poff[lo : hi + 1], order[poff[lo] : poff[hi]], packing.plan, meta,
               str(bin_dir) if bin_dir else None, lo) for f, (lo, hi) in zip(files, bounds)]
     if bin_dir is not None:  # the .bin files at full size first; each stage fills its rows

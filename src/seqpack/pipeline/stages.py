@@ -13,6 +13,7 @@ re-run of the same job reuses it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqpack._atomic import atomic_directory, atomic_file
-from seqpack._stages import StageLog, content_hash
+from seqpack._stages import StageLog, content_hash, file_fingerprint, file_sha256
 from seqpack.data.format import write_parquet_part
 from seqpack.data.layout import materialize
 from seqpack.data.sequences import Sequences, concat_ranges, offsets_of
@@ -36,14 +37,13 @@ if TYPE_CHECKING:
 
 def sequences_stage(
     shard: str | list[dict[str, Any]], tokenizer: Tokenizer, config: PackConfig, doc_base: int, path: str,
-    context: dict[str, Any] | None = None,
+    context: dict[str, Any] | None = None, key: str = "",
 ) -> dict[str, Any]:
     """Build one input shard's sequences (a token store shard's path, or a batch of example
     records) and save them under ``path``; returns their summary (the recorded one when this
-    stage already finished in the same job)."""
+    stage already finished with the same ``key``, :func:`sequences_key`, and intact files)."""
     out = Path(path)
     log = StageLog(out.parent)
-    key = content_hash(out.name, doc_base, shard if isinstance(shard, str) else len(shard))
     done = log.result(out.name, key, outputs=[out])
     if done is not None:
         return done  # type: ignore[no-any-return]
@@ -72,14 +72,23 @@ def sequences_stage(
         "seq_fields": {k: v.dtype.str for k, v in seqs.seq_fields.items()},
     }
     summary = json.loads(json.dumps(summary))  # as a reused record reads back (key order kept: it orders the columns)
-    log.finish(out.name, key, summary)
+    log.finish(out.name, key, summary, files=[out])
     return summary
 
 
-def sequences_finished(path: str | Path) -> bool:
-    """Whether the sequences stage writing ``path`` has a record (for the job's ``reused`` list)."""
-    p = Path(path)
-    return StageLog(p.parent).path(p.name).is_file() and p.is_dir()
+def input_identity(shard: str | list[dict[str, Any]]) -> Any:
+    """What an input shard's sequences depend on, cheaply: a store shard's files (size and mtime
+    of its token files; the content of its ``meta.json``), or a hash of the example records."""
+    if isinstance(shard, str):
+        d = Path(shard)
+        return {"files": {f: file_fingerprint(d / f) for f in ("tokens.bin", "offsets.idx", "meta.json")},
+                "meta": file_sha256(d / "meta.json")}
+    return content_hash(*shard)
+
+
+def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, tokenizer: Tokenizer) -> str:
+    """The key a sequences stage is recorded under: its inputs' identity and everything that changes its bytes."""
+    return content_hash(name, doc_base, identity, config.to_dict(), tokenizer.fingerprint())
 
 
 def _scattered(path: Path) -> np.ndarray:
@@ -140,9 +149,9 @@ def packs_stage(
     out = Path(path)
     rows = pack_offsets.size - 1
     log = StageLog(meta["work"])
-    name, key = out.name, packs_key(out.name, first_pack, rows)
+    name, key = out.name, packs_key(out.name, first_pack, sequence_index, meta)
     done = log.result(name, key, outputs=[out])
-    if done is not None and bin_dir is None and parquet_rows(out) == rows:
+    if done is not None and bin_dir is None:
         return done  # type: ignore[no-any-return]
     g = _gather(dirs, bases, sequence_index, meta["dtypes"])
     seqs = Sequences(task=meta["task"], offsets=g["offsets"], example_ids=g["example_ids"],
@@ -152,10 +161,10 @@ def packs_stage(
     cols = materialize(seqs, local, max_len=meta["max_len"], max_depth=meta["max_depth"],
                        position_offset=meta["position_offset"])
     specs = {k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in cols.items()}
-    if done is None or parquet_rows(out) != rows:
+    if done is None:
         with atomic_file(out) as tmp:
             write_parquet_part(tmp, cols, 0, rows, meta["row_group_packs"], meta["compression"])
-        log.finish(name, key, specs)
+        log.finish(name, key, specs, files=[out])
     if bin_dir is not None:
         for col, v in cols.items():
             f = Path(bin_dir) / f"{col}.bin"
@@ -165,18 +174,9 @@ def packs_stage(
     return specs
 
 
-def packs_key(name: str, first_pack: int, rows: int) -> str:
-    """The key an output part is recorded under (its name and pack range; the job key covers the rest)."""
-    return content_hash(name, first_pack, rows)
-
-
-def parquet_rows(path: Path) -> int | None:
-    """Rows of a Parquet file from its footer; None when it is missing or damaged (then it is rewritten)."""
-    if not path.is_file():
-        return None
-    try:
-        import pyarrow.parquet as pq
-
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    except Exception:  # pyarrow's own error types
-        return None
+def packs_key(name: str, first_pack: int, sequence_index: np.ndarray, meta: dict[str, Any]) -> str:
+    """The key an output part is recorded under: its packs, the sequences they hold (by number,
+    and the keys of the stages that built them) and how it is written."""
+    layout = {k: meta[k] for k in ("max_len", "max_depth", "position_offset", "compression", "row_group_packs")}
+    digest = hashlib.sha256(np.ascontiguousarray(sequence_index, dtype=np.int64).tobytes()).hexdigest()
+    return content_hash(name, first_pack, digest, meta["inputs_key"], layout)

@@ -3,7 +3,8 @@
 Documents are cut into shards by a character budget (``shard_chars``), in input order, so the
 shards are the same whatever engine or how many workers encode them. Each shard is a stage
 (:mod:`seqpack._stages`) finished atomically in ``.STORE.partial/`` beside the output; a re-run of
-the same job (same inputs, tokenizer and budget) reuses the finished shards and encodes the rest.
+the same job (same tokenizer and budget) reuses each finished shard whose documents hash the same
+and whose files are intact, and encodes the rest (``store.redone`` says which, and why).
 ``STORE`` appears only once every shard and ``shards.json`` exist (one rename).
 
     >>> import tempfile
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack._atomic import check_output_dir, output_lock, replace_directory
-from seqpack._stages import JOB, StageLog, content_hash, work_dir
+from seqpack._stages import JOB, StageLog, content_hash, corpus_hash, work_dir
 from seqpack.pipeline.engine import LocalEngine
 from seqpack.store.build import build_store
 from seqpack.store.sharded import (
@@ -57,7 +58,7 @@ def encode_shard(path: str, documents: list[str], tokenizer: Tokenizer, first: i
     extra = {"first_document": first, "input_documents": len(documents)}
     meta = json.loads(json.dumps(dict(build_store(documents, tokenizer, path, workers=workers, overwrite=True,
                                                   extra=extra).meta)))
-    StageLog(Path(path).parent).finish(Path(path).name, key, meta)
+    StageLog(Path(path).parent).finish(Path(path).name, key, meta, files=[path])
     return meta  # type: ignore[no-any-return]
 
 
@@ -87,16 +88,19 @@ def build_sharded_store(
         work = work_dir(out, job)
         log = StageLog(work)
         reused: list[str] = []
+        redone: dict[str, str] = {}
 
         def items() -> Iterator[tuple[Any, ...]]:
             for i, first, docs, chars in _shards_of(documents, shard_chars):
                 path = work / shard_name(i)
-                key = content_hash(path.name, first, len(docs), chars)
-                done = log.result(path.name, key, outputs=[path])
+                key = content_hash(path.name, first, len(docs), chars, corpus_hash(docs))  # the documents' content
+                done, why = log.check(path.name, key, outputs=[path])
                 if done is not None:
                     reused.append(path.name)
                     yield (_reuse, done)
                 else:
+                    if why:
+                        redone[path.name] = why
                     yield (encode_shard, str(path), docs, tokenizer, first, workers, key)
 
         metas = list(engine.map(_call, ((it,) for it in items())))
@@ -107,6 +111,7 @@ def build_sharded_store(
         replace_directory(work, out)
     store = ShardedTokenStore(out)
     store.reused = reused
+    store.redone = redone
     return store
 
 

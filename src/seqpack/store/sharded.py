@@ -82,7 +82,8 @@ class ShardedTokenStore(StoreMeta):
             if len(s) != spec["num_documents"] or s.num_tokens != spec["num_tokens"]:
                 raise ValueError(f"{s.path}: does not match {self.path / SHARDS} (corrupt or replaced shard)")
         self.document_bases = np.concatenate([[0], np.cumsum([len(s) for s in self.shards])]).astype(np.int64)
-        self.reused: list[str] = []
+        self.reused: list[str] = []  # shards a resumed job took from its work directory
+        self.redone: dict[str, str] = {}  # shards it found there but rebuilt: {name: why}
 
     def __len__(self) -> int:
         return int(self.document_bases[-1])
