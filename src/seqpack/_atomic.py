@@ -17,14 +17,46 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
-def check_output_dir(path: str | os.PathLike[str], *, overwrite: bool) -> Path:
-    """Refuse an existing non-empty ``path`` unless ``overwrite``."""
+def check_not_input(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None]) -> None:
+    """Refuse an output that is, contains or lies inside one of ``inputs``, or holds the working
+    directory (links resolved): writing it would change or delete what the command reads.
+
+    >>> check_not_input("data/packed", ["data/store"])
+    >>> check_not_input("data/store", ["data/store/shard-00000"])
+    Traceback (most recent call last):
+    ...
+    ValueError: --out data/store contains the input data/store/shard-00000; pick an output outside every input
+    """
+    out = Path(os.path.realpath(path))
+    for item in inputs:
+        if item is None or str(item) in ("", "-"):
+            continue
+        inp = Path(os.path.realpath(item))
+        if out == inp:
+            what = "is"
+        elif out in inp.parents:
+            what = "contains"
+        elif inp in out.parents:
+            what = "lies inside"
+        else:
+            continue
+        raise ValueError(f"--out {path} {what} the input {item}; pick an output outside every input")
+    cwd = Path(os.path.realpath(os.getcwd()))
+    if out == cwd or out in cwd.parents:
+        raise ValueError(f"--out {path} holds the working directory; pick an output directory beside it")
+
+
+def check_output_dir(path: str | os.PathLike[str], *, overwrite: bool,
+                     inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
+    """Refuse an existing non-empty ``path`` unless ``overwrite``, and any ``path`` that
+    :func:`check_not_input` refuses (``inputs``: what the command reads)."""
+    check_not_input(path, inputs)
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out}: exists and is not a directory")

@@ -88,6 +88,7 @@ SUMMARY_KEYS = ("task", "max_len", "max_depth", "num_packs", "num_sequences", "n
 
 
 def run(args: argparse.Namespace) -> int:
+    from seqpack._atomic import check_output_dir
     from seqpack.pipeline import PackConfig, build_packed_dataset
     from seqpack.pipeline.config import COMMON
     from seqpack.tokenizer import open_tokenizer
@@ -95,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     options = {k: v for k, v in vars(args).items() if k not in COMMON and k in task_option_fields()}
     cfg = PackConfig.for_task(args.task, max_len=args.max_len, algorithm=args.algorithm, max_depth=args.max_depth,
                               seed=args.seed, position_offset=args.position_offset, **options)
+    check_output_dir(args.out, overwrite=args.overwrite,
+                     inputs=[args.source, args.tokenizer, getattr(args, "chat_template", None)])
     tok = open_tokenizer(args.tokenizer)
     engine = engine_from_args(args)
     try:

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.shard_mb <= 0:
         raise ValueError(f"--shard-mb must be > 0, got {args.shard_mb}")
     tok = open_tokenizer(args.tokenizer)
-    check_output_dir(args.out, overwrite=args.overwrite)
+    check_output_dir(args.out, overwrite=args.overwrite, inputs=[*args.inputs, args.tokenizer])
     for path in args.inputs:  # every input checked before anything is written
         require_file(path)
     if args.inputs:

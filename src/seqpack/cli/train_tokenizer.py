@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         vocab_size=args.vocab_size, special_tokens=specials, workers=args.workers,
         errors=args.errors, progress=not args.json,
     )
-    check_output_dir(args.out, overwrite=args.overwrite)
+    check_output_dir(args.out, overwrite=args.overwrite, inputs=args.inputs)
     result = train_bpe_inputs(args.inputs, config=config, text_field=args.text_field)
     tok = Tokenizer(result.vocab, result.merges, list(result.special_tokens))
     tok.save(args.out, overwrite=args.overwrite)

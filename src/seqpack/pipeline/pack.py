@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seqpack._atomic import check_output_dir
+from seqpack._atomic import check_not_input, check_output_dir
 from seqpack.data.format import write_packed
 from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.in_memory import pack_task
@@ -54,6 +54,8 @@ def build_packed_dataset(
     """
     output = OutputOptions(overwrite=overwrite, export_bin=export_bin, compression=compression, shard_packs=shard_packs)
     task = get_task(config.task)
+    source_path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "path", None)
+    check_not_input(out, [source_path])  # --out must not replace or sit inside what it reads
     sharded = isinstance(source, ShardedTokenStore) or (
         isinstance(source, (str, os.PathLike)) and (Path(source) / SHARDS).is_file())
     if not task.reads_store and isinstance(source, (str, os.PathLike)):

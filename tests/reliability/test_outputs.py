@@ -1,0 +1,85 @@
+"""No command changes its inputs: an ``--out`` that is, contains or lies inside an input (or holds the
+working directory) is refused in one line, exit 2, before any work; the inputs' bytes are unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import EOT, run
+
+
+def tree_hash(*paths: Path) -> str:
+    """SHA-256 over every file's relative name and bytes (what must not change)."""
+    h = hashlib.sha256()
+    for root in paths:
+        files = sorted(root.rglob("*")) if root.is_dir() else [root]
+        for f in files:
+            if f.is_file():
+                h.update(str(f.relative_to(root.parent)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture
+def made(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> dict[str, Path]:
+    d = tmp_path / "dir"
+    d.mkdir()
+    corpus = d / "corpus.txt"
+    corpus.write_text(("the quick brown fox jumps over the lazy dog. " * 20 + EOT) * 6, encoding="utf-8")
+    tok, store = tmp_path / "tok", tmp_path / "store"
+    assert run(capsys, "train-tokenizer", str(corpus), "--vocab-size", "270", "--out", str(tok), "--workers", "1")[0] == 0
+    assert run(capsys, "tokenize", str(corpus), "--tokenizer", str(tok), "--out", str(store))[0] == 0
+    return {"dir": d, "corpus": corpus, "tok": tok, "store": store}
+
+
+CASES = {
+    "pack onto its store": lambda m: ["pack", str(m["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
+                                      str(m["tok"]), "--out", str(m["store"]), "--overwrite"],
+    "pack inside its store": lambda m: ["pack", str(m["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
+                                        str(m["tok"]), "--out", str(m["store"] / "packed")],
+    "pack onto its tokenizer": lambda m: ["pack", str(m["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
+                                          str(m["tok"]), "--out", str(m["tok"]), "--overwrite"],
+    "tokenize into its corpus's directory": lambda m: ["tokenize", str(m["corpus"]), "--tokenizer", str(m["tok"]),
+                                                       "--out", str(m["dir"]), "--overwrite"],
+    "tokenize onto its tokenizer": lambda m: ["tokenize", str(m["corpus"]), "--tokenizer", str(m["tok"]),
+                                              "--out", str(m["tok"]), "--overwrite"],
+    "train-tokenizer into its corpus's directory": lambda m: ["train-tokenizer", str(m["corpus"]), "--vocab-size", "270",
+                                                              "--out", str(m["dir"]), "--overwrite"],
+    "train-tokenizer onto its corpus": lambda m: ["train-tokenizer", str(m["corpus"]), "--vocab-size", "270",
+                                                  "--out", str(m["corpus"]), "--overwrite"],
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_an_output_over_an_input_is_refused_and_the_inputs_stay(
+    case: str, made: dict[str, Path], capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = tree_hash(made["dir"], made["tok"], made["store"])
+    code, _, err = run(capsys, *CASES[case](made))
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "the input" in err and "pick an output outside every input" in err
+    assert tree_hash(made["dir"], made["tok"], made["store"]) == before
+    leftovers = [p.name for p in made["dir"].parent.iterdir() if p.name.startswith(".")]
+    assert leftovers == []  # no .partial, .lock, .tmp-* or .old-* left anywhere
+
+
+def test_out_dot_is_refused(made: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    work = made["dir"].parent / "work"
+    work.mkdir()
+    (work / "keep.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    code, _, err = run(capsys, "tokenize", str(made["corpus"]), "--tokenizer", str(made["tok"]), "--out", ".", "--overwrite")
+    assert code == 2 and "holds the working directory" in err
+    assert sorted(os.listdir(work)) == ["keep.txt"] and sorted(p.name for p in work.parent.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_link_to_an_input_is_the_input(made: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    link = made["dir"].parent / "alias"
+    link.symlink_to(made["store"], target_is_directory=True)
+    before = tree_hash(made["store"])
+    code, _, err = run(capsys, "pack", str(made["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
+                       str(made["tok"]), "--out", str(link), "--overwrite")
+    assert code == 2 and "is the input" in err and tree_hash(made["store"]) == before
