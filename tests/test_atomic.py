@@ -53,3 +53,13 @@ def test_a_second_job_on_the_same_output_refuses(tmp_path):
             (tmp / "x").write_text("1")
     assert (out / "x").read_text() == "1"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # lock file removed
+
+
+def test_atomic_files_get_the_mode_open_gives(tmp_path):
+    from seqpack._atomic import FILE_MODE, atomic_file
+
+    with atomic_file(tmp_path / "f") as tmp:
+        tmp.write_text("x")
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    assert (tmp_path / "f").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == FILE_MODE

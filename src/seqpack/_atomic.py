@@ -65,6 +65,15 @@ def check_output_dir(path: str | os.PathLike[str], *, overwrite: bool,
     return out
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # reading the umask sets it: put it back at once (at import, before any thread)
+    os.umask(mask)
+    return mask
+
+
+#: mode of written files, as open() would give them (mkstemp makes them 0600)
+FILE_MODE = 0o666 & ~_umask()
+
 _HELD: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth): a job may nest its own writes
 
 
@@ -161,6 +170,7 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, out)
     except BaseException:
         tmp.unlink(missing_ok=True)

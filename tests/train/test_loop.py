@@ -126,8 +126,10 @@ def test_sigint_checkpoint_and_resume_is_identical(datasets, tmp_path):
     cut = tmp_path / "cut"
     with pytest.raises(KeyboardInterrupt, match="interrupted at step 3"):
         train(cfg(datasets["mlm"], cut, steps=6, eval_every=2), on_step=interrupt)
-    assert torch.load(cut / "checkpoint.pt", weights_only=False)["state"]["step"] == 3
+    partial = tmp_path / ".cut.partial"  # an unfinished run is written aside, never at RUN
+    assert not cut.exists() and torch.load(partial / "checkpoint.pt", weights_only=False)["state"]["step"] == 3
     train(cfg(datasets["mlm"], cut, steps=6, eval_every=2), resume=True)
+    assert not partial.exists() and (cut / "summary.json").is_file()
     pw, pc = params(whole), params(cut)
     assert all(torch.equal(pw[k], pc[k]) for k in pw)
     assert untimed(read_metrics(whole)) == untimed(read_metrics(cut))
@@ -157,7 +159,7 @@ def test_cli_train_and_bad_input(datasets, tmp_path, capsys):
     cases = [
         (["train", "--data", str(tmp_path), "--out", str(tmp_path / "x"), "--quiet"], "packed dataset"),
         ([*base[:4], str(tmp_path / "fresh"), *base[5:], "--resume"], "no checkpoint"),
-        ([*base, "--resume", "--size", "small"], "another model config"),
+        ([*base, "--resume", "--size", "small"], "is a finished run"),  # nothing to resume: the run is done
         ([*base, "--overwrite", "--max-position", "32"], "need 64 positions"),
         (base, "already holds a run"),
         ([*base[:2], str(datasets["clm"]), *base[3:], "--model", "bert", "--overwrite"], "use --model gpt"),

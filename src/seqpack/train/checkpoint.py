@@ -21,6 +21,7 @@ KIND = "seqpack.checkpoint"
 FORMAT_VERSION = 1
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
 # options that may change between a run and its resumption without changing its result
 FREE_OPTIONS = ("out", "data", "progress", "threads", "eval_every", "evals", "eval_batch_size", "checkpoint_every")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shutil
 import signal
 import threading
 import time
@@ -25,11 +26,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from seqpack._atomic import (
+    check_not_input,
+    output_lock,
+    replace_directory,
+    write_text_atomic,
+)
+from seqpack._stages import partial_dir
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.optim import Lamb, adjust_betas
 from seqpack.train.checkpoint import (
     CHECKPOINT,
     METRICS,
+    SUMMARY,
     MetricsLog,
     data_identity,
     load_checkpoint,
@@ -120,19 +129,45 @@ def train(
         torch.set_num_threads(cfg.threads)
     data = TrainData(cfg.data, padded=cfg.padded, by_pack=cfg.match == "packs", eval_fraction=cfg.eval_fraction)
     world = init_world()
-    try:
-        return _Run(cfg, data, world, resume=resume, overwrite=overwrite).run(on_step)
+    try:  # one writer per run directory: rank 0 holds its lock for the whole run
+        with output_lock(cfg.out) if world.main else contextlib.nullcontext():
+            return _Run(cfg, data, world, resume=resume, overwrite=overwrite).run(on_step)
     finally:
         close_world(world)
+
+
+def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool, main: bool) -> Path:
+    """Where this run writes: ``.RUN.partial/`` beside ``RUN`` (renamed to ``RUN`` when the run
+    finishes, so a failed run never mixes with a finished one), or, resuming, wherever the
+    unfinished run's checkpoint is."""
+    final = Path(cfg.out)
+    partial = partial_dir(final)
+    if resume:
+        if (partial / CHECKPOINT).is_file():
+            return partial
+        if (final / SUMMARY).is_file():
+            raise ValueError(f"{final} is a finished run ({SUMMARY} written); nothing to resume. "
+                             "Pass --overwrite to train it again, or a new --out")
+        return final  # a run from before runs were written aside, or nothing (load_checkpoint says so)
+    check_not_input(final, [cfg.data, cfg.hf_model])
+    if not overwrite:
+        if (final / CHECKPOINT).exists() or (final / SUMMARY).exists():
+            raise ValueError(f"{final} already holds a run; pass --resume to continue it, --overwrite to start again")
+        if (partial / CHECKPOINT).exists():
+            raise ValueError(f"{final}: an unfinished run is in {partial}; pass --resume to continue it, "
+                             "--overwrite to start again")
+    if main:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    return partial
 
 
 class _Run:
     def __init__(self, cfg: TrainConfig, data: TrainData, world: World, *, resume: bool, overwrite: bool) -> None:
         self.cfg, self.data, self.world = cfg, data, world
         self.task = data.task
-        self.run_dir = Path(cfg.out)
-        if not resume and (self.run_dir / CHECKPOINT).exists() and not overwrite:
-            raise ValueError(f"{self.run_dir} already holds a run; pass --resume to continue it, --overwrite to start again")
+        self.final = Path(cfg.out)
+        self.run_dir = run_directory(cfg, resume=resume, overwrite=overwrite, main=world.main)
         torch.manual_seed(cfg.seed)
         self.model, self.spec = build_model(data.manifest, cfg)
         self.model.to(world.device)
@@ -273,11 +308,14 @@ class _Run:
 
     def _summary(self) -> dict[str, Any]:
         st = self.state
-        summary = {"run": str(self.run_dir), "padded": self.cfg.padded, "task": self.task, "model": self.spec["class"],
+        summary = {"run": str(self.final), "padded": self.cfg.padded, "task": self.task, "model": self.spec["class"],
                    "steps": st["step"], "sequences": st["sequences"], "tokens": st["tokens"],
                    "train_seconds": st["train_seconds"], "tokens_per_s": st["tokens"] / max(st["train_seconds"], 1e-9),
                    "sequences_per_s": st["sequences"] / max(st["train_seconds"], 1e-9),
                    "rows_per_batch": self.rows, "packing_factor": self.data.packing_factor, "eval": self.last_eval}
         if self.world.main:
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+            write_text_atomic(self.run_dir / SUMMARY, json.dumps(summary, indent=1) + "\n")
+            if self.run_dir != self.final:  # the finished run replaces RUN in one rename
+                replace_directory(self.run_dir, self.final)
+        self.world.barrier()
         return summary
