@@ -30,7 +30,8 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,18 @@ def work_dir(out: Path, job: Mapping[str, Any]) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     write_text_atomic(work / JOB, json.dumps(job, sort_keys=True, default=str))
     return work
+
+
+@contextmanager
+def discard_on_rejection(work: Path) -> Iterator[None]:
+    """Remove the work directory when the job stops on a user error (``ValueError``/``TypeError``:
+    rejected input, which a re-run cannot get past without new inputs); keep it on anything else
+    (a killed job, a full disk), so that the re-run resumes."""
+    try:
+        yield
+    except (ValueError, TypeError):
+        shutil.rmtree(work, ignore_errors=True)
+        raise
 
 
 class StageLog:

@@ -206,4 +206,4 @@ def test_a_bad_example_names_its_shard(tok, tmp_path):
     rows[13] = {"label": "x"}  # no text: found in its shard, which names its records
     with pytest.raises(ValueError, match=r"examples 10\.\.14 of the file: example 3: .*text"):
         build_packed_dataset(_write_jsonl(tmp_path / "ex.jsonl", rows), tok, tmp_path / "o", cfg, shard_examples=5)
-    assert not (tmp_path / "o").exists()
+    assert not (tmp_path / "o").exists() and not (tmp_path / ".o.partial").exists()  # rejected: no work left

@@ -39,11 +39,11 @@ def test_a_failed_job_leaves_no_store_and_the_rerun_reuses_finished_shards(tmp_p
     def failing(path, documents, tokenizer, first, workers, key):
         calls.append(path)
         if path.endswith("shard-00003"):
-            raise ValueError("shard 3 broke")
+            raise OSError("shard 3 broke")  # a failure a re-run gets past (a rejected input discards the work)
         return real(path, documents, tokenizer, first, workers, key)
 
     monkeypatch.setattr(sharded_mod, "encode_shard", failing)
-    with pytest.raises(ValueError, match="shard 3 broke"):
+    with pytest.raises(OSError, match="shard 3 broke"):
         build_sharded_store(docs, tok, tmp_path / "s", shard_chars=100)
     assert not (tmp_path / "s").exists()
     monkeypatch.setattr(sharded_mod, "encode_shard", real)
@@ -53,7 +53,7 @@ def test_a_failed_job_leaves_no_store_and_the_rerun_reuses_finished_shards(tmp_p
     assert fresh.reused == [] and len(fresh.shards) == len(s.shards)
     assert all(np.array_equal(s[i], fresh[i]) for i in range(len(s)))
     # another job on the same output (other budget) does not reuse the first one's shards
-    with pytest.raises(ValueError):
+    with pytest.raises(OSError):
         monkeypatch.setattr(sharded_mod, "encode_shard", failing)
         build_sharded_store(docs, tok, tmp_path / "u", shard_chars=100)
     monkeypatch.setattr(sharded_mod, "encode_shard", real)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqpack._atomic import check_output_dir, output_lock, replace_directory
-from seqpack._stages import StageLog, content_hash, work_dir
+from seqpack._stages import StageLog, content_hash, discard_on_rejection, work_dir
 from seqpack.corpus.readers import require_file
 from seqpack.corpus.records import iter_records
 from seqpack.data.format import (
@@ -48,7 +48,13 @@ from seqpack.packing import pack_lengths
 from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline.in_memory import manifest_extra
-from seqpack.pipeline.stages import input_identity, packs_key, packs_stage, sequences_key, sequences_stage
+from seqpack.pipeline.stages import (
+    input_identity,
+    packs_key,
+    packs_stage,
+    sequences_key,
+    sequences_stage,
+)
 from seqpack.tasks import get_task
 
 if TYPE_CHECKING:
@@ -109,39 +115,40 @@ def run_job(
                **{k: v for k, v in dataclasses.asdict(output).items() if k != "overwrite"},
                "shard_packs": output.parts(max_len=config.max_len)}
         work = work_dir(out, job)
-        log = StageLog(work)
-        dirs: list[str] = []
-        keys: list[str] = []
-        reused: list[str] = []
-        redone: dict[str, str] = {}
+        with discard_on_rejection(work):
+            log = StageLog(work)
+            dirs: list[str] = []
+            keys: list[str] = []
+            reused: list[str] = []
+            redone: dict[str, str] = {}
 
-        def items() -> Iterator[tuple[Any, ...]]:
-            for i, (src, base, context) in enumerate(inputs):
-                d = work / f"sequences-{i:05d}"
-                cfg = dataclasses.replace(config, seed=config.seed + i)
-                key = sequences_key(d.name, base, input_identity(src), cfg, tokenizer)
-                dirs.append(str(d))
-                keys.append(key)
-                done, why = log.check(d.name, key, outputs=[d])
-                if done is not None:
-                    reused.append(d.name)
-                elif why:
-                    redone[d.name] = why
-                yield src, tokenizer, cfg, base, str(d), context, key
+            def items() -> Iterator[tuple[Any, ...]]:
+                for i, (src, base, context) in enumerate(inputs):
+                    d = work / f"sequences-{i:05d}"
+                    cfg = dataclasses.replace(config, seed=config.seed + i)
+                    key = sequences_key(d.name, base, input_identity(src), cfg, tokenizer)
+                    dirs.append(str(d))
+                    keys.append(key)
+                    done, why = log.check(d.name, key, outputs=[d])
+                    if done is not None:
+                        reused.append(d.name)
+                    elif why:
+                        redone[d.name] = why
+                    yield src, tokenizer, cfg, base, str(d), context, key
 
-        summaries = list(engine.map(sequences_stage, items()))
-        packing, meta = _plan(dirs, summaries, config, output, work)
-        meta["inputs_key"] = content_hash(*keys)
-        final = work / "dataset"
-        files, bounds, columns = _write_packs(final, dirs, packing, meta, output, engine, reused, redone)
-        extra = {
-            "position_offset": config.position_offset, "seed": config.seed, "algorithm": config.algorithm,
-            **manifest_extra(config, tokenizer, num_examples=meta["num_examples"], dropped=_sum_dropped(summaries),
-                             position_fields=summaries[0]["position_fields"], info=_merged_info(summaries)),
-        }
-        manifest = _write_manifest(final, config, packing, meta["max_depth"], columns, extra, files, bounds, output)
-        replace_directory(final, out)
-        shutil.rmtree(work)
+            summaries = list(engine.map(sequences_stage, items()))
+            packing, meta = _plan(dirs, summaries, config, output, work)
+            meta["inputs_key"] = content_hash(*keys)
+            final = work / "dataset"
+            files, bounds, columns = _write_packs(final, dirs, packing, meta, output, engine, reused, redone)
+            extra = {
+                "position_offset": config.position_offset, "seed": config.seed, "algorithm": config.algorithm,
+                **manifest_extra(config, tokenizer, num_examples=meta["num_examples"], dropped=_sum_dropped(summaries),
+                                 position_fields=summaries[0]["position_fields"], info=_merged_info(summaries)),
+            }
+            manifest = _write_manifest(final, config, packing, meta["max_depth"], columns, extra, files, bounds, output)
+            replace_directory(final, out)
+            shutil.rmtree(work)
     manifest["reused"] = reused
     manifest["redone"] = redone  # stages a previous run left, rebuilt: {name: "inputs changed" | "output changed"}
     return manifest

@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack._atomic import check_output_dir, output_lock, replace_directory
-from seqpack._stages import JOB, StageLog, content_hash, corpus_hash, work_dir
+from seqpack._stages import (
+    JOB,
+    StageLog,
+    content_hash,
+    corpus_hash,
+    discard_on_rejection,
+    work_dir,
+)
 from seqpack.pipeline.engine import LocalEngine
 from seqpack.store.build import build_store
 from seqpack.store.sharded import (
@@ -86,29 +93,30 @@ def build_sharded_store(
         check_output_dir(out, overwrite=overwrite)
         job = {"tokenizer_hash": tokenizer.fingerprint(), "shard_chars": shard_chars, "source": source}
         work = work_dir(out, job)
-        log = StageLog(work)
-        reused: list[str] = []
-        redone: dict[str, str] = {}
+        with discard_on_rejection(work):
+            log = StageLog(work)
+            reused: list[str] = []
+            redone: dict[str, str] = {}
 
-        def items() -> Iterator[tuple[Any, ...]]:
-            for i, first, docs, chars in _shards_of(documents, shard_chars):
-                path = work / shard_name(i)
-                key = content_hash(path.name, first, len(docs), chars, corpus_hash(docs))  # the documents' content
-                done, why = log.check(path.name, key, outputs=[path])
-                if done is not None:
-                    reused.append(path.name)
-                    yield (_reuse, done)
-                else:
-                    if why:
-                        redone[path.name] = why
-                    yield (encode_shard, str(path), docs, tokenizer, first, workers, key)
+            def items() -> Iterator[tuple[Any, ...]]:
+                for i, first, docs, chars in _shards_of(documents, shard_chars):
+                    path = work / shard_name(i)
+                    key = content_hash(path.name, first, len(docs), chars, corpus_hash(docs))  # the documents' content
+                    done, why = log.check(path.name, key, outputs=[path])
+                    if done is not None:
+                        reused.append(path.name)
+                        yield (_reuse, done)
+                    else:
+                        if why:
+                            redone[path.name] = why
+                        yield (encode_shard, str(path), docs, tokenizer, first, workers, key)
 
-        metas = list(engine.map(_call, ((it,) for it in items())))
-        manifest = shards_manifest(metas, tokenizer, source, shard_chars)
-        log.clear()
-        (work / JOB).unlink()
-        (work / SHARDS).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        replace_directory(work, out)
+            metas = list(engine.map(_call, ((it,) for it in items())))
+            manifest = shards_manifest(metas, tokenizer, source, shard_chars)
+            log.clear()
+            (work / JOB).unlink()
+            (work / SHARDS).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            replace_directory(work, out)
     store = ShardedTokenStore(out)
     store.reused = reused
     store.redone = redone

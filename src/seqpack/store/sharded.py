@@ -77,6 +77,11 @@ class ShardedTokenStore(StoreMeta):
         self.path = Path(path)
         self.meta = read_versioned_json(self.path, SHARDS, kind=KIND, version=FORMAT_VERSION,
                                         what="sharded token store", hint="make one with seqpack tokenize")
+        names = [s.get("name") if isinstance(s, dict) else None for s in self.meta.get("shards", [])]
+        if names != [shard_name(i) for i in range(len(names))]:  # each once, in order, inside the store
+            raise ValueError(f"{self.path / SHARDS}: the shards must be listed once each, in order, as "
+                             f"shard-00000, shard-00001, ... (found {', '.join(map(str, names[:4]))}"
+                             f"{', ...' if len(names) > 4 else ''}); re-run seqpack tokenize")
         self.shards = [TokenStore(self.path / s["name"]) for s in self.meta["shards"]]
         for s, spec in zip(self.shards, self.meta["shards"]):
             if len(s) != spec["num_documents"] or s.num_tokens != spec["num_tokens"]:

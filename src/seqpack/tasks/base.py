@@ -101,6 +101,10 @@ class Task:
         else:
             raise ValueError(f"task {self.name} reads a token store directory, got {source!r}; make one with seqpack tokenize")
         store.check_tokenizer(tokenizer.fingerprint())
+        top = int(store.tokens.max()) if store.num_tokens else -1
+        if top >= tokenizer.vocab_size:
+            raise ValueError(f"{store.path}: holds token id {top}, past the tokenizer's {tokenizer.vocab_size} ids "
+                             "(a damaged store); re-run seqpack tokenize")
         return store
 
     def check_examples(self, source: Any) -> None:

@@ -136,6 +136,13 @@ def train(
         close_world(world)
 
 
+def embedding_rows(model: torch.nn.Module) -> int:
+    """Rows of the model's input embedding (the ids it can look up)."""
+    get = getattr(model, "get_input_embeddings", None)
+    emb = get() if callable(get) else next((m for m in model.modules() if isinstance(m, torch.nn.Embedding)), None)
+    return int(emb.num_embeddings) if emb is not None else 2**63 - 1
+
+
 def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool, main: bool) -> Path:
     """Where this run writes: ``.RUN.partial/`` beside ``RUN`` (renamed to ``RUN`` when the run
     finishes, so a failed run never mixes with a finished one), or, resuming, wherever the
@@ -171,6 +178,7 @@ class _Run:
         torch.manual_seed(cfg.seed)
         self.model, self.spec = build_model(data.manifest, cfg)
         self.model.to(world.device)
+        self.vocab = embedding_rows(self.model)
         self.rows = rows_per_batch(cfg, data)
         if self.rows < world.size:
             raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {world.size} ranks; raise --batch-size")
@@ -208,7 +216,16 @@ class _Run:
         units = self.data.stream(self.cfg.seed, step * R, R)
         for m in range(self.cfg.accumulation):
             mine = units[m * self.rows : (m + 1) * self.rows][self.world.rank :: self.world.size]
-            yield mine, {k: v.to(self.world.device) for k, v in self.data.batch(mine).items()}
+            batch = self._checked(self.data.batch(mine))
+            yield mine, {k: v.to(self.world.device) for k, v in batch.items()}
+
+    def _checked(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        top = int(batch["input_ids"].max()) if batch["input_ids"].numel() else -1
+        if top >= self.vocab:  # an embedding lookup past the table would fail deep inside the model
+            raise ValueError(f"{self.cfg.data}: a batch holds token id {top}, past the model's {self.vocab} embeddings "
+                             "(a damaged dataset, or an --hf-model with a smaller vocab_size); re-pack the data "
+                             "or give the model a vocab_size above it")
+        return batch
 
     def _step(self, step: int) -> dict[str, Any]:
         cfg, world = self.cfg, self.world
@@ -245,7 +262,7 @@ class _Run:
         model.eval()
         totals = EvalTotals()
         for b in self.data.eval_batches(self.cfg.eval_batch_size):
-            b = {k: v.to(self.world.device) for k, v in b.items()}
+            b = {k: v.to(self.world.device) for k, v in self._checked(b).items()}
             totals.update(forward(model, b, task=self.task, reduction="sequence"), b, self.task)
         model.train(was)
         return totals.result()
