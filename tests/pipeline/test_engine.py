@@ -19,7 +19,7 @@ def test_local_stages_on_threads_keep_the_order():
         time.sleep(0.01 * (5 - x))  # later items finish first
         return x * x
 
-    assert list(get_engine("local", stages=3).map(slow, [(i,) for i in range(5)])) == [0, 1, 4, 9, 16]
+    assert list(get_engine("local", stages=2).map(slow, [(i,) for i in range(5)])) == [0, 1, 4, 9, 16]
     with pytest.raises(ValueError, match="stages"):
         get_engine("local", stages=0)
 
@@ -52,3 +52,12 @@ def test_ray_engine_runs_tasks_and_reraises_their_errors():
             list(engine.map(divmod, [(1, 0)]))
     finally:
         engine.close()
+
+
+def test_more_stages_than_cores_is_refused():
+    from seqpack._parallel import default_workers
+
+    n = max(default_workers(), 2)
+    assert get_engine("local", stages=n).stages == n
+    with pytest.raises(ValueError, match=rf"--stages 1000: more stages than this machine's .*pass --stages {n} or less"):
+        get_engine("local", stages=1000)

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from seqpack._resources import check_memory
+
 HEADS = ("targets", "all")
 DEVICES = ("cpu", "cuda")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # half: autocast
@@ -199,6 +201,11 @@ def run_bench_model(cfg: BenchConfig, shape: dict[str, int] | None = None) -> tu
     if longest > cfg.max_len:
         n = int(hist[cfg.max_len :].sum())
         raise ValueError(f"{n:,} sequences in {cfg.lengths} exceed --max-len {cfg.max_len} (up to {longest}); raise --max-len")
+    mean = float((hist * np.arange(1, hist.size + 1)).sum() / hist.sum())
+    batches = cfg.steps * (cfg.repeats + 1)
+    check_memory(cfg.sequences * mean * 48 + batches * cfg.rows * cfg.max_len * 48,  # int64 ids/labels/segments, twice
+                 what=f"bench's {cfg.sequences:,} sequences and {batches} x 2 batches of {cfg.rows} x {cfg.max_len}",
+                 hint="lower --sequences, --batch-size, --max-len or --steps")
     rng = np.random.default_rng(cfg.seed)
     lengths = rng.choice(np.arange(1, hist.size + 1), size=cfg.sequences, p=hist / hist.sum())
     torch.manual_seed(cfg.seed)

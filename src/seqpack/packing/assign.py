@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqpack.packing.histogram import check_lengths
+from seqpack.packing.histogram import check_lengths, check_max_len_for
 from seqpack.packing.plan import check_max_depth, plan
 from seqpack.packing.plan_types import PackingPlan
 
@@ -98,5 +98,6 @@ def pack_lengths(
     if not arr.size:
         raise ValueError("no sequences to pack (lengths is empty)")
     depth = check_max_depth(max_depth)
+    check_max_len_for(max_len, int(arr.sum()))  # before the max_len-sized histogram
     h = np.bincount(arr - 1, minlength=max_len).astype(np.int64)
     return assign(plan(h, max_len, algorithm=algorithm, max_depth=depth), arr, seed=seed)

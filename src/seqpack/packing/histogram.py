@@ -30,6 +30,38 @@ def check_max_len(max_len: object) -> int:
     return int(max_len)
 
 
+#: a plan's memory grows with max_len (histograms indexed by length); up to this many tokens per
+#: row any max_len is planned, past it max_len may not exceed the input's tokens (see below)
+FREE_MAX_LEN = 1 << 20
+
+
+def check_max_len_for(max_len: int, tokens: int) -> int:
+    """Refuse a ``max_len`` past :data:`FREE_MAX_LEN` that is also more than all the input's
+    ``tokens``: every row would be mostly padding, and the plan's memory would follow the
+    argument instead of the data.
+
+    >>> check_max_len_for(4096, 10)          # small rows: always fine
+    4096
+    >>> check_max_len_for(10**9, 5_000)
+    Traceback (most recent call last):
+    ...
+    ValueError: --max-len 1,000,000,000 is more than the 5,000 tokens of the whole input (rows would be mostly padding, and memory would grow with --max-len); pass --max-len 5,000 or less
+    """
+    max_len = check_max_len(max_len)
+    if max_len > FREE_MAX_LEN and max_len > tokens:
+        raise ValueError(f"--max-len {max_len:,} is more than the {tokens:,} tokens of the whole input (rows would be "
+                         f"mostly padding, and memory would grow with --max-len); pass --max-len {max(tokens, 1):,} or less")
+    return max_len
+
+
+def histogram_tokens(histogram: object) -> int:
+    """Tokens a histogram (``h[i]`` sequences of length ``i + 1``) holds, without padding it to any max_len."""
+    h = np.asarray(histogram)
+    if h.ndim != 1 or h.dtype.kind not in "iu":
+        return 0  # check_histogram says what is wrong
+    return int((h.astype(np.int64) * np.arange(1, h.size + 1, dtype=np.int64)).sum())
+
+
 def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -> np.ndarray:
     """Validate sequence lengths; return them as a 1-D int64 array.
 
@@ -55,6 +87,7 @@ def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -
 def histogram(lengths: object, max_len: int) -> np.ndarray:
     """Counts of each length: ``h[i]`` = number of sequences of length ``i + 1``.  # (max_len,)"""
     arr = check_lengths(lengths, max_len)
+    check_max_len_for(max_len, int(arr.sum()))
     return np.bincount(arr - 1, minlength=int(max_len)).astype(np.int64)
 
 
@@ -77,7 +110,7 @@ def check_histogram(
         n_neg = int(np.count_nonzero(arr < 0))
         raise ValueError(f"histogram has {n_neg} negative counts; counts must be >= 0")
     if max_len is not None:
-        max_len = check_max_len(max_len)
+        max_len = check_max_len_for(max_len, histogram_tokens(arr))  # before it is padded to max_len
         if arr.size > max_len:
             over = int(arr[max_len:].sum())
             if over:

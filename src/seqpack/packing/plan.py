@@ -50,7 +50,7 @@ def plan(
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     depth = check_max_depth(max_depth)
-    h = check_histogram(histogram, max_len)
+    h = check_histogram(histogram, max_len)  # refuses a max_len that would outgrow the data
     t0 = time.perf_counter()
     info: dict[str, object] = {}
     if algorithm == "spfhp":

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any
 
+from seqpack._parallel import default_workers
+
 ENGINES = ("local", "ray")
 
 
@@ -28,6 +30,10 @@ class LocalEngine:
     def __init__(self, stages: int = 1) -> None:
         if stages < 1:
             raise ValueError(f"stages must be >= 1, got {stages}")
+        cores = default_workers()
+        if stages > max(cores, 2):  # each stage in flight holds a shard: memory grows with stages, speed with cores
+            raise ValueError(f"--stages {stages}: more stages than this machine's {cores} core(s) add no speed and "
+                             f"hold one shard each in memory; pass --stages {max(cores, 2)} or less")
         self.stages = stages
 
     def map(self, fn: Callable[..., Any], items: Iterable[tuple[Any, ...]]) -> Iterator[Any]:

@@ -58,6 +58,24 @@ def truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], l
     return a[:na], b[:nb]
 
 
+#: labels of one classifier at most: a model's head, and each multi-hot row, grow with the count
+MAX_LABELS = 1 << 20
+
+
+def check_label_count(count: int, field: str) -> int:
+    """Refuse a class count past :data:`MAX_LABELS` (one huge label id would size the head and every multi-hot row).
+
+    >>> check_label_count(10**12, "label")
+    Traceback (most recent call last):
+    ...
+    ValueError: 1,000,000,000,000 labels (from the ids in field 'label' or --num-labels) is more than 1,048,576, the most one classifier takes; number the labels 0..N-1, or use strings
+    """
+    if count > MAX_LABELS:
+        raise ValueError(f"{count:,} labels (from the ids in field {field!r} or --num-labels) is more than {MAX_LABELS:,}, "
+                         "the most one classifier takes; number the labels 0..N-1, or use strings")
+    return count
+
+
 def label_space(
     examples: str | os.PathLike[str] | Iterable[Any], field: str, *, multilabel: bool, num_labels: int | None
 ) -> tuple[list[str] | None, int]:
@@ -82,7 +100,7 @@ def label_space(
     count = num_labels if num_labels is not None else have
     if have > count:
         raise ValueError(f"a label id is {have - 1} but num_labels={count}; pass a larger --num-labels")
-    return names, count
+    return names, check_label_count(count, field)
 
 
 def _labels(
@@ -111,6 +129,7 @@ def _labels(
     c = num_labels if num_labels is not None else top
     if top > c:
         raise ValueError(f"a label id is {top - 1} but num_labels={c}; pass a larger --num-labels")
+    check_label_count(c, field)
     if not multilabel:
         return np.asarray(ids, dtype=np.int16 if c < 1 << 15 else np.int64), names, c
     hot = np.zeros((len(raw), max(c, 1)), dtype=np.int8)
@@ -225,6 +244,8 @@ class ClassificationOptions:
         check_overflow(self.overflow, allowed=("truncate", "drop", "error"))
         if self.num_labels is not None and self.num_labels < 1:
             raise ValueError(f"num_labels must be >= 1, got {self.num_labels}")
+        if self.num_labels is not None:
+            check_label_count(self.num_labels, self.label_field)
 
 
 @dataclass(frozen=True, kw_only=True)

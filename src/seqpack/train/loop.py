@@ -143,7 +143,7 @@ def embedding_rows(model: torch.nn.Module) -> int:
     return int(emb.num_embeddings) if emb is not None else 2**63 - 1
 
 
-def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool, main: bool) -> Path:
+def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
     """Where this run writes: ``.RUN.partial/`` beside ``RUN`` (renamed to ``RUN`` when the run
     finishes, so a failed run never mixes with a finished one), or, resuming, wherever the
     unfinished run's checkpoint is."""
@@ -163,10 +163,7 @@ def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool, main: bool
         if (partial / CHECKPOINT).exists():
             raise ValueError(f"{final}: an unfinished run is in {partial}; pass --resume to continue it, "
                              "--overwrite to start again")
-    if main:
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-    return partial
+    return partial  # made afresh once every check has passed (_Run)
 
 
 class _Run:
@@ -174,12 +171,17 @@ class _Run:
         self.cfg, self.data, self.world = cfg, data, world
         self.task = data.task
         self.final = Path(cfg.out)
-        self.run_dir = run_directory(cfg, resume=resume, overwrite=overwrite, main=world.main)
+        self.run_dir = run_directory(cfg, resume=resume, overwrite=overwrite)
         torch.manual_seed(cfg.seed)
         self.model, self.spec = build_model(data.manifest, cfg)
         self.model.to(world.device)
         self.vocab = embedding_rows(self.model)
         self.rows = rows_per_batch(cfg, data)
+        if self.rows * cfg.accumulation > data.num_units:
+            unit = "sequences" if cfg.padded and not data.by_pack else "packs"
+            raise ValueError(f"{self.rows * cfg.accumulation:,} rows per step (--batch-size x --accumulation) is more than "
+                             f"the {data.num_units:,} training {unit} of {cfg.data}; pass --batch-size "
+                             f"{max(1, data.num_units // cfg.accumulation):,} or less")
         if self.rows < world.size:
             raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {world.size} ranks; raise --batch-size")
         self.total = total_steps(cfg, data, self.rows)
@@ -202,6 +204,8 @@ class _Run:
             wrapped = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids)
         self.wrapped = wrapped
         if world.main:
+            if not resume:  # a new run: nothing of an earlier one in its directory
+                shutil.rmtree(self.run_dir, ignore_errors=True)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.log = MetricsLog(self.run_dir / METRICS, keep_until=self.state["step"] if resume else None)
             self._write_config(betas)
