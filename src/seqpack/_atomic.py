@@ -13,6 +13,7 @@ target, then rename.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -52,12 +53,22 @@ def check_not_input(path: str | os.PathLike[str], inputs: Iterable[str | os.Path
         raise ValueError(f"--out {path} holds the working directory; pick an output directory beside it")
 
 
+def check_writable(out: Path) -> None:
+    """Refuse an output whose directory cannot be written (read-only, or not ours), before any work."""
+    anc = Path(os.path.realpath(out)).parent
+    while not anc.exists():
+        anc = anc.parent
+    if not anc.is_dir() or not os.access(anc, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out}: cannot write in {anc} (read-only or not permitted); pick another output")
+
+
 def check_output_dir(path: str | os.PathLike[str], *, overwrite: bool,
                      inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
     """Refuse an existing non-empty ``path`` unless ``overwrite``, and any ``path`` that
     :func:`check_not_input` refuses (``inputs``: what the command reads)."""
     check_not_input(path, inputs)
     out = Path(path)
+    check_writable(out)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
@@ -100,7 +111,10 @@ def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
             _HELD[lock] = (fd, depth - 1)
         return
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:  # say what the user asked for, not the lock file's name
+            raise OSError(f"{out}: cannot write in {parent} ({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -139,11 +153,24 @@ def _atomic_directory(path: str | os.PathLike[str], *, overwrite: bool) -> Itera
     parent = out.resolve().parent
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
     try:
-        yield tmp
-        replace_directory(tmp, out)
+        with _naming(out):
+            yield tmp
+            replace_directory(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextmanager
+def _naming(out: Path) -> Iterator[None]:
+    """A failed write (a full disk: "2951418 requested and 716736 written") names what was being written."""
+    try:
+        yield
+    except OSError as e:
+        if str(out) in str(e):
+            raise
+        hint = "; free space on its disk and run again" if e.errno in (None, errno.ENOSPC, errno.EDQUOT) else ""
+        raise OSError(f"{out}: writing failed ({e.strerror or e}){hint}") from None
 
 
 def replace_directory(src: Path, out: Path) -> None:
@@ -169,9 +196,10 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[Path]:
     os.close(fd)
     tmp = Path(name)
     try:
-        yield tmp
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, out)
+        with _naming(out):
+            yield tmp
+            os.chmod(tmp, FILE_MODE)
+            os.replace(tmp, out)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

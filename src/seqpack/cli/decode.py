@@ -34,6 +34,6 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.tokenizer import open_tokenizer
 
     tok = open_tokenizer(args.tokenizer)
-    text = "".join(iter_decoded(args.file))
+    text = "".join(iter_decoded(args.file, hint="a file of token ids holds ASCII digits and whitespace only"))
     sys.stdout.write(tok.decode(parse_ids(text, args.file or "<stdin>")))
     return 0

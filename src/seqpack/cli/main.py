@@ -7,6 +7,7 @@ User errors (bad options, missing or malformed files) print one line
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -63,8 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     try:
         return int(args.handler(args) or 0)
-    except (ValueError, TypeError, OSError) as e:
-        msg = str(e) or type(e).__name__
+    except BrokenPipeError:  # `seqpack stats | head -1`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
+        return 0
+    except (ValueError, TypeError, OSError, OverflowError) as e:
+        msg = " ".join(str(e).split()) or type(e).__name__  # one line, whatever a library put in it
         print(f"seqpack: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from seqpack.cli.args import MAX_LEN_HINT
@@ -26,13 +27,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (a list with --compare)")
     p.add_argument("--out", help="write the plan (strategies and counts) to this JSON file")
     p.add_argument("--plot", help="PNG: the length histogram and the distribution of pack fill")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out or --plot file")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from seqpack._atomic import check_not_input, check_writable
     from seqpack.packing import check_histogram, load_histogram, plan
     from seqpack.packing.report import format_table, plot_plan
 
+    for flag, path in (("--out", args.out), ("--plot", args.plot)):
+        if path:  # checked before any work: never replaced silently, never over the histogram
+            check_not_input(path, [args.histogram])
+            check_writable(Path(path))
+            if Path(path).exists() and not args.overwrite:
+                raise ValueError(f"{flag} {path}: exists; pass --overwrite to replace it")
     hist = check_histogram(load_histogram(args.histogram), args.max_len, hint=MAX_LEN_HINT)
     if args.compare:
         from seqpack.packing.report import compare_plans

@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    if args.shard_mb <= 0:
-        raise ValueError(f"--shard-mb must be > 0, got {args.shard_mb}")
+    if not 0 < args.shard_mb <= 2**20:  # also refuses inf and nan
+        raise ValueError(f"--shard-mb must be > 0 and at most {2**20:,} (a TiB), got {args.shard_mb}")
     tok = open_tokenizer(args.tokenizer)
     check_output_dir(args.out, overwrite=args.overwrite, inputs=[*args.inputs, args.tokenizer])
     for path in args.inputs:  # every input checked before anything is written

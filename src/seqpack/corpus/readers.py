@@ -20,8 +20,8 @@ _BLOCK = 1 << 20
 
 
 def require_file(path: str | os.PathLike[str]) -> Path:
-    """``path`` as a ``Path`` if it is a readable file, else a one-line ``OSError``."""
-    p = Path(path)
+    """``path`` as a ``Path`` if it is a readable file, else a one-line ``OSError``; ``-`` is standard input."""
+    p = Path("/dev/stdin") if str(path) == "-" else Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such file")
     if p.is_dir():
@@ -31,7 +31,10 @@ def require_file(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def iter_decoded(path: str | os.PathLike[str] | None, *, errors: str = "strict") -> Iterator[str]:
+ERRORS_HINT = "pass --errors replace (errors='replace') to substitute U+FFFD"
+
+
+def iter_decoded(path: str | os.PathLike[str] | None, *, errors: str = "strict", hint: str = ERRORS_HINT) -> Iterator[str]:
     """Decode a file (``None``: standard input) as UTF-8 in blocks.
 
     Invalid UTF-8 with ``errors="strict"`` raises ``ValueError`` naming the file
@@ -39,6 +42,8 @@ def iter_decoded(path: str | os.PathLike[str] | None, *, errors: str = "strict")
     """
     import sys
 
+    if path is not None and str(path) == "-":
+        path = None  # "-": standard input, as every Unix tool reads it
     name = "<stdin>" if path is None else str(path)
     stream = sys.stdin.buffer if path is None else open(require_file(path), "rb")  # noqa: SIM115
     decoder = codecs.getincrementaldecoder("utf-8")(errors=errors)
@@ -52,8 +57,7 @@ def iter_decoded(path: str | os.PathLike[str] | None, *, errors: str = "strict")
                 text = decoder.decode(block, final=final)
             except UnicodeDecodeError as e:
                 raise ValueError(
-                    f"{name}: invalid UTF-8 at byte offset {consumed - held + e.start}; "
-                    "pass --errors replace (errors='replace') to substitute U+FFFD"
+                    f"{name}: invalid UTF-8 at byte offset {consumed - held + e.start}; {hint}"
                 ) from None
             consumed += len(block)
             if text:

@@ -190,9 +190,42 @@ def parquet_column_specs(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The manifest of a packed dataset directory (checked kind and format version)."""
-    return read_versioned_json(Path(path), MANIFEST, kind=KIND, version=FORMAT_VERSION,
-                               what="packed dataset", hint="make one with seqpack pack")
+    """The manifest of a packed dataset directory (checked kind, format version and the fields
+    readers rely on, so that a hand-edited one is refused in one line, naming it)."""
+    m = read_versioned_json(Path(path), MANIFEST, kind=KIND, version=FORMAT_VERSION,
+                            what="packed dataset", hint="make one with seqpack pack")
+    where = Path(path) / MANIFEST
+
+    def bad(what: str) -> ValueError:
+        return ValueError(f"{where}: {what} (edited or damaged); re-run seqpack pack")
+
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    if not count(m.get("num_packs")) or not count(m.get("max_len")) or not m["max_len"]:
+        raise bad("num_packs and max_len must be non-negative integers")
+    cols = m.get("columns")
+    if not isinstance(cols, dict) or "input_ids" not in cols:
+        raise bad("columns must name each column, input_ids among them")
+    for name, spec in cols.items():
+        ok = isinstance(spec, dict) and isinstance(spec.get("shape"), list) and all(count(x) for x in spec["shape"])
+        try:
+            ok = ok and np.dtype(spec["dtype"]).kind in "biuf"
+        except (TypeError, KeyError):
+            ok = False
+        if not ok:
+            raise bad(f"column {name!r} needs a numeric dtype and a shape of non-negative integers")
+    shards = m.get("shards")
+    if not isinstance(shards, list) or not all(isinstance(s, dict) and isinstance(s.get("file"), str) and count(s.get("rows"))
+                                                for s in shards):
+        raise bad("shards must list {file, rows}")
+    if sum(s["rows"] for s in shards) != m["num_packs"]:
+        raise bad(f"its shards hold {sum(s['rows'] for s in shards):,} rows, not num_packs={m['num_packs']:,}")
+    root = Path(os.path.realpath(path))
+    for s in shards:
+        if root not in Path(os.path.realpath(root / s["file"])).parents:
+            raise bad(f"shard file {s['file']!r} lies outside the dataset")
+    return m
 
 
 def manifest_histogram(path: str | os.PathLike[str]) -> np.ndarray:

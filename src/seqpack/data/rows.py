@@ -79,9 +79,13 @@ class PackedRows:
         import pyarrow.parquet as pq
 
         k, g = self._groups[i]
-        if k not in self._open:
-            self._open[k] = pq.ParquetFile(self._files[k], memory_map=True)
-        table = self._open[k].read_row_group(g, columns=self.names)
+        try:
+            if k not in self._open:
+                self._open[k] = pq.ParquetFile(self._files[k], memory_map=True)
+            table = self._open[k].read_row_group(g, columns=self.names)
+        except Exception as e:  # pyarrow's own types (a corrupt zstd page, a truncated file): name the file
+            raise ValueError(f"{self._files[k]}: row group {g} cannot be read ({type(e).__name__}: {e}); "
+                             "the file is damaged, re-run seqpack pack") from None
         out = {}
         for c in self.names:
             spec = self.manifest["columns"][c]

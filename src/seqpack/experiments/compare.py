@@ -52,6 +52,13 @@ def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairi
             "padded": cfg.replace(padded=True, out=str(out / "padded"), match="none", adjust_hparams=False),
             "packed": cfg.replace(padded=False, out=str(out / "packed"), match=match),
         }
+    from seqpack._stages import partial_dir
+    from seqpack.train.checkpoint import CHECKPOINT, SUMMARY
+
+    held = [c.out for c in runs.values() for d in (Path(c.out), partial_dir(Path(c.out)))
+            if (d / CHECKPOINT).exists() or (d / SUMMARY).exists()]
+    if held and not overwrite:  # compare has no --resume: say what it does have
+        raise ValueError(f"{out} already holds a comparison ({held[0]}); pass --overwrite to run it again, or a new --out")
     summaries = {}
     for name, c in runs.items():
         summaries[name] = train(c if cfg.eval_every else c.replace(evals=evals), overwrite=overwrite)

@@ -41,8 +41,7 @@ class Stages:
     def __init__(self, out: Path, *, fresh: bool, total: int, echo: Callable[[str], None]) -> None:
         self.log, self.fresh, self.total, self.echo = StageLog(out / "stages"), fresh, total, echo
         self.done = 0
-        self.seconds: dict[str, float] = {}  # this run's time per stage (0 when reused)
-        out.mkdir(parents=True, exist_ok=True)
+        self.seconds: dict[str, float] = {}  # this run's time per stage (0 when reused); OUT is made by its first stage
 
     def run(self, name: str, key: str | None, fn: Callable[[], Any], *, outputs: Sequence[Path] = ()) -> Any:
         """``fn()``, or the result recorded under the same ``key``; ``key=None`` always runs (unrecorded)."""

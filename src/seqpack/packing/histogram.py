@@ -22,11 +22,16 @@ import numpy as np
 OVERFLOW_HINT = "pass --overflow truncate|split|drop"
 
 
+MAX_LEN_LIMIT = 2**31 - 1
+
+
 def check_max_len(max_len: object) -> int:
     if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)):
         raise TypeError(f"max_len must be an int, got {type(max_len).__name__}")
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")
+    if max_len > MAX_LEN_LIMIT:
+        raise ValueError(f"max_len must be <= {MAX_LEN_LIMIT:,} (positions are int32), got {max_len:,}")
     return int(max_len)
 
 
@@ -168,6 +173,8 @@ def length_stats(hist: object, max_len: int) -> LengthStats:
 def load_npy_1d(path: str | Path, what: str) -> np.ndarray:
     """Read a 1-D ``.npy`` array; errors name the file and say what was expected."""
     p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{p}: a directory; give a .npy file of {what}")
     if not p.is_file():
         raise ValueError(f"{what.split(' ')[0]} file not found: {p}")
     try:

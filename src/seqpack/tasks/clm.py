@@ -163,6 +163,8 @@ class CLMTask(Task):
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
         o: CLMOptions = config.options
+        if config.max_len < 2:  # each sequence's first token has no target: one token per row learns nothing
+            raise ValueError(f"--max-len {config.max_len} leaves a causal LM no target; pass --max-len 2 or more")
         store = self.open_store(source, tokenizer)
         eos = None
         if o.eos_token:

@@ -47,6 +47,9 @@ Merges = list[tuple[bytes, bytes]]
 _PARALLEL_MIN_BYTES = 1 << 20
 
 
+MAX_VOCAB = 2**31 - 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class BPEConfig:
     """Options of a BPE training run (validated on creation)."""
@@ -69,6 +72,9 @@ class BPEConfig:
         if len(set(specials)) != len(specials):
             raise ValueError(f"special tokens must be distinct, got {list(specials)}")
         minimum = 256 + len(specials)
+        if self.vocab_size > MAX_VOCAB:
+            raise ValueError(f"vocab_size={self.vocab_size:,} is more than {MAX_VOCAB:,} (token ids are int32); "
+                             "pass a smaller --vocab-size")
         if self.vocab_size < minimum:
             raise ValueError(
                 f"vocab_size={self.vocab_size} is too small: the minimum is {minimum} "
@@ -126,21 +132,34 @@ def count_corpus(
 
 @contextlib.contextmanager
 def _spooled(paths: list[str]) -> Iterator[list[str]]:
-    """``paths`` with every non-regular file (a stream) replaced by a temporary copy."""
+    """``paths`` with every non-regular file (a stream) replaced by a temporary copy.
+
+    On Linux the copy is unlinked as soon as it is made and read back through
+    ``/proc/self/fd/N``: it disappears with the process however the process ends (a killed
+    job leaves nothing in the temp directory)."""
     made: list[str] = []
+    fds: list[int] = []
+    anonymous = os.path.isdir("/proc/self/fd")
     try:
         out = []
         for p in paths:
-            if stat.S_ISREG(os.stat(p).st_mode):
+            st = os.stat(p)
+            if stat.S_ISREG(st.st_mode) and st.st_size > 0:  # /proc files say 0 bytes: read them as a stream
                 out.append(p)
                 continue
             fd, tmp = tempfile.mkstemp(prefix="seqpack-stream-", suffix=".txt")
-            made.append(tmp)
-            with open(p, "rb") as src, os.fdopen(fd, "wb") as dst:
+            fds.append(fd)
+            if anonymous:
+                os.unlink(tmp)  # before any byte is copied
+            else:
+                made.append(tmp)
+            with open(p, "rb") as src, open(fd, "wb", closefd=False) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-            out.append(tmp)
+            out.append(f"/proc/self/fd/{fd}" if anonymous else tmp)
         yield out
     finally:
+        for fd in fds:
+            os.close(fd)
         for tmp in made:
             os.unlink(tmp)
 

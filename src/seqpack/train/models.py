@@ -63,6 +63,11 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
     d["vocab_size"] = vocab  # trained from scratch on this dataset's tokenizer
     d.setdefault("attn_implementation", "sdpa")
     task.hf_config(d, manifest)
+    if model_type not in transformers.CONFIG_MAPPING:
+        near = sorted(t for t in transformers.CONFIG_MAPPING if t[:3] == str(model_type)[:3])[:5]
+        raise ValueError(f"--hf-model {file}: transformers knows no model_type {model_type!r}"
+                         + (f" (close: {', '.join(near)})" if near else "")
+                         + "; give the config.json of a model seqpack adapts (bert, llama, gpt2, ...)")
     config = transformers.AutoConfig.for_model(model_type, **d)
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if positions is not None and need > positions:
