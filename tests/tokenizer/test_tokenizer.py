@@ -112,6 +112,18 @@ def test_encode_iterable_streams(small):
     assert small.decode(first).startswith("the cat sat")
 
 
+def test_encode_iterable_streams_one_endless_line(small):
+    """A text without a newline (one huge line) streams too: it is cut before a space between letters."""
+
+    def endless():
+        while True:
+            yield "the cat sat on the mat, and then "
+
+    it = small.encode_iterable(endless())
+    first = [next(it) for _ in range(10_000)]
+    assert small.decode(first).startswith("the cat sat") and "\n" not in small.decode(first)
+
+
 @pytest.mark.parametrize("backend", ["python", "hf"])
 def test_encode_batch_identical(small, backend):
     texts = ["the cat", "", f"a{EOT}b", "don't   stop\n\n", "héllo 123"] * 3

@@ -24,14 +24,24 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.corpus import iter_decoded
     from seqpack.tokenizer import open_tokenizer
 
+    from seqpack._progress import progress_bar
+
     tok = open_tokenizer(args.tokenizer)
     out = sys.stdout
     first = True
     batch: list[str] = []
-    for i in tok.encode_iterable(iter_decoded(args.file, errors=args.errors)):
+    bar = progress_bar(desc="encode", unit="char", unit_scale=True, leave=False)
+
+    def counted(pieces):  # type: ignore[no-untyped-def]
+        for piece in pieces:
+            bar.update(len(piece))
+            yield piece
+
+    for i in tok.encode_iterable(counted(iter_decoded(args.file, errors=args.errors))):
         batch.append(str(i))
         if len(batch) >= 8192:
             out.write(("" if first else " ") + " ".join(batch))
             first, batch = False, []
     out.write(("" if first or not batch else " ") + " ".join(batch) + "\n")
+    bar.close()
     return 0

@@ -219,7 +219,10 @@ def run_bench_model(cfg: BenchConfig, shape: dict[str, int] | None = None) -> tu
     times: dict[str, list[float]] = {k: [] for k in models}
     peak: dict[str, float] = {}
     rounds: list[float] = []
-    for r in range(cfg.repeats + 1):  # interleaved, so that drift hits both alike; round 0 warms up
+    from seqpack._progress import progress_bar
+
+    for r in progress_bar(iterable=range(cfg.repeats + 1), desc="bench rounds", leave=False):  # interleaved, so that
+        # drift hits both alike; round 0 warms up
         got = {}
         for k, m in models.items():
             if r == 0 and dev.type == "cuda":

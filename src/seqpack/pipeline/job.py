@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqpack._atomic import check_output_dir, output_lock, replace_directory
+from seqpack._progress import progress_bar
 from seqpack._stages import StageLog, content_hash, discard_on_rejection, work_dir
 from seqpack.corpus.readers import require_file
 from seqpack.corpus.records import iter_records
@@ -136,7 +137,8 @@ def run_job(
                         redone[d.name] = why
                     yield src, tokenizer, cfg, base, str(d), context, key
 
-            summaries = list(engine.map(sequences_stage, items()))
+            summaries = list(progress_bar(iterable=engine.map(sequences_stage, items()), desc="pack: sequences",
+                                          unit="shard", leave=False))
             packing, meta = _plan(dirs, summaries, config, output, work)
             meta["inputs_key"] = content_hash(*keys)
             final = work / "dataset"
@@ -205,7 +207,8 @@ def _write_packs(
             row = int(np.prod(spec["shape"], dtype=np.int64)) * np.dtype(spec["dtype"]).itemsize
             with open(bin_dir / f"{name}.bin", "wb") as f:
                 f.truncate(row * P)
-    list(engine.map(packs_stage, items))
+    list(progress_bar(iterable=engine.map(packs_stage, items), total=len(items), desc="pack: parts", unit="part",
+                      leave=False))
     return files, bounds, parquet_column_specs(final / files[0])  # the written files are the truth
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack._atomic import check_output_dir, output_lock, replace_directory
+from seqpack._progress import progress_bar
 from seqpack._stages import (
     JOB,
     StageLog,
@@ -111,7 +112,12 @@ def build_sharded_store(
                             redone[path.name] = why
                         yield (encode_shard, str(path), docs, tokenizer, first, workers, key)
 
-            metas = list(engine.map(_call, ((it,) for it in items())))
+            bar = progress_bar(desc="tokenize", unit="char", unit_scale=True, leave=False)
+            metas = []
+            for meta in engine.map(_call, ((it,) for it in items())):
+                metas.append(meta)
+                bar.update(int(meta.get("input_chars", 0)))
+            bar.close()
             manifest = shards_manifest(metas, tokenizer, source, shard_chars)
             log.clear()
             (work / JOB).unlink()
