@@ -172,3 +172,21 @@ def test_a_killed_train_tokenizer_on_stdin_leaves_no_spool_file(tmp_path: Path) 
     p.wait(timeout=60)
     p.stdin.close()
     assert list(tmp.iterdir()) == []
+
+
+def test_an_unwritable_out_is_refused_before_training(made: dict[str, Path], capsys,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import seqpack._atomic as atomic
+    import seqpack.tokenizer.train as train_mod
+
+    ro = made["root"] / "ro"
+    ro.mkdir()
+    real = os.access
+    monkeypatch.setattr(atomic.os, "access", lambda p, mode: False if Path(p) == ro else real(p, mode))
+
+    def never(*a: object, **k: object) -> None:
+        raise AssertionError("trained before checking --out")
+
+    monkeypatch.setattr(train_mod, "train_bpe_inputs", never)
+    code, _, err = cli(capsys, "train-tokenizer", str(made["corpus"]), "--vocab-size", "270", "--out", str(ro / "tok"))
+    assert one_line(code, err) and f"cannot write in {ro}" in err and ".lock" not in err
