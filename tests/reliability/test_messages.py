@@ -133,6 +133,9 @@ def test_small_manners(made: dict[str, Path], capsys) -> None:
     assert one_line(code, err) and "pass --overwrite" in err and (r / "plan.json").read_text() == "mine"
     assert cli(capsys, "plan", "--histogram", str(made["h"]), "--max-len", "64", "--out", str(r / "plan.json"),
                "--overwrite")[0] == 0
+    code, out, _ = cli(capsys, "train-tokenizer", "/proc/self/status", "--vocab-size", "260", "--out", str(r / "pt"),
+                       "--json")
+    assert code == 0 and json.loads(out)["input_size"] > 0  # /proc files say 0 bytes, yet hold text
     code, _, err = cli(capsys, "demo", "--corpus", str(r / "missing.txt"), "--out", str(r / "demo"))
     assert code == 2 and not (r / "demo").exists()  # no empty directory left
     mode = (made["packed"] / "data" / "part-00000.parquet").stat().st_mode & 0o777
