@@ -32,6 +32,18 @@ def base(data: Path, out: Path) -> list[str]:
     return ["train", "--data", str(data), "--out", str(out), "--steps", "3", "--batch-size", "4", "--quiet"]
 
 
+def fail_metrics_at(monkeypatch: pytest.MonkeyPatch, step: int, err: OSError) -> None:
+    """The run's metrics log raises ``err`` when it writes step ``step`` (a disk that fills or fails)."""
+    real = checkpoint_mod.MetricsLog.write
+
+    def failing(self, record):  # type: ignore[no-untyped-def]
+        if record.get("step") == step and "eval" not in record:
+            raise err
+        return real(self, record)
+
+    monkeypatch.setattr(checkpoint_mod.MetricsLog, "write", failing)
+
+
 def test_resume_of_a_finished_run_is_refused_and_changes_nothing(data: Path, tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
     assert cli(capsys, *base(data, run))[0] == 0
@@ -46,14 +58,7 @@ def test_a_full_disk_during_overwrite_keeps_the_finished_run(data: Path, tmp_pat
     run = tmp_path / "run"
     assert cli(capsys, *base(data, run))[0] == 0
     before = tree_hash(run)
-    real = checkpoint_mod.MetricsLog.write
-
-    def full(self, record):  # type: ignore[no-untyped-def]
-        if record.get("step") == 2 and "eval" not in record:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, record)
-
-    monkeypatch.setattr(checkpoint_mod.MetricsLog, "write", full)
+    fail_metrics_at(monkeypatch, 2, OSError(errno.ENOSPC, "No space left on device"))
     code, err = cli(capsys, *base(data, run), "--overwrite")
     assert code == 2 and "No space left on device" in err and "Traceback" not in err and err.count("\n") == 1
     assert tree_hash(run) == before  # the old run, whole: no new metrics mixed into it
@@ -64,13 +69,7 @@ def test_an_interrupted_run_is_not_at_run_until_resumed(data: Path, tmp_path: Pa
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "run"
     real = checkpoint_mod.MetricsLog.write
-
-    def dies(self, record):  # type: ignore[no-untyped-def]
-        if record.get("step") == 3 and "eval" not in record:
-            raise OSError(errno.EIO, "I/O error")
-        return real(self, record)
-
-    monkeypatch.setattr(checkpoint_mod.MetricsLog, "write", dies)
+    fail_metrics_at(monkeypatch, 3, OSError(errno.EIO, "I/O error"))
     assert cli(capsys, *base(data, run), "--checkpoint-every", "1")[0] == 2
     assert not run.exists() and (tmp_path / ".run.partial" / "checkpoint.pt").is_file()
     code, err = cli(capsys, *base(data, run))
