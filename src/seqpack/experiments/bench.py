@@ -192,6 +192,16 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     return run_bench_model(cfg)[0]
 
 
+def _check_memory(cfg: BenchConfig, hist: np.ndarray) -> None:
+    """Refuse a bench whose sequences and batches (int64 ids, labels and segments; packed and padded)
+    would not fit the machine, before any is made."""
+    mean = float((hist * np.arange(1, hist.size + 1)).sum() / hist.sum())
+    batches = cfg.steps * (cfg.repeats + 1)
+    check_memory(cfg.sequences * mean * 48 + batches * cfg.rows * cfg.max_len * 48,
+                 what=f"bench's {cfg.sequences:,} sequences and {batches} x 2 batches of {cfg.rows} x {cfg.max_len}",
+                 hint="lower --sequences, --batch-size, --max-len or --steps")
+
+
 def run_bench_model(cfg: BenchConfig, shape: dict[str, int] | None = None) -> tuple[dict[str, Any], torch.nn.Module, dict[str, Any]]:
     """:func:`run_bench` with the model shaped by ``shape``; also returns the packed model and the batches."""
     if cfg.threads:
@@ -201,11 +211,7 @@ def run_bench_model(cfg: BenchConfig, shape: dict[str, int] | None = None) -> tu
     if longest > cfg.max_len:
         n = int(hist[cfg.max_len :].sum())
         raise ValueError(f"{n:,} sequences in {cfg.lengths} exceed --max-len {cfg.max_len} (up to {longest}); raise --max-len")
-    mean = float((hist * np.arange(1, hist.size + 1)).sum() / hist.sum())
-    batches = cfg.steps * (cfg.repeats + 1)
-    check_memory(cfg.sequences * mean * 48 + batches * cfg.rows * cfg.max_len * 48,  # int64 ids/labels/segments, twice
-                 what=f"bench's {cfg.sequences:,} sequences and {batches} x 2 batches of {cfg.rows} x {cfg.max_len}",
-                 hint="lower --sequences, --batch-size, --max-len or --steps")
+    _check_memory(cfg, hist)
     rng = np.random.default_rng(cfg.seed)
     lengths = rng.choice(np.arange(1, hist.size + 1), size=cfg.sequences, p=hist / hist.sum())
     torch.manual_seed(cfg.seed)

@@ -25,6 +25,16 @@ PAIRINGS = ("sequences", "packs")
 WARMUP_STEPS = 2
 
 
+def _refuse_held(out: Path, runs: list[str]) -> None:
+    """Refuse run directories that hold a run, finished or not (compare has no --resume: say what it has)."""
+    from seqpack._stages import partial_dir
+    from seqpack.train.checkpoint import CHECKPOINT, SUMMARY
+
+    held = [r for r in runs for d in (Path(r), partial_dir(Path(r))) if (d / CHECKPOINT).exists() or (d / SUMMARY).exists()]
+    if held:
+        raise ValueError(f"{out} already holds a comparison ({held[0]}); pass --overwrite to run it again, or a new --out")
+
+
 def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairing: str = "sequences",
             warmup: int = WARMUP_STEPS) -> dict[str, Any]:
     """Train ``cfg`` padded, then packed; plot both.
@@ -52,13 +62,8 @@ def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairi
             "padded": cfg.replace(padded=True, out=str(out / "padded"), match="none", adjust_hparams=False),
             "packed": cfg.replace(padded=False, out=str(out / "packed"), match=match),
         }
-    from seqpack._stages import partial_dir
-    from seqpack.train.checkpoint import CHECKPOINT, SUMMARY
-
-    held = [c.out for c in runs.values() for d in (Path(c.out), partial_dir(Path(c.out)))
-            if (d / CHECKPOINT).exists() or (d / SUMMARY).exists()]
-    if held and not overwrite:  # compare has no --resume: say what it does have
-        raise ValueError(f"{out} already holds a comparison ({held[0]}); pass --overwrite to run it again, or a new --out")
+    if not overwrite:
+        _refuse_held(out, [c.out for c in runs.values()])
     summaries = {}
     for name, c in runs.items():
         summaries[name] = train(c if cfg.eval_every else c.replace(evals=evals), overwrite=overwrite)
