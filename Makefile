@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.h csrc/*.cpp)
 	$(PYTHON) -m venv $(VENV)
 	# torch first and pinned, so that nothing else pulls a newer (CUDA) build
 	$(BIN)/python -m pip install --disable-pip-version-check -q "torch==2.13.0"
-	# Ray is an optional extra at run time; the tests use it, so CI installs it
+	# every extra (torch: already here, hf, report, ray): the tests use them all, so CI installs them
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev,ray]'
 	touch $(STAMP)
 

@@ -53,6 +53,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: optional packages and the extra that installs each (pyproject.toml)
+EXTRAS = {"torch": "torch", "transformers": "hf", "datasets": "hf", "trl": "hf", "accelerate": "hf",
+          "matplotlib": "report", "ray": "ray"}
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
     print(f"seqpack: warning: {message}", file=sys.stderr)
 
@@ -60,10 +65,15 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):  #
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), "")
-    args = build_parser(command).parse_args(argv)
+    try:  # building a command's options may import its extra (train's attention backends need torch)
+        args = build_parser(command).parse_args(argv)
+    except ModuleNotFoundError as e:
+        return _missing_extra(e, command)
     warnings.showwarning = _show_warning
     try:
         return int(args.handler(args) or 0)
+    except ModuleNotFoundError as e:
+        return _missing_extra(e, command)
     except BrokenPipeError:  # `seqpack stats | head -1`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
@@ -75,6 +85,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         print(f"seqpack: interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
         return 130
+
+
+def _missing_extra(e: ModuleNotFoundError, command: str) -> int:
+    """One line naming the extra that installs a missing optional package (else the error as it is)."""
+    top = (e.name or "").split(".")[0]
+    if top not in EXTRAS:
+        raise e
+    print(f"seqpack: error: seqpack {command} needs {top}; pip install 'seqpack[{EXTRAS[top]}]'", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,96 @@
+"""seqpack installs like a library of this field: the package builds as an sdist and a wheel, the wheel
+installs into a fresh virtual environment with no torch and prepares data end to end there, a command
+that needs a missing extra says which to install, and the extras never replace the torch a user has.
+
+These tests build and install for real (pip reaches the package index for the build tools and the
+core's dependencies; pip's cache makes later runs quick).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sh(*argv: str | Path, cwd: Path | None = None, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    pytest.importorskip("build")
+    out = tmp_path_factory.mktemp("dist")
+    p = sh(sys.executable, "-m", "build", "--outdir", out, ROOT)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return {"sdist": next(out.glob("seqpack-*.tar.gz")), "wheel": next(out.glob("seqpack-*.whl"))}
+
+
+def test_the_sdist_holds_the_sources_and_the_wheel_the_compiled_core(dists: dict[str, Path]) -> None:
+    import tarfile
+    import zipfile
+
+    names = tarfile.open(dists["sdist"]).getnames()
+    assert any(n.endswith("csrc/module.cpp") for n in names) and any(n.endswith("seqpack/packing/data/wikipedia_len512.csv")
+                                                                      for n in names)
+    inside = zipfile.ZipFile(dists["wheel"]).namelist()
+    assert any(n.startswith("seqpack/_native") and n.endswith(".so") for n in inside)
+    assert "seqpack/packing/data/wikipedia_len512.csv" in inside and "seqpack/py.typed" in inside
+
+
+def test_a_fresh_venv_without_torch_prepares_data(dists: dict[str, Path], tmp_path: Path) -> None:
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = env_dir / "bin" / "python"
+    p = sh(py, "-m", "pip", "install", "--disable-pip-version-check", "-q", dists["wheel"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert sh(py, "-c", "import torch").returncode != 0  # the core pulls in no torch
+    exe = env_dir / "bin" / "seqpack"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(("the quick brown fox jumps over the lazy dog. " * 30 + "<|endoftext|>") * 20, encoding="utf-8")
+    steps = [
+        [exe, "train-tokenizer", corpus, "--vocab-size", "300", "--out", tmp_path / "tok"],
+        [exe, "tokenize", corpus, "--tokenizer", tmp_path / "tok", "--out", tmp_path / "store"],
+        [exe, "stats", "--histogram", str(tmp_path / "h.npy"), "--max-len", "64"],
+        [exe, "plan", "--histogram", str(tmp_path / "h.npy"), "--max-len", "64", "--json"],
+        [exe, "pack", tmp_path / "store", "--task", "clm", "--max-len", "128", "--tokenizer", tmp_path / "tok",
+         "--out", tmp_path / "packed", "--json"],
+    ]
+    assert sh(py, "-c", f"import numpy as np; h = np.zeros(64, np.int64); h[[3, 9, 63]] = [5, 4, 1]; "
+                        f"np.save({str(tmp_path / 'h.npy')!r}, h)").returncode == 0
+    for argv in steps:
+        p = sh(*argv, cwd=tmp_path)
+        assert p.returncode == 0, (argv, p.stderr[-2000:])
+    assert json.loads(p.stdout)["num_packs"] > 0
+    p = sh(exe, "train", "--data", tmp_path / "packed", "--out", tmp_path / "run", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.strip() == "seqpack: error: seqpack train needs torch; pip install 'seqpack[torch]'"
+    p = sh(exe, "plan", "--histogram", str(tmp_path / "h.npy"), "--max-len", "64", "--plot", tmp_path / "p.png", cwd=tmp_path)
+    assert p.returncode == 2 and "pip install 'seqpack[report]'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_extras_keep_the_torch_already_installed() -> None:
+    torch = pytest.importorskip("torch")
+    p = sh(sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
+           f"{ROOT}[torch,hf]")
+    assert p.returncode == 0, p.stderr[-3000:]
+    would = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(p.stdout)["install"]}
+    assert "torch" not in would, f"would replace torch {torch.__version__} with {would.get('torch')}"
+
+
+def test_the_torch_extra_admits_the_builds_users_have() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not any(Requirement(r).name == "torch" for r in meta["dependencies"])  # the core needs none
+    (req,) = [Requirement(r) for r in meta["optional-dependencies"]["torch"]]
+    assert all(req.specifier.contains(v) for v in ("2.6.0", "2.9.1", "2.12.0", "2.13.0"))  # a range, not a pin
