@@ -50,13 +50,15 @@ def add_parser(sub: Any) -> None:
     from seqpack.data.format import COMPRESSION
     from seqpack.packing import ALGORITHMS
     from seqpack.pipeline import PackConfig
-    from seqpack.tasks import TASKS
+    from seqpack.tasks import REGISTRY, TASKS
 
+    store = "/".join(t for t in TASKS if REGISTRY[t].reads_store)
+    examples = ", ".join(t for t in TASKS if not REGISTRY[t].reads_store)
     p = sub.add_parser(
         NAME, help=HELP,
         description="Build a task's sequences and pack them into fixed-shape rows: Parquet shards + "
-        "manifest.json. clm/mlm read a token store (seqpack tokenize); classification, multilabel "
-        "and qa read .jsonl/.parquet examples.",
+        f"manifest.json. {store} read a token store (seqpack tokenize); {examples} read .jsonl/.parquet "
+        "examples.",
     )
     p.add_argument("source", metavar="STORE|EXAMPLES")
     p.add_argument("--task", required=True, choices=TASKS)

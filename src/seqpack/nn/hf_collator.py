@@ -49,7 +49,9 @@ class PackedCollator:
             raise ValueError("PackedCollator got an empty batch")
         missing = {"input_ids", "segment_ids"} - set(rows[0])
         if missing:
-            raise ValueError(f"rows lack {', '.join(sorted(missing))}; give items of seqpack.data.PackedDataset")
+            raise ValueError(f"rows lack {', '.join(sorted(missing))}: give items of seqpack.data.PackedDataset; under "
+                             "transformers' Trainer or TRL's SFTTrainer pass remove_unused_columns=False in its "
+                             "arguments, which otherwise drops the columns the model's forward does not name")
         batch = {k: torch.stack([torch.as_tensor(r[k]) for r in rows]) for k in ("input_ids", "segment_ids", "position_ids", "labels")
                  if k in rows[0]}
         seg = batch["segment_ids"]
