@@ -87,7 +87,6 @@ def test_the_extras_keep_the_torch_already_installed() -> None:
 
 def test_the_torch_extra_admits_the_builds_users_have() -> None:
     import tomllib
-
     from packaging.requirements import Requirement
 
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

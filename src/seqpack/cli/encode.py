@@ -21,10 +21,9 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from seqpack._progress import progress_bar
     from seqpack.corpus import iter_decoded
     from seqpack.tokenizer import open_tokenizer
-
-    from seqpack._progress import progress_bar
 
     tok = open_tokenizer(args.tokenizer)
     out = sys.stdout

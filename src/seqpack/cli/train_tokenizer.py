@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 DEFAULT_SPECIAL = "<|endoftext|>"
@@ -30,6 +31,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--workers", type=int, default=None, help="threads for pre-tokenization (default: all cores)")
     p.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8 handling")
     p.add_argument("--text-field", default="text", help="field of .jsonl/.parquet records")
+    p.add_argument("--hf", action="store_true",
+                   help="also write tokenizer_config.json (bos/eos/pad, a chat template) and special_tokens_map.json: "
+                        "a complete Hugging Face tokenizer directory (AutoTokenizer.from_pretrained). Without "
+                        "--chat-template this adds <|im_start|> and <|im_end|> for the default ChatML template")
+    p.add_argument("--chat-template", metavar="FILE",
+                   help="with --hf: the Jinja chat template to write (default: ChatML with generation blocks)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the results")
     p.set_defaults(handler=run)
 
@@ -37,9 +44,22 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
     from seqpack.tokenizer import BPEConfig, Tokenizer
+    from seqpack.tokenizer.hf_export import CHATML_TEMPLATE, CHATML_TOKENS
     from seqpack.tokenizer.train import train_bpe_inputs
 
     specials = tuple(args.special_tokens) if args.special_tokens else (DEFAULT_SPECIAL,)
+    template = None
+    if args.chat_template and not args.hf:
+        raise ValueError("--chat-template is written by --hf; pass both")
+    if args.hf:
+        if args.chat_template:
+            p = Path(args.chat_template)
+            if not p.is_file():
+                raise ValueError(f"--chat-template {p}: no such file (give a Jinja template)")
+            template = p.read_text(encoding="utf-8")
+        else:  # ChatML writes its own tokens: they must be special tokens, not text
+            template = CHATML_TEMPLATE
+            specials += tuple(t for t in CHATML_TOKENS if t not in specials)
     config = BPEConfig(
         vocab_size=args.vocab_size, special_tokens=specials, workers=args.workers,
         errors=args.errors, progress=not args.json,
@@ -47,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.out, overwrite=args.overwrite, inputs=args.inputs)
     result = train_bpe_inputs(args.inputs, config=config, text_field=args.text_field)
     tok = Tokenizer(result.vocab, result.merges, list(result.special_tokens))
-    tok.save(args.out, overwrite=args.overwrite)
+    tok.save(args.out, overwrite=args.overwrite, hf=args.hf, chat_template=template)
     summary: dict[str, Any] = {
         "vocab_size": len(result.vocab),
         "num_merges": len(result.merges),

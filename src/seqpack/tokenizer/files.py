@@ -88,12 +88,18 @@ def _vocab_json(tok: Tokenizer) -> dict[str, int]:
     return out
 
 
-def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike[str], *, overwrite: bool = False) -> None:
-    """Write the four files into ``directory`` atomically (meta.json last)."""
-    from seqpack.tokenizer.hf_export import hf_tokenizer_json
+def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike[str], *, overwrite: bool = False,
+                   hf: bool = False, chat_template: str | None = None) -> None:
+    """Write the four files into ``directory`` atomically (meta.json last); with ``hf`` also
+    ``tokenizer_config.json`` (bos/eos/pad, ``chat_template``) and ``special_tokens_map.json``, so that
+    ``transformers.AutoTokenizer.from_pretrained(directory)`` loads it complete."""
+    from seqpack.tokenizer.hf_export import hf_directory_files, hf_tokenizer_json
 
     vocab = _vocab_json(tok)
     with atomic_directory(directory, overwrite=overwrite) as tmp:
+        if hf:
+            for name, text in hf_directory_files(tok, chat_template=chat_template).items():
+                (tmp / name).write_text(text, encoding="utf-8")
         (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0), encoding="utf-8")
         lines = ["#version: 0.2"] + [f"{bytes_to_str(a)} {bytes_to_str(b)}" for a, b in tok.merges]
         (tmp / "merges.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Export to Hugging Face ``tokenizers``: the same BPE as a ``tokenizer.json``.
+"""Export to Hugging Face: the same BPE as a ``tokenizer.json``, and a complete tokenizer directory.
 
 The file uses the ByteLevel pre-tokenizer (the GPT-2 regex, no prefix space),
 the BPE model with our vocab and merges in order (``ignore_merges`` off, so
@@ -9,6 +9,7 @@ as an added token. ``tokenizers.Tokenizer.from_file`` and
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from seqpack.tokenizer.byte_unicode import bytes_to_str
@@ -50,3 +51,54 @@ def build_hf_tokenizer(tok: Tokenizer) -> Any:
 
 def hf_tokenizer_json(tok: Tokenizer) -> str:
     return build_hf_tokenizer(tok).to_str()  # type: ignore[no-any-return]
+
+
+#: ChatML's special tokens: the default chat template of an exported directory writes them
+CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
+#: ChatML with a generation block around each assistant turn's content and end token (what
+#: ``apply_chat_template(..., return_assistant_tokens_mask=True)`` and TRL's ``assistant_only_loss`` read)
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message['role'] == 'assistant' %}"
+    "{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\\n' }}"
+    "{% else %}{{ message['content'] + '<|im_end|>\\n' }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def hf_special_tokens(special_tokens: list[str]) -> dict[str, str]:
+    """``bos_token``, ``eos_token`` and ``pad_token`` of an exported directory, from the special tokens.
+
+    ``<|endoftext|>`` (GPT-2's one token) is bos and pad; eos is ``<|im_end|>`` when there is one (a chat
+    model stops at the end of its turn), else ``<|endoftext|>``, else the first special token.
+
+    >>> hf_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    {'bos_token': '<|endoftext|>', 'eos_token': '<|im_end|>', 'pad_token': '<|endoftext|>'}
+    """
+    if not special_tokens:
+        raise ValueError("a Hugging Face tokenizer directory needs a special token for eos/pad; "
+                         "pass --special-token '<|endoftext|>'")
+    text = "<|endoftext|>" if "<|endoftext|>" in special_tokens else special_tokens[0]
+    eos = "<|im_end|>" if "<|im_end|>" in special_tokens else text
+    return {"bos_token": text, "eos_token": eos, "pad_token": text}
+
+
+def hf_directory_files(tok: Tokenizer, *, chat_template: str | None) -> dict[str, str]:
+    """``tokenizer_config.json`` and ``special_tokens_map.json`` that make a directory holding
+    ``tokenizer.json`` load completely with ``transformers.AutoTokenizer.from_pretrained``."""
+    specials = hf_special_tokens(list(tok.special_tokens))
+    config: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **specials,
+        "model_max_length": 1_000_000_000_000_000_019_884_624_838_656,  # transformers' "no limit"
+        "clean_up_tokenization_spaces": False,
+        "added_tokens_decoder": {str(tok.special_ids[s]): {"content": s, "special": True, "normalized": False,
+                                                            "lstrip": False, "rstrip": False, "single_word": False}
+                                 for s in tok.special_tokens},
+    }
+    if chat_template is not None:
+        config["chat_template"] = chat_template
+    return {"tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+            "special_tokens_map.json": json.dumps(specials, indent=2) + "\n"}

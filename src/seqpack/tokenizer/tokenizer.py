@@ -20,7 +20,9 @@ equal. ``encode_batch(backend="hf")`` runs the Hugging Face ``tokenizers`` expor
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -332,11 +334,13 @@ class Tokenizer:
 
         return cls(read_vocab(vocab_path), read_merges(merges_path), special_tokens)
 
-    def save(self, directory: str | os.PathLike[str], *, overwrite: bool = False) -> None:
-        """Write vocab.json, merges.txt, tokenizer.json and meta.json (atomically)."""
+    def save(self, directory: str | os.PathLike[str], *, overwrite: bool = False, hf: bool = False,
+             chat_template: str | None = None) -> None:
+        """Write vocab.json, merges.txt, tokenizer.json and meta.json (atomically); ``hf``: also the
+        files that make the directory a complete Hugging Face tokenizer (with ``chat_template``)."""
         from seqpack.tokenizer.files import save_tokenizer
 
-        save_tokenizer(self, directory, overwrite=overwrite)
+        save_tokenizer(self, directory, overwrite=overwrite, hf=hf, chat_template=chat_template)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Tokenizer:
@@ -345,6 +349,11 @@ class Tokenizer:
 
         vocab, merges, specials, expected = read_tokenizer_dir(directory)
         tok = cls(vocab, merges, specials)
+        config = Path(directory) / "tokenizer_config.json"  # written by save(hf=True): its chat template
+        if config.is_file():
+            template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+            if isinstance(template, str) and template.strip():
+                tok.chat_template = template
         if expected is not None and tok.fingerprint() != expected:
             raise ValueError(
                 f"{directory}: vocab.json/merges.txt do not match the fingerprint in meta.json (edited or truncated)"

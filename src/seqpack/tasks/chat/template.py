@@ -28,19 +28,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from seqpack.tokenizer.hf_export import CHATML_TEMPLATE, CHATML_TOKENS
+
 ROLES = ("system", "user", "assistant", "tool")
 DEFAULT = "chatml"
-#: ChatML, with a generation block around each assistant turn's content and end token
-CHATML = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
-    "{% if message['role'] == 'assistant' %}"
-    "{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\\n' }}"
-    "{% else %}{{ message['content'] + '<|im_end|>\\n' }}{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-CHATML_SPECIALS = ("<|im_start|>", "<|im_end|>")
+#: ChatML, with a generation block around each assistant turn's content and end token (one
+#: definition, beside the tokenizer export that writes it into tokenizer_config.json)
+CHATML = CHATML_TEMPLATE
+CHATML_SPECIALS = CHATML_TOKENS
 _OPEN, _CLOSE = "\ufdd0", "\ufdd1"  # Unicode noncharacters: mark generation blocks in the rendered text
 
 
