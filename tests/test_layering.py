@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tokenizer",),
     ("store",),
     ("packing",),
-    ("data",),
+    ("data", "hf"),  # hf: the drop-in for TRL's pack_dataset (packing only)
     ("nn",),
     ("tasks",),
     ("pipeline",),
