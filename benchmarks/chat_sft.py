@@ -99,6 +99,19 @@ def trl_bfd(token_lists: list[list[int]], max_len: int, whole: bool) -> tuple[in
     return len(out), time.perf_counter() - t0
 
 
+def seqpack_hf(token_lists: list[list[int]], max_len: int) -> tuple[int, float]:
+    """The drop-in ``seqpack.hf.pack_dataset`` on the same HF Dataset as TRL's arm, timed the same way."""
+    import datasets
+
+    from seqpack.hf import pack_dataset
+
+    datasets.disable_progress_bars()
+    ds = datasets.Dataset.from_dict({"input_ids": token_lists})
+    t0 = time.perf_counter()
+    out = pack_dataset(ds, max_len)
+    return len(out), time.perf_counter() - t0
+
+
 def packing_rows(records: list[dict], tok, max_len: int, repeats: int) -> list[dict]:  # type: ignore[no-untyped-def]
     seqs = build_sequences(records, tok, PackConfig.for_task("chat", max_len=max_len))
     lengths = seqs.lengths
@@ -108,6 +121,9 @@ def packing_rows(records: list[dict], tok, max_len: int, repeats: int) -> list[d
     for algo in ("best", "lpfhp", "spfhp"):
         plan, s = median_time(lambda a=algo: pack_lengths(lengths, max_len, algorithm=a), repeats)
         rows.append({"max_len": max_len, "packer": f"seqpack {algo}", "packs": int(plan.num_packs), "seconds": s})
+    times = [seqpack_hf(lists, max_len) for _ in range(repeats)]
+    rows.append({"max_len": max_len, "packer": "seqpack.hf.pack_dataset (best)", "packs": times[0][0],
+                 "seconds": statistics.median(t for _, t in times)})
     for whole in (False, True):
         times = [trl_bfd(lists, max_len, whole) for _ in range(repeats)]
         rows.append({"max_len": max_len, "packer": f"TRL bfd ({'whole table' if whole else '1,000-row chunks'})",
@@ -184,6 +200,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6, help="timed steps per variant and round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-training", action="store_true", help="the packing table only")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args()
     if args.quick:
@@ -197,6 +214,10 @@ def main() -> None:
         for r in packing_rows(records, tok, max_len, args.repeats):
             result["packing"].append(r)
             print(f"{max_len:>7}  {r['packer']:<30} {r['packs']:>8,} {r['efficiency']:>10.4%} {r['factor']:>7.2f} {r['seconds']:>8.3f}")
+    if args.no_training:
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        return
     sft = root / "sft"
     n_train = min(len(records), 4000)
     build_packed_dataset(records[:n_train], tok, sft, PackConfig.for_task("chat", max_len=1024))
