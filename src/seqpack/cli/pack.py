@@ -92,6 +92,7 @@ SUMMARY_KEYS = ("task", "max_len", "max_depth", "num_packs", "num_sequences", "n
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
     from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.tasks import get_task
     from seqpack.pipeline.config import COMMON
     from seqpack.tokenizer import open_tokenizer
 
@@ -124,4 +125,7 @@ def run(args: argparse.Namespace) -> int:
             + (f" (rebuilt {len(m['redone'])} part(s) a killed run left whose input or files changed: "
                + ", ".join(f"{k} ({v})" for k, v in m["redone"].items()) + ")" if m.get("redone") else "")
         )
+        line = get_task(m["task"]).pack_summary(m)
+        if line:
+            print(line)
     return 0

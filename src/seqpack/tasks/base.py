@@ -87,6 +87,10 @@ class Task:
         """One shard's sequences from a batch of example records (default: :meth:`build_sequences`)."""
         return self.build_sequences(records, tokenizer, config)
 
+    def pack_summary(self, manifest: Mapping[str, Any]) -> str:
+        """A line for the pack command's summary about this task's own counts (default: none)."""
+        return ""
+
     def pack_warnings(self, manifest: Mapping[str, Any]) -> list[str]:
         """What a finished packing job should warn about (from the whole job's counts; default: nothing)."""
         return []

@@ -31,6 +31,12 @@ def test_pack_chat_then_train_a_llama(capsys, tmp_path, hf_dirs):  # type: ignor
                          "--out", str(tmp_path / "sft"))
     assert code == 0, err
     assert "chat: 80 sequences from 80 examples" in out
+    assert "conversations: 80 whole, 0 cut (--overflow truncate), 0 dropped as too long" in out
+    code, out, err = run(capsys, "pack", str(data), "--task", "chat", "--tokenizer", str(hf_dirs["tok"]), "--max-len", "48",
+                         "--overflow", "truncate-tokens", "--out", str(tmp_path / "cut"))
+    assert code == 0, err
+    whole, cut = (int(x) for x in __import__("re").search(r"conversations: (\d+) whole, (\d+) cut", out).groups())
+    assert cut > 0 and whole + cut == json.loads((tmp_path / "cut" / "manifest.json").read_text())["num_sequences"]
     m = json.loads((tmp_path / "sft" / "manifest.json").read_text())
     assert m["task_info"]["chat_template"] == "the tokenizer's chat_template" and m["task_info"]["target_tokens"] > 0
     code, out, err = run(capsys, "train", "--data", str(tmp_path / "sft"), "--hf-model", str(llama_config(tmp_path / "llama.json")),

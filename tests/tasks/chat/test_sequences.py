@@ -82,8 +82,24 @@ def test_truncate_at_a_turn_boundary(tok: Tokenizer) -> None:
     s = seqs(tok, [rec], max_len=first_end - 1)  # not even the first answer fits: dropped, never kept without targets
     assert s.num_sequences == 0 and s.dropped == {"too_long": 1}
     assert seqs(tok, [rec], max_len=first_end + 10, overflow="drop").dropped == {"too_long": 1}
-    with pytest.raises(ValueError, match=r"1 sequences exceed max_len=\d+; pass --overflow truncate\|drop"):
+    with pytest.raises(ValueError, match=r"1 sequences exceed max_len=\d+; pass --overflow truncate\|truncate-tokens\|drop"):
         seqs(tok, [rec], max_len=first_end + 10, overflow="error")
+
+
+def test_truncate_tokens_keeps_the_first_max_len_tokens_as_trl_does(tok: Tokenizer) -> None:
+    """TRL's rule: the first max_len tokens, the answer cut where max_len falls; its kept part is still learned."""
+    rec = conv("q1", "a1", "q2", "a" * 50)
+    whole = seqs(tok, [rec]).sequence(0)
+    ids = whole["input_ids"].tolist()
+    a2 = ids.index(E, ids.index(ord("2"))) + 3 + len(b("assistant\n"))  # past q2's <|im_end|>, "\n", <|im_start|>
+    cut = a2 + 7  # 7 a's into the second answer
+    s = seqs(tok, [rec], max_len=cut, overflow="truncate-tokens")
+    assert s.sequence(0)["input_ids"].tolist() == whole["input_ids"].tolist()[:cut]
+    assert s.sequence(0)["labels"].tolist() == whole["labels"].tolist()[:cut]  # a1 and the kept a's: targets
+    assert s.info["truncated"] == 1 and s.dropped == {}
+    assert targets(s) == b("a1") + [E] + b("a" * 7)
+    short = seqs(tok, [rec], max_len=3, overflow="truncate-tokens")  # only the user's prompt: no target left
+    assert short.num_sequences == 0 and short.dropped == {"no_target": 1}
 
 
 def test_no_assistant_turn_is_dropped_with_one_warning(tok: Tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -128,7 +144,7 @@ def test_task_resolves_and_checks_the_template(tok: Tokenizer, tmp_path) -> None
     assert s.info["chat_template"] == "chatml"
     with pytest.raises(ValueError, match=r"train_on must be one of assistant\|last\|all"):
         PackConfig.for_task("chat", max_len=64, train_on="user")
-    with pytest.raises(ValueError, match=r"overflow must be one of truncate\|drop\|error"):
+    with pytest.raises(ValueError, match=r"overflow must be one of truncate\|truncate-tokens\|drop\|error"):
         PackConfig.for_task("chat", max_len=64, overflow="split")
 
 

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from seqpack.tokenizer.tokenizer import Tokenizer
 
 TRAIN_ON = ("assistant", "last", "all")
-CHAT_OVERFLOW = ("truncate", "drop", "error")
+CHAT_OVERFLOW = ("truncate", "truncate-tokens", "drop", "error")
 
 
 def target_mask(spans: np.ndarray, turns: list[tuple[int, int]]) -> np.ndarray:
@@ -88,16 +88,20 @@ def chat_sequences(
     seqs, labs, ex, truncated, too_long = [], [], [], 0, 0
     for k, (ids, spans) in enumerate(tokenizer.encode_with_offsets(texts)):
         n, ends = ids.size, turn_ends(spans, turns[k])
-        if n > max_len:
+        cut = n > max_len
+        if cut:
             too_long += 1
-            fit = ends[ends <= max_len]
-            n = int(fit.max()) if overflow == "truncate" and fit.size else 0
+            if overflow == "truncate-tokens":  # TRL's rule: the first max_len tokens, a turn cut anywhere
+                n = max_len
+            else:
+                fit = ends[ends <= max_len]
+                n = int(fit.max()) if overflow == "truncate" and fit.size else 0
             if n == 0:
                 dropped["too_long"] = dropped.get("too_long", 0) + 1
                 continue
-            truncated += 1
+        starts = np.searchsorted(spans[:, 0], [a for a, _ in turns[k]], side="left")
         ids, spans = ids[:n], spans[:n]
-        kept = [t for t, end in zip(turns[k], ends) if end <= n]
+        kept = [t for t, start in zip(turns[k], starts) if start < n]  # whole turns, and a cut one's kept part
         target = np.ones(n, dtype=bool) if train_on == "all" else target_mask(spans, kept[-1:] if train_on == "last" else kept)
         lab = np.where(target, ids, IGNORE_INDEX)
         lab[:1] = IGNORE_INDEX
@@ -107,6 +111,7 @@ def chat_sequences(
         seqs.append(ids)
         labs.append(lab)
         ex.append(keep_ids[k])
+        truncated += cut  # conversations kept, but cut
     if too_long and overflow == "error":
         raise overflow_error(too_long, max_len, CHAT_OVERFLOW)
     return _sequences(seqs, labs, ex, n_examples, dropped, tokenizer, info={

@@ -32,7 +32,8 @@ class ChatOptions:
     train_on: str = field(default="assistant", metadata={
         "help": "tokens that carry loss: assistant (every assistant turn and its end token) | last (the final one) | all"})
     overflow: str = field(default="truncate", metadata={
-        "help": "conversations longer than max_len: truncate (after the last assistant turn that fits) | drop | error"})
+        "help": "conversations longer than max_len: truncate (after the last assistant turn that fits) | "
+                "truncate-tokens (the first max_len tokens, as TRL does: a turn may be cut) | drop | error"})
 
     def __post_init__(self) -> None:
         check_overflow(self.overflow, allowed=CHAT_OVERFLOW)
@@ -54,6 +55,13 @@ class ChatTask(CLMTask):
                     f"the chatml template writes {' and '.join(missing)}, which the tokenizer lacks as special tokens; "
                     "train it with --special-token '<|im_start|>' --special-token '<|im_end|>', or pass --chat-template FILE")
         return ChatTemplate(source, name=name, variables=dict(getattr(tokenizer, "special_map", {})))
+
+    def pack_summary(self, manifest: Mapping[str, Any]) -> str:
+        """How the conversations fared against max_len (one sequence per conversation kept)."""
+        info, dropped = manifest.get("task_info", {}), manifest.get("dropped", {})
+        cut = int(info.get("truncated", 0))
+        return (f"conversations: {int(manifest['num_sequences']) - cut:,} whole, {cut:,} cut "
+                f"(--overflow {info.get('overflow', 'truncate')}), {int(dropped.get('too_long', 0)):,} dropped as too long")
 
     def pack_warnings(self, manifest: Mapping[str, Any]) -> list[str]:
         dropped, train_on = manifest.get("dropped", {}), manifest.get("task_info", {}).get("train_on", "assistant")
