@@ -92,8 +92,8 @@ SUMMARY_KEYS = ("task", "max_len", "max_depth", "num_packs", "num_sequences", "n
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
     from seqpack.pipeline import PackConfig, build_packed_dataset
-    from seqpack.tasks import get_task
     from seqpack.pipeline.config import COMMON
+    from seqpack.tasks import get_task
     from seqpack.tokenizer import open_tokenizer
 
     options = {k: v for k, v in vars(args).items() if k not in COMMON and k in task_option_fields()}
