@@ -1,6 +1,6 @@
 """Resumable work, one mechanism for every job: each finished stage is recorded with the key of its inputs.
 
-A stage's record is ``{"key": KEY, "result": RESULT, "files": {FILE: SHA-256}}`` in one small
+A stage's record is ``{"key": KEY, "result": RESULT, "files": {FILE: SIZE:CRC32}}`` in one small
 JSON file, written atomically once the stage's outputs are complete. A later run reuses the stage
 only when the record holds the key that run computes (a content hash, :func:`content_hash`, of
 everything the stage's bytes depend on: the inputs' fingerprints, the tokenizer's, the options)
@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import shutil
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,6 +71,21 @@ def file_sha256(path: str | Path, *, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def file_checksum(path: str | Path, *, chunk: int = 4 << 20) -> str:
+    """``"SIZE:CRC32"`` of a file: what a work file is checked against before reuse. CRC-32 catches
+    truncation, bit flips and edits (not an adversary), at 2.5 GB/s here against SHA-256's 1.7.
+
+    >>> import tempfile; p = tempfile.mktemp(); _ = open(p, "wb").write(b"abc"); file_checksum(p)
+    '3:352441c2'
+    """
+    crc, size = 0, 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            crc = zlib.crc32(block, crc)
+            size += len(block)
+    return f"{size}:{crc:08x}"
 
 
 def file_fingerprint(path: str | Path) -> list[Any]:
@@ -141,7 +157,7 @@ class StageLog:
         for rel, digest in rec.get("files", {}).items():
             f = self.directory / rel
             try:
-                if file_sha256(f) != digest:
+                if file_checksum(f) != digest:
                     return None, "output changed"
             except OSError:
                 return None, "output changed"
@@ -153,14 +169,15 @@ class StageLog:
 
     def finish(self, name: str, key: str, result: Any, *, files: Iterable[str | Path] = ()) -> None:
         """Record ``name`` as finished with ``key`` (call once its outputs are complete); ``files``
-        (files, or directories: every file under them) are checksummed, and verified before any reuse."""
+        (files, or directories: every file under them) are checksummed (:func:`file_checksum`), and
+        verified before any reuse."""
         self.directory.mkdir(parents=True, exist_ok=True)
         sums = {}
         for f in files:
             p = Path(f)
             for q in sorted(p.rglob("*")) if p.is_dir() else [p]:
                 if q.is_file():
-                    sums[Path(os.path.relpath(q, self.directory)).as_posix()] = file_sha256(q)
+                    sums[Path(os.path.relpath(q, self.directory)).as_posix()] = file_checksum(q)
         rec = {"key": key, "result": result, "files": sums}
         write_text_atomic(self.path(name), json.dumps(rec, default=str))
 

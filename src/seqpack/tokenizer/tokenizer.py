@@ -304,7 +304,12 @@ class Tokenizer:
         return self._id_of.get(b)
 
     def fingerprint(self) -> str:
-        """sha256 over vocab, merges and special tokens: names this exact tokenizer."""
+        """sha256 over vocab, merges and special tokens: names this exact tokenizer (computed once)."""
+        if getattr(self, "_fingerprint", None) is None:
+            self._fingerprint = self._compute_fingerprint()
+        return self._fingerprint
+
+    def _compute_fingerprint(self) -> str:
         h = hashlib.sha256()
         for i in sorted(self.vocab):
             h.update(i.to_bytes(8, "little") + len(self.vocab[i]).to_bytes(4, "little"))
