@@ -70,7 +70,8 @@ def pack_dataset(dataset: Any, seq_length: int, strategy: str = "best", map_kwar
     return packed
 
 
-def _list_columns(table: Any) -> list[Any]:
+def _list_columns(table: Any) -> tuple[list[Any], np.ndarray]:
+    """The table's columns as list arrays, and the list lengths they all share."""
     import pyarrow as pa
 
     table = table.combine_chunks()
@@ -83,12 +84,12 @@ def _list_columns(table: Any) -> list[Any]:
         cols.append(arr)
     if not cols:
         raise ValueError("the dataset has no columns to pack")
-    lengths = [np.asarray(_lengths(c)) for c in cols]
+    lengths = [_lengths(c) for c in cols]
     for name, n in zip(table.column_names[1:], lengths[1:]):
         if not np.array_equal(n, lengths[0]):
             raise ValueError(f"column {name!r} holds lists of other lengths than {table.column_names[0]!r}; "
                              "every list column of a row must have one entry per token")
-    return cols
+    return cols, lengths[0]
 
 
 def _lengths(column: Any) -> np.ndarray:
@@ -115,9 +116,8 @@ def pack_table(table: Any, seq_length: int, *, algorithm: str = "best", split: b
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    cols = _list_columns(table)
+    cols, lengths = _list_columns(table)
     names = table.column_names
-    lengths = _lengths(cols[0])
     keep = lengths > 0
     cols = [c.filter(pa.array(keep)) for c in cols]
     lengths = lengths[keep]

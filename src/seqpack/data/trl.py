@@ -47,14 +47,13 @@ def trl_examples(path: str | os.PathLike[str], packs: Sequence[int] | np.ndarray
     """A ``datasets.Dataset`` of TRL padding-free examples, one per pack (``packs``: these only)."""
     import datasets
 
-    from seqpack.data.format import DatasetFacts, read_manifest
+    from seqpack.data.format import DatasetFacts
     from seqpack.data.rows import PackedRows
 
-    manifest = read_manifest(path)
-    if not DatasetFacts.of(manifest).causal_lm:
-        raise ValueError(f"{path}: a {manifest.get('task')} dataset; TRL's SFTTrainer trains causal-LM datasets "
-                         "(packed by a task whose model is a causal LM, such as clm or chat)")
     rows = PackedRows(path, columns=["input_ids", "labels", "segment_ids"])
+    if not DatasetFacts.of(rows.manifest).causal_lm:
+        raise ValueError(f"{path}: a {rows.manifest.get('task')} dataset; TRL's SFTTrainer trains causal-LM datasets "
+                         "(packed by a task whose model is a causal LM, such as clm or chat)")
     idx = np.arange(int(rows.manifest["num_packs"])) if packs is None else np.asarray(packs, dtype=np.int64)
     examples = []
     for lo in range(0, idx.size, 4096):

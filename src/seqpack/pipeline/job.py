@@ -135,7 +135,7 @@ def run_job(
                         reused.append(d.name)
                     elif why:
                         redone[d.name] = why
-                    yield src, tokenizer, cfg, base, str(d), context, key
+                    yield src, tokenizer, cfg, base, str(d), context, key, done  # done: verified here, once
 
             summaries = list(progress_bar(iterable=engine.map(sequences_stage, items()), desc="pack: sequences",
                                           unit="shard", leave=False))
@@ -185,9 +185,11 @@ def _write_packs(
     files = [f"data/part-{k:05d}.parquet" for k in range(len(bounds))]
     log = StageLog(meta["work"])
     poff, order = packing.pack_offsets, packing.sequence_index
+    found = []  # each part's verified record, or None
     for f, (lo, hi) in zip(files, bounds):
         done, why = log.check(Path(f).name, packs_key(Path(f).name, lo, order[poff[lo] : poff[hi]], meta),
                               outputs=[final / f])
+        found.append(done)
         if done is not None:
             reused.append(f)
         elif why:
@@ -201,9 +203,11 @@ def _write_packs(
         bin_dir.mkdir()
     bases = meta["bases"]
     items = [(str(final / f), dirs, bases, poff[lo : hi + 1], order[poff[lo] : poff[hi]], packing.plan, meta,
-              str(bin_dir) if bin_dir else None, lo) for f, (lo, hi) in zip(files, bounds)]
-    if bin_dir is not None:  # the .bin files at full size first; each stage fills its rows
-        for name, spec in packs_stage(*items[0][:-2], None, 0).items():
+              str(bin_dir) if bin_dir else None, lo, done) for f, (lo, hi), done in zip(files, bounds, found)]
+    if bin_dir is not None:  # the .bin files at full size first (part 0 gives the specs); each stage fills its rows
+        specs = packs_stage(*items[0][:7], None, 0, items[0][9])
+        items[0] = (*items[0][:9], specs)  # part 0 is written and recorded now
+        for name, spec in specs.items():
             row = int(np.prod(spec["shape"], dtype=np.int64)) * np.dtype(spec["dtype"]).itemsize
             with open(bin_dir / f"{name}.bin", "wb") as f:
                 f.truncate(row * P)

@@ -37,16 +37,15 @@ if TYPE_CHECKING:
 
 def sequences_stage(
     shard: str | list[dict[str, Any]], tokenizer: Tokenizer, config: PackConfig, doc_base: int, path: str,
-    context: dict[str, Any] | None = None, key: str = "",
+    context: dict[str, Any] | None = None, key: str = "", done: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build one input shard's sequences (a token store shard's path, or a batch of example
-    records) and save them under ``path``; returns their summary (the recorded one when this
-    stage already finished with the same ``key``, :func:`sequences_key`, and intact files)."""
+    records) and save them under ``path``, recorded under ``key`` (:func:`sequences_key`); returns
+    their summary. ``done``: the summary the driver found recorded and verified (reused as is)."""
+    if done is not None:
+        return done
     out = Path(path)
     log = StageLog(out.parent)
-    done = log.result(out.name, key, outputs=[out])
-    if done is not None:
-        return done  # type: ignore[no-any-return]
     task = get_task(config.task)
     if isinstance(shard, str):
         seqs = task.build_sequences(TokenStore(shard), tokenizer, config)
@@ -141,18 +140,17 @@ def _gather(dirs: list[str], bases: np.ndarray, ids: np.ndarray, dtypes: dict[st
 
 def packs_stage(
     path: str, dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray,
-    plan: Any, meta: dict[str, Any], bin_dir: str | None, first_pack: int,
+    plan: Any, meta: dict[str, Any], bin_dir: str | None, first_pack: int, done: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Lay out one output shard (packs ``pack_offsets``, sequences ``sequence_index``) and write it;
-    returns its column specs. A part recorded by this job (``meta["work"]``) is reused unless
-    ``.bin`` columns must be filled too."""
+    """Lay out one output shard (packs ``pack_offsets``, sequences ``sequence_index``), write it and
+    record it in the job's work directory (``meta["work"]``); returns its column specs. ``done``: the
+    specs the driver found recorded and verified, the part reused as is unless ``.bin`` columns must
+    be filled too."""
+    if done is not None and bin_dir is None:
+        return done
     out = Path(path)
     rows = pack_offsets.size - 1
     log = StageLog(meta["work"])
-    name, key = out.name, packs_key(out.name, first_pack, sequence_index, meta)
-    done = log.result(name, key, outputs=[out])
-    if done is not None and bin_dir is None:
-        return done  # type: ignore[no-any-return]
     g = _gather(dirs, bases, sequence_index, meta["dtypes"])
     seqs = Sequences(task=meta["task"], offsets=g["offsets"], example_ids=g["example_ids"],
                      token_fields=g["token_fields"], seq_fields=g["seq_fields"],
@@ -164,7 +162,7 @@ def packs_stage(
     if done is None:
         with atomic_file(out) as tmp:
             write_parquet_part(tmp, cols, 0, rows, meta["row_group_packs"], meta["compression"])
-        log.finish(name, key, specs, files=[out])
+        log.finish(out.name, packs_key(out.name, first_pack, sequence_index, meta), specs, files=[out])
     if bin_dir is not None:
         for col, v in cols.items():
             f = Path(bin_dir) / f"{col}.bin"

@@ -16,7 +16,6 @@ own (the transformers convention for ``apply_chat_template``).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -141,9 +140,12 @@ class HFTokenizer:
         i = self.hf.token_to_id(t)
         return None if i is None else int(i)
 
-    @functools.cache  # noqa: B019 - one per tokenizer object, which lives as long as its uses
     def fingerprint(self) -> str:
         """sha256 over the tokenizer pipeline and the special tokens: names this exact tokenizer (computed once)."""
+        return self._fingerprint
+
+    @cached_property
+    def _fingerprint(self) -> str:
         h = hashlib.sha256(b"hf-tokenizer\x00")
         h.update(json.dumps(json.loads(self.hf.to_str()), sort_keys=True).encode("utf-8"))
         h.update(json.dumps(self.special_map, sort_keys=True).encode("utf-8"))

@@ -116,6 +116,7 @@ class Tokenizer:
         self._cache: dict[str, list[int]] = {}
         self._hf: Any = None
         self._native: CoreBPE | None = None
+        self._fingerprint: str | None = None  # of immutable vocab and merges: computed once, on first use
 
     # ------------------------------------------------------------------ encode
     @property
@@ -305,7 +306,7 @@ class Tokenizer:
 
     def fingerprint(self) -> str:
         """sha256 over vocab, merges and special tokens: names this exact tokenizer (computed once)."""
-        if getattr(self, "_fingerprint", None) is None:
+        if self._fingerprint is None:
             self._fingerprint = self._compute_fingerprint()
         return self._fingerprint
 
