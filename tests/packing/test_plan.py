@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from seqpack.packing import ALGORITHMS, PackingPlan, histogram, plan
@@ -90,6 +90,7 @@ def test_column_generation_equals_the_enumerated_lp(data, depth):
 
 @settings(max_examples=100, deadline=None)
 @given(data=histograms(max_max_len=30, max_count=8))
+@example(data=(np.array([2, 2, 1, 0, 1, 0, 0]), 7))  # depth 3: a tie between (5) and (3, 2), both with 2 left
 def test_histogram_greedy_equals_sequence_by_sequence_reference(data):
     h, max_len = data
     lengths = np.repeat(np.arange(1, max_len + 1), h)

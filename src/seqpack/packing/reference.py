@@ -14,7 +14,11 @@ import numpy as np
 
 
 def _fit(lengths: Sequence[int], max_len: int, max_depth: int | None, *, worst: bool) -> list[list[int]]:
+    """Fit decreasing, one sequence at a time. Among packs with the same space left, the one changed
+    last wins (the histogram packers keep such packs newest first): with a depth limit, which of
+    two equally full packs takes a sequence changes how many packs there are."""
     packs: list[list[int]] = []
+    touched: list[int] = []  # when each pack last changed
     order = sorted((int(x) for x in lengths), reverse=True)
     i = 0
     while i < len(order):
@@ -24,13 +28,16 @@ def _fit(lengths: Sequence[int], max_len: int, max_depth: int | None, *, worst: 
             if worst:  # the paper's SPFHP opens one pack per remaining sequence of this length
                 n = order.count(length) - order[:i].count(length)
                 packs.extend([length] for _ in range(n))
+                touched.extend([i] * n)
                 i += n
                 continue
             packs.append([length])
-        elif worst:
-            packs[max(fits, key=lambda j: max_len - sum(packs[j]))].append(length)
+            touched.append(i)
         else:
-            packs[min(fits, key=lambda j: max_len - sum(packs[j]))].append(length)
+            space = {j: max_len - sum(packs[j]) for j in fits}
+            j = max(fits, key=lambda j: (space[j] if worst else -space[j], touched[j]))
+            packs[j].append(length)
+            touched[j] = i
         i += 1
     return packs
 
