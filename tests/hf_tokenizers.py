@@ -97,3 +97,16 @@ def chat_dataset(root: Path, *, n: int = 120, max_len: int = 256, seed: int = 0)
     records = conversations(n, seed=seed)
     build_packed_dataset(records, open_tokenizer(tok_dir), root / "sft", PackConfig.for_task("chat", max_len=max_len))
     return root / "sft", tok_dir
+
+
+def preference_records(n: int, seed: int = 0, *, prompt_words: tuple[int, int] = (3, 20),
+                       response_words: tuple[int, int] = (1, 15)) -> list[dict[str, Any]]:
+    """String pairs ``{"prompt", "chosen", "rejected"}`` (chosen != rejected)."""
+    rng = random.Random(seed)
+    say = lambda lo_hi: " ".join(rng.choices(WORDS, k=rng.randint(*lo_hi)))  # noqa: E731
+    out = []
+    while len(out) < n:
+        c, r = " " + say(response_words), " " + say(response_words)
+        if c != r:
+            out.append({"prompt": "Q: " + say(prompt_words), "chosen": c, "rejected": r})
+    return out

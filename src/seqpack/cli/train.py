@@ -54,6 +54,14 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dropout", type=float, default=default_of(TrainConfig, "dropout"), help="override the model's dropout")
     p.add_argument("--max-position", type=pos("--max-position"), default=default_of(TrainConfig, "max_position"), help="the model's position table size")
     p.add_argument("--threads", type=pos("--threads"), default=default_of(TrainConfig, "threads"), help="torch CPU threads")
+    from seqpack.nn.preference import LOSSES
+
+    p.add_argument("--preference-loss", choices=LOSSES, default=default_of(TrainConfig, "preference_loss"),
+                   help="preference data: sigmoid (DPO) | ipo | simpo | orpo | bt (a reward model: --model reward)")
+    p.add_argument("--beta", type=float, default=default_of(TrainConfig, "beta"), help="preference data: the loss's beta")
+    p.add_argument("--label-smoothing", type=float, default=default_of(TrainConfig, "label_smoothing"),
+                   help="preference data: the share of pairs taken as mislabelled (sigmoid, simpo)")
+    p.add_argument("--simpo-gamma", type=float, default=default_of(TrainConfig, "simpo_gamma"), help="SimPO's target reward margin")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

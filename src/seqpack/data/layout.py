@@ -17,6 +17,10 @@ Example: packs ``[[a0 a1 a2], [b0]]`` then ``[[c0 c1]]`` at ``L = 4``::
 
 A per-sequence *position* field (QA start/end) is shifted by the sequence's
 first column in its pack, so it indexes the packed row directly.
+
+A task may give its own per-token ``position_ids`` (the preference task's rejected response
+continues from its prompt, not from the chosen response); they replace the restarting ones
+(plus ``position_offset``).
 """
 
 from __future__ import annotations
@@ -106,6 +110,14 @@ def _seq_columns(seqs: Sequences, packing: Packing, depth: int, cols: dict[str, 
     cols["num_sequences"] = np.diff(packing.pack_offsets).astype(dts["num_sequences"])
 
 
+def _token_fields(seqs: Sequences, dts: dict[str, np.dtype], position_offset: int) -> dict[str, np.ndarray]:
+    """The per-token fields to scatter; a task's own ``position_ids`` shifted by ``position_offset``."""
+    fields = dict(seqs.token_fields)
+    if "position_ids" in fields:
+        fields["position_ids"] = (fields["position_ids"].astype(np.int64) + position_offset).astype(dts["position_ids"])
+    return fields
+
+
 def materialize(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: int | None = None, position_offset: int = 0) -> dict[str, np.ndarray]:
     """All columns, built by the compiled kernels (``csrc/packing.h``; packs split over threads)."""
     from seqpack import _native
@@ -118,7 +130,7 @@ def materialize(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: i
     poff = np.ascontiguousarray(packing.pack_offsets, dtype=np.int64)
     seq_off = np.ascontiguousarray(seqs.offsets, dtype=np.int64)
     cols: dict[str, np.ndarray] = {}
-    for name, src in seqs.token_fields.items():
+    for name, src in _token_fields(seqs, dts, position_offset).items():
         out = np.empty((P, max_len), dtype=src.dtype)
         pad = np.asarray(_TOKEN_PAD.get(name, 0), dtype=src.dtype)
         _native.scatter_rows(np.ascontiguousarray(src), seq_off, order, poff, out, pad, threads)
@@ -127,7 +139,8 @@ def materialize(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: i
     pos = np.empty((P, max_len), dtype=dts["position_ids"])
     lengths = np.ascontiguousarray(seqs.lengths, dtype=np.int64)
     _native.segments_positions(lengths, order, poff, seg, pos, position_offset, threads)
-    cols["segment_ids"], cols["position_ids"] = seg, pos
+    cols["segment_ids"] = seg
+    cols.setdefault("position_ids", pos)  # the task's own, when it gave them
     _seq_columns(seqs, packing, depth, cols, dts)
     return cols
 
@@ -137,9 +150,11 @@ def materialize_reference(seqs: Sequences, packing: Packing, *, max_len: int, ma
     depth = pack_depth(packing, max_depth)
     dts = _dtypes(seqs, max_len, depth, position_offset)
     P = packing.num_packs
-    cols = {n: np.full((P, max_len), _TOKEN_PAD.get(n, 0), dtype=v.dtype) for n, v in seqs.token_fields.items()}
+    fields = _token_fields(seqs, dts, position_offset)
+    cols = {n: np.full((P, max_len), _TOKEN_PAD.get(n, 0), dtype=v.dtype) for n, v in fields.items()}
     cols["segment_ids"] = np.zeros((P, max_len), dtype=dts["segment_ids"])
     cols["position_ids"] = np.zeros((P, max_len), dtype=dts["position_ids"])
+    own_positions = "position_ids" in fields
     cols["example_ids"] = np.full((P, depth), -1, dtype=dts["example_ids"])
     for name, values in seqs.seq_fields.items():
         cols[name] = np.full((P, depth, *values.shape[1:]), IGNORE_INDEX, dtype=signed_for(values.dtype))
@@ -152,7 +167,8 @@ def materialize_reference(seqs: Sequences, packing: Packing, *, max_len: int, ma
             for name in seqs.token_fields:
                 cols[name][p, col : col + n] = seq[name]
             cols["segment_ids"][p, col : col + n] = k + 1
-            cols["position_ids"][p, col : col + n] = position_offset + np.arange(n)
+            own = seq["position_ids"] if own_positions else np.arange(n)
+            cols["position_ids"][p, col : col + n] = position_offset + own
             cols["example_ids"][p, k] = seqs.example_ids[s]
             for name in seqs.seq_fields:
                 v = seq[name]

@@ -61,6 +61,8 @@ CAUSAL = ("GPT2LMHeadModel", "LlamaForCausalLM")
 POSITION_MASKED = ("sdpa", "eager", "flex_attention")
 BIDIRECTIONAL = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification", "BertForQuestionAnswering")
 SUPPORTED = BIDIRECTIONAL + CAUSAL
+#: reward models (a scalar score per token) the preference task trains
+REWARD = ("LlamaForSequenceClassification", "GPT2ForSequenceClassification")
 
 
 def _name(model: Any) -> str:
@@ -73,14 +75,16 @@ def _impl(model_or_config: Any) -> str:
     return str(getattr(config, "_attn_implementation", None) or "eager")
 
 
-def hf_attention_mask(model_or_config: Any, segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def hf_attention_mask(model_or_config: Any, segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype = torch.float32,
+                      branch_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The 4-D mask a transformers model with this attention implementation reads correctly:
-    bool for ``sdpa`` (and flex), additive float of ``dtype`` for ``eager``.  # (B, 1, T, T)"""
+    bool for ``sdpa`` (and flex), additive float of ``dtype`` for ``eager`` (``branch_ids``: a
+    shared prefix, :func:`seqpack.nn.masks.attention_mask`).  # (B, 1, T, T)"""
     impl = _impl(model_or_config)
     if impl == "eager":
-        return attention_mask(segment_ids, causal=causal, dtype=dtype)
+        return attention_mask(segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
     if impl in ("sdpa", "flex_attention"):
-        return attention_mask(segment_ids, causal=causal)
+        return attention_mask(segment_ids, causal=causal, branch_ids=branch_ids)
     raise ValueError(
         f"attn_implementation {impl!r} takes no 4-D mask here; load the model with "
         f"attn_implementation='sdpa' (or 'eager'), or a padding-free one for causal LMs: {', '.join(PADDING_FREE)}"

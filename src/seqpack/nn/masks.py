@@ -76,17 +76,38 @@ def position_ids(segment_ids: torch.Tensor, *, start: int = 0) -> torch.Tensor:
 
 
 def attention_mask(
-    segment_ids: torch.Tensor, *, causal: bool = False, dtype: torch.dtype = torch.bool
+    segment_ids: torch.Tensor, *, causal: bool = False, dtype: torch.dtype = torch.bool,
+    branch_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``(B, 1, T, T)`` mask: query ``i`` may see key ``j`` iff both share a non-zero segment
     (and ``j <= i`` when ``causal``).
 
     ``dtype=torch.bool`` gives True where allowed (SDPA); a float dtype gives an additive
     mask, 0 where allowed and ``finfo(dtype).min`` elsewhere (eager attention).
+
+    ``branch_ids`` (B, T) shares a prefix between branches of one segment: key ``j`` is seen
+    only if it is shared (branch 0) or on the query's own branch. The preference task's
+    shared-prefix layout (prompt ``p``, chosen ``c``, rejected ``r``; causal)::
+
+        branch  0 0 1 1 2 2
+                p p c c r r
+           p    1 . . . . .
+           p    1 1 . . . .
+           c    1 1 1 . . .
+           c    1 1 1 1 . .
+           r    1 1 . . 1 .        the rejected response never sees the chosen one
+           r    1 1 . . 1 1
+
+    >>> seg, br = torch.tensor([[1, 1, 1, 1, 1, 1]]), torch.tensor([[0, 0, 1, 1, 2, 2]])
+    >>> attention_mask(seg, causal=True, branch_ids=br)[0, 0, 4].int().tolist()
+    [1, 1, 0, 0, 1, 0]
     """
     _check_2d(segment_ids, "segment_ids")
     s = segment_ids
     allowed = (s[:, :, None] == s[:, None, :]) & (s[:, None, :] > 0)  # (B, T, T)
+    if branch_ids is not None:
+        b = branch_ids
+        allowed &= (b[:, None, :] == 0) | (b[:, :, None] == b[:, None, :])
     if causal:
         T = s.shape[1]
         allowed &= torch.ones(T, T, dtype=torch.bool, device=s.device).tril()
@@ -146,6 +167,26 @@ def _zero_trailing_pad(
         last_eos = torch.where(after, idx, torch.full_like(idx, -1)).max(dim=1, keepdim=True).values
         trailing &= last_eos == last_real
     return torch.where(trailing, torch.zeros_like(seg), seg)
+
+
+def shares_prefix(segment_ids: torch.Tensor, branch_ids: torch.Tensor) -> bool:
+    """True when some sequence has a shared part (a real token on branch 0) that branches see."""
+    return bool(((branch_ids == 0) & (segment_ids > 0)).any())
+
+
+def split_branches(segment_ids: torch.Tensor, branch_ids: torch.Tensor) -> torch.Tensor:
+    """Segments where every branch of a sequence is a sequence of its own (exact when no branch
+    shares a prefix: the preference task's ``pairs`` layout), so any backend can run them.  # (B, T)
+
+    >>> split_branches(torch.tensor([[1, 1, 1, 2, 2, 0]]), torch.tensor([[1, 1, 2, 1, 2, 0]])).tolist()
+    [[1, 1, 2, 3, 4, 0]]
+    """
+    _check_2d(segment_ids, "segment_ids")
+    s, b = segment_ids, branch_ids
+    start = torch.ones_like(s, dtype=torch.bool)
+    start[:, 1:] = (s[:, 1:] != s[:, :-1]) | (b[:, 1:] != b[:, :-1])
+    new = (start & (s > 0)).long().cumsum(dim=1)
+    return torch.where(s > 0, new, torch.zeros_like(new)).to(s.dtype)
 
 
 def unpad_index(segment_ids: torch.Tensor) -> torch.Tensor:
@@ -216,18 +257,23 @@ def sequence_starts(segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Te
     return starts, present
 
 
-def block_mask(segment_ids: torch.Tensor, *, causal: bool = False, block_size: int = 128) -> Any:
-    """A FlexAttention ``BlockMask`` for the packed rows (blocks with no allowed pair are skipped).
+def block_mask(segment_ids: torch.Tensor, *, causal: bool = False, block_size: int = 128,
+               branch_ids: torch.Tensor | None = None) -> Any:
+    """A FlexAttention ``BlockMask`` for the packed rows (blocks with no allowed pair are skipped);
+    ``branch_ids`` as in :func:`attention_mask` (a shared prefix: the blocks where one response
+    would see the other are skipped too).
 
     Works on CUDA and, forward only, on CPU (torch 2.13 has no CPU backward for FlexAttention).
     """
     _check_2d(segment_ids, "segment_ids")
     from torch.nn.attention.flex_attention import create_block_mask
 
-    seg = segment_ids
+    seg, br = segment_ids, branch_ids
 
     def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:
         keep = (seg[b, q] == seg[b, kv]) & (seg[b, kv] > 0)
+        if br is not None:
+            keep = keep & ((br[b, kv] == 0) | (br[b, kv] == br[b, q]))
         return keep & (kv <= q) if causal else keep
 
     B, T = seg.shape

@@ -9,19 +9,19 @@ sequences, model hooks, losses and metrics) plus one entry in ``REGISTRY`` below
 elsewhere (a plugin, a test) joins with :func:`register_task`.
 
     >>> sorted(REGISTRY)
-    ['chat', 'classification', 'clm', 'mlm', 'multilabel', 'qa']
+    ['chat', 'classification', 'clm', 'mlm', 'multilabel', 'preference', 'qa']
     >>> get_task("ner")
     Traceback (most recent call last):
     ...
-    ValueError: unknown task 'ner'; known: clm|mlm|classification|multilabel|qa|chat
+    ValueError: unknown task 'ner'; known: clm|mlm|classification|multilabel|qa|chat|preference
 """
 
 from __future__ import annotations
 
-from seqpack.tasks import chat, classification, clm, mlm, multilabel, qa
+from seqpack.tasks import chat, classification, clm, mlm, multilabel, preference, qa
 from seqpack.tasks.base import COMPONENTS, Task
 
-REGISTRY: dict[str, Task] = {t.name: t for t in (clm.TASK, mlm.TASK, classification.TASK, multilabel.TASK, qa.TASK, chat.TASK)}
+REGISTRY: dict[str, Task] = {t.name: t for t in (clm.TASK, mlm.TASK, classification.TASK, multilabel.TASK, qa.TASK, chat.TASK, preference.TASK)}
 TASKS: tuple[str, ...] = tuple(REGISTRY)
 
 

@@ -130,16 +130,29 @@ class Task:
     def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
         """Task-specific fields of a transformers config dict (in place)."""
 
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any]) -> Any:
+    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
+        """A transformers model of ``config`` for this task (``kind``: the ``--model`` asked, e.g. reward)."""
         raise NotImplementedError
 
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str) -> PackedOutput:
-        """One forward pass of seqpack's model on a training batch."""
+    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+        """One forward pass of seqpack's model on a training batch (``objective``: :meth:`objective`'s)."""
         raise NotImplementedError
 
     def hf_batch(self, model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The batch a transformers model takes through ``packed_forward`` (columns dropped)."""
         return batch
+
+    def hf_forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+        """One forward pass of a transformers model (default: :meth:`hf_batch`, then ``packed_forward``)."""
+        from seqpack.nn.hf_adapter import packed_forward
+
+        b = self.hf_batch(model, {k: v for k, v in batch.items() if k != "num_sequences"})
+        return packed_forward(model, b, reduction=reduction)  # type: ignore[no-any-return]
+
+    def objective(self, options: Any, kind: str) -> Any:
+        """The training objective passed to :meth:`forward`, from the run's options and model kind
+        (default: none; the preference task's loss and beta)."""
+        return None
 
     # ---- loss and metrics -------------------------------------------------------------------
     def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:

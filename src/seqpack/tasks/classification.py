@@ -286,12 +286,12 @@ class ClassificationTask(Task):
         if self.multilabel:
             d["problem_type"] = "multi_label_classification"
 
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any]) -> Any:
+    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
         import transformers
 
         return transformers.AutoModelForSequenceClassification.from_config(config)
 
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str) -> Any:
+    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
         return model(batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"],
                      labels=batch.get("labels"), token_type_ids=batch.get("token_type_ids"))
 

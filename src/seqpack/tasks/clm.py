@@ -181,12 +181,12 @@ class CLMTask(Task):
         mc = GPTConfig.of_size(size, vocab_size=vocab, **extra)
         return GPT(mc), mc
 
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any]) -> Any:
+    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
         import transformers
 
         return transformers.AutoModelForCausalLM.from_config(config)
 
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str) -> Any:
+    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
         return model(batch["input_ids"], batch["segment_ids"], reduction=reduction, position_ids=batch["position_ids"],
                      labels=batch.get("labels"))
 

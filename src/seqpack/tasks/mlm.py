@@ -252,7 +252,7 @@ class MLMTask(Task):
         mc = BertConfig.of_size(size, vocab_size=vocab, **extra)
         return BertForPreTraining(mc), mc
 
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any]) -> Any:
+    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
         import transformers
 
         if "next_sentence_label" in manifest["columns"] and model_type == "bert":
@@ -264,7 +264,7 @@ class MLMTask(Task):
             batch.pop("next_sentence_label", None)
         return batch
 
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str) -> Any:
+    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
         return model(batch["input_ids"], batch["segment_ids"], reduction=reduction, position_ids=batch["position_ids"],
                      labels=batch.get("labels"), token_type_ids=batch.get("token_type_ids"),
                      next_sentence_label=batch.get("next_sentence_label"))

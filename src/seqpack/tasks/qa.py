@@ -200,12 +200,12 @@ class QATask(Task):
     def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
         d["num_labels"] = 2  # start, end
 
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any]) -> Any:
+    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
         import transformers
 
         return transformers.AutoModelForQuestionAnswering.from_config(config)
 
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str) -> Any:
+    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
         return model(batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"],
                      token_type_ids=batch.get("token_type_ids"), start_positions=batch.get("start_positions"),
                      end_positions=batch.get("end_positions"))

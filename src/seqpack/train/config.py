@@ -14,8 +14,9 @@ from typing import Any
 from seqpack.nn.attention import BACKENDS
 from seqpack.nn.losses import REDUCTIONS
 from seqpack.nn.models.common import SIZES
+from seqpack.nn.preference import PreferenceLoss
 
-MODELS = ("bert", "gpt")
+MODELS = ("bert", "gpt", "reward")
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine", "constant")
 MATCH = ("none", "sequences", "packs")
@@ -67,6 +68,11 @@ class TrainConfig:
     max_position: int | None = None
     threads: int | None = None
     progress: bool = True
+    # preference data (the preference task): the loss and its knobs, defaults from PreferenceLoss
+    preference_loss: str = PreferenceLoss.kind
+    beta: float = PreferenceLoss.beta
+    label_smoothing: float = PreferenceLoss.label_smoothing
+    simpo_gamma: float = PreferenceLoss.gamma
 
     def __post_init__(self) -> None:
         def one_of(name: str, allowed: tuple[str, ...]) -> None:
@@ -108,6 +114,12 @@ class TrainConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if any(not 0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must be in [0, 1), got {self.betas}")
+        self.preference()  # validates the preference loss's settings
+
+    def preference(self) -> PreferenceLoss:
+        """The preference loss these options describe (used by the preference task)."""
+        return PreferenceLoss(kind=self.preference_loss, beta=self.beta, label_smoothing=self.label_smoothing,
+                              gamma=self.simpo_gamma)
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)

@@ -20,7 +20,7 @@ seed) is held out; both the packed and the padded run evaluate on those same pac
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -85,6 +85,14 @@ class TrainData:
         self.train_sequences = int(nseq[self.train_packs].sum())
         self.eval_sequences = int(nseq[self.eval_packs].sum())
         self._perms: dict[tuple[int, int], np.ndarray] = {}
+        #: extra (P, ...) columns of packs computed by the run (the reference model's log-probabilities)
+        self.pack_columns: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
+
+    def _take(self, packs: np.ndarray) -> dict[str, np.ndarray]:
+        cols = self.rows.take(packs)
+        if self.pack_columns is not None:
+            cols.update(self.pack_columns(np.asarray(packs)))
+        return cols
 
     @property
     def num_units(self) -> int:
@@ -113,13 +121,13 @@ class TrainData:
             packs, spans[:, 0] = np.unique(spans[:, 0], return_inverse=True)
             cols = padded_rows(self.rows.take(packs), spans, token_labels=self.facts.token_labels, position_fields=self.position_fields)
         else:
-            cols = self.rows.take(self.train_packs[units])
+            cols = self._take(self.train_packs[units])
         return to_tensors(cols, float_labels=self.facts.float_labels)
 
     def eval_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """The held-out packs, in order, packed (the same for packed and padded runs)."""
         for lo in range(0, len(self.eval_packs), batch_size):
-            yield to_tensors(self.rows.take(self.eval_packs[lo : lo + batch_size]), float_labels=self.facts.float_labels)
+            yield to_tensors(self._take(self.eval_packs[lo : lo + batch_size]), float_labels=self.facts.float_labels)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -35,6 +35,7 @@ from seqpack._atomic import (
 from seqpack._stages import partial_dir
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.optim import Lamb, adjust_betas
+from seqpack.tasks import get_task
 from seqpack.train.checkpoint import (
     CHECKPOINT,
     METRICS,
@@ -49,17 +50,23 @@ from seqpack.train.data import TrainData
 from seqpack.train.distributed import World, close_world, init_world
 from seqpack.train.models import build_model, forward
 from seqpack.train.objective import EvalTotals, component_means, loss_units, step_loss
+from seqpack.train.reference import (
+    load_reference,
+    reference_columns,
+    reference_logps,
+    save_reference,
+)
 
 
 class Objective(torch.nn.Module):
     """The model and its task, so that ``DistributedDataParallel`` sees one forward call."""
 
-    def __init__(self, model: torch.nn.Module, task: str, reduction: str) -> None:
+    def __init__(self, model: torch.nn.Module, task: str, reduction: str, objective: Any = None) -> None:
         super().__init__()
-        self.model, self.task, self.reduction = model, task, reduction
+        self.model, self.task, self.reduction, self.objective = model, task, reduction, objective
 
     def forward(self, batch: dict[str, torch.Tensor]) -> PackedOutput:
-        return forward(self.model, batch, task=self.task, reduction=self.reduction)
+        return forward(self.model, batch, task=self.task, reduction=self.reduction, objective=self.objective)
 
 
 def lr_at(step: int, cfg: TrainConfig, total: int) -> float:
@@ -190,6 +197,12 @@ class _Run:
         self.optimizer = make_optimizer(self.model, cfg, betas)
         self.state: dict[str, Any] = {"step": 0, "sequences": 0, "tokens": 0, "train_seconds": 0.0}
         self.identity = data_identity(data.manifest, cfg.padded)
+        task = get_task(self.task)
+        self.objective = task.objective(cfg, task.model_kind(cfg.model))
+        if self.objective is not None and cfg.padded:
+            raise ValueError(f"{cfg.data}: --padded is not offered for {self.task} data; its padded baseline is TRL "
+                             "(benchmarks/preference.py runs it beside seqpack's packed layouts)")
+        reference = self._reference(resume)
         if resume:
             ck = load_checkpoint(self.run_dir, model=self.spec, data=self.identity, options=cfg.to_dict())
             self.model.load_state_dict(ck["model_state"])
@@ -198,7 +211,7 @@ class _Run:
             torch.set_rng_state(ck["rng"]["torch"])
             if torch.cuda.is_available() and ck["rng"].get("cuda") is not None:
                 torch.cuda.set_rng_state(ck["rng"]["cuda"])
-        wrapped: torch.nn.Module = Objective(self.model, self.task, cfg.reduction)
+        wrapped: torch.nn.Module = Objective(self.model, self.task, cfg.reduction, self.objective)
         if world.size > 1:
             ids = [world.device.index] if world.device.type == "cuda" else None
             wrapped = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids)
@@ -209,6 +222,20 @@ class _Run:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.log = MetricsLog(self.run_dir / METRICS, keep_until=self.state["step"] if resume else None)
             self._write_config(betas)
+            if reference is not None and not resume:
+                save_reference(self.run_dir, reference)
+
+    def _reference(self, resume: bool) -> np.ndarray | None:
+        """The reference model's log-probabilities when the objective needs them: the initial
+        weights' (computed now, before any step), or on resume the run's saved ones."""
+        if self.objective is None or not getattr(self.objective, "needs_reference", False):
+            return None
+        if resume:
+            ref = load_reference(self.run_dir, self.data)
+        else:
+            ref = reference_logps(self.model, self.data, batch_size=self.cfg.eval_batch_size, device=self.world.device)
+        self.data.pack_columns = reference_columns(ref)
+        return ref
 
     def _write_config(self, betas: tuple[float, float]) -> None:
         info = {"train": self.cfg.to_dict(), "model": self.spec, "data": {**self.data.describe(), **self.identity},
@@ -267,7 +294,7 @@ class _Run:
         totals = EvalTotals()
         for b in self.data.eval_batches(self.cfg.eval_batch_size):
             b = {k: v.to(self.world.device) for k, v in self._checked(b).items()}
-            totals.update(forward(model, b, task=self.task, reduction="sequence"), b, self.task)
+            totals.update(forward(model, b, task=self.task, reduction="sequence", objective=self.objective), b, self.task)
         model.train(was)
         return totals.result()
 

@@ -34,7 +34,7 @@ def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn
     vocab = dataset_vocab_size(manifest)
     need = int(manifest["max_len"]) + int(manifest.get("position_offset", 0))
     if cfg.hf_model:
-        return _hf_model(cfg.hf_model, task, vocab, need, manifest)
+        return _hf_model(cfg.hf_model, task, vocab, need, manifest, kind)
     extra: dict[str, Any] = {"attention": cfg.attention}
     if cfg.dropout is not None:
         extra["dropout"] = cfg.dropout
@@ -48,7 +48,8 @@ def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn
     return model, spec
 
 
-def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[str, Any]) -> tuple[torch.nn.Module, dict[str, Any]]:
+def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[str, Any],
+              kind: str) -> tuple[torch.nn.Module, dict[str, Any]]:
     import transformers
 
     p = Path(source)
@@ -73,21 +74,21 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
     if positions is not None and need > positions:
         raise ValueError(f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
                          "raise max_position_embeddings in the config or re-pack with a smaller --max-len")
-    model = task.hf_model(config, model_type, manifest)
-    from seqpack.nn.hf_adapter import SUPPORTED
+    model = task.hf_model(config, model_type, manifest, kind=kind)
+    from seqpack.nn.hf_adapter import REWARD, SUPPORTED
 
-    if type(model).__name__ not in SUPPORTED:
-        raise ValueError(f"--hf-model builds {type(model).__name__}; the adapters take {', '.join(SUPPORTED)}")
+    if type(model).__name__ not in SUPPORTED + REWARD:
+        raise ValueError(f"--hf-model builds {type(model).__name__}; the adapters take {', '.join(SUPPORTED + REWARD)}")
     return model, {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
 
 
-def forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, task: str, reduction: str) -> PackedOutput:
-    """One forward pass on a batch from :class:`seqpack.train.data.TrainData`."""
+def forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, task: str, reduction: str,
+            objective: Any = None) -> PackedOutput:
+    """One forward pass on a batch from :class:`seqpack.train.data.TrainData` (``objective``: the
+    task's, :meth:`seqpack.tasks.Task.objective`)."""
     inner = getattr(model, "module", model)  # DistributedDataParallel wraps the model
     t = get_task(task)
+    kw = {} if objective is None else {"objective": objective}  # a plugin task's forward may not take it
     if type(inner).__module__.startswith("transformers"):
-        from seqpack.nn.hf_adapter import packed_forward
-
-        b = t.hf_batch(inner, {k: v for k, v in batch.items() if k != "num_sequences"})
-        return packed_forward(model, b, reduction=reduction)  # type: ignore[no-any-return]
-    return t.forward(model, batch, reduction=reduction)  # type: ignore[no-any-return]
+        return t.hf_forward(model, batch, reduction=reduction, **kw)
+    return t.forward(model, batch, reduction=reduction, **kw)  # type: ignore[no-any-return]

@@ -14,6 +14,11 @@ Backends live in one registry (:data:`REGISTRY`), one module each:
 ``flex``          FlexAttention with a ``BlockMask`` (:mod:`.flex`).
 ``auto``          :func:`choose_backend` picks one per batch.
 
+``branch_ids`` (B, T) (the preference task's layouts): without a shared prefix (``pairs``) each
+branch becomes a sequence of its own and every backend runs it; a shared prefix (prompt once,
+both responses attending to it, never to each other) needs a mask, which :data:`SHARED_PREFIX`
+backends build (``auto`` picks ``sdpa``, or ``flex`` on CUDA).
+
 Adding a backend: one module defining a plan type and a :class:`Backend`, plus one line in
 ``REGISTRY`` below.
 
@@ -46,10 +51,17 @@ from seqpack.nn.attention.varlen import (
     flash_attn_available,
     torch_varlen,
 )
-from seqpack.nn.masks import check_segment_ids, sequence_lengths
+from seqpack.nn.masks import (
+    check_segment_ids,
+    sequence_lengths,
+    shares_prefix,
+    split_branches,
+)
 
 REGISTRY: dict[str, Backend] = {b.name: b for b in (SDPA, EAGER, PER_DOCUMENT, FLASH_VARLEN, VARLEN, FLEX)}
 BACKENDS: tuple[str, ...] = ("auto", *REGISTRY)
+#: backends whose plan takes ``branch_ids`` with a shared prefix (a mask per (query, key) pair)
+SHARED_PREFIX: tuple[str, ...] = ("sdpa", "eager", "flex")
 
 
 def get_backend(name: str) -> Backend:
@@ -91,12 +103,20 @@ def plan_attention(
     backend: str = "auto",
     dtype: torch.dtype = torch.float32,
     validate: bool = True,
+    branch_ids: torch.Tensor | None = None,
 ) -> AttentionPlan:
-    """Masks or indices for ``packed_attention`` (``dtype`` is the dtype of q/k/v)."""
+    """Masks or indices for ``packed_attention`` (``dtype`` is the dtype of q/k/v; ``branch_ids``:
+    see the module docstring)."""
     if backend != "auto":
         get_backend(backend)
     if validate:
         check_segment_ids(segment_ids)
+    if branch_ids is not None:
+        if branch_ids.shape != segment_ids.shape:
+            raise ValueError(f"branch_ids has shape {tuple(branch_ids.shape)}, segment_ids {tuple(segment_ids.shape)}")
+        if shares_prefix(segment_ids, branch_ids):
+            return _shared_prefix_plan(segment_ids, branch_ids, causal=causal, backend=backend, dtype=dtype)
+        segment_ids = split_branches(segment_ids, branch_ids)
     if backend == "auto":
         backend = choose_backend(segment_ids, dtype=dtype)
     entry = REGISTRY[backend]
@@ -104,6 +124,20 @@ def plan_attention(
     if reason is not None:
         raise ValueError(reason)
     return entry.plan(segment_ids, causal=causal, dtype=dtype)
+
+
+def _shared_prefix_plan(segment_ids: torch.Tensor, branch_ids: torch.Tensor, *, causal: bool, backend: str,
+                        dtype: torch.dtype) -> AttentionPlan:
+    if backend == "auto":
+        backend = "flex" if segment_ids.is_cuda else "sdpa"
+    if backend not in SHARED_PREFIX:
+        raise ValueError(f"attention backend {backend} runs whole sequences and cannot share a prompt between two "
+                         f"responses; use --attention {'|'.join(SHARED_PREFIX)}, or pack with --layout pairs")
+    entry = REGISTRY[backend]
+    reason = entry.unavailable(segment_ids, dtype)
+    if reason is not None:
+        raise ValueError(reason)
+    return entry.plan(segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
 
 
 def packed_attention(
@@ -116,6 +150,6 @@ def packed_attention(
 
 
 __all__ = [
-    "BACKENDS", "REGISTRY", "AttentionPlan", "Backend", "BucketPlan", "FlexPlan", "MaskPlan", "VarlenPlan",
+    "BACKENDS", "REGISTRY", "SHARED_PREFIX", "AttentionPlan", "Backend", "BucketPlan", "FlexPlan", "MaskPlan", "VarlenPlan",
     "choose_backend", "eager_attention", "get_backend", "packed_attention", "plan_attention",
 ]

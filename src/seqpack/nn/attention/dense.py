@@ -26,8 +26,10 @@ def _sdpa_mask(segment_ids: torch.Tensor, *, causal: bool) -> torch.Tensor | Non
     return attention_mask(segment_ids, causal=causal)  # (B, 1, T, T)
 
 
-def plan_sdpa(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype) -> MaskPlan:
-    return MaskPlan(**common("sdpa", segment_ids, causal), mask=_sdpa_mask(segment_ids, causal=causal))  # type: ignore[arg-type]
+def plan_sdpa(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None) -> MaskPlan:
+    mask = _sdpa_mask(segment_ids, causal=causal) if branch_ids is None else attention_mask(
+        segment_ids, causal=causal, branch_ids=branch_ids)
+    return MaskPlan(**common("sdpa", segment_ids, causal), mask=mask)  # type: ignore[arg-type]
 
 
 def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
@@ -38,8 +40,9 @@ def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Attenti
     return F.scaled_dot_product_attention(q, k, v, attn_mask=plan.mask, is_causal=is_causal, scale=scale)
 
 
-def plan_eager(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype) -> MaskPlan:
-    return MaskPlan(**common("eager", segment_ids, causal), mask=attention_mask(segment_ids, causal=causal, dtype=dtype))  # type: ignore[arg-type]
+def plan_eager(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None) -> MaskPlan:
+    mask = attention_mask(segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
+    return MaskPlan(**common("eager", segment_ids, causal), mask=mask)  # type: ignore[arg-type]
 
 
 def eager_attention(

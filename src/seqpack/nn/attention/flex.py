@@ -20,8 +20,9 @@ class FlexPlan(AttentionPlan):
     block_mask: Any  # torch.nn.attention.flex_attention.BlockMask
 
 
-def plan_flex(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype) -> FlexPlan:
-    return FlexPlan(**common("flex", segment_ids, causal), block_mask=block_mask(segment_ids, causal=causal))  # type: ignore[arg-type]
+def plan_flex(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None) -> FlexPlan:
+    bm = block_mask(segment_ids, causal=causal, branch_ids=branch_ids)
+    return FlexPlan(**common("flex", segment_ids, causal), block_mask=bm)  # type: ignore[arg-type]
 
 
 @functools.cache

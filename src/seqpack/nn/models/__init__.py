@@ -10,7 +10,7 @@ from seqpack.nn.models.bert import (
     BertForSequenceClassification,
 )
 from seqpack.nn.models.common import SIZES, PackedOutput
-from seqpack.nn.models.gpt import GPT, GPTConfig
+from seqpack.nn.models.gpt import GPT, GPTConfig, GPTReward
 
 __all__ = [
     "GPT",
@@ -20,6 +20,7 @@ __all__ = [
     "BertForQuestionAnswering",
     "BertForSequenceClassification",
     "GPTConfig",
+    "GPTReward",
     "PackedOutput",
     "SIZES",
 ]

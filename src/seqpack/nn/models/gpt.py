@@ -69,19 +69,25 @@ class GPT(nn.Module):
         labels: torch.Tensor | None = None,
         reduction: str = "sequence",
         plan: AttentionPlan | None = None,
+        branch_ids: torch.Tensor | None = None,
+        logits: bool = True,
     ) -> PackedOutput:
-        """Without ``labels``: ``logits`` (B, T, V). With ``labels`` (B, T) (HF convention, the
-        model shifts): the loss, and logits only at the N positions that have a target (N, V)."""
+        """Without ``labels``: ``logits`` (B, T, V) (``logits=False``: only ``hidden``, for a caller
+        that projects the positions it needs with :meth:`token_logits`). With ``labels`` (B, T) (HF
+        convention, the model shifts): the loss, and logits only at the N positions that have a
+        target (N, V). ``branch_ids``: a shared prefix (:func:`seqpack.nn.masks.attention_mask`)."""
         check_reduction(reduction)
-        check_batch(input_ids, segment_ids, position_ids=position_ids, labels=labels)
+        check_batch(input_ids, segment_ids, position_ids=position_ids, labels=labels, branch_ids=branch_ids)
         position_ids, plan = positions_and_plan(
             segment_ids, position_ids, plan, max_position=self.config.max_position, causal=True,
-            backend=self.config.attention, dtype=self.wte.weight.dtype,
+            backend=self.config.attention, dtype=self.wte.weight.dtype, branch_ids=branch_ids,
         )
         x = self.dropout(self.wte(input_ids) + self.wpe(position_ids))
         for block in self.blocks:
             x = block(x, plan)
         h = self.ln_f(x)
+        if not logits:
+            return PackedOutput(hidden=h)
         if labels is None:
             return PackedOutput(hidden=h, logits=h @ self.wte.weight.T)  # (B, T, V), tied
         # the loss needs logits only where there is a target: (N, V) instead of (B, T, V)
@@ -92,3 +98,26 @@ class GPT(nn.Module):
             logits, labels[rows, cols + 1], rows, segment_ids[rows, cols + 1], segment_ids, reduction=reduction
         )
         return out
+
+    def token_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head (tied to the embeddings).  # (..., H) -> (..., V)"""
+        return hidden @ self.wte.weight.T
+
+
+class GPTReward(nn.Module):
+    """A reward model: the GPT body and a scalar score per token (read at a response's last token).
+
+        score = GPTReward(cfg)(input_ids, segment_ids)        # (B, T)
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.gpt = GPT(config)
+        self.score = nn.Linear(config.hidden, 1, bias=False)
+        nn.init.normal_(self.score.weight, std=0.02)
+
+    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, *, position_ids: torch.Tensor | None = None,
+                branch_ids: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.gpt(input_ids, segment_ids, position_ids=position_ids, branch_ids=branch_ids, logits=False).hidden
+        return self.score(h).squeeze(-1)  # type: ignore[no-any-return]

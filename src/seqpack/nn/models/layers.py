@@ -106,6 +106,7 @@ def positions_and_plan(
     causal: bool,
     backend: str,
     dtype: torch.dtype,
+    branch_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, AttentionPlan]:
     """Restarting positions (unless given, then range-checked) and the attention plan of a batch."""
     if position_ids is None:
@@ -113,7 +114,8 @@ def positions_and_plan(
     if position_ids.numel() and int(position_ids.max()) >= max_position:
         raise ValueError(f"position_ids reach {int(position_ids.max())} but max_position={max_position}")
     if plan is None:
-        plan = plan_attention(segment_ids, causal=causal, backend=backend, dtype=compute_dtype(segment_ids.device, dtype))
+        plan = plan_attention(segment_ids, causal=causal, backend=backend, dtype=compute_dtype(segment_ids.device, dtype),
+                              branch_ids=branch_ids)
     return position_ids, plan
 
 

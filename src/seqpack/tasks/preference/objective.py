@@ -1,0 +1,98 @@
+"""One forward pass of a preference batch: each response's log-probability (or a reward model's
+score at its last token), then the loss of :class:`seqpack.nn.preference.PreferenceLoss`.
+
+Works with seqpack's ``GPT`` / ``GPTReward`` and with transformers causal LMs / sequence
+classifiers (Llama, GPT-2): those get the stored ``position_ids`` and a 4-D mask built from
+``branch_ids`` (bool for ``sdpa``, additive for ``eager``), or, padding-free
+(``flash_attention_*``, ``seqpack_varlen``), the ``pairs`` layout's branches as sequences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from seqpack.nn.hf_adapter import hf_attention_mask
+from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, unflatten_tokens
+from seqpack.nn.masks import check_segment_ids, shares_prefix, split_branches
+from seqpack.nn.models.common import PackedOutput
+from seqpack.nn.preference import (
+    PreferenceLoss,
+    ResponseLogps,
+    bradley_terry,
+    mean_over_pairs,
+    response_ends,
+    response_logps,
+)
+
+
+def _is_hf(model: Any) -> bool:
+    return type(getattr(model, "_orig_mod", model)).__module__.startswith("transformers")
+
+
+def _hf_states(model: Any, batch: Mapping[str, torch.Tensor], run: Any) -> torch.Tensor:
+    """``run(**inputs)`` on the packed rows, its (B, T, ...) output."""
+    seg, br = batch["segment_ids"], batch["branch_ids"]
+    check_segment_ids(seg)
+    impl = str(getattr(model.config, "_attn_implementation", None) or "eager")
+    if impl in PADDING_FREE:
+        if shares_prefix(seg, br):
+            raise ValueError(f"attn_implementation {impl} runs whole sequences and cannot share a prompt between two "
+                             "responses; load the model with sdpa or eager, or pack with --layout pairs")
+        flat_batch = {"input_ids": batch["input_ids"], "segment_ids": split_branches(seg, br),
+                      "position_ids": batch["position_ids"]}
+        inputs, _ = flat_inputs(flat_batch)
+        return unflatten_tokens(run(**inputs, use_cache=False), flat_batch["segment_ids"])
+    mask = hf_attention_mask(model, seg, causal=True, dtype=next(model.parameters()).dtype, branch_ids=br)
+    return run(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"], use_cache=False)  # type: ignore[no-any-return]
+
+
+def policy_logps(model: Any, batch: Mapping[str, torch.Tensor], depth: int | None = None) -> ResponseLogps:
+    """Each response's summed log-probability under ``model``.  # (B, D) fields"""
+    seg, br, labels = batch["segment_ids"], batch["branch_ids"], batch["labels"]
+    if _is_hf(model):
+        logits = _hf_states(model, batch, lambda **kw: model(**kw).logits)  # (B, T, V)
+        at = lambda r, c: logits[r, c]  # noqa: E731
+    else:
+        h = model(batch["input_ids"], seg, position_ids=batch["position_ids"], branch_ids=br, logits=False).hidden
+        at = lambda r, c: model.token_logits(h[r, c])  # noqa: E731  # only the N positions that predict a target
+    return response_logps(at, labels, seg, br, depth=depth)
+
+
+def reward_scores(model: Any, batch: Mapping[str, torch.Tensor], depth: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reward model's scalar score at each response's last token, ``(chosen, rejected)`` (B, D)."""
+    seg, br, labels = batch["segment_ids"], batch["branch_ids"], batch["labels"]
+    if _is_hf(model):
+        hidden = _hf_states(model, batch, lambda **kw: model.base_model(**kw).last_hidden_state)
+        score = model.score(hidden).squeeze(-1)  # (B, T)
+    else:
+        score = model(batch["input_ids"], seg, position_ids=batch["position_ids"], branch_ids=br)  # (B, T)
+    ends_c, ends_r = response_ends(labels, seg, br, depth=depth)
+    return score.gather(1, ends_c), score.gather(1, ends_r)
+
+
+def _present(seg: torch.Tensor, depth: int) -> torch.Tensor:
+    return torch.arange(1, depth + 1, device=seg.device)[None, :] <= seg.amax(dim=1, keepdim=True)
+
+
+def preference_forward(model: Any, batch: Mapping[str, torch.Tensor], objective: PreferenceLoss | None) -> PackedOutput:
+    """The loss (mean over the batch's pairs), per-pair losses and rewards in ``extra``."""
+    obj = objective or PreferenceLoss()
+    seg = batch["segment_ids"]
+    depth = int(seg.max()) if seg.numel() else 0
+    present = _present(seg, depth)
+    if obj.reward_model:
+        sc, sr = reward_scores(model, batch, depth)
+        per = bradley_terry(sc, sr, batch.get("margin"))
+        extra = {"chosen_rewards": sc.detach(), "rejected_rewards": sr.detach()}
+    else:
+        lp = policy_logps(model, batch, depth)
+        ref = None
+        if "ref_chosen_logps" in batch:  # (B, max_depth): the slots past this batch's deepest row are empty
+            ref = (batch["ref_chosen_logps"][:, :depth], batch["ref_rejected_logps"][:, :depth])
+        per, cr, rr = obj(lp, ref)
+        extra = {"chosen_rewards": cr, "rejected_rewards": rr, "chosen_logps": lp.chosen.detach(),
+                 "rejected_logps": lp.rejected.detach()}
+    return PackedOutput(loss=mean_over_pairs(per, present), per_sequence=per, present=present, extra=extra)

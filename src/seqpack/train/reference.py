@@ -1,0 +1,65 @@
+"""The reference model's log-probabilities, computed once, packed, before training.
+
+DPO and IPO compare the policy with a frozen reference (the initial weights). Instead of a second
+model in memory, one packed pass with the initial weights computes every pair's summed
+log-probabilities; they ride along with each batch as ``ref_chosen_logps`` / ``ref_rejected_logps``
+(B, D), and are saved in the run directory so a resumed run reuses them::
+
+    ref = reference_logps(model, data, batch_size=64)     # (P, D, 2) float64: chosen, rejected
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from seqpack.data.torch_dataset import to_tensors
+from seqpack.train.data import TrainData
+
+REFERENCE = "reference_logps.npy"
+
+
+@torch.no_grad()
+def reference_logps(model: torch.nn.Module, data: TrainData, *, batch_size: int, device: torch.device | None = None,
+                    ) -> np.ndarray:
+    """Every pack's ``(chosen, rejected)`` summed log-probabilities under ``model``.  # (P, D, 2)"""
+    from seqpack.tasks.preference.objective import policy_logps
+
+    P, D = int(data.manifest["num_packs"]), int(data.manifest["max_depth"])
+    out = np.zeros((P, D, 2), dtype=np.float64)
+    was = model.training
+    model.eval()
+    for lo in range(0, P, batch_size):
+        packs = np.arange(lo, min(P, lo + batch_size))
+        batch = {k: v.to(device) if device is not None else v for k, v in to_tensors(data.rows.take(packs)).items()}
+        lp = policy_logps(model, batch, depth=D)
+        out[packs, :, 0] = lp.chosen.double().cpu().numpy()
+        out[packs, :, 1] = lp.rejected.double().cpu().numpy()
+    model.train(was)
+    return out
+
+
+def reference_columns(ref: np.ndarray) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    """The extra columns of packs ``packs``, for :attr:`TrainData.pack_columns`."""
+    return lambda packs: {"ref_chosen_logps": ref[packs, :, 0], "ref_rejected_logps": ref[packs, :, 1]}
+
+
+def save_reference(run_dir: Path, ref: np.ndarray) -> None:
+    from seqpack._atomic import atomic_file
+
+    with atomic_file(run_dir / REFERENCE) as tmp, open(tmp, "wb") as f:
+        np.save(f, ref, allow_pickle=False)
+
+
+def load_reference(run_dir: Path, data: TrainData) -> np.ndarray:
+    path = run_dir / REFERENCE
+    if not path.is_file():
+        raise ValueError(f"{run_dir}: the run has no {REFERENCE}; start it again with --overwrite")
+    ref = np.load(path, allow_pickle=False)
+    want = (int(data.manifest["num_packs"]), int(data.manifest["max_depth"]), 2)
+    if ref.shape != want:
+        raise ValueError(f"{path} has shape {ref.shape}, the dataset needs {want}; start the run again with --overwrite")
+    return ref  # type: ignore[no-any-return]

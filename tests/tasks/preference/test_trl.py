@@ -1,0 +1,210 @@
+"""Preference training exact against TRL: seqpack's packed DPO loss, rewards and gradients equal
+``trl.DPOTrainer``'s (padded, one response per row) on the same pairs and weights, in both layouts;
+the reward-model loss equals ``trl.RewardTrainer``'s; and seqpack's GPT packed equals it unpacked.
+
+Tolerances: fp32 throughout. Packed and padded rows reduce in other orders (attention over other
+key sets, sums over other row widths): ~1e-7 relative per operation, over chains of ~100 operations
+(2 layers, sums of ~30 token log-probabilities) -> 1e-5 relative. A wrong mask, position or
+predictor moves a log-probability by ~1e-2 or more (one token's log-probability is ~ -5).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from seqpack.data.torch_dataset import PackedDataset, collate_packed
+from seqpack.nn.models import GPT, GPTConfig
+from seqpack.nn.preference import PreferenceLoss
+from seqpack.pipeline import PackConfig, build_packed_dataset
+from seqpack.tasks.preference.objective import policy_logps, preference_forward
+from seqpack.tokenizer import open_tokenizer
+from tests.hf_tokenizers import LLAMA, bpe_tokenizer_dir, preference_records
+
+trl = pytest.importorskip("trl")
+tf = pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+pytestmark = pytest.mark.filterwarnings("ignore")
+LAYOUTS = ("shared-prefix", "pairs")
+N = 10
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("pref_trl")
+    tok_dir = bpe_tokenizer_dir(root / "tok")
+    records = preference_records(N)
+    for layout in LAYOUTS:
+        build_packed_dataset(records, open_tokenizer(tok_dir), root / layout,
+                             PackConfig.for_task("preference", max_len=160, layout=layout))
+    return {"root": root, "tok": tok_dir, "records": records}
+
+
+def packed_batch(path: Path) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+    ds = PackedDataset(path)
+    batch = collate_packed([ds[i] for i in range(len(ds))])
+    return batch, batch.pop("example_ids").numpy()
+
+
+def by_example(x: torch.Tensor, present: torch.Tensor, ex: np.ndarray) -> torch.Tensor:
+    """Slot values (B, D) in example order (N,)."""
+    return x[present][np.argsort(ex[present.numpy()])]
+
+
+def llama_pair(vocab: int) -> tuple[Any, Any]:
+    """(policy, reference): the reference and a perturbed copy of it (log-ratios far from 0)."""
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"}, vocab_size=vocab, attn_implementation="sdpa")
+    ref = tf.LlamaForCausalLM(cfg)
+    policy = copy.deepcopy(ref)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    return policy, ref
+
+
+def trl_dpo(setup: dict[str, Any], policy: Any, ref: Any, ref_logps: tuple[torch.Tensor, torch.Tensor],
+            loss_type: str = "sigmoid") -> tuple[float, dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One DPOTrainer loss on all pairs, with the given reference log-probabilities: loss, metrics, grads, inputs."""
+    tok = tf.AutoTokenizer.from_pretrained(str(setup["tok"]))
+    args = trl.DPOConfig(output_dir=str(setup["root"] / "trl"), per_device_train_batch_size=N, report_to=[], use_cpu=True,
+                         beta=0.1, max_length=None, save_strategy="no", loss_type=[loss_type], precompute_ref_log_probs=True)
+    trainer = trl.DPOTrainer(model=copy.deepcopy(policy), ref_model=copy.deepcopy(ref), args=args,
+                             train_dataset=datasets.Dataset.from_list(setup["records"]), processing_class=tok)
+    inputs = trainer.data_collator([trainer.train_dataset[i] for i in range(N)])
+    # the same reference numbers on both sides (TRL's own evaluation-mode wrapper computes them ~1e-5
+    # relative off the float64 value; the reference pass is checked separately below)
+    inputs["ref_chosen_logps"], inputs["ref_rejected_logps"] = ref_logps
+    trainer.model.train()
+    loss = trainer._compute_loss(trainer.model, inputs, return_outputs=False)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
+    metrics = {k: v[-1] for k, v in trainer._metrics["train"].items()}
+    return float(loss), metrics, grads, inputs
+
+
+def padded_logps(model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed completion log-probabilities of TRL's padded rows (chosen rows, then rejected)."""
+    out = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], use_cache=False).logits
+    lp = torch.log_softmax(out[:, :-1].float(), -1).gather(2, inputs["input_ids"][:, 1:, None]).squeeze(2)
+    return (lp * inputs["completion_mask"][:, 1:]).sum(1).chunk(2)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "ipo"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_dpo_matches_trl(setup: dict[str, Any], layout: str, loss_type: str) -> None:
+    batch, ex = packed_batch(setup["root"] / layout)
+    policy, ref = llama_pair(len(tf.AutoTokenizer.from_pretrained(str(setup["tok"]))))
+    with torch.no_grad():
+        r = policy_logps(ref, batch)
+    ref_pair = (by_example(r.chosen, r.present, ex), by_example(r.rejected, r.present, ex))
+    trl_loss, metrics, trl_grads, inputs = trl_dpo(setup, policy, ref, ref_pair, loss_type)
+
+    with torch.no_grad():  # the reference pass equals TRL's padded rows through the plain model
+        want_c, want_r = padded_logps(ref, inputs)
+    torch.testing.assert_close(ref_pair[0], want_c, rtol=1e-5, atol=0.0)
+    torch.testing.assert_close(ref_pair[1], want_r, rtol=1e-5, atol=0.0)
+
+    batch["ref_chosen_logps"], batch["ref_rejected_logps"] = r.chosen, r.rejected
+    model = copy.deepcopy(policy)
+    model.train()
+    out = preference_forward(model, batch, PreferenceLoss(kind=loss_type))
+    out.loss.backward()
+    assert abs(float(out.loss) - trl_loss) <= 1e-5 * abs(trl_loss), (float(out.loss), trl_loss)
+    if loss_type == "sigmoid":  # rewards beta * (policy - reference): off by what their log-probabilities are
+        for key, which in (("rewards/chosen", "chosen"), ("rewards/rejected", "rejected")):
+            tol = 1e-5 * 0.1 * float(out.extra[f"{which}_logps"][out.present].abs().mean())
+            got = float(by_example(out.extra[f"{which}_rewards"], out.present, ex).mean())
+            assert abs(got - metrics[key]) <= tol, (key, got, metrics[key])
+    scale = max(float(g.abs().max()) for g in trl_grads.values())
+    for name, p in model.named_parameters():  # gradients relative to the largest entry (1e-5, as above)
+        torch.testing.assert_close(p.grad, trl_grads[name], rtol=0.0, atol=1e-5 * scale, msg=name)
+
+
+def test_gpt_packed_equals_unpacked(setup: dict[str, Any]) -> None:
+    """seqpack's GPT: each response's log-probability packed (both layouts) equals the pair run alone,
+    padded, one response per row as TRL lays it out; so do the DPO loss and its gradients."""
+    vocab = len(tf.AutoTokenizer.from_pretrained(str(setup["tok"])))
+    torch.manual_seed(0)
+    ref = GPT(GPTConfig(vocab_size=vocab, hidden=32, layers=2, heads=2, attention="sdpa"))
+    policy = copy.deepcopy(ref)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    tok = open_tokenizer(setup["tok"])
+    rows = []  # TRL's layout: prompt+chosen rows, then prompt+rejected rows
+    for kind in ("chosen", "rejected"):
+        for rec in setup["records"]:
+            p = tok.encode_batch([rec["prompt"]])[0]
+            full = tok.encode_batch([rec["prompt"] + rec[kind] + "<|im_end|>"])[0]
+            rows.append((full, len(p)))
+    T = max(len(f) for f, _ in rows)
+    ids = torch.zeros(len(rows), T, dtype=torch.long)
+    seg = torch.zeros_like(ids)
+    comp = torch.zeros_like(ids)
+    for i, (full, k) in enumerate(rows):
+        ids[i, : len(full)] = torch.tensor(full)
+        seg[i, : len(full)] = 1
+        comp[i, k : len(full)] = 1
+
+    def unpacked(model: GPT) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = model(ids, seg).logits
+        lp = torch.log_softmax(logits[:, :-1], -1).gather(2, ids[:, 1:, None]).squeeze(2)
+        return (lp * comp[:, 1:]).sum(1).chunk(2)  # type: ignore[return-value]
+
+    with torch.no_grad():
+        rc, rr = unpacked(ref)
+    pc, pr = unpacked(policy)
+    want = -torch.nn.functional.logsigmoid(0.1 * ((pc - rc) - (pr - rr))).mean()
+    want.backward()
+    want_grads = {n: p.grad.clone() for n, p in policy.named_parameters()}
+    for layout in LAYOUTS:
+        batch, ex = packed_batch(setup["root"] / layout)
+        with torch.no_grad():
+            r = policy_logps(ref, batch)
+        torch.testing.assert_close(by_example(r.chosen, r.present, ex), rc, rtol=1e-5, atol=0.0)
+        torch.testing.assert_close(by_example(r.rejected, r.present, ex), rr, rtol=1e-5, atol=0.0)
+        batch["ref_chosen_logps"], batch["ref_rejected_logps"] = r.chosen, r.rejected
+        model = copy.deepcopy(policy)
+        model.zero_grad()
+        out = preference_forward(model, batch, PreferenceLoss())
+        out.loss.backward()
+        assert abs(float(out.loss) - float(want)) <= 1e-5 * float(want)
+        scale = max(float(g.abs().max()) for g in want_grads.values())
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(p.grad, want_grads[name], rtol=0.0, atol=1e-5 * scale, msg=name)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_reward_model_matches_trl(setup: dict[str, Any], layout: str) -> None:
+    tok = tf.AutoTokenizer.from_pretrained(str(setup["tok"]))
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"}, vocab_size=len(tok), num_labels=1,
+                         pad_token_id=tok.pad_token_id, attn_implementation="sdpa")
+    model = tf.LlamaForSequenceClassification(cfg)
+    args = trl.RewardConfig(output_dir=str(setup["root"] / "rm"), per_device_train_batch_size=N, report_to=[], use_cpu=True,
+                            max_length=None, save_strategy="no")
+    trainer = trl.RewardTrainer(model=copy.deepcopy(model), args=args, processing_class=tok,
+                                train_dataset=datasets.Dataset.from_list(setup["records"]))
+    inputs = trainer.data_collator([trainer.train_dataset[i] for i in range(N)])
+    trainer.model.train()
+    trl_loss = trainer.compute_loss(trainer.model, dict(inputs))
+    trl_loss.backward()
+    trl_grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
+
+    batch, ex = packed_batch(setup["root"] / layout)
+    mine = copy.deepcopy(model)
+    mine.train()
+    out = preference_forward(mine, batch, PreferenceLoss(kind="bt"))
+    out.loss.backward()
+    assert abs(float(out.loss) - float(trl_loss)) <= 1e-5 * abs(float(trl_loss))
+    assert abs(float(by_example(out.extra["chosen_rewards"] - out.extra["rejected_rewards"], out.present, ex).mean())
+               - trainer._metrics["train"]["margin"][-1]) <= 1e-5 + 1e-5 * abs(trainer._metrics["train"]["margin"][-1])
+    scale = max(float(g.abs().max()) for g in trl_grads.values())
+    for name, p in mine.named_parameters():
+        torch.testing.assert_close(p.grad, trl_grads[name], rtol=0.0, atol=1e-5 * scale, msg=name)
