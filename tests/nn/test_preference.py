@@ -66,7 +66,7 @@ def test_split_branches_runs_the_pairs_layout_on_any_backend() -> None:
         torch.testing.assert_close(other[real], out[real], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("backend", ["per_document", "varlen", "flash_varlen"])
+@pytest.mark.parametrize("backend", ["varlen", "flash_varlen"])
 def test_a_shared_prefix_is_refused_by_backends_that_cannot_mask_it(backend: str) -> None:
     b = batch_of(pairs(3), "shared-prefix")
     with pytest.raises(ValueError, match="sdpa|eager|flex"):
@@ -122,7 +122,7 @@ def test_no_contamination(layout: str, backend: str) -> None:
     assert torch.equal(out[rest], base[rest])
 
 
-@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+@pytest.mark.parametrize("backend", ["eager", "sdpa", "per_document"])
 def test_shared_prefix_equals_pairs(backend: str) -> None:
     """Both layouts give each response the same log-probability (the shared prefix is exact)."""
     p = pairs(10)
@@ -135,6 +135,35 @@ def test_shared_prefix_equals_pairs(backend: str) -> None:
         got[layout] = sorted(zip(lp.chosen[lp.present].tolist(), lp.rejected[lp.present].tolist()))
     # sums of <= 7 fp32 log-probabilities computed over other key sets: 1e-5 relative
     np.testing.assert_allclose(np.array(got["shared-prefix"]), np.array(got["pairs"]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", [b for b in SHARED_PREFIX if b != "eager"])
+def test_shared_prefix_backends_equal_the_reference(backend: str) -> None:
+    if backend == "flex" and not _flex_ok():
+        pytest.skip("this torch has no FlexAttention")
+    b = batch_of(pairs(9, seed=4), "shared-prefix", max_len=64)
+
+    def logits(name: str) -> torch.Tensor:
+        with torch.no_grad():
+            return gpt(name)(b["input_ids"], b["segment_ids"], position_ids=b["position_ids"], branch_ids=b["branch_ids"]).logits
+
+    real = b["segment_ids"] > 0
+    # the same masked softmax, other kernels and key orders: fp32 rounding of 16-wide dot products
+    torch.testing.assert_close(logits(backend)[real], logits("eager")[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "per_document"])
+def test_shared_prefix_gradients_equal_the_reference(backend: str) -> None:
+    """per_document gathers the prompt in front of each response: its keys get gradient from both."""
+    b = batch_of(pairs(7, seed=5), "shared-prefix", max_len=64)
+    grads = {}
+    for name in ("eager", backend):
+        model = gpt(name).train()
+        lp = policy_logps(model, b)
+        (lp.chosen.sum() - 0.5 * lp.rejected.sum()).backward()
+        grads[name] = {n: p.grad for n, p in model.named_parameters()}
+    for n, g in grads["eager"].items():  # sums of ~100 log-probabilities: fp32, 1e-5 of the largest entry
+        torch.testing.assert_close(grads[backend][n], g, rtol=0.0, atol=1e-5 * float(g.abs().max()) + 1e-8, msg=n)
 
 
 def test_dense_mask_matches_its_diagram() -> None:

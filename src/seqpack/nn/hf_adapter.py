@@ -6,7 +6,10 @@
 
 What the adapter does for you:
 
-* causal LMs (GPT-2, Llama) get **no mask at all**: restarting ``position_ids`` and
+* causal LMs built with ``attn_implementation="seqpack_packed"`` (:mod:`seqpack.nn.hf_attention`)
+  get seqpack's attention plan and no mask: ``per_document`` buckets on CPU, FlexAttention or a
+  varlen kernel on CUDA, the same backends seqpack's own models run;
+* other causal LMs (GPT-2, Llama) get **no mask at all**: restarting ``position_ids`` and
   ``use_cache=False``, from which transformers (5.x) builds the block-diagonal causal mask
   itself for ``sdpa``, ``eager`` and ``flex_attention`` (``find_packed_sequence_indices``; a
   cache would silently switch that off). ``flash_attention_2/3/4`` and ``seqpack_varlen`` go
@@ -34,7 +37,9 @@ from typing import Any
 
 import torch
 
+from seqpack.nn.attention import plan_attention
 from seqpack.nn.heads import gather_slots, slot_count
+from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_padding_free import (
     PADDING_FREE,
     flat_inputs,
@@ -130,6 +135,9 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.
         pos = position_ids(seg)
     elif pos.shape != ids.shape:
         raise ValueError(f"position_ids has shape {tuple(pos.shape)} but input_ids is {tuple(ids.shape)}")
+    if name in CAUSAL and _impl(model) == PACKED_IMPL:
+        plan = plan_attention(seg, causal=True, dtype=_model_dtype(model), validate=False)
+        return {"input_ids": ids, "position_ids": pos, "seqpack_plan": plan, "use_cache": False}
     if name in CAUSAL and _impl(model) in POSITION_MASKED:
         return {"input_ids": ids, "position_ids": pos, "use_cache": False}  # transformers masks by position_ids
     mask = hf_attention_mask(model, seg, causal=name in CAUSAL, dtype=_model_dtype(model))

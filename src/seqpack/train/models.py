@@ -63,6 +63,7 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
         raise ValueError(f"--hf-model {file}: not a transformers config ({e})") from None
     d["vocab_size"] = vocab  # trained from scratch on this dataset's tokenizer
     d.setdefault("attn_implementation", "sdpa")
+    _register(d["attn_implementation"])
     task.hf_config(d, manifest)
     if model_type not in transformers.CONFIG_MAPPING:
         near = sorted(t for t in transformers.CONFIG_MAPPING if t[:3] == str(model_type)[:3])[:5]
@@ -80,6 +81,17 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
     if type(model).__name__ not in SUPPORTED + REWARD:
         raise ValueError(f"--hf-model builds {type(model).__name__}; the adapters take {', '.join(SUPPORTED + REWARD)}")
     return model, {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
+
+
+def _register(impl: str) -> None:
+    """seqpack's own transformers attention implementations join transformers' registry when named."""
+    from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
+    from seqpack.nn.hf_padding_free import VARLEN_IMPL, register_varlen_attention
+
+    if impl == PACKED_IMPL:
+        register_packed_attention()
+    elif impl == VARLEN_IMPL:
+        register_varlen_attention()
 
 
 def forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, task: str, reduction: str,

@@ -56,10 +56,13 @@ def by_example(x: torch.Tensor, present: torch.Tensor, ex: np.ndarray) -> torch.
     return x[present][np.argsort(ex[present.numpy()])]
 
 
-def llama_pair(vocab: int) -> tuple[Any, Any]:
+def llama_pair(vocab: int, impl: str = "sdpa") -> tuple[Any, Any]:
     """(policy, reference): the reference and a perturbed copy of it (log-ratios far from 0)."""
+    from seqpack.nn.hf_attention import register_packed_attention
+
+    register_packed_attention()
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"}, vocab_size=vocab, attn_implementation="sdpa")
+    cfg = tf.LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"}, vocab_size=vocab, attn_implementation=impl)
     ref = tf.LlamaForCausalLM(cfg)
     policy = copy.deepcopy(ref)
     with torch.no_grad():
@@ -68,12 +71,19 @@ def llama_pair(vocab: int) -> tuple[Any, Any]:
     return policy, ref
 
 
+def as_sdpa(model: Any) -> Any:
+    out = copy.deepcopy(model)
+    out.config._attn_implementation = "sdpa"
+    return out
+
+
 def trl_dpo(setup: dict[str, Any], policy: Any, ref: Any, ref_logps: tuple[torch.Tensor, torch.Tensor],
             loss_type: str = "sigmoid") -> tuple[float, dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One DPOTrainer loss on all pairs, with the given reference log-probabilities: loss, metrics, grads, inputs."""
     tok = tf.AutoTokenizer.from_pretrained(str(setup["tok"]))
     args = trl.DPOConfig(output_dir=str(setup["root"] / "trl"), per_device_train_batch_size=N, report_to=[], use_cpu=True,
                          beta=0.1, max_length=None, save_strategy="no", loss_type=[loss_type], precompute_ref_log_probs=True)
+    policy, ref = (as_sdpa(m) for m in (policy, ref))  # TRL's side: the standard attention
     trainer = trl.DPOTrainer(model=copy.deepcopy(policy), ref_model=copy.deepcopy(ref), args=args,
                              train_dataset=datasets.Dataset.from_list(setup["records"]), processing_class=tok)
     inputs = trainer.data_collator([trainer.train_dataset[i] for i in range(N)])
@@ -95,18 +105,20 @@ def padded_logps(model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Ten
     return (lp * inputs["completion_mask"][:, 1:]).sum(1).chunk(2)  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("loss_type", ["sigmoid", "ipo"])
+@pytest.mark.parametrize(("loss_type", "impl"), [("sigmoid", "sdpa"), ("ipo", "sdpa"), ("sigmoid", "seqpack_packed")])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_dpo_matches_trl(setup: dict[str, Any], layout: str, loss_type: str) -> None:
+def test_dpo_matches_trl(setup: dict[str, Any], layout: str, loss_type: str, impl: str) -> None:
+    """TRL runs its padded rows with sdpa; seqpack its packed rows with the 4-D mask (sdpa) or its
+    own plans inside the model (seqpack_packed)."""
     batch, ex = packed_batch(setup["root"] / layout)
-    policy, ref = llama_pair(len(tf.AutoTokenizer.from_pretrained(str(setup["tok"]))))
+    policy, ref = llama_pair(len(tf.AutoTokenizer.from_pretrained(str(setup["tok"]))), impl)
     with torch.no_grad():
         r = policy_logps(ref, batch)
     ref_pair = (by_example(r.chosen, r.present, ex), by_example(r.rejected, r.present, ex))
     trl_loss, metrics, trl_grads, inputs = trl_dpo(setup, policy, ref, ref_pair, loss_type)
 
     with torch.no_grad():  # the reference pass equals TRL's padded rows through the plain model
-        want_c, want_r = padded_logps(ref, inputs)
+        want_c, want_r = padded_logps(as_sdpa(ref), inputs)
     torch.testing.assert_close(ref_pair[0], want_c, rtol=1e-5, atol=0.0)
     torch.testing.assert_close(ref_pair[1], want_r, rtol=1e-5, atol=0.0)
 

@@ -17,7 +17,8 @@ Backends live in one registry (:data:`REGISTRY`), one module each:
 ``branch_ids`` (B, T) (the preference task's layouts): without a shared prefix (``pairs``) each
 branch becomes a sequence of its own and every backend runs it; a shared prefix (prompt once,
 both responses attending to it, never to each other) needs a mask, which :data:`SHARED_PREFIX`
-backends build (``auto`` picks ``sdpa``, or ``flex`` on CUDA).
+backends build (``auto``: ``per_document`` or ``sdpa`` by :func:`choose_backend`'s rule; ``flex``
+where that rule would pick a varlen kernel on CUDA).
 
 Adding a backend: one module defining a plan type and a :class:`Backend`, plus one line in
 ``REGISTRY`` below.
@@ -61,7 +62,7 @@ from seqpack.nn.masks import (
 REGISTRY: dict[str, Backend] = {b.name: b for b in (SDPA, EAGER, PER_DOCUMENT, FLASH_VARLEN, VARLEN, FLEX)}
 BACKENDS: tuple[str, ...] = ("auto", *REGISTRY)
 #: backends whose plan takes ``branch_ids`` with a shared prefix (a mask per (query, key) pair)
-SHARED_PREFIX: tuple[str, ...] = ("sdpa", "eager", "flex")
+SHARED_PREFIX: tuple[str, ...] = ("sdpa", "eager", "per_document", "flex")
 
 
 def get_backend(name: str) -> Backend:
@@ -128,8 +129,10 @@ def plan_attention(
 
 def _shared_prefix_plan(segment_ids: torch.Tensor, branch_ids: torch.Tensor, *, causal: bool, backend: str,
                         dtype: torch.dtype) -> AttentionPlan:
-    if backend == "auto":
-        backend = "flex" if segment_ids.is_cuda else "sdpa"
+    if backend == "auto":  # the rule of choose_backend, among the backends that take the mask
+        backend = choose_backend(segment_ids, dtype=dtype)
+        if backend not in SHARED_PREFIX:
+            backend = "flex" if segment_ids.is_cuda else "sdpa"
     if backend not in SHARED_PREFIX:
         raise ValueError(f"attention backend {backend} runs whole sequences and cannot share a prompt between two "
                          f"responses; use --attention {'|'.join(SHARED_PREFIX)}, or pack with --layout pairs")

@@ -1,6 +1,11 @@
 """``per_document``: gather each sequence into a bucket of similar lengths and run SDPA per
 bucket (``is_causal`` when causal), so blocks between documents are never computed:
-``sum(l_i^2)`` work instead of ``T^2`` per row."""
+``sum(l_i^2)`` work instead of ``T^2`` per row.
+
+With ``branch_ids`` (a shared prefix: the preference task's prompt, then two responses that
+never see each other) each response becomes a document with the prompt gathered in front of it
+(causal; the prompt's projections and MLP still run once): plain ``is_causal`` kernels, no mask.
+Bidirectional, each bucket gets the branch mask of its sequences instead, ``(n, 1, Lb, Lb)``."""
 
 from __future__ import annotations
 
@@ -13,6 +18,13 @@ from seqpack.nn.attention.base import AttentionPlan, Backend, common, tokens, un
 from seqpack.nn.masks import cu_seqlens, unpad_index
 
 
+def offsets_of(lengths: torch.Tensor) -> torch.Tensor:
+    """``[0, l0, l0+l1, ...]``.  # (N + 1,)"""
+    out = torch.zeros(lengths.numel() + 1, dtype=torch.long, device=lengths.device)
+    out[1:] = lengths.cumsum(0)
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class Bucket:
     """``n`` sequences padded to length ``size``: rows ``offset .. offset + n*size`` of the gathered tokens."""
@@ -20,7 +32,8 @@ class Bucket:
     offset: int
     n: int
     size: int
-    key_mask: torch.Tensor | None  # (n, 1, 1, size) bool, None when causal or every sequence fills size
+    key_mask: torch.Tensor | None  # (n, 1, 1, size) bool, None when causal or every sequence fills size;
+    # (n, 1, size, size) with branch_ids (causality included)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,16 +54,68 @@ def bucket_lengths(lengths: torch.Tensor, T: int) -> torch.Tensor:
     return (torch.ceil(lf / step) * step).long().clamp(max=T)
 
 
-def plan_per_document(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype) -> BucketPlan:
-    """Group sequences by padded length. Bucket slots past a sequence's end read token 0:
-    they are masked keys (or, causal, keys after every real query) and their outputs are dropped."""
+def _branch_mask(branch: torch.Tensor, valid: torch.Tensor, causal: bool) -> torch.Tensor:
+    """``(n, 1, Lb, Lb)``: key real, and shared (branch 0) or on the query's branch (and causal)."""
+    m = valid[:, None, :] & ((branch[:, None, :] == 0) | (branch[:, :, None] == branch[:, None, :]))
+    if causal:
+        m = m & torch.ones(m.shape[-1], m.shape[-1], dtype=torch.bool, device=m.device).tril()
+    return m[:, None]
+
+
+def _documents(segment_ids: torch.Tensor, branch_ids: torch.Tensor | None, causal: bool
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What attends to what, as documents of tokens: ``(tokens, lengths, owner, slot)``.
+
+    ``tokens`` (sum of lengths,) are flat token indices, document after document; ``owner[i]``
+    (its flat token) takes its output from entry ``slot[i]`` of ``tokens``. Without branches a
+    document is a sequence. With a shared prefix (causal) each branch of a sequence is a document
+    of its own, the prefix gathered in front of it: ``p p c c r r`` -> ``[p p c c]``, ``[p p r r]``
+    (the prefix's outputs come from the first; the second's copies serve only as keys). Causal
+    attention inside each equals the branch mask, since the prefix comes before every branch.
+    """
+    flat = unpad_index(segment_ids)  # real tokens, row-major
+    cu = cu_seqlens(segment_ids).long()
+    seq = torch.repeat_interleave(torch.arange(cu.numel() - 1, device=flat.device), cu[1:] - cu[:-1])  # sequence of each
+    if branch_ids is None or not causal:
+        n = torch.bincount(seq, minlength=int(seq.max()) + 1 if seq.numel() else 0)
+        return flat, n, flat, torch.arange(flat.numel(), device=flat.device)
+    br = branch_ids.reshape(-1)[flat].long()
+    N, K = int(seq.max()) + 1 if seq.numel() else 0, int(br.max()) if br.numel() else 0
+    has = torch.zeros(N, K + 1, dtype=torch.bool, device=flat.device)
+    has[seq, br] = True
+    branched = has[:, 1:].any(dim=1)  # (N,) sequences with at least one branch
+    first = torch.where(has[:, 1:], torch.arange(1, K + 1, device=flat.device), K + 1).amin(dim=1)
+    tokens, lengths, owner, slot, offset = [], [], [], [], 0
+    for k in range(K + 1):  # k = 0: the sequences without branches, whole
+        if k == 0:
+            take = ~branched[seq]
+        else:
+            take = (br == k) | ((br == 0) & has[seq, k])
+        if not bool(take.any()):
+            continue
+        pos = offset + torch.arange(int(take.sum()), device=flat.device)
+        mine = (br == k) | ((br == 0) & (first[seq] == k)) if k else torch.ones_like(take)
+        tokens.append(flat[take])
+        n = torch.bincount(seq[take], minlength=N)
+        lengths.append(n[n > 0])
+        owner.append(flat[take][mine[take]])
+        slot.append(pos[mine[take]])
+        offset += int(take.sum())
+    cat = lambda xs: torch.cat(xs) if xs else flat.new_zeros(0)  # noqa: E731
+    return cat(tokens), cat(lengths), cat(owner), cat(slot)
+
+
+def plan_per_document(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype,
+                      branch_ids: torch.Tensor | None = None) -> BucketPlan:
+    """Group documents (:func:`_documents`) by padded length. Bucket slots past a document's end
+    read token 0: they are masked keys (or, causal, keys after every real query) and their outputs
+    are dropped."""
     B, T = segment_ids.shape
     dev = segment_ids.device
-    cu = cu_seqlens(segment_ids).long()
-    lengths = cu[1:] - cu[:-1]
-    starts = unpad_index(segment_ids)[cu[:-1]]  # flat index of each sequence's first token
+    doc_tokens, lengths, owner, slot = _documents(segment_ids, branch_ids, causal)
+    starts = offsets_of(lengths)
     padded = bucket_lengths(lengths, T)
-    inverse = torch.full((B * T,), -1, dtype=torch.long, device=dev)
+    where = torch.empty(doc_tokens.numel(), dtype=torch.long, device=dev)  # bucket row of each document token
     buckets: list[Bucket] = []
     gathers: list[torch.Tensor] = []
     offset = 0
@@ -59,14 +124,19 @@ def plan_per_document(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.d
         st, ln = starts[members], lengths[members]
         ar = torch.arange(size, device=dev)
         valid = ar[None, :] < ln[:, None]  # (n, Lb)
-        index = torch.where(valid, st[:, None] + ar[None, :], torch.zeros_like(valid, dtype=torch.long))
+        at = st[:, None] + ar[None, :]
+        index = torch.where(valid, doc_tokens[at.clamp(max=max(doc_tokens.numel() - 1, 0))], torch.zeros_like(at))
         rows = offset + torch.arange(valid.numel(), device=dev).view_as(valid)
-        inverse[index[valid]] = rows[valid]
-        key_mask = None if (causal or bool(valid.all())) else valid[:, None, None, :]
+        where[at[valid]] = rows[valid]
+        if branch_ids is not None and not causal:
+            key_mask: torch.Tensor | None = _branch_mask(branch_ids.reshape(-1)[index], valid, causal)
+        else:
+            key_mask = None if (causal or bool(valid.all())) else valid[:, None, None, :]
         buckets.append(Bucket(offset=offset, n=int(valid.shape[0]), size=int(size), key_mask=key_mask))
         gathers.append(index.reshape(-1))
         offset += valid.numel()
-    inverse = torch.where(inverse < 0, torch.full_like(inverse, offset), inverse)  # padding -> zero row
+    inverse = torch.full((B * T,), offset, dtype=torch.long, device=dev)  # padding -> the zero row
+    inverse[owner] = where[slot]
     gather = torch.cat(gathers) if gathers else torch.zeros(0, dtype=torch.long, device=dev)
     return BucketPlan(**common("per_document", segment_ids, causal), buckets=tuple(buckets), gather=gather, inverse=inverse)  # type: ignore[arg-type]
 
@@ -79,7 +149,8 @@ def attend_per_document(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan:
     outs = []  # split (not slicing): its backward is one concatenation, not a full-size zero per bucket
     for bk, bq, bkk, bv in zip(plan.buckets, gq.split(sizes), gk.split(sizes), gv.split(sizes)):
         bq, bkk, bv = (x.view(bk.n, bk.size, H, d).transpose(1, 2) for x in (bq, bkk, bv))  # (n, H, Lb, d)
-        o = F.scaled_dot_product_attention(bq, bkk, bv, attn_mask=bk.key_mask, is_causal=plan.causal, scale=scale)
+        causal = plan.causal and bk.key_mask is None  # a branch mask holds the causality itself
+        o = F.scaled_dot_product_attention(bq, bkk, bv, attn_mask=bk.key_mask, is_causal=causal, scale=scale)
         outs.append(o.transpose(1, 2).reshape(-1, H, d))  # (n * Lb, H, d)
     outs.append(q.new_zeros(1, H, d))
     return untokens(torch.cat(outs).index_select(0, plan.inverse), B, T)  # (B, H, T, d)

@@ -2,9 +2,11 @@
 score at its last token), then the loss of :class:`seqpack.nn.preference.PreferenceLoss`.
 
 Works with seqpack's ``GPT`` / ``GPTReward`` and with transformers causal LMs / sequence
-classifiers (Llama, GPT-2): those get the stored ``position_ids`` and a 4-D mask built from
-``branch_ids`` (bool for ``sdpa``, additive for ``eager``), or, padding-free
-(``flash_attention_*``, ``seqpack_varlen``), the ``pairs`` layout's branches as sequences.
+classifiers (Llama, GPT-2): those get the stored ``position_ids`` and either seqpack's attention
+plan (``attn_implementation="seqpack_packed"``, :mod:`seqpack.nn.hf_attention`: per-pair work,
+no ``T x T`` mask), a 4-D mask built from ``branch_ids`` (bool for ``sdpa``, additive for
+``eager``), or, padding-free (``flash_attention_*``, ``seqpack_varlen``), the ``pairs`` layout's
+branches as sequences.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from typing import Any
 
 import torch
 
+from seqpack.nn.attention import plan_attention
 from seqpack.nn.hf_adapter import hf_attention_mask
+from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, unflatten_tokens
 from seqpack.nn.masks import check_segment_ids, shares_prefix, split_branches
 from seqpack.nn.models.common import PackedOutput
@@ -37,6 +41,9 @@ def _hf_states(model: Any, batch: Mapping[str, torch.Tensor], run: Any) -> torch
     seg, br = batch["segment_ids"], batch["branch_ids"]
     check_segment_ids(seg)
     impl = str(getattr(model.config, "_attn_implementation", None) or "eager")
+    if impl == PACKED_IMPL:  # seqpack's backends inside the model: the plan, no mask
+        plan = plan_attention(seg, causal=True, dtype=next(model.parameters()).dtype, validate=False, branch_ids=br)
+        return run(input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan, use_cache=False)  # type: ignore[no-any-return]
     if impl in PADDING_FREE:
         if shares_prefix(seg, br):
             raise ValueError(f"attn_implementation {impl} runs whole sequences and cannot share a prompt between two "

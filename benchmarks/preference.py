@@ -1,0 +1,256 @@
+"""Preference data (issue 26): TRL ``DPOTrainer`` padded against seqpack's ``pairs`` and
+``shared-prefix`` layouts, packed: tokens processed per pair, rows, and DPO training throughput.
+
+Run: .venv/bin/python benchmarks/preference.py [--quick] [--out benchmarks/results/preference.json]
+
+Data (synthetic, shaped like UltraFeedback: long prompts, two responses of different lengths):
+prompt ~ lognormal (median 120 tokens, sigma 0.9), chosen ~ lognormal (median 260, sigma 0.7),
+rejected ~ lognormal (median 220, sigma 0.8), words drawn uniformly from a 2,000-word vocabulary.
+The tokenizer is word-level (one token per word, built here and saved as a Hugging Face
+directory), so TRL and seqpack read the same token ids from the same text. At each ``max_len``
+only pairs that fit whole in the ``pairs`` layout (2 * prompt + chosen + rejected <= max_len) are
+kept, so no arm truncates anything and every arm sees the same pairs.
+
+Arms, DPO (sigmoid, beta 0.1), reference log-probabilities precomputed in every arm (TRL's
+``precompute_ref_log_probs=True``; seqpack's packed pass), fp32, 2 threads, AdamW:
+
+  trl      ``trl.DPOTrainer.train()``: each response its own row, padded to the longest in the batch
+  pairs    ``seqpack train``: prompt+chosen and prompt+rejected, packed by the ``best`` plan
+  shared   ``seqpack train``: the prompt once, both responses after it (``shared-prefix``)
+
+on a small Llama (hidden 256, 4 layers, 8 heads / 4 kv heads) for all three (TRL: ``sdpa`` with its
+padding mask; seqpack: ``attn_implementation="seqpack_packed"``, seqpack's attention plan inside the
+model, ``auto`` backend), and on seqpack's GPT (hidden 256, 4 layers, 4 heads, ``auto``) for the two
+packed layouts and a ``padded`` arm (TRL's row layout, the same loss, in a plain loop). Every step carries about ``--pairs`` pairs.
+Throughput = pairs / step time over steady-state steps (the first step of each run is not
+timed), median over ``--rounds`` interleaved rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+         "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 4096}
+PACKED_LLAMA = {**LLAMA, "attn_implementation": "seqpack_packed"}  # seqpack's attention plans inside the model
+
+
+def pairs_data(n: int, max_len: int, seed: int = 0) -> list[dict[str, str]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        p, c, r = (max(1, int(x)) for x in (rng.lognormal(np.log(120), 0.9), rng.lognormal(np.log(260), 0.7),
+                                           rng.lognormal(np.log(220), 0.8)))
+        if 2 * p + c + r + 2 > max_len:  # + the EOS of each response
+            continue
+        words = lambda k: " ".join(f"w{i}" for i in rng.integers(0, 2000, k))  # noqa: E731
+        chosen, rejected = " " + words(c), " " + words(r)
+        if chosen != rejected:
+            out.append({"prompt": words(p), "chosen": chosen, "rejected": rejected})
+    return out
+
+
+def word_tokenizer(path: Path) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{f"w{i}": i + 3 for i in range(2000)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
+    fast.save_pretrained(str(path))
+    return path
+
+
+class StepTimer:
+    """A transformers callback keeping each optimiser step's wall time."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._t = 0.0
+
+    def hook(self) -> Any:
+        import transformers
+
+        timer = self
+
+        class _CB(transformers.TrainerCallback):
+            def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                timer._t = time.perf_counter()
+
+            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                timer.times.append(time.perf_counter() - timer._t)
+
+        return _CB()
+
+
+def trl_arm(records: list[dict], tok_dir: Path, pairs: int, steps: int, work: Path) -> dict[str, float]:
+    import datasets
+    import transformers as tf
+    import trl
+
+    tok = tf.AutoTokenizer.from_pretrained(str(tok_dir))
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"}, vocab_size=len(tok), attn_implementation="sdpa")
+    model = tf.LlamaForCausalLM(cfg)
+    timer = StepTimer()
+    args = trl.DPOConfig(output_dir=str(work / "trl"), per_device_train_batch_size=pairs, max_steps=steps, report_to=[],
+                         use_cpu=True, max_length=None, save_strategy="no", precompute_ref_log_probs=True,
+                         learning_rate=1e-4, logging_steps=10_000, disable_tqdm=True, dataloader_num_workers=0)
+    trainer = trl.DPOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, processing_class=tok,
+                             train_dataset=datasets.Dataset.from_list(records), callbacks=[timer.hook()])
+    trainer.train()
+    t = statistics.median(timer.times[1:])
+    return {"step_s": t, "pairs_per_s": pairs / t, "pairs_per_step": pairs}
+
+
+def trl_tokens(records: list[dict], tok_dir: Path, pairs: int) -> dict[str, float]:
+    """TRL's padded layout: rows and tokens processed per pair, over shuffled batches of ``pairs``."""
+    from seqpack.tokenizer import open_tokenizer
+
+    t = open_tokenizer(tok_dir)
+    lens = []
+    for r in records:
+        p = len(t.encode_batch([r["prompt"]])[0])
+        lens.append((p + len(t.encode_batch([r["chosen"]])[0]) + 1, p + len(t.encode_batch([r["rejected"]])[0]) + 1))
+    order = np.random.default_rng(0).permutation(len(lens))
+    width, rows = 0, 0
+    for lo in range(0, len(order), pairs):
+        batch = [lens[i] for i in order[lo : lo + pairs]]
+        w = max(max(a, b) for a, b in batch)
+        width += w * 2 * len(batch)
+        rows += 2 * len(batch)
+    return {"tokens_per_pair": width / len(lens), "rows_per_1000_pairs": 1000 * rows / len(lens),
+            "real_tokens_per_pair": float(np.mean([a + b for a, b in lens]))}
+
+
+def packed_tokens(path: Path) -> dict[str, float]:
+    m = json.loads((path / "manifest.json").read_text())
+    n, P, L = int(m["num_sequences"]), int(m["num_packs"]), int(m["max_len"])
+    return {"tokens_per_pair": P * L / n, "rows_per_1000_pairs": 1000 * P / n, "pairs_per_row": n / P,
+            "real_tokens_per_pair": float(m["num_tokens"]) / n if "num_tokens" in m else float("nan")}
+
+
+def seqpack_arm(path: Path, work: Path, pairs: int, steps: int, hf_model: Path | None) -> dict[str, float]:
+    from seqpack.train import TrainConfig, train
+
+    m = json.loads((path / "manifest.json").read_text())
+    per_row = int(m["num_sequences"]) / int(m["num_packs"])
+    rows = max(1, round(pairs / per_row))
+    out = work / f"run-{path.name}-{time.monotonic_ns()}"
+    cfg = TrainConfig(data=str(path), out=str(out), steps=steps, batch_size=rows, lr=1e-4, progress=False, threads=2,
+                      eval_fraction=0.02, hf_model=str(hf_model) if hf_model else None, size="small", max_position=4096)
+    train(cfg)
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps_ = [r for r in recs if "eval" not in r][1:]
+    t = statistics.median(r["step_seconds"] for r in steps_)
+    seqs = statistics.median(r["step_sequences"] for r in steps_)
+    return {"step_s": t, "pairs_per_s": seqs / t, "pairs_per_step": seqs}
+
+
+def gpt_padded_arm(records: list[dict], tok_dir: Path, pairs: int, steps: int) -> dict[str, float]:
+    """seqpack's GPT on TRL's row layout (each response its own row, padded to the batch's longest)."""
+    from seqpack.nn.models import GPT, GPTConfig
+    from seqpack.tokenizer import open_tokenizer
+
+    t = open_tokenizer(tok_dir)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.of_size("small", vocab_size=t.vocab_size, max_position=4096, attention="sdpa"))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    eos = t.token_to_id("<eos>")
+    rows = []
+    for r in records:
+        p = t.encode_batch([r["prompt"]])[0]
+        rows.append([(p + t.encode_batch([r[k]])[0] + [eos], len(p)) for k in ("chosen", "rejected")])
+    order = np.random.default_rng(0).permutation(len(rows))
+    times = []
+    for s in range(steps):
+        batch = [rows[i] for i in order[s * pairs : (s + 1) * pairs]]
+        flat = [b[0] for b in batch] + [b[1] for b in batch]
+        T = max(len(f) for f, _ in flat)
+        ids = torch.zeros(len(flat), T, dtype=torch.long)
+        seg = torch.zeros_like(ids)
+        comp = torch.zeros(len(flat), T)
+        for i, (f, k) in enumerate(flat):
+            ids[i, : len(f)], seg[i, : len(f)], comp[i, k : len(f)] = torch.tensor(f), 1, 1
+        ref = torch.zeros(len(batch)), torch.zeros(len(batch))  # precomputed in the other arms: not timed
+        t0 = time.perf_counter()
+        logits = model(ids, seg).logits
+        lp = (torch.log_softmax(logits[:, :-1], -1).gather(2, ids[:, 1:, None]).squeeze(2) * comp[:, 1:]).sum(1)
+        pc, pr = lp.chunk(2)
+        loss = -torch.nn.functional.logsigmoid(0.1 * ((pc - ref[0]) - (pr - ref[1]))).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        times.append(time.perf_counter() - t0)
+    t_ = statistics.median(times[1:])
+    return {"step_s": t_, "pairs_per_s": pairs / t_, "pairs_per_step": pairs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer pairs and steps (a smoke run)")
+    ap.add_argument("--pairs", type=int, default=8, help="pairs per optimiser step")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.tokenizer import open_tokenizer
+
+    work = Path(tempfile.mkdtemp(prefix="seqpack-pref-"))
+    tok_dir = word_tokenizer(work / "tok")
+    (work / "llama.json").write_text(json.dumps(PACKED_LLAMA))
+    n, steps = (200, 3) if args.quick else (600, 5)
+    results: dict[str, Any] = {"pairs_per_step": args.pairs, "rounds": args.rounds, "steps": steps, "by_max_len": {}}
+    for max_len in (1024, 4096):
+        records = pairs_data(n, max_len)
+        r: dict[str, Any] = {"pairs": len(records), "tokens": {"trl": trl_tokens(records, tok_dir, args.pairs)}}
+        paths = {}
+        for layout in ("pairs", "shared-prefix"):
+            paths[layout] = work / f"{layout}-{max_len}"
+            build_packed_dataset(records, open_tokenizer(tok_dir), paths[layout],
+                                 PackConfig.for_task("preference", max_len=max_len, layout=layout))
+            r["tokens"][layout] = packed_tokens(paths[layout])
+        runs: dict[str, list[dict]] = {}
+        for _ in range(args.rounds):
+            arms = {
+                "llama/trl": lambda: trl_arm(records, tok_dir, args.pairs, steps, work),
+                "llama/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json"),
+                "llama/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, work / "llama.json"),
+                "gpt/padded": lambda: gpt_padded_arm(records, tok_dir, args.pairs, steps),
+                "gpt/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, None),
+                "gpt/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, None),
+            }
+            for name, fn in arms.items():
+                runs.setdefault(name, []).append(fn())
+                print(f"max_len {max_len} {name}: {runs[name][-1]}", flush=True)
+        r["throughput"] = {k: {"pairs_per_s": statistics.median(x["pairs_per_s"] for x in v),
+                               "runs": [x["pairs_per_s"] for x in v], "pairs_per_step": v[0]["pairs_per_step"]}
+                           for k, v in runs.items()}
+        for model, base in (("llama", "trl"), ("gpt", "padded")):
+            for layout in ("pairs", "shared-prefix"):
+                speed = r["throughput"][f"{model}/{layout}"]["pairs_per_s"] / r["throughput"][f"{model}/{base}"]["pairs_per_s"]
+                tokens = r["tokens"]["trl"]["tokens_per_pair"] / r["tokens"][layout]["tokens_per_pair"]
+                r.setdefault("ratios", {})[f"{model}/{layout}"] = {"speedup": speed, "token_ratio": tokens,
+                                                                   "realised_over_tokens": speed / tokens}
+        results["by_max_len"][str(max_len)] = r
+        print(json.dumps(r["ratios"], indent=1), flush=True)
+    text = json.dumps(results, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""``seqpack_packed``: seqpack's packed attention backends inside transformers models.
+
+    register_packed_attention()                                  # once, before building the model
+    model = transformers.LlamaForCausalLM(LlamaConfig(..., attn_implementation="seqpack_packed"))
+    plan = plan_attention(segment_ids, causal=True, branch_ids=...)   # seqpack.nn.attention
+    logits = model(input_ids, position_ids=position_ids, seqpack_plan=plan, use_cache=False).logits
+
+transformers builds no mask for an attention implementation it does not know and hands the
+model call's extra keywords to the attention function, so every layer runs
+:func:`seqpack.nn.attention.packed_attention` with the plan made once per batch: the
+``per_document`` buckets on CPU (``sum(l^2)`` work instead of the dense mask's ``T^2``),
+FlexAttention's block mask, or a varlen kernel, and the preference task's shared prefix
+(``branch_ids``). :func:`seqpack.nn.hf_adapter.packed_forward` and the preference task pass the plan.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from seqpack.nn.attention import AttentionPlan, packed_attention
+
+PACKED_IMPL = "seqpack_packed"
+
+
+def register_packed_attention() -> str:
+    """Register ``seqpack_packed`` with transformers (idempotent); returns the name."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(PACKED_IMPL, packed_attention_forward)
+    return PACKED_IMPL
+
+
+def packed_attention_forward(
+    module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None, **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers attention function: q ``(B, Hq, T, d)``, k/v ``(B, Hkv, T, d)`` -> ``(B, T, Hq, d)``."""
+    plan = kwargs.get("seqpack_plan")
+    if not isinstance(plan, AttentionPlan):
+        raise ValueError(f"attn_implementation {PACKED_IMPL!r} needs seqpack_plan=plan_attention(segment_ids, ...) in the "
+                         "model call; seqpack.nn.hf_adapter.packed_forward passes it")
+    if dropout and module.training:
+        raise ValueError(f"{PACKED_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
+    Hq = query.shape[1]
+    if key.shape[1] != Hq:  # grouped-query attention: share each kv head across its query group
+        key, value = (x.repeat_interleave(Hq // x.shape[1], dim=1) for x in (key, value))
+    out = packed_attention(query, key, value, plan, scale=scaling)  # (B, Hq, T, d)
+    return out.transpose(1, 2).contiguous(), None
+
+
+__all__ = ["PACKED_IMPL", "packed_attention_forward", "register_packed_attention"]
