@@ -17,8 +17,8 @@ Backends live in one registry (:data:`REGISTRY`), one module each:
 ``branch_ids`` (B, T) (the preference task's layouts): without a shared prefix (``pairs``) each
 branch becomes a sequence of its own and every backend runs it; a shared prefix (prompt once,
 both responses attending to it, never to each other) needs a mask, which :data:`SHARED_PREFIX`
-backends build (``auto``: ``per_document`` or ``sdpa`` by :func:`choose_backend`'s rule; ``flex``
-where that rule would pick a varlen kernel on CUDA).
+backends build (``auto``: ``flex`` on CUDA; on CPU ``per_document``, which runs each response
+with the prompt gathered in front of it through plain causal kernels, no mask).
 
 Adding a backend: one module defining a plan type and a :class:`Backend`, plus one line in
 ``REGISTRY`` below.
@@ -129,10 +129,8 @@ def plan_attention(
 
 def _shared_prefix_plan(segment_ids: torch.Tensor, branch_ids: torch.Tensor, *, causal: bool, backend: str,
                         dtype: torch.dtype) -> AttentionPlan:
-    if backend == "auto":  # the rule of choose_backend, among the backends that take the mask
-        backend = choose_backend(segment_ids, dtype=dtype)
-        if backend not in SHARED_PREFIX:
-            backend = "flex" if segment_ids.is_cuda else "sdpa"
+    if backend == "auto":  # the block-sparse kernel on CUDA; on CPU per-response documents, causal, no mask
+        backend = "flex" if segment_ids.is_cuda else ("per_document" if causal else "sdpa")
     if backend not in SHARED_PREFIX:
         raise ValueError(f"attention backend {backend} runs whole sequences and cannot share a prompt between two "
                          f"responses; use --attention {'|'.join(SHARED_PREFIX)}, or pack with --layout pairs")
