@@ -1,5 +1,5 @@
 """Every README block marked ``<!-- runnable -->`` runs as written (in order, in one directory that
-holds ``corpus.txt`` and ``chat.jsonl``), so that a recipe cannot rot."""
+holds ``corpus.txt``, ``chat.jsonl`` and ``prefs.jsonl``), so that a recipe cannot rot."""
 
 from __future__ import annotations
 
@@ -27,11 +27,13 @@ def test_the_readme_has_runnable_recipes() -> None:
 
 def test_every_runnable_recipe_runs(tmp_path: Path) -> None:
     pytest.importorskip("trl")
-    from tests.hf_tokenizers import conversations, texts
+    from tests.hf_tokenizers import conversations, preference_records, texts
 
     (tmp_path / "corpus.txt").write_text("\n".join(texts(300)), encoding="utf-8")
     (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in conversations(60, seed=4)),
                                          encoding="utf-8")
+    (tmp_path / "prefs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in preference_records(40, seed=5)),
+                                          encoding="utf-8")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     for i, (kind, code) in enumerate(runnable_blocks()):

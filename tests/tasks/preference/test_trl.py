@@ -220,3 +220,30 @@ def test_reward_model_matches_trl(setup: dict[str, Any], layout: str) -> None:
     scale = max(float(g.abs().max()) for g in trl_grads.values())
     for name, p in mine.named_parameters():
         torch.testing.assert_close(p.grad, trl_grads[name], rtol=0.0, atol=1e-5 * scale, msg=name)
+
+
+def test_packed_dpo_trainer(setup: dict[str, Any]) -> None:
+    """TRL's Trainer loop over seqpack's packs: one step over every pack has seqpack's loss on them,
+    and the reference model is released once its log-probabilities are columns."""
+    from seqpack.train.trl_dpo import PackedDPOTrainer
+
+    path = setup["root"] / "shared-prefix"
+    tok = tf.AutoTokenizer.from_pretrained(str(setup["tok"]))
+    policy, ref = llama_pair(len(tok))
+    batch, _ = packed_batch(path)
+    with torch.no_grad():
+        r = policy_logps(ref, batch)
+        batch["ref_chosen_logps"], batch["ref_rejected_logps"] = r.chosen, r.rejected
+        want = float(preference_forward(copy.deepcopy(policy), batch, PreferenceLoss()).loss)
+    P = batch["input_ids"].shape[0]
+    args = trl.DPOConfig(output_dir=str(setup["root"] / "packed-trl"), per_device_train_batch_size=P, max_steps=1,
+                         logging_steps=1, report_to=[], use_cpu=True, save_strategy="no", beta=0.1)
+    trainer = PackedDPOTrainer(copy.deepcopy(policy), path, ref_model=copy.deepcopy(ref), args=args, processing_class=tok)
+    trainer.train()
+    got = next(h["loss"] for h in trainer.state.log_history if "loss" in h)
+    # the same terms, the packs in the sampler's order: fp32 sums in another order (1e-5 relative)
+    assert abs(got - want) <= 1e-5 * want, (got, want)
+    assert trainer.ref_model is None and np.isfinite(got)
+    with pytest.raises(ValueError, match="sigmoid|ipo"):
+        PackedDPOTrainer(copy.deepcopy(policy), path, args=trl.DPOConfig(output_dir=str(setup["root"] / "x"), loss_type=["hinge"],
+                                                                         report_to=[], use_cpu=True), processing_class=tok)

@@ -1,0 +1,131 @@
+"""TRL's ``DPOTrainer`` on seqpack's packed preference rows: ``PackedDPOTrainer``.
+
+    from seqpack.train.trl_dpo import PackedDPOTrainer
+    trainer = PackedDPOTrainer(model, "packed_prefs/", ref_model=ref, args=trl.DPOConfig(output_dir="out", beta=0.1),
+                               processing_class=tokenizer)
+    trainer.train()
+
+TRL 1.16 has no hook for packed pairs: ``DPOTrainer`` tokenizes text records itself and its loss
+reads one response per padded row (``padding_free`` is disabled in DPO). This subclass keeps
+everything else of TRL (the ``Trainer`` loop, accelerate, logging, checkpoints, callbacks) and
+replaces three things:
+
+* the dataset: the packed rows (a ``datasets.Dataset`` over the packed Parquet shards), left
+  as they are (``_prepare_dataset`` returns them; its columns are all kept);
+* the reference: the reference model's log-probabilities computed once, packed, at start (the
+  ``ref_model``'s, or the initial weights' when none is given), held as columns; the reference
+  model is then released, so training keeps one model in memory;
+* ``compute_loss``: :func:`seqpack.tasks.preference.objective.preference_forward` on the packed
+  batch (exact against ``DPOTrainer``'s own loss on padded rows; tests/tasks/preference), with
+  TRL's metrics (``rewards/chosen``, ``rewards/accuracies``, ``logps/chosen``, ...).
+
+``loss_type`` ``sigmoid`` (with ``label_smoothing``, the cDPO form) and ``ipo`` are supported.
+It overrides TRL internals (``_prepare_dataset``, ``_set_signature_columns_if_needed``), so it is
+tested against the TRL version pinned by ``make test``; ``seqpack train`` needs no TRL at all.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import trl
+
+from seqpack.data.format import read_manifest
+from seqpack.nn.preference import PreferenceLoss
+from seqpack.tasks.preference.objective import policy_logps, preference_forward
+
+SUPPORTED_LOSSES = ("sigmoid", "ipo")
+
+
+def packed_rows_dataset(path: str | os.PathLike[str]) -> Any:
+    """The packed rows as a ``datasets.Dataset`` (memory-mapped Arrow over the Parquet shards)."""
+    import datasets
+
+    m = read_manifest(path)
+    files = sorted(str(p) for p in (Path(path) / "data").glob("*.parquet"))
+    ds = datasets.Dataset.from_parquet(files)
+    if len(ds) != int(m["num_packs"]):
+        raise ValueError(f"{path}: {len(ds)} rows in the Parquet shards, the manifest says {m['num_packs']}")
+    return ds
+
+
+def collate_rows(rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Packed rows -> batch tensors (ints as int64, the reference log-probabilities as float32)."""
+    out = {}
+    for k in rows[0]:
+        a = np.asarray([r[k] for r in rows])
+        out[k] = torch.from_numpy(a.astype(np.int64 if a.dtype.kind in "iub" else np.float32))
+    return out
+
+
+class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
+    """``trl.DPOTrainer`` over a packed ``preference`` dataset directory; see the module docstring."""
+
+    def __init__(self, model: Any, packed: str | os.PathLike[str], *, args: Any, ref_model: Any = None,
+                 processing_class: Any = None, **kwargs: Any) -> None:
+        m = read_manifest(packed)
+        if m["task"] != "preference":
+            raise ValueError(f"{packed} holds a {m['task']} dataset; pack preference pairs with seqpack pack --task preference")
+        kinds = list(args.loss_type)
+        if len(kinds) != 1 or kinds[0] not in SUPPORTED_LOSSES:
+            raise ValueError(f"PackedDPOTrainer supports loss_type {'|'.join(SUPPORTED_LOSSES)} (one), got {kinds}")
+        if args.precompute_ref_log_probs:
+            raise ValueError("PackedDPOTrainer computes the reference log-probabilities itself (packed, once); "
+                             "leave precompute_ref_log_probs=False")
+        self.objective = PreferenceLoss(kind=kinds[0], beta=args.beta, label_smoothing=args.label_smoothing)
+        rows = packed_rows_dataset(packed).remove_columns(["example_ids"])
+        reference = copy.deepcopy(model) if ref_model is None else ref_model
+        rows = self._with_reference(rows, reference, int(m["max_depth"]), args.per_device_eval_batch_size)
+        args.remove_unused_columns = False
+        super().__init__(model, ref_model=reference, args=args, train_dataset=rows, data_collator=collate_rows,
+                         processing_class=processing_class, **kwargs)
+        self.ref_model = None  # its log-probabilities are columns now: one model in memory
+
+    @staticmethod
+    @torch.no_grad()
+    def _with_reference(rows: Any, reference: Any, depth: int, batch_size: int) -> Any:
+        was = reference.training
+        reference.eval()
+        dev = next(reference.parameters()).device
+        chosen, rejected = [], []
+        for lo in range(0, len(rows), batch_size):
+            batch = collate_rows([rows[i] for i in range(lo, min(len(rows), lo + batch_size))])
+            batch = {k: v.to(dev) for k, v in batch.items()}
+            lp = policy_logps(reference, batch, depth=depth)
+            chosen.append(lp.chosen.float().cpu().numpy())
+            rejected.append(lp.rejected.float().cpu().numpy())
+        reference.train(was)
+        rows = rows.add_column("ref_chosen_logps", list(np.concatenate(chosen)))
+        return rows.add_column("ref_rejected_logps", list(np.concatenate(rejected)))
+
+    def _prepare_dataset(self, dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        return dataset  # packed and tokenized already
+
+    def _set_signature_columns_if_needed(self) -> None:
+        if self._signature_columns is None:
+            self._signature_columns = list(self.train_dataset.column_names)
+
+    def compute_loss(self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        mode = "train" if self.model.training else "eval"
+        out = preference_forward(model, inputs, self.objective)
+        with torch.no_grad():
+            present = out.present
+            e = out.extra
+            cr, rr = e["chosen_rewards"][present], e["rejected_rewards"][present]
+            gather = self.accelerator.gather_for_metrics
+            self._metrics[mode]["rewards/chosen"].append(gather(cr).mean().item())
+            self._metrics[mode]["rewards/rejected"].append(gather(rr).mean().item())
+            self._metrics[mode]["rewards/accuracies"].append(gather((cr > rr).float()).mean().item())
+            self._metrics[mode]["rewards/margins"].append(gather(cr - rr).mean().item())
+            self._metrics[mode]["logps/chosen"].append(gather(e["chosen_logps"][present]).mean().item())
+            self._metrics[mode]["logps/rejected"].append(gather(e["rejected_logps"][present]).mean().item())
+        return (out.loss, out) if return_outputs else out.loss
+
+
+__all__ = ["PackedDPOTrainer", "collate_rows", "packed_rows_dataset"]
