@@ -105,7 +105,7 @@ def trl_arm(records: list[dict], tok_dir: Path, pairs: int, steps: int, work: Pa
     model = tf.LlamaForCausalLM(cfg)
     timer = StepTimer()
     args = trl.DPOConfig(output_dir=str(work / "trl"), per_device_train_batch_size=pairs, max_steps=steps, report_to=[],
-                         use_cpu=True, max_length=None, save_strategy="no", precompute_ref_log_probs=True,
+                         use_cpu=True, bf16=False, max_length=None, save_strategy="no", precompute_ref_log_probs=True,
                          learning_rate=1e-4, logging_steps=10_000, disable_tqdm=True, dataloader_num_workers=0)
     trainer = trl.DPOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, processing_class=tok,
                              train_dataset=datasets.Dataset.from_list(records), callbacks=[timer.hook()])
@@ -203,6 +203,8 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=8, help="pairs per optimiser step")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--only", nargs="*", default=None, metavar="ARM",
+                    help="re-run only these arms (e.g. llama/trl) and update their entries in --out")
     args = ap.parse_args()
     torch.set_num_threads(2)
     from seqpack.pipeline import PackConfig, build_packed_dataset
@@ -213,9 +215,12 @@ def main() -> None:
     (work / "llama.json").write_text(json.dumps(PACKED_LLAMA))
     n, steps = (200, 3) if args.quick else (600, 5)
     results: dict[str, Any] = {"pairs_per_step": args.pairs, "rounds": args.rounds, "steps": steps, "by_max_len": {}}
+    if args.only:
+        results = json.loads(args.out.read_text())
     for max_len in (1024, 4096):
         records = pairs_data(n, max_len)
         r: dict[str, Any] = {"pairs": len(records), "tokens": {"trl": trl_tokens(records, tok_dir, args.pairs)}}
+        old = results["by_max_len"].get(str(max_len), {})
         paths = {}
         for layout in ("pairs", "shared-prefix"):
             paths[layout] = work / f"{layout}-{max_len}"
@@ -233,11 +238,13 @@ def main() -> None:
                 "gpt/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, None),
             }
             for name, fn in arms.items():
+                if args.only and name not in args.only:
+                    continue
                 runs.setdefault(name, []).append(fn())
                 print(f"max_len {max_len} {name}: {runs[name][-1]}", flush=True)
-        r["throughput"] = {k: {"pairs_per_s": statistics.median(x["pairs_per_s"] for x in v),
+        r["throughput"] = {**old.get("throughput", {}), **{k: {"pairs_per_s": statistics.median(x["pairs_per_s"] for x in v),
                                "runs": [x["pairs_per_s"] for x in v], "pairs_per_step": v[0]["pairs_per_step"]}
-                           for k, v in runs.items()}
+                           for k, v in runs.items()}}
         for model, base in (("llama", "trl"), ("gpt", "padded")):
             for layout in ("pairs", "shared-prefix"):
                 speed = r["throughput"][f"{model}/{layout}"]["pairs_per_s"] / r["throughput"][f"{model}/{base}"]["pairs_per_s"]

@@ -146,3 +146,28 @@ def test_sharded_pack_equals_in_memory(tmp_path: Path, tok: Path) -> None:
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     m = json.loads((tmp_path / "sharded" / "manifest.json").read_text())
     assert m["task"] == "preference" and "branch_ids" in m["columns"]
+
+
+def test_jsonl_parquet_and_hf_datasets_pack_alike(tmp_path: Path, tok: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    datasets = pytest.importorskip("datasets")
+    recs = preference_records(30, seed=7)
+    for r in recs[::3]:
+        r["margin"] = 1.5
+    for r in recs:
+        r.setdefault("margin", 0.0)
+    pq.write_table(pa.Table.from_pylist(recs), tmp_path / "p.parquet")
+    t = open_tokenizer(tok)
+    cfg = PackConfig.for_task("preference", max_len=96, layout="pairs")
+    sources = {"jsonl": write_jsonl(tmp_path / "p.jsonl", recs), "parquet": tmp_path / "p.parquet",
+               "hf": datasets.Dataset.from_list(recs)}
+    cols = {}
+    for name, src in sources.items():
+        build_packed_dataset(src, t, tmp_path / name, cfg)
+        cols[name] = load_packed(tmp_path / name)[1]
+    for name in ("parquet", "hf"):
+        assert all(np.array_equal(cols[name][k], cols["jsonl"][k]) for k in cols["jsonl"])
+    margin = cols["jsonl"]["margin"]
+    assert sorted(margin[margin > -100].tolist()) == sorted(r["margin"] for r in recs)

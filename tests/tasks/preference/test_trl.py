@@ -236,12 +236,13 @@ def test_packed_dpo_trainer(setup: dict[str, Any]) -> None:
         batch["ref_chosen_logps"], batch["ref_rejected_logps"] = r.chosen, r.rejected
         want = float(preference_forward(copy.deepcopy(policy), batch, PreferenceLoss()).loss)
     P = batch["input_ids"].shape[0]
-    args = trl.DPOConfig(output_dir=str(setup["root"] / "packed-trl"), per_device_train_batch_size=P, max_steps=1,
+    args = trl.DPOConfig(output_dir=str(setup["root"] / "packed-trl"), per_device_train_batch_size=P, max_steps=1, bf16=False,
                          logging_steps=1, report_to=[], use_cpu=True, save_strategy="no", beta=0.1)
     trainer = PackedDPOTrainer(copy.deepcopy(policy), path, ref_model=copy.deepcopy(ref), args=args, processing_class=tok)
     trainer.train()
     got = next(h["loss"] for h in trainer.state.log_history if "loss" in h)
-    # the same terms, the packs in the sampler's order: fp32 sums in another order (1e-5 relative)
+    # the same terms, the packs in the sampler's order: fp32 sums in another order (1e-5 relative); bf16=False:
+    # TRL's configs turn on bf16 autocast by default, even on a CPU
     assert abs(got - want) <= 1e-5 * want, (got, want)
     assert trainer.ref_model is None and np.isfinite(got)
     with pytest.raises(ValueError, match="sigmoid|ipo"):
