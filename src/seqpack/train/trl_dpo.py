@@ -37,6 +37,8 @@ import trl
 
 from seqpack.data.format import read_manifest
 from seqpack.nn.preference import PreferenceLoss
+from seqpack.tasks import get_task
+from seqpack.tasks.preference import TASK as PREFERENCE
 from seqpack.tasks.preference.objective import policy_logps, preference_forward
 
 SUPPORTED_LOSSES = ("sigmoid", "ipo")
@@ -69,7 +71,7 @@ class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
     def __init__(self, model: Any, packed: str | os.PathLike[str], *, args: Any, ref_model: Any = None,
                  processing_class: Any = None, **kwargs: Any) -> None:
         m = read_manifest(packed)
-        if m["task"] != "preference":
+        if get_task(m["task"]) is not PREFERENCE:
             raise ValueError(f"{packed} holds a {m['task']} dataset; pack preference pairs with seqpack pack --task preference")
         kinds = list(args.loss_type)
         if len(kinds) != 1 or kinds[0] not in SUPPORTED_LOSSES:
