@@ -1,0 +1,149 @@
+"""Packs grouped into data-parallel steps so that every rank does the same work (numpy, no torch).
+
+Packing gives every row the same tokens, not the same work: attention grows with the sum of
+squared sequence lengths. A row's cost is modelled as ::
+
+    cost = per_token * tokens + per_square * sum(l_i^2) + per_sequence * sequences
+
+(:class:`RowCost`; defaults from FLOP counts, :meth:`RowCost.from_flops`). A data-parallel step
+takes ``world * micro_batch`` packs, ``micro_batch`` per rank, and lasts as long as its slowest
+rank. :func:`balanced_steps` sorts all packs of the epoch by cost, gives each step packs of
+neighbouring cost, and deals them to ranks so their sums are even; the steps are then shuffled.
+It sees the whole epoch at once (a greedy per-batch balancer sees one batch).
+
+    >>> steps = balanced_steps(np.array([10.0, 1, 9, 1]), world=2, micro_batch=2, seed=0)
+    >>> sorted(sorted(np.array([10.0, 1, 9, 1])[steps[0, r]].tolist()) for r in range(2))
+    [[1.0, 9.0], [1.0, 10.0]]
+    >>> round(imbalance(np.array([10.0, 1, 9, 1]), steps), 4)
+    1.0476
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowCost:
+    """Cost of a packed row (any unit: FLOPs, seconds) from its tokens, sum of squared sequence
+    lengths and sequence count."""
+
+    per_token: float
+    per_square: float
+    per_sequence: float = 0.0
+
+    def __post_init__(self) -> None:
+        if min(self.per_token, self.per_square, self.per_sequence) < 0:
+            raise ValueError("RowCost coefficients must be >= 0")
+
+    @classmethod
+    def from_flops(cls, *, hidden: int, layers: int, ffn: int | None = None, vocab: int = 0, causal: bool = True) -> RowCost:
+        """Training FLOPs (forward + backward = 3x forward) of a transformer.
+
+        Per token: 2 FLOPs per weight of the layers (4h^2 attention projections, 2 h ffn MLP) and of
+        the LM head (h V). Per (query, key) pair: q.k and the weighted sum of v, 4h per layer, half
+        the pairs when causal.
+
+        >>> c = RowCost.from_flops(hidden=256, layers=4, vocab=0)
+        >>> c.per_token, c.per_square
+        (18874368.0, 6144.0)
+        """
+        f = 4 * hidden if ffn is None else ffn
+        per_token = 3 * 2 * (layers * (4 * hidden * hidden + 2 * hidden * f) + hidden * vocab)
+        per_square = 3 * 4 * hidden * layers * (0.5 if causal else 1.0)
+        return cls(per_token=float(per_token), per_square=float(per_square))
+
+    def of(self, tokens: np.ndarray, squares: np.ndarray, sequences: np.ndarray) -> np.ndarray:
+        """Costs of rows given their three statistics.  # (P,)"""
+        return (self.per_token * np.asarray(tokens, np.float64) + self.per_square * np.asarray(squares, np.float64)
+                + self.per_sequence * np.asarray(sequences, np.float64))
+
+
+def pack_costs(lengths: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray, cost: RowCost) -> np.ndarray:
+    """Cost of every pack of a packing (``Packing.pack_offsets`` / ``sequence_index``).  # (P,)"""
+    lens = np.asarray(lengths, np.int64)[np.asarray(sequence_index)]
+    starts = np.asarray(pack_offsets)[:-1]
+    if lens.size == 0:
+        return np.zeros(starts.size)
+    tokens = np.add.reduceat(lens, starts) if starts.size else np.zeros(0)
+    squares = np.add.reduceat(lens * lens, starts) if starts.size else np.zeros(0)
+    return cost.of(tokens, squares, np.diff(pack_offsets))
+
+
+def _check(world: int, micro_batch: int) -> None:
+    for name, v in (("world", world), ("micro_batch", micro_batch)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+
+
+def _deal(costs: np.ndarray, packs: np.ndarray, world: int, micro_batch: int) -> np.ndarray:
+    """``packs`` (at most world * micro_batch) dealt to ranks, ``micro_batch`` each, sums even:
+    heaviest first, each to the lightest rank with room (LPT with a cardinality cap).  # (W, B)"""
+    out = np.full((world, micro_batch), -1, dtype=np.int64)
+    load = np.zeros(world)
+    room = np.full(world, micro_batch)
+    for p in packs[np.argsort(-costs[packs], kind="stable")]:
+        r = int(np.argmin(np.where(room > 0, load, np.inf)))
+        out[r, micro_batch - room[r]] = p
+        load[r] += costs[p]
+        room[r] -= 1
+    return out
+
+
+def balanced_steps(costs: np.ndarray, *, world: int, micro_batch: int = 1, seed: int = 0) -> np.ndarray:
+    """Every pack in one slot of ``(steps, world, micro_batch)`` (-1: an empty slot of the last step),
+    each step's ranks as even as the packs allow; the order of steps shuffled by ``seed``."""
+    _check(world, micro_batch)
+    costs = np.asarray(costs, np.float64)
+    per_step = world * micro_batch
+    order = np.argsort(-costs, kind="stable")
+    steps = [_deal(costs, order[lo : lo + per_step], world, micro_batch) for lo in range(0, order.size, per_step)]
+    out = np.stack(steps) if steps else np.zeros((0, world, micro_batch), np.int64)
+    return out[np.random.default_rng(seed).permutation(len(out))]
+
+
+def sequential_steps(num_packs: int, *, world: int, micro_batch: int = 1, seed: int = 0) -> np.ndarray:
+    """What a ``DistributedSampler`` does: a shuffled epoch cut into steps, rank ``r`` taking every
+    ``world``-th pack.  # (steps, world, micro_batch)"""
+    _check(world, micro_batch)
+    per_step = world * micro_batch
+    order = np.random.default_rng(seed).permutation(num_packs)
+    padded = np.full(-(-num_packs // per_step) * per_step, -1, np.int64)
+    padded[:num_packs] = order
+    return padded.reshape(-1, micro_batch, world).transpose(0, 2, 1)
+
+
+def greedy_batch_steps(costs: np.ndarray, *, world: int, micro_batch: int = 1, seed: int = 0) -> np.ndarray:
+    """The per-batch rule (balance inside each shuffled batch of ``world * micro_batch`` packs, as the
+    greedy balancers of TRL's GRPO PR and torchtitan do), for comparison.  # (steps, world, micro_batch)"""
+    seq = sequential_steps(len(costs), world=world, micro_batch=micro_batch, seed=seed)
+    costs = np.asarray(costs, np.float64)
+    return np.stack([_deal(costs, s[s >= 0], world, micro_batch) for s in seq]) if len(seq) else seq
+
+
+def rank_costs(costs: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Each rank's cost in each step.  # (steps, world)"""
+    c = np.where(steps >= 0, np.asarray(costs, np.float64)[np.maximum(steps, 0)], 0.0)
+    return c.sum(axis=2)  # type: ignore[no-any-return]
+
+
+def imbalance(costs: np.ndarray, steps: np.ndarray) -> float:
+    """Mean over full steps of the slowest rank's cost over the mean rank's (1.0: perfectly even).
+    A last step with empty slots is left out (a sampler drops or pads it)."""
+    full = (steps >= 0).all(axis=(1, 2))
+    r = rank_costs(costs, steps[full])
+    mean = r.mean(axis=1)
+    ok = mean > 0
+    return float((r.max(axis=1)[ok] / mean[ok]).mean()) if ok.any() else 1.0
+
+
+def step_time_saving(costs: np.ndarray, before: np.ndarray, after: np.ndarray) -> float:
+    """Share of the epoch's time saved when every step lasts as long as its slowest rank."""
+    t0, t1 = rank_costs(costs, before).max(axis=1).sum(), rank_costs(costs, after).max(axis=1).sum()
+    return float(1.0 - t1 / t0) if t0 > 0 else 0.0
+
+
+__all__ = ["RowCost", "balanced_steps", "greedy_batch_steps", "imbalance", "pack_costs", "rank_costs",
+           "sequential_steps", "step_time_saving"]

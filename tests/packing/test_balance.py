@@ -1,0 +1,69 @@
+"""Compute-balanced steps: every pack once, ranks even, and the cost model's arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqpack.packing import pack_lengths
+from seqpack.packing.balance import (
+    RowCost,
+    balanced_steps,
+    greedy_batch_steps,
+    imbalance,
+    pack_costs,
+    rank_costs,
+    sequential_steps,
+    step_time_saving,
+)
+
+
+def test_pack_costs_equal_a_loop() -> None:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 200, 500)
+    packing = pack_lengths(lengths, 256)
+    cost = RowCost(per_token=2.0, per_square=0.5, per_sequence=7.0)
+    got = pack_costs(lengths, packing.pack_offsets, packing.sequence_index, cost)
+    want = [sum(2.0 * l + 0.5 * l * l + 7.0 for l in packing.lengths_of(p).tolist()) for p in range(packing.num_packs)]
+    np.testing.assert_allclose(got, want, rtol=1e-12)  # float64 sums of integers < 2^53: exact up to order
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.floats(0.0, 1e6), min_size=0, max_size=120), st.integers(1, 9), st.integers(1, 4),
+       st.sampled_from([balanced_steps, greedy_batch_steps]))
+def test_every_pack_in_exactly_one_slot(costs, world, micro, rule) -> None:  # type: ignore[no-untyped-def]
+    c = np.array(costs)
+    steps = rule(c, world=world, micro_batch=micro, seed=1)
+    assert steps.shape[1:] == (world, micro)
+    used = steps[steps >= 0]
+    assert sorted(used.tolist()) == list(range(len(costs)))
+    assert len(steps) == -(-len(costs) // (world * micro))
+
+
+def long_tail(n: int, max_len: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.minimum(max_len, np.ceil(rng.lognormal(np.log(600), 1.2, n))).astype(np.int64)
+
+
+@pytest.mark.parametrize("world", [8, 64])
+def test_balanced_beats_per_batch_and_sequential(world: int) -> None:
+    lengths = long_tail(20_000, 8192)
+    packing = pack_lengths(lengths, 8192, algorithm="lpfhp")
+    costs = pack_costs(lengths, packing.pack_offsets, packing.sequence_index, RowCost.from_flops(hidden=1024, layers=8))
+    seq = sequential_steps(len(costs), world=world, micro_batch=1)
+    greedy = greedy_batch_steps(costs, world=world, micro_batch=1)
+    bal = balanced_steps(costs, world=world, micro_batch=1)
+    ib = imbalance(costs, bal)
+    assert ib <= 1.02 < imbalance(costs, greedy) <= imbalance(costs, seq)
+    assert step_time_saving(costs, seq, bal) > 0
+
+
+def test_even_costs_are_even_and_arguments_checked() -> None:
+    assert imbalance(np.ones(12), balanced_steps(np.ones(12), world=3, micro_batch=2)) == 1.0
+    assert rank_costs(np.ones(4), np.array([[[0, 1], [2, -1]]])).tolist() == [[2.0, 1.0]]
+    with pytest.raises(ValueError, match="world"):
+        balanced_steps(np.ones(3), world=0)
+    with pytest.raises(ValueError, match=">= 0"):
+        RowCost(per_token=-1.0, per_square=0.0)
