@@ -27,7 +27,7 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     from seqpack.nn.attention import BACKENDS
     from seqpack.nn.losses import REDUCTIONS
     from seqpack.nn.models.common import SIZES
-    from seqpack.train.config import MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
+    from seqpack.train.config import BALANCE, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
 
     pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
     p.add_argument("--data", required=True, help="packed dataset directory (seqpack pack)")
@@ -62,6 +62,11 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label-smoothing", type=float, default=default_of(TrainConfig, "label_smoothing"),
                    help="preference data: the share of pairs taken as mislabelled (sigmoid, simpo)")
     p.add_argument("--simpo-gamma", type=float, default=default_of(TrainConfig, "simpo_gamma"), help="SimPO's target reward margin")
+    p.add_argument("--balance", choices=BALANCE, default=default_of(TrainConfig, "balance"),
+                   help="compute: deal each micro-batch's packs so every data-parallel rank has the same work "
+                   "(tokens and sum of squared lengths; FLOP model of the model)")
+    p.add_argument("--balance-world", type=pos("--balance-world"), default=default_of(TrainConfig, "balance_world"),
+                   help="ranks to balance for (default: those running)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

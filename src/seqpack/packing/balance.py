@@ -94,14 +94,17 @@ def _deal(costs: np.ndarray, packs: np.ndarray, world: int, micro_batch: int) ->
 
 def balanced_steps(costs: np.ndarray, *, world: int, micro_batch: int = 1, seed: int = 0) -> np.ndarray:
     """Every pack in one slot of ``(steps, world, micro_batch)`` (-1: an empty slot of the last step),
-    each step's ranks as even as the packs allow; the order of steps shuffled by ``seed``."""
+    each step's ranks as even as the packs allow; the order of the full steps shuffled by ``seed``
+    (a partial one, the lightest packs, stays last)."""
     _check(world, micro_batch)
     costs = np.asarray(costs, np.float64)
     per_step = world * micro_batch
     order = np.argsort(-costs, kind="stable")
     steps = [_deal(costs, order[lo : lo + per_step], world, micro_batch) for lo in range(0, order.size, per_step)]
     out = np.stack(steps) if steps else np.zeros((0, world, micro_batch), np.int64)
-    return out[np.random.default_rng(seed).permutation(len(out))]
+    full = len(out) - int(order.size % per_step > 0)  # a partial step stays last: the stream keeps its alignment
+    out[:full] = out[np.random.default_rng(seed).permutation(full)]
+    return out
 
 
 def sequential_steps(num_packs: int, *, world: int, micro_batch: int = 1, seed: int = 0) -> np.ndarray:

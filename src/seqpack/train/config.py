@@ -20,6 +20,7 @@ MODELS = ("bert", "gpt", "reward")
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine", "constant")
 MATCH = ("none", "sequences", "packs")
+BALANCE = ("none", "compute")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +69,8 @@ class TrainConfig:
     max_position: int | None = None
     threads: int | None = None
     progress: bool = True
+    balance: str = "none"  # compute: each micro-batch's packs dealt so every rank's attention + MLP work is even
+    balance_world: int | None = None  # ranks to balance for (default: the ranks running); 2 lets one process replay a 2-rank order
     # preference data (the preference task): the loss and its knobs, defaults from PreferenceLoss
     preference_loss: str = PreferenceLoss.kind
     beta: float = PreferenceLoss.beta
@@ -82,12 +85,12 @@ class TrainConfig:
         if self.model is not None:
             one_of("model", MODELS)
         for name, allowed in (("size", tuple(SIZES)), ("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
-                              ("reduction", REDUCTIONS), ("match", MATCH), ("attention", BACKENDS)):
+                              ("reduction", REDUCTIONS), ("match", MATCH), ("attention", BACKENDS), ("balance", BALANCE)):
             one_of(name, allowed)
         for name in ("batch_size", "accumulation", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("steps", "sequences", "threads", "max_position"):
+        for name in ("steps", "sequences", "threads", "max_position", "balance_world"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")

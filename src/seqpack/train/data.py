@@ -34,6 +34,19 @@ from seqpack.data.torch_dataset import to_tensors
 SPLIT_SEED = 20_240_101
 
 
+def row_squares(segment_ids: np.ndarray) -> np.ndarray:
+    """Sum of squared sequence lengths of each packed row.  # (n, L) -> (n,)
+
+    >>> row_squares(np.array([[1, 1, 1, 2, 0], [1, 1, 1, 1, 1]])).tolist()
+    [10, 25]
+    """
+    n = segment_ids.shape[0]
+    D = int(segment_ids.max()) + 1 if segment_ids.size else 1
+    key = (np.arange(n)[:, None] * D + segment_ids.astype(np.int64)).reshape(-1)
+    counts = np.bincount(key, minlength=n * D).reshape(n, D)[:, 1:]
+    return (counts * counts).sum(axis=1)  # type: ignore[no-any-return]
+
+
 class TrainData:
     """A packed dataset split into training units (packs, or sequences when ``padded``) and
     held-out evaluation packs."""
@@ -58,11 +71,13 @@ class TrainData:
         self.train_packs = np.sort(perm[n_eval:])
         nseq = np.empty(P, np.int64)
         fill = np.empty(P, np.int64)
+        squares = np.empty(P, np.int64)
         span_parts = []
         for lo, chunk in self.rows.chunks(["num_sequences", "segment_ids"]):  # one pass, bounded memory
             seg = chunk["segment_ids"]
             nseq[lo : lo + len(seg)] = chunk["num_sequences"]
             fill[lo : lo + len(seg)] = (seg != 0).sum(axis=1)
+            squares[lo : lo + len(seg)] = row_squares(seg)
             if padded:
                 sp = sequence_spans(seg)
                 sp[:, 0] += lo
@@ -81,12 +96,41 @@ class TrainData:
             self.unit_tokens = fill[self.train_packs]
         if self.by_pack:
             self._first_span = np.searchsorted(self.spans[:, 0], self.train_packs)  # spans are in pack order
+        self.pack_stats = np.stack([fill, squares, nseq], axis=1)  # (P, 3): tokens, sum(l^2), sequences
         self.packing_factor = float(nseq[self.train_packs].mean())
         self.train_sequences = int(nseq[self.train_packs].sum())
         self.eval_sequences = int(nseq[self.eval_packs].sum())
         self._perms: dict[tuple[int, int], np.ndarray] = {}
         #: extra (P, ...) columns of packs computed by the run (the reference model's log-probabilities)
         self.pack_columns: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
+        self._balance: tuple[np.ndarray, int, int] | None = None
+
+    def balance(self, cost: Any, *, world: int, rows: int) -> dict[str, float]:
+        """Order each epoch's packs into compute-balanced steps (:mod:`seqpack.packing.balance`):
+        every micro-batch of ``rows`` rows gives each of ``world`` ranks packs of even cost (its
+        share ``[r::world]``). Returns the first epoch's imbalance, sequential and balanced."""
+        from seqpack.packing.balance import balanced_steps, imbalance, sequential_steps
+
+        if self.padded:
+            raise ValueError("--balance compute orders packs; a --padded run has sequences as its units")
+        if rows % world:
+            raise ValueError(f"--balance compute needs rows per micro-batch ({rows}) divisible by the {world} ranks")
+        costs = cost.of(*self.pack_stats[self.train_packs].T)
+        self._balance = (costs, world, rows // world)
+        self._perms = {}  # epochs ordered before are ordered anew
+        n = len(costs)
+        return {"world": world, "imbalance_sequential": imbalance(costs, sequential_steps(n, world=world, micro_batch=rows // world)),
+                "imbalance_balanced": imbalance(costs, balanced_steps(costs, world=world, micro_batch=rows // world))}
+
+    def _epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        if self._balance is None:
+            return np.random.default_rng([seed, epoch]).permutation(self.num_units)
+        from seqpack.packing.balance import balanced_steps
+
+        costs, world, per_rank = self._balance
+        steps = balanced_steps(costs, world=world, micro_batch=per_rank, seed=seed * 1_000_003 + epoch)
+        flat = steps.transpose(0, 2, 1).reshape(-1)  # micro-batch row b * world + r is rank r's b-th pack
+        return flat[flat >= 0]
 
     def _take(self, packs: np.ndarray) -> dict[str, np.ndarray]:
         cols = self.rows.take(packs)
@@ -106,7 +150,7 @@ class TrainData:
         for epoch in np.unique(pos // n):
             key = (seed, int(epoch))
             if key not in self._perms:
-                self._perms = {key: np.random.default_rng([seed, int(epoch)]).permutation(n)}
+                self._perms = {key: self._epoch_order(seed, int(epoch))}
             sel = pos // n == epoch
             out[sel] = self._perms[key][pos[sel] % n]
         return out

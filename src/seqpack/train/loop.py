@@ -192,6 +192,7 @@ class _Run:
         if self.rows < world.size:
             raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {world.size} ranks; raise --batch-size")
         self.total = total_steps(cfg, data, self.rows)
+        self.balance = self._balance(cfg, data, world)
         self.eval_every = max(1, self.total // cfg.evals) if cfg.evals else cfg.eval_every
         betas = adjust_betas(cfg.betas, data.packing_factor) if cfg.adjust_hparams else cfg.betas
         self.optimizer = make_optimizer(self.model, cfg, betas)
@@ -225,6 +226,19 @@ class _Run:
             if reference is not None and not resume:
                 save_reference(self.run_dir, reference)
 
+    def _balance(self, cfg: TrainConfig, data: TrainData, world: World) -> dict[str, float] | None:
+        """With ``balance="compute"``: packs dealt so every rank's step costs the same (FLOP model of this model)."""
+        if cfg.balance == "none":
+            return None
+        from seqpack.packing.balance import RowCost
+
+        c = self.spec["config"]
+        hidden = c.get("hidden") or c.get("hidden_size") or c.get("n_embd")
+        layers = c.get("layers") or c.get("num_hidden_layers") or c.get("n_layer") or 1
+        ffn = c.get("intermediate_size") or c.get("n_inner")
+        return data.balance(RowCost.from_flops(hidden=int(hidden), layers=int(layers), ffn=ffn), world=cfg.balance_world or world.size,
+                            rows=self.rows)
+
     def _reference(self, resume: bool) -> np.ndarray | None:
         """The reference model's log-probabilities when the objective needs them: the initial
         weights' (computed now, before any step), or on resume the run's saved ones."""
@@ -239,7 +253,8 @@ class _Run:
 
     def _write_config(self, betas: tuple[float, float]) -> None:
         info = {"train": self.cfg.to_dict(), "model": self.spec, "data": {**self.data.describe(), **self.identity},
-                "rows_per_batch": self.rows, "total_steps": self.total, "betas": list(betas), "world_size": self.world.size}
+                "rows_per_batch": self.rows, "total_steps": self.total, "betas": list(betas), "world_size": self.world.size,
+                "balance": self.balance}
         (self.run_dir / "config.json").write_text(json.dumps(info, indent=1, default=str) + "\n", encoding="utf-8")
 
     def _micro_batches(self, step: int) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:

@@ -1,0 +1,97 @@
+"""Compute-balanced steps, measured (issue 27): ``torchrun --nproc-per-node 2`` (gloo, CPU, one
+thread per rank), seqpack's GPT at max_len 4096 on a long-tailed length mix, the same packs trained
+in the sequential order (``--balance none``) and balanced (``--balance compute``).
+
+Run: .venv/bin/python benchmarks/balance_torchrun.py [--out benchmarks/results/balance_torchrun.json]
+
+Data: 6,000 sequences, lengths lognormal (median 300 tokens, sigma 1.3) capped at 4096, random token
+ids (vocab 512), packed by ``best`` into clm rows (labels = ids, the first of each sequence -100).
+Model: GPT small (256 hidden, 4 layers, 4 heads), per-document attention (``auto``), fp32. One row
+per rank per step (batch 2). Step time = the step's wall time on rank 0 (every rank waits for the
+slowest at the gradient all-reduce); mean over the steps after the first. Predicted saving: the FLOP
+model's cost of each step's slowest rank, over the very steps each run took (each run's first
+``--steps`` steps: not the same packs, so both are compared per step); and over the whole epoch
+(:func:`seqpack.packing.balance.step_time_saving`, the same packs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def build(out: Path, n: int = 6000, max_len: int = 4096, seed: int = 0) -> None:
+    from seqpack.data.format import write_packed
+    from seqpack.data.layout import pack_sequences
+    from seqpack.data.sequences import from_lists
+
+    rng = np.random.default_rng(seed)
+    lengths = np.minimum(max_len, np.ceil(rng.lognormal(np.log(300), 1.3, n))).astype(int)
+    seqs = [rng.integers(1, 512, k) for k in lengths]
+    s = from_lists(seqs, task="clm")
+    s.token_fields["labels"] = s.token_fields["input_ids"].astype(np.int16)
+    s.token_fields["labels"][s.offsets[:-1]] = -100
+    pc = pack_sequences(s, max_len, algorithm="best")
+    write_packed(pc, out, extra={"vocab_size": 512, "token_labels": True, "float_labels": False, "causal_lm": True})
+
+
+def run(data: Path, out: Path, balance: str, steps: int) -> list[dict]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "seqpack.cli.main",
+           "train", "--data", str(data), "--out", str(out), "--model", "gpt", "--size", "small", "--steps", str(steps),
+           "--batch-size", "2", "--threads", "1", "--eval-fraction", "0.01", "--max-position", "4096", "--balance", balance,
+           "--quiet", "--overwrite"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    from seqpack.packing.balance import (
+        RowCost,
+        balanced_steps,
+        sequential_steps,
+        step_time_saving,
+    )
+    from seqpack.train.data import TrainData
+
+    work = Path(tempfile.mkdtemp(prefix="seqpack-balance-"))
+    build(work / "data")
+    res = {}
+    for balance in ("none", "compute"):
+        recs = [r for r in run(work / "data", work / balance, balance, args.steps) if "eval" not in r]
+        res[balance] = {"step_seconds": statistics.median(r["step_seconds"] for r in recs[1:]),
+                        "step_times": [r["step_seconds"] for r in recs],
+                        "loss": [r["loss"] for r in recs], "config": json.loads((work / balance / "config.json").read_text())["balance"]}
+        print(balance, res[balance]["step_seconds"], flush=True)
+    data = TrainData(work / "data", eval_fraction=0.01)
+    cost = RowCost.from_flops(hidden=256, layers=4)
+    costs = cost.of(*data.pack_stats[data.train_packs].T)
+    n = args.steps
+    for balance in ("none", "compute"):  # the FLOP model's step cost (slowest rank) of the very steps each run took
+        if balance == "compute":
+            data.balance(cost, world=2, rows=2)
+        order = data.stream(0, 0, 2 * n).reshape(n, 2)
+        step_cost = costs[order].max(axis=1)
+        res[balance]["predicted_mean_step_cost"] = float(step_cost[1:].mean())
+        res[balance]["mean_step_seconds"] = statistics.mean(res[balance]["step_times"][1:])
+    res["measured_saving"] = 1 - res["compute"]["mean_step_seconds"] / res["none"]["mean_step_seconds"]
+    res["predicted_saving"] = 1 - res["compute"]["predicted_mean_step_cost"] / res["none"]["predicted_mean_step_cost"]
+    res["predicted_saving_whole_epoch"] = step_time_saving(costs, sequential_steps(len(costs), world=2),
+                                                           balanced_steps(costs, world=2))
+    print(json.dumps({k: v for k, v in res.items() if "saving" in k}, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(res, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
