@@ -59,3 +59,14 @@ def qa_examples(docs: list[str], seed: int = 1) -> list[dict]:
 @pytest.fixture(scope="session")
 def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return build_datasets(tmp_path_factory.mktemp("train-data"))
+
+
+def torchrun_train(data: Path, out: Path, *opts: str, ranks: int = 2) -> None:
+    """``seqpack train`` under ``torchrun --standalone`` with ``ranks`` gloo processes; fails with its stderr."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+           "-m", "seqpack.cli.main", "train", "--data", str(data), "--out", str(out), *opts]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -5,8 +5,6 @@ equal one process replaying the same order."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 
@@ -14,6 +12,7 @@ from seqpack.packing.balance import RowCost, imbalance
 from seqpack.train import TrainConfig, train
 from seqpack.train.checkpoint import read_metrics
 from seqpack.train.data import TrainData
+from tests.train.conftest import torchrun_train
 
 
 def test_balanced_epochs_hold_every_pack_once_and_even_ranks(datasets):
@@ -37,10 +36,7 @@ def test_two_ranks_balanced_equal_one_process_replaying_them(datasets, tmp_path)
     opts = ["--steps", "3", "--batch-size", "4", "--dropout", "0", "--eval-fraction", "0.1", "--threads", "1",
             "--balance", "compute", "--quiet", "--json"]
     two = tmp_path / "two"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "seqpack.cli.main", "train", "--data", str(datasets["clm"]), "--out", str(two), *opts]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    torchrun_train(datasets["clm"], two, *opts)
     cfg = json.loads((two / "config.json").read_text())
     assert cfg["balance"]["world"] == 2 and cfg["balance"]["imbalance_balanced"] <= cfg["balance"]["imbalance_sequential"]
     train(TrainConfig(data=str(datasets["clm"]), out=str(tmp_path / "one"), steps=3, batch_size=4, dropout=0.0,

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import torch
 
 from seqpack.train import TrainConfig, train
 from seqpack.train.checkpoint import read_metrics
+from tests.train.conftest import torchrun_train
 
 
 def test_two_cpu_ranks_agree_with_one_process(datasets, tmp_path):
@@ -15,10 +14,7 @@ def test_two_cpu_ranks_agree_with_one_process(datasets, tmp_path):
     opts = ["--steps", "3", "--batch-size", "6", "--accumulation", "2", "--dropout", "0", "--eval-fraction", "0.1",
             "--threads", "1", "--quiet", "--json"]
     two = tmp_path / "two"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "seqpack.cli.main", "train", "--data", str(datasets["mlm"]), "--out", str(two), *opts]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    torchrun_train(datasets["mlm"], two, *opts)
     assert json.loads((two / "config.json").read_text())["world_size"] == 2
     train(TrainConfig(data=str(datasets["mlm"]), out=str(tmp_path / "one"), steps=3, batch_size=6, accumulation=2,
                       dropout=0.0, eval_fraction=0.1, threads=1, progress=False))
