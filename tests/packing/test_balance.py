@@ -14,6 +14,7 @@ from seqpack.packing.balance import (
     greedy_batch_steps,
     imbalance,
     pack_costs,
+    plan_costs,
     rank_costs,
     sequential_steps,
     step_time_saving,
@@ -67,3 +68,28 @@ def test_even_costs_are_even_and_arguments_checked() -> None:
         balanced_steps(np.ones(3), world=0)
     with pytest.raises(ValueError, match=">= 0"):
         RowCost(per_token=-1.0, per_square=0.0)
+
+
+def test_plan_costs_are_the_packed_rows_costs() -> None:
+    from seqpack.packing import histogram, plan
+
+    lengths = long_tail(3_000, 2048, seed=2)
+    cost = RowCost.from_flops(hidden=64, layers=2)
+    p = plan(histogram(lengths, 2048), 2048, algorithm="lpfhp")
+    packing = pack_lengths(lengths, 2048, algorithm="lpfhp")
+    got = np.sort(plan_costs(p, cost))
+    want = np.sort(pack_costs(lengths, packing.pack_offsets, packing.sequence_index, cost))
+    np.testing.assert_allclose(got, want, rtol=1e-12)  # the same integers summed: float64, exact up to order
+
+
+def test_plan_command_reports_the_balance(capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+    from pathlib import Path
+
+    from seqpack.cli.main import main
+
+    csv = Path(__file__).resolve().parents[2] / "src" / "seqpack" / "packing" / "data" / "wikipedia_len512.csv"
+    assert main(["plan", "--histogram", str(csv), "--max-len", "512", "--algorithm", "lpfhp", "--world-size", "8",
+                 "--micro-batch", "2", "--json"]) == 0
+    b = json.loads(capsys.readouterr().out)["balance"]
+    assert b["world"] == 8 and b["micro_batch"] == 2 and 1.0 <= b["imbalance_balanced"] < b["imbalance_sequential"]

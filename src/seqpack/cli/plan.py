@@ -10,6 +10,7 @@ from typing import Any
 from seqpack.cli.args import MAX_LEN_HINT
 from seqpack.cli.args import depth as _depth
 from seqpack.cli.args import max_len as _max_len
+from seqpack.cli.args import positive_int as _positive_int
 
 NAME = "plan"
 HELP = "pack a length histogram"
@@ -28,6 +29,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", help="write the plan (strategies and counts) to this JSON file")
     p.add_argument("--plot", help="PNG: the length histogram and the distribution of pack fill")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out or --plot file")
+    p.add_argument("--world-size", type=lambda t: _positive_int(t, "--world-size"), default=None,
+                   help="data-parallel ranks: also report how evenly a step's ranks are loaded, shuffled and balanced")
+    p.add_argument("--micro-batch", type=lambda t: _positive_int(t, "--micro-batch"), default=1,
+                   help="with --world-size: packs per rank per step")
+    p.add_argument("--hidden", type=lambda t: _positive_int(t, "--hidden"), default=1024,
+                   help="with --world-size: the model's hidden size (the FLOP cost model's attention share)")
     p.set_defaults(handler=run)
 
 
@@ -53,9 +60,34 @@ def run(args: argparse.Namespace) -> int:
         plans[-1].save(args.out)
     if args.plot:
         plot_plan(hist, plans[-1], args.plot)
+    balance = _balance(plans[-1], args) if args.world_size else None
     if args.json:
         objs = [p.summary() for p in plans]
+        if balance:
+            objs[-1]["balance"] = balance
         print(json.dumps(objs if args.compare else objs[0]))
     else:
         print(format_table(plans))
+        if balance:
+            print(f"{balance['world']} ranks x {balance['micro_batch']} packs per step (cost: FLOPs at hidden {args.hidden}): "
+                  f"slowest / mean rank {balance['imbalance_sequential']:.4f} shuffled, {balance['imbalance_balanced']:.4f} "
+                  f"balanced (seqpack train --balance compute): {100 * balance['step_time_saving']:.1f}% of step time saved")
     return 0
+
+
+def _balance(plan: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """How evenly data-parallel ranks are loaded by this plan's packs, shuffled and balanced."""
+    from seqpack.packing.balance import (
+        RowCost,
+        balanced_steps,
+        imbalance,
+        plan_costs,
+        sequential_steps,
+        step_time_saving,
+    )
+
+    costs = plan_costs(plan, RowCost.from_flops(hidden=args.hidden, layers=1))
+    kw = {"world": args.world_size, "micro_batch": args.micro_batch}
+    seq, bal = sequential_steps(len(costs), **kw), balanced_steps(costs, **kw)
+    return {**kw, "imbalance_sequential": imbalance(costs, seq), "imbalance_balanced": imbalance(costs, bal),
+            "step_time_saving": step_time_saving(costs, seq, bal)}
