@@ -232,3 +232,14 @@ def test_gpt_logits_only_where_needed_equal_full_logits() -> None:
     want = torch.zeros_like(lp.chosen).index_put_((rows, b["segment_ids"][rows, cols] - 1),
                                                   torch.where(b["branch_ids"][rows, cols] == 1, tok, 0.0), accumulate=True)
     torch.testing.assert_close(lp.chosen, want, rtol=1e-6, atol=1e-6)  # the same numbers, summed in another order
+
+
+def test_bidirectional_branches_on_per_document_equal_eager() -> None:
+    from seqpack.nn.attention import packed_attention
+    from seqpack.nn.attention.dense import eager_attention
+
+    seg, br = torch.tensor([[1, 1, 1, 1, 2, 2, 2, 0]]), torch.tensor([[0, 1, 1, 2, 0, 1, 2, 0]])
+    q, k, v = (torch.randn(1, 2, 8, 4, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    got = packed_attention(q, k, v, plan_attention(seg, causal=False, backend="per_document", branch_ids=br), scale=0.5)
+    want = eager_attention(q, k, v, attention_mask(seg, causal=False, branch_ids=br, dtype=torch.float32), scale=0.5)
+    torch.testing.assert_close(got[..., :7, :], want[..., :7, :], rtol=1e-5, atol=1e-6)  # 4-wide fp32 dot products

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,19 +23,28 @@ from seqpack.train.data import TrainData
 REFERENCE = "reference_logps.npy"
 
 
-@torch.no_grad()
 def reference_logps(model: torch.nn.Module, data: TrainData, *, batch_size: int, device: torch.device | None = None,
                     ) -> np.ndarray:
     """Every pack's ``(chosen, rejected)`` summed log-probabilities under ``model``.  # (P, D, 2)"""
+    return packed_reference(model, data.rows.take, num_packs=int(data.manifest["num_packs"]),
+                            depth=int(data.manifest["max_depth"]), batch_size=batch_size, device=device)
+
+
+@torch.no_grad()
+def packed_reference(model: torch.nn.Module, take: Callable[[np.ndarray], dict[str, Any]], *, num_packs: int, depth: int,
+                     batch_size: int, device: torch.device | None = None) -> np.ndarray:
+    """:func:`reference_logps` over any reader: ``take(packs)`` gives those packs' columns.  # (P, D, 2)"""
     from seqpack.tasks.preference.objective import policy_logps
 
-    P, D = int(data.manifest["num_packs"]), int(data.manifest["max_depth"])
+    P, D = num_packs, depth
     out = np.zeros((P, D, 2), dtype=np.float64)
     was = model.training
     model.eval()
+    device = device or next(model.parameters()).device
     for lo in range(0, P, batch_size):
         packs = np.arange(lo, min(P, lo + batch_size))
-        batch = {k: v.to(device) if device is not None else v for k, v in to_tensors(data.rows.take(packs)).items()}
+        cols = {k: np.asarray(v) for k, v in take(packs).items()}
+        batch = {k: v.to(device) for k, v in to_tensors(cols).items()}
         lp = policy_logps(model, batch, depth=D)
         out[packs, :, 0] = lp.chosen.double().cpu().numpy()
         out[packs, :, 1] = lp.rejected.double().cpu().numpy()

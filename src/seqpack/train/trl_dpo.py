@@ -36,10 +36,12 @@ import torch
 import trl
 
 from seqpack.data.format import read_manifest
+from seqpack.data.torch_dataset import to_tensors
 from seqpack.nn.preference import PreferenceLoss
 from seqpack.tasks import get_task
 from seqpack.tasks.preference import TASK as PREFERENCE
-from seqpack.tasks.preference.objective import policy_logps, preference_forward
+from seqpack.tasks.preference.objective import preference_forward
+from seqpack.train.reference import packed_reference
 
 SUPPORTED_LOSSES = ("sigmoid", "ipo")
 
@@ -57,12 +59,8 @@ def packed_rows_dataset(path: str | os.PathLike[str]) -> Any:
 
 
 def collate_rows(rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Packed rows -> batch tensors (ints as int64, the reference log-probabilities as float32)."""
-    out = {}
-    for k in rows[0]:
-        a = np.asarray([r[k] for r in rows])
-        out[k] = torch.from_numpy(a.astype(np.int64 if a.dtype.kind in "iub" else np.float32))
-    return out
+    """Packed rows -> batch tensors (``to_tensors``: ints as int64, the reference log-probabilities as float32)."""
+    return to_tensors({k: np.asarray([r[k] for r in rows]) for k in rows[0]})
 
 
 class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
@@ -89,21 +87,11 @@ class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
         self.ref_model = None  # its log-probabilities are columns now: one model in memory
 
     @staticmethod
-    @torch.no_grad()
     def _with_reference(rows: Any, reference: Any, depth: int, batch_size: int) -> Any:
-        was = reference.training
-        reference.eval()
-        dev = next(reference.parameters()).device
-        chosen, rejected = [], []
-        for lo in range(0, len(rows), batch_size):
-            batch = collate_rows([rows[i] for i in range(lo, min(len(rows), lo + batch_size))])
-            batch = {k: v.to(dev) for k, v in batch.items()}
-            lp = policy_logps(reference, batch, depth=depth)
-            chosen.append(lp.chosen.float().cpu().numpy())
-            rejected.append(lp.rejected.float().cpu().numpy())
-        reference.train(was)
-        rows = rows.add_column("ref_chosen_logps", list(np.concatenate(chosen)))
-        return rows.add_column("ref_rejected_logps", list(np.concatenate(rejected)))
+        ref = packed_reference(reference, lambda packs: rows[packs.tolist()], num_packs=len(rows), depth=depth,
+                               batch_size=batch_size).astype(np.float32)
+        rows = rows.add_column("ref_chosen_logps", list(ref[:, :, 0]))
+        return rows.add_column("ref_rejected_logps", list(ref[:, :, 1]))
 
     def _prepare_dataset(self, dataset: Any, *args: Any, **kwargs: Any) -> Any:
         return dataset  # packed and tokenized already

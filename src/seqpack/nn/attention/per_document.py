@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from seqpack.nn.attention.base import AttentionPlan, Backend, common, tokens, untokens
-from seqpack.nn.masks import cu_seqlens, unpad_index
+from seqpack.nn.masks import attention_mask, cu_seqlens, unpad_index
 
 
 def offsets_of(lengths: torch.Tensor) -> torch.Tensor:
@@ -52,14 +52,6 @@ def bucket_lengths(lengths: torch.Tensor, T: int) -> torch.Tensor:
     lf = lengths.clamp(min=1).double()
     step = torch.exp2(torch.floor(torch.log2(lf)) - 3).clamp(min=8)
     return (torch.ceil(lf / step) * step).long().clamp(max=T)
-
-
-def _branch_mask(branch: torch.Tensor, valid: torch.Tensor, causal: bool) -> torch.Tensor:
-    """``(n, 1, Lb, Lb)``: key real, and shared (branch 0) or on the query's branch (and causal)."""
-    m = valid[:, None, :] & ((branch[:, None, :] == 0) | (branch[:, :, None] == branch[:, None, :]))
-    if causal:
-        m = m & torch.ones(m.shape[-1], m.shape[-1], dtype=torch.bool, device=m.device).tril()
-    return m[:, None]
 
 
 def _documents(segment_ids: torch.Tensor, branch_ids: torch.Tensor | None, causal: bool
@@ -129,7 +121,7 @@ def plan_per_document(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.d
         rows = offset + torch.arange(valid.numel(), device=dev).view_as(valid)
         where[at[valid]] = rows[valid]
         if branch_ids is not None and not causal:
-            key_mask: torch.Tensor | None = _branch_mask(branch_ids.reshape(-1)[index], valid, causal)
+            key_mask: torch.Tensor | None = attention_mask(valid.long(), causal=causal, branch_ids=branch_ids.reshape(-1)[index])
         else:
             key_mask = None if (causal or bool(valid.all())) else valid[:, None, None, :]
         buckets.append(Bucket(offset=offset, n=int(valid.shape[0]), size=int(size), key_mask=key_mask))
