@@ -93,3 +93,52 @@ def test_plan_command_reports_the_balance(capsys) -> None:  # type: ignore[no-un
                  "--micro-batch", "2", "--json"]) == 0
     b = json.loads(capsys.readouterr().out)["balance"]
     assert b["world"] == 8 and b["micro_batch"] == 2 and 1.0 <= b["imbalance_balanced"] < b["imbalance_sequential"]
+
+
+def test_fit_recovers_exact_coefficients_and_matches_nnls() -> None:
+    from seqpack.packing.balance import fit_row_cost
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(100, 4096, 40).astype(float)
+    squares = tokens**2 / rng.integers(1, 32, 40)
+    seqs = rng.integers(1, 32, 40).astype(float)
+    cost, fit = fit_row_cost(tokens, squares, seqs, 3e-4 * tokens + 2e-8 * squares + 1e-3 * seqs)
+    # noise-free: float64 least squares on values ~1e-1 recovers the coefficients to ~1e-12 relative
+    np.testing.assert_allclose([cost.per_token, cost.per_square, cost.per_sequence], [3e-4, 2e-8, 1e-3], rtol=1e-8)
+    assert fit["max_rel_error"] < 1e-9
+    # times that a negative per-sequence coefficient would fit best: NNLS holds it at 0
+    y = 3e-4 * tokens + 2e-8 * squares - 1e-4 * seqs  # all > 0: tokens >= 100, seqs < 32
+    cost, _ = fit_row_cost(tokens, squares, seqs, y)
+    assert min(cost.per_token, cost.per_square, cost.per_sequence) >= 0 and cost.per_sequence == 0
+    optimize = pytest.importorskip("scipy.optimize")
+    X = np.stack([tokens, squares, seqs], 1) / y[:, None]  # the same relative weighting
+    want = optimize.nnls(X * np.array([1, 1e4, 1]), np.ones_like(y))[0] * np.array([1, 1e4, 1])  # column-scaled
+    got = np.array([cost.per_token, cost.per_square, cost.per_sequence])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)  # two exact solvers, float64 rounding apart
+
+
+def test_cost_file_round_trip_and_bad_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from seqpack.packing.balance import fit_row_cost, load_row_cost
+
+    c = RowCost(per_token=1e-4, per_square=3e-9, per_sequence=2e-5)
+    c.save(tmp_path / "c.json", model="gpt")
+    assert load_row_cost(tmp_path / "c.json") == c
+    (tmp_path / "x.json").write_text('{"per_token": 1}')
+    for bad in ("x.json", "missing.json"):
+        with pytest.raises(ValueError, match="seqpack bench --calibrate"):
+            load_row_cost(tmp_path / bad)
+    with pytest.raises(ValueError, match="at least 3 rows"):
+        fit_row_cost(np.ones(2), np.ones(2), np.ones(2), np.ones(2))
+
+
+def test_packing_schedule_holds_every_pack_once() -> None:
+    from seqpack.packing.balance import ScheduleOptions, packing_schedule
+
+    lengths = np.random.default_rng(1).integers(1, 512, 2000)
+    packing = pack_lengths(lengths, 512, algorithm="best")
+    opts = ScheduleOptions(world_size=8, micro_batch=2)
+    steps, info = packing_schedule(lengths, packing.pack_offsets, packing.sequence_index, opts)
+    assert sorted(steps[steps >= 0].tolist()) == list(range(packing.num_packs))
+    assert info["steps"] == len(steps) and info["imbalance_balanced"] <= info["imbalance_sequential"]
+    with pytest.raises(ValueError, match="world must be"):
+        ScheduleOptions(world_size=0)

@@ -48,3 +48,23 @@ def test_two_ranks_balanced_equal_one_process_replaying_them(datasets, tmp_path)
         # Adam divides small gradients by their own size, so later steps carry that rounding at up to ~1e-4
         assert abs(ra["loss"] - rb["loss"]) <= 1e-4 * abs(rb["loss"]), (ra, rb)
         assert abs(ra["grad_norm"] - rb["grad_norm"]) <= 1e-4 * abs(rb["grad_norm"]), (ra, rb)
+
+
+def test_step_loss_weights_uneven_ranks_and_micro_batches_as_one_global_mean():
+    """Balanced ranks hold different numbers of targets: 2 ranks x 2 micro-batches holding 1, 2, 3 and 4
+    target tokens. Each part's mean, weighted by step_loss and averaged over ranks as DDP does, must be
+    the global batch's mean."""
+    import torch
+
+    from seqpack.train.objective import step_loss
+
+    losses = torch.arange(1.0, 11.0, dtype=torch.float64)  # 10 per-token losses
+    parts = [losses[:1], losses[1:3], losses[3:6], losses[6:]]  # rank 0: parts 0, 1; rank 1: parts 2, 3
+    total = torch.tensor([10.0, 0.0, 0.0], dtype=torch.float64)
+    per_rank = [0.0, 0.0]
+    for i, p in enumerate(parts):
+        local = torch.tensor([float(len(p)), 0.0, 0.0], dtype=torch.float64)
+        per_rank[i // 2] += float(step_loss([p.mean(), None, None], local, total, world=2))
+    # float64 sums of 10 small integers' means: exact to ~1e-15
+    assert abs(sum(per_rank) / 2 - float(losses.mean())) < 1e-12
+    assert abs(sum(float(p.mean()) for p in parts) / 4 - float(losses.mean())) > 0.1  # a plain mean of means is wrong

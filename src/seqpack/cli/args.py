@@ -98,3 +98,25 @@ def engine_from_args(args: argparse.Namespace) -> Any:
     if args.stages != 1 and args.engine != "local":
         raise ValueError("--stages applies to --engine local (Ray runs as many stages as it has CPUs)")
     return get_engine(args.engine, address=args.ray_address, stages=args.stages)
+
+
+def add_balance_options(p: argparse.ArgumentParser) -> None:
+    """``--world-size/--micro-batch/--hidden/--cost``: data-parallel steps balanced by a row cost
+    (``seqpack plan`` reports them, ``seqpack pack`` writes them)."""
+    from seqpack.packing.balance import DEFAULT_HIDDEN, ScheduleOptions
+
+    p.add_argument("--world-size", type=lambda t: positive_int(t, "--world-size"), default=None,
+                   help="data-parallel ranks: group the packs into steps whose ranks have even work (shuffled vs balanced)")
+    p.add_argument("--micro-batch", type=lambda t: positive_int(t, "--micro-batch"),
+                   default=default_of(ScheduleOptions, "micro_batch"), help="with --world-size: packs per rank per step")
+    p.add_argument("--hidden", type=lambda t: positive_int(t, "--hidden"), default=DEFAULT_HIDDEN,
+                   help="with --world-size: the model's hidden size (the FLOP cost model's attention share)")
+    p.add_argument("--cost", help="with --world-size: measured row costs (seqpack bench --calibrate --out FILE) "
+                   "instead of FLOPs at --hidden")
+
+
+def row_cost_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~seqpack.packing.balance.RowCost` that ``--cost`` or ``--hidden`` names."""
+    from seqpack.packing.balance import RowCost, load_row_cost
+
+    return load_row_cost(args.cost) if args.cost else RowCost.from_flops(hidden=args.hidden, layers=1)

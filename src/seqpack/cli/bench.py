@@ -42,12 +42,40 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--device", choices=DEVICES, default=default_of(BenchConfig, "device"), help="where both runs execute")
     p.add_argument("--dtype", choices=tuple(DTYPES), default=default_of(BenchConfig, "dtype"), help="bf16/fp16: autocast over fp32 weights")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--calibrate", action="store_true", help="instead: time rows designed to span sum(l^2) at --max-len on "
+                   "this model and fit seconds = a*tokens + b*sum(l^2) + c*sequences (the cost seqpack train/plan "
+                   "--balance compute --cost FILE balances by)")
+    p.add_argument("--out", help="with --calibrate: write the fitted coefficients to this JSON file (--cost FILE)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from seqpack.experiments.bench import BenchConfig, format_bench, run_bench
 
-    r = run_bench(from_args(BenchConfig, args))
+    cfg = from_args(BenchConfig, args)
+    if args.out and not args.calibrate:
+        raise ValueError("--out writes a calibration; pass --calibrate too (or --json to capture a bench)")
+    if args.calibrate:
+        return _calibrate(cfg, args)
+    r = run_bench(cfg)
     print(json.dumps(r) if args.json else format_bench(r))
+    return 0
+
+
+def _calibrate(cfg: Any, args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from seqpack._atomic import check_writable
+    from seqpack.experiments.calibrate import calibrate, format_calibration
+    from seqpack.packing.balance import RowCost
+
+    if args.out:  # checked before minutes of timing
+        check_writable(Path(args.out))
+        if Path(args.out).exists() and not args.overwrite:
+            raise ValueError(f"--out {args.out}: exists; pass --overwrite to replace it")
+    r = calibrate(cfg)
+    if args.out:
+        RowCost(**r["cost"]).save(args.out, unit="seconds per row", **{k: v for k, v in r.items() if k != "cost"})
+    print(json.dumps(r) if args.json else format_calibration(r))
     return 0

@@ -8,6 +8,7 @@ from typing import Any
 
 from seqpack.cli.args import (
     TOKENIZER_HELP,
+    add_balance_options,
     add_engine_options,
     default_of,
     depth,
@@ -80,6 +81,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--shard-examples", type=lambda t: positive_int(t, "--shard-examples"), default=100_000,
                    help="labelled examples per stage (classification, multilabel, qa; default 100,000)")
     add_engine_options(p)
+    add_balance_options(p.add_argument_group(
+        "balanced data-parallel steps (schedule.npy, read by seqpack.data.BalancedSampler)"))
     p.add_argument("--json", action="store_true", help="print the manifest's summary as JSON")
     add_task_options(p.add_argument_group("task options (each task takes its own; see seqpack.tasks)"))
     p.set_defaults(handler=run)
@@ -101,15 +104,26 @@ def run(args: argparse.Namespace) -> int:
                               seed=args.seed, position_offset=args.position_offset, **options)
     check_output_dir(args.out, overwrite=args.overwrite,
                      inputs=[args.source, args.tokenizer, getattr(args, "chat_template", None)])
+    schedule = None
+    if args.world_size:
+        from seqpack.cli.args import row_cost_from_args
+        from seqpack.packing.balance import ScheduleOptions
+
+        schedule = ScheduleOptions(world_size=args.world_size, micro_batch=args.micro_batch, cost=row_cost_from_args(args),
+                                   seed=args.seed)
+    elif args.cost:
+        raise ValueError("--cost prices packs for --world-size W; pass --world-size too")
     tok = open_tokenizer(args.tokenizer)
     engine = engine_from_args(args)
     try:
         m = build_packed_dataset(args.source, tok, args.out, cfg, overwrite=args.overwrite, engine=engine,
-                                 shard_examples=args.shard_examples,
+                                 shard_examples=args.shard_examples, schedule=schedule,
                                  export_bin=args.export_bin, compression=args.compression, shard_packs=args.shard_packs)
     finally:
         engine.close()
     summary = {k: m[k] for k in SUMMARY_KEYS}
+    if m.get("schedule"):
+        summary["schedule"] = m["schedule"]
     if args.json:
         print(json.dumps(summary))
     else:
@@ -125,6 +139,11 @@ def run(args: argparse.Namespace) -> int:
             + (f" (rebuilt {len(m['redone'])} part(s) a killed run left whose input or files changed: "
                + ", ".join(f"{k} ({v})" for k, v in m["redone"].items()) + ")" if m.get("redone") else "")
         )
+        if m.get("schedule"):
+            s = m["schedule"]
+            print(f"schedule: {s['steps']:,} steps of {s['world_size']} ranks x {s['micro_batch']} packs; slowest / mean rank "
+                  f"{s['imbalance_sequential']:.4f} shuffled, {s['imbalance_balanced']:.4f} balanced "
+                  f"({100 * s['step_time_saving']:.1f}% of step time saved)")
         line = get_task(m["task"]).pack_summary(m)
         if line:
             print(line)

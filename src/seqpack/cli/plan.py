@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from seqpack.cli.args import MAX_LEN_HINT
+from seqpack.cli.args import MAX_LEN_HINT, add_balance_options
 from seqpack.cli.args import depth as _depth
 from seqpack.cli.args import max_len as _max_len
-from seqpack.cli.args import positive_int as _positive_int
 
 NAME = "plan"
 HELP = "pack a length histogram"
@@ -29,12 +28,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", help="write the plan (strategies and counts) to this JSON file")
     p.add_argument("--plot", help="PNG: the length histogram and the distribution of pack fill")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out or --plot file")
-    p.add_argument("--world-size", type=lambda t: _positive_int(t, "--world-size"), default=None,
-                   help="data-parallel ranks: also report how evenly a step's ranks are loaded, shuffled and balanced")
-    p.add_argument("--micro-batch", type=lambda t: _positive_int(t, "--micro-batch"), default=1,
-                   help="with --world-size: packs per rank per step")
-    p.add_argument("--hidden", type=lambda t: _positive_int(t, "--hidden"), default=1024,
-                   help="with --world-size: the model's hidden size (the FLOP cost model's attention share)")
+    add_balance_options(p)
     p.set_defaults(handler=run)
 
 
@@ -49,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
             check_writable(Path(path))
             if Path(path).exists() and not args.overwrite:
                 raise ValueError(f"{flag} {path}: exists; pass --overwrite to replace it")
+    if args.cost and not args.world_size:
+        raise ValueError("--cost prices packs for --world-size W; pass --world-size too")
     hist = check_histogram(load_histogram(args.histogram), args.max_len, hint=MAX_LEN_HINT)
     if args.compare:
         from seqpack.packing.report import compare_plans
@@ -69,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(plans))
         if balance:
-            print(f"{balance['world']} ranks x {balance['micro_batch']} packs per step (cost: FLOPs at hidden {args.hidden}): "
+            print(f"{balance['world']} ranks x {balance['micro_batch']} packs per step (cost: {balance['cost_source']}): "
                   f"slowest / mean rank {balance['imbalance_sequential']:.4f} shuffled, {balance['imbalance_balanced']:.4f} "
                   f"balanced (seqpack train --balance compute): {100 * balance['step_time_saving']:.1f}% of step time saved")
     return 0
@@ -77,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _balance(plan: Any, args: argparse.Namespace) -> dict[str, Any]:
     """How evenly data-parallel ranks are loaded by this plan's packs, shuffled and balanced."""
+    from seqpack.cli.args import row_cost_from_args
     from seqpack.packing.balance import (
-        RowCost,
         balanced_steps,
         imbalance,
         plan_costs,
@@ -86,8 +82,10 @@ def _balance(plan: Any, args: argparse.Namespace) -> dict[str, Any]:
         step_time_saving,
     )
 
-    costs = plan_costs(plan, RowCost.from_flops(hidden=args.hidden, layers=1))
+    cost = row_cost_from_args(args)
+    costs = plan_costs(plan, cost)
     kw = {"world": args.world_size, "micro_batch": args.micro_batch}
     seq, bal = sequential_steps(len(costs), **kw), balanced_steps(costs, **kw)
     return {**kw, "imbalance_sequential": imbalance(costs, seq), "imbalance_balanced": imbalance(costs, bal),
-            "step_time_saving": step_time_saving(costs, seq, bal)}
+            "step_time_saving": step_time_saving(costs, seq, bal), "cost": cost.to_dict(),
+            "cost_source": args.cost or f"flops (hidden {args.hidden})"}

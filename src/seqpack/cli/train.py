@@ -67,6 +67,8 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
                    "(tokens and sum of squared lengths; FLOP model of the model)")
     p.add_argument("--balance-world", type=pos("--balance-world"), default=default_of(TrainConfig, "balance_world"),
                    help="ranks to balance for (default: those running)")
+    p.add_argument("--cost", dest="balance_cost", default=default_of(TrainConfig, "balance_cost"),
+                   help="with --balance compute: measured row costs (seqpack bench --calibrate --out FILE) instead of FLOPs")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

@@ -19,12 +19,14 @@ from seqpack.data.layout import (
     materialize_reference,
     pack_sequences,
 )
+from seqpack.data.sampler import BalancedSampler, read_schedule
 from seqpack.data.sequences import IGNORE_INDEX, Sequences, from_lists
 from seqpack.data.trl import trl_examples
 from seqpack.data.unpack import unpack_predictions
 
 __all__ = [
     "IGNORE_INDEX",
+    "BalancedSampler",
     "PackedColumns",
     "PackedDataset",
     "Sequences",
@@ -35,6 +37,7 @@ __all__ = [
     "materialize_reference",
     "pack_sequences",
     "read_manifest",
+    "read_schedule",
     "trl_examples",
     "unpack_predictions",
     "write_packed",

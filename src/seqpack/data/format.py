@@ -30,6 +30,7 @@ from seqpack.data.layout import PackedColumns
 FORMAT_VERSION = 1
 KIND = "seqpack.packed_dataset"
 MANIFEST = "manifest.json"
+SCHEDULE = "schedule.npy"  # optional: balanced data-parallel steps (the manifest's "schedule")
 COMPRESSION = ("none", "snappy", "zstd", "lz4", "gzip")
 
 
@@ -141,8 +142,10 @@ def write_packed(
     export_bin: bool = False,
     extra: dict[str, Any] | None = None,
     workers: int | None = None,
+    arrays: dict[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
-    """Write ``pc`` to ``out`` (atomically, manifest last); returns the manifest."""
+    """Write ``pc`` to ``out`` (atomically, manifest last); returns the manifest. ``arrays``: more
+    files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest names them)."""
     if compression not in COMPRESSION:
         raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {compression!r}")
     workers = workers or default_workers()  # pyarrow writes shards without the GIL
@@ -167,6 +170,8 @@ def write_packed(
             (tmp / "bin").mkdir()
             for name, v in pc.columns.items():
                 np.ascontiguousarray(v).tofile(tmp / "bin" / f"{name}.bin")
+        for name, arr in (arrays or {}).items():
+            np.save(tmp / name, arr)
         manifest["shards"] = shards
         manifest["compression"] = compression
         manifest["bin"] = export_bin

@@ -21,7 +21,10 @@ It sees the whole epoch at once (a greedy per-batch balancer sees one batch).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,6 +64,66 @@ class RowCost:
         """Costs of rows given their three statistics.  # (P,)"""
         return (self.per_token * np.asarray(tokens, np.float64) + self.per_square * np.asarray(squares, np.float64)
                 + self.per_sequence * np.asarray(sequences, np.float64))
+
+    def to_dict(self) -> dict[str, float]:
+        return {"per_token": self.per_token, "per_square": self.per_square, "per_sequence": self.per_sequence}
+
+    def save(self, path: str | os.PathLike[str], **info: Any) -> None:
+        """Write the coefficients (and ``info``: the model, the fit) as JSON, atomically; :func:`load_row_cost`
+        reads them back."""
+        from seqpack._atomic import write_text_atomic
+
+        doc = {"format": COST_FORMAT, "version": 1, **self.to_dict(), **info}
+        write_text_atomic(Path(path), json.dumps(doc, indent=1) + "\n")
+
+
+COST_FORMAT = "seqpack-row-cost"
+
+
+def load_row_cost(path: str | os.PathLike[str]) -> RowCost:
+    """The :class:`RowCost` a calibration wrote (``seqpack bench --calibrate --out FILE``)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"--cost {path}: cannot read a cost file ({e}); write one with seqpack bench --calibrate --out FILE") from e
+    if not isinstance(doc, dict) or doc.get("format") != COST_FORMAT:
+        raise ValueError(f"--cost {path}: not a seqpack cost file; write one with seqpack bench --calibrate --out FILE")
+    return RowCost(per_token=float(doc["per_token"]), per_square=float(doc["per_square"]),
+                   per_sequence=float(doc.get("per_sequence", 0.0)))
+
+
+def fit_row_cost(tokens: np.ndarray, squares: np.ndarray, sequences: np.ndarray, seconds: np.ndarray) -> tuple[RowCost, dict[str, float]]:
+    """The :class:`RowCost` (coefficients >= 0) that best predicts measured row times, least squares on
+    the *relative* error (rows of every size count alike), and how well it fits.
+
+    Exact non-negative least squares for three unknowns: every subset of coefficients held at 0 is
+    solved and the best one with no negative coefficient kept.
+
+    >>> t = np.array([8, 8, 8, 4.0]); q = np.array([64, 32, 16, 16.0]); n = np.array([1, 2, 4, 1.0])
+    >>> cost, fit = fit_row_cost(t, q, n, 2 * t + 0.5 * q + 0 * n)
+    >>> round(cost.per_token, 6), round(cost.per_square, 6), round(fit["max_rel_error"], 6)
+    (2.0, 0.5, 0.0)
+    """
+    X = np.stack([np.asarray(a, np.float64) for a in (tokens, squares, sequences)], axis=1)  # (R, 3)
+    y = np.asarray(seconds, np.float64)
+    if X.shape[0] < 3 or (y <= 0).any():
+        raise ValueError("fit_row_cost needs at least 3 rows with positive times")
+    w = 1.0 / y  # relative error: each row's residual divided by its own time
+    best: tuple[float, np.ndarray] | None = None
+    for mask in range(1, 8):
+        cols = [j for j in range(3) if mask >> j & 1]
+        coef = np.zeros(3)
+        coef[cols] = np.linalg.lstsq(X[:, cols] * w[:, None], y * w, rcond=None)[0]
+        if (coef < 0).any():
+            continue
+        err = float((((X @ coef) - y) * w) ** 2 @ np.ones(len(y)))
+        if best is None or err < best[0]:
+            best = (err, coef)
+    assert best is not None  # a single non-negative column always fits with a coefficient >= 0
+    coef = best[1]
+    rel = (X @ coef - y) / y
+    cost = RowCost(per_token=float(coef[0]), per_square=float(coef[1]), per_sequence=float(coef[2]))
+    return cost, {"rows": int(len(y)), "rms_rel_error": float(np.sqrt((rel**2).mean())), "max_rel_error": float(np.abs(rel).max())}
 
 
 def pack_costs(lengths: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray, cost: RowCost) -> np.ndarray:
@@ -161,11 +224,50 @@ def imbalance(costs: np.ndarray, steps: np.ndarray) -> float:
     return float((r.max(axis=1)[ok] / mean[ok]).mean()) if ok.any() else 1.0
 
 
+#: the hidden size of the FLOP model when none is given (its attention share: per_square / per_token = 1 / 12h)
+DEFAULT_HIDDEN = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleOptions:
+    """A dataset's packs grouped into balanced data-parallel steps when it is written
+    (``seqpack pack --world-size W --micro-batch B [--cost FILE]``).
+
+    >>> ScheduleOptions(world_size=8, micro_batch=2).cost.per_square > 0
+    True
+    """
+
+    world_size: int
+    micro_batch: int = 1
+    cost: RowCost = field(default_factory=lambda: RowCost.from_flops(hidden=DEFAULT_HIDDEN, layers=1))
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.world_size, self.micro_batch)
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+
+
+def packing_schedule(lengths: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray,
+                     options: ScheduleOptions) -> tuple[np.ndarray, dict[str, Any]]:
+    """Balanced steps of a packing, ``(steps, world, micro_batch)`` pack indices (-1: an empty
+    slot of a last, partial step), and what a manifest records of them."""
+    costs = pack_costs(lengths, pack_offsets, sequence_index, options.cost)
+    kw = {"world": options.world_size, "micro_batch": options.micro_batch}
+    steps = balanced_steps(costs, seed=options.seed, **kw)
+    seq = sequential_steps(len(costs), seed=options.seed, **kw)
+    info = {"world_size": options.world_size, "micro_batch": options.micro_batch, "seed": options.seed,
+            "steps": int(steps.shape[0]), "full_steps": int((steps >= 0).all(axis=(1, 2)).sum()),
+            "cost": options.cost.to_dict(), "imbalance_sequential": imbalance(costs, seq),
+            "imbalance_balanced": imbalance(costs, steps), "step_time_saving": step_time_saving(costs, seq, steps)}
+    return steps, info
+
+
 def step_time_saving(costs: np.ndarray, before: np.ndarray, after: np.ndarray) -> float:
     """Share of the epoch's time saved when every step lasts as long as its slowest rank."""
     t0, t1 = rank_costs(costs, before).max(axis=1).sum(), rank_costs(costs, after).max(axis=1).sum()
     return float(1.0 - t1 / t0) if t0 > 0 else 0.0
 
 
-__all__ = ["RowCost", "balanced_steps", "greedy_batch_steps", "imbalance", "pack_costs", "plan_costs", "rank_costs",
+__all__ = ["COST_FORMAT", "DEFAULT_HIDDEN", "RowCost", "ScheduleOptions", "balanced_steps", "packing_schedule", "fit_row_cost", "load_row_cost", "greedy_batch_steps", "imbalance", "pack_costs", "plan_costs", "rank_costs",
            "sequential_steps", "step_time_saving"]

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from seqpack.data.format import COMPRESSION, default_shard_packs
+from seqpack.packing.balance import ScheduleOptions
 from seqpack.packing.histogram import check_max_len
 from seqpack.packing.plan import ALGORITHMS, check_max_depth
 from seqpack.tasks import get_task
@@ -77,6 +78,7 @@ class OutputOptions:
     compression: str = "zstd"
     shard_packs: int | None = None
     row_group_packs: int = 4096
+    schedule: ScheduleOptions | None = None  # also group the packs into balanced data-parallel steps (schedule.npy)
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSION:

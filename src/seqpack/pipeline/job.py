@@ -39,6 +39,7 @@ from seqpack.corpus.readers import require_file
 from seqpack.corpus.records import iter_records
 from seqpack.data.format import (
     MANIFEST,
+    SCHEDULE,
     dump_manifest,
     manifest_fields,
     parquet_column_specs,
@@ -46,6 +47,7 @@ from seqpack.data.format import (
 from seqpack.data.layout import pack_depth
 from seqpack.data.sequences import COUNTED_INFO
 from seqpack.packing import pack_lengths
+from seqpack.packing.balance import packing_schedule
 from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline.in_memory import manifest_extra
@@ -113,7 +115,7 @@ def run_job(
     with output_lock(out):
         check_output_dir(out, overwrite=output.overwrite)
         job = {**key, "tokenizer": tokenizer.fingerprint(), "config": config.to_dict(),
-               **{k: v for k, v in dataclasses.asdict(output).items() if k != "overwrite"},
+               **{k: v for k, v in dataclasses.asdict(output).items() if k not in ("overwrite", "schedule")},  # the schedule is made anew each time
                "shard_packs": output.parts(max_len=config.max_len)}
         work = work_dir(out, job)
         with discard_on_rejection(work):
@@ -148,6 +150,10 @@ def run_job(
                 **manifest_extra(config, tokenizer, num_examples=meta["num_examples"], dropped=_sum_dropped(summaries),
                                  position_fields=summaries[0]["position_fields"], info=_merged_info(summaries)),
             }
+            if output.schedule is not None:
+                steps, extra["schedule"] = packing_schedule(packing.lengths, packing.pack_offsets, packing.sequence_index,
+                                                            output.schedule)
+                np.save(final / SCHEDULE, steps)
             manifest = _write_manifest(final, config, packing, meta["max_depth"], columns, extra, files, bounds, output)
             replace_directory(final, out)
             shutil.rmtree(work)

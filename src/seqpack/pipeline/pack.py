@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack._atomic import check_not_input, check_output_dir
-from seqpack.data.format import write_packed
+from seqpack.data.format import SCHEDULE, write_packed
+from seqpack.packing.balance import ScheduleOptions, packing_schedule
 from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.in_memory import pack_task
 from seqpack.pipeline.job import pack_example_shards, pack_store_shards
@@ -42,6 +43,7 @@ def build_packed_dataset(
     shard_packs: int | None = None,
     engine: Engine | None = None,
     shard_examples: int = 100_000,
+    schedule: ScheduleOptions | None = None,
 ) -> dict[str, Any]:
     """Build, pack and write; returns the manifest (also in ``out/manifest.json``).
 
@@ -51,8 +53,13 @@ def build_packed_dataset(
     (``shard_examples`` at a time): shard by shard, one global plan, on ``engine``
     (:func:`seqpack.pipeline.engine.get_engine`; default: this process). Other sources (a plain
     store, an HF dataset, a list of records) are packed in memory.
+
+    ``schedule`` also groups the packs into compute-balanced data-parallel steps, written as
+    ``schedule.npy`` (``(steps, world, micro_batch)`` pack indices) and described in the manifest's
+    ``schedule`` (read by :class:`seqpack.data.BalancedSampler`).
     """
-    output = OutputOptions(overwrite=overwrite, export_bin=export_bin, compression=compression, shard_packs=shard_packs)
+    output = OutputOptions(overwrite=overwrite, export_bin=export_bin, compression=compression, shard_packs=shard_packs,
+                           schedule=schedule)
     task = get_task(config.task)
     source_path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "path", None)
     check_not_input(out, [source_path])  # --out must not replace or sit inside what it reads
@@ -67,8 +74,12 @@ def build_packed_dataset(
     else:
         check_output_dir(out, overwrite=overwrite)
         pc, extra = pack_task(source, tokenizer, config)
+        arrays = {}
+        if schedule is not None:
+            arrays[SCHEDULE], extra["schedule"] = packing_schedule(pc.packing.lengths, pc.packing.pack_offsets,
+                                                                   pc.packing.sequence_index, schedule)
         m = write_packed(pc, out, overwrite=overwrite, export_bin=export_bin, compression=compression,
-                         shard_packs=shard_packs, extra=extra)
+                         shard_packs=shard_packs, extra=extra, arrays=arrays)
     for message in task.pack_warnings(m):  # once, from the whole job's counts (not once per shard)
         warnings.warn(message, stacklevel=2)
     return m

@@ -193,6 +193,8 @@ class _Run:
             raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {world.size} ranks; raise --batch-size")
         self.total = total_steps(cfg, data, self.rows)
         self.balance = self._balance(cfg, data, world)
+        # what a resume must match: the options, with a cost file's coefficients in place of its path
+        self.options = {**cfg.to_dict(), **({"balance_cost": self.balance["cost"]} if cfg.balance_cost else {})}
         self.eval_every = max(1, self.total // cfg.evals) if cfg.evals else cfg.eval_every
         betas = adjust_betas(cfg.betas, data.packing_factor) if cfg.adjust_hparams else cfg.betas
         self.optimizer = make_optimizer(self.model, cfg, betas)
@@ -205,7 +207,7 @@ class _Run:
                              "(benchmarks/preference.py runs it beside seqpack's packed layouts)")
         reference = self._reference(resume)
         if resume:
-            ck = load_checkpoint(self.run_dir, model=self.spec, data=self.identity, options=cfg.to_dict())
+            ck = load_checkpoint(self.run_dir, model=self.spec, data=self.identity, options=self.options)
             self.model.load_state_dict(ck["model_state"])
             self.optimizer.load_state_dict(ck["optimizer_state"])
             self.state = ck["state"]
@@ -226,18 +228,23 @@ class _Run:
             if reference is not None and not resume:
                 save_reference(self.run_dir, reference)
 
-    def _balance(self, cfg: TrainConfig, data: TrainData, world: World) -> dict[str, float] | None:
-        """With ``balance="compute"``: packs dealt so every rank's step costs the same (FLOP model of this model)."""
+    def _balance(self, cfg: TrainConfig, data: TrainData, world: World) -> dict[str, Any] | None:
+        """With ``balance="compute"``: packs dealt so every rank's step costs the same (a calibrated
+        cost file, or the FLOP model of this model)."""
         if cfg.balance == "none":
             return None
-        from seqpack.packing.balance import RowCost
+        from seqpack.packing.balance import RowCost, load_row_cost
 
-        c = self.spec["config"]
-        hidden = c.get("hidden") or c.get("hidden_size") or c.get("n_embd")
-        layers = c.get("layers") or c.get("num_hidden_layers") or c.get("n_layer") or 1
-        ffn = c.get("intermediate_size") or c.get("n_inner")
-        return data.balance(RowCost.from_flops(hidden=int(hidden), layers=int(layers), ffn=ffn), world=cfg.balance_world or world.size,
-                            rows=self.rows)
+        if cfg.balance_cost:
+            cost = load_row_cost(cfg.balance_cost)
+        else:
+            c = self.spec["config"]
+            hidden = c.get("hidden") or c.get("hidden_size") or c.get("n_embd")
+            layers = c.get("layers") or c.get("num_hidden_layers") or c.get("n_layer") or 1
+            ffn = c.get("intermediate_size") or c.get("n_inner") or c.get("intermediate") or None
+            cost = RowCost.from_flops(hidden=int(hidden), layers=int(layers), ffn=ffn)
+        report = data.balance(cost, world=cfg.balance_world or world.size, rows=self.rows)
+        return {**report, "cost": cost.to_dict(), "cost_source": cfg.balance_cost or "flops"}
 
     def _reference(self, resume: bool) -> np.ndarray | None:
         """The reference model's log-probabilities when the objective needs them: the initial
@@ -317,7 +324,7 @@ class _Run:
         if self.world.main:
             rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
             save_checkpoint(self.run_dir, {
-                "model": self.spec, "data": self.identity, "options": self.cfg.to_dict(), "state": dict(self.state),
+                "model": self.spec, "data": self.identity, "options": self.options, "state": dict(self.state),
                 "model_state": self.model.state_dict(), "optimizer_state": self.optimizer.state_dict(), "rng": rng,
             })
         self.world.barrier()
