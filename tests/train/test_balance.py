@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from seqpack.packing.balance import RowCost, imbalance
 from seqpack.train import TrainConfig, train
@@ -68,3 +69,59 @@ def test_step_loss_weights_uneven_ranks_and_micro_batches_as_one_global_mean():
     # float64 sums of 10 small integers' means: exact to ~1e-15
     assert abs(sum(per_rank) / 2 - float(losses.mean())) < 1e-12
     assert abs(sum(float(p.mean()) for p in parts) / 4 - float(losses.mean())) > 0.1  # a plain mean of means is wrong
+
+
+def _scheduled_clm(datasets, root, world=2, micro=2):
+    """The clm fixture's documents packed again with a (world x micro) schedule."""
+    from seqpack.packing.balance import ScheduleOptions
+    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.store import build_store
+    from seqpack.tokenizer import Tokenizer
+    from tests.train.conftest import synthetic_documents
+
+    tok = Tokenizer.load(datasets["tokenizer"])
+    store = build_store(synthetic_documents(240), tok, root / "store", workers=1)
+    build_packed_dataset(store, tok, root / "sched", PackConfig(task="clm", max_len=64),
+                         schedule=ScheduleOptions(world_size=world, micro_batch=micro))
+    return root / "sched"
+
+
+def test_training_reads_the_datasets_steps(datasets, tmp_path):
+    from seqpack.data import read_schedule
+
+    path = _scheduled_clm(datasets, tmp_path)
+    steps = read_schedule(path)
+    data = TrainData(path, eval_fraction=0.1, by_schedule=True)
+    assert data.schedule_shape == (2, 2)
+    assert sorted(np.concatenate([data.train_packs, data.eval_packs]).tolist()) == list(range(int((steps >= 0).sum())))
+    as_sets = {frozenset(s[s >= 0].tolist()) for s in steps}
+    n = data.num_units
+    order = data.stream(5, 0, 2 * n)  # two epochs
+    for m in range(2 * n // 4):  # every micro-batch of 4 rows is one of the dataset's steps, rank r at [r::2]
+        rows = data.train_packs[order[4 * m : 4 * m + 4]]
+        assert frozenset(rows.tolist()) in as_sets
+        step = next(s for s in steps if frozenset(s.reshape(-1).tolist()) == frozenset(rows.tolist()))
+        assert sorted(rows[0::2].tolist()) == sorted(step[0].tolist())  # rank 0's packs are the schedule's rank 0
+    again = TrainData(path, eval_fraction=0.1, by_schedule=True)
+    assert np.array_equal(again.stream(5, 7, n), data.stream(5, 7, n))  # a resume reads the same rows
+    with pytest.raises(ValueError, match="--batch-size 4"):
+        train(TrainConfig(data=str(path), out=str(tmp_path / "r"), steps=1, batch_size=6, balance="schedule",
+                          balance_world=2, progress=False))
+    with pytest.raises(ValueError, match="no balanced schedule"):
+        TrainData(datasets["clm"], by_schedule=True)
+
+
+def test_two_ranks_on_the_datasets_schedule_equal_one_process(datasets, tmp_path):
+    path = _scheduled_clm(datasets, tmp_path)
+    opts = ["--steps", "3", "--batch-size", "4", "--dropout", "0", "--eval-fraction", "0.1", "--threads", "1",
+            "--balance", "schedule", "--quiet", "--json"]
+    two = tmp_path / "two"
+    torchrun_train(path, two, *opts)
+    cfg = json.loads((two / "config.json").read_text())
+    assert cfg["balance"]["world_size"] == 2 and cfg["balance"]["cost_source"] == "the dataset's schedule"
+    train(TrainConfig(data=str(path), out=str(tmp_path / "one"), steps=3, batch_size=4, dropout=0.0, eval_fraction=0.1,
+                      threads=1, progress=False, balance="schedule", balance_world=2))
+    a, b = ([r for r in read_metrics(run) if "loss" in r] for run in (two, tmp_path / "one"))
+    assert [r["step_sequences"] for r in a] == [r["step_sequences"] for r in b]
+    for ra, rb in zip(a, b):  # as in the test above: fp32 summation order, carried by Adam
+        assert abs(ra["loss"] - rb["loss"]) <= 1e-4 * abs(rb["loss"]), (ra, rb)

@@ -64,7 +64,8 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--simpo-gamma", type=float, default=default_of(TrainConfig, "simpo_gamma"), help="SimPO's target reward margin")
     p.add_argument("--balance", choices=BALANCE, default=default_of(TrainConfig, "balance"),
                    help="compute: deal each micro-batch's packs so every data-parallel rank has the same work "
-                   "(tokens and sum of squared lengths; FLOP model of the model)")
+                   "(tokens and sum of squared lengths; FLOP model of the model, or --cost); schedule: train the "
+                   "balanced steps the dataset was packed with (seqpack pack --world-size W --micro-batch B)")
     p.add_argument("--balance-world", type=pos("--balance-world"), default=default_of(TrainConfig, "balance_world"),
                    help="ranks to balance for (default: those running)")
     p.add_argument("--cost", dest="balance_cost", default=default_of(TrainConfig, "balance_cost"),

@@ -20,7 +20,7 @@ MODELS = ("bert", "gpt", "reward")
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine", "constant")
 MATCH = ("none", "sequences", "packs")
-BALANCE = ("none", "compute")
+BALANCE = ("none", "compute", "schedule")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +69,8 @@ class TrainConfig:
     max_position: int | None = None
     threads: int | None = None
     progress: bool = True
-    balance: str = "none"  # compute: each micro-batch's packs dealt so every rank's attention + MLP work is even
+    balance: str = "none"  # compute: each micro-batch's packs dealt so every rank's attention + MLP work is even;
+    # schedule: the balanced steps the dataset was packed with (seqpack pack --world-size W --micro-batch B)
     balance_cost: str | None = None  # a row cost file (seqpack bench --calibrate --out FILE); default: the model's FLOPs
     balance_world: int | None = None  # ranks to balance for (default: the ranks running); 2 lets one process replay a 2-rank order
     # preference data (the preference task): the loss and its knobs, defaults from PreferenceLoss
@@ -95,8 +96,9 @@ class TrainConfig:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
-        if self.balance_cost is not None and self.balance == "none":
-            raise ValueError("--cost is what --balance compute balances by; pass --balance compute too")
+        if self.balance_cost is not None and self.balance != "compute":
+            raise ValueError("--cost is what --balance compute balances by; pass --balance compute too "
+                             "(--balance schedule trains the steps the dataset was packed with)")
         if self.steps is not None and self.sequences is not None:
             raise ValueError("give --steps or --sequences, not both")
         if not (self.lr > 0 and math.isfinite(self.lr)):

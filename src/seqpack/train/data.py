@@ -47,12 +47,32 @@ def row_squares(segment_ids: np.ndarray) -> np.ndarray:
     return (counts * counts).sum(axis=1)  # type: ignore[no-any-return]
 
 
+def _split_schedule(path: str | os.PathLike[str], eval_fraction: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Held-out packs as whole steps of the dataset's schedule (``seqpack pack --world-size``), so
+    that every training step is one of its balanced steps: eval packs, train packs, and the
+    training steps as indices into the train packs.  # (E,), (T,), (S, W, B)"""
+    from seqpack.data.sampler import read_schedule
+
+    steps = read_schedule(path)
+    full = (steps >= 0).all(axis=(1, 2))
+    n_full = int(full.sum())
+    n_eval = max(1, round(n_full * eval_fraction))
+    if n_full - n_eval < 1:
+        raise ValueError(f"{path}: its schedule has {n_full} full step(s); --balance schedule needs at least 2 "
+                         "(one to train on, one to evaluate); re-pack with a smaller --world-size or --micro-batch")
+    order = np.flatnonzero(full)[np.random.default_rng(SPLIT_SEED).permutation(n_full)]
+    train_steps = steps[np.sort(order[n_eval:])]
+    held = np.concatenate([steps[order[:n_eval]].reshape(-1), steps[~full].reshape(-1)])  # a partial step: evaluated
+    train_packs = np.sort(train_steps.reshape(-1))
+    return np.sort(held[held >= 0]), train_packs, np.searchsorted(train_packs, train_steps)
+
+
 class TrainData:
     """A packed dataset split into training units (packs, or sequences when ``padded``) and
     held-out evaluation packs."""
 
     def __init__(self, path: str | os.PathLike[str], *, padded: bool = False, by_pack: bool = False,
-                 eval_fraction: float = 0.05) -> None:
+                 eval_fraction: float = 0.05, by_schedule: bool = False) -> None:
         columns = [c for c in read_manifest(path)["columns"] if c != "example_ids"]  # not needed to train
         # rows are read on demand (memory-mapped .bin, or Parquet row groups): never the whole dataset
         self.rows = PackedRows(path, columns=columns)
@@ -66,9 +86,15 @@ class TrainData:
         n_eval = max(1, round(P * eval_fraction))
         if P - n_eval < 1:
             raise ValueError(f"{path}: only {P} pack(s); need at least 2 (one to train on, one to evaluate)")
-        perm = np.random.default_rng(SPLIT_SEED).permutation(P)
-        self.eval_packs = np.sort(perm[:n_eval])
-        self.train_packs = np.sort(perm[n_eval:])
+        self._schedule: np.ndarray | None = None  # (steps, world, micro_batch) training units, with by_schedule
+        if by_schedule:
+            if padded:
+                raise ValueError("--balance schedule trains the dataset's packs; a --padded run has sequences as its units")
+            self.eval_packs, self.train_packs, self._schedule = _split_schedule(path, eval_fraction)
+        else:
+            perm = np.random.default_rng(SPLIT_SEED).permutation(P)
+            self.eval_packs = np.sort(perm[:n_eval])
+            self.train_packs = np.sort(perm[n_eval:])
         nseq = np.empty(P, np.int64)
         fill = np.empty(P, np.int64)
         squares = np.empty(P, np.int64)
@@ -122,7 +148,15 @@ class TrainData:
         return {"world": world, "imbalance_sequential": imbalance(costs, sequential_steps(n, world=world, micro_batch=rows // world)),
                 "imbalance_balanced": imbalance(costs, balanced_steps(costs, world=world, micro_batch=rows // world))}
 
+    @property
+    def schedule_shape(self) -> tuple[int, int] | None:
+        """``(world, micro_batch)`` of the dataset's schedule, with ``by_schedule``."""
+        return None if self._schedule is None else (int(self._schedule.shape[1]), int(self._schedule.shape[2]))
+
     def _epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        if self._schedule is not None:  # the dataset's steps, in a fresh order per epoch
+            steps = self._schedule[np.random.default_rng([seed, epoch]).permutation(len(self._schedule))]
+            return steps.transpose(0, 2, 1).reshape(-1)  # micro-batch row b * world + r is rank r's b-th pack
         if self._balance is None:
             return np.random.default_rng([seed, epoch]).permutation(self.num_units)
         from seqpack.packing.balance import balanced_steps

@@ -134,7 +134,8 @@ def train(
     """Run (or continue, with ``resume``) a training run; returns ``RUN/summary.json``'s content."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    data = TrainData(cfg.data, padded=cfg.padded, by_pack=cfg.match == "packs", eval_fraction=cfg.eval_fraction)
+    data = TrainData(cfg.data, padded=cfg.padded, by_pack=cfg.match == "packs", eval_fraction=cfg.eval_fraction,
+                     by_schedule=cfg.balance == "schedule")
     world = init_world()
     try:  # one writer per run directory: rank 0 holds its lock for the whole run
         with output_lock(cfg.out) if world.main else contextlib.nullcontext():
@@ -233,6 +234,13 @@ class _Run:
         cost file, or the FLOP model of this model)."""
         if cfg.balance == "none":
             return None
+        if data.schedule_shape is not None:
+            W, B = data.schedule_shape
+            if (cfg.balance_world or world.size) != W or self.rows != W * B:
+                raise ValueError(f"{cfg.data}: its schedule has steps of {W} ranks x {B} packs; train on {W} ranks "
+                                 f"(or --balance-world {W}) with --batch-size {W * B} (rows per micro-batch, all ranks), "
+                                 "or re-pack with this run's --world-size/--micro-batch")
+            return {**data.manifest["schedule"], "cost_source": "the dataset's schedule"}
         from seqpack.packing.balance import RowCost, load_row_cost
 
         if cfg.balance_cost:
