@@ -95,7 +95,8 @@ def round_lp(lp: LPResult, hist: np.ndarray, max_len: int, max_depth: int | None
     rest = np.asarray(hist, dtype=np.int64)
     x = lp.x
     for _ in range(MAX_ROUNDS):
-        whole = np.floor(x + 1e-9).astype(np.int64)
+        # the LP's solver may return a hair below 0 (-1e-8): a pack is used floor(x) >= 0 times, never -1
+        whole = np.floor(np.maximum(x, 0.0) + 1e-9).astype(np.int64)
         if not whole.any():
             break
         templates = [(lp.patterns[j], int(whole[j])) for j in np.flatnonzero(whole).tolist()]
@@ -108,7 +109,7 @@ def round_lp(lp: LPResult, hist: np.ndarray, max_len: int, max_depth: int | None
 
 
 def best_packs(
-    hist: np.ndarray, max_len: int, max_depth: int | None = None, *, time_limit: float = 5.0
+    hist: np.ndarray, max_len: int, max_depth: int | None = None, *, time_limit: float = 60.0
 ) -> tuple[Packs, dict[str, object]]:
     """The fewest packs among the LP rounding, LPFHP and SPFHP; ``info`` carries the LP bound."""
     greedy = lpfhp_packs(hist, max_len, max_depth)
@@ -127,6 +128,7 @@ def best_packs(
         "lp_bound": lp.bound,
         "lp_iterations": lp.iterations,
         "lp_seconds": lp.seconds,
+        "lp_stop": lp.stop,
         "chosen": winner,
         "candidates": sizes,
     }

@@ -27,6 +27,13 @@ from seqpack.packing.pricing import price_packs
 REDUCED_COST_TOL = 1e-9
 MAX_ENUMERATED_PAIRS = 300_000  # depth <= 3: enumerate all maximal packs up to ~770 distinct lengths
 SMOOTHING = 0.5
+#: Column generation stops by rules that depend on the input alone, so that equal inputs give equal
+#: plans on any machine: a pricing budget in knapsack cells (distinct lengths x max_len per pricing;
+#: about 5 s on a 2-core CPU), and a stall: over the last STALL_ROUNDS rounds neither the LP value
+#: fell nor its lower bound rose by STALL_PACKS (a tail that can neither win nor prove a whole
+#: pack). ``time_limit`` is only a guard.
+WORK_LIMIT = 400_000_000
+STALL_ROUNDS, STALL_PACKS = 20, 0.5
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class LPResult:
     iterations: int
     seconds: float
     master: _Master = field(repr=False)
+    stop: str = "optimal"  # optimal | bound | stalled | work | time (only "time" depends on the machine)
 
     @property
     def bound(self) -> int:
@@ -222,11 +230,13 @@ def solve_lp(
     max_depth: int | None = None,
     *,
     start: list[tuple[int, ...]] | None = None,
-    time_limit: float = 5.0,
+    time_limit: float = 60.0,
     max_new_columns: int = 200,
     lower: float | None = None,
+    work_limit: int = WORK_LIMIT,
 ) -> LPResult:
-    """Column generation to LP optimality, or until ``time_limit`` seconds.
+    """Column generation to LP optimality, or until a rule that depends on the input alone stops
+    it (:data:`WORK_LIMIT`, a stall; ``time_limit`` seconds only as a guard): the result's ``stop``.
 
     ``lower`` is a known lower bound on the LP value (the unlimited-depth LP for a depth-limited
     one): generation stops as soon as ``ceil(value)`` meets ``ceil`` of a lower bound.
@@ -250,26 +260,43 @@ def solve_lp(
             cols.add(p)
         x, _, value = master.solve(ipm=True)
         return LPResult(cols.patterns, x, value, value, True, 1, time.perf_counter() - t0, master)
-    optimal, it = False, 0
+    optimal, it, work, stop = False, 0, 0, "optimal"
+    cells = m * max_len  # knapsack cells of one pricing
     center, best_lb = None, float(lower or 0.0)
+    values: list[float] = []  # the LP value and the best lower bound of every round
+    bounds: list[float] = []
     while True:
         it += 1
         x, y, value = master.solve()
+        values.append(value)
         y = np.maximum(y, 0.0)
         added, lb_y = _price_into(cols, lengths, y, max_len, max_depth, demand, max_new_columns, stab=center)
+        work += cells
         if lb_y > best_lb or center is None:
             best_lb, center = max(lb_y, best_lb), y
         if not added and center is not None:  # mis-priced at the smoothed duals: price at y
             added, lb_y = _price_into(cols, lengths, y, max_len, max_depth, demand, max_new_columns, stab=None)
+            work += cells
             if lb_y > best_lb:
                 best_lb, center = lb_y, y
         if not added:
             optimal, best_lb = True, value
             break
-        if np.ceil(best_lb - 1e-6) >= np.ceil(value - 1e-6) or time.perf_counter() - t0 > time_limit:
-            x, y, value = master.solve()
-            break
-    return LPResult(cols.patterns, x, value, min(best_lb, value), optimal, it, time.perf_counter() - t0, master)
+        bounds.append(best_lb)
+        if np.ceil(best_lb - 1e-6) >= np.ceil(value - 1e-6):
+            stop = "bound"
+        elif (len(values) > STALL_ROUNDS and values[-STALL_ROUNDS - 1] - value < STALL_PACKS
+              and best_lb - bounds[-STALL_ROUNDS - 1] < STALL_PACKS):
+            stop = "stalled"
+        elif work >= work_limit:
+            stop = "work"
+        elif time.perf_counter() - t0 > time_limit:
+            stop = "time"
+        else:
+            continue
+        x, y, value = master.solve()
+        break
+    return LPResult(cols.patterns, x, value, min(best_lb, value), optimal, it, time.perf_counter() - t0, master, stop)
 
 
 def resolve_lp(lp: LPResult, hist: np.ndarray) -> np.ndarray:

@@ -38,14 +38,16 @@ def plan(
     *,
     algorithm: str = "best",
     max_depth: int | None = None,
-    time_limit: float = 5.0,
+    time_limit: float = 60.0,
 ) -> PackingPlan:
     """Pack a length histogram (``h[i]`` = sequences of length ``i + 1``) into rows of ``max_len``.
 
     ``algorithm``: ``spfhp`` (the paper's worst fit, ~ms), ``lpfhp`` (best fit, ~ms),
     ``nnlshp`` (the paper's NNLS, depth <= 3, seconds), ``best`` (LP + rounding; see
     ``seqpack.packing.best``). ``max_depth`` bounds sequences per pack (``None``: no limit;
-    ``nnlshp`` then uses 3). The plan holds every sequence exactly once.
+    ``nnlshp`` then uses 3). The plan holds every sequence exactly once. Equal inputs give equal
+    plans on any machine (``best`` stops its LP by input-only rules; ``time_limit`` seconds is only
+    a guard, and its ``info["lp_stop"]`` says "time" if the guard ever stopped it).
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
