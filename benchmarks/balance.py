@@ -1,15 +1,16 @@
 """Compute-balanced steps (issue 27, first part): simulated imbalance of data-parallel steps.
 
-Run: .venv/bin/python benchmarks/balance.py [--out benchmarks/results/balance.json]
+Run: .venv/bin/python benchmarks/balance.py [--cost FILE] [--out benchmarks/results/balance.json]
 
-Length mixes at max_len 8192, packed by ``lpfhp`` (the pack count does not change: balancing only
+Length mixes at max_len 8192, packed by ``best`` (the pack count does not change: balancing only
 orders and groups the packs):
 
   wikipedia-x16  the shipped BERT Wikipedia lengths (max 512) times 16, 200,000 sequences drawn
   long-sft       a long-context SFT mix: lognormal (median 600 tokens, sigma 1.2), capped at 8192
   bimodal        ours: 90% short (lognormal median 300), 10% long (uniform 4096-8192)
 
-Row cost: FLOPs of a 1024-hidden, 8-layer causal transformer (``RowCost.from_flops``). For
+Row cost: FLOPs of a 1024-hidden, 8-layer causal transformer (``RowCost.from_flops``), and with
+``--cost FILE`` also the measured coefficients of a calibration (``seqpack bench --calibrate``). For
 W = 8, 64, 512 ranks and micro-batch 1 and 4: the imbalance (mean over full steps of the slowest
 rank's cost over the mean rank's) of the sequential plan (a shuffled epoch, as DistributedSampler),
 of a greedy per-batch balancer (each shuffled batch dealt heaviest-first to the lightest rank: the
@@ -31,6 +32,7 @@ from seqpack.packing.balance import (
     balanced_steps,
     greedy_batch_steps,
     imbalance,
+    load_row_cost,
     pack_costs,
     sequential_steps,
     step_time_saving,
@@ -52,31 +54,41 @@ def mixes(n: int, seed: int = 0) -> dict[str, np.ndarray]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sequences", type=int, default=200_000)
+    ap.add_argument("--cost", type=Path, default=None, help="a calibration (seqpack bench --calibrate --out FILE)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    cost = RowCost.from_flops(hidden=1024, layers=8)
-    results: dict[str, dict] = {}
+    models = {"flops": RowCost.from_flops(hidden=1024, layers=8)}
+    if args.cost:
+        models["calibrated"] = load_row_cost(args.cost)
+    results: dict[str, dict] = {"cost_models": {k: v.to_dict() for k, v in models.items()}}
     for name, lengths in mixes(args.sequences).items():
         t0 = time.perf_counter()
-        packing = pack_lengths(lengths, MAX_LEN, algorithm="lpfhp")
-        costs = pack_costs(lengths, packing.pack_offsets, packing.sequence_index, cost)
-        r: dict = {"packs": packing.num_packs, "pack_seconds": time.perf_counter() - t0,
-                   "cost_max_over_mean": float(costs.max() / costs.mean()), "by_world": {}}
-        for world in (8, 64, 512):
-            for micro in (1, 4):
-                seq = sequential_steps(len(costs), world=world, micro_batch=micro)
-                greedy = greedy_batch_steps(costs, world=world, micro_batch=micro)
-                t1 = time.perf_counter()
-                bal = balanced_steps(costs, world=world, micro_batch=micro)
-                r["by_world"][f"W={world},B={micro}"] = {
-                    "sequential": imbalance(costs, seq), "greedy_per_batch": imbalance(costs, greedy),
-                    "balanced": imbalance(costs, bal), "balance_seconds": time.perf_counter() - t1,
-                    "saving_vs_sequential": step_time_saving(costs, seq, bal),
-                    "saving_vs_greedy": step_time_saving(costs, greedy, bal)}
-        results[name] = r
-        print(name, json.dumps(r, indent=1), flush=True)
+        packing = pack_lengths(lengths, MAX_LEN, algorithm="best")
+        pack_seconds = time.perf_counter() - t0
+        for model, cost in models.items():
+            costs = pack_costs(lengths, packing.pack_offsets, packing.sequence_index, cost)
+            key = name if model == "flops" else f"{name} ({model})"
+            results[key] = simulate(costs, {"packs": packing.num_packs, "pack_seconds": pack_seconds,
+                                            "cost_max_over_mean": float(costs.max() / costs.mean()), "by_world": {}})
+            print(key, json.dumps(results[key], indent=1), flush=True)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def simulate(costs: np.ndarray, r: dict) -> dict:
+    """Imbalance of the sequential, greedy per-batch and balanced steps at every (W, B)."""
+    for world in (8, 64, 512):
+        for micro in (1, 4):
+            seq = sequential_steps(len(costs), world=world, micro_batch=micro)
+            greedy = greedy_batch_steps(costs, world=world, micro_batch=micro)
+            t1 = time.perf_counter()
+            bal = balanced_steps(costs, world=world, micro_batch=micro)
+            r["by_world"][f"W={world},B={micro}"] = {
+                "sequential": imbalance(costs, seq), "greedy_per_batch": imbalance(costs, greedy),
+                "balanced": imbalance(costs, bal), "balance_seconds": time.perf_counter() - t1,
+                "saving_vs_sequential": step_time_saving(costs, seq, bal),
+                "saving_vs_greedy": step_time_saving(costs, greedy, bal)}
+    return r
 
 
 if __name__ == "__main__":

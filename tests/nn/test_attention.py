@@ -61,7 +61,9 @@ def test_auto_backend_rule() -> None:
     many = torch.arange(1, 9).repeat_interleave(256)[None].repeat(2, 1)  # 8 documents of 256 per row
     assert choose_backend(many, dtype=torch.float32) == "per_document"
     one = torch.ones(2, 2048, dtype=torch.long)
-    assert choose_backend(one, dtype=torch.float32) == "sdpa"
+    assert choose_backend(one, dtype=torch.float32) == "sdpa"  # one full document per row: no mask needed
+    two = torch.arange(1, 3).repeat_interleave(1024)[None].repeat(2, 1)  # 2 x 1024: dense would need a mask
+    assert choose_backend(two, dtype=torch.float32) == "per_document"
     short = torch.tensor([[1, 1, 2, 2]])
     assert plan_attention(short).backend == "sdpa"
     padded = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])

@@ -5,8 +5,9 @@
     result["fit"]           # rms / max relative error of the fit over the designed rows
 
 Rows are *designed* to span the range of ``sum(l_i^2)`` at ``max_len``: full rows of 1, 2, 4 ...
-equal sequences (``sum(l^2)`` from ``L^2`` down to ``L^2/64``), half-full rows of the same
-(tokens vary apart from squares), and one long sequence beside many short ones. Every design is
+equal sequences (``sum(l^2)`` from ``L^2`` down to ``L^2/64``), and long sequences beside many
+short ones. All are full, as packed rows are: a model runs every position of a row, padding
+included, so ``per_token * tokens`` is then the row's per-position work. Every design is
 timed forward + backward (``rows`` copies per step, interleaved rounds, round 0 warms up; the
 median per design), and :func:`seqpack.packing.balance.fit_row_cost` fits
 ``seconds = a * tokens + b * sum(l^2) + c * sequences``. ``seqpack train --balance compute
@@ -27,21 +28,22 @@ from seqpack.packing.balance import RowCost, fit_row_cost
 
 
 def design_rows(max_len: int, *, shortest: int = 16) -> list[list[int]]:
-    """Sequence lengths of the calibration rows (each a list, summing to at most ``max_len``).
+    """Sequence lengths of the calibration rows: full rows (a model runs every position of a row,
+    and packed rows are full) whose ``sum(l^2)`` spans ``max_len^2`` down to ``max_len^2 / 64``.
 
-    >>> [r if len(r) < 5 else f"{r[0]} + {len(r) - 1} x {r[1]}" for r in design_rows(64)[:4]]
-    [[64], [32, 32], [16, 16, 16, 16], [32]]
-    >>> design_rows(64)[-1]
-    [16, 16, 16]
+    >>> design_rows(64)
+    [[64], [32, 32], [16, 16, 16, 16], [48, 16], [32, 16, 16], [24, 24, 16]]
     """
-    rows: list[list[int]] = []
-    for fill in (1.0, 0.5):
-        tokens = int(max_len * fill)
-        rows += [[tokens // k] * k for k in (1, 2, 4, 8, 16, 32, 64) if tokens // k >= shortest]
+    L = max_len
+    rows = [[L // k] * k for k in (1, 2, 4, 8, 16, 32, 64) if L // k >= shortest]
     for frac in (0.75, 0.5, 0.25):
-        long = int(max_len * frac)
-        rows.append([long] + [shortest] * ((max_len - long) // shortest))
-    return rows
+        long = int(L * frac)
+        if long > shortest:
+            rows.append([long] + [shortest] * ((L - long) // shortest))
+    rows.append([L // 2, L // 4, L // 4])
+    third = 3 * L // 8
+    rows.append([third, third] + [shortest] * ((L - 2 * third) // shortest))
+    return [r for i, r in enumerate(rows) if r not in rows[:i]]
 
 
 def design_batch(lengths: list[int], rows: int, max_len: int, *, vocab: int, causal: bool, seed: int) -> dict[str, torch.Tensor]:
