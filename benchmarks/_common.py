@@ -107,3 +107,30 @@ def generated_corpus(megabytes: int = 200, *, seed: int = 0) -> Path:
             written += len(block.encode("utf-8"))
     out.with_suffix(".tmp").rename(out)
     return out
+
+
+def result_meta(packages: tuple[str, ...] = ()) -> dict:
+    """What a stored result needs to be re-run and compared: the command, the date, the machine and
+    the versions of the packages the arms used."""
+    import datetime
+    import importlib.metadata
+    import os
+    import platform
+
+    versions = {}
+    for name in ("seqpack", "numpy", *packages):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                        "cpus": os.cpu_count(), "python": platform.python_version()},
+            "versions": versions}
+
+
+def write_result(path: Path | str | None, results: object, packages: tuple[str, ...] = ()) -> None:
+    """``{"meta": result_meta(...), "results": results}`` as JSON at ``path`` (nothing when None)."""
+    if path is None:
+        return
+    Path(path).write_text(json.dumps({"meta": result_meta(packages), "results": results}, indent=1) + "\n", encoding="utf-8")

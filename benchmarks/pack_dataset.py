@@ -1,6 +1,6 @@
 """Pack + materialise + write 1,000,000 sequences with Wikipedia lengths (issue 4 goals), vs TRL.
 
-Run: .venv/bin/python benchmarks/pack_dataset.py [--quick] [--no-trl]
+Run: .venv/bin/python benchmarks/pack_dataset.py [--quick] [--no-trl] [--out results/pack_dataset.json]
 Lengths are sampled from ../shared/data/histograms/wikipedia_len512_histogram.npy (seed 0),
 token ids are random (vocab 30,522, as BERT's). Medians of several runs after a warm-up.
 Times, in this order:
@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from _common import wikipedia_lengths  # type: ignore[import-not-found]
+from _common import wikipedia_lengths, write_result  # type: ignore[import-not-found]
 
 from seqpack.data.format import write_packed
 from seqpack.data.layout import materialize, pack_sequences
@@ -51,7 +51,9 @@ def timed(fn, runs):  # type: ignore[no-untyped-def]
     return out, statistics.median(times), times
 
 
-def trl_pack(tokens: np.ndarray, offsets: np.ndarray, whole: bool) -> tuple[float, float, int]:
+def trl_pack(tokens: np.ndarray, offsets: np.ndarray, whole: bool, runs: int) -> tuple[float, float, int, list[float]]:
+    """TRL's ``pack_dataset`` timed exactly as seqpack's arms: a warm-up, then the median of ``runs``
+    (until issue 30 it had one cold run against seqpack's warm median)."""
     import datasets
     from trl.data_utils import pack_dataset
 
@@ -59,11 +61,9 @@ def trl_pack(tokens: np.ndarray, offsets: np.ndarray, whole: bool) -> tuple[floa
     ds = datasets.Dataset.from_dict({"input_ids": [a.tolist() for a in lists]})
     datasets.disable_progress_bars()
     kw = {"batch_size": len(ds)} if whole else None
-    t0 = time.perf_counter()
-    out = pack_dataset(ds, MAX_LEN, strategy="bfd", map_kwargs=kw)
-    seconds = time.perf_counter() - t0
+    out, seconds, times = timed(lambda: pack_dataset(ds, MAX_LEN, strategy="bfd", map_kwargs=kw), runs)
     rows = len(out)
-    return seconds, int(offsets[-1]) / (rows * MAX_LEN), rows
+    return seconds, int(offsets[-1]) / (rows * MAX_LEN), rows, times
 
 
 def main() -> None:
@@ -71,12 +71,14 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--quick", action="store_true", help="100,000 sequences, 2 runs")
     ap.add_argument("--no-trl", action="store_true")
+    ap.add_argument("--out", default=None, help="write the results (with the command, machine and versions) as JSON")
     args = ap.parse_args()
     n, runs = (100_000, 2) if args.quick else (args.n, 5)
     tokens, offsets = sample(n)
     print(f"## {n:,} sequences, {offsets[-1]:,} tokens, max_len {MAX_LEN} (median of {runs} runs)")
     seqs, t_seq, _ = timed(lambda: clm_sequences(tokens, offsets, max_len=MAX_LEN, eos_id=None, vocab_size=VOCAB), runs)
     print(f"sequences (clm input_ids + labels)   {t_seq:7.3f} s")
+    result: dict = {"sequences": n, "tokens": int(offsets[-1]), "runs": runs, "sequences_s": t_seq}
     t_pack, t_ids = {}, 0.0
     for algo in ("lpfhp", "best"):
         pc = None
@@ -86,6 +88,7 @@ def main() -> None:
             f"efficiency {pc.packing.plan.efficiency:.4%}, {pc.nbytes / 1e9:.2f} GB of columns; runs "
             + ", ".join(f"{t:.2f}" for t in all_t) + ")"
         )
+        result[f"pack_{algo}"] = {"median_s": t_pack[algo], "runs_s": all_t, "packs": pc.num_packs}
     def ids_only() -> np.ndarray:  # what TRL's output holds: packed input_ids (+ lengths)
         p = pack_lengths(seqs.lengths, MAX_LEN, algorithm="lpfhp", seed=0)
         return materialize(replace(seqs, token_fields={"input_ids": seqs.token_fields["input_ids"]}, seq_fields={}), p, max_len=MAX_LEN)
@@ -93,6 +96,7 @@ def main() -> None:
     pc = None
     _, t_ids, _ = timed(ids_only, runs)
     print(f"pack lpfhp, input_ids + segments only  {t_ids:7.3f} s  (TRL's output: packed ids and lengths)")
+    result["pack_lpfhp_ids_only_s"] = t_ids
     pc, _, _ = timed(lambda: pack_sequences(seqs, MAX_LEN, algorithm="best", seed=0), 1)
     tmp = tempfile.mkdtemp(prefix="seqpack-bench-")
 
@@ -105,15 +109,19 @@ def main() -> None:
         print(f"write Parquet {comp:<6} + manifest        {t_write:7.3f} s  = {pc.nbytes / 1e6 / t_write:,.0f} MB/s of columns ({size:,.0f} MB on disk)")
     shutil.rmtree(tmp, ignore_errors=True)
     if args.no_trl:
+        write_result(args.out, result)
         return
     for whole in (False, True):
-        s, eff, rows = trl_pack(tokens, offsets, whole)
+        s, eff, rows, times = trl_pack(tokens, offsets, whole, runs)
         label = "whole table" if whole else "1000-row chunks"
         print(
-            f"TRL pack_dataset bfd, {label:<15} {s:7.3f} s  ({rows:,} rows, efficiency {eff:.4%}); "
+            f"TRL pack_dataset bfd, {label:<15} {s:7.3f} s  ({rows:,} rows, efficiency {eff:.4%}; runs "
+            + ", ".join(f"{t:.2f}" for t in times) + "); "
             f"seqpack is {s / t_pack['lpfhp']:.1f}x (lpfhp) / {s / t_pack['best']:.1f}x (best) / "
             f"{s / t_ids:.1f}x (lpfhp, ids only) faster"
         )
+        result[f"trl_{'whole' if whole else 'chunks'}"] = {"median_s": s, "runs_s": times, "rows": rows, "efficiency": eff}
+    write_result(args.out, result, ("trl", "datasets"))
 
 
 if __name__ == "__main__":
