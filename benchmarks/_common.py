@@ -134,3 +134,49 @@ def write_result(path: Path | str | None, results: object, packages: tuple[str, 
     if path is None:
         return
     Path(path).write_text(json.dumps({"meta": result_meta(packages), "results": results}, indent=1) + "\n", encoding="utf-8")
+
+
+ARM = """
+import json, statistics, time, os
+{setup}
+def _run():
+{body}
+out = _run()  # the warm-up call (imports, caches, allocator), not timed
+times = []
+for _ in range({repeats}):
+    out = None
+    t0 = time.perf_counter()
+    out = _run()
+    times.append(time.perf_counter() - t0)
+print(json.dumps({{"times": times, "info": {info}}}))
+"""
+
+
+def compare_arms(arms: dict[str, tuple[str, str, str]], *, rounds: int = 3, repeats: int = 1,
+                 threads: int | None = None) -> dict[str, dict]:
+    """The benchmark harness: every arm in a fresh interpreter of its own (so no arm carries another's
+    imports), the same thread settings, a warm-up call then ``repeats`` timed calls per process, the
+    arms alternating over ``rounds`` processes each (forward, then reversed, ...).
+
+    ``arms``: ``name -> (setup, body, info)``: ``setup`` runs once (imports, the input: every arm must
+    build the same input from the same seed), ``body`` is the timed function's body (indented by 4,
+    returning its result), ``info`` an expression of ``out`` recorded once (a row count...).
+    Returns per arm the median, min, max and every timed call, and the last ``info``.
+    """
+    import os
+    import textwrap
+
+    env = {k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")} if threads else {}
+    env["TOKENIZERS_PARALLELISM"] = os.environ.get("TOKENIZERS_PARALLELISM", "false")
+    code = {name: ARM.format(setup=textwrap.dedent(setup), body=textwrap.indent(textwrap.dedent(body), "    "),
+                             repeats=repeats, info=info or "None")
+            for name, (setup, body, info) in arms.items()}
+    times: dict[str, list[float]] = {k: [] for k in arms}
+    info: dict[str, object] = {}
+    for r in range(rounds):
+        for name in (list(arms) if r % 2 == 0 else list(reversed(arms))):
+            got = run_child(code[name], env=env)
+            times[name] += got["times"]
+            info[name] = got["info"]
+    return {k: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v), "runs_s": v, "info": info[k]}
+            for k, v in times.items()}

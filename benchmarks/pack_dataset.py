@@ -7,8 +7,9 @@ Times, in this order:
   sequences   building the causal-LM sequences (input_ids + labels) from a flat token array
   pack        plan (``best``/``lpfhp``) + assignment + all columns in memory
   write       Parquet shards (zstd-1 default, snappy, none) + manifest, MB/s over the columns' bytes
-TRL's ``pack_dataset(strategy="bfd")`` runs on the same sequences as an HF ``Dataset``,
-in its default 1000-row chunks and whole-table; we compare its time with our ``pack``.
+The head-to-head with TRL's ``pack_dataset(strategy="bfd")`` (its default 1000-row chunks, and
+the whole table) runs in the harness (``_common.compare_arms``): every arm in processes of its own,
+the same sequences from the same seed, a warm-up call then timed calls, arms alternating.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from _common import wikipedia_lengths, write_result  # type: ignore[import-not-found]
+from _common import compare_arms, wikipedia_lengths, write_result  # type: ignore[import-not-found]
 
 from seqpack.data.format import write_packed
 from seqpack.data.layout import materialize, pack_sequences
@@ -51,19 +52,42 @@ def timed(fn, runs):  # type: ignore[no-untyped-def]
     return out, statistics.median(times), times
 
 
-def trl_pack(tokens: np.ndarray, offsets: np.ndarray, whole: bool, runs: int) -> tuple[float, float, int, list[float]]:
-    """TRL's ``pack_dataset`` timed exactly as seqpack's arms: a warm-up, then the median of ``runs``
-    (until issue 30 it had one cold run against seqpack's warm median)."""
-    import datasets
-    from trl.data_utils import pack_dataset
+SETUP = """
+import sys
+sys.path.insert(0, {bench!r})
+import numpy as np
+from pack_dataset import sample, MAX_LEN, VOCAB
+tokens, offsets = sample({n})
+"""
 
-    lists = np.split(tokens.astype(np.int32), offsets[1:-1])
-    ds = datasets.Dataset.from_dict({"input_ids": [a.tolist() for a in lists]})
-    datasets.disable_progress_bars()
-    kw = {"batch_size": len(ds)} if whole else None
-    out, seconds, times = timed(lambda: pack_dataset(ds, MAX_LEN, strategy="bfd", map_kwargs=kw), runs)
-    rows = len(out)
-    return seconds, int(offsets[-1]) / (rows * MAX_LEN), rows, times
+
+def head_to_head(n: int) -> dict[str, tuple[str, str, str]]:
+    """seqpack's packers and TRL's ``pack_dataset`` as harness arms: each in processes of its own
+    (none imports the other's package), the same sequences from the same seed, timed alike."""
+    setup = SETUP.format(bench=str(Path(__file__).parent), n=n)
+    ours = setup + """
+from dataclasses import replace
+from seqpack.tasks.clm import clm_sequences
+from seqpack.data.layout import materialize, pack_sequences
+from seqpack.packing import pack_lengths
+seqs = clm_sequences(tokens, offsets, max_len=MAX_LEN, eos_id=None, vocab_size=VOCAB)
+ids = replace(seqs, token_fields={"input_ids": seqs.token_fields["input_ids"]}, seq_fields={})
+"""
+    theirs = setup + """
+import datasets
+from trl.data_utils import pack_dataset
+datasets.disable_progress_bars()
+ds = datasets.Dataset.from_dict({"input_ids": [a.tolist() for a in np.split(tokens.astype(np.int32), offsets[1:-1])]})
+"""
+    return {
+        "seqpack lpfhp, all columns": (ours, "return pack_sequences(seqs, MAX_LEN, algorithm='lpfhp', seed=0)", "out.num_packs"),
+        "seqpack best, all columns": (ours, "return pack_sequences(seqs, MAX_LEN, algorithm='best', seed=0)", "out.num_packs"),
+        "seqpack lpfhp, ids only": (ours, "return materialize(ids, pack_lengths(seqs.lengths, MAX_LEN, algorithm='lpfhp', seed=0), "
+                                    "max_len=MAX_LEN)", "len(out['input_ids'])"),
+        "trl chunks": (theirs, "return pack_dataset(ds, MAX_LEN, strategy='bfd')", "len(out)"),
+        "trl whole table": (theirs, "return pack_dataset(ds, MAX_LEN, strategy='bfd', map_kwargs={'batch_size': len(ds)})",
+                            "len(out)"),
+    }
 
 
 def main() -> None:
@@ -111,16 +135,13 @@ def main() -> None:
     if args.no_trl:
         write_result(args.out, result)
         return
-    for whole in (False, True):
-        s, eff, rows, times = trl_pack(tokens, offsets, whole, runs)
-        label = "whole table" if whole else "1000-row chunks"
-        print(
-            f"TRL pack_dataset bfd, {label:<15} {s:7.3f} s  ({rows:,} rows, efficiency {eff:.4%}; runs "
-            + ", ".join(f"{t:.2f}" for t in times) + "); "
-            f"seqpack is {s / t_pack['lpfhp']:.1f}x (lpfhp) / {s / t_pack['best']:.1f}x (best) / "
-            f"{s / t_ids:.1f}x (lpfhp, ids only) faster"
-        )
-        result[f"trl_{'whole' if whole else 'chunks'}"] = {"median_s": s, "runs_s": times, "rows": rows, "efficiency": eff}
+    result["arms"] = arms = compare_arms(head_to_head(n), rounds=3, repeats=max(1, runs // 2))
+    for name, a in arms.items():
+        print(f"{name:<28} median {a['median_s']:7.3f} s (min {a['min_s']:.3f}, max {a['max_s']:.3f}; "
+              f"{len(a['runs_s'])} calls in 3 processes) {a['info']}")
+    for trl in ("trl chunks", "trl whole table"):
+        print(f"{trl}: seqpack is " + " / ".join(f"{arms[trl]['median_s'] / arms[k]['median_s']:.1f}x ({k})"
+                                                for k in arms if k.startswith("seqpack")) + " faster")
     write_result(args.out, result, ("trl", "datasets"))
 
 
