@@ -125,3 +125,33 @@ def test_two_ranks_on_the_datasets_schedule_equal_one_process(datasets, tmp_path
     assert [r["step_sequences"] for r in a] == [r["step_sequences"] for r in b]
     for ra, rb in zip(a, b):  # as in the test above: fp32 summation order, carried by Adam
         assert abs(ra["loss"] - rb["loss"]) <= 1e-4 * abs(rb["loss"]), (ra, rb)
+
+
+def test_schedule_run_resumes_exactly_and_refuses_a_changed_schedule(datasets, tmp_path):
+    import os
+    import shutil
+    import signal
+
+    import torch
+
+    path = _scheduled_clm(datasets, tmp_path)
+    c = dict(steps=4, batch_size=4, eval_fraction=0.1, threads=1, progress=False, balance="schedule", balance_world=2)
+    train(TrainConfig(data=str(path), out=str(tmp_path / "whole"), **c))
+
+    def interrupt(step, rec):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(TrainConfig(data=str(path), out=str(tmp_path / "cut"), **c), on_step=interrupt)
+    other = tmp_path / "other"  # the same packs, another schedule seed: a resume must not reuse the run
+    shutil.copytree(path, other)
+    m = json.loads((other / "manifest.json").read_text())
+    m["schedule"]["seed"] += 1
+    (other / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ValueError, match="other options"):
+        train(TrainConfig(data=str(other), out=str(tmp_path / "cut"), **c), resume=True)
+    train(TrainConfig(data=str(path), out=str(tmp_path / "cut"), **c), resume=True)
+    a = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)["model_state"]
+    b = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)["model_state"]
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the same steps, bit for bit

@@ -194,8 +194,10 @@ class _Run:
             raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {world.size} ranks; raise --batch-size")
         self.total = total_steps(cfg, data, self.rows)
         self.balance = self._balance(cfg, data, world)
-        # what a resume must match: the options, with a cost file's coefficients in place of its path
-        self.options = {**cfg.to_dict(), **({"balance_cost": self.balance["cost"]} if cfg.balance_cost else {})}
+        # what a resume must match: the options, with a cost file's coefficients in place of its path,
+        # and the dataset's schedule itself when training its steps (a re-pack may have changed it)
+        self.options = {**cfg.to_dict(), **({"balance_cost": self.balance["cost"]} if cfg.balance_cost else {}),
+                        **({"schedule": data.manifest["schedule"]} if data.schedule_shape else {})}
         self.eval_every = max(1, self.total // cfg.evals) if cfg.evals else cfg.eval_every
         betas = adjust_betas(cfg.betas, data.packing_factor) if cfg.adjust_hparams else cfg.betas
         self.optimizer = make_optimizer(self.model, cfg, betas)
