@@ -19,6 +19,18 @@ from tests.golden.make_packed import CASES, GOLDEN, build, files_of
 
 #: manifest keys written since the goldens were made (issue 23), one line each in manifest.json
 ADDED = ("token_labels", "float_labels", "causal_lm")
+#: keys of the plan's ``info`` written since then: how the LP stopped (issue 27's session: input-only rules)
+ADDED_PLAN_INFO = ("lp_stop",)
+
+
+def _without_added_plan_info(line: str) -> str:
+    """The manifest's ``"plan"`` line without :data:`ADDED_PLAN_INFO` (other lines unchanged)."""
+    if not line.startswith(' "plan": '):
+        return line
+    plan = json.loads(line[len(' "plan": ') :].rstrip().rstrip(","))
+    for k in ADDED_PLAN_INFO:
+        plan.get("info", {}).pop(k, None)
+    return ' "plan": ' + json.dumps(plan) + ("," if line.rstrip().endswith(",") else "") + "\n"
 
 
 def _assert_same(golden: Path, got: Path) -> None:
@@ -28,7 +40,7 @@ def _assert_same(golden: Path, got: Path) -> None:
             continue
         assert filecmp.cmp(golden / f, got / f, shallow=False), f"{f} differs from the golden"
     lines = (got / "manifest.json").read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = [ln for ln in lines if not any(ln.startswith(f' "{k}": ') for k in ADDED)]
+    kept = [_without_added_plan_info(ln) for ln in lines if not any(ln.startswith(f' "{k}": ') for k in ADDED)]
     assert len(lines) - len(kept) == len(ADDED)
     assert "".join(kept).replace(",\n }", "\n }") == (golden / "manifest.json").read_text(encoding="utf-8")
     m = json.loads("".join(lines))
