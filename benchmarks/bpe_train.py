@@ -77,7 +77,9 @@ print(json.dumps({{"in_process": time.perf_counter() - t0, "vocab": len(vocab)}}
 
 
 def compare(name: str, path: str, vocab: int, specials: tuple[str, ...], runs: int) -> dict:
-    from seqpack.tokenizer.pretokenize import GPT2_PATTERN  # read here: the rustbpe process imports no seqpack
+    from seqpack.tokenizer.pretokenize import (
+        GPT2_PATTERN,  # read here: the rustbpe process imports no seqpack
+    )
 
     fill = {"path": path, "vocab": vocab, "specials": specials, "eot": EOT, "pattern": GPT2_PATTERN}
     code = {"seqpack": SEQPACK.format(**fill), "rustbpe": RUSTBPE.format(**fill), "hf": HF.format(**fill)}
