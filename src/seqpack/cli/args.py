@@ -115,8 +115,14 @@ def add_balance_options(p: argparse.ArgumentParser) -> None:
                    "instead of FLOPs at --hidden")
 
 
-def row_cost_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~seqpack.packing.balance.RowCost` that ``--cost`` or ``--hidden`` names."""
-    from seqpack.packing.balance import RowCost, load_row_cost
+def schedule_from_args(args: argparse.Namespace, *, seed: int = 0) -> Any:
+    """The :class:`~seqpack.packing.balance.ScheduleOptions` that ``--world-size/--micro-batch`` and
+    ``--cost`` or ``--hidden`` name, or None without ``--world-size``."""
+    from seqpack.packing.balance import RowCost, ScheduleOptions, load_row_cost
 
-    return load_row_cost(args.cost) if args.cost else RowCost.from_flops(hidden=args.hidden, layers=1)
+    if not args.world_size:
+        if args.cost:
+            raise ValueError("--cost prices packs for --world-size W; pass --world-size too")
+        return None
+    cost = load_row_cost(args.cost) if args.cost else RowCost.from_flops(hidden=args.hidden, layers=1)
+    return ScheduleOptions(world_size=args.world_size, micro_batch=args.micro_batch, cost=cost, seed=seed)

@@ -17,6 +17,7 @@ from seqpack.cli.args import (
     nonneg,
     option_name,
     positive_int,
+    schedule_from_args,
 )
 
 NAME = "pack"
@@ -104,15 +105,7 @@ def run(args: argparse.Namespace) -> int:
                               seed=args.seed, position_offset=args.position_offset, **options)
     check_output_dir(args.out, overwrite=args.overwrite,
                      inputs=[args.source, args.tokenizer, getattr(args, "chat_template", None)])
-    schedule = None
-    if args.world_size:
-        from seqpack.cli.args import row_cost_from_args
-        from seqpack.packing.balance import ScheduleOptions
-
-        schedule = ScheduleOptions(world_size=args.world_size, micro_batch=args.micro_batch, cost=row_cost_from_args(args),
-                                   seed=args.seed)
-    elif args.cost:
-        raise ValueError("--cost prices packs for --world-size W; pass --world-size too")
+    schedule = schedule_from_args(args, seed=args.seed)
     tok = open_tokenizer(args.tokenizer)
     engine = engine_from_args(args)
     try:

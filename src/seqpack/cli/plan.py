@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from seqpack.cli.args import MAX_LEN_HINT, add_balance_options
+from seqpack.cli.args import MAX_LEN_HINT, add_balance_options, schedule_from_args
 from seqpack.cli.args import depth as _depth
 from seqpack.cli.args import max_len as _max_len
 
@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
             check_writable(Path(path))
             if Path(path).exists() and not args.overwrite:
                 raise ValueError(f"{flag} {path}: exists; pass --overwrite to replace it")
-    if args.cost and not args.world_size:
-        raise ValueError("--cost prices packs for --world-size W; pass --world-size too")
+    schedule = schedule_from_args(args)
     hist = check_histogram(load_histogram(args.histogram), args.max_len, hint=MAX_LEN_HINT)
     if args.compare:
         from seqpack.packing.report import compare_plans
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         plans[-1].save(args.out)
     if args.plot:
         plot_plan(hist, plans[-1], args.plot)
-    balance = _balance(plans[-1], args) if args.world_size else None
+    balance = _balance(plans[-1], schedule, args.cost or f"flops (hidden {args.hidden})") if schedule else None
     if args.json:
         objs = [p.summary() for p in plans]
         if balance:
@@ -71,21 +70,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _balance(plan: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _balance(plan: Any, schedule: Any, source: str) -> dict[str, Any]:
     """How evenly data-parallel ranks are loaded by this plan's packs, shuffled and balanced."""
-    from seqpack.cli.args import row_cost_from_args
-    from seqpack.packing.balance import (
-        balanced_steps,
-        imbalance,
-        plan_costs,
-        sequential_steps,
-        step_time_saving,
-    )
+    from seqpack.packing.balance import balance_report, plan_costs
 
-    cost = row_cost_from_args(args)
-    costs = plan_costs(plan, cost)
-    kw = {"world": args.world_size, "micro_batch": args.micro_batch}
-    seq, bal = sequential_steps(len(costs), **kw), balanced_steps(costs, **kw)
-    return {**kw, "imbalance_sequential": imbalance(costs, seq), "imbalance_balanced": imbalance(costs, bal),
-            "step_time_saving": step_time_saving(costs, seq, bal), "cost": cost.to_dict(),
-            "cost_source": args.cost or f"flops (hidden {args.hidden})"}
+    kw = {"world": schedule.world_size, "micro_batch": schedule.micro_batch}
+    _, report = balance_report(plan_costs(plan, schedule.cost), **kw)
+    return {**kw, **report, "cost": schedule.cost.to_dict(), "cost_source": source}

@@ -97,9 +97,8 @@ class BalancedSampler:
 
     def _last_row(self) -> np.ndarray:
         assert self.last is not None
-        have = self.last[self.last >= 0]
-        filled = np.where(self.last >= 0, self.last, -1).reshape(-1)
-        filled[filled < 0] = np.resize(have, int((filled < 0).sum()))  # the step's own packs again
+        filled = self.last.reshape(-1).copy()
+        filled[filled < 0] = np.resize(filled[filled >= 0], int((filled < 0).sum()))  # the step's own packs again
         return filled.reshape(self.last.shape)[self.rank]  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[int]:

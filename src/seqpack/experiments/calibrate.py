@@ -17,6 +17,7 @@ the FLOP model.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from typing import Any
 
@@ -101,17 +102,9 @@ def model_flops(model: torch.nn.Module, *, causal: bool) -> RowCost:
 
 
 def _short(lengths: list[int]) -> str:
-    return " + ".join(f"{n} x {v}" if n > 1 else str(v) for v, n in _runs(lengths))
-
-
-def _runs(lengths: list[int]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for v in lengths:
-        if out and out[-1][0] == v:
-            out[-1] = (v, out[-1][1] + 1)
-        else:
-            out.append((v, 1))
-    return out
+    """``[3072, 16, 16]`` -> ``"3072 + 2 x 16"``."""
+    runs = [(v, len(list(g))) for v, g in itertools.groupby(lengths)]
+    return " + ".join(f"{n} x {v}" if n > 1 else str(v) for v, n in runs)
 
 
 def format_calibration(r: dict[str, Any]) -> str:

@@ -135,7 +135,7 @@ class TrainData:
         """Order each epoch's packs into compute-balanced steps (:mod:`seqpack.packing.balance`):
         every micro-batch of ``rows`` rows gives each of ``world`` ranks packs of even cost (its
         share ``[r::world]``). Returns the first epoch's imbalance, sequential and balanced."""
-        from seqpack.packing.balance import balanced_steps, imbalance, sequential_steps
+        from seqpack.packing.balance import balance_report
 
         if self.padded:
             raise ValueError("--balance compute orders packs; a --padded run has sequences as its units")
@@ -144,9 +144,7 @@ class TrainData:
         costs = cost.of(*self.pack_stats[self.train_packs].T)
         self._balance = (costs, world, rows // world)
         self._perms = {}  # epochs ordered before are ordered anew
-        n = len(costs)
-        return {"world": world, "imbalance_sequential": imbalance(costs, sequential_steps(n, world=world, micro_batch=rows // world)),
-                "imbalance_balanced": imbalance(costs, balanced_steps(costs, world=world, micro_batch=rows // world))}
+        return {"world": world, **balance_report(costs, world=world, micro_batch=rows // world)[1]}
 
     @property
     def schedule_shape(self) -> tuple[int, int] | None:
@@ -156,15 +154,15 @@ class TrainData:
     def _epoch_order(self, seed: int, epoch: int) -> np.ndarray:
         if self._schedule is not None:  # the dataset's steps, in a fresh order per epoch
             steps = self._schedule[np.random.default_rng([seed, epoch]).permutation(len(self._schedule))]
-            return steps.transpose(0, 2, 1).reshape(-1)  # micro-batch row b * world + r is rank r's b-th pack
-        if self._balance is None:
-            return np.random.default_rng([seed, epoch]).permutation(self.num_units)
-        from seqpack.packing.balance import balanced_steps
+        elif self._balance is not None:
+            from seqpack.packing.balance import balanced_steps
 
-        costs, world, per_rank = self._balance
-        steps = balanced_steps(costs, world=world, micro_batch=per_rank, seed=seed * 1_000_003 + epoch)
+            costs, world, per_rank = self._balance
+            steps = balanced_steps(costs, world=world, micro_batch=per_rank, seed=seed * 1_000_003 + epoch)
+        else:
+            return np.random.default_rng([seed, epoch]).permutation(self.num_units)
         flat = steps.transpose(0, 2, 1).reshape(-1)  # micro-batch row b * world + r is rank r's b-th pack
-        return flat[flat >= 0]
+        return flat[flat >= 0]  # type: ignore[no-any-return]
 
     def _take(self, packs: np.ndarray) -> dict[str, np.ndarray]:
         cols = self.rows.take(packs)
