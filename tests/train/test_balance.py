@@ -155,3 +155,17 @@ def test_schedule_run_resumes_exactly_and_refuses_a_changed_schedule(datasets, t
     a = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)["model_state"]
     b = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)["model_state"]
     assert all(torch.equal(a[k], b[k]) for k in a)  # the same steps, bit for bit
+
+
+def test_row_squares_equals_a_loop():
+    from seqpack.train.data import row_squares
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(200):  # packed rows: contiguous runs of ids 1, 2, ..., then padding
+        lengths = rng.integers(1, 9, rng.integers(0, 6))
+        row = np.repeat(np.arange(1, len(lengths) + 1), lengths)[:32]
+        rows.append(np.pad(row, (0, 32 - len(row))))
+    seg = np.stack(rows)
+    want = [sum(int((r == k).sum()) ** 2 for k in range(1, int(r.max()) + 1)) for r in seg]
+    assert row_squares(seg).tolist() == want

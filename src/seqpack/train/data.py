@@ -35,16 +35,21 @@ SPLIT_SEED = 20_240_101
 
 
 def row_squares(segment_ids: np.ndarray) -> np.ndarray:
-    """Sum of squared sequence lengths of each packed row.  # (n, L) -> (n,)
+    """Sum of squared sequence lengths of each packed row (a sequence is a run of one id; 0 is
+    padding).  # (n, L) -> (n,)
 
     >>> row_squares(np.array([[1, 1, 1, 2, 0], [1, 1, 1, 1, 1]])).tolist()
     [10, 25]
     """
-    n = segment_ids.shape[0]
-    D = int(segment_ids.max()) + 1 if segment_ids.size else 1
-    key = (np.arange(n)[:, None] * D + segment_ids.astype(np.int64)).reshape(-1)
-    counts = np.bincount(key, minlength=n * D).reshape(n, D)[:, 1:]
-    return (counts * counts).sum(axis=1)  # type: ignore[no-any-return]
+    n, L = segment_ids.shape
+    flat = segment_ids.reshape(-1)
+    change = np.ones(flat.size, dtype=bool)
+    change[1:] = flat[1:] != flat[:-1]
+    change[::L] = True  # every row starts a run
+    starts = np.flatnonzero(change)
+    lengths = np.diff(np.append(starts, flat.size))
+    real = flat[starts] != 0
+    return np.bincount(starts[real] // L, weights=lengths[real] ** 2, minlength=n).astype(np.int64)
 
 
 def _split_schedule(path: str | os.PathLike[str], eval_fraction: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
