@@ -13,6 +13,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
+RESULTS = ROOT / "benchmarks" / "results"
 EOT = "<|endoftext|>"
 
 

@@ -1,116 +1,113 @@
-"""Encoding throughput, MB/s per core, side by side: seqpack vs tiktoken vs HF tokenizers.
+"""Encoding throughput, like for like: seqpack vs tiktoken vs HF tokenizers, each arm alone.
 
-GPT-2's vocabulary and merges (the CS336 fixtures), so every encoder gives the same ids
-(checked). Corpora: the CS336 text fixtures, Shakespeare, and the Python
-documentation's reST sources (markup-heavy real text, the built-in corpus); documents
-are paragraphs (split at blank lines), with <|endoftext|> removed so that
-``encode_ordinary`` applies. Modes, each the median of --runs:
+GPT-2's vocabulary and merges (the CS336 fixtures), so every encoder gives the same ids (each arm
+reports a hash of its ids; they must all agree). Corpora: the CS336 text fixtures, Shakespeare, and
+the Python documentation's reST sources (markup-heavy real text, the built-in corpus); documents are
+paragraphs (split at blank lines), with <|endoftext|> removed so that ``encode_ordinary`` applies.
 
-- seqpack ``Tokenizer.encode`` per document (one call each, 1 thread), cold cache;
-- seqpack's corpus encoder ``encode_batches`` (flat uint32 ids + offsets per batch of
-  documents, as the token store takes them) on 1 and on all threads, cold cache
-  (cleared before each run) and warm;
-- tiktoken ``encode_ordinary`` per document (1 thread) and ``encode_ordinary_batch``;
-- HF ``tokenizers`` (seqpack's export): ``encode`` per document (1 thread) and
-  ``encode_batch`` (all threads).
+The harness (``_common.compare_arms``) runs every arm in processes of its own (the tiktoken and HF
+arms never import seqpack), a warm-up call then ``--repeats`` timed calls, arms alternating over
+``--rounds``. Pairs compared (the same API shape on both sides):
 
-Per core = MB/s divided by the threads used.
+- per document, 1 thread, a list of ids per call: seqpack ``Tokenizer.encode`` (cold: its word cache
+  cleared before each call; warm: kept) vs tiktoken ``encode_ordinary`` vs HF ``encode``;
+- a batch of documents on 2 threads, a list of lists: seqpack ``Tokenizer.encode_batch(workers=2)``
+  vs tiktoken ``encode_ordinary_batch(num_threads=2)`` vs HF ``encode_batch`` (2 rayon threads);
+- seqpack's corpus encoder ``encode_batches`` (flat numpy ids + offsets, what ``seqpack tokenize``
+  uses) on 1 and 2 threads: it has no counterpart in the others, so it is reported apart.
 
-    python benchmarks/encode.py [--runs 5] [--json]
+MB/s is the corpus's UTF-8 size over the median call; "per core" divides by the threads.
+
+    python benchmarks/encode.py [--rounds 3] [--repeats 2] [--out results/encode.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import time
+import tempfile
+from pathlib import Path
 
-from _common import EOT, SHARED, shakespeare_file
+from _common import EOT, RESULTS, SHARED, compare_arms, shakespeare_file, write_result
 
-
-def timed(fn, runs: int, before=None) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(runs):
-        if before is not None:
-            before()
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+CS = SHARED / "cs336"
+HASH = "__import__('hashlib').sha256(repr(out).encode()).hexdigest()[:16]"
+FLAT = "__import__('hashlib').sha256(repr([ids[o[i]:o[i+1]].tolist() for ids, o in out for i in range(len(o) - 1)]).encode()).hexdigest()[:16]"
 
 
 def corpora() -> dict[str, list[str]]:
     from seqpack.corpus import python_docs
 
-    cs = SHARED / "cs336"
     fixtures = "".join(
-        (cs / n).read_text(encoding="utf-8")
+        (CS / n).read_text(encoding="utf-8")
         for n in ("tinystories_sample.txt", "german.txt", "address.txt", "corpus.en")
     )
     texts = {
         "cs336": fixtures,
         "shakespeare": shakespeare_file().read_text(encoding="utf-8"),
-        "python-docs (reST)": "\n\n".join(python_docs()),
+        "python-docs": "\n\n".join(python_docs()),
     }
     return {k: [p for p in t.replace(EOT, "\n\n").split("\n\n") if p] for k, t in texts.items()}
 
 
-def measure(docs: list[str], tok, enc, runs: int, threads: int) -> dict[str, float]:
-    from seqpack.tokenizer.fast import encode_batches
-
-    mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
-    row: dict[str, float] = {}
-    cold = tok.clear_cache
-    t, ref = timed(lambda: [tok.encode(d) for d in docs], runs, cold)
-    row["seqpack encode, 1 thread, cold"] = mb / t
-    for n in sorted({1, threads}):
-        t, got = timed(lambda n=n: list(encode_batches(tok, docs, workers=n)), runs, cold)
-        assert [ids[o[i] : o[i + 1]].tolist() for ids, o in got for i in range(len(o) - 1)] == ref
-        row[f"seqpack corpus encoder, {n} thread(s), cold"] = mb / t / n
-        t, _ = timed(lambda n=n: list(encode_batches(tok, docs, workers=n)), runs)
-        row[f"seqpack corpus encoder, {n} thread(s), warm"] = mb / t / n
-    t, tk = timed(lambda: [enc.encode_ordinary(d) for d in docs], runs)
-    assert tk == ref, "tiktoken disagrees"
-    row["tiktoken encode_ordinary, 1 thread"] = mb / t
-    t, _ = timed(lambda: enc.encode_ordinary_batch(docs, num_threads=threads), runs)
-    row[f"tiktoken encode_ordinary_batch, {threads} threads"] = mb / t / threads
-    hf = tok.to_hf()
-    t, got = timed(lambda: [hf.encode(d, add_special_tokens=False).ids for d in docs], runs)
-    assert got == ref, "HF disagrees"
-    row["HF tokenizers encode, 1 thread"] = mb / t
-    t, _ = timed(lambda: hf.encode_batch(docs, add_special_tokens=False), runs)
-    row[f"HF tokenizers encode_batch, {threads} threads"] = mb / t / threads
-    row["MB"] = mb
-    return row
+def arms(docs_path: Path, hf_path: Path) -> dict[str, tuple[str, str, str]]:
+    load = f"docs = json.load(open({str(docs_path)!r}, encoding='utf-8'))\n"
+    seqpack = load + (f"from seqpack.tokenizer import Tokenizer\n"
+                      f"tok = Tokenizer.from_files({str(CS / 'gpt2_vocab.json')!r}, {str(CS / 'gpt2_merges.txt')!r}, [{EOT!r}])\n")
+    tiktoken = load + (f"os.environ['TIKTOKEN_CACHE_DIR'] = {str(SHARED / 'tiktoken_cache')!r}\n"
+                       "import tiktoken\nenc = tiktoken.get_encoding('gpt2')\n")
+    hf = load + f"from tokenizers import Tokenizer\nhf = Tokenizer.from_file({str(hf_path)!r})\n"
+    hf2 = "os.environ['TOKENIZERS_PARALLELISM'] = 'true'\n" + hf
+    enc_batches = seqpack + "from seqpack.tokenizer.fast import encode_batches\n"
+    return {
+        "seqpack encode, per document, 1 thread, cold": (seqpack, "tok.clear_cache()\nreturn [tok.encode(d) for d in docs]", HASH),
+        "seqpack encode, per document, 1 thread, warm": (seqpack, "return [tok.encode(d) for d in docs]", HASH),
+        "tiktoken encode_ordinary, per document, 1 thread": (tiktoken, "return [enc.encode_ordinary(d) for d in docs]", HASH),
+        "HF encode, per document, 1 thread": (hf, "return [e.ids for e in map(lambda d: hf.encode(d, add_special_tokens=False), docs)]", HASH),
+        "seqpack encode_batch, 2 threads, cold": (seqpack, "tok.clear_cache()\nreturn tok.encode_batch(docs, workers=2)", HASH),
+        "tiktoken encode_ordinary_batch, 2 threads": (tiktoken, "return enc.encode_ordinary_batch(docs, num_threads=2)", HASH),
+        "HF encode_batch, 2 threads": (hf2, "return [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]", HASH),
+        "seqpack corpus encoder, 1 thread, cold": (enc_batches, "tok.clear_cache()\nreturn list(encode_batches(tok, docs, workers=1))", FLAT),
+        "seqpack corpus encoder, 2 threads, cold": (enc_batches, "tok.clear_cache()\nreturn list(encode_batches(tok, docs, workers=2))", FLAT),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--out", default=str(RESULTS / "encode.json"))
     args = ap.parse_args()
-    os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED / "tiktoken_cache"))
-    import tiktoken
-
-    from seqpack._parallel import default_workers
     from seqpack.tokenizer import Tokenizer
 
-    cs = SHARED / "cs336"
-    tok = Tokenizer.from_files(cs / "gpt2_vocab.json", cs / "gpt2_merges.txt", [EOT])
-    enc = tiktoken.get_encoding("gpt2")
-    threads = default_workers()
-    results = {name: measure(docs, tok, enc, args.runs, threads) for name, docs in corpora().items()}
-    results = {k: {m: round(v, 2) for m, v in row.items()} for k, row in results.items()}
-    if args.json:
-        print(json.dumps({"threads": threads, "runs": args.runs, **results}))
-        return
-    print(f"GPT-2 vocabulary; MB/s per core; {threads} cores; median of {args.runs} runs")
-    for name, row in results.items():
-        print(f"  {name} ({row.pop('MB')} MB)")
-        for k, v in row.items():
-            print(f"    {k:<46} {v:8.2f}")
+    work = Path(tempfile.mkdtemp(prefix="seqpack-encode-"))
+    Tokenizer.from_files(CS / "gpt2_vocab.json", CS / "gpt2_merges.txt", [EOT]).to_hf().save(str(work / "tokenizer.json"))
+    results = {}
+    for name, docs in corpora().items():
+        (work / "docs.json").write_text(json.dumps(docs), encoding="utf-8")
+        mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
+        repeats = args.repeats * (10 if mb < 1 else 1)  # a call on the 0.14 MB corpus takes ~3 ms
+        got = compare_arms(arms(work / "docs.json", work / "tokenizer.json"), rounds=args.rounds, repeats=repeats, threads=2)
+        hashes = {r["info"] for r in got.values()}
+        assert len(hashes) == 1, f"the encoders disagree on {name}: {hashes}"
+        print(f"## {name}: {len(docs):,} documents, {mb:.2f} MB; MB/s (per core) over the median call; ids identical")
+        for arm, r in got.items():
+            threads = 2 if "2 threads" in arm else 1
+            r["mb_per_s"] = mb / r["median_s"]
+            r["mb_per_s_per_core"] = r["mb_per_s"] / threads
+            print(f"  {arm:<50} {r['mb_per_s']:8.2f} ({r['mb_per_s_per_core']:.2f})  [{r['min_s']:.3f}-{r['max_s']:.3f} s]")
+        pairs = {
+            "per document, cold, vs tiktoken": ("seqpack encode, per document, 1 thread, cold", "tiktoken encode_ordinary, per document, 1 thread"),
+            "per document, warm, vs tiktoken": ("seqpack encode, per document, 1 thread, warm", "tiktoken encode_ordinary, per document, 1 thread"),
+            "batch, 2 threads, vs tiktoken": ("seqpack encode_batch, 2 threads, cold", "tiktoken encode_ordinary_batch, 2 threads"),
+            "per document vs HF": ("seqpack encode, per document, 1 thread, cold", "HF encode, per document, 1 thread"),
+            "batch, 2 threads, vs HF": ("seqpack encode_batch, 2 threads, cold", "HF encode_batch, 2 threads"),
+        }
+        ratios = {k: got[b]["median_s"] / got[a]["median_s"] for k, (a, b) in pairs.items()}
+        for k, v in ratios.items():
+            print(f"  seqpack / other, {k}: {v:.2f}x")
+        results[name] = {"documents": len(docs), "mb": mb, "rounds": args.rounds, "repeats": repeats, "arms": got, "speedups": ratios}
+    write_result(args.out, results, packages=("tiktoken", "tokenizers"))
 
 
 if __name__ == "__main__":

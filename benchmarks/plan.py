@@ -1,37 +1,32 @@
 """Packing plans and assignment on the BERT Wikipedia histogram (issue 3 goals), plus other shapes.
 
-Run: .venv/bin/python benchmarks/plan.py [--quick]
-Prints medians of several runs (after one warm-up run, so HiGHS is loaded).
+Run: .venv/bin/python benchmarks/plan.py [--quick] [--out FILE]
+Timings go through the harness (each plan in processes of its own, a warm-up call, median);
+pack counts are deterministic. Writes benchmarks/results/plan.json.
 """
 
 from __future__ import annotations
 
-import statistics
-import sys
+import argparse
 import time
 
 import numpy as np
-from _common import SHARED  # type: ignore[import-not-found]
+from _common import RESULTS, compare_arms, write_result  # type: ignore[import-not-found]
 
-from seqpack.packing import StreamPacker, pack_lengths, plan
+from seqpack.packing import StreamPacker, builtin_histogram, plan
+
+SETUP = """
+import numpy as np
+from seqpack.packing import builtin_histogram, pack_lengths, plan
 from seqpack.packing.assign import assign
-
-RUNS = 5
-
-
-def timed(fn, runs=RUNS):  # type: ignore[no-untyped-def]
-    fn()  # warm-up
-    times, out = [], None
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return out, statistics.median(times)
+h = builtin_histogram("wikipedia")
+lengths = np.random.default_rng(0).choice(np.arange(1, 513), size=1_000_000, p=h / h.sum())
+"""
 
 
-def table1(h: np.ndarray, quick: bool) -> None:
-    print("## Table 1 analogue: Wikipedia, max_len 512 (median of 5 runs)")
-    print(f"{'algorithm':<8} {'depth':>5} {'packs':>12} {'efficiency':>10} {'vs LP bound':>11} {'seconds':>8}")
+def table1(h: np.ndarray, quick: bool) -> dict:
+    """Every plan as an arm of the harness: a process of its own, a warm-up call, alternating rounds."""
+    print("## Table 1 analogue: Wikipedia, max_len 512 (harness: 3 processes per plan, median)")
     # the LP bounds at depth 3 and unlimited, computed (``best`` reports the LP's proven lower bound)
     bounds = {d: int(plan(h, 512, algorithm="best", max_depth=d).info["lp_bound"]) for d in (3, None)}  # type: ignore[call-overload]
     print(f"LP bounds (computed): depth 3 {bounds[3]:,}, no limit {bounds[None]:,}")
@@ -39,41 +34,48 @@ def table1(h: np.ndarray, quick: bool) -> None:
     rows += [("best", d) for d in (2, 3, 4, 8, 16, None)]
     if not quick:
         rows.insert(8, ("nnlshp", 3))
-    for algorithm, depth in rows:
-        runs = 1 if algorithm == "nnlshp" else RUNS
-        p, t = timed(lambda: plan(h, 512, algorithm=algorithm, max_depth=depth), runs=runs) if runs > 1 else (None, 0.0)
-        if p is None:
-            t0 = time.perf_counter()
-            p = plan(h, 512, algorithm=algorithm, max_depth=depth)
-            t = time.perf_counter() - t0
-        lb = bounds.get(depth if depth in (3, None) else None)
-        gap = f"+{p.num_packs - lb:,}" if depth in (3, None) else ""
-        print(f"{algorithm:<8} {depth or 'max':>5} {p.num_packs:>12,} {100 * p.efficiency:>9.3f}% {gap:>11} {t:>8.3f}")
+    arms = {f"{a} depth {d or 'max'}": (SETUP, f"return plan(h, 512, algorithm={a!r}, max_depth={d})",
+                                           "[out.num_packs, out.efficiency]") for a, d in rows}
+    got = compare_arms(arms, rounds=3)
+    print(f"{'plan':<16} {'packs':>12} {'efficiency':>10} {'vs LP bound':>11} {'median s':>9}")
+    for (name, r), (_, depth) in zip(got.items(), rows):
+        packs, eff = r["info"]
+        r["packs"], r["efficiency"] = packs, eff
+        if depth in (3, None):
+            r["over_lp_bound"] = packs - bounds[depth]
+        gap = f"+{packs - bounds[depth]:,}" if depth in (3, None) else ""
+        print(f"{name:<16} {packs:>12,} {100 * eff:>9.3f}% {gap:>11} {r['median_s']:>9.3f}")
+    return {"lp_bound_depth3": bounds[3], "lp_bound": bounds[None], "plans": got}
 
 
-def assignment(h: np.ndarray) -> None:
-    lengths = np.random.default_rng(0).choice(np.arange(1, 513), size=1_000_000, p=h / h.sum())
-    print("\n## pack_lengths: 1,000,000 lengths sampled from the histogram (median of 5)")
+def assignment() -> dict:
+    print("\n## pack_lengths: 1,000,000 lengths sampled from the histogram (harness: 3 processes x 2 calls)")
+    arms = {}
     for algorithm in ("lpfhp", "best", "spfhp"):
-        packing, whole = timed(lambda: pack_lengths(lengths, 512, algorithm=algorithm))
-        _, just_assign = timed(lambda: assign(packing.plan, lengths))
-        print(
-            f"{algorithm:<6} packs {packing.num_packs:,}  efficiency {100 * packing.plan.efficiency:.3f}%  "
-            f"whole call {whole:.3f}s  assignment alone {just_assign:.3f}s"
-        )
+        arms[f"pack_lengths {algorithm}"] = (SETUP, f"return pack_lengths(lengths, 512, algorithm={algorithm!r})",
+                                             "[out.num_packs, out.plan.efficiency]")
+    arms["assign alone (lpfhp plan)"] = (SETUP + "p = pack_lengths(lengths, 512, algorithm='lpfhp').plan\n",
+                                         "return assign(p, lengths)", None)
+    got = compare_arms(arms, rounds=3, repeats=2)
+    for name, r in got.items():
+        print(f"{name:<28} median {r['median_s']:.3f}s (min {r['min_s']:.3f}, max {r['max_s']:.3f}) {r['info'] or ''}")
+    return got
 
 
-def stream(h: np.ndarray) -> None:
+def stream(h: np.ndarray) -> dict:
     lengths = np.random.default_rng(1).choice(np.arange(1, 513), size=300_000, p=h / h.sum()).tolist()
+    out = {}
     print("\n## StreamPacker: 300,000 streamed lengths, efficiency vs buffer size (lpfhp per buffer)")
     for buffer in (100, 1_000, 10_000, 50_000):
         sp = StreamPacker(512, buffer_size=buffer)
         t0 = time.perf_counter()
         n = sum(1 for _ in sp.pack(lengths))
         print(f"buffer {buffer:>6}: {n:,} packs, efficiency {100 * sp.efficiency:.3f}%, {time.perf_counter() - t0:.2f}s")
+        out[buffer] = {"packs": n, "efficiency_percent": 100 * sp.efficiency}
+    return out
 
 
-def other_shapes() -> None:
+def other_shapes() -> dict:
     rng = np.random.default_rng(1)
 
     def clip(x, n):  # type: ignore[no-untyped-def]
@@ -87,6 +89,7 @@ def other_shapes() -> None:
         "chat (geometric mean 250), L=4096": (clip(rng.geometric(1 / 250, 200_000), 4096), 4096),
     }
     print("\n## Other shapes: best vs its LP bound; depth 3 vs the greedy plans")
+    out = {}
     for name, (lengths, max_len) in shapes.items():
         h = np.bincount(lengths - 1, minlength=max_len)
         t0 = time.perf_counter()
@@ -102,18 +105,21 @@ def other_shapes() -> None:
             f"lpfhp {plan(h, max_len, algorithm='lpfhp').num_packs:,}); depth 3: best {d3.num_packs:,} "
             f"({t3:.2f}s, LP bound {d3.info['lp_bound']:,}) spfhp {greedy['spfhp']:,} lpfhp {greedy['lpfhp']:,}"
         )
+        out[name] = {"best": b.num_packs, "lp_bound": int(lb), "gap_percent": 100 * (b.num_packs - lb) / lb,
+                     "best_s_one_run": tb, "best_depth3": d3.num_packs, "lp_bound_depth3": int(d3.info["lp_bound"]),
+                     "spfhp_depth3": greedy["spfhp"], "lpfhp_depth3": greedy["lpfhp"]}
+    return out
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
-    path = SHARED / "histograms" / "wikipedia_len512_histogram.npy"
-    if not path.is_file():
-        sys.exit(f"benchmark needs {path} (the shared data folder)")
-    h = np.load(path)
-    table1(h, quick)
-    assignment(h)
-    stream(h)
-    other_shapes()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="leave out NNLSHP (15 s a call)")
+    parser.add_argument("--out", default=str(RESULTS / "plan.json"))
+    args = parser.parse_args()
+    h = builtin_histogram("wikipedia")  # the paper's histogram, shipped in the package
+    results = {"table1": table1(h, args.quick), "pack_lengths": assignment(), "stream": stream(h),
+               "other_shapes": other_shapes()}
+    write_result(args.out, results)
 
 
 if __name__ == "__main__":
