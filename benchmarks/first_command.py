@@ -10,22 +10,24 @@ built-in Python-docs corpus, as a new user would type them):
     seqpack pack store --task clm --max-len 512 --tokenizer tok --out packed
     seqpack demo --out demo --fresh            (with --demo; takes minutes)
 
-    python benchmarks/first_command.py [--demo] [--json]
+    python benchmarks/first_command.py [--runs 3] [--demo] [--out results/first_command.json]
+
+Each of --runs repetitions starts cold again (caches and __pycache__ deleted); medians, min, max.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT
+from _common import RESULTS, ROOT, write_result
 
 COMMANDS = {
     "train-tokenizer": ["train-tokenizer", "--vocab-size", "2000", "--out", "tok", "--overwrite"],
@@ -41,30 +43,36 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--demo", action="store_true")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    commands = dict(COMMANDS)
-    if args.demo:
-        commands["demo"] = ["demo", "--out", "demo", "--fresh"]
+def once(commands: dict[str, list[str]]) -> dict[str, tuple[float, float]]:
     work = Path(tempfile.mkdtemp(prefix="seqpack-first-"))
     env = {**os.environ, "SEQPACK_CACHE_DIR": str(work / "cache")}
     for d in (ROOT / "src" / "seqpack").rglob("__pycache__"):
         shutil.rmtree(d)
-    out = {}
-    for name, cmd in commands.items():
-        cold = run(cmd, work, env)
-        warm = run(cmd, work, env)
-        out[name] = {"cold_s": round(cold, 2), "warm_s": round(warm, 2)}
+    out = {name: (run(cmd, work, env), run(cmd, work, env)) for name, cmd in commands.items()}
     shutil.rmtree(work)
-    if args.json:
-        print(json.dumps(out))
-        return
-    print("first command after install (fresh process each; cold = no __pycache__, empty seqpack cache)")
-    for name, r in out.items():
-        print(f"  {name:<16} cold {r['cold_s']:6.2f} s   warm {r['warm_s']:6.2f} s")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--demo", action="store_true")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--out", default=str(RESULTS / "first_command.json"))
+    args = ap.parse_args()
+    commands = dict(COMMANDS)
+    if args.demo:
+        commands["demo"] = ["demo", "--out", "demo", "--fresh"]
+    runs = [once(commands) for _ in range(args.runs)]
+    results = {}
+    print(f"first command after install (fresh process each; cold = no __pycache__, empty seqpack cache); median of {args.runs}")
+    for name in commands:
+        r = {}
+        for i, kind in enumerate(("cold", "warm")):
+            xs = [run_[name][i] for run_ in runs]
+            r[kind] = {"median_s": statistics.median(xs), "min_s": min(xs), "max_s": max(xs), "runs_s": xs}
+        results[name] = r
+        print(f"  {name:<16} cold {r['cold']['median_s']:6.2f} s   warm {r['warm']['median_s']:6.2f} s")
+    write_result(args.out, results)
 
 
 if __name__ == "__main__":

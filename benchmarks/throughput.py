@@ -1,6 +1,10 @@
 """Packed vs padded training throughput on CPU (issue 5 goals): forward + backward, fp32, 2 threads.
 
-Run: .venv/bin/python benchmarks/throughput.py [--quick] [--repeats 3]
+Run: .venv/bin/python benchmarks/throughput.py [--quick] [--repeats 3] [--out results/throughput.json]
+
+Not through the subprocess harness: padded and packed are the same package and model, and what is
+compared is the step, so they share one process and alternate round by round (round 0 warms up),
+which cancels drift better than separate processes would; medians and per-round ratios are stored.
 
 A pool of ``--sequences`` lengths is sampled from
 ../shared/data/histograms/wikipedia_len512_histogram.npy (seed 0) and laid out two ways:
@@ -38,7 +42,7 @@ import time
 
 import numpy as np
 import torch
-from _common import wikipedia_lengths  # type: ignore[import-not-found]
+from _common import RESULTS, wikipedia_lengths, write_result  # type: ignore[import-not-found]
 
 from seqpack.experiments.bench import make_batches, step_times
 from seqpack.nn.attention import packed_attention, plan_attention
@@ -137,6 +141,7 @@ def main() -> None:
     ap.add_argument("--head", choices=("all", "targets", "both"), default="both",
                     help="vocabulary projection at every position (HF) or only at target tokens")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", default=str(RESULTS / "throughput.json"), help="the result file ('' for none)")
     args = ap.parse_args()
     if args.quick:
         args.repeats, args.steps = 3, 2
@@ -144,6 +149,7 @@ def main() -> None:
     torch.set_num_threads(2)
     cases = ("attention", "bert", "gpt") if args.case == "all" else (args.case,)
     results = [attention_case(args) if c == "attention" else run_case(c, args) for c in cases]
+    write_result(args.out or None, results, packages=("torch",))
     if args.json:
         print(json.dumps(results, indent=1))
         return
