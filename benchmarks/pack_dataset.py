@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from _common import compare_arms, wikipedia_lengths, write_result  # type: ignore[import-not-found]
+from _common import RESULTS, compare_arms, wikipedia_lengths, write_result  # type: ignore[import-not-found]
 
 from seqpack.data.format import write_packed
 from seqpack.data.layout import materialize, pack_sequences
@@ -61,6 +61,10 @@ tokens, offsets = sample({n})
 """
 
 
+EFF = "[out.num_packs, out.packing.plan.efficiency]"  # [rows, real tokens / (rows x max_len)]
+TRL_EFF = "[len(out), int(offsets[-1]) / (len(out) * MAX_LEN)]"
+
+
 def head_to_head(n: int) -> dict[str, tuple[str, str, str]]:
     """seqpack's packers and TRL's ``pack_dataset`` as harness arms: each in processes of its own
     (none imports the other's package), the same sequences from the same seed, timed alike."""
@@ -80,13 +84,12 @@ datasets.disable_progress_bars()
 ds = datasets.Dataset.from_dict({"input_ids": [a.tolist() for a in np.split(tokens.astype(np.int32), offsets[1:-1])]})
 """
     return {
-        "seqpack lpfhp, all columns": (ours, "return pack_sequences(seqs, MAX_LEN, algorithm='lpfhp', seed=0)", "out.num_packs"),
-        "seqpack best, all columns": (ours, "return pack_sequences(seqs, MAX_LEN, algorithm='best', seed=0)", "out.num_packs"),
+        "seqpack lpfhp, all columns": (ours, "return pack_sequences(seqs, MAX_LEN, algorithm='lpfhp', seed=0)", EFF),
+        "seqpack best, all columns": (ours, "return pack_sequences(seqs, MAX_LEN, algorithm='best', seed=0)", EFF),
         "seqpack lpfhp, ids only": (ours, "return materialize(ids, pack_lengths(seqs.lengths, MAX_LEN, algorithm='lpfhp', seed=0), "
-                                    "max_len=MAX_LEN)", "len(out['input_ids'])"),
-        "trl chunks": (theirs, "return pack_dataset(ds, MAX_LEN, strategy='bfd')", "len(out)"),
-        "trl whole table": (theirs, "return pack_dataset(ds, MAX_LEN, strategy='bfd', map_kwargs={'batch_size': len(ds)})",
-                            "len(out)"),
+                                    "max_len=MAX_LEN)", "[len(out['input_ids']), int(offsets[-1]) / (len(out['input_ids']) * MAX_LEN)]"),
+        "trl chunks": (theirs, "return pack_dataset(ds, MAX_LEN, strategy='bfd')", TRL_EFF),
+        "trl whole table": (theirs, "return pack_dataset(ds, MAX_LEN, strategy='bfd', map_kwargs={'batch_size': len(ds)})", TRL_EFF),
     }
 
 
@@ -95,7 +98,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--quick", action="store_true", help="100,000 sequences, 2 runs")
     ap.add_argument("--no-trl", action="store_true")
-    ap.add_argument("--out", default=None, help="write the results (with the command, machine and versions) as JSON")
+    ap.add_argument("--out", default=str(RESULTS / "pack_dataset.json"), help="the results (with the command, machine and versions) as JSON")
     args = ap.parse_args()
     n, runs = (100_000, 2) if args.quick else (args.n, 5)
     tokens, offsets = sample(n)
@@ -131,6 +134,8 @@ def main() -> None:
         _, t_write, _ = timed(write, max(2, runs // 2))
         size = sum(f.stat().st_size for f in Path(tmp, "out").rglob("*")) / 1e6
         print(f"write Parquet {comp:<6} + manifest        {t_write:7.3f} s  = {pc.nbytes / 1e6 / t_write:,.0f} MB/s of columns ({size:,.0f} MB on disk)")
+        result[f"write_{comp}"] = {"median_s": t_write, "mb_per_s": pc.nbytes / 1e6 / t_write, "mb_on_disk": size,
+                                   "columns_gb": pc.nbytes / 1e9}
     shutil.rmtree(tmp, ignore_errors=True)
     if args.no_trl:
         write_result(args.out, result)
@@ -139,6 +144,8 @@ def main() -> None:
     for name, a in arms.items():
         print(f"{name:<28} median {a['median_s']:7.3f} s (min {a['min_s']:.3f}, max {a['max_s']:.3f}; "
               f"{len(a['runs_s'])} calls in 3 processes) {a['info']}")
+    result["speedups"] = {f"{trl} / {k}": arms[trl]["median_s"] / arms[k]["median_s"]
+                          for trl in ("trl chunks", "trl whole table") for k in arms if k.startswith("seqpack")}
     for trl in ("trl chunks", "trl whole table"):
         print(f"{trl}: seqpack is " + " / ".join(f"{arms[trl]['median_s'] / arms[k]['median_s']:.1f}x ({k})"
                                                 for k in arms if k.startswith("seqpack")) + " faster")

@@ -8,7 +8,9 @@ the largest process (sampled every 0.1 s over the CLI and every process it start
 included), the pack count and efficiency, and - where one store still fits - the pack count of
 the single-process plan on the same sequences (``pack_lengths`` on all lengths at once).
 
-    python benchmarks/scale.py [--sizes 200,2000] [--engines local,ray] [--limit-gb 1.5] [--json]
+    python benchmarks/scale.py [--sizes 200,2000] [--engines local,ray] [--limit-gb 1.5] [--out results/scale.json]
+
+One run per configuration (a 2 GB run takes minutes): the rows are single measurements.
 
 ``--limit-gb`` also re-runs the local engine in a memory cgroup (v1, ``memory.limit_in_bytes``)
 limited below the corpus size, to show that the job completes when the corpus does not fit
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from _common import EOT, SHARED
+from _common import EOT, RESULTS, SHARED, write_result
 
 
 def corpus(megabytes: int, seed: int = 0) -> Path:
@@ -143,6 +145,7 @@ def main() -> None:
     ap.add_argument("--engines", default="local,ray")
     ap.add_argument("--limit-gb", type=float, default=1.5, help="address-space limit for the extra run (0: none)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", default=str(RESULTS / "scale.json"), help="the result file ('' for none)")
     args = ap.parse_args()
     from seqpack.tokenizer import Tokenizer
 
@@ -164,6 +167,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
         for p in work.glob(f"*-{size}-*"):
             subprocess.run(["rm", "-rf", str(p)], check=True)
+    write_result(args.out or None, rows, packages=("ray",))
     if not args.json:
         print("size MB | engine | tokenize s | pack s | MB/s end to end | peak RSS (largest process) MB | packs | single-process packs | efficiency")
         for r in rows:

@@ -1,0 +1,129 @@
+"""Every number in the README's measurement tables is found in the stored result it cites.
+
+A table of measurements cites its evidence: a row names ``results/NAME.json`` (or ``.jsonl``), or the
+paragraph just above the table names the files for all its rows. Each number in a row's measured
+cells (every cell but the first, which says what was run) must equal, at the precision the README
+prints, a number in one of those files (a JSON number, or a number inside a JSON string such as the
+stored command); a percentage may also be stored as a fraction. So a figure cannot drift from its
+evidence: re-running a benchmark and forgetting the README, or editing the README by hand, fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
+FILE = re.compile(r"([A-Za-z0-9_./-]+\.jsonl?)\b")
+NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?!\d)|\d+)(\.\d+)?(?![\d.])")  # a unit may follow: 1.9x, 48 MB
+CAPTION_LINES = 8  # how far above a table its citing paragraph may start
+
+
+def _tables(text: str) -> list[tuple[int, list[str], list[str]]]:
+    """``(line of the header, caption files, row lines)`` for every markdown table."""
+    lines = text.splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and set(lines[i + 1]) <= set("|-: "):
+            j = i + 2
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            caption = [ln for ln in lines[max(0, i - CAPTION_LINES) : i] if not ln.startswith("|")]
+            out.append((i + 1, FILE.findall(" ".join(caption)), lines[i + 2 : j]))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def _numbers_in(obj: object, out: list[float]) -> None:
+    if isinstance(obj, bool):
+        return
+    if isinstance(obj, (int, float)):
+        out.append(float(obj))
+    elif isinstance(obj, str):
+        out += [float(m.group(0)) for m in re.finditer(r"\d+(?:\.\d+)?(?:e-?\d+)?", obj)]
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _numbers_in(k, out)
+            _numbers_in(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _numbers_in(v, out)
+
+
+def _evidence(name: str) -> list[float]:
+    path = RESULTS / Path(name).name
+    assert path.is_file(), f"README cites {name}, which is not in benchmarks/results/"
+    text = path.read_text(encoding="utf-8")
+    docs = [json.loads(ln) for ln in text.splitlines() if ln.strip()] if path.suffix == ".jsonl" else [json.loads(text)]
+    out: list[float] = []
+    _numbers_in(docs, out)
+    return out
+
+
+def _figures(cell: str) -> list[tuple[str, float, int, bool]]:
+    """``(as printed, value, decimals, may be a percentage)`` for each number in a cell; code spans
+    and issue numbers are names, not figures. In a cell that prints a percentage any number may be
+    one (ranges such as "7.6–24.6%" print the sign once)."""
+    cell = re.sub(r"`[^`]*`", " ", cell)
+    cell = re.sub(r"issues? \d+( and \d+)?", " ", cell)
+    percent = "%" in cell
+    return [(m.group(0), float(m.group(1).replace(",", "") + (m.group(2) or "")), len(m.group(2) or ".") - 1, percent)
+            for m in NUMBER.finditer(cell)]
+
+
+def _found(value: float, decimals: int, percent: bool, pool: list[float]) -> bool:
+    half = 0.5 * 10.0**-decimals + 1e-9
+    candidates = [value] + ([value / 100] if percent else [])
+    scales = [1.0] + ([100.0] if percent else [])
+    return any(abs(v - c) <= half / s for c, s in zip(candidates, scales) for v in pool)
+
+
+def _rows() -> list[tuple[str, list[str], str]]:
+    text = README.read_text(encoding="utf-8")
+    rows = []
+    for line_no, caption, body in _tables(text):
+        for row in body:
+            files = FILE.findall(row) or caption
+            if files:
+                rows.append((f"README.md:{line_no}", files, row))
+    return rows
+
+
+def test_measurement_tables_cite_results():
+    """Every table with a 'measured' column, and every table of the Benchmarks section, cites files."""
+    text = README.read_text(encoding="utf-8")
+    bench = text.index("\n## Benchmarks")
+    bench_end = text.index("\n## ", bench + 1)
+    for line_no, caption, body in _tables(text):
+        header = text.splitlines()[line_no - 1]
+        offset = len("\n".join(text.splitlines()[: line_no - 1]))
+        if "measured" in header or bench <= offset < bench_end:
+            for row in body:
+                assert FILE.findall(row) or caption, f"README.md:{line_no}: a row cites no result file: {row[:100]}"
+
+
+@pytest.mark.parametrize("where,files,row", _rows(), ids=lambda x: x if isinstance(x, str) and x.startswith("README") else "")
+def test_every_figure_is_in_its_result(where, files, row):
+    pool = [x for f in files for x in _evidence(f)]
+    cells = [c for c in row.strip().strip("|").split("|")][1:]
+    missing = [printed for cell in cells for printed, value, decimals, percent in _figures(cell)
+               if not _found(value, decimals, percent, pool)]
+    assert not missing, f"{where}: {missing} not found in {files}: {row[:120]}"
+
+
+def test_the_check_can_fail():
+    """The matcher itself: rounding at the printed precision, percentages as fractions, nothing else."""
+    pool = [1.8743, 0.142, 8143852.0]
+    assert _found(1.874, 3, False, pool) and _found(1.87, 2, False, pool)
+    assert not _found(1.875, 3, False, pool) and not _found(1.9, 1, False, pool[1:])
+    assert _found(14.2, 1, True, pool) and not _found(14.3, 1, True, pool)
+    assert _found(8143852, 0, False, pool) and not _found(8143853, 0, False, pool)
+    assert [f[:3] for f in _figures("**8,143,852 packs** in 0.48 s, `--max-len 512`, issue 30, 1.9x, 14.2%")] == [
+        ("8,143,852", 8143852.0, 0), ("0.48", 0.48, 2), ("1.9", 1.9, 1), ("14.2", 14.2, 1)]
