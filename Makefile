@@ -30,7 +30,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/tokenize_store.py
 	$(BIN)/python benchmarks/pack_dataset.py
 	$(BIN)/python benchmarks/throughput.py
+	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/cli_runs.py
 	$(BIN)/python benchmarks/chat_sft.py --out benchmarks/results/chat_sft.json
+	$(BIN)/python benchmarks/preference.py --out benchmarks/results/preference.json
+	$(BIN)/python benchmarks/balance.py --out benchmarks/results/balance.json
+	$(BIN)/python benchmarks/balance_torchrun.py --out benchmarks/results/balance_torchrun.json
 
 clean:
 	rm -rf $(VENV) demo_out build src/*.egg-info src/seqpack/_native*.so

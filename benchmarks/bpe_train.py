@@ -24,6 +24,7 @@ import sys
 from _common import (
     EOT,
     PEAK_MB,
+    RESULTS,
     SHARED,
     generated_corpus,
     median,
@@ -119,7 +120,7 @@ def main() -> None:
     ap.add_argument("--big-mb", type=int, default=200, help="0 skips the generated corpus")
     ap.add_argument("--vocab-size", type=int, default=10_000)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--out", default=None, help="write the results (with the command, machine and versions) as JSON")
+    ap.add_argument("--out", default=str(RESULTS / "bpe_train.json"), help="the results (with the command, machine and versions) as JSON")
     args = ap.parse_args()
     results = [compare("shakespeare", str(shakespeare_file()), args.vocab_size, (EOT,), args.runs)]
     if args.big_mb:
