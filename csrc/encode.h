@@ -74,6 +74,9 @@ class EncoderCore {
     }
   }
 
+  const std::vector<uint32_t>& byte_ids() const { return byte_ids_; }
+  const std::vector<uint32_t>& special_ids() const { return special_ids_; }
+
   // Append the ids of `text` (valid UTF-8; special tokens split it) to `out`.
   void encode(const uint8_t* s, size_t n, WordCache& cache, std::vector<uint32_t>& out,
               std::vector<uint32_t>& scratch) const {

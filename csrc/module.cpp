@@ -43,14 +43,6 @@ std::vector<Text> utf8_list(const py::sequence& texts) {
   return out;
 }
 
-py::list to_list(const std::vector<uint32_t>& ids) {
-  py::list out(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    PyList_SET_ITEM(out.ptr(), i, PyLong_FromUnsignedLong(ids[i]));
-  }
-  return out;
-}
-
 template <class T>
 py::array_t<T> to_array(const std::vector<T>& v) {
   py::array_t<T> a(v.size());
@@ -80,6 +72,10 @@ std::vector<size_t> balanced_cuts(const std::vector<Text>& texts, size_t parts) 
 
 class Encoder {
  public:
+  // Texts up to this many bytes encode with the GIL held: releasing and re-taking it costs more
+  // than the work, and holding it makes the inline cache and buffers safe to use without a lock.
+  static constexpr size_t kInlineBytes = 4096;
+
   Encoder(std::vector<uint32_t> byte_ids, std::vector<uint32_t> left, std::vector<uint32_t> right,
           std::vector<uint32_t> merged, const std::vector<py::bytes>& specials,
           std::vector<uint32_t> special_ids)
@@ -88,10 +84,31 @@ class Encoder {
     if (left.size() != right.size() || left.size() != merged.size()) {
       throw py::value_error("left, right and merged must have one entry per merge");
     }
+    uint32_t top = 255;
+    for (uint32_t id : merged) top = std::max(top, id);
+    for (uint32_t id : core_.special_ids()) top = std::max(top, id);
+    for (uint32_t id : core_.byte_ids()) top = std::max(top, id);
+    // one Python int per id, made once: a list of ids then holds new references, no allocation
+    ints_.reserve(top + 1);
+    for (uint32_t i = 0; i <= top; ++i) {
+      PyObject* o = PyLong_FromUnsignedLong(i);
+      if (!o) throw py::error_already_set();
+      ints_.push_back(o);
+    }
   }
+  ~Encoder() {
+    for (PyObject* o : ints_) Py_DECREF(o);
+  }
+  Encoder(const Encoder&) = delete;
+  Encoder& operator=(const Encoder&) = delete;
 
   py::list encode(py::str text) {
     Text t = utf8_of(text.ptr());
+    if (t.size <= kInlineBytes) {
+      out_.clear();
+      core_.encode(t.data, t.size, inline_cache_, out_, scratch_);
+      return id_list(out_.data(), out_.size());
+    }
     std::vector<uint32_t> out, scratch;
     {
       py::gil_scoped_release nogil;
@@ -99,38 +116,15 @@ class Encoder {
       core_.encode(t.data, t.size, *cache, out, scratch);
       pool_.give(std::move(cache));
     }
-    return to_list(out);
+    return id_list(out.data(), out.size());
   }
 
   // (ids, offsets): text i is ids[offsets[i]:offsets[i + 1]].
   py::tuple encode_batch(const py::sequence& texts, int threads) {
     std::vector<Text> views = utf8_list(texts);
-    const size_t parts = std::max<size_t>(1, std::min<size_t>(threads, views.size()));
-    std::vector<size_t> cuts = balanced_cuts(views, parts);
-    const size_t chunks = cuts.size() - 1;
-    std::vector<std::vector<uint32_t>> ids(chunks);
-    std::vector<int64_t> lengths(views.size());
-    {
-      py::gil_scoped_release nogil;
-      auto work = [&](size_t c) {
-        auto cache = pool_.take();
-        // thread-local output (ids[c] side by side would share cache lines between threads)
-        std::vector<uint32_t> out, scratch;
-        std::vector<int64_t> lens(cuts[c + 1] - cuts[c]);
-        for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
-          const size_t before = out.size();
-          core_.encode(views[i].data, views[i].size, *cache, out, scratch);
-          lens[i - cuts[c]] = static_cast<int64_t>(out.size() - before);
-        }
-        std::copy(lens.begin(), lens.end(), lengths.begin() + cuts[c]);
-        ids[c] = std::move(out);
-        pool_.give(std::move(cache));
-      };
-      std::vector<std::thread> pool;
-      for (size_t c = 1; c < chunks; ++c) pool.emplace_back(work, c);
-      if (chunks) work(0);
-      for (auto& th : pool) th.join();
-    }
+    std::vector<std::vector<uint32_t>> ids;
+    std::vector<int64_t> lengths;
+    encode_views(views, threads, ids, lengths);
     size_t total = 0;
     for (const auto& v : ids) total += v.size();
     py::array_t<uint32_t> flat(total);
@@ -146,6 +140,23 @@ class Encoder {
     return py::make_tuple(flat, offsets);
   }
 
+  // A list of id lists, one per text (what tiktoken's encode_ordinary_batch returns).
+  py::list encode_lists(const py::sequence& texts, int threads) {
+    std::vector<Text> views = utf8_list(texts);
+    std::vector<std::vector<uint32_t>> ids;
+    std::vector<int64_t> lengths;
+    std::vector<size_t> cuts = encode_views(views, threads, ids, lengths);
+    py::list out(views.size());
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const uint32_t* p = ids[c].data();
+      for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
+        PyList_SET_ITEM(out.ptr(), i, id_list(p, static_cast<size_t>(lengths[i])).release().ptr());
+        p += lengths[i];
+      }
+    }
+    return out;
+  }
+
   py::list bpe_with(py::bytes word, bool heap) {
     std::string w(word);
     std::vector<uint32_t> parts;
@@ -156,14 +167,62 @@ class Encoder {
     } else {
       core_.bpe_scan(parts);
     }
-    return to_list(parts);
+    return id_list(parts.data(), parts.size());
   }
 
-  void clear_cache() { pool_.clear(); }
+  void clear_cache() {
+    pool_.clear();
+    inline_cache_.clear();
+  }
 
  private:
+  py::list id_list(const uint32_t* ids, size_t n) const {
+    py::list out(n);
+    PyObject** items = reinterpret_cast<PyListObject*>(out.ptr())->ob_item;
+    for (size_t i = 0; i < n; ++i) {
+      PyObject* o = ints_[ids[i]];
+      Py_INCREF(o);
+      items[i] = o;
+    }
+    return out;
+  }
+
+  // Encode `views` on up to `threads` threads (contiguous ranges of about equal bytes, the GIL
+  // released): ids[c] holds range c's ids, lengths[i] text i's count; returns the ranges' cuts.
+  std::vector<size_t> encode_views(const std::vector<Text>& views, int threads, std::vector<std::vector<uint32_t>>& ids,
+                    std::vector<int64_t>& lengths) {
+    const size_t parts = std::max<size_t>(1, std::min<size_t>(threads, views.size()));
+    std::vector<size_t> cuts = balanced_cuts(views, parts);
+    const size_t chunks = cuts.size() - 1;
+    ids.assign(chunks, {});
+    lengths.assign(views.size(), 0);
+    py::gil_scoped_release nogil;
+    auto work = [&](size_t c) {
+      auto cache = pool_.take();
+      // thread-local output (ids[c] side by side would share cache lines between threads)
+      std::vector<uint32_t> out, scratch;
+      std::vector<int64_t> lens(cuts[c + 1] - cuts[c]);
+      for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
+        const size_t before = out.size();
+        core_.encode(views[i].data, views[i].size, *cache, out, scratch);
+        lens[i - cuts[c]] = static_cast<int64_t>(out.size() - before);
+      }
+      std::copy(lens.begin(), lens.end(), lengths.begin() + cuts[c]);
+      ids[c] = std::move(out);
+      pool_.give(std::move(cache));
+    };
+    std::vector<std::thread> pool;
+    for (size_t c = 1; c < chunks; ++c) pool.emplace_back(work, c);
+    if (chunks) work(0);
+    for (auto& th : pool) th.join();
+    return cuts;
+  }
+
   EncoderCore core_;
   CachePool pool_;
+  WordCache inline_cache_;                // used only with the GIL held
+  std::vector<uint32_t> out_, scratch_;  // likewise
+  std::vector<PyObject*> ints_;           // ints_[i] is the Python int i
 };
 
 py::list split_words_py(py::str text) {
@@ -364,6 +423,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("specials"), py::arg("special_ids"))
       .def("encode", &Encoder::encode, py::arg("text"))
       .def("encode_batch", &Encoder::encode_batch, py::arg("texts"), py::arg("threads") = 1)
+      .def("encode_lists", &Encoder::encode_lists, py::arg("texts"), py::arg("threads") = 1)
       .def("bpe_with", &Encoder::bpe_with, py::arg("word"), py::arg("heap"))
       .def("clear_cache", &Encoder::clear_cache);
   py::class_<Counter>(m, "WordCounter")

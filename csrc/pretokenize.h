@@ -19,9 +19,18 @@ namespace seqpack {
 
 enum : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kSpace = 3 };
 
-inline uint8_t class_of(uint32_t cp) {
+constexpr uint8_t class_of(uint32_t cp) {
   return kStage2[static_cast<size_t>(kStage1[cp >> 8]) * 256 + (cp & 255)];
 }
+
+// The classes of the 128 ASCII characters, one load each (the hot path: most text is ASCII).
+struct AsciiClasses {
+  uint8_t cls[128];
+  constexpr AsciiClasses() : cls() {
+    for (uint32_t c = 0; c < 128; ++c) cls[c] = class_of(c);
+  }
+};
+inline constexpr AsciiClasses kAscii{};
 
 // Decode the code point at s[i] (valid UTF-8); returns its byte length.
 inline int decode_at(const uint8_t* s, size_t i, uint32_t* cp) {
@@ -45,6 +54,10 @@ inline int decode_at(const uint8_t* s, size_t i, uint32_t* cp) {
 
 // Class and byte length of the character at s[i].
 inline uint8_t class_at(const uint8_t* s, size_t i, int* len) {
+  if (s[i] < 0x80) {
+    *len = 1;
+    return kAscii.cls[s[i]];
+  }
   uint32_t cp;
   *len = decode_at(s, i, &cp);
   return class_of(cp);
@@ -95,6 +108,11 @@ inline int64_t utf8_error(const uint8_t* s, size_t n) {
 // End of the run of class `cls` that starts at s[i].
 inline size_t run_end(const uint8_t* s, size_t n, size_t i, uint8_t cls) {
   while (i < n) {
+    while (i < n && s[i] < 0x80) {  // ASCII: one byte, one load
+      if (kAscii.cls[s[i]] != cls) return i;
+      ++i;
+    }
+    if (i >= n) break;
     int len;
     if (class_at(s, i, &len) != cls) break;
     i += len;

@@ -134,6 +134,34 @@ def test_encode_batch_on_threads_equals_encode(gpt2_or_small):
     assert tok.encode_batch(texts, workers=2) == want == tok.encode_batch(texts, backend="python")
 
 
+def test_encode_lists_equals_encode_on_threads(gpt2_or_small):
+    tok = gpt2_or_small
+    rng = random.Random(1)
+    pieces = ["The ", "fox's ", "  ", "\n", "日本語 ", "123", EOT, "!!", "é", ""]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 50))) for _ in range(300)] + ["", "", "a"]
+    want = [tok.encode_reference(t) for t in texts]
+    for threads in (1, 2, 3, 64):
+        tok.clear_cache()
+        assert tok.native.encode_lists(texts, threads) == want
+    assert tok.native.encode_lists([], 2) == []
+
+
+def test_short_and_long_texts_take_both_paths():
+    """Texts up to 4 KB encode with the GIL held (the inline cache), longer ones without it (a pooled
+    cache): the same ids, and the cached ids are shared ints that stay valid."""
+    import sys
+
+    tok = _random_tokenizer(random.Random(3), b"ab1 ", 30, shuffle=True)
+    rng = random.Random(4)
+    for n in (0, 1, 4095, 4096, 4097, 20_000):
+        text = "".join(rng.choice("ab1 ") for _ in range(n))
+        assert tok.encode(text) == tok.encode_reference(text)
+    ids = tok.encode("ab" * 10)
+    before = sys.getrefcount(ids[0])
+    del ids
+    assert sys.getrefcount(tok.encode("ab" * 10)[0]) <= before  # lists hold references, freed with them
+
+
 def test_unencodable_text_raises_like_python():
     tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
     with pytest.raises(UnicodeEncodeError):

@@ -9,7 +9,7 @@ Rust ``CoreBPE``): the rest of ``tokenizer/`` calls :class:`CoreBPE` and never i
     >>> counter.add_texts(["ab ab"]); len(counter)                  # "ab", " ab"
     2
 
-Every call releases the GIL (the encoder's batch call spreads over threads inside C++).
+Long texts and batches release the GIL (the batch calls spread over threads inside C++).
 """
 
 from __future__ import annotations
@@ -31,11 +31,16 @@ class CoreBPE:
     The hot calls are the C++ methods themselves (bound in ``__init__``: no Python frame per call):
 
     - ``encode(text) -> list[int]``: ids of one text (special tokens recognised);
-    - ``encode_batch(documents, threads) -> (ids, offsets)``: many documents, flat (CSR), on ``threads``.
+    - ``encode_batch(documents, threads) -> (ids, offsets)``: many documents, flat (CSR), on ``threads``;
+    - ``encode_lists(documents, threads) -> list[list[int]]``: the same as one list of ids per document.
+
+    Texts up to 4 KB encode with the GIL held (releasing it costs more than the work); longer ones
+    and batches release it. Lists of ids share one Python int per token id, made once.
     """
 
     encode: Callable[[str], list[int]]
     encode_batch: Callable[[Sequence[str], int], tuple[np.ndarray, np.ndarray]]
+    encode_lists: Callable[[Sequence[str], int], list[list[int]]]
 
     def __init__(self, byte_ids: Sequence[int], merges: Sequence[tuple[int, int, int]],
                  specials: Sequence[tuple[bytes, int]] = ()) -> None:
@@ -46,6 +51,7 @@ class CoreBPE:
                                     [i for _, i in specials])
         self.encode = self._enc.encode
         self.encode_batch = self._enc.encode_batch
+        self.encode_lists = self._enc.encode_lists
 
     def bpe_with(self, word: bytes, heap: bool) -> list[int]:
         """One pre-tokenized word by the heap rule (long words) or the scan rule (tests compare them)."""

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seqpack.tokenizer.pretokenize import special_pattern, split_words
+from seqpack._parallel import default_workers
+from seqpack.tokenizer.pretokenize import doc_chunks, special_pattern, split_words
 
 if TYPE_CHECKING:
     import os
@@ -266,9 +267,10 @@ class Tokenizer:
             return [self.encode_reference(t) for t in texts]
         if backend != "native":
             raise ValueError(f"backend must be 'native', 'python' or 'hf', got {backend!r}")
-        from seqpack.tokenizer.fast import encode_documents
-
-        return [a.tolist() for a in encode_documents(self, texts, workers=workers)]
+        threads, out = workers or default_workers(), []
+        for chunk in doc_chunks(texts, 1 << 22):  # 4M characters a call: the input is read as it comes
+            out += self.native.encode_lists(chunk.documents, threads)
+        return out
 
     def encode_flat(self, documents: list[str], workers: int) -> tuple[np.ndarray, np.ndarray]:
         """One batch as flat ``uint32`` ids and ``int64`` offsets, in the compiled core on ``workers`` threads."""
