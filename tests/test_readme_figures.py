@@ -82,7 +82,7 @@ def _found(value: float, decimals: int, percent: bool, pool: list[float]) -> boo
     half = 0.5 * 10.0**-decimals + 1e-9
     candidates = [value] + ([value / 100] if percent else [])
     scales = [1.0] + ([100.0] if percent else [])
-    return any(abs(v - c) <= half / s for c, s in zip(candidates, scales) for v in pool)
+    return any(abs(abs(v) - c) <= half / s for c, s in zip(candidates, scales) for v in pool)  # signs are printed apart
 
 
 def _rows() -> list[tuple[str, list[str], str]]:
