@@ -101,12 +101,13 @@ def test_measurement_tables_cite_results():
     text = README.read_text(encoding="utf-8")
     bench = text.index("\n## Benchmarks")
     bench_end = text.index("\n## ", bench + 1)
+    uncited = []
     for line_no, caption, body in _tables(text):
         header = text.splitlines()[line_no - 1]
         offset = len("\n".join(text.splitlines()[: line_no - 1]))
         if "measured" in header or bench <= offset < bench_end:
-            for row in body:
-                assert FILE.findall(row) or caption, f"README.md:{line_no}: a row cites no result file: {row[:100]}"
+            uncited += [f"README.md:{line_no}: {row[:100]}" for row in body if not (FILE.findall(row) or caption)]
+    assert not uncited, "rows that cite no result file:\n" + "\n".join(uncited)
 
 
 @pytest.mark.parametrize("where,files,row", _rows(), ids=lambda x: x if isinstance(x, str) and x.startswith("README") else "")
