@@ -105,9 +105,14 @@ class Encoder {
   py::list encode(py::str text) {
     Text t = utf8_of(text.ptr());
     if (t.size <= kInlineBytes) {
-      out_.clear();
-      core_.encode(t.data, t.size, inline_cache_, out_, scratch_);
-      return id_list(out_.data(), out_.size());
+      // taken out while the list is built: its allocation may run the GC, whose finalizers may
+      // let another thread in to encode (which then finds out_ empty, not half read)
+      std::vector<uint32_t> out = std::move(out_);
+      out.clear();
+      core_.encode(t.data, t.size, inline_cache_, out, scratch_);
+      py::list ids = id_list(out.data(), out.size());
+      out_ = std::move(out);  // its capacity serves the next call
+      return ids;
     }
     std::vector<uint32_t> out, scratch;
     {

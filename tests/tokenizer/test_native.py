@@ -162,6 +162,19 @@ def test_short_and_long_texts_take_both_paths():
     assert sys.getrefcount(tok.encode("ab" * 10)[0]) <= before  # lists hold references, freed with them
 
 
+def test_encode_from_many_threads():
+    """Short texts (GIL held, the inline cache) and long ones (GIL released, pooled caches) from
+    eight Python threads at once: every result equals the reference."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tok = _random_tokenizer(random.Random(5), b"ab1 ", 30, shuffle=True)
+    rng = random.Random(6)
+    texts = ["".join(rng.choice("ab1 ") for _ in range(rng.choice((10, 300, 5000, 9000)))) for _ in range(400)]
+    want = [tok.encode_reference(t) for t in texts]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(tok.encode, texts)) == want
+
+
 def test_unencodable_text_raises_like_python():
     tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
     with pytest.raises(UnicodeEncodeError):
