@@ -179,5 +179,9 @@ def compare_arms(arms: dict[str, tuple[str, str, str]], *, rounds: int = 3, repe
             got = run_child(code[name], env=env)
             times[name] += got["times"]
             info[name] = got["info"]
-    return {k: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v), "runs_s": v, "info": info[k]}
-            for k, v in times.items()}
+    return {k: {**summary(v), "info": info[k]} for k, v in times.items()}
+
+
+def summary(times: list[float]) -> dict[str, object]:
+    """The median, min and max of timed runs, and the runs themselves (what every result stores)."""
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "runs_s": times}

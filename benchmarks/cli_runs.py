@@ -37,13 +37,14 @@ COMPARE = ["compare", "--data", "{work}/packed", "--size", "tiny", "--sequences"
            "--threads", "2", "--out", "{work}/cmp"]
 
 
-def seqpack(args: list[str], fill: dict[str, str], *, capture: bool = True) -> tuple[str, float]:
-    exe = str(Path(sys.executable).with_name("seqpack"))
-    cmd = [exe, *(a.format(**fill) for a in args)]
-    print("$ seqpack", " ".join(cmd[1:]), flush=True)
+def seqpack(args: list[str], fill: dict[str, str]) -> tuple[str, str, float]:
+    """Run ``seqpack ARGS`` (``{work}``-style fields filled): the command as typed, its stdout, seconds."""
+    args = [a.format(**fill) for a in args]
+    typed = " ".join(["seqpack", *args])
+    print("$", typed, flush=True)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, check=True, capture_output=capture, text=True)
-    return (proc.stdout if capture else ""), time.perf_counter() - t0
+    proc = subprocess.run([str(Path(sys.executable).with_name("seqpack")), *args], check=True, capture_output=True, text=True)
+    return typed, proc.stdout, time.perf_counter() - t0
 
 
 def main() -> None:
@@ -67,9 +68,8 @@ def main() -> None:
         else:
             commands = RUNS[name]
         for cmd in commands:
-            out, wall = seqpack([*cmd, "--json"], fill)
-            runs.append({"command": "seqpack " + " ".join(a.format(**fill) for a in cmd) + " --json",
-                         "wall_s": wall, "json": json.loads(out.strip().splitlines()[-1])})
+            typed, out, wall = seqpack([*cmd, "--json"], fill)
+            runs.append({"command": typed, "wall_s": wall, "json": json.loads(out.strip().splitlines()[-1])})
             print(f"  {wall:.1f} s", flush=True)
         write_result(Path(args.out_dir) / f"cli_{name}.json", runs, packages=("torch",))
 

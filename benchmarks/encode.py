@@ -63,7 +63,7 @@ def arms(docs_path: Path, hf_path: Path) -> dict[str, tuple[str, str, str]]:
         "seqpack encode, per document, 1 thread, cold": (seqpack, "tok.clear_cache()\nreturn [tok.encode(d) for d in docs]", HASH),
         "seqpack encode, per document, 1 thread, warm": (seqpack, "return [tok.encode(d) for d in docs]", HASH),
         "tiktoken encode_ordinary, per document, 1 thread": (tiktoken, "return [enc.encode_ordinary(d) for d in docs]", HASH),
-        "HF encode, per document, 1 thread": (hf, "return [e.ids for e in map(lambda d: hf.encode(d, add_special_tokens=False), docs)]", HASH),
+        "HF encode, per document, 1 thread": (hf, "return [hf.encode(d, add_special_tokens=False).ids for d in docs]", HASH),
         "seqpack encode_batch, 2 threads, cold": (seqpack, "tok.clear_cache()\nreturn tok.encode_batch(docs, workers=2)", HASH),
         "tiktoken encode_ordinary_batch, 2 threads": (tiktoken, "return enc.encode_ordinary_batch(docs, num_threads=2)", HASH),
         "HF encode_batch, 2 threads": (hf2, "return [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]", HASH),

@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import RESULTS, ROOT, write_result
+from _common import RESULTS, ROOT, summary, write_result
 
 COMMANDS = {
     "train-tokenizer": ["train-tokenizer", "--vocab-size", "2000", "--out", "tok", "--overwrite"],
@@ -69,7 +68,7 @@ def main() -> None:
         r = {}
         for i, kind in enumerate(("cold", "warm")):
             xs = [run_[name][i] for run_ in runs]
-            r[kind] = {"median_s": statistics.median(xs), "min_s": min(xs), "max_s": max(xs), "runs_s": xs}
+            r[kind] = summary(xs)
         results[name] = r
         print(f"  {name:<16} cold {r['cold']['median_s']:6.2f} s   warm {r['warm']['median_s']:6.2f} s")
     write_result(args.out, results)

@@ -79,10 +79,9 @@ def _figures(cell: str) -> list[tuple[str, float, int, bool]]:
 
 
 def _found(value: float, decimals: int, percent: bool, pool: list[float]) -> bool:
-    half = 0.5 * 10.0**-decimals + 1e-9
-    candidates = [value] + ([value / 100] if percent else [])
-    scales = [1.0] + ([100.0] if percent else [])
-    return any(abs(abs(v) - c) <= half / s for c, s in zip(candidates, scales) for v in pool)  # signs are printed apart
+    half = 0.5 * 10.0**-decimals + 1e-9  # what rounding to the printed digits can hide
+    targets = [(value, half)] + ([(value / 100, half / 100)] if percent else [])
+    return any(abs(abs(v) - t) <= h for t, h in targets for v in pool)  # signs are printed apart
 
 
 def _rows() -> list[tuple[str, list[str], str]]:
@@ -99,13 +98,12 @@ def _rows() -> list[tuple[str, list[str], str]]:
 def test_measurement_tables_cite_results():
     """Every table with a 'measured' column, and every table of the Benchmarks section, cites files."""
     text = README.read_text(encoding="utf-8")
-    bench = text.index("\n## Benchmarks")
-    bench_end = text.index("\n## ", bench + 1)
+    lines = text.splitlines()
+    first = lines.index(next(ln for ln in lines if ln.startswith("## Benchmarks")))
+    last = next(i for i in range(first + 1, len(lines)) if lines[i].startswith("## "))
     uncited = []
     for line_no, caption, body in _tables(text):
-        header = text.splitlines()[line_no - 1]
-        offset = len("\n".join(text.splitlines()[: line_no - 1]))
-        if "measured" in header or bench <= offset < bench_end:
+        if "measured" in lines[line_no - 1] or first < line_no <= last:
             uncited += [f"README.md:{line_no}: {row[:100]}" for row in body if not (FILE.findall(row) or caption)]
     assert not uncited, "rows that cite no result file:\n" + "\n".join(uncited)
 
