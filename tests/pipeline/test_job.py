@@ -96,7 +96,7 @@ def test_a_failed_job_leaves_no_dataset_and_the_rerun_reuses_its_work(tok, store
 
 def test_local_stages_on_threads_write_the_same_bytes(tok, stores, tmp_path):
     cfg = PackConfig.for_task("mlm", max_len=64)
-    build_packed_dataset(stores["many"], tok, tmp_path / "a", cfg, shard_packs=5)
+    build_packed_dataset(stores["many"], tok, tmp_path / "a", cfg, shard_packs=5, engine=get_engine("local", stages=1))
     build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=5, engine=get_engine("local", stages=2))
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
 
@@ -131,6 +131,7 @@ def test_a_pack_killed_mid_stage_is_finished_by_the_next_run_and_a_second_job_re
         "import os\n"
         "import seqpack.pipeline.job as m\n"
         "from seqpack.pipeline import PackConfig, build_packed_dataset\n"
+        "from seqpack.pipeline.engine import LocalEngine\n"
         "from seqpack.tokenizer.tokenizer import Tokenizer\n"
         "real = m.packs_stage\n"
         "def killer(path, *a):\n"
@@ -139,7 +140,8 @@ def test_a_pack_killed_mid_stage_is_finished_by_the_next_run_and_a_second_job_re
         "    return real(path, *a)\n"
         "m.packs_stage = killer\n"
         "tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], special_tokens=['<|endoftext|>'])\n"
-        f"build_packed_dataset({str(stores['many'])!r}, tok, {str(tmp_path / 'b')!r}, PackConfig.for_task('clm', max_len=64), shard_packs=7)\n"
+        f"build_packed_dataset({str(stores['many'])!r}, tok, {str(tmp_path / 'b')!r}, PackConfig.for_task('clm', max_len=64), shard_packs=7, "
+        "engine=LocalEngine(1))\n"  # one part at a time: parts 0 and 1 are finished when part 2 starts
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 9
     assert not (tmp_path / "b").exists()

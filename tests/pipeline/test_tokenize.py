@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from seqpack.pipeline import tokenize as sharded_mod
+from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline.tokenize import build_sharded_store
 from seqpack.store import ShardedTokenStore, TokenStore, build_store, open_store
 from tests.store.test_store import byte_tokenizer
@@ -44,7 +45,7 @@ def test_a_failed_job_leaves_no_store_and_the_rerun_reuses_finished_shards(tmp_p
 
     monkeypatch.setattr(sharded_mod, "encode_shard", failing)
     with pytest.raises(OSError, match="shard 3 broke"):
-        build_sharded_store(docs, tok, tmp_path / "s", shard_chars=100)
+        build_sharded_store(docs, tok, tmp_path / "s", shard_chars=100, engine=LocalEngine(1))  # one shard at a time
     assert not (tmp_path / "s").exists()
     monkeypatch.setattr(sharded_mod, "encode_shard", real)
     s = build_sharded_store(docs, tok, tmp_path / "s", shard_chars=100)
@@ -90,7 +91,8 @@ def test_a_killed_job_is_finished_by_the_next_run(tmp_path):
         "    return real(path, *a)\n"
         "m.encode_shard = killer\n"
         f"docs = json.load(open({str(tmp_path / 'docs.json')!r}))\n"
-        f"m.build_sharded_store(docs, byte_tokenizer(), {str(tmp_path / 's')!r}, shard_chars=100)\n"
+        "from seqpack.pipeline.engine import LocalEngine\n"  # one shard at a time: 0 and 1 are done when 2 starts
+        f"m.build_sharded_store(docs, byte_tokenizer(), {str(tmp_path / 's')!r}, shard_chars=100, engine=LocalEngine(1))\n"
     )
     root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
     assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 9

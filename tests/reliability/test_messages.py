@@ -69,7 +69,7 @@ def test_a_full_disk_in_pack_names_the_output(made: dict[str, Path], capsys, mon
     def full(*a: object) -> None:
         raise OSError("2951418 requested and 716736 written")
 
-    monkeypatch.setattr(stages, "write_parquet_part", full)
+    monkeypatch.setattr(stages, "write_parquet_groups", full)
     code, _, err = cli(capsys, "pack", str(made["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
                        str(made["tok"]), "--out", str(made["root"] / "o"))
     assert one_line(code, err) and "part-00000.parquet: writing failed" in err and "free space" in err

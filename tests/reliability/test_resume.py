@@ -12,6 +12,7 @@ import pytest
 
 from seqpack._stages import partial_dir
 from seqpack.pipeline import PackConfig, build_packed_dataset, build_sharded_store
+from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline import job as job_mod
 from seqpack.pipeline import tokenize as tokenize_mod
 from tests.store.test_store import byte_tokenizer
@@ -46,7 +47,7 @@ def test_tokenize_re_encodes_a_shard_whose_documents_changed(tmp_path: Path, mon
     with monkeypatch.context() as m:
         _fail_at(m, tokenize_mod, "encode_shard", "shard-00003")
         with pytest.raises(OSError, match="killed"):
-            build_sharded_store(docs, tok, tmp_path / "s", shard_chars=500)
+            build_sharded_store(docs, tok, tmp_path / "s", shard_chars=500, engine=LocalEngine(1))  # one shard at a time
     edited = [_same_size_edit(docs[0]), *docs[1:]]  # same size: only the content tells
     assert len(edited[0]) == len(docs[0]) and edited[0] != docs[0]
     s = build_sharded_store(edited, tok, tmp_path / "s", shard_chars=500)
@@ -61,7 +62,7 @@ def test_tokenize_rebuilds_a_finished_shard_whose_files_were_altered(tmp_path: P
     with monkeypatch.context() as m:
         _fail_at(m, tokenize_mod, "encode_shard", "shard-00003")
         with pytest.raises(OSError):
-            build_sharded_store(docs, tok, tmp_path / "s", shard_chars=500)
+            build_sharded_store(docs, tok, tmp_path / "s", shard_chars=500, engine=LocalEngine(1))  # one shard at a time
     f = partial_dir(tmp_path / "s") / "shard-00001" / "tokens.bin"
     data = bytearray(f.read_bytes())
     data[0] ^= 1  # one changed value

@@ -87,15 +87,15 @@ def add_engine_options(p: Any) -> None:
                    help="where the per-shard stages run: this process, or Ray (pip install 'seqpack[ray]')")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="an existing Ray cluster (e.g. auto or ray://head:10001); default: a local Ray instance")
-    p.add_argument("--stages", type=lambda t: positive_int(t, "--stages"), default=1,
-                   help="local engine: shards processed at once (2 is about 1.5x faster on 2 cores, "
-                   "at about twice the memory; default 1)")
+    p.add_argument("--stages", type=lambda t: positive_int(t, "--stages"), default=None,
+                   help="local engine: shards processed at once (default: 2 on 2 or more cores, about 1.5-2x "
+                   "faster than 1 on 2 cores; memory grows with it)")
 
 
 def engine_from_args(args: argparse.Namespace) -> Any:
     from seqpack.pipeline.engine import get_engine
 
-    if args.stages != 1 and args.engine != "local":
+    if args.stages is not None and args.engine != "local":
         raise ValueError("--stages applies to --engine local (Ray runs as many stages as it has CPUs)")
     return get_engine(args.engine, address=args.ray_address, stages=args.stages)
 

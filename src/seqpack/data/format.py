@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,15 +107,30 @@ def _arrow_column(a: np.ndarray) -> Any:
 
 
 def write_parquet_part(path: Path, cols: dict[str, np.ndarray], lo: int, hi: int, row_group: int, compression: str) -> None:
+    """Rows ``lo:hi`` of ``cols`` as one Parquet file, in row groups of ``row_group`` rows."""
+    write_parquet_groups(path, [{k: v[lo:hi] for k, v in cols.items()}], row_group, compression)
+
+
+def write_parquet_groups(path: Path, groups: Iterable[dict[str, np.ndarray]], row_group: int, compression: str) -> None:
+    """One Parquet file from consecutive blocks of rows (each ``column -> array``, the same columns),
+    so that only one block need be in memory; a block of up to ``row_group`` rows is one row group.
+    The bytes are those of writing all the blocks as one table."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({k: _arrow_column(v[lo:hi]) for k, v in cols.items()})
     level = 1 if compression == "zstd" else None  # fast: packed columns are written once, read often
-    pq.write_table(
-        table, path, row_group_size=row_group, compression=compression, compression_level=level,
-        use_dictionary=False, write_statistics=False, store_schema=True,
-    )
+    writer = None
+    try:
+        for cols in groups:
+            table = pa.table({k: _arrow_column(v) for k, v in cols.items()})
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema, compression=compression, compression_level=level,
+                                          use_dictionary=False, write_statistics=False, store_schema=True)
+            writer.write_table(table, row_group_size=row_group)
+            del cols, table  # before the next block is made: one block in memory at a time
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 #: Tokens per Parquet shard when shard_packs is not given: memory per shard stays ~ 2**24 x row bytes

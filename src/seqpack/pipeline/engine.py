@@ -21,13 +21,21 @@ from seqpack._parallel import default_workers
 ENGINES = ("local", "ray")
 
 
+def default_stages() -> int:
+    """Stages at once when none is asked for: two where there are two cores or more (one stage
+    leaves a core idle while it reads, hashes or writes; a third adds memory, not speed, where
+    the kernels already use every core)."""
+    return min(2, default_workers())
+
+
 class LocalEngine:
-    """Stages in this process: one after another, or ``stages`` at a time on threads (the
-    compiled kernels and pyarrow release the GIL; memory grows with ``stages``)."""
+    """Stages in this process: ``stages`` at a time on threads (default :func:`default_stages`;
+    the compiled kernels and pyarrow release the GIL; memory grows with ``stages``)."""
 
     name = "local"
 
-    def __init__(self, stages: int = 1) -> None:
+    def __init__(self, stages: int | None = None) -> None:
+        stages = default_stages() if stages is None else stages
         if stages < 1:
             raise ValueError(f"stages must be >= 1, got {stages}")
         cores = default_workers()
@@ -129,7 +137,7 @@ def _check_reachable(address: str, timeout: float = 3.0) -> None:
 
 
 def get_engine(name: str = "local", *, address: str | None = None, num_cpus: int | None = None,
-               stages: int = 1) -> Engine:
+               stages: int | None = None) -> Engine:
     """``local`` or ``ray`` (``address``: an existing cluster, e.g. ``ray://head:10001`` or ``auto``)."""
     if name == "local":
         if address:

@@ -172,7 +172,8 @@ def _plan(
     packing = pack_lengths(lengths, config.max_len, algorithm=config.algorithm, max_depth=config.max_depth, seed=config.seed)
     dtypes = {kind: {k: np.result_type(*[np.dtype(s[kind][k]) for s in summaries]).str for k in summaries[0][kind]}
               for kind in ("token_fields", "seq_fields")}
-    meta = {"task": config.task, "dtypes": dtypes, "position_fields": summaries[0]["position_fields"],
+    meta = {"task": config.task, "dtypes": dtypes, "derived_fields": summaries[0].get("derived_fields", []),
+            "position_fields": summaries[0]["position_fields"],
             "num_examples": int(sum(s["num_examples"] for s in summaries)), "max_len": config.max_len,
             "max_depth": pack_depth(packing, config.max_depth), "position_offset": config.position_offset,
             "compression": output.compression, "row_group_packs": output.row_group_packs, "work": str(work),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from seqpack._atomic import atomic_directory, atomic_file
 from seqpack._stages import StageLog, content_hash, file_fingerprint, file_sha256
-from seqpack.data.format import write_parquet_part
+from seqpack.data.format import write_parquet_groups
 from seqpack.data.layout import materialize
 from seqpack.data.sequences import Sequences, concat_ranges, offsets_of
 from seqpack.packing import Packing
@@ -58,7 +59,8 @@ def sequences_stage(
         np.save(tmp / "offsets.npy", seqs.offsets)
         np.save(tmp / "example_ids.npy", seqs.example_ids + doc_base)
         for name, v in seqs.token_fields.items():
-            np.save(tmp / f"token.{name}.npy", v)
+            if name not in task.derived_fields:  # made again after the gather
+                np.save(tmp / f"token.{name}.npy", v)
         for name, v in seqs.seq_fields.items():
             np.save(tmp / f"seq.{name}.npy", v)
     summary = {
@@ -68,6 +70,7 @@ def sequences_stage(
         "info": seqs.info,
         "position_fields": list(seqs.position_fields),
         "token_fields": {k: v.dtype.str for k, v in seqs.token_fields.items()},
+        "derived_fields": [k for k in seqs.token_fields if k in task.derived_fields],
         "seq_fields": {k: v.dtype.str for k, v in seqs.seq_fields.items()},
     }
     summary = json.loads(json.dumps(summary))  # as a reused record reads back (key order kept: it orders the columns)
@@ -85,9 +88,14 @@ def input_identity(shard: str | list[dict[str, Any]]) -> Any:
     return content_hash(*shard)
 
 
+#: what a sequences stage saves (2: a task's derived fields are not saved); part of its key, so
+#: that a work directory left by another version is not reused
+SEQUENCES_FORMAT = 2
+
+
 def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, tokenizer: Tokenizer) -> str:
     """The key a sequences stage is recorded under: its inputs' identity and everything that changes its bytes."""
-    return content_hash(name, doc_base, identity, config.to_dict(), tokenizer.fingerprint())
+    return content_hash(SEQUENCES_FORMAT, name, doc_base, identity, config.to_dict(), tokenizer.fingerprint())
 
 
 def _scattered(path: Path) -> np.ndarray:
@@ -99,12 +107,15 @@ def _scattered(path: Path) -> np.ndarray:
     return arr
 
 
-def _gather(dirs: list[str], bases: np.ndarray, ids: np.ndarray, dtypes: dict[str, dict[str, str]]) -> dict[str, Any]:
+def _gather(dirs: list[str], bases: np.ndarray, ids: np.ndarray, meta: dict[str, Any]) -> dict[str, Any]:
     """The sequences ``ids`` (global numbers, in this order) read from the saved shards.
 
     One input shard at a time: its files are mapped, the needed rows copied out and the
-    mapping dropped, so the pages touched never add up over shards.
+    mapping dropped, so the pages touched never add up over shards. The task's derived token
+    fields (``meta["derived_fields"]``, not saved) are rebuilt from the gathered ones.
     """
+    dtypes = meta["dtypes"]
+    derived = meta["derived_fields"]
     shard_of = np.searchsorted(bases, ids, side="right") - 1
     local = ids - bases[shard_of]
     shards = np.unique(shard_of).tolist()
@@ -119,13 +130,13 @@ def _gather(dirs: list[str], bases: np.ndarray, ids: np.ndarray, dtypes: dict[st
         example_ids[m] = np.load(Path(dirs[s]) / "example_ids.npy", mmap_mode="r")[local[m]]
         del off
     offsets = offsets_of(lengths)
-    tok = {k: np.empty(int(offsets[-1]), dtype=dt) for k, dt in dtypes["token_fields"].items()}
+    tok = {k: np.empty(int(offsets[-1]), dtype=dt) for k, dt in dtypes["token_fields"].items() if k not in derived}
     seq_fields: dict[str, np.ndarray] = {}
     for s in shards:
         m = shard_of == s
         dst = concat_ranges(offsets[:-1][m], lengths[m])
         src = concat_ranges(starts[m], lengths[m])
-        for k in dtypes["token_fields"]:
+        for k in tok:
             arr = _scattered(Path(dirs[s]) / f"token.{k}.npy")
             tok[k][dst] = arr[src]
             del arr
@@ -135,6 +146,9 @@ def _gather(dirs: list[str], bases: np.ndarray, ids: np.ndarray, dtypes: dict[st
                 seq_fields[k] = np.empty((ids.size, *arr.shape[1:]), dtype=dt)
             seq_fields[k][m] = arr[local[m]]
             del arr
+    task = get_task(meta["task"])
+    tok = {k: task.rebuild_field(k, tok, offsets, dt) if k in derived else tok[k]  # the task's order of fields
+           for k, dt in dtypes["token_fields"].items()}
     return {"offsets": offsets, "example_ids": example_ids, "token_fields": tok, "seq_fields": seq_fields}
 
 
@@ -145,31 +159,53 @@ def packs_stage(
     """Lay out one output shard (packs ``pack_offsets``, sequences ``sequence_index``), write it and
     record it in the job's work directory (``meta["work"]``); returns its column specs. ``done``: the
     specs the driver found recorded and verified, the part reused as is unless ``.bin`` columns must
-    be filled too."""
+    be filled too.
+
+    One row group (``meta["row_group_packs"]`` packs) is gathered, laid out and written at a time,
+    so a stage holds one row group's columns, not the part's."""
     if done is not None and bin_dir is None:
         return done
     out = Path(path)
-    rows = pack_offsets.size - 1
-    log = StageLog(meta["work"])
-    g = _gather(dirs, bases, sequence_index, meta["dtypes"])
+    rows, step = pack_offsets.size - 1, meta["row_group_packs"]
+    specs: dict[str, Any] = {}
+
+    def groups() -> Iterator[dict[str, np.ndarray]]:
+        for lo in range(0, rows, step):
+            hi = min(rows, lo + step)
+            poff = pack_offsets[lo : hi + 1]
+            cols = _row_group(dirs, bases, poff, sequence_index[poff[0] - pack_offsets[0] : poff[-1] - pack_offsets[0]],
+                              plan, meta)
+            specs.update({k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in cols.items()})
+            if bin_dir is not None:
+                for col, v in cols.items():
+                    mm = np.memmap(Path(bin_dir) / f"{col}.bin", dtype=v.dtype, mode="r+",
+                                   offset=(first_pack + lo) * v[0].nbytes, shape=v.shape)
+                    mm[:] = v
+                    mm.flush()
+                    del mm
+            yield cols
+            del cols  # before the next row group is made
+
+    if done is None:
+        with atomic_file(out) as tmp:
+            write_parquet_groups(tmp, groups(), step, meta["compression"])
+        StageLog(meta["work"]).finish(out.name, packs_key(out.name, first_pack, sequence_index, meta), specs, files=[out])
+    else:
+        for _ in groups():  # only the .bin rows
+            pass
+    return specs
+
+
+def _row_group(dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray, plan: Any,
+               meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The columns of packs ``pack_offsets`` (holding sequences ``sequence_index``), gathered and laid out."""
+    g = _gather(dirs, bases, sequence_index, meta)
     seqs = Sequences(task=meta["task"], offsets=g["offsets"], example_ids=g["example_ids"],
                      token_fields=g["token_fields"], seq_fields=g["seq_fields"],
                      position_fields=tuple(meta["position_fields"]), num_examples=meta["num_examples"])
     local = Packing(pack_offsets - pack_offsets[0], np.arange(sequence_index.size, dtype=np.int64), seqs.lengths, plan)
-    cols = materialize(seqs, local, max_len=meta["max_len"], max_depth=meta["max_depth"],
+    return materialize(seqs, local, max_len=meta["max_len"], max_depth=meta["max_depth"],
                        position_offset=meta["position_offset"])
-    specs = {k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in cols.items()}
-    if done is None:
-        with atomic_file(out) as tmp:
-            write_parquet_part(tmp, cols, 0, rows, meta["row_group_packs"], meta["compression"])
-        log.finish(out.name, packs_key(out.name, first_pack, sequence_index, meta), specs, files=[out])
-    if bin_dir is not None:
-        for col, v in cols.items():
-            f = Path(bin_dir) / f"{col}.bin"
-            mm = np.memmap(f, dtype=v.dtype, mode="r+", offset=first_pack * v[0].nbytes if rows else 0, shape=v.shape)
-            mm[:] = v
-            mm.flush()
-    return specs
 
 
 def packs_key(name: str, first_pack: int, sequence_index: np.ndarray, meta: dict[str, Any]) -> str:

@@ -48,6 +48,9 @@ class Task:
     token_labels: bool = False  # ``labels`` is a per-token (P, L) column
     float_labels: bool = False  # ``labels`` becomes float32 (multi-hot)
     options_type: ClassVar[type] = NoOptions
+    #: token fields that a sharded job does not save between its stages: :meth:`rebuild_field`
+    #: makes them again from the saved ones, after the gather (less written, read and cached)
+    derived_fields: ClassVar[tuple[str, ...]] = ()
 
     # ---- data -------------------------------------------------------------------------------
     def options(self, **kw: Any) -> Any:
@@ -77,6 +80,11 @@ class Task:
 
     def build_sequences(self, source: Any, tokenizer: Tokenizer, config: Any) -> Sequences:
         """The task's sequences (not yet packed) from ``source``; ``config`` is a ``PackConfig``."""
+        raise NotImplementedError
+
+    def rebuild_field(self, name: str, fields: Mapping[str, Any], offsets: Any, dtype: Any) -> Any:
+        """Token field ``name`` (one of :attr:`derived_fields`) of the sequences ``offsets``, from
+        their other token ``fields``, as ``dtype``: what :meth:`build_sequences` gave."""
         raise NotImplementedError
 
     def shard_context(self, source: Any, config: Any) -> dict[str, Any]:

@@ -100,8 +100,7 @@ def clm_sequences(
             info["truncated_tokens"] = int((doc_len[long] - max_len).sum())
     max_id = max(int(tokens.max()) if tokens.size else 0, (vocab_size or 1) - 1)
     input_ids = tokens.astype(id_dtype(max_id), copy=False)
-    labels = input_ids.astype(label_dtype(max_id))
-    labels[new_offsets[:-1][np.diff(new_offsets) > 0]] = IGNORE_INDEX
+    labels = shifted_labels(input_ids, new_offsets, label_dtype(max_id))
     return Sequences(
         task="clm",
         offsets=new_offsets,
@@ -111,6 +110,17 @@ def clm_sequences(
         dropped=dropped,
         info=info,
     )
+
+
+def shifted_labels(input_ids: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Causal-LM labels: ``input_ids`` as ``dtype``, with -100 at the first token of every sequence.
+
+    >>> shifted_labels(np.array([7, 8, 9, 4]), np.array([0, 3, 3, 4]), np.dtype(np.int16)).tolist()
+    [-100, 8, 9, -100]
+    """
+    labels = input_ids.astype(dtype)
+    labels[offsets[:-1][np.diff(offsets) > 0]] = IGNORE_INDEX
+    return labels
 
 
 def _split(tokens: np.ndarray, offsets: np.ndarray, doc_len: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -160,6 +170,11 @@ class CLMOptions:
 @dataclass(frozen=True, kw_only=True)
 class CLMTask(Task):
     options_type: ClassVar[type] = CLMOptions
+    derived_fields: ClassVar[tuple[str, ...]] = ("labels",)
+
+    def rebuild_field(self, name: str, fields: Mapping[str, Any], offsets: Any, dtype: Any) -> Any:
+        assert name == "labels", name
+        return shifted_labels(fields["input_ids"], offsets, np.dtype(dtype))
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
         o: CLMOptions = config.options

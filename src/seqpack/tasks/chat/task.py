@@ -44,6 +44,7 @@ class ChatOptions:
 @dataclass(frozen=True, kw_only=True)
 class ChatTask(CLMTask):
     options_type: ClassVar[type] = ChatOptions
+    derived_fields: ClassVar[tuple[str, ...]] = ()  # the labels mark targets: saved, not derived
 
     def template(self, tokenizer: Any, options: ChatOptions) -> Any:
         """The compiled chat template, its special tokens checked against ``tokenizer``."""
