@@ -9,9 +9,12 @@ Three steps, each resumable and each the same whatever engine runs it:
    packed with :func:`seqpack.packing.pack_lengths`, exactly as one process would pack the
    whole corpus: same histogram, same plan, same seeded assignment, same pack count.
    Lengths are 8 bytes per sequence; no token passes through the driver.
-3. **packs** (one stage per output shard of ``shard_packs`` packs,
-   :func:`seqpack.pipeline.stages.packs_stage`): the shard's sequences gathered and laid into
-   rows, written as one Parquet part.
+3. **route** (one stage per input shard, :func:`seqpack.pipeline.stages.route_stage`): each
+   shard's tokens written again in plan order, by output row group.
+4. **packs** (one stage per output shard of ``shard_packs`` packs,
+   :func:`seqpack.pipeline.stages.packs_stage`): each row group read as one contiguous chunk of
+   every routed file, laid into rows, written to one Parquet part. Every read of token data is
+   sequential, so the job keeps its speed when its work files do not fit in memory.
 
 The manifest is written last and the directory renamed into place, so a job that dies
 leaves no dataset that looks complete; re-running it reuses every finished stage
@@ -52,9 +55,12 @@ from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline.in_memory import manifest_extra
 from seqpack.pipeline.stages import (
+    group_chunks,
     input_identity,
     packs_key,
     packs_stage,
+    route_key,
+    route_stage,
     sequences_key,
     sequences_stage,
 )
@@ -143,8 +149,10 @@ def run_job(
                                           unit="shard", leave=False))
             packing, meta = _plan(dirs, summaries, config, output, work)
             meta["inputs_key"] = content_hash(*keys)
+            bounds = _part_bounds(packing.num_packs, output.parts(max_len=config.max_len))
+            chunks = _route(dirs, keys, packing, bounds, meta, engine, reused, redone)
             final = work / "dataset"
-            files, bounds, columns = _write_packs(final, dirs, packing, meta, output, engine, reused, redone)
+            files, columns = _write_packs(final, dirs, packing, bounds, chunks, meta, output, engine, reused, redone)
             extra = {
                 "position_offset": config.position_offset, "seed": config.seed, "algorithm": config.algorithm,
                 **manifest_extra(config, tokenizer, num_examples=meta["num_examples"], dropped=_sum_dropped(summaries),
@@ -181,14 +189,52 @@ def _plan(
     return packing, meta
 
 
+def _part_bounds(P: int, step: int) -> list[tuple[int, int]]:
+    """The pack range of each output part."""
+    return [(lo, min(P, lo + step)) for lo in range(0, P, step)]
+
+
+def _route(
+    dirs: list[str], keys: list[str], packing: Any, bounds: list[tuple[int, int]], meta: dict[str, Any],
+    engine: Engine, reused: list[str], redone: dict[str, str],
+) -> np.ndarray:
+    """Step 3: every input shard's tokens in plan order (:func:`seqpack.pipeline.stages.route_stage`);
+    returns :func:`seqpack.pipeline.stages.group_chunks`. Sets ``meta["routes"]``."""
+    rg, poff, order = meta["row_group_packs"], packing.pack_offsets, packing.sequence_index
+    starts = [g for lo, hi in bounds for g in range(lo, hi, rg)]
+    group_bounds = np.append(poff[starts], poff[-1]).astype(np.int64)
+    slots = np.empty(order.size, dtype=np.int64)
+    slots[order] = np.arange(order.size, dtype=np.int64)
+    bases, work = meta["bases"], Path(meta["work"])
+    fields = [k for k in meta["dtypes"]["token_fields"] if k not in meta["derived_fields"]]
+    log = StageLog(work)
+    routes = [str(work / f"route-{i:05d}") for i in range(len(dirs))]
+
+    def items() -> Iterator[tuple[Any, ...]]:
+        for i, (d, r) in enumerate(zip(dirs, routes)):
+            mine = slots[bases[i] : bases[i + 1]]
+            key = route_key(Path(r).name, keys[i], mine, group_bounds)
+            done, why = log.check(Path(r).name, key, outputs=[Path(r)])
+            if done is not None:
+                reused.append(Path(r).name)
+            elif why:
+                redone[Path(r).name] = why
+            yield d, r, mine, group_bounds, fields, key, done
+
+    for _ in progress_bar(iterable=engine.map(route_stage, items()), total=len(dirs), desc="pack: route", unit="shard",
+                          leave=False):
+        pass
+    meta["routes"] = routes
+    return group_chunks(packing.lengths, order, bases, group_bounds)
+
+
 def _write_packs(
-    final: Path, dirs: list[str], packing: Any, meta: dict[str, Any], output: OutputOptions, engine: Engine,
-    reused: list[str], redone: dict[str, str],
-) -> tuple[list[str], list[tuple[int, int]], dict[str, Any]]:
-    """Step 3: every output shard laid out and written; returns files, pack ranges, column specs."""
+    final: Path, dirs: list[str], packing: Any, bounds: list[tuple[int, int]], chunks: np.ndarray, meta: dict[str, Any],
+    output: OutputOptions, engine: Engine, reused: list[str], redone: dict[str, str],
+) -> tuple[list[str], dict[str, Any]]:
+    """Step 4: every output shard laid out and written; returns files and column specs."""
     (final / "data").mkdir(parents=True, exist_ok=True)
-    P, step = packing.num_packs, output.parts(max_len=meta["max_len"])
-    bounds = [(lo, min(P, lo + step)) for lo in range(0, P, step)]
+    P, rg = packing.num_packs, meta["row_group_packs"]
     files = [f"data/part-{k:05d}.parquet" for k in range(len(bounds))]
     log = StageLog(meta["work"])
     poff, order = packing.pack_offsets, packing.sequence_index
@@ -209,18 +255,20 @@ def _write_packs(
         shutil.rmtree(bin_dir, ignore_errors=True)
         bin_dir.mkdir()
     bases = meta["bases"]
+    first_group = np.cumsum([0, *(-(-(hi - lo) // rg) for lo, hi in bounds)])  # each part's first row group
     items = [(str(final / f), dirs, bases, poff[lo : hi + 1], order[poff[lo] : poff[hi]], packing.plan, meta,
-              str(bin_dir) if bin_dir else None, lo, done) for f, (lo, hi), done in zip(files, bounds, found)]
+              chunks[first_group[k] : first_group[k + 1] + 1], str(bin_dir) if bin_dir else None, lo, done)
+             for k, (f, (lo, hi), done) in enumerate(zip(files, bounds, found))]
     if bin_dir is not None:  # the .bin files at full size first (part 0 gives the specs); each stage fills its rows
-        specs = packs_stage(*items[0][:7], None, 0, items[0][9])
-        items[0] = (*items[0][:9], specs)  # part 0 is written and recorded now
+        specs = packs_stage(*items[0][:8], None, 0, items[0][10])
+        items[0] = (*items[0][:10], specs)  # part 0 is written and recorded now
         for name, spec in specs.items():
             row = int(np.prod(spec["shape"], dtype=np.int64)) * np.dtype(spec["dtype"]).itemsize
             with open(bin_dir / f"{name}.bin", "wb") as f:
                 f.truncate(row * P)
     list(progress_bar(iterable=engine.map(packs_stage, items), total=len(items), desc="pack: parts", unit="part",
                       leave=False))
-    return files, bounds, parquet_column_specs(final / files[0])  # the written files are the truth
+    return files, parquet_column_specs(final / files[0])  # the written files are the truth
 
 
 def _write_manifest(

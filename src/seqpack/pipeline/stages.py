@@ -3,9 +3,13 @@ picklable arguments, so that any engine runs them and they write the same bytes.
 
 1. :func:`sequences_stage` (one per input shard): the task builds the shard's sequences, saved as
    ``.npy`` files in the job's work directory (memory: one shard).
-2. :func:`packs_stage` (one per output shard): the shard's sequences gathered by index from the
-   memory-mapped sequence files (one input shard at a time), laid into rows
-   (:func:`seqpack.data.layout.materialize`) and written as one Parquet part.
+2. :func:`route_stage` (one per input shard, once the plan is made): the shard's saved tokens
+   read in one pass and written again in plan order: grouped by the output row group their
+   sequence lands in, in slot order within each group.
+3. :func:`packs_stage` (one per output shard): each row group's tokens read as one contiguous
+   range of every routed file (sequential reads, never a page at random: a job whose work files
+   do not fit in memory does not re-read evicted pages), laid into rows
+   (:func:`seqpack.data.layout.materialize`) and written to one Parquet part.
 
 Each stage records itself when its outputs are complete (:class:`seqpack._stages.StageLog`), so a
 re-run of the same job reuses it.
@@ -15,18 +19,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from seqpack import _native
 from seqpack._atomic import atomic_directory, atomic_file
 from seqpack._stages import StageLog, content_hash, file_fingerprint, file_sha256
 from seqpack.data.format import write_parquet_groups
 from seqpack.data.layout import materialize
-from seqpack.data.sequences import Sequences, concat_ranges, offsets_of
+from seqpack.data.sequences import Sequences, offsets_of
 from seqpack.packing import Packing
 from seqpack.store import TokenStore
 from seqpack.tasks import get_task
@@ -98,70 +102,116 @@ def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, t
     return content_hash(SEQUENCES_FORMAT, name, doc_base, identity, config.to_dict(), tokenizer.fingerprint())
 
 
-def _scattered(path: Path) -> np.ndarray:
-    """A saved array, memory-mapped for scattered reads (no read-ahead or fault-around)."""
-    arr = np.load(path, mmap_mode="r")
-    m = getattr(arr, "_mmap", None)
-    if m is not None and hasattr(mmap, "MADV_RANDOM"):
-        m.madvise(mmap.MADV_RANDOM)
-    return arr
+def route_stage(src: str, path: str, slots: np.ndarray, group_bounds: np.ndarray, fields: list[str], key: str,
+                done: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write input shard ``src``'s saved token ``fields`` again under ``path``, as raw ``.bin``
+    files in plan order: its sequences sorted by row group (``group_bounds``: the first slot of
+    each, and the slot count), then by slot (``slots``: the plan position of each of its
+    sequences). Memory: one shard. Recorded under ``key`` (:func:`route_key`).
 
-
-def _gather(dirs: list[str], bases: np.ndarray, ids: np.ndarray, meta: dict[str, Any]) -> dict[str, Any]:
-    """The sequences ``ids`` (global numbers, in this order) read from the saved shards.
-
-    One input shard at a time: its files are mapped, the needed rows copied out and the
-    mapping dropped, so the pages touched never add up over shards. The task's derived token
-    fields (``meta["derived_fields"]``, not saved) are rebuilt from the gathered ones.
+        >>> # sequences 0, 1, 2 of a shard sit at slots 5, 0, 3; groups hold slots 0-1, 2-3, 4-5:
+        >>> np.lexsort((np.array([5, 0, 3]), np.array([2, 0, 1]))).tolist()  # routed order
+        [1, 2, 0]
     """
-    dtypes = meta["dtypes"]
-    derived = meta["derived_fields"]
+    if done is not None:
+        return done
+    out, d = Path(path), Path(src)
+    group = np.searchsorted(group_bounds, slots, side="right") - 1
+    order = np.lexsort((slots, group))
+    off = np.load(d / "offsets.npy").astype(np.int64, copy=False)
+    with atomic_directory(out, overwrite=True) as tmp:
+        for k in fields:
+            src = np.load(d / f"token.{k}.npy")
+            routed = np.empty((1, src.size), dtype=src.dtype)  # one "row" holding every sequence in order
+            _native.scatter_rows(src, off, order.astype(np.int64), np.array([0, order.size], dtype=np.int64), routed,
+                                 np.zeros((), dtype=src.dtype), 1)
+            del src
+            routed.tofile(tmp / f"token.{k}.bin")
+    StageLog(out.parent).finish(out.name, key, {}, files=[out])
+    return {}
+
+
+def route_key(name: str, sequences_key: str, slots: np.ndarray, group_bounds: np.ndarray) -> str:
+    """The key a route stage is recorded under: the sequences it reads and where the plan puts them."""
+    digest = [hashlib.sha256(np.ascontiguousarray(a, dtype=np.int64).tobytes()).hexdigest() for a in (slots, group_bounds)]
+    return content_hash(name, sequences_key, *digest)
+
+
+def group_chunks(lengths: np.ndarray, sequence_index: np.ndarray, bases: np.ndarray,
+                 group_bounds: np.ndarray) -> np.ndarray:
+    """``(groups + 1, shards)``: where each row group's tokens start in each routed file (the
+    tokens of shard ``s`` that row group ``g`` holds are ``[chunks[g, s], chunks[g + 1, s])``).
+
+    >>> # 2 shards (sequences 0-1, 2); slots hold sequences 2, 0 | 1; lengths 3, 4, 5
+    >>> group_chunks(np.array([3, 4, 5]), np.array([2, 0, 1]), np.array([0, 2, 3]), np.array([0, 2, 3])).tolist()
+    [[0, 0], [3, 5], [7, 5]]
+    """
+    G, S = group_bounds.size - 1, bases.size - 1
+    group = np.repeat(np.arange(G, dtype=np.int64), np.diff(group_bounds))
+    shard = np.searchsorted(bases, sequence_index, side="right") - 1
+    counts = np.zeros(G * S, dtype=np.int64)
+    np.add.at(counts, group * S + shard, lengths[sequence_index])
+    chunks = np.zeros((G + 1, S), dtype=np.int64)
+    np.cumsum(counts.reshape(G, S), axis=0, out=chunks[1:])
+    return chunks
+
+
+def _sequence_rows(dirs: list[str], bases: np.ndarray, ids: np.ndarray, meta: dict[str, Any]) -> dict[str, Any]:
+    """Lengths, example ids and per-sequence fields of the sequences ``ids`` (global numbers, in
+    this order), from the shards' small per-sequence files."""
     shard_of = np.searchsorted(bases, ids, side="right") - 1
     local = ids - bases[shard_of]
-    shards = np.unique(shard_of).tolist()
     lengths = np.empty(ids.size, dtype=np.int64)
-    starts = np.empty(ids.size, dtype=np.int64)
     example_ids = np.empty(ids.size, dtype=np.int64)
-    for s in shards:
-        m = shard_of == s
-        off = np.load(Path(dirs[s]) / "offsets.npy", mmap_mode="r")
-        starts[m] = off[local[m]]
-        lengths[m] = off[local[m] + 1] - starts[m]
-        example_ids[m] = np.load(Path(dirs[s]) / "example_ids.npy", mmap_mode="r")[local[m]]
-        del off
-    offsets = offsets_of(lengths)
-    tok = {k: np.empty(int(offsets[-1]), dtype=dt) for k, dt in dtypes["token_fields"].items() if k not in derived}
     seq_fields: dict[str, np.ndarray] = {}
-    for s in shards:
+    for s in np.unique(shard_of).tolist():
         m = shard_of == s
-        dst = concat_ranges(offsets[:-1][m], lengths[m])
-        src = concat_ranges(starts[m], lengths[m])
-        for k in tok:
-            arr = _scattered(Path(dirs[s]) / f"token.{k}.npy")
-            tok[k][dst] = arr[src]
-            del arr
-        for k, dt in dtypes["seq_fields"].items():
-            arr = _scattered(Path(dirs[s]) / f"seq.{k}.npy")
+        d = Path(dirs[s])
+        off = np.load(d / "offsets.npy", mmap_mode="r")
+        lengths[m] = off[local[m] + 1] - off[local[m]]
+        example_ids[m] = np.load(d / "example_ids.npy", mmap_mode="r")[local[m]]
+        for k, dt in meta["dtypes"]["seq_fields"].items():
+            arr = np.load(d / f"seq.{k}.npy", mmap_mode="r")
             if k not in seq_fields:
                 seq_fields[k] = np.empty((ids.size, *arr.shape[1:]), dtype=dt)
             seq_fields[k][m] = arr[local[m]]
-            del arr
+    return {"lengths": lengths, "example_ids": example_ids, "seq_fields": seq_fields}
+
+
+def _read_group(routes: list[str], chunks: np.ndarray, offsets: np.ndarray, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    """One row group's token fields: its chunk of every routed file, in shard order (contiguous
+    reads); the task's derived fields rebuilt from them."""
+    derived, dtypes = meta["derived_fields"], meta["dtypes"]["token_fields"]
+    tok = {}
+    for k, dt in dtypes.items():
+        if k in derived:
+            continue
+        out, at, size = np.empty(int(offsets[-1]), dtype=dt), 0, np.dtype(dt).itemsize
+        for s in np.flatnonzero(chunks[1] > chunks[0]).tolist():
+            n = int(chunks[1, s] - chunks[0, s])
+            with open(Path(routes[s]) / f"token.{k}.bin", "rb") as f:
+                f.seek(int(chunks[0, s]) * size)
+                got = f.readinto(memoryview(out[at : at + n]).cast("B"))
+            if got != n * size:
+                raise OSError(f"{routes[s]}/token.{k}.bin: short read (a work file changed during the job)")
+            at += n
+        assert at == out.size, (at, out.size)
+        tok[k] = out
     task = get_task(meta["task"])
-    tok = {k: task.rebuild_field(k, tok, offsets, dt) if k in derived else tok[k]  # the task's order of fields
-           for k, dt in dtypes["token_fields"].items()}
-    return {"offsets": offsets, "example_ids": example_ids, "token_fields": tok, "seq_fields": seq_fields}
+    return {k: task.rebuild_field(k, tok, offsets, dt) if k in derived else tok[k] for k, dt in dtypes.items()}
 
 
 def packs_stage(
     path: str, dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray,
-    plan: Any, meta: dict[str, Any], bin_dir: str | None, first_pack: int, done: dict[str, Any] | None = None,
+    plan: Any, meta: dict[str, Any], chunks: np.ndarray, bin_dir: str | None, first_pack: int,
+    done: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Lay out one output shard (packs ``pack_offsets``, sequences ``sequence_index``), write it and
-    record it in the job's work directory (``meta["work"]``); returns its column specs. ``done``: the
-    specs the driver found recorded and verified, the part reused as is unless ``.bin`` columns must
-    be filled too.
+    record it in the job's work directory (``meta["work"]``); returns its column specs. ``chunks``:
+    its row groups' rows of :func:`group_chunks`. ``done``: the specs the driver found recorded and
+    verified, the part reused as is unless ``.bin`` columns must be filled too.
 
-    One row group (``meta["row_group_packs"]`` packs) is gathered, laid out and written at a time,
+    One row group (``meta["row_group_packs"]`` packs) is read, laid out and written at a time,
     so a stage holds one row group's columns, not the part's."""
     if done is not None and bin_dir is None:
         return done
@@ -170,11 +220,11 @@ def packs_stage(
     specs: dict[str, Any] = {}
 
     def groups() -> Iterator[dict[str, np.ndarray]]:
-        for lo in range(0, rows, step):
+        for g, lo in enumerate(range(0, rows, step)):
             hi = min(rows, lo + step)
             poff = pack_offsets[lo : hi + 1]
-            cols = _row_group(dirs, bases, poff, sequence_index[poff[0] - pack_offsets[0] : poff[-1] - pack_offsets[0]],
-                              plan, meta)
+            ids = sequence_index[poff[0] - pack_offsets[0] : poff[-1] - pack_offsets[0]]
+            cols = _row_group(dirs, bases, poff - poff[0], ids, plan, meta, chunks[g : g + 2])
             specs.update({k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in cols.items()})
             if bin_dir is not None:
                 for col, v in cols.items():
@@ -196,14 +246,21 @@ def packs_stage(
     return specs
 
 
-def _row_group(dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray, plan: Any,
-               meta: dict[str, Any]) -> dict[str, np.ndarray]:
-    """The columns of packs ``pack_offsets`` (holding sequences ``sequence_index``), gathered and laid out."""
-    g = _gather(dirs, bases, sequence_index, meta)
-    seqs = Sequences(task=meta["task"], offsets=g["offsets"], example_ids=g["example_ids"],
-                     token_fields=g["token_fields"], seq_fields=g["seq_fields"],
+def _row_group(dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, ids: np.ndarray, plan: Any,
+               meta: dict[str, Any], chunks: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns of packs ``pack_offsets`` (from 0), holding the sequences ``ids`` in slot order.
+
+    The routed files hold them by shard, then by slot (:func:`route_stage`): ``perm`` is that
+    order, and the packing refers to each slot's place in it."""
+    perm = np.argsort(np.searchsorted(bases, ids, side="right"), kind="stable")
+    rows = _sequence_rows(dirs, bases, ids[perm], meta)
+    offsets = offsets_of(rows["lengths"])
+    seqs = Sequences(task=meta["task"], offsets=offsets, example_ids=rows["example_ids"],
+                     token_fields=_read_group(meta["routes"], chunks, offsets, meta), seq_fields=rows["seq_fields"],
                      position_fields=tuple(meta["position_fields"]), num_examples=meta["num_examples"])
-    local = Packing(pack_offsets - pack_offsets[0], np.arange(sequence_index.size, dtype=np.int64), seqs.lengths, plan)
+    slot_to_seq = np.empty(ids.size, dtype=np.int64)
+    slot_to_seq[perm] = np.arange(ids.size, dtype=np.int64)
+    local = Packing(pack_offsets, slot_to_seq, seqs.lengths, plan)
     return materialize(seqs, local, max_len=meta["max_len"], max_depth=meta["max_depth"],
                        position_offset=meta["position_offset"])
 
