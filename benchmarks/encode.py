@@ -1,9 +1,11 @@
 """Encoding throughput, like for like: seqpack vs tiktoken vs HF tokenizers, each arm alone.
 
 GPT-2's vocabulary and merges (the CS336 fixtures), so every encoder gives the same ids (each arm
-reports a hash of its ids; they must all agree). Corpora: the CS336 text fixtures, Shakespeare, and
-the Python documentation's reST sources (markup-heavy real text, the built-in corpus); documents are
-paragraphs (split at blank lines), with <|endoftext|> removed so that ``encode_ordinary`` applies.
+reports a hash of its ids; they must all agree). Corpora: the CS336 text fixtures, Shakespeare, the
+Python documentation's reST sources (markup-heavy real text, the built-in corpus), a **mixed**
+held-out-like set (:func:`mixed`: prose, code, e-mail, markup and non-Latin scripts from what ships
+with Python and this machine) and **20-byte strings** cut from it (per-call overhead); documents
+are paragraphs (split at blank lines), with <|endoftext|> removed so that ``encode_ordinary`` applies.
 
 The harness (``_common.compare_arms``) runs every arm in processes of its own (the tiktoken and HF
 arms never import seqpack), a warm-up call then ``--repeats`` timed calls, arms alternating over
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -33,6 +36,58 @@ from _common import EOT, RESULTS, SHARED, compare_arms, shakespeare_file, write_
 CS = SHARED / "cs336"
 HASH = "__import__('hashlib').sha256(repr(out).encode()).hexdigest()[:16]"
 FLAT = "__import__('hashlib').sha256(repr([ids[o[i]:o[i+1]].tolist() for ids, o in out for i in range(len(o) - 1)]).encode()).hexdigest()[:16]"
+
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+LOCALE = Path("/usr/share/locale")
+#: non-Latin scripts: Russian, Ukrainian, Greek, Arabic, Hebrew, Hindi, Thai, Chinese, Japanese, Korean
+SCRIPTS = ("ru", "uk", "el", "ar", "he", "hi", "th", "zh_CN", "zh_TW", "ja", "ko")
+CATALOGS = ("coreutils", "bash", "apt", "dpkg", "findutils", "diffutils", "tar", "grep", "sed", "gettext-tools")
+
+
+def mixed(limit: int = 1_200_000) -> dict[str, str]:
+    """Held-out-like text from what ships with Python and this machine, up to ``limit`` bytes a kind:
+
+    - ``prose``: pydoc's help topics (``pydoc_data.topics``, English reference prose);
+    - ``code``: the standard library's top-level ``*.py`` modules, in name order;
+    - ``e-mail``: the ``email`` package's test messages (headers, MIME parts: news-like);
+    - ``markup``: the Python docs' reST sources (the built-in corpus), from its end;
+    - ``non-Latin``: the gettext catalogs (``/usr/share/locale/LANG/LC_MESSAGES/*.mo``) of common
+      tools in :data:`SCRIPTS`' languages (translated messages, 20 a document), and CPython's CJK
+      test texts. A kind whose files are missing here is left out (the result file says what ran).
+    """
+    import gettext
+
+    import pydoc_data.topics
+    from seqpack.corpus import python_docs
+
+    def take(texts: list[str]) -> str:
+        out, n = [], 0
+        for t in texts:
+            if n >= limit:
+                break
+            out.append(t)
+            n += len(t.encode("utf-8"))
+        return "\n\n".join(out)
+
+    kinds = {
+        "prose": take(list(pydoc_data.topics.topics.values())),
+        "code": take([f.read_text(encoding="utf-8", errors="replace") for f in sorted(STDLIB.glob("*.py"))]),
+        "e-mail": take([f.read_text(encoding="utf-8", errors="replace")
+                        for f in sorted((STDLIB / "test" / "test_email" / "data").glob("msg_*.txt"))]),
+        "markup": take(list(reversed(python_docs()))),
+    }
+    foreign = [f.read_text(encoding="utf-8") for f in sorted((STDLIB / "test" / "cjkencodings").glob("*-utf8.txt"))]
+    for lang in SCRIPTS:
+        for cat in CATALOGS:
+            f = LOCALE / lang / "LC_MESSAGES" / f"{cat}.mo"
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    msgs = [v for k, v in gettext.GNUTranslations(fh)._catalog.items() if k and isinstance(v, str)]
+                foreign += ["\n".join(msgs[i : i + 20]) for i in range(0, len(msgs), 20)]
+    # interleave the scripts, so that a byte limit keeps some of each
+    kinds["non-Latin"] = take(foreign[::2] + foreign[1::2])
+    return {k: v for k, v in kinds.items() if v}
 
 
 def corpora() -> dict[str, list[str]]:
@@ -47,7 +102,11 @@ def corpora() -> dict[str, list[str]]:
         "shakespeare": shakespeare_file().read_text(encoding="utf-8"),
         "python-docs": "\n\n".join(python_docs()),
     }
-    return {k: [p for p in t.replace(EOT, "\n\n").split("\n\n") if p] for k, t in texts.items()}
+    texts["mixed"] = "\n\n".join(mixed().values())
+    docs = {k: [p for p in t.replace(EOT, "\n\n").split("\n\n") if p] for k, t in texts.items()}
+    flat = "".join(docs["mixed"])
+    docs["20-byte strings"] = [flat[i : i + 20] for i in range(0, min(len(flat), 2_000_000), 20)]
+    return docs
 
 
 def arms(docs_path: Path, hf_path: Path) -> dict[str, tuple[str, str, str]]:

@@ -211,3 +211,21 @@ def gpt2_or_small() -> Tokenizer:
     docs = ["the quick brown fox's tail, 123 日本語 " * 30, "héllo wörld!!  \n\n"] * 3
     r = train_bpe_corpus(documents=docs, config=BPEConfig(vocab_size=300, special_tokens=(EOT,), workers=1))
     return Tokenizer(r.vocab, r.merges, [EOT])
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**6), size=st.integers(2, 12),
+       text=st.lists(st.sampled_from(["a", "b", "ab", " ", "  ", "\n", "x\ny", "1", ".", "é", EOT + " "]), max_size=300).map("".join))
+def test_a_long_text_encoded_a_piece_at_a_time_equals_it_whole(seed, size, text):
+    """Above 2 x ``_PIECE_CHARS`` characters ``encode`` cuts the text (bounded working memory); the
+    cuts (a space between letters, a newline between printable characters, never in a special
+    token) must not change one id. A tiny piece size makes every short text take that path."""
+    from seqpack.tokenizer import tokenizer as tok_mod
+
+    tok = _random_tokenizer(random.Random(seed), b"ab1. \n\xc3\xa9xy", 30, shuffle=False)
+    pieces = list(tok._pieces(text, size))
+    assert "".join(pieces) == text
+    assert all(len(p) <= size for p in pieces[:-1])
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tok_mod, "_PIECE_CHARS", size)
+        assert tok.encode(text) == tok.native.encode(text)  # the whole text in one native call

@@ -39,6 +39,9 @@ _CACHE_LIMIT = 1 << 18
 #: Streaming cuts after "x\ny" (printable ASCII around the newline): such a cut
 #: never changes the GPT-2 pre-tokenization (see pretokenize.file_chunks).
 _STREAM_FLUSH_CHARS = 1 << 16
+#: :meth:`Tokenizer.encode` takes a longer text a piece of about this many characters at a time
+#: (cut where the pre-tokenization cannot change), so its working memory stays bounded
+_PIECE_CHARS = 1 << 20
 
 
 def _ascii_letter(c: str) -> bool:
@@ -184,7 +187,30 @@ class Tokenizer:
         """Token ids of ``text``; special tokens (longest match first) map to their ids."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}")
-        return self.native.encode(text)
+        if len(text) <= 2 * _PIECE_CHARS:
+            return self.native.encode(text)
+        out: list[int] = []
+        for piece in self._pieces(text, _PIECE_CHARS):
+            out += self.native.encode(piece)
+        return out
+
+    def _pieces(self, text: str, size: int) -> Iterator[str]:
+        """``text`` cut where the ids cannot change (:func:`_safe_cut`, never inside a special token)
+        into pieces of ``size / 2 .. size`` characters; the rest whole where no such cut is found.
+
+        >>> tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+        >>> list(tok._pieces("ab cd ef gh", 6))
+        ['ab cd', ' ef gh']
+        """
+        pos = 0
+        while len(text) - pos > size:
+            window = text[pos : pos + size + 1]  # the character after a cut decides it too
+            cut = _safe_cut(window, size // 2)
+            if cut <= 0 or self._straddles_special(window, cut):
+                break
+            yield window[:cut]
+            pos += cut
+        yield text[pos:]
 
     def encode_reference(self, text: str) -> list[int]:
         """:meth:`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the reference."""
