@@ -15,6 +15,7 @@ arms never import seqpack), a warm-up call then ``--repeats`` timed calls, arms 
   cleared before each call; warm: kept) vs tiktoken ``encode_ordinary`` vs HF ``encode``;
 - a batch of documents on 2 threads, a list of lists: seqpack ``Tokenizer.encode_batch(workers=2)``
   vs tiktoken ``encode_ordinary_batch(num_threads=2)`` vs HF ``encode_batch`` (2 rayon threads);
+  and seqpack's ``encode_batch`` on 1 thread, for its scaling from 1 thread to 2;
 - seqpack's corpus encoder ``encode_batches`` (flat numpy ids + offsets, what ``seqpack tokenize``
   uses) on 1 and 2 threads: it has no counterpart in the others, so it is reported apart.
 
@@ -123,6 +124,7 @@ def arms(docs_path: Path, hf_path: Path) -> dict[str, tuple[str, str, str]]:
         "seqpack encode, per document, 1 thread, warm": (seqpack, "return [tok.encode(d) for d in docs]", HASH),
         "tiktoken encode_ordinary, per document, 1 thread": (tiktoken, "return [enc.encode_ordinary(d) for d in docs]", HASH),
         "HF encode, per document, 1 thread": (hf, "return [hf.encode(d, add_special_tokens=False).ids for d in docs]", HASH),
+        "seqpack encode_batch, 1 thread, cold": (seqpack, "tok.clear_cache()\nreturn tok.encode_batch(docs, workers=1)", HASH),
         "seqpack encode_batch, 2 threads, cold": (seqpack, "tok.clear_cache()\nreturn tok.encode_batch(docs, workers=2)", HASH),
         "tiktoken encode_ordinary_batch, 2 threads": (tiktoken, "return enc.encode_ordinary_batch(docs, num_threads=2)", HASH),
         "HF encode_batch, 2 threads": (hf2, "return [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]", HASH),
@@ -131,11 +133,60 @@ def arms(docs_path: Path, hf_path: Path) -> dict[str, tuple[str, str, str]]:
     }
 
 
+LONG_LINE = """
+import array, hashlib, json, sys, threading, time
+import psutil
+text = open(sys.argv[1], encoding="utf-8").read()
+proc, peak, stop = psutil.Process(), [0], []
+def sample():
+    while not stop:
+        peak[0] = max(peak[0], proc.memory_info().rss)
+        time.sleep(0.002)
+before = proc.memory_info().rss
+th = threading.Thread(target=sample); th.start()
+t0 = time.perf_counter()
+ids = ENCODE(text)
+seconds = time.perf_counter() - t0
+stop.append(1); th.join()
+extra = (peak[0] - before) / 2**20
+out_mb = len(ids) * 8 / 2**20  # the list's pointers (the id objects are shared, cached ints)
+print(json.dumps({"seconds": seconds, "ids": len(ids), "peak_over_input_mb": extra, "list_mb": out_mb,
+                  "working_mb": extra - out_mb, "hash": hashlib.sha256(array.array("I", ids).tobytes()).hexdigest()[:16]}))
+"""
+
+
+def long_line(work: Path, mb: int) -> dict[str, dict]:
+    """One line of ``mb`` MB (the Python docs' paragraphs joined by spaces, repeated), encoded whole
+    by seqpack ``encode`` and tiktoken ``encode_ordinary``, each in a fresh process: time and peak
+    memory above the read text, less the returned list's own pointers (working memory)."""
+    from _common import run_child
+    from seqpack.corpus import python_docs
+
+    path = work / f"line-{mb}mb.txt"
+    base = " ".join(d.replace("\n", " ") for d in python_docs())
+    path.write_text((base * (mb * 10**6 // len(base) + 1))[: mb * 10**6], encoding="utf-8")
+    seqpack = (f"from seqpack.tokenizer import Tokenizer\n"
+               f"ENCODE = Tokenizer.from_files({str(CS / 'gpt2_vocab.json')!r}, {str(CS / 'gpt2_merges.txt')!r}).encode\n")
+    tiktoken = (f"import os; os.environ['TIKTOKEN_CACHE_DIR'] = {str(SHARED / 'tiktoken_cache')!r}\n"
+                "import tiktoken\nENCODE = tiktoken.get_encoding('gpt2').encode_ordinary\n")
+    out = {}
+    for name, setup in (("seqpack encode", seqpack), ("tiktoken encode_ordinary", tiktoken)):
+        code = LONG_LINE.replace("ids = ENCODE(text)", setup + "ids = ENCODE(text)")
+        out[name] = run_child(code.replace("sys.argv[1]", repr(str(path))))
+        r = out[name]
+        print(f"  {mb} MB line, {name:<26} {r['seconds']:.2f} s, {r['ids']:,} ids, peak +{r['peak_over_input_mb']:.0f} MB "
+              f"(list {r['list_mb']:.0f} MB, working {r['working_mb']:.0f} MB)")
+    assert len({r["hash"] for r in out.values()}) == 1, "the encoders disagree on the long line"
+    path.unlink()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", default=str(RESULTS / "encode.json"))
+    ap.add_argument("--long-line-mb", type=int, default=150, help="a single line of this size, encoded whole (0: none)")
     args = ap.parse_args()
     from seqpack.tokenizer import Tokenizer
 
@@ -162,10 +213,15 @@ def main() -> None:
             "per document vs HF": ("seqpack encode, per document, 1 thread, cold", "HF encode, per document, 1 thread"),
             "batch, 2 threads, vs HF": ("seqpack encode_batch, 2 threads, cold", "HF encode_batch, 2 threads"),
         }
+        pairs["encode_batch, 2 threads vs 1"] = ("seqpack encode_batch, 2 threads, cold", "seqpack encode_batch, 1 thread, cold")
+        pairs["corpus encoder, 2 threads vs 1"] = ("seqpack corpus encoder, 2 threads, cold", "seqpack corpus encoder, 1 thread, cold")
         ratios = {k: got[b]["median_s"] / got[a]["median_s"] for k, (a, b) in pairs.items()}
         for k, v in ratios.items():
-            print(f"  seqpack / other, {k}: {v:.2f}x")
+            print(f"  speed-up, {k}: {v:.2f}x")
         results[name] = {"documents": len(docs), "mb": mb, "rounds": args.rounds, "repeats": repeats, "arms": got, "speedups": ratios}
+    if args.long_line_mb:
+        print(f"## one {args.long_line_mb} MB line (no newline), one call, fresh processes")
+        results[f"{args.long_line_mb} MB line"] = long_line(work, args.long_line_mb)
     write_result(args.out, results, packages=("tiktoken", "tokenizers"))
 
 
