@@ -151,13 +151,55 @@ class Encoder {
     std::vector<std::vector<uint32_t>> ids;
     std::vector<int64_t> lengths;
     std::vector<size_t> cuts = encode_views(views, threads, ids, lengths);
-    py::list out(views.size());
-    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-      const uint32_t* p = ids[c].data();
-      for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
-        PyList_SET_ITEM(out.ptr(), i, id_list(p, static_cast<size_t>(lengths[i])).release().ptr());
-        p += lengths[i];
+    const size_t n = views.size(), chunks = cuts.size() - 1, vocab = ints_.size();
+    py::list out(n);
+    size_t total = 0;
+    // n new containers at once: without the collector, which would otherwise run every few
+    // hundred of them and find nothing to free (their items are not even set yet)
+    const int gc_was_on = PyGC_Disable();
+    for (size_t i = 0; i < n; ++i) {
+      PyObject* l = PyList_New(static_cast<Py_ssize_t>(lengths[i]));
+      if (!l) {
+        if (gc_was_on) PyGC_Enable();
+        throw py::error_already_set();
       }
+      PyList_SET_ITEM(out.ptr(), i, l);
+      total += static_cast<size_t>(lengths[i]);
+    }
+    if (gc_was_on) PyGC_Enable();
+    if (total < vocab || chunks < 2) {  // few ids, or one thread: one reference at a time
+      for (size_t c = 0; c < chunks; ++c) {
+        const uint32_t* p = ids[c].data();
+        for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
+          fill_items(PyList_GET_ITEM(out.ptr(), i), p, lengths[i], nullptr);
+          p += lengths[i];
+        }
+      }
+      return out;
+    }
+    // The items are stored on the encoding threads, without the GIL: no other code can reach these
+    // new lists yet, and ints_ holds a reference to every int. Each thread counts what it stores;
+    // the ints' reference counts are raised afterwards, with the GIL, one int at a time.
+    std::vector<std::vector<size_t>> uses(chunks);
+    {
+      py::gil_scoped_release nogil;
+      auto work = [&](size_t c) {
+        uses[c].assign(vocab, 0);
+        const uint32_t* p = ids[c].data();
+        for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
+          fill_items(PyList_GET_ITEM(out.ptr(), i), p, lengths[i], uses[c].data());
+          p += lengths[i];
+        }
+      };
+      std::vector<std::thread> pool;
+      for (size_t c = 1; c < chunks; ++c) pool.emplace_back(work, c);
+      work(0);
+      for (auto& th : pool) th.join();
+    }
+    for (size_t v = 0; v < vocab; ++v) {
+      size_t k = 0;
+      for (size_t c = 0; c < chunks; ++c) k += uses[c][v];
+      for (; k; --k) Py_INCREF(ints_[v]);  // the same object: cheap, and right whatever the refcount scheme
     }
     return out;
   }
@@ -181,6 +223,20 @@ class Encoder {
   }
 
  private:
+  // Store ints_[ids[j]] as the new list's items; count them in `uses`, or (nullptr) take the references now.
+  void fill_items(PyObject* list, const uint32_t* ids, int64_t n, size_t* uses) const {
+    PyObject** items = reinterpret_cast<PyListObject*>(list)->ob_item;
+    for (int64_t j = 0; j < n; ++j) {
+      PyObject* o = ints_[ids[j]];
+      if (uses) {
+        ++uses[ids[j]];
+      } else {
+        Py_INCREF(o);
+      }
+      items[j] = o;
+    }
+  }
+
   py::list id_list(const uint32_t* ids, size_t n) const {
     py::list out(n);
     PyObject** items = reinterpret_cast<PyListObject*>(out.ptr())->ob_item;

@@ -229,3 +229,21 @@ def test_a_long_text_encoded_a_piece_at_a_time_equals_it_whole(seed, size, text)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(tok_mod, "_PIECE_CHARS", size)
         assert tok.encode(text) == tok.native.encode(text)  # the whole text in one native call
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_encode_lists_takes_one_reference_per_item(threads):
+    """Above ``vocab`` ids on 2 threads the items are stored without the GIL and the references
+    taken afterwards, once per int: the count must still match the items exactly."""
+    import sys
+
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"abc"}
+    tok = Tokenizer(vocab, [(b"a", b"b"), (b"ab", b"c")])
+    probe = tok.native.encode_lists(["abc"], 1)[0][0]  # the encoder's int 257 (not a small int: counted)
+    assert probe == 257
+    base = sys.getrefcount(probe)
+    out = tok.native.encode_lists(["abc" * 50 + "x"] * 40, threads)  # 2,040 ids: more than the vocab
+    assert out == [[257] * 50 + [ord("x")]] * 40
+    assert sys.getrefcount(probe) == base + 50 * 40
+    del out
+    assert sys.getrefcount(probe) == base
