@@ -58,8 +58,8 @@ def mixed(limit: int = 1_200_000) -> dict[str, str]:
       test texts. A kind whose files are missing here is left out (the result file says what ran).
     """
     import gettext
-
     import pydoc_data.topics
+
     from seqpack.corpus import python_docs
 
     def take(texts: list[str]) -> str:
@@ -160,6 +160,7 @@ def long_line(work: Path, mb: int) -> dict[str, dict]:
     by seqpack ``encode`` and tiktoken ``encode_ordinary``, each in a fresh process: time and peak
     memory above the read text, less the returned list's own pointers (working memory)."""
     from _common import run_child
+
     from seqpack.corpus import python_docs
 
     path = work / f"line-{mb}mb.txt"
