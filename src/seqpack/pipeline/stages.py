@@ -121,11 +121,11 @@ def route_stage(src: str, path: str, slots: np.ndarray, group_bounds: np.ndarray
     off = np.load(d / "offsets.npy").astype(np.int64, copy=False)
     with atomic_directory(out, overwrite=True) as tmp:
         for k in fields:
-            src = np.load(d / f"token.{k}.npy")
-            routed = np.empty((1, src.size), dtype=src.dtype)  # one "row" holding every sequence in order
-            _native.scatter_rows(src, off, order.astype(np.int64), np.array([0, order.size], dtype=np.int64), routed,
-                                 np.zeros((), dtype=src.dtype), 1)
-            del src
+            tokens = np.load(d / f"token.{k}.npy")
+            routed = np.empty((1, tokens.size), dtype=tokens.dtype)  # one "row" holding every sequence in order
+            _native.scatter_rows(tokens, off, order.astype(np.int64), np.array([0, order.size], dtype=np.int64), routed,
+                                 np.zeros((), dtype=tokens.dtype), 1)
+            del tokens
             routed.tofile(tmp / f"token.{k}.bin")
     StageLog(out.parent).finish(out.name, key, {}, files=[out])
     return {}
@@ -149,8 +149,8 @@ def group_chunks(lengths: np.ndarray, sequence_index: np.ndarray, bases: np.ndar
     G, S = group_bounds.size - 1, bases.size - 1
     group = np.repeat(np.arange(G, dtype=np.int64), np.diff(group_bounds))
     shard = np.searchsorted(bases, sequence_index, side="right") - 1
-    counts = np.zeros(G * S, dtype=np.int64)
-    np.add.at(counts, group * S + shard, lengths[sequence_index])
+    # float64 weights: exact below 2**53 tokens
+    counts = np.bincount(group * S + shard, weights=lengths[sequence_index], minlength=G * S).astype(np.int64)
     chunks = np.zeros((G + 1, S), dtype=np.int64)
     np.cumsum(counts.reshape(G, S), axis=0, out=chunks[1:])
     return chunks
