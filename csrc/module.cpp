@@ -70,6 +70,15 @@ std::vector<size_t> balanced_cuts(const std::vector<Text>& texts, size_t parts) 
   return cuts;
 }
 
+// work(c) for every c in [0, chunks): one thread per chunk, chunk 0 on the calling thread.
+template <class Fn>
+void on_threads(size_t chunks, Fn&& work) {
+  std::vector<std::thread> pool;
+  for (size_t c = 1; c < chunks; ++c) pool.emplace_back(work, c);
+  if (chunks) work(size_t{0});
+  for (auto& th : pool) th.join();
+}
+
 class Encoder {
  public:
   // Texts up to this many bytes encode with the GIL held: releasing and re-taking it costs more
@@ -167,14 +176,15 @@ class Encoder {
       total += static_cast<size_t>(lengths[i]);
     }
     if (gc_was_on) PyGC_Enable();
-    if (total < vocab || chunks < 2) {  // few ids, or one thread: one reference at a time
-      for (size_t c = 0; c < chunks; ++c) {
-        const uint32_t* p = ids[c].data();
-        for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
-          fill_items(PyList_GET_ITEM(out.ptr(), i), p, lengths[i], nullptr);
-          p += lengths[i];
-        }
+    auto fill = [&](size_t c, size_t* uses) {  // chunk c's lists (see fill_items)
+      const uint32_t* p = ids[c].data();
+      for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
+        fill_items(PyList_GET_ITEM(out.ptr(), i), p, lengths[i], uses);
+        p += lengths[i];
       }
+    };
+    if (total < vocab || chunks < 2) {  // few ids, or one thread: one reference at a time
+      for (size_t c = 0; c < chunks; ++c) fill(c, nullptr);
       return out;
     }
     // The items are stored on the encoding threads, without the GIL: no other code can reach these
@@ -183,18 +193,10 @@ class Encoder {
     std::vector<std::vector<size_t>> uses(chunks);
     {
       py::gil_scoped_release nogil;
-      auto work = [&](size_t c) {
+      on_threads(chunks, [&](size_t c) {
         uses[c].assign(vocab, 0);
-        const uint32_t* p = ids[c].data();
-        for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
-          fill_items(PyList_GET_ITEM(out.ptr(), i), p, lengths[i], uses[c].data());
-          p += lengths[i];
-        }
-      };
-      std::vector<std::thread> pool;
-      for (size_t c = 1; c < chunks; ++c) pool.emplace_back(work, c);
-      work(0);
-      for (auto& th : pool) th.join();
+        fill(c, uses[c].data());
+      });
     }
     for (size_t v = 0; v < vocab; ++v) {
       size_t k = 0;
@@ -239,12 +241,7 @@ class Encoder {
 
   py::list id_list(const uint32_t* ids, size_t n) const {
     py::list out(n);
-    PyObject** items = reinterpret_cast<PyListObject*>(out.ptr())->ob_item;
-    for (size_t i = 0; i < n; ++i) {
-      PyObject* o = ints_[ids[i]];
-      Py_INCREF(o);
-      items[i] = o;
-    }
+    fill_items(out.ptr(), ids, static_cast<int64_t>(n), nullptr);
     return out;
   }
 
@@ -272,10 +269,7 @@ class Encoder {
       ids[c] = std::move(out);
       pool_.give(std::move(cache));
     };
-    std::vector<std::thread> pool;
-    for (size_t c = 1; c < chunks; ++c) pool.emplace_back(work, c);
-    if (chunks) work(0);
-    for (auto& th : pool) th.join();
+    on_threads(chunks, work);
     return cuts;
   }
 

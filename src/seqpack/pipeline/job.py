@@ -150,9 +150,9 @@ def run_job(
             packing, meta = _plan(dirs, summaries, config, output, work)
             meta["inputs_key"] = content_hash(*keys)
             bounds = _part_bounds(packing.num_packs, output.parts(max_len=config.max_len))
-            chunks = _route(dirs, keys, packing, bounds, meta, engine, reused, redone)
+            part_chunks = _route(dirs, keys, packing, bounds, meta, engine, reused, redone)
             final = work / "dataset"
-            files, columns = _write_packs(final, dirs, packing, bounds, chunks, meta, output, engine, reused, redone)
+            files, columns = _write_packs(final, dirs, packing, bounds, part_chunks, meta, output, engine, reused, redone)
             extra = {
                 "position_offset": config.position_offset, "seed": config.seed, "algorithm": config.algorithm,
                 **manifest_extra(config, tokenizer, num_examples=meta["num_examples"], dropped=_sum_dropped(summaries),
@@ -197,11 +197,12 @@ def _part_bounds(P: int, step: int) -> list[tuple[int, int]]:
 def _route(
     dirs: list[str], keys: list[str], packing: Any, bounds: list[tuple[int, int]], meta: dict[str, Any],
     engine: Engine, reused: list[str], redone: dict[str, str],
-) -> np.ndarray:
+) -> list[np.ndarray]:
     """Step 3: every input shard's tokens in plan order (:func:`seqpack.pipeline.stages.route_stage`);
-    returns :func:`seqpack.pipeline.stages.group_chunks`. Sets ``meta["routes"]``."""
+    returns each part's rows of :func:`seqpack.pipeline.stages.group_chunks`. Sets ``meta["routes"]``."""
     rg, poff, order = meta["row_group_packs"], packing.pack_offsets, packing.sequence_index
-    starts = [g for lo, hi in bounds for g in range(lo, hi, rg)]
+    part_groups = [list(range(lo, hi, rg)) for lo, hi in bounds]  # each part's row groups (first pack of each)
+    starts = [g for groups in part_groups for g in groups]
     group_bounds = np.append(poff[starts], poff[-1]).astype(np.int64)
     slots = np.empty(order.size, dtype=np.int64)
     slots[order] = np.arange(order.size, dtype=np.int64)
@@ -225,16 +226,18 @@ def _route(
                           leave=False):
         pass
     meta["routes"] = routes
-    return group_chunks(packing.lengths, order, bases, group_bounds)
+    chunks = group_chunks(packing.lengths, order, bases, group_bounds)
+    first = np.cumsum([0, *(len(groups) for groups in part_groups)])
+    return [chunks[first[k] : first[k + 1] + 1] for k in range(len(bounds))]
 
 
 def _write_packs(
-    final: Path, dirs: list[str], packing: Any, bounds: list[tuple[int, int]], chunks: np.ndarray, meta: dict[str, Any],
-    output: OutputOptions, engine: Engine, reused: list[str], redone: dict[str, str],
+    final: Path, dirs: list[str], packing: Any, bounds: list[tuple[int, int]], part_chunks: list[np.ndarray],
+    meta: dict[str, Any], output: OutputOptions, engine: Engine, reused: list[str], redone: dict[str, str],
 ) -> tuple[list[str], dict[str, Any]]:
     """Step 4: every output shard laid out and written; returns files and column specs."""
     (final / "data").mkdir(parents=True, exist_ok=True)
-    P, rg = packing.num_packs, meta["row_group_packs"]
+    P = packing.num_packs
     files = [f"data/part-{k:05d}.parquet" for k in range(len(bounds))]
     log = StageLog(meta["work"])
     poff, order = packing.pack_offsets, packing.sequence_index
@@ -255,10 +258,9 @@ def _write_packs(
         shutil.rmtree(bin_dir, ignore_errors=True)
         bin_dir.mkdir()
     bases = meta["bases"]
-    first_group = np.cumsum([0, *(-(-(hi - lo) // rg) for lo, hi in bounds)])  # each part's first row group
     items = [(str(final / f), dirs, bases, poff[lo : hi + 1], order[poff[lo] : poff[hi]], packing.plan, meta,
-              chunks[first_group[k] : first_group[k + 1] + 1], str(bin_dir) if bin_dir else None, lo, done)
-             for k, (f, (lo, hi), done) in enumerate(zip(files, bounds, found))]
+              chunks, str(bin_dir) if bin_dir else None, lo, done)
+             for f, (lo, hi), done, chunks in zip(files, bounds, found, part_chunks)]
     if bin_dir is not None:  # the .bin files at full size first (part 0 gives the specs); each stage fills its rows
         specs = packs_stage(*items[0][:8], None, 0, items[0][10])
         items[0] = (*items[0][:10], specs)  # part 0 is written and recorded now
