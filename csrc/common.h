@@ -17,19 +17,46 @@ inline uint64_t mix64(uint64_t h) {
   return h;
 }
 
+inline uint64_t load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline uint64_t load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The last chunk of a string overlaps the one before (never a partial load, which the CPU cannot
+// forward from the stores that built it); the length is in the seed, so this covers every byte.
 inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
   uint64_t h = 0x9E3779B97F4A7C15ULL ^ (static_cast<uint64_t>(n) * 0xff51afd7ed558ccdULL);
-  while (n >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    h = (h ^ v) * 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 29;
-    p += 8;
-    n -= 8;
+  uint64_t v;
+  if (n >= 8) {
+    for (size_t i = 0; i + 8 < n; i += 8) {
+      h = (h ^ load64(p + i)) * 0xbf58476d1ce4e5b9ULL;
+      h ^= h >> 29;
+    }
+    v = load64(p + n - 8);
+  } else if (n >= 4) {
+    v = (load32(p) << 32) | load32(p + n - 4);
+  } else {
+    v = n ? (uint64_t{p[0]} << 16) | (uint64_t{p[n >> 1]} << 8) | p[n - 1] : 0;
   }
-  uint64_t v = 0;
-  std::memcpy(&v, p, n);
   return mix64(h ^ v);
+}
+
+// memcmp(a, b, n) == 0 in the same overlapping loads (short words: no call, no byte loop).
+inline bool bytes_equal(const uint8_t* a, const uint8_t* b, size_t n) {
+  if (n >= 8) {
+    for (size_t i = 0; i + 8 < n; i += 8) {
+      if (load64(a + i) != load64(b + i)) return false;
+    }
+    return load64(a + n - 8) == load64(b + n - 8);
+  }
+  if (n >= 4) return load32(a) == load32(b) && load32(a + n - 4) == load32(b + n - 4);
+  return n == 0 || (a[0] == b[0] && a[n >> 1] == b[n >> 1] && a[n - 1] == b[n - 1]);
 }
 
 // Byte string -> dense index (insertion order). Keys live in one pool.
@@ -91,7 +118,8 @@ class StringTable {
     int64_t index;
   };
   bool equal(int64_t i, const uint8_t* p, size_t n) const {
-    return lengths_[i] == n && std::memcmp(pool_.data() + offsets_[i], p, n) == 0;
+    return lengths_[i] == n &&
+           bytes_equal(reinterpret_cast<const uint8_t*>(pool_.data()) + offsets_[i], p, n);
   }
   void grow() {
     std::vector<Slot> old;

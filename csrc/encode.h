@@ -23,35 +23,202 @@ struct Merge {
   uint32_t id;
 };
 
-// Ids of pre-tokens already encoded: word bytes -> span of ids.
-class WordCache {
- public:
-  static constexpr size_t kMaxWords = 1 << 20;
-  static constexpr size_t kMaxIds = 1 << 24;
+// kLaneMasks.m[n]: which bytes of each 64-bit lane belong to a word of n <= 24 bytes.
+struct LaneMask {
+  uint64_t mask[3];
+};
+struct LaneMasks {
+  LaneMask m[25];
+  constexpr LaneMasks() : m() {
+    for (size_t n = 0; n <= 24; ++n) {
+      for (size_t i = 0; i < 3; ++i) {
+        const size_t k = n > 8 * i ? (n - 8 * i < 8 ? n - 8 * i : 8) : 0;
+        m[n].mask[i] = k == 8 ? ~0ULL : (1ULL << (8 * k)) - 1;
+      }
+    }
+  }
+};
+inline constexpr LaneMasks kLaneMasks{};
 
-  const uint32_t* find(const uint8_t* p, size_t n, uint64_t h, size_t* len) const {
-    int64_t i = words_.find(p, n, h);
-    if (i < 0) return nullptr;
-    *len = spans_[2 * i + 1];
-    return ids_.data() + spans_[2 * i];
-  }
-  void insert(const uint8_t* p, size_t n, uint64_t h, const uint32_t* ids, size_t len) {
-    if (words_.size() >= kMaxWords || ids_.size() + len > kMaxIds) clear();
-    if (!words_.insert(p, n, h).second) return;
-    spans_.push_back(static_cast<uint32_t>(ids_.size()));
-    spans_.push_back(static_cast<uint32_t>(len));
-    ids_.insert(ids_.end(), ids, ids + len);
-  }
-  void clear() {
-    words_.reset();
-    spans_.clear();
-    ids_.clear();
+// A pre-token as the word cache sees it: its bytes, and for words up to 24 bytes the same bytes
+// zero-padded in three 64-bit lanes, which hash and compare without a branch on the length.
+struct WordKey {
+  static constexpr size_t kLanes = 3, kShort = 8 * kLanes;
+  const uint8_t* p;
+  size_t n;
+  uint64_t lane[kLanes];
+  uint64_t h;
+
+  // `end`: where the readable bytes after p stop (a short word far from it is read in whole lanes)
+  void set(const uint8_t* word, size_t len, const uint8_t* end) {
+    p = word;
+    n = len;
+    if (n > kShort) {
+      h = hash_bytes(p, n);
+      return;
+    }
+    if (static_cast<size_t>(end - p) >= kShort) {
+      const LaneMask& m = kLaneMasks.m[n];
+      for (size_t i = 0; i < kLanes; ++i) lane[i] = load64(p + 8 * i) & m.mask[i];
+    } else {
+      uint8_t tmp[kShort] = {};
+      std::memcpy(tmp, p, n);
+      for (size_t i = 0; i < kLanes; ++i) lane[i] = load64(tmp + 8 * i);
+    }
+    h = fold(lane[0] ^ 0x9E3779B97F4A7C15ULL, lane[1] ^ 0xe7037ed1a0b428dbULL) ^
+        fold(lane[2] ^ 0x8ebc6af09c88c6e3ULL, n ^ 0x589965cc75374cc3ULL);
   }
 
  private:
-  StringTable words_;
-  std::vector<uint32_t> spans_;  // (start, length) per word
-  std::vector<uint32_t> ids_;
+  // the high and low halves of a 128-bit product, xored (wyhash's mixing step)
+  static uint64_t fold(uint64_t a, uint64_t b) {
+    const unsigned __int128 r = static_cast<unsigned __int128>(a) * b;
+    return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
+  }
+  static_assert(kLanes == 3 && kShort == 24, "kLaneMasks' shape");
+};
+
+// Ids of pre-tokens already encoded: word -> ids. One 64-byte entry (one cache line) per word,
+// with the word and its ids inline when they fit (up to 24 bytes and 6 ids: almost every word), so
+// a hit reads one line; longer ones live in a pool. Open addressing, linear probing, at most half
+// full; once kMaxWords words are in, the cache starts again empty.
+//   insert(key("hello"), {31373}); find(key("hello")) -> {31373}
+class WordCache {
+ public:
+  static constexpr size_t kMaxWords = 1 << 19;  // at most 2^20 entries: 64 MB
+  static constexpr size_t kMaxPool = 1 << 26;   // bytes of long words and long id lists
+  static constexpr size_t kIdsInline = 6;
+
+  WordCache() { clear(); }
+
+  // The ids of the word (*len of them), or nullptr. Up to kIdsInline ids, the pointer may be read
+  // kIdsInline ids long (copy them whole, keep *len).
+  const uint32_t* find(const WordKey& k, size_t* len) const {
+    const Entry& e = table_[slot(k)];
+    if (e.key == 0) return nullptr;
+    *len = e.nids;
+    return e.nids <= kIdsInline ? e.ids : long_ids(e);
+  }
+
+  void prefetch(const WordKey& k) const { __builtin_prefetch(&table_[k.h & mask_]); }
+
+  // The caller has just found the word missing.
+  void insert(const WordKey& k, const uint32_t* ids, size_t len) {
+    if (count_ >= kMaxWords || pool_.size() + k.n + 4 * (len + 1) > kMaxPool) clear();
+    if (2 * (count_ + 1) > table_.size()) grow();
+    Entry& e = table_[slot(k)];
+    if (e.key != 0) return;
+    e.key = k.h | kTaken;
+    e.len = static_cast<uint32_t>(k.n);
+    e.nids = static_cast<uint32_t>(len);
+    if (k.n <= WordKey::kShort) {
+      std::memcpy(e.lane, k.lane, sizeof e.lane);
+    } else {
+      e.lane[0] = pool_.size();
+      pool_.append(reinterpret_cast<const char*>(k.p), k.n);
+    }
+    if (len <= kIdsInline) {
+      std::memcpy(e.ids, ids, len * sizeof(uint32_t));
+    } else {
+      pool_.resize((pool_.size() + 3) & ~size_t{3});  // ids 4-byte aligned
+      e.ids[0] = static_cast<uint32_t>(pool_.size());
+      pool_.append(reinterpret_cast<const char*>(ids), len * sizeof(uint32_t));
+    }
+    ++count_;
+  }
+
+  // Empty, at the size it had grown to (growing again costs more than clearing).
+  void clear() {
+    if (table_.empty()) table_.resize(1024);
+    std::fill(table_.begin(), table_.end(), Entry{});
+    mask_ = table_.size() - 1;
+    count_ = 0;
+    pool_.clear();
+  }
+
+ private:
+  static constexpr uint64_t kTaken = 1ULL << 63;  // in every key: key 0 marks an empty entry
+  struct Entry {  // 64 bytes
+    uint64_t key = 0;  // hash | kTaken
+    uint32_t len = 0, nids = 0;
+    uint64_t lane[WordKey::kLanes] = {};  // the word's lanes, or lane[0]: its offset in pool_
+    uint32_t ids[kIdsInline] = {};        // the ids, or ids[0]: their offset in pool_
+  };
+  static_assert(sizeof(Entry) == 64, "one cache line per word");
+  static_assert(kMaxPool < (1ULL << 32), "pool offsets fit in an id slot");
+
+  // The entry holding the word, or the empty one where it would go.
+  size_t slot(const WordKey& k) const {
+    const uint64_t key = k.h | kTaken;
+    for (size_t s = k.h & mask_;; s = (s + 1) & mask_) {
+      const Entry& e = table_[s];
+      if (e.key == 0) return s;
+      if (e.key != key || e.len != k.n) continue;
+      if (k.n <= WordKey::kShort) {
+        if (((e.lane[0] ^ k.lane[0]) | (e.lane[1] ^ k.lane[1]) | (e.lane[2] ^ k.lane[2])) == 0) return s;
+      } else if (bytes_equal(reinterpret_cast<const uint8_t*>(pool_.data()) + e.lane[0], k.p, k.n)) {
+        return s;
+      }
+    }
+  }
+  void grow() {
+    std::vector<Entry> old(2 * table_.size());
+    old.swap(table_);
+    mask_ = table_.size() - 1;
+    for (const Entry& e : old) {
+      if (e.key == 0) continue;
+      size_t s = e.key & mask_;
+      while (table_[s].key != 0) s = (s + 1) & mask_;
+      table_[s] = e;
+    }
+  }
+  const uint32_t* long_ids(const Entry& e) const {
+    return reinterpret_cast<const uint32_t*>(pool_.data() + e.ids[0]);
+  }
+
+  std::vector<Entry> table_;
+  size_t mask_ = 0;
+  size_t count_ = 0;
+  std::string pool_;  // long words and long id lists
+};
+
+// Pair of ids -> its merge (rank, new id): one 16-byte slot per probe, open addressing.
+//   add(97, 98, {0, 256}); find(97, 98) -> {0, 256}; find(98, 97) -> nullptr
+class MergeTable {
+ public:
+  explicit MergeTable(size_t n) {
+    size_t c = 16;
+    while (4 * c < 5 * n) c <<= 1;
+    slots_.assign(c, Slot{kEmpty, Merge{0, 0}});
+    mask_ = c - 1;
+  }
+  // false when the pair is already in (its first merge stays)
+  bool add(uint32_t a, uint32_t b, Merge m) {
+    const uint64_t k = pair_key(a, b);
+    size_t s = mix64(k) & mask_;
+    for (; slots_[s].key != kEmpty; s = (s + 1) & mask_) {
+      if (slots_[s].key == k) return false;
+    }
+    slots_[s] = Slot{k, m};
+    return true;
+  }
+  const Merge* find(uint32_t a, uint32_t b) const {
+    const uint64_t k = pair_key(a, b);
+    for (size_t s = mix64(k) & mask_;; s = (s + 1) & mask_) {
+      const Slot& slot = slots_[s];
+      if (slot.key == k) return &slot.m;
+      if (slot.key == kEmpty) return nullptr;
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ULL;
+  struct Slot {
+    uint64_t key;
+    Merge m;
+  };
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
 };
 
 // The immutable part of a tokenizer: byte ids, merge ranks, special tokens.
@@ -61,16 +228,11 @@ class EncoderCore {
               const std::vector<uint32_t>& right, const std::vector<uint32_t>& merged,
               std::vector<std::string> specials, std::vector<uint32_t> special_ids)
       : byte_ids_(std::move(byte_ids)),
-        ranks_(left.size()),
+        merges_(left.size()),
         splitter_(specials),
         special_ids_(std::move(special_ids)) {
-    for (size_t r = 0; r < left.size(); ++r) {
-      bool inserted;
-      int32_t& slot = ranks_.get(pair_key(left[r], right[r]), &inserted);
-      if (inserted) {  // the first merge of a pair wins, as in Tokenizer._ranks
-        slot = static_cast<int32_t>(merge_.size());
-        merge_.push_back(Merge{static_cast<uint32_t>(r), merged[r]});
-      }
+    for (size_t r = 0; r < left.size(); ++r) {  // the first merge of a pair wins, as in Tokenizer._ranks
+      merges_.add(left[r], right[r], Merge{static_cast<uint32_t>(r), merged[r]});
     }
   }
 
@@ -86,31 +248,54 @@ class EncoderCore {
         [&](size_t k) { out.push_back(special_ids_[k]); });
   }
 
+  // Words go through in batches of kBatch: the cache entries of a batch are fetched from memory
+  // together (prefetched as the words are found), not one miss after another.
+  static constexpr size_t kBatch = 16;
   void encode_ordinary(const uint8_t* s, size_t n, WordCache& cache, std::vector<uint32_t>& out,
                        std::vector<uint32_t>& scratch) const {
+    WordKey batch[kBatch];
+    size_t k = 0, bytes = 0;
+    auto flush = [&] {
+      // room for the batch (a word has at most one id per byte; whole inline id lists are copied),
+      // then the vector is cut to what came
+      const size_t start = out.size();
+      out.resize(start + bytes + WordCache::kIdsInline);
+      uint32_t* dst = out.data() + start;
+      for (size_t i = 0; i < k; ++i) {
+        const WordKey& w = batch[i];
+        size_t got;
+        if (const uint32_t* ids = cache.find(w, &got)) {
+          if (got <= WordCache::kIdsInline) {
+            std::memcpy(dst, ids, WordCache::kIdsInline * sizeof(uint32_t));
+          } else {
+            std::memcpy(dst, ids, got * sizeof(uint32_t));
+          }
+          dst += got;
+          continue;
+        }
+        bpe(w.p, w.n, scratch);
+        cache.insert(w, scratch.data(), scratch.size());
+        std::memcpy(dst, scratch.data(), scratch.size() * sizeof(uint32_t));
+        dst += scratch.size();
+      }
+      out.resize(static_cast<size_t>(dst - out.data()));
+      k = bytes = 0;
+    };
+    const uint8_t* end = s + n;
     split_words(s, n, [&](size_t a, size_t b) {
-      const uint8_t* w = s + a;
-      const size_t len = b - a;
-      if (len == 1) {
-        out.push_back(byte_ids_[w[0]]);
-        return;
-      }
-      const uint64_t h = hash_bytes(w, len);
-      size_t got;
-      if (const uint32_t* ids = cache.find(w, len, h, &got)) {
-        out.insert(out.end(), ids, ids + got);
-        return;
-      }
-      bpe(w, len, scratch);
-      cache.insert(w, len, h, scratch.data(), scratch.size());
-      out.insert(out.end(), scratch.begin(), scratch.end());
+      WordKey& w = batch[k++];
+      w.set(s + a, b - a, end);
+      cache.prefetch(w);
+      bytes += w.n;
+      if (k == kBatch) flush();
     });
+    flush();
   }
 
   // BPE of one pre-token into `parts`.
   void bpe(const uint8_t* w, size_t n, std::vector<uint32_t>& parts) const {
     byte_ids_into(w, n, parts);
-    if (n <= 64) {
+    if (n <= kScanMax) {
       bpe_scan(parts);
     } else {
       bpe_heap(parts);
@@ -122,36 +307,62 @@ class EncoderCore {
     for (size_t i = 0; i < n; ++i) parts[i] = byte_ids_[w[i]];
   }
 
-  const Merge* lookup(uint32_t a, uint32_t b) const {
-    const int32_t* i = ranks_.find(pair_key(a, b));
-    return i ? &merge_[*i] : nullptr;
-  }
+  const Merge* lookup(uint32_t a, uint32_t b) const { return merges_.find(a, b); }
 
-  // The reference rule, literally: find the lowest rank, merge all its occurrences, repeat.
+  // The reference rule: find the lowest rank, merge all its occurrences left to right, repeat.
+  // Each pair's merge is kept beside it, so a round looks up only the pairs it formed.
+  //   merges (a,b)->X, (X,c)->Y:  [a b c a b] -> [X c X] -> [Y X]
+  static constexpr size_t kScanMax = 64;
+  static constexpr uint32_t kNone = ~0u;
   void bpe_scan(std::vector<uint32_t>& parts) const {
-    while (parts.size() > 1) {
-      const Merge* best = nullptr;
-      uint32_t a = 0, b = 0;
-      for (size_t i = 0; i + 1 < parts.size(); ++i) {
-        const Merge* m = lookup(parts[i], parts[i + 1]);
-        if (m && (!best || m->rank < best->rank)) {
-          best = m;
-          a = parts[i];
-          b = parts[i + 1];
-        }
-      }
-      if (!best) return;
-      size_t j = 0;
-      for (size_t i = 0; i < parts.size();) {
-        if (i + 1 < parts.size() && parts[i] == a && parts[i + 1] == b) {
-          parts[j++] = best->id;
-          i += 2;
-        } else {
-          parts[j++] = parts[i++];
-        }
-      }
-      parts.resize(j);
+    size_t m = parts.size();
+    if (m < 2) return;
+    uint32_t* p = parts.data();
+    // pair (p[i], p[i + 1]): its rank (kNone: no merge) and new id; fresh[i]: p[i] formed in the
+    // last round. On the stack for words up to kScanMax bytes (bpe() sends longer ones to the heap)
+    uint32_t rank_buf[kScanMax], id_buf[kScanMax];
+    uint8_t fresh_buf[kScanMax];
+    std::vector<uint32_t> big;
+    std::vector<uint8_t> big_fresh;
+    uint32_t *rank = rank_buf, *id = id_buf;
+    uint8_t* fresh = fresh_buf;
+    if (m > kScanMax) {
+      big.resize(2 * m);
+      big_fresh.resize(m);
+      rank = big.data();
+      id = rank + m;
+      fresh = big_fresh.data();
     }
+    auto look = [&](size_t i) {
+      const Merge* g = lookup(p[i], p[i + 1]);
+      rank[i] = g ? g->rank : kNone;
+      id[i] = g ? g->id : 0;
+    };
+    for (size_t i = 0; i + 1 < m; ++i) look(i);
+    while (true) {
+      uint32_t r = kNone;
+      for (size_t i = 0; i + 1 < m; ++i) r = std::min(r, rank[i]);
+      if (r == kNone) break;
+      size_t j = 0;
+      for (size_t i = 0; i < m; ++j) {  // j <= i: rank, id and fresh are rewritten in place
+        if (i + 1 < m && rank[i] == r) {
+          p[j] = id[i];
+          fresh[j] = 1;
+          i += 2;
+        } else {  // kept: so is its pair's merge, unless the next one is fresh (looked up below)
+          p[j] = p[i];
+          rank[j] = rank[i];
+          id[j] = id[i];
+          fresh[j] = 0;
+          i += 1;
+        }
+      }
+      m = j;
+      for (size_t i = 0; i + 1 < m; ++i) {
+        if (fresh[i] || fresh[i + 1]) look(i);
+      }
+    }
+    parts.resize(m);
   }
 
   // The same rule in O(n log n) for long pre-tokens: a min-heap of (rank, position) over a
@@ -202,8 +413,7 @@ class EncoderCore {
 
  private:
   std::vector<uint32_t> byte_ids_;
-  U64Map ranks_;  // pair -> index into merge_
-  std::vector<Merge> merge_;
+  MergeTable merges_;
   SpecialSplitter splitter_;
   std::vector<uint32_t> special_ids_;
 };

@@ -190,7 +190,14 @@ class SpecialSplitter {
       return;
     }
     std::string_view text(reinterpret_cast<const char*>(s), n);
-    std::vector<size_t> next(specials_.size());
+    // where each special occurs next (on the stack for up to 8: no allocation per text)
+    size_t next_buf[8];
+    std::vector<size_t> next_big;
+    size_t* next = next_buf;
+    if (specials_.size() > 8) {
+      next_big.resize(specials_.size());
+      next = next_big.data();
+    }
     for (size_t k = 0; k < specials_.size(); ++k) next[k] = text.find(specials_[k]);
     size_t pos = 0;
     while (true) {

@@ -247,3 +247,19 @@ def test_encode_lists_takes_one_reference_per_item(threads):
     assert sys.getrefcount(probe) == base + 50 * 40
     del out
     assert sys.getrefcount(probe) == base
+
+
+def test_a_full_word_cache_starts_again_with_the_same_ids():
+    """A word cache holds at most 2^19 words (``WordCache::kMaxWords``), then starts again empty:
+    600,000 different numbers in one call pass that limit, then 1,000 of them come again (words
+    seen before the restart); the ids stay those of the two halves encoded apart (each well under
+    it). Few merges: many ids a word, so some id lists live outside the entries."""
+    tok = _random_tokenizer(random.Random(7), b"0123456789 ", 4, shuffle=False)
+    n = 600_000
+    text = " ".join(map(str, [*range(n), *range(100_000, 101_000)]))
+    cut = text.index(f" {n // 2} ")
+    whole = tok.native.encode(text)
+    tok.clear_cache()
+    first = tok.native.encode(text[:cut])
+    tok.clear_cache()
+    assert whole == first + tok.native.encode(text[cut:])
