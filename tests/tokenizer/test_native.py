@@ -263,3 +263,26 @@ def test_a_full_word_cache_starts_again_with_the_same_ids():
     first = tok.native.encode(text[:cut])
     tok.clear_cache()
     assert whole == first + tok.native.encode(text[cut:])
+
+
+def test_the_compiled_encode_call_checks_types_and_makes_no_cycle():
+    """After the first call ``tok.encode`` is the compiled call itself: it raises the method's
+    TypeError, pickles away, and references nothing that refers back to the tokenizer (so the
+    tokenizer, with its word caches, is freed at once, without the cycle collector)."""
+    import gc
+    import pickle
+    import weakref
+
+    tok = _random_tokenizer(random.Random(8), b"ab ", 5, shuffle=False)
+    assert tok.encode("ab ba") == tok.encode_reference("ab ba")
+    assert "encode" in vars(tok)
+    with pytest.raises(TypeError, match="encode takes a str, got bytes"):
+        tok.encode(b"ab")
+    assert "encode" not in pickle.loads(pickle.dumps(tok)).__dict__
+    gc.disable()
+    try:
+        ref = weakref.ref(tok)
+        del tok
+        assert ref() is None
+    finally:
+        gc.enable()

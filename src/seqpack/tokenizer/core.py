@@ -53,6 +53,11 @@ class CoreBPE:
         self.encode_batch = self._enc.encode_batch
         self.encode_lists = self._enc.encode_lists
 
+    def fast_encode(self, fallback: Callable[[str], list[int]], max_chars: int) -> Callable[[str], list[int]]:
+        """``encode`` as a plain C function (no binding layer a call, the cost that dominates short
+        texts), checking the type itself; texts over ``max_chars`` characters go to ``fallback``."""
+        return self._enc.fast_encode(fallback, max_chars)  # type: ignore[no-any-return]
+
     def bpe_with(self, word: bytes, heap: bool) -> list[int]:
         """One pre-tokenized word by the heap rule (long words) or the scan rule (tests compare them)."""
         return self._enc.bpe_with(word, heap)  # type: ignore[no-any-return]

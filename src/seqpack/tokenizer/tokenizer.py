@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,42 @@ def _safe_cut(text: str, start: int) -> int:
             return i
         i = text.rfind(" ", start, i)
     return -1
+
+
+def _straddles_special(text: str, cut: int, specials_re: Any, longest: int) -> bool:
+    """Whether ``cut`` falls inside a special token (``specials_re`` matches them; ``longest``
+    characters the longest)."""
+    if specials_re is None:
+        return False
+    lo = max(0, cut - longest)
+    window = text[lo : cut + longest]
+    return any(m.start() < cut - lo < m.end() for m in specials_re.finditer(window))
+
+
+def _pieces(text: str, size: int, specials_re: Any, longest: int) -> Iterator[str]:
+    """``text`` cut where the ids cannot change (:func:`_safe_cut`, never inside a special token)
+    into pieces of ``size / 2 .. size`` characters; the rest whole where no such cut is found.
+
+    >>> list(_pieces("ab cd ef gh", 6, None, 0))
+    ['ab cd', ' ef gh']
+    """
+    pos = 0
+    while len(text) - pos > size:
+        window = text[pos : pos + size + 1]  # the character after a cut decides it too
+        cut = _safe_cut(window, size // 2)
+        if cut <= 0 or _straddles_special(window, cut, specials_re, longest):
+            break
+        yield window[:cut]
+        pos += cut
+    yield text[pos:]
+
+
+def _encode_pieces(encode: Callable[[str], list[int]], specials_re: Any, longest: int, text: str) -> list[int]:
+    """``encode(text)`` a piece of about ``_PIECE_CHARS`` at a time (bounded working memory)."""
+    out: list[int] = []
+    for piece in _pieces(text, _PIECE_CHARS, specials_re, longest):
+        out += encode(piece)
+    return out
 
 
 class Tokenizer:
@@ -131,7 +168,12 @@ class Tokenizer:
 
             merges = [(a, b, ab) for (a, b), (_, ab) in sorted(self._ranks.items(), key=lambda kv: kv[1][0])]
             specials = [(s.encode("utf-8"), self.special_ids[s]) for s in self.special_tokens]
-            self._native = CoreBPE(self._byte_ids, merges, specials)
+            self._native = native = CoreBPE(self._byte_ids, merges, specials)
+            # From now on ``self.encode`` is the compiled call itself (no Python frame a call);
+            # texts too long for one call go to _encode_pieces, which holds no reference to self.
+            longest = max((len(s) for s in self.special_tokens), default=0)
+            fallback = partial(_encode_pieces, native.encode, self._specials_re, longest)
+            self.__dict__["encode"] = native.fast_encode(fallback, 2 * _PIECE_CHARS)
         return self._native
 
     def clear_cache(self) -> None:
@@ -143,6 +185,7 @@ class Tokenizer:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_native"] = None  # rebuilt on first use after unpickling
+        state.pop("encode", None)  # its compiled form (see native)
         state["_hf"] = None
         state["_cache"] = {}
         return state
@@ -184,34 +227,22 @@ class Tokenizer:
             out.extend(ids)
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``; special tokens (longest match first) map to their ids."""
-        native = self._native or self.native  # the attribute first: a property call costs ~0.1 us a call
-        if text.__class__ is not str and not isinstance(text, str):  # an exact str: one cheap check
-            raise TypeError(f"encode takes a str, got {type(text).__name__}")
-        if len(text) <= 2 * _PIECE_CHARS:
-            return native.encode(text)  # type: ignore[no-any-return]
-        out: list[int] = []
-        for piece in self._pieces(text, _PIECE_CHARS):
-            out += native.encode(piece)
-        return out
+        """Token ids of ``text``; special tokens (longest match first) map to their ids.
+
+        (After the first call this is the compiled encoder's own call: see :attr:`native`.)
+        """
+        self.native  # noqa: B018 (builds the compiled encoder, and with it the compiled call)
+        return self.__dict__["encode"](text)  # type: ignore[no-any-return]
 
     def _pieces(self, text: str, size: int) -> Iterator[str]:
-        """``text`` cut where the ids cannot change (:func:`_safe_cut`, never inside a special token)
-        into pieces of ``size / 2 .. size`` characters; the rest whole where no such cut is found.
+        """``text`` cut where the ids cannot change (see :func:`_pieces`).
 
         >>> tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
         >>> list(tok._pieces("ab cd ef gh", 6))
         ['ab cd', ' ef gh']
         """
-        pos = 0
-        while len(text) - pos > size:
-            window = text[pos : pos + size + 1]  # the character after a cut decides it too
-            cut = _safe_cut(window, size // 2)
-            if cut <= 0 or self._straddles_special(window, cut):
-                break
-            yield window[:cut]
-            pos += cut
-        yield text[pos:]
+        longest = max((len(s) for s in self.special_tokens), default=0)
+        return _pieces(text, size, self._specials_re, longest)
 
     def encode_reference(self, text: str) -> list[int]:
         """:meth:`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the reference."""
@@ -251,12 +282,8 @@ class Tokenizer:
             yield from self.encode(buf)
 
     def _straddles_special(self, text: str, cut: int) -> bool:
-        if self._specials_re is None:
-            return False
-        longest = max(len(s) for s in self.special_tokens)
-        lo = max(0, cut - longest)
-        window = text[lo : cut + longest]
-        return any(m.start() < cut - lo < m.end() for m in self._specials_re.finditer(window))
+        longest = max((len(s) for s in self.special_tokens), default=0)
+        return _straddles_special(text, cut, self._specials_re, longest)
 
     # ------------------------------------------------------------------ decode
     def decode(self, ids: Iterable[int]) -> str:
@@ -295,6 +322,8 @@ class Tokenizer:
         if backend != "native":
             raise ValueError(f"backend must be 'native', 'python' or 'hf', got {backend!r}")
         threads, out = workers or default_workers(), []
+        if isinstance(texts, (list, tuple)):  # one call: its ids take less memory than the lists made of them
+            return self.native.encode_lists(texts, threads)  # type: ignore[no-any-return]
         for chunk in doc_chunks(texts, 1 << 22):  # 4M characters a call: the input is read as it comes
             out += self.native.encode_lists(chunk.documents, threads)
         return out
