@@ -91,25 +91,39 @@ def test_fast_trainer_equals_reference(docs, extra, with_special):
     assert (got.vocab, got.merges) == expected
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
-    text=st.lists(st.sampled_from(list("ab \n\n\t!xé") + [EOT]), max_size=120).map("".join),
+    text=st.lists(st.sampled_from([*"ab \n\n\t!xéZ", " A", "b c", EOT, "<s p>"]), max_size=120).map("".join),
     chunk=st.integers(1, 64),
+    specials=st.sampled_from([[EOT], [EOT, "<s p>"], [EOT, "b\nc"]]),
 )
-def test_file_chunking_never_changes_counts(tmp_path_factory, text, chunk):
+def test_file_chunking_never_changes_counts(tmp_path_factory, text, chunk, specials):
+    """Cuts at special tokens, after the newline of "x\ny", before the space of "a b" (not where
+    a special token has a space or a newline): the counts are those of the whole text."""
     from seqpack.tokenizer.counts import count_chunks
     from seqpack.tokenizer.pretokenize import count_words, file_chunks
 
     path = tmp_path_factory.mktemp("chunk") / "c.txt"
     path.write_text(text, encoding="utf-8", newline="")
-    chunks = list(file_chunks(path, chunk, [EOT]))
+    chunks = list(file_chunks(path, chunk, specials))
     spans = [(c.start, c.end) for c in chunks]
     assert all(a < b for a, b in spans)
     assert [s for s, _ in spans[1:]] == [e for _, e in spans[:-1]]
     if spans:
         assert spans[0][0] == 0 and spans[-1][1] == len(text.encode("utf-8"))
-    got = count_chunks(chunks, special_tokens=[EOT]).to_dict()
-    assert got == count_words([text], special_tokens=[EOT])
+    got = count_chunks(chunks, special_tokens=specials).to_dict()
+    assert got == count_words([text], special_tokens=specials)
+
+
+def test_text_whose_newlines_are_blank_lines_still_splits(tmp_path: Path):
+    """No "x\ny" anywhere (paragraphs between blank lines): the cuts fall before spaces."""
+    from seqpack.tokenizer.pretokenize import file_chunks
+
+    path = tmp_path / "p.txt"
+    path.write_text("\n\n".join(["lorem ipsum dolor sit amet"] * 2000), encoding="utf-8")
+    chunks = list(file_chunks(path, 4096, [EOT]))
+    assert len(chunks) > 10
+    assert all(path.read_bytes()[c.end : c.end + 1] == b" " for c in chunks[:-1])
 
 
 # ------------------------------------------------------------------ errors

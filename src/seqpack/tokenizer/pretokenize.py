@@ -35,6 +35,11 @@ _WORD_RE = regex.compile(GPT2_PATTERN)
 
 #: A cut after ``\n`` is safe when printable ASCII stands on both sides of it.
 _SAFE_NEWLINE = re.compile(rb"[\x21-\x7e]\n(?=[\x21-\x7e])")
+#: So is a cut before the space of ``"a b"`` (ASCII letters around it): the letters end one
+#: pre-token, the space starts the next (text whose only newlines are blank lines still splits).
+_SAFE_SPACE = re.compile(rb"[A-Za-z] (?=[A-Za-z])")
+#: How far past the target point a cut is looked for before the window grows
+_PROBE_BYTES = 1 << 16
 
 Errors = str  # "strict" | "replace"
 
@@ -104,8 +109,10 @@ def file_chunks(
     """Cut a file into chunks of about ``target_bytes`` at safe boundaries.
 
     A chunk ends right before a special token when one starts within
-    ``target_bytes`` after the target point, else at a safe newline; if the file
-    has neither, the chunk grows until one is found (or to the end of the file).
+    ``target_bytes`` after the target point, else at a safe newline or space (see
+    :data:`_SAFE_NEWLINE`, :data:`_SAFE_SPACE`; neither where a special token contains
+    that character); if the file has none, the chunk grows until one is found (or to the
+    end of the file).
     """
     path = os.fspath(path)
     size = os.path.getsize(path)
@@ -115,12 +122,12 @@ def file_chunks(
         yield FileChunk(path, 0, size)
         return
     sp = _special_bytes_pattern(special_tokens)
-    newline_ok = not any("\n" in s for s in special_tokens)
+    safe = [r for r, c in ((_SAFE_NEWLINE, "\n"), (_SAFE_SPACE, " ")) if not any(c in s for s in special_tokens)]
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         # ints only: a live match object would pin the mmap's buffer
         starts = (m.start() for m in sp.finditer(mm)) if sp is not None else None
         try:
-            for start, end in _cut_points(mm, size, target_bytes, starts, newline_ok):
+            for start, end in _cut_points(mm, size, target_bytes, starts, safe):
                 yield FileChunk(path, start, end)
         finally:
             if starts is not None:
@@ -128,13 +135,18 @@ def file_chunks(
             del starts
 
 
-def _safe_newline_cut(mm: mmap.mmap, start: int, stop: int) -> int | None:
-    m = _SAFE_NEWLINE.search(mm, start, stop)
-    return None if m is None else m.start() + 2
+def _safe_cut_in(mm: mmap.mmap, start: int, stop: int, safe: Sequence[re.Pattern[bytes]]) -> int | None:
+    """The first safe cut in ``[start, stop)``: a kind of cut (``safe``, in order of preference)
+    is looked for in the first :data:`_PROBE_BYTES`, then the next kind, then the rest."""
+    for lo, hi in ((start, min(stop, start + _PROBE_BYTES)), (start + _PROBE_BYTES, stop)):
+        for pattern in safe:
+            if lo < hi and (m := pattern.search(mm, lo, hi)) is not None:
+                return m.start() + (2 if pattern is _SAFE_NEWLINE else 1)
+    return None
 
 
 def _cut_points(
-    mm: mmap.mmap, size: int, target: int, starts: Iterator[int] | None, newline_ok: bool
+    mm: mmap.mmap, size: int, target: int, starts: Iterator[int] | None, safe: Sequence[re.Pattern[bytes]]
 ) -> Iterator[tuple[int, int]]:
     """Spans ``[pos, cut)``; see :func:`file_chunks` for where cuts go."""
     nxt = (lambda: next(starts, None)) if starts is not None else (lambda: None)
@@ -147,12 +159,12 @@ def _cut_points(
         cut = None
         if pending is not None and pending - cand <= target:
             cut = pending
-        elif newline_ok:
+        elif safe:
             stop = min(size, cand + target if pending is None else pending)
-            cut = _safe_newline_cut(mm, cand, stop)
+            cut = _safe_cut_in(mm, cand, stop, safe)
             while cut is None and pending is None and stop < size:
                 cand, stop = stop - 2, min(size, stop + target)
-                cut = _safe_newline_cut(mm, cand, stop)
+                cut = _safe_cut_in(mm, cand, stop, safe)
         if cut is None:
             cut = pending if pending is not None else size
         yield pos, cut
