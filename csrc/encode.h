@@ -90,6 +90,7 @@ class WordCache {
   static constexpr size_t kIdsInline = 6;
 
   WordCache() { clear(); }
+  size_t size() const { return count_; }
 
   // The ids of the word (*len of them), or nullptr. Up to kIdsInline ids, the pointer may be read
   // kIdsInline ids long (copy them whole, keep *len).
@@ -234,6 +235,7 @@ class EncoderCore {
     for (size_t r = 0; r < left.size(); ++r) {  // the first merge of a pair wins, as in Tokenizer._ranks
       merges_.add(left[r], right[r], Merge{static_cast<uint32_t>(r), merged[r]});
     }
+    build_tokens(left, right, merged);
   }
 
   const std::vector<uint32_t>& byte_ids() const { return byte_ids_; }
@@ -264,19 +266,21 @@ class EncoderCore {
       for (size_t i = 0; i < k; ++i) {
         const WordKey& w = batch[i];
         size_t got;
-        if (const uint32_t* ids = cache.find(w, &got)) {
-          if (got <= WordCache::kIdsInline) {
-            std::memcpy(dst, ids, WordCache::kIdsInline * sizeof(uint32_t));
-          } else {
-            std::memcpy(dst, ids, got * sizeof(uint32_t));
+        const uint32_t* ids = cache.find(w, &got);
+        const bool missed = ids == nullptr;
+        if (missed) ids = tokens_.find(w, &got);  // a token (no BPE to run), or nullptr
+        if (ids && got <= WordCache::kIdsInline) {
+          std::memcpy(dst, ids, WordCache::kIdsInline * sizeof(uint32_t));  // whole: see find
+        } else {
+          if (!ids) {
+            bpe(w.p, w.n, scratch);
+            ids = scratch.data();
+            got = scratch.size();
           }
-          dst += got;
-          continue;
+          std::memcpy(dst, ids, got * sizeof(uint32_t));
         }
-        bpe(w.p, w.n, scratch);
-        cache.insert(w, scratch.data(), scratch.size());
-        std::memcpy(dst, scratch.data(), scratch.size() * sizeof(uint32_t));
-        dst += scratch.size();
+        if (missed) cache.insert(w, ids, got);
+        dst += got;
       }
       out.resize(static_cast<size_t>(dst - out.data()));
       k = bytes = 0;
@@ -412,8 +416,37 @@ class EncoderCore {
   }
 
  private:
+  // tokens_: every token of at most 24 bytes whose own bytes BPE-encode to itself (checked here,
+  // by bpe(); most tokens), so a word the cache lacks that is a token needs no BPE run.
+  //   merges (a,b)->256: tokens_ = {"ab": [256]}
+  void build_tokens(const std::vector<uint32_t>& left, const std::vector<uint32_t>& right,
+                    const std::vector<uint32_t>& merged) {
+    std::vector<std::string> bytes;  // id -> its bytes, where the merges tell them
+    auto at = [&](uint32_t id) -> std::string& {
+      if (id >= bytes.size()) bytes.resize(id + 1);
+      return bytes[id];
+    };
+    for (size_t b = 0; b < byte_ids_.size(); ++b) at(byte_ids_[b]) = std::string(1, static_cast<char>(b));
+    std::vector<uint32_t> parts;
+    for (size_t r = 0; r < left.size(); ++r) {
+      const std::string a = at(left[r]), b = at(right[r]);
+      std::string& t = at(merged[r]);
+      if (a.empty() || b.empty() || !t.empty()) continue;
+      t = a + b;
+      if (t.size() > WordKey::kShort || tokens_.size() + 1 >= WordCache::kMaxWords) continue;
+      const auto* p = reinterpret_cast<const uint8_t*>(t.data());
+      bpe(p, t.size(), parts);
+      if (parts.size() != 1 || parts[0] != merged[r]) continue;
+      WordKey k;
+      k.set(p, t.size(), p + t.size());
+      size_t got;
+      if (!tokens_.find(k, &got)) tokens_.insert(k, parts.data(), 1);
+    }
+  }
+
   std::vector<uint32_t> byte_ids_;
   MergeTable merges_;
+  WordCache tokens_;
   SpecialSplitter splitter_;
   std::vector<uint32_t> special_ids_;
 };
@@ -432,9 +465,10 @@ class CachePool {
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(std::move(c));
   }
+  // Empties every cache, keeping its memory (see WordCache::clear).
   void clear() {
     std::lock_guard<std::mutex> lock(mu_);
-    free_.clear();
+    for (auto& c : free_) c->clear();
   }
 
  private:
