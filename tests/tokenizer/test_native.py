@@ -286,3 +286,13 @@ def test_the_compiled_encode_call_checks_types_and_makes_no_cycle():
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_a_token_its_own_bytes_do_not_encode_to_is_not_taken_whole():
+    """The encoder looks a word up among the tokens before running BPE, but only among those whose
+    bytes BPE-encode to themselves: "abc" is a token (a + bc), yet BPE merges (a, b) first."""
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"bc", 258: b"abc"}
+    tok = Tokenizer(vocab, [(b"a", b"b"), (b"b", b"c"), (b"a", b"bc")])
+    assert tok.encode_reference("abc") == [256, 99]
+    assert tok.encode("abc") == [256, 99] == tok.encode_batch(["abc"], workers=1)[0]
+    assert tok.encode("bc abc") == tok.encode_reference("bc abc") == [257, 32, 256, 99]
