@@ -290,6 +290,7 @@ class EncoderCore {
       WordKey& w = batch[k++];
       w.set(s + a, b - a, end);
       cache.prefetch(w);
+      tokens_.prefetch(w);  // read only when the cache lacks the word, but then not one miss after another
       bytes += w.n;
       if (k == kBatch) flush();
     });
