@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -177,6 +178,7 @@ class Encoder {
     std::vector<int64_t> lengths;
     std::vector<size_t> cuts = encode_views(views, threads, ids, lengths);
     const size_t n = views.size(), chunks = cuts.size() - 1, vocab = ints_.size();
+    const size_t workers = std::min(chunks, thread_count(threads, n));
     py::list out(n);
     size_t total = 0;
     // n new containers at once: without the collector, which would otherwise run every few
@@ -199,24 +201,25 @@ class Encoder {
         p += lengths[i];
       }
     };
-    if (total < vocab || chunks < 2) {  // few ids, or one thread: one reference at a time
+    if (total < vocab || workers < 2) {  // few ids, or one thread: one reference at a time
       for (size_t c = 0; c < chunks; ++c) fill(c, nullptr);
       return out;
     }
     // The items are stored on the encoding threads, without the GIL: no other code can reach these
-    // new lists yet, and ints_ holds a reference to every int. Each thread counts what it stores;
-    // the ints' reference counts are raised afterwards, with the GIL, one int at a time.
-    std::vector<std::vector<size_t>> uses(chunks);
+    // new lists yet, and ints_ holds a reference to every int. Each thread counts what it stores
+    // (thread t fills blocks t, t + workers, ...: blocks hold about equal bytes); the ints'
+    // reference counts are raised afterwards, with the GIL, one int at a time.
+    std::vector<std::vector<size_t>> uses(workers);
     {
       py::gil_scoped_release nogil;
-      on_threads(chunks, [&](size_t c) {
-        uses[c].assign(vocab, 0);
-        fill(c, uses[c].data());
+      on_threads(workers, [&](size_t t) {
+        uses[t].assign(vocab, 0);
+        for (size_t c = t; c < chunks; c += workers) fill(c, uses[t].data());
       });
     }
     for (size_t v = 0; v < vocab; ++v) {
       size_t k = 0;
-      for (size_t c = 0; c < chunks; ++c) k += uses[c][v];
+      for (size_t t = 0; t < workers; ++t) k += uses[t][v];
       for (; k; --k) Py_INCREF(ints_[v]);  // the same object: cheap, and right whatever the refcount scheme
     }
     return out;
@@ -261,31 +264,38 @@ class Encoder {
     return out;
   }
 
-  // Encode `views` on up to `threads` threads (contiguous ranges of about equal bytes, the GIL
-  // released): ids[c] holds range c's ids, lengths[i] text i's count; returns the ranges' cuts.
+  static size_t thread_count(int threads, size_t texts) {
+    return std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(threads, 1)), texts));
+  }
+
+  // Encode `views` on up to `threads` threads, the GIL released: the texts are cut into blocks of
+  // about equal bytes (kBlocksPerThread per thread), which the threads take in turn as they finish
+  // one (text of costlier bytes, e.g. another script, does not leave a thread idle). ids[b] holds
+  // block b's ids, lengths[i] text i's count; returns the blocks' cuts.
+  static constexpr size_t kBlocksPerThread = 8;
   std::vector<size_t> encode_views(const std::vector<Text>& views, int threads, std::vector<std::vector<uint32_t>>& ids,
                     std::vector<int64_t>& lengths) {
-    const size_t parts = std::max<size_t>(1, std::min<size_t>(threads, views.size()));
-    std::vector<size_t> cuts = balanced_cuts(views, parts);
-    const size_t chunks = cuts.size() - 1;
-    ids.assign(chunks, {});
+    const size_t workers = thread_count(threads, views.size());
+    std::vector<size_t> cuts = balanced_cuts(views, workers < 2 ? 1 : workers * kBlocksPerThread);
+    const size_t blocks = cuts.size() - 1;
+    ids.assign(blocks, {});
     lengths.assign(views.size(), 0);
+    std::atomic<size_t> next{0};
     py::gil_scoped_release nogil;
-    auto work = [&](size_t c) {
+    on_threads(std::min(workers, blocks), [&](size_t) {
       auto cache = pool_.take();
-      // thread-local output (ids[c] side by side would share cache lines between threads)
-      std::vector<uint32_t> out, scratch;
-      std::vector<int64_t> lens(cuts[c + 1] - cuts[c]);
-      for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
-        const size_t before = out.size();
-        core_.encode(views[i].data, views[i].size, *cache, out, scratch);
-        lens[i - cuts[c]] = static_cast<int64_t>(out.size() - before);
+      std::vector<uint32_t> scratch;
+      for (size_t b; (b = next.fetch_add(1)) < blocks;) {
+        std::vector<uint32_t> out;  // the block's own (side by side, threads' vectors would share cache lines)
+        for (size_t i = cuts[b]; i < cuts[b + 1]; ++i) {
+          const size_t before = out.size();
+          core_.encode(views[i].data, views[i].size, *cache, out, scratch);
+          lengths[i] = static_cast<int64_t>(out.size() - before);
+        }
+        ids[b] = std::move(out);
       }
-      std::copy(lens.begin(), lens.end(), lengths.begin() + cuts[c]);
-      ids[c] = std::move(out);
       pool_.give(std::move(cache));
-    };
-    on_threads(chunks, work);
+    });
     return cuts;
   }
 
