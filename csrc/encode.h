@@ -262,25 +262,36 @@ class EncoderCore {
       // then the vector is cut to what came
       const size_t start = out.size();
       out.resize(start + bytes + WordCache::kIdsInline);
-      uint32_t* dst = out.data() + start;
+      uint32_t* const first = out.data() + start;
+      // 1. look every word up; the token-table entries of those missing are fetched together
+      const uint32_t* hit[kBatch];
+      size_t got[kBatch];
       for (size_t i = 0; i < k; ++i) {
-        const WordKey& w = batch[i];
-        size_t got;
-        const uint32_t* ids = cache.find(w, &got);
-        const bool missed = ids == nullptr;
-        if (missed) ids = tokens_.find(w, &got);  // a token (no BPE to run), or nullptr
-        if (ids && got <= WordCache::kIdsInline) {
+        hit[i] = cache.find(batch[i], &got[i]);
+        if (!hit[i]) tokens_.prefetch(batch[i]);
+      }
+      // 2. write the ids: a cached word's, a token's (no BPE), else BPE's
+      uint32_t* dst = first;
+      for (size_t i = 0; i < k; ++i) {
+        const uint32_t* ids = hit[i];
+        if (!ids) ids = tokens_.find(batch[i], &got[i]);
+        if (ids && got[i] <= WordCache::kIdsInline) {
           std::memcpy(dst, ids, WordCache::kIdsInline * sizeof(uint32_t));  // whole: see find
         } else {
           if (!ids) {
-            bpe(w.p, w.n, scratch);
+            bpe(batch[i].p, batch[i].n, scratch);
             ids = scratch.data();
-            got = scratch.size();
+            got[i] = scratch.size();
           }
-          std::memcpy(dst, ids, got * sizeof(uint32_t));
+          std::memcpy(dst, ids, got[i] * sizeof(uint32_t));
         }
-        if (missed) cache.insert(w, ids, got);
-        dst += got;
+        dst += got[i];
+      }
+      // 3. cache the missing words (only now: an insert may move the entries that hit[] points at)
+      const uint32_t* ids = first;
+      for (size_t i = 0; i < k; ++i) {
+        if (!hit[i]) cache.insert(batch[i], ids, got[i]);
+        ids += got[i];
       }
       out.resize(static_cast<size_t>(dst - out.data()));
       k = bytes = 0;
@@ -290,7 +301,6 @@ class EncoderCore {
       WordKey& w = batch[k++];
       w.set(s + a, b - a, end);
       cache.prefetch(w);
-      tokens_.prefetch(w);  // read only when the cache lacks the word, but then not one miss after another
       bytes += w.n;
       if (k == kBatch) flush();
     });
