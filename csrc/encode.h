@@ -462,29 +462,41 @@ class EncoderCore {
   std::vector<uint32_t> special_ids_;
 };
 
-// A pool of word caches, one per concurrently encoding thread.
-class CachePool {
- public:
-  std::unique_ptr<WordCache> take() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (free_.empty()) return std::make_unique<WordCache>();
-    auto c = std::move(free_.back());
-    free_.pop_back();
-    return c;
+// What one encoding thread works with: its word cache and buffers, kept between calls (a long
+// text's ids then reuse the buffer's pages instead of faulting in new ones each call).
+struct Worker {
+  static constexpr size_t kKeepIds = 1 << 22;  // a buffer above this (16 MB) is freed after use
+  WordCache cache;
+  std::vector<uint32_t> out, scratch;
+  void trim() {
+    if (out.capacity() > kKeepIds) std::vector<uint32_t>().swap(out);
   }
-  void give(std::unique_ptr<WordCache> c) {
+};
+
+// A pool of workers, one per concurrently encoding thread.
+class WorkerPool {
+ public:
+  std::unique_ptr<Worker> take() {
     std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(std::move(c));
+    if (free_.empty()) return std::make_unique<Worker>();
+    auto w = std::move(free_.back());
+    free_.pop_back();
+    return w;
+  }
+  void give(std::unique_ptr<Worker> w) {
+    w->trim();
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(std::move(w));
   }
   // Empties every cache, keeping its memory (see WordCache::clear).
   void clear() {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& c : free_) c->clear();
+    for (auto& w : free_) w->cache.clear();
   }
 
  private:
   std::mutex mu_;
-  std::vector<std::unique_ptr<WordCache>> free_;
+  std::vector<std::unique_ptr<Worker>> free_;
 };
 
 }  // namespace seqpack

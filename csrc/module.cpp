@@ -128,14 +128,15 @@ class Encoder {
       out_ = std::move(out);  // its capacity serves the next call
       return ids;
     }
-    std::vector<uint32_t> out, scratch;
+    auto w = pool_.take();
     {
       py::gil_scoped_release nogil;
-      auto cache = pool_.take();
-      core_.encode(t.data, t.size, *cache, out, scratch);
-      pool_.give(std::move(cache));
+      w->out.clear();
+      core_.encode(t.data, t.size, w->cache, w->out, w->scratch);
     }
-    return id_list(out.data(), out.size());
+    py::list ids = id_list(w->out.data(), w->out.size());
+    pool_.give(std::move(w));
+    return ids;
   }
 
   // encode(text) as a plain C function (METH_O): pybind11's dispatch costs about 80 ns a call, a
@@ -283,24 +284,23 @@ class Encoder {
     std::atomic<size_t> next{0};
     py::gil_scoped_release nogil;
     on_threads(std::min(workers, blocks), [&](size_t) {
-      auto cache = pool_.take();
-      std::vector<uint32_t> scratch;
+      auto w = pool_.take();
       for (size_t b; (b = next.fetch_add(1)) < blocks;) {
         std::vector<uint32_t> out;  // the block's own (side by side, threads' vectors would share cache lines)
         for (size_t i = cuts[b]; i < cuts[b + 1]; ++i) {
           const size_t before = out.size();
-          core_.encode(views[i].data, views[i].size, *cache, out, scratch);
+          core_.encode(views[i].data, views[i].size, w->cache, out, w->scratch);
           lengths[i] = static_cast<int64_t>(out.size() - before);
         }
         ids[b] = std::move(out);
       }
-      pool_.give(std::move(cache));
+      pool_.give(std::move(w));
     });
     return cuts;
   }
 
   EncoderCore core_;
-  CachePool pool_;
+  WorkerPool pool_;
   WordCache inline_cache_;                // used only with the GIL held
   std::vector<uint32_t> out_, scratch_;  // likewise
   std::vector<PyObject*> ints_;           // ints_[i] is the Python int i
