@@ -19,19 +19,27 @@ parallel, with memory bounded by the chunk size.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Union
-
-import regex
+from typing import Any, Union
 
 #: The GPT-2 pre-tokenization pattern.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-_WORD_RE = regex.compile(GPT2_PATTERN)
+
+
+@functools.cache
+def _word_re() -> Any:
+    """The GPT-2 pattern compiled by the ``regex`` module (imported on first use: ~20 ms that the
+    compiled paths never need)."""
+    import regex
+
+    return regex.compile(GPT2_PATTERN)
+
 
 #: A cut after ``\n`` is safe when printable ASCII stands on both sides of it.
 _SAFE_NEWLINE = re.compile(rb"[\x21-\x7e]\n(?=[\x21-\x7e])")
@@ -44,22 +52,22 @@ _PROBE_BYTES = 1 << 16
 Errors = str  # "strict" | "replace"
 
 
-def special_pattern(special_tokens: Sequence[str]) -> regex.Pattern[str] | None:
+def special_pattern(special_tokens: Sequence[str]) -> re.Pattern[str] | None:
     """Alternation of the special tokens, longest first (so the longest match wins)."""
     if not special_tokens:
         return None
     ordered = sorted(set(special_tokens), key=lambda s: (-len(s), s))
-    return regex.compile("|".join(regex.escape(s) for s in ordered))
+    return re.compile("|".join(re.escape(s) for s in ordered))
 
 
-def split_specials(text: str, specials: regex.Pattern[str] | None) -> list[str]:
+def split_specials(text: str, specials: re.Pattern[str] | None) -> list[str]:
     """Pieces of ``text`` between special tokens (the specials themselves dropped)."""
     return [text] if specials is None else specials.split(text)
 
 
 def split_words(text: str) -> list[str]:
     """GPT-2 pre-tokens of ``text`` (no special-token handling)."""
-    return _WORD_RE.findall(text)
+    return _word_re().findall(text)  # type: ignore[no-any-return]
 
 
 def count_words(
@@ -70,7 +78,7 @@ def count_words(
     counts: Counter[str] = Counter()
     for doc in documents:
         for piece in split_specials(doc, specials):
-            counts.update(_WORD_RE.findall(piece))
+            counts.update(_word_re().findall(piece))
     return counts
 
 
