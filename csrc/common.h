@@ -141,66 +141,61 @@ class StringTable {
   std::string pool_;
 };
 
-// uint64 key -> int32 value, open addressing (keys must not be ~0).
+// uint64 key -> V, open addressing, key and value in one slot (one line a probe; keys must not
+// be ~0).   U64Map<int32_t> m; bool fresh; m.get(7, &fresh) = 3;  m.find(7) -> &3, fresh == true
+template <class V>
 class U64Map {
  public:
   explicit U64Map(size_t capacity = 1024) {
     size_t c = 16;
     while (c < 2 * capacity) c <<= 1;
-    keys_.assign(c, kEmpty);
-    vals_.assign(c, 0);
+    slots_.assign(c, Slot{kEmpty, V{}});
     mask_ = c - 1;
   }
   size_t size() const { return count_; }
-  const int32_t* find(uint64_t k) const {
-    size_t s = mix64(k) & mask_;
-    while (keys_[s] != kEmpty) {
-      if (keys_[s] == k) return &vals_[s];
-      s = (s + 1) & mask_;
+  const V* find(uint64_t k) const {
+    for (size_t s = mix64(k) & mask_; slots_[s].key != kEmpty; s = (s + 1) & mask_) {
+      if (slots_[s].key == k) return &slots_[s].value;
     }
     return nullptr;
   }
-  // value slot for k; *inserted tells whether it was new (then its value is 0)
-  int32_t& get(uint64_t k, bool* inserted) {
+  // value slot for k; *inserted tells whether it was new (then its value is V{})
+  V& get(uint64_t k, bool* inserted) {
     size_t s = mix64(k) & mask_;
-    while (keys_[s] != kEmpty) {
-      if (keys_[s] == k) {
+    for (; slots_[s].key != kEmpty; s = (s + 1) & mask_) {
+      if (slots_[s].key == k) {
         *inserted = false;
-        return vals_[s];
+        return slots_[s].value;
       }
-      s = (s + 1) & mask_;
     }
     *inserted = true;
-    if (2 * (count_ + 1) > keys_.size()) {
+    if (2 * (count_ + 1) > slots_.size()) {
       grow();
       return get(k, inserted);
     }
-    keys_[s] = k;
-    vals_[s] = 0;
+    slots_[s] = Slot{k, V{}};
     ++count_;
-    return vals_[s];
+    return slots_[s].value;
   }
 
  private:
   static constexpr uint64_t kEmpty = ~0ULL;
+  struct Slot {
+    uint64_t key;
+    V value;
+  };
   void grow() {
-    std::vector<uint64_t> ok;
-    std::vector<int32_t> ov;
-    ok.swap(keys_);
-    ov.swap(vals_);
-    keys_.assign(ok.size() * 2, kEmpty);
-    vals_.assign(ok.size() * 2, 0);
-    mask_ = keys_.size() - 1;
-    for (size_t i = 0; i < ok.size(); ++i) {
-      if (ok[i] == kEmpty) continue;
-      size_t s = mix64(ok[i]) & mask_;
-      while (keys_[s] != kEmpty) s = (s + 1) & mask_;
-      keys_[s] = ok[i];
-      vals_[s] = ov[i];
+    std::vector<Slot> old(2 * slots_.size(), Slot{kEmpty, V{}});
+    old.swap(slots_);
+    mask_ = slots_.size() - 1;
+    for (const Slot& o : old) {
+      if (o.key == kEmpty) continue;
+      size_t s = mix64(o.key) & mask_;
+      while (slots_[s].key != kEmpty) s = (s + 1) & mask_;
+      slots_[s] = o;
     }
   }
-  std::vector<uint64_t> keys_;
-  std::vector<int32_t> vals_;
+  std::vector<Slot> slots_;
   size_t mask_ = 0;
   size_t count_ = 0;
 };

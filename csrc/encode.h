@@ -183,45 +183,6 @@ class WordCache {
   std::string pool_;  // long words and long id lists
 };
 
-// Pair of ids -> its merge (rank, new id): one 16-byte slot per probe, open addressing.
-//   add(97, 98, {0, 256}); find(97, 98) -> {0, 256}; find(98, 97) -> nullptr
-class MergeTable {
- public:
-  explicit MergeTable(size_t n) {
-    size_t c = 16;
-    while (4 * c < 5 * n) c <<= 1;
-    slots_.assign(c, Slot{kEmpty, Merge{0, 0}});
-    mask_ = c - 1;
-  }
-  // false when the pair is already in (its first merge stays)
-  bool add(uint32_t a, uint32_t b, Merge m) {
-    const uint64_t k = pair_key(a, b);
-    size_t s = mix64(k) & mask_;
-    for (; slots_[s].key != kEmpty; s = (s + 1) & mask_) {
-      if (slots_[s].key == k) return false;
-    }
-    slots_[s] = Slot{k, m};
-    return true;
-  }
-  const Merge* find(uint32_t a, uint32_t b) const {
-    const uint64_t k = pair_key(a, b);
-    for (size_t s = mix64(k) & mask_;; s = (s + 1) & mask_) {
-      const Slot& slot = slots_[s];
-      if (slot.key == k) return &slot.m;
-      if (slot.key == kEmpty) return nullptr;
-    }
-  }
-
- private:
-  static constexpr uint64_t kEmpty = ~0ULL;
-  struct Slot {
-    uint64_t key;
-    Merge m;
-  };
-  std::vector<Slot> slots_;
-  size_t mask_ = 0;
-};
-
 // The immutable part of a tokenizer: byte ids, merge ranks, special tokens.
 class EncoderCore {
  public:
@@ -233,7 +194,9 @@ class EncoderCore {
         splitter_(specials),
         special_ids_(std::move(special_ids)) {
     for (size_t r = 0; r < left.size(); ++r) {  // the first merge of a pair wins, as in Tokenizer._ranks
-      merges_.add(left[r], right[r], Merge{static_cast<uint32_t>(r), merged[r]});
+      bool inserted;
+      Merge& m = merges_.get(pair_key(left[r], right[r]), &inserted);
+      if (inserted) m = Merge{static_cast<uint32_t>(r), merged[r]};
     }
     build_tokens(left, right, merged);
   }
@@ -322,7 +285,7 @@ class EncoderCore {
     for (size_t i = 0; i < n; ++i) parts[i] = byte_ids_[w[i]];
   }
 
-  const Merge* lookup(uint32_t a, uint32_t b) const { return merges_.find(a, b); }
+  const Merge* lookup(uint32_t a, uint32_t b) const { return merges_.find(pair_key(a, b)); }
 
   // The reference rule: find the lowest rank, merge all its occurrences left to right, repeat.
   // Each pair's merge is kept beside it, so a round looks up only the pairs it formed.
@@ -456,7 +419,7 @@ class EncoderCore {
   }
 
   std::vector<uint32_t> byte_ids_;
-  MergeTable merges_;
+  U64Map<Merge> merges_;  // pair -> its merge (rank, new id)
   WordCache tokens_;
   SpecialSplitter splitter_;
   std::vector<uint32_t> special_ids_;

@@ -120,12 +120,12 @@ class Encoder {
     Text t = utf8_of(text.ptr());
     if (t.size <= kInlineBytes) {
       // taken out while the list is built: its allocation may run the GC, whose finalizers may
-      // let another thread in to encode (which then finds out_ empty, not half read)
-      std::vector<uint32_t> out = std::move(out_);
+      // let another thread in to encode (which then finds inline_.out empty, not half read)
+      std::vector<uint32_t> out = std::move(inline_.out);
       out.clear();
-      core_.encode(t.data, t.size, inline_cache_, out, scratch_);
+      core_.encode(t.data, t.size, inline_.cache, out, inline_.scratch);
       py::list ids = id_list(out.data(), out.size());
-      out_ = std::move(out);  // its capacity serves the next call
+      inline_.out = std::move(out);  // its capacity serves the next call
       return ids;
     }
     auto w = pool_.take();
@@ -241,7 +241,7 @@ class Encoder {
 
   void clear_cache() {
     pool_.clear();
-    inline_cache_.clear();
+    inline_.cache.clear();
   }
 
  private:
@@ -301,8 +301,7 @@ class Encoder {
 
   EncoderCore core_;
   WorkerPool pool_;
-  WordCache inline_cache_;                // used only with the GIL held
-  std::vector<uint32_t> out_, scratch_;  // likewise
+  Worker inline_;                         // used only with the GIL held
   std::vector<PyObject*> ints_;           // ints_[i] is the Python int i
 };
 

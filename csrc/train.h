@@ -218,7 +218,7 @@ class MergeLoop {
   std::vector<uint32_t> len_;
   std::vector<int64_t> weight_;
   std::vector<int64_t> stamp_;
-  U64Map pair_index_;
+  U64Map<int32_t> pair_index_;
   std::vector<uint32_t> pa_, pb_;
   std::vector<int64_t> count_;
   std::vector<std::vector<uint32_t>> where_;

@@ -41,11 +41,11 @@ def _word_re() -> Any:
     return regex.compile(GPT2_PATTERN)
 
 
-#: A cut after ``\n`` is safe when printable ASCII stands on both sides of it.
+#: A cut after ``\n`` is safe when printable ASCII stands on both sides of it (a match ends at the cut).
 _SAFE_NEWLINE = re.compile(rb"[\x21-\x7e]\n(?=[\x21-\x7e])")
 #: So is a cut before the space of ``"a b"`` (ASCII letters around it): the letters end one
 #: pre-token, the space starts the next (text whose only newlines are blank lines still splits).
-_SAFE_SPACE = re.compile(rb"[A-Za-z] (?=[A-Za-z])")
+_SAFE_SPACE = re.compile(rb"[A-Za-z](?= [A-Za-z])")
 #: How far past the target point a cut is looked for before the window grows
 _PROBE_BYTES = 1 << 16
 
@@ -149,7 +149,7 @@ def _safe_cut_in(mm: mmap.mmap, start: int, stop: int, safe: Sequence[re.Pattern
     for lo, hi in ((start, min(stop, start + _PROBE_BYTES)), (start + _PROBE_BYTES, stop)):
         for pattern in safe:
             if lo < hi and (m := pattern.search(mm, lo, hi)) is not None:
-                return m.start() + (2 if pattern is _SAFE_NEWLINE else 1)
+                return m.end()  # each pattern's match ends where it cuts
     return None
 
 

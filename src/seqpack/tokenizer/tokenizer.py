@@ -154,6 +154,7 @@ class Tokenizer:
                 )
             self._ranks.setdefault((ia, ib), (rank, iab))
         self._specials_re = special_pattern(self.special_tokens)
+        self._longest_special = max((len(t) for t in self.special_tokens), default=0)
         self._cache: dict[str, list[int]] = {}
         self._hf: Any = None
         self._native: CoreBPE | None = None
@@ -171,8 +172,7 @@ class Tokenizer:
             self._native = native = CoreBPE(self._byte_ids, merges, specials)
             # From now on ``self.encode`` is the compiled call itself (no Python frame a call);
             # texts too long for one call go to _encode_pieces, which holds no reference to self.
-            longest = max((len(s) for s in self.special_tokens), default=0)
-            fallback = partial(_encode_pieces, native.encode, self._specials_re, longest)
+            fallback = partial(_encode_pieces, native.encode, self._specials_re, self._longest_special)
             self.__dict__["encode"] = native.fast_encode(fallback, 2 * _PIECE_CHARS)
         return self._native
 
@@ -241,8 +241,7 @@ class Tokenizer:
         >>> list(tok._pieces("ab cd ef gh", 6))
         ['ab cd', ' ef gh']
         """
-        longest = max((len(s) for s in self.special_tokens), default=0)
-        return _pieces(text, size, self._specials_re, longest)
+        return _pieces(text, size, self._specials_re, self._longest_special)
 
     def encode_reference(self, text: str) -> list[int]:
         """:meth:`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the reference."""
@@ -282,8 +281,7 @@ class Tokenizer:
             yield from self.encode(buf)
 
     def _straddles_special(self, text: str, cut: int) -> bool:
-        longest = max((len(s) for s in self.special_tokens), default=0)
-        return _straddles_special(text, cut, self._specials_re, longest)
+        return _straddles_special(text, cut, self._specials_re, self._longest_special)
 
     # ------------------------------------------------------------------ decode
     def decode(self, ids: Iterable[int]) -> str:
