@@ -98,12 +98,32 @@ def dump_manifest(m: dict[str, Any]) -> str:
 
 
 def _arrow_column(a: np.ndarray) -> Any:
+    """``(N, *shape)`` -> an Arrow column of (nested) fixed-size lists; no value may be null, so
+    Parquet stores it REQUIRED (no definition levels to write or read)."""
     import pyarrow as pa
 
     arr = pa.array(np.ascontiguousarray(a).reshape(-1))
     for width in reversed(a.shape[1:]):
-        arr = pa.FixedSizeListArray.from_arrays(arr, width)
+        item = pa.field("element", arr.type, nullable=False)
+        arr = pa.FixedSizeListArray.from_arrays(arr, type=pa.list_(item, width))
     return arr
+
+
+def _leaf_path(name: str, ndim: int) -> str:
+    """A column's leaf in Parquet: ``input_ids`` of ``(P, L)`` is ``input_ids.list.element``."""
+    return name + ".list.element" * (ndim - 1)
+
+
+def parquet_encodings(cols: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """BYTE_STREAM_SPLIT for every numeric column (Parquet's own encoding, read by pyarrow >= 16 and so by
+    ``datasets``): token ids widened to Parquet's INT32 have two zero bytes each, which the split gathers
+    into runs, so zstd compresses half the data. On a 2 GB corpus's 16M-token part (clm at 2048) it
+    writes in 0.53 s instead of 0.75 s and 12% smaller (benchmarks/results/pack_profile.txt).
+
+    >>> parquet_encodings({"input_ids": np.zeros((2, 4), np.uint16), "num_sequences": np.zeros(2, np.uint8)})
+    {'input_ids.list.element': 'BYTE_STREAM_SPLIT', 'num_sequences': 'BYTE_STREAM_SPLIT'}
+    """
+    return {_leaf_path(k, v.ndim): "BYTE_STREAM_SPLIT" for k, v in cols.items() if v.dtype.kind in "iuf"}
 
 
 def write_parquet_part(path: Path, cols: dict[str, np.ndarray], lo: int, hi: int, row_group: int, compression: str) -> None:
@@ -122,12 +142,15 @@ def write_parquet_groups(path: Path, groups: Iterable[dict[str, np.ndarray]], ro
     writer = None
     try:
         for cols in groups:
-            table = pa.table({k: _arrow_column(v) for k, v in cols.items()})
+            arrays = {k: _arrow_column(v) for k, v in cols.items()}
+            schema = pa.schema([pa.field(k, a.type, nullable=False) for k, a in arrays.items()])
+            table = pa.Table.from_arrays(list(arrays.values()), schema=schema)
             if writer is None:
                 writer = pq.ParquetWriter(path, table.schema, compression=compression, compression_level=level,
-                                          use_dictionary=False, write_statistics=False, store_schema=True)
+                                          use_dictionary=False, write_statistics=False, store_schema=True,
+                                          column_encoding=parquet_encodings(cols))
             writer.write_table(table, row_group_size=row_group)
-            del cols, table  # before the next block is made: one block in memory at a time
+            del cols, arrays, table  # before the next block is made: one block in memory at a time
     finally:
         if writer is not None:
             writer.close()
