@@ -211,8 +211,10 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     return Path(path)
 
 
-def read_versioned_json(directory: Path, name: str, *, kind: str, version: int, what: str, hint: str) -> dict[str, Any]:
-    """``directory/name`` as a dict whose ``kind`` and ``format_version`` match; one-line errors.
+def read_versioned_json(directory: Path, name: str, *, kind: str, version: int | tuple[int, ...], what: str,
+                        hint: str) -> dict[str, Any]:
+    """``directory/name`` as a dict whose ``kind`` and ``format_version`` match (``version``: the one
+    read, or those read); one-line errors.
 
     ``what`` names the thing ("token store"); ``hint`` says how to make one.
     """
@@ -227,6 +229,8 @@ def read_versioned_json(directory: Path, name: str, *, kind: str, version: int, 
         raise ValueError(f"{path}: corrupt ({e})") from None
     if not isinstance(data, dict) or data.get("kind") != kind:
         raise ValueError(f"{path}: not a seqpack {what}")
-    if data.get("format_version") != version:
-        raise ValueError(f"{path}: format version {data.get('format_version')}, this seqpack reads {version}")
+    versions = version if isinstance(version, tuple) else (version,)
+    if data.get("format_version") not in versions:
+        reads = " or ".join(map(str, versions))
+        raise ValueError(f"{path}: format version {data.get('format_version')}, this seqpack reads {reads}")
     return data

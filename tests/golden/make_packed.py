@@ -120,8 +120,9 @@ def source_of(kind: str, task: str, work: Path, tok: Any) -> Any:
     return p
 
 
-def build(case: str, out: Path, work: Path, *, engine: Any = None) -> dict[str, Any]:
-    """Pack ``case`` into ``out`` (``work``: a scratch directory for its inputs)."""
+def build(case: str, out: Path, work: Path, *, engine: Any = None, **more: Any) -> dict[str, Any]:
+    """Pack ``case`` into ``out`` (``work``: a scratch directory for its inputs); ``more``: other
+    options of ``build_packed_dataset``."""
     PackConfig, build_packed_dataset = _api()
     task, kind, fields, options = CASES[case]
     tok = tokenizer()
@@ -129,6 +130,7 @@ def build(case: str, out: Path, work: Path, *, engine: Any = None) -> dict[str, 
     src = source_of(kind, task, work, tok)
     if engine is not None:
         options = {**options, "engine": engine}
+    options = {**options, **more}
     return build_packed_dataset(src, tok, out, PackConfig.for_task(task, **fields), **options)
 
 

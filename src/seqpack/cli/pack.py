@@ -76,6 +76,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--position-offset", type=nonneg, default=default_of(PackConfig, "position_offset"),
                    help="first position id of a sequence (RoBERTa: 2)")
     p.add_argument("--export-bin", action="store_true", help="also write raw .bin columns for zero-copy memmap")
+    p.add_argument("--write-derived", action="store_true",
+                   help="also store the columns seqpack's readers rebuild (clm's labels) in the Parquet parts, "
+                        "for readers other than seqpack (datasets.load_dataset)")
     p.add_argument("--compression", choices=COMPRESSION, default="zstd", help="Parquet compression (default zstd level 1)")
     p.add_argument("--shard-packs", type=lambda t: positive_int(t, "--shard-packs"), default=None,
                    help="packs per Parquet shard (default: about 16M tokens' worth, at most 50,000)")
@@ -111,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         m = build_packed_dataset(args.source, tok, args.out, cfg, overwrite=args.overwrite, engine=engine,
                                  shard_examples=args.shard_examples, schedule=schedule,
-                                 export_bin=args.export_bin, compression=args.compression, shard_packs=args.shard_packs)
+                                 export_bin=args.export_bin, compression=args.compression, shard_packs=args.shard_packs,
+                                 write_derived=args.write_derived)
     finally:
         engine.close()
     summary = {k: m[k] for k in SUMMARY_KEYS}

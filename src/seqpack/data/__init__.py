@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from seqpack.data.format import load_packed, read_manifest, write_packed
+from seqpack.data.format import add_derived_columns, load_packed, read_manifest, write_packed
 from seqpack.data.layout import (
     PackedColumns,
     materialize,
@@ -30,6 +30,7 @@ __all__ = [
     "PackedColumns",
     "PackedDataset",
     "Sequences",
+    "add_derived_columns",
     "collate_packed",
     "from_lists",
     "load_packed",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +25,14 @@ import numpy as np
 
 from seqpack._atomic import atomic_directory, read_versioned_json
 from seqpack._parallel import default_workers
+from seqpack.data.derived import check_rules, derive_columns, stored_needed
 from seqpack.data.layout import PackedColumns
 
 FORMAT_VERSION = 1
+#: the version of a dataset whose Parquet parts leave out derived columns (``derived_columns``,
+#: :mod:`seqpack.data.derived`): a reader that cannot rebuild them refuses it instead of missing them
+DERIVED_FORMAT_VERSION = 2
+READS = (FORMAT_VERSION, DERIVED_FORMAT_VERSION)
 KIND = "seqpack.packed_dataset"
 MANIFEST = "manifest.json"
 SCHEDULE = "schedule.npy"  # optional: balanced data-parallel steps (the manifest's "schedule")
@@ -60,22 +65,25 @@ class DatasetFacts:
         return cls(token, shape is not None and len(shape) == 2, token and "token_type_ids" not in cols)
 
 
-def manifest_of(pc: PackedColumns, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def manifest_of(pc: PackedColumns, *, extra: dict[str, Any] | None = None, derived: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Everything a reader (or a person) needs to know about the packed rows."""
     specs = {k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in pc.columns.items()}
-    return manifest_fields(pc.task, pc.packing.plan, pc.max_len, pc.max_depth, specs, {**pc.info, **(extra or {})})
+    return manifest_fields(pc.task, pc.packing.plan, pc.max_len, pc.max_depth, specs, {**pc.info, **(extra or {})},
+                           derived=derived)
 
 
 def manifest_fields(
-    task: str, plan: Any, max_len: int, max_depth: int, columns: dict[str, Any], extra: dict[str, Any]
+    task: str, plan: Any, max_len: int, max_depth: int, columns: dict[str, Any], extra: dict[str, Any],
+    *, derived: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """:func:`manifest_of` from its parts (the sharded writer has no columns in memory)."""
+    """:func:`manifest_of` from its parts (the sharded writer has no columns in memory). ``derived``:
+    the columns left out of the Parquet parts, and the rule that rebuilds each (:mod:`seqpack.data.derived`)."""
     plan_d = plan.to_dict()
     plan_d.pop("seconds", None)  # timings would make equal inputs give different bytes
     plan_d["info"] = {k: v for k, v in plan_d.get("info", {}).items() if "seconds" not in k}
     return {
         "kind": KIND,
-        "format_version": FORMAT_VERSION,
+        "format_version": DERIVED_FORMAT_VERSION if derived else FORMAT_VERSION,
         "task": task,
         "max_len": max_len,
         "max_depth": max_depth,
@@ -88,6 +96,7 @@ def manifest_fields(
         "histogram": {"index": "length - 1", "counts": plan.histogram().tolist()},
         "plan": plan_d,
         "columns": columns,
+        **({"derived_columns": dict(derived)} if derived else {}),
     }
 
 
@@ -181,9 +190,11 @@ def write_packed(
     extra: dict[str, Any] | None = None,
     workers: int | None = None,
     arrays: dict[str, np.ndarray] | None = None,
+    derived: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Write ``pc`` to ``out`` (atomically, manifest last); returns the manifest. ``arrays``: more
-    files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest names them)."""
+    files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest names them).
+    ``derived``: columns left out of the Parquet parts, ``name -> rule`` (:mod:`seqpack.data.derived`)."""
     if compression not in COMPRESSION:
         raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {compression!r}")
     workers = workers or default_workers()  # pyarrow writes shards without the GIL
@@ -191,7 +202,10 @@ def write_packed(
     for name, v in (("shard_packs", shard_packs), ("row_group_packs", row_group_packs), ("workers", workers)):
         if v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
-    manifest = manifest_of(pc, extra=extra)
+    derived = dict(derived or {})
+    check_rules(derived, [c for c in pc.columns if c not in derived], "write_packed")
+    manifest = manifest_of(pc, extra=extra, derived=derived)
+    stored = {k: v for k, v in pc.columns.items() if k not in derived}
     P = pc.num_packs
     bounds = [(lo, min(P, lo + shard_packs)) for lo in range(0, P, shard_packs)]
     shards = [{"file": f"data/part-{i:05d}.parquet", "rows": hi - lo} for i, (lo, hi) in enumerate(bounds)]
@@ -199,7 +213,7 @@ def write_packed(
         (tmp / "data").mkdir()
         with ThreadPoolExecutor(max_workers=workers) as ex:
             jobs = [
-                ex.submit(write_parquet_part, tmp / s["file"], pc.columns, lo, hi, row_group_packs, compression)
+                ex.submit(write_parquet_part, tmp / s["file"], stored, lo, hi, row_group_packs, compression)
                 for s, (lo, hi) in zip(shards, bounds)
             ]
             for j in jobs:
@@ -235,7 +249,7 @@ def parquet_column_specs(path: str | os.PathLike[str]) -> dict[str, Any]:
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The manifest of a packed dataset directory (checked kind, format version and the fields
     readers rely on, so that a hand-edited one is refused in one line, naming it)."""
-    m = read_versioned_json(Path(path), MANIFEST, kind=KIND, version=FORMAT_VERSION,
+    m = read_versioned_json(Path(path), MANIFEST, kind=KIND, version=READS,
                             what="packed dataset", hint="make one with seqpack pack")
     where = Path(path) / MANIFEST
 
@@ -258,6 +272,12 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
             ok = False
         if not ok:
             raise bad(f"column {name!r} needs a numeric dtype and a shape of non-negative integers")
+    derived = m.get("derived_columns", {})
+    if not isinstance(derived, dict) or not all(isinstance(v, str) and k in cols for k, v in derived.items()):
+        raise bad("derived_columns must map columns it lists to rule names")
+    if derived and m["format_version"] != DERIVED_FORMAT_VERSION:
+        raise bad(f"derived_columns needs format_version {DERIVED_FORMAT_VERSION}")
+    check_rules(derived, [c for c in cols if c not in derived], str(where))
     shards = m.get("shards")
     if not isinstance(shards, list) or not all(isinstance(s, dict) and isinstance(s.get("file"), str) and count(s.get("rows"))
                                                 for s in shards):
@@ -289,7 +309,28 @@ def load_packed(
     P = int(m["num_packs"])
     if m.get("bin") and mmap:
         return m, {c: bin_column(p, c, m["columns"][c], P) for c in names}
-    return m, _parquet_columns(p, m, names)
+    derived = m.get("derived_columns", {})
+    stored = _parquet_columns(p, m, stored_needed(names, derived))
+    return m, derive_columns(stored, derived, m["columns"], names)
+
+
+def add_derived_columns(path: str | os.PathLike[str]) -> Callable[[Mapping[str, Any]], dict[str, np.ndarray]]:
+    """For readers of the Parquet parts other than seqpack's: a function of a batch of rows that
+    returns the derived columns the parts leave out (``{}`` when there are none), for
+    ``datasets.Dataset.map(..., batched=True)``::
+
+        ds = datasets.load_dataset("parquet", data_files="packed/data/*.parquet", split="train")
+        ds = ds.map(add_derived_columns("packed/"), batched=True)   # + clm's labels
+    """
+    m = read_manifest(path)
+    derived = m.get("derived_columns", {})
+    needs = set(stored_needed(list(derived), derived))
+
+    def add(batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        cols = {k: np.asarray(v) for k, v in batch.items() if k in needs}
+        return derive_columns(cols, derived, m["columns"], list(derived))
+
+    return add
 
 
 def bin_column(p: Path, name: str, spec: dict[str, Any], P: int) -> np.ndarray:

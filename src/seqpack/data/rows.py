@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from seqpack.data.derived import derive_columns, stored_needed
 from seqpack.data.format import bin_column, read_manifest
 
 
@@ -58,6 +59,8 @@ class PackedRows:
                 groups.append((k, g))
                 starts.append(row)
                 row += meta.row_group(g).num_rows
+        self._derived = self.manifest.get("derived_columns", {})
+        self._stored = stored_needed(self.names, self._derived)  # what the row groups are read for
         self._files = files
         self._groups = groups
         self._starts = np.asarray([*starts, row], dtype=np.int64)
@@ -82,18 +85,19 @@ class PackedRows:
         try:
             if k not in self._open:
                 self._open[k] = pq.ParquetFile(self._files[k], memory_map=True)
-            table = self._open[k].read_row_group(g, columns=self.names)
+            table = self._open[k].read_row_group(g, columns=self._stored)
         except Exception as e:  # pyarrow's own types (a corrupt zstd page, a truncated file): name the file
             raise ValueError(f"{self._files[k]}: row group {g} cannot be read ({type(e).__name__}: {e}); "
                              "the file is damaged, re-run seqpack pack") from None
-        out = {}
-        for c in self.names:
+        stored = {}
+        for c in self._stored:
             spec = self.manifest["columns"][c]
             flat = table.column(c).combine_chunks()
             for _ in spec["shape"]:
                 flat = flat.flatten()
             arr = flat.to_numpy(zero_copy_only=False).astype(spec["dtype"], copy=False)
-            out[c] = arr.reshape(table.num_rows, *spec["shape"])
+            stored[c] = arr.reshape(table.num_rows, *spec["shape"])
+        out = derive_columns(stored, self._derived, self.manifest["columns"], self.names)
         self._cache[i] = out
         while len(self._cache) > self.cache_groups:
             self._cache.popitem(last=False)

@@ -79,6 +79,7 @@ class OutputOptions:
     shard_packs: int | None = None
     row_group_packs: int = 4096
     schedule: ScheduleOptions | None = None  # also group the packs into balanced data-parallel steps (schedule.npy)
+    write_derived: bool = False  # also store the task's derived columns (clm's labels) in the Parquet parts
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSION:
@@ -87,6 +88,14 @@ class OutputOptions:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
+
+    def derived(self, task: str) -> dict[str, str]:
+        """The columns the Parquet parts leave out, ``name -> rule`` (:mod:`seqpack.data.derived`).
+
+        >>> OutputOptions().derived("clm"), OutputOptions(write_derived=True).derived("clm")
+        ({'labels': 'lm_labels'}, {})
+        """
+        return {} if self.write_derived else dict(get_task(task).derived_columns)
 
     def parts(self, *, max_len: int) -> int:
         """Packs per Parquet part."""

@@ -185,6 +185,7 @@ def _plan(
             "num_examples": int(sum(s["num_examples"] for s in summaries)), "max_len": config.max_len,
             "max_depth": pack_depth(packing, config.max_depth), "position_offset": config.position_offset,
             "compression": output.compression, "row_group_packs": output.row_group_packs, "work": str(work),
+            "derived_columns": output.derived(config.task),
             "bases": np.concatenate([[0], np.cumsum([s["num_sequences"] for s in summaries])]).astype(np.int64)}
     return packing, meta
 
@@ -264,20 +265,31 @@ def _write_packs(
     if bin_dir is not None:  # the .bin files at full size first (part 0 gives the specs); each stage fills its rows
         specs = packs_stage(*items[0][:8], None, 0, items[0][10])
         items[0] = (*items[0][:10], specs)  # part 0 is written and recorded now
-        for name, spec in specs.items():
+        for name, spec in _column_specs(specs, meta).items():  # the derived columns too
             row = int(np.prod(spec["shape"], dtype=np.int64)) * np.dtype(spec["dtype"]).itemsize
             with open(bin_dir / f"{name}.bin", "wb") as f:
                 f.truncate(row * P)
     list(progress_bar(iterable=engine.map(packs_stage, items), total=len(items), desc="pack: parts", unit="part",
                       leave=False))
-    return files, parquet_column_specs(final / files[0])  # the written files are the truth
+    return files, _column_specs(parquet_column_specs(final / files[0]), meta)  # the written files are the truth
+
+
+def _column_specs(written: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """Every column's spec, in the order the layout makes them: those the parts hold, and the
+    derived (per-token) columns they leave out, in their place among the token fields."""
+    tokens, derived = meta["dtypes"]["token_fields"], meta["derived_columns"]
+    assert all(k in tokens for k in derived), derived  # derived columns are token fields
+    made = {k: {"dtype": np.dtype(tokens[k]).name, "shape": [meta["max_len"]]} for k in derived}
+    order = [k for k in tokens if k in written or k in made] + [k for k in written if k not in tokens]
+    return {k: written[k] if k in written else made[k] for k in order}
 
 
 def _write_manifest(
     final: Path, config: PackConfig, packing: Any, depth: int, columns: dict[str, Any], extra: dict[str, Any],
     files: list[str], bounds: list[tuple[int, int]], output: OutputOptions,
 ) -> dict[str, Any]:
-    manifest = manifest_fields(config.task, packing.plan, config.max_len, depth, columns, extra)
+    manifest = manifest_fields(config.task, packing.plan, config.max_len, depth, columns, extra,
+                               derived=output.derived(config.task))
     manifest["shards"] = [{"file": f, "rows": hi - lo} for f, (lo, hi) in zip(files, bounds)]
     manifest["compression"] = output.compression
     manifest["bin"] = output.export_bin

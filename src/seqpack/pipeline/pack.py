@@ -44,6 +44,7 @@ def build_packed_dataset(
     engine: Engine | None = None,
     shard_examples: int = 100_000,
     schedule: ScheduleOptions | None = None,
+    write_derived: bool = False,
 ) -> dict[str, Any]:
     """Build, pack and write; returns the manifest (also in ``out/manifest.json``).
 
@@ -57,9 +58,12 @@ def build_packed_dataset(
     ``schedule`` also groups the packs into compute-balanced data-parallel steps, written as
     ``schedule.npy`` (``(steps, world, micro_batch)`` pack indices) and described in the manifest's
     ``schedule`` (read by :class:`seqpack.data.BalancedSampler`).
+
+    The task's derived columns (``clm``'s labels) are left out of the Parquet parts and rebuilt by
+    every seqpack reader (:mod:`seqpack.data.derived`); ``write_derived`` stores them too.
     """
     output = OutputOptions(overwrite=overwrite, export_bin=export_bin, compression=compression, shard_packs=shard_packs,
-                           schedule=schedule)
+                           schedule=schedule, write_derived=write_derived)
     task = get_task(config.task)
     source_path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "path", None)
     check_not_input(out, [source_path])  # --out must not replace or sit inside what it reads
@@ -79,7 +83,7 @@ def build_packed_dataset(
             arrays[SCHEDULE], extra["schedule"] = packing_schedule(pc.packing.lengths, pc.packing.pack_offsets,
                                                                    pc.packing.sequence_index, schedule)
         m = write_packed(pc, out, overwrite=overwrite, export_bin=export_bin, compression=compression,
-                         shard_packs=shard_packs, extra=extra, arrays=arrays)
+                         shard_packs=shard_packs, extra=extra, arrays=arrays, derived=output.derived(config.task))
     for message in task.pack_warnings(m):  # once, from the whole job's counts (not once per shard)
         warnings.warn(message, stacklevel=2)
     return m

@@ -178,9 +178,10 @@ def _sequence_rows(dirs: list[str], bases: np.ndarray, ids: np.ndarray, meta: di
     return {"lengths": lengths, "example_ids": example_ids, "seq_fields": seq_fields}
 
 
-def _read_group(routes: list[str], chunks: np.ndarray, offsets: np.ndarray, meta: dict[str, Any]) -> dict[str, np.ndarray]:
-    """One row group's token fields: its chunk of every routed file, in shard order (contiguous
-    reads); the task's derived fields rebuilt from them."""
+def _read_group(routes: list[str], chunks: np.ndarray, offsets: np.ndarray, meta: dict[str, Any],
+                skip: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """One row group's token fields but ``skip``: its chunk of every routed file, in shard order
+    (contiguous reads); the task's derived fields rebuilt from them."""
     derived, dtypes = meta["derived_fields"], meta["dtypes"]["token_fields"]
     tok = {}
     for k, dt in dtypes.items():
@@ -198,7 +199,8 @@ def _read_group(routes: list[str], chunks: np.ndarray, offsets: np.ndarray, meta
         assert at == out.size, (at, out.size)
         tok[k] = out
     task = get_task(meta["task"])
-    return {k: task.rebuild_field(k, tok, offsets, dt) if k in derived else tok[k] for k, dt in dtypes.items()}
+    return {k: task.rebuild_field(k, tok, offsets, dt) if k in derived else tok[k] for k, dt in dtypes.items()
+            if k not in skip}
 
 
 def packs_stage(
@@ -212,11 +214,14 @@ def packs_stage(
     verified, the part reused as is unless ``.bin`` columns must be filled too.
 
     One row group (``meta["row_group_packs"]`` packs) is read, laid out and written at a time,
-    so a stage holds one row group's columns, not the part's."""
+    so a stage holds one row group's columns, not the part's. The derived columns
+    (``meta["derived_columns"]``) are not written, nor made unless the ``.bin`` files need them."""
     if done is not None and bin_dir is None:
         return done
     out = Path(path)
     rows, step = pack_offsets.size - 1, meta["row_group_packs"]
+    derived = meta["derived_columns"]
+    skip = () if bin_dir is not None else tuple(derived)
     specs: dict[str, Any] = {}
 
     def groups() -> Iterator[dict[str, np.ndarray]]:
@@ -224,7 +229,7 @@ def packs_stage(
             hi = min(rows, lo + step)
             poff = pack_offsets[lo : hi + 1]
             ids = sequence_index[poff[0] - pack_offsets[0] : poff[-1] - pack_offsets[0]]
-            cols = _row_group(dirs, bases, poff - poff[0], ids, plan, meta, chunks[g : g + 2])
+            cols = _row_group(dirs, bases, poff - poff[0], ids, plan, meta, chunks[g : g + 2], skip)
             specs.update({k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in cols.items()})
             if bin_dir is not None:
                 for col, v in cols.items():
@@ -233,7 +238,7 @@ def packs_stage(
                     mm[:] = v
                     mm.flush()
                     del mm
-            yield cols
+            yield {k: v for k, v in cols.items() if k not in derived}
             del cols  # before the next row group is made
 
     if done is None:
@@ -247,7 +252,7 @@ def packs_stage(
 
 
 def _row_group(dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, ids: np.ndarray, plan: Any,
-               meta: dict[str, Any], chunks: np.ndarray) -> dict[str, np.ndarray]:
+               meta: dict[str, Any], chunks: np.ndarray, skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """The columns of packs ``pack_offsets`` (from 0), holding the sequences ``ids`` in slot order.
 
     The routed files hold them by shard, then by slot (:func:`route_stage`): ``perm`` is that
@@ -256,7 +261,7 @@ def _row_group(dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, ids
     rows = _sequence_rows(dirs, bases, ids[perm], meta)
     offsets = offsets_of(rows["lengths"])
     seqs = Sequences(task=meta["task"], offsets=offsets, example_ids=rows["example_ids"],
-                     token_fields=_read_group(meta["routes"], chunks, offsets, meta), seq_fields=rows["seq_fields"],
+                     token_fields=_read_group(meta["routes"], chunks, offsets, meta, skip), seq_fields=rows["seq_fields"],
                      position_fields=tuple(meta["position_fields"]), num_examples=meta["num_examples"])
     slot_to_seq = np.empty(ids.size, dtype=np.int64)
     slot_to_seq[perm] = np.arange(ids.size, dtype=np.int64)
@@ -268,6 +273,7 @@ def _row_group(dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, ids
 def packs_key(name: str, first_pack: int, sequence_index: np.ndarray, meta: dict[str, Any]) -> str:
     """The key an output part is recorded under: its packs, the sequences they hold (by number,
     and the keys of the stages that built them) and how it is written."""
-    layout = {k: meta[k] for k in ("max_len", "max_depth", "position_offset", "compression", "row_group_packs")}
+    layout = {k: meta[k] for k in ("max_len", "max_depth", "position_offset", "compression", "row_group_packs",
+                                   "derived_columns")}
     digest = hashlib.sha256(np.ascontiguousarray(sequence_index, dtype=np.int64).tobytes()).hexdigest()
     return content_hash(name, first_pack, digest, meta["inputs_key"], layout)

@@ -51,6 +51,9 @@ class Task:
     #: token fields that a sharded job does not save between its stages: :meth:`rebuild_field`
     #: makes them again from the saved ones, after the gather (less written, read and cached)
     derived_fields: ClassVar[tuple[str, ...]] = ()
+    #: packed columns the Parquet parts leave out, ``(name, rule)``: every seqpack reader rebuilds
+    #: them from the stored ones by the rule (:mod:`seqpack.data.derived`)
+    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     # ---- data -------------------------------------------------------------------------------
     def options(self, **kw: Any) -> Any:
