@@ -12,27 +12,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqpack.data import load_packed, pack_sequences
-from seqpack.data.derived import RULES, lm_labels
+from seqpack.data.derived import RULES, lm_labels, segments
 from seqpack.data.rows import PackedRows
 from seqpack.tasks import get_task
 from seqpack.tasks.clm import clm_sequences
 from tests.golden.make_packed import CASES, build
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 30), min_size=1, max_size=25), st.integers(2, 24), st.booleans(), st.integers(0, 3))
-def test_lm_labels_are_the_clm_labels(doc_lens: list[int], max_len: int, eos: bool, seed: int) -> None:
-    """The rule rebuilds exactly the labels clm builds (first token of every sequence and padding
-    -100), whatever the split pieces, empty documents and packs."""
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=25), st.integers(2, 24), st.booleans(), st.integers(0, 3),
+       st.sampled_from([0, 1, 2]), st.sampled_from(["best", "spfhp"]))
+def test_the_rules_rebuild_the_clm_columns(doc_lens: list[int], max_len: int, eos: bool, seed: int, offset: int,
+                                           algorithm: str) -> None:
+    """The rules rebuild exactly the labels clm builds (first token of every sequence and padding
+    -100) and the segment ids of the layout, whatever the split pieces, empty documents, packs
+    (full ones, and padded ones) and position offset."""
     rng = np.random.default_rng(seed)
     offsets = np.concatenate([[0], np.cumsum(doc_lens)])
     tokens = rng.integers(0, 500, int(offsets[-1]))
     seqs = clm_sequences(tokens, offsets, max_len=max_len, eos_id=7 if eos else None)
     if seqs.num_sequences == 0:
         return
-    pc = pack_sequences(seqs, max_len, seed=seed)
-    got = lm_labels(pc.columns, pc.columns["labels"].dtype)
-    assert got.dtype == pc.columns["labels"].dtype and np.array_equal(got, pc.columns["labels"])
+    pc = pack_sequences(seqs, max_len, seed=seed, position_offset=offset, algorithm=algorithm)
+    for name, rule in (("labels", lm_labels), ("segment_ids", segments)):
+        want = pc.columns[name]
+        got = rule(pc.columns, want.dtype, offset)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -48,7 +53,7 @@ def test_every_tasks_rules_rebuild_what_it_would_store(case: str, tmp_path: Path
     assert lean["columns"] == full["columns"]  # the manifest lists every column, in the same order
     _, cols = load_packed(tmp_path / "full", mmap=False)
     for name, rule in task.derived_columns:
-        assert np.array_equal(RULES[rule].make(cols, cols[name].dtype), cols[name]), name
+        assert np.array_equal(RULES[rule].make(cols, cols[name].dtype, full["position_offset"]), cols[name]), name
     _, got = load_packed(tmp_path / "lean", mmap=False)
     assert list(got) == list(cols) and all(np.array_equal(got[c], cols[c]) and got[c].dtype == cols[c].dtype for c in cols)
     rows = PackedRows(tmp_path / "lean", cache_groups=1)
@@ -60,7 +65,7 @@ def test_every_tasks_rules_rebuild_what_it_would_store(case: str, tmp_path: Path
 def test_a_derived_column_alone_reads_only_what_it_needs(tmp_path: Path) -> None:
     build("clm-sharded", tmp_path / "p", tmp_path / "w")
     rows = PackedRows(tmp_path / "p", columns=["labels"])
-    assert rows._stored == ["input_ids", "segment_ids"]
+    assert rows._stored == ["input_ids", "position_ids"]
     _, full = load_packed(tmp_path / "p", mmap=False)
     assert list(rows.take([2, 0])) == ["labels"] and np.array_equal(rows.take([2, 0])["labels"], full["labels"][[2, 0]])
 

@@ -309,9 +309,8 @@ def load_packed(
     P = int(m["num_packs"])
     if m.get("bin") and mmap:
         return m, {c: bin_column(p, c, m["columns"][c], P) for c in names}
-    derived = m.get("derived_columns", {})
-    stored = _parquet_columns(p, m, stored_needed(names, derived))
-    return m, derive_columns(stored, derived, m["columns"], names)
+    stored = _parquet_columns(p, m, stored_needed(names, m.get("derived_columns", {})))
+    return m, derive_columns(stored, m, names)
 
 
 def add_derived_columns(path: str | os.PathLike[str]) -> Callable[[Mapping[str, Any]], dict[str, np.ndarray]]:
@@ -328,7 +327,7 @@ def add_derived_columns(path: str | os.PathLike[str]) -> Callable[[Mapping[str, 
 
     def add(batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
         cols = {k: np.asarray(v) for k, v in batch.items() if k in needs}
-        return derive_columns(cols, derived, m["columns"], list(derived))
+        return derive_columns(cols, m, list(derived))
 
     return add
 

@@ -97,7 +97,7 @@ class PackedRows:
                 flat = flat.flatten()
             arr = flat.to_numpy(zero_copy_only=False).astype(spec["dtype"], copy=False)
             stored[c] = arr.reshape(table.num_rows, *spec["shape"])
-        out = derive_columns(stored, self._derived, self.manifest["columns"], self.names)
+        out = derive_columns(stored, self.manifest, self.names)
         self._cache[i] = out
         while len(self._cache) > self.cache_groups:
             self._cache.popitem(last=False)

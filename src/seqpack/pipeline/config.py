@@ -93,7 +93,7 @@ class OutputOptions:
         """The columns the Parquet parts leave out, ``name -> rule`` (:mod:`seqpack.data.derived`).
 
         >>> OutputOptions().derived("clm"), OutputOptions(write_derived=True).derived("clm")
-        ({'labels': 'lm_labels'}, {})
+        ({'labels': 'lm_labels', 'segment_ids': 'segments'}, {})
         """
         return {} if self.write_derived else dict(get_task(task).derived_columns)
 

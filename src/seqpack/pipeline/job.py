@@ -265,23 +265,27 @@ def _write_packs(
     if bin_dir is not None:  # the .bin files at full size first (part 0 gives the specs); each stage fills its rows
         specs = packs_stage(*items[0][:8], None, 0, items[0][10])
         items[0] = (*items[0][:10], specs)  # part 0 is written and recorded now
-        for name, spec in _column_specs(specs, meta).items():  # the derived columns too
+        for name, spec in _column_specs(specs, specs, meta).items():  # the derived columns too
             row = int(np.prod(spec["shape"], dtype=np.int64)) * np.dtype(spec["dtype"]).itemsize
             with open(bin_dir / f"{name}.bin", "wb") as f:
                 f.truncate(row * P)
-    list(progress_bar(iterable=engine.map(packs_stage, items), total=len(items), desc="pack: parts", unit="part",
-                      leave=False))
-    return files, _column_specs(parquet_column_specs(final / files[0]), meta)  # the written files are the truth
+    made = list(progress_bar(iterable=engine.map(packs_stage, items), total=len(items), desc="pack: parts",
+                             unit="part", leave=False))
+    return files, _column_specs(parquet_column_specs(final / files[0]), made[0], meta)  # the written files are the truth
 
 
-def _column_specs(written: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """Every column's spec, in the order the layout makes them: those the parts hold, and the
-    derived (per-token) columns they leave out, in their place among the token fields."""
-    tokens, derived = meta["dtypes"]["token_fields"], meta["derived_columns"]
-    assert all(k in tokens for k in derived), derived  # derived columns are token fields
-    made = {k: {"dtype": np.dtype(tokens[k]).name, "shape": [meta["max_len"]]} for k in derived}
-    order = [k for k in tokens if k in written or k in made] + [k for k in written if k not in tokens]
-    return {k: written[k] if k in written else made[k] for k in order}
+def _column_specs(written: dict[str, Any], made: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """Every column's spec, in the order the layout makes them (the token fields first): those the
+    parts hold (``written``), and the derived ones they leave out, as the stage laid them out
+    (``made``) or, for a token field it did not make, as the sequences hold it."""
+    tokens = meta["dtypes"]["token_fields"]
+    specs = {**made, **written}
+    for k in meta["derived_columns"]:
+        if k not in specs:  # a token field the stage did not lay out
+            specs[k] = {"dtype": np.dtype(tokens[k]).name, "shape": [meta["max_len"]]}
+    order = [k for k in tokens if k in specs] + [k for k in made if k not in tokens]
+    assert sorted(order) == sorted(specs), (order, list(specs))
+    return {k: specs[k] for k in order}
 
 
 def _write_manifest(

@@ -53,7 +53,7 @@ class Task:
     derived_fields: ClassVar[tuple[str, ...]] = ()
     #: packed columns the Parquet parts leave out, ``(name, rule)``: every seqpack reader rebuilds
     #: them from the stored ones by the rule (:mod:`seqpack.data.derived`)
-    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = ()
+    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = (("segment_ids", "segments"),)  # positions restart
 
     # ---- data -------------------------------------------------------------------------------
     def options(self, **kw: Any) -> Any:

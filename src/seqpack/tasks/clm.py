@@ -171,7 +171,7 @@ class CLMOptions:
 class CLMTask(Task):
     options_type: ClassVar[type] = CLMOptions
     derived_fields: ClassVar[tuple[str, ...]] = ("labels",)
-    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = (("labels", "lm_labels"),)
+    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = (("labels", "lm_labels"), ("segment_ids", "segments"))
 
     def rebuild_field(self, name: str, fields: Mapping[str, Any], offsets: Any, dtype: Any) -> Any:
         assert name == "labels", name

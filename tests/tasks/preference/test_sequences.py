@@ -171,3 +171,19 @@ def test_jsonl_parquet_and_hf_datasets_pack_alike(tmp_path: Path, tok: Path) -> 
         assert all(np.array_equal(cols[name][k], cols["jsonl"][k]) for k in cols["jsonl"])
     margin = cols["jsonl"]["margin"]
     assert sorted(margin[margin > -100].tolist()) == sorted(r["margin"] for r in recs)
+
+
+def test_every_column_is_stored_since_the_task_gives_its_own_positions(tmp_path: Path, tok: Path) -> None:
+    """The preference task lays out its own ``position_ids`` (the rejected response continues its
+    prompt's), so no column is derived from them (:mod:`seqpack.data.derived`): it stores every column."""
+    build_packed_dataset(preference_records(40, seed=2), open_tokenizer(tok), tmp_path / "p",
+                         PackConfig.for_task("preference", max_len=128))
+    m = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert m["format_version"] == 1 and "derived_columns" not in m
+    assert sorted(pq_columns(tmp_path / "p")) == sorted(m["columns"])
+
+
+def pq_columns(d: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(next((d / "data").glob("*.parquet"))).names

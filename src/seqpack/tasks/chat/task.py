@@ -45,7 +45,7 @@ class ChatOptions:
 class ChatTask(CLMTask):
     options_type: ClassVar[type] = ChatOptions
     derived_fields: ClassVar[tuple[str, ...]] = ()  # the labels mark targets: saved, not derived
-    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = ()  # and written
+    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = (("segment_ids", "segments"),)  # labels are written
 
     def template(self, tokenizer: Any, options: ChatOptions) -> Any:
         """The compiled chat template, its special tokens checked against ``tokenizer``."""

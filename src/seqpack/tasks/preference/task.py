@@ -82,6 +82,7 @@ def pair_units(batch: Mapping[str, torch.Tensor]) -> int:
 @dataclass(frozen=True, kw_only=True)
 class PreferenceTask(Task):
     options_type: ClassVar[type] = PreferenceOptions
+    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = ()  # its own positions do not restart per sequence
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
         self.check_examples(source)
