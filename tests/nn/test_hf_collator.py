@@ -88,3 +88,25 @@ def test_sft_trainer_with_the_collator(sft: Path, tmp_path: Path) -> None:
     trainer.train()
     got = next(r["loss"] for r in trainer.state.log_history if "loss" in r)
     assert abs(got - want) <= 1e-5 * abs(want)  # one flattened row vs 8 rows: fp32 order only
+
+
+@pytest.mark.parametrize("offset", [0, 2])
+def test_parquet_rows_collate_like_packed_dataset_items(tmp_path: Path, offset: int) -> None:
+    """Rows read straight from a clm dataset's Parquet parts lack its derived columns (labels,
+    segment_ids): the collator makes them, so the batch is the one PackedDataset's items give."""
+    datasets = pytest.importorskip("datasets")
+    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.store import build_store
+    from tests.golden.make_packed import text_docs, tokenizer
+
+    tok = tokenizer()
+    store = build_store(text_docs(), tok, tmp_path / "store")
+    build_packed_dataset(store.path, tok, tmp_path / "p", PackConfig.for_task("clm", max_len=48, position_offset=offset))
+    ds = PackedDataset(tmp_path / "p")
+    hf = datasets.load_dataset("parquet", data_files=str(tmp_path / "p" / "data" / "*.parquet"), split="train")
+    assert "labels" not in hf.column_names and "segment_ids" not in hf.column_names
+    for flatten in (True, False):
+        collate = PackedCollator(flatten=flatten, position_offset=offset)
+        want, got = collate([ds[i] for i in range(len(ds))]), collate([hf[i] for i in range(len(hf))])
+        assert want.keys() == got.keys()
+        assert all(torch.equal(torch.as_tensor(want[k]), torch.as_tensor(got[k])) for k in want), flatten

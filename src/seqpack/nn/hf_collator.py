@@ -16,6 +16,11 @@ The loss is the model's own: the mean over the batch's target tokens (``--reduct
 ``seqpack train``). For TRL with ``padding_free=True``, which refuses custom collators, use
 :func:`seqpack.data.trl.trl_examples` instead.
 
+Rows read straight from the Parquet parts (``datasets.load_dataset("parquet", ...)``) lack the
+columns the parts leave out (:mod:`seqpack.data.derived`): the collator makes ``segment_ids`` from
+``position_ids`` and ``num_sequences``, and causal-LM labels from ``position_ids`` (pass the
+dataset's ``position_offset`` if it is not 0), as seqpack's readers do.
+
     >>> import torch
     >>> row = {"input_ids": torch.tensor([5, 6, 7, 0]), "labels": torch.tensor([-100, 6, -100, -100]),
     ...        "segment_ids": torch.tensor([1, 1, 2, 0]), "position_ids": torch.tensor([0, 1, 0, 0])}
@@ -30,8 +35,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
+from seqpack.data.derived import lm_labels, segments
 from seqpack.nn.hf_padding_free import flat_inputs, flatten
 from seqpack.nn.losses import IGNORE_INDEX
 from seqpack.nn.masks import position_ids
@@ -43,17 +50,12 @@ class PackedCollator:
 
     flatten: bool = True
     flash_kwargs: bool = True  # cu_seq_lens_q/k and max_length_q/k, read by flash_attention_2/3 and seqpack_varlen
+    position_offset: int = 0  # the dataset's, for rows that lack derived columns
 
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if not rows:
             raise ValueError("PackedCollator got an empty batch")
-        missing = {"input_ids", "segment_ids"} - set(rows[0])
-        if missing:
-            raise ValueError(f"rows lack {', '.join(sorted(missing))}: give items of seqpack.data.PackedDataset; under "
-                             "transformers' Trainer or TRL's SFTTrainer pass remove_unused_columns=False in its "
-                             "arguments, which otherwise drops the columns the model's forward does not name")
-        batch = {k: torch.stack([torch.as_tensor(r[k]) for r in rows]) for k in ("input_ids", "segment_ids", "position_ids", "labels")
-                 if k in rows[0]}
+        batch = self._columns(rows)
         seg = batch["segment_ids"]
         labels = batch.get("labels", torch.where(seg > 0, batch["input_ids"], IGNORE_INDEX))
         labels = labels.long().masked_fill(seg == 0, IGNORE_INDEX)
@@ -71,6 +73,25 @@ class PackedCollator:
         out["position_ids"] = out["position_ids"].long()
         out["use_cache"] = False
         return out
+
+    def _columns(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        """The batch's ``(B, L)`` columns; ``segment_ids`` (and labels) made when the rows lack them."""
+        have = set(rows[0])
+        derivable = {"position_ids", "num_sequences"} <= have
+        missing = {"input_ids", "segment_ids"} - have - ({"segment_ids"} if derivable else set())
+        if missing:
+            raise ValueError(f"rows lack {', '.join(sorted(missing))}: give items of seqpack.data.PackedDataset; under "
+                             "transformers' Trainer or TRL's SFTTrainer pass remove_unused_columns=False in its "
+                             "arguments, which otherwise drops the columns the model's forward does not name")
+        if "segment_ids" in have:
+            return {k: torch.stack([torch.as_tensor(r[k]) for r in rows])
+                    for k in ("input_ids", "segment_ids", "position_ids", "labels") if k in have}
+        cols = {k: np.stack([np.asarray(r[k]) for r in rows])
+                for k in ("input_ids", "position_ids", "num_sequences", "labels") if k in have}
+        cols["segment_ids"] = segments(cols, np.int64, self.position_offset)  # (B, L)
+        if "labels" not in cols:
+            cols["labels"] = lm_labels(cols, np.int64, self.position_offset)  # (B, L)
+        return {k: torch.as_tensor(v) for k, v in cols.items() if k != "num_sequences"}
 
 
 __all__ = ["PackedCollator"]
