@@ -39,3 +39,23 @@ def test_load_dataset_parquet_keeps_the_columns_types(case: str) -> None:
             flat = flat.flatten()
         arr = flat.to_numpy(zero_copy_only=False).reshape(manifest["num_packs"], *shape)
         assert arr.dtype == np.dtype(spec["dtype"]) and np.array_equal(arr, cols[name])
+
+
+@pytest.mark.parametrize("case", ["clm-sharded", "qa-records"])
+def test_plain_encoding_for_any_parquet_reader(case: str, tmp_path: Path) -> None:
+    """``encoding="plain"`` writes no BYTE_STREAM_SPLIT column (for Parquet readers without it on
+    integers); the values are the default encoding's."""
+    import pyarrow.parquet as pq
+
+    from tests.golden.make_packed import build
+
+    def encodings(d: Path) -> set[str]:
+        md = pq.ParquetFile(next((d / "data").glob("*.parquet"))).metadata
+        return {e for g in range(md.num_row_groups) for c in range(md.num_columns) for e in md.row_group(g).column(c).encodings}
+
+    plain = build(case, tmp_path / "plain", tmp_path / "w1", encoding="plain")
+    build(case, tmp_path / "bss", tmp_path / "w2")
+    assert plain["encoding"] == "plain" and "BYTE_STREAM_SPLIT" not in encodings(tmp_path / "plain")
+    assert "BYTE_STREAM_SPLIT" in encodings(tmp_path / "bss")
+    a, b = load_packed(tmp_path / "plain", mmap=False)[1], load_packed(tmp_path / "bss", mmap=False)[1]
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)

@@ -49,9 +49,10 @@ def add_task_options(g: Any) -> None:
 
 
 def add_parser(sub: Any) -> None:
-    from seqpack.data.format import COMPRESSION
+    from seqpack.data.format import COMPRESSION, ENCODINGS
     from seqpack.packing import ALGORITHMS
     from seqpack.pipeline import PackConfig
+    from seqpack.pipeline.config import OutputOptions
     from seqpack.tasks import REGISTRY, TASKS
 
     store = "/".join(t for t in TASKS if REGISTRY[t].reads_store)
@@ -77,8 +78,11 @@ def add_parser(sub: Any) -> None:
                    help="first position id of a sequence (RoBERTa: 2)")
     p.add_argument("--export-bin", action="store_true", help="also write raw .bin columns for zero-copy memmap")
     p.add_argument("--write-derived", action="store_true",
-                   help="also store the columns seqpack's readers rebuild (clm's labels) in the Parquet parts, "
+                   help="also store the columns seqpack's readers rebuild (segment_ids; clm's labels) in the Parquet parts, "
                         "for readers other than seqpack (datasets.load_dataset)")
+    p.add_argument("--parquet-encoding", choices=ENCODINGS, default=default_of(OutputOptions, "encoding"),
+                   help="of the numeric columns: byte_stream_split (smaller, faster to write; pyarrow >= 16 reads "
+                        "it) or plain (any Parquet reader)")
     p.add_argument("--compression", choices=COMPRESSION, default="zstd", help="Parquet compression (default zstd level 1)")
     p.add_argument("--shard-packs", type=lambda t: positive_int(t, "--shard-packs"), default=None,
                    help="packs per Parquet shard (default: about 16M tokens' worth, at most 50,000)")
@@ -115,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         m = build_packed_dataset(args.source, tok, args.out, cfg, overwrite=args.overwrite, engine=engine,
                                  shard_examples=args.shard_examples, schedule=schedule,
                                  export_bin=args.export_bin, compression=args.compression, shard_packs=args.shard_packs,
-                                 write_derived=args.write_derived)
+                                 write_derived=args.write_derived, encoding=args.parquet_encoding)
     finally:
         engine.close()
     summary = {k: m[k] for k in SUMMARY_KEYS}

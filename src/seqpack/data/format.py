@@ -37,6 +37,9 @@ KIND = "seqpack.packed_dataset"
 MANIFEST = "manifest.json"
 SCHEDULE = "schedule.npy"  # optional: balanced data-parallel steps (the manifest's "schedule")
 COMPRESSION = ("none", "snappy", "zstd", "lz4", "gzip")
+#: Parquet encodings of the numeric columns: BYTE_STREAM_SPLIT (:func:`parquet_encodings`; read by
+#: pyarrow >= 16, so ``datasets``, and DuckDB since 2026-07) or PLAIN (read by any Parquet reader)
+ENCODINGS = ("byte_stream_split", "plain")
 
 
 @dataclass(frozen=True)
@@ -135,15 +138,17 @@ def parquet_encodings(cols: Mapping[str, np.ndarray]) -> dict[str, str]:
     return {_leaf_path(k, v.ndim): "BYTE_STREAM_SPLIT" for k, v in cols.items() if v.dtype.kind in "iuf"}
 
 
-def write_parquet_part(path: Path, cols: dict[str, np.ndarray], lo: int, hi: int, row_group: int, compression: str) -> None:
+def write_parquet_part(path: Path, cols: dict[str, np.ndarray], lo: int, hi: int, row_group: int, compression: str,
+                       encoding: str = ENCODINGS[0]) -> None:
     """Rows ``lo:hi`` of ``cols`` as one Parquet file, in row groups of ``row_group`` rows."""
-    write_parquet_groups(path, [{k: v[lo:hi] for k, v in cols.items()}], row_group, compression)
+    write_parquet_groups(path, [{k: v[lo:hi] for k, v in cols.items()}], row_group, compression, encoding)
 
 
-def write_parquet_groups(path: Path, groups: Iterable[dict[str, np.ndarray]], row_group: int, compression: str) -> None:
+def write_parquet_groups(path: Path, groups: Iterable[dict[str, np.ndarray]], row_group: int, compression: str,
+                         encoding: str = ENCODINGS[0]) -> None:
     """One Parquet file from consecutive blocks of rows (each ``column -> array``, the same columns),
     so that only one block need be in memory; a block of up to ``row_group`` rows is one row group.
-    The bytes are those of writing all the blocks as one table."""
+    The bytes are those of writing all the blocks as one table. ``encoding``: one of :data:`ENCODINGS`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -157,7 +162,7 @@ def write_parquet_groups(path: Path, groups: Iterable[dict[str, np.ndarray]], ro
             if writer is None:
                 writer = pq.ParquetWriter(path, table.schema, compression=compression, compression_level=level,
                                           use_dictionary=False, write_statistics=False, store_schema=True,
-                                          column_encoding=parquet_encodings(cols))
+                                          column_encoding=parquet_encodings(cols) if encoding == ENCODINGS[0] else None)
             writer.write_table(table, row_group_size=row_group)
             del cols, arrays, table  # before the next block is made: one block in memory at a time
     finally:
@@ -191,12 +196,15 @@ def write_packed(
     workers: int | None = None,
     arrays: dict[str, np.ndarray] | None = None,
     derived: Mapping[str, str] | None = None,
+    encoding: str = ENCODINGS[0],
 ) -> dict[str, Any]:
     """Write ``pc`` to ``out`` (atomically, manifest last); returns the manifest. ``arrays``: more
     files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest names them).
     ``derived``: columns left out of the Parquet parts, ``name -> rule`` (:mod:`seqpack.data.derived`)."""
     if compression not in COMPRESSION:
         raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {compression!r}")
+    if encoding not in ENCODINGS:
+        raise ValueError(f"encoding must be one of {'|'.join(ENCODINGS)}, got {encoding!r}")
     workers = workers or default_workers()  # pyarrow writes shards without the GIL
     shard_packs = shard_packs or default_shard_packs(pc.max_len)
     for name, v in (("shard_packs", shard_packs), ("row_group_packs", row_group_packs), ("workers", workers)):
@@ -213,7 +221,7 @@ def write_packed(
         (tmp / "data").mkdir()
         with ThreadPoolExecutor(max_workers=workers) as ex:
             jobs = [
-                ex.submit(write_parquet_part, tmp / s["file"], stored, lo, hi, row_group_packs, compression)
+                ex.submit(write_parquet_part, tmp / s["file"], stored, lo, hi, row_group_packs, compression, encoding)
                 for s, (lo, hi) in zip(shards, bounds)
             ]
             for j in jobs:
@@ -226,6 +234,7 @@ def write_packed(
             np.save(tmp / name, arr)
         manifest["shards"] = shards
         manifest["compression"] = compression
+        manifest["encoding"] = encoding
         manifest["bin"] = export_bin
         (tmp / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
     return manifest

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from seqpack.data.format import COMPRESSION, default_shard_packs
+from seqpack.data.format import COMPRESSION, ENCODINGS, default_shard_packs
 from seqpack.packing.balance import ScheduleOptions
 from seqpack.packing.histogram import check_max_len
 from seqpack.packing.plan import ALGORITHMS, check_max_depth
@@ -76,6 +76,7 @@ class OutputOptions:
     overwrite: bool = False
     export_bin: bool = False
     compression: str = "zstd"
+    encoding: str = ENCODINGS[0]  # of the numeric Parquet columns (plain: readable by any Parquet reader)
     shard_packs: int | None = None
     row_group_packs: int = 4096
     schedule: ScheduleOptions | None = None  # also group the packs into balanced data-parallel steps (schedule.npy)
@@ -84,6 +85,8 @@ class OutputOptions:
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSION:
             raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {self.compression!r}")
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {'|'.join(ENCODINGS)}, got {self.encoding!r}")
         for name in ("shard_packs", "row_group_packs"):
             v = getattr(self, name)
             if v is not None and v < 1:

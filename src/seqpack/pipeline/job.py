@@ -184,7 +184,7 @@ def _plan(
             "position_fields": summaries[0]["position_fields"],
             "num_examples": int(sum(s["num_examples"] for s in summaries)), "max_len": config.max_len,
             "max_depth": pack_depth(packing, config.max_depth), "position_offset": config.position_offset,
-            "compression": output.compression, "row_group_packs": output.row_group_packs, "work": str(work),
+            "compression": output.compression, "encoding": output.encoding, "row_group_packs": output.row_group_packs, "work": str(work),
             "derived_columns": output.derived(config.task),
             "bases": np.concatenate([[0], np.cumsum([s["num_sequences"] for s in summaries])]).astype(np.int64)}
     return packing, meta
@@ -296,6 +296,7 @@ def _write_manifest(
                                derived=output.derived(config.task))
     manifest["shards"] = [{"file": f, "rows": hi - lo} for f, (lo, hi) in zip(files, bounds)]
     manifest["compression"] = output.compression
+    manifest["encoding"] = output.encoding
     manifest["bin"] = output.export_bin
     (final / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
     return manifest

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack._atomic import check_not_input, check_output_dir
-from seqpack.data.format import SCHEDULE, write_packed
+from seqpack.data.format import ENCODINGS, SCHEDULE, write_packed
 from seqpack.packing.balance import ScheduleOptions, packing_schedule
 from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.in_memory import pack_task
@@ -45,6 +45,7 @@ def build_packed_dataset(
     shard_examples: int = 100_000,
     schedule: ScheduleOptions | None = None,
     write_derived: bool = False,
+    encoding: str = ENCODINGS[0],
 ) -> dict[str, Any]:
     """Build, pack and write; returns the manifest (also in ``out/manifest.json``).
 
@@ -61,9 +62,11 @@ def build_packed_dataset(
 
     The task's derived columns (``clm``'s labels) are left out of the Parquet parts and rebuilt by
     every seqpack reader (:mod:`seqpack.data.derived`); ``write_derived`` stores them too.
+    ``encoding``: of the numeric Parquet columns, ``byte_stream_split`` (smaller, faster to write) or
+    ``plain`` (for Parquet readers that lack BYTE_STREAM_SPLIT on integers).
     """
     output = OutputOptions(overwrite=overwrite, export_bin=export_bin, compression=compression, shard_packs=shard_packs,
-                           schedule=schedule, write_derived=write_derived)
+                           schedule=schedule, write_derived=write_derived, encoding=encoding)
     task = get_task(config.task)
     source_path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "path", None)
     check_not_input(out, [source_path])  # --out must not replace or sit inside what it reads
@@ -83,7 +86,7 @@ def build_packed_dataset(
             arrays[SCHEDULE], extra["schedule"] = packing_schedule(pc.packing.lengths, pc.packing.pack_offsets,
                                                                    pc.packing.sequence_index, schedule)
         m = write_packed(pc, out, overwrite=overwrite, export_bin=export_bin, compression=compression,
-                         shard_packs=shard_packs, extra=extra, arrays=arrays, derived=output.derived(config.task))
+                         shard_packs=shard_packs, extra=extra, arrays=arrays, derived=output.derived(config.task), encoding=encoding)
     for message in task.pack_warnings(m):  # once, from the whole job's counts (not once per shard)
         warnings.warn(message, stacklevel=2)
     return m

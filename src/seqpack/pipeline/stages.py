@@ -243,7 +243,7 @@ def packs_stage(
 
     if done is None:
         with atomic_file(out) as tmp:
-            write_parquet_groups(tmp, groups(), step, meta["compression"])
+            write_parquet_groups(tmp, groups(), step, meta["compression"], meta["encoding"])
         StageLog(meta["work"]).finish(out.name, packs_key(out.name, first_pack, sequence_index, meta), specs, files=[out])
     else:
         for _ in groups():  # only the .bin rows
@@ -273,7 +273,7 @@ def _row_group(dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, ids
 def packs_key(name: str, first_pack: int, sequence_index: np.ndarray, meta: dict[str, Any]) -> str:
     """The key an output part is recorded under: its packs, the sequences they hold (by number,
     and the keys of the stages that built them) and how it is written."""
-    layout = {k: meta[k] for k in ("max_len", "max_depth", "position_offset", "compression", "row_group_packs",
+    layout = {k: meta[k] for k in ("max_len", "max_depth", "position_offset", "compression", "encoding", "row_group_packs",
                                    "derived_columns")}
     digest = hashlib.sha256(np.ascontiguousarray(sequence_index, dtype=np.int64).tobytes()).hexdigest()
     return content_hash(name, first_pack, digest, meta["inputs_key"], layout)
