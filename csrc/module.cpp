@@ -449,6 +449,26 @@ py::tuple price_packs_py(I64 lengths, F64 values, int64_t cap, int64_t depth) {
   return py::make_tuple(row_values, patterns);
 }
 
+py::tuple fill_templates_py(I64 slot_lens, I64 starts, I64 counts, I64 hist) {
+  const int64_t t = counts.size();
+  if (starts.size() != t + 1) throw py::value_error("one start per template, and the end");
+  FillResult r;
+  {
+    py::gil_scoped_release nogil;
+    r = fill_templates(slot_lens.data(), starts.data(), counts.data(), t, hist.data(), hist.size());
+  }
+  py::list packs;
+  for (const auto& g : r.groups) {
+    if (!g.count || g.filled.empty()) continue;
+    py::tuple filled(g.filled.size());
+    for (size_t i = 0; i < g.filled.size(); ++i) filled[i] = py::int_(g.filled[i]);
+    packs.append(py::make_tuple(filled, g.count));
+  }
+  py::array_t<int64_t> need(static_cast<py::ssize_t>(r.need.size()));
+  if (!r.need.empty()) std::memcpy(need.mutable_data(), r.need.data(), r.need.size() * sizeof(int64_t));
+  return py::make_tuple(packs, need);
+}
+
 void check_out(const py::array& out, const char* name) {
   if (out.ndim() != 2 || !(out.flags() & py::array::c_style) || !out.writeable()) {
     throw py::value_error(std::string(name) + " must be a writeable 2-D C-contiguous array");
@@ -542,6 +562,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("class_table", &class_table);
   m.def("price_packs", &price_packs_py, py::arg("lengths"), py::arg("values"), py::arg("cap"),
         py::arg("depth"));
+  m.def("fill_templates", &fill_templates_py, py::arg("slot_lens"), py::arg("starts"), py::arg("counts"),
+        py::arg("hist"));
   m.def("scatter_rows", &scatter_rows_py, py::arg("src"), py::arg("seq_off"), py::arg("order"),
         py::arg("pack_off"), py::arg("out"), py::arg("pad"), py::arg("threads"));
   m.def("segments_positions", &segments_positions_py, py::arg("lengths"), py::arg("order"),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -169,6 +170,85 @@ void segments_positions(const int64_t* lengths, const int64_t* order, const int6
       std::fill(prow + col, prow + width, P{0});
     }
   });
+}
+
+// ------------------------------------------------------------------------ template fill
+// best.py's fill_templates, step for step (the Python function is the reference): template packs
+// (`count` copies of slot lengths) take sequences longest first, each into the smallest free slot
+// that holds it; a group of identical packs splits when only some of its copies take a length.
+// Groups are kept in creation order; a slot's list grows while it is walked (a split's remainder
+// may still offer that slot), as the Python list does.
+//   templates {(3, 2) x 2}, hist {1, 2, 1} (lengths 1, 2, 3) -> packs (3, 2) x 1, (2, 1) x 1
+struct FillGroup {
+  int64_t count;
+  std::vector<int32_t> filled, free;
+};
+
+struct FillResult {
+  std::vector<FillGroup> groups;
+  std::vector<int64_t> need;  // the residual histogram
+};
+
+inline FillResult fill_templates(const int64_t* slot_lens, const int64_t* starts, const int64_t* counts,
+                                 int64_t n_templates, const int64_t* hist, int64_t m) {
+  FillResult r;
+  r.need.assign(hist, hist + m);
+  auto& groups = r.groups;
+  std::map<int32_t, std::vector<size_t>> by_slot;  // slot length -> groups offering it (ascending keys)
+  auto add = [&](FillGroup g) {
+    const size_t id = groups.size();
+    std::vector<int32_t> distinct = g.free;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    groups.push_back(std::move(g));
+    for (int32_t s : distinct) by_slot[s].push_back(id);
+  };
+  for (int64_t t = 0; t < n_templates; ++t) {
+    std::vector<int32_t> free(slot_lens + starts[t], slot_lens + starts[t + 1]);
+    std::sort(free.begin(), free.end(), std::greater<int32_t>());
+    add(FillGroup{counts[t], {}, std::move(free)});
+  }
+  for (int64_t idx = m - 1; idx >= 0; --idx) {
+    int64_t n = r.need[idx];
+    if (!n) continue;
+    const int32_t length = static_cast<int32_t>(idx + 1);
+    for (auto it = by_slot.lower_bound(length); n && it != by_slot.end(); ++it) {
+      const int32_t s = it->first;
+      for (size_t k = 0; k < it->second.size(); ++k) {  // live size: add() may append here
+        const size_t gi = it->second[k];
+        const int64_t per = std::count(groups[gi].free.begin(), groups[gi].free.end(), s);
+        if (!n || !groups[gi].count || !per) continue;
+        const int64_t take = std::min(n, per * groups[gi].count);
+        const int64_t full = take / per, rem = take % per;
+        std::vector<int32_t> rest;
+        for (int32_t x : groups[gi].free) {
+          if (x != s) rest.push_back(x);
+        }
+        std::vector<int32_t> base = groups[gi].filled;  // copies: add() may move the groups
+        if (full) {
+          FillGroup g{full, base, rest};
+          g.filled.insert(g.filled.end(), per, length);
+          add(std::move(g));
+        }
+        if (rem) {
+          FillGroup g{1, base, rest};
+          g.filled.insert(g.filled.end(), rem, length);
+          g.free.insert(g.free.end(), per - rem, s);
+          add(std::move(g));
+        }
+        groups[gi].count -= full + (rem ? 1 : 0);
+        n -= full * per + rem;
+      }
+      auto& list = it->second;
+      list.erase(std::remove_if(list.begin(), list.end(), [&](size_t gi) {
+                   const auto& f = groups[gi].free;
+                   return !groups[gi].count || std::find(f.begin(), f.end(), s) == f.end();
+                 }),
+                 list.end());
+    }
+    r.need[idx] = n;
+  }
+  return r;
 }
 
 }  // namespace seqpack

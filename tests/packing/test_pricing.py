@@ -42,3 +42,18 @@ def test_pricing_golden():
     values, patterns = price_packs(np.array([2, 3, 4]), np.array([0.5, 1.0, 1.4]), 6, 2)
     assert patterns.tolist() == [[1, 0, 1], [0, 2, 0], [1, 0, 1], [0, 2, 0]]
     assert np.allclose(values, [1.9, 2.0, 1.9, 2.0], rtol=0, atol=TOL)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(1, 12), min_size=1, max_size=5), st.integers(1, 6)), max_size=8),
+       st.lists(st.integers(0, 9), min_size=1, max_size=12))
+def test_fill_templates_kernel_is_the_reference(templates: list, hist: list[int]) -> None:
+    """The compiled template fill gives the reference's packs, in its order, and its residual."""
+    from seqpack.packing.best import fill_templates, fill_templates_reference
+
+    tpl = [(tuple(slots), count) for slots, count in templates]
+    h = np.array(hist, dtype=np.int64)
+    got, want = fill_templates(tpl, h), fill_templates_reference(tpl, h)
+    assert got[0] == want[0] and np.array_equal(got[1], want[1])
+    placed = sum(len(p) * c for p, c in got[0])
+    assert placed + int(got[1].sum()) == int(h.sum())  # every sequence placed once or left over

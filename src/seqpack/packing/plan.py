@@ -9,6 +9,9 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+import threading
 import time
 
 import numpy as np
@@ -20,6 +23,16 @@ from seqpack.packing.nnlshp import nnlshp_packs
 from seqpack.packing.plan_types import PackingPlan, plan_from_packs
 
 ALGORITHMS = ("spfhp", "lpfhp", "nnlshp", "best")
+#: what an algorithm imports when it first plans (scipy's solvers: ~0.4 s)
+SOLVERS = {"best": "scipy.optimize", "nnlshp": "scipy.optimize"}
+
+
+def preload(algorithm: str) -> None:
+    """Import the solver ``algorithm`` needs on a background thread, so that a job which plans
+    only after reading its shards does not then wait for the import (the plan is serial)."""
+    module = SOLVERS.get(algorithm)
+    if module is not None and module not in sys.modules:
+        threading.Thread(target=importlib.import_module, args=(module,), name="seqpack-preload", daemon=True).start()
 
 
 def check_max_depth(max_depth: object) -> int | None:

@@ -51,6 +51,7 @@ from seqpack.data.layout import pack_depth
 from seqpack.data.sequences import COUNTED_INFO
 from seqpack.packing import pack_lengths
 from seqpack.packing.balance import packing_schedule
+from seqpack.packing.plan import preload
 from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline.in_memory import manifest_extra
@@ -117,6 +118,7 @@ def run_job(
 ) -> dict[str, Any]:
     """The three steps and the manifest, in ``.OUT.partial/``; the finished dataset renamed to ``out``."""
     engine = engine or LocalEngine()
+    preload(config.algorithm)  # the solver's imports, while the shards are read
     out = Path(out)
     with output_lock(out):
         check_output_dir(out, overwrite=output.overwrite)
