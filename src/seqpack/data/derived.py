@@ -4,12 +4,13 @@ A task may name some of its columns *derived*: ``segment_ids`` follow from ``pos
 restart in each sequence) wherever a task does not give its own positions, and ``clm``'s labels are
 the input ids with -100 on each sequence's first token and on padding. The pack job then leaves them
 out of the Parquet parts (less to encode, compress, write and read: of a ``clm`` part's columns,
-encoding ``labels`` took a third of the time, ``segment_ids`` a sixth) and the manifest's ``derived_columns`` names the rule that makes each one again;
-``columns`` still lists every column, with its dtype and shape, and ``.bin`` files (written
-for zero-copy reads) still hold them all. Every seqpack reader (:func:`load_packed`,
-:class:`PackedRows`, so ``PackedDataset`` and training) rebuilds them, so what they return is
-unchanged. Other readers (``datasets.load_dataset("parquet", ...)``) see the stored columns and
-may call :func:`derive_columns` (or write the dataset with ``--write-derived``).
+encoding ``labels`` took a third of the time, ``segment_ids`` a sixth) and the manifest's
+``derived_columns`` names the rule that makes each one again; ``columns`` still lists every column,
+with its dtype and shape, and ``.bin`` files (written for zero-copy reads) still hold them all.
+Every seqpack reader (:func:`load_packed`, :class:`PackedRows`, so ``PackedDataset`` and training;
+``PackedCollator`` for rows read elsewhere) rebuilds them, so what they return is unchanged. Other
+readers (``datasets.load_dataset("parquet", ...)``) see the stored columns and may map
+:func:`seqpack.data.add_derived_columns` over them (or the dataset be written with ``--write-derived``).
 
 Each rule is a pure function of stored columns, registered here by name (the name is part of
 the format: a new rule is added, an existing one never changed).

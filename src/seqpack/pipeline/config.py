@@ -80,7 +80,7 @@ class OutputOptions:
     shard_packs: int | None = None
     row_group_packs: int = 4096
     schedule: ScheduleOptions | None = None  # also group the packs into balanced data-parallel steps (schedule.npy)
-    write_derived: bool = False  # also store the task's derived columns (clm's labels) in the Parquet parts
+    write_derived: bool = False  # also store the task's derived columns (segment_ids; clm's labels) in the Parquet parts
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSION:

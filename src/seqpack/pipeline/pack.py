@@ -60,7 +60,7 @@ def build_packed_dataset(
     ``schedule.npy`` (``(steps, world, micro_batch)`` pack indices) and described in the manifest's
     ``schedule`` (read by :class:`seqpack.data.BalancedSampler`).
 
-    The task's derived columns (``clm``'s labels) are left out of the Parquet parts and rebuilt by
+    The task's derived columns (``segment_ids``; ``clm``'s labels) are left out of the Parquet parts and rebuilt by
     every seqpack reader (:mod:`seqpack.data.derived`); ``write_derived`` stores them too.
     ``encoding``: of the numeric Parquet columns, ``byte_stream_split`` (smaller, faster to write) or
     ``plain`` (for Parquet readers that lack BYTE_STREAM_SPLIT on integers).
