@@ -213,6 +213,12 @@ class EncoderCore {
         [&](size_t k) { out.push_back(special_ids_[k]); });
   }
 
+  // A cut of s[0, n) in [lo, hi] after which encoding the two sides gives the same ids as the
+  // whole (see safe_cut; never inside a special token), or 0.
+  size_t cut_point(const uint8_t* s, size_t n, size_t lo, size_t hi) const {
+    return safe_cut(s, n, lo, hi, [&](size_t c) { return !splitter_.straddles(s, n, c); });
+  }
+
   // Words go through in batches of kBatch: the cache entries of a batch are fetched from memory
   // together (prefetched as the words are found), not one miss after another.
   static constexpr size_t kBatch = 16;

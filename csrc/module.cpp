@@ -154,9 +154,9 @@ class Encoder {
   // (ids, offsets): text i is ids[offsets[i]:offsets[i + 1]].
   py::tuple encode_batch(const py::sequence& texts, int threads) {
     std::vector<Text> views = utf8_list(texts);
-    std::vector<std::vector<uint32_t>> ids;
-    std::vector<int64_t> lengths;
-    encode_views(views, threads, ids, lengths);
+    Encoded e = encode_views(views, threads);
+    const auto& ids = e.ids;
+    const auto& lengths = e.lengths;
     size_t total = 0;
     for (const auto& v : ids) total += v.size();
     py::array_t<uint32_t> flat(total);
@@ -175,35 +175,35 @@ class Encoder {
   // A list of id lists, one per text (what tiktoken's encode_ordinary_batch returns).
   py::list encode_lists(const py::sequence& texts, int threads) {
     std::vector<Text> views = utf8_list(texts);
-    std::vector<std::vector<uint32_t>> ids;
-    std::vector<int64_t> lengths;
-    std::vector<size_t> cuts = encode_views(views, threads, ids, lengths);
-    const size_t n = views.size(), chunks = cuts.size() - 1, vocab = ints_.size();
-    const size_t workers = std::min(chunks, thread_count(threads, n));
+    Encoded e = encode_views(views, threads);
+    const size_t n = views.size(), blocks = e.cuts.size() - 1, vocab = ints_.size();
+    const size_t workers = std::min(blocks, thread_count(threads, e.pieces.size()));
     py::list out(n);
     size_t total = 0;
     // n new containers at once: without the collector, which would otherwise run every few
     // hundred of them and find nothing to free (their items are not even set yet)
     const int gc_was_on = PyGC_Disable();
     for (size_t i = 0; i < n; ++i) {
-      PyObject* l = PyList_New(static_cast<Py_ssize_t>(lengths[i]));
+      PyObject* l = PyList_New(static_cast<Py_ssize_t>(e.lengths[i]));
       if (!l) {
         if (gc_was_on) PyGC_Enable();
         throw py::error_already_set();
       }
+      untrack(l);
       PyList_SET_ITEM(out.ptr(), i, l);
-      total += static_cast<size_t>(lengths[i]);
+      total += static_cast<size_t>(e.lengths[i]);
     }
     if (gc_was_on) PyGC_Enable();
-    auto fill = [&](size_t c, size_t* uses) {  // chunk c's lists (see fill_items)
-      const uint32_t* p = ids[c].data();
-      for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
-        fill_items(PyList_GET_ITEM(out.ptr(), i), p, lengths[i], uses);
-        p += lengths[i];
+    auto fill = [&](size_t b, size_t* uses) {  // block b's pieces (see fill_items)
+      const uint32_t* p = e.ids[b].data();
+      for (size_t k = e.cuts[b]; k < e.cuts[b + 1]; ++k) {
+        const Piece& q = e.pieces[k];
+        fill_items(PyList_GET_ITEM(out.ptr(), q.text), q.at, p, q.count, uses);
+        p += q.count;
       }
     };
     if (total < vocab || workers < 2) {  // few ids, or one thread: one reference at a time
-      for (size_t c = 0; c < chunks; ++c) fill(c, nullptr);
+      for (size_t b = 0; b < blocks; ++b) fill(b, nullptr);
       return out;
     }
     // The items are stored on the encoding threads, without the GIL: no other code can reach these
@@ -215,7 +215,7 @@ class Encoder {
       py::gil_scoped_release nogil;
       on_threads(workers, [&](size_t t) {
         uses[t].assign(vocab, 0);
-        for (size_t c = t; c < chunks; c += workers) fill(c, uses[t].data());
+        for (size_t b = t; b < blocks; b += workers) fill(b, uses[t].data());
       });
     }
     for (size_t v = 0; v < vocab; ++v) {
@@ -224,6 +224,14 @@ class Encoder {
       for (; k; --k) Py_INCREF(ints_[v]);  // the same object: cheap, and right whatever the refcount scheme
     }
     return out;
+  }
+
+  // The cut that encode_batch and encode_lists would make in these UTF-8 bytes in [lo, hi]
+  // (EncoderCore::cut_point), 0 if none.
+  size_t cut_point(py::bytes text, size_t lo, size_t hi) const {
+    const std::string t(text);
+    if (lo == 0 || lo > hi || hi >= t.size()) throw py::value_error("cut_point needs 0 < lo <= hi < len(text)");
+    return core_.cut_point(reinterpret_cast<const uint8_t*>(t.data()), t.size(), lo, hi);
   }
 
   py::list bpe_with(py::bytes word, bool heap) {
@@ -245,9 +253,10 @@ class Encoder {
   }
 
  private:
-  // Store ints_[ids[j]] as the new list's items; count them in `uses`, or (nullptr) take the references now.
-  void fill_items(PyObject* list, const uint32_t* ids, int64_t n, size_t* uses) const {
-    PyObject** items = reinterpret_cast<PyListObject*>(list)->ob_item;
+  // Store ints_[ids[j]] as the new list's items from `at` on; count them in `uses`, or (nullptr)
+  // take the references now.
+  void fill_items(PyObject* list, int64_t at, const uint32_t* ids, int64_t n, size_t* uses) const {
+    PyObject** items = reinterpret_cast<PyListObject*>(list)->ob_item + at;
     for (int64_t j = 0; j < n; ++j) {
       PyObject* o = ints_[ids[j]];
       if (uses) {
@@ -261,42 +270,100 @@ class Encoder {
 
   py::list id_list(const uint32_t* ids, size_t n) const {
     py::list out(n);
-    fill_items(out.ptr(), ids, static_cast<int64_t>(n), nullptr);
+    fill_items(out.ptr(), 0, ids, static_cast<int64_t>(n), nullptr);
+    untrack(out.ptr());
     return out;
+  }
+
+  // An id list holds only ints, so it cannot be part of a reference cycle: it is taken out of the
+  // cycle collector's lists, as CPython does for its own tuples and dicts of atomic items. Held id
+  // lists then cost the collector nothing (traversing them was a third of `[encode(d) for d in
+  // docs]`). Only a list the caller later makes part of a cycle (ids.append(ids)) would not be freed.
+  static void untrack(PyObject* list) { PyObject_GC_UnTrack(list); }
+
+  static size_t total_bytes(const std::vector<Text>& views) {
+    size_t total = 0;
+    for (const Text& t : views) total += t.size;
+    return total;
   }
 
   static size_t thread_count(int threads, size_t texts) {
     return std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(threads, 1)), texts));
   }
 
-  // Encode `views` on up to `threads` threads, the GIL released: the texts are cut into blocks of
-  // about equal bytes (kBlocksPerThread per thread), which the threads take in turn as they finish
-  // one (text of costlier bytes, e.g. another script, does not leave a thread idle). ids[b] holds
-  // block b's ids, lengths[i] text i's count; returns the blocks' cuts.
-  static constexpr size_t kBlocksPerThread = 8;
-  std::vector<size_t> encode_views(const std::vector<Text>& views, int threads, std::vector<std::vector<uint32_t>>& ids,
-                    std::vector<int64_t>& lengths) {
-    const size_t workers = thread_count(threads, views.size());
-    std::vector<size_t> cuts = balanced_cuts(views, workers < 2 ? 1 : workers * kBlocksPerThread);
-    const size_t blocks = cuts.size() - 1;
-    ids.assign(blocks, {});
-    lengths.assign(views.size(), 0);
-    std::atomic<size_t> next{0};
-    py::gil_scoped_release nogil;
-    on_threads(std::min(workers, blocks), [&](size_t) {
-      auto w = pool_.take();
-      for (size_t b; (b = next.fetch_add(1)) < blocks;) {
-        std::vector<uint32_t> out;  // the block's own (side by side, threads' vectors would share cache lines)
-        for (size_t i = cuts[b]; i < cuts[b + 1]; ++i) {
-          const size_t before = out.size();
-          core_.encode(views[i].data, views[i].size, w->cache, out, w->scratch);
-          lengths[i] = static_cast<int64_t>(out.size() - before);
-        }
-        ids[b] = std::move(out);
+  // A run of one text's bytes, encoded as one unit: `count` ids, from the text's id `at` on.
+  struct Piece {
+    Text bytes;
+    size_t text;
+    int64_t at = 0, count = 0;
+  };
+  struct Encoded {
+    std::vector<Piece> pieces;            // in text order
+    std::vector<size_t> cuts;             // block b: pieces [cuts[b], cuts[b + 1])
+    std::vector<std::vector<uint32_t>> ids;  // block b's ids, its pieces' one after another
+    std::vector<int64_t> lengths;         // text i's number of ids
+  };
+
+  // The texts as pieces: on one thread each text whole; on more, texts longer than an equal share
+  // of the work (total / (threads * kBlocksPerThread), at least kMinPiece bytes) cut where the ids
+  // cannot change (EncoderCore::cut_point), so that one long text keeps every thread busy.
+  //   2 threads, texts of 135 KB and 1 KB: pieces of 4-8.6 KB, then the 1 KB text
+  static constexpr size_t kBlocksPerThread = 8, kMinPiece = 4096;
+  std::vector<Piece> pieces_of(const std::vector<Text>& views, size_t workers) const {
+    std::vector<Piece> out;
+    out.reserve(views.size());
+    const size_t share = std::max(kMinPiece, total_bytes(views) / (workers * kBlocksPerThread));
+    for (size_t i = 0; i < views.size(); ++i) {
+      const uint8_t* s = views[i].data;
+      size_t n = views[i].size;
+      while (workers > 1 && n > share) {
+        const size_t c = core_.cut_point(s, n, share / 2, share);
+        if (!c) break;  // no safe cut near: the rest whole
+        out.push_back(Piece{Text{s, c}, i});
+        s += c;
+        n -= c;
       }
-      pool_.give(std::move(w));
-    });
-    return cuts;
+      out.push_back(Piece{Text{s, n}, i});
+    }
+    return out;
+  }
+
+  // Encode `views` on up to `threads` threads, the GIL released: the pieces (pieces_of) go in
+  // blocks of about equal bytes (kBlocksPerThread per thread), which the threads take in turn as
+  // they finish one (text of costlier bytes, e.g. another script, does not leave a thread idle).
+  Encoded encode_views(const std::vector<Text>& views, int threads) {
+    Encoded e;
+    // threads: one per text, or per kMinPiece bytes where that is more
+    const size_t workers = thread_count(threads, std::max(views.size(), total_bytes(views) / kMinPiece));
+    e.pieces = pieces_of(views, workers);
+    std::vector<Text> bytes(e.pieces.size());
+    for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = e.pieces[k].bytes;
+    e.cuts = balanced_cuts(bytes, workers < 2 ? 1 : workers * kBlocksPerThread);
+    const size_t blocks = e.cuts.size() - 1;
+    e.ids.assign(blocks, {});
+    std::atomic<size_t> next{0};
+    {
+      py::gil_scoped_release nogil;
+      on_threads(std::min(workers, blocks), [&](size_t) {
+        auto w = pool_.take();
+        for (size_t b; (b = next.fetch_add(1)) < blocks;) {
+          std::vector<uint32_t> out;  // the block's own (side by side, threads' vectors would share cache lines)
+          for (size_t k = e.cuts[b]; k < e.cuts[b + 1]; ++k) {
+            const size_t before = out.size();
+            core_.encode(bytes[k].data, bytes[k].size, w->cache, out, w->scratch);
+            e.pieces[k].count = static_cast<int64_t>(out.size() - before);
+          }
+          e.ids[b] = std::move(out);
+        }
+        pool_.give(std::move(w));
+      });
+    }
+    e.lengths.assign(views.size(), 0);
+    for (Piece& q : e.pieces) {
+      q.at = e.lengths[q.text];
+      e.lengths[q.text] += q.count;
+    }
+    return e;
   }
 
   EncoderCore core_;
@@ -544,6 +611,7 @@ PYBIND11_MODULE(_native, m) {
       .def("encode_batch", &Encoder::encode_batch, py::arg("texts"), py::arg("threads") = 1)
       .def("encode_lists", &Encoder::encode_lists, py::arg("texts"), py::arg("threads") = 1)
       .def("bpe_with", &Encoder::bpe_with, py::arg("word"), py::arg("heap"))
+      .def("cut_point", &Encoder::cut_point, py::arg("text"), py::arg("lo"), py::arg("hi"))
       .def("clear_cache", &Encoder::clear_cache);
   py::class_<Counter>(m, "WordCounter")
       .def(py::init<const std::vector<py::bytes>&>(), py::arg("specials"))

@@ -218,8 +218,38 @@ class SpecialSplitter {
     if (pos < n) on_text(pos, n);
   }
 
+  // Whether an occurrence of a special token starts before `cut` and ends after it.
+  //   specials {"<|x|>"}: straddles("a<|x|>b", 7, 3) -> true; straddles(.., 1) -> false
+  bool straddles(const uint8_t* s, size_t n, size_t cut) const {
+    for (const std::string& sp : specials_) {
+      const size_t len = sp.size();
+      for (size_t p = cut >= len ? cut - len + 1 : 0; p < cut && p + len <= n; ++p) {
+        if (std::memcmp(s + p, sp.data(), len) == 0) return true;
+      }
+    }
+    return false;
+  }
+
  private:
   std::vector<std::string> specials_;
 };
+
+// The last cut in [lo, hi] (0 < lo <= hi < n) that cannot change GPT-2's pre-tokenization, or 0:
+// after the newline of "x\ny" (printable ASCII around it), else before the space of "a b" (ASCII
+// letters around it). The rule of tokenizer.py's _safe_cut, on UTF-8 bytes; `ok(cut)` may veto one
+// (a special token straddling it).
+//   safe_cut("ab cd ef", 8, 1, 7, any) -> 5;  safe_cut("x\ny z", 5, 1, 4, any) -> 2
+template <class Ok>
+size_t safe_cut(const uint8_t* s, size_t n, size_t lo, size_t hi, Ok&& ok) {
+  auto printable = [](uint8_t c) { return c >= '!' && c <= '~'; };
+  auto letter = [](uint8_t c) { return static_cast<uint8_t>((c | 0x20) - 'a') < 26; };
+  for (size_t c = hi; c >= lo && c >= 2; --c) {  // newline at c - 1
+    if (c < n && s[c - 1] == '\n' && printable(s[c - 2]) && printable(s[c]) && ok(c)) return c;
+  }
+  for (size_t c = hi; c >= lo && c >= 1; --c) {  // space at c
+    if (c + 1 < n && s[c] == ' ' && letter(s[c - 1]) && letter(s[c + 1]) && ok(c)) return c;
+  }
+  return 0;
+}
 
 }  // namespace seqpack

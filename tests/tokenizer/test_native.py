@@ -146,6 +146,74 @@ def test_encode_lists_equals_encode_on_threads(gpt2_or_small):
     assert tok.native.encode_lists([], 2) == []
 
 
+_CUT_PARTS = ["ab", "Q", " ", "\n", "!", "x!\ny", "'s", "5", "\t", "\u00a0", "é", EOT, "!\n!", "  ", "\n\n"]
+
+
+def _cut_tokenizer() -> Tokenizer:
+    """Bytes, a few merges, and a special token with a newline inside (``!\n!``: a cut after its
+    newline would straddle it)."""
+    base = _random_tokenizer(random.Random(3), b"ab!Q \n", 12, shuffle=False)
+    return Tokenizer(base.vocab, base.merges, [EOT, "!\n!"])
+
+
+@pytest.mark.parametrize(
+    ("text", "lo", "hi", "cut"),
+    [
+        (b"ab cd ef", 1, 7, 5),  # before the space of "d e"
+        (b"x\ny z", 1, 3, 2),  # after a newline between printable characters, preferred
+        (b"a  b", 1, 3, 0),  # a space run: "a", " ", " b" would change
+        (b"a\n b", 1, 3, 0),  # newline then space: not printable around it
+        (b"\xc3\xa9 \xc3\xa9", 1, 4, 0),  # letters, but not ASCII ones
+        (b"a!\n!b c", 1, 6, 5),  # the newline cut (3) is inside the special "!\n!": the space cut
+    ],
+)
+def test_cut_point_goldens(text, lo, hi, cut):
+    assert _cut_tokenizer().native.cut_point(text, lo, hi) == cut
+
+
+def test_cut_point_rejects_a_bad_range():
+    with pytest.raises(ValueError, match="0 < lo <= hi < len"):
+        _cut_tokenizer().native.cut_point(b"ab cd", 2, 5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(st.sampled_from(_CUT_PARTS), min_size=2, max_size=40).map("".join), data=st.data())
+def test_a_cut_point_never_changes_the_ids(text, data):
+    """Both sides of a cut encode to the whole text's ids (the reference encoder, specials included)."""
+    tok, raw = _cut_tokenizer(), text.encode("utf-8")
+    hi = data.draw(st.integers(1, len(raw) - 1))
+    lo = data.draw(st.integers(1, hi))
+    cut = tok.native.cut_point(raw, lo, hi)
+    if cut:
+        assert lo <= cut <= hi
+        left, right = raw[:cut].decode("utf-8"), raw[cut:].decode("utf-8")
+        assert tok.encode_reference(left) + tok.encode_reference(right) == tok.encode_reference(text)
+        # and the pre-tokens (ids alone could hide a changed split that no merge covers)
+        assert _words(left) + _words(right) == _words(text)
+
+
+def _words(text: str) -> list[str]:
+    """Pre-tokens, with the special tokens of :func:`_cut_tokenizer` as words of their own."""
+    parts = regex.split(f"({regex.escape(EOT)}|!\n!)", text)
+    return [w for i, p in enumerate(parts) for w in ([p] if i % 2 else split_words(p))]
+
+
+def test_long_texts_are_cut_across_threads_with_the_same_ids():
+    """A text longer than an equal share of the batch is encoded in pieces on every thread
+    (``pieces_of``): the ids are still the whole text's, for lists and flat arrays alike."""
+    tok, rng = _cut_tokenizer(), random.Random(5)
+    texts = ["".join(rng.choice(_CUT_PARTS) for _ in range(n)) for n in (9000, 30, 0, 4000, 12)]
+    raw = texts[0].encode("utf-8")
+    assert tok.native.cut_point(raw, 4096, 8192)  # the long text does get cut
+    want = [tok.encode_reference(t) for t in texts]
+    for threads in (1, 2, 3):
+        tok.clear_cache()
+        assert tok.native.encode_lists(texts, threads) == want
+        ids, offsets = tok.native.encode_batch(texts, threads)
+        assert [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(texts))] == want
+    assert tok.native.encode_lists([texts[0]], 2) == [want[0]]  # one text alone
+
+
 def test_short_and_long_texts_take_both_paths():
     """Texts up to 4 KB encode with the GIL held (the inline cache), longer ones without it (a pooled
     cache): the same ids, and the cached ids are shared ints that stay valid."""

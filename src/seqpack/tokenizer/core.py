@@ -62,6 +62,12 @@ class CoreBPE:
         """One pre-tokenized word by the heap rule (long words) or the scan rule (tests compare them)."""
         return self._enc.bpe_with(word, heap)  # type: ignore[no-any-return]
 
+    def cut_point(self, text: bytes, lo: int, hi: int) -> int:
+        """Where ``encode_batch``/``encode_lists`` may cut a long UTF-8 ``text`` to spread it over
+        threads, in ``[lo, hi]`` (the last one: after the newline of ``x\\ny``, else before the space
+        of ``a b``; never inside a special token), 0 if none (tests check the ids do not change)."""
+        return self._enc.cut_point(text, lo, hi)  # type: ignore[no-any-return]
+
     def clear_cache(self) -> None:
         """Forget the per-thread word caches (cold-cache measurements)."""
         self._enc.clear_cache()
