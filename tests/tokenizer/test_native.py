@@ -214,6 +214,18 @@ def test_long_texts_are_cut_across_threads_with_the_same_ids():
     assert tok.native.encode_lists([texts[0]], 2) == [want[0]]  # one text alone
 
 
+def test_id_lists_are_left_to_reference_counting():
+    """Id lists hold only ints, so they are not tracked by the cycle collector (which would
+    otherwise traverse every held list at each collection); the batch's outer list is."""
+    import gc
+
+    tok = _cut_tokenizer()
+    assert not gc.is_tracked(tok.encode("ab ab"))
+    assert not gc.is_tracked(tok.encode("ab " * 3000))  # the long-text path too
+    out = tok.native.encode_lists(["ab", "", "Q" * 9000], 2)
+    assert gc.is_tracked(out) and not any(gc.is_tracked(ids) for ids in out)
+
+
 def test_short_and_long_texts_take_both_paths():
     """Texts up to 4 KB encode with the GIL held (the inline cache), longer ones without it (a pooled
     cache): the same ids, and the cached ids are shared ints that stay valid."""
