@@ -134,31 +134,38 @@ def arms(docs_path: Path, hf_path: Path) -> dict[str, tuple[str, str, str]]:
 
 
 LONG_LINE = """
-import array, hashlib, json, sys, threading, time
-import psutil
+import array, hashlib, json, sys, time
+def kb(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 text = open(sys.argv[1], encoding="utf-8").read()
-proc, peak, stop = psutil.Process(), [0], []
-def sample():
-    while not stop:
-        peak[0] = max(peak[0], proc.memory_info().rss)
-        time.sleep(0.002)
-before = proc.memory_info().rss
-th = threading.Thread(target=sample); th.start()
+SETUP
+ENCODE("warm-up")  # the tokenizer built (seqpack builds its compiled encoder at the first call)
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak (VmHWM) starts again from the current RSS: kept by the kernel, whoever holds the GIL
+before = kb("VmRSS")
 t0 = time.perf_counter()
 ids = ENCODE(text)
 seconds = time.perf_counter() - t0
-stop.append(1); th.join()
-extra = (peak[0] - before) / 2**20
-out_mb = len(ids) * 8 / 2**20  # the list's pointers (the id objects are shared, cached ints)
-print(json.dumps({"seconds": seconds, "ids": len(ids), "peak_over_input_mb": extra, "list_mb": out_mb,
-                  "working_mb": extra - out_mb, "hash": hashlib.sha256(array.array("I", ids).tobytes()).hexdigest()[:16]}))
+peak = kb("VmHWM")
+# what the list holds: its pointers, and its int objects where the call made them (one per id
+# above 256, tiktoken's) rather than sharing one per token id made beforehand (seqpack's)
+big = [x for x in ids if x > 256]
+objects = len({id(x) for x in big})
+fresh = objects if objects > len(set(big)) else 0
+list_mb = (8 * len(ids) + 32 * fresh) / 2**20
+print(json.dumps({"seconds": seconds, "ids": len(ids), "peak_over_input_mb": (peak - before) / 1024,
+                  "list_mb": list_mb, "working_mb": (peak - before) / 1024 - list_mb,
+                  "hash": hashlib.sha256(array.array("I", ids).tobytes()).hexdigest()[:16]}))
 """
 
 
 def long_line(work: Path, mb: int) -> dict[str, dict]:
     """One line of ``mb`` MB (the Python docs' paragraphs joined by spaces, repeated), encoded whole
-    by seqpack ``encode`` and tiktoken ``encode_ordinary``, each in a fresh process: time and peak
-    memory above the read text, less the returned list's own pointers (working memory)."""
+    by seqpack ``encode`` and tiktoken ``encode_ordinary``, each in a fresh process: time, peak RSS
+    above the read text (the kernel's VmHWM, reset before the call: a sampling thread would miss
+    the peak of a call that holds the GIL), what the returned list holds (its pointers, and its
+    ints where the call made them: 32 bytes each) and the difference, the call's working memory."""
     from _common import run_child
 
     from seqpack.corpus import python_docs
@@ -172,7 +179,7 @@ def long_line(work: Path, mb: int) -> dict[str, dict]:
                 "import tiktoken\nENCODE = tiktoken.get_encoding('gpt2').encode_ordinary\n")
     out = {}
     for name, setup in (("seqpack encode", seqpack), ("tiktoken encode_ordinary", tiktoken)):
-        code = LONG_LINE.replace("ids = ENCODE(text)", setup + "ids = ENCODE(text)")
+        code = LONG_LINE.replace("SETUP", setup)
         out[name] = run_child(code.replace("sys.argv[1]", repr(str(path))))
         r = out[name]
         print(f"  {mb} MB line, {name:<26} {r['seconds']:.2f} s, {r['ids']:,} ids, peak +{r['peak_over_input_mb']:.0f} MB "
