@@ -477,6 +477,27 @@ class Counter {
   size_t size() const { return counter_.size(); }
   int64_t total() const { return counter_.total(); }
 
+  // The merge loop over these counts, as merge_loop(*to_arrays(), num_merges) but with no array
+  // made (training then needs no numpy): (left ids, right ids) as lists.
+  py::tuple merges(size_t num_merges) const {
+    const size_t n = counter_.size();
+    std::vector<uint8_t> blob(counter_.key_bytes());
+    std::vector<int64_t> offsets(n + 1), counts(n);
+    std::vector<int32_t> left, right;
+    {
+      py::gil_scoped_release nogil;
+      for (size_t i = 0; i < n; ++i) {
+        std::string_view w = counter_.word(i);
+        std::memcpy(blob.data() + offsets[i], w.data(), w.size());
+        offsets[i + 1] = offsets[i] + static_cast<int64_t>(w.size());
+        counts[i] = counter_.count(i);
+      }
+      MergeLoop loop(blob.data(), offsets.data(), counts.data(), n);
+      loop.run(num_merges, left, right);
+    }
+    return py::make_tuple(py::cast(left), py::cast(right));
+  }
+
  private:
   WordCounter counter_;
 };
@@ -621,6 +642,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("counts"))
       .def("merge", &Counter::merge, py::arg("other"))
       .def("to_arrays", &Counter::to_arrays)
+      .def("merges", &Counter::merges, py::arg("num_merges"))
       .def("__len__", &Counter::size)
       .def_property_readonly("total", &Counter::total);
   m.def("merge_loop", &merge_loop, py::arg("blob"), py::arg("offsets"), py::arg("counts"),

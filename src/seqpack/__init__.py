@@ -6,13 +6,32 @@ packed dataset -> packed attention and per-sequence loss -> training.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from seqpack._version import __version__
-from seqpack.tokenizer import (
-    BPEConfig,
-    BPEResult,
-    Tokenizer,
-    train_bpe,
-    train_bpe_corpus,
-)
+
+if TYPE_CHECKING:
+    from seqpack.tokenizer import (
+        BPEConfig,
+        BPEResult,
+        Tokenizer,
+        train_bpe,
+        train_bpe_corpus,
+    )
 
 __all__ = ["BPEConfig", "BPEResult", "Tokenizer", "__version__", "train_bpe", "train_bpe_corpus"]
+
+
+def __getattr__(name: str) -> Any:
+    """The tokenizer's names, loaded on first use (see :mod:`seqpack.tokenizer`)."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from seqpack import tokenizer
+
+    value = getattr(tokenizer, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

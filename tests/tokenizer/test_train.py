@@ -193,3 +193,28 @@ def test_parallel_counting_reads_ahead_boundedly():
     )
     assert counts.to_dict() == {"a": 100, " b": 100, " c": 100}
     assert pulled_at_first_result[0] <= 8
+
+
+def test_training_runs_without_numpy(tmp_path: Path):
+    """``from seqpack.tokenizer import train_bpe`` loads the trainer alone, and the merge loop runs
+    on the compiled counter (``merges``), so a training run never imports numpy (about 60 ms of
+    its start-up); its merges equal those of the arrays' path (``merges_from_counts``)."""
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "corpus.txt"
+    path.write_text("low lower newest widest<|endoftext|>low low lowest\n" * 50, encoding="utf-8")
+    code = (
+        "import json, sys\n"
+        "from seqpack.tokenizer import train_bpe\n"
+        f"vocab, merges = train_bpe({str(path)!r}, 300, ['<|endoftext|>'])\n"
+        "print(json.dumps({'numpy': 'numpy' in sys.modules, 'merges': [[a.hex(), b.hex()] for a, b in merges]}))\n"
+    )
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert out["numpy"] is False
+    from seqpack.tokenizer.train import count_corpus
+
+    counts, _ = count_corpus([path], config=BPEConfig(vocab_size=300, special_tokens=("<|endoftext|>",)))
+    _, want = vocab_from_merge_ids(*merges_from_counts(counts, 300 - 257), ["<|endoftext|>"])
+    assert [[a.hex(), b.hex()] for a, b in want] == out["merges"]

@@ -1,10 +1,40 @@
 """Byte-level BPE: training (fast and reference), the Tokenizer, save/load/export; pretrained
-Hugging Face tokenizer directories (:func:`open_tokenizer` opens either kind)."""
+Hugging Face tokenizer directories (:func:`open_tokenizer` opens either kind).
+
+The names load on first use (PEP 562): ``from seqpack.tokenizer import train_bpe`` imports the
+trainer alone, which needs neither numpy nor the Hugging Face side, so a training run starts fast.
+"""
 
 from __future__ import annotations
 
-from seqpack.tokenizer.hf_tokenizer import HFTokenizer, open_tokenizer
-from seqpack.tokenizer.tokenizer import Tokenizer
-from seqpack.tokenizer.train import BPEConfig, BPEResult, train_bpe, train_bpe_corpus
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from seqpack.tokenizer.hf_tokenizer import HFTokenizer, open_tokenizer
+    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.train import (
+        BPEConfig,
+        BPEResult,
+        train_bpe,
+        train_bpe_corpus,
+    )
 
 __all__ = ["BPEConfig", "BPEResult", "HFTokenizer", "Tokenizer", "open_tokenizer", "train_bpe", "train_bpe_corpus"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("BPEConfig", "BPEResult", "train_bpe", "train_bpe_corpus"):
+        from seqpack.tokenizer import train as module
+    elif name == "Tokenizer":
+        from seqpack.tokenizer import tokenizer as module
+    elif name in ("HFTokenizer", "open_tokenizer"):
+        from seqpack.tokenizer import hf_tokenizer as module
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -15,11 +15,12 @@ Long texts and batches release the GIL (the batch calls spread over threads insi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from seqpack import _native
+
+if TYPE_CHECKING:  # the compiled module makes its arrays itself; training needs no numpy
+    import numpy as np
 
 
 class CoreBPE:
@@ -76,7 +77,8 @@ class CoreBPE:
     @staticmethod
     def word_counter(special_tokens: Sequence[str]) -> Any:
         """A C++ word counter that splits at ``special_tokens`` and pre-tokenizes
-        (``add_texts``, ``add_bytes``, ``add_arrays``, ``merge``, ``to_arrays``, ``len``)."""
+        (``add_texts``, ``add_bytes``, ``add_arrays``, ``merge``, ``to_arrays``, ``len``, ``total``,
+        and ``merges(num_merges)``: the merge loop on the counts, ids as lists, no array made)."""
         return _native.WordCounter([s.encode("utf-8") for s in special_tokens])
 
     @staticmethod

@@ -21,10 +21,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from seqpack.tokenizer.pretokenize import Chunk, DocChunk, FileChunk, read_chunk_bytes
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported where arrays are made: training itself (count_into, then the counter's own
+# merge loop) runs without it, which keeps the start-up of `seqpack train-tokenizer` short.
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,6 +61,8 @@ class WordCounts:
 
     @classmethod
     def from_dict(cls, counts: Mapping[str, int]) -> WordCounts:
+        import numpy as np
+
         encoded = [w.encode("utf-8") for w in counts]
         offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in encoded], out=offsets[1:])
@@ -121,6 +128,21 @@ def count_chunks(
     Chunks are pulled a small window at a time (``2 * workers`` in flight), so memory
     stays bounded by those chunks plus the tables of distinct words.
     """
+    counter = count_into(chunks, special_tokens=special_tokens, workers=workers, errors=errors,
+                         on_progress=on_progress)
+    return WordCounts(*counter.to_arrays())
+
+
+def count_into(
+    chunks: Iterable[Chunk],
+    *,
+    special_tokens: Sequence[str] = (),
+    workers: int = 1,
+    errors: str = "strict",
+    on_progress: Callable[[int], None] | None = None,
+) -> Any:
+    """:func:`count_chunks`, returning the compiled counter itself (``len``, ``total``,
+    ``to_arrays``, and ``merges(n)``: the merge loop on it, with no array made)."""
     local = threading.local()
     counters = []
     lock = threading.Lock()
@@ -148,11 +170,11 @@ def count_chunks(
                     on_progress(n)
                 pending.extend(pool.submit(work, c) for c in islice(it, 1))
     if not counters:
-        return WordCounts(np.zeros(0, np.uint8), np.zeros(1, np.int64), np.zeros(0, np.int64))
+        return _counter(special_tokens)  # nothing counted
     first, *rest = counters
     for other in rest:
         first.merge(other)
-    return WordCounts(*first.to_arrays())
+    return first
 
 
-__all__ = ["DocChunk", "FileChunk", "WordCounts", "count_chunk", "count_chunks"]
+__all__ = ["DocChunk", "FileChunk", "WordCounts", "count_chunk", "count_chunks", "count_into"]

@@ -31,13 +31,14 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Union
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Union
 
 from seqpack._parallel import default_workers
-from seqpack.tokenizer.counts import WordCounts, count_chunks
+from seqpack.tokenizer.counts import WordCounts, count_into
 from seqpack.tokenizer.pretokenize import doc_chunks, file_chunks
+
+if TYPE_CHECKING:  # training itself runs without numpy (see counts.py); arrays are made on request
+    import numpy as np
 
 PathLike = Union[str, "os.PathLike[str]"]
 Vocab = dict[int, bytes]
@@ -126,6 +127,14 @@ def count_corpus(
     Pipes, FIFOs and ``/dev/stdin`` have no size to plan chunks from: they are first copied to a
     temporary file (disk, not memory), which is then read like any file.
     """
+    counter, size = _count_corpus(files, documents, config=config)
+    return WordCounts(*counter.to_arrays()), size
+
+
+def _count_corpus(
+    files: Sequence[PathLike], documents: Iterable[str] | None, *, config: BPEConfig
+) -> tuple[Any, int]:
+    """:func:`count_corpus` with the compiled counter itself (see :func:`~seqpack.tokenizer.counts.count_into`)."""
     with _spooled(_check_files(files)) as paths:
         return _count(paths, documents, config=config)
 
@@ -166,7 +175,7 @@ def _spooled(paths: list[str]) -> Iterator[list[str]]:
 
 def _count(
     paths: list[str], documents: Iterable[str] | None, *, config: BPEConfig
-) -> tuple[WordCounts, int]:
+) -> tuple[Any, int]:
     total = sum(os.path.getsize(p) for p in paths)
     workers = config.workers or default_workers()
     if documents is None and total < _PARALLEL_MIN_BYTES:
@@ -194,7 +203,7 @@ def _count(
             bar.update(n)
 
     try:
-        counts = count_chunks(
+        counts = count_into(
             chunks(), special_tokens=specials, workers=workers, errors=config.errors,
             on_progress=on_progress,
         )
@@ -211,6 +220,8 @@ def merges_from_counts(
 
     Ids 0..255 are the bytes and ``256 + k`` the token made by merge ``k``.
     """
+    import numpy as np
+
     from seqpack.tokenizer.core import CoreBPE
 
     if not isinstance(word_counts, WordCounts):
@@ -221,12 +232,12 @@ def merges_from_counts(
 
 
 def vocab_from_merge_ids(
-    left: np.ndarray, right: np.ndarray, special_tokens: Sequence[str]
+    left: np.ndarray | Sequence[int], right: np.ndarray | Sequence[int], special_tokens: Sequence[str]
 ) -> tuple[Vocab, Merges]:
-    """Build the vocab and byte merges from the loop's (left, right) id arrays."""
+    """Build the vocab and byte merges from the loop's (left, right) ids (arrays or lists)."""
     toks: list[bytes] = [bytes([i]) for i in range(256)]
     merges: Merges = []
-    for a, b in zip(left.tolist(), right.tolist()):
+    for a, b in zip(_ints(left), _ints(right)):
         pair = (toks[a], toks[b])
         merges.append(pair)
         toks.append(pair[0] + pair[1])
@@ -238,6 +249,10 @@ def vocab_from_merge_ids(
     return vocab, merges
 
 
+def _ints(ids: np.ndarray | Sequence[int]) -> list[int]:
+    return ids.tolist() if hasattr(ids, "tolist") else list(ids)  # type: ignore[no-any-return]
+
+
 def train_bpe_corpus(
     files: Sequence[PathLike] = (),
     documents: Iterable[str] | None = None,
@@ -246,12 +261,12 @@ def train_bpe_corpus(
 ) -> BPEResult:
     """Train on text files (each read whole, specials split it) and/or documents."""
     t0 = time.perf_counter()
-    counts, size = count_corpus(files, documents, config=config)
+    counts, size = _count_corpus(files, documents, config=config)
     t1 = time.perf_counter()
     if not len(counts):
         raise ValueError("the corpus is empty: no text to train on (after removing special tokens)")
     num_merges = config.vocab_size - 256 - len(config.special_tokens)
-    left, right = merges_from_counts(counts, num_merges)
+    left, right = counts.merges(num_merges) if num_merges else ([], [])  # the compiled loop on the counter
     vocab, merges = vocab_from_merge_ids(left, right, config.special_tokens)
     t2 = time.perf_counter()
     stopped = len(merges) < num_merges
