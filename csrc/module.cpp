@@ -177,7 +177,7 @@ class Encoder {
     std::vector<Text> views = utf8_list(texts);
     Encoded e = encode_views(views, threads);
     const size_t n = views.size(), blocks = e.cuts.size() - 1, vocab = ints_.size();
-    const size_t workers = std::min(blocks, thread_count(threads, e.pieces.size()));
+    const size_t workers = std::min(blocks, thread_count(threads, e.counts.size()));
     py::list out(n);
     size_t total = 0;
     // n new containers at once: without the collector, which would otherwise run every few
@@ -197,9 +197,9 @@ class Encoder {
     auto fill = [&](size_t b, size_t* uses) {  // block b's pieces (see fill_items)
       const uint32_t* p = e.ids[b].data();
       for (size_t k = e.cuts[b]; k < e.cuts[b + 1]; ++k) {
-        const Piece& q = e.pieces[k];
-        fill_items(PyList_GET_ITEM(out.ptr(), q.text), q.at, p, q.count, uses);
-        p += q.count;
+        const size_t text = e.cut() ? e.text_of[k] : k;
+        fill_items(PyList_GET_ITEM(out.ptr(), text), e.cut() ? e.at[k] : 0, p, e.counts[k], uses);
+        p += e.counts[k];
       }
     };
     if (total < vocab || workers < 2) {  // few ids, or one thread: one reference at a time
@@ -291,56 +291,58 @@ class Encoder {
     return std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(threads, 1)), texts));
   }
 
-  // A run of one text's bytes, encoded as one unit: `count` ids, from the text's id `at` on.
-  struct Piece {
-    Text bytes;
-    size_t text;
-    int64_t at = 0, count = 0;
-  };
+  // What encode_views made. The texts are encoded in pieces: each text whole, unless it was cut
+  // (see cut_long_texts): then piece k is bytes[k] of text text_of[k], its ids from that text's
+  // id at[k] on.
   struct Encoded {
-    std::vector<Piece> pieces;            // in text order
+    std::vector<Text> bytes;              // the pieces, when some text was cut (else the texts)
+    std::vector<size_t> text_of;          // ... and their texts
+    std::vector<int64_t> at;              // ... and where their ids start in their text's
+    std::vector<int64_t> counts;          // piece k's number of ids
     std::vector<size_t> cuts;             // block b: pieces [cuts[b], cuts[b + 1])
     std::vector<std::vector<uint32_t>> ids;  // block b's ids, its pieces' one after another
     std::vector<int64_t> lengths;         // text i's number of ids
+    bool cut() const { return !text_of.empty(); }
   };
 
-  // The texts as pieces: on one thread each text whole; on more, texts longer than an equal share
-  // of the work (total / (threads * kBlocksPerThread), at least kMinPiece bytes) cut where the ids
-  // cannot change (EncoderCore::cut_point), so that one long text keeps every thread busy.
+  // Texts longer than an equal share of the work (total / (threads * kBlocksPerThread), at least
+  // kMinPiece bytes) cut where the ids cannot change (EncoderCore::cut_point), so that one long
+  // text keeps every thread busy; false (nothing made) when no text is that long.
   //   2 threads, texts of 135 KB and 1 KB: pieces of 4-8.6 KB, then the 1 KB text
   static constexpr size_t kBlocksPerThread = 8, kMinPiece = 4096;
-  std::vector<Piece> pieces_of(const std::vector<Text>& views, size_t workers) const {
-    std::vector<Piece> out;
-    out.reserve(views.size());
+  bool cut_long_texts(const std::vector<Text>& views, size_t workers, Encoded& e) const {
+    if (workers < 2) return false;
     const size_t share = std::max(kMinPiece, total_bytes(views) / (workers * kBlocksPerThread));
+    if (std::none_of(views.begin(), views.end(), [&](const Text& t) { return t.size > share; })) return false;
     for (size_t i = 0; i < views.size(); ++i) {
       const uint8_t* s = views[i].data;
       size_t n = views[i].size;
-      while (workers > 1 && n > share) {
+      while (n > share) {
         const size_t c = core_.cut_point(s, n, share / 2, share);
         if (!c) break;  // no safe cut near: the rest whole
-        out.push_back(Piece{Text{s, c}, i});
+        e.bytes.push_back(Text{s, c});
+        e.text_of.push_back(i);
         s += c;
         n -= c;
       }
-      out.push_back(Piece{Text{s, n}, i});
+      e.bytes.push_back(Text{s, n});
+      e.text_of.push_back(i);
     }
-    return out;
+    return true;
   }
 
-  // Encode `views` on up to `threads` threads, the GIL released: the pieces (pieces_of) go in
-  // blocks of about equal bytes (kBlocksPerThread per thread), which the threads take in turn as
-  // they finish one (text of costlier bytes, e.g. another script, does not leave a thread idle).
+  // Encode `views` on up to `threads` threads, the GIL released: the pieces go in blocks of about
+  // equal bytes (kBlocksPerThread per thread), which the threads take in turn as they finish one
+  // (text of costlier bytes, e.g. another script, does not leave a thread idle).
   Encoded encode_views(const std::vector<Text>& views, int threads) {
     Encoded e;
     // threads: one per text, or per kMinPiece bytes where that is more
     const size_t workers = thread_count(threads, std::max(views.size(), total_bytes(views) / kMinPiece));
-    e.pieces = pieces_of(views, workers);
-    std::vector<Text> bytes(e.pieces.size());
-    for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = e.pieces[k].bytes;
-    e.cuts = balanced_cuts(bytes, workers < 2 ? 1 : workers * kBlocksPerThread);
+    const std::vector<Text>& pieces = cut_long_texts(views, workers, e) ? e.bytes : views;
+    e.cuts = balanced_cuts(pieces, workers < 2 ? 1 : workers * kBlocksPerThread);
     const size_t blocks = e.cuts.size() - 1;
     e.ids.assign(blocks, {});
+    e.counts.assign(pieces.size(), 0);
     std::atomic<size_t> next{0};
     {
       py::gil_scoped_release nogil;
@@ -350,18 +352,23 @@ class Encoder {
           std::vector<uint32_t> out;  // the block's own (side by side, threads' vectors would share cache lines)
           for (size_t k = e.cuts[b]; k < e.cuts[b + 1]; ++k) {
             const size_t before = out.size();
-            core_.encode(bytes[k].data, bytes[k].size, w->cache, out, w->scratch);
-            e.pieces[k].count = static_cast<int64_t>(out.size() - before);
+            core_.encode(pieces[k].data, pieces[k].size, w->cache, out, w->scratch);
+            e.counts[k] = static_cast<int64_t>(out.size() - before);
           }
           e.ids[b] = std::move(out);
         }
         pool_.give(std::move(w));
       });
     }
+    if (!e.cut()) {
+      e.lengths = e.counts;
+      return e;
+    }
     e.lengths.assign(views.size(), 0);
-    for (Piece& q : e.pieces) {
-      q.at = e.lengths[q.text];
-      e.lengths[q.text] += q.count;
+    e.at.resize(pieces.size());
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      e.at[k] = e.lengths[e.text_of[k]];
+      e.lengths[e.text_of[k]] += e.counts[k];
     }
     return e;
   }
