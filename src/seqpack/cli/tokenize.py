@@ -8,13 +8,16 @@ import time
 from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, engine_from_args
-from seqpack.corpus.readers import DEFAULT_SEPARATOR
-from seqpack.store.sharded import DEFAULT_SHARD_CHARS
 
 NAME = "tokenize"
 HELP = "corpus -> token store"
 
+
 def add_parser(sub: Any) -> None:
+    # imported here: the store brings numpy, which the other commands' start-up skips
+    from seqpack.corpus.readers import DEFAULT_SEPARATOR
+    from seqpack.store.sharded import DEFAULT_SHARD_CHARS
+
     p = sub.add_parser(
         NAME, help=HELP,
         description="Encode documents into a sharded, memory-mapped token store (shards.json + "

@@ -26,13 +26,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from seqpack._parallel import default_workers
 from seqpack.tokenizer.pretokenize import doc_chunks, special_pattern, split_words
 
 if TYPE_CHECKING:
     import os
+
+    import numpy as np
 
     from seqpack.tokenizer.core import CoreBPE
 
@@ -339,6 +339,8 @@ class Tokenizer:
         >>> ids.tolist(), spans.tolist()
         ([256, 195, 169], [[0, 2], [2, 3], [2, 3]])
         """
+        import numpy as np  # here: training and saving a tokenizer need no numpy (see counts.py)
+
         texts = list(texts)
         out = []
         for text, ids in zip(texts, self.encode_batch(texts)):
