@@ -1,18 +1,25 @@
-"""Corpus readers and the built-in Python-documentation corpus."""
+"""Corpus readers and the built-in Python-documentation corpus.
+
+The names load on first use (PEP 562): a reader does not pay for the built-in corpus's imports,
+nor a training run (which needs ``readers.require_file``) for any of them.
+"""
 
 from __future__ import annotations
 
-from seqpack.corpus.builtin import python_docs, python_docstrings
-from seqpack.corpus.readers import (
-    DEFAULT_SEPARATOR,
-    from_hf_dataset,
-    iter_decoded,
-    read_documents,
-    read_jsonl,
-    read_parquet,
-    read_text,
-)
-from seqpack.corpus.records import iter_records
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from seqpack.corpus.builtin import python_docs, python_docstrings
+    from seqpack.corpus.readers import (
+        DEFAULT_SEPARATOR,
+        from_hf_dataset,
+        iter_decoded,
+        read_documents,
+        read_jsonl,
+        read_parquet,
+        read_text,
+    )
+    from seqpack.corpus.records import iter_records
 
 __all__ = [
     "DEFAULT_SEPARATOR",
@@ -26,3 +33,21 @@ __all__ = [
     "read_parquet",
     "read_text",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("python_docs", "python_docstrings"):
+        from seqpack.corpus import builtin as module
+    elif name == "iter_records":
+        from seqpack.corpus import records as module
+    elif name in __all__:
+        from seqpack.corpus import readers as module
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
