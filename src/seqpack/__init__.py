@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from seqpack._lazy import keep, listing
 from seqpack._version import __version__
 
 if TYPE_CHECKING:
@@ -28,10 +29,8 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from seqpack import tokenizer
 
-    value = getattr(tokenizer, name)
-    globals()[name] = value
-    return value
+    return keep(globals(), tokenizer, name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return listing(globals(), __all__)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from seqpack._lazy import keep, listing
+
 if TYPE_CHECKING:
     from seqpack.corpus.builtin import python_docs, python_docstrings
     from seqpack.corpus.readers import (
@@ -44,10 +46,8 @@ def __getattr__(name: str) -> Any:
         from seqpack.corpus import readers as module
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(module, name)
-    globals()[name] = value  # once: later lookups are plain attribute reads
-    return value
+    return keep(globals(), module, name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return listing(globals(), __all__)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from seqpack._lazy import keep, listing
+
 if TYPE_CHECKING:
     from seqpack.tokenizer.hf_tokenizer import HFTokenizer, open_tokenizer
     from seqpack.tokenizer.tokenizer import Tokenizer
@@ -31,10 +33,8 @@ def __getattr__(name: str) -> Any:
         from seqpack.tokenizer import hf_tokenizer as module
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(module, name)
-    globals()[name] = value  # once: later lookups are plain attribute reads
-    return value
+    return keep(globals(), module, name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return listing(globals(), __all__)
