@@ -310,9 +310,9 @@ class Encoder {
   // text keeps every thread busy; false (nothing made) when no text is that long.
   //   2 threads, texts of 135 KB and 1 KB: pieces of 4-8.6 KB, then the 1 KB text
   static constexpr size_t kBlocksPerThread = 8, kMinPiece = 4096;
-  bool cut_long_texts(const std::vector<Text>& views, size_t workers, Encoded& e) const {
+  bool cut_long_texts(const std::vector<Text>& views, size_t total, size_t workers, Encoded& e) const {
     if (workers < 2) return false;
-    const size_t share = std::max(kMinPiece, total_bytes(views) / (workers * kBlocksPerThread));
+    const size_t share = std::max(kMinPiece, total / (workers * kBlocksPerThread));
     if (std::none_of(views.begin(), views.end(), [&](const Text& t) { return t.size > share; })) return false;
     for (size_t i = 0; i < views.size(); ++i) {
       const uint8_t* s = views[i].data;
@@ -337,8 +337,9 @@ class Encoder {
   Encoded encode_views(const std::vector<Text>& views, int threads) {
     Encoded e;
     // threads: one per text, or per kMinPiece bytes where that is more
-    const size_t workers = thread_count(threads, std::max(views.size(), total_bytes(views) / kMinPiece));
-    const std::vector<Text>& pieces = cut_long_texts(views, workers, e) ? e.bytes : views;
+    const size_t total = total_bytes(views);
+    const size_t workers = thread_count(threads, std::max(views.size(), total / kMinPiece));
+    const std::vector<Text>& pieces = cut_long_texts(views, total, workers, e) ? e.bytes : views;
     e.cuts = balanced_cuts(pieces, workers < 2 ? 1 : workers * kBlocksPerThread);
     const size_t blocks = e.cuts.size() - 1;
     e.ids.assign(blocks, {});
@@ -453,16 +454,7 @@ class Counter {
     const size_t n = counter_.size();
     py::array_t<uint8_t> blob(counter_.key_bytes());
     py::array_t<int64_t> offsets(n + 1), counts(n);
-    uint8_t* b = blob.mutable_data();
-    int64_t* o = offsets.mutable_data();
-    int64_t* c = counts.mutable_data();
-    o[0] = 0;
-    for (size_t i = 0; i < n; ++i) {
-      std::string_view w = counter_.word(i);
-      std::memcpy(b + o[i], w.data(), w.size());
-      o[i + 1] = o[i] + static_cast<int64_t>(w.size());
-      c[i] = counter_.count(i);
-    }
+    write_arrays(blob.mutable_data(), offsets.mutable_data(), counts.mutable_data());
     return py::make_tuple(blob, offsets, counts);
   }
 
@@ -493,12 +485,7 @@ class Counter {
     std::vector<int32_t> left, right;
     {
       py::gil_scoped_release nogil;
-      for (size_t i = 0; i < n; ++i) {
-        std::string_view w = counter_.word(i);
-        std::memcpy(blob.data() + offsets[i], w.data(), w.size());
-        offsets[i + 1] = offsets[i] + static_cast<int64_t>(w.size());
-        counts[i] = counter_.count(i);
-      }
+      write_arrays(blob.data(), offsets.data(), counts.data());
       MergeLoop loop(blob.data(), offsets.data(), counts.data(), n);
       loop.run(num_merges, left, right);
     }
@@ -506,6 +493,17 @@ class Counter {
   }
 
  private:
+  // The counts as three flat arrays (see to_arrays): key_bytes() bytes, size() + 1 and size() entries.
+  void write_arrays(uint8_t* blob, int64_t* offsets, int64_t* counts) const {
+    offsets[0] = 0;
+    for (size_t i = 0; i < counter_.size(); ++i) {
+      std::string_view w = counter_.word(i);
+      std::memcpy(blob + offsets[i], w.data(), w.size());
+      offsets[i + 1] = offsets[i] + static_cast<int64_t>(w.size());
+      counts[i] = counter_.count(i);
+    }
+  }
+
   WordCounter counter_;
 };
 

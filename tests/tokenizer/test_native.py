@@ -200,7 +200,7 @@ def _words(text: str) -> list[str]:
 
 def test_long_texts_are_cut_across_threads_with_the_same_ids():
     """A text longer than an equal share of the batch is encoded in pieces on every thread
-    (``pieces_of``): the ids are still the whole text's, for lists and flat arrays alike."""
+    (``cut_long_texts`` in csrc/module.cpp): the ids are still the whole text's, for lists and flat arrays alike."""
     tok, rng = _cut_tokenizer(), random.Random(5)
     texts = ["".join(rng.choice(_CUT_PARTS) for _ in range(n)) for n in (9000, 30, 0, 4000, 12)]
     raw = texts[0].encode("utf-8")
