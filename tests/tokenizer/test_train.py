@@ -174,25 +174,38 @@ def test_config_validation():
 
 
 def test_parallel_counting_reads_ahead_boundedly():
-    """A corpus larger than RAM: chunks are pulled in small windows, not all at once."""
+    """A corpus larger than RAM: at most a few chunks are alive at once (each thread holds the one it
+    counts), however far the stream goes."""
+    import gc
+    import weakref
+
     from seqpack.tokenizer.counts import count_chunks
     from seqpack.tokenizer.pretokenize import DocChunk
 
-    pulled = 0
-    pulled_at_first_result = []
+    class Docs(list):  # a list that can be tracked by a weak reference
+        pass
+
+    pulled = freed = most_alive = 0
+
+    def free() -> None:
+        nonlocal freed
+        freed += 1
 
     def chunks():
-        nonlocal pulled
-        for _ in range(100):
+        nonlocal pulled, most_alive
+        for _ in range(200):
+            docs = Docs(["a b c"])
+            weakref.finalize(docs, free)
             pulled += 1
-            yield DocChunk(("a b c",))
+            most_alive = max(most_alive, pulled - freed)
+            yield DocChunk(docs)
+            del docs
 
-    counts = count_chunks(
-        chunks(), workers=2,
-        on_progress=lambda n: pulled_at_first_result.append(pulled) if not pulled_at_first_result else None,
-    )
-    assert counts.to_dict() == {"a": 100, " b": 100, " c": 100}
-    assert pulled_at_first_result[0] <= 8
+    gc.collect()
+    counts = count_chunks(chunks(), workers=2)
+    assert counts.to_dict() == {"a": 200, " b": 200, " c": 200}
+    assert pulled == freed == 200
+    assert most_alive <= 2 + 1  # one per thread, and the one being handed out
 
 
 def test_training_runs_without_numpy(tmp_path: Path):

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from seqpack._parallel import map_threads
 from seqpack.tokenizer.pretokenize import Chunk, DocChunk, FileChunk, read_chunk_bytes
 
 if TYPE_CHECKING:
@@ -125,7 +124,7 @@ def count_chunks(
 ) -> WordCounts:
     """Count pre-tokens over ``chunks`` on ``workers`` threads; one counter per thread, merged at the end.
 
-    Chunks are pulled a small window at a time (``2 * workers`` in flight), so memory
+    Each thread pulls the next chunk when it is free (``workers`` chunks in flight), so memory
     stays bounded by those chunks plus the tables of distinct words.
     """
     counter = count_into(chunks, special_tokens=special_tokens, workers=workers, errors=errors,
@@ -155,20 +154,10 @@ def count_into(
                 counters.append(counter)
         return _add_chunk(counter, chunk, errors)
 
-    if workers <= 1:
-        sizes: Iterator[int] = map(work, chunks)
-        for n in sizes:
-            if on_progress is not None:
-                on_progress(n)
-    else:
-        with ThreadPoolExecutor(workers, thread_name_prefix="seqpack-count") as pool:
-            it = iter(chunks)
-            pending = [pool.submit(work, c) for c in islice(it, 2 * workers)]
-            while pending:
-                n = pending.pop(0).result()
-                if on_progress is not None:
-                    on_progress(n)
-                pending.extend(pool.submit(work, c) for c in islice(it, 1))
+    sizes: Iterator[int] = map(work, chunks) if workers <= 1 else map_threads(work, chunks, workers)
+    for n in sizes:
+        if on_progress is not None:
+            on_progress(n)
     if not counters:
         return _counter(special_tokens)  # nothing counted
     first, *rest = counters

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
-import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -156,6 +154,9 @@ def _spooled(paths: list[str]) -> Iterator[list[str]]:
             if stat.S_ISREG(st.st_mode) and st.st_size > 0:  # /proc files say 0 bytes: read them as a stream
                 out.append(p)
                 continue
+            import shutil  # here: a stream is rare, and these cost ~4 ms of every trainer's start-up
+            import tempfile
+
             fd, tmp = tempfile.mkstemp(prefix="seqpack-stream-", suffix=".txt")
             fds.append(fd)
             if anonymous:
