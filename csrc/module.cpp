@@ -477,19 +477,30 @@ class Counter {
   int64_t total() const { return counter_.total(); }
 
   // The merge loop over these counts, as merge_loop(*to_arrays(), num_merges) but with no array
-  // made (training then needs no numpy): (left ids, right ids) as lists.
+  // made (training then needs no numpy), its result as bytes: (pairs, tokens), pairs[k] the k-th
+  // merge's (left, right) and tokens[k] = left + right (one bytes object per token, shared).
   py::tuple merges(size_t num_merges) const {
     const size_t n = counter_.size();
     std::vector<uint8_t> blob(counter_.key_bytes());
     std::vector<int64_t> offsets(n + 1), counts(n);
     std::vector<int32_t> left, right;
+    std::vector<std::string> tokens;
     {
       py::gil_scoped_release nogil;
       write_arrays(blob.data(), offsets.data(), counts.data());
       MergeLoop loop(blob.data(), offsets.data(), counts.data(), n);
       loop.run(num_merges, left, right);
+      tokens = loop.take_tokens();
     }
-    return py::make_tuple(py::cast(left), py::cast(right));
+    std::vector<py::bytes> objs;
+    objs.reserve(tokens.size());
+    for (const std::string& t : tokens) objs.emplace_back(t);
+    py::list pairs(left.size()), made(left.size());
+    for (size_t k = 0; k < left.size(); ++k) {
+      pairs[k] = py::make_tuple(objs[left[k]], objs[right[k]]);
+      made[k] = objs[256 + k];
+    }
+    return py::make_tuple(pairs, made);
   }
 
  private:

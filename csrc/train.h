@@ -110,6 +110,9 @@ class MergeLoop {
     }
   }
 
+  // Every token's bytes: 0..255 the bytes, 256 + k the k-th merge's (the loop is spent after).
+  std::vector<std::string> take_tokens() { return std::move(tokens_); }
+
  private:
   struct Entry {
     int64_t count;

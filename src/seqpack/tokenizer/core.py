@@ -78,7 +78,8 @@ class CoreBPE:
     def word_counter(special_tokens: Sequence[str]) -> Any:
         """A C++ word counter that splits at ``special_tokens`` and pre-tokenizes
         (``add_texts``, ``add_bytes``, ``add_arrays``, ``merge``, ``to_arrays``, ``len``, ``total``,
-        and ``merges(num_merges)``: the merge loop on the counts, ids as lists, no array made)."""
+        and ``merges(num_merges)``: the merge loop on the counts, no array made, giving
+        ``(pairs, tokens)``: the merges as ``(left, right)`` bytes and the tokens they make)."""
         return _native.WordCounter([s.encode("utf-8") for s in special_tokens])
 
     @staticmethod

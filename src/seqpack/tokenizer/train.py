@@ -242,12 +242,20 @@ def vocab_from_merge_ids(
         pair = (toks[a], toks[b])
         merges.append(pair)
         toks.append(pair[0] + pair[1])
-    vocab: Vocab = {i: toks[i] for i in range(256)}
+    return _vocab(toks[256:], special_tokens), merges
+
+
+def _vocab(made: Sequence[bytes], special_tokens: Sequence[str]) -> Vocab:
+    """Ids 0..255 the bytes, then the special tokens, then ``made`` (one token per merge).
+
+        >>> v = _vocab([b"ab"], ["<s>"]); v[97], v[256], v[257]
+        (b'a', b'<s>', b'ab')
+    """
+    vocab: Vocab = {i: bytes([i]) for i in range(256)}
     for s in special_tokens:
         vocab[len(vocab)] = s.encode("utf-8")
-    for t in toks[256:]:
-        vocab[len(vocab)] = t
-    return vocab, merges
+    vocab.update(enumerate(made, len(vocab)))
+    return vocab
 
 
 def _ints(ids: np.ndarray | Sequence[int]) -> list[int]:
@@ -267,8 +275,8 @@ def train_bpe_corpus(
     if not len(counts):
         raise ValueError("the corpus is empty: no text to train on (after removing special tokens)")
     num_merges = config.vocab_size - 256 - len(config.special_tokens)
-    left, right = counts.merges(num_merges) if num_merges else ([], [])  # the compiled loop on the counter
-    vocab, merges = vocab_from_merge_ids(left, right, config.special_tokens)
+    merges, tokens = counts.merges(num_merges) if num_merges else ([], [])  # the compiled loop on the counter
+    vocab = _vocab(tokens, config.special_tokens)
     t2 = time.perf_counter()
     stopped = len(merges) < num_merges
     if stopped:
