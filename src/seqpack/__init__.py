@@ -6,12 +6,13 @@ packed dataset -> packed attention and per-sequence loss -> training.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from seqpack._lazy import keep, listing
 from seqpack._version import __version__
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
 if TYPE_CHECKING:
+    from typing import Any
+
     from seqpack.tokenizer import (
         BPEConfig,
         BPEResult,

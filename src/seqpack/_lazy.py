@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from types import ModuleType
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def keep(namespace: dict[str, Any], module: ModuleType, name: str) -> Any:

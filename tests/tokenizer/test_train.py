@@ -211,21 +211,25 @@ def test_parallel_counting_reads_ahead_boundedly():
 def test_training_runs_without_numpy(tmp_path: Path):
     """``from seqpack.tokenizer import train_bpe`` loads the trainer alone, and the merge loop runs
     on the compiled counter (``merges``), so a training run never imports numpy (about 60 ms of
-    its start-up); its merges equal those of the arrays' path (``merges_from_counts``)."""
+    its start-up), nor ``concurrent.futures`` (with logging, ~4 ms: the counting threads are
+    ``_parallel.map_threads``); its merges equal those of the arrays' path (``merges_from_counts``)."""
     import json
     import subprocess
     import sys
 
     path = tmp_path / "corpus.txt"
-    path.write_text("low lower newest widest<|endoftext|>low low lowest\n" * 50, encoding="utf-8")
+    # over 1 MB (_PARALLEL_MIN_BYTES), so that the counting runs on two threads
+    path.write_text("low lower newest widest<|endoftext|>low low lowest\n" * 21_000, encoding="utf-8")
     code = (
-        "import json, sys\n"
+        "import sys\n"
         "from seqpack.tokenizer import train_bpe\n"
-        f"vocab, merges = train_bpe({str(path)!r}, 300, ['<|endoftext|>'])\n"
-        "print(json.dumps({'numpy': 'numpy' in sys.modules, 'merges': [[a.hex(), b.hex()] for a, b in merges]}))\n"
+        f"vocab, merges = train_bpe({str(path)!r}, 300, ['<|endoftext|>'], workers=2)\n"
+        "loaded = [m for m in ('numpy', 'concurrent.futures') if m in sys.modules]\n"
+        "import json\n"
+        "print(json.dumps({'loaded': loaded, 'merges': [[a.hex(), b.hex()] for a, b in merges]}))\n"
     )
     out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
-    assert out["numpy"] is False
+    assert out["loaded"] == []
     from seqpack.tokenizer.train import count_corpus
 
     counts, _ = count_corpus([path], config=BPEConfig(vocab_size=300, special_tokens=("<|endoftext|>",)))

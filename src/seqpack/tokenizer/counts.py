@@ -19,12 +19,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from seqpack._parallel import map_threads
 from seqpack.tokenizer.pretokenize import Chunk, DocChunk, FileChunk, read_chunk_bytes
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
 if TYPE_CHECKING:
+    from typing import Any
+
     import numpy as np
 
 # numpy is imported where arrays are made: training itself (count_into, then the counter's own

@@ -26,7 +26,10 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The GPT-2 pre-tokenization pattern.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -101,7 +104,7 @@ class DocChunk:
     documents: tuple[str, ...]
 
 
-Chunk = Union[FileChunk, DocChunk]
+Chunk = FileChunk | DocChunk
 
 
 def _special_bytes_pattern(special_tokens: Sequence[str]) -> re.Pattern[bytes] | None:
