@@ -153,8 +153,10 @@ class U64Map {
     mask_ = c - 1;
   }
   size_t size() const { return count_; }
-  const V* find(uint64_t k) const {
-    for (size_t s = mix64(k) & mask_; slots_[s].key != kEmpty; s = (s + 1) & mask_) {
+  const V* find(uint64_t k) const { return find(k, mix64(k)); }
+  // find(k) with h = mix64(k) already made
+  const V* find(uint64_t k, uint64_t h) const {
+    for (size_t s = h & mask_; slots_[s].key != kEmpty; s = (s + 1) & mask_) {
       if (slots_[s].key == k) return &slots_[s].value;
     }
     return nullptr;

@@ -198,6 +198,15 @@ class EncoderCore {
       Merge& m = merges_.get(pair_key(left[r], right[r]), &inserted);
       if (inserted) m = Merge{static_cast<uint32_t>(r), merged[r]};
     }
+    // the filter: 16 bits a merge (a power of two), one set per pair
+    int bits = 10;
+    while ((size_t{1} << bits) < 16 * left.size()) ++bits;
+    filter_shift_ = 64 - bits;
+    filter_.assign((size_t{1} << bits) / 64, 0);
+    for (size_t r = 0; r < left.size(); ++r) {
+      const uint64_t b = mix64(pair_key(left[r], right[r])) >> filter_shift_;
+      filter_[b >> 6] |= uint64_t{1} << (b & 63);
+    }
     build_tokens(left, right, merged);
   }
 
@@ -291,7 +300,13 @@ class EncoderCore {
     for (size_t i = 0; i < n; ++i) parts[i] = byte_ids_[w[i]];
   }
 
-  const Merge* lookup(uint32_t a, uint32_t b) const { return merges_.find(pair_key(a, b)); }
+  // Most pairs BPE looks up have no merge: a bit filter (1/16 of the table's size, so it stays in
+  // the core's cache) answers most of those without touching the table.
+  const Merge* lookup(uint32_t a, uint32_t b) const {
+    const uint64_t k = pair_key(a, b), h = mix64(k), bit = h >> filter_shift_;
+    if (!((filter_[bit >> 6] >> (bit & 63)) & 1)) return nullptr;
+    return merges_.find(k, h);
+  }
 
   // The reference rule: find the lowest rank, merge all its occurrences left to right, repeat.
   // Each pair's merge is kept beside it, so a round looks up only the pairs it formed.
@@ -426,6 +441,8 @@ class EncoderCore {
 
   std::vector<uint32_t> byte_ids_;
   U64Map<Merge> merges_;  // pair -> its merge (rank, new id)
+  std::vector<uint64_t> filter_;  // bit mix64(pair) >> filter_shift_: set for every pair with a merge
+  int filter_shift_ = 64;
   WordCache tokens_;
   SpecialSplitter splitter_;
   std::vector<uint32_t> special_ids_;
