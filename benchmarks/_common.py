@@ -174,6 +174,50 @@ print(json.dumps({{"times": times, "info": {info}}}))
 """
 
 
+CONCURRENT_ARM = """
+import json, time, os
+{setup}
+def _run():
+{body}
+out = _run()  # the warm-up call, not timed
+late = time.time() > {start}
+while time.time() < {start}:  # every copy starts together ...
+    time.sleep(0.0005)
+times = []
+while time.time() < {end}:  # ... and calls until the same moment, so the copies overlap throughout
+    out = None
+    t0 = time.perf_counter()
+    out = _run()
+    times.append(time.perf_counter() - t0)
+print(json.dumps({{"times": times, "late": late}}))
+"""
+
+
+def concurrent_arm(setup: str, body: str, *, copies: int = 2, seconds: float = 1.5, threads: int | None = None) -> list[float]:
+    """One arm (as in :func:`compare_arms`) in ``copies`` processes at once, each timing calls over the
+    same ``seconds`` (they start together once all have set up): the times of every call of every
+    copy. Set against the arm alone, this is what the machine gives work that shares nothing (the
+    ceiling of a speed-up from 1 thread to ``copies``)."""
+    import os
+    import textwrap
+    import time
+
+    compile_bytecode()
+    env = {**os.environ, **({k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")} if threads else {})}
+    start = time.time() + 5.0  # time enough for every copy's set-up (imports, input, warm-up call)
+    code = CONCURRENT_ARM.format(setup=textwrap.dedent(setup), body=textwrap.indent(textwrap.dedent(body), "    "),
+                                 start=start, end=start + seconds)
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env) for _ in range(copies)]
+    times: list[float] = []
+    for p in procs:
+        out, _ = p.communicate()
+        assert p.returncode == 0, f"a concurrent copy failed ({p.returncode})"
+        got = json.loads(out.strip().splitlines()[-1])
+        assert not got["late"], "a copy set up too slowly to start with the others"
+        times += got["times"]
+    return times
+
+
 def compare_arms(arms: dict[str, tuple[str, str, str]], *, rounds: int = 3, repeats: int = 1,
                  threads: int | None = None) -> dict[str, dict]:
     """The benchmark harness: every arm in a fresh interpreter of its own (so no arm carries another's
