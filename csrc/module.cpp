@@ -37,6 +37,14 @@ Text utf8_of(PyObject* obj) {
   return Text{reinterpret_cast<const uint8_t*>(p), static_cast<size_t>(n)};
 }
 
+// The texts as a tuple (the same one if they are a tuple): held while the GIL is released, so that
+// no other thread can free a text being read (by clearing the list it came in).
+py::tuple snapshot(const py::sequence& texts) {
+  PyObject* t = PySequence_Tuple(texts.ptr());
+  if (!t) throw py::error_already_set();
+  return py::reinterpret_steal<py::tuple>(t);
+}
+
 std::vector<Text> utf8_list(const py::sequence& texts) {
   std::vector<Text> out;
   out.reserve(py::len(texts));
@@ -153,7 +161,8 @@ class Encoder {
 
   // (ids, offsets): text i is ids[offsets[i]:offsets[i + 1]].
   py::tuple encode_batch(const py::sequence& texts, int threads) {
-    std::vector<Text> views = utf8_list(texts);
+    const py::tuple keep = snapshot(texts);
+    const std::vector<Text> views = utf8_list(keep);
     Encoded e = encode_views(views, threads);
     const auto& ids = e.ids;
     const auto& lengths = e.lengths;
@@ -174,7 +183,8 @@ class Encoder {
 
   // A list of id lists, one per text (what tiktoken's encode_ordinary_batch returns).
   py::list encode_lists(const py::sequence& texts, int threads) {
-    std::vector<Text> views = utf8_list(texts);
+    const py::tuple keep = snapshot(texts);
+    const std::vector<Text> views = utf8_list(keep);
     Encoded e = encode_views(views, threads);
     const size_t n = views.size(), blocks = e.cuts.size() - 1, vocab = ints_.size();
     const size_t workers = std::min(blocks, thread_count(threads, e.counts.size()));
@@ -442,7 +452,8 @@ class Counter {
   }
 
   void add_texts(const py::sequence& texts) {
-    std::vector<Text> views = utf8_list(texts);
+    const py::tuple keep = snapshot(texts);
+    const std::vector<Text> views = utf8_list(keep);
     py::gil_scoped_release nogil;
     for (const Text& t : views) counter_.add(t.data, t.size);
   }
