@@ -1,5 +1,7 @@
 """BPE training, whole process, side by side: seqpack vs rustbpe vs HF tokenizers.
 
+Arms: the library (``train_bpe_corpus``), the CLI (``seqpack train-tokenizer``, which also writes
+the tokenizer's four files), rustbpe and HF tokenizers.
 Corpora: Shakespeare (42 works joined with <|endoftext|>, 5 MB; vocab 10K) and a generated
 200 MB corpus with a varied vocabulary (``_common.generated_corpus``; vocab 32K). Each run is a
 fresh interpreter (start-up and imports included); the three trainers alternate and we
@@ -69,6 +71,22 @@ tok.train([{path!r}], trainer)
 print(json.dumps({{"vocab": tok.get_vocab_size(), "peak_mb": peak_mb()}}))
 """
 
+# the command a user types: it also writes the tokenizer (vocab.json, merges.txt, tokenizer.json,
+# meta.json), which no other arm does
+CLI = PEAK_MB + """
+import json, subprocess, sys, tempfile, time
+from pathlib import Path
+exe = str(Path(sys.executable).with_name("seqpack"))
+out = tempfile.mkdtemp()
+specials = [a for t in {specials!r} for a in ("--special-token", t)]
+t0 = time.perf_counter()
+subprocess.run([exe, "train-tokenizer", {path!r}, "--vocab-size", str({vocab}), *specials, "--out", out, "--overwrite"],
+               check=True, capture_output=True)
+seconds = time.perf_counter() - t0
+vocab = len(json.load(open(out + "/vocab.json")))
+print(json.dumps({{"vocab": vocab, "seconds": seconds, "peak_mb": peak_mb()}}))
+"""
+
 CS336 = """
 import json, time
 t0 = time.perf_counter()
@@ -84,7 +102,8 @@ def compare(name: str, path: str, vocab: int, specials: tuple[str, ...], runs: i
     )
 
     fill = {"path": path, "vocab": vocab, "specials": specials, "eot": EOT, "pattern": GPT2_PATTERN}
-    code = {"seqpack": SEQPACK.format(**fill), "rustbpe": RUSTBPE.format(**fill), "hf": HF.format(**fill)}
+    code = {"seqpack": SEQPACK.format(**fill), "rustbpe": RUSTBPE.format(**fill), "hf": HF.format(**fill),
+            "seqpack_cli": CLI.format(**fill)}
     res: dict[str, list[dict]] = {k: [] for k in code}
     for i in range(runs):
         order = list(code) if i % 2 == 0 else list(reversed(code))
@@ -98,7 +117,11 @@ def compare(name: str, path: str, vocab: int, specials: tuple[str, ...], runs: i
         out[f"{k}_peak_mb"] = max(r["peak_mb"] for r in rs)
     out["seqpack_pretokenize"] = round(median([r["pretokenize"] for r in res["seqpack"]]), 3)
     out["seqpack_merges"] = round(median([r["merges"] for r in res["seqpack"]]), 3)
+    # the CLI arm's process starts the command's own: its time is the command's, from its parent
+    out["seqpack_cli_wall"] = round(median([r["seconds"] for r in res["seqpack_cli"]]), 3)
+    out["seqpack_cli_walls"] = [round(r["seconds"], 3) for r in res["seqpack_cli"]]
     out["seqpack_over_rustbpe"] = round(out["seqpack_wall"] / out["rustbpe_wall"], 3)
+    out["seqpack_cli_over_rustbpe"] = round(out["seqpack_cli_wall"] / out["rustbpe_wall"], 3)
     out["seqpack_over_hf"] = round(out["seqpack_wall"] / out["hf_wall"], 3)
     out["peak_over_hf"] = round(out["seqpack_peak_mb"] / out["hf_peak_mb"], 2)
     return out
@@ -108,6 +131,8 @@ def show(r: dict) -> None:
     print(f"{r['corpus']}: {r['bytes'] / 1e6:.1f} MB, vocab {r['vocab_size']}, median of {r['runs']} runs")
     print(f"  seqpack  {r['seqpack_wall']:.3f} s  (pre-tokenize {r['seqpack_pretokenize']:.3f} s, "
           f"merges {r['seqpack_merges']:.3f} s)  peak {r['seqpack_peak_mb']} MB")
+    print(f"  seqpack train-tokenizer (CLI, writes the tokenizer)  {r['seqpack_cli_wall']:.3f} s  "
+          f"({r['seqpack_cli_over_rustbpe']:.3f}x rustbpe)")
     print(f"  rustbpe  {r['rustbpe_wall']:.3f} s  peak {r['rustbpe_peak_mb']} MB")
     print(f"  HF       {r['hf_wall']:.3f} s  peak {r['hf_peak_mb']} MB")
     print(f"  seqpack / rustbpe = {r['seqpack_over_rustbpe']:.3f}; seqpack / HF = {r['seqpack_over_hf']:.3f}; "

@@ -33,7 +33,16 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from _common import EOT, RESULTS, SHARED, compare_arms, concurrent_arm, shakespeare_file, summary, write_result
+from _common import (
+    EOT,
+    RESULTS,
+    SHARED,
+    compare_arms,
+    concurrent_arm,
+    shakespeare_file,
+    summary,
+    write_result,
+)
 
 CS = SHARED / "cs336"
 HASH = "__import__('hashlib').sha256(repr(out).encode()).hexdigest()[:16]"

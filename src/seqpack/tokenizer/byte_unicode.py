@@ -11,6 +11,7 @@ so that every token can be written as a readable string in ``vocab.json``.
 
 from __future__ import annotations
 
+import codecs
 from functools import lru_cache
 
 
@@ -36,9 +37,13 @@ def char_to_byte() -> dict[str, int]:
     return {c: b for b, c in enumerate(byte_to_char())}
 
 
+@lru_cache(maxsize=1)
+def _decoding_table() -> str:
+    return "".join(byte_to_char())
+
+
 def bytes_to_str(data: bytes) -> str:
-    table = byte_to_char()
-    return "".join(table[b] for b in data)
+    return codecs.charmap_decode(data, "strict", _decoding_table())[0]  # the table, byte by byte, in C
 
 
 def str_to_bytes(text: str) -> bytes:

@@ -369,15 +369,15 @@ class Tokenizer:
         return self._fingerprint
 
     def _compute_fingerprint(self) -> str:
-        h = hashlib.sha256()
+        # the same bytes as one update per field, joined first: one sha256 call, not ~30K at 10K merges
+        parts: list[bytes] = []
         for i in sorted(self.vocab):
-            h.update(i.to_bytes(8, "little") + len(self.vocab[i]).to_bytes(4, "little"))
-            h.update(self.vocab[i])
+            parts += (i.to_bytes(8, "little"), len(self.vocab[i]).to_bytes(4, "little"), self.vocab[i])
         for a, b in self.merges:
-            h.update(len(a).to_bytes(4, "little") + a + len(b).to_bytes(4, "little") + b)
+            parts += (len(a).to_bytes(4, "little"), a, len(b).to_bytes(4, "little"), b)
         for s in self.special_tokens:
-            h.update(b"\x00special\x00" + s.encode("utf-8"))
-        return h.hexdigest()
+            parts += (b"\x00special\x00", s.encode("utf-8"))
+        return hashlib.sha256(b"".join(parts)).hexdigest()
 
     def __repr__(self) -> str:
         return (
