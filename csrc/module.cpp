@@ -320,7 +320,7 @@ class Encoder {
   // text keeps every thread busy; false (nothing made) when no text is that long.
   //   2 threads, texts of 540 KB and 1 KB: pieces of 4.2-8.5 KB, then the 1 KB text
   // (32 blocks a thread: with 8, the mixed set's last blocks, of non-Latin text that costs ~3x a
-  // byte, left one thread working alone: 1 -> 2 threads gave 1.55x, with 32 1.8x)
+  // byte, could leave one thread working alone)
   static constexpr size_t kBlocksPerThread = 32, kMinPiece = 4096;
   bool cut_long_texts(const std::vector<Text>& views, size_t total, size_t workers, Encoded& e) const {
     if (workers < 2) return false;
