@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -18,13 +19,17 @@ EOT = "<|endoftext|>"
 
 
 def shakespeare_file() -> Path:
-    """The 42 works joined in sorted name order with <|endoftext|>, in a temp file."""
+    """The 42 works joined in sorted name order with <|endoftext|>, written once to the temp dir
+    (each run used to leave a 5 MB copy of its own there)."""
     src = SHARED / "corpora" / "shakespeare"
     if not src.is_dir():
         sys.exit(f"benchmark needs {src} (the shared data folder)")
     text = EOT.join(p.read_text(encoding="utf-8") for p in sorted(src.glob("*.txt")))
-    out = Path(tempfile.mkdtemp(prefix="seqpack-bench-")) / "shakespeare.txt"
-    out.write_text(text, encoding="utf-8")
+    out = Path(tempfile.gettempdir()) / "seqpack-shakespeare.txt"
+    if not out.is_file() or out.read_text(encoding="utf-8") != text:
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.rename(out)
     return out
 
 

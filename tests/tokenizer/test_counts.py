@@ -55,3 +55,19 @@ def test_merge_adds_counts_of_the_same_word():
     assert WordCounts.merge([a, b]).to_dict() == {"x": 1, " y": 5, "z": 4}
     empty = count_chunks([], workers=2)
     assert len(empty) == 0 and empty.total == 0 and np.array_equal(empty.offsets, [0])
+
+
+def test_chunk_view_is_the_chunk_read_in_place(tmp_path):
+    """Counting reads a file chunk through the file mapped; the view equals the bytes read, and an
+    empty chunk is empty (a zero-length file cannot be mapped)."""
+    from seqpack.tokenizer.pretokenize import FileChunk, chunk_view, read_chunk_bytes
+
+    path = tmp_path / "a.txt"
+    path.write_bytes("héllo wörld\n".encode() * 1000)
+    for start, end in ((0, 5), (3, 9000), (0, path.stat().st_size)):
+        chunk = FileChunk(str(path), start, end)
+        with chunk_view(chunk) as view:
+            assert bytes(view) == read_chunk_bytes(chunk)
+    (tmp_path / "empty.txt").write_bytes(b"")
+    with chunk_view(FileChunk(str(tmp_path / "empty.txt"), 0, 0)) as view:
+        assert bytes(view) == b""

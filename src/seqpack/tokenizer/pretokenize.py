@@ -19,6 +19,7 @@ parallel, with memory bounded by the chunk size.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import mmap
 import os
@@ -205,3 +206,27 @@ def read_chunk_bytes(chunk: FileChunk) -> bytes:
     with open(chunk.path, "rb") as f:
         f.seek(chunk.start)
         return f.read(chunk.end - chunk.start)
+
+
+@contextlib.contextmanager
+def chunk_view(chunk: FileChunk) -> Iterator[memoryview | bytes]:
+    """The bytes of a file chunk, read in place: a view of the file mapped (the page cache's own
+    pages, no copy; a fresh buffer costs a page fault per 4 KB, 2 us each on some VMs), or
+    :func:`read_chunk_bytes` where the file cannot be mapped. The view is valid inside the block."""
+    if chunk.end <= chunk.start:
+        yield b""
+        return
+    with open(chunk.path, "rb") as f:
+        try:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # not a mappable file
+            mm = None
+    if mm is None:
+        yield read_chunk_bytes(chunk)
+        return
+    with mm:
+        view = memoryview(mm)[chunk.start : chunk.end]
+        try:
+            yield view
+        finally:
+            view.release()  # before the map closes
