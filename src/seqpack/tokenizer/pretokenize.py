@@ -137,7 +137,8 @@ def file_chunks(
     safe = [r for r, c in ((_SAFE_NEWLINE, "\n"), (_SAFE_SPACE, " ")) if not any(c in s for s in special_tokens)]
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         # ints only: a live match object would pin the mmap's buffer
-        starts = (m.start() for m in sp.finditer(mm)) if sp is not None else None
+        longest = max((len(t.encode("utf-8")) for t in special_tokens), default=0)
+        starts = _special_starts(mm, size, sp, longest) if sp is not None else None
         try:
             for start, end in _cut_points(mm, size, target_bytes, starts, safe):
                 yield FileChunk(path, start, end)
@@ -145,6 +146,38 @@ def file_chunks(
             if starts is not None:
                 starts.close()
             del starts
+
+
+#: how much of a file the special-token search maps at a time
+_SCAN_BYTES = 16 << 20
+
+
+def _special_starts(mm: mmap.mmap, size: int, sp: re.Pattern[bytes], longest: int) -> Iterator[int]:
+    """Where the special tokens start in ``mm``: the matches of ``sp.finditer(mm)``, found a window
+    of :data:`_SCAN_BYTES` at a time. Each window is let go of once searched (``MADV_DONTNEED``:
+    the page cache keeps the pages, the process no longer holds them), so a file with few or no
+    special tokens is not held in memory whole while the next one is looked for. A match that
+    starts in a window lies within ``longest - 1`` bytes past it, so the windows find what one
+    search would."""
+    pos = 0
+    while pos < size:
+        end = min(size, pos + _SCAN_BYTES)
+        after = end
+        for m in sp.finditer(mm, pos, min(size, end + longest - 1)):
+            if m.start() >= end:
+                break
+            yield m.start()
+            after = max(after, m.end())
+        _let_go(mm, pos, after)
+        pos = after
+
+
+def _let_go(mm: mmap.mmap, start: int, stop: int) -> None:
+    """Drop ``mm``'s pages in ``[start, stop)`` from this process (not from the page cache)."""
+    advise = getattr(mmap, "MADV_DONTNEED", None)
+    start -= start % mmap.PAGESIZE
+    if advise is not None and stop > start:
+        mm.madvise(advise, start, stop - start)
 
 
 def _safe_cut_in(mm: mmap.mmap, start: int, stop: int, safe: Sequence[re.Pattern[bytes]]) -> int | None:
