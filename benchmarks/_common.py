@@ -179,6 +179,11 @@ print(json.dumps({{"times": times, "info": {info}}}))
 """
 
 
+def thread_env(threads: int | None) -> dict[str, str]:
+    """The thread settings every arm runs under (none when ``threads`` is None)."""
+    return {k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")} if threads else {}
+
+
 CONCURRENT_ARM = """
 import json, time, os
 {setup}
@@ -208,7 +213,7 @@ def concurrent_arm(setup: str, body: str, *, copies: int = 2, seconds: float = 1
     import time
 
     compile_bytecode()
-    env = {**os.environ, **({k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")} if threads else {})}
+    env = {**os.environ, **thread_env(threads)}
     start = time.time() + 5.0  # time enough for every copy's set-up (imports, input, warm-up call)
     code = CONCURRENT_ARM.format(setup=textwrap.dedent(setup), body=textwrap.indent(textwrap.dedent(body), "    "),
                                  start=start, end=start + seconds)
@@ -237,7 +242,7 @@ def compare_arms(arms: dict[str, tuple[str, str, str]], *, rounds: int = 3, repe
     import os
     import textwrap
 
-    env = {k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")} if threads else {}
+    env = thread_env(threads)
     env["TOKENIZERS_PARALLELISM"] = os.environ.get("TOKENIZERS_PARALLELISM", "false")
     code = {name: ARM.format(setup=textwrap.dedent(setup), body=textwrap.indent(textwrap.dedent(body), "    "),
                              repeats=repeats, info=info or "None")
