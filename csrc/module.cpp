@@ -610,6 +610,31 @@ void scatter_rows_py(py::array src, I64 seq_off, I64 order, I64 pack_off, py::ar
                threads);
 }
 
+py::array append_to_each_py(py::array src, I64 off, py::array item) {
+  if (src.ndim() != 1 || !(src.flags() & py::array::c_style) || !item.dtype().is(src.dtype()) ||
+      item.size() != 1) {
+    throw py::value_error("src must be a contiguous 1-D array and item one item of its dtype");
+  }
+  const int64_t ranges = off.size() - 1;
+  const int64_t* o = off.data();
+  if (ranges < 0 || o[0] != 0 || o[ranges] != src.shape(0)) {
+    throw py::value_error("offsets must run from 0 to len(src)");
+  }
+  for (int64_t d = 0; d < ranges; ++d) {
+    if (o[d + 1] < o[d]) throw py::value_error("offsets must not decrease");
+  }
+  py::array out(src.dtype(), std::vector<py::ssize_t>{static_cast<py::ssize_t>(src.shape(0) + ranges)});
+  const auto* s = static_cast<const uint8_t*>(src.data());
+  const auto* it = static_cast<const uint8_t*>(item.data());
+  auto* dst = static_cast<uint8_t*>(out.mutable_data());
+  const size_t itemsize = static_cast<size_t>(src.itemsize());
+  {
+    py::gil_scoped_release nogil;
+    append_to_each(s, o, ranges, itemsize, it, dst);
+  }
+  return out;
+}
+
 template <class S>
 void seg_pos_with(const int64_t* lengths, const int64_t* order, const int64_t* pack_off,
                   int64_t packs, int64_t width, int64_t offset, void* seg, py::array& pos,
@@ -685,6 +710,7 @@ PYBIND11_MODULE(_native, m) {
         py::arg("hist"));
   m.def("scatter_rows", &scatter_rows_py, py::arg("src"), py::arg("seq_off"), py::arg("order"),
         py::arg("pack_off"), py::arg("out"), py::arg("pad"), py::arg("threads"));
+  m.def("append_to_each", &append_to_each_py, py::arg("src"), py::arg("offsets"), py::arg("item"));
   m.def("segments_positions", &segments_positions_py, py::arg("lengths"), py::arg("order"),
         py::arg("pack_off"), py::arg("seg"), py::arg("pos"), py::arg("offset"),
         py::arg("threads"));

@@ -147,6 +147,19 @@ inline void scatter_rows(const uint8_t* src, const int64_t* seq_off, const int64
   });
 }
 
+// out = the ranges src[off[d]:off[d + 1]] in order, each followed by one `item` (itemsize bytes):
+// range d lands at out[off[d] + d], its item at out[off[d + 1] + d]. off runs from 0 to src's size.
+//   src {1 2 3 4 5}, off {0 3 5}, item 0 -> {1 2 3 0 4 5 0}
+inline void append_to_each(const uint8_t* src, const int64_t* off, int64_t ranges, size_t itemsize,
+                           const uint8_t* item, uint8_t* out) {
+  for (int64_t d = 0; d < ranges; ++d) {
+    const int64_t a = off[d], n = off[d + 1] - a;
+    uint8_t* o = out + (a + d) * itemsize;
+    std::memcpy(o, src + a * itemsize, n * itemsize);
+    std::memcpy(o + n * itemsize, item, itemsize);
+  }
+}
+
 // seg[p]: 1..k per sequence, 0 in padding; pos[p]: offset + 0..n-1 per sequence, 0 in padding.
 template <class S, class P>
 void segments_positions(const int64_t* lengths, const int64_t* order, const int64_t* pack_off,

@@ -73,18 +73,22 @@ def file_sha256(path: str | Path, *, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def file_checksum(path: str | Path, *, chunk: int = 4 << 20) -> str:
+def file_checksum(path: str | Path, *, chunk: int = 1 << 20) -> str:
     """``"SIZE:CRC32"`` of a file: what a work file is checked against before reuse. CRC-32 catches
     truncation, bit flips and edits (not an adversary), at 2.5 GB/s here against SHA-256's 1.7.
+    The file is read into one reused buffer: a fresh ``bytes`` per read cost this VM a page fault
+    per 4 KB (38 MB: 20-34 ms against 15 ms).
 
     >>> import tempfile; p = tempfile.mktemp(); _ = open(p, "wb").write(b"abc"); file_checksum(p)
     '3:352441c2'
     """
     crc, size = 0, 0
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            crc = zlib.crc32(block, crc)
-            size += len(block)
+    buf = bytearray(chunk)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            crc = zlib.crc32(view[:n], crc)
+            size += n
     return f"{size}:{crc:08x}"
 
 

@@ -22,7 +22,7 @@ from seqpack.data import (
 )
 from seqpack.data.sequences import concat_ranges, offsets_of
 from seqpack.packing import pack_lengths
-from seqpack.tasks.clm import clm_reference, clm_sequences
+from seqpack.tasks.clm import _append_eos, _append_eos_reference, clm_inputs, clm_reference, clm_sequences
 
 docs_st = st.lists(st.lists(st.integers(1, 500), max_size=40), min_size=1, max_size=30)
 
@@ -49,6 +49,34 @@ def test_clm_matches_reference(docs, max_len, overflow, eos):
     too_long = sum(x > max_len for x in n)
     assert s.dropped.get("too_long", 0) == (too_long if overflow == "drop" else 0)
     assert s.dropped.get("empty", 0) == n.count(0)
+
+
+@given(docs=docs_st, dtype=st.sampled_from([np.uint8, np.uint16, np.uint32]), eos=st.sampled_from([0, 255, 300, 70_000]))
+def test_append_eos_matches_reference(docs, dtype, eos):
+    # the compiled copy against the numpy rule, eos ids that need a wider dtype than the tokens' included
+    toks, off = flat([[t % 250 for t in d] for d in docs])
+    toks = toks.astype(dtype)
+    got, ref = _append_eos(toks, off, eos), _append_eos_reference(toks, off, eos)
+    assert got[0].dtype == ref[0].dtype
+    for a, b in zip(got, ref):
+        assert a.tolist() == b.tolist()
+
+
+def test_append_eos_refuses_offsets_outside_the_tokens():
+    with pytest.raises(ValueError, match="offsets must run from 0 to len"):
+        _append_eos(np.arange(4, dtype=np.uint16), np.array([0, 3]), 0)
+    with pytest.raises(ValueError, match="must not decrease"):
+        _append_eos(np.arange(4, dtype=np.uint16), np.array([0, 3, 2, 4]), 0)
+
+
+@given(docs=docs_st, max_len=st.integers(1, 50), overflow=st.sampled_from(["split", "truncate", "drop"]), vocab=st.sampled_from([None, 40_000]))
+def test_clm_inputs_are_the_sequences_without_labels(docs, max_len, overflow, vocab):
+    s = clm_sequences(*flat(docs), max_len=max_len, eos_id=0, overflow=overflow, vocab_size=vocab)
+    inputs, labels_dtype = clm_inputs(*flat(docs), max_len=max_len, eos_id=0, overflow=overflow, vocab_size=vocab)
+    assert list(inputs.token_fields) == ["input_ids"] and labels_dtype == s.token_fields["labels"].dtype
+    assert inputs.token_fields["input_ids"].tolist() == s.token_fields["input_ids"].tolist()
+    assert inputs.offsets.tolist() == s.offsets.tolist() and inputs.example_ids.tolist() == s.example_ids.tolist()
+    assert (inputs.dropped, inputs.info) == (s.dropped, s.info)
 
 
 def test_clm_overflow_error_counts():

@@ -34,6 +34,7 @@ from seqpack.data.sequences import Sequences, offsets_of
 from seqpack.packing import Packing
 from seqpack.store import TokenStore
 from seqpack.tasks import get_task
+from seqpack.tasks.base import split_derived
 
 if TYPE_CHECKING:
     from seqpack.pipeline.config import PackConfig
@@ -52,19 +53,18 @@ def sequences_stage(
     out = Path(path)
     log = StageLog(out.parent)
     task = get_task(config.task)
-    if isinstance(shard, str):
-        seqs = task.build_sequences(TokenStore(shard), tokenizer, config)
+    if isinstance(shard, str):  # the derived fields (made again after the gather) not even made
+        seqs, derived = task.stored_sequences(TokenStore(shard), tokenizer, config)
     else:
         try:
-            seqs = task.build_shard(shard, tokenizer, config, context or {})
+            seqs, derived = split_derived(task.build_shard(shard, tokenizer, config, context or {}), task.derived_fields)
         except ValueError as e:  # "example i" counts within the shard: say which records it holds
             raise ValueError(f"examples {doc_base}..{doc_base + len(shard) - 1} of the file: {e}") from None
     with atomic_directory(out, overwrite=True) as tmp:
         np.save(tmp / "offsets.npy", seqs.offsets)
         np.save(tmp / "example_ids.npy", seqs.example_ids + doc_base)
         for name, v in seqs.token_fields.items():
-            if name not in task.derived_fields:  # made again after the gather
-                np.save(tmp / f"token.{name}.npy", v)
+            np.save(tmp / f"token.{name}.npy", v)
         for name, v in seqs.seq_fields.items():
             np.save(tmp / f"seq.{name}.npy", v)
     summary = {
@@ -73,8 +73,9 @@ def sequences_stage(
         "dropped": seqs.dropped,
         "info": seqs.info,
         "position_fields": list(seqs.position_fields),
-        "token_fields": {k: v.dtype.str for k, v in seqs.token_fields.items()},
-        "derived_fields": [k for k in seqs.token_fields if k in task.derived_fields],
+        "token_fields": {**{k: v.dtype.str for k, v in seqs.token_fields.items()},
+                         **{k: np.dtype(d).str for k, d in derived.items()}},
+        "derived_fields": list(derived),
         "seq_fields": {k: v.dtype.str for k, v in seqs.seq_fields.items()},
     }
     summary = json.loads(json.dumps(summary))  # as a reused record reads back (key order kept: it orders the columns)

@@ -85,6 +85,12 @@ class Task:
         """The task's sequences (not yet packed) from ``source``; ``config`` is a ``PackConfig``."""
         raise NotImplementedError
 
+    def stored_sequences(self, source: Any, tokenizer: Tokenizer, config: Any) -> tuple[Sequences, dict[str, Any]]:
+        """What a sharded job saves of :meth:`build_sequences`'s sequences: them without their
+        :attr:`derived_fields`, and the dtype each of those has (:meth:`rebuild_field` makes them after
+        the gather). A task whose derived fields cost something to make overrides this to not make them."""
+        return split_derived(self.build_sequences(source, tokenizer, config), self.derived_fields)
+
     def rebuild_field(self, name: str, fields: Mapping[str, Any], offsets: Any, dtype: Any) -> Any:
         """Token field ``name`` (one of :attr:`derived_fields`) of the sequences ``offsets``, from
         their other token ``fields``, as ``dtype``: what :meth:`build_sequences` gave."""
@@ -204,3 +210,19 @@ def num_labels(manifest: Mapping[str, Any]) -> int:
     if not n:
         raise ValueError("the dataset's manifest records no num_labels; re-pack it with --num-labels N")
     return int(n)
+
+
+def split_derived(seqs: Sequences, names: tuple[str, ...]) -> tuple[Sequences, dict[str, Any]]:
+    """``seqs`` without the token fields ``names``, and the dtype of each of those it had.
+
+    >>> import numpy as np
+    >>> from seqpack.data.sequences import from_lists
+    >>> s = from_lists([[1, 2]])
+    >>> s = dataclasses.replace(s, token_fields={**s.token_fields, "labels": np.array([-100, 2], np.int16)})
+    >>> kept, dtypes = split_derived(s, ("labels",))
+    >>> list(kept.token_fields), dtypes
+    (['input_ids'], {'labels': dtype('int16')})
+    """
+    dtypes = {k: v.dtype for k, v in seqs.token_fields.items() if k in names}
+    kept = {k: v for k, v in seqs.token_fields.items() if k not in dtypes}
+    return dataclasses.replace(seqs, token_fields=kept), dtypes

@@ -18,6 +18,7 @@ attends only to itself.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
@@ -45,7 +46,23 @@ if TYPE_CHECKING:
 
 
 def _append_eos(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One EOS after each document: new offsets shift by the number of EOS before them."""
+    """One EOS after each document (compiled; :func:`_append_eos_reference` is the rule): new
+    offsets shift by the number of EOS before them. ``offsets`` run from 0 to ``tokens.size``.
+
+    >>> flat, off, lens = _append_eos(np.array([1, 2, 3, 4, 5]), np.array([0, 3, 5]), 0)
+    >>> flat.tolist(), off.tolist(), lens.tolist()
+    ([1, 2, 3, 0, 4, 5, 0], [0, 4, 7], [4, 3])
+    """
+    from seqpack import _native
+
+    dt = np.result_type(tokens.dtype, np.min_scalar_type(eos_id))
+    new_off = offsets + np.arange(offsets.size, dtype=np.int64)
+    flat = _native.append_to_each(np.ascontiguousarray(tokens, dtype=dt), offsets, np.asarray(eos_id, dtype=dt))
+    return flat, new_off, np.diff(new_off)
+
+
+def _append_eos_reference(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_append_eos` in numpy: mark where each EOS goes, and put the tokens everywhere else."""
     n_docs = offsets.size - 1
     new_off = offsets + np.arange(n_docs + 1)
     flat = np.empty(tokens.size + n_docs, dtype=np.result_type(tokens.dtype, np.min_scalar_type(eos_id)))
@@ -66,6 +83,27 @@ def clm_sequences(
     vocab_size: int | None = None,
 ) -> Sequences:
     """Documents ``tokens[offsets[i]:offsets[i+1]]`` -> causal-LM sequences of <= ``max_len``."""
+    seqs, labels_dtype = clm_inputs(tokens, offsets, max_len=max_len, eos_id=eos_id, overflow=overflow, vocab_size=vocab_size)
+    labels = shifted_labels(seqs.token_fields["input_ids"], seqs.offsets, labels_dtype)
+    return dataclasses.replace(seqs, token_fields={**seqs.token_fields, "labels": labels})
+
+
+def clm_inputs(
+    tokens: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    max_len: int,
+    eos_id: int | None,
+    overflow: str = "split",
+    vocab_size: int | None = None,
+) -> tuple[Sequences, np.dtype]:
+    """:func:`clm_sequences` without its labels, and the dtype they have (what a sharded job saves:
+    it makes the labels after the gather, :func:`shifted_labels`).
+
+    >>> s, dt = clm_inputs(np.array([1, 2, 3]), np.array([0, 3]), max_len=8, eos_id=0, vocab_size=50257)
+    >>> list(s.token_fields), s.token_fields["input_ids"].tolist(), dt
+    (['input_ids'], [1, 2, 3, 0], dtype('int32'))
+    """
     check_max_len(max_len)
     check_overflow(overflow)
     tokens = np.asarray(tokens)
@@ -99,17 +137,16 @@ def clm_sequences(
             info["truncated_documents"] = n_long
             info["truncated_tokens"] = int((doc_len[long] - max_len).sum())
     max_id = max(int(tokens.max()) if tokens.size else 0, (vocab_size or 1) - 1)
-    input_ids = tokens.astype(id_dtype(max_id), copy=False)
-    labels = shifted_labels(input_ids, new_offsets, label_dtype(max_id))
-    return Sequences(
+    seqs = Sequences(
         task="clm",
         offsets=new_offsets,
         example_ids=example_ids.astype(np.int64),
-        token_fields={"input_ids": input_ids, "labels": labels},
+        token_fields={"input_ids": tokens.astype(id_dtype(max_id), copy=False)},
         num_examples=n_docs,
         dropped=dropped,
         info=info,
     )
+    return seqs, label_dtype(max_id)
 
 
 def shifted_labels(input_ids: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -178,6 +215,16 @@ class CLMTask(Task):
         return shifted_labels(fields["input_ids"], offsets, np.dtype(dtype))
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
+        store, kw = self._inputs(source, tokenizer, config)
+        return count_empty(store, clm_sequences(store.tokens, store.offsets, **kw))
+
+    def stored_sequences(self, source: Any, tokenizer: Any, config: Any) -> tuple[Any, dict[str, Any]]:
+        store, kw = self._inputs(source, tokenizer, config)  # the labels are not made: not saved
+        seqs, labels_dtype = clm_inputs(store.tokens, store.offsets, **kw)
+        return count_empty(store, seqs), {"labels": labels_dtype}
+
+    def _inputs(self, source: Any, tokenizer: Any, config: Any) -> tuple[Any, dict[str, Any]]:
+        """The store, and :func:`clm_sequences`'s options."""
         o: CLMOptions = config.options
         if config.max_len < 2:  # each sequence's first token has no target: one token per row learns nothing
             raise ValueError(f"--max-len {config.max_len} leaves a causal LM no target; pass --max-len 2 or more")
@@ -187,9 +234,7 @@ class CLMTask(Task):
             eos = tokenizer.token_to_id(o.eos_token)
             if eos is None:
                 raise ValueError(f"tokenizer has no token {o.eos_token!r}; pass --eos-token TOKEN, or --eos-token '' for none")
-        seqs = clm_sequences(store.tokens, store.offsets, max_len=config.max_len, eos_id=eos,
-                             overflow=o.overflow, vocab_size=tokenizer.vocab_size)
-        return count_empty(store, seqs)
+        return store, {"max_len": config.max_len, "eos_id": eos, "overflow": o.overflow, "vocab_size": tokenizer.vocab_size}
 
     def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
         from seqpack.nn.models import GPT, GPTConfig
