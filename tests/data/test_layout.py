@@ -22,7 +22,13 @@ from seqpack.data import (
 )
 from seqpack.data.sequences import concat_ranges, offsets_of
 from seqpack.packing import pack_lengths
-from seqpack.tasks.clm import _append_eos, _append_eos_reference, clm_inputs, clm_reference, clm_sequences
+from seqpack.tasks.clm import (
+    _append_eos,
+    _append_eos_reference,
+    clm_inputs,
+    clm_reference,
+    clm_sequences,
+)
 
 docs_st = st.lists(st.lists(st.integers(1, 500), max_size=40), min_size=1, max_size=30)
 
