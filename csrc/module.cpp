@@ -648,8 +648,11 @@ void seg_pos_with(const int64_t* lengths, const int64_t* order, const int64_t* p
   }
 }
 
-void segments_positions_py(I64 lengths, I64 order, I64 pack_off, py::array seg, py::array pos,
-                           int64_t offset, int threads) {
+void segments_positions_py(I64 lengths, I64 order, I64 pack_off, py::object seg_or_none,
+                           py::array pos, int64_t offset, int threads) {
+  // seg None: positions only (a 1-byte seg type, never written)
+  const bool with_seg = !seg_or_none.is_none();
+  py::array seg = with_seg ? py::array(seg_or_none) : pos;
   check_out(seg, "seg");
   check_out(pos, "pos");
   for (const py::array* a : {&seg, &pos}) {
@@ -658,13 +661,13 @@ void segments_positions_py(I64 lengths, I64 order, I64 pack_off, py::array seg, 
       throw py::value_error("seg and pos must be integer arrays of one shape");
     }
   }
-  const int64_t packs = seg.shape(0), width = seg.shape(1);
+  const int64_t packs = pos.shape(0), width = pos.shape(1);
   if (pack_off.size() != packs + 1) throw py::value_error("pack_off must have packs + 1 entries");
-  void* s = seg.mutable_data();
+  void* s = with_seg ? seg.mutable_data() : nullptr;
   pos.mutable_data();  // check writeable while holding the GIL
   py::gil_scoped_release nogil;
   const int64_t *l = lengths.data(), *o = order.data(), *po = pack_off.data();
-  switch (seg.itemsize()) {
+  switch (with_seg ? seg.itemsize() : 1) {
     case 1: return seg_pos_with<uint8_t>(l, o, po, packs, width, offset, s, pos, threads);
     case 2: return seg_pos_with<uint16_t>(l, o, po, packs, width, offset, s, pos, threads);
     case 4: return seg_pos_with<uint32_t>(l, o, po, packs, width, offset, s, pos, threads);

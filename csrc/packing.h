@@ -161,25 +161,24 @@ inline void append_to_each(const uint8_t* src, const int64_t* off, int64_t range
 }
 
 // seg[p]: 1..k per sequence, 0 in padding; pos[p]: offset + 0..n-1 per sequence, 0 in padding.
+// seg may be null: positions only.
 template <class S, class P>
 void segments_positions(const int64_t* lengths, const int64_t* order, const int64_t* pack_off,
                         int64_t packs, int64_t width, int64_t offset, S* seg, P* pos,
                         int threads) {
   parallel_ranges(packs, threads, [&](int64_t first, int64_t last) {
     for (int64_t p = first; p < last; ++p) {
-      S* srow = seg + p * width;
+      S* srow = seg ? seg + p * width : nullptr;
       P* prow = pos + p * width;
       int64_t col = 0;
       S k = 1;
       for (int64_t j = pack_off[p]; j < pack_off[p + 1]; ++j, ++k) {
         const int64_t n = lengths[order[j]];
-        for (int64_t i = 0; i < n; ++i) {
-          srow[col + i] = k;
-          prow[col + i] = static_cast<P>(offset + i);
-        }
+        for (int64_t i = 0; i < n; ++i) prow[col + i] = static_cast<P>(offset + i);
+        if (srow) std::fill(srow + col, srow + col + n, k);
         col += n;
       }
-      std::fill(srow + col, srow + width, S{0});
+      if (srow) std::fill(srow + col, srow + width, S{0});
       std::fill(prow + col, prow + width, P{0});
     }
   });

@@ -117,6 +117,10 @@ def test_fast_columns_equal_reference(seed, n, max_len, algorithm, offset):
     assert fast.keys() == ref.keys()
     for k in ref:
         assert fast[k].dtype == ref[k].dtype and np.array_equal(fast[k], ref[k]), k
+    lean = materialize(s, p, max_len=max_len, position_offset=offset, without_segments=True)  # a pack job's
+    assert list(lean) == [k for k in fast if k != "segment_ids"]
+    for k in lean:
+        assert np.array_equal(lean[k], ref[k]), k
 
 
 def unpack_rows(cols, token_fields=("input_ids",)):

@@ -83,9 +83,18 @@ def _layout(seqs: Sequences, packing: Packing) -> tuple[np.ndarray, np.ndarray, 
     return slot_pack, within, col_start
 
 
+def segment_dtype(depth: int) -> np.dtype:
+    """``segment_ids``' dtype in packs of up to ``depth`` sequences.
+
+    >>> segment_dtype(344)
+    dtype('uint16')
+    """
+    return small_uint(max(depth, 1))
+
+
 def _dtypes(seqs: Sequences, max_len: int, depth: int, position_offset: int) -> dict[str, np.dtype]:
     return {
-        "segment_ids": small_uint(max(depth, 1)),
+        "segment_ids": segment_dtype(depth),
         "position_ids": small_uint(max_len - 1 + position_offset),
         "example_ids": np.dtype(np.int32) if seqs.num_examples < 2**31 else np.dtype(np.int64),
         "num_sequences": small_uint(max(depth, 1)),
@@ -118,8 +127,10 @@ def _token_fields(seqs: Sequences, dts: dict[str, np.dtype], position_offset: in
     return fields
 
 
-def materialize(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: int | None = None, position_offset: int = 0) -> dict[str, np.ndarray]:
-    """All columns, built by the compiled kernels (``csrc/packing.h``; packs split over threads)."""
+def materialize(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: int | None = None, position_offset: int = 0,
+                without_segments: bool = False) -> dict[str, np.ndarray]:
+    """All columns, built by the compiled kernels (``csrc/packing.h``; packs split over threads).
+    ``without_segments``: all but ``segment_ids`` (a pack job that does not write them)."""
     from seqpack import _native
     from seqpack._parallel import default_workers
 
@@ -135,11 +146,12 @@ def materialize(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: i
         pad = np.asarray(_TOKEN_PAD.get(name, 0), dtype=src.dtype)
         _native.scatter_rows(np.ascontiguousarray(src), seq_off, order, poff, out, pad, threads)
         cols[name] = out
-    seg = np.empty((P, max_len), dtype=dts["segment_ids"])
+    seg = None if without_segments else np.empty((P, max_len), dtype=dts["segment_ids"])
     pos = np.empty((P, max_len), dtype=dts["position_ids"])
     lengths = np.ascontiguousarray(seqs.lengths, dtype=np.int64)
     _native.segments_positions(lengths, order, poff, seg, pos, position_offset, threads)
-    cols["segment_ids"] = seg
+    if seg is not None:
+        cols["segment_ids"] = seg
     cols.setdefault("position_ids", pos)  # the task's own, when it gave them
     _seq_columns(seqs, packing, depth, cols, dts)
     return cols

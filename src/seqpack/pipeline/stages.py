@@ -29,7 +29,7 @@ from seqpack import _native
 from seqpack._atomic import atomic_directory, atomic_file
 from seqpack._stages import StageLog, content_hash, file_fingerprint, file_sha256
 from seqpack.data.format import write_parquet_groups
-from seqpack.data.layout import materialize
+from seqpack.data.layout import materialize, segment_dtype
 from seqpack.data.sequences import Sequences, offsets_of
 from seqpack.packing import Packing
 from seqpack.store import TokenStore
@@ -118,18 +118,65 @@ def route_stage(src: str, path: str, slots: np.ndarray, group_bounds: np.ndarray
         return done
     out, d = Path(path), Path(src)
     group = np.searchsorted(group_bounds, slots, side="right") - 1
-    order = np.lexsort((slots, group))
+    order = np.lexsort((slots, group)).astype(np.int64)
     off = np.load(d / "offsets.npy").astype(np.int64, copy=False)
     with atomic_directory(out, overwrite=True) as tmp:
         for k in fields:
-            tokens = np.load(d / f"token.{k}.npy")
-            routed = np.empty((1, tokens.size), dtype=tokens.dtype)  # one "row" holding every sequence in order
-            _native.scatter_rows(tokens, off, order.astype(np.int64), np.array([0, order.size], dtype=np.int64), routed,
-                                 np.zeros((), dtype=tokens.dtype), 1)
-            del tokens
-            routed.tofile(tmp / f"token.{k}.bin")
+            with open(tmp / f"token.{k}.bin", "wb") as f:
+                write_in_order(f, map_npy(d / f"token.{k}.npy"), off, order)
     StageLog(out.parent).finish(out.name, key, {}, files=[out])
     return {}
+
+
+#: tokens a route stage gathers into its buffer before writing them (the buffer is reused: fresh
+#: memory costs this VM a page fault per 4 KB, and the whole shard's tokens gathered at once did)
+ROUTE_CHUNK = 1 << 21
+
+
+def write_in_order(f: Any, tokens: np.ndarray, offsets: np.ndarray, order: np.ndarray, *, chunk: int = ROUTE_CHUNK) -> None:
+    """Write the sequences ``tokens[offsets[i]:offsets[i + 1]]`` for ``i`` in ``order`` to the file
+    ``f``, one after another, gathered ``chunk`` tokens at a time (a longer sequence alone).
+
+        >>> import io
+        >>> f = io.BytesIO()
+        >>> write_in_order(f, np.array([1, 2, 3, 4, 5], np.uint8), np.array([0, 2, 3, 5]), np.array([2, 0, 1]), chunk=3)
+        >>> list(f.getvalue())
+        [4, 5, 1, 2, 3]
+    """
+    ends = np.cumsum(np.diff(offsets)[order])  # tokens written once each sequence is
+    buf = np.empty(min(chunk, int(ends[-1]) if ends.size else 0), dtype=tokens.dtype)
+    pad = np.zeros((), dtype=tokens.dtype)
+    lo, done = 0, 0
+    while lo < order.size:
+        hi = max(lo + 1, int(np.searchsorted(ends, done + chunk, side="right")))
+        n = int(ends[hi - 1]) - done
+        dst = buf[:n] if n <= buf.size else np.empty(n, dtype=tokens.dtype)
+        _native.scatter_rows(tokens, offsets, order[lo:hi], np.array([0, hi - lo], dtype=np.int64), dst.reshape(1, n), pad, 1)
+        f.write(memoryview(dst))
+        lo, done = hi, done + n
+
+
+def map_npy(path: Path) -> np.ndarray:
+    """A saved 1-D array mapped read-only, not copied; the file is read ahead whole (one sequential
+    read: a gather reads it in plan order, a page here and there, which from a file evicted under
+    memory pressure would be a read a page).
+
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "a.npy"; np.save(p, np.arange(5, dtype=np.uint16))
+        >>> map_npy(p).tolist()
+        [0, 1, 2, 3, 4]
+    """
+    import mmap
+
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(f)
+        assert len(shape) == 1 and not dtype.hasobject, (shape, dtype)
+        at = f.tell()
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    mm.madvise(mmap.MADV_WILLNEED)
+    return np.frombuffer(mm, dtype=dtype, count=shape[0], offset=at)
 
 
 def route_key(name: str, sequences_key: str, slots: np.ndarray, group_bounds: np.ndarray) -> str:
@@ -231,7 +278,7 @@ def packs_stage(
             poff = pack_offsets[lo : hi + 1]
             ids = sequence_index[poff[0] - pack_offsets[0] : poff[-1] - pack_offsets[0]]
             cols = _row_group(dirs, bases, poff - poff[0], ids, plan, meta, chunks[g : g + 2], skip)
-            specs.update({k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in cols.items()})
+            specs.update(_made_specs(cols, meta, skip))
             if bin_dir is not None:
                 for col, v in cols.items():
                     mm = np.memmap(Path(bin_dir) / f"{col}.bin", dtype=v.dtype, mode="r+",
@@ -252,6 +299,17 @@ def packs_stage(
     return specs
 
 
+def _made_specs(cols: dict[str, np.ndarray], meta: dict[str, Any], skip: tuple[str, ...]) -> dict[str, Any]:
+    """The specs of a row group's columns, in the order :func:`materialize` makes them, ``segment_ids``
+    included where it was left out (``skip``)."""
+    specs = {k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in cols.items()}
+    if "segment_ids" not in skip:
+        return specs
+    tokens = [k for k in specs if k in meta["dtypes"]["token_fields"]]
+    seg = {"dtype": segment_dtype(meta["max_depth"]).name, "shape": [meta["max_len"]]}
+    return {**{k: specs[k] for k in tokens}, "segment_ids": seg, **{k: v for k, v in specs.items() if k not in tokens}}
+
+
 def _row_group(dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, ids: np.ndarray, plan: Any,
                meta: dict[str, Any], chunks: np.ndarray, skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """The columns of packs ``pack_offsets`` (from 0), holding the sequences ``ids`` in slot order.
@@ -268,7 +326,7 @@ def _row_group(dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, ids
     slot_to_seq[perm] = np.arange(ids.size, dtype=np.int64)
     local = Packing(pack_offsets, slot_to_seq, seqs.lengths, plan)
     return materialize(seqs, local, max_len=meta["max_len"], max_depth=meta["max_depth"],
-                       position_offset=meta["position_offset"])
+                       position_offset=meta["position_offset"], without_segments="segment_ids" in skip)
 
 
 def packs_key(name: str, first_pack: int, sequence_index: np.ndarray, meta: dict[str, Any]) -> str:
