@@ -43,3 +43,21 @@ def test_task_options_are_not_stated_by_the_cli() -> None:
     assert PackConfig(task="qa", max_len=8).options.doc_stride == 128
     with pytest.raises(ValueError, match="--overflow does not apply to task qa"):
         PackConfig.for_task("qa", max_len=8, overflow="drop")
+
+
+def test_every_command_is_its_module_and_runs_without_the_others() -> None:
+    # the table names each module's own NAME; a command imports no other subcommand's module
+    import importlib
+    import subprocess
+    import sys
+
+    from seqpack.cli.main import COMMANDS
+
+    for name, module in COMMANDS.items():
+        assert importlib.import_module(f"seqpack.cli.{module}").NAME == name
+    code = ("import sys\nfrom seqpack.cli.main import build_parser\nbuild_parser('encode')\n"
+            "print(sorted(m for m in sys.modules if m.startswith('seqpack.cli.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['seqpack.cli.args', 'seqpack.cli.encode', 'seqpack.cli.main']"
+    helps = build_parser().format_help()
+    assert all(name in helps for name in COMMANDS) and "train a byte-level BPE tokenizer" in helps

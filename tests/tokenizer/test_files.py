@@ -103,6 +103,28 @@ def test_missing_directory(tmp_path):
         Tokenizer.load(tmp_path / "nope")
 
 
+def test_tokenizer_json_is_what_the_tokenizers_library_writes(tok):
+    """hf_tokenizer_json writes the JSON itself: byte for byte what building the tokenizer through the
+    tokenizers API and serializing it gives, special tokens of any text (quotes, controls, non-ASCII) included."""
+    pytest.importorskip("tokenizers")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from seqpack.tokenizer.hf_export import build_hf_tokenizer, hf_tokenizer_json, hf_vocab
+
+    assert hf_tokenizer_json(tok) == build_hf_tokenizer(tok).to_str()
+    taken = set(hf_vocab(tok))  # a special token written as an existing token's string is refused either way
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.text(min_size=1, max_size=6).filter(lambda t: t.encode() not in tok.vocab.values() and t not in taken),
+                    max_size=3, unique=True))
+    def check(specials: list[str]) -> None:
+        other = Tokenizer(tok.vocab, tok.merges, specials)
+        assert hf_tokenizer_json(other) == build_hf_tokenizer(other).to_str()
+
+    check()
+
+
 def test_tokenizer_json_ids_equal_ours_on_any_text(tok):
     """tokenizer.json is built through the tokenizers API; its ids equal seqpack's on arbitrary
     Unicode (specials included) and its vocab/merges are ours, in order."""

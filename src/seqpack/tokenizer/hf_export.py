@@ -50,7 +50,26 @@ def build_hf_tokenizer(tok: Tokenizer) -> Any:
 
 
 def hf_tokenizer_json(tok: Tokenizer) -> str:
-    return build_hf_tokenizer(tok).to_str()  # type: ignore[no-any-return]
+    """``tokenizer.json``'s text, written directly: the bytes ``build_hf_tokenizer(tok).to_str()`` gives
+    (tested against it), without building the tokenizer (17 ms of a 10K tokenizer's save, and ``tokenizers``'
+    import, against 4 ms).
+
+        >>> from seqpack.tokenizer import Tokenizer
+        >>> tok = Tokenizer({**{i: bytes([i]) for i in range(256)}, 256: b" a"}, [(b" ", b"a")], [])
+        >>> hf_tokenizer_json(tok)[-32:]
+        '"Ġa":256},"merges":[["Ġ","a"]]}}'
+    """
+    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for s, i in sorted(tok.special_ids.items(), key=lambda item: item[1])]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None, "end_of_word_suffix": None,
+             "fuse_unk": False, "byte_fallback": False, "ignore_merges": False, "vocab": hf_vocab(tok),
+             "merges": [[bytes_to_str(a), bytes_to_str(b)] for a, b in tok.merges]}
+    doc = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+           "pre_tokenizer": byte_level, "post_processor": None,
+           "decoder": {**byte_level, "add_prefix_space": True},  # what tokenizers writes for this decoder (it ignores the flag)
+           "model": model}
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
 #: ChatML's special tokens: the default chat template of an exported directory writes them
