@@ -175,7 +175,8 @@ def map_npy(path: Path) -> np.ndarray:
         assert len(shape) == 1 and not dtype.hasobject, (shape, dtype)
         at = f.tell()
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    mm.madvise(mmap.MADV_WILLNEED)
+    if hasattr(mmap, "MADV_WILLNEED"):  # Linux and macOS
+        mm.madvise(mmap.MADV_WILLNEED)
     return np.frombuffer(mm, dtype=dtype, count=shape[0], offset=at)
 
 
