@@ -70,10 +70,18 @@ def run_child(code: str, env: dict[str, str] | None = None) -> dict:
     return result
 
 
+# The process's own peak is VmHWM (this process image's high-water mark), not ru_maxrss: Linux carries
+# ru_maxrss across exec, so a child started by a large parent reported the parent's RSS at the fork
+# (two arms once showed the same 108.6 MB, the benchmark's own). Children: ru_maxrss of the command
+# it started (which carries only this small process's RSS).
 PEAK_MB = (
     "import resource\n"
     "def peak_mb():\n"
-    "    s = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+    "    try:\n"
+    "        with open('/proc/self/status') as f:\n"
+    "            s = next(int(line.split()[1]) for line in f if line.startswith('VmHWM:'))\n"
+    "    except (OSError, StopIteration):\n"
+    "        s = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
     "    c = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
     "    return round(max(s, c) / 1024, 1)\n"
 )

@@ -6,7 +6,7 @@ Corpora: Shakespeare (42 works joined with <|endoftext|>, 5 MB; vocab 10K) and a
 200 MB corpus with a varied vocabulary (``_common.generated_corpus``; vocab 32K). Each run is a
 fresh interpreter (start-up and imports included); the three trainers alternate and we
 report medians over --runs, seqpack's pre-tokenize and merge times separately, and peak
-memory (ru_maxrss). Every trainer gets the GPT-2 pattern and the same number of merges
+memory (VmHWM, the process's own high-water mark: ru_maxrss carries a large parent's RSS across exec). Every trainer gets the GPT-2 pattern and the same number of merges
 (rustbpe has no special tokens: it gets the documents split at <|endoftext|>, or the
 file's lines). Also: the CS336 speed case (corpus.en, vocab 500, a new process).
 
