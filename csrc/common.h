@@ -47,6 +47,53 @@ inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
   return mix64(h ^ v);
 }
 
+// A 128-bit digest of a sequence of byte strings, for resume keys (what changed inputs must change;
+// not cryptographic). Each string is hashed by MurmurHash3's x64 128-bit construction (two lanes
+// over 16-byte blocks, the length and a finalizer), seeded with the digest so far, so the order
+// and the boundaries count:  {"ab"} and {"a", "b"} differ.
+class Digest128 {
+ public:
+  void update(const uint8_t* p, size_t n) {
+    constexpr uint64_t c1 = 0x87c37b91114253d5ULL, c2 = 0x4cf5ad432745937fULL;
+    uint64_t h1 = a_, h2 = b_;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      h1 ^= lane(load64(p + i), c1, c2, 31);
+      h1 = rotl(h1, 27) + h2;
+      h1 = h1 * 5 + 0x52dce729;
+      h2 ^= lane(load64(p + i + 8), c2, c1, 33);
+      h2 = rotl(h2, 31) + h1;
+      h2 = h2 * 5 + 0x38495ab5;
+    }
+    uint8_t tail[16] = {};
+    std::memcpy(tail, p + i, n - i);
+    h1 ^= lane(load64(tail), c1, c2, 31);
+    h2 ^= lane(load64(tail + 8), c2, c1, 33);
+    h1 ^= n;
+    h2 ^= n;
+    h1 += h2;
+    h2 += h1;
+    h1 = fmix(h1);
+    h2 = fmix(h2);
+    a_ = h1 + h2;
+    b_ = h2 + a_;
+  }
+  uint64_t high() const { return a_; }
+  uint64_t low() const { return b_; }
+
+ private:
+  static uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+  static uint64_t lane(uint64_t k, uint64_t m1, uint64_t m2, int r) { return rotl(k * m1, r) * m2; }
+  static uint64_t fmix(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 33);
+  }
+  uint64_t a_ = 0x6a09e667f3bcc908ULL, b_ = 0xbb67ae8584caa73bULL;
+};
+
 // memcmp(a, b, n) == 0 in the same overlapping loads (short words: no call, no byte loop).
 inline bool bytes_equal(const uint8_t* a, const uint8_t* b, size_t n) {
   if (n >= 8) {

@@ -1,5 +1,6 @@
 // Python bindings of the compiled core: seqpack._native.
 // Every call that does real work releases the GIL, so Python threads run it in parallel.
+#include <cstdio>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -610,6 +611,21 @@ void scatter_rows_py(py::array src, I64 seq_off, I64 order, I64 pack_off, py::ar
                threads);
 }
 
+// Digest128 of the texts' UTF-8 (hex, 32 digits); the hashing runs without the GIL.
+std::string text_digest(const py::sequence& texts) {
+  const py::tuple keep = snapshot(texts);
+  const std::vector<Text> views = utf8_list(keep);
+  Digest128 d;
+  {
+    py::gil_scoped_release nogil;
+    for (const Text& t : views) d.update(t.data, t.size);
+  }
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(d.high()),
+                static_cast<unsigned long long>(d.low()));
+  return std::string(hex, 32);
+}
+
 py::array append_to_each_py(py::array src, I64 off, py::array item) {
   if (src.ndim() != 1 || !(src.flags() & py::array::c_style) || !item.dtype().is(src.dtype()) ||
       item.size() != 1) {
@@ -713,6 +729,7 @@ PYBIND11_MODULE(_native, m) {
         py::arg("hist"));
   m.def("scatter_rows", &scatter_rows_py, py::arg("src"), py::arg("seq_off"), py::arg("order"),
         py::arg("pack_off"), py::arg("out"), py::arg("pad"), py::arg("threads"));
+  m.def("text_digest", &text_digest, py::arg("texts"));
   m.def("append_to_each", &append_to_each_py, py::arg("src"), py::arg("offsets"), py::arg("item"));
   m.def("segments_positions", &segments_positions_py, py::arg("lengths"), py::arg("order"),
         py::arg("pack_off"), py::arg("seg"), py::arg("pos"), py::arg("offset"),

