@@ -611,6 +611,10 @@ void scatter_rows_py(py::array src, I64 seq_off, I64 order, I64 pack_off, py::ar
                threads);
 }
 
+// Bytes of a str's UTF-8: CPython keeps it on the str once made (the encoder and text_digest make it),
+// where len(s.encode()) would make it again.
+size_t utf8_size(py::str text) { return utf8_of(text.ptr()).size; }
+
 // Digest128 of the texts' UTF-8 (hex, 32 digits); the hashing runs without the GIL.
 std::string text_digest(const py::sequence& texts) {
   const py::tuple keep = snapshot(texts);
@@ -729,6 +733,7 @@ PYBIND11_MODULE(_native, m) {
         py::arg("hist"));
   m.def("scatter_rows", &scatter_rows_py, py::arg("src"), py::arg("seq_off"), py::arg("order"),
         py::arg("pack_off"), py::arg("out"), py::arg("pad"), py::arg("threads"));
+  m.def("utf8_size", &utf8_size, py::arg("text"));
   m.def("text_digest", &text_digest, py::arg("texts"));
   m.def("append_to_each", &append_to_each_py, py::arg("src"), py::arg("offsets"), py::arg("item"));
   m.def("segments_positions", &segments_positions_py, py::arg("lengths"), py::arg("order"),

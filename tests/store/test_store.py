@@ -49,7 +49,7 @@ def test_writer_reader_roundtrip(tmp_path_factory, docs, big):
 
 def test_build_store_matches_encode(tmp_path):
     tok = byte_tokenizer()
-    docs = ["hello world", "", "ünïcode ✓", "a" * 1000]
+    docs = ["hello world", "", "ünïcode ✓", "a" * 1000, "日本語 😀"]  # 1- to 4-byte characters
     s = build_store(docs, tok, tmp_path / "s")
     assert [s[i].tolist() for i in range(len(s))] == [tok.encode(d) for d in docs if d]
     m = s.meta

@@ -51,7 +51,10 @@ class _CountingIter:
     """Pass documents through, counting characters and UTF-8 bytes."""
 
     def __init__(self, documents: Iterable[str]) -> None:
+        from seqpack import _native
+
         self._it = iter(documents)
+        self._utf8_size = _native.utf8_size  # the UTF-8 CPython keeps on the str: made once, for the encoder too
         self.chars = 0
         self.bytes = 0
 
@@ -63,7 +66,7 @@ class _CountingIter:
         if not isinstance(d, str):
             raise TypeError(f"documents must be str, got {type(d).__name__}")
         self.chars += len(d)
-        self.bytes += len(d) if d.isascii() else len(d.encode("utf-8"))
+        self.bytes += len(d) if d.isascii() else self._utf8_size(d)
         return d
 
 
