@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -28,3 +30,27 @@ def check_memory(nbytes: float, *, what: str, hint: str, share: float = 0.5) -> 
     if nbytes > limit:
         raise ValueError(f"{what} would take about {nbytes / 2**30:,.1f} GiB, more than {share:.0%} of this machine's "
                          f"{machine_memory() / 2**30:,.1f} GiB; {hint}")
+
+
+@contextlib.contextmanager
+def small_pages() -> Iterator[None]:
+    """numpy's large arrays on ordinary pages inside the block: numpy asks Linux for huge pages
+    (``madvise``) for every array of 4 MB or more. A pack job makes and drops gigabytes of such
+    arrays, each written once: a huge page is zeroed 2 MB at a time and may first need memory
+    compacted, which cost the 2 GB pack on this VM 0.7 s of system time (alternated runs, 10.7-11.4 s
+    against 9.9-10.3 s). Where numpy lacks the switch, nothing changes.
+
+        >>> with small_pages():
+        ...     pass
+    """
+    import numpy as np
+
+    setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    if setter is None:
+        yield
+        return
+    before = setter(False)
+    try:
+        yield
+    finally:
+        setter(before)

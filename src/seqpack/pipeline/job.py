@@ -37,6 +37,7 @@ import numpy as np
 
 from seqpack._atomic import check_output_dir, output_lock, replace_directory
 from seqpack._progress import progress_bar
+from seqpack._resources import small_pages
 from seqpack._stages import StageLog, content_hash, discard_on_rejection, work_dir
 from seqpack.corpus.readers import require_file
 from seqpack.corpus.records import iter_records
@@ -120,7 +121,7 @@ def run_job(
     engine = engine or LocalEngine()
     preload(config.algorithm)  # the solver's imports, while the shards are read
     out = Path(out)
-    with output_lock(out):
+    with output_lock(out), small_pages():
         check_output_dir(out, overwrite=output.overwrite)
         job = {**key, "tokenizer": tokenizer.fingerprint(), "config": config.to_dict(),
                **{k: v for k, v in dataclasses.asdict(output).items() if k not in ("overwrite", "schedule")},  # the schedule is made anew each time
