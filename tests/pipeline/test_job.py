@@ -209,3 +209,29 @@ def test_a_bad_example_names_its_shard(tok, tmp_path):
     with pytest.raises(ValueError, match=r"examples 10\.\.14 of the file: example 3: .*text"):
         build_packed_dataset(_write_jsonl(tmp_path / "ex.jsonl", rows), tok, tmp_path / "o", cfg, shard_examples=5)
     assert not (tmp_path / "o").exists() and not (tmp_path / ".o.partial").exists()  # rejected: no work left
+
+
+def test_clm_saves_no_tokens_between_stages_and_a_store_changed_mid_job_is_refused(tok, stores, tmp_path, monkeypatch):
+    # clm's route stage makes the tokens again from the store shard (Task.tokens_from_store): the sequences
+    # stage saves only its small per-sequence files; mlm (its masks drawn per shard) saves its tokens
+    from seqpack._stages import partial_dir
+    from seqpack.pipeline.stages import route_stage
+
+    real = job_mod.packs_stage
+
+    def failing(*args):
+        raise OSError("stop")
+
+    monkeypatch.setattr(job_mod, "packs_stage", failing)
+    for task in ("clm", "mlm"):
+        with pytest.raises(OSError, match="stop"):
+            build_packed_dataset(stores["few"], tok, tmp_path / task, PackConfig.for_task(task, max_len=64))
+        saved = sorted(p.name for p in (partial_dir(tmp_path / task) / "sequences-00000").iterdir())
+        assert any(n.startswith("token.") for n in saved) == (task == "mlm"), saved
+    monkeypatch.setattr(job_mod, "packs_stage", real)
+    work = partial_dir(tmp_path / "clm")
+    other = sorted(p for p in Path(stores["many"]).iterdir() if p.is_dir())[0]  # a shard of other documents
+    cfg = PackConfig.for_task("clm", max_len=64)
+    with pytest.raises(OSError, match="changed while it was being packed"):
+        route_stage(str(work / "sequences-00000"), str(tmp_path / "r"), np.arange(3), np.array([0, 3]), ["input_ids"],
+                    "k", rebuild=(str(other), tok, cfg))

@@ -110,7 +110,7 @@ def test_pack_resume_is_byte_identical_and_rebuilds_altered_work_files(
         with pytest.raises(OSError):
             build_packed_dataset(store, tok, tmp_path / "p", cfg, shard_packs=7)
     work = partial_dir(tmp_path / "p")
-    arr = work / "sequences-00001" / "token.input_ids.npy"
+    arr = work / "sequences-00001" / "example_ids.npy"  # (clm saves no token files: its route stage makes them)
     data = bytearray(arr.read_bytes())
     data[-1] ^= 1  # a changed value in a finished work file
     arr.write_bytes(bytes(data))

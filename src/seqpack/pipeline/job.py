@@ -132,6 +132,8 @@ def run_job(
             dirs: list[str] = []
             keys: list[str] = []
             reused: list[str] = []
+            rebuild: list[Any] = []  # per input shard: what its route stage makes the tokens again from, or None
+            task = get_task(config.task)
             redone: dict[str, str] = {}
 
             def items() -> Iterator[tuple[Any, ...]]:
@@ -141,6 +143,7 @@ def run_job(
                     key = sequences_key(d.name, base, input_identity(src), cfg, tokenizer)
                     dirs.append(str(d))
                     keys.append(key)
+                    rebuild.append((src, tokenizer, cfg) if isinstance(src, str) and task.tokens_from_store else None)
                     done, why = log.check(d.name, key, outputs=[d])
                     if done is not None:
                         reused.append(d.name)
@@ -153,7 +156,7 @@ def run_job(
             packing, meta = _plan(dirs, summaries, config, output, work)
             meta["inputs_key"] = content_hash(*keys)
             bounds = _part_bounds(packing.num_packs, output.parts(max_len=config.max_len))
-            part_chunks = _route(dirs, keys, packing, bounds, meta, engine, reused, redone)
+            part_chunks = _route(dirs, keys, rebuild, packing, bounds, meta, engine, reused, redone)
             final = work / "dataset"
             files, columns = _write_packs(final, dirs, packing, bounds, part_chunks, meta, output, engine, reused, redone)
             extra = {
@@ -199,8 +202,8 @@ def _part_bounds(P: int, step: int) -> list[tuple[int, int]]:
 
 
 def _route(
-    dirs: list[str], keys: list[str], packing: Any, bounds: list[tuple[int, int]], meta: dict[str, Any],
-    engine: Engine, reused: list[str], redone: dict[str, str],
+    dirs: list[str], keys: list[str], rebuild: list[Any], packing: Any, bounds: list[tuple[int, int]],
+    meta: dict[str, Any], engine: Engine, reused: list[str], redone: dict[str, str],
 ) -> list[np.ndarray]:
     """Step 3: every input shard's tokens in plan order (:func:`seqpack.pipeline.stages.route_stage`);
     returns each part's rows of :func:`seqpack.pipeline.stages.group_chunks`. Sets ``meta["routes"]``."""
@@ -224,7 +227,7 @@ def _route(
                 reused.append(Path(r).name)
             elif why:
                 redone[Path(r).name] = why
-            yield d, r, mine, group_bounds, fields, key, done
+            yield d, r, mine, group_bounds, fields, key, done, rebuild[i]
 
     for _ in progress_bar(iterable=engine.map(route_stage, items()), total=len(dirs), desc="pack: route", unit="shard",
                           leave=False):

@@ -64,7 +64,8 @@ def sequences_stage(
         np.save(tmp / "offsets.npy", seqs.offsets)
         np.save(tmp / "example_ids.npy", seqs.example_ids + doc_base)
         for name, v in seqs.token_fields.items():
-            np.save(tmp / f"token.{name}.npy", v)
+            if not (isinstance(shard, str) and task.tokens_from_store):  # else the route stage makes them again
+                np.save(tmp / f"token.{name}.npy", v)
         for name, v in seqs.seq_fields.items():
             np.save(tmp / f"seq.{name}.npy", v)
     summary = {
@@ -93,9 +94,10 @@ def input_identity(shard: str | list[dict[str, Any]]) -> Any:
     return content_hash(*shard)
 
 
-#: what a sequences stage saves (2: a task's derived fields are not saved); part of its key, so
-#: that a work directory left by another version is not reused
-SEQUENCES_FORMAT = 2
+#: what a sequences stage saves (2: a task's derived fields are not saved; 3: nor the token fields of
+#: a task whose route stage makes them from the store); part of its key, so that a work directory left
+#: by another version is not reused
+SEQUENCES_FORMAT = 3
 
 
 def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, tokenizer: Tokenizer) -> str:
@@ -104,11 +106,13 @@ def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, t
 
 
 def route_stage(src: str, path: str, slots: np.ndarray, group_bounds: np.ndarray, fields: list[str], key: str,
-                done: dict[str, Any] | None = None) -> dict[str, Any]:
+                done: dict[str, Any] | None = None, rebuild: tuple[str, Tokenizer, PackConfig] | None = None) -> dict[str, Any]:
     """Write input shard ``src``'s saved token ``fields`` again under ``path``, as raw ``.bin``
     files in plan order: its sequences sorted by row group (``group_bounds``: the first slot of
     each, and the slot count), then by slot (``slots``: the plan position of each of its
-    sequences). Memory: one shard. Recorded under ``key`` (:func:`route_key`).
+    sequences). Memory: one shard. Recorded under ``key`` (:func:`route_key`). ``rebuild``:
+    ``(store shard, tokenizer, config)`` of a task whose token fields were not saved
+    (``Task.tokens_from_store``): they are made again from the store shard.
 
         >>> # sequences 0, 1, 2 of a shard sit at slots 5, 0, 3; groups hold slots 0-1, 2-3, 4-5:
         >>> np.lexsort((np.array([5, 0, 3]), np.array([2, 0, 1]))).tolist()  # routed order
@@ -120,10 +124,17 @@ def route_stage(src: str, path: str, slots: np.ndarray, group_bounds: np.ndarray
     group = np.searchsorted(group_bounds, slots, side="right") - 1
     order = np.lexsort((slots, group)).astype(np.int64)
     off = np.load(d / "offsets.npy").astype(np.int64, copy=False)
+    made: dict[str, np.ndarray] = {}
+    if rebuild is not None:
+        shard, tokenizer, config = rebuild
+        seqs, _ = get_task(config.task).stored_sequences(TokenStore(shard), tokenizer, config)
+        if not np.array_equal(seqs.offsets, off):
+            raise OSError(f"{shard}: the store shard changed while it was being packed; run the job again")
+        made = seqs.token_fields
     with atomic_directory(out, overwrite=True) as tmp:
         for k in fields:
             with open(tmp / f"token.{k}.bin", "wb") as f:
-                write_in_order(f, map_npy(d / f"token.{k}.npy"), off, order)
+                write_in_order(f, made[k] if rebuild is not None else map_npy(d / f"token.{k}.npy"), off, order)
     StageLog(out.parent).finish(out.name, key, {}, files=[out])
     return {}
 

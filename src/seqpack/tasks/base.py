@@ -51,6 +51,9 @@ class Task:
     #: token fields that a sharded job does not save between its stages: :meth:`rebuild_field`
     #: makes them again from the saved ones, after the gather (less written, read and cached)
     derived_fields: ClassVar[tuple[str, ...]] = ()
+    #: a sharded job's route stage makes this task's token fields again from the store shard instead
+    #: of saving them between the stages (a task whose sequences are a cheap copy of the store's tokens)
+    tokens_from_store: ClassVar[bool] = False
     #: packed columns the Parquet parts leave out, ``(name, rule)``: every seqpack reader rebuilds
     #: them from the stored ones by the rule (:mod:`seqpack.data.derived`)
     derived_columns: ClassVar[tuple[tuple[str, str], ...]] = (("segment_ids", "segments"),)  # positions restart

@@ -208,6 +208,7 @@ class CLMOptions:
 class CLMTask(Task):
     options_type: ClassVar[type] = CLMOptions
     derived_fields: ClassVar[tuple[str, ...]] = ("labels",)
+    tokens_from_store: ClassVar[bool] = True  # the store's tokens and an EOS a document: a compiled copy
     derived_columns: ClassVar[tuple[tuple[str, str], ...]] = (("labels", "lm_labels"), ("segment_ids", "segments"))
 
     def rebuild_field(self, name: str, fields: Mapping[str, Any], offsets: Any, dtype: Any) -> Any:
