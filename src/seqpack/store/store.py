@@ -112,9 +112,9 @@ class StoreWriter:
         self.empty_documents += int(lengths.size - kept.size)
         if kept.size == 0:
             return
-        if int(ids.max()) >= self.vocab_size or int(ids.min()) < 0:
+        if int(ids.max()) >= self.vocab_size or (ids.dtype.kind == "i" and int(ids.min()) < 0):
             raise ValueError(f"a document from {self.num_documents} on has ids outside 0..{self.vocab_size - 1}")
-        self._tokens.write(ids.astype(self.dtype, copy=False).tobytes())
+        self._tokens.write(memoryview(np.ascontiguousarray(ids.astype(self.dtype, copy=False))))  # no bytes copy
         self._pending.extend((self.num_tokens + np.cumsum(kept)).tolist())
         self.num_tokens += int(ids.size)
         self.num_documents += int(kept.size)
