@@ -630,6 +630,45 @@ std::string text_digest(const py::sequence& texts) {
   return std::string(hex, 32);
 }
 
+// What Tokenizer's fingerprint hashes, less the special tokens (Tokenizer._fingerprint_reference
+// makes the same bytes): per token, in id order, its id (8 bytes little-endian), its length (4) and its
+// bytes; then per merge, each side's length (4) and bytes.
+//   ids [0], tokens [b"a"], merges [(b"a", b"a")] -> 00*8 01 00 00 00 'a' 01 00 00 00 'a' 01 00 00 00 'a'
+void put_le(std::string& out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+const char* bytes_item(PyObject* o, Py_ssize_t* n) {
+  if (!PyBytes_Check(o)) throw py::type_error("tokens and merges must hold bytes");
+  *n = PyBytes_GET_SIZE(o);
+  return PyBytes_AS_STRING(o);
+}
+py::bytes fingerprint_stream(const py::list& ids, const py::list& tokens, const py::list& merges) {
+  const Py_ssize_t n = PyList_GET_SIZE(tokens.ptr()), m = PyList_GET_SIZE(merges.ptr());
+  if (PyList_GET_SIZE(ids.ptr()) != n) throw py::value_error("ids and tokens must have one entry per token");
+  std::string out;
+  out.reserve(static_cast<size_t>(n) * 20 + static_cast<size_t>(m) * 20);
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    const unsigned long long id = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(ids.ptr(), k));
+    if (PyErr_Occurred()) throw py::error_already_set();
+    Py_ssize_t len;
+    const char* b = bytes_item(PyList_GET_ITEM(tokens.ptr(), k), &len);
+    put_le(out, id, 8);
+    put_le(out, static_cast<uint64_t>(len), 4);
+    out.append(b, static_cast<size_t>(len));
+  }
+  for (Py_ssize_t k = 0; k < m; ++k) {
+    PyObject* pair = PyList_GET_ITEM(merges.ptr(), k);
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) throw py::type_error("merges must hold pairs (tuples) of bytes");
+    for (Py_ssize_t side = 0; side < 2; ++side) {
+      Py_ssize_t len;
+      const char* b = bytes_item(PyTuple_GET_ITEM(pair, side), &len);
+      put_le(out, static_cast<uint64_t>(len), 4);
+      out.append(b, static_cast<size_t>(len));
+    }
+  }
+  return py::bytes(out);
+}
+
 py::array append_to_each_py(py::array src, I64 off, py::array item) {
   if (src.ndim() != 1 || !(src.flags() & py::array::c_style) || !item.dtype().is(src.dtype()) ||
       item.size() != 1) {
@@ -735,6 +774,7 @@ PYBIND11_MODULE(_native, m) {
         py::arg("pack_off"), py::arg("out"), py::arg("pad"), py::arg("threads"));
   m.def("utf8_size", &utf8_size, py::arg("text"));
   m.def("text_digest", &text_digest, py::arg("texts"));
+  m.def("fingerprint_stream", &fingerprint_stream, py::arg("ids"), py::arg("tokens"), py::arg("merges"));
   m.def("append_to_each", &append_to_each_py, py::arg("src"), py::arg("offsets"), py::arg("item"));
   m.def("segments_positions", &segments_positions_py, py::arg("lengths"), py::arg("order"),
         py::arg("pack_off"), py::arg("seg"), py::arg("pos"), py::arg("offset"),

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from seqpack.tokenizer import BPEConfig, Tokenizer, train_bpe_corpus
 
@@ -146,3 +148,45 @@ def test_tokenizer_json_ids_equal_ours_on_any_text(tok):
         assert hf.encode(text).ids == tok.encode(text)
 
     check()
+
+
+@given(st.dictionaries(st.text(max_size=8), st.integers(0, 10**6), max_size=12))
+def test_vocab_json_text_is_json_dumps_with_indent_0(obj: dict[str, int]):
+    from seqpack.tokenizer.files import _json_lines
+
+    assert _json_lines(obj) == json.dumps(obj, ensure_ascii=False, indent=0)
+
+
+def test_a_vocab_with_one_token_twice_is_refused(tok, tmp_path):
+    twice = Tokenizer({**tok.vocab, len(tok.vocab): b"the"}, tok.merges, [EOT])
+    with pytest.raises(ValueError, match=r"token b'the' appears twice in the vocab \(ids \d+ and \d+\); vocab.json"):
+        twice.save(tmp_path / "t")
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        ("vocab.json", '{"a": 0, "b": 0}', r"vocab.json: id 0 is used twice"),
+        ("vocab.json", '{"a": 0, "b": -1}', r"vocab.json: token 'b' has id -1"),
+        ("vocab.json", '{"a": 0, "b c": 1}', r"vocab.json: token: 'b c' holds ' '"),
+        ("merges.txt", "#version: 0.2\nĠ t\n\nt h\nĠt Ġx\nĠx\u20ac y\n", r"merges.txt: line 6: 'Ġx€' holds '€'"),
+    ],
+)
+def test_files_read_in_one_pass_still_name_what_is_wrong(tok, tmp_path, name, content, match):
+    """vocab.json and merges.txt are converted in one pass of the codec; an error still names the
+    token, its character and (merges.txt) its line, blank lines counted."""
+    from seqpack.tokenizer.files import read_merges, read_vocab
+
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=match):
+        (read_vocab if name == "vocab.json" else read_merges)(path)
+
+
+def test_merges_read_skip_blank_lines_and_the_version(tmp_path):
+    from seqpack.tokenizer.files import read_merges
+
+    path = tmp_path / "merges.txt"
+    path.write_text("#version: 0.2\r\nĠ t\r\n\nt h\n", encoding="utf-8")
+    assert read_merges(path) == [(b" ", b"t"), (b"t", b"h")]

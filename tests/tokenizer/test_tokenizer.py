@@ -51,6 +51,42 @@ def test_tiny_golden():
     assert tok.decode([258, 256, 257]) == "abc<|eot|>ab"
 
 
+def test_fingerprint_is_pinned():
+    """The fingerprint names saved tokenizers (meta.json): its bytes may not change. Per token in id
+    order its id (8 bytes LE), length (4) and bytes; per merge each side's length (4) and bytes; then
+    each special token after b"\\x00special\\x00". The digest was computed before the compiled stream."""
+    import hashlib
+
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"<|eot|>", 257: b"ab", 258: b"abc"}
+    tok = Tokenizer(vocab, [(b"a", b"b"), (b"ab", b"c")], special_tokens=["<|eot|>"])
+    by_hand = b"".join(i.to_bytes(8, "little") + len(t).to_bytes(4, "little") + t for i, t in sorted(vocab.items()))
+    by_hand += b"\x01\0\0\0a\x01\0\0\0b" + b"\x02\0\0\0ab\x01\0\0\0c" + b"\x00special\x00<|eot|>"
+    pinned = "729b755d4a29df8592c36a4906b709132e40b2b8dd02487c6718bb31e6fd5d57"
+    assert tok.fingerprint() == tok._fingerprint_reference() == hashlib.sha256(by_hand).hexdigest() == pinned
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(min_size=2, max_size=5), max_size=8),
+       st.lists(st.tuples(st.binary(min_size=1, max_size=3), st.binary(min_size=1, max_size=3)), max_size=6),
+       st.lists(st.text(min_size=1, max_size=4), max_size=2, unique=True), st.integers(0, 2**40))
+def test_fingerprint_equals_its_reference(extra, merges, specials, gap):
+    """The compiled stream equals the field-by-field reference: any tokens (ids with gaps, up to 2^40),
+    merges (their tokens added), special tokens."""
+    tokens = [a for m in merges for a in (m[0], m[1], m[0] + m[1])] + extra
+    vocab = {i: bytes([i]) for i in range(256)} | {256 + gap + k: t for k, t in enumerate(tokens)}
+    tok = Tokenizer(vocab, merges, specials)
+    assert tok.fingerprint() == tok._fingerprint_reference()
+
+
+def test_merge_ranks_keep_a_pairs_first_rank():
+    """A pair merged twice keeps its first rank in the reference encoder's table, as in the compiled one."""
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"abc"}
+    tok = Tokenizer(vocab, [(b"a", b"b"), (b"ab", b"c"), (b"a", b"b")])
+    assert tok._ranks == {(97, 98): (0, 256), (256, 99): (1, 257)}
+    assert tok.encode("abcab") == [257, 256]
+    assert tok._merge_ids == ([97, 256, 97], [98, 99, 98], [256, 257, 256])
+
+
 @pytest.mark.parametrize("name", FIXTURES)
 def test_gpt2_conformance_with_tiktoken(gpt2, tiktoken_gpt2, cs336, name):
     text = (cs336 / name).read_text(encoding="utf-8")

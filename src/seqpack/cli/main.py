@@ -29,10 +29,10 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``command``, only that subcommand's options are built.
 
-    Every subcommand is listed either way, but building the options of some (``train``,
-    ``bench``) imports torch; ``seqpack tokenize`` should not pay for that. With a known
-    ``command`` the others are listed by name alone (their help shows in ``seqpack --help``,
-    which builds them all), so that their modules are not imported.
+    Building the options of some subcommands (``train``, ``bench``) imports torch; ``seqpack
+    tokenize`` should not pay for that. With a known ``command`` the parser holds that subcommand
+    alone (the others' help shows in ``seqpack --help``, which builds them all), so that no other
+    module is imported and no other parser built.
     """
     from seqpack._version import __version__
 
@@ -41,7 +41,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, module_name in COMMANDS.items():
         if command in COMMANDS and name != command:
-            sub.add_parser(name)
             continue
         module = importlib.import_module(f"seqpack.cli.{module_name}")
         if command is None or name == command:

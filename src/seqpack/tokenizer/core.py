@@ -47,9 +47,7 @@ class CoreBPE:
 
     def __init__(self, byte_ids: Sequence[int], merges: Sequence[tuple[int, int, int]],
                  specials: Sequence[tuple[bytes, int]] = ()) -> None:
-        left = [a for a, _, _ in merges]
-        right = [b for _, b, _ in merges]
-        merged = [ab for _, _, ab in merges]
+        left, right, merged = (list(c) for c in zip(*merges)) if len(merges) else ([], [], [])
         self._enc = _native.Encoder(list(byte_ids), left, right, merged, [s for s, _ in specials],
                                     [i for _, i in specials])
         self.encode = self._enc.encode

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seqpack._atomic import atomic_directory
-from seqpack.tokenizer.byte_unicode import bytes_to_str, str_to_bytes
+from seqpack.tokenizer.byte_unicode import (
+    gpt2_strings,
+    str_to_bytes,
+    string_ids,
+    strs_to_bytes,
+)
 
 if TYPE_CHECKING:
     from seqpack.tokenizer.tokenizer import Tokenizer
@@ -41,6 +47,16 @@ def _decode_token(text: str, where: str) -> bytes:
         ) from None
 
 
+def _decode_tokens(texts: list[str], where: Callable[[int], str]) -> list[bytes]:
+    """:func:`_decode_token` of each text, in one pass of the codec; ``where(k)`` names text k in an error."""
+    try:
+        return strs_to_bytes(texts)
+    except KeyError:  # the first text that fails, named
+        for k, t in enumerate(texts):
+            _decode_token(t, where(k))
+        raise
+
+
 def read_vocab(path: str | os.PathLike[str]) -> dict[int, bytes]:
     """``{id: bytes}`` from a GPT-2 ``vocab.json`` (``{token string: id}``)."""
     text = _read_text(path)
@@ -50,42 +66,43 @@ def read_vocab(path: str | os.PathLike[str]) -> dict[int, bytes]:
         raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{path}: expected a non-empty JSON object {{token: id}}")
-    vocab: dict[int, bytes] = {}
-    for tok, idx in raw.items():
-        if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
-            raise ValueError(f"{path}: token {tok!r} has id {idx!r}; ids must be ints >= 0")
-        if idx in vocab:
-            raise ValueError(f"{path}: id {idx} is used twice")
-        vocab[idx] = _decode_token(tok, f"{path}: token")
+    ids = list(raw.values())
+    if not all(type(i) is int and i >= 0 for i in ids):
+        tok, idx = next((t, i) for t, i in raw.items() if type(i) is not int or i < 0)
+        raise ValueError(f"{path}: token {tok!r} has id {idx!r}; ids must be ints >= 0")
+    tokens = list(raw)
+    vocab = dict(zip(ids, _decode_tokens(tokens, lambda k: f"{path}: token")))
+    if len(vocab) < len(ids):
+        seen: set[int] = set()
+        idx = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+        raise ValueError(f"{path}: id {idx} is used twice")
     return vocab
 
 
 def read_merges(path: str | os.PathLike[str]) -> list[tuple[bytes, bytes]]:
     """Merges from a GPT-2 ``merges.txt`` (optional ``#version`` first line)."""
-    merges: list[tuple[bytes, bytes]] = []
-    for lineno, line in enumerate(_read_text(path).split("\n"), start=1):
-        line = line.rstrip("\r")
-        if not line or (lineno == 1 and line.startswith("#version")):
-            continue
-        parts = line.split(" ")
+    lines = _read_text(path).split("\n")
+    first = 1 if lines and lines[0].startswith("#version") else 0
+    numbers = [n for n in range(first, len(lines)) if lines[n].rstrip("\r")]  # (0-based) lines that hold a merge
+    pairs = [lines[n].rstrip("\r").split(" ") for n in numbers]
+    for n, parts in zip(numbers, pairs):
         if len(parts) != 2 or not parts[0] or not parts[1]:
-            raise ValueError(f"{path}: line {lineno}: expected two tokens separated by one space, got {line!r}")
-        where = f"{path}: line {lineno}"
-        merges.append((_decode_token(parts[0], where), _decode_token(parts[1], where)))
-    return merges
+            raise ValueError(f"{path}: line {n + 1}: expected two tokens separated by one space, "
+                             f"got {lines[n].rstrip(chr(13))!r}")
+    halves = _decode_tokens([h for parts in pairs for h in parts], lambda k: f"{path}: line {numbers[k // 2] + 1}")
+    return list(zip(halves[::2], halves[1::2]))
 
 
-def _vocab_json(tok: Tokenizer) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for i in sorted(tok.vocab):
-        key = bytes_to_str(tok.vocab[i])
-        if key in out:
-            raise ValueError(
-                f"token {tok.vocab[i]!r} appears twice in the vocab (ids {out[key]} and {i}); "
-                "vocab.json cannot hold duplicates"
-            )
-        out[key] = i
-    return out
+def _json_lines(obj: dict[str, int]) -> str:
+    """``json.dumps(obj, ensure_ascii=False, indent=0)`` (one entry a line: GPT-2's ``vocab.json``), through
+    json's C encoder, which an ``indent`` turns off (3 ms of a 10K vocab's save).
+
+    >>> _json_lines({"a": 0, '"': 1})
+    '{\\n"a": 0,\\n"\\\\"": 1\\n}'
+    """
+    if not obj:
+        return "{}"
+    return "{\n" + json.dumps(obj, ensure_ascii=False, separators=(",\n", ": "))[1:-1] + "\n}"
 
 
 def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike[str], *, overwrite: bool = False,
@@ -95,15 +112,16 @@ def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike[str], *, overwri
     ``transformers.AutoTokenizer.from_pretrained(directory)`` loads it complete."""
     from seqpack.tokenizer.hf_export import hf_directory_files, hf_tokenizer_json
 
-    vocab = _vocab_json(tok)
+    strings, merges = gpt2_strings(tok.vocab, tok.merges)  # every token made a string once, for all three files
+    vocab = string_ids(strings, tok.vocab, "vocab.json")
     with atomic_directory(directory, overwrite=overwrite) as tmp:
         if hf:
             for name, text in hf_directory_files(tok, chat_template=chat_template).items():
                 (tmp / name).write_text(text, encoding="utf-8")
-        (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0), encoding="utf-8")
-        lines = ["#version: 0.2"] + [f"{bytes_to_str(a)} {bytes_to_str(b)}" for a, b in tok.merges]
+        (tmp / "vocab.json").write_text(_json_lines(vocab), encoding="utf-8")
+        lines = ["#version: 0.2"] + [f"{a} {b}" for a, b in merges]
         (tmp / "merges.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        (tmp / "tokenizer.json").write_text(hf_tokenizer_json(tok), encoding="utf-8")
+        (tmp / "tokenizer.json").write_text(hf_tokenizer_json(tok, strings=(strings, merges)), encoding="utf-8")
         meta = {
             "format": "seqpack-tokenizer",
             "format_version": FORMAT_VERSION,

@@ -12,25 +12,23 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from seqpack.tokenizer.byte_unicode import bytes_to_str
+from seqpack.tokenizer.byte_unicode import gpt2_strings, string_ids
 
 if TYPE_CHECKING:
     from seqpack.tokenizer.tokenizer import Tokenizer
 
 
-def hf_vocab(tok: Tokenizer) -> dict[str, int]:
-    """Token strings (GPT-2's byte-to-unicode form; special tokens as themselves) -> ids."""
-    special_ids = set(tok.special_ids.values())
-    vocab: dict[str, int] = {}
-    for i in sorted(tok.vocab):
-        key = tok.vocab[i].decode("utf-8") if i in special_ids else bytes_to_str(tok.vocab[i])
-        if key in vocab:
-            raise ValueError(
-                f"token {key!r} appears twice in the vocab (ids {vocab[key]} and {i}); "
-                "tokenizer.json cannot hold duplicates"
-            )
-        vocab[key] = i
-    return vocab
+#: every token's string (id -> string) and every merge's strings: :func:`seqpack.tokenizer.byte_unicode.gpt2_strings`
+Strings = tuple[dict[int, str], list[tuple[str, str]]]
+
+
+def hf_vocab(tok: Tokenizer, strings: dict[int, str] | None = None) -> dict[str, int]:
+    """Token strings (GPT-2's byte-to-unicode form; special tokens as themselves) -> ids.
+    ``strings``: the tokens' GPT-2 strings, where the caller has them."""
+    if strings is None:
+        strings = gpt2_strings(tok.vocab, [])[0]
+    strings = strings | {i: tok.vocab[i].decode("utf-8") for i in tok.special_ids.values()}
+    return string_ids(strings, tok.vocab, "tokenizer.json")
 
 
 def build_hf_tokenizer(tok: Tokenizer) -> Any:
@@ -38,8 +36,8 @@ def build_hf_tokenizer(tok: Tokenizer) -> Any:
     from tokenizers import AddedToken, decoders, models, pre_tokenizers
     from tokenizers import Tokenizer as HFTokenizer
 
-    merges = [(bytes_to_str(a), bytes_to_str(b)) for a, b in tok.merges]
-    bpe = models.BPE(vocab=hf_vocab(tok), merges=merges, dropout=None, unk_token=None, fuse_unk=False,
+    strings, merges = gpt2_strings(tok.vocab, tok.merges)
+    bpe = models.BPE(vocab=hf_vocab(tok, strings), merges=merges, dropout=None, unk_token=None, fuse_unk=False,
                      byte_fallback=False, ignore_merges=False)
     hf = HFTokenizer(bpe)
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
@@ -49,7 +47,7 @@ def build_hf_tokenizer(tok: Tokenizer) -> Any:
     return hf
 
 
-def hf_tokenizer_json(tok: Tokenizer) -> str:
+def hf_tokenizer_json(tok: Tokenizer, *, strings: Strings | None = None) -> str:
     """``tokenizer.json``'s text, written directly: the bytes ``build_hf_tokenizer(tok).to_str()`` gives
     (tested against it), without building the tokenizer (17 ms of a 10K tokenizer's save, and ``tokenizers``'
     import, against 4 ms).
@@ -58,13 +56,16 @@ def hf_tokenizer_json(tok: Tokenizer) -> str:
         >>> tok = Tokenizer({**{i: bytes([i]) for i in range(256)}, 256: b" a"}, [(b" ", b"a")], [])
         >>> hf_tokenizer_json(tok)[-32:]
         '"Ġa":256},"merges":[["Ġ","a"]]}}'
+
+    ``strings``: :func:`~seqpack.tokenizer.byte_unicode.gpt2_strings` of ``tok``, where the caller has it.
     """
+    vocab, merges = strings if strings is not None else gpt2_strings(tok.vocab, tok.merges)
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
               "special": True} for s, i in sorted(tok.special_ids.items(), key=lambda item: item[1])]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None, "end_of_word_suffix": None,
-             "fuse_unk": False, "byte_fallback": False, "ignore_merges": False, "vocab": hf_vocab(tok),
-             "merges": [[bytes_to_str(a), bytes_to_str(b)] for a, b in tok.merges]}
+             "fuse_unk": False, "byte_fallback": False, "ignore_merges": False, "vocab": hf_vocab(tok, vocab),
+             "merges": merges}
     doc = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
            "pre_tokenizer": byte_level, "post_processor": None,
            "decoder": {**byte_level, "add_prefix_space": True},  # what tokenizers writes for this decoder (it ignores the flag)
