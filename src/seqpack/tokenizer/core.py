@@ -48,6 +48,23 @@ class CoreBPE:
     def __init__(self, byte_ids: Sequence[int], merges: Sequence[tuple[int, int, int]],
                  specials: Sequence[tuple[bytes, int]] = ()) -> None:
         left, right, merged = (list(c) for c in zip(*merges)) if len(merges) else ([], [], [])
+        self._bind(byte_ids, left, right, merged, specials)
+
+    @classmethod
+    def from_columns(cls, byte_ids: Sequence[int], left: list[int], right: list[int], merged: list[int],
+                     specials: Sequence[tuple[bytes, int]] = ()) -> CoreBPE:
+        """The same encoder from the merges as three columns in rank order (no triple a merge: a
+        50K-merge tokenizer is built ~10 ms sooner).
+
+        >>> CoreBPE.from_columns(list(range(256)), [97], [98], [256]).encode("abc")
+        [256, 99]
+        """
+        core = cls.__new__(cls)
+        core._bind(byte_ids, left, right, merged, specials)
+        return core
+
+    def _bind(self, byte_ids: Sequence[int], left: list[int], right: list[int], merged: list[int],
+              specials: Sequence[tuple[bytes, int]]) -> None:
         self._enc = _native.Encoder(list(byte_ids), left, right, merged, [s for s, _ in specials],
                                     [i for _, i in specials])
         self.encode = self._enc.encode

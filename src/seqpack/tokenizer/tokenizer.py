@@ -180,9 +180,9 @@ class Tokenizer:
         if self._native is None:
             from seqpack.tokenizer.core import CoreBPE
 
-            merges = list(zip(*self._merge_ids))  # in rank order; the first merge of a pair wins there too
             specials = [(s.encode("utf-8"), self.special_ids[s]) for s in self.special_tokens]
-            self._native = native = CoreBPE(self._byte_ids, merges, specials)
+            # the merges in rank order (the first merge of a pair wins there too)
+            self._native = native = CoreBPE.from_columns(self._byte_ids, *self._merge_ids, specials)
             # From now on ``self.encode`` is the compiled call itself (no Python frame a call);
             # texts too long for one call go to _encode_pieces, which holds no reference to self.
             fallback = partial(_encode_pieces, native.encode, self._specials_re, self._longest_special)
