@@ -78,6 +78,12 @@ def test_fingerprint_equals_its_reference(extra, merges, specials, gap):
     assert tok.fingerprint() == tok._fingerprint_reference()
 
 
+def test_a_token_held_by_two_ids_is_the_lower_id():
+    vocab = {i: bytes([i]) for i in range(256)} | {300: b"ab", 256: b"ab"}
+    tok = Tokenizer(vocab, [(b"a", b"b")])
+    assert tok.token_to_id(b"ab") == 256 and tok.encode("ab") == [256]
+
+
 def test_merge_ranks_keep_a_pairs_first_rank():
     """A pair merged twice keeps its first rank in the reference encoder's table, as in the compiled one."""
     vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"abc"}
