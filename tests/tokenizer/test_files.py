@@ -83,9 +83,15 @@ def test_refuses_non_empty_out_unless_overwrite(tok, tmp_path):
         ("vocab.json", '{"a": "x"}', r"vocab.json: token 'a' has id 'x'"),
         ("merges.txt", "#version: 0.2\nĠ t\nbroken\n", r"merges.txt: line 3: expected two tokens"),
         ("merges.txt", "a b c\n", r"merges.txt: line 1: expected two tokens"),
+        ("vocab.json", '{"a": 0, "b": 0}', r"vocab.json: id 0 is used twice"),
+        ("vocab.json", '{"a": 0, "b": -1}', r"vocab.json: token 'b' has id -1"),
+        ("vocab.json", '{"a": 0, "b c": 1}', r"vocab.json: token: 'b c' holds ' '"),
+        ("merges.txt", "#version: 0.2\nĠ t\n\nt h\nĠt Ġx\nĠx\u20ac y\n", r"merges.txt: line 6: 'Ġx€' holds '€'"),
     ],
 )
 def test_corrupt_files_name_file_and_line(tok, tmp_path, name, content, match):
+    """Both files are converted in one pass of the codec; an error still names the token, its
+    character and (merges.txt) its line, blank lines counted."""
     tok.save(tmp_path / "t")
     (tmp_path / "t" / name).write_text(content, encoding="utf-8")
     with pytest.raises(ValueError, match=match):
@@ -162,26 +168,6 @@ def test_a_vocab_with_one_token_twice_is_refused(tok, tmp_path):
     with pytest.raises(ValueError, match=r"token b'the' appears twice in the vocab \(ids \d+ and \d+\); vocab.json"):
         twice.save(tmp_path / "t")
     assert not (tmp_path / "t").exists()
-
-
-@pytest.mark.parametrize(
-    ("name", "content", "match"),
-    [
-        ("vocab.json", '{"a": 0, "b": 0}', r"vocab.json: id 0 is used twice"),
-        ("vocab.json", '{"a": 0, "b": -1}', r"vocab.json: token 'b' has id -1"),
-        ("vocab.json", '{"a": 0, "b c": 1}', r"vocab.json: token: 'b c' holds ' '"),
-        ("merges.txt", "#version: 0.2\nĠ t\n\nt h\nĠt Ġx\nĠx\u20ac y\n", r"merges.txt: line 6: 'Ġx€' holds '€'"),
-    ],
-)
-def test_files_read_in_one_pass_still_name_what_is_wrong(tok, tmp_path, name, content, match):
-    """vocab.json and merges.txt are converted in one pass of the codec; an error still names the
-    token, its character and (merges.txt) its line, blank lines counted."""
-    from seqpack.tokenizer.files import read_merges, read_vocab
-
-    path = tmp_path / name
-    path.write_text(content, encoding="utf-8")
-    with pytest.raises(ValueError, match=match):
-        (read_vocab if name == "vocab.json" else read_merges)(path)
 
 
 def test_merges_read_skip_blank_lines_and_the_version(tmp_path):
