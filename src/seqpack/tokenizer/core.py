@@ -90,6 +90,17 @@ class CoreBPE:
         """Forget the per-thread word caches (cold-cache measurements)."""
         self._enc.clear_cache()
 
+    @staticmethod
+    def fingerprint_stream(ids: list[int], tokens: list[bytes], merges: list[tuple[bytes, bytes]]) -> bytes:
+        """The bytes a tokenizer's fingerprint hashes, less its special tokens: per token (in ``ids``'
+        order) its id (8 bytes, little-endian), length (4) and bytes; per merge each side's length (4)
+        and bytes (``Tokenizer._fingerprint_reference`` makes them field by field).
+
+        >>> CoreBPE.fingerprint_stream([1], [b"a"], [(b"a", b"a")]).hex()
+        '0100000000000000010000006101000000610100000061'
+        """
+        return _native.fingerprint_stream(ids, tokens, merges)  # type: ignore[no-any-return]
+
     # ---- training ---------------------------------------------------------------------------
     @staticmethod
     def word_counter(special_tokens: Sequence[str]) -> Any:
