@@ -61,3 +61,19 @@ def test_every_command_is_its_module_and_runs_without_the_others() -> None:
     assert out.strip() == "['seqpack.cli.args', 'seqpack.cli.encode', 'seqpack.cli.main']"
     helps = build_parser().format_help()
     assert all(name in helps for name in COMMANDS) and "train a byte-level BPE tokenizer" in helps
+
+
+def test_tokenize_imports_neither_the_tasks_nor_the_packed_format() -> None:
+    """``seqpack tokenize`` builds a token store: its parser and job load no task, packing planner or
+    packed-format module (``seqpack.pipeline`` loads its names on first use)."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys\nfrom seqpack.cli.main import build_parser\nbuild_parser('tokenize')\n"
+            "from seqpack.pipeline import build_sharded_store, get_engine\n"
+            "print(json.dumps(sorted({m.split('.')[1] for m in sys.modules if m.startswith('seqpack.') and m.count('.') > 1})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(json.loads(out))  # the seqpack packages it loaded modules of
+    assert not loaded & {"tasks", "data", "packing"}, loaded
+    assert {"pipeline", "store", "cli"} <= loaded

@@ -12,11 +12,17 @@ packed rows are laid out and written, and this layer runs the job.
 
 from __future__ import annotations
 
-from seqpack.pipeline.config import OutputOptions, PackConfig
-from seqpack.pipeline.engine import ENGINES, Engine, LocalEngine, get_engine
-from seqpack.pipeline.in_memory import build_sequences, pack_task
-from seqpack.pipeline.pack import build_packed_dataset
-from seqpack.pipeline.tokenize import build_sharded_store
+from seqpack._lazy import keep, listing
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
+    from seqpack.pipeline.config import OutputOptions, PackConfig
+    from seqpack.pipeline.engine import ENGINES, Engine, LocalEngine, get_engine
+    from seqpack.pipeline.in_memory import build_sequences, pack_task
+    from seqpack.pipeline.pack import build_packed_dataset
+    from seqpack.pipeline.tokenize import build_sharded_store
 
 __all__ = [
     "ENGINES",
@@ -30,3 +36,25 @@ __all__ = [
     "get_engine",
     "pack_task",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The names load on first use (PEP 562): ``seqpack tokenize`` needs the engine and the store,
+    not the tasks, the packed format or the planners behind :class:`PackConfig` (~40 ms of imports)."""
+    if name in ("OutputOptions", "PackConfig"):
+        from seqpack.pipeline import config as module
+    elif name in ("ENGINES", "Engine", "LocalEngine", "get_engine"):
+        from seqpack.pipeline import engine as module
+    elif name in ("build_sequences", "pack_task"):
+        from seqpack.pipeline import in_memory as module
+    elif name == "build_packed_dataset":
+        from seqpack.pipeline import pack as module
+    elif name == "build_sharded_store":
+        from seqpack.pipeline import tokenize as module
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return keep(globals(), module, name)
+
+
+def __dir__() -> list[str]:
+    return listing(globals(), __all__)
