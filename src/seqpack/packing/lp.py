@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from seqpack.packing import solvers
 from seqpack.packing.pricing import price_packs
 
 REDUCED_COST_TOL = 1e-9
@@ -85,6 +86,7 @@ class _Columns:
         Flow ``i`` moves one slot from length row ``i + 1`` down to row ``i``: a longer slot
         can hold a shorter sequence. It keeps the duals monotone in length.
         """
+        solvers.ready()  # a preload of scipy's solvers finished first (see solvers)
         from scipy.sparse import csc_matrix
 
         m, n = len(self.lengths), len(self.patterns)
@@ -98,6 +100,7 @@ class _Columns:
 
 def _solve_restricted(a, demand: np.ndarray, method: str = "highs-ds") -> tuple[np.ndarray, np.ndarray, float]:  # type: ignore[no-untyped-def]
     """Solve ``min 1.x  s.t.  [A | F] (x, f) >= d`` from scratch; return (x, duals, value)."""
+    solvers.ready()  # a preload of scipy's solvers finished first (see solvers)
     from scipy.optimize import linprog
 
     n = a.shape[1] - (a.shape[0] - 1)
@@ -118,6 +121,7 @@ class _Master:
     def __init__(self, cols: _Columns, demand: np.ndarray) -> None:
         self.cols, self.demand, self.n_in = cols, demand, 0
         try:
+            solvers.ready()  # a preload of scipy's solvers finished first (see solvers)
             from scipy.optimize._highspy import _core as hc
         except ImportError:  # pragma: no cover - depends on the scipy build
             self.h = None

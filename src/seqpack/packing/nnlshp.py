@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from seqpack.packing import solvers
+
 NNLS_WEIGHT = 0.09
 NNLS_WEIGHT_CUTOFF = 8
 MAX_MATRIX_ENTRIES = 60_000_000  # ~480 MB of float64: max_len 600 at depth 3
@@ -49,6 +51,7 @@ def _packing_matrix(strategies: list[tuple[int, ...]], max_len: int) -> np.ndarr
 
 
 def nnlshp_packs(hist: np.ndarray, max_len: int, depth: int = 3) -> list[tuple[tuple[int, ...], int]]:
+    solvers.ready()  # a preload of scipy's solvers finished first (see solvers)
     from scipy.optimize import nnls
 
     if not 1 <= depth <= 3:

@@ -9,13 +9,11 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-import threading
 import time
 
 import numpy as np
 
+from seqpack.packing import solvers
 from seqpack.packing.best import best_packs
 from seqpack.packing.heuristics import lpfhp_packs, spfhp_packs
 from seqpack.packing.histogram import check_histogram
@@ -24,15 +22,16 @@ from seqpack.packing.plan_types import PackingPlan, plan_from_packs
 
 ALGORITHMS = ("spfhp", "lpfhp", "nnlshp", "best")
 #: what an algorithm imports when it first plans (scipy's solvers: ~0.4 s)
-SOLVERS = {"best": "scipy.optimize", "nnlshp": "scipy.optimize"}
+SOLVERS = {"best": solvers.SCIPY, "nnlshp": solvers.SCIPY}
 
 
 def preload(algorithm: str) -> None:
     """Import the solver ``algorithm`` needs on a background thread, so that a job which plans
-    only after reading its shards does not then wait for the import (the plan is serial)."""
+    only after reading its shards does not then wait for the import (the plan is serial; the
+    planners wait for this import before their own: :mod:`seqpack.packing.solvers`)."""
     module = SOLVERS.get(algorithm)
-    if module is not None and module not in sys.modules:
-        threading.Thread(target=importlib.import_module, args=(module,), name="seqpack-preload", daemon=True).start()
+    if module is not None:
+        solvers.preload(module)
 
 
 def check_max_depth(max_depth: object) -> int | None:

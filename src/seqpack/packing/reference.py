@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from seqpack.packing import solvers
+
 
 def _fit(lengths: Sequence[int], max_len: int, max_depth: int | None, *, worst: bool) -> list[list[int]]:
     """Fit decreasing, one sequence at a time. Among packs with the same space left, the one changed
@@ -57,6 +59,7 @@ def lp_bound(hist: Sequence[int] | np.ndarray, max_len: int, max_depth: int | No
 
     Exponential in ``max_len``: only for tiny histograms, to check ``seqpack.packing.lp``.
     """
+    solvers.ready()  # a preload of scipy's solvers finished first (see solvers)
     from scipy.optimize import linprog
 
     h = np.asarray(hist, dtype=np.int64)
