@@ -59,3 +59,39 @@ def test_plain_encoding_for_any_parquet_reader(case: str, tmp_path: Path) -> Non
     assert "BYTE_STREAM_SPLIT" in encodings(tmp_path / "bss")
     a, b = load_packed(tmp_path / "plain", mmap=False)[1], load_packed(tmp_path / "bss", mmap=False)[1]
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bool"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_arrow_columns_without_pandas_equal_pyarrows_own(dtype: str) -> None:
+    """A column is an Arrow array over numpy's buffer (pa.array would import pandas to ask whether it
+    was given a Series): the same array pa.array makes, and the same numpy dtype back."""
+    pa = pytest.importorskip("pyarrow")
+    from seqpack.data.format import _arrow_column, numpy_dtype
+
+    a = (np.arange(24) % 5).astype(dtype).reshape(2, 3, 4)[:, ::-1]  # not contiguous
+    col = _arrow_column(a)
+    assert col.type == pa.list_(pa.field("element", pa.list_(pa.field("element", pa.from_numpy_dtype(np.dtype(dtype)),
+                                                                       nullable=False), 4), nullable=False), 3)
+    assert col.flatten().flatten().equals(pa.array(np.ascontiguousarray(a).reshape(-1)))
+    t = col.type.value_type.value_type
+    assert numpy_dtype(t) == np.dtype(t.to_pandas_dtype()) == np.dtype(dtype)
+
+
+def test_writing_a_packed_part_imports_no_pandas(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys\nimport numpy as np\nfrom pathlib import Path\n"
+            "from seqpack.data.format import parquet_column_specs, write_parquet_part\n"
+            f"p = Path({str(tmp_path / 'part.parquet')!r})\n"
+            "write_parquet_part(p, {'input_ids': np.ones((4, 8), np.uint16), 'num_sequences': np.ones(4, np.uint8)}, 0, 4, 2, 'zstd')\n"
+            "specs = parquet_column_specs(p)\n"
+            "print(json.dumps(['pandas' in sys.modules, specs]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    pandas_loaded, specs = json.loads(out)
+    assert not pandas_loaded
+    assert specs == {"input_ids": {"dtype": "uint16", "shape": [8]}, "num_sequences": {"dtype": "uint8", "shape": []}}

@@ -114,7 +114,11 @@ def _arrow_column(a: np.ndarray) -> Any:
     Parquet stores it REQUIRED (no definition levels to write or read)."""
     import pyarrow as pa
 
-    arr = pa.array(np.ascontiguousarray(a).reshape(-1))
+    flat = np.ascontiguousarray(a).reshape(-1)
+    if flat.dtype.kind in "iuf":  # the array over numpy's buffer: pa.array would import pandas (0.14 s) to ask
+        arr = pa.Array.from_buffers(pa.from_numpy_dtype(flat.dtype), len(flat), [None, pa.py_buffer(flat)])
+    else:
+        arr = pa.array(flat)
     for width in reversed(a.shape[1:]):
         item = pa.field("element", arr.type, nullable=False)
         arr = pa.FixedSizeListArray.from_arrays(arr, type=pa.list_(item, width))
@@ -251,8 +255,27 @@ def parquet_column_specs(path: str | os.PathLike[str]) -> dict[str, Any]:
         while pa.types.is_fixed_size_list(t):
             shape.append(t.list_size)
             t = t.value_type
-        out[field.name] = {"dtype": np.dtype(t.to_pandas_dtype()).name, "shape": shape}
+        out[field.name] = {"dtype": numpy_dtype(t).name, "shape": shape}
     return out
+
+
+def numpy_dtype(t: Any) -> np.dtype:
+    """The numpy dtype of an Arrow integer, float or boolean type: what ``t.to_pandas_dtype()``
+    gives, without the pandas import that method makes (0.14 s of ``seqpack pack``'s start-up).
+
+        >>> import pyarrow as pa
+        >>> numpy_dtype(pa.uint16()), numpy_dtype(pa.float32()), numpy_dtype(pa.bool_())
+        (dtype('uint16'), dtype('float32'), dtype('bool'))
+    """
+    import pyarrow as pa
+
+    if pa.types.is_integer(t):
+        return np.dtype(f"{'u' if pa.types.is_unsigned_integer(t) else ''}int{t.bit_width}")
+    if pa.types.is_floating(t):
+        return np.dtype(f"float{t.bit_width}")
+    if pa.types.is_boolean(t):
+        return np.dtype(bool)
+    return np.dtype(t.to_pandas_dtype())  # any other type: pyarrow's own answer
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
