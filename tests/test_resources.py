@@ -20,3 +20,30 @@ def test_small_pages_switches_numpy_off_and_back():
         assert setter(True) is True
     finally:
         setter(before)
+
+
+def test_collector_paused_restores_what_it_found():
+    import gc
+
+    import pytest
+
+    from seqpack._resources import collector_paused
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("inside")
+    assert gc.isenabled()  # back on, after an exception too
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # was off: stays off
+    finally:
+        gc.enable()
+
+    @collector_paused()
+    def made() -> bool:
+        return gc.isenabled()
+
+    assert made() is False and made() is False and gc.isenabled()  # as a decorator, call after call

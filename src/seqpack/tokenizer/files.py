@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seqpack._atomic import atomic_directory
+from seqpack._resources import collector_paused
 from seqpack.tokenizer.byte_unicode import (
     gpt2_strings,
     str_to_bytes,
@@ -57,6 +58,7 @@ def _decode_tokens(texts: list[str], where: Callable[[int], str]) -> list[bytes]
         raise
 
 
+@collector_paused()  # tens of thousands of new containers, no cycle among them
 def read_vocab(path: str | os.PathLike[str]) -> dict[int, bytes]:
     """``{id: bytes}`` from a GPT-2 ``vocab.json`` (``{token string: id}``)."""
     text = _read_text(path)
@@ -79,6 +81,7 @@ def read_vocab(path: str | os.PathLike[str]) -> dict[int, bytes]:
     return vocab
 
 
+@collector_paused()
 def read_merges(path: str | os.PathLike[str]) -> list[tuple[bytes, bytes]]:
     """Merges from a GPT-2 ``merges.txt`` (optional ``#version`` first line)."""
     lines = _read_text(path).split("\n")
@@ -105,6 +108,7 @@ def _json_lines(obj: dict[str, int]) -> str:
     return "{\n" + json.dumps(obj, ensure_ascii=False, separators=(",\n", ": "))[1:-1] + "\n}"
 
 
+@collector_paused()
 def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike[str], *, overwrite: bool = False,
                    hf: bool = False, chat_template: str | None = None) -> None:
     """Write the four files into ``directory`` atomically (meta.json last); with ``hf`` also

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack._parallel import default_workers
+from seqpack._resources import collector_paused
 from seqpack.tokenizer.pretokenize import doc_chunks, special_pattern, split_words
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class Tokenizer:
     #: seqpack's own tokenizers carry no chat template (the chat task uses its default, ChatML)
     chat_template: str | None = None
 
+    @collector_paused()  # its maps and merge pairs hold no cycles
     def __init__(
         self,
         vocab: dict[int, bytes],

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from seqpack._parallel import default_workers
+from seqpack._resources import collector_paused
 from seqpack.tokenizer.counts import WordCounts, count_into
 from seqpack.tokenizer.pretokenize import doc_chunks, file_chunks
 
@@ -277,8 +278,9 @@ def train_bpe_corpus(
     if not len(counts):
         raise ValueError("the corpus is empty: no text to train on (after removing special tokens)")
     num_merges = config.vocab_size - 256 - len(config.special_tokens)
-    merges, tokens = counts.merges(num_merges) if num_merges else ([], [])  # the compiled loop on the counter
-    vocab = _vocab(tokens, config.special_tokens)
+    with collector_paused():  # the merges' pairs and the vocab: many containers, no cycle
+        merges, tokens = counts.merges(num_merges) if num_merges else ([], [])  # the compiled loop on the counter
+        vocab = _vocab(tokens, config.special_tokens)
     t2 = time.perf_counter()
     stopped = len(merges) < num_merges
     if stopped:
