@@ -10,6 +10,7 @@
 #include <mutex>
 #include <queue>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -414,28 +415,48 @@ class EncoderCore {
   // tokens_: every token of at most 24 bytes whose own bytes BPE-encode to itself (checked here,
   // by bpe(); most tokens), so a word the cache lacks that is a token needs no BPE run.
   //   merges (a,b)->256: tokens_ = {"ab": [256]}
+  // The checks (one BPE run a token: most of a 50K-merge tokenizer's construction) run on up to
+  // kBuildThreads threads; the table is filled after them, in rank order.
+  static constexpr size_t kBuildThreads = 8, kTokensPerThread = 4096;
   void build_tokens(const std::vector<uint32_t>& left, const std::vector<uint32_t>& right,
                     const std::vector<uint32_t>& merged) {
-    std::vector<std::string> bytes;  // id -> its bytes, where the merges tell them
-    auto at = [&](uint32_t id) -> std::string& {
-      if (id >= bytes.size()) bytes.resize(id + 1);
-      return bytes[id];
-    };
-    for (size_t b = 0; b < byte_ids_.size(); ++b) at(byte_ids_[b]) = std::string(1, static_cast<char>(b));
-    std::vector<uint32_t> parts;
+    uint32_t top = 0;
+    for (uint32_t b : byte_ids_) top = std::max(top, b);
+    for (size_t r = 0; r < left.size(); ++r) top = std::max({top, left[r], right[r], merged[r]});
+    std::vector<std::string> bytes(static_cast<size_t>(top) + 1);  // id -> its bytes, where the merges tell them
+    for (size_t b = 0; b < byte_ids_.size(); ++b) bytes[byte_ids_[b]] = std::string(1, static_cast<char>(b));
+    std::vector<uint32_t> candidates;  // merged ids whose bytes are new and short enough, in rank order
     for (size_t r = 0; r < left.size(); ++r) {
-      const std::string a = at(left[r]), b = at(right[r]);
-      std::string& t = at(merged[r]);
+      const std::string &a = bytes[left[r]], &b = bytes[right[r]];
+      std::string& t = bytes[merged[r]];
       if (a.empty() || b.empty() || !t.empty()) continue;
       t = a + b;
-      if (t.size() > WordKey::kShort || tokens_.size() + 1 >= WordCache::kMaxWords) continue;
+      if (t.size() <= WordKey::kShort) candidates.push_back(merged[r]);
+    }
+    std::vector<char> ok(candidates.size(), 0);
+    auto check = [&](size_t lo, size_t hi) {
+      std::vector<uint32_t> parts;
+      for (size_t k = lo; k < hi; ++k) {
+        const std::string& t = bytes[candidates[k]];
+        bpe(reinterpret_cast<const uint8_t*>(t.data()), t.size(), parts);
+        ok[k] = parts.size() == 1 && parts[0] == candidates[k];
+      }
+    };
+    const size_t hw = std::max<size_t>(1, std::thread::hardware_concurrency());
+    const size_t threads = std::min({kBuildThreads, hw, std::max<size_t>(1, candidates.size() / kTokensPerThread)});
+    std::vector<std::thread> pool;
+    const size_t n = candidates.size();
+    for (size_t i = 1; i < threads; ++i) pool.emplace_back(check, n * i / threads, n * (i + 1) / threads);
+    check(0, n / threads);
+    for (auto& th : pool) th.join();
+    for (size_t k = 0; k < n && tokens_.size() + 1 < WordCache::kMaxWords; ++k) {
+      if (!ok[k]) continue;
+      const std::string& t = bytes[candidates[k]];
       const auto* p = reinterpret_cast<const uint8_t*>(t.data());
-      bpe(p, t.size(), parts);
-      if (parts.size() != 1 || parts[0] != merged[r]) continue;
-      WordKey k;
-      k.set(p, t.size(), p + t.size());
+      WordKey key;
+      key.set(p, t.size(), p + t.size());
       size_t got;
-      if (!tokens_.find(k, &got)) tokens_.insert(k, parts.data(), 1);
+      if (!tokens_.find(key, &got)) tokens_.insert(key, &candidates[k], 1);
     }
   }
 
