@@ -75,10 +75,11 @@ def test_chunk_view_is_the_chunk_read_in_place(tmp_path):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from([b"ab", b"<s>", b"<s><s>", b"x", b"<", b"s>", b"\n"]), max_size=60),
-       st.integers(1, 9))
-def test_special_starts_window_by_window_equal_one_search(tmp_path_factory, parts, window):
+       st.integers(1, 9), st.booleans())
+def test_special_starts_window_by_window_equal_one_search(tmp_path_factory, parts, window, one):
     """The special-token search maps a window at a time and lets each go once searched; it finds
-    exactly what one search over the whole file finds, matches across window edges included."""
+    exactly what one search over the whole file finds, matches across window edges included. With
+    one special token it searches with mmap.find (``literal``), not the regex: the same starts."""
     import mmap
 
     from seqpack.tokenizer import pretokenize
@@ -86,14 +87,15 @@ def test_special_starts_window_by_window_equal_one_search(tmp_path_factory, part
     data = b"".join(parts)
     path = tmp_path_factory.mktemp("s") / "f.txt"
     path.write_bytes(data or b"x")
-    specials = ["<s>", "<s><s>"]
+    specials = ["<s>"] if one else ["<s>", "<s><s>"]
     sp = pretokenize._special_bytes_pattern(specials)
+    literal = b"<s>" if one else None
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         want = [m.start() for m in sp.finditer(mm)]
         old = pretokenize._SCAN_BYTES
         pretokenize._SCAN_BYTES = window
         try:
-            got = list(pretokenize._special_starts(mm, len(mm), sp, 6))
+            got = list(pretokenize._special_starts(mm, len(mm), sp, 6 if not one else 3, literal))
         finally:
             pretokenize._SCAN_BYTES = old
     assert got == want

@@ -138,7 +138,8 @@ def file_chunks(
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         # ints only: a live match object would pin the mmap's buffer
         longest = max((len(t.encode("utf-8")) for t in special_tokens), default=0)
-        starts = _special_starts(mm, size, sp, longest) if sp is not None else None
+        literal = special_tokens[0].encode("utf-8") if len(set(special_tokens)) == 1 else None
+        starts = _special_starts(mm, size, sp, longest, literal) if sp is not None else None
         try:
             for start, end in _cut_points(mm, size, target_bytes, starts, safe):
                 yield FileChunk(path, start, end)
@@ -152,24 +153,38 @@ def file_chunks(
 _SCAN_BYTES = 16 << 20
 
 
-def _special_starts(mm: mmap.mmap, size: int, sp: re.Pattern[bytes], longest: int) -> Iterator[int]:
+def _special_starts(mm: mmap.mmap, size: int, sp: re.Pattern[bytes], longest: int,
+                    literal: bytes | None = None) -> Iterator[int]:
     """Where the special tokens start in ``mm``: the matches of ``sp.finditer(mm)``, found a window
     of :data:`_SCAN_BYTES` at a time. Each window is let go of once searched (``MADV_DONTNEED``:
     the page cache keeps the pages, the process no longer holds them), so a file with few or no
     special tokens is not held in memory whole while the next one is looked for. A match that
     starts in a window lies within ``longest - 1`` bytes past it, so the windows find what one
-    search would."""
+    search would. ``literal``: the one special token, where there is one (``sp`` matches it
+    alone): found by ``mmap.find``, several times faster than the regex engine's scan."""
     pos = 0
     while pos < size:
         end = min(size, pos + _SCAN_BYTES)
         after = end
-        for m in sp.finditer(mm, pos, min(size, end + longest - 1)):
-            if m.start() >= end:
+        for start, stop in _matches(mm, sp, literal, pos, min(size, end + longest - 1)):
+            if start >= end:
                 break
-            yield m.start()
-            after = max(after, m.end())
+            yield start
+            after = max(after, stop)
         _let_go(mm, pos, after)
         pos = after
+
+
+def _matches(mm: mmap.mmap, sp: re.Pattern[bytes], literal: bytes | None, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each match in ``mm[lo:hi]``, left to right, not overlapping."""
+    if literal is None:
+        for m in sp.finditer(mm, lo, hi):
+            yield m.start(), m.end()
+        return
+    i = mm.find(literal, lo, hi)
+    while i >= 0:
+        yield i, i + len(literal)
+        i = mm.find(literal, i + len(literal), hi)
 
 
 def _let_go(mm: mmap.mmap, start: int, stop: int) -> None:
