@@ -96,7 +96,12 @@ def test_encoder_equals_the_reference_for_any_merge_order(seed, shuffle, text):
     # long words (> 64 bytes) take the heap path, short ones the scan; shuffled merges
     # make pairs formed during one rank's pass rank lower than it (the deferral case)
     tok = _random_tokenizer(random.Random(seed), b"ab1 ", 30, shuffle=shuffle)
-    assert tok.encode(text) == tok.encode_reference(text)
+    want = tok.encode_reference(text)
+    assert tok.encode(text) == want
+    # again with the word cache empty: the tokens met are now known to BPE-encode to themselves or not
+    # (shuffled merges make many that do not), and the table answers for those that do
+    tok.clear_cache()
+    assert tok.encode(text) == want == tok.encode_batch([text], workers=2)[0]
 
 
 def test_pairs_formed_during_a_rank_wait_for_it_to_finish():
@@ -376,3 +381,7 @@ def test_a_token_its_own_bytes_do_not_encode_to_is_not_taken_whole():
     assert tok.encode_reference("abc") == [256, 99]
     assert tok.encode("abc") == [256, 99] == tok.encode_batch(["abc"], workers=1)[0]
     assert tok.encode("bc abc") == tok.encode_reference("bc abc") == [257, 32, 256, 99]
+    for _ in range(2):  # once it is known that "abc" is not taken whole and "bc" is, on any thread
+        tok.clear_cache()
+        assert tok.encode("abc bc") == [256, 99, 32, 257]
+        assert tok.encode_batch(["abc", "bc", "x abc"] * 50, workers=2)[0] == [256, 99]
