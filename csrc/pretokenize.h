@@ -105,9 +105,29 @@ inline int64_t utf8_error(const uint8_t* s, size_t n) {
   return -1;
 }
 
+// How many of the 8 bytes at p, from the first, are ASCII letters (SWAR: per byte, the high bit of
+// `letter` is set iff the byte is below 0x80 and, case folded, in 'a'..'z'; no carry crosses a byte).
+//   "Hello, w" -> 5
+inline size_t ascii_letters8(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  const uint64_t t = (v | 0x2020202020202020ULL) & 0x7f7f7f7f7f7f7f7fULL;
+  const uint64_t high = 0x8080808080808080ULL;
+  const uint64_t letter = (t + 0x1f1f1f1f1f1f1f1fULL) & ~(t + 0x0505050505050505ULL) & ~v & high;
+  if (letter == high) return 8;
+  return static_cast<size_t>(__builtin_ctzll(~letter & high)) / 8;  // little-endian: the first byte is the lowest
+}
+
 // End of the run of class `cls` that starts at s[i].
 inline size_t run_end(const uint8_t* s, size_t n, size_t i, uint8_t cls) {
   while (i < n) {
+    if (cls == kLetter) {  // ASCII letters 8 at a time (most of a text's bytes)
+      while (i + 8 <= n) {
+        const size_t k = ascii_letters8(s + i);
+        i += k;
+        if (k < 8) break;
+      }
+    }
     while (i < n && s[i] < 0x80) {  // ASCII: one byte, one load
       if (kAscii.cls[s[i]] != cls) return i;
       ++i;

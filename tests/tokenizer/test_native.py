@@ -61,6 +61,19 @@ def test_scanner_equals_the_regex(text):
     assert _native.split_words(text) == split_words(text)
 
 
+#: letters and the bytes next to the letter ranges ('@' '[' '`' '{'), digits, a space, an apostrophe, a
+#: letter of two bytes and one of three: runs of ASCII letters are scanned 8 bytes at a time (SWAR)
+_LETTER_EDGES = st.lists(st.sampled_from(list("aAzZmq@[`{09 '\n") + ["é", "ж", "中"]), max_size=80).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=_LETTER_EDGES, pad=st.integers(0, 9))
+def test_scanner_reads_letter_runs_8_bytes_at_a_time_like_the_regex(text, pad):
+    # every alignment of the runs against the 8-byte reads, and long runs: "x" * pad shifts them
+    for t in ("x" * pad + text, text + "Q" * pad, "word " * pad + text):
+        assert _native.split_words(t) == split_words(t)
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=40) | _any_text.map(lambda t: t.encode("utf-8") + b"\xed\xa0\x80"))
 def test_utf8_validation_reports_where_python_does(data):
