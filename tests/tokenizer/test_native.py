@@ -232,6 +232,22 @@ def test_long_texts_are_cut_across_threads_with_the_same_ids():
     assert tok.native.encode_lists([texts[0]], 2) == [want[0]]  # one text alone
 
 
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_lists_made_between_blocks_are_each_texts_ids(threads):
+    """encode_lists makes the lists of finished blocks while other blocks are encoded: a whole
+    text's as soon as its block is done, a text cut across blocks (long texts among 2,000 short
+    ones) once all of them are; every list must be its own text's ids, in order."""
+    tok, rng = _cut_tokenizer(), random.Random(11)
+    sizes = [rng.choice((0, 1, 5, 40, 300)) for _ in range(2000)]
+    for at, n in ((3, 30_000), (700, 9_000), (1999, 20_000)):
+        sizes[at] = n
+    texts = ["".join(rng.choice(_CUT_PARTS) for _ in range(n)) for n in sizes]
+    want = [tok.encode_reference(t) for t in texts]
+    tok.clear_cache()
+    assert tok.native.encode_lists(texts, threads) == want
+    assert tok.native.encode_lists(texts, threads) == want  # warm
+
+
 def test_id_lists_are_left_to_reference_counting():
     """Id lists hold only ints, so they are not tracked by the cycle collector (which would
     otherwise traverse every held list at each collection); the batch's outer list is."""
