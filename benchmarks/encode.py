@@ -17,6 +17,9 @@ arms never import seqpack), a warm-up call then ``--repeats`` timed calls, arms 
   vs tiktoken ``encode_ordinary_batch(num_threads=2)`` vs HF ``encode_batch`` (2 rayon threads);
   and seqpack's ``encode_batch`` on 1 thread, for its scaling from 1 thread to 2, set against the
   **machine ceiling**: that 1-thread arm in two processes at once (:func:`machine_ceiling`);
+- the mixed set in **small batches** (``--batch-size``, 64 documents: ~11 KB, what a data loader
+  hands over), a call a batch: seqpack ``encode_batch`` on 1 and 2 threads, tiktoken
+  ``encode_ordinary_batch`` and HF ``encode_batch`` on 2 (per-call overhead and thread start-up);
 - seqpack's corpus encoder ``encode_batches`` (flat numpy ids + offsets, what ``seqpack tokenize``
   uses) on 1 and 2 threads: it has no counterpart in the others, so it is reported apart.
 
@@ -143,6 +146,24 @@ def arms(docs_path: Path, hf_path: Path) -> dict[str, tuple[str, str, str]]:
     }
 
 
+def small_batch_arms(docs_path: Path, hf_path: Path, size: int) -> dict[str, tuple[str, str, str]]:
+    """The corpus in batches of ``size`` documents, one call a batch (what a data loader does): seqpack's
+    ``encode_batch`` on 1 and 2 threads (cold: its caches cleared before each pass), tiktoken's
+    ``encode_ordinary_batch`` and HF's ``encode_batch`` on 2."""
+    base = arms(docs_path, hf_path)
+    split = f"batches = [docs[i : i + {size}] for i in range(0, len(docs), {size})]\n"
+    seqpack, tiktoken, hf2 = (base[k][0] + split for k in (
+        "seqpack encode, per document, 1 thread, cold", "tiktoken encode_ordinary, per document, 1 thread",
+        "HF encode_batch, 2 threads"))
+    every = "return [ids for b in batches for ids in {}]"
+    return {
+        "seqpack encode_batch, 1 thread, cold": (seqpack, "tok.clear_cache()\n" + every.format("tok.encode_batch(b, workers=1)"), HASH),
+        "seqpack encode_batch, 2 threads, cold": (seqpack, "tok.clear_cache()\n" + every.format("tok.encode_batch(b, workers=2)"), HASH),
+        "tiktoken encode_ordinary_batch, 2 threads": (tiktoken, every.format("enc.encode_ordinary_batch(b, num_threads=2)"), HASH),
+        "HF encode_batch, 2 threads": (hf2, every.format("[e.ids for e in hf.encode_batch(b, add_special_tokens=False)]"), HASH),
+    }
+
+
 SCALING_ARM = "seqpack encode_batch, 1 thread, cold"
 
 
@@ -223,6 +244,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", default=str(RESULTS / "encode.json"))
+    ap.add_argument("--batch-size", type=int, default=64, help="the mixed set in batches of this many documents (0: not run)")
     ap.add_argument("--long-line-mb", type=int, default=150, help="a single line of this size, encoded whole (0: none)")
     args = ap.parse_args()
     from seqpack.tokenizer import Tokenizer
@@ -230,7 +252,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="seqpack-encode-"))
     Tokenizer.from_files(CS / "gpt2_vocab.json", CS / "gpt2_merges.txt", [EOT]).to_hf().save(str(work / "tokenizer.json"))
     results = {}
-    for name, docs in corpora().items():
+    sets = corpora()
+    for name, docs in sets.items():
         (work / "docs.json").write_text(json.dumps(docs), encoding="utf-8")
         mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
         repeats = args.repeats * (10 if mb < 1 else 1)  # a call on the 0.14 MB corpus takes ~3 ms
@@ -259,6 +282,25 @@ def main() -> None:
             print(f"  speed-up, {k}: {v:.2f}x")
         results[name] = {"documents": len(docs), "mb": mb, "rounds": args.rounds, "repeats": repeats, "arms": got,
                          "speedups": ratios, "machine_ceiling": ceiling}
+    if args.batch_size:
+        docs = sets["mixed"]
+        (work / "docs.json").write_text(json.dumps(docs), encoding="utf-8")
+        mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
+        print(f"## mixed in batches of {args.batch_size} documents, a call a batch; MB/s over the median pass; ids identical")
+        got = compare_arms(small_batch_arms(work / "docs.json", work / "tokenizer.json", args.batch_size),
+                           rounds=args.rounds, repeats=args.repeats, threads=2)
+        assert len({r["info"] for r in got.values()}) == 1, "the encoders disagree on the batches"
+        for arm, r in got.items():
+            r["mb_per_s"] = mb / r["median_s"]
+            print(f"  {arm:<50} {r['mb_per_s']:8.2f}  [{r['min_s']:.3f}-{r['max_s']:.3f} s]")
+        one, two = got["seqpack encode_batch, 1 thread, cold"], got["seqpack encode_batch, 2 threads, cold"]
+        ratios = {"2 threads vs tiktoken": got["tiktoken encode_ordinary_batch, 2 threads"]["median_s"] / two["median_s"],
+                  "2 threads vs HF": got["HF encode_batch, 2 threads"]["median_s"] / two["median_s"],
+                  "2 threads vs 1": one["median_s"] / two["median_s"]}
+        for k, v in ratios.items():
+            print(f"  speed-up, {k}: {v:.2f}x")
+        results[f"mixed, batches of {args.batch_size}"] = {"documents": len(docs), "mb": mb, "batch_size": args.batch_size,
+                                                           "arms": got, "speedups": ratios}
     if args.long_line_mb:
         print(f"## one {args.long_line_mb} MB line (no newline), one call, fresh processes")
         results[f"{args.long_line_mb} MB line"] = long_line(work, args.long_line_mb)

@@ -100,6 +100,10 @@ class Encoder {
   // Texts up to this many bytes encode with the GIL held: releasing and re-taking it costs more
   // than the work, and holding it makes the inline cache and buffers safe to use without a lock.
   static constexpr size_t kInlineBytes = 4096;
+  // A batch gets a thread for each kThreadBytes bytes of text at most: starting one costs 20-50 us
+  // here, and the blocks' hand-over more; below ~60 KB, 2 threads were slower than 1 (100 texts of
+  // 20 bytes: 66 us against 16; 1,000: 255 against 187; 3,000: 654 against 688).
+  static constexpr size_t kThreadBytes = 1 << 15;
 
   Encoder(std::vector<uint32_t> byte_ids, std::vector<uint32_t> left, std::vector<uint32_t> right,
           std::vector<uint32_t> merged, const std::vector<py::bytes>& specials,
@@ -163,10 +167,10 @@ class Encoder {
   }
 
   // (ids, offsets): text i is ids[offsets[i]:offsets[i + 1]].
-  py::tuple encode_batch(const py::sequence& texts, int threads) {
+  py::tuple encode_batch(const py::sequence& texts, int threads, size_t thread_bytes) {
     const py::tuple keep = snapshot(texts);
     const std::vector<Text> views = utf8_list(keep);
-    Encoded e = encode_views(views, threads);
+    Encoded e = encode_views(views, threads, thread_bytes);
     const auto& ids = e.ids;
     const auto& lengths = e.lengths;
     size_t total = 0;
@@ -193,10 +197,10 @@ class Encoder {
   // (its own and the other threads'); it takes fewer blocks for it (they go to whoever is free).
   // Only the calling thread touches Python objects. A text cut over several blocks (see
   // cut_long_texts) gets its list once they are all done.
-  py::list encode_lists(const py::sequence& texts, int threads) {
+  py::list encode_lists(const py::sequence& texts, int threads, size_t thread_bytes) {
     const py::tuple keep = snapshot(texts);
     const std::vector<Text> views = utf8_list(keep);
-    Encoded e = plan_views(views, threads);
+    Encoded e = plan_views(views, threads, thread_bytes);
     const std::vector<Text>& pieces = e.cut() ? e.bytes : views;
     const size_t n = views.size(), blocks = e.cuts.size() - 1;
     const size_t workers = std::min(e.workers, blocks);
@@ -255,6 +259,13 @@ class Encoder {
       }
     }
     return out;
+  }
+
+  // (threads, blocks, pieces) that encode_batch and encode_lists would run these texts on (plan_views).
+  py::tuple plan(const py::sequence& texts, int threads, size_t thread_bytes) const {
+    const py::tuple keep = snapshot(texts);
+    const Encoded e = plan_views(utf8_list(keep), threads, thread_bytes);
+    return py::make_tuple(e.workers, e.cuts.size() - 1, e.cut() ? e.bytes.size() : py::len(keep));
   }
 
   // The cut that encode_batch and encode_lists would make in these UTF-8 bytes in [lo, hi]
@@ -338,7 +349,7 @@ class Encoder {
   //   2 threads, texts of 540 KB and 1 KB: pieces of 4.2-8.5 KB, then the 1 KB text
   // (32 blocks a thread: with 8, the mixed set's last blocks, of non-Latin text that costs ~3x a
   // byte, could leave one thread working alone)
-  static constexpr size_t kBlocksPerThread = 32, kMinPiece = 4096;
+  static constexpr size_t kBlocksPerThread = 32, kMinPiece = 4096, kMinBlock = 2048;
   bool cut_long_texts(const std::vector<Text>& views, size_t total, size_t workers, Encoded& e) const {
     if (workers < 2) return false;
     const size_t share = std::max(kMinPiece, total / (workers * kBlocksPerThread));
@@ -360,16 +371,18 @@ class Encoder {
     return true;
   }
 
-  // The pieces and blocks of `views` on up to `threads` threads: blocks of about equal bytes
-  // (kBlocksPerThread per thread), which the threads take in turn as they finish one (text of
-  // costlier bytes, e.g. another script, does not leave a thread idle).
-  Encoded plan_views(const std::vector<Text>& views, int threads) const {
+  // The pieces and blocks of `views` on up to `threads` threads, one for each `thread_bytes` bytes
+  // of text (0: one per text, or per kMinPiece bytes where that is more): blocks of about equal
+  // bytes (kBlocksPerThread per thread, of at least kMinBlock bytes), which the threads take in
+  // turn as they finish one (text of costlier bytes, e.g. another script, does not leave a thread idle).
+  //   2 threads, 100 texts of 20 bytes: 1 thread, 1 block; 2 MB: 2 threads, 64 blocks
+  Encoded plan_views(const std::vector<Text>& views, int threads, size_t thread_bytes) const {
     Encoded e;
-    // threads: one per text, or per kMinPiece bytes where that is more
     const size_t total = total_bytes(views);
-    e.workers = thread_count(threads, std::max(views.size(), total / kMinPiece));
+    e.workers = thread_count(threads, thread_bytes ? total / thread_bytes : std::max(views.size(), total / kMinPiece));
     const std::vector<Text>& pieces = cut_long_texts(views, total, e.workers, e) ? e.bytes : views;
-    e.cuts = balanced_cuts(pieces, e.workers < 2 ? 1 : e.workers * kBlocksPerThread);
+    const size_t blocks = std::min(e.workers * kBlocksPerThread, std::max(e.workers, total / kMinBlock));
+    e.cuts = balanced_cuts(pieces, e.workers < 2 ? 1 : blocks);
     e.ids.assign(e.cuts.size() - 1, {});
     e.counts.assign(pieces.size(), 0);
     return e;
@@ -401,8 +414,8 @@ class Encoder {
   }
 
   // Encode `views` on up to `threads` threads, the GIL released (see plan_views).
-  Encoded encode_views(const std::vector<Text>& views, int threads) {
-    Encoded e = plan_views(views, threads);
+  Encoded encode_views(const std::vector<Text>& views, int threads, size_t thread_bytes) {
+    Encoded e = plan_views(views, threads, thread_bytes);
     const std::vector<Text>& pieces = e.cut() ? e.bytes : views;
     const size_t blocks = e.cuts.size() - 1;
     std::atomic<size_t> next{0};
@@ -877,8 +890,12 @@ PYBIND11_MODULE(_native, m) {
            py::arg("specials"), py::arg("special_ids"))
       .def("encode", &Encoder::encode, py::arg("text"))
       .def("fast_encode", &Encoder::fast_encode, py::arg("fallback"), py::arg("max_chars"))
-      .def("encode_batch", &Encoder::encode_batch, py::arg("texts"), py::arg("threads") = 1)
-      .def("encode_lists", &Encoder::encode_lists, py::arg("texts"), py::arg("threads") = 1)
+      .def("encode_batch", &Encoder::encode_batch, py::arg("texts"), py::arg("threads") = 1,
+           py::arg("thread_bytes") = Encoder::kThreadBytes)
+      .def("encode_lists", &Encoder::encode_lists, py::arg("texts"), py::arg("threads") = 1,
+           py::arg("thread_bytes") = Encoder::kThreadBytes)
+      .def("plan", &Encoder::plan, py::arg("texts"), py::arg("threads") = 1,
+           py::arg("thread_bytes") = Encoder::kThreadBytes)
       .def("bpe_with", &Encoder::bpe_with, py::arg("word"), py::arg("heap"))
       .def("cut_point", &Encoder::cut_point, py::arg("text"), py::arg("lo"), py::arg("hi"))
       .def("clear_cache", &Encoder::clear_cache);

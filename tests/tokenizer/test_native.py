@@ -145,7 +145,7 @@ def test_encode_batch_on_threads_equals_encode(gpt2_or_small):
     want = [tok.encode_reference(t) for t in texts]
     for threads in (1, 2, 3, 8):
         tok.clear_cache()
-        ids, offsets = tok.native.encode_batch(texts, threads)
+        ids, offsets = tok.native.encode_batch(texts, threads, thread_bytes=0)  # every thread, however small
         assert offsets[0] == 0 and offsets[-1] == ids.size
         got = [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(texts))]
         assert got == want
@@ -160,8 +160,8 @@ def test_encode_lists_equals_encode_on_threads(gpt2_or_small):
     want = [tok.encode_reference(t) for t in texts]
     for threads in (1, 2, 3, 64):
         tok.clear_cache()
-        assert tok.native.encode_lists(texts, threads) == want
-    assert tok.native.encode_lists([], 2) == []
+        assert tok.native.encode_lists(texts, threads, thread_bytes=0) == want
+    assert tok.native.encode_lists([], 2, thread_bytes=0) == []
 
 
 _CUT_PARTS = ["ab", "Q", " ", "\n", "!", "x!\ny", "'s", "5", "\t", "\u00a0", "é", EOT, "!\n!", "  ", "\n\n"]
@@ -226,10 +226,22 @@ def test_long_texts_are_cut_across_threads_with_the_same_ids():
     want = [tok.encode_reference(t) for t in texts]
     for threads in (1, 2, 3):
         tok.clear_cache()
-        assert tok.native.encode_lists(texts, threads) == want
-        ids, offsets = tok.native.encode_batch(texts, threads)
+        assert tok.native.encode_lists(texts, threads, thread_bytes=0) == want
+        ids, offsets = tok.native.encode_batch(texts, threads, thread_bytes=0)
         assert [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(texts))] == want
-    assert tok.native.encode_lists([texts[0]], 2) == [want[0]]  # one text alone
+    assert tok.native.encode_lists([texts[0]], 2, thread_bytes=0) == [want[0]]  # one text alone
+
+
+def test_a_batch_gets_the_threads_its_size_pays_for():
+    """A thread for each 32 KB of text at most (starting one costs more than encoding less), blocks
+    of at least 2 KB, 32 a thread at most; ``thread_bytes=0``: a thread per text (tests reach them all)."""
+    tok = _cut_tokenizer()
+    assert tok.native.plan(["ab"] * 100, 2) == (1, 1, 100)  # 200 bytes: 1 thread
+    assert tok.native.plan(["ab"] * 100, 2, 0) == (2, 2, 100)
+    assert tok.native.plan(["a" * 1000] * 66, 2) == (2, 32, 66)  # 66 KB: 2 threads, 2 KB blocks
+    assert tok.native.plan(["a" * 1000] * 2000, 2) == (2, 64, 2000)  # 2 MB: 32 blocks a thread
+    assert tok.native.plan(["a" * 1000] * 2000, 8)[:2] == (8, 256)
+    assert tok.native.plan([], 2) == (1, 0, 0)
 
 
 @pytest.mark.parametrize("threads", [2, 3, 8])
@@ -256,7 +268,7 @@ def test_id_lists_are_left_to_reference_counting():
     tok = _cut_tokenizer()
     assert not gc.is_tracked(tok.encode("ab ab"))
     assert not gc.is_tracked(tok.encode("ab " * 3000))  # the long-text path too
-    out = tok.native.encode_lists(["ab", "", "Q" * 9000], 2)
+    out = tok.native.encode_lists(["ab", "", "Q" * 9000], 2, thread_bytes=0)
     assert gc.is_tracked(out) and not any(gc.is_tracked(ids) for ids in out)
 
 
@@ -356,7 +368,7 @@ def test_encode_lists_takes_one_reference_per_item(threads):
     probe = tok.native.encode_lists(["abc"], 1)[0][0]  # the encoder's int 257 (not a small int: counted)
     assert probe == 257
     base = sys.getrefcount(probe)
-    out = tok.native.encode_lists(["abc" * 50 + "x"] * 40, threads)  # 2,040 ids: more than the vocab
+    out = tok.native.encode_lists(["abc" * 50 + "x"] * 40, threads, thread_bytes=0)  # 2,040 ids: more than the vocab
     assert out == [[257] * 50 + [ord("x")]] * 40
     assert sys.getrefcount(probe) == base + 50 * 40
     del out

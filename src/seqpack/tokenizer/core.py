@@ -34,7 +34,9 @@ class CoreBPE:
     The hot calls are the C++ methods themselves (bound in ``__init__``: no Python frame per call):
 
     - ``encode(text) -> list[int]``: ids of one text (special tokens recognised);
-    - ``encode_batch(documents, threads) -> (ids, offsets)``: many documents, flat (CSR), on ``threads``;
+    - ``encode_batch(documents, threads) -> (ids, offsets)``: many documents, flat (CSR), on up to
+      ``threads``, one for each ``thread_bytes`` (keyword; default 32 KB) of text: below that a thread
+      costs more than it gives (0: one per document, as tests need to reach every thread);
     - ``encode_lists(documents, threads) -> list[list[int]]``: the same as one list of ids per document.
 
     Texts up to 4 KB encode with the GIL held (releasing it costs more than the work); longer ones
@@ -42,8 +44,8 @@ class CoreBPE:
     """
 
     encode: Callable[[str], list[int]]
-    encode_batch: Callable[[Sequence[str], int], tuple[np.ndarray, np.ndarray]]
-    encode_lists: Callable[[Sequence[str], int], list[list[int]]]
+    encode_batch: Callable[..., tuple[np.ndarray, np.ndarray]]
+    encode_lists: Callable[..., list[list[int]]]
 
     def __init__(self, byte_ids: Sequence[int], merges: Sequence[tuple[int, int, int]],
                  specials: Sequence[tuple[bytes, int]] = ()) -> None:
@@ -79,6 +81,17 @@ class CoreBPE:
     def bpe_with(self, word: bytes, heap: bool) -> list[int]:
         """One pre-tokenized word by the heap rule (long words) or the scan rule (tests compare them)."""
         return self._enc.bpe_with(word, heap)  # type: ignore[no-any-return]
+
+    def plan(self, documents: Sequence[str], threads: int, thread_bytes: int | None = None) -> tuple[int, int, int]:
+        """``(threads, blocks, pieces)`` that ``encode_batch``/``encode_lists`` would run ``documents``
+        on (``thread_bytes`` as there; None: its default).
+
+        >>> CoreBPE.from_columns(list(range(256)), [], [], []).plan(["ab"] * 100, 2)
+        (1, 1, 100)
+        """
+        if thread_bytes is None:
+            return self._enc.plan(documents, threads)  # type: ignore[no-any-return]
+        return self._enc.plan(documents, threads, thread_bytes)  # type: ignore[no-any-return]
 
     def cut_point(self, text: bytes, lo: int, hi: int) -> int:
         """Where ``encode_batch``/``encode_lists`` may cut a long UTF-8 ``text`` to spread it over
