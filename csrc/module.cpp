@@ -17,6 +17,7 @@
 
 #include "encode.h"
 #include "packing.h"
+#include "tokenizer_files.h"
 #include "train.h"
 
 namespace py = pybind11;
@@ -638,7 +639,9 @@ class Counter {
   // The merge loop over these counts, as merge_loop(*to_arrays(), num_merges) but with no array
   // made (training then needs no numpy), its result as bytes: (pairs, tokens), pairs[k] the k-th
   // merge's (left, right) and tokens[k] = left + right (one bytes object per token, shared).
-  py::tuple merges(size_t num_merges) const {
+  // Also each merge's left and right ids in the vocab the trainer builds (bytes 0-255, then
+  // `specials` special tokens, then the merges' tokens: token 256 + k here is 256 + specials + k there).
+  py::tuple merges(size_t num_merges, size_t specials) const {
     const size_t n = counter_.size();
     std::vector<uint8_t> blob(counter_.key_bytes());
     std::vector<int64_t> offsets(n + 1), counts(n);
@@ -655,11 +658,15 @@ class Counter {
     objs.reserve(tokens.size());
     for (const std::string& t : tokens) objs.emplace_back(t);
     py::list pairs(left.size()), made(left.size());
+    std::vector<int64_t> left_ids(left.size()), right_ids(right.size());
+    const auto vocab_id = [&](int32_t t) { return t < 256 ? int64_t{t} : int64_t{t} + static_cast<int64_t>(specials); };
     for (size_t k = 0; k < left.size(); ++k) {
       pairs[k] = py::make_tuple(objs[left[k]], objs[right[k]]);
       made[k] = objs[256 + k];
+      left_ids[k] = vocab_id(left[k]);
+      right_ids[k] = vocab_id(right[k]);
     }
-    return py::make_tuple(pairs, made);
+    return py::make_tuple(pairs, made, left_ids, right_ids);
   }
 
  private:
@@ -814,6 +821,40 @@ py::bytes fingerprint_stream(const py::list& ids, const py::list& tokens, const 
   return py::bytes(out);
 }
 
+// (vocab.json, merges.txt, tokenizer.json's vocab, its merges) as UTF-8 bytes (see tokenizer_files.h):
+// ids ascending (ints), tokens their bytes, merges (bytes, bytes) pairs, special (index into ids,
+// JSON string literal) pairs. The GIL is held: the views point into the lists' bytes objects.
+py::tuple tokenizer_texts_py(const py::list& ids, const py::list& tokens, const py::list& merges, const py::list& special) {
+  const Py_ssize_t n = PyList_GET_SIZE(tokens.ptr()), m = PyList_GET_SIZE(merges.ptr());
+  if (PyList_GET_SIZE(ids.ptr()) != n) throw py::value_error("ids and tokens must have one entry per token");
+  std::vector<int64_t> id(static_cast<size_t>(n));
+  std::vector<std::string_view> tok(static_cast<size_t>(n));
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    id[k] = PyLong_AsLongLong(PyList_GET_ITEM(ids.ptr(), k));
+    if (PyErr_Occurred()) throw py::error_already_set();
+    if (k && id[k] <= id[k - 1]) throw py::value_error("ids must be ascending");
+    Py_ssize_t len;
+    const char* b = bytes_item(PyList_GET_ITEM(tokens.ptr(), k), &len);
+    tok[k] = std::string_view(b, static_cast<size_t>(len));
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> pairs(static_cast<size_t>(m));
+  for (Py_ssize_t k = 0; k < m; ++k) {
+    PyObject* pair = PyList_GET_ITEM(merges.ptr(), k);
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) throw py::type_error("merges must hold pairs (tuples) of bytes");
+    Py_ssize_t a, b;
+    const char* pa = bytes_item(PyTuple_GET_ITEM(pair, 0), &a);
+    const char* pb = bytes_item(PyTuple_GET_ITEM(pair, 1), &b);
+    pairs[k] = {std::string_view(pa, static_cast<size_t>(a)), std::string_view(pb, static_cast<size_t>(b))};
+  }
+  auto specials = special.cast<std::vector<std::pair<size_t, std::string>>>();
+  std::sort(specials.begin(), specials.end());
+  for (const auto& sp : specials) {
+    if (sp.first >= static_cast<size_t>(n)) throw py::value_error("a special token's index is past the tokens");
+  }
+  const TokenizerTexts t = tokenizer_texts(id, tok, pairs, specials);
+  return py::make_tuple(py::bytes(t.vocab_json), py::bytes(t.merges_txt), py::bytes(t.hf_vocab), py::bytes(t.hf_merges));
+}
+
 py::array append_to_each_py(py::array src, I64 off, py::array item) {
   if (src.ndim() != 1 || !(src.flags() & py::array::c_style) || !item.dtype().is(src.dtype()) ||
       item.size() != 1) {
@@ -907,7 +948,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("counts"))
       .def("merge", &Counter::merge, py::arg("other"))
       .def("to_arrays", &Counter::to_arrays)
-      .def("merges", &Counter::merges, py::arg("num_merges"))
+      .def("merges", &Counter::merges, py::arg("num_merges"), py::arg("specials") = 0)
       .def("__len__", &Counter::size)
       .def_property_readonly("total", &Counter::total);
   m.def("merge_loop", &merge_loop, py::arg("blob"), py::arg("offsets"), py::arg("counts"),
@@ -924,6 +965,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("utf8_size", &utf8_size, py::arg("text"));
   m.def("text_digest", &text_digest, py::arg("texts"));
   m.def("fingerprint_stream", &fingerprint_stream, py::arg("ids"), py::arg("tokens"), py::arg("merges"));
+  m.def("tokenizer_texts", &tokenizer_texts_py, py::arg("ids"), py::arg("tokens"), py::arg("merges"), py::arg("special"));
   m.def("append_to_each", &append_to_each_py, py::arg("src"), py::arg("offsets"), py::arg("item"));
   m.def("segments_positions", &segments_positions_py, py::arg("lengths"), py::arg("order"),
         py::arg("pack_off"), py::arg("seg"), py::arg("pos"), py::arg("offset"),

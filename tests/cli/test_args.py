@@ -96,3 +96,24 @@ def test_encode_loads_a_tokenizer_and_encodes_without_numpy(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(done.stderr.strip().splitlines()[-1]) is False
     assert done.stdout.strip()  # the ids were printed
+
+
+def test_only_the_program_leaves_its_objects_to_the_os(tmp_path) -> None:
+    """``main()`` run as the program freezes what it holds once the command is done (the collection
+    CPython runs at exit would walk it all); ``main(argv)`` called by a caller leaves its collector be."""
+    import gc
+    import subprocess
+    import sys
+
+    from seqpack.cli.main import main
+
+    (tmp_path / "t.txt").write_text("low lower newest widest " * 20, encoding="utf-8")
+    argv = ["train-tokenizer", str(tmp_path / "t.txt"), "--vocab-size", "270", "--out", str(tmp_path / "a"), "--json"]
+    before = gc.get_freeze_count()
+    assert main(argv) == 0 and gc.get_freeze_count() == before
+    argv[-2] = str(tmp_path / "b")
+    code = (f"import gc, sys\nsys.argv = ['seqpack', *{argv!r}]\nfrom seqpack.cli.main import main\n"
+            "assert main() == 0\nprint(gc.get_freeze_count() > 0, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.strip().splitlines()[-1] == "True"
+    assert (tmp_path / "b" / "tokenizer.json").read_bytes() == (tmp_path / "a" / "tokenizer.json").read_bytes()

@@ -176,3 +176,58 @@ def test_merges_read_skip_blank_lines_and_the_version(tmp_path):
     path = tmp_path / "merges.txt"
     path.write_text("#version: 0.2\r\nĠ t\r\n\nt h\n", encoding="utf-8")
     assert read_merges(path) == [(b" ", b"t"), (b"t", b"h")]
+
+
+def _random_vocab_tokenizer(data: st.DataObject) -> Tokenizer:
+    """Bytes, merges of random tokens (quotes, backslashes, controls and high bytes among them), and
+    special tokens of any text: some new, some an existing token, some another token's GPT-2 string."""
+    from seqpack.tokenizer.byte_unicode import bytes_to_str
+
+    vocab = {i: bytes([i]) for i in range(256)}
+    merges = []
+    for _ in range(data.draw(st.integers(0, 40))):
+        a, b = data.draw(st.sampled_from(sorted(vocab))), data.draw(st.sampled_from(sorted(vocab)))
+        made = vocab[a] + vocab[b]
+        if made not in vocab.values():
+            vocab[len(vocab)] = made
+            merges.append((vocab[a], vocab[b]))
+    tokens = list(vocab.values())
+    specials = data.draw(st.lists(st.one_of(
+        st.text(min_size=1, max_size=6),
+        st.sampled_from(tokens).filter(lambda t: t.isascii()).map(lambda t: t.decode()),
+        st.sampled_from(tokens).map(bytes_to_str)), max_size=3, unique=True))
+    return Tokenizer(vocab, merges, specials)
+
+
+@given(data=st.data())
+def test_the_compiled_file_writer_writes_the_references_bytes(data):
+    """``tokenizer_file_texts`` (C++: ``tokenizer_files.h``) gives byte for byte what the Python reference
+    (GPT-2's strings, ``json.dumps``) gives, or the reference's error: a special token written in
+    ``tokenizer.json`` as another token's string is refused by both."""
+    from seqpack.tokenizer.files import _file_texts_reference, tokenizer_file_texts
+
+    tok = _random_vocab_tokenizer(data)
+    try:
+        want = _file_texts_reference(tok)
+    except ValueError as e:
+        with pytest.raises(ValueError, match="appears twice"):
+            tokenizer_file_texts(tok)
+        assert "appears twice" in str(e)
+        return
+    assert tokenizer_file_texts(tok) == want
+
+
+def test_the_compiled_file_writer_on_gpt2(cs336):
+    """GPT-2's own vocabulary (50,257 tokens, every byte among them) through both writers."""
+    from seqpack.tokenizer.files import _file_texts_reference, tokenizer_file_texts
+
+    gpt2 = Tokenizer.from_files(cs336 / "gpt2_vocab.json", cs336 / "gpt2_merges.txt", [EOT])
+    got = tokenizer_file_texts(gpt2)
+    assert got == _file_texts_reference(gpt2)
+    assert json.loads(got["vocab.json"]) == json.loads((cs336 / "gpt2_vocab.json").read_text(encoding="utf-8"))
+
+
+def test_two_ids_with_one_token_are_refused_by_the_writer(tok, tmp_path):
+    twice = Tokenizer({**tok.vocab, len(tok.vocab): tok.vocab[270]}, tok.merges, [EOT])
+    with pytest.raises(ValueError, match="appears twice in the vocab"):
+        twice.save(tmp_path / "t")

@@ -235,3 +235,27 @@ def test_training_runs_without_numpy(tmp_path: Path):
     counts, _ = count_corpus([path], config=BPEConfig(vocab_size=300, special_tokens=("<|endoftext|>",)))
     _, want = vocab_from_merge_ids(*merges_from_counts(counts, 300 - 257), ["<|endoftext|>"])
     assert [[a.hex(), b.hex()] for a, b in want] == out["merges"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(docs=st.lists(st.text(alphabet="ab c\nde", max_size=40), min_size=1, max_size=8),
+       extra=st.integers(0, 30),
+       specials=st.lists(st.sampled_from(["<s>", "a", "ab", " c", "<|endoftext|>", "é"]), max_size=3, unique=True))
+def test_the_trained_tokenizer_is_the_one_built_from_its_vocab_and_merges(docs, extra, specials):
+    """``BPEResult.tokenizer()`` builds from the ids the trainer made (``Tokenizer.trained``): the same
+    tokenizer, attribute by attribute, as ``Tokenizer(vocab, merges, specials)`` looks them up, special
+    tokens that are also a byte or a merge's token included (those take the looked-up path)."""
+    from seqpack.tokenizer import Tokenizer
+
+    if not "".join(docs).strip(" \n"):
+        return
+    config = BPEConfig(vocab_size=256 + len(specials) + extra, special_tokens=tuple(specials), workers=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a vocab beyond what the corpus reaches stops early
+        r = train_bpe_corpus(documents=docs, config=config)
+    got, want = r.tokenizer(), Tokenizer(r.vocab, r.merges, list(r.special_tokens))
+    for name in ("vocab", "merges", "special_tokens", "special_ids", "_id_of", "_byte_ids", "_merge_ids"):
+        assert getattr(got, name) == getattr(want, name), name
+    assert got.fingerprint() == want.fingerprint()
+    text = "".join(docs) + "".join(specials)
+    assert got.encode(text) == want.encode(text) == want.encode_reference(text)

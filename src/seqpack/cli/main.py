@@ -7,6 +7,7 @@ User errors (bad options, missing or malformed files) print one line
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -60,6 +61,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):  #
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command in ``argv`` (default: ``sys.argv[1:]``, the process's own: it then exits next)."""
+    program = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), "")
     try:  # building a command's options may import its extra (train's attention backends need torch)
@@ -68,7 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _missing_extra(e, command)
     warnings.showwarning = _show_warning
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        if program:
+            _exiting()
+        return code
     except ModuleNotFoundError as e:
         return _missing_extra(e, command)
     except BrokenPipeError:  # `seqpack stats | head -1`: the reader has what it wanted
@@ -82,6 +88,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         print(f"seqpack: interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
         return 130
+
+
+def _exiting() -> None:
+    """The command is done and the process exits next (``main`` ran as the program: a caller of
+    ``main(argv)`` keeps its collector as it was): what it holds is left to the OS. CPython's
+    last collection at exit otherwise walks every object still alive, the imported modules' functions
+    and classes above all (~13K objects): 5 ms of `seqpack train-tokenizer`'s 140 (alternated runs,
+    the imports alone: 47.9 -> 42.6 ms). The young generations are collected first, so that recent
+    garbage in reference cycles still has its finalizers run; atexit handlers run as before."""
+    gc.collect(1)
+    gc.freeze()
 
 
 def _missing_extra(e: ModuleNotFoundError, command: str) -> int:

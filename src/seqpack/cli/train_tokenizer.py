@@ -43,7 +43,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
-    from seqpack.tokenizer import BPEConfig, Tokenizer
+    from seqpack.tokenizer import BPEConfig
     from seqpack.tokenizer.hf_export import CHATML_TEMPLATE, CHATML_TOKENS
     from seqpack.tokenizer.train import train_bpe_inputs
 
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     )
     check_output_dir(args.out, overwrite=args.overwrite, inputs=args.inputs)
     result = train_bpe_inputs(args.inputs, config=config, text_field=args.text_field)
-    tok = Tokenizer(result.vocab, result.merges, list(result.special_tokens))
+    tok = result.tokenizer()
     tok.save(args.out, overwrite=args.overwrite, hf=args.hf, chat_template=template)
     summary: dict[str, Any] = {
         "vocab_size": len(result.vocab),

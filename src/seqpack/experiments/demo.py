@@ -118,12 +118,12 @@ def run_demo(
 
 
 def _tokenizer(docs: list[str], out: Path, vocab_size: int, workers: int | None, progress: bool) -> dict[str, Any]:
-    from seqpack.tokenizer import BPEConfig, Tokenizer
+    from seqpack.tokenizer import BPEConfig
     from seqpack.tokenizer.train import train_bpe_corpus
 
     config = BPEConfig(vocab_size=vocab_size, special_tokens=("<|endoftext|>",), workers=workers, progress=progress)
     result = train_bpe_corpus(documents=docs, config=config)
-    tok = Tokenizer(result.vocab, result.merges, list(result.special_tokens))
+    tok = result.tokenizer()
     t1 = time.perf_counter()
     fast = tok.encode_batch(docs)
     t_fast = time.perf_counter() - t1

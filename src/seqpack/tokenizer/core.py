@@ -114,13 +114,29 @@ class CoreBPE:
         """
         return _native.fingerprint_stream(ids, tokens, merges)  # type: ignore[no-any-return]
 
+    @staticmethod
+    def tokenizer_texts(ids: list[int], tokens: list[bytes], merges: list[tuple[bytes, bytes]],
+                        special: list[tuple[int, str]]) -> tuple[bytes, bytes, bytes, bytes]:
+        """``vocab.json``, ``merges.txt`` and ``tokenizer.json``'s vocab and merges, as UTF-8 bytes, from
+        the tokens (``ids`` ascending, ``tokens`` their bytes), the merges in rank order, and
+        ``special``: ``(index into ids, JSON string literal)`` of the tokens that ``tokenizer.json``
+        writes as their own text (``seqpack.tokenizer.files`` makes the same bytes in Python).
+
+        >>> texts = CoreBPE.tokenizer_texts([0, 1], [b" a", b"b"], [(b" ", b"a")], [(1, '"Q"')])
+        >>> [t.decode() for t in texts[2:]]
+        ['{"Ġa":0,"Q":1}', '[["Ġ","a"]]']
+        """
+        return _native.tokenizer_texts(ids, tokens, merges, special)  # type: ignore[no-any-return]
+
     # ---- training ---------------------------------------------------------------------------
     @staticmethod
     def word_counter(special_tokens: Sequence[str]) -> Any:
         """A C++ word counter that splits at ``special_tokens`` and pre-tokenizes
         (``add_texts``, ``add_bytes``, ``add_arrays``, ``merge``, ``to_arrays``, ``len``, ``total``,
-        and ``merges(num_merges)``: the merge loop on the counts, no array made, giving
-        ``(pairs, tokens)``: the merges as ``(left, right)`` bytes and the tokens they make)."""
+        and ``merges(num_merges, specials=0)``: the merge loop on the counts, no array made, giving
+        ``(pairs, tokens, left, right)``: the merges as ``(left, right)`` bytes, the tokens they make,
+        and each merge's left and right ids in the vocab the trainer builds, whose ``specials``
+        special tokens come after the 256 bytes)."""
         return _native.WordCounter([s.encode("utf-8") for s in special_tokens])
 
     @staticmethod

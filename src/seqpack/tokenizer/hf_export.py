@@ -60,17 +60,38 @@ def hf_tokenizer_json(tok: Tokenizer, *, strings: Strings | None = None) -> str:
     ``strings``: :func:`~seqpack.tokenizer.byte_unicode.gpt2_strings` of ``tok``, where the caller has it.
     """
     vocab, merges = strings if strings is not None else gpt2_strings(tok.vocab, tok.merges)
+    return json.dumps(_document(tok, hf_vocab(tok, vocab), merges), ensure_ascii=False, separators=(",", ":"))
+
+
+#: how the text of a document with an empty vocab and merges ends (they close the model, which closes it)
+_TAIL = ',"vocab":{},"merges":[]}}'
+
+
+def hf_tokenizer_json_from(tok: Tokenizer, vocab: bytes, merges: bytes) -> bytes:
+    """:func:`hf_tokenizer_json`'s text as UTF-8, its model's vocab and merges given as JSON text (what
+    ``CoreBPE.tokenizer_texts`` writes): the rest is a few hundred bytes of ``json.dumps``.
+
+        >>> from seqpack.tokenizer import Tokenizer
+        >>> tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], [])
+        >>> hf_tokenizer_json_from(tok, b'{"a":97}', b"[]")[-30:]
+        b'"vocab":{"a":97},"merges":[]}}'
+    """
+    text = json.dumps(_document(tok, {}, []), ensure_ascii=False, separators=(",", ":"))
+    assert text.endswith(_TAIL), "vocab and merges close the document"
+    return text[: -len(_TAIL)].encode("utf-8") + b',"vocab":' + vocab + b',"merges":' + merges + b"}}"
+
+
+def _document(tok: Tokenizer, vocab: dict[str, int], merges: list[tuple[str, str]]) -> dict[str, Any]:
+    """``tokenizer.json`` as a dict (its keys in the order ``tokenizers`` writes them)."""
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
               "special": True} for s, i in sorted(tok.special_ids.items(), key=lambda item: item[1])]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None, "end_of_word_suffix": None,
-             "fuse_unk": False, "byte_fallback": False, "ignore_merges": False, "vocab": hf_vocab(tok, vocab),
-             "merges": merges}
-    doc = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-           "pre_tokenizer": byte_level, "post_processor": None,
-           "decoder": {**byte_level, "add_prefix_space": True},  # what tokenizers writes for this decoder (it ignores the flag)
-           "model": model}
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+             "fuse_unk": False, "byte_fallback": False, "ignore_merges": False, "vocab": vocab, "merges": merges}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+            "pre_tokenizer": byte_level, "post_processor": None,
+            "decoder": {**byte_level, "add_prefix_space": True},  # what tokenizers writes for this decoder (it ignores the flag)
+            "model": model}
 
 
 #: ChatML's special tokens: the default chat template of an exported directory writes them

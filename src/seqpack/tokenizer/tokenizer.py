@@ -119,15 +119,30 @@ class Tokenizer:
     #: seqpack's own tokenizers carry no chat template (the chat task uses its default, ChatML)
     chat_template: str | None = None
 
-    @collector_paused()  # its maps and merge pairs hold no cycles
     def __init__(
         self,
         vocab: dict[int, bytes],
         merges: Sequence[tuple[bytes, bytes]],
         special_tokens: Sequence[str] | None = None,
     ) -> None:
-        self.vocab: dict[int, bytes] = dict(vocab)
-        self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
+        self._setup(dict(vocab), [(bytes(a), bytes(b)) for a, b in merges], special_tokens, None)
+
+    @classmethod
+    def trained(cls, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: Sequence[str],
+                merge_ids: tuple[list[int], list[int], list[int]]) -> Tokenizer:
+        """``Tokenizer(vocab, merges, special_tokens)`` from a trainer's own result
+        (:meth:`seqpack.tokenizer.train.BPEResult.tokenizer`): ``merges`` hold ``bytes`` (kept as they
+        are, not copied one by one) and ``merge_ids`` are each merge's left, right and made ids, which
+        the trainer knows (not looked up again). Tests build both ways and compare."""
+        tok = cls.__new__(cls)
+        tok._setup(dict(vocab), list(merges), special_tokens, merge_ids)
+        return tok
+
+    @collector_paused()  # its maps and merge pairs hold no cycles
+    def _setup(self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: Sequence[str] | None,
+               merge_ids: tuple[list[int], list[int], list[int]] | None) -> None:
+        self.vocab: dict[int, bytes] = vocab
+        self.merges: list[tuple[bytes, bytes]] = merges
         self.special_tokens: list[str] = list(dict.fromkeys(special_tokens or ()))
         down = sorted(self.vocab, reverse=True)  # a token held by two ids: the lower id wins (written last)
         self._id_of: dict[bytes, int] = dict(zip(map(self.vocab.__getitem__, down), down))
@@ -146,7 +161,7 @@ class Tokenizer:
                 "a byte-level BPE vocab must contain every byte"
             )
         self._byte_ids = [self._id_of[bytes([i])] for i in range(256)]
-        self._merge_ids = self._check_merges()
+        self._merge_ids = merge_ids if merge_ids is not None else self._check_merges()
         self._specials_re = special_pattern(self.special_tokens)
         self._longest_special = max((len(t) for t in self.special_tokens), default=0)
         self._cache: dict[str, list[int]] = {}

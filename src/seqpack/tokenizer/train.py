@@ -41,6 +41,8 @@ if TYPE_CHECKING:  # training itself runs without numpy (see counts.py); arrays 
 
     import numpy as np
 
+    from seqpack.tokenizer.tokenizer import Tokenizer
+
 PathLike = str | os.PathLike[str]
 Vocab = dict[int, bytes]
 Merges = list[tuple[bytes, bytes]]
@@ -105,10 +107,24 @@ class BPEResult:
     stopped_early: bool
     requested_vocab_size: int
     extra: dict[str, float] = field(default_factory=dict)
+    #: each merge's left, right and made ids in ``vocab`` (what the trainer knows; None: not known)
+    merge_ids: tuple[list[int], list[int], list[int]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def seconds(self) -> float:
         return self.pretokenize_seconds + self.merge_seconds
+
+    def tokenizer(self) -> Tokenizer:
+        """The trained tokenizer, ``Tokenizer(vocab, merges, special_tokens)``: built from the ids the
+        trainer made, without copying the merges or looking their tokens up again (4 of a 10K
+        tokenizer's 5 ms), unless a special token is also a byte or a merge's token (its id is then
+        the lower one's: looked up)."""
+        from seqpack.tokenizer.tokenizer import Tokenizer
+
+        specials = list(self.special_tokens)
+        if self.merge_ids is None or len(set(self.vocab.values())) < len(self.vocab):
+            return Tokenizer(self.vocab, self.merges, specials)
+        return Tokenizer.trained(self.vocab, self.merges, specials, self.merge_ids)
 
 
 def _check_files(paths: Sequence[PathLike]) -> list[str]:
@@ -279,8 +295,10 @@ def train_bpe_corpus(
         raise ValueError("the corpus is empty: no text to train on (after removing special tokens)")
     num_merges = config.vocab_size - 256 - len(config.special_tokens)
     with collector_paused():  # the merges' pairs and the vocab: many containers, no cycle
-        merges, tokens = counts.merges(num_merges) if num_merges else ([], [])  # the compiled loop on the counter
+        specials = len(config.special_tokens)
+        merges, tokens, left, right = counts.merges(num_merges, specials) if num_merges else ([], [], [], [])  # the compiled loop
         vocab = _vocab(tokens, config.special_tokens)
+        made = list(range(256 + specials, 256 + specials + len(merges)))
     t2 = time.perf_counter()
     stopped = len(merges) < num_merges
     if stopped:
@@ -298,6 +316,7 @@ def train_bpe_corpus(
         input_bytes=size,
         pretokenize_seconds=t1 - t0,
         merge_seconds=t2 - t1,
+        merge_ids=(left, right, made),
         stopped_early=stopped,
         requested_vocab_size=config.vocab_size,
     )
