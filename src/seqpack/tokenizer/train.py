@@ -350,10 +350,11 @@ def train_bpe_inputs(
     Text files are read whole (special tokens split them, as in :func:`train_bpe`);
     ``.jsonl`` and ``.parquet`` files give one document per record (``text_field``).
     """
-    from seqpack.corpus import python_docs, read_documents
-    from seqpack.corpus.readers import is_structured
+    from seqpack.corpus.readers import is_structured, read_documents
 
     if not inputs:
+        from seqpack.corpus import python_docs  # here: the built-in corpus's module costs ~2 ms to import
+
         return train_bpe_corpus(documents=python_docs(), config=config)
     files = [p for p in inputs if not is_structured(p)]
     structured = [p for p in inputs if is_structured(p)]
