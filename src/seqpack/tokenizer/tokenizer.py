@@ -339,7 +339,8 @@ class Tokenizer:
     ) -> list[list[int]]:
         """Encode many texts at once; ids identical to ``[self.encode(t) for t in texts]``.
 
-        ``backend="native"``: the compiled core on ``workers`` threads (default: all cores).
+        ``backend="native"``: the compiled core on up to ``workers`` threads (default: all cores), one
+        for each 32 KB of text (a smaller batch runs on one: starting a thread costs more than it gives).
         ``backend="python"``: :meth:`encode_reference`, one text after another.
         ``backend="hf"``: the equivalent Hugging Face tokenizer (Rust, threads; tested
         identical).
