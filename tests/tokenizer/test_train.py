@@ -242,7 +242,7 @@ def test_training_runs_without_numpy(tmp_path: Path):
        extra=st.integers(0, 30),
        specials=st.lists(st.sampled_from(["<s>", "a", "ab", " c", "<|endoftext|>", "é"]), max_size=3, unique=True))
 def test_the_trained_tokenizer_is_the_one_built_from_its_vocab_and_merges(docs, extra, specials):
-    """``BPEResult.tokenizer()`` builds from the ids the trainer made (``Tokenizer.trained``): the same
+    """``BPEResult.tokenizer()`` builds from the ids the trainer made (``Tokenizer._trained``): the same
     tokenizer, attribute by attribute, as ``Tokenizer(vocab, merges, specials)`` looks them up, special
     tokens that are also a byte or a merge's token included (those take the looked-up path)."""
     from seqpack.tokenizer import Tokenizer

@@ -129,7 +129,7 @@ class Tokenizer:
         self._setup(dict(vocab), [(bytes(a), bytes(b)) for a, b in merges], special_tokens, None)
 
     @classmethod
-    def trained(cls, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: Sequence[str],
+    def _trained(cls, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: Sequence[str],
                 merge_ids: tuple[list[int], list[int], list[int]]) -> Tokenizer:
         """``Tokenizer(vocab, merges, special_tokens)`` from a trainer's own result
         (:meth:`seqpack.tokenizer.train.BPEResult.tokenizer`): ``merges`` hold ``bytes`` (kept as they

@@ -124,7 +124,7 @@ class BPEResult:
         specials = list(self.special_tokens)
         if self.merge_ids is None or len(set(self.vocab.values())) < len(self.vocab):
             return Tokenizer(self.vocab, self.merges, specials)
-        return Tokenizer.trained(self.vocab, self.merges, specials, self.merge_ids)
+        return Tokenizer._trained(self.vocab, self.merges, specials, self.merge_ids)
 
 
 def _check_files(paths: Sequence[PathLike]) -> list[str]:
