@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from bisect import bisect_left
 from collections.abc import Callable
 from pathlib import Path
 
@@ -110,7 +111,7 @@ def _json_lines(obj: dict[str, int]) -> str:
 
 def tokenizer_file_texts(tok: Tokenizer) -> dict[str, bytes]:
     """``vocab.json``, ``merges.txt`` and ``tokenizer.json`` as UTF-8 bytes, from the compiled writer
-    (``CoreBPE.tokenizer_texts``: a 10K tokenizer's in ~1 ms, against ~15 ms for :func:`_file_texts_reference`,
+    (``CoreBPE.tokenizer_texts``: a 10K tokenizer's in ~2.4 ms, against ~15 ms for :func:`_file_texts_reference`,
     which makes the same bytes and is tested against it). A vocabulary that a file cannot hold (two ids
     with one token; a special token whose text is another token's GPT-2 string, in ``tokenizer.json``)
     goes to the reference, which says what is wrong."""
@@ -122,8 +123,7 @@ def tokenizer_file_texts(tok: Tokenizer) -> dict[str, bytes]:
     specials = {i: tok.vocab[i].decode("utf-8") for i in tok.special_ids.values()}  # written as their text
     if len(set(tokens)) < len(tokens) or any(_is_gpt2_string_of_another(tok, i, text) for i, text in specials.items()):
         return _file_texts_reference(tok)
-    where = {i: k for k, i in enumerate(ids)} if specials else {}
-    special = [(where[i], json.dumps(text, ensure_ascii=False)) for i, text in specials.items()]
+    special = [(bisect_left(ids, i), json.dumps(text, ensure_ascii=False)) for i, text in specials.items()]
     vocab, merges, hf_vocab, hf_merges = CoreBPE.tokenizer_texts(ids, tokens, tok.merges, special)
     return {"vocab.json": vocab, "merges.txt": merges, "tokenizer.json": hf_tokenizer_json_from(tok, hf_vocab, hf_merges)}
 
