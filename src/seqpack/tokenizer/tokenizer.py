@@ -136,7 +136,8 @@ class Tokenizer:
         are, not copied one by one) and ``merge_ids`` are each merge's left, right and made ids, which
         the trainer knows (not looked up again). Tests build both ways and compare."""
         tok = cls.__new__(cls)
-        tok._setup(dict(vocab), list(merges), special_tokens, merge_ids)
+        left, right, made = merge_ids
+        tok._setup(dict(vocab), list(merges), special_tokens, (list(left), list(right), list(made)))
         return tok
 
     @collector_paused()  # its maps and merge pairs hold no cycles
