@@ -307,9 +307,8 @@ class Encoder {
   }
 
   py::list id_list(const uint32_t* ids, size_t n) const {
-    py::list out(n);
+    py::list out = py::reinterpret_steal<py::list>(new_list(static_cast<int64_t>(n)));
     fill_items(out.ptr(), 0, ids, static_cast<int64_t>(n));
-    untrack(out.ptr());
     return out;
   }
 
@@ -782,10 +781,6 @@ std::string text_digest(const py::sequence& texts) {
   return std::string(hex, 32);
 }
 
-// What Tokenizer's fingerprint hashes, less the special tokens (Tokenizer._fingerprint_reference
-// makes the same bytes): per token, in id order, its id (8 bytes little-endian), its length (4) and its
-// bytes; then per merge, each side's length (4) and bytes.
-//   ids [0], tokens [b"a"], merges [(b"a", b"a")] -> 00*8 01 00 00 00 'a' 01 00 00 00 'a' 01 00 00 00 'a'
 void put_le(std::string& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
@@ -794,65 +789,78 @@ const char* bytes_item(PyObject* o, Py_ssize_t* n) {
   *n = PyBytes_GET_SIZE(o);
   return PyBytes_AS_STRING(o);
 }
-py::bytes fingerprint_stream(const py::list& ids, const py::list& tokens, const py::list& merges) {
+std::string_view bytes_view(PyObject* o) {
+  Py_ssize_t n;
+  const char* p = bytes_item(o, &n);
+  return std::string_view(p, static_cast<size_t>(n));
+}
+
+// A vocabulary as Python hands it over: ids (ints >= 0), each id's token (bytes) and the merges
+// ((bytes, bytes) tuples), read as views into the bytes objects (valid while the lists are: the
+// GIL stays held).
+struct TokenLists {
+  std::vector<uint64_t> ids;
+  std::vector<std::string_view> tokens;
+  std::vector<std::pair<std::string_view, std::string_view>> merges;
+};
+TokenLists read_token_lists(const py::list& ids, const py::list& tokens, const py::list& merges) {
   const Py_ssize_t n = PyList_GET_SIZE(tokens.ptr()), m = PyList_GET_SIZE(merges.ptr());
   if (PyList_GET_SIZE(ids.ptr()) != n) throw py::value_error("ids and tokens must have one entry per token");
-  std::string out;
-  out.reserve(static_cast<size_t>(n) * 20 + static_cast<size_t>(m) * 20);
+  TokenLists t;
+  t.ids.resize(static_cast<size_t>(n));
+  t.tokens.resize(static_cast<size_t>(n));
+  t.merges.resize(static_cast<size_t>(m));
   for (Py_ssize_t k = 0; k < n; ++k) {
-    const unsigned long long id = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(ids.ptr(), k));
+    t.ids[k] = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(ids.ptr(), k));
     if (PyErr_Occurred()) throw py::error_already_set();
-    Py_ssize_t len;
-    const char* b = bytes_item(PyList_GET_ITEM(tokens.ptr(), k), &len);
-    put_le(out, id, 8);
-    put_le(out, static_cast<uint64_t>(len), 4);
-    out.append(b, static_cast<size_t>(len));
+    t.tokens[k] = bytes_view(PyList_GET_ITEM(tokens.ptr(), k));
   }
   for (Py_ssize_t k = 0; k < m; ++k) {
     PyObject* pair = PyList_GET_ITEM(merges.ptr(), k);
     if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) throw py::type_error("merges must hold pairs (tuples) of bytes");
-    for (Py_ssize_t side = 0; side < 2; ++side) {
-      Py_ssize_t len;
-      const char* b = bytes_item(PyTuple_GET_ITEM(pair, side), &len);
-      put_le(out, static_cast<uint64_t>(len), 4);
-      out.append(b, static_cast<size_t>(len));
-    }
+    t.merges[k] = {bytes_view(PyTuple_GET_ITEM(pair, 0)), bytes_view(PyTuple_GET_ITEM(pair, 1))};
+  }
+  return t;
+}
+
+// What Tokenizer's fingerprint hashes, less the special tokens (Tokenizer._fingerprint_reference
+// makes the same bytes): per token, in id order, its id (8 bytes little-endian), its length (4) and its
+// bytes; then per merge, each side's length (4) and bytes.
+//   ids [0], tokens [b"a"], merges [(b"a", b"a")] -> 00*8 01 00 00 00 'a' 01 00 00 00 'a' 01 00 00 00 'a'
+py::bytes fingerprint_stream(const py::list& ids, const py::list& tokens, const py::list& merges) {
+  const TokenLists t = read_token_lists(ids, tokens, merges);
+  std::string out;
+  out.reserve(t.tokens.size() * 20 + t.merges.size() * 20);
+  for (size_t k = 0; k < t.tokens.size(); ++k) {
+    put_le(out, t.ids[k], 8);
+    put_le(out, t.tokens[k].size(), 4);
+    out.append(t.tokens[k]);
+  }
+  for (const auto& [a, b] : t.merges) {
+    put_le(out, a.size(), 4);
+    out.append(a);
+    put_le(out, b.size(), 4);
+    out.append(b);
   }
   return py::bytes(out);
 }
 
 // (vocab.json, merges.txt, tokenizer.json's vocab, its merges) as UTF-8 bytes (see tokenizer_files.h):
-// ids ascending (ints), tokens their bytes, merges (bytes, bytes) pairs, special (index into ids,
-// JSON string literal) pairs. The GIL is held: the views point into the lists' bytes objects.
+// ids ascending, tokens their bytes, merges (bytes, bytes) pairs (see read_token_lists), special
+// (index into ids, JSON string literal) pairs.
 py::tuple tokenizer_texts_py(const py::list& ids, const py::list& tokens, const py::list& merges, const py::list& special) {
-  const Py_ssize_t n = PyList_GET_SIZE(tokens.ptr()), m = PyList_GET_SIZE(merges.ptr());
-  if (PyList_GET_SIZE(ids.ptr()) != n) throw py::value_error("ids and tokens must have one entry per token");
-  std::vector<int64_t> id(static_cast<size_t>(n));
-  std::vector<std::string_view> tok(static_cast<size_t>(n));
-  for (Py_ssize_t k = 0; k < n; ++k) {
-    id[k] = PyLong_AsLongLong(PyList_GET_ITEM(ids.ptr(), k));
-    if (PyErr_Occurred()) throw py::error_already_set();
-    if (k && id[k] <= id[k - 1]) throw py::value_error("ids must be ascending");
-    Py_ssize_t len;
-    const char* b = bytes_item(PyList_GET_ITEM(tokens.ptr(), k), &len);
-    tok[k] = std::string_view(b, static_cast<size_t>(len));
-  }
-  std::vector<std::pair<std::string_view, std::string_view>> pairs(static_cast<size_t>(m));
-  for (Py_ssize_t k = 0; k < m; ++k) {
-    PyObject* pair = PyList_GET_ITEM(merges.ptr(), k);
-    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) throw py::type_error("merges must hold pairs (tuples) of bytes");
-    Py_ssize_t a, b;
-    const char* pa = bytes_item(PyTuple_GET_ITEM(pair, 0), &a);
-    const char* pb = bytes_item(PyTuple_GET_ITEM(pair, 1), &b);
-    pairs[k] = {std::string_view(pa, static_cast<size_t>(a)), std::string_view(pb, static_cast<size_t>(b))};
+  const TokenLists t = read_token_lists(ids, tokens, merges);
+  for (size_t k = 1; k < t.ids.size(); ++k) {
+    if (t.ids[k] <= t.ids[k - 1]) throw py::value_error("ids must be ascending");
   }
   auto specials = special.cast<std::vector<std::pair<size_t, std::string>>>();
   std::sort(specials.begin(), specials.end());
   for (const auto& sp : specials) {
-    if (sp.first >= static_cast<size_t>(n)) throw py::value_error("a special token's index is past the tokens");
+    if (sp.first >= t.tokens.size()) throw py::value_error("a special token's index is past the tokens");
   }
-  const TokenizerTexts t = tokenizer_texts(id, tok, pairs, specials);
-  return py::make_tuple(py::bytes(t.vocab_json), py::bytes(t.merges_txt), py::bytes(t.hf_vocab), py::bytes(t.hf_merges));
+  const TokenizerTexts out = tokenizer_texts(t.ids, t.tokens, t.merges, specials);
+  return py::make_tuple(py::bytes(out.vocab_json), py::bytes(out.merges_txt), py::bytes(out.hf_vocab),
+                        py::bytes(out.hf_merges));
 }
 
 py::array append_to_each_py(py::array src, I64 off, py::array item) {

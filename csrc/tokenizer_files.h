@@ -65,7 +65,7 @@ struct TokenizerTexts {
 
 // ids ascending, tokens[i] the bytes of ids[i]; merges in rank order; special: (index into ids,
 // its JSON string literal) for the tokens tokenizer.json writes as their own text.
-inline TokenizerTexts tokenizer_texts(const std::vector<int64_t>& ids, const std::vector<std::string_view>& tokens,
+inline TokenizerTexts tokenizer_texts(const std::vector<uint64_t>& ids, const std::vector<std::string_view>& tokens,
                                       const std::vector<std::pair<std::string_view, std::string_view>>& merges,
                                       const std::vector<std::pair<size_t, std::string>>& special) {
   TokenizerTexts out;
