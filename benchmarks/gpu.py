@@ -48,49 +48,105 @@ def cuda_time(fn: Callable[[], Any], reps: int, warmup: int = 3) -> float:
 
 def attention_alone(T: int, rows: int, causal: bool, reps: int) -> dict[str, Any]:
     """fwd+bwd of the attention op alone, 12 heads x 64 dims, bf16, on packed Wikipedia rows
-    (each backend) and on the same number of padded rows (sdpa, key padding / is_causal)."""
+    (each backend) and on the same number of padded rows (sdpa, key padding / is_causal).
+    q, k and v are slices of one (B, T, 3, H, d) projection and the output goes back to
+    (B, T, H*d), as in the models' attention layer (so no backend is charged for a layout the
+    model never has)."""
     lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
     data = make_batches(lengths, T, rows, 1, seed=0, vocab=100, causal=causal)
     res: dict[str, Any] = {"case": "attention", "T": T, "rows": rows, "causal": causal, "packing_factor": data["packing_factor"]}
     for name, seg, backends in (("padded", data["padded"][0]["segment_ids"], ("sdpa",)),
                                 ("packed", data["packed"][0]["segment_ids"], BACKENDS)):
         seg = seg.cuda()
-        q, k, v = (torch.randn(rows, 12, T, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-        grad = torch.randn_like(q)
+        qkv = torch.randn(rows, T, 3, 12, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, H, T, d) views, as in layers.Attention
+        grad = torch.randn(rows, T, 12 * 64, device="cuda", dtype=torch.bfloat16)
         for b in backends:
             plan = plan_attention(seg, causal=causal, backend=b, dtype=torch.bfloat16)
 
-            def step() -> None:
-                packed_attention(q, k, v, plan).backward(grad)
+            def step(plan: Any = plan) -> None:
+                packed_attention(q, k, v, plan).transpose(1, 2).reshape(rows, T, -1).backward(grad, retain_graph=True)
 
             res[f"{name}_{b}_ms"] = 1e3 * cuda_time(step, reps)
     return res
 
 
 def varlen_profile(reps: int) -> dict[str, Any]:
-    """Where varlen attention's time goes: the kernel alone on already-unpadded tokens (fwd, fwd+bwd)
-    against flash SDPA on full rows, and seqpack's gather/scatter around it."""
+    """Where varlen attention's time goes (16 x 2048, causal): the kernel on already-unpadded tokens
+    (fwd, fwd+bwd), the kernel on the rows as they are (padding as runs of its own), flash SDPA on
+    full rows, and the whole backend call."""
     from seqpack.nn.attention.varlen import torch_varlen
+    from seqpack.nn.masks import cu_seqlens, max_seqlen
 
     fn = torch_varlen()
     lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
     data = make_batches(lengths, 2048, 16, 1, seed=0, vocab=100, causal=True)
     seg = data["packed"][0]["segment_ids"].cuda()
     plan = plan_attention(seg, causal=True, backend="varlen", dtype=torch.bfloat16)
-    total = int(plan.unpad.numel())
-    q, k, v = (torch.randn(total, 12, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    cu = plan.cu_seqlens.to(torch.int32)
+    cu_real, m_real = cu_seqlens(seg), max_seqlen(seg)
+    total = int(cu_real[-1])
+    res: dict[str, Any] = {"case": "varlen_profile", "tokens": total, "sequences": int(cu_real.numel() - 1),
+                           "runs": int(plan.cu_seqlens.numel() - 1), "row_tokens": 16 * 2048}
+    for name, n, cu, m in (("unpadded", total, cu_real, m_real), ("rows", 16 * 2048, plan.cu_seqlens, plan.max_seqlen)):
+        q, k, v = (torch.randn(n, 12, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        g = torch.randn_like(q)
+        with torch.no_grad():
+            res[f"kernel_{name}_fwd_ms"] = 1e3 * cuda_time(lambda: fn(q, k, v, cu, cu, m, m, window_size=(-1, 0)), reps)
+        res[f"kernel_{name}_fwd_bwd_ms"] = 1e3 * cuda_time(
+            lambda: fn(q, k, v, cu, cu, m, m, window_size=(-1, 0)).backward(g), reps)
     full = [torch.randn(16, 12, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
-    res: dict[str, Any] = {"case": "varlen_profile", "tokens": total, "sequences": int(cu.numel() - 1)}
     with torch.no_grad():
-        res["varlen_kernel_fwd_ms"] = 1e3 * cuda_time(lambda: fn(q, k, v, cu, cu, plan.max_seqlen, plan.max_seqlen, window_size=(-1, 0)), reps)
         res["flash_full_rows_fwd_ms"] = 1e3 * cuda_time(lambda: torch.nn.functional.scaled_dot_product_attention(*full, is_causal=True), reps)
-    g = torch.randn_like(q)
-    res["varlen_kernel_fwd_bwd_ms"] = 1e3 * cuda_time(
-        lambda: fn(q, k, v, cu, cu, plan.max_seqlen, plan.max_seqlen, window_size=(-1, 0)).backward(g), reps)
     gf = torch.randn_like(full[0])
     res["flash_full_rows_fwd_bwd_ms"] = 1e3 * cuda_time(
         lambda: torch.nn.functional.scaled_dot_product_attention(*full, is_causal=True).backward(gf), reps)
+    res["backend_fwd_bwd_ms"] = 1e3 * cuda_time(lambda: packed_attention(*full, plan).backward(gf), reps)
+    res["plan_ms"] = 1e3 * cuda_time(lambda: plan_attention(seg, causal=True, backend="varlen", dtype=torch.bfloat16), reps)
+    return res
+
+
+def profile_steps(model: str, size: str, T: int, rows: int, attention: str, head: str, out_dir: str | None,
+                  steps: int = 5) -> dict[str, Any]:
+    """torch.profiler over ``steps`` training steps of the padded and the packed model: wall time and
+    GPU kernel time per step, and the kernels that take the most (their table goes to ``out_dir``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from seqpack.experiments.bench import bench_model, step
+
+    cfg = BenchConfig(lengths="wikipedia", max_len=T, model=model, size=size, batch_size=rows, steps=steps, repeats=1,
+                      head=head, attention=attention, device="cuda", dtype="bf16", sequences=20_000)
+    causal = model == "gpt"
+    lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
+    data = make_batches(lengths, T, rows, steps + 2, seed=0, vocab=cfg.vocab_size, causal=causal)
+    res: dict[str, Any] = {"case": "profile", "model": model, "size": size, "T": T, "rows": rows, "attention": attention,
+                           "head": head, "packing_factor": data["packing_factor"]}
+    for arm, backend in (("padded", "sdpa"), ("packed", attention)):
+        torch.manual_seed(0)
+        m = bench_model(cfg, backend).cuda()
+        batches = [{n: x.cuda() for n, x in b.items()} for b in data[arm]]
+        for b in batches[:2]:
+            step(m, b, head, causal, "bf16")
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            for b in batches[2:]:
+                step(m, b, head, causal, "bf16")
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - t0) / steps
+        ev = prof.key_averages()
+        kernels = sorted((e for e in ev if e.device_type == torch.autograd.DeviceType.CUDA),
+                         key=lambda e: -e.self_device_time_total)
+        gpu_ms = sum(e.self_device_time_total for e in kernels) / 1e3 / steps
+        res[f"{arm}_wall_ms"] = 1e3 * wall
+        res[f"{arm}_gpu_kernel_ms"] = gpu_ms
+        res[f"{arm}_top"] = [(e.key[:90], round(e.self_device_time_total / 1e3 / steps, 3), e.count // steps)
+                             for e in kernels[:25]]
+        if out_dir:  # one file for all cases (the GPU machine hands back few files)
+            with open(Path(out_dir, "profiles.txt"), "a", encoding="utf-8") as f:
+                f.write(f"\n== {model} {size} {rows} x {T}, {arm} ({backend}), head={head}: wall {1e3 * wall:.2f} ms/step, "
+                        f"kernels {gpu_ms:.2f} ms/step\n")
+                f.write(ev.table(sort_by="self_device_time_total", row_limit=45, max_name_column_width=90))
+        del m
     return res
 
 
@@ -196,6 +252,7 @@ def main() -> None:
     ap.add_argument("--cases", default="attention,bert,gpt,llama,compile,compiled")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--profile-dir", default=None, help="where the profile case writes its tables")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True  # throughput runs: the usual training setting
     cases = set(args.cases.split(","))
@@ -220,9 +277,21 @@ def main() -> None:
     if "gpt" in cases:
         for attn in ("auto", "per_document", "sdpa", "flex"):
             emit(throughput("gpt", "base", 2048, 16, attn, args.steps, args.repeats))
+    if "bert_varlen" in cases:  # issue 29: the gather-free varlen path against sdpa at 512
+        emit(throughput("bert", "base", 512, 64, "varlen", args.steps, args.repeats))
+        emit(throughput("bert", "base", 512, 64, "sdpa", args.steps, args.repeats))
+        emit(throughput("bert", "large", 512, 32, "varlen", args.steps, args.repeats))
+        emit(throughput("bert", "large", 512, 32, "sdpa", args.steps, args.repeats))
+    if "gpt_varlen" in cases:
+        emit(throughput("gpt", "base", 2048, 16, "varlen", args.steps, args.repeats, head="all"))
+        emit(throughput("gpt", "base", 2048, 16, "varlen", args.steps, args.repeats))
     if "gpt_all" in cases:
         for attn in ("auto", "flex", "sdpa"):
             emit(throughput("gpt", "base", 2048, 16, attn, args.steps, args.repeats, head="all"))
+    if "profile" in cases:
+        emit(profile_steps("bert", "base", 512, 64, "sdpa", "targets", args.profile_dir))
+        emit(profile_steps("bert", "base", 512, 64, "varlen", "targets", args.profile_dir))
+        emit(profile_steps("gpt", "base", 2048, 16, "varlen", "all", args.profile_dir))
     if "varlen_profile" in cases:
         emit(varlen_profile(20))
     if "llama" in cases:
@@ -230,6 +299,14 @@ def main() -> None:
     if "compile" in cases:
         for r in compile_counts():
             emit(r)
+    if "compile_varlen" in cases:  # bf16 autocast (the varlen kernels take half precision only)
+        for kind in ("gpt", "pretrain"):
+            from tests.nn.test_compile import compile_run
+
+            t0 = time.perf_counter()
+            r = compile_run(kind, "varlen", device="cuda", compiler="inductor", autocast=torch.bfloat16)
+            emit({"case": "compile", "kind": kind, "backend": "varlen", "dtype": "bf16", "graphs_after_each_batch": r["graphs_after"],
+                  "max_loss_diff": max(abs(a - b) for a, b in zip(r["eager"], r["compiled"])), "seconds": time.perf_counter() - t0})
     if "compiled" in cases:
         emit(compiled_throughput(args.steps))
 

@@ -4,6 +4,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seqpack.nn import (
     Lamb,
@@ -17,6 +19,7 @@ from seqpack.nn import (
     slot_cross_entropy,
     token_loss,
 )
+from tests.nn._packs import packs, segment_rows
 
 
 def test_token_loss_sequence_vs_token_golden() -> None:
@@ -107,3 +110,54 @@ def test_hyperparameter_helpers() -> None:
         packed_learning_rate(1e-3, 2.0, rule="cubic")
     with pytest.raises(ValueError, match="betas"):
         Lamb([torch.nn.Parameter(torch.zeros(1))], betas=(0.9, 1.5))
+
+
+@settings(max_examples=40, deadline=None)
+@given(packs(max_len=24), st.booleans(), st.floats(0.0, 1.0), st.integers(0, 2**16))
+def test_dense_and_gathered_token_losses_agree(pack, shift: bool, density: float, seed: int) -> None:  # type: ignore[no-untyped-def]
+    """The two ways of :func:`sequence_token_losses` (every position's cross-entropy, or only the
+    targets' gathered first) give the same per-sequence losses and the same logit gradients."""
+    from seqpack.nn.losses import _dense_token_losses, _gathered_token_losses
+
+    T, rows = pack
+    seg = segment_rows(T, rows)
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 7, seg.shape, generator=g)
+    labels[(torch.rand(seg.shape, generator=g) > density) | (seg == 0)] = -100
+    if shift:  # no target may be a sequence's first token (it would be predicted from the one before)
+        first = torch.ones_like(seg, dtype=torch.bool)
+        first[:, 1:] = seg[:, 1:] != seg[:, :-1]
+        labels[first] = -100
+    base = torch.randn(*seg.shape, 7, generator=g, dtype=torch.float64)
+    out = []
+    for fn in (_dense_token_losses, _gathered_token_losses):
+        logits = base.clone().requires_grad_()
+        per, present = fn(logits, labels, seg, int(shift), None)
+        (per * torch.arange(1, per.numel() + 1).view_as(per)).sum().backward()  # every slot weighs differently
+        out.append((per.detach(), present, logits.grad))
+    # float64: the same log-softmax per position, sums over <= 24 terms in another order
+    torch.testing.assert_close(out[0][0], out[1][0], rtol=1e-12, atol=1e-12)
+    assert torch.equal(out[0][1], out[1][1])
+    torch.testing.assert_close(out[0][2], out[1][2], rtol=1e-12, atol=1e-12)
+
+
+def test_vocab_logits_pad_and_cut_back() -> None:
+    """Padded to a multiple of ``align`` (as on CUDA), the logits and every gradient are the plain
+    product's: the padding rows are zeros, their columns cut off."""
+    from seqpack.nn.heads import vocab_logits
+
+    torch.manual_seed(0)
+    h = torch.randn(5, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(13, 8, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(13, dtype=torch.float64, requires_grad=True)
+    gout = torch.randn(5, 13, dtype=torch.float64)
+    grads = []
+    for align in (1, 16):
+        out = vocab_logits(h, w, bias, align=align)
+        assert out.shape == (5, 13)
+        (out * gout).sum().backward()
+        grads.append((out.detach(), h.grad.clone(), w.grad.clone(), bias.grad.clone()))  # type: ignore[union-attr]
+        for x in (h, w, bias):
+            x.grad = None
+    for a, b in zip(*grads):  # float64 products of 8 terms: the same sums, any kernel
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seqpack.nn import (
     attention_mask,
@@ -11,6 +12,7 @@ from seqpack.nn import (
     cu_seqlens,
     max_seqlen,
     position_ids,
+    row_runs,
     segment_ids_from_bos,
     segment_ids_from_eos,
     sequence_lengths,
@@ -64,6 +66,41 @@ def test_masks_match_loop_reference(pack) -> None:  # type: ignore[no-untyped-de
     for b, k, at, _ in spans(rows):
         assert int(starts[b, k]) == at and bool(present[b, k])
     assert int(present.sum()) == len(lengths)
+
+
+def row_runs_reference(seg: torch.Tensor, pad_block: int) -> list[int]:
+    """Walk each row: a run starts at the row's start, where the segment id changes, and on
+    padding at every multiple of ``pad_block``."""
+    B, T = seg.shape
+    starts = []
+    for b in range(B):
+        for t in range(T):
+            s = int(seg[b, t])
+            if t == 0 or s != int(seg[b, t - 1]) or (s == 0 and t % pad_block == 0):
+                starts.append(b * T + t)
+    return [*starts, B * T]
+
+
+@settings(max_examples=60, deadline=None)
+@given(packs(max_len=40), st.integers(1, 9))
+def test_row_runs_match_loop_reference(pack, pad_block: int) -> None:  # type: ignore[no-untyped-def]
+    T, rows = pack
+    seg = segment_rows(T, rows)
+    cu = row_runs(seg, pad_block=pad_block)
+    assert cu.dtype == torch.int32 and cu.tolist() == row_runs_reference(seg, pad_block)
+    flat = seg.reshape(-1)
+    for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):  # one row, one segment id, short padding
+        assert a // T == (b - 1) // T and len(set(flat[a:b].tolist())) == 1
+        assert int(flat[a]) > 0 or b - a <= pad_block
+
+
+def test_row_runs_golden() -> None:
+    seg = torch.tensor([[1, 1, 2, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
+    # row 0: [1 1] [2] [0 0 0] [0]: its padding cut at t = 3 and 6 (pad_block 3); row 1 one run
+    assert row_runs(seg, pad_block=3).tolist() == [0, 2, 3, 6, 7, 14]
+    assert row_runs(seg[:, :0]).tolist() == [0]
+    with pytest.raises(ValueError, match="pad_block must be at least 1"):
+        row_runs(seg, pad_block=0)
 
 
 @settings(max_examples=40, deadline=None)

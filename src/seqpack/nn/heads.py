@@ -52,6 +52,34 @@ class PackedPooler(nn.Module):
         return torch.tanh(self.dense(cls)), present  # (B, D, H), (B, D)
 
 
+#: the vocabulary projection runs on a weight padded to a multiple of this many rows
+VOCAB_ALIGN = 64
+
+
+def vocab_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                 align: int | None = None) -> torch.Tensor:
+    """``hidden @ weight.T (+ bias)``, the matrix product run with the vocabulary padded to a
+    multiple of 64, the result cut back to ``V`` columns.  # (..., H) x (V, H) -> (..., V)
+
+    With an odd vocabulary (BERT's 30,522, GPT-2's 50,257) the logits' rows are not 16-byte
+    aligned, and cuBLAS falls back to its slow unaligned kernels for the product and both of its
+    gradients (on an H100 they took ~2.5x the aligned kernels' time). The padding rows are zeros
+    and the extra columns are cut off, so the values are those of the plain product; the
+    gradient of the padding rows is discarded with them. ``align``: the multiple (default 64 on
+    CUDA, 1 elsewhere: the CPU's kernels have no alignment rule).
+
+    >>> h, w = torch.randn(3, 4), torch.randn(5, 4)
+    >>> torch.allclose(vocab_logits(h, w, align=8), h @ w.T)
+    True
+    """
+    V = weight.shape[0]
+    pad = -V % (align if align is not None else VOCAB_ALIGN if hidden.is_cuda else 1)
+    if pad == 0:
+        return F.linear(hidden, weight, bias)
+    out = F.linear(hidden, F.pad(weight, (0, 0, 0, pad)), None if bias is None else F.pad(bias, (0, pad)))
+    return out[..., :V]
+
+
 class MLMHead(nn.Module):
     """Transform (dense, gelu, LayerNorm) then the tied vocabulary projection."""
 
@@ -64,4 +92,4 @@ class MLMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         h = self.ln(F.gelu(self.dense(hidden)))
-        return F.linear(h, self.embedding.weight, self.bias)  # (..., V)
+        return vocab_logits(h, self.embedding.weight, self.bias)  # (..., V)

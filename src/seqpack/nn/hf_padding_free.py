@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from seqpack.nn.masks import cu_seqlens, max_seqlen, position_ids, unpad_index
 
@@ -97,7 +96,11 @@ def varlen_attention_forward(
     if key.shape[1] != Hq:  # grouped-query attention: share each kv head across its query group
         key, value = (x.repeat_interleave(Hq // x.shape[1], dim=1) for x in (key, value))
     q, k, v = (x.transpose(1, 2).reshape(B * n, Hq, d) for x in (query, key, value))
-    from seqpack.nn.attention.varlen import torch_varlen, varlen_kwargs
+    from seqpack.nn.attention.varlen import (
+        torch_varlen,
+        varlen_kwargs,
+        varlen_reference,
+    )
 
     fn = torch_varlen()
     if q.is_cuda and torch.is_autocast_enabled("cuda") and q.dtype == torch.float32:
@@ -106,17 +109,8 @@ def varlen_attention_forward(
     if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and fn is not None:
         out = fn(q, k, v, cu.to(torch.int32), cu.to(torch.int32), int(m), int(m), **varlen_kwargs(fn, causal, scale, d))
     else:
-        out = _reference(q, k, v, cu, causal=causal, scale=scale)
+        out = varlen_reference(q, k, v, cu, int(m), causal, scale)
     return out.to(query.dtype).view(B, n, Hq, d), None
-
-
-def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, *, causal: bool, scale: float) -> torch.Tensor:
-    """Each sequence through SDPA on its own: slow and obviously correct.  # (total, H, d)"""
-    outs = []
-    for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
-        qs, ks, vs = (x[a:b].transpose(0, 1)[None] for x in (q, k, v))  # (1, H, n, d)
-        outs.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale)[0].transpose(0, 1))
-    return torch.cat(outs) if outs else q.new_zeros(q.shape)
 
 
 __all__ = ["PADDING_FREE", "VARLEN_IMPL", "flat_inputs", "flatten", "register_varlen_attention",

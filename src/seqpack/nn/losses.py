@@ -67,9 +67,48 @@ def sequence_token_losses(
     B, T = labels.shape
     k = 1 if shift else 0
     b, t = (labels[:, k:] != IGNORE_INDEX).nonzero(as_tuple=True)  # logits at t predict labels[t + k]
+    if 2 * b.numel() >= B * T:  # packed rows: most positions are targets
+        return _dense_token_losses(logits, labels, segment_ids, k, max_depth)
+    return _gathered_token_losses(logits, labels, segment_ids, k, max_depth, (b, t))
+
+
+def _gathered_token_losses(
+    logits: torch.Tensor, labels: torch.Tensor, segment_ids: torch.Tensor, k: int, max_depth: int | None,
+    where: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sequence_token_losses` from the logits gathered at the N targets (few of them)."""
+    B, T = labels.shape
+    b, t = (labels[:, k:] != IGNORE_INDEX).nonzero(as_tuple=True) if where is None else where
     # index_select on the flat view: its backward is one index_add, not a scatter over (B, T, V)
     picked = logits.reshape(B * T, -1).index_select(0, b * T + t)  # (N, V)
     return _token_slot_losses(picked, labels[b, t + k], b, segment_ids[b, t + k], B, max_depth, segment_ids)
+
+
+def _dense_token_losses(
+    logits: torch.Tensor, labels: torch.Tensor, segment_ids: torch.Tensor, k: int, max_depth: int | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sequence_token_losses` when most positions have a target: the cross-entropy of every
+    position (0 where none), no gather of the (N, V) logits and no scatter of their gradient.
+
+    The labels and segments move left by ``k`` instead of the logits (a copy of (B, T, V)).
+    Positions without a target fall into one extra slot, dropped at the end.
+    """
+    B, T = labels.shape
+    D = check_depth(segment_ids, max_depth)
+    target = torch.full_like(labels, IGNORE_INDEX)
+    target[:, : T - k] = labels[:, k:]
+    seg = torch.zeros_like(segment_ids)
+    seg[:, : T - k] = segment_ids[:, k:]
+    has = target != IGNORE_INDEX
+    if bool((has & (seg == 0)).any()):
+        raise ValueError("labels has a target (not -100) on a padding token (segment 0)")
+    ce = F.cross_entropy(logits.reshape(B * T, -1).float(), target.reshape(-1), ignore_index=IGNORE_INDEX,
+                         reduction="none")  # (B*T,), 0 where no target
+    rows = torch.arange(B, device=labels.device)[:, None]
+    slots = torch.where(has, rows * D + seg - 1, B * D).reshape(-1)
+    total, count = _binned(ce, slots, B * D + 1)
+    present = count[:-1] > 0
+    return (total[:-1] / count[:-1].clamp(min=1)).view(B, D), present.view(B, D)
 
 
 def _token_slot_losses(

@@ -214,6 +214,35 @@ def cu_seqlens(segment_ids: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def row_runs(segment_ids: torch.Tensor, *, pad_block: int = 128) -> torch.Tensor:
+    """Boundaries of the runs of the flattened rows ``(B*T,)``, as int32 for varlen kernels.  # (R+1,)
+
+    Every sequence is a run, and so is each row's padding, cut at multiples of ``pad_block``
+    within the row: a varlen kernel then reads the rows as they are (``B*T`` tokens, no gather,
+    no scatter), padding attends only to padding of its own block, and its cost stays under
+    one ``pad_block``-square tile per block (128: the flash kernels' tile).
+
+    >>> row_runs(torch.tensor([[1, 1, 2, 0, 0, 0], [1, 1, 1, 1, 1, 1]]), pad_block=2).tolist()
+    [0, 2, 3, 4, 6, 12]
+    """
+    _check_2d(segment_ids, "segment_ids")
+    if pad_block < 1:
+        raise ValueError(f"pad_block must be at least 1, got {pad_block}")
+    s = segment_ids
+    B, T = s.shape
+    if B * T == 0:
+        return torch.zeros(1, dtype=torch.int32, device=s.device)
+    t = torch.arange(T, device=s.device)
+    new = (s == 0) & (t % pad_block == 0)[None, :]  # (B, T): padding starts a run at each block
+    new[:, 0] = True
+    new[:, 1:] |= s[:, 1:] != s[:, :-1]
+    starts = new.reshape(-1).nonzero().squeeze(1)
+    out = torch.empty(starts.numel() + 1, dtype=torch.int32, device=s.device)
+    out[:-1] = starts
+    out[-1] = B * T
+    return out
+
+
 def max_seqlen(segment_ids: torch.Tensor) -> int:
     """The longest sequence in the batch (a Python int, as varlen kernels take it)."""
     lengths = sequence_lengths(segment_ids)

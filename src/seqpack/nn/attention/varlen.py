@@ -1,11 +1,22 @@
-"""Variable-length (unpadded) attention on CUDA: the real tokens of every row are concatenated
-into ``(total, H, d)`` and one flash kernel walks the sequences given by ``cu_seqlens``.
+"""Variable-length attention on CUDA: the rows are read as they are, ``(B*T, H, d)``, and one
+flash kernel walks the runs given by ``cu_seqlens``.
 
 ``flash_varlen``  ``flash_attn_varlen_func`` from the ``flash-attn`` package (fp16/bf16).
 ``varlen``        PyTorch's own ``torch.nn.attention.varlen.varlen_attn`` (the flash kernel
                   built into torch; fp16/bf16), for when no flash-attn wheel fits.
 
-Padding tokens get output 0.
+No gather and no scatter: every sequence is a run, and so is the row-end padding, cut into
+blocks of at most 128 tokens (:func:`seqpack.nn.masks.row_runs`). A real token attends only to
+its own sequence; padding attends to the padding of its block. Packed rows are ~99.9% full, so
+the padding blocks cost nearly nothing, while gathering the real tokens out of the rows and
+scattering them back cost as much as the kernel (benchmarks/gpu.md). Padding outputs are
+unspecified (finite; nothing reads them), as with ``sdpa``'s key-padding form.
+
+    seg      [[1 1 2 0]  [1 1 1 1]]   (B, T) = (2, 4)
+    runs      0   2 3 4   8           cu_seqlens over the 8 flattened tokens
+
+:func:`varlen_reference` runs each run through SDPA on its own: the slow, obviously correct
+kernel the fast ones are tested against (on CPU too).
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from seqpack.nn.attention.base import (
     AttentionPlan,
@@ -26,29 +38,45 @@ from seqpack.nn.attention.base import (
     tokens,
     untokens,
 )
-from seqpack.nn.masks import cu_seqlens, max_seqlen, unpad_index
+from seqpack.nn.masks import row_runs
+
+#: padding is cut into runs of at most this many tokens (the flash kernels' tile)
+PAD_BLOCK = 128
+
+Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, bool, float], torch.Tensor]
 
 
 @dataclass(frozen=True, kw_only=True)
 class VarlenPlan(AttentionPlan):
-    unpad: torch.Tensor  # (total,) flat index of every real token
-    cu_seqlens: torch.Tensor  # (N + 1,) int32
-    max_seqlen: int
+    cu_seqlens: torch.Tensor  # (R + 1,) int32: run boundaries over the B*T flattened tokens
+    max_seqlen: int  # the longest run
 
 
 def _plan(name: str) -> Callable[..., VarlenPlan]:
     def plan(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype) -> VarlenPlan:
-        return VarlenPlan(
-            **common(name, segment_ids, causal),  # type: ignore[arg-type]
-            unpad=unpad_index(segment_ids), cu_seqlens=cu_seqlens(segment_ids), max_seqlen=max_seqlen(segment_ids),
-        )
+        cu = row_runs(segment_ids, pad_block=PAD_BLOCK)
+        longest = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
+        return VarlenPlan(**common(name, segment_ids, causal), cu_seqlens=cu, max_seqlen=longest)  # type: ignore[arg-type]
     return plan
 
 
-def _scatter(q: torch.Tensor, plan: VarlenPlan, out: torch.Tensor) -> torch.Tensor:
-    """Unpadded outputs ``(total, H, d)`` back into ``(B, H, T, d)``, zeros at padding."""
-    B, H, T, d = q.shape
-    return untokens(q.new_zeros(B * T, H, d).index_copy(0, plan.unpad, out.to(q.dtype)), B, T)
+def attend_runs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
+                kernel: Kernel) -> torch.Tensor:
+    """``kernel(q, k, v, cu_seqlens, max_seqlen, causal, scale)`` on the flattened rows.  # (B, H, T, d)"""
+    assert isinstance(plan, VarlenPlan)
+    B, T = q.shape[0], q.shape[2]
+    o = kernel(tokens(q), tokens(k), tokens(v), plan.cu_seqlens, plan.max_seqlen, plan.causal, scale)  # (B*T, H, d)
+    return untokens(o.to(q.dtype), B, T)
+
+
+def varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_seqlen: int,
+                     causal: bool, scale: float) -> torch.Tensor:
+    """Each run through SDPA on its own: slow and obviously correct.  # (total, H, d) -> (total, H, d)"""
+    outs = []
+    for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        qs, ks, vs = (x[a:b].transpose(0, 1)[None] for x in (q, k, v))  # (1, H, n, d)
+        outs.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale)[0].transpose(0, 1))
+    return torch.cat(outs) if outs else q.new_zeros(q.shape)
 
 
 def flash_attn_available() -> bool:
@@ -66,15 +94,15 @@ def _flash_unavailable(segment_ids: torch.Tensor, dtype: torch.dtype) -> str | N
             "use backend='varlen' (PyTorch's own) on CUDA, or 'sdpa' / 'per_document' on CPU")
 
 
-def attend_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
+def _flash_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, m: int, causal: bool,
+                  scale: float) -> torch.Tensor:
     from flash_attn import flash_attn_varlen_func
 
-    assert isinstance(plan, VarlenPlan)
-    o = flash_attn_varlen_func(
-        *(tokens(x)[plan.unpad] for x in (q, k, v)), plan.cu_seqlens, plan.cu_seqlens, plan.max_seqlen,
-        plan.max_seqlen, softmax_scale=scale, causal=plan.causal,
-    )
-    return _scatter(q, plan, o)
+    return flash_attn_varlen_func(q, k, v, cu, cu, m, m, softmax_scale=scale, causal=causal)  # type: ignore[no-any-return]
+
+
+def attend_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
+    return attend_runs(q, k, v, plan, scale, _flash_kernel)
 
 
 def torch_varlen() -> Callable[..., Any] | None:
@@ -115,21 +143,22 @@ def varlen_kwargs(fn: Callable[..., Any], causal: bool, scale: float, d: int) ->
     return kw
 
 
-def attend_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
-    assert isinstance(plan, VarlenPlan)
+def _torch_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, m: int, causal: bool,
+                  scale: float) -> torch.Tensor:
     fn = torch_varlen()
     assert fn is not None
-    cu = plan.cu_seqlens.to(torch.int32)
-    o = fn(*(tokens(x)[plan.unpad] for x in (q, k, v)), cu, cu, plan.max_seqlen, plan.max_seqlen,
-           **varlen_kwargs(fn, plan.causal, scale, q.shape[-1]))
-    return _scatter(q, plan, o)
+    return fn(q, k, v, cu, cu, m, m, **varlen_kwargs(fn, causal, scale, q.shape[-1]))  # type: ignore[no-any-return]
+
+
+def attend_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
+    return attend_runs(q, k, v, plan, scale, _torch_kernel)
 
 
 FLASH_VARLEN = Backend(
     name="flash_varlen", plan=_plan("flash_varlen"), attend=attend_flash, unavailable=_flash_unavailable,
-    summary="flash_attn_varlen_func on the unpadded tokens (CUDA, fp16/bf16, the flash-attn package)",
+    summary="flash_attn_varlen_func on the rows as they are (CUDA, fp16/bf16, the flash-attn package)",
 )
 VARLEN = Backend(
     name="varlen", plan=_plan("varlen"), attend=attend_torch, unavailable=_torch_unavailable,
-    summary="PyTorch's varlen_attn (its built-in flash kernel) on the unpadded tokens (CUDA, fp16/bf16)",
+    summary="PyTorch's varlen_attn (its built-in flash kernel) on the rows as they are (CUDA, fp16/bf16)",
 )

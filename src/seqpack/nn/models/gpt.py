@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from seqpack.nn.attention import AttentionPlan
+from seqpack.nn.heads import vocab_logits
 from seqpack.nn.losses import IGNORE_INDEX, check_reduction, target_loss
 from seqpack.nn.models.common import PackedOutput, check_batch, sized
 from seqpack.nn.models.layers import (
@@ -89,10 +90,10 @@ class GPT(nn.Module):
         if not logits:
             return PackedOutput(hidden=h)
         if labels is None:
-            return PackedOutput(hidden=h, logits=h @ self.wte.weight.T)  # (B, T, V), tied
+            return PackedOutput(hidden=h, logits=vocab_logits(h, self.wte.weight))  # (B, T, V), tied
         # the loss needs logits only where there is a target: (N, V) instead of (B, T, V)
         rows, cols = (labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
-        logits = h[rows, cols] @ self.wte.weight.T  # position t predicts labels[t + 1]
+        logits = vocab_logits(h[rows, cols], self.wte.weight)  # position t predicts labels[t + 1]
         out = PackedOutput(hidden=h, logits=logits)
         out.loss, out.per_sequence, out.present = target_loss(
             logits, labels[rows, cols + 1], rows, segment_ids[rows, cols + 1], segment_ids, reduction=reduction
@@ -101,7 +102,7 @@ class GPT(nn.Module):
 
     def token_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The LM head (tied to the embeddings).  # (..., H) -> (..., V)"""
-        return hidden @ self.wte.weight.T
+        return vocab_logits(hidden, self.wte.weight)
 
 
 class GPTReward(nn.Module):
