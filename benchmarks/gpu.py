@@ -289,9 +289,9 @@ def main() -> None:
         for attn in ("auto", "flex", "sdpa"):
             emit(throughput("gpt", "base", 2048, 16, attn, args.steps, args.repeats, head="all"))
     if "profile" in cases:
-        emit(profile_steps("bert", "base", 512, 64, "sdpa", "targets", args.profile_dir))
         emit(profile_steps("bert", "base", 512, 64, "varlen", "targets", args.profile_dir))
         emit(profile_steps("gpt", "base", 2048, 16, "varlen", "all", args.profile_dir))
+        emit(profile_steps("gpt", "base", 2048, 16, "varlen", "targets", args.profile_dir))
     if "varlen_profile" in cases:
         emit(varlen_profile(20))
     if "llama" in cases:
