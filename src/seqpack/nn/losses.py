@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.nn.cross_entropy import token_cross_entropy
 from seqpack.nn.masks import check_depth
 
 REDUCTIONS = ("sequence", "token")
@@ -102,8 +103,7 @@ def _dense_token_losses(
     has = target != IGNORE_INDEX
     if bool((has & (seg == 0)).any()):
         raise ValueError("labels has a target (not -100) on a padding token (segment 0)")
-    ce = F.cross_entropy(logits.reshape(B * T, -1).float(), target.reshape(-1), ignore_index=IGNORE_INDEX,
-                         reduction="none")  # (B*T,), 0 where no target
+    ce = token_cross_entropy(logits.reshape(B * T, -1), target.reshape(-1))  # (B*T,) float32, 0 where no target
     rows = torch.arange(B, device=labels.device)[:, None]
     slots = torch.where(has, rows * D + seg - 1, B * D).reshape(-1)
     total, count = _binned(ce, slots, B * D + 1)
@@ -124,7 +124,7 @@ def _token_slot_losses(
     D = check_depth(segment_ids, max_depth)
     if segs.numel() and int(segs.min()) < 1:
         raise ValueError("labels has a target (not -100) on a padding token (segment 0)")
-    ce = F.cross_entropy(logits.float(), targets, reduction="none")
+    ce = token_cross_entropy(logits, targets)  # (N,) float32
     total, count = _binned(ce, rows * D + segs - 1, batch * D)
     present = count > 0
     return (total / count.clamp(min=1)).view(batch, D), present.view(batch, D)
