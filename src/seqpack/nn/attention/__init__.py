@@ -24,8 +24,9 @@ Adding a backend: one module defining a plan type and a :class:`Backend`, plus o
 ``REGISTRY`` below.
 
 Padding tokens (segment 0) get output 0, except with ``sdpa`` when no row holds two
-sequences: its cheaper key-padding / ``is_causal`` forms leave padding outputs unspecified
-(nothing reads them: no real token attends to padding).
+sequences (its cheaper key-padding / ``is_causal`` forms) and with ``varlen`` / ``flash_varlen``
+(padding attends to the padding of its 128-token block): there padding outputs are unspecified,
+finite, and nothing reads them (no real token attends to padding).
 
     >>> sorted(REGISTRY) == sorted(BACKENDS[1:])
     True
