@@ -9,8 +9,8 @@ Backends live in one registry (:data:`REGISTRY`), one module each:
                   (:mod:`.dense`); rows holding one sequence use a key-padding mask instead.
 ``eager``         the reference: ``softmax(q k^T * scale + additive mask) v`` (:mod:`.dense`).
 ``per_document``  length buckets, SDPA per bucket (:mod:`.per_document`).
-``flash_varlen``  ``flash_attn_varlen_func`` on the unpadded tokens (:mod:`.varlen`, flash-attn).
-``varlen``        PyTorch's own varlen flash kernel on the unpadded tokens (:mod:`.varlen`).
+``flash_varlen``  ``flash_attn_varlen_func`` on the rows as they are (:mod:`.varlen`, flash-attn).
+``varlen``        PyTorch's own varlen flash kernel on the rows as they are (:mod:`.varlen`).
 ``flex``          FlexAttention with a ``BlockMask`` (:mod:`.flex`).
 ``auto``          :func:`choose_backend` picks one per batch.
 
