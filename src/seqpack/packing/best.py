@@ -13,6 +13,11 @@
    (``lpfhp`` with open packs).
 6. **Never worse than the greedy plans**: return the fewest packs among this, LPFHP and SPFHP.
 
+Before all this, when LPFHP or SPFHP already meets the counting bound (``counting_bound``: the
+tokens over ``max_len``, the sequences over ``max_depth``), that plan is optimal and no LP runs:
+long rows of short sequences (chat SFT at 2048: 4,985 conversations, 12.4 s of LP for the
+1,115 packs best fit had found in 6 ms).
+
 On the Wikipedia histogram this lands within a few dozen packs of the LP bound, in well
 under a second.
 """
@@ -122,12 +127,32 @@ def round_lp(lp: LPResult, hist: np.ndarray, max_len: int, max_depth: int | None
     return lpfhp_packs(rest, max_len, max_depth, open_packs=packs)
 
 
+def counting_bound(hist: np.ndarray, max_len: int, max_depth: int | None = None) -> int:
+    """Packs no plan can go below: the tokens over ``max_len``, and the sequences over ``max_depth``.
+
+    >>> counting_bound(np.array([0, 0, 3]), 4), counting_bound(np.array([5]), 8, 2)   # 9 tokens; 5 sequences
+    (3, 3)
+    """
+    h = np.asarray(hist, dtype=np.int64)
+    tokens = int((h * np.arange(1, h.size + 1)).sum())
+    count = int(h.sum())
+    by_volume = -(-tokens // max_len)
+    return max(by_volume, -(-count // max_depth)) if max_depth else by_volume
+
+
 def best_packs(
     hist: np.ndarray, max_len: int, max_depth: int | None = None, *, time_limit: float = 60.0
 ) -> tuple[Packs, dict[str, object]]:
     """The fewest packs among the LP rounding, LPFHP and SPFHP; ``info`` carries the LP bound."""
     greedy = lpfhp_packs(hist, max_len, max_depth)
     candidates = {"lpfhp": greedy, "spfhp": spfhp_packs(hist, max_len, max_depth)}
+    sizes = {k: sum(c for _, c in v) for k, v in candidates.items()}
+    bound = counting_bound(hist, max_len, max_depth)
+    if min(sizes.values()) <= bound:  # a greedy plan is already optimal: no LP can do better
+        winner = min(sizes, key=lambda k: (sizes[k], k != "lpfhp"))
+        return candidates[winner], {"lp_value": None, "lp_optimal": None, "lp_bound": float(bound), "lp_iterations": 0,
+                                    "lp_seconds": 0.0, "lp_stop": "counting bound met", "chosen": winner,
+                                    "candidates": sizes}
     lower = None
     if max_depth is not None and max_depth > 3:  # the unlimited LP is fast and bounds this one
         free = lpfhp_packs(hist, max_len, None)

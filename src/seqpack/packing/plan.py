@@ -59,7 +59,9 @@ def plan(
     ``seqpack.packing.best``). ``max_depth`` bounds sequences per pack (``None``: no limit;
     ``nnlshp`` then uses 3). The plan holds every sequence exactly once. Equal inputs give equal
     plans on any machine (``best`` stops its LP by input-only rules; ``time_limit`` seconds is only
-    a guard, and its ``info["lp_stop"]`` says "time" if the guard ever stopped it).
+    a guard, and its ``info["lp_stop"]`` says "time" if the guard ever stopped it). ``best`` runs
+    no LP when a greedy plan already meets the counting bound (total tokens over ``max_len``,
+    sequences over ``max_depth``): no plan has fewer packs (``lp_stop``: "counting bound met").
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
