@@ -66,6 +66,29 @@ def prepare(out: Path, conversations: int, max_len: int) -> dict[str, Any]:
     return info
 
 
+def pack_times(data: Path, repeats: int) -> dict[str, Any]:
+    """Both packers on ``ids.parquet`` again, median seconds of ``repeats`` calls (rows unchanged)."""
+    import datasets
+    import pyarrow.parquet as pq
+    from trl.data_utils import pack_dataset as trl_pack
+
+    from seqpack.hf import pack_dataset
+
+    datasets.disable_progress_bars()
+    info = json.loads((data / "prepare.json").read_text())
+    ds = datasets.Dataset(pq.read_table(data / "ids.parquet"))
+    out: dict[str, Any] = {"repeats": repeats}
+    for name, fn in (("seqpack", lambda: pack_dataset(ds, seq_length=info["max_len"])),
+                     ("trl", lambda: trl_pack(ds, info["max_len"], strategy="bfd"))):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            rows = len(fn())
+            times.append(time.perf_counter() - t0)
+        out[f"{name}_rows"], out[f"{name}_pack_s"] = rows, statistics.median(times)
+    return out
+
+
 def llama(max_len: int):  # type: ignore[no-untyped-def]
     """Llama-shaped, ~150M parameters with a 32,000-token embedding (the tokenizer uses the first ids)."""
     import torch
@@ -135,6 +158,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--conversations", type=int, default=5000)
     p.add_argument("--max-len", type=int, default=2048)
+    k = sub.add_parser("pack", help="time both packers again on the prepared conversations")
+    k.add_argument("--data", type=Path, required=True)
+    k.add_argument("--repeats", type=int, default=5)
     t = sub.add_parser("train")
     t.add_argument("--data", type=Path, required=True)
     t.add_argument("--rows", type=int, default=8, help="packed rows per step (per_device_train_batch_size)")
@@ -143,6 +169,9 @@ def main() -> None:
     a = ap.parse_args()
     if a.cmd == "prepare":
         print(json.dumps(prepare(a.out, a.conversations, a.max_len), indent=1))
+        return
+    if a.cmd == "pack":
+        print(json.dumps(pack_times(a.data, a.repeats)))
         return
     res = train(a.data, a.rows, a.rounds)
     print(json.dumps(res["median"], indent=1), res["epoch_time_ratio_seqpack_over_trl"])
