@@ -75,6 +75,23 @@ def test_best_beats_greedy_and_meets_the_lp_bound(data, depth):
     assert p.num_packs >= np.ceil(bound - 1e-6)
 
 
+@settings(max_examples=80, deadline=None)
+@given(data=histograms(max_max_len=24, max_count=6), depth=st.sampled_from([None, 2, 3]))
+def test_the_counting_bound_bounds_the_lp_and_ends_best_when_met(data, depth):
+    """Tokens over max_len and sequences over max_depth never exceed the true LP bound; when a
+    greedy plan meets them, ``best`` returns it without an LP, and only then."""
+    from seqpack.packing.best import counting_bound
+
+    h, max_len = data
+    bound = counting_bound(h, max_len, depth)
+    assert bound <= np.ceil(lp_bound(h, max_len, depth) - 1e-6)
+    p = plan(h, max_len, max_depth=depth)
+    greedy = min(plan(h, max_len, algorithm=a, max_depth=depth).num_packs for a in ("lpfhp", "spfhp"))
+    skipped = p.info["lp_stop"] == "counting bound met"
+    assert skipped == (greedy == bound)
+    assert p.num_packs >= bound and (not skipped or p.num_packs == bound)
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=histograms(max_max_len=20, max_count=5), depth=st.sampled_from([None, 1, 2, 3]))
 def test_column_generation_equals_the_enumerated_lp(data, depth):
