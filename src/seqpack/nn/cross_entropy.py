@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from seqpack.data.sequences import IGNORE_INDEX
 
@@ -114,6 +115,7 @@ class _FusedCrossEntropy(torch.autograd.Function):
         return loss
 
     @staticmethod
+    @once_differentiable  # a second derivative is refused with a clear error, not silently wrong
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         kernels = _kernels()
         assert kernels is not None
