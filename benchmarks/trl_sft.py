@@ -3,10 +3,12 @@ fed rows packed by seqpack's ``pack_dataset`` (``best``: one global plan) agains
 TRL's own ``pack_dataset(strategy="bfd")`` (what ``SFTConfig(packing=True)`` calls), same
 conversations, same model, same trainer.
 
-Two steps, because the GPU machine has no compiler set up for seqpack's core and no network:
+Three steps, so that the lent GPU's time goes to training and the packing is timed on the 2-core
+machine of the other CPU figures:
 
-    .venv/bin/python benchmarks/trl_sft.py prepare --out DIR        # here: tokenize, pack both ways
-    python3 benchmarks/trl_sft.py train --data DIR --out result.json   # on the GPU: train an epoch per arm
+    .venv/bin/python benchmarks/trl_sft.py prepare --out DIR        # CPU: tokenize, pack both ways
+    python3 benchmarks/trl_sft.py train --data DIR --out result.json   # GPU: train an epoch per arm
+    .venv/bin/python benchmarks/trl_sft.py pack --data DIR           # CPU: time both packers again
 
 ``prepare`` makes the synthetic SFT conversations of ``chat_sft.py`` (ChatML, a 4,096-token BPE
 tokenizer trained on them), builds each conversation's ``input_ids`` and ``labels`` (assistant
