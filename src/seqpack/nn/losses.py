@@ -27,6 +27,7 @@ from seqpack.nn.cross_entropy import token_cross_entropy
 from seqpack.nn.masks import check_depth
 
 REDUCTIONS = ("sequence", "token")
+PADDING_TARGET = "labels has a target (not -100) on a padding token (segment 0)"
 
 
 def check_reduction(reduction: str) -> None:
@@ -102,7 +103,7 @@ def _dense_token_losses(
     seg[:, : T - k] = segment_ids[:, k:]
     has = target != IGNORE_INDEX
     if bool((has & (seg == 0)).any()):
-        raise ValueError("labels has a target (not -100) on a padding token (segment 0)")
+        raise ValueError(PADDING_TARGET)
     ce = token_cross_entropy(logits.reshape(B * T, -1), target.reshape(-1))  # (B*T,) float32, 0 where no target
     rows = torch.arange(B, device=labels.device)[:, None]
     slots = torch.where(has, rows * D + seg - 1, B * D).reshape(-1)
@@ -123,7 +124,7 @@ def _token_slot_losses(
     """Logits already gathered at the N target tokens: (N, V), targets (N,), rows/segs (N,)."""
     D = check_depth(segment_ids, max_depth)
     if segs.numel() and int(segs.min()) < 1:
-        raise ValueError("labels has a target (not -100) on a padding token (segment 0)")
+        raise ValueError(PADDING_TARGET)
     ce = token_cross_entropy(logits, targets)  # (N,) float32
     total, count = _binned(ce, rows * D + segs - 1, batch * D)
     present = count > 0

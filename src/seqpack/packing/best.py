@@ -159,7 +159,7 @@ def best_packs(
         lower = solve_lp(hist, max_len, None, start=[s for s, _ in free], time_limit=time_limit).value
     lp = solve_lp(hist, max_len, max_depth, start=[s for s, _ in greedy], time_limit=time_limit, lower=lower)
     candidates["lp"] = round_lp(lp, hist, max_len, max_depth)
-    sizes = {k: sum(c for _, c in v) for k, v in candidates.items()}
+    sizes["lp"] = sum(c for _, c in candidates["lp"])
     winner = min(sizes, key=lambda k: (sizes[k], k != "lp"))
     info: dict[str, object] = {
         "lp_value": lp.value,
