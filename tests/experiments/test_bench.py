@@ -19,7 +19,10 @@ def test_bench_json_has_the_table_columns(tmp_path, capsys):
                  "--sequences", "200", "--batch-size", "4", "--steps", "1", "--repeats", "1", "--json"])
     r = json.loads(capsys.readouterr().out)
     assert code == 0 and KEYS <= set(r)
-    assert r["realized_speedup"] > 0 and r["packing_factor"] > 1.5 and -1 < r["overhead"] < 1
+    # the realised speed-up is a timing (one step a side, any value on a busy machine): only its sign
+    # and how overhead is derived from it are checked, never a range
+    assert r["realized_speedup"] > 0 and r["packing_factor"] > 1.5
+    assert r["overhead"] == pytest.approx(1 - r["realized_speedup"] / r["packing_factor"], rel=1e-12)
     assert r["packing_factor"] == pytest.approx(r["sequences"] / r["packs"], rel=1e-12)  # the factor the counts give
     assert 0.99 < r["efficiency"] <= 1.0 and r["packs"] < r["sequences"]
 
