@@ -83,6 +83,9 @@ struct WordKey {
 // with the word and its ids inline when they fit (up to 24 bytes and 6 ids: almost every word), so
 // a hit reads one line; longer ones live in a pool. Open addressing, linear probing, at most half
 // full; once kMaxWords words are in, the cache starts again empty.
+// Emptying it writes nothing: each entry's key carries the generation it was made in, and clear()
+// starts a new one (entries of older generations are empty slots, to find and to insert). Only
+// once every 2^16 - 1 clears is the table zeroed (a 64 MB table took ~10 ms to zero).
 //   insert(key("hello"), {31373}); find(key("hello")) -> {31373}
 class WordCache {
  public:
@@ -97,7 +100,7 @@ class WordCache {
   // kIdsInline ids long (copy them whole, keep *len).
   const uint32_t* find(const WordKey& k, size_t* len) const {
     const Entry& e = table_[slot(k)];
-    if (e.key == 0) return nullptr;
+    if (!live(e)) return nullptr;
     *len = e.nids;
     return e.nids <= kIdsInline ? e.ids : long_ids(e);
   }
@@ -109,8 +112,8 @@ class WordCache {
     if (count_ >= kMaxWords || pool_.size() + k.n + 4 * (len + 1) > kMaxPool) clear();
     if (2 * (count_ + 1) > table_.size()) grow();
     Entry& e = table_[slot(k)];
-    if (e.key != 0) return;
-    e.key = k.h | kTaken;
+    if (live(e)) return;
+    e.key = tag(k.h);
     e.len = static_cast<uint32_t>(k.n);
     e.nids = static_cast<uint32_t>(len);
     if (k.n <= WordKey::kShort) {
@@ -132,16 +135,22 @@ class WordCache {
   // Empty, at the size it had grown to (growing again costs more than clearing).
   void clear() {
     if (table_.empty()) table_.resize(1024);
-    std::fill(table_.begin(), table_.end(), Entry{});
+    if (++generation_ > kLastGeneration) {
+      std::fill(table_.begin(), table_.end(), Entry{});
+      generation_ = 1;
+    }
     mask_ = table_.size() - 1;
     count_ = 0;
     pool_.clear();
   }
 
  private:
-  static constexpr uint64_t kTaken = 1ULL << 63;  // in every key: key 0 marks an empty entry
+  // a key: the generation (1 .. kLastGeneration) in its top 16 bits, the word's hash below; an
+  // entry whose generation is not the current one (0: never written) is empty
+  static constexpr int kHashBits = 48;
+  static constexpr uint64_t kHashMask = (uint64_t{1} << kHashBits) - 1, kLastGeneration = (1 << 16) - 1;
   struct Entry {  // 64 bytes
-    uint64_t key = 0;  // hash | kTaken
+    uint64_t key = 0;  // generation << kHashBits | hash & kHashMask
     uint32_t len = 0, nids = 0;
     uint64_t lane[WordKey::kLanes] = {};  // the word's lanes, or lane[0]: its offset in pool_
     uint32_t ids[kIdsInline] = {};        // the ids, or ids[0]: their offset in pool_
@@ -149,12 +158,15 @@ class WordCache {
   static_assert(sizeof(Entry) == 64, "one cache line per word");
   static_assert(kMaxPool < (1ULL << 32), "pool offsets fit in an id slot");
 
+  uint64_t tag(uint64_t h) const { return (generation_ << kHashBits) | (h & kHashMask); }
+  bool live(const Entry& e) const { return (e.key >> kHashBits) == generation_; }
+
   // The entry holding the word, or the empty one where it would go.
   size_t slot(const WordKey& k) const {
-    const uint64_t key = k.h | kTaken;
+    const uint64_t key = tag(k.h);
     for (size_t s = k.h & mask_;; s = (s + 1) & mask_) {
       const Entry& e = table_[s];
-      if (e.key == 0) return s;
+      if (!live(e)) return s;
       if (e.key != key || e.len != k.n) continue;
       if (k.n <= WordKey::kShort) {
         if (((e.lane[0] ^ k.lane[0]) | (e.lane[1] ^ k.lane[1]) | (e.lane[2] ^ k.lane[2])) == 0) return s;
@@ -167,8 +179,8 @@ class WordCache {
     std::vector<Entry> old(2 * table_.size());
     old.swap(table_);
     mask_ = table_.size() - 1;
-    for (const Entry& e : old) {
-      if (e.key == 0) continue;
+    for (const Entry& e : old) {  // the live ones, into a zeroed table
+      if (!live(e)) continue;
       size_t s = e.key & mask_;
       while (table_[s].key != 0) s = (s + 1) & mask_;
       table_[s] = e;
@@ -181,6 +193,7 @@ class WordCache {
   std::vector<Entry> table_;
   size_t mask_ = 0;
   size_t count_ = 0;
+  uint64_t generation_ = 0;  // clear() makes it 1 at the start
   std::string pool_;  // long words and long id lists
 };
 

@@ -391,6 +391,24 @@ def test_a_full_word_cache_starts_again_with_the_same_ids():
     assert whole == first + tok.native.encode(text[cut:])
 
 
+def test_a_cleared_word_cache_forgets_its_words_through_every_generation():
+    """``clear_cache`` writes nothing: the word cache's entries carry the generation they were made
+    in, and a clear starts the next (every 2^16 - 1 clears the table is zeroed and it starts again
+    at 1). Words of up to 24 bytes with more than 6 ids keep their ids in a pool that each clear
+    empties: an entry taken for live after its clear would give the pool's new contents, the ids
+    of another word. So: "abcdefgh" in generation 1, then "zyxwvuts" (its ids where those of
+    "abcdefgh" were in the pool) in every generation, up to the wrap back to 1; "abcdefgh" must
+    then give its own ids (met again in any other generation, it would have replaced its old entry)."""
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])  # no merges: a word's bytes are its ids
+    a, z = list(b"abcdefgh"), list(b"zyxwvuts")
+    assert tok.native.encode("abcdefgh") == a  # the encoder's first generation
+    for _ in range(2**16 - 1):  # generations 2 .. 2^16 - 1, then 1 again
+        tok.native.clear_cache()
+        assert tok.native.encode("zyxwvuts") == z
+        assert tok.native.encode("zyxwvuts") == z  # from the cache
+    assert tok.native.encode("abcdefgh") == a
+
+
 def test_the_compiled_encode_call_checks_types_and_makes_no_cycle():
     """After the first call ``tok.encode`` is the compiled call itself: it raises the method's
     TypeError, pickles away, and references nothing that refers back to the tokenizer (so the
