@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <queue>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -207,6 +208,7 @@ class EncoderCore {
         merges_(left.size()),
         splitter_(specials),
         special_ids_(std::move(special_ids)) {
+    if (byte_ids_.size() != 256) throw std::invalid_argument("byte_ids must give an id to each of the 256 bytes");
     for (size_t r = 0; r < left.size(); ++r) {  // the first merge of a pair wins, as in Tokenizer._ranks
       bool inserted;
       Merge& m = merges_.get(pair_key(left[r], right[r]), &inserted);
@@ -222,6 +224,14 @@ class EncoderCore {
       filter_[b >> 6] |= uint64_t{1} << (b & 63);
     }
     build_tokens(left, right, merged);
+    // every pair of bytes' merge, by the bytes: BPE's first lookups in a word, without hashing
+    byte_pairs_.resize(1 << 16);
+    for (size_t x = 0; x < 256; ++x) {
+      for (size_t y = 0; y < 256; ++y) {
+        const Merge* g = lookup(byte_ids_[x], byte_ids_[y]);
+        byte_pairs_[x << 8 | y] = g ? *g : Merge{kNone, 0};
+      }
+    }
   }
 
   const std::vector<uint32_t>& byte_ids() const { return byte_ids_; }
@@ -321,9 +331,9 @@ class EncoderCore {
   void bpe(const uint8_t* w, size_t n, std::vector<uint32_t>& parts) const {
     byte_ids_into(w, n, parts);
     if (n <= kScanMax) {
-      bpe_scan(parts);
+      bpe_scan(parts, w);
     } else {
-      bpe_heap(parts);
+      bpe_heap(parts, w);
     }
   }
 
@@ -345,7 +355,8 @@ class EncoderCore {
   //   merges (a,b)->X, (X,c)->Y:  [a b c a b] -> [X c X] -> [Y X]
   static constexpr size_t kScanMax = 64;
   static constexpr uint32_t kNone = ~0u;
-  void bpe_scan(std::vector<uint32_t>& parts) const {
+  // parts: the ids of the bytes w (byte_ids_into).
+  void bpe_scan(std::vector<uint32_t>& parts, const uint8_t* w) const {
     size_t m = parts.size();
     if (m < 2) return;
     uint32_t* p = parts.data();
@@ -369,7 +380,11 @@ class EncoderCore {
       rank[i] = g ? g->rank : kNone;
       id[i] = g ? g->id : 0;
     };
-    for (size_t i = 0; i + 1 < m; ++i) look(i);
+    for (size_t i = 0; i + 1 < m; ++i) {
+      const Merge& g = byte_pair(w[i], w[i + 1]);
+      rank[i] = g.rank;
+      id[i] = g.id;
+    }
     while (true) {
       uint32_t r = kNone;
       for (size_t i = 0; i + 1 < m; ++i) r = std::min(r, rank[i]);
@@ -399,7 +414,7 @@ class EncoderCore {
   // The same rule in O(n log n) for long pre-tokens: a min-heap of (rank, position) over a
   // linked list. Entries of one rank pop in position order (= left to right); pairs formed
   // while a rank is being applied wait until that rank is done, as in the scan.
-  void bpe_heap(std::vector<uint32_t>& parts) const {
+  void bpe_heap(std::vector<uint32_t>& parts, const uint8_t* w) const {
     const int64_t n = static_cast<int64_t>(parts.size());
     if (n < 2) return;
     std::vector<int64_t> nxt(n), prv(n);
@@ -411,7 +426,8 @@ class EncoderCore {
     using Entry = std::pair<uint32_t, int64_t>;  // (rank, position)
     std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
     for (int64_t i = 0; i + 1 < n; ++i) {
-      if (const Merge* m = lookup(parts[i], parts[i + 1])) heap.push({m->rank, i});
+      const Merge& m = byte_pair(w[i], w[i + 1]);
+      if (m.rank != kNone) heap.push({m.rank, i});
     }
     std::vector<Entry> pending;
     while (!heap.empty()) {
@@ -472,8 +488,11 @@ class EncoderCore {
     }
   }
 
+  const Merge& byte_pair(uint8_t x, uint8_t y) const { return byte_pairs_[size_t{x} << 8 | y]; }
+
   std::vector<uint32_t> byte_ids_;
   U64Map<Merge> merges_;  // pair -> its merge (rank, new id)
+  std::vector<Merge> byte_pairs_;  // bytes x, y -> the merge of their ids' pair (rank kNone: none); 512 KB
   std::vector<uint64_t> filter_;  // bit mix64(pair) >> filter_shift_: set for every pair with a merge
   int filter_shift_ = 64;
   WordCache tokens_;

@@ -283,9 +283,9 @@ class Encoder {
     const auto* p = reinterpret_cast<const uint8_t*>(w.data());
     core_.byte_ids_into(p, w.size(), parts);
     if (heap) {
-      core_.bpe_heap(parts);
+      core_.bpe_heap(parts, p);
     } else {
-      core_.bpe_scan(parts);
+      core_.bpe_scan(parts, p);
     }
     return id_list(parts.data(), parts.size());
   }
