@@ -1,12 +1,52 @@
 // Hashing and an open-addressing table of byte strings, shared by the encoder and the trainer.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace seqpack {
+
+// An allocator for large tables read at random (the encoder's word caches): from 2 MB on, the
+// memory is 2 MB-aligned and the kernel is asked for transparent huge pages (madvise mode), so a
+// lookup does not also miss the TLB (an 8 MB table is 2,048 small pages, more than the TLB holds;
+// on a VM each miss is a two-level page walk). Smaller ones, and other systems, use operator new.
+template <class T>
+struct HugePageAllocator {
+  using value_type = T;
+  static constexpr size_t kHuge = size_t{1} << 21;
+  HugePageAllocator() = default;
+  template <class U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes < kHuge) return static_cast<T*>(::operator new(bytes));
+    void* p = std::aligned_alloc(kHuge, (bytes + kHuge - 1) & ~(kHuge - 1));
+    if (!p) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    madvise(p, bytes, MADV_HUGEPAGE);  // a hint: refused, the table works on small pages
+#endif
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) {
+    if (n * sizeof(T) < kHuge) {
+      ::operator delete(p);
+    } else {
+      std::free(p);
+    }
+  }
+  template <class U>
+  bool operator==(const HugePageAllocator<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const HugePageAllocator<U>&) const { return false; }
+};
 
 inline uint64_t mix64(uint64_t h) {
   h ^= h >> 32;

@@ -177,7 +177,7 @@ class WordCache {
     }
   }
   void grow() {
-    std::vector<Entry> old(2 * table_.size());
+    std::vector<Entry, HugePageAllocator<Entry>> old(2 * table_.size());
     old.swap(table_);
     mask_ = table_.size() - 1;
     for (const Entry& e : old) {  // the live ones, into a zeroed table
@@ -191,7 +191,7 @@ class WordCache {
     return reinterpret_cast<const uint32_t*>(pool_.data() + e.ids[0]);
   }
 
-  std::vector<Entry> table_;
+  std::vector<Entry, HugePageAllocator<Entry>> table_;
   size_t mask_ = 0;
   size_t count_ = 0;
   uint64_t generation_ = 0;  // clear() makes it 1 at the start
