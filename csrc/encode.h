@@ -59,7 +59,11 @@ struct WordKey {
       h = hash_bytes(p, n);
       return;
     }
-    if (static_cast<size_t>(end - p) >= kShort) {
+    const size_t room = static_cast<size_t>(end - p);
+    if (n <= 8 && room >= 8) {  // most words: one lane, one product
+      lane[0] = load64(p) & kLaneMasks.m[n].mask[0];
+      lane[1] = lane[2] = 0;
+    } else if (room >= kShort) {
       const LaneMask& m = kLaneMasks.m[n];
       for (size_t i = 0; i < kLanes; ++i) lane[i] = load64(p + 8 * i) & m.mask[i];
     } else {
@@ -67,8 +71,10 @@ struct WordKey {
       std::memcpy(tmp, p, n);
       for (size_t i = 0; i < kLanes; ++i) lane[i] = load64(tmp + 8 * i);
     }
-    h = fold(lane[0] ^ 0x9E3779B97F4A7C15ULL, lane[1] ^ 0xe7037ed1a0b428dbULL) ^
-        fold(lane[2] ^ 0x8ebc6af09c88c6e3ULL, n ^ 0x589965cc75374cc3ULL);
+    // the hash depends on the bytes and n alone, whichever way the lanes were read
+    h = n <= 8 ? fold(lane[0] ^ 0x9E3779B97F4A7C15ULL, n ^ 0x589965cc75374cc3ULL)
+               : fold(lane[0] ^ 0x9E3779B97F4A7C15ULL, lane[1] ^ 0xe7037ed1a0b428dbULL) ^
+                     fold(lane[2] ^ 0x8ebc6af09c88c6e3ULL, n ^ 0x589965cc75374cc3ULL);
   }
 
  private:
