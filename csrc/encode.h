@@ -92,7 +92,7 @@ struct WordKey {
 // full; once kMaxWords words are in, the cache starts again empty.
 // Emptying it writes nothing: each entry's key carries the generation it was made in, and clear()
 // starts a new one (entries of older generations are empty slots, to find and to insert). Only
-// once every 2^16 - 1 clears is the table zeroed (a 64 MB table took ~10 ms to zero).
+// once every 2^16 - 1 clears is the table zeroed (a full one is 64 MB).
 //   insert(key("hello"), {31373}); find(key("hello")) -> {31373}
 class WordCache {
  public:

@@ -214,7 +214,11 @@ def cu_seqlens(segment_ids: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def row_runs(segment_ids: torch.Tensor, *, pad_block: int = 128) -> torch.Tensor:
+#: row-end padding is cut into runs of at most this many tokens (the flash kernels' tile)
+PAD_BLOCK = 128
+
+
+def row_runs(segment_ids: torch.Tensor, *, pad_block: int = PAD_BLOCK) -> torch.Tensor:
     """Boundaries of the runs of the flattened rows ``(B*T,)``, as int32 for varlen kernels.  # (R+1,)
 
     Every sequence is a run, and so is each row's padding, cut at multiples of ``pad_block``

@@ -40,9 +40,6 @@ from seqpack.nn.attention.base import (
 )
 from seqpack.nn.masks import row_runs
 
-#: padding is cut into runs of at most this many tokens (the flash kernels' tile)
-PAD_BLOCK = 128
-
 Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, bool, float], torch.Tensor]
 
 
@@ -54,7 +51,7 @@ class VarlenPlan(AttentionPlan):
 
 def _plan(name: str) -> Callable[..., VarlenPlan]:
     def plan(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype) -> VarlenPlan:
-        cu = row_runs(segment_ids, pad_block=PAD_BLOCK)
+        cu = row_runs(segment_ids)
         longest = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
         return VarlenPlan(**common(name, segment_ids, causal), cu_seqlens=cu, max_seqlen=longest)  # type: ignore[arg-type]
     return plan
