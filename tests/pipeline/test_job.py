@@ -38,15 +38,27 @@ def _same_dataset(a: Path, b: Path) -> bool:
     return files == other and all(filecmp.cmp(a / f, b / f, shallow=False) for f in files)
 
 
+def _row_group_sizes(path: Path) -> list[int]:
+    import pyarrow.parquet as pq
+
+    return [pq.ParquetFile(f).metadata.row_group(g).num_rows for f in sorted((path / "data").glob("*.parquet"))
+            for g in range(pq.ParquetFile(f).metadata.num_row_groups)]
+
+
 @pytest.mark.parametrize("algorithm", ["best", "lpfhp"])
-@pytest.mark.parametrize("shards", ["one", "few", "many"])
-def test_clm_from_shards_is_byte_identical_to_one_store(tok, stores, tmp_path, shards, algorithm):
+@pytest.mark.parametrize(("shards", "row_group_packs"), [("one", None), ("few", None), ("many", None), ("many", 3)])
+def test_clm_from_shards_is_byte_identical_to_one_store(tok, stores, tmp_path, shards, row_group_packs, algorithm):
     cfg = PackConfig.for_task("clm", max_len=64, algorithm=algorithm)
-    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, shard_packs=7)
-    m = build_packed_dataset(stores[shards], tok, tmp_path / "b", cfg, shard_packs=7)
+    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, shard_packs=7, row_group_packs=row_group_packs)
+    m = build_packed_dataset(stores[shards], tok, tmp_path / "b", cfg, shard_packs=7, row_group_packs=row_group_packs)
     assert _same_dataset(tmp_path / "a", tmp_path / "b")  # same plan, packs, bytes, manifest
     assert m["reused"] == [] and len(m["shards"]) > 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no work dir or lock left
+    # parts of 7 packs, in row groups of 3 (several a part: each laid out and written in turn), or of
+    # 2**20 // 64 (the default: one a part here)
+    sizes = _row_group_sizes(tmp_path / "b")
+    assert sum(sizes) == m["num_packs"]
+    assert sizes[:3] == ([3, 3, 1] if row_group_packs else [7, 7, 7])
 
 
 def test_mlm_from_one_shard_equals_one_store_and_every_sequence_packs_once(tok, stores, tmp_path):
@@ -193,9 +205,11 @@ def test_examples_in_shards_equal_examples_in_memory(tok, tmp_path, task):
         kw = {"max_len": 48}
     src = _write_jsonl(tmp_path / "ex.jsonl", rows)
     cfg = PackConfig.for_task(task, **kw)
-    build_packed_dataset(rows, tok, tmp_path / "a", cfg, shard_packs=6)  # a list: packed in memory
-    m = build_packed_dataset(src, tok, tmp_path / "b", cfg, shard_packs=6, shard_examples=8)
+    # a list: packed in memory; in row groups of 4 packs (2 a part: each gathers its sequences' fields)
+    build_packed_dataset(rows, tok, tmp_path / "a", cfg, shard_packs=6, row_group_packs=4)
+    m = build_packed_dataset(src, tok, tmp_path / "b", cfg, shard_packs=6, shard_examples=8, row_group_packs=4)
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
+    assert _row_group_sizes(tmp_path / "b")[:2] == [4, 2]
     assert m["num_examples"] == len(rows) and len(m["shards"]) > 1
 
 

@@ -83,9 +83,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--parquet-encoding", choices=ENCODINGS, default=default_of(OutputOptions, "encoding"),
                    help="of the numeric columns: byte_stream_split (smaller, faster to write; pyarrow >= 16 reads "
                         "it) or plain (any Parquet reader)")
-    p.add_argument("--compression", choices=COMPRESSION, default="zstd", help="Parquet compression (default zstd level 1)")
+    p.add_argument("--compression", choices=COMPRESSION, default=default_of(OutputOptions, "compression"),
+                   help="Parquet compression (default zstd level 1)")
     p.add_argument("--shard-packs", type=lambda t: positive_int(t, "--shard-packs"), default=None,
                    help="packs per Parquet shard (default: about 16M tokens' worth, at most 50,000)")
+    p.add_argument("--row-group-packs", type=lambda t: positive_int(t, "--row-group-packs"), default=None,
+                   help="packs per Parquet row group, what a reader decodes to return any of its rows "
+                        "(default: about 1M tokens' worth, 512 packs at 2048)")
     p.add_argument("--shard-examples", type=lambda t: positive_int(t, "--shard-examples"), default=100_000,
                    help="labelled examples per stage (classification, multilabel, qa; default 100,000)")
     add_engine_options(p)
@@ -119,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         m = build_packed_dataset(args.source, tok, args.out, cfg, overwrite=args.overwrite, engine=engine,
                                  shard_examples=args.shard_examples, schedule=schedule,
                                  export_bin=args.export_bin, compression=args.compression, shard_packs=args.shard_packs,
+                                 row_group_packs=args.row_group_packs,
                                  write_derived=args.write_derived, encoding=args.parquet_encoding)
     finally:
         engine.close()

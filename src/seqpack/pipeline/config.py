@@ -9,7 +9,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from seqpack.data.format import COMPRESSION, ENCODINGS, default_shard_packs
+from seqpack.data.format import (
+    COMPRESSION,
+    ENCODINGS,
+    default_row_group_packs,
+    default_shard_packs,
+)
 from seqpack.packing.balance import ScheduleOptions
 from seqpack.packing.histogram import check_max_len
 from seqpack.packing.plan import ALGORITHMS, check_max_depth
@@ -63,10 +68,11 @@ class PackConfig:
 @dataclass(frozen=True, kw_only=True)
 class OutputOptions:
     """How a packed dataset is written: Parquet parts of ``shard_packs`` packs (default: about
-    2**24 tokens each), ``row_group_packs`` per row group, ``compression``, optional ``.bin`` columns.
+    2**24 tokens each), in row groups of ``row_group_packs`` packs (default: about 2**20 tokens each),
+    ``compression``, optional ``.bin`` columns.
 
-    >>> OutputOptions(compression="lz4").parts(max_len=2048)
-    8192
+    >>> OutputOptions(compression="lz4").parts(max_len=2048), OutputOptions().row_groups(max_len=2048)
+    (8192, 512)
     >>> OutputOptions(compression="brotli")
     Traceback (most recent call last):
     ...
@@ -78,7 +84,7 @@ class OutputOptions:
     compression: str = "zstd"
     encoding: str = ENCODINGS[0]  # of the numeric Parquet columns (plain: readable by any Parquet reader)
     shard_packs: int | None = None
-    row_group_packs: int = 4096
+    row_group_packs: int | None = None
     schedule: ScheduleOptions | None = None  # also group the packs into balanced data-parallel steps (schedule.npy)
     write_derived: bool = False  # also store the task's derived columns (segment_ids; clm's labels) in the Parquet parts
 
@@ -103,3 +109,7 @@ class OutputOptions:
     def parts(self, *, max_len: int) -> int:
         """Packs per Parquet part."""
         return self.shard_packs or default_shard_packs(max_len)
+
+    def row_groups(self, *, max_len: int) -> int:
+        """Packs per Parquet row group."""
+        return self.row_group_packs or default_row_group_packs(max_len)

@@ -125,7 +125,7 @@ def run_job(
         check_output_dir(out, overwrite=output.overwrite)
         job = {**key, "tokenizer": tokenizer.fingerprint(), "config": config.to_dict(),
                **{k: v for k, v in dataclasses.asdict(output).items() if k not in ("overwrite", "schedule")},  # the schedule is made anew each time
-               "shard_packs": output.parts(max_len=config.max_len)}
+               "shard_packs": output.parts(max_len=config.max_len), "row_group_packs": output.row_groups(max_len=config.max_len)}
         work = work_dir(out, job)
         with discard_on_rejection(work):
             log = StageLog(work)
@@ -190,7 +190,7 @@ def _plan(
             "position_fields": summaries[0]["position_fields"],
             "num_examples": int(sum(s["num_examples"] for s in summaries)), "max_len": config.max_len,
             "max_depth": pack_depth(packing, config.max_depth), "position_offset": config.position_offset,
-            "compression": output.compression, "encoding": output.encoding, "row_group_packs": output.row_group_packs, "work": str(work),
+            "compression": output.compression, "encoding": output.encoding, "row_group_packs": output.row_groups(max_len=config.max_len), "work": str(work),
             "derived_columns": output.derived(config.task),
             "bases": np.concatenate([[0], np.cumsum([s["num_sequences"] for s in summaries])]).astype(np.int64)}
     return packing, meta

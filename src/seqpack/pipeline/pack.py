@@ -41,6 +41,7 @@ def build_packed_dataset(
     export_bin: bool = False,
     compression: str = "zstd",
     shard_packs: int | None = None,
+    row_group_packs: int | None = None,
     engine: Engine | None = None,
     shard_examples: int = 100_000,
     schedule: ScheduleOptions | None = None,
@@ -66,7 +67,7 @@ def build_packed_dataset(
     ``plain`` (for Parquet readers that lack BYTE_STREAM_SPLIT on integers).
     """
     output = OutputOptions(overwrite=overwrite, export_bin=export_bin, compression=compression, shard_packs=shard_packs,
-                           schedule=schedule, write_derived=write_derived, encoding=encoding)
+                           row_group_packs=row_group_packs, schedule=schedule, write_derived=write_derived, encoding=encoding)
     task = get_task(config.task)
     source_path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "path", None)
     check_not_input(out, [source_path])  # --out must not replace or sit inside what it reads
@@ -86,7 +87,7 @@ def build_packed_dataset(
             arrays[SCHEDULE], extra["schedule"] = packing_schedule(pc.packing.lengths, pc.packing.pack_offsets,
                                                                    pc.packing.sequence_index, schedule)
         m = write_packed(pc, out, overwrite=overwrite, export_bin=export_bin, compression=compression,
-                         shard_packs=shard_packs, extra=extra, arrays=arrays, derived=output.derived(config.task), encoding=encoding)
+                         shard_packs=shard_packs, row_group_packs=row_group_packs, extra=extra, arrays=arrays, derived=output.derived(config.task), encoding=encoding)
     for message in task.pack_warnings(m):  # once, from the whole job's counts (not once per shard)
         warnings.warn(message, stacklevel=2)
     return m

@@ -285,11 +285,14 @@ def packs_stage(
     specs: dict[str, Any] = {}
 
     def groups() -> Iterator[dict[str, np.ndarray]]:
+        # the part's sequences' rows read once (each shard's files opened once, not once a row group)
+        part_rows = _sequence_rows(dirs, bases, sequence_index, meta)
         for g, lo in enumerate(range(0, rows, step)):
             hi = min(rows, lo + step)
             poff = pack_offsets[lo : hi + 1]
-            ids = sequence_index[poff[0] - pack_offsets[0] : poff[-1] - pack_offsets[0]]
-            cols = _row_group(dirs, bases, poff - poff[0], ids, plan, meta, chunks[g : g + 2], skip)
+            at = slice(int(poff[0] - pack_offsets[0]), int(poff[-1] - pack_offsets[0]))
+            cols = _row_group(bases, poff - poff[0], sequence_index[at], _rows_slice(part_rows, at), plan, meta,
+                              chunks[g : g + 2], skip)
             specs.update(_made_specs(cols, meta, skip))
             if bin_dir is not None:
                 for col, v in cols.items():
@@ -322,14 +325,21 @@ def _made_specs(cols: dict[str, np.ndarray], meta: dict[str, Any], skip: tuple[s
     return {**{k: specs[k] for k in tokens}, "segment_ids": seg, **{k: v for k, v in specs.items() if k not in tokens}}
 
 
-def _row_group(dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, ids: np.ndarray, plan: Any,
+def _rows_slice(rows: dict[str, Any], at: slice | np.ndarray) -> dict[str, Any]:
+    """The rows ``at`` of :func:`_sequence_rows`' result."""
+    return {"lengths": rows["lengths"][at], "example_ids": rows["example_ids"][at],
+            "seq_fields": {k: v[at] for k, v in rows["seq_fields"].items()}}
+
+
+def _row_group(bases: np.ndarray, pack_offsets: np.ndarray, ids: np.ndarray, id_rows: dict[str, Any], plan: Any,
                meta: dict[str, Any], chunks: np.ndarray, skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-    """The columns of packs ``pack_offsets`` (from 0), holding the sequences ``ids`` in slot order.
+    """The columns of packs ``pack_offsets`` (from 0), holding the sequences ``ids`` in slot order
+    (``id_rows``: their rows of :func:`_sequence_rows`, in that order).
 
     The routed files hold them by shard, then by slot (:func:`route_stage`): ``perm`` is that
     order, and the packing refers to each slot's place in it."""
     perm = np.argsort(np.searchsorted(bases, ids, side="right"), kind="stable")
-    rows = _sequence_rows(dirs, bases, ids[perm], meta)
+    rows = _rows_slice(id_rows, perm)
     offsets = offsets_of(rows["lengths"])
     seqs = Sequences(task=meta["task"], offsets=offsets, example_ids=rows["example_ids"],
                      token_fields=_read_group(meta["routes"], chunks, offsets, meta, skip), seq_fields=rows["seq_fields"],
