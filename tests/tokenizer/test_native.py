@@ -437,6 +437,23 @@ def test_the_compiled_encode_call_checks_types_and_makes_no_cycle():
         gc.enable()
 
 
+def test_encode_taken_before_any_call_is_the_compiled_call():
+    """``f = tok.encode`` before the first call (``map(tok.encode, texts)``) is the compiled call, not a
+    method that stays a Python frame a call; on the class ``Tokenizer.encode`` is still a function, and
+    a tokenizer unpickled (which drops the compiled call) makes it again."""
+    import pickle
+
+    tok = _random_tokenizer(random.Random(9), b"ab ", 5, shuffle=False)
+    assert "encode" not in vars(tok)
+    f = tok.encode
+    assert type(f) is type(len) and vars(tok)["encode"] is f  # a builtin, the one in the instance's dict
+    assert f("ab ba") == tok.encode_reference("ab ba") == Tokenizer.encode(tok, "ab ba")
+    assert "Token ids of" in (Tokenizer.encode.__doc__ or "")
+    again = pickle.loads(pickle.dumps(tok))
+    assert "encode" not in vars(again) and type(again.encode) is type(len)
+    assert again.encode("ab ba") == f("ab ba")
+
+
 def test_a_token_its_own_bytes_do_not_encode_to_is_not_taken_whole():
     """The encoder looks a word up among the tokens before running BPE, but only among those whose
     bytes BPE-encode to themselves: "abc" is a token (a + bc), yet BPE merges (a, b) first."""

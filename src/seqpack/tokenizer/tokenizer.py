@@ -111,6 +111,22 @@ def _encode_pieces(encode: Callable[[str], list[int]], specials_re: Any, longest
     return out
 
 
+class _CompiledCall:
+    """``tok.encode``: on an instance, the compiled call that :attr:`Tokenizer.native` puts in the instance's
+    dict (built at the first access; later ones find it there, before this non-data descriptor); on the
+    class, the plain function (``Tokenizer.encode(tok, text)``, ``help``)."""
+
+    def __init__(self, func: Callable[[Tokenizer, str], list[int]]) -> None:
+        self.func = func
+        self.__doc__ = func.__doc__
+
+    def __get__(self, obj: Tokenizer | None, owner: type | None = None) -> Callable[..., list[int]]:
+        if obj is None:
+            return self.func
+        obj.native  # noqa: B018 (builds the compiled encoder and puts its call in obj.__dict__)
+        return obj.__dict__["encode"]  # type: ignore[no-any-return]
+
+
 class Tokenizer:
     """Byte-level BPE tokenizer from ``vocab`` (id -> bytes) and ordered ``merges``.
 
@@ -259,13 +275,17 @@ class Tokenizer:
                     cache[word] = ids
             out.extend(ids)
 
-    def encode(self, text: str) -> list[int]:
+    def _encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special tokens (longest match first) map to their ids.
 
-        (After the first call this is the compiled encoder's own call: see :attr:`native`.)
+        ``tok.encode`` is the compiled encoder's own call, built at the first access (see
+        :attr:`native`), so ``f = tok.encode`` taken before any call is as fast as ``tok.encode(text)``:
+        no Python frame a call (a 20-character text: 113 ns a call against 270-284 through a method, here).
         """
         self.native  # noqa: B018 (builds the compiled encoder, and with it the compiled call)
         return self.__dict__["encode"](text)  # type: ignore[no-any-return]
+
+    encode = _CompiledCall(_encode)
 
     def _pieces(self, text: str, size: int) -> Iterator[str]:
         """``text`` cut where the ids cannot change (see :func:`_pieces`).
