@@ -8,9 +8,11 @@ the largest process (sampled every 0.1 s over the CLI and every process it start
 included), the pack count and efficiency, and - where one store still fits - the pack count of
 the single-process plan on the same sequences (``pack_lengths`` on all lengths at once).
 
-    python benchmarks/scale.py [--sizes 200,2000] [--engines local,ray] [--limit-gb 1] [--out results/scale.json]
+    python benchmarks/scale.py [--sizes 200,2000] [--engines local,ray] [--limit-gb 1] [--repeats 3] [--out results/scale.json]
 
-One run per configuration (a 2 GB run takes minutes): the rows are single measurements.
+``--repeats`` runs each local configuration without a memory limit that many times (tokenize then pack, in
+turn): its row gives the median wall times (and every run's), the largest peak, and ``pack_over_tokenize``, the
+median of each run's pack time over its tokenize time (this VM's speed drifts between runs: one run decides nothing).
 
 ``--limit-gb`` also re-runs the local engine in a memory cgroup (v1, ``memory.limit_in_bytes``)
 limited below the corpus size, to show that the job completes when the corpus does not fit
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,26 +103,36 @@ def run(cmd: list[str], limit_gb: float | None = None) -> dict:
     return {"wall": time.perf_counter() - t0, "peak_mb": peak[0] / 2**20, "peak_sum_mb": peak[1] / 2**20, "stdout": out}
 
 
-def one(size: int, engine: str, tok: Path, work: Path, limit_gb: float | None = None) -> dict:
+def one(size: int, engine: str, tok: Path, work: Path, limit_gb: float | None = None, repeats: int = 1) -> dict:
     exe = str(Path(sys.executable).with_name("seqpack"))
     src = corpus(size)
     store, packed = work / f"store-{size}-{engine}", work / f"packed-{size}-{engine}"
     eng = ["--engine", engine]
-    t = run([exe, "tokenize", str(src), "--tokenizer", str(tok), "--out", str(store), "--overwrite", *eng], limit_gb)
-    p = run([exe, "pack", str(store), "--task", "clm", "--max-len", "2048", "--tokenizer", str(tok), "--out", str(packed),
-             "--overwrite", "--json", *eng], limit_gb)
-    summary = json.loads(p["stdout"].strip().splitlines()[-1])
+    ts, ps = [], []
+    for _ in range(repeats):
+        ts.append(run([exe, "tokenize", str(src), "--tokenizer", str(tok), "--out", str(store), "--overwrite", *eng], limit_gb))
+        ps.append(run([exe, "pack", str(store), "--task", "clm", "--max-len", "2048", "--tokenizer", str(tok), "--out",
+                       str(packed), "--overwrite", "--json", *eng], limit_gb))
+    summary = json.loads(ps[-1]["stdout"].strip().splitlines()[-1])
     mb = src.stat().st_size / 1e6
+    t_s, p_s = statistics.median(t["wall"] for t in ts), statistics.median(p["wall"] for p in ps)
     row = {
         "size_mb": round(mb, 1), "engine": engine, "limit_gb": limit_gb,
-        "tokenize_s": round(t["wall"], 2), "pack_s": round(p["wall"], 2),
-        "mb_per_s": round(mb / (t["wall"] + p["wall"]), 2),
-        "peak_rss_mb": round(max(t["peak_mb"], p["peak_mb"]), 1),
-        "peak_rss_mb_tokenize": round(t["peak_mb"], 1), "peak_rss_mb_pack": round(p["peak_mb"], 1),
-        "peak_rss_sum_mb": round(max(t["peak_sum_mb"], p["peak_sum_mb"]), 1),
+        "tokenize_s": round(t_s, 2), "pack_s": round(p_s, 2),
+        "mb_per_s": round(mb / (t_s + p_s), 2),
+        "peak_rss_mb": round(max(max(t["peak_mb"], p["peak_mb"]) for t, p in zip(ts, ps)), 1),
+        "peak_rss_mb_tokenize": round(max(t["peak_mb"] for t in ts), 1), "peak_rss_mb_pack": round(max(p["peak_mb"] for p in ps), 1),
+        "peak_rss_sum_mb": round(max(max(t["peak_sum_mb"], p["peak_sum_mb"]) for t, p in zip(ts, ps)), 1),
         "num_packs": summary["num_packs"], "num_sequences": summary["num_sequences"],
         "efficiency": round(summary["efficiency"], 6),
     }
+    if repeats > 1:
+        row["runs"] = repeats
+        row["tokenize_s_runs"] = [round(t["wall"], 2) for t in ts]
+        row["pack_s_runs"] = [round(p["wall"], 2) for p in ps]
+        ratios = [p["wall"] / t["wall"] for t, p in zip(ts, ps)]
+        row["pack_over_tokenize_runs"] = [round(r, 3) for r in ratios]
+        row["pack_over_tokenize"] = round(statistics.median(ratios), 3)
     if limit_gb:  # the cgroup's own peak (anonymous memory and page cache charged to it)
         row["cgroup_peak_mb_pack"] = round(int((CGROUP / "memory.max_usage_in_bytes").read_text()) / 2**20, 1)
         row["cgroup_limit_hits"] = int((CGROUP / "memory.failcnt").read_text())
@@ -146,6 +159,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="200,2000", help="corpus sizes in MB")
     ap.add_argument("--engines", default="local,ray")
     ap.add_argument("--limit-gb", type=float, default=1.0, help="memory cgroup limit for the extra run (0: none)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each local configuration without a memory limit")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=str(RESULTS / "scale.json"), help="the result file ('' for none)")
     args = ap.parse_args()
@@ -158,7 +172,7 @@ def main() -> None:
     rows = []
     for size in (int(x) for x in args.sizes.split(",")):
         for engine in args.engines.split(","):
-            row = one(size, engine, tok, work)
+            row = one(size, engine, tok, work, repeats=args.repeats if engine == "local" else 1)
             if engine == "local":
                 row["single_process_packs"] = single_process_packs(work / f"store-{size}-local")
             rows.append(row)
@@ -174,10 +188,12 @@ def main() -> None:
             subprocess.run(["rm", "-rf", str(p)], check=True)
     write_result(args.out or None, rows, packages=("ray",))
     if not args.json:
-        print("size MB | engine | tokenize s | pack s | MB/s end to end | peak RSS (largest process) MB | packs | single-process packs | efficiency")
+        print("size MB | engine | tokenize s | pack s | pack / tokenize | MB/s end to end | peak RSS (largest process) MB | packs | "
+              "single-process packs | efficiency")
         for r in rows:
             lim = f" (memory cgroup {r['limit_gb']} GB)" if r["limit_gb"] else ""
-            print(f"{r['size_mb']} | {r['engine']}{lim} | {r['tokenize_s']} | {r['pack_s']} | {r['mb_per_s']} | "
+            print(f"{r['size_mb']} | {r['engine']}{lim} | {r['tokenize_s']} | {r['pack_s']} | {r.get('pack_over_tokenize', '-')} | "
+                  f"{r['mb_per_s']} | "
                   f"{r['peak_rss_mb']} | {r['num_packs']:,} | {r.get('single_process_packs', '-')} | {r['efficiency']:.4%}")
 
 
