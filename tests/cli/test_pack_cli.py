@@ -111,5 +111,13 @@ def test_tokenize_and_pack_in_shards(capsys, tmp_path, tokdir, corpus):
     meta = json.loads(out)
     assert code == 0 and len(meta["shards"]) > 2 and meta["reused"] == []
     code, out, _ = run(capsys, "pack", str(tmp_path / "s"), "--task", "clm", "--max-len", "64", "--tokenizer", str(tokdir),
-                       "--out", str(tmp_path / "p"), "--shard-packs", "10")
+                       "--out", str(tmp_path / "p"), "--shard-packs", "10", "--row-group-packs", "4")
     assert code == 0 and "packs of 64" in out
+    import pyarrow.parquet as pq
+
+    first = pq.ParquetFile(tmp_path / "p" / "data" / "part-00000.parquet").metadata
+    assert [first.row_group(g).num_rows for g in range(first.num_row_groups)] == [4, 4, 2]  # 10 packs, 4 a group
+    with pytest.raises(SystemExit) as e:
+        run(capsys, "pack", str(tmp_path / "s"), "--task", "clm", "--max-len", "64", "--tokenizer", str(tokdir),
+            "--out", str(tmp_path / "q"), "--row-group-packs", "0")
+    assert e.value.code == 2
