@@ -92,6 +92,36 @@ void on_threads(size_t chunks, Fn&& work) {
   for (auto& th : pool) th.join();
 }
 
+// Blocks [0, blocks) dealt to `threads` threads: thread t takes those of its own contiguous share in
+// order, then helps the others with theirs (from wherever they have got to). Text next to text shares
+// its words, so each thread's word cache misses less than with blocks dealt in turn (2 threads, 64 blocks:
+// the two halves of the CS336 set hold 1.20x the distinct words of the whole, every other block 1.29x; of the
+// mixed set 1.14x against 1.26x. encode_batch, 2 threads, cold: CS336 0.73-0.74 ms -> 0.69-0.70 ms).
+//   4 blocks, 2 threads: thread 0 takes 0, 1; thread 1 takes 2, 3 (then 1, if 0 is still on 0)
+class BlockDealer {
+ public:
+  BlockDealer(size_t blocks, size_t threads)
+      : blocks_(blocks), threads_(std::max<size_t>(threads, 1)), next_(new std::atomic<size_t>[threads_]) {
+    for (size_t t = 0; t < threads_; ++t) next_[t].store(start(t), std::memory_order_relaxed);
+  }
+  size_t take(size_t t) {  // >= blocks: none left
+    for (size_t k = 0; k < threads_; ++k) {
+      const size_t share = (t + k) % threads_;
+      const size_t b = next_[share].fetch_add(1);
+      if (b < start(share + 1)) return b;
+    }
+    return blocks_;
+  }
+  void stop() {
+    for (size_t t = 0; t < threads_; ++t) next_[t].store(start(t + 1));
+  }
+
+ private:
+  size_t start(size_t t) const { return blocks_ * t / threads_; }
+  const size_t blocks_, threads_;
+  std::unique_ptr<std::atomic<size_t>[]> next_;
+};
+
 PyObject* fast_encode_call(PyObject* self, PyObject* text);
 PyMethodDef kFastEncodeDef = {"encode", fast_encode_call, METH_O,
                               "encode(text) -> list[int]: the token ids of one text."};
@@ -212,7 +242,7 @@ class Encoder {
       const size_t k = e.cuts[b];  // the first piece of block b, and the last of block b - 1
       if (e.text_of[k - 1] == e.text_of[k]) spans[e.text_of[k]] = 1;
     }
-    BlockQueue q(blocks);
+    BlockQueue q(blocks, workers);
     std::vector<char> made(blocks, 0);
     size_t left = blocks, first = 0;  // blocks whose lists are not made; the first of them
     // the lists of finished blocks not made yet (GIL held)
@@ -228,7 +258,7 @@ class Encoder {
     Running running(*this, e, pieces, q, workers);  // threads 1.. encode blocks; joined by its destructor
     {
       auto w = pool_.take();
-      for (size_t b; (b = q.take()) < blocks;) {
+      for (size_t b; (b = q.take(0)) < blocks;) {
         {
           py::gil_scoped_release nogil;
           encode_block(e, pieces, b, *w);
@@ -418,12 +448,13 @@ class Encoder {
     Encoded e = plan_views(views, threads, thread_bytes);
     const std::vector<Text>& pieces = e.cut() ? e.bytes : views;
     const size_t blocks = e.cuts.size() - 1;
-    std::atomic<size_t> next{0};
+    const size_t workers = std::min(e.workers, blocks);
+    BlockDealer dealer(blocks, workers);
     {
       py::gil_scoped_release nogil;
-      on_threads(std::min(e.workers, blocks), [&](size_t) {
+      on_threads(workers, [&](size_t t) {
         auto w = pool_.take();
-        for (size_t b; (b = next.fetch_add(1)) < blocks;) encode_block(e, pieces, b, *w);
+        for (size_t b; (b = dealer.take(t)) < blocks;) encode_block(e, pieces, b, *w);
         pool_.give(std::move(w));
       });
     }
@@ -434,11 +465,12 @@ class Encoder {
   // The blocks of one encode_lists call: handed out one at a time, and which are finished.
   class BlockQueue {
    public:
-    explicit BlockQueue(size_t blocks) : blocks_(blocks), done_(new std::atomic<bool>[blocks]) {
+    BlockQueue(size_t blocks, size_t threads)
+        : blocks_(blocks), dealer_(blocks, threads), done_(new std::atomic<bool>[blocks]) {
       for (size_t b = 0; b < blocks; ++b) done_[b].store(false, std::memory_order_relaxed);
     }
-    size_t take() { return next_.fetch_add(1); }  // >= blocks: none left
-    void stop() { next_.store(blocks_); }
+    size_t take(size_t t) { return dealer_.take(t); }  // thread t's next block; >= blocks: none left
+    void stop() { dealer_.stop(); }
     void finish(size_t b) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -460,8 +492,8 @@ class Encoder {
 
    private:
     const size_t blocks_;
+    BlockDealer dealer_;
     std::unique_ptr<std::atomic<bool>[]> done_;
-    std::atomic<size_t> next_{0};
     std::mutex mu_;
     std::condition_variable cv_;
   };
@@ -473,9 +505,9 @@ class Encoder {
    public:
     Running(Encoder& enc, Encoded& e, const std::vector<Text>& pieces, BlockQueue& q, size_t workers) : q_(q) {
       for (size_t t = 1; t < workers; ++t) {
-        threads_.emplace_back([&enc, &e, &pieces, &q] {
+        threads_.emplace_back([&enc, &e, &pieces, &q, t] {
           auto w = enc.pool_.take();
-          for (size_t b; (b = q.take()) < e.cuts.size() - 1;) {
+          for (size_t b; (b = q.take(t)) < e.cuts.size() - 1;) {
             enc.encode_block(e, pieces, b, *w);
             q.finish(b);
           }
