@@ -41,8 +41,8 @@ def _same_dataset(a: Path, b: Path) -> bool:
 def _row_group_sizes(path: Path) -> list[int]:
     import pyarrow.parquet as pq
 
-    return [pq.ParquetFile(f).metadata.row_group(g).num_rows for f in sorted((path / "data").glob("*.parquet"))
-            for g in range(pq.ParquetFile(f).metadata.num_row_groups)]
+    metas = [pq.ParquetFile(f).metadata for f in sorted((path / "data").glob("*.parquet"))]
+    return [m.row_group(g).num_rows for m in metas for g in range(m.num_row_groups)]
 
 
 @pytest.mark.parametrize("algorithm", ["best", "lpfhp"])
