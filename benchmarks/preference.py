@@ -40,9 +40,35 @@ from typing import Any
 import numpy as np
 import torch
 
-LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
-         "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 4096}
-PACKED_LLAMA = {**LLAMA, "attn_implementation": "seqpack_packed"}  # seqpack's attention plans inside the model
+LLAMAS = {  # "1b": TinyLlama's shape (22 layers of 2048, 32 heads / 4 kv heads): ~0.97B parameters besides embeddings
+    "small": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+              "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 4096},
+    "1b": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+           "num_attention_heads": 32, "num_key_value_heads": 4, "max_position_embeddings": 4096},
+}
+
+
+def packed_llama(size: str) -> dict[str, Any]:
+    """The Llama config seqpack trains: seqpack's attention plans inside the model."""
+    return {**LLAMAS[size], "attn_implementation": "seqpack_packed"}
+
+
+class Setup:
+    """Where and how the arms run: ``device`` (cpu|cuda), ``dtype`` (fp32|bf16 autocast), the Llama size."""
+
+    def __init__(self, device: str = "cpu", dtype: str = "fp32", llama: str = "small") -> None:
+        self.device, self.dtype, self.llama = device, dtype, LLAMAS[llama]
+
+    def measure(self, arm: Any) -> dict[str, Any]:
+        """``arm()``'s result, with its peak GPU memory (GiB) on CUDA."""
+        if self.device != "cuda":
+            return arm()  # type: ignore[no-any-return]
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        return {**arm(), "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
 
 
 def pairs_data(n: int, max_len: int, seed: int = 0) -> list[dict[str, str]]:
@@ -94,18 +120,21 @@ class StepTimer:
         return _CB()
 
 
-def trl_arm(records: list[dict], tok_dir: Path, pairs: int, steps: int, work: Path) -> dict[str, float]:
+def trl_arm(records: list[dict], tok_dir: Path, pairs: int, steps: int, work: Path, setup: Setup | None = None,
+            ) -> dict[str, float]:
     import datasets
     import transformers as tf
     import trl
 
     tok = tf.AutoTokenizer.from_pretrained(str(tok_dir))
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"}, vocab_size=len(tok), attn_implementation="sdpa")
+    setup = setup or Setup()
+    cfg = tf.LlamaConfig(**{k: v for k, v in setup.llama.items() if k != "model_type"}, vocab_size=len(tok),
+                         attn_implementation="sdpa")
     model = tf.LlamaForCausalLM(cfg)
     timer = StepTimer()
     args = trl.DPOConfig(output_dir=str(work / "trl"), per_device_train_batch_size=pairs, max_steps=steps, report_to=[],
-                         use_cpu=True, bf16=False, max_length=None, save_strategy="no", precompute_ref_log_probs=True,
+                         use_cpu=setup.device == "cpu", bf16=setup.dtype == "bf16", max_length=None, save_strategy="no", precompute_ref_log_probs=True,
                          learning_rate=1e-4, logging_steps=10_000, disable_tqdm=True, dataloader_num_workers=0)
     trainer = trl.DPOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, processing_class=tok,
                              train_dataset=datasets.Dataset.from_list(records), callbacks=[timer.hook()])
@@ -141,7 +170,8 @@ def packed_tokens(path: Path) -> dict[str, float]:
             "real_tokens_per_pair": float(m["num_tokens"]) / n if "num_tokens" in m else float("nan")}
 
 
-def seqpack_arm(path: Path, work: Path, pairs: int, steps: int, hf_model: Path | None) -> dict[str, float]:
+def seqpack_arm(path: Path, work: Path, pairs: int, steps: int, hf_model: Path | None, setup: Setup | None = None,
+                ) -> dict[str, float]:
     from seqpack.train import TrainConfig, train
 
     m = json.loads((path / "manifest.json").read_text())
@@ -149,7 +179,8 @@ def seqpack_arm(path: Path, work: Path, pairs: int, steps: int, hf_model: Path |
     rows = max(1, round(pairs / per_row))
     out = work / f"run-{path.name}-{time.monotonic_ns()}"
     cfg = TrainConfig(data=str(path), out=str(out), steps=steps, batch_size=rows, lr=1e-4, progress=False, threads=2,
-                      eval_fraction=0.02, hf_model=str(hf_model) if hf_model else None, size="small", max_position=4096)
+                      eval_fraction=0.02, hf_model=str(hf_model) if hf_model else None, size="small", max_position=4096,
+                      dtype=(setup or Setup()).dtype)
     train(cfg)
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     steps_ = [r for r in recs if "eval" not in r][1:]
@@ -202,22 +233,34 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer pairs and steps (a smoke run)")
     ap.add_argument("--pairs", type=int, default=8, help="pairs per optimiser step")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=None, help="optimiser steps per arm (default 5, --quick 3)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast over fp32 weights, every arm")
+    ap.add_argument("--llama", choices=tuple(LLAMAS), default="small", help="the Llama's size (1b: TinyLlama's shape)")
+    ap.add_argument("--models", default="llama,gpt", help="which models' arms run (llama: TRL and seqpack; gpt: seqpack)")
+    ap.add_argument("--max-lens", default="1024,4096")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--only", nargs="*", default=None, metavar="ARM",
                     help="re-run only these arms (e.g. llama/trl) and update their entries in --out")
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    if args.device == "cpu":
+        torch.set_num_threads(2)
+    setup = Setup(args.device, args.dtype, args.llama)
+    models = set(args.models.split(","))
     from seqpack.pipeline import PackConfig, build_packed_dataset
     from seqpack.tokenizer import open_tokenizer
 
     work = Path(tempfile.mkdtemp(prefix="seqpack-pref-"))
     tok_dir = word_tokenizer(work / "tok")
-    (work / "llama.json").write_text(json.dumps(PACKED_LLAMA))
+    (work / "llama.json").write_text(json.dumps(packed_llama(args.llama)))
     n, steps = (200, 3) if args.quick else (600, 5)
-    results: dict[str, Any] = {"pairs_per_step": args.pairs, "rounds": args.rounds, "steps": steps, "by_max_len": {}}
+    steps = args.steps or steps
+    results: dict[str, Any] = {"pairs_per_step": args.pairs, "rounds": args.rounds, "steps": steps, "by_max_len": {},
+                               "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+                               "dtype": args.dtype, "llama": {**LLAMAS[args.llama]}, "torch": torch.__version__}
     if args.only:
         results = json.loads(args.out.read_text())
-    for max_len in (1024, 4096):
+    for max_len in (int(x) for x in args.max_lens.split(",")):
         records = pairs_data(n, max_len)
         r: dict[str, Any] = {"pairs": len(records), "tokens": {"trl": trl_tokens(records, tok_dir, args.pairs)}}
         old = results["by_max_len"].get(str(max_len), {})
@@ -230,33 +273,36 @@ def main() -> None:
         runs: dict[str, list[dict]] = {}
         for _ in range(args.rounds):
             arms = {
-                "llama/trl": lambda: trl_arm(records, tok_dir, args.pairs, steps, work),
-                "llama/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json"),
-                "llama/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, work / "llama.json"),
+                "llama/trl": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup),
+                "llama/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json", setup),
+                "llama/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, work / "llama.json",
+                                                           setup),
                 "gpt/padded": lambda: gpt_padded_arm(records, tok_dir, args.pairs, steps),
-                "gpt/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, None),
-                "gpt/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, None),
+                "gpt/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, None, setup),
+                "gpt/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, None, setup),
             }
             for name, fn in arms.items():
-                if args.only and name not in args.only:
+                if (args.only and name not in args.only) or name.split("/")[0] not in models:
                     continue
-                runs.setdefault(name, []).append(fn())
+                runs.setdefault(name, []).append(setup.measure(fn))
                 print(f"max_len {max_len} {name}: {runs[name][-1]}", flush=True)
         r["throughput"] = {**old.get("throughput", {}), **{k: {"pairs_per_s": statistics.median(x["pairs_per_s"] for x in v),
-                               "runs": [x["pairs_per_s"] for x in v], "pairs_per_step": v[0]["pairs_per_step"]}
+                               "runs": [x["pairs_per_s"] for x in v], "pairs_per_step": v[0]["pairs_per_step"],
+                               **({"peak_gib": max(x["peak_gib"] for x in v)} if "peak_gib" in v[0] else {})}
                            for k, v in runs.items()}}
         for model, base in (("llama", "trl"), ("gpt", "padded")):
+            if f"{model}/{base}" not in r["throughput"]:
+                continue
             for layout in ("pairs", "shared-prefix"):
                 speed = r["throughput"][f"{model}/{layout}"]["pairs_per_s"] / r["throughput"][f"{model}/{base}"]["pairs_per_s"]
                 tokens = r["tokens"]["trl"]["tokens_per_pair"] / r["tokens"][layout]["tokens_per_pair"]
                 r.setdefault("ratios", {})[f"{model}/{layout}"] = {"speedup": speed, "token_ratio": tokens,
                                                                    "realised_over_tokens": speed / tokens}
         results["by_max_len"][str(max_len)] = r
-        print(json.dumps(r["ratios"], indent=1), flush=True)
-    text = json.dumps(results, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+        print(json.dumps(r.get("ratios"), indent=1), flush=True)
+        if args.out:  # after each max_len: a run cut short keeps what it finished
+            args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -196,3 +196,18 @@ def test_padded_run_matched_by_packs_takes_the_packed_runs_steps(datasets, tmp_p
     assert abs(a["eval"]["loss"] - b["eval"]["loss"]) <= 1e-5 * abs(a["eval"]["loss"])
     with pytest.raises(ValueError, match="--match packs is for the padded run"):
         cfg(datasets[task], "x", match="packs")
+
+
+def test_bf16_autocast_trains_within_bf16_rounding_of_fp32(datasets, tmp_path):
+    """``dtype="bf16"``: forward and loss under autocast over fp32 weights. The step-0 eval loss (the
+    same initial weights) differs from fp32's, so autocast was on (0 difference: it was not), by
+    about bf16's rounding: each logit is computed from inputs rounded to 8 significant bits
+    (u = 2^-8), a relative error of a few u through the tiny model's two layers, and the mean
+    cross-entropy moves by about as much relatively; 2% (~5u) bounds it, a broken path is O(1)."""
+    runs = {d: train(cfg(datasets["clm"], tmp_path / d, dtype=d, steps=2)) for d in ("fp32", "bf16")}
+    first = {d: read_metrics(tmp_path / d)[0]["eval"]["loss"] for d in runs}
+    assert 0 < abs(first["bf16"] - first["fp32"]) < 0.02 * first["fp32"]
+    assert np.isfinite(runs["bf16"]["eval"]["loss"])
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["train"]["dtype"] == "bf16"
+    w = params(tmp_path / "bf16")
+    assert all(v.dtype == torch.float32 for v in w.values() if v.is_floating_point())  # weights stay fp32

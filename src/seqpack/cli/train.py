@@ -27,7 +27,7 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     from seqpack.nn.attention import BACKENDS
     from seqpack.nn.losses import REDUCTIONS
     from seqpack.nn.models.common import SIZES
-    from seqpack.train.config import BALANCE, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
+    from seqpack.train.config import BALANCE, DTYPES, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
 
     pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
     p.add_argument("--data", required=True, help="packed dataset directory (seqpack pack)")
@@ -51,6 +51,8 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=lambda t: _int_at_least(t, "--seed", 0), default=default_of(TrainConfig, "seed"))
     p.add_argument("--reduction", choices=REDUCTIONS, default=default_of(TrainConfig, "reduction"), help="loss mean per sequence (paper) or per token (HF)")
     p.add_argument("--attention", choices=BACKENDS, default=default_of(TrainConfig, "attention"), help="packed attention backend")
+    p.add_argument("--dtype", choices=DTYPES, default=default_of(TrainConfig, "dtype"),
+                   help="bf16: forward and loss under bf16 autocast over fp32 weights and optimiser state")
     p.add_argument("--dropout", type=float, default=default_of(TrainConfig, "dropout"), help="override the model's dropout")
     p.add_argument("--max-position", type=pos("--max-position"), default=default_of(TrainConfig, "max_position"), help="the model's position table size")
     p.add_argument("--threads", type=pos("--threads"), default=default_of(TrainConfig, "threads"), help="torch CPU threads")

@@ -60,6 +60,7 @@ from seqpack.nn.losses import (
 )
 from seqpack.nn.masks import attention_mask, check_segment_ids, position_ids
 from seqpack.nn.models.common import PackedOutput
+from seqpack.nn.models.layers import compute_dtype
 
 CAUSAL = ("GPT2LMHeadModel", "LlamaForCausalLM")
 #: attention implementations for which transformers derives a causal model's packed mask from ``position_ids``
@@ -109,7 +110,9 @@ def check_hf_mask(model_or_config: Any, mask: torch.Tensor) -> None:
 
 
 def _model_dtype(model: Any) -> torch.dtype:
-    return next(model.parameters()).dtype
+    """The dtype q/k/v will have: the weights', or autocast's when it is on."""
+    p = next(model.parameters())
+    return compute_dtype(p.device, p.dtype)
 
 
 def _require_columns(batch: Mapping[str, torch.Tensor]) -> None:

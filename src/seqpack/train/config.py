@@ -21,6 +21,7 @@ OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine", "constant")
 MATCH = ("none", "sequences", "packs")
 BALANCE = ("none", "compute", "schedule")
+DTYPES = ("fp32", "bf16")  # bf16: autocast over fp32 weights (fp16 would need a loss scaler)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +66,7 @@ class TrainConfig:
     match: str = "none"
     adjust_hparams: bool = False
     attention: str = "auto"
+    dtype: str = "fp32"
     dropout: float | None = None
     max_position: int | None = None
     threads: int | None = None
@@ -87,7 +89,8 @@ class TrainConfig:
         if self.model is not None:
             one_of("model", MODELS)
         for name, allowed in (("size", tuple(SIZES)), ("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
-                              ("reduction", REDUCTIONS), ("match", MATCH), ("attention", BACKENDS), ("balance", BALANCE)):
+                              ("reduction", REDUCTIONS), ("match", MATCH), ("attention", BACKENDS), ("balance", BALANCE),
+                              ("dtype", DTYPES)):
             one_of(name, allowed)
         for name in ("batch_size", "accumulation", "eval_batch_size"):
             if getattr(self, name) < 1:

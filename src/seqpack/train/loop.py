@@ -256,6 +256,12 @@ class _Run:
         report = data.balance(cost, world=cfg.balance_world or world.size, rows=self.rows)
         return {**report, "cost": cost.to_dict(), "cost_source": cfg.balance_cost or "flops"}
 
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """bf16 autocast over the fp32 weights when ``dtype="bf16"`` (matrix products and attention
+        in bf16; losses, softmax and the optimiser in fp32, as autocast's op lists decide)."""
+        on = self.cfg.dtype == "bf16"
+        return torch.autocast(self.world.device.type, dtype=torch.bfloat16, enabled=on) if on else contextlib.nullcontext()
+
     def _reference(self, resume: bool) -> np.ndarray | None:
         """The reference model's log-probabilities when the objective needs them: the initial
         weights' (computed now, before any step), or on resume the run's saved ones."""
@@ -264,7 +270,8 @@ class _Run:
         if resume:
             ref = load_reference(self.run_dir, self.data)
         else:
-            ref = reference_logps(self.model, self.data, batch_size=self.cfg.eval_batch_size, device=self.world.device)
+            with self._autocast():  # the reference is the policy's forward at step 0, in the same precision
+                ref = reference_logps(self.model, self.data, batch_size=self.cfg.eval_batch_size, device=self.world.device)
         self.data.pack_columns = reference_columns(ref)
         return ref
 
@@ -306,8 +313,9 @@ class _Run:
             sync = world.size == 1 or m == len(batches) - 1
             ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()  # type: ignore[operator]
             with ctx:
-                out = self.wrapped(b)
-                loss = step_loss(component_means(out, self.task), local[m], total, world=world.size)
+                with self._autocast():
+                    out = self.wrapped(b)
+                    loss = step_loss(component_means(out, self.task), local[m], total, world=world.size)
                 loss.backward()
             logged += torch.tensor([float(loss.detach()) / world.size, self.data.unit_sequences[units].sum(),
                                     self.data.unit_tokens[units].sum()], dtype=torch.float64)
@@ -326,7 +334,9 @@ class _Run:
         totals = EvalTotals()
         for b in self.data.eval_batches(self.cfg.eval_batch_size):
             b = {k: v.to(self.world.device) for k, v in self._checked(b).items()}
-            totals.update(forward(model, b, task=self.task, reduction="sequence", objective=self.objective), b, self.task)
+            with self._autocast():
+                out = forward(model, b, task=self.task, reduction="sequence", objective=self.objective)
+            totals.update(out, b, self.task)
         model.train(was)
         return totals.result()
 

@@ -22,6 +22,7 @@ from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, unflatten_tokens
 from seqpack.nn.masks import check_segment_ids, shares_prefix, split_branches
 from seqpack.nn.models.common import PackedOutput
+from seqpack.nn.models.layers import compute_dtype
 from seqpack.nn.preference import (
     PreferenceLoss,
     ResponseLogps,
@@ -42,7 +43,8 @@ def _hf_states(model: Any, batch: Mapping[str, torch.Tensor], run: Any) -> torch
     check_segment_ids(seg)
     impl = str(getattr(model.config, "_attn_implementation", None) or "eager")
     if impl == PACKED_IMPL:  # seqpack's backends inside the model: the plan, no mask
-        plan = plan_attention(seg, causal=True, dtype=next(model.parameters()).dtype, validate=False, branch_ids=br)
+        p = next(model.parameters())
+        plan = plan_attention(seg, causal=True, dtype=compute_dtype(p.device, p.dtype), validate=False, branch_ids=br)
         return run(input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan, use_cache=False)  # type: ignore[no-any-return]
     if impl in PADDING_FREE:
         if shares_prefix(seg, br):
