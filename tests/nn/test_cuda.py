@@ -117,3 +117,17 @@ def test_hf_adapters_fp32_on_cuda(impl: str, case: int) -> None:
     T, rows = ROWS[case]
     for kind in HF_KINDS:
         check_adapter(kind, impl, T, rows, device="cuda")
+
+
+@pytest.mark.parametrize("T", [64, 192, 512])
+def test_sdpa_backward_with_a_packed_mask_is_finite(T):
+    """bf16 sdpa with a packed (B, 1, T, T) mask: gradients finite at lengths of 64 mod 128, where
+    cuDNN's backward (torch 2.11, H100/H200) gives NaN dq (pytorch/pytorch#196678); 512 keeps cuDNN."""
+    from seqpack.nn.attention import packed_attention, plan_attention
+
+    seg = torch.tensor([[1] * (T // 2) + [2] * (T // 4) + [0] * (T - T // 2 - T // 4)] * 2, device="cuda")
+    plan = plan_attention(seg, causal=True, backend="sdpa", dtype=torch.bfloat16)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 4, T, 64, device="cuda", dtype=torch.bfloat16, generator=g).mul(3).requires_grad_() for _ in range(3))
+    packed_attention(q, k, v, plan).float().square().sum().backward()
+    assert all(torch.isfinite(x.grad).all() for x in (q, k, v))

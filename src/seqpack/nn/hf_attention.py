@@ -43,6 +43,11 @@ def packed_attention_forward(
                          "model call; seqpack.nn.hf_adapter.packed_forward passes it")
     if dropout and module.training:
         raise ValueError(f"{PACKED_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
+    dev = query.device.type
+    if torch.is_autocast_enabled(dev) and query.dtype != torch.get_autocast_dtype(dev):
+        # rotary embeddings in float32 promote q and k out of autocast's dtype; the plan (and a
+        # half-precision-only kernel such as varlen) expects it, as autocast gives SDPA
+        query, key, value = (x.to(torch.get_autocast_dtype(dev)) for x in (query, key, value))
     Hq = query.shape[1]
     if key.shape[1] != Hq:  # grouped-query attention: share each kv head across its query group
         key, value = (x.repeat_interleave(Hq // x.shape[1], dim=1) for x in (key, value))

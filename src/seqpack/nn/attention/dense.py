@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seqpack.nn.attention.base import AttentionPlan, Backend, common
 from seqpack.nn.masks import attention_mask
@@ -37,7 +38,18 @@ def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Attenti
     if plan.mask is not None and plan.mask.dtype != torch.bool and plan.mask.dtype != q.dtype:
         raise ValueError(f"an additive mask must have the dtype of q ({q.dtype}), got {plan.mask.dtype}")
     is_causal = plan.causal and plan.mask is None
+    if q.is_cuda and plan.mask is not None and q.shape[-2] % 128:
+        with sdpa_kernel(_NOT_CUDNN):  # see _NOT_CUDNN
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=plan.mask, is_causal=is_causal, scale=scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=plan.mask, is_causal=is_causal, scale=scale)
+
+
+#: SDPA's kernels other than cuDNN's. With a mask and a length that is not a multiple of 128, cuDNN's
+#: backward (torch 2.11, H100/H200) returns NaN in dq for lengths of 64 mod 128 (pytorch/pytorch
+#: #196678): found on an H200, where bf16 training of a 64-token packed GPT went NaN at its second
+#: step under ``sdpa`` and not under ``eager`` or ``per_document``. Multiples of 128 keep cuDNN (the
+#: fastest at 512, benchmarks/gpu.md).
+_NOT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def plan_eager(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None) -> MaskPlan:
