@@ -87,6 +87,16 @@ PEAK_MB = (
 )
 
 
+def scratch_dir(prefix: str) -> Path:
+    """A temporary directory removed when this process exits (a benchmark leaves nothing in /tmp)."""
+    import atexit
+    import shutil
+
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return d
+
+
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
 

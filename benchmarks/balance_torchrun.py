@@ -27,10 +27,10 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
+from _common import scratch_dir  # type: ignore[import-not-found]
 
 
 def build(out: Path, *, n: int = 6000, max_len: int = 4096, seed: int = 0) -> None:
@@ -82,7 +82,7 @@ def main() -> None:
     )
     from seqpack.train.data import TrainData
 
-    work = Path(tempfile.mkdtemp(prefix="seqpack-balance-"))
+    work = scratch_dir("seqpack-balance-")
     build(work / "data", n=args.sequences)
     res: dict = {"sequences": args.sequences}
     costs_by = {"flops": RowCost.from_flops(hidden=256, layers=4)}

@@ -29,12 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from _common import scratch_dir  # type: ignore[import-not-found]
 
 from seqpack.packing import pack_lengths
 from seqpack.pipeline import PackConfig, build_packed_dataset, build_sequences
@@ -205,7 +205,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.conversations, args.repeats, args.steps, args.rounds = 2000, 1, 2, 1
-    root = Path(tempfile.mkdtemp(prefix="seqpack-chat-bench-"))
+    root = scratch_dir("seqpack-chat-bench-")
     records = conversations(args.conversations)
     tok = open_tokenizer(tokenizer_dir(root, records))
     result: dict = {"conversations": args.conversations, "packing": [], "training": []}

@@ -14,11 +14,10 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _common import RESULTS, SHARED, write_result
+from _common import RESULTS, SHARED, scratch_dir, write_result
 
 BENCH = ["bench", "--lengths", "wikipedia", "--threads", "2"]
 RUNS = {
@@ -52,7 +51,7 @@ def main() -> None:
     ap.add_argument("--only", default="bench_bert,bench_gpt,compare,demo")
     ap.add_argument("--out-dir", default=str(RESULTS))
     args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="seqpack-cli-")
+    work = str(scratch_dir("seqpack-cli-"))
     fill = {"work": work}
     for name in args.only.split(","):
         runs = []

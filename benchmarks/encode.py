@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import sysconfig
-import tempfile
 from pathlib import Path
 
 from _common import (
@@ -42,6 +41,7 @@ from _common import (
     SHARED,
     compare_arms,
     concurrent_arm,
+    scratch_dir,
     shakespeare_file,
     summary,
     write_result,
@@ -249,7 +249,7 @@ def main() -> None:
     args = ap.parse_args()
     from seqpack.tokenizer import Tokenizer
 
-    work = Path(tempfile.mkdtemp(prefix="seqpack-encode-"))
+    work = scratch_dir("seqpack-encode-")
     Tokenizer.from_files(CS / "gpt2_vocab.json", CS / "gpt2_merges.txt", [EOT]).to_hf().save(str(work / "tokenizer.json"))
     results = {}
     sets = corpora()

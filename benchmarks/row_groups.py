@@ -26,10 +26,9 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from _common import EOT, RESULTS, SHARED, run_child, write_result
+from _common import EOT, RESULTS, SHARED, run_child, scratch_dir, write_result
 from scale import corpus, run
 
 READ = """
@@ -66,7 +65,7 @@ def main() -> None:
     args = ap.parse_args()
     from seqpack.tokenizer import Tokenizer
 
-    work = Path(tempfile.mkdtemp(prefix="seqpack-rowgroups-"))
+    work = scratch_dir("seqpack-rowgroups-")
     tok, store = work / "gpt2", work / "store"
     cs = SHARED / "cs336"
     Tokenizer.from_files(cs / "gpt2_vocab.json", cs / "gpt2_merges.txt", [EOT]).save(tok)

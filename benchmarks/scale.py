@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from _common import EOT, RESULTS, SHARED, write_result
+from _common import EOT, RESULTS, SHARED, scratch_dir, write_result
 
 
 def corpus(megabytes: int, seed: int = 0) -> Path:
@@ -165,7 +165,7 @@ def main() -> None:
     args = ap.parse_args()
     from seqpack.tokenizer import Tokenizer
 
-    work = Path(tempfile.mkdtemp(prefix="seqpack-scale-"))
+    work = scratch_dir("seqpack-scale-")
     tok = work / "gpt2"
     cs = SHARED / "cs336"
     Tokenizer.from_files(cs / "gpt2_vocab.json", cs / "gpt2_merges.txt", [EOT]).save(tok)

@@ -10,11 +10,15 @@ from hypothesis import settings
 settings.register_profile("seqpack", database=None)
 settings.load_profile("seqpack")
 try:
+    import atexit
+    import shutil
     import tempfile
 
     from hypothesis.configuration import set_hypothesis_home_dir
 
-    set_hypothesis_home_dir(tempfile.mkdtemp(prefix="seqpack-hypothesis-"))
+    _HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="seqpack-hypothesis-")
+    set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+    atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)  # each test process removes its own
 except ImportError:  # pragma: no cover - older hypothesis
     pass
 

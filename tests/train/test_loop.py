@@ -211,3 +211,55 @@ def test_bf16_autocast_trains_within_bf16_rounding_of_fp32(datasets, tmp_path):
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["train"]["dtype"] == "bf16"
     w = params(tmp_path / "bf16")
     assert all(v.dtype == torch.float32 for v in w.values() if v.is_floating_point())  # weights stay fp32
+
+
+@pytest.mark.parametrize("task", ["mlm", "clm"])
+def test_gradient_checkpointing_trains_the_same_weights(datasets, tmp_path, task):
+    """Recomputing each block in the backward pass repeats the same float operations on the same
+    inputs, with the RNG replayed (dropout is on: the same masks), so the weights after 3 steps are
+    bitwise those of the run that kept its activations."""
+    runs = {on: train(cfg(datasets[task], tmp_path / str(on), steps=3, dropout=0.1, gradient_checkpointing=on))
+            for on in (False, True)}
+    a, b = params(tmp_path / "False"), params(tmp_path / "True")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert runs[True]["eval"] == runs[False]["eval"]
+
+
+def test_gradient_checkpointing_recomputes_the_blocks(datasets):
+    """With checkpointing a block runs twice per training step (forward, then again in backward)."""
+    from seqpack.train.models import enable_checkpointing
+
+    data = TrainData(datasets["clm"], eval_fraction=0.1)
+    model, _ = build_model(data.manifest, cfg(datasets["clm"], "unused"))
+    calls = []
+    model.blocks[0].register_forward_pre_hook(lambda *a: calls.append(1))  # the recomputation stops early: no post-hook
+    b = data.batch(np.arange(2))
+    for on in (False, True):
+        if on:
+            enable_checkpointing(model)
+        calls.clear()
+        Objective(model, "clm", "sequence")(b).loss.backward()
+        assert len(calls) == (2 if on else 1)
+
+
+def test_resume_of_a_checkpoint_from_before_an_added_option(datasets, tmp_path):
+    """A checkpoint written before ``dtype`` existed was trained in fp32: it resumes under the default;
+    turning gradient checkpointing on at the resume is allowed (it changes no result)."""
+    run = tmp_path / "run"
+
+    def interrupt(step, rec):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg(datasets["clm"], run, steps=4), on_step=interrupt)
+    path = tmp_path / ".run.partial" / "checkpoint.pt"
+    ck = torch.load(path, weights_only=False)
+    del ck["options"]["dtype"], ck["options"]["gradient_checkpointing"]
+    torch.save(ck, path)
+    s = train(cfg(datasets["clm"], run, steps=4, gradient_checkpointing=True), resume=True)
+    assert s["steps"] == 4
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg(datasets["clm"], tmp_path / "b", steps=4), on_step=interrupt)
+    with pytest.raises(ValueError, match="dtype"):
+        train(cfg(datasets["clm"], tmp_path / "b", steps=4, dtype="bf16"), resume=True)

@@ -23,7 +23,10 @@ CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 # options that may change between a run and its resumption without changing its result
-FREE_OPTIONS = ("out", "data", "progress", "threads", "eval_every", "evals", "eval_batch_size", "checkpoint_every")
+FREE_OPTIONS = ("out", "data", "progress", "threads", "eval_every", "evals", "eval_batch_size", "checkpoint_every",
+                "gradient_checkpointing")  # recomputing activations gives the same gradients
+# options newer than some checkpoints: a checkpoint without one was trained with this value
+ADDED_OPTIONS: dict[str, Any] = {"dtype": "fp32"}
 
 
 def data_identity(manifest: dict[str, Any], padded: bool) -> dict[str, Any]:
@@ -57,7 +60,7 @@ def load_checkpoint(run: Path, *, model: dict[str, Any], data: dict[str, Any], o
     if ck["data"] != data:
         raise ValueError(f"{path} was trained on other data ({_diff(ck['data'], data)}); resume with the same --data and --padded")
     mine = {k: v for k, v in options.items() if k not in FREE_OPTIONS}
-    theirs = {k: v for k, v in ck["options"].items() if k not in FREE_OPTIONS}
+    theirs = {k: v for k, v in {**ADDED_OPTIONS, **ck["options"]}.items() if k not in FREE_OPTIONS}
     if mine != theirs:
         raise ValueError(f"{path} was trained with other options ({_diff(theirs, mine)}); resume with the same options")
     return ck  # type: ignore[no-any-return]

@@ -67,6 +67,7 @@ class TrainConfig:
     adjust_hparams: bool = False
     attention: str = "auto"
     dtype: str = "fp32"
+    gradient_checkpointing: bool = False  # keep each block's input only; recompute its activations in backward
     dropout: float | None = None
     max_position: int | None = None
     threads: int | None = None

@@ -34,7 +34,7 @@ from seqpack._atomic import (
 )
 from seqpack._stages import partial_dir
 from seqpack.nn.models.common import PackedOutput
-from seqpack.nn.optim import Lamb, adjust_betas
+from seqpack.nn.optim import adjust_betas
 from seqpack.tasks import get_task
 from seqpack.train.checkpoint import (
     CHECKPOINT,
@@ -48,13 +48,20 @@ from seqpack.train.checkpoint import (
 from seqpack.train.config import TrainConfig
 from seqpack.train.data import TrainData
 from seqpack.train.distributed import World, close_world, init_world
-from seqpack.train.models import build_model, forward
+from seqpack.train.models import build_model, enable_checkpointing, forward
 from seqpack.train.objective import EvalTotals, component_means, loss_units, step_loss
 from seqpack.train.reference import (
     load_reference,
     reference_columns,
     reference_logps,
     save_reference,
+)
+from seqpack.train.steps import (
+    lr_at,
+    make_optimizer,
+    precision,
+    rows_per_batch,
+    total_steps,
 )
 
 
@@ -67,44 +74,6 @@ class Objective(torch.nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> PackedOutput:
         return forward(self.model, batch, task=self.task, reduction=self.reduction, objective=self.objective)
-
-
-def lr_at(step: int, cfg: TrainConfig, total: int) -> float:
-    """Linear warm-up, then linear / cosine decay to 0 (or constant)."""
-    warm = int(cfg.warmup) if cfg.warmup >= 1 else round(cfg.warmup * total)
-    if step < warm:
-        return cfg.lr * (step + 1) / warm
-    if cfg.schedule == "constant":
-        return cfg.lr
-    frac = (step - warm) / max(1, total - warm)
-    return cfg.lr * (1 - frac if cfg.schedule == "linear" else 0.5 * (1 + math.cos(math.pi * frac)))
-
-
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, betas: tuple[float, float]) -> torch.optim.Optimizer:
-    """AdamW or LAMB; no weight decay on biases, LayerNorms and embeddings' norms (1-D tensors)."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    if cfg.optimizer == "lamb":
-        return Lamb(groups, lr=cfg.lr, betas=betas)
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, foreach=False)
-
-
-def rows_per_batch(cfg: TrainConfig, data: TrainData) -> int:
-    """Rows per micro-batch: ``batch_size``, divided by the packing factor with ``match``."""
-    if cfg.match == "sequences" and not cfg.padded:
-        return max(1, round(cfg.batch_size / data.packing_factor))
-    return cfg.batch_size
-
-
-def total_steps(cfg: TrainConfig, data: TrainData, rows: int) -> int:
-    per_step = rows * cfg.accumulation
-    if cfg.steps is not None:
-        return cfg.steps
-    seqs_per_unit = float(data.unit_sequences.mean())
-    if cfg.sequences is not None:
-        return max(1, math.ceil(cfg.sequences / (per_step * seqs_per_unit)))
-    return max(1, data.num_units // per_step)  # one epoch
 
 
 class _Interrupt:
@@ -182,6 +151,8 @@ class _Run:
         self.run_dir = run_directory(cfg, resume=resume, overwrite=overwrite)
         torch.manual_seed(cfg.seed)
         self.model, self.spec = build_model(data.manifest, cfg)
+        if cfg.gradient_checkpointing:
+            enable_checkpointing(self.model)
         self.model.to(world.device)
         self.vocab = embedding_rows(self.model)
         self.rows = rows_per_batch(cfg, data)
@@ -256,12 +227,6 @@ class _Run:
         report = data.balance(cost, world=cfg.balance_world or world.size, rows=self.rows)
         return {**report, "cost": cost.to_dict(), "cost_source": cfg.balance_cost or "flops"}
 
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """bf16 autocast over the fp32 weights when ``dtype="bf16"`` (matrix products and attention
-        in bf16; losses, softmax and the optimiser in fp32, as autocast's op lists decide)."""
-        on = self.cfg.dtype == "bf16"
-        return torch.autocast(self.world.device.type, dtype=torch.bfloat16, enabled=on) if on else contextlib.nullcontext()
-
     def _reference(self, resume: bool) -> np.ndarray | None:
         """The reference model's log-probabilities when the objective needs them: the initial
         weights' (computed now, before any step), or on resume the run's saved ones."""
@@ -270,7 +235,8 @@ class _Run:
         if resume:
             ref = load_reference(self.run_dir, self.data)
         else:
-            with self._autocast():  # the reference is the policy's forward at step 0, in the same precision
+            # the reference is the policy's forward at step 0, in the same precision
+            with precision(self.cfg, self.world.device):
                 ref = reference_logps(self.model, self.data, batch_size=self.cfg.eval_batch_size, device=self.world.device)
         self.data.pack_columns = reference_columns(ref)
         return ref
@@ -313,7 +279,7 @@ class _Run:
             sync = world.size == 1 or m == len(batches) - 1
             ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()  # type: ignore[operator]
             with ctx:
-                with self._autocast():
+                with precision(self.cfg, self.world.device):
                     out = self.wrapped(b)
                     loss = step_loss(component_means(out, self.task), local[m], total, world=world.size)
                 loss.backward()
@@ -334,7 +300,7 @@ class _Run:
         totals = EvalTotals()
         for b in self.data.eval_batches(self.cfg.eval_batch_size):
             b = {k: v.to(self.world.device) for k, v in self._checked(b).items()}
-            with self._autocast():
+            with precision(self.cfg, self.world.device):
                 out = forward(model, b, task=self.task, reduction="sequence", objective=self.objective)
             totals.update(out, b, self.task)
         model.train(was)

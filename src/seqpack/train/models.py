@@ -48,6 +48,23 @@ def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn
     return model, spec
 
 
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Gradient checkpointing: seqpack's encoders recompute each block (``checkpoint_blocks``); a
+    transformers model through its own ``gradient_checkpointing_enable`` (non-reentrant)."""
+    if hasattr(model, "gradient_checkpointing_enable"):
+        if not getattr(model, "supports_gradient_checkpointing", False):
+            raise ValueError(f"{type(model).__name__} does not support gradient checkpointing; drop --gradient-checkpointing")
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x's name for it
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return
+    stacks = [m for m in model.modules() if hasattr(m, "checkpoint_blocks")]
+    assert stacks, f"{type(model).__name__} holds no block stack"
+    for m in stacks:
+        m.checkpoint_blocks = True
+
+
 def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[str, Any],
               kind: str) -> tuple[torch.nn.Module, dict[str, Any]]:
     import transformers

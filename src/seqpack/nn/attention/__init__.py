@@ -76,14 +76,15 @@ def get_backend(name: str) -> Backend:
 def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype) -> str:
     """The ``auto`` rule (the fastest exact backend measured; benchmarks/gpu.md, README).
 
-    CUDA, half precision, rows of at least 1024 tokens: ``flash_varlen`` when flash-attn is
-    installed, else PyTorch's ``varlen`` (the rows as they are, no cross-document blocks; alone
-    at 16 x 2048 causal on an H100 1.83 ms fwd+bwd, against flex 1.95 and a dense mask 3.76).
-    Shorter rows on CUDA: dense ``sdpa`` (at 512 the two tie in training: BERT-base 1.86x sdpa
-    vs 1.90x varlen packed/padded, BERT-large 1.91x vs 1.89x; alone, 1.79 vs 2.12 ms).
-    Otherwise (CPU) ``per_document`` on rows of at least 1024 tokens unless every row is one
-    document filling it (``sum(l_i^2) == B * T^2``), else dense ``sdpa``: a packed row's dense mask
-    sends SDPA to its materialising kernel, while each bucket runs the fused causal one. Measured
+    CUDA, half precision: ``flash_varlen`` when flash-attn is installed, else PyTorch's
+    ``varlen`` (the rows as they are, no cross-document blocks; alone at 16 x 2048 causal on an
+    H100 1.83 ms fwd+bwd, against flex 1.95 and a dense mask 3.76). At 512 the dense mask is
+    faster alone (1.79 vs 2.12 ms) but not in training: packed/padded BERT-base 1.943x varlen vs
+    1.890x sdpa, BERT-large 1.920x vs 1.882x on an H200 (1.898x vs 1.863x, 1.889x vs 1.907x on
+    an H100). CUDA in fp32: dense ``sdpa``. Otherwise (CPU) ``per_document`` on rows of at least
+    1024 tokens unless every row is one document filling it (``sum(l_i^2) == B * T^2``), else
+    dense ``sdpa``: a packed row's dense mask sends SDPA to its materialising kernel, while each
+    bucket runs the fused causal one. Measured
     (GPT small, 4096, one thread, forward + backward): 2 x 2048 documents 4.61 s dense, 2.00 s
     per-document; 8 x 512 4.46 / 1.44 s; one 4096 document 2.96 / 2.98 s (the row cost calibration
     of issue 27 found it: the earlier rule, under 40% of the dense work, sent rows of a few long
@@ -91,7 +92,7 @@ def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype) -> str:
     """
     B, T = segment_ids.shape
     if segment_ids.is_cuda:
-        if not half_precision(dtype) or T < 1024:
+        if not half_precision(dtype):
             return "sdpa"
         if flash_attn_available():
             return "flash_varlen"

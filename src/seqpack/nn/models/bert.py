@@ -34,6 +34,7 @@ from seqpack.nn.models.layers import (
     check_config,
     init_weights,
     positions_and_plan,
+    run_blocks,
 )
 
 
@@ -79,6 +80,7 @@ class Bert(nn.Module):
         self.blocks = nn.ModuleList(
             Block(c.hidden, c.heads, c.ffn, dropout=c.dropout, eps=c.eps, pre_norm=False) for _ in range(c.layers)
         )
+        self.checkpoint_blocks = False  # True: recompute each block's activations in backward (run_blocks)
         init_weights(self)
 
     def forward(
@@ -99,8 +101,7 @@ class Bert(nn.Module):
             token_type_ids = torch.zeros_like(input_ids)
         x = self.word(input_ids) + self.position(position_ids) + self.token_type(token_type_ids)
         x = self.dropout(self.ln(x))  # (B, T, H)
-        for block in self.blocks:
-            x = block(x, plan)
+        x = run_blocks(self.blocks, x, plan, checkpoint=self.checkpoint_blocks)
         return x
 
 

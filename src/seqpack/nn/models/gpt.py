@@ -25,6 +25,7 @@ from seqpack.nn.models.layers import (
     check_config,
     init_weights,
     positions_and_plan,
+    run_blocks,
 )
 
 
@@ -59,6 +60,7 @@ class GPT(nn.Module):
             Block(c.hidden, c.heads, 4 * c.hidden, dropout=c.dropout, eps=c.eps, pre_norm=True) for _ in range(c.layers)
         )
         self.ln_f = nn.LayerNorm(c.hidden, eps=c.eps)
+        self.checkpoint_blocks = False  # True: recompute each block's activations in backward (run_blocks)
         init_weights(self)
 
     def forward(
@@ -84,8 +86,7 @@ class GPT(nn.Module):
             backend=self.config.attention, dtype=self.wte.weight.dtype, branch_ids=branch_ids,
         )
         x = self.dropout(self.wte(input_ids) + self.wpe(position_ids))
-        for block in self.blocks:
-            x = block(x, plan)
+        x = run_blocks(self.blocks, x, plan, checkpoint=self.checkpoint_blocks)
         h = self.ln_f(x)
         if not logits:
             return PackedOutput(hidden=h)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 from seqpack.nn.attention import (
@@ -117,6 +118,20 @@ def positions_and_plan(
         plan = plan_attention(segment_ids, causal=causal, backend=backend, dtype=compute_dtype(segment_ids.device, dtype),
                               branch_ids=branch_ids)
     return position_ids, plan
+
+
+def run_blocks(blocks: nn.ModuleList, x: torch.Tensor, plan: AttentionPlan, *, checkpoint: bool = False) -> torch.Tensor:
+    """Each block in turn.  # (B, T, H) -> (B, T, H)
+
+    ``checkpoint`` (while gradients are recorded): a block keeps only its input, and its
+    activations are recomputed in the backward pass (``torch.utils.checkpoint``, non-reentrant;
+    the RNG state is replayed, so dropout draws the same masks and the gradients are the same)."""
+    for block in blocks:
+        if checkpoint and torch.is_grad_enabled():
+            x = torch.utils.checkpoint.checkpoint(block, x, plan, use_reentrant=False)
+        else:
+            x = block(x, plan)
+    return x
 
 
 def compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
