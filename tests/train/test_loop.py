@@ -156,6 +156,10 @@ def test_cli_train_and_bad_input(datasets, tmp_path, capsys):
     base = ["train", "--data", str(datasets["mlm"]), "--out", str(run), "--steps", "2", "--batch-size", "4", "--quiet"]
     code, out, err = run_cli(capsys, *base, "--json")
     assert code == 0 and json.loads(out)["steps"] == 2
+    code, out, err = run_cli(capsys, *base[:4], str(tmp_path / "bf16"), *base[5:], "--dtype", "bf16", "--gradient-checkpointing")
+    assert code == 0, err
+    recorded = json.loads((tmp_path / "bf16" / "config.json").read_text())["train"]
+    assert recorded["dtype"] == "bf16" and recorded["gradient_checkpointing"] is True
     cases = [
         (["train", "--data", str(tmp_path), "--out", str(tmp_path / "x"), "--quiet"], "packed dataset"),
         ([*base[:4], str(tmp_path / "fresh"), *base[5:], "--resume"], "no checkpoint"),
