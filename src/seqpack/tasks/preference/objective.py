@@ -58,10 +58,24 @@ def _hf_states(model: Any, batch: Mapping[str, torch.Tensor], run: Any) -> torch
     return run(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"], use_cache=False)  # type: ignore[no-any-return]
 
 
+#: transformers causal LMs whose logits are exactly ``lm_head(last hidden state)`` (no scaling or
+#: soft-capping): their head runs only at the N positions that predict a response token
+HEAD_AT_TARGETS = ("llama", "gpt2", "qwen2", "mistral")
+
+
 def policy_logps(model: Any, batch: Mapping[str, torch.Tensor], depth: int | None = None) -> ResponseLogps:
-    """Each response's summed log-probability under ``model``.  # (B, D) fields"""
+    """Each response's summed log-probability under ``model``.  # (B, D) fields
+
+    The vocabulary projection runs only where a response token is predicted (N positions, not
+    B x T): for seqpack's GPT, and for the transformers models of :data:`HEAD_AT_TARGETS`, whose
+    base model and ``lm_head`` are called apart (other models: their full logits, then a slice)."""
     seg, br, labels = batch["segment_ids"], batch["branch_ids"], batch["labels"]
-    if _is_hf(model):
+    inner = getattr(model, "_orig_mod", model)
+    if _is_hf(model) and getattr(inner.config, "model_type", None) in HEAD_AT_TARGETS and inner.get_output_embeddings() is not None:
+        hidden = _hf_states(model, batch, lambda **kw: inner.base_model(**kw).last_hidden_state)  # (B, T, H)
+        head = inner.get_output_embeddings()
+        at = lambda r, c: head(hidden[r, c])  # noqa: E731  # (N, V)
+    elif _is_hf(model):
         logits = _hf_states(model, batch, lambda **kw: model(**kw).logits)  # (B, T, V)
         at = lambda r, c: logits[r, c]  # noqa: E731
     else:
