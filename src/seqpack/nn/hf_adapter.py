@@ -109,7 +109,7 @@ def check_hf_mask(model_or_config: Any, mask: torch.Tensor) -> None:
         )
 
 
-def _model_dtype(model: Any) -> torch.dtype:
+def model_compute_dtype(model: Any) -> torch.dtype:
     """The dtype q/k/v will have: the weights', or autocast's when it is on."""
     p = next(model.parameters())
     return compute_dtype(p.device, p.dtype)
@@ -139,11 +139,11 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.
     elif pos.shape != ids.shape:
         raise ValueError(f"position_ids has shape {tuple(pos.shape)} but input_ids is {tuple(ids.shape)}")
     if name in CAUSAL and _impl(model) == PACKED_IMPL:
-        plan = plan_attention(seg, causal=True, dtype=_model_dtype(model), validate=False)
+        plan = plan_attention(seg, causal=True, dtype=model_compute_dtype(model), validate=False)
         return {"input_ids": ids, "position_ids": pos, "seqpack_plan": plan, "use_cache": False}
     if name in CAUSAL and _impl(model) in POSITION_MASKED:
         return {"input_ids": ids, "position_ids": pos, "use_cache": False}  # transformers masks by position_ids
-    mask = hf_attention_mask(model, seg, causal=name in CAUSAL, dtype=_model_dtype(model))
+    mask = hf_attention_mask(model, seg, causal=name in CAUSAL, dtype=model_compute_dtype(model))
     out = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
     if name in BIDIRECTIONAL:
         out["token_type_ids"] = batch.get("token_type_ids", torch.zeros_like(ids))

@@ -17,12 +17,11 @@ from typing import Any
 import torch
 
 from seqpack.nn.attention import plan_attention
-from seqpack.nn.hf_adapter import hf_attention_mask
+from seqpack.nn.hf_adapter import hf_attention_mask, model_compute_dtype
 from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, unflatten_tokens
 from seqpack.nn.masks import check_segment_ids, shares_prefix, split_branches
 from seqpack.nn.models.common import PackedOutput
-from seqpack.nn.models.layers import compute_dtype
 from seqpack.nn.preference import (
     PreferenceLoss,
     ResponseLogps,
@@ -43,8 +42,7 @@ def _hf_states(model: Any, batch: Mapping[str, torch.Tensor], run: Any) -> torch
     check_segment_ids(seg)
     impl = str(getattr(model.config, "_attn_implementation", None) or "eager")
     if impl == PACKED_IMPL:  # seqpack's backends inside the model: the plan, no mask
-        p = next(model.parameters())
-        plan = plan_attention(seg, causal=True, dtype=compute_dtype(p.device, p.dtype), validate=False, branch_ids=br)
+        plan = plan_attention(seg, causal=True, dtype=model_compute_dtype(model), validate=False, branch_ids=br)
         return run(input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan, use_cache=False)  # type: ignore[no-any-return]
     if impl in PADDING_FREE:
         if shares_prefix(seg, br):
@@ -70,14 +68,15 @@ def policy_logps(model: Any, batch: Mapping[str, torch.Tensor], depth: int | Non
     B x T): for seqpack's GPT, and for the transformers models of :data:`HEAD_AT_TARGETS`, whose
     base model and ``lm_head`` are called apart (other models: their full logits, then a slice)."""
     seg, br, labels = batch["segment_ids"], batch["branch_ids"], batch["labels"]
-    inner = getattr(model, "_orig_mod", model)
-    if _is_hf(model) and getattr(inner.config, "model_type", None) in HEAD_AT_TARGETS and inner.get_output_embeddings() is not None:
-        hidden = _hf_states(model, batch, lambda **kw: inner.base_model(**kw).last_hidden_state)  # (B, T, H)
-        head = inner.get_output_embeddings()
-        at = lambda r, c: head(hidden[r, c])  # noqa: E731  # (N, V)
-    elif _is_hf(model):
-        logits = _hf_states(model, batch, lambda **kw: model(**kw).logits)  # (B, T, V)
-        at = lambda r, c: logits[r, c]  # noqa: E731
+    if _is_hf(model):
+        inner = getattr(model, "_orig_mod", model)
+        head = inner.get_output_embeddings() if getattr(inner.config, "model_type", None) in HEAD_AT_TARGETS else None
+        if head is not None:
+            hidden = _hf_states(model, batch, lambda **kw: inner.base_model(**kw).last_hidden_state)  # (B, T, H)
+            at = lambda r, c: head(hidden[r, c])  # noqa: E731  # (N, V)
+        else:
+            logits = _hf_states(model, batch, lambda **kw: model(**kw).logits)  # (B, T, V)
+            at = lambda r, c: logits[r, c]  # noqa: E731
     else:
         h = model(batch["input_ids"], seg, position_ids=batch["position_ids"], branch_ids=br, logits=False).hidden
         at = lambda r, c: model.token_logits(h[r, c])  # noqa: E731  # only the N positions that predict a target
