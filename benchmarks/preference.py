@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -121,7 +122,7 @@ class StepTimer:
 
 
 def trl_arm(records: list[dict], tok_dir: Path, pairs: int, steps: int, work: Path, setup: Setup | None = None,
-            ) -> dict[str, float]:
+            checkpointing: bool = False) -> dict[str, float]:
     import datasets
     import transformers as tf
     import trl
@@ -136,7 +137,7 @@ def trl_arm(records: list[dict], tok_dir: Path, pairs: int, steps: int, work: Pa
     args = trl.DPOConfig(output_dir=str(work / "trl"), per_device_train_batch_size=pairs, max_steps=steps, report_to=[],
                          use_cpu=setup.device == "cpu", bf16=setup.dtype == "bf16", max_length=None, save_strategy="no", precompute_ref_log_probs=True,
                          learning_rate=1e-4, logging_steps=10_000, disable_tqdm=True, dataloader_num_workers=0,
-                         gradient_checkpointing=False)  # TRL's default is on; seqpack's arms do not recompute
+                         gradient_checkpointing=checkpointing)  # TRL's default is on; the plain arms do not recompute
     trainer = trl.DPOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, processing_class=tok,
                              train_dataset=datasets.Dataset.from_list(records), callbacks=[timer.hook()])
     trainer.train()
@@ -172,7 +173,7 @@ def packed_tokens(path: Path) -> dict[str, float]:
 
 
 def seqpack_arm(path: Path, work: Path, pairs: int, steps: int, hf_model: Path | None, setup: Setup | None = None,
-                ) -> dict[str, float]:
+                checkpointing: bool = False) -> dict[str, float]:
     from seqpack.train import TrainConfig, train
 
     m = json.loads((path / "manifest.json").read_text())
@@ -181,9 +182,10 @@ def seqpack_arm(path: Path, work: Path, pairs: int, steps: int, hf_model: Path |
     out = work / f"run-{path.name}-{time.monotonic_ns()}"
     cfg = TrainConfig(data=str(path), out=str(out), steps=steps, batch_size=rows, lr=1e-4, progress=False, threads=2,
                       eval_fraction=0.02, hf_model=str(hf_model) if hf_model else None, size="small", max_position=4096,
-                      dtype=(setup or Setup()).dtype)
+                      dtype=(setup or Setup()).dtype, gradient_checkpointing=checkpointing)
     train(cfg)
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    shutil.rmtree(out)  # a 1B model's checkpoint is ~12 GB: a run's arms would fill a 64 GB disk
     steps_ = [r for r in recs if "eval" not in r][1:]
     t = statistics.median(r["step_seconds"] for r in steps_)
     seqs = statistics.median(r["step_sequences"] for r in steps_)
@@ -253,6 +255,8 @@ def main() -> None:
     ap.add_argument("--models", default="llama,gpt", help="which models' arms run (llama: TRL and seqpack; gpt: seqpack)")
     ap.add_argument("--max-lens", default="1024,4096")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--checkpointing", action="store_true",
+                    help="also the Llama arms with gradient checkpointing (TRL's default, seqpack's --gradient-checkpointing)")
     ap.add_argument("--only", nargs="*", default=None, metavar="ARM",
                     help="re-run only these arms (e.g. llama/trl) and update their entries in --out")
     args = ap.parse_args()
@@ -290,12 +294,19 @@ def main() -> None:
                 "llama/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json", setup),
                 "llama/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, work / "llama.json",
                                                            setup),
+                "llama/trl_default_checkpointing": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup, True),
+                "llama/pairs_checkpointing": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json",
+                                                                 setup, True),
+                "llama/shared-prefix_checkpointing": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps,
+                                                                         work / "llama.json", setup, True),
                 "gpt/padded": lambda: gpt_padded_arm(records, tok_dir, args.pairs, steps),
                 "gpt/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, None, setup),
                 "gpt/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, None, setup),
             }
             for name, fn in arms.items():
                 if (args.only and name not in args.only) or name.split("/")[0] not in models:
+                    continue
+                if name.endswith("_checkpointing") and not (args.checkpointing or args.only):
                     continue
                 runs.setdefault(name, []).append(setup.measure(fn))
                 print(f"max_len {max_len} {name}: {runs[name][-1]}", flush=True)
@@ -311,6 +322,11 @@ def main() -> None:
                 tokens = r["tokens"]["trl"]["tokens_per_pair"] / r["tokens"][layout]["tokens_per_pair"]
                 r.setdefault("ratios", {})[f"{model}/{layout}"] = {"speedup": speed, "token_ratio": tokens,
                                                                    "realised_over_tokens": speed / tokens}
+        tp, ck = r["throughput"], "llama/trl_default_checkpointing"
+        for layout in ("pairs", "shared-prefix"):  # both sides recompute their layers
+            if ck in tp and f"llama/{layout}_checkpointing" in tp:
+                r.setdefault("ratios", {})[f"llama/{layout}_checkpointing vs trl_default_checkpointing"] = {
+                    "speedup": tp[f"llama/{layout}_checkpointing"]["pairs_per_s"] / tp[ck]["pairs_per_s"]}
         results["by_max_len"][str(max_len)] = r
         print(json.dumps(r.get("ratios"), indent=1), flush=True)
         if args.out:  # after each max_len: a run cut short keeps what it finished
