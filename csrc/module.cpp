@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "encode.h"
+#include "helpers.h"
 #include "packing.h"
 #include "tokenizer_files.h"
 #include "train.h"
@@ -83,13 +84,18 @@ std::vector<size_t> balanced_cuts(const std::vector<Text>& texts, size_t parts) 
   return cuts;
 }
 
-// work(c) for every c in [0, chunks): one thread per chunk, chunk 0 on the calling thread.
+// work(0) on the calling thread and work(1) .. work(chunks - 1) on helpers (helpers.h), for work that
+// shares its parts out (a BlockDealer): a helper's call that had not begun when work(0) returned
+// is withdrawn, as work(0) has then done every part.
 template <class Fn>
-void on_threads(size_t chunks, Fn&& work) {
-  std::vector<std::thread> pool;
-  for (size_t c = 1; c < chunks; ++c) pool.emplace_back(work, c);
-  if (chunks) work(size_t{0});
-  for (auto& th : pool) th.join();
+void on_helpers(size_t chunks, Fn&& work) {
+  if (chunks <= 1) {
+    if (chunks) work(size_t{0});
+    return;
+  }
+  Helpers::Batch helpers = Helpers::get().start(chunks - 1, [&work](size_t c) { work(c); });
+  work(size_t{0});
+  helpers.finish();
 }
 
 // Blocks [0, blocks) dealt to `threads` threads: thread t takes those of its own contiguous share in
@@ -97,6 +103,7 @@ void on_threads(size_t chunks, Fn&& work) {
 // its words, so each thread's word cache misses less than with blocks dealt in turn (2 threads, 64 blocks:
 // the two halves of the CS336 set hold 1.20x the distinct words of the whole, every other block 1.29x; of the
 // mixed set 1.14x against 1.26x. encode_batch, 2 threads, cold: CS336 0.73-0.74 ms -> 0.69-0.70 ms).
+// Any one thread alone takes every block, so a thread that never begins leaves none undone.
 //   4 blocks, 2 threads: thread 0 takes 0, 1; thread 1 takes 2, 3 (then 1, if 0 is still on 0)
 class BlockDealer {
  public:
@@ -122,6 +129,37 @@ class BlockDealer {
   std::unique_ptr<std::atomic<size_t>[]> next_;
 };
 
+// Id lists share one Python int per token id, made once per process (id_ints(top)[i] is the int i)
+// and never freed. Where CPython's reference counts are plain integers (not a free-threaded build)
+// each is made with a count raised by 2^40, and an id list takes no reference to its items: a
+// list's deallocation still gives one back for each, which no process lives long enough to make
+// 2^40 times. Filling a list is then plain stores, which threads without the GIL may do (CPython
+// 3.12+ treats a count that wraps below the raise as immortal: either way the int is never freed).
+#if defined(Py_GIL_DISABLED) || SIZEOF_VOID_P < 8
+constexpr bool kUncountedInts = false;
+#else
+constexpr bool kUncountedInts = true;
+#endif
+
+PyObject* const* id_ints(uint32_t top) {  // the GIL held
+  static auto* ints = new std::vector<PyObject*>();  // never freed: lists may outlive every Encoder
+  static std::mutex mu;  // the GIL is held, but a GIL-less build has none
+  std::lock_guard<std::mutex> lock(mu);
+  if (ints->size() <= top) {
+    // the table is only appended to, through a new array: one a live Encoder points at stays valid
+    auto* grown = new std::vector<PyObject*>(*ints);
+    grown->reserve(static_cast<size_t>(top) + 1);
+    for (size_t i = grown->size(); i <= top; ++i) {
+      PyObject* o = PyLong_FromUnsignedLong(static_cast<unsigned long>(i));
+      if (!o) throw py::error_already_set();
+      if (kUncountedInts) Py_SET_REFCNT(o, Py_REFCNT(o) + (Py_ssize_t{1} << 40));
+      grown->push_back(o);
+    }
+    ints = grown;  // the old array is left allocated for the Encoders that point at it
+  }
+  return ints->data();
+}
+
 PyObject* fast_encode_call(PyObject* self, PyObject* text);
 PyMethodDef kFastEncodeDef = {"encode", fast_encode_call, METH_O,
                               "encode(text) -> list[int]: the token ids of one text."};
@@ -131,9 +169,12 @@ class Encoder {
   // Texts up to this many bytes encode with the GIL held: releasing and re-taking it costs more
   // than the work, and holding it makes the inline cache and buffers safe to use without a lock.
   static constexpr size_t kInlineBytes = 4096;
-  // A batch gets a thread for each kThreadBytes bytes of text at most: starting one costs 20-50 us
-  // here, and the blocks' hand-over more; below ~60 KB, 2 threads were slower than 1 (100 texts of
-  // 20 bytes: 66 us against 16; 1,000: 255 against 187; 3,000: 654 against 688).
+  // A batch gets a thread for each kThreadBytes bytes of text at most: below ~60 KB two threads
+  // were slower than one (100 texts of 20 bytes: 66 us against 16 with a thread started per call).
+  // Helpers that linger between calls (helpers.h) made back-to-back calls cheaper, but a call that
+  // comes after a pause still starts a thread, on a core whose caches hold none of the tables:
+  // 64 mixed documents (9 KB) 1 ms after the last call took 53.6 us on 2 threads against 41.5 on
+  // one, 256 (57 KB) 408 against 336 (back to back: 42.0 / 41.5 and 206 / 327).
   static constexpr size_t kThreadBytes = 1 << 15;
 
   Encoder(std::vector<uint32_t> byte_ids, std::vector<uint32_t> left, std::vector<uint32_t> right,
@@ -148,16 +189,7 @@ class Encoder {
     for (uint32_t id : merged) top = std::max(top, id);
     for (uint32_t id : core_.special_ids()) top = std::max(top, id);
     for (uint32_t id : core_.byte_ids()) top = std::max(top, id);
-    // one Python int per id, made once: a list of ids then holds new references, no allocation
-    ints_.reserve(top + 1);
-    for (uint32_t i = 0; i <= top; ++i) {
-      PyObject* o = PyLong_FromUnsignedLong(i);
-      if (!o) throw py::error_already_set();
-      ints_.push_back(o);
-    }
-  }
-  ~Encoder() {
-    for (PyObject* o : ints_) Py_DECREF(o);
+    ints_ = id_ints(top);
   }
   Encoder(const Encoder&) = delete;
   Encoder& operator=(const Encoder&) = delete;
@@ -281,12 +313,22 @@ class Encoder {
       for (size_t i = 0; i < n; ++i) {
         if (spans[i]) PyList_SET_ITEM(out.ptr(), i, new_list(e.lengths[i]));
       }
-      for (size_t b = 0; b < blocks; ++b) {
+      // the cut texts' items, block by block: on the threads where the ints are uncounted (the
+      // CS336 set's 135 KB document, 32K ids, was a serial tail of ~0.1 ms of a 0.8 ms call)
+      auto fill_block = [&](size_t b) {
         const uint32_t* p = e.ids[b].data();
         for (size_t k = e.cuts[b]; k < e.cuts[b + 1]; ++k) {
           if (spans[e.text_of[k]]) fill_items(PyList_GET_ITEM(out.ptr(), e.text_of[k]), e.at[k], p, e.counts[k]);
           p += e.counts[k];
         }
+      };
+      if (kUncountedInts && workers > 1) {
+        BlockDealer dealer(blocks, workers);
+        on_helpers(workers, [&](size_t t) {
+          for (size_t b; (b = dealer.take(t)) < blocks;) fill_block(b);
+        });
+      } else {
+        for (size_t b = 0; b < blocks; ++b) fill_block(b);
       }
     }
     return out;
@@ -326,12 +368,14 @@ class Encoder {
   }
 
  private:
-  // Store ints_[ids[j]] as the new list's items from `at` on, taking a reference to each.
+  // Store ints_[ids[j]] as the new list's items from `at` on. Where the ints are uncounted (see
+  // id_ints) no reference is taken, so any thread may do it without the GIL.
   void fill_items(PyObject* list, int64_t at, const uint32_t* ids, int64_t n) const {
     PyObject** items = reinterpret_cast<PyListObject*>(list)->ob_item + at;
+    PyObject* const* ints = ints_;
     for (int64_t j = 0; j < n; ++j) {
-      PyObject* o = ints_[ids[j]];
-      Py_INCREF(o);
+      PyObject* o = ints[ids[j]];
+      if (!kUncountedInts) Py_INCREF(o);
       items[j] = o;
     }
   }
@@ -452,7 +496,7 @@ class Encoder {
     BlockDealer dealer(blocks, workers);
     {
       py::gil_scoped_release nogil;
-      on_threads(workers, [&](size_t t) {
+      on_helpers(workers, [&](size_t t) {
         auto w = pool_.take();
         for (size_t b; (b = dealer.take(t)) < blocks;) encode_block(e, pieces, b, *w);
         pool_.give(std::move(w));
@@ -498,37 +542,31 @@ class Encoder {
     std::condition_variable cv_;
   };
 
-  // Threads 1 .. workers - 1 of an encode_lists call, encoding blocks from the queue until none is
-  // left; the destructor stops them after their current block and joins them (an exception
-  // leaves no thread behind).
+  // Threads 1 .. workers - 1 of an encode_lists call (helpers), encoding blocks from the queue until
+  // none is left; the destructor stops them after their current block and waits for them (an
+  // exception leaves none running). A helper that has not begun by then never does.
   class Running {
    public:
-    Running(Encoder& enc, Encoded& e, const std::vector<Text>& pieces, BlockQueue& q, size_t workers) : q_(q) {
-      for (size_t t = 1; t < workers; ++t) {
-        threads_.emplace_back([&enc, &e, &pieces, &q, t] {
-          auto w = enc.pool_.take();
-          for (size_t b; (b = q.take(t)) < e.cuts.size() - 1;) {
-            enc.encode_block(e, pieces, b, *w);
-            q.finish(b);
-          }
-          enc.pool_.give(std::move(w));
-        });
-      }
-    }
-    void join() {
-      for (auto& th : threads_) th.join();
-      threads_.clear();
-    }
+    Running(Encoder& enc, Encoded& e, const std::vector<Text>& pieces, BlockQueue& q, size_t workers)
+        : q_(q), helpers_(workers < 2 ? Helpers::Batch() : Helpers::get().start(workers - 1, [&enc, &e, &pieces, &q](size_t t) {
+            auto w = enc.pool_.take();
+            for (size_t b; (b = q.take(t)) < e.cuts.size() - 1;) {
+              enc.encode_block(e, pieces, b, *w);
+              q.finish(b);
+            }
+            enc.pool_.give(std::move(w));
+          })) {}
+    void join() { helpers_.finish(); }
     ~Running() {
       q_.stop();
-      join();
+      helpers_.finish();
     }
     Running(const Running&) = delete;
     Running& operator=(const Running&) = delete;
 
    private:
     BlockQueue& q_;
-    std::vector<std::thread> threads_;
+    Helpers::Batch helpers_;
   };
 
   // A new list of n items, not yet set (the GIL held).
@@ -567,7 +605,7 @@ class Encoder {
   EncoderCore core_;
   WorkerPool pool_;
   Worker inline_;                         // used only with the GIL held
-  std::vector<PyObject*> ints_;           // ints_[i] is the Python int i
+  PyObject* const* ints_;                 // ints_[i] is the Python int i (id_ints)
 };
 
 PyObject* fast_encode_call(PyObject* self, PyObject* text) {
@@ -994,6 +1032,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("merge_loop", &merge_loop, py::arg("blob"), py::arg("offsets"), py::arg("counts"),
         py::arg("num_merges"));
   m.def("split_words", &split_words_py, py::arg("text"));
+  m.def("helper_threads", [] { return Helpers::get().counts(); },
+        "(helper threads this process has started, those alive now): helpers.h");
   m.def("utf8_error", &utf8_error_py, py::arg("data"));
   m.def("class_table", &class_table);
   m.def("price_packs", &price_packs_py, py::arg("lengths"), py::arg("values"), py::arg("cap"),
