@@ -36,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -93,7 +94,11 @@ class Helpers {
     call->left.store(jobs, std::memory_order_relaxed);
     for (size_t t = 1; t <= jobs; ++t) queue_.push_back(Job{call, t});
     for (size_t need = queue_.size(); idle_ < need; ++idle_, ++alive_, ++started_) {
-      std::thread([this] { serve(); }).detach();
+      try {
+        std::thread([this] { serve(); }).detach();
+      } catch (const std::system_error&) {  // no thread to be had: the callers do the work alone
+        break;
+      }
     }
     queued_.store(queue_.size(), std::memory_order_release);
     return Batch(this, std::move(call));
