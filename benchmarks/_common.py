@@ -198,8 +198,17 @@ print(json.dumps({{"times": times, "info": {info}}}))
 
 
 def thread_env(threads: int | None) -> dict[str, str]:
-    """The thread settings every arm runs under (none when ``threads`` is None)."""
-    return {k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")} if threads else {}
+    """The thread settings every arm runs under (none when ``threads`` is None).
+
+    numpy's OpenBLAS gets one thread: no arm measures BLAS, and its idle threads spin for ~0.1 s after
+    numpy's import. An arm that imports numpy just before its timed calls (seqpack's corpus encoder:
+    ``seqpack.tokenizer.fast``) then had one of the 2 cores taken: CS336 on 2 threads took 1.13-1.22
+    ms, as long as on 1 (1.03-1.05), and 0.61-0.63 ms with OPENBLAS_NUM_THREADS=1.
+    """
+    if not threads:
+        return {}
+    return {**{k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")},
+            "OPENBLAS_NUM_THREADS": "1"}
 
 
 CONCURRENT_ARM = """
