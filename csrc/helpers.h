@@ -63,8 +63,7 @@ class Helpers {
     friend class Helpers;
     struct Call {
       std::function<void(size_t)> work;
-      size_t pending = 0;           // jobs not ended (begun or not), under the pool's lock
-      std::atomic<size_t> left{0};  // the same, for a caller spinning without the lock
+      std::atomic<size_t> pending{0};  // jobs not ended (begun or not); changed under the pool's lock
       std::condition_variable done;
     };
     Batch(Helpers* pool, std::shared_ptr<Call> call) : pool_(pool), call_(std::move(call)) {}
@@ -86,12 +85,11 @@ class Helpers {
 
   // work(t) for t in [1, jobs] on helpers: lingering ones first, new ones for the rest.
   Batch start(size_t jobs, std::function<void(size_t)> work) {
+    if (jobs == 0) return Batch();
     auto call = std::make_shared<Batch::Call>();
     call->work = std::move(work);
-    if (jobs == 0) return Batch(this, std::move(call));
     std::lock_guard<std::mutex> lock(mu_);
     call->pending = jobs;
-    call->left.store(jobs, std::memory_order_relaxed);
     for (size_t t = 1; t <= jobs; ++t) queue_.push_back(Job{call, t});
     for (size_t need = queue_.size(); idle_ < need; ++idle_, ++alive_, ++started_) {
       try {
@@ -157,8 +155,7 @@ class Helpers {
       job.call->work(job.t);
       lock.lock();
       ++idle_;
-      job.call->left.store(--job.call->pending, std::memory_order_release);
-      if (job.call->pending == 0) job.call->done.notify_all();
+      if (--job.call->pending == 0) job.call->done.notify_all();
       job.call.reset();
     }
   }
@@ -168,7 +165,7 @@ class Helpers {
     for (auto it = queue_.begin(); it != queue_.end();) {  // withdraw the jobs no helper has begun
       if (it->call.get() == &call) {
         it = queue_.erase(it);
-        call.left.store(--call.pending, std::memory_order_relaxed);
+        --call.pending;
       } else {
         ++it;
       }
@@ -176,7 +173,7 @@ class Helpers {
     queued_.store(queue_.size(), std::memory_order_release);
     if (call.pending == 0) return;
     lock.unlock();  // a helper is on a job of this call: spin for it a while, then sleep
-    linger([&] { return call.left.load(std::memory_order_acquire) == 0; });
+    linger([&] { return call.pending.load(std::memory_order_acquire) == 0; });
     lock.lock();
     call.done.wait(lock, [&] { return call.pending == 0; });
   }

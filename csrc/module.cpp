@@ -133,8 +133,9 @@ class BlockDealer {
 // and never freed. Where CPython's reference counts are plain integers (not a free-threaded build)
 // each is made with a count raised by 2^40, and an id list takes no reference to its items: a
 // list's deallocation still gives one back for each, which no process lives long enough to make
-// 2^40 times. Filling a list is then plain stores, which threads without the GIL may do (CPython
-// 3.12+ treats a count that wraps below the raise as immortal: either way the int is never freed).
+// 2^40 times (CPython 3.12+ treats a count that wraps below the raise as immortal: either way the
+// int is never freed). Filling a list is then plain stores: 100,000 20-byte strings, per document,
+// warm 40.1-43.7 -> 35.5-39.3 ms.
 #if defined(Py_GIL_DISABLED) || SIZEOF_VOID_P < 8
 constexpr bool kUncountedInts = false;
 #else
@@ -172,9 +173,9 @@ class Encoder {
   // A batch gets a thread for each kThreadBytes bytes of text at most: below ~60 KB two threads
   // were slower than one (100 texts of 20 bytes: 66 us against 16 with a thread started per call).
   // Helpers that linger between calls (helpers.h) made back-to-back calls cheaper, but a call that
-  // comes after a pause still starts a thread, on a core whose caches hold none of the tables:
-  // 64 mixed documents (9 KB) 1 ms after the last call took 53.6 us on 2 threads against 41.5 on
-  // one, 256 (57 KB) 408 against 336 (back to back: 42.0 / 41.5 and 206 / 327).
+  // comes after a pause still starts a thread, on a core whose caches hold none of the tables
+  // (benchmarks/helpers.py: 64 mixed documents, 9 KB, 1 ms after the last call 53.4 us on 2 threads
+  // against 35.3 on one, 256 (57 KB) 384.1 against 323.8; back to back 24.7 / 29.7, 194.5 / 305.6).
   static constexpr size_t kThreadBytes = 1 << 15;
 
   Encoder(std::vector<uint32_t> byte_ids, std::vector<uint32_t> left, std::vector<uint32_t> right,
@@ -313,22 +314,12 @@ class Encoder {
       for (size_t i = 0; i < n; ++i) {
         if (spans[i]) PyList_SET_ITEM(out.ptr(), i, new_list(e.lengths[i]));
       }
-      // the cut texts' items, block by block: on the threads where the ints are uncounted (the
-      // CS336 set's 135 KB document, 32K ids, was a serial tail of ~0.1 ms of a 0.8 ms call)
-      auto fill_block = [&](size_t b) {
+      for (size_t b = 0; b < blocks; ++b) {
         const uint32_t* p = e.ids[b].data();
         for (size_t k = e.cuts[b]; k < e.cuts[b + 1]; ++k) {
           if (spans[e.text_of[k]]) fill_items(PyList_GET_ITEM(out.ptr(), e.text_of[k]), e.at[k], p, e.counts[k]);
           p += e.counts[k];
         }
-      };
-      if (kUncountedInts && workers > 1) {
-        BlockDealer dealer(blocks, workers);
-        on_helpers(workers, [&](size_t t) {
-          for (size_t b; (b = dealer.take(t)) < blocks;) fill_block(b);
-        });
-      } else {
-        for (size_t b = 0; b < blocks; ++b) fill_block(b);
       }
     }
     return out;
@@ -368,8 +359,8 @@ class Encoder {
   }
 
  private:
-  // Store ints_[ids[j]] as the new list's items from `at` on. Where the ints are uncounted (see
-  // id_ints) no reference is taken, so any thread may do it without the GIL.
+  // Store ints_[ids[j]] as the new list's items from `at` on (a reference to each only where the
+  // ints are counted: see id_ints).
   void fill_items(PyObject* list, int64_t at, const uint32_t* ids, int64_t n) const {
     PyObject** items = reinterpret_cast<PyListObject*>(list)->ob_item + at;
     PyObject* const* ints = ints_;

@@ -415,8 +415,8 @@ def test_a_long_text_encoded_a_piece_at_a_time_equals_it_whole(seed, size, text)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_id_lists_share_ints_that_are_never_freed(threads):
     """Id lists hold one shared Python int per id, made once per process with a reference count
-    raised by 2^40 (module.cpp, ``id_ints``): a list takes no reference to its items (so threads
-    fill lists without the GIL), and freeing lists gives them back, so the count stays near the
+    raised by 2^40 (module.cpp, ``id_ints``): a list takes no reference to its items (filling
+    it is plain stores), and freeing lists gives them back, so the count stays near the
     raise and the int is never freed. A free-threaded build counts references as usual."""
     import sys
 
