@@ -6,6 +6,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #if defined(__linux__)
@@ -47,6 +48,27 @@ struct HugePageAllocator {
   template <class U>
   bool operator!=(const HugePageAllocator<U>&) const { return false; }
 };
+
+// std::allocator, except that resize() leaves the new elements uninitialised: for a buffer that is
+// written right after it grows (an encoder's ids: zeroing them first was ~2% of encoding).
+template <class T>
+struct NoInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = NoInitAllocator<U>;
+  };
+  using std::allocator<T>::allocator;
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialised: no value for a uint32_t
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+// Token ids as an encoder writes them.
+using Ids = std::vector<uint32_t, NoInitAllocator<uint32_t>>;
 
 inline uint64_t mix64(uint64_t h) {
   h ^= h >> 32;

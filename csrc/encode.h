@@ -244,7 +244,7 @@ class EncoderCore {
   const std::vector<uint32_t>& special_ids() const { return special_ids_; }
 
   // Append the ids of `text` (valid UTF-8; special tokens split it) to `out`.
-  void encode(const uint8_t* s, size_t n, WordCache& cache, std::vector<uint32_t>& out,
+  void encode(const uint8_t* s, size_t n, WordCache& cache, Ids& out,
               std::vector<uint32_t>& scratch) const {
     splitter_.split(
         s, n,
@@ -261,7 +261,7 @@ class EncoderCore {
   // Words go through in batches of kBatch: the cache entries of a batch are fetched from memory
   // together (prefetched as the words are found), not one miss after another.
   static constexpr size_t kBatch = 16;
-  void encode_ordinary(const uint8_t* s, size_t n, WordCache& cache, std::vector<uint32_t>& out,
+  void encode_ordinary(const uint8_t* s, size_t n, WordCache& cache, Ids& out,
                        std::vector<uint32_t>& scratch) const {
     WordKey batch[kBatch];
     size_t k = 0, bytes = 0;
@@ -512,9 +512,10 @@ class EncoderCore {
 struct Worker {
   static constexpr size_t kKeepIds = 1 << 22;  // a buffer above this (16 MB) is freed after use
   WordCache cache;
-  std::vector<uint32_t> out, scratch;
+  Ids out;
+  std::vector<uint32_t> scratch;
   void trim() {
-    if (out.capacity() > kKeepIds) std::vector<uint32_t>().swap(out);
+    if (out.capacity() > kKeepIds) Ids().swap(out);
   }
 };
 
