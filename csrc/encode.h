@@ -5,6 +5,7 @@
 //   merges (a,b)->256, (256,c)->257:  "abc" -> [97 98 99] -> [256 99] -> [257]
 #pragma once
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -276,7 +277,7 @@ class EncoderCore {
       size_t got[kBatch];
       for (size_t i = 0; i < k; ++i) {
         hit[i] = cache.find(batch[i], &got[i]);
-        if (!hit[i]) tokens_.prefetch(batch[i]);
+        if (!hit[i] && maybe_token(batch[i])) tokens_.prefetch(batch[i]);
       }
       // 2. write the ids: a cached word's, a token's (no BPE), else BPE's
       uint32_t* dst = first;
@@ -315,7 +316,7 @@ class EncoderCore {
   // needed anyway), else BPE's, in `scratch`. A token table entry may be read kIdsInline ids long.
   const uint32_t* uncached(const WordKey& w, std::vector<uint32_t>& scratch, size_t* got) const {
     size_t one;
-    const uint32_t* token = tokens_.find(w, &one);
+    const uint32_t* token = maybe_token(w) ? tokens_.find(w, &one) : nullptr;
     uint8_t state = kUnchecked;
     if (token) {
       state = checked_[token[0]].load(std::memory_order_relaxed);
@@ -492,9 +493,35 @@ class EncoderCore {
       size_t got;
       if (!tokens_.find(key, &got)) tokens_.insert(key, &merged[r], 1);
     }
+    // the filter: kTokenBits bits a token (a power of two), two set per token
+    int bits = 10;
+    while ((size_t{1} << bits) < kTokenBits * tokens_.size()) ++bits;
+    token_shift_ = 64 - bits;
+    token_filter_.assign((size_t{1} << bits) / 64, 0);
+    for (size_t r = 0; r < left.size(); ++r) {
+      const std::string& t = bytes[merged[r]];
+      if (t.empty() || t.size() > WordKey::kShort) continue;
+      const auto* p = reinterpret_cast<const uint8_t*>(t.data());
+      WordKey key;
+      key.set(p, t.size(), p + t.size());
+      for (uint64_t b : token_bits(key)) token_filter_[b >> 6] |= uint64_t{1} << (b & 63);
+    }
   }
 
   const Merge& byte_pair(uint8_t x, uint8_t y) const { return byte_pairs_[size_t{x} << 8 | y]; }
+
+  // Whether the word may be in tokens_: a bit filter (16 bits a token: ~100 KB for GPT-2's, so it
+  // stays in the core's cache) turns most words that are not tokens away without a lookup in tokens_.
+  static constexpr size_t kTokenBits = 16;
+  std::array<uint64_t, 2> token_bits(const WordKey& w) const {
+    const uint64_t g = w.h * 0x9E3779B97F4A7C15ULL;
+    return {w.h >> token_shift_, g >> token_shift_};
+  }
+  bool maybe_token(const WordKey& w) const {
+    if (w.n > WordKey::kShort) return false;
+    const auto b = token_bits(w);
+    return ((token_filter_[b[0] >> 6] >> (b[0] & 63)) & (token_filter_[b[1] >> 6] >> (b[1] & 63)) & 1) != 0;
+  }
 
   std::vector<uint32_t> byte_ids_;
   U64Map<Merge> merges_;  // pair -> its merge (rank, new id)
@@ -502,6 +529,8 @@ class EncoderCore {
   std::vector<uint64_t> filter_;  // bit mix64(pair) >> filter_shift_: set for every pair with a merge
   int filter_shift_ = 64;
   WordCache tokens_;
+  std::vector<uint64_t> token_filter_;  // bits token_bits(word) of every word in tokens_
+  int token_shift_ = 64;
   std::unique_ptr<std::atomic<uint8_t>[]> checked_;  // per token id: kUnchecked, kItself, kNotItself
   SpecialSplitter splitter_;
   std::vector<uint32_t> special_ids_;
