@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
   }
   const int passes = std::atoi(argv[3]);
   seqpack::WordCache cache;
-  std::vector<uint32_t> out, scratch;
+  seqpack::Ids out;
+  std::vector<uint32_t> scratch;
   std::ofstream ids(argv[4], std::ios::binary);
   std::vector<double> cold, warm;
   auto pass = [&](bool written) {

@@ -440,6 +440,29 @@ def test_id_lists_share_ints_that_are_never_freed(threads):
     assert Tokenizer(vocab, [(b"a", b"b"), (b"ab", b"c")]).encode("abc")[0] is probe  # one int per process
 
 
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 5000])
+def test_id_lists_behave_as_lists_of_their_length(n):
+    """An id list's item array is allocated without being zeroed and set whole (module.cpp,
+    ``new_list``: standard builds): the list must then be an ordinary list of exactly its ids,
+    whatever its size (64 ids and fewer come from CPython's small-object allocator, more from
+    malloc), one that grows, shrinks and copies as any other, and that the collector ignores."""
+    import gc
+
+    vocab = {i: bytes([i]) for i in range(256)}
+    tok = Tokenizer(vocab, [])
+    text = "".join(chr(97 + i % 26) for i in range(n))
+    want = [97 + i % 26 for i in range(n)]
+    for ids in (tok.native.encode(text), tok.native.encode_lists([text, "z" * 70], 1)[0],
+                tok.native.encode_lists(["y", text], 2, thread_bytes=0)[1]):
+        assert type(ids) is list and len(ids) == n and ids == want
+        assert not gc.is_tracked(ids)
+        ids.append(-1)
+        ids.extend(range(3))
+        assert ids[n:] == [-1, 0, 1, 2] and ids[:n] == want
+        del ids[: n // 2]
+        assert ids == want[n // 2 :] + [-1, 0, 1, 2] and ids[:] == ids and sorted(ids) == sorted(ids[:])
+
+
 def test_a_full_word_cache_starts_again_with_the_same_ids():
     """A word cache holds at most 2^19 words (``WordCache::kMaxWords``), then starts again empty:
     600,000 different numbers in one call pass that limit, then 1,000 of them come again (words
