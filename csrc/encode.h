@@ -510,8 +510,9 @@ class EncoderCore {
 
   const Merge& byte_pair(uint8_t x, uint8_t y) const { return byte_pairs_[size_t{x} << 8 | y]; }
 
-  // Whether the word may be in tokens_: a bit filter (16 bits a token: ~100 KB for GPT-2's, so it
-  // stays in the core's cache) turns most words that are not tokens away without a lookup in tokens_.
+  // Whether the word may be in tokens_: a bit filter (16 bits a token, two set: 128 KB for GPT-2's,
+  // so it stays in the core's cache) turns most words that are not tokens away without a lookup in
+  // tokens_, an 8 MB table (mixed set, compiled first pass 36.2 -> 34.6 ms; encode_cold_profile.txt).
   static constexpr size_t kTokenBits = 16;
   std::array<uint64_t, 2> token_bits(const WordKey& w) const {
     const uint64_t g = w.h * 0x9E3779B97F4A7C15ULL;

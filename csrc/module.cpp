@@ -562,8 +562,8 @@ class Encoder {
 
   // A new list of n items, not yet set: the caller sets them all before any Python code can see
   // the list (the GIL held). Where CPython's list is a plain item array (not a free-threaded build),
-  // the array is not zeroed first, as PyList_New would (every item is written right after): mixed
-  // set, per document, ~0.8 ns an id.
+  // the array is not zeroed first, as PyList_New would (every item is written right after): per
+  // document, warm, the mixed set 27.4 -> 26.5 ms (1.8M ids; medians of 8 alternated processes).
   static PyObject* new_list(int64_t n) {
 #if defined(Py_GIL_DISABLED) || defined(PYPY_VERSION)
     PyObject* l = PyList_New(static_cast<Py_ssize_t>(n));
