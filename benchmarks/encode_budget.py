@@ -92,12 +92,12 @@ def compiled(
     rounds: int,
     passes: int = 11,
 ) -> dict:
-    """``rounds`` processes of ``passes`` cold and warm passes each; the median of their medians."""
+    """``rounds`` processes of ``passes`` cold and warm passes each; the median of their medians
+    (``work / "tokenizer.bin"``: :func:`write_tokenizer`'s, for ``tok``)."""
     with open(work / "docs.bin", "wb") as f:
         for d in docs:
             b = d.encode("utf-8")
             f.write(struct.pack("<I", len(b)) + b)
-    write_tokenizer(tok, work / "tokenizer.bin")
     runs = []
     for _ in range(rounds):
         out = subprocess.run(
@@ -167,6 +167,7 @@ def main() -> None:
     tok = Tokenizer.from_files(CS / "gpt2_vocab.json", CS / "gpt2_merges.txt", [EOT])
     tok.to_hf().save(str(work / "tokenizer.json"))
     exe = build_driver(work)
+    write_tokenizer(tok, work / "tokenizer.bin")
     results = {}
     for name, docs in corpora().items():
         (work / "docs.json").write_text(json.dumps(docs), encoding="utf-8")

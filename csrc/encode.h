@@ -481,6 +481,11 @@ class EncoderCore {
     for (size_t id = 0; id <= top; ++id) checked_[id].store(kUnchecked, std::memory_order_relaxed);
     std::vector<std::string> bytes(static_cast<size_t>(top) + 1);  // id -> its bytes, where the merges tell them
     for (size_t b = 0; b < byte_ids_.size(); ++b) bytes[byte_ids_[b]] = std::string(1, static_cast<char>(b));
+    // the filter: kTokenBits bits a merge (a power of two; a token per merge at most), two set a token
+    int bits = 10;
+    while ((size_t{1} << bits) < kTokenBits * left.size()) ++bits;
+    token_shift_ = 64 - bits;
+    token_filter_.assign((size_t{1} << bits) / 64, 0);
     for (size_t r = 0; r < left.size() && tokens_.size() + 1 < WordCache::kMaxWords; ++r) {
       const std::string &a = bytes[left[r]], &b = bytes[right[r]];
       std::string& t = bytes[merged[r]];
@@ -491,20 +496,9 @@ class EncoderCore {
       WordKey key;
       key.set(p, t.size(), p + t.size());
       size_t got;
-      if (!tokens_.find(key, &got)) tokens_.insert(key, &merged[r], 1);
-    }
-    // the filter: kTokenBits bits a token (a power of two), two set per token
-    int bits = 10;
-    while ((size_t{1} << bits) < kTokenBits * tokens_.size()) ++bits;
-    token_shift_ = 64 - bits;
-    token_filter_.assign((size_t{1} << bits) / 64, 0);
-    for (size_t r = 0; r < left.size(); ++r) {
-      const std::string& t = bytes[merged[r]];
-      if (t.empty() || t.size() > WordKey::kShort) continue;
-      const auto* p = reinterpret_cast<const uint8_t*>(t.data());
-      WordKey key;
-      key.set(p, t.size(), p + t.size());
-      for (uint64_t b : token_bits(key)) token_filter_[b >> 6] |= uint64_t{1} << (b & 63);
+      if (tokens_.find(key, &got)) continue;
+      tokens_.insert(key, &merged[r], 1);
+      for (uint64_t bit : token_bits(key)) token_filter_[bit >> 6] |= uint64_t{1} << (bit & 63);
     }
   }
 

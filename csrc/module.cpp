@@ -578,8 +578,8 @@ class Encoder {
 #if defined(Py_GIL_DISABLED) || defined(PYPY_VERSION)
     return zeroed_list(n);
 #else
-    if (n == 0) return zeroed_list(0);
     PyObject* l = zeroed_list(0);
+    if (n == 0) return l;
     auto** items = static_cast<PyObject**>(PyMem_Malloc(static_cast<size_t>(n) * sizeof(PyObject*)));
     if (!items) {
       Py_DECREF(l);
