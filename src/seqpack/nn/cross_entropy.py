@@ -58,7 +58,7 @@ def _kernels() -> tuple[Any, Any] | None:
         return None
 
     @triton.jit
-    def forward(x_ptr, x_stride, t_ptr, loss_ptr, lse_ptr, V, ignore, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+    def forward(x_ptr, x_stride, t_ptr, loss_ptr, lse_ptr, top_ptr, V, ignore, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
         row = tl.program_id(0).to(tl.int64)
         x_row = x_ptr + row * x_stride
         m = tl.full((), float("-inf"), tl.float32)  # running max
@@ -75,6 +75,7 @@ def _kernels() -> tuple[Any, Any] | None:
         xt = tl.load(x_row + t, mask=valid, other=0.0).to(tl.float32)
         tl.store(loss_ptr + row, tl.where(valid, lse - xt, 0.0))
         tl.store(lse_ptr + row, lse)
+        tl.store(top_ptr + row, (valid & (xt >= m)).to(tl.int8))  # the target is (one of) the row's largest
 
     @triton.jit
     def backward(x_ptr, x_stride, t_ptr, lse_ptr, g_ptr, dx_ptr, dx_stride, V, ignore,  # type: ignore[no-untyped-def]
@@ -109,7 +110,8 @@ class _FusedCrossEntropy(torch.autograd.Function):
                             "cross-entropy target outside [0, V)")
         loss = torch.empty(N, dtype=torch.float32, device=logits.device)
         lse = torch.empty(N, dtype=torch.float32, device=logits.device)
-        kernels[0][(N,)](logits, logits.stride(0), targets, loss, lse, V, ignore_index, BLOCK=_BLOCK, num_warps=8)
+        top = torch.empty(N, dtype=torch.int8, device=logits.device)
+        kernels[0][(N,)](logits, logits.stride(0), targets, loss, lse, top, V, ignore_index, BLOCK=_BLOCK, num_warps=8)
         ctx.save_for_backward(logits, targets, lse)
         ctx.ignore_index = ignore_index
         return loss
@@ -127,4 +129,149 @@ class _FusedCrossEntropy(torch.autograd.Function):
         return dx, None, None
 
 
-__all__ = ["cross_entropy_reference", "token_cross_entropy"]
+#: rows of logits a chunk of :func:`linear_cross_entropy` holds at once, at most this many bytes
+_CHUNK_BYTES = 1 << 29
+#: ``torch.addmm(..., out_dtype=torch.float32)`` of half-precision inputs (CUDA, torch 2.8+)
+_MM_OUT_DTYPE = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
+
+
+def linear_cross_entropy_reference(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                                   row_weights: torch.Tensor, *, bias: torch.Tensor | None = None,
+                                   ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, torch.Tensor]:
+    """The definition :func:`linear_cross_entropy` is tested against: the logits whole, then
+    ``F.cross_entropy`` in float32, weighted and summed. Returns ``(loss, top1)``.  # (), (N,)"""
+    logits = F.linear(hidden, weight, bias)  # (N, V)
+    ce = F.cross_entropy(logits.float(), targets, ignore_index=ignore_index, reduction="none")
+    top1 = (logits.detach().argmax(-1) == targets) & (targets != ignore_index)
+    return (ce * row_weights.float()).sum(), top1
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, row_weights: torch.Tensor,
+                         *, bias: torch.Tensor | None = None, ignore_index: int = IGNORE_INDEX,
+                         chunk_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sum_i row_weights[i] * CE(hidden[i] @ weight.T + bias, targets[i])`` without the (N, V)
+    logits: a vocabulary head and its loss in one step.  # (N, H), (V, H), (N,), (N,) -> (), (N,)
+
+    Returns the loss (float32, a scalar) and ``top1`` (N,) bool: the target is the head's largest
+    logit (the token accuracy; False where ignored). The weights are known before the loss (a
+    token mean: ``1 / num_targets``; a per-sequence mean: ``1 / (len * sequences)``), so the head's
+    gradient is made during the forward, ``chunk_rows`` rows at a time (by default as many as
+    fit in 512 MiB of logits): each chunk's logits become their own gradient in place, then the two
+    gradient products; backward only scales them. Three matrix products over the targets, as with
+    the logits whole, and never more than one chunk of logits in memory. Under autocast the
+    products run in autocast's dtype (the weight cast once), the loss in float32 and the weight's
+    gradient accumulates in float32. On CUDA the per-row loss and gradient are the Triton kernels
+    of :func:`token_cross_entropy`; elsewhere torch operations. ``hidden`` must not need a
+    second derivative.
+
+        >>> h, w = torch.randn(5, 4), torch.randn(7, 4)
+        >>> t, rw = torch.tensor([1, 0, -100, 6, 2]), torch.full((5,), 0.25)
+        >>> loss, top1 = linear_cross_entropy(h, w, t, rw)
+        >>> torch.allclose(loss, linear_cross_entropy_reference(h, w, t, rw)[0])
+        True
+    """
+    N, V = hidden.shape[0], weight.shape[0]
+    if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(f"hidden must be (N, H) and weight (V, H), got {tuple(hidden.shape)} and {tuple(weight.shape)}")
+    if targets.shape != (N,) or row_weights.shape != (N,):
+        raise ValueError(f"targets and row_weights must be ({N},), got {tuple(targets.shape)} and {tuple(row_weights.shape)}")
+    if chunk_rows is not None and chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    dev = hidden.device.type
+    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else hidden.dtype
+    if chunk_rows is None:
+        chunk_rows = max(1, _CHUNK_BYTES // (max(V, 1) * torch.finfo(dtype).bits // 8))
+    out = _LinearCrossEntropy.apply(hidden, weight, bias, targets, row_weights.detach().float().contiguous(), ignore_index,
+                                    chunk_rows, dtype)
+    return out[0], out[1].bool()
+
+
+def _accumulate_(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``acc += a @ b`` into a float32 ``acc``: on CUDA with half-precision inputs one product with a
+    float32 output (no rounded temporary of ``acc``'s size), elsewhere through a temporary."""
+    if _MM_OUT_DTYPE and acc.is_cuda and a.dtype in (torch.float16, torch.bfloat16):
+        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+    else:
+        acc += a @ b
+
+
+def _use_kernels(x: torch.Tensor) -> bool:
+    """The Triton kernels run on CUDA tensors, outside ``torch.compile``, where Triton is installed."""
+    return x.is_cuda and not torch.compiler.is_compiling() and _kernels() is not None
+
+
+def _loss_and_grad_(x: torch.Tensor, targets: torch.Tensor, row_weights: torch.Tensor, ignore_index: int,
+                    kernels: tuple[Any, Any] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's loss (float32) and top-1 hit; ``x`` (c, V) is overwritten with
+    ``row_weights * (softmax - onehot)`` (0 on ignored rows), in its dtype."""
+    c, V = x.shape
+    if kernels is not None:
+        loss = torch.empty(c, dtype=torch.float32, device=x.device)
+        lse = torch.empty(c, dtype=torch.float32, device=x.device)
+        top = torch.empty(c, dtype=torch.int8, device=x.device)
+        kernels[0][(c,)](x, x.stride(0), targets, loss, lse, top, V, ignore_index, BLOCK=_BLOCK, num_warps=8)
+        # in place: each program reads a block of its row, then writes the same block
+        kernels[1][(c,)](x, x.stride(0), targets, lse, row_weights, x, x.stride(0), V, ignore_index, BLOCK=_BLOCK, num_warps=8)
+        return loss, top.bool()
+    xf = x.float()
+    valid = targets != ignore_index
+    safe = torch.where(valid, targets, 0)
+    lse = torch.logsumexp(xf, dim=-1)  # (c,)
+    xt = xf.gather(1, safe[:, None])[:, 0]
+    loss = torch.where(valid, lse - xt, 0.0)
+    top = valid & (xt >= xf.amax(-1))
+    grad = torch.exp(xf - lse[:, None])
+    grad[torch.arange(c, device=x.device), safe] -= 1.0
+    x.copy_(grad * torch.where(valid, row_weights, 0.0)[:, None])
+    return loss, top
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                row_weights: torch.Tensor, ignore_index: int, chunk_rows: int, dtype: torch.dtype,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        N, V = hidden.shape[0], weight.shape[0]
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        kernels = _kernels() if _use_kernels(hidden) else None
+        pad = -V % 64 if hidden.is_cuda else 0  # aligned rows for cuBLAS (seqpack.nn.heads.vocab_logits)
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = F.pad(weight.to(dtype), (0, 0, 0, pad))  # (Vp, H)
+            b = None if bias is None else F.pad(bias.to(dtype), (0, pad))
+            h = hidden.to(dtype)
+            targets = targets.contiguous()
+            torch._assert_async(((targets >= 0) & (targets < V) | (targets == ignore_index)).all(),
+                                "cross-entropy target outside [0, V)")
+            loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            top1 = torch.zeros(N, dtype=torch.bool, device=hidden.device)
+            grad_h = torch.empty_like(h) if need_h else None
+            grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if need_w else None
+            grad_b = torch.zeros(w.shape[0], dtype=torch.float32, device=w.device) if need_b else None
+            for lo in range(0, N, chunk_rows):
+                hc = h[lo : lo + chunk_rows]
+                z = hc @ w.t() if b is None else torch.addmm(b, hc, w.t())  # (c, Vp); padding columns are 0
+                rows, top = _loss_and_grad_(z[:, :V], targets[lo : lo + chunk_rows], row_weights[lo : lo + chunk_rows],
+                                            ignore_index, kernels)
+                loss += (rows * row_weights[lo : lo + chunk_rows]).sum()
+                top1[lo : lo + chunk_rows] = top
+                if grad_h is not None:
+                    torch.mm(z, w, out=grad_h[lo : lo + chunk_rows])
+                if grad_w is not None:
+                    _accumulate_(grad_w, z.t(), hc)
+                if grad_b is not None:
+                    grad_b += z.sum(0)
+        ctx.save_for_backward(grad_h, None if grad_w is None else grad_w[:V], None if grad_b is None else grad_b[:V])
+        ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
+        ctx.mark_non_differentiable(top1)
+        return loss, top1
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor, _: Any) -> tuple[torch.Tensor | None, ...]:
+        grad_h, grad_w, grad_b = ctx.saved_tensors
+        dt_h, dt_w, dt_b = ctx.dtypes
+        scale = (lambda g, dt: None if g is None else (g * grad).to(dt))  # noqa: E731
+        return scale(grad_h, dt_h), scale(grad_w, dt_w), scale(grad_b, dt_b), None, None, None, None, None
+
+
+__all__ = ["cross_entropy_reference", "linear_cross_entropy", "linear_cross_entropy_reference", "token_cross_entropy"]
