@@ -106,3 +106,25 @@ def test_flash_attention_equals_the_reference_on_gpu(impl: str) -> None:
     real = x["segment_ids"] > 0
     scale = float(outs[1][real].abs().max())
     assert (outs[0] - outs[1])[real].abs().max() <= 4 * 2.0**-8 * scale  # a few bf16 roundings (u = 2**-8)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the varlen kernel runs on CUDA")
+def test_grouped_query_attention_on_cuda_adds_no_error_beyond_bf16() -> None:
+    """Llama with 2 query heads per kv head through the varlen kernel (its own GQA where torch has
+    it, else the kv heads repeated): against fp32 SDPA with seqpack's mask, its bf16 error is that of
+    bf16 SDPA's (twice it, plus 2u of the logits' scale; attending across sequences is off by O(1))."""
+    from tests.nn.test_hf_adapter import build, packed_batch
+    from tests.nn.test_models import make_batch
+
+    register_varlen_attention()
+    x = make_batch(64, [[20, 30, 14], [64], [9, 50]], seed=5)
+    batch = {k: v.cuda() for k, v in packed_batch("LlamaForCausalLM", x).items()}
+    real = batch["segment_ids"] > 0
+    flat_model, dense_model = build("LlamaForCausalLM", VARLEN_IMPL).cuda(), build("LlamaForCausalLM", "sdpa").cuda()
+    truth = packed_forward(dense_model, batch).logits.float()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        flat = packed_forward(flat_model, batch).logits.float()
+        dense = packed_forward(dense_model, batch).logits.float()
+    u = 2.0**-8
+    err, base = (flat - truth)[real].abs().max(), (dense - truth)[real].abs().max()
+    assert err <= 2 * base + 2 * u * truth[real].abs().max(), (float(err), float(base))

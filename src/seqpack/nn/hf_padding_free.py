@@ -93,21 +93,28 @@ def varlen_attention_forward(
         raise ValueError(f"{VARLEN_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
     causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
     scale = d**-0.5 if scaling is None else float(scaling)
-    if key.shape[1] != Hq:  # grouped-query attention: share each kv head across its query group
-        key, value = (x.repeat_interleave(Hq // x.shape[1], dim=1) for x in (key, value))
-    q, k, v = (x.transpose(1, 2).reshape(B * n, Hq, d) for x in (query, key, value))
     from seqpack.nn.attention.varlen import (
         torch_varlen,
         varlen_kwargs,
+        varlen_params,
         varlen_reference,
     )
 
     fn = torch_varlen()
-    if q.is_cuda and torch.is_autocast_enabled("cuda") and q.dtype == torch.float32:
+    half = query.dtype in (torch.float16, torch.bfloat16) or (query.is_cuda and torch.is_autocast_enabled("cuda"))
+    fast = query.is_cuda and half and fn is not None
+    gqa = key.shape[1] != Hq
+    kw = varlen_kwargs(fn, causal, scale, d) if fast else {}
+    if gqa and fast and "enable_gqa" in varlen_params(fn):
+        kw["enable_gqa"] = True  # the kernel shares each kv head across its query group: no copies
+    elif gqa:  # grouped-query attention: share each kv head across its query group
+        key, value = (x.repeat_interleave(Hq // x.shape[1], dim=1) for x in (key, value))
+    q, k, v = (x.transpose(1, 2).reshape(B * n, x.shape[1], d) for x in (query, key, value))
+    if fast and q.dtype == torch.float32:
         # rotary embeddings hand fp32 q/k to attention under autocast; flash kernels take half (as transformers' FA2 path)
         q, k, v = (x.to(torch.get_autocast_dtype("cuda")) for x in (q, k, v))
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and fn is not None:
-        out = fn(q, k, v, cu.to(torch.int32), cu.to(torch.int32), int(m), int(m), **varlen_kwargs(fn, causal, scale, d))
+    if fast:
+        out = fn(q, k, v, cu.to(torch.int32), cu.to(torch.int32), int(m), int(m), **kw)
     else:
         out = varlen_reference(q, k, v, cu, int(m), causal, scale)
     return out.to(query.dtype).view(B, n, Hq, d), None

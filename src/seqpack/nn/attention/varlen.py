@@ -119,13 +119,14 @@ def _torch_unavailable(segment_ids: torch.Tensor, dtype: torch.dtype) -> str | N
 
 
 @functools.cache
-def _varlen_params(fn: Callable[..., Any]) -> frozenset[str]:
-    return frozenset(inspect.signature(fn).parameters)  # read once, not in every layer's call
+def varlen_params(fn: Callable[..., Any]) -> frozenset[str]:
+    """The keyword names of this torch's ``varlen_attn`` (read once, not in every layer's call)."""
+    return frozenset(inspect.signature(fn).parameters)
 
 
 def varlen_kwargs(fn: Callable[..., Any], causal: bool, scale: float, d: int) -> dict[str, Any]:
     """The causal and scale keywords of this torch's ``varlen_attn`` (its signature changed across releases)."""
-    params = _varlen_params(fn)
+    params = varlen_params(fn)
     kw: dict[str, Any] = {}
     if "window_size" in params:
         kw["window_size"] = (-1, 0) if causal else (-1, -1)

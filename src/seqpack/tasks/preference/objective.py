@@ -19,6 +19,7 @@ import torch
 from seqpack.nn.attention import plan_attention
 from seqpack.nn.hf_adapter import hf_attention_mask, model_compute_dtype
 from seqpack.nn.hf_attention import PACKED_IMPL
+from seqpack.nn.hf_causal_lm import HEAD_AT_TARGETS
 from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, unflatten_tokens
 from seqpack.nn.masks import check_segment_ids, shares_prefix, split_branches
 from seqpack.nn.models.common import PackedOutput
@@ -56,16 +57,11 @@ def _hf_states(model: Any, batch: Mapping[str, torch.Tensor], run: Any) -> torch
     return run(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"], use_cache=False)  # type: ignore[no-any-return]
 
 
-#: transformers causal LMs whose logits are exactly ``lm_head(last hidden state)`` (no scaling or
-#: soft-capping): their head runs only at the N positions that predict a response token
-HEAD_AT_TARGETS = ("llama", "gpt2", "qwen2", "mistral")
-
-
 def policy_logps(model: Any, batch: Mapping[str, torch.Tensor], depth: int | None = None) -> ResponseLogps:
     """Each response's summed log-probability under ``model``.  # (B, D) fields
 
     The vocabulary projection runs only where a response token is predicted (N positions, not
-    B x T): for seqpack's GPT, and for the transformers models of :data:`HEAD_AT_TARGETS`, whose
+    B x T): for seqpack's GPT, and for the transformers models of :data:`seqpack.nn.hf_causal_lm.HEAD_AT_TARGETS`, whose
     base model and ``lm_head`` are called apart (other models: their full logits, then a slice)."""
     seg, br, labels = batch["segment_ids"], batch["branch_ids"], batch["labels"]
     if _is_hf(model):
