@@ -1,0 +1,88 @@
+"""TRL's ``SFTTrainer`` with seqpack's step: ``PackedSFTTrainer``.
+
+    from seqpack.hf import pack_dataset
+    from seqpack.train.trl_sft import PackedSFTTrainer
+    packed = pack_dataset(dataset, seq_length=2048)                # one global plan (TRL: bfd per batch)
+    args = trl.SFTConfig(output_dir="out", padding_free=True, max_length=None, bf16=True,
+                         dataset_kwargs={"skip_prepare_dataset": True})
+    trainer = PackedSFTTrainer(model, args=args, train_dataset=packed, processing_class=tokenizer)
+    trainer.train()
+
+Everything of TRL stays (the ``Trainer`` loop, the padding-free collator, accelerate, logging,
+checkpoints, callbacks, evaluation). What changes is the step:
+
+* **the loss** is :func:`seqpack.nn.hf_causal_lm.causal_lm_loss`: the vocabulary head only at the
+  targets, fused with the cross-entropy, three matrix products (TRL 1.16's fused head recomputes
+  each logits tile in backward: four) and never the (N, V) logits whole; the same token-mean
+  loss, through the model's ``forward`` (so DDP sees the pass);
+* **no device sync per step** for metrics: ``mean_token_accuracy`` (from the loss kernel's top-1
+  test, free) and ``num_tokens`` accumulate on the device and are read when the trainer logs.
+  TRL's per-step ``entropy`` metric is not computed;
+* ``compile_blocks=True`` (the default on CUDA) hands each layer's norms and MLP to
+  ``torch.compile`` (:func:`seqpack.nn.hf_causal_lm.compile_blocks`): a one-off compile at the
+  first step, then fused kernels.
+
+Models: those of :data:`seqpack.nn.hf_causal_lm.HEAD_AT_TARGETS` (Llama, Qwen2/3, Mistral, GPT-2;
+``compile_blocks`` needs Llama-style layers). It overrides TRL's ``compute_loss`` and ``log``, so it
+is tested against the TRL version pinned by ``make test``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import trl
+
+from seqpack.nn.hf_causal_lm import add_target_head
+from seqpack.nn.hf_causal_lm import compile_blocks as compile_layers
+
+
+class PackedSFTTrainer(trl.SFTTrainer):  # type: ignore[misc]
+    """``trl.SFTTrainer`` with the head-at-targets loss and no per-step sync (see the module)."""
+
+    def __init__(self, *args: Any, compile_blocks: bool | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        add_target_head(model)
+        on_cuda = next(model.parameters()).is_cuda or torch.cuda.is_available()
+        self.compiled_blocks = compile_layers(model) if (on_cuda if compile_blocks is None else compile_blocks) else 0
+        self._counts: dict[str, list[Any]] = {}  # mode -> [targets, correct] on the device
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        if return_outputs:  # evaluation asking for logits: TRL's own path
+            return super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        mode = "train" if self.model.training else "eval"
+        inputs = {k: v for k, v in inputs.items() if k != "use_cache"}
+        out = model(**inputs, target_head=True, num_items_in_batch=num_items_in_batch)
+        loss = out.loss
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * self.accelerator.num_processes  # as Trainer: DDP averages the gradients across ranks
+        counts = self._counts.setdefault(mode, [0, 0])
+        counts[0] = counts[0] + out.num_targets
+        counts[1] = counts[1] + out.num_correct
+        if mode == "train":  # a shape, or a sum left on the device: no sync
+            tokens = inputs["position_ids"].size(1) if "position_ids" in inputs and "attention_mask" not in inputs \
+                else inputs["attention_mask"].sum()
+            self._pending_tokens = getattr(self, "_pending_tokens", 0) + tokens
+        return loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "train" if self.model.training else "eval"
+        counts = self._counts.pop(mode, None)
+        if counts is not None:
+            n, c = (self.accelerator.gather_for_metrics(torch.as_tensor(x, device=self.accelerator.device).reshape(1)).sum()
+                    for x in counts)
+            self._metrics[mode]["mean_token_accuracy"].append(float(c) / max(float(n), 1.0))
+        pending = getattr(self, "_pending_tokens", 0)
+        if mode == "train" and (torch.is_tensor(pending) or pending):
+            total = self.accelerator.gather_for_metrics(torch.as_tensor(pending, device=self.accelerator.device).reshape(1))
+            self._total_train_tokens += int(total.sum()) // self._tp_size
+            self._pending_tokens = 0
+        if mode == "train":
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+        super().log(logs, start_time)
+
+
+__all__ = ["PackedSFTTrainer"]
