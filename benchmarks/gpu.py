@@ -150,6 +150,50 @@ def profile_steps(model: str, size: str, T: int, rows: int, attention: str, head
     return res
 
 
+def head_alone(T: int, rows: int, reps: int, vocab: int = 30522, hidden: int = 768) -> dict[str, Any]:
+    """The GPT's tied head and its loss alone (``vocab_logits`` + the fused cross-entropy, forward +
+    backward, bf16 autocast over an fp32 weight) on as many targets as a padded and a packed batch
+    of ``rows x T`` hold: the part of a head-at-targets step that grows with the real tokens."""
+    from seqpack.nn.cross_entropy import token_cross_entropy
+    from seqpack.nn.heads import vocab_logits
+
+    lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
+    data = make_batches(lengths, T, rows, 1, seed=0, vocab=vocab, causal=True)
+    res: dict[str, Any] = {"case": "head_alone", "T": T, "rows": rows, "vocab": vocab, "hidden": hidden}
+    w = (torch.randn(vocab, hidden, device="cuda") * 0.02).requires_grad_()
+    for arm in ("padded", "packed"):
+        labels = data[arm][0]["labels"]
+        n = int((labels[:, 1:] != -100).sum())
+        h = torch.randn(n, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        t = torch.randint(0, vocab, (n,), device="cuda")
+
+        def step(h: torch.Tensor = h, t: torch.Tensor = t) -> None:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = token_cross_entropy(vocab_logits(h, w), t).sum()
+            loss.backward()
+
+        res[f"{arm}_targets"] = n
+        res[f"{arm}_head_ms"] = 1e3 * cuda_time(step, reps)
+    return res
+
+
+def head_at_targets(steps: int, repeats: int, profile_dir: str | None) -> list[dict[str, Any]]:
+    """GPT 16 x 2048, head at the targets: packed / padded throughput, the head alone at each batch's
+    targets, and the bound they set: the packed step can be no shorter than the padded one plus the
+    head's extra work, so realised / packing factor <= padded / (padded + extra head)."""
+    out = [throughput("gpt", "base", 2048, 16, "varlen", steps, repeats)]
+    out.append(head_alone(2048, 16, 20))
+    if profile_dir is not None:
+        out.append(profile_steps("gpt", "base", 2048, 16, "varlen", "targets", profile_dir))
+    b, h = out[0], out[1]
+    extra = (h["packed_head_ms"] - h["padded_head_ms"]) / 1e3
+    out.append({"case": "head_at_targets_bound", "realised_over_factor": b["realized_speedup"] / b["packing_factor"],
+                "padded_step_s": b["padded_step_s"], "packed_step_s": b["packed_step_s"], "extra_head_s": extra,
+                "bound_over_factor": b["padded_step_s"] / (b["padded_step_s"] + extra),
+                "packed_step_minus_bound_s": b["packed_step_s"] - (b["padded_step_s"] + extra)})
+    return out
+
+
 def throughput(model: str, size: str, T: int, rows: int, attention: str, steps: int, repeats: int, head: str = "targets") -> dict[str, Any]:
     cfg = BenchConfig(lengths="wikipedia", max_len=T, model=model, size=size, batch_size=rows, steps=steps,
                       repeats=repeats, head=head, attention=attention, device="cuda", dtype="bf16", sequences=20_000)
@@ -292,6 +336,9 @@ def main() -> None:
     if "gpt_all" in cases:
         for attn in ("auto", "flex", "sdpa"):
             emit(throughput("gpt", "base", 2048, 16, attn, args.steps, args.repeats, head="all"))
+    if "head_at_targets" in cases:  # GPT with the head at the targets: measured, and its bound
+        for r in head_at_targets(args.steps, args.repeats, args.profile_dir):
+            emit(r)
     if "profile" in cases:
         emit(profile_steps("bert", "base", 512, 64, "varlen", "targets", args.profile_dir))
         emit(profile_steps("gpt", "base", 2048, 16, "varlen", "all", args.profile_dir))

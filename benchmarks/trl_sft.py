@@ -1,23 +1,35 @@
-"""TRL SFT end to end on a GPU (issue 29): ``SFTTrainer(padding_free=True)`` on a Llama-shaped model,
-fed rows packed by seqpack's ``pack_dataset`` (``best``: one global plan) against rows packed by
-TRL's own ``pack_dataset(strategy="bfd")`` (what ``SFTConfig(packing=True)`` calls), same
-conversations, same model, same trainer.
+"""Chat SFT end to end on a GPU: TRL's ``SFTTrainer`` with its own packing (``packing=True``, best
+fit decreasing, ``padding_free=True``) against seqpack's rows and step, on the same conversations,
+the same model and the same optimiser.
 
 Three steps, so that the lent GPU's time goes to training and the packing is timed on the 2-core
 machine of the other CPU figures:
 
     .venv/bin/python benchmarks/trl_sft.py prepare --out DIR        # CPU: tokenize, pack both ways
-    python3 benchmarks/trl_sft.py train --data DIR --out result.json   # GPU: train an epoch per arm
+    python3 benchmarks/trl_sft.py train --data DIR --out result.json   # GPU: warm every arm, then rounds
     .venv/bin/python benchmarks/trl_sft.py pack --data DIR           # CPU: time both packers again
 
-``prepare`` makes the synthetic SFT conversations of ``chat_sft.py`` (ChatML, a 4,096-token BPE
-tokenizer trained on them), builds each conversation's ``input_ids`` and ``labels`` (assistant
-tokens only, seqpack's chat task), and writes ``ids.parquet`` plus the two packed tables
-(``seqpack.parquet``, ``trl.parquet``: ``input_ids``, ``labels``, ``seq_lengths``) with each packer's
-rows and seconds. ``train`` runs one epoch of each arm (bf16, AdamW, ``seqpack_varlen``
-attention: PyTorch's flash varlen kernel, fed ``cu_seq_lens`` by TRL's padding-free collator), in
-rounds, and reports rows, steps, real tokens/s, time per epoch, final loss and peak memory.
+``prepare`` makes the synthetic SFT conversations of ``chat_sft.py`` (ChatML, a BPE tokenizer
+trained on them), builds each conversation's ``input_ids`` and ``labels`` (assistant tokens only,
+seqpack's chat task), and writes ``ids.parquet`` (what the TRL arm packs itself) plus the two
+packed tables (``seqpack.parquet``, ``trl.parquet``). ``train`` builds the model of ``--model``
+(``llama1b``: Llama-3.2-1B's shape, random init; ``llama150m``: the earlier 1024/12 model) with
+the ``seqpack_varlen`` attention for every arm (PyTorch's flash varlen kernel; no flash-attn wheel
+fits the machine), bf16 autocast, fused AdamW, and runs the arms:
+
+  ``trl``               ``trl.SFTTrainer(packing=True, padding_free=True)`` on ``ids.parquet``
+                        (TRL 1.16's fused head at the targets, its entropy/accuracy metrics);
+  ``seqpack``           ``seqpack.train.trl_sft.PackedSFTTrainer`` on seqpack's rows, eager;
+  ``seqpack_compiled``  the same with ``compile_blocks`` (norms and MLPs through inductor).
+
+Every arm first runs ``--warmup-steps`` steps (compiles, kernels' autotuning, the allocator), not
+timed; then ``--rounds`` rounds, each a full epoch of every arm from the same initial weights, in
+turn. Per run: the epoch's wall time, steady-state seconds per step (from step 3 to the end,
+synchronised only there), real tokens/s, the final loss and the peak memory. ``--check`` first
+compares the losses of one batch with the same weights: the model's own (full logits), TRL's
+fused head and seqpack's; ``--profile`` writes the top kernels of 3 steps of each arm.
 """
+
 
 from __future__ import annotations
 
@@ -91,66 +103,270 @@ def pack_times(data: Path, repeats: int) -> dict[str, Any]:
     return out
 
 
-def llama(max_len: int):  # type: ignore[no-untyped-def]
-    """Llama-shaped, ~150M parameters with a 32,000-token embedding (the tokenizer uses the first ids)."""
+MODELS = {
+    # Llama-3.2-1B's shape (1.24B parameters, 262M of them the tied 128,256-token embedding)
+    "llama1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                    num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, tie_word_embeddings=True),
+    # the earlier harness's model (~150M with a 32,000-token embedding)
+    "llama150m": dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+                      num_attention_heads=16, num_key_value_heads=4, tie_word_embeddings=False),
+}
+MODELS["tiny"] = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, tie_word_embeddings=True)  # --model tiny --device cpu: a smoke test of the harness
+ARMS = ("trl", "seqpack", "seqpack_compiled")
+DEVICE = "cuda"
+
+
+def _sync() -> None:
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def _peak_gib(reset: bool = False) -> float:
+    import torch
+
+    if DEVICE != "cuda":
+        return 0.0
+    if reset:
+        torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.max_memory_allocated() / 2**30
+
+
+def llama(name: str, max_len: int):  # type: ignore[no-untyped-def]
+    """A randomly initialised Llama of ``MODELS[name]`` on the GPU (seeded), ``seqpack_varlen`` attention."""
     import torch
     import transformers as tf
 
     from seqpack.nn.hf_padding_free import register_varlen_attention
 
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
-                         num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=max_len,
-                         attn_implementation=register_varlen_attention())
-    return tf.LlamaForCausalLM(cfg)
+    cfg = tf.LlamaConfig(**MODELS[name], max_position_embeddings=max_len, attn_implementation=register_varlen_attention())
+    with torch.device(DEVICE):
+        return tf.LlamaForCausalLM(cfg)
 
 
-def train_arm(data: Path, arm: str, rows: int, info: dict[str, Any]) -> dict[str, Any]:
+def sft_args(data: Path, arm: str, rows: int, info: dict[str, Any], max_steps: int = -1):  # type: ignore[no-untyped-def]
+    import trl
+
+    packs_itself = arm == "trl"
+    return trl.SFTConfig(output_dir=str(data / f"run-{arm}"), padding_free=True, packing=packs_itself,
+                         max_length=info["max_len"] if packs_itself else None, bf16=DEVICE == "cuda", use_cpu=DEVICE != "cuda",
+                         optim="adamw_torch_fused" if DEVICE == "cuda" else "adamw_torch",
+                         per_device_train_batch_size=rows, num_train_epochs=1, max_steps=max_steps, learning_rate=1e-4,
+                         warmup_steps=5, report_to=[], save_strategy="no", logging_steps=10**9, disable_tqdm=True,
+                         seed=0, dataloader_drop_last=False,
+                         dataset_kwargs=None if packs_itself else {"skip_prepare_dataset": True})
+
+
+def make_trainer(data: Path, arm: str, model: Any, rows: int, info: dict[str, Any], max_steps: int = -1) -> Any:
     import datasets
-    import torch
     import transformers as tf
     import trl
 
+    from seqpack.train.trl_sft import PackedSFTTrainer
+
     datasets.disable_progress_bars()
     tok = tf.AutoTokenizer.from_pretrained(str(data / "tok"))
-    ds = datasets.load_dataset("parquet", data_files=str(data / f"{arm}.parquet"), split="train")
-    model = llama(info["max_len"])
-    args = trl.SFTConfig(output_dir=str(data / f"run-{arm}"), padding_free=True, max_length=None, bf16=True,
-                         per_device_train_batch_size=rows, num_train_epochs=1, learning_rate=3e-4, warmup_steps=10,
-                         report_to=[], save_strategy="no", logging_steps=10**9, disable_tqdm=True, seed=0,
-                         dataset_kwargs={"skip_prepare_dataset": True}, dataloader_drop_last=False)
-    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
-    torch.cuda.reset_peak_memory_stats()
-    torch.cuda.synchronize()
+    file = "ids.parquet" if arm == "trl" else "seqpack.parquet"
+    ds = datasets.load_dataset("parquet", data_files=str(data / file), split="train")
+    args = sft_args(data, arm, rows, info, max_steps)
+    if arm == "trl":
+        return trl.SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
+    return PackedSFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
+                            compile_blocks=arm == "seqpack_compiled")
+
+
+class _Clock:
+    """A ``TrainerCallback``: synchronise and read the clock after step ``first`` and at the end."""
+
+    def __init__(self, first: int) -> None:
+        import transformers as tf
+
+        self.first, self.t0, self.t1, self.steps = first, None, None, 0
+        clock = self
+
+        class CB(tf.TrainerCallback):  # type: ignore[misc]
+            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                clock.steps = state.global_step
+                if state.global_step == clock.first:
+                    _sync()
+                    clock.t0 = time.perf_counter()
+
+            def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                _sync()
+                clock.t1 = time.perf_counter()
+
+        self.callback = CB()
+
+    def per_step(self) -> float | None:
+        if self.t0 is None or self.t1 is None or self.steps <= self.first:
+            return None
+        return (self.t1 - self.t0) / (self.steps - self.first)
+
+
+def _release() -> float:
+    """Collect what the last arm left (trainers hold reference cycles) and return the cache to the
+    device; the GiB still allocated after it (0 when nothing leaked)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if DEVICE != "cuda":
+        return 0.0
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_allocated() / 2**30
+
+
+def train_arm(data: Path, arm: str, model_name: str, rows: int, info: dict[str, Any], max_steps: int = -1) -> dict[str, Any]:
+    left = _release()
+    model = llama(model_name, info["max_len"])
+    t0 = time.perf_counter()
+    trainer = make_trainer(data, arm, model, rows, info, max_steps)
+    setup = time.perf_counter() - t0
+    clock = _Clock(first=2)
+    trainer.add_callback(clock.callback)
+    _sync()
+    _peak_gib(reset=True)
     t0 = time.perf_counter()
     out = trainer.train()
-    torch.cuda.synchronize()
+    _sync()
     wall = time.perf_counter() - t0
+    ds = trainer.train_dataset
     real = sum(sum(x) for x in ds["seq_lengths"])
-    targets = sum(sum(1 for v in lab if v != -100) for lab in ds["labels"])
-    return {"arm": arm, "rows": len(ds), "steps": int(out.global_step), "epoch_s": wall,
-            "train_runtime_s": float(out.metrics["train_runtime"]), "real_tokens": real, "target_tokens": targets,
-            "tokens_per_s": real / wall, "train_loss": float(out.training_loss),
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30}
+    res = {"arm": arm, "rows": len(ds), "steps": int(out.global_step), "epoch_s": wall, "setup_s": setup,
+           "step_s": clock.per_step(), "real_tokens": real, "tokens_per_s": real / wall,
+           "train_loss": float(out.training_loss), "peak_memory_gib": _peak_gib(),
+           "compiled_modules": getattr(trainer, "compiled_blocks", 0), "allocated_before_gib": left}
+    trainer.accelerator.free_memory()
+    del trainer, model, out
+    return res
 
 
-def train(data: Path, rows: int, rounds: int) -> dict[str, Any]:
+def loss_check(data: Path, model_name: str, rows: int, info: dict[str, Any]) -> dict[str, Any]:
+    """One padding-free batch (the first ``rows`` of seqpack's rows), the same weights: the model's own
+    loss (full logits, bf16), TRL's fused head, seqpack's head at the targets (eager and compiled),
+    and how far apart their parameter gradients are."""
+    import datasets
+    import torch
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+    from trl.trainer.utils import add_fused_lm_head
+
+    from seqpack.nn.hf_causal_lm import causal_lm_loss, compile_blocks
+
+    ds = datasets.load_dataset("parquet", data_files=str(data / "seqpack.parquet"), split="train")
+    batch = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)([ds[i] for i in range(rows)])
+    batch = {k: v.to(DEVICE) if torch.is_tensor(v) else v for k, v in batch.items()}
+    model = llama(model_name, info["max_len"])
+    add_fused_lm_head(model, outputs=("log_probs",))
+    labels = batch["labels"]
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    res: dict[str, Any] = {"tokens": int(labels.numel()), "targets": int((labels[:, 1:] != -100).sum())}
+    grads: dict[str, torch.Tensor] = {}
+    runs = {
+        "hf_full_logits": lambda: model(**inputs, labels=labels, use_cache=False).loss,
+        "trl_fused_head": lambda: model(**inputs, labels=labels, fused_lm_head=True).loss,
+        "seqpack": lambda: causal_lm_loss(model, batch).loss,
+        "seqpack_compiled": lambda: causal_lm_loss(model, batch).loss,  # after compile_blocks (below)
+    }
+    for name, fn in runs.items():
+        if name == "seqpack_compiled":
+            compile_blocks(model)  # forward and backward compiled here, as the trainer's steps will use them
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            loss = fn()
+        loss.backward()
+        res[f"{name}_loss"] = float(loss)
+        grads[name] = torch.cat([p.grad.float().flatten() for p in model.parameters()])
+        model.zero_grad(set_to_none=True)
+    ref = grads["hf_full_logits"]
+    for name in ("trl_fused_head", "seqpack", "seqpack_compiled"):
+        g = grads[name]
+        res[f"{name}_grad_rel_err"] = float((g - ref).norm() / ref.norm())
+        res[f"{name}_grad_cos"] = float(torch.nn.functional.cosine_similarity(g, ref, dim=0))
+    del model, grads, g, ref
+    return res
+
+
+def profile_arms(data: Path, model_name: str, rows: int, info: dict[str, Any], out_file: Path) -> dict[str, Any]:
+    """torch.profiler over 3 training steps of each arm (after 3 untimed): kernel time per step and
+    the kernels that take the most (their table goes to ``out_file``)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    res: dict[str, Any] = {}
+    for arm in ARMS:
+        _release()
+        model = llama(model_name, info["max_len"])
+        trainer = make_trainer(data, arm, model, rows, info, max_steps=6)
+        state: dict[str, Any] = {}
+        import transformers as tf
+
+        class CB(tf.TrainerCallback):  # type: ignore[misc]
+            def on_step_begin(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
+                if st.global_step == 3:
+                    _sync()
+                    state["prof"] = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                    state["prof"].__enter__()
+                    state["t0"] = time.perf_counter()
+
+            def on_train_end(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
+                _sync()
+                state["wall"] = (time.perf_counter() - state["t0"]) / 3
+                state["prof"].__exit__(None, None, None)
+
+        trainer.add_callback(CB())
+        trainer.train()
+        ev = state["prof"].key_averages()
+        kernels = sorted((e for e in ev if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda e: -e.self_device_time_total)
+        gpu_ms = sum(e.self_device_time_total for e in kernels) / 1e3 / 3
+        res[arm] = {"wall_ms": 1e3 * state["wall"], "gpu_kernel_ms": gpu_ms,
+                    "top": [(e.key[:90], round(e.self_device_time_total / 1e3 / 3, 3), e.count // 3) for e in kernels[:20]]}
+        with open(out_file, "a", encoding="utf-8") as f:
+            f.write(f"\n== {model_name} {rows} x {info['max_len']}, {arm}: wall {1e3 * state['wall']:.1f} ms/step, "
+                    f"kernels {gpu_ms:.1f} ms/step\n")
+            f.write(ev.table(sort_by="self_device_time_total", row_limit=40, max_name_column_width=90))
+        trainer.accelerator.free_memory()
+        del trainer, model, state
+    _release()
+    return res
+
+
+def train(data: Path, model_name: str, rows: int, rounds: int, warmup_steps: int, arms: tuple[str, ...],
+          check: bool, profile_file: Path | None, emit: Any) -> dict[str, Any]:
     import torch
     import transformers
     import trl
 
     info = json.loads((data / "prepare.json").read_text())
-    runs: dict[str, list[dict[str, Any]]] = {"trl": [], "seqpack": []}
+    res: dict[str, Any] = {"prepare": info, "model": model_name, "model_config": MODELS[model_name], "rows_per_step": rows,
+                           "rounds": rounds, "warmup_steps": warmup_steps,
+                           "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
+                           "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
+    if check:
+        res["loss_check"] = loss_check(data, model_name, rows, info)
+        emit({"loss_check": res["loss_check"]})
+    res["warmup"] = {}
+    for arm in arms:  # every arm warmed before any is timed
+        res["warmup"][arm] = train_arm(data, arm, model_name, rows, info, max_steps=warmup_steps)
+        emit({"warmup": res["warmup"][arm]})
+    runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
+    res["runs"] = runs
     for _ in range(rounds):
-        for arm in runs:
-            runs[arm].append(train_arm(data, arm, rows, info))
-            print(json.dumps(runs[arm][-1]), flush=True)
-    med = {arm: {k: statistics.median(r[k] for r in rs) for k in ("epoch_s", "tokens_per_s", "peak_memory_gib")}
-           for arm, rs in runs.items()}
-    return {"prepare": info, "rows_per_step": rows, "rounds": rounds, "runs": runs, "median": med,
-            "epoch_time_ratio_seqpack_over_trl": med["seqpack"]["epoch_s"] / med["trl"]["epoch_s"],
-            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "trl": trl.__version__}
+        for arm in arms:
+            runs[arm].append(train_arm(data, arm, model_name, rows, info))
+            emit(runs[arm][-1])
+    keys = ("epoch_s", "step_s", "tokens_per_s", "peak_memory_gib", "train_loss")
+    res["median"] = {arm: {k: statistics.median(r[k] for r in rs if r[k] is not None) for k in keys} for arm, rs in runs.items()}
+    if "trl" in arms:
+        base = res["median"]["trl"]
+        res["speedup_over_trl"] = {arm: {"tokens_per_s": m["tokens_per_s"] / base["tokens_per_s"],
+                                         "step_s": base["step_s"] / m["step_s"]} for arm, m in res["median"].items()}
+    if profile_file is not None:
+        res["profile"] = profile_arms(data, model_name, rows, info, profile_file)
+        emit({"profile": {a: {k: v for k, v in p.items() if k != "top"} for a, p in res["profile"].items()}})
+    return res
 
 
 def main() -> None:
@@ -165,8 +381,14 @@ def main() -> None:
     k.add_argument("--repeats", type=int, default=5)
     t = sub.add_parser("train")
     t.add_argument("--data", type=Path, required=True)
+    t.add_argument("--model", choices=tuple(MODELS), default="llama1b")
     t.add_argument("--rows", type=int, default=8, help="packed rows per step (per_device_train_batch_size)")
     t.add_argument("--rounds", type=int, default=2)
+    t.add_argument("--warmup-steps", type=int, default=4)
+    t.add_argument("--arms", default=",".join(ARMS))
+    t.add_argument("--check", action="store_true", help="compare the three losses on one batch first")
+    t.add_argument("--profile", type=Path, default=None, help="append each arm's top kernels to this file")
+    t.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke test (with --model tiny)")
     t.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     if a.cmd == "prepare":
@@ -175,8 +397,22 @@ def main() -> None:
     if a.cmd == "pack":
         print(json.dumps(pack_times(a.data, a.repeats)))
         return
-    res = train(a.data, a.rows, a.rounds)
-    print(json.dumps(res["median"], indent=1), res["epoch_time_ratio_seqpack_over_trl"])
+    log = a.out.with_suffix(".jsonl") if a.out else None
+
+    def emit(r: dict[str, Any]) -> None:  # each result as it comes (a run cut short keeps what it made)
+        print(json.dumps(r, default=str), flush=True)
+        if log:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(json.dumps(r, default=str) + "\n")
+
+    global DEVICE
+    DEVICE = a.device
+    arms = tuple(x for x in a.arms.split(",") if x)
+    unknown = set(arms) - set(ARMS)
+    if unknown:
+        ap.error(f"unknown arms {sorted(unknown)}; choose from {', '.join(ARMS)}")
+    res = train(a.data, a.model, a.rows, a.rounds, a.warmup_steps, arms, a.check, a.profile, emit)
+    print(json.dumps({"median": res["median"], "speedup_over_trl": res.get("speedup_over_trl")}, indent=1))
     if a.out:
         a.out.write_text(json.dumps(res, indent=1))
 
