@@ -34,10 +34,14 @@ def test_lpfhp_is_best_fit_decreasing(wiki):
     assert plan(wiki, 512, algorithm="lpfhp").num_packs == 8_138_483
 
 
-def test_nnlshp_depth3_exact(wiki):
-    # deterministic (NNLS on a fixed matrix, then rounding): the exact count, not a band around it;
-    # the paper prints 8.155M for it
-    assert plan(wiki, 512, algorithm="nnlshp", max_depth=3).num_packs == 8_155_059
+def test_nnlshp_depth3_count(wiki):
+    # NNLS on a fixed matrix, then each count rounded to the nearest integer: deterministic on one
+    # machine, but the float64 solution differs in its last bits between BLAS kernels, and a count
+    # that lands near x.5 rounds either way (8,155,059 where this was set, 8,155,057 on a machine with
+    # scipy 1.17.1 / numpy 2.4.6). Each flip moves the total by a pack or two, so a band of 10 packs
+    # (1e-6 relative) holds it; a wrong planner is off by thousands (best depth 3: 8,143,852; SPFHP
+    # depth 3: 9,094,695). The paper prints 8.155M
+    assert abs(plan(wiki, 512, algorithm="nnlshp", max_depth=3).num_packs - 8_155_059) <= 10
 
 
 def test_best_depth3_and_unlimited(wiki):
