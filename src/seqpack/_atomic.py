@@ -56,8 +56,31 @@ def check_not_input(path: str | os.PathLike[str], inputs: Iterable[str | os.Path
         raise ValueError(f"--out {path} holds the working directory; pick an output directory beside it")
 
 
+def check_path(out: str | os.PathLike[str]) -> None:
+    """Refuse an output that is a symbolic link (dangling, to another filesystem, or not: the output
+    is put in place by a rename, which would replace the link, or fail only at the end), or whose
+    path runs through a loop of links, before any work.
+
+    >>> import tempfile; d = Path(tempfile.mkdtemp()); (d / "out").symlink_to(d / "elsewhere")
+    >>> check_path(d / "out")
+    Traceback (most recent call last):
+    ...
+    ValueError: --out ... is a symbolic link (to ...elsewhere); give the directory itself (or a new path): the output is put in place by a rename, which would replace the link
+    """
+    p = Path(out)
+    if p.is_symlink():
+        raise ValueError(f"--out {out} is a symbolic link (to {os.readlink(p)}); give the directory itself (or a new "
+                         "path): the output is put in place by a rename, which would replace the link")
+    try:
+        p.resolve()
+    except (RuntimeError, OSError) as e:  # RuntimeError before Python 3.13, OSError (ELOOP) after
+        raise ValueError(f"--out {out}: its path runs through a loop of symbolic links ({e}); pick another output") from None
+
+
 def check_writable(out: Path) -> None:
-    """Refuse an output whose directory cannot be written (read-only, or not ours), before any work."""
+    """Refuse an output whose directory cannot be written (read-only, or not ours), or that
+    :func:`check_path` refuses, before any work."""
+    check_path(out)
     anc = Path(os.path.realpath(out)).parent
     while not anc.exists():
         anc = anc.parent
@@ -101,6 +124,7 @@ def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
     import fcntl
 
     out = Path(path)
+    check_path(out)
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     lock = str(parent / f".{out.name}.lock")

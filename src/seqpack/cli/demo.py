@@ -19,6 +19,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads for training")
     p.add_argument("--budget", type=float, default=1.0, help="scale the training sequences (default 1.0)")
     p.add_argument("--fresh", action="store_true", help="re-run every stage (default: reuse finished ones)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an --out that holds files the demo did not make (its folders of the same names are replaced)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
 
@@ -27,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.experiments.demo import format_summary, run_demo
 
     summary = run_demo(args.out, corpus=args.corpus, vocab_size=args.vocab_size, workers=args.workers,
-                       progress=not args.json, fresh=args.fresh, threads=args.threads, budget=args.budget)
+                       progress=not args.json, fresh=args.fresh, threads=args.threads, budget=args.budget,
+                       overwrite=args.overwrite)
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0

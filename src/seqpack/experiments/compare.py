@@ -31,6 +31,7 @@ def _refuse_held(out: Path, runs: list[str]) -> None:
     from seqpack.train.checkpoint import CHECKPOINT, SUMMARY
 
     held = [r for r in runs for d in (Path(r), partial_dir(Path(r))) if (d / CHECKPOINT).exists() or (d / SUMMARY).exists()]
+    held += [str(out / f) for f in ("compare.json", "compare.png") if (out / f).exists()]
     if held:
         raise ValueError(f"{out} already holds a comparison ({held[0]}); pass --overwrite to run it again, or a new --out")
 
@@ -52,6 +53,10 @@ def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairi
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {'|'.join(PAIRINGS)}, got {pairing!r}")
     out = Path(cfg.out)
+    from seqpack._atomic import check_not_input, check_writable
+
+    check_not_input(out, [cfg.data, cfg.hf_model])
+    check_writable(out)
     if pairing == "packs":
         runs = {"padded": cfg.replace(padded=True, out=str(out / "padded"), match="packs", adjust_hparams=False),
                 "packed": cfg.replace(padded=False, out=str(out / "packed"), match="none")}

@@ -31,6 +31,10 @@ from seqpack._stages import StageLog, content_hash, corpus_hash
 from seqpack.experiments.demo_stages import CONVERGE, FINETUNE, REGIME
 
 TOTAL_STAGES = 11
+#: the largest --budget (it scales each stage's training and timing work: 100x the defaults is hours)
+MAX_BUDGET = 100.0
+#: the file that marks a directory as the demo's own: a later run may reuse and replace what is in it
+MARKER = ".seqpack-demo.json"
 GOALS = {"regime_speedup": 1.85, "finetune_ratio": 0.8, "accuracy_points": 1.0, "loss_gap": 0.01, "seconds": 180.0}
 
 
@@ -61,27 +65,50 @@ class Stages:
         return result
 
 
+def claim_output(out: Path, *, overwrite: bool, inputs: Sequence[str] = ()) -> None:
+    """Make ``out`` the demo's directory, or refuse it: an empty or new directory, or one an earlier
+    demo marked (:data:`MARKER`), is the demo's; a directory holding anything else is replaced only
+    with ``overwrite`` (the demo writes ``tokenizer/``, ``store/``, ``packed_*/``, ``runs/`` and
+    ``stages/`` there, replacing folders of those names)."""
+    from seqpack._atomic import check_not_input, check_writable, write_text_atomic
+
+    check_not_input(out, inputs)
+    check_writable(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a directory; pick another --out")
+    # an earlier version's demo left no marker, only its stage records
+    ours = (out / MARKER).is_file() or any((out / "stages").glob("*.stage.json"))
+    if out.is_dir() and not ours and any(out.iterdir()) and not overwrite:
+        raise ValueError(f"--out {out}: holds files seqpack demo did not make; pick another --out, or pass --overwrite "
+                         "to let the demo replace its folders there (tokenizer/, store/, packed_*/, runs/, stages/)")
+    if not (out / MARKER).is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out / MARKER, '{"kind": "seqpack.demo", "format_version": 1}\n')
+
+
 def run_demo(
     out_dir: str | Path = "demo_out", *, corpus: Sequence[str] = (), vocab_size: int = 8192,
     workers: int | None = None, progress: bool = True, fresh: bool = False, threads: int | None = None,
-    budget: float = 1.0,
+    budget: float = 1.0, overwrite: bool = False,
 ) -> dict[str, Any]:
     """Run (or reuse) every stage; returns the summary :func:`format_summary` prints.
 
     ``budget`` scales the training and timing work of each stage (1.0: the defaults in
-    :mod:`seqpack.experiments.demo_stages`)."""
-    if not budget > 0:
-        raise ValueError(f"budget must be > 0, got {budget}")
+    :mod:`seqpack.experiments.demo_stages`). ``out_dir`` must be new, empty or an earlier demo's
+    (:func:`claim_output`); ``overwrite`` lets the demo write into any directory."""
+    if not 0 < budget <= MAX_BUDGET:  # nan and inf too: refused before any stage runs
+        raise ValueError(f"budget must be > 0 and at most {MAX_BUDGET}, got {budget}")
     from seqpack.corpus import python_docs, read_documents
     from seqpack.experiments import demo_stages as ds
 
     out = Path(out_dir)
     echo = (lambda s: print(s, flush=True)) if progress else (lambda s: None)
-    stages = Stages(out, fresh=fresh, total=TOTAL_STAGES, echo=echo)
     t0 = time.perf_counter()
     docs = list(read_documents(corpus)) if corpus else python_docs()
     if not docs:
         raise ValueError("the corpus has no documents; pass --corpus FILE... with some text")
+    claim_output(out, overwrite=overwrite, inputs=corpus)
+    stages = Stages(out, fresh=fresh, total=TOTAL_STAGES, echo=echo)
     key = content_hash(corpus_hash(docs), vocab_size)
     s: dict[str, Any] = {"corpus": ", ".join(corpus) if corpus else "built-in Python docs", "documents": len(docs),
                          "megabytes": sum(len(d.encode("utf-8", "surrogatepass")) for d in docs) / 1e6,
