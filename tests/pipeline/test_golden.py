@@ -9,7 +9,9 @@ every part was then checked equal, value for value, to the previous goldens', an
 equal but for the keys written since (the task facts; the plan's ``lp_stop``). The ``clm`` goldens were
 made again when their parts began to leave out the derived labels (format version 2): every column
 read back through :func:`seqpack.data.load_packed` (labels rebuilt), from the Parquet parts and from
-the ``.bin`` files, was checked equal to the previous goldens'.
+the ``.bin`` files, was checked equal to the previous goldens'. The manifests were made again when
+they began to record each part's checksum: every other file was byte-identical to the previous
+goldens', and every manifest equal to its previous one but for the new ``checksum`` entries.
 """
 
 from __future__ import annotations

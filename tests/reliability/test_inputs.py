@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from pytest import CaptureFixture
 
+from seqpack._stages import file_checksum
 from seqpack.data.format import load_packed
 from seqpack.pipeline import build_sharded_store
 from tests.cli.test_cli import run
@@ -43,6 +44,10 @@ def test_a_store_holding_ids_past_the_vocab_is_refused(made: dict[str, Path], tm
     ids = np.fromfile(f, dtype=np.uint16)
     ids[3] = 4000  # the byte tokenizer has 257 ids
     ids.tofile(f)
+    meta_file = made["store"] / "shard-00001" / "meta.json"
+    meta = json.loads(meta_file.read_text())  # as another writer would record such a store: its checksums agree
+    meta["checksums"]["tokens.bin"] = file_checksum(f)
+    meta_file.write_text(json.dumps(meta))
     code, err = pack(capsys, made, task, tmp_path / "out")
     assert one_line(code, err) and "shard-00001: holds token id 4000, past the tokenizer's 257 ids" in err
     assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -37,6 +37,10 @@ KIND = "seqpack.packed_dataset"
 MANIFEST = "manifest.json"
 SCHEDULE = "schedule.npy"  # optional: balanced data-parallel steps (the manifest's "schedule")
 COMPRESSION = ("none", "snappy", "zstd", "lz4", "gzip")
+#: per-token columns: each row holds ``max_len`` of them
+TOKEN_COLUMNS = ("input_ids", "segment_ids", "position_ids", "token_type_ids")
+#: columns of ids and counts (any integer type, never a float)
+INTEGER_COLUMNS = (*TOKEN_COLUMNS, "num_sequences", "example_ids")
 #: Parquet encodings of the numeric columns: BYTE_STREAM_SPLIT (:func:`parquet_encodings`; read by
 #: pyarrow >= 16, so ``datasets``, and DuckDB since 2026-07) or PLAIN (read by any Parquet reader)
 ENCODINGS = ("byte_stream_split", "plain")
@@ -255,12 +259,34 @@ def write_packed(
                 np.ascontiguousarray(v).tofile(tmp / "bin" / f"{name}.bin")
         for name, arr in (arrays or {}).items():
             np.save(tmp / name, arr)
+        add_checksums(tmp, shards, workers=workers)
         manifest["shards"] = shards
         manifest["compression"] = compression
         manifest["encoding"] = encoding
         manifest["bin"] = export_bin
         (tmp / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
     return manifest
+
+
+def add_checksums(root: Path, shards: list[dict[str, Any]], *, workers: int | None = None) -> None:
+    """Record each written part's ``"SIZE:CRC32"`` in its manifest entry (``checksum``): what a
+    resumed training run is checked against (:func:`verify_parts`), and part of the dataset's identity."""
+    from seqpack._stages import file_checksum
+
+    with ThreadPoolExecutor(max_workers=workers or default_workers()) as ex:  # zlib reads without the GIL
+        for s, c in zip(shards, ex.map(lambda s: file_checksum(root / s["file"]), shards)):
+            s["checksum"] = c
+
+
+def verify_parts(path: str | os.PathLike[str], manifest: Mapping[str, Any]) -> None:
+    """Read every Parquet part against the checksum its manifest recorded; ``ValueError`` naming a
+    part that changed since it was written (parts of datasets written before checksums pass)."""
+    from seqpack._stages import file_checksum
+
+    for s in manifest["shards"]:
+        if "checksum" in s and file_checksum(Path(path) / s["file"]) != s["checksum"]:
+            raise ValueError(f"{Path(path) / s['file']}: changed since seqpack pack wrote it (checksum mismatch with "
+                             f"{MANIFEST}); re-run seqpack pack")
 
 
 def parquet_column_specs(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -323,6 +349,13 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
             ok = False
         if not ok:
             raise bad(f"column {name!r} needs a numeric dtype and a shape of non-negative integers")
+    L = m["max_len"]
+    for name in TOKEN_COLUMNS + (("labels",) if m.get("token_labels") else ()):
+        if name in cols and cols[name]["shape"] != [L]:
+            raise bad(f"column {name!r} has shape {cols[name]['shape']}, not [max_len] = [{L}]")
+    for name in INTEGER_COLUMNS:
+        if name in cols and np.dtype(cols[name]["dtype"]).kind not in "iu":
+            raise bad(f"column {name!r} is {cols[name]['dtype']}; it holds ids, an integer type")
     derived = m.get("derived_columns", {})
     if not isinstance(derived, dict) or not all(isinstance(v, str) and k in cols for k, v in derived.items()):
         raise bad("derived_columns must map columns it lists to rule names")
@@ -340,6 +373,28 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         if root not in Path(os.path.realpath(root / s["file"])).parents:
             raise bad(f"shard file {s['file']!r} lies outside the dataset")
     return m
+
+
+def check_part(f: Path, meta: Any, shard: Mapping[str, Any], m: Mapping[str, Any], names: Iterable[str]) -> None:
+    """A Parquet part against the manifest: its row count, and each of ``names`` (stored columns)
+    present with the manifest's dtype and shape. ``meta``: the part's ``pyarrow`` file metadata."""
+    if meta.num_rows != shard["rows"]:
+        raise ValueError(f"{f}: {meta.num_rows} rows, manifest says {shard['rows']}")
+    import pyarrow as pa
+
+    schema = meta.schema.to_arrow_schema()
+    for name in names:
+        if name not in schema.names:
+            raise ValueError(f"{f}: no column {name!r}, which the manifest lists as stored (an edited manifest, "
+                             "or derived_columns that lost it); re-run seqpack pack")
+        t, shape = schema.field(name).type, []
+        while pa.types.is_fixed_size_list(t):
+            shape.append(t.list_size)
+            t = t.value_type
+        spec = m["columns"][name]
+        if shape != list(spec["shape"]) or numpy_dtype(t) != np.dtype(spec["dtype"]):
+            raise ValueError(f"{f}: column {name!r} is {numpy_dtype(t).name} {shape}, the manifest says "
+                             f"{spec['dtype']} {spec['shape']} (edited or from another dataset); re-run seqpack pack")
 
 
 def manifest_histogram(path: str | os.PathLike[str]) -> np.ndarray:
@@ -400,11 +455,14 @@ def _parquet_columns(p: Path, m: dict[str, Any], names: list[str]) -> dict[str, 
     for shard in m["shards"]:
         f = p / shard["file"]
         try:
-            table = pq.read_table(f, columns=names, memory_map=True)
-        except Exception as e:  # pyarrow's own error types
+            meta = pq.ParquetFile(f).metadata
+        except Exception as e:  # pyarrow's own error types (some of them ValueErrors)
             raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from None
-        if table.num_rows != shard["rows"]:
-            raise ValueError(f"{f}: {table.num_rows} rows, manifest says {shard['rows']}")
+        check_part(f, meta, shard, m, names)
+        try:
+            table = pq.read_table(f, columns=names, memory_map=True)
+        except Exception as e:
+            raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from None
         for c in names:
             spec = m["columns"][c]
             flat = table.column(c).combine_chunks()

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from seqpack.data.derived import derive_columns, stored_needed
-from seqpack.data.format import bin_column, read_manifest
+from seqpack.data.format import bin_column, check_part, read_manifest
 
 
 class PackedRows:
@@ -46,21 +46,20 @@ class PackedRows:
 
         files, groups, starts = [], [], []
         row = 0
+        self._derived = self.manifest.get("derived_columns", {})
+        self._stored = stored_needed(self.names, self._derived)  # what the row groups are read for
         for k, shard in enumerate(self.manifest["shards"]):
             f = self.path / shard["file"]
             try:
                 meta = pq.ParquetFile(f).metadata
             except Exception as e:  # pyarrow's own error types
                 raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from None
-            if meta.num_rows != shard["rows"]:
-                raise ValueError(f"{f}: {meta.num_rows} rows, manifest says {shard['rows']}")
+            check_part(f, meta, shard, self.manifest, self._stored)
             files.append(f)
             for g in range(meta.num_row_groups):
                 groups.append((k, g))
                 starts.append(row)
                 row += meta.row_group(g).num_rows
-        self._derived = self.manifest.get("derived_columns", {})
-        self._stored = stored_needed(self.names, self._derived)  # what the row groups are read for
         self._files = files
         self._groups = groups
         self._starts = np.asarray([*starts, row], dtype=np.int64)

@@ -44,6 +44,7 @@ from seqpack.corpus.records import iter_records
 from seqpack.data.format import (
     MANIFEST,
     SCHEDULE,
+    add_checksums,
     dump_manifest,
     manifest_fields,
     parquet_column_specs,
@@ -301,6 +302,7 @@ def _write_manifest(
     manifest = manifest_fields(config.task, packing.plan, config.max_len, depth, columns, extra,
                                derived=output.derived(config.task))
     manifest["shards"] = [{"file": f, "rows": hi - lo} for f, (lo, hi) in zip(files, bounds)]
+    add_checksums(final, manifest["shards"])
     manifest["compression"] = output.compression
     manifest["encoding"] = output.encoding
     manifest["bin"] = output.export_bin

@@ -85,10 +85,14 @@ def sequences_stage(
 
 
 def input_identity(shard: str | list[dict[str, Any]]) -> Any:
-    """What an input shard's sequences depend on, cheaply: a store shard's files (size and mtime
-    of its token files; the content of its ``meta.json``), or a hash of the example records."""
+    """What an input shard's sequences depend on: a store shard's content (its ``meta.json``, which
+    holds the checksums of its token files, after the files are read against them:
+    :meth:`TokenStore.verify` raises if they changed since tokenize), or a hash of the example
+    records. A store written before checksums is known by its files' size and mtime."""
     if isinstance(shard, str):
         d = Path(shard)
+        if TokenStore(d).verify():
+            return {"meta": file_sha256(d / "meta.json")}
         return {"files": {f: file_fingerprint(d / f) for f in ("tokens.bin", "offsets.idx", "meta.json")},
                 "meta": file_sha256(d / "meta.json")}
     return content_hash(*shard)

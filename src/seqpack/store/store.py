@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -64,14 +65,21 @@ class StoreWriter:
         self.max_length = 0
         self._pending: list[int] = []
         self._stack: ExitStack | None = None
+        self._crc = {TOKENS: 0, OFFSETS: 0}  # CRC-32 of each file's bytes, as they are written
+        self._size = {TOKENS: 0, OFFSETS: 0}
+
+    def _write(self, name: str, data: bytes | memoryview) -> None:
+        (self._tokens if name == TOKENS else self._offsets).write(data)
+        self._crc[name] = zlib.crc32(data, self._crc[name])
+        self._size[name] += memoryview(data).nbytes
 
     def __enter__(self) -> StoreWriter:
         stack = ExitStack()
         self._tmp = stack.enter_context(atomic_directory(self.path, overwrite=self.overwrite))
         self._tokens = stack.enter_context(open(self._tmp / TOKENS, "wb"))
         self._offsets = stack.enter_context(open(self._tmp / OFFSETS, "wb"))
-        self._offsets.write(np.zeros(1, np.int64).tobytes())
         self._stack = stack
+        self._write(OFFSETS, np.zeros(1, np.int64).tobytes())
         return self
 
     def add(self, ids: np.ndarray | list[int]) -> None:
@@ -86,7 +94,7 @@ class StoreWriter:
             raise TypeError(f"a document must be a 1-D array of integer ids, got {arr.dtype} {arr.shape}")
         if int(arr.max()) >= self.vocab_size or int(arr.min()) < 0:
             raise ValueError(f"document {self.num_documents} has ids outside 0..{self.vocab_size - 1}")
-        self._tokens.write(arr.astype(self.dtype, copy=False).tobytes())
+        self._write(TOKENS, arr.astype(self.dtype, copy=False).tobytes())
         self.num_tokens += int(arr.size)
         self.num_documents += 1
         self.max_length = max(self.max_length, int(arr.size))
@@ -114,7 +122,7 @@ class StoreWriter:
             return
         if int(ids.max()) >= self.vocab_size or (ids.dtype.kind == "i" and int(ids.min()) < 0):
             raise ValueError(f"a document from {self.num_documents} on has ids outside 0..{self.vocab_size - 1}")
-        self._tokens.write(memoryview(np.ascontiguousarray(ids.astype(self.dtype, copy=False))))  # no bytes copy
+        self._write(TOKENS, memoryview(np.ascontiguousarray(ids.astype(self.dtype, copy=False))).cast("B"))  # no bytes copy
         self._pending.extend((self.num_tokens + np.cumsum(kept)).tolist())
         self.num_tokens += int(ids.size)
         self.num_documents += int(kept.size)
@@ -123,7 +131,7 @@ class StoreWriter:
             self._flush()
 
     def _flush(self) -> None:
-        self._offsets.write(np.asarray(self._pending, dtype=np.int64).tobytes())
+        self._write(OFFSETS, np.asarray(self._pending, dtype=np.int64).tobytes())
         self._pending.clear()
 
     def meta(self) -> dict[str, Any]:
@@ -137,6 +145,9 @@ class StoreWriter:
             "num_tokens": self.num_tokens,
             "empty_documents": self.empty_documents,
             "max_length": self.max_length,
+            # what the files held when written (seqpack._stages.file_checksum's form): TokenStore.verify
+            # reads them against it, and jobs that reuse work made from the store key it on these
+            "checksums": {name: f"{self._size[name]}:{self._crc[name]:08x}" for name in (TOKENS, OFFSETS)},
             **self.extra,
         }
 
@@ -201,6 +212,21 @@ class TokenStore(StoreMeta):
 
     def __len__(self) -> int:
         return int(self.meta["num_documents"])
+
+    def verify(self) -> bool:
+        """Read ``tokens.bin`` and ``offsets.idx`` against the checksums ``meta.json`` recorded when
+        they were written; raise ``ValueError`` naming a file that changed since. False for a store
+        written before checksums (nothing to check against)."""
+        from seqpack._stages import file_checksum
+
+        sums = self.meta.get("checksums")
+        if not isinstance(sums, dict):
+            return False
+        for name in (TOKENS, OFFSETS):
+            if file_checksum(self.path / name) != sums.get(name):
+                raise ValueError(f"{self.path / name}: its bytes changed since seqpack tokenize wrote it (checksum "
+                                 f"mismatch with {META}); re-run seqpack tokenize to rebuild the store")
+        return True
 
     def __getitem__(self, i: int) -> np.ndarray:
         n = len(self)

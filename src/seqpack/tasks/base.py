@@ -79,6 +79,24 @@ class Task:
         (:class:`seqpack.data.format.DatasetFacts`)."""
         return {"token_labels": self.token_labels, "float_labels": self.float_labels, "causal_lm": self.causal_lm}
 
+    def check_manifest(self, manifest: Mapping[str, Any], where: str) -> None:
+        """Refuse a packed dataset whose manifest names this task for rows another task wrote (an
+        edited ``task``): the facts it records, its pack config's task and its derived columns' rules
+        must be this task's."""
+        def refuse(what: str) -> ValueError:
+            return ValueError(f"{where}: the manifest says task {self.name}, but {what} (the manifest was edited); "
+                              "re-run seqpack pack with --task " + self.name)
+
+        for key, value in self.facts().items():
+            if key in manifest and bool(manifest[key]) != value:
+                raise refuse(f"its rows record {key}={str(bool(manifest[key])).lower()}, which task {self.name} never writes")
+        config = manifest.get("config")
+        if isinstance(config, Mapping) and config.get("task") not in (None, self.name):
+            raise refuse(f"it was packed with --task {config['task']}")
+        derived = manifest.get("derived_columns")
+        if derived and dict(derived) != dict(self.derived_columns):
+            raise refuse(f"its derived columns {dict(derived)} are not this task's {dict(self.derived_columns)}")
+
     @property
     def reads_store(self) -> bool:
         """True when the task's sequences come from a token store (so a sharded store packs shard by shard)."""

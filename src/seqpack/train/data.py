@@ -30,6 +30,7 @@ from seqpack.data.format import DatasetFacts, read_manifest
 from seqpack.data.padded import padded_rows, sequence_spans
 from seqpack.data.rows import PackedRows
 from seqpack.data.torch_dataset import to_tensors
+from seqpack.tasks import get_task
 
 SPLIT_SEED = 20_240_101
 
@@ -72,6 +73,18 @@ def _split_schedule(path: str | os.PathLike[str], eval_fraction: float) -> tuple
     return np.sort(held[held >= 0]), train_packs, np.searchsorted(train_packs, train_steps)
 
 
+def _check_counts(path: str | os.PathLike[str], m: dict[str, Any], nseq: np.ndarray, fill: np.ndarray) -> None:
+    """The manifest's counts against the rows just read (a hand-edited manifest trains nothing)."""
+    got = {"num_sequences": int(nseq.sum()), "num_tokens": int(fill.sum()), "max_depth": int(nseq.max(initial=0))}
+    for key, value in got.items():
+        want = m.get(key)
+        if want is None:
+            continue
+        if (value > want) if key == "max_depth" else (value != want):
+            raise ValueError(f"{path}: its rows hold {key} {value:,}, its manifest says {want:,} (the manifest was edited, "
+                             "or the rows are another dataset's); re-run seqpack pack")
+
+
 class TrainData:
     """A packed dataset split into training units (packs, or sequences when ``padded``) and
     held-out evaluation packs."""
@@ -83,6 +96,7 @@ class TrainData:
         self.rows = PackedRows(path, columns=columns)
         self.manifest = self.rows.manifest
         self.task: str = self.manifest["task"]
+        get_task(self.task).check_manifest(self.manifest, str(path))
         self.facts = DatasetFacts.of(self.manifest)
         self.padded = padded
         self.max_len = int(self.manifest["max_len"])
@@ -113,6 +127,7 @@ class TrainData:
                 sp = sequence_spans(seg)
                 sp[:, 0] += lo
                 span_parts.append(sp)
+        _check_counts(path, self.manifest, nseq, fill)
         self.by_pack = bool(padded and by_pack)
         if padded:
             spans = np.concatenate(span_parts) if span_parts else np.zeros((0, 4), np.int64)
