@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
         return 0
-    except (ValueError, TypeError, OSError, OverflowError) as e:
+    except (ValueError, TypeError, OSError, OverflowError, FloatingPointError) as e:
         msg = " ".join(str(e).split()) or type(e).__name__  # one line, whatever a library put in it
         print(f"seqpack: error: {msg}", file=sys.stderr)
         return 2

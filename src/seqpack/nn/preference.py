@@ -27,6 +27,8 @@ log-probabilities of the chosen/rejected response, ``rc``/``rr`` the reference's
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -141,8 +143,10 @@ class PreferenceLoss:
     def __post_init__(self) -> None:
         if self.kind not in LOSSES:
             raise ValueError(f"preference loss must be one of {'|'.join(LOSSES)}, got {self.kind!r}")
-        if not self.beta > 0:
-            raise ValueError(f"beta must be > 0, got {self.beta}")
+        if not (self.beta > 0 and math.isfinite(self.beta)):
+            raise ValueError(f"beta must be a finite number > 0, got {self.beta}")
+        if not math.isfinite(self.gamma):
+            raise ValueError(f"gamma must be a finite number, got {self.gamma}")
         if not 0.0 <= self.label_smoothing < 0.5:
             raise ValueError(f"label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
 
@@ -177,6 +181,8 @@ class PreferenceLoss:
             d = b * (mc - mr) - self.gamma
             loss = -(1 - ls) * F.logsigmoid(d) - ls * F.logsigmoid(-d)
         elif self.kind == "orpo":
+            # an empty slot's mean log-prob is 0, where log(1 - p) is -inf: give it a finite stand-in
+            mc, mr = (torch.where(policy.present, x, -1.0) for x in (mc, mr))
             log_odds = (mc - mr) - (torch.log1p(-torch.exp(mc)) - torch.log1p(-torch.exp(mr)))
             loss = -mc - b * F.logsigmoid(log_odds)
         else:
@@ -193,5 +199,6 @@ def bradley_terry(chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Te
 
 
 def mean_over_pairs(loss: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
-    """The mean over real pairs (0 when there are none, keeping the graph)."""
-    return (loss * present).sum() / present.sum().clamp(min=1)
+    """The mean over real pairs (0 when there are none, keeping the graph); an empty slot's value,
+    whatever it is (even NaN), never reaches it."""
+    return torch.where(present, loss, 0.0).sum() / present.sum().clamp(min=1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,63 @@ ADDED_OPTIONS: dict[str, Any] = {"dtype": "fp32"}
 
 
 def data_identity(manifest: dict[str, Any], padded: bool) -> dict[str, Any]:
+    """What a resumed run must train on: the dataset's shape and, where its manifest records them,
+    its parts' checksums (a re-pack of changed tokens into the same shape differs there)."""
     keys = ("task", "max_len", "num_packs", "num_sequences", "num_tokens", "tokenizer_hash", "seed", "algorithm")
-    return {**{k: manifest.get(k) for k in keys}, "padded": padded}
+    out = {**{k: manifest.get(k) for k in keys}, "padded": padded}
+    sums = [s.get("checksum") for s in manifest.get("shards", [])]
+    if any(sums):  # datasets written before checksums are known by their shape alone
+        out["content"] = zlib.crc32(json.dumps(sums).encode())
+    return out
+
+
+def state_digest(state: Any) -> str:
+    """CRC-32 over every tensor's bytes (with its place, dtype and shape) and every other value of
+    a nested state: what a checkpoint's weights are checked against when it is loaded (a damaged
+    file that still unpickles would otherwise resume on wrong weights).
+
+    >>> a = {"w": torch.ones(2), "step": 3}
+    >>> state_digest(a) == state_digest({"w": torch.ones(2), "step": 3}) != state_digest({"w": torch.zeros(2), "step": 3})
+    True
+    """
+    crc = 0
+
+    def walk(x: Any, where: str) -> None:
+        nonlocal crc
+        if isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous().reshape(-1)
+            crc = zlib.crc32(f"{where}:{t.dtype}:{tuple(x.shape)};".encode(), crc)
+            crc = zlib.crc32(t.view(torch.uint8).numpy().data if t.numel() else b"", crc)
+        elif isinstance(x, dict):
+            for k in sorted(x, key=str):
+                walk(x[k], f"{where}/{k}")
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                walk(v, f"{where}/{i}")
+        else:
+            crc = zlib.crc32(f"{where}={x!r};".encode(), crc)
+
+    walk(state, "")
+    return f"{crc:08x}"
+
+
+def _digested(payload: dict[str, Any]) -> Any:
+    return {k: payload[k] for k in ("model_state", "optimizer_state", "state") if k in payload}
 
 
 def save_checkpoint(run: Path, payload: dict[str, Any]) -> Path:
-    """Write ``run/checkpoint.pt`` via a temp file and one rename."""
+    """Write ``run/checkpoint.pt`` via a temp file and one rename, with the digest of its state
+    (:func:`state_digest`), checked when it is loaded."""
     path = run / CHECKPOINT
-    with atomic_file(path) as tmp:
-        torch.save({"kind": KIND, "format_version": FORMAT_VERSION, **payload}, tmp)
+    try:
+        with atomic_file(path) as tmp:
+            torch.save({"kind": KIND, "format_version": FORMAT_VERSION, **payload,
+                        "digest": state_digest(_digested(payload))}, tmp)
+    except RuntimeError as e:  # torch's writer reports a full disk as "PytorchStreamWriter failed writing file ..."
+        if "writ" not in str(e):
+            raise
+        raise OSError(f"{path}: writing the checkpoint failed ({' '.join(str(e).split())[:200]}); the previous "
+                      "checkpoint is intact: free space on its disk and continue with --resume") from None
     return path
 
 
@@ -53,6 +102,14 @@ def load_checkpoint(run: Path, *, model: dict[str, Any], data: dict[str, Any], o
         raise ValueError(f"{path}: not a readable checkpoint ({e})") from None
     if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: not a seqpack checkpoint (format {FORMAT_VERSION})")
+    if "digest" in ck and ck["digest"] != state_digest(_digested(ck)):  # checkpoints before digests carry none
+        raise ValueError(f"{path}: its weights or optimiser state do not match the digest saved with them (the file "
+                         "was damaged or edited); resume from an intact copy, or start again with --overwrite")
+    bad = [k for k, v in ck.get("model_state", {}).items()
+           if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise ValueError(f"{path}: {bad[0]} holds NaN or inf values; resume from an earlier checkpoint, "
+                         "or start again with --overwrite")
     if ck["model"] != model:
         diff = _diff(ck["model"].get("config", {}), model.get("config", {})) or f"{ck['model']['class']} vs {model['class']}"
         raise ValueError(f"{path} was saved from another model config ({diff}); resume with the same --model/--size/--hf-model, "

@@ -87,6 +87,11 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {'|'.join(allowed)}, got {getattr(self, name)!r}")
 
+        for f in dataclasses.fields(self):  # every number an option takes: finite (nan/inf would train to NaN)
+            v = getattr(self, f.name)
+            for x in v if isinstance(v, tuple) else (v,):
+                if isinstance(x, float) and not math.isfinite(x):
+                    raise ValueError(f"{f.name} must be a finite number, got {x}")
         if self.model is not None:
             one_of("model", MODELS)
         for name, allowed in (("size", tuple(SIZES)), ("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),

@@ -28,11 +28,13 @@ import torch
 
 from seqpack._atomic import (
     check_not_input,
+    check_writable,
     output_lock,
     replace_directory,
     write_text_atomic,
 )
 from seqpack._stages import partial_dir
+from seqpack.data.format import verify_parts
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.optim import adjust_betas
 from seqpack.tasks import get_task
@@ -134,12 +136,18 @@ def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
                              "Pass --overwrite to train it again, or a new --out")
         return final  # a run from before runs were written aside, or nothing (load_checkpoint says so)
     check_not_input(final, [cfg.data, cfg.hf_model])
+    check_writable(final)
+    if final.exists() and not final.is_dir():
+        raise ValueError(f"--out {final}: exists and is not a directory; pick another --out")
     if not overwrite:
         if (final / CHECKPOINT).exists() or (final / SUMMARY).exists():
             raise ValueError(f"{final} already holds a run; pass --resume to continue it, --overwrite to start again")
         if (partial / CHECKPOINT).exists():
             raise ValueError(f"{final}: an unfinished run is in {partial}; pass --resume to continue it, "
                              "--overwrite to start again")
+        if final.is_dir() and any(final.iterdir()):  # the finished run replaces --out: never what it did not make
+            raise ValueError(f"--out {final}: holds files that are not a seqpack run; pick another --out, "
+                             "or pass --overwrite to replace it")
     return partial  # made afresh once every check has passed (_Run)
 
 
@@ -182,9 +190,10 @@ class _Run:
         reference = self._reference(resume)
         if resume:
             ck = load_checkpoint(self.run_dir, model=self.spec, data=self.identity, options=self.options)
+            verify_parts(cfg.data, data.manifest)  # the same content, not only the same manifest
             self.model.load_state_dict(ck["model_state"])
             self.optimizer.load_state_dict(ck["optimizer_state"])
-            self.state = ck["state"]
+            self.state = {**ck["state"], "checkpoint_step": ck["state"]["step"]}
             torch.set_rng_state(ck["rng"]["torch"])
             if torch.cuda.is_available() and ck["rng"].get("cuda") is not None:
                 torch.cuda.set_rng_state(ck["rng"]["cuda"])
@@ -286,11 +295,23 @@ class _Run:
             logged += torch.tensor([float(loss.detach()) / world.size, self.data.unit_sequences[units].sum(),
                                     self.data.unit_tokens[units].sum()], dtype=torch.float64)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip if cfg.clip > 0 else math.inf)
+        logged = world.all_sum(logged)  # every rank sees the same loss and norm: all stop together
+        self._check_finite(step, float(logged[0]), float(norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        logged = world.all_sum(logged)
         return {"lr": lr, "loss": float(logged[0]), "grad_norm": float(norm),
                 "step_sequences": int(logged[1]), "step_tokens": int(logged[2]), "data_seconds": data_seconds}
+
+    def _check_finite(self, step: int, loss: float, norm: float) -> None:
+        """Stop before a non-finite loss or gradient reaches the weights, in one line that says where."""
+        if math.isfinite(loss) and math.isfinite(norm):
+            return
+        what = f"the loss is {loss}" if not math.isfinite(loss) else f"the gradient norm is {norm}"
+        saved = self.state.get("checkpoint_step")
+        where = (f"the last checkpoint in {self.run_dir} is from step {saved}; continue from it with --resume after the fix"
+                 if saved else "no checkpoint was written")
+        raise FloatingPointError(f"step {step + 1}: {what}; training stopped before that step changed the weights ({where}). "
+                                 "Lower --lr, raise --warmup, set --clip, or check the data and the model's dtype")
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -307,6 +328,7 @@ class _Run:
         return totals.result()
 
     def _checkpoint(self) -> None:
+        self.state["checkpoint_step"] = self.state["step"]
         if self.world.main:
             rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
             save_checkpoint(self.run_dir, {

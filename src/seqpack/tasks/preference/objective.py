@@ -103,7 +103,8 @@ def preference_forward(model: Any, batch: Mapping[str, torch.Tensor], objective:
     present = _present(seg, depth)
     if obj.reward_model:
         sc, sr = reward_scores(model, batch, depth)
-        per = bradley_terry(sc, sr, batch.get("margin"))
+        margin = batch.get("margin")  # (B, max_depth) like the reference columns: this batch's slots
+        per = bradley_terry(sc, sr, None if margin is None else margin[:, :depth])
         extra = {"chosen_rewards": sc.detach(), "rejected_rewards": sr.detach()}
     else:
         lp = policy_logps(model, batch, depth)

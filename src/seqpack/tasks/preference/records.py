@@ -18,6 +18,8 @@ the prompt's end belongs to the responses (as it does in the text the model read
 
 from __future__ import annotations
 
+import math
+
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -117,7 +119,10 @@ def read_pairs(
     for i, row in enumerate(iter_records(examples)):
         texts.extend(_texts(row, i, fields, template, eos))
         if margin_field in row and row[margin_field] is not None:
-            margins.append(float(get_field(row, margin_field, i, "--margin-field", (int, float))))
+            margin = float(get_field(row, margin_field, i, "--margin-field", (int, float)))
+            if not math.isfinite(margin):  # a reward model would train to NaN on it
+                raise ValueError(f"example {i}: {margin_field!r} is {margin}; a margin must be a finite number")
+            margins.append(margin)
         elif margins:
             raise ValueError(f"example {i}: no {margin_field!r} but earlier examples have one; give every pair a margin")
         n = i + 1
