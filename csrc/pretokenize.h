@@ -140,9 +140,35 @@ inline size_t run_end(const uint8_t* s, size_t n, size_t i, uint8_t cls) {
   return i;
 }
 
-// Call emit(start, end) for each GPT-2 pre-token of s[0, n) (valid UTF-8).
+// The longest pre-token BPE is given (1 MiB): a longer one (a run of one letter, of spaces, of NUL
+// bytes, as no text holds) goes out in pieces of at most this many bytes, cut between characters,
+// so that encoding and training need memory in proportion to it, not to the run.
+// seqpack.tokenizer.pretokenize.MAX_PIECE_BYTES is the same limit in the Python reference.
+constexpr size_t kMaxPiece = size_t{1} << 20;
+
+// emit(a, b), or [a, b) in pieces of at most kMaxPiece bytes (never inside a character).
 template <class Emit>
-void split_words(const uint8_t* s, size_t n, Emit&& emit) {
+inline void emit_pieces(const uint8_t* s, size_t a, size_t b, Emit& emit) {
+  while (b - a > kMaxPiece) {
+    size_t cut = a + kMaxPiece;
+    while ((s[cut] & 0xC0) == 0x80) --cut;  // a continuation byte: back to its character's first byte
+    emit(a, cut);
+    a = cut;
+  }
+  emit(a, b);
+}
+
+// Call emit(start, end) for each GPT-2 pre-token of s[0, n) (valid UTF-8), a pre-token longer than
+// kMaxPiece bytes in pieces (emit_pieces).
+template <class Emit>
+void split_words(const uint8_t* s, size_t n, Emit&& emit0) {
+  auto emit = [&](size_t a, size_t b) {
+    if (b - a > kMaxPiece) [[unlikely]] {
+      emit_pieces(s, a, b, emit0);
+    } else {
+      emit0(a, b);
+    }
+  };
   size_t i = 0;
   while (i < n) {
     const uint8_t c = s[i];

@@ -11,10 +11,42 @@ import os
 from collections.abc import Iterator
 
 
+def cgroup_limit_files(proc_cgroup: str | None = None) -> list[str]:
+    """The memory-limit files that bind this process: its own cgroup's and every ancestor's, for
+    cgroup v2 (``memory.max``) and v1 (``memory.limit_in_bytes``), read from ``/proc/self/cgroup``
+    (``proc_cgroup``: that file's text). A Slurm job's or a systemd unit's limit sits in the
+    process's own cgroup, not at the root.
+
+    >>> cgroup_limit_files("0::/user.slice/job")
+    ['/sys/fs/cgroup/user.slice/job/memory.max', '/sys/fs/cgroup/user.slice/memory.max', '/sys/fs/cgroup/memory.max']
+    """
+    if proc_cgroup is None:
+        try:
+            with open("/proc/self/cgroup", encoding="utf-8") as fh:
+                proc_cgroup = fh.read()
+        except OSError:
+            proc_cgroup = ""
+    files = []
+    for line in proc_cgroup.splitlines():
+        hid, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hid == "0" and controllers == "":
+            base, name = "/sys/fs/cgroup", "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+        else:
+            continue
+        parts = [p for p in path.split("/") if p and p != ".."]
+        files += ["/".join([base, *parts[:k], name]) for k in range(len(parts), -1, -1)]
+    return files
+
+
 def machine_memory() -> int:
-    """Bytes of memory this process may use: physical memory, or a cgroup's limit when lower."""
+    """Bytes of memory this process may use: physical memory, or the lowest limit of the cgroups
+    that hold it (:func:`cgroup_limit_files`) when lower."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+    roots = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+    for f in dict.fromkeys([*cgroup_limit_files(), *roots]):
         try:
             with open(f, encoding="ascii") as fh:  # open, not pathlib: the trainer imports this module (pathlib: ~3 ms)
                 text = fh.read().strip()

@@ -4,6 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seqpack.corpus import (
     from_hf_dataset,
@@ -105,3 +107,27 @@ def test_python_docstrings_are_labelled_by_package() -> None:
     labels = {r["label"] for r in a}
     assert len(labels) == 4 and len(a) == 200 and all(r["text"].strip() for r in a)
     assert {r["label"] for r in python_docstrings(packages=4, per_package=50, seed=1)} == labels
+
+
+@settings(max_examples=120, deadline=None)
+@given(text=st.text(alphabet="ab\r\n<|é", max_size=60), sep=st.sampled_from(["<|", "\n", "a", "<|a|<", EOT]),
+       block=st.integers(1, 9), per_line=st.booleans())
+def test_read_text_splits_as_str_split_for_any_blocks(tmp_path_factory, text, sep, block, per_line) -> None:
+    """Whatever the block size (a separator may straddle any number of blocks), the documents are
+    ``str.split``'s, less a trailing empty one; per line, less each line's final ``\\r`` and blank lines."""
+    import seqpack.corpus.readers as readers
+
+    p = tmp_path_factory.mktemp("rt") / "t.txt"
+    p.write_bytes(text.encode("utf-8"))
+    old, readers._BLOCK = readers._BLOCK, block
+    try:
+        got = list(read_text(p, separator=sep, one_per_line=per_line))
+    finally:
+        readers._BLOCK = old
+    want = text.split("\n" if per_line else sep)
+    if want and want[-1] == "":
+        want.pop()
+    if per_line:
+        want = [w[:-1] if w.endswith("\r") else w for w in want]
+        want = [w for w in want if w]
+    assert got == want

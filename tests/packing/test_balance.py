@@ -36,6 +36,10 @@ def test_pack_costs_equal_a_loop() -> None:
        st.sampled_from([balanced_steps, greedy_batch_steps]))
 def test_every_pack_in_exactly_one_slot(costs, world, micro, rule) -> None:  # type: ignore[no-untyped-def]
     c = np.array(costs)
+    if 0 < len(costs) < world * micro:  # not one step could be filled: refused (its arrays would follow the arguments)
+        with pytest.raises(ValueError, match="no step could be filled"):
+            rule(c, world=world, micro_batch=micro, seed=1)
+        return
     steps = rule(c, world=world, micro_batch=micro, seed=1)
     assert steps.shape[1:] == (world, micro)
     used = steps[steps >= 0]

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 TOKENIZER_HELP = "a directory written by seqpack train-tokenizer, or a Hugging Face tokenizer directory (tokenizer.json)"
-MAX_LEN_HINT = "pass --max-len {longest} or more (the histogram's longest length)"
+MAX_LEN_HINT = "pass --max-len {longest} or more (the longest length)"
 
 
 def int_at_least(text: str, name: str, minimum: int, extra: str = "") -> int:

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.packing.histogram import load_npy_1d
 
     if args.lengths:
-        hist = histogram(load_npy_1d(args.lengths, "lengths (one per sequence)"), args.max_len)
+        hist = histogram(load_npy_1d(args.lengths, "lengths (one per sequence)"), args.max_len, hint=MAX_LEN_HINT)
     else:
         hist = check_histogram(load_histogram(args.histogram), args.max_len, hint=MAX_LEN_HINT)
     s = length_stats(hist, args.max_len)

@@ -96,21 +96,45 @@ def read_text(
     """Documents of a text file: split at ``separator`` or, with ``one_per_line``, per line.
 
     ``separator=None`` and not ``one_per_line`` yields the whole file as one document.
-    A trailing separator (or final newline) does not make an empty last document.
+    A trailing separator (or final newline) does not make an empty last document. Per line, a
+    Windows line end (``\\r\\n``) is a line end, and a blank line is no document. Each block read is
+    searched once (a long run without a separator is joined once, at its end: linear time).
+
+        >>> import tempfile; p = tempfile.mktemp(); _ = open(p, "wb").write(b"a\\r\\n\\r\\nb\\r\\n")
+        >>> list(read_text(p, one_per_line=True))
+        ['a', 'b']
     """
     sep = "\n" if one_per_line else separator
     if sep == "":
         raise ValueError("separator must not be empty")
-    buf = ""
+    k = 0 if sep is None else len(sep) - 1  # a separator may start in a block's last k characters
+    pending: list[str] = []  # the current document so far, in pieces that hold no separator
+    edge = ""  # the last k characters read, which may begin a separator
+
+    def document(parts: list[str]) -> Iterator[str]:
+        doc = "".join(parts)
+        if one_per_line:
+            doc = doc[:-1] if doc.endswith("\r") else doc
+            if not doc:
+                return
+        yield doc
+
     for text in iter_decoded(path, errors=errors):
-        buf += text
         if sep is None:
+            pending.append(text)
             continue
-        parts = buf.split(sep)
-        buf = parts.pop()
-        yield from parts
-    if buf:
-        yield buf
+        parts = (edge + text).split(sep)
+        if len(parts) > 1:
+            yield from document([*pending, parts[0]])
+            for middle in parts[1:-1]:
+                yield from document([middle])
+            pending = []
+        last = parts[-1]
+        cut = max(0, len(last) - k)
+        pending.append(last[:cut])
+        edge = last[cut:]
+    if any(pending) or edge:
+        yield from document([*pending, edge])
 
 
 def iter_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:

@@ -144,10 +144,15 @@ def plan_costs(plan: Any, cost: RowCost) -> np.ndarray:
     return np.repeat(per, plan.counts)
 
 
-def _check(world: int, micro_batch: int) -> None:
+def _check(world: int, micro_batch: int, packs: int | None = None) -> None:
+    """Both ints >= 1, and (given the packs) no more slots a step than packs: the steps' arrays are
+    as large as the packs, whatever the arguments."""
     for name, v in (("world", world), ("micro_batch", micro_batch)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    if packs and world * micro_batch > packs:  # (no packs: no steps, nothing made)
+        raise ValueError(f"{world:,} ranks x {micro_batch:,} packs a step is more than the {packs:,} packs there are: "
+                         "no step could be filled; lower --world-size or --micro-batch")
 
 
 def _deal(costs: np.ndarray, packs: np.ndarray, world: int, micro_batch: int) -> np.ndarray:
@@ -174,8 +179,8 @@ def balanced_steps(costs: np.ndarray, *, world: int, micro_batch: int = 1, seed:
     boustrophedon: the heaviest rank of one round takes the lightest of the next). Vectorised: 8M
     packs in about a second.
     """
-    _check(world, micro_batch)
     costs = np.asarray(costs, np.float64)
+    _check(world, micro_batch, costs.size)
     per_step = world * micro_batch
     order = np.argsort(-costs, kind="stable")
     n_steps = -(-order.size // per_step)
@@ -192,7 +197,7 @@ def balanced_steps(costs: np.ndarray, *, world: int, micro_batch: int = 1, seed:
 def sequential_steps(num_packs: int, *, world: int, micro_batch: int = 1, seed: int = 0) -> np.ndarray:
     """What a ``DistributedSampler`` does: a shuffled epoch cut into steps, rank ``r`` taking every
     ``world``-th pack.  # (steps, world, micro_batch)"""
-    _check(world, micro_batch)
+    _check(world, micro_batch, num_packs)
     per_step = world * micro_batch
     order = np.random.default_rng(seed).permutation(num_packs)
     padded = np.full(-(-num_packs // per_step) * per_step, -1, np.int64)

@@ -85,13 +85,14 @@ def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -
         raise ValueError(f"{n_zero} sequences have length <= 0; drop empty sequences before packing")
     n_long = int(np.count_nonzero(arr > max_len))
     if n_long:
-        raise ValueError(f"{n_long} sequences exceed max_len={max_len}; {hint}")
+        raise ValueError(f"{n_long} sequences exceed max_len={max_len}; " + hint.format(longest=int(arr.max())))
     return arr
 
 
-def histogram(lengths: object, max_len: int) -> np.ndarray:
-    """Counts of each length: ``h[i]`` = number of sequences of length ``i + 1``.  # (max_len,)"""
-    arr = check_lengths(lengths, max_len)
+def histogram(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -> np.ndarray:
+    """Counts of each length: ``h[i]`` = number of sequences of length ``i + 1``.  # (max_len,)
+    ``hint``: what a length over ``max_len`` should make the caller do (``{longest}`` is filled in)."""
+    arr = check_lengths(lengths, max_len, hint=hint)
     check_max_len_for(max_len, int(arr.sum()))
     return np.bincount(arr - 1, minlength=int(max_len)).astype(np.int64)
 

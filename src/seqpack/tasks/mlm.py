@@ -108,8 +108,10 @@ def mlm_sequences(store: TokenStore, tokenizer: Tokenizer, config: MLMConfig) ->
     sent_off = np.searchsorted(ends, offsets, side="right")
     builder = _PairBuilder(tokens, offsets, ends, sent_off, config)
     rng = builder.rng
-    seqs, types, labels, nsp, ex = [], [], [], [], []
+    ids_t, labels_t = id_dtype(vocab_size - 1), label_dtype(vocab_size - 1)
+    passes = []  # each pass over the corpus made compact before the next: memory grows by what it keeps
     for _ in range(config.dupe_factor):
+        seqs, types, labels, nsp, ex = [], [], [], [], []
         for d in range(len(store)):
             for a, b, is_random in builder.pairs(d):
                 ids = np.concatenate([[cls], a, [sep], b, [sep]]).astype(np.int64)
@@ -119,20 +121,22 @@ def mlm_sequences(store: TokenStore, tokenizer: Tokenizer, config: MLMConfig) ->
                 types.append(a.size + 2)
                 nsp.append(is_random)
                 ex.append(d)
-    lengths = np.array([s.size for s in seqs], dtype=np.int64)
-    off = offsets_of(lengths)
-    flat = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
-    tt = (np.arange(flat.size) - np.repeat(off[:-1], lengths) >= np.repeat(types, lengths)).astype(np.uint8)
+        lengths = np.array([s.size for s in seqs], dtype=np.int64)
+        starts = offsets_of(lengths)[:-1]
+        flat = np.concatenate(seqs).astype(ids_t) if seqs else np.zeros(0, ids_t)
+        del seqs
+        tt = (np.arange(flat.size) - np.repeat(starts, lengths) >= np.repeat(types, lengths)).astype(np.uint8)
+        lab_flat = np.concatenate(labels).astype(labels_t) if labels else np.zeros(0, labels_t)
+        passes.append((lengths, flat, tt, lab_flat, np.asarray(nsp, dtype=np.int8), np.asarray(ex, dtype=np.int64)))
+        del labels
+    lengths, flat, tt, lab_flat, nsp_all, ex_all = (np.concatenate(parts) for parts in zip(*passes))
+    del passes
     return Sequences(
         task="mlm",
-        offsets=off,
-        example_ids=np.asarray(ex, dtype=np.int64),
-        token_fields={
-            "input_ids": flat.astype(id_dtype(vocab_size - 1)),
-            "token_type_ids": tt,
-            "labels": (np.concatenate(labels) if labels else flat).astype(label_dtype(vocab_size - 1)),
-        },
-        seq_fields={"next_sentence_label": np.asarray(nsp, dtype=np.int8)},
+        offsets=offsets_of(lengths),
+        example_ids=ex_all,
+        token_fields={"input_ids": flat, "token_type_ids": tt, "labels": lab_flat},
+        seq_fields={"next_sentence_label": nsp_all},
         num_examples=len(store),
         dropped=dict(builder.dropped),
         info={

@@ -69,9 +69,40 @@ def split_specials(text: str, specials: re.Pattern[str] | None) -> list[str]:
     return [text] if specials is None else specials.split(text)
 
 
+#: the longest pre-token BPE is given, in UTF-8 bytes: a longer one (a run of one letter, of spaces,
+#: of NUL bytes, as no text holds) is cut into pieces of at most this size between characters, so
+#: that encoding and training need memory in proportion to it, not to the run (the compiled core's
+#: ``kMaxPiece``, csrc/pretokenize.h)
+MAX_PIECE_BYTES = 1 << 20
+
+
+def pieces(word: str, limit: int = MAX_PIECE_BYTES) -> list[str]:
+    """``word``, or its pieces of at most ``limit`` UTF-8 bytes, cut between characters.
+
+    >>> pieces("abcdef", 4), pieces("ééé", 3)
+    (['abcd', 'ef'], ['é', 'é', 'é'])
+    """
+    raw = word.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit:
+        return [word]
+    out, a = [], 0
+    while len(raw) - a > limit:
+        cut = a + limit
+        while raw[cut] & 0xC0 == 0x80:  # a continuation byte: back to its character's first byte
+            cut -= 1
+        out.append(raw[a:cut].decode("utf-8", "surrogatepass"))
+        a = cut
+    out.append(raw[a:].decode("utf-8", "surrogatepass"))
+    return out
+
+
 def split_words(text: str) -> list[str]:
-    """GPT-2 pre-tokens of ``text`` (no special-token handling)."""
-    return _word_re().findall(text)  # type: ignore[no-any-return]
+    """GPT-2 pre-tokens of ``text`` (no special-token handling); one over :data:`MAX_PIECE_BYTES`
+    bytes in :func:`pieces`."""
+    words: list[str] = _word_re().findall(text)
+    if len(text) * 4 > MAX_PIECE_BYTES and any(len(w) * 4 > MAX_PIECE_BYTES for w in words):  # at most 4 bytes a character
+        words = [p for w in words for p in pieces(w)]
+    return words
 
 
 def count_words(
@@ -82,7 +113,7 @@ def count_words(
     counts: Counter[str] = Counter()
     for doc in documents:
         for piece in split_specials(doc, specials):
-            counts.update(_word_re().findall(piece))
+            counts.update(split_words(piece))
     return counts
 
 
