@@ -181,6 +181,15 @@ def test_non_finite_options_are_refused(option: dict, made: dict[str, Path], tmp
         TrainConfig(data=str(made["clm"]), out=str(tmp_path / "r"), **option)
 
 
+@pytest.mark.parametrize("option", [{"steps": 10.5}, {"batch_size": 4.0}, {"padded": "no"}, {"lr": "1e-3"},
+                                    {"betas": (0.9, "0.99")}, {"seed": True}])
+def test_options_of_the_wrong_type_are_refused(option: dict, tmp_path: Path) -> None:
+    from seqpack.train import TrainConfig
+
+    with pytest.raises(TypeError, match=f"{next(iter(option))}.* must be"):
+        TrainConfig(data="d", out=str(tmp_path / "r"), **option)
+
+
 def _checkpoint(made: dict[str, Path], tmp_path: Path) -> Path:
     _interrupted_run(made["clm"], tmp_path / "run")
     return next(p for p in (tmp_path / "run", tmp_path / ".run.partial") if (p / "checkpoint.pt").is_file())

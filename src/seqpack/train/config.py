@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,38 @@ SCHEDULES = ("linear", "cosine", "constant")
 MATCH = ("none", "sequences", "packs")
 BALANCE = ("none", "compute", "schedule")
 DTYPES = ("fp32", "bf16")  # bf16: autocast over fp32 weights (fp16 would need a loss scaler)
+
+
+def _check_type(name: str, value: Any, annotation: str) -> None:
+    """``value`` of the type a field's annotation names (``int``, ``float``, ``bool``, ``str``, with
+    ``| None``, and ``tuple[float, float]``): a ``TypeError`` naming the field, not a wrong run.
+
+    >>> _check_type("steps", 10, "int | None"); _check_type("lr", 1, "float")
+    >>> _check_type("steps", 10.5, "int | None")
+    Traceback (most recent call last):
+    ...
+    TypeError: steps must be an int or None, got 10.5
+    """
+    kinds = [k.strip() for k in annotation.split("|")]
+    if value is None:
+        if "None" in kinds:
+            return
+    elif isinstance(value, tuple) and any(k.startswith("tuple[") for k in kinds):
+        k = next(k for k in kinds if k.startswith("tuple["))
+        parts = [p.strip() for p in k[len("tuple[") : -1].split(",")]
+        if len(value) == len(parts):
+            for i, (x, p) in enumerate(zip(value, parts)):
+                _check_type(f"{name}[{i}]", x, p)
+            return
+    elif isinstance(value, bool):
+        if "bool" in kinds:
+            return
+    elif ("int" in kinds and isinstance(value, numbers.Integral)) or ("float" in kinds and isinstance(value, numbers.Real)) \
+            or ("str" in kinds and isinstance(value, str)):  # numpy's ints and floats are numbers too
+        return
+    names = {"int": "an int", "float": "a number", "bool": "True or False", "str": "a string", "None": "None"}
+    want = " or ".join(names.get(k, k) for k in kinds)
+    raise TypeError(f"{name} must be {want}, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,9 +120,10 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {'|'.join(allowed)}, got {getattr(self, name)!r}")
 
-        for f in dataclasses.fields(self):  # every number an option takes: finite (nan/inf would train to NaN)
+        for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            for x in v if isinstance(v, tuple) else (v,):
+            _check_type(f.name, v, str(f.type))
+            for x in v if isinstance(v, tuple) else (v,):  # every number an option takes: finite (nan/inf train to NaN)
                 if isinstance(x, float) and not math.isfinite(x):
                     raise ValueError(f"{f.name} must be a finite number, got {x}")
         if self.model is not None:
