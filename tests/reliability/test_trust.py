@@ -438,6 +438,14 @@ def test_train_never_replaces_a_directory_that_is_not_a_run(made: dict[str, Path
     assert one_line(code, err) and "not a seqpack run" in err and (out / "notes.txt").read_text() == "keep"
 
 
+@pytest.mark.parametrize("flags", [["--threads", "100000"], ["--max-position", "1000000000000"]])
+def test_train_arguments_that_set_memory_or_threads_are_refused(flags: list[str], made: dict[str, Path], tmp_path: Path,
+                                                               capsys) -> None:
+    code, err = cli(capsys, "train", "--data", str(made["clm"]), "--out", str(tmp_path / "r"), "--size", "tiny",
+                    "--steps", "1", "--quiet", *flags)
+    assert one_line(code, err) and not (tmp_path / "r").exists()  # (10^5 threads crashed torch; the table took 1.9 PiB)
+
+
 # ---- 11. hints that name the command's own flags; numbers refused before work --------------------------------
 
 def test_stats_names_its_own_flag_for_long_lengths(tmp_path: Path, capsys) -> None:

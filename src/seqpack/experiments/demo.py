@@ -98,6 +98,10 @@ def run_demo(
     (:func:`claim_output`); ``overwrite`` lets the demo write into any directory."""
     if not 0 < budget <= MAX_BUDGET:  # nan and inf too: refused before any stage runs
         raise ValueError(f"budget must be > 0 and at most {MAX_BUDGET}, got {budget}")
+    from seqpack._parallel import default_workers
+
+    if threads is not None and not 1 <= threads <= default_workers():  # the training stages' TrainConfig would refuse it
+        raise ValueError(f"threads must be between 1 and this machine's {default_workers()} cores, got {threads}")
     from seqpack.corpus import python_docs, read_documents
     from seqpack.experiments import demo_stages as ds
 

@@ -12,6 +12,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
+from seqpack._parallel import default_workers
 from seqpack.nn.attention import BACKENDS
 from seqpack.nn.losses import REDUCTIONS
 from seqpack.nn.models.common import SIZES
@@ -142,6 +143,8 @@ class TrainConfig:
         if self.balance_cost is not None and self.balance != "compute":
             raise ValueError("--cost is what --balance compute balances by; pass --balance compute too "
                              "(--balance schedule trains the steps the dataset was packed with)")
+        if self.threads is not None and self.threads > default_workers():  # torch's pool of 10^5 threads crashes
+            raise ValueError(f"threads must be at most this machine's {default_workers()} cores, got {self.threads}")
         if self.steps is not None and self.sequences is not None:
             raise ValueError("give --steps or --sequences, not both")
         if not (self.lr > 0 and math.isfinite(self.lr)):

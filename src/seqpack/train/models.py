@@ -39,6 +39,12 @@ def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn
     if cfg.dropout is not None:
         extra["dropout"] = cfg.dropout
     if cfg.max_position is not None:
+        from seqpack._resources import check_memory
+        from seqpack.nn.models.common import SIZES
+
+        # the position table, its gradient and AdamW's two moments, float32: memory set by the argument
+        check_memory(cfg.max_position * SIZES[cfg.size]["hidden"] * 16, what=f"--max-position {cfg.max_position:,}'s "
+                     "position embeddings", hint=f"pass --max-position {need} (what the dataset's rows need) or a little more")
         extra["max_position"] = cfg.max_position
     model, mc = task.seqpack_model(kind, cfg.size, vocab, manifest, extra)
     if need > mc.max_position:
