@@ -199,6 +199,12 @@ class StageLog:
         rec = {"key": key, "result": result, "files": sums}
         write_text_atomic(self.path(name), json.dumps(rec, default=str))
 
+    def checksum(self, name: str, path: str | Path) -> str:
+        """The checksum :meth:`finish` recorded for ``path`` (a file of stage ``name``'s outputs),
+        without reading the file again."""
+        rec = json.loads(self.path(name).read_text(encoding="utf-8"))
+        return str(rec["files"][Path(os.path.relpath(path, self.directory)).as_posix()])
+
     def forget(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)
 

@@ -97,6 +97,18 @@ def _kernels() -> tuple[Any, Any] | None:
     return forward, backward
 
 
+def _forward_rows(kernels: tuple[Any, Any], x: torch.Tensor, targets: torch.Tensor,
+                  ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The forward kernel over the rows of ``x`` (N, V): each row's loss and log-sum-exp (float32)
+    and whether its target is the row's top logit (int8).  # (N,) x 3"""
+    N, V = x.shape
+    loss = torch.empty(N, dtype=torch.float32, device=x.device)
+    lse = torch.empty(N, dtype=torch.float32, device=x.device)
+    top = torch.empty(N, dtype=torch.int8, device=x.device)
+    kernels[0][(N,)](x, x.stride(0), targets, loss, lse, top, V, ignore_index, BLOCK=_BLOCK, num_warps=8)
+    return loss, lse, top
+
+
 class _FusedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
@@ -108,10 +120,7 @@ class _FusedCrossEntropy(torch.autograd.Function):
         # row, so check on the device (no synchronisation)
         torch._assert_async(((targets >= 0) & (targets < V) | (targets == ignore_index)).all(),
                             "cross-entropy target outside [0, V)")
-        loss = torch.empty(N, dtype=torch.float32, device=logits.device)
-        lse = torch.empty(N, dtype=torch.float32, device=logits.device)
-        top = torch.empty(N, dtype=torch.int8, device=logits.device)
-        kernels[0][(N,)](logits, logits.stride(0), targets, loss, lse, top, V, ignore_index, BLOCK=_BLOCK, num_warps=8)
+        loss, lse, _ = _forward_rows(kernels, logits, targets, ignore_index)
         ctx.save_for_backward(logits, targets, lse)
         ctx.ignore_index = ignore_index
         return loss
@@ -206,10 +215,7 @@ def _loss_and_grad_(x: torch.Tensor, targets: torch.Tensor, row_weights: torch.T
     ``row_weights * (softmax - onehot)`` (0 on ignored rows), in its dtype."""
     c, V = x.shape
     if kernels is not None:
-        loss = torch.empty(c, dtype=torch.float32, device=x.device)
-        lse = torch.empty(c, dtype=torch.float32, device=x.device)
-        top = torch.empty(c, dtype=torch.int8, device=x.device)
-        kernels[0][(c,)](x, x.stride(0), targets, loss, lse, top, V, ignore_index, BLOCK=_BLOCK, num_warps=8)
+        loss, lse, top = _forward_rows(kernels, x, targets, ignore_index)
         # in place: each program reads a block of its row, then writes the same block
         kernels[1][(c,)](x, x.stride(0), targets, lse, row_weights, x, x.stride(0), V, ignore_index, BLOCK=_BLOCK, num_warps=8)
         return loss, top.bool()

@@ -28,7 +28,6 @@ log-probabilities of the chosen/rejected response, ``rc``/``rr`` the reference's
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from dataclasses import dataclass
 

@@ -44,7 +44,6 @@ from seqpack.corpus.records import iter_records
 from seqpack.data.format import (
     MANIFEST,
     SCHEDULE,
-    add_checksums,
     dump_manifest,
     manifest_fields,
     parquet_column_specs,
@@ -301,8 +300,9 @@ def _write_manifest(
 ) -> dict[str, Any]:
     manifest = manifest_fields(config.task, packing.plan, config.max_len, depth, columns, extra,
                                derived=output.derived(config.task))
-    manifest["shards"] = [{"file": f, "rows": hi - lo} for f, (lo, hi) in zip(files, bounds)]
-    add_checksums(final, manifest["shards"])
+    log = StageLog(final.parent)  # each part's checksum, as its stage recorded it (verified there if reused)
+    manifest["shards"] = [{"file": f, "rows": hi - lo, "checksum": log.checksum(Path(f).name, final / f)}
+                          for f, (lo, hi) in zip(files, bounds)]
     manifest["compression"] = output.compression
     manifest["encoding"] = output.encoding
     manifest["bin"] = output.export_bin

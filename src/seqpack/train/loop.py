@@ -181,6 +181,7 @@ class _Run:
         betas = adjust_betas(cfg.betas, data.packing_factor) if cfg.adjust_hparams else cfg.betas
         self.optimizer = make_optimizer(self.model, cfg, betas)
         self.state: dict[str, Any] = {"step": 0, "sequences": 0, "tokens": 0, "train_seconds": 0.0}
+        self.saved_step: int | None = None  # the step of the last checkpoint written or resumed from
         self.identity = data_identity(data.manifest, cfg.padded)
         task = get_task(self.task)
         self.objective = task.objective(cfg, task.model_kind(cfg.model))
@@ -193,7 +194,8 @@ class _Run:
             verify_parts(cfg.data, data.manifest)  # the same content, not only the same manifest
             self.model.load_state_dict(ck["model_state"])
             self.optimizer.load_state_dict(ck["optimizer_state"])
-            self.state = {**ck["state"], "checkpoint_step": ck["state"]["step"]}
+            self.state = ck["state"]
+            self.saved_step = int(ck["state"]["step"])
             torch.set_rng_state(ck["rng"]["torch"])
             if torch.cuda.is_available() and ck["rng"].get("cuda") is not None:
                 torch.cuda.set_rng_state(ck["rng"]["cuda"])
@@ -307,7 +309,7 @@ class _Run:
         if math.isfinite(loss) and math.isfinite(norm):
             return
         what = f"the loss is {loss}" if not math.isfinite(loss) else f"the gradient norm is {norm}"
-        saved = self.state.get("checkpoint_step")
+        saved = self.saved_step
         where = (f"the last checkpoint in {self.run_dir} is from step {saved}; continue from it with --resume after the fix"
                  if saved else "no checkpoint was written")
         raise FloatingPointError(f"step {step + 1}: {what}; training stopped before that step changed the weights ({where}). "
@@ -328,7 +330,7 @@ class _Run:
         return totals.result()
 
     def _checkpoint(self) -> None:
-        self.state["checkpoint_step"] = self.state["step"]
+        self.saved_step = self.state["step"]
         if self.world.main:
             rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
             save_checkpoint(self.run_dir, {

@@ -19,7 +19,6 @@ the prompt's end belongs to the responses (as it does in the text the model read
 from __future__ import annotations
 
 import math
-
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
