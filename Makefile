@@ -4,15 +4,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test docs bench clean
 
 # the compiled core (csrc/) is built by the package's own build: a change there reinstalls
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.h csrc/*.cpp)
 	$(PYTHON) -m venv $(VENV)
 	# torch first and pinned, so that nothing else pulls a newer (CUDA) build
 	$(BIN)/python -m pip install --disable-pip-version-check -q "torch==2.13.0"
-	# every extra (torch: already here, hf, report, ray): the tests use them all, so CI installs them
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev,ray]'
+	# every extra (torch: already here, hf, report, ray, docs): the tests use them all, so CI installs them
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev,ray,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -20,6 +20,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# the documentation site, strictly (broken links, unknown API names fail), offline, into site/
+docs: $(STAMP)
+	$(BIN)/python -m mkdocs build --strict -f mkdocs.yml -d site
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev,ray,bench]'
@@ -38,4 +42,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/balance_torchrun.py --out benchmarks/results/balance_torchrun.json
 
 clean:
-	rm -rf $(VENV) demo_out build src/*.egg-info src/seqpack/_native*.so
+	rm -rf $(VENV) demo_out site build src/*.egg-info src/seqpack/_native*.so

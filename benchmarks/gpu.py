@@ -1,6 +1,6 @@
 """Every CUDA path measured on one GPU (issue 18): attention backends alone, packed vs padded
 training throughput (BERT base/large at 512, GPT at 2048, a Llama-style HF model padding-free),
-and torch.compile. Results go to ``--out`` as JSON lines; figures are recorded in benchmarks/gpu.md.
+and torch.compile. Results go to ``--out`` as JSON lines; figures are recorded in docs/benchmarks/gpu.md.
 
 Run (on a CUDA machine, from the checkout): PYTHONPATH=src:. python benchmarks/gpu.py --out gpu.jsonl
 

@@ -1,4 +1,4 @@
-"""Every number in the README's measurement tables is found in the stored result it cites.
+"""Every number in the measurement tables of the README and the docs is found in the stored result it cites.
 
 A table of measurements cites its evidence: a row names ``results/NAME.json`` (or ``.jsonl``), or the
 paragraph just above the table names the files for all its rows. Each number in a row's measured
@@ -19,9 +19,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
+#: the pages whose tables are checked: the README and every docs page (the generated ones are not files)
+PAGES = [README, *sorted(p for p in (ROOT / "docs").rglob("*.md") if "_gen" not in p.parts)]
+BENCHMARK_PAGES = ("docs/benchmarks/",)  # every table of these pages cites its files
 FILE = re.compile(r"([A-Za-z0-9_./-]+\.jsonl?)\b")
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?!\d)|\d+)(\.\d+)?(?![\d.])")  # a unit may follow: 1.9x, 48 MB
 CAPTION_LINES = 8  # how far above a table its citing paragraph may start
+STORED = {p.name for p in RESULTS.glob("*.json*")}
+
+
+def _cited(text: str) -> list[str]:
+    """The result files a text cites: a path through ``results/``, or the name of a stored result
+    (``chat.jsonl`` in a docs page is the user's data, not evidence)."""
+    return [f for f in FILE.findall(text) if "results/" in f or Path(f).name in STORED]
 
 
 def _tables(text: str) -> list[tuple[int, list[str], list[str]]]:
@@ -34,7 +44,7 @@ def _tables(text: str) -> list[tuple[int, list[str], list[str]]]:
             while j < len(lines) and lines[j].startswith("|"):
                 j += 1
             caption = [ln for ln in lines[max(0, i - CAPTION_LINES) : i] if not ln.startswith("|")]
-            out.append((i + 1, FILE.findall(" ".join(caption)), lines[i + 2 : j]))
+            out.append((i + 1, _cited(" ".join(caption)), lines[i + 2 : j]))
             i = j
         else:
             i += 1
@@ -74,8 +84,13 @@ def _figures(cell: str) -> list[tuple[str, float, int, bool]]:
     cell = re.sub(r"`[^`]*`", " ", cell)
     cell = re.sub(r"issues? \d+( and \d+)?", " ", cell)
     percent = "%" in cell
-    return [(m.group(0), float(m.group(1).replace(",", "") + (m.group(2) or "")), len(m.group(2) or ".") - 1, percent)
-            for m in NUMBER.finditer(cell)]
+    out = []
+    for m in NUMBER.finditer(cell):
+        value, decimals = float(m.group(1).replace(",", "") + (m.group(2) or "")), len(m.group(2) or ".") - 1
+        if cell[m.end() : m.end() + 1] == "K":  # thousands: "217K", "18.3K"
+            value, decimals = value * 1000, decimals - 3
+        out.append((m.group(0), value, decimals, percent))
+    return out
 
 
 def _found(value: float, decimals: int, percent: bool, pool: list[float]) -> bool:
@@ -84,31 +99,41 @@ def _found(value: float, decimals: int, percent: bool, pool: list[float]) -> boo
     return any(abs(abs(v) - t) <= h for t, h in targets for v in pool)  # signs are printed apart
 
 
+def _name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
 def _rows() -> list[tuple[str, list[str], str]]:
-    text = README.read_text(encoding="utf-8")
     rows = []
-    for line_no, caption, body in _tables(text):
-        for row in body:
-            files = FILE.findall(row) or caption
-            if files:
-                rows.append((f"README.md:{line_no}", files, row))
+    for page in PAGES:
+        for line_no, caption, body in _tables(page.read_text(encoding="utf-8")):
+            for row in body:
+                files = _cited(row) or caption
+                if files:
+                    rows.append((f"{_name(page)}:{line_no}", files, row))
     return rows
 
 
 def test_measurement_tables_cite_results():
-    """Every table with a 'measured' column, and every table of the Benchmarks section, cites files."""
-    text = README.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    first = lines.index(next(ln for ln in lines if ln.startswith("## Benchmarks")))
-    last = next(i for i in range(first + 1, len(lines)) if lines[i].startswith("## "))
+    """Every table with a 'measured' column, and every table of the benchmark pages, cites files."""
     uncited = []
-    for line_no, caption, body in _tables(text):
-        if "measured" in lines[line_no - 1] or first < line_no <= last:
-            uncited += [f"README.md:{line_no}: {row[:100]}" for row in body if not (FILE.findall(row) or caption)]
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        everything = _name(page).startswith(BENCHMARK_PAGES)
+        for line_no, caption, body in _tables(text):
+            if "measured" in lines[line_no - 1] or everything:
+                uncited += [f"{_name(page)}:{line_no}: {row[:100]}" for row in body if not (_cited(row) or caption)]
     assert not uncited, "rows that cite no result file:\n" + "\n".join(uncited)
 
 
-@pytest.mark.parametrize("where,files,row", _rows(), ids=lambda x: x if isinstance(x, str) and x.startswith("README") else "")
+def test_the_pages_hold_measurement_tables():
+    """The check reads the pages where the figures are (an empty selection would pass anything)."""
+    where = {w.split(":")[0] for w, _, _ in _rows()}
+    assert {"README.md", "docs/benchmarks/index.md", "docs/guides/preference.md"} <= where, where
+
+
+@pytest.mark.parametrize("where,files,row", _rows(), ids=lambda x: x if isinstance(x, str) and ".md:" in x else "")
 def test_every_figure_is_in_its_result(where, files, row):
     pool = [x for f in files for x in _evidence(f)]
     cells = [c for c in row.strip().strip("|").split("|")][1:]
@@ -126,3 +151,5 @@ def test_the_check_can_fail():
     assert _found(8143852, 0, False, pool) and not _found(8143853, 0, False, pool)
     assert [f[:3] for f in _figures("**8,143,852 packs** in 0.48 s, `--max-len 512`, issue 30, 1.9x, 14.2%")] == [
         ("8,143,852", 8143852.0, 0), ("0.48", 0.48, 2), ("1.9", 1.9, 1), ("14.2", 14.2, 1)]
+    assert [f[1:3] for f in _figures("217K -> 18.3K")] == [(217000.0, -3), (18300.0, -2)]
+    assert _found(217000.0, -3, False, [216_600.0]) and not _found(217000.0, -3, False, [216_400.0])

@@ -126,3 +126,24 @@ def schedule_from_args(args: argparse.Namespace, *, seed: int = 0) -> Any:
         return None
     cost = load_row_cost(args.cost) if args.cost else RowCost.from_flops(hidden=args.hidden, layers=1)
     return ScheduleOptions(world_size=args.world_size, micro_batch=args.micro_batch, cost=cost, seed=seed)
+
+
+HISTOGRAM_HELP = ("a built-in histogram (wikipedia: BERT's Wikipedia lengths at 512), a token store "
+                  "(its document lengths), .npy (counts indexed by length-1) or .csv (length,count)")
+
+
+def read_histogram(source: str, max_len: int) -> Any:
+    """The histogram ``--histogram`` names: a built-in one, a token store's document lengths, or a file."""
+    import os
+
+    from seqpack.packing import BUILTIN_HISTOGRAMS, builtin_histogram, check_histogram, histogram, load_histogram
+
+    if source in BUILTIN_HISTOGRAMS and not os.path.exists(source):
+        hist = builtin_histogram(source)
+    elif os.path.isdir(source):
+        from seqpack.store import open_store
+
+        return histogram(open_store(source).lengths(), max_len, hint=MAX_LEN_HINT)
+    else:
+        hist = load_histogram(source)
+    return check_histogram(hist, max_len, hint=MAX_LEN_HINT)

@@ -12,6 +12,9 @@ from seqpack.cli.args import positive_int as _positive_int
 
 NAME = "bench"
 HELP = "padded vs packed training throughput, side by side"
+EXAMPLE = 'seqpack bench --lengths wikipedia --max-len 512 --model bert'
+DOCS = 'docs/guides/training.md'
+
 
 def add_parser(sub: Any) -> None:
     from seqpack.experiments.bench import DEVICES, DTYPES, HEADS, BenchConfig

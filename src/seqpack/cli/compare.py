@@ -11,6 +11,9 @@ from seqpack.cli.train import add_training_options, config_from_args
 
 NAME = "compare"
 HELP = "train padded and packed on the same sequences; plot eval loss"
+EXAMPLE = 'seqpack compare --data packed/ --out cmp/ --sequences 60000'
+DOCS = 'docs/guides/training.md'
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(

@@ -10,6 +10,9 @@ from seqpack.cli.args import TOKENIZER_HELP
 
 NAME = "decode"
 HELP = "token ids -> text"
+EXAMPLE = 'echo "15496 995" | seqpack decode --tokenizer tok/'
+DOCS = 'docs/guides/tokenizer.md'
+
 
 def parse_ids(text: str, source: str) -> list[int]:
     ids = []

@@ -8,6 +8,9 @@ from typing import Any
 
 NAME = "demo"
 HELP = "run the pipeline on the built-in corpus"
+EXAMPLE = 'seqpack demo --out demo_out'
+DOCS = 'docs/guides/demo.md'
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(

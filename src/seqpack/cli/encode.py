@@ -10,6 +10,9 @@ from seqpack.cli.args import TOKENIZER_HELP
 
 NAME = "encode"
 HELP = "text -> token ids"
+EXAMPLE = 'echo "Hello world" | seqpack encode --tokenizer tok/'
+DOCS = 'docs/guides/tokenizer.md'
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(

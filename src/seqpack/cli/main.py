@@ -27,6 +27,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"seqpack: error: {message}\n")
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, with the closing example and docs page kept line for line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("example:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _epilog(example: str, docs: str) -> str:
+    return f"example:\n  {example}\ndocs: {docs}"
+
+
+#: what ``seqpack --help`` ends with
+EXAMPLE = "seqpack train-tokenizer my_corpus/ --vocab-size 32000 --hf --out tok/"
+DOCS = "docs/getting-started.md"
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``command``, only that subcommand's options are built.
 
@@ -37,7 +55,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """
     from seqpack._version import __version__
 
-    parser = _Parser(prog="seqpack", description="Remove padding from transformer training.")
+    parser = _Parser(prog="seqpack", description="Remove padding from transformer training.",
+                     epilog=_epilog(EXAMPLE, DOCS), formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"seqpack {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, module_name in COMMANDS.items():
@@ -46,6 +65,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         module = importlib.import_module(f"seqpack.cli.{module_name}")
         if command is None or name == command:
             module.add_parser(sub)
+            sub.choices[name].epilog = _epilog(module.EXAMPLE, module.DOCS)
+            sub.choices[name].formatter_class = _Formatter
         else:
             sub.add_parser(name, help=module.HELP)
     return parser

@@ -22,6 +22,9 @@ from seqpack.cli.args import (
 
 NAME = "pack"
 HELP = "token store or labelled examples -> packed dataset"
+EXAMPLE = 'seqpack pack store/ --task clm --max-len 2048 --tokenizer tok/ --out packed/'
+DOCS = 'docs/concepts/format.md'
+
 
 def task_option_fields() -> dict[str, list[tuple[str, Any]]]:
     """Every task option name -> ``(task, dataclass field)`` of each task that has it."""

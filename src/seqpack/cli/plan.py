@@ -7,19 +7,22 @@ import json
 from pathlib import Path
 from typing import Any
 
-from seqpack.cli.args import MAX_LEN_HINT, add_balance_options, schedule_from_args
+from seqpack.cli.args import HISTOGRAM_HELP, add_balance_options, read_histogram, schedule_from_args
 from seqpack.cli.args import depth as _depth
 from seqpack.cli.args import max_len as _max_len
 
 NAME = "plan"
 HELP = "pack a length histogram"
+EXAMPLE = 'seqpack plan --histogram wikipedia --max-len 512 --compare'
+DOCS = 'docs/concepts/plans.md'
+
 
 def add_parser(sub: Any) -> None:
     from seqpack.packing import ALGORITHMS
 
     p = sub.add_parser(
         NAME, help=HELP, description="Plan packs for a length histogram.")
-    p.add_argument("--histogram", required=True, help=".npy (counts indexed by length-1) or .csv (length,count)")
+    p.add_argument("--histogram", required=True, help=HISTOGRAM_HELP)
     p.add_argument("--max-len", required=True, type=_max_len, help="tokens per row")
     p.add_argument("--algorithm", choices=ALGORITHMS, default="best")
     p.add_argument("--max-depth", type=_depth, default=None, help="sequences per pack at most (default: no limit)")
@@ -34,7 +37,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_not_input, check_writable
-    from seqpack.packing import check_histogram, load_histogram, plan
+    from seqpack.packing import plan
     from seqpack.packing.report import format_table, plot_plan
 
     for flag, path in (("--out", args.out), ("--plot", args.plot)):
@@ -44,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             if Path(path).exists() and not args.overwrite:
                 raise ValueError(f"{flag} {path}: exists; pass --overwrite to replace it")
     schedule = schedule_from_args(args)
-    hist = check_histogram(load_histogram(args.histogram), args.max_len, hint=MAX_LEN_HINT)
+    hist = read_histogram(args.histogram, args.max_len)
     if args.compare:
         from seqpack.packing.report import compare_plans
 

@@ -6,31 +6,34 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.args import MAX_LEN_HINT
+from seqpack.cli.args import HISTOGRAM_HELP, MAX_LEN_HINT, read_histogram
 from seqpack.cli.args import max_len as _max_len
 
 NAME = "stats"
 HELP = "padding without packing"
+EXAMPLE = 'seqpack stats --histogram wikipedia --max-len 512'
+DOCS = 'docs/concepts/plans.md'
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         NAME, help=HELP, description="Sequences, tokens, padding, speed-up bound.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--lengths", help=".npy of sequence lengths (one per sequence)")
-    src.add_argument("--histogram", help=".npy (counts indexed by length-1) or .csv (length,count)")
+    src.add_argument("--histogram", help=HISTOGRAM_HELP)
     p.add_argument("--max-len", required=True, type=_max_len)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from seqpack.packing import check_histogram, histogram, length_stats, load_histogram
+    from seqpack.packing import histogram, length_stats
     from seqpack.packing.histogram import load_npy_1d
 
     if args.lengths:
         hist = histogram(load_npy_1d(args.lengths, "lengths (one per sequence)"), args.max_len, hint=MAX_LEN_HINT)
     else:
-        hist = check_histogram(load_histogram(args.histogram), args.max_len, hint=MAX_LEN_HINT)
+        hist = read_histogram(args.histogram, args.max_len)
     s = length_stats(hist, args.max_len)
     if args.json:
         print(json.dumps(s.to_dict()))

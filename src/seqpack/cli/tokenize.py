@@ -11,6 +11,8 @@ from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, engine_from_arg
 
 NAME = "tokenize"
 HELP = "corpus -> token store"
+EXAMPLE = 'seqpack tokenize my_corpus/ --tokenizer tok/ --out store/'
+DOCS = 'docs/getting-started.md'
 
 
 def add_parser(sub: Any) -> None:
@@ -25,7 +27,7 @@ def add_parser(sub: Any) -> None:
         "reuses finished shards). Text files are split at --separator (or per line with --one-per-line); "
         ".jsonl/.parquet give one document per record. With no INPUT, the built-in Python docs.",
     )
-    p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files")
+    p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files, or folders of them")
     p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
     p.add_argument("--out", required=True, help="store directory to create")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
@@ -43,7 +45,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
-    from seqpack.corpus import python_docs, read_documents
+    from seqpack.corpus import expand_inputs, python_docs, read_documents
     from seqpack.corpus.readers import require_file
     from seqpack.pipeline import build_sharded_store
     from seqpack.tokenizer import open_tokenizer
@@ -54,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--shard-mb must be > 0 and at most {2**20:,} (a TiB), got {args.shard_mb}")
     tok = open_tokenizer(args.tokenizer)
     check_output_dir(args.out, overwrite=args.overwrite, inputs=[*args.inputs, args.tokenizer])
+    args.inputs = expand_inputs(args.inputs)
     for path in args.inputs:  # every input checked before anything is written
         require_file(path)
     if args.inputs:

@@ -13,6 +13,9 @@ from seqpack.cli.args import positive_int as _positive_int
 
 NAME = "train"
 HELP = "train BERT/GPT on a packed dataset (or its padded baseline)"
+EXAMPLE = 'seqpack train --data packed/ --out runs/gpt --size small --steps 1000'
+DOCS = 'docs/guides/training.md'
+
 
 def _betas(text: str) -> tuple[float, float]:
     try:

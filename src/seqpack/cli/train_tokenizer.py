@@ -15,6 +15,9 @@ DEFAULT_SPECIAL = "<|endoftext|>"
 
 NAME = "train-tokenizer"
 HELP = "train a byte-level BPE tokenizer"
+EXAMPLE = 'seqpack train-tokenizer my_corpus/ --vocab-size 32000 --hf --out tok/'
+DOCS = 'docs/guides/tokenizer.md'
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -23,7 +26,7 @@ def add_parser(sub: Any) -> None:
         "Text files are read whole; .jsonl/.parquet give one document per record. "
         "With no INPUT, trains on the built-in Python-documentation corpus.",
     )
-    p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files")
+    p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files, or folders of them")
     p.add_argument("--vocab-size", type=int, required=True, help="final vocab size, specials included")
     p.add_argument(
         "--special-token", action="append", dest="special_tokens", metavar="TOK",
@@ -46,6 +49,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
+    from seqpack.corpus.readers import expand_inputs
     from seqpack.tokenizer import BPEConfig
     from seqpack.tokenizer.hf_export import CHATML_TEMPLATE, CHATML_TOKENS
     from seqpack.tokenizer.train import train_bpe_inputs
@@ -68,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         errors=args.errors, progress=not args.json,
     )
     check_output_dir(args.out, overwrite=args.overwrite, inputs=args.inputs)
-    result = train_bpe_inputs(args.inputs, config=config, text_field=args.text_field)
+    result = train_bpe_inputs(expand_inputs(args.inputs), config=config, text_field=args.text_field)
     tok = result.tokenizer()
     tok.save(args.out, overwrite=args.overwrite, hf=args.hf, chat_template=template)
     summary: dict[str, Any] = {

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from seqpack.corpus.builtin import python_docs, python_docstrings
     from seqpack.corpus.readers import (
         DEFAULT_SEPARATOR,
+        expand_inputs,
         from_hf_dataset,
         iter_decoded,
         read_documents,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SEPARATOR",
+    "expand_inputs",
     "from_hf_dataset",
     "iter_decoded",
     "iter_records",

@@ -48,6 +48,41 @@ def readable_file(path: str | os.PathLike[str]) -> str:
     return p
 
 
+TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
+INPUT_SUFFIXES = (*TEXT_SUFFIXES, ".jsonl", ".ndjson", ".parquet")
+
+
+def expand_inputs(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The input files that ``paths`` name: a file as it is, a directory as every file below it
+    whose suffix is one of ``INPUT_SUFFIXES``, in sorted path order (hidden names skipped), so a
+    folder of text and JSON-lines shards reads the same on any machine.
+
+        >>> import pathlib, tempfile
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> for name in ("b.txt", "a.jsonl", "notes.pdf", ".hidden.txt", "sub/c.txt"):
+        ...     (d / name).parent.mkdir(exist_ok=True)
+        ...     _ = (d / name).write_text("x")
+        >>> [pathlib.Path(p).relative_to(d).as_posix() for p in expand_inputs([d])]
+        ['a.jsonl', 'b.txt', 'sub/c.txt']
+    """
+    out: list[str] = []
+    for path in paths:
+        p = os.fspath(path)
+        if not os.path.isdir(p):
+            out.append(p)
+            continue
+        found = []
+        for root, dirs, files in os.walk(p):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            found += [os.path.join(root, f) for f in files
+                      if not f.startswith(".") and os.path.splitext(f)[1].lower() in INPUT_SUFFIXES]
+        if not found:
+            raise FileNotFoundError(f"{p}: a directory with no input files in it (looked for "
+                                    f"{', '.join(INPUT_SUFFIXES)} files)")
+        out += sorted(found)
+    return out
+
+
 ERRORS_HINT = "pass --errors replace (errors='replace') to substitute U+FFFD"
 
 

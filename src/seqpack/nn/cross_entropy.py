@@ -7,7 +7,7 @@ log-sum-exp) and once for its gradient (``softmax - onehot``, written in the log
 float32 copy of the logits, no saved log-probabilities. The per-token losses of packed rows
 (every sequence's own mean) make this the step's largest per-token cost on a GPU: on an H100,
 PyTorch's log-softmax, its backward and the float32 copy cost ~0.29 us per target over a
-30,522-token vocabulary (benchmarks/gpu.md). Elsewhere, and under ``torch.compile`` (which fuses
+30,522-token vocabulary (docs/benchmarks/gpu.md). Elsewhere, and under ``torch.compile`` (which fuses
 the plain form itself), it is :func:`cross_entropy_reference`: ``F.cross_entropy`` on the logits
 in float32, the definition the kernel is tested against.
 

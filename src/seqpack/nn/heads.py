@@ -64,7 +64,7 @@ def vocab_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     With an odd vocabulary (BERT's 30,522, GPT-2's 50,257) the logits' rows are not 16-byte
     aligned, and cuBLAS falls back to its slow unaligned kernels for the product and both of its
     gradients (on an H100, GPT's tied head over 16 x 2048 positions: 18.2 ms of unaligned kernels
-    a step; padded to 30,528 the step's kernels took 9.5 ms less; benchmarks/gpu.md). The padding rows are zeros
+    a step; padded to 30,528 the step's kernels took 9.5 ms less; docs/benchmarks/gpu.md). The padding rows are zeros
     and the extra columns are cut off, so the values are those of the plain product; the
     gradient of the padding rows is discarded with them. ``align``: the multiple (default 64 on
     CUDA, 1 elsewhere: the CPU's kernels have no alignment rule).

@@ -48,7 +48,7 @@ def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Attenti
 #: backward (torch 2.11, H100/H200) returns NaN in dq for lengths of 64 mod 128 (pytorch/pytorch
 #: #196678): found on an H200, where bf16 training of a 64-token packed GPT went NaN at its second
 #: step under ``sdpa`` and not under ``eager`` or ``per_document``. Multiples of 128 keep cuDNN (the
-#: fastest at 512, benchmarks/gpu.md).
+#: fastest at 512, docs/benchmarks/gpu.md).
 _NOT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

@@ -9,7 +9,7 @@ No gather and no scatter: every sequence is a run, and so is the row-end padding
 blocks of at most 128 tokens (:func:`seqpack.nn.masks.row_runs`). A real token attends only to
 its own sequence; padding attends to the padding of its block. Packed rows are ~99.9% full, so
 the padding blocks cost nearly nothing, while gathering the real tokens out of the rows and
-scattering them back cost as much as the kernel (benchmarks/gpu.md). Padding outputs are
+scattering them back cost as much as the kernel (docs/benchmarks/gpu.md). Padding outputs are
 unspecified (finite; nothing reads them), as with ``sdpa``'s key-padding form.
 
     seg      [[1 1 2 0]  [1 1 1 1]]   (B, T) = (2, 4)
