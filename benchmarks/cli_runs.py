@@ -1,4 +1,4 @@
-"""The README's CLI figures (`seqpack bench`, `seqpack compare`, `seqpack demo`), each command run as a
+"""The CLI figures in the benchmark tables (`seqpack bench`, `seqpack compare`, `seqpack demo`), each command run as a
 user would type it, its ``--json`` stored with the command, machine and versions.
 
     python benchmarks/cli_runs.py [--only bench_bert,bench_gpt,compare,demo]

@@ -69,7 +69,7 @@ def _numbers_in(obj: object, out: list[float]) -> None:
 
 def _evidence(name: str) -> list[float]:
     path = RESULTS / Path(name).name
-    assert path.is_file(), f"README cites {name}, which is not in benchmarks/results/"
+    assert path.is_file(), f"a page cites {name}, which is not in benchmarks/results/"
     text = path.read_text(encoding="utf-8")
     docs = [json.loads(ln) for ln in text.splitlines() if ln.strip()] if path.suffix == ".jsonl" else [json.loads(text)]
     out: list[float] = []

@@ -177,3 +177,28 @@ def test_train_tokenizer_reads_a_pipe_and_a_fifo_like_a_file(tmp_path, corpus):
     writer.start()
     assert trained(str(fifo), "from-fifo") == want
     writer.join()
+
+
+def test_a_folder_is_read_file_by_file(capsys, tmp_path):
+    """``train-tokenizer`` and ``tokenize`` take a folder: its text, JSON-lines and Parquet files in
+    sorted path order (hidden files and other suffixes skipped), as if each were named."""
+    folder = tmp_path / "corpus"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "b.txt").write_text("second<|endoftext|>third", encoding="utf-8")
+    (folder / "a.jsonl").write_text(json.dumps({"text": "first"}) + "\n", encoding="utf-8")
+    (folder / "sub" / "c.md").write_text("fourth", encoding="utf-8")
+    (folder / ".hidden.txt").write_text("never", encoding="utf-8")
+    (folder / "notes.pdf").write_bytes(b"%PDF never")
+    code, _, _ = run(capsys, "train-tokenizer", str(folder), "--vocab-size", "270", "--out", str(tmp_path / "tok"))
+    assert code == 0
+    code, _, _ = run(capsys, "tokenize", str(folder), "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "s"))
+    assert code == 0
+    from seqpack.store import open_store
+    from seqpack.tokenizer import Tokenizer
+
+    tok, store = Tokenizer.load(tmp_path / "tok"), open_store(tmp_path / "s")
+    assert [tok.decode(store[i].tolist()) for i in range(len(store))] == ["first", "second", "third", "fourth"]
+    (tmp_path / "empty").mkdir()
+    code, _, err = run(capsys, "tokenize", str(tmp_path / "empty"), "--tokenizer", str(tmp_path / "tok"),
+                       "--out", str(tmp_path / "s2"))
+    assert code == 2 and "no input files in it" in err and not (tmp_path / "s2").exists()

@@ -82,3 +82,21 @@ def test_missing_and_bad_files(capsys, tmp_path):
     np.save(tmp_path / "neg.npy", np.array([0, 5]))
     code, _, err = run(capsys, "stats", "--lengths", str(tmp_path / "neg.npy"), "--max-len", "8")
     assert code == 2 and "length <= 0" in err
+
+
+def test_plan_and_stats_take_the_builtin_histogram_and_a_store(capsys, tmp_path):
+    """``--histogram wikipedia`` (shipped) and a token store (its document lengths) besides files."""
+    from seqpack.packing import builtin_histogram
+    from seqpack.store import build_store, open_store
+    from seqpack.tokenizer import Tokenizer
+
+    code, out, _ = run(capsys, "stats", "--histogram", "wikipedia", "--max-len", "512", "--json")
+    assert code == 0 and json.loads(out)["sequences"] == int(builtin_histogram("wikipedia").sum())
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    build_store(["ab", "abcd", "a" * 9], tok, tmp_path / "store")
+    assert list(open_store(tmp_path / "store").lengths()) == [2, 4, 9]
+    code, out, _ = run(capsys, "plan", "--histogram", str(tmp_path / "store"), "--max-len", "10", "--json")
+    d = json.loads(out)
+    assert code == 0 and (d["sequences"], d["tokens"], d["packs"]) == (3, 15, 2)  # {9}, {2, 4}
+    code, _, err = run(capsys, "stats", "--histogram", str(tmp_path / "store"), "--max-len", "8")
+    assert code == 2 and "1 sequences exceed max_len=8; pass --max-len 9" in err

@@ -1,5 +1,5 @@
 """A task defined here, outside seqpack's source, registers, packs (in memory and shard by shard)
-and trains: what the README's "adding a task" promises, with no other source file touched.
+and trains: what docs/contributing.md's "adding a task" promises, with no other source file touched.
 
 The toy task, ``copy``: each record's text, a separator, and the text again; the model (seqpack's
 GPT) learns only the copy (labels on the second half, HF's shifted causal-LM convention).

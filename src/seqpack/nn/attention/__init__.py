@@ -74,7 +74,7 @@ def get_backend(name: str) -> Backend:
 
 
 def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype) -> str:
-    """The ``auto`` rule (the fastest exact backend measured; docs/benchmarks/gpu.md, README).
+    """The ``auto`` rule (the fastest exact backend measured; docs/benchmarks/gpu.md, docs/concepts/attention.md).
 
     CUDA, half precision: ``flash_varlen`` when flash-attn is installed, else PyTorch's
     ``varlen`` (the rows as they are, no cross-document blocks; alone at 16 x 2048 causal on an
