@@ -94,3 +94,52 @@ def on_files(files: Files, config) -> Files:  # noqa: ANN001 (mkdocs' own signat
     for uri, content in pages.items():
         files.append(File.generated(config, uri, content=content))
     return files
+
+
+class _DoctestFences:
+    """A Markdown preprocessor for docstrings: a doctest (``>>>`` lines and the output after them, up to
+    a blank line) becomes a fenced ``pycon`` block, so that it renders as the session it is and not
+    as nested quotes. Text already inside a fence is left alone."""
+
+    def run(self, lines: list[str]) -> list[str]:
+        out: list[str] = []
+        fence, i = None, 0
+        while i < len(lines):
+            line, stripped = lines[i], lines[i].lstrip()
+            if stripped.startswith(("```", "~~~")):
+                fence = None if fence else stripped[:3]
+            if fence is None and stripped.startswith(">>>"):
+                indent = line[: len(line) - len(stripped)]
+                block = []
+                while i < len(lines) and lines[i].strip():
+                    block.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
+                    i += 1
+                out += ["", f"{indent}```pycon", *[indent + b for b in block], f"{indent}```", ""]
+                continue
+            if fence is None and line.endswith("::") and not line.rstrip(":").endswith(" "):
+                line = line[:-1]  # reST's "text::" before a literal block reads "text:" in Markdown
+            out.append(line)
+            i += 1
+        return out
+
+
+def _doctest_extension():  # noqa: ANN202
+    from markdown.extensions import Extension
+    from markdown.preprocessors import Preprocessor
+
+    class Pre(Preprocessor):
+        run = _DoctestFences.run
+
+    class DoctestFences(Extension):
+        def extendMarkdown(self, md):  # noqa: N802, ANN001 (Python-Markdown's name)
+            md.preprocessors.register(Pre(md), "seqpack_doctests", 40)  # before fenced code (25)
+
+    return DoctestFences()
+
+
+def on_config(config):  # noqa: ANN001, ANN201
+    config.markdown_extensions.append(_doctest_extension())
+    return config
+
+
+on_config.mkdocs_priority = 100  # before mkdocstrings copies the extensions for docstrings
