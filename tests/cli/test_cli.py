@@ -202,3 +202,31 @@ def test_a_folder_is_read_file_by_file(capsys, tmp_path):
     code, _, err = run(capsys, "tokenize", str(tmp_path / "empty"), "--tokenizer", str(tmp_path / "tok"),
                        "--out", str(tmp_path / "s2"))
     assert code == 2 and "no input files in it" in err and not (tmp_path / "s2").exists()
+    code, out, _ = run(capsys, "tokenize", str(folder), "--glob", "*.txt", "--tokenizer", str(tmp_path / "tok"),
+                       "--out", str(tmp_path / "s3"))  # a pattern replaces the suffixes: .hidden.txt stays hidden
+    assert code == 0 and "(1 file)" in out
+    assert [tok.decode(d.tolist()) for d in open_store(tmp_path / "s3")] == ["second", "third"]
+    from seqpack.corpus import read_documents
+
+    assert list(read_documents([folder])) == ["first", "second", "third", "fourth"]  # the Python reader too
+
+
+@pytest.mark.parametrize("missing,argv,extra", [
+    ("torch", ["demo", "--out", "{tmp}/demo"], "seqpack[torch]"),
+    ("matplotlib", ["demo", "--out", "{tmp}/demo"], "seqpack[report]"),
+    ("ray", ["tokenize", "{corpus}", "--tokenizer", "{tmp}/tok", "--out", "{tmp}/demo", "--engine", "ray"], "seqpack[ray]"),
+    ("matplotlib", ["plan", "--histogram", "wikipedia", "--max-len", "512", "--plot", "{tmp}/demo.png"], "seqpack[report]"),
+])
+def test_a_missing_extra_is_named_before_any_work(capsys, tmp_path, corpus, monkeypatch, missing, argv, extra):
+    """A command that needs an optional package says which extra installs it before its first stage
+    (the demo used to run its data stages for minutes first), and leaves nothing behind."""
+    import importlib.util
+
+    code, _, _ = run(capsys, "train-tokenizer", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok"))
+    assert code == 0
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a))
+    argv = [a.format(tmp=tmp_path, corpus=corpus) for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and extra in err and len(err.strip().splitlines()) == 1, err
+    assert not any(p.name.startswith("demo") for p in tmp_path.iterdir())

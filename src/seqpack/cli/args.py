@@ -97,6 +97,8 @@ def engine_from_args(args: argparse.Namespace) -> Any:
 
     if args.stages is not None and args.engine != "local":
         raise ValueError("--stages applies to --engine local (Ray runs as many stages as it has CPUs)")
+    if args.engine == "ray":
+        require("ray")
     return get_engine(args.engine, address=args.ray_address, stages=args.stages)
 
 
@@ -129,17 +131,25 @@ def schedule_from_args(args: argparse.Namespace, *, seed: int = 0) -> Any:
 
 
 HISTOGRAM_HELP = ("a built-in histogram (wikipedia: BERT's Wikipedia lengths at 512), a token store "
-                  "(its document lengths), .npy (counts indexed by length-1) or .csv (length,count)")
+                  "(its document lengths), a packed dataset (the lengths it packed), .npy (counts indexed by "
+                  "length-1) or .csv (length,count)")
 
 
 def read_histogram(source: str, max_len: int) -> Any:
-    """The histogram ``--histogram`` names: a built-in one, a token store's document lengths, or a file."""
+    """The histogram ``--histogram`` names: a built-in one, a token store's document lengths, the
+    lengths a packed dataset packed (its manifest's histogram), or a file."""
     import os
 
     from seqpack.packing import BUILTIN_HISTOGRAMS, builtin_histogram, check_histogram, histogram, load_histogram
 
     if source in BUILTIN_HISTOGRAMS and not os.path.exists(source):
         hist = builtin_histogram(source)
+    elif os.path.isfile(os.path.join(source, "manifest.json")):
+        import numpy as np
+
+        from seqpack.data.format import read_manifest
+
+        hist = np.asarray(read_manifest(source)["histogram"]["counts"], dtype=np.int64)
     elif os.path.isdir(source):
         from seqpack.store import open_store
 
@@ -147,3 +157,14 @@ def read_histogram(source: str, max_len: int) -> Any:
     else:
         hist = load_histogram(source)
     return check_histogram(hist, max_len, hint=MAX_LEN_HINT)
+
+
+def require(*modules: str) -> None:
+    """Check, before any work, that the optional packages a command will import are installed: a
+    missing one raises ``ModuleNotFoundError`` naming it, which the CLI turns into the one line
+    that names the extra to install."""
+    import importlib.util
+
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)

@@ -29,6 +29,9 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from seqpack.cli.args import require
+
+    require("torch", "matplotlib")  # the demo trains and plots: say so before its first stage, not after
     from seqpack.experiments.demo import format_summary, run_demo
 
     summary = run_demo(args.out, corpus=args.corpus, vocab_size=args.vocab_size, workers=args.workers,

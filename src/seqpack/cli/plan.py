@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from seqpack.cli.args import HISTOGRAM_HELP, add_balance_options, read_histogram, schedule_from_args
+from seqpack.cli.args import HISTOGRAM_HELP, add_balance_options, read_histogram, require, schedule_from_args
 from seqpack.cli.args import depth as _depth
 from seqpack.cli.args import max_len as _max_len
 
@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
             check_writable(Path(path))
             if Path(path).exists() and not args.overwrite:
                 raise ValueError(f"{flag} {path}: exists; pass --overwrite to replace it")
+    if args.plot:
+        require("matplotlib")
     schedule = schedule_from_args(args)
     hist = read_histogram(args.histogram, args.max_len)
     if args.compare:

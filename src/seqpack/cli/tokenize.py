@@ -28,6 +28,9 @@ def add_parser(sub: Any) -> None:
         ".jsonl/.parquet give one document per record. With no INPUT, the built-in Python docs.",
     )
     p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files, or folders of them")
+    p.add_argument("--glob", metavar="PATTERN", default=None,
+                   help="in a folder, read the files whose name or relative path matches this pattern "
+                   "(e.g. '*.py', 'shards/*.jsonl'; default: .txt .md .rst .jsonl .ndjson .parquet)")
     p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
     p.add_argument("--out", required=True, help="store directory to create")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--shard-mb must be > 0 and at most {2**20:,} (a TiB), got {args.shard_mb}")
     tok = open_tokenizer(args.tokenizer)
     check_output_dir(args.out, overwrite=args.overwrite, inputs=[*args.inputs, args.tokenizer])
-    args.inputs = expand_inputs(args.inputs)
+    args.inputs = expand_inputs(args.inputs, glob=args.glob)
     for path in args.inputs:  # every input checked before anything is written
         require_file(path)
     if args.inputs:
@@ -87,6 +90,11 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{m['num_documents']:,} documents ({m['empty_documents']:,} empty, dropped), "
             f"{m['num_tokens']:,} {m['dtype']} tokens from {m['input_bytes'] / 1e6:.2f} MB "
-            f"in {seconds:.2f} s ({mb_s:.1f} MB/s), {len(store.shards)} shard(s){reused} -> {args.out}"
+            f"{_files(args.inputs)}in {seconds:.2f} s ({mb_s:.1f} MB/s), {len(store.shards)} shard(s){reused} -> {args.out}"
         )
     return 0
+
+
+def _files(inputs: list[str]) -> str:
+    """``"(21 files) "`` for the summary (the built-in corpus: nothing)."""
+    return f"({len(inputs)} file{'s' if len(inputs) != 1 else ''}) " if inputs else ""

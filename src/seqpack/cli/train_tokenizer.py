@@ -27,6 +27,9 @@ def add_parser(sub: Any) -> None:
         "With no INPUT, trains on the built-in Python-documentation corpus.",
     )
     p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files, or folders of them")
+    p.add_argument("--glob", metavar="PATTERN", default=None,
+                   help="in a folder, read the files whose name or relative path matches this pattern "
+                   "(e.g. '*.py', 'shards/*.jsonl'; default: .txt .md .rst .jsonl .ndjson .parquet)")
     p.add_argument("--vocab-size", type=int, required=True, help="final vocab size, specials included")
     p.add_argument(
         "--special-token", action="append", dest="special_tokens", metavar="TOK",
@@ -72,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         errors=args.errors, progress=not args.json,
     )
     check_output_dir(args.out, overwrite=args.overwrite, inputs=args.inputs)
-    result = train_bpe_inputs(expand_inputs(args.inputs), config=config, text_field=args.text_field)
+    inputs = expand_inputs(args.inputs, glob=args.glob)
+    result = train_bpe_inputs(inputs, config=config, text_field=args.text_field)
     tok = result.tokenizer()
     tok.save(args.out, overwrite=args.overwrite, hf=args.hf, chat_template=template)
     summary: dict[str, Any] = {
@@ -87,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         "input_size": result.input_bytes,
         "stopped_early": result.stopped_early,
         "out": str(args.out),
+        "input_files": len(inputs),
     }
     if args.json:
         print(json.dumps(summary))
@@ -96,5 +101,6 @@ def run(args: argparse.Namespace) -> int:
             f"{result.num_pretokens:,} pre-tokens ({result.num_words:,} distinct) in "
             f"{result.seconds:.2f} s (pre-tokenize {result.pretokenize_seconds:.2f} s, "
             f"merges {result.merge_seconds:.2f} s) -> {args.out}"
+            + (f" ({len(inputs)} input file{'s' if len(inputs) != 1 else ''})" if inputs else "")
         )
     return 0

@@ -52,10 +52,11 @@ TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
 INPUT_SUFFIXES = (*TEXT_SUFFIXES, ".jsonl", ".ndjson", ".parquet")
 
 
-def expand_inputs(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+def expand_inputs(paths: Iterable[str | os.PathLike[str]], *, glob: str | None = None) -> list[str]:
     """The input files that ``paths`` name: a file as it is, a directory as every file below it
-    whose suffix is one of ``INPUT_SUFFIXES``, in sorted path order (hidden names skipped), so a
-    folder of text and JSON-lines shards reads the same on any machine.
+    whose suffix is one of ``INPUT_SUFFIXES`` (or, with ``glob``, whose name or path below the
+    directory matches it: ``"*.py"``, ``"2024/*.jsonl"``), in sorted path order (hidden names
+    skipped), so a folder of text and JSON-lines shards reads the same on any machine.
 
         >>> import pathlib, tempfile
         >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -64,7 +65,11 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
         ...     _ = (d / name).write_text("x")
         >>> [pathlib.Path(p).relative_to(d).as_posix() for p in expand_inputs([d])]
         ['a.jsonl', 'b.txt', 'sub/c.txt']
+        >>> [pathlib.Path(p).relative_to(d).as_posix() for p in expand_inputs([d], glob="*.txt")]
+        ['b.txt', 'sub/c.txt']
     """
+    import fnmatch
+
     out: list[str] = []
     for path in paths:
         p = os.fspath(path)
@@ -74,11 +79,15 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
         found = []
         for root, dirs, files in os.walk(p):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            found += [os.path.join(root, f) for f in files
-                      if not f.startswith(".") and os.path.splitext(f)[1].lower() in INPUT_SUFFIXES]
+            for f in files:
+                rel = os.path.relpath(os.path.join(root, f), p).replace(os.sep, "/")
+                wanted = (fnmatch.fnmatch(f, glob) or fnmatch.fnmatch(rel, glob) if glob
+                          else os.path.splitext(f)[1].lower() in INPUT_SUFFIXES)
+                if wanted and not f.startswith("."):
+                    found.append(os.path.join(root, f))
         if not found:
-            raise FileNotFoundError(f"{p}: a directory with no input files in it (looked for "
-                                    f"{', '.join(INPUT_SUFFIXES)} files)")
+            what = f"files matching --glob {glob!r}" if glob else f"{', '.join(INPUT_SUFFIXES)} files"
+            raise FileNotFoundError(f"{p}: a directory with no input files in it (looked for {what})")
         out += sorted(found)
     return out
 
@@ -241,8 +250,9 @@ def read_documents(
     one_per_line: bool = False,
     errors: str = "strict",
 ) -> Iterator[str]:
-    """Documents of several files, chosen by suffix: ``.jsonl``, ``.parquet``, else text."""
-    for path in paths:
+    """Documents of several files (a directory: its files, :func:`expand_inputs`), chosen by suffix:
+    ``.jsonl``, ``.parquet``, else text."""
+    for path in expand_inputs(paths):
         suffix = _suffix(path)
         if suffix in (".jsonl", ".ndjson"):
             yield from read_jsonl(path, text_field=text_field)
