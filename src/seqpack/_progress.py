@@ -50,8 +50,36 @@ class SilentBar:
         self.close()
 
 
-def progress_bar(enabled: bool = True, **kw: Any) -> Any:
-    """A ``tqdm`` bar if ``enabled`` and stderr is a terminal, else a :class:`SilentBar`."""
+class LineBar(SilentBar):
+    """A bar for a log: a line on stderr at the first update, then at most one every ``interval``
+    seconds, and at the last (``desc: step 3/10, loss 7.123, 12.3 s``), so that a long run written to
+    a file is never silent for long."""
+
+    def __init__(self, iterable: Iterable[Any] | None = None, *, interval: float = 30.0, total: int | None = None,
+                 initial: int = 0, desc: str = "", unit: str = "it", **_: Any) -> None:
+        import time
+
+        super().__init__(iterable)
+        self.interval, self.total, self.n, self.desc, self.unit = interval, total, initial, desc, unit
+        self.start, self.last, self.postfix, self._clock = time.perf_counter(), None, "", time.perf_counter
+
+    def update(self, n: float = 1) -> None:
+        self.n += int(n)
+        now = self._clock()
+        if self.last is None or now - self.last >= self.interval or self.n == self.total:
+            self.last = now
+            of = f"/{self.total}" if self.total else ""
+            print(f"{self.desc}: {self.unit} {self.n}{of}{self.postfix}, {now - self.start:.1f} s", file=sys.stderr, flush=True)
+
+    def set_postfix(self, *args: Any, refresh: bool = True, **kwargs: Any) -> None:
+        self.postfix = "".join(f", {k} {v}" for k, v in kwargs.items())
+
+
+def progress_bar(enabled: bool = True, *, lines: float | None = None, **kw: Any) -> Any:
+    """A ``tqdm`` bar if ``enabled`` and stderr is a terminal; off a terminal a :class:`LineBar`
+    when ``lines`` (its interval in seconds) is given, else a :class:`SilentBar`."""
+    if enabled and lines is not None and not on_terminal():
+        return LineBar(interval=lines, **kw)
     if not (enabled and on_terminal()):
         return SilentBar(**kw)
     from tqdm.auto import tqdm

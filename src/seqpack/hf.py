@@ -7,8 +7,9 @@
 Same signature, same output columns: every list column of a row is the concatenation of the
 sequences packed into it, and ``seq_lengths`` lists their lengths (TRL's padding-free collator builds
 ``position_ids`` from it). What differs is the plan: TRL packs each ``datasets.map`` batch (1,000
-rows) on its own with best fit decreasing; here one plan covers the whole dataset (``best``: the LP
-optimum rounded, see :mod:`seqpack.packing.best`), so the same sequences take as many rows or fewer.
+rows) on its own with best fit decreasing; here one plan covers the whole dataset (``best``: the
+fewest of best fit, worst fit and the LP's rounding, the LP's effort bounded by what it could still
+win, see :mod:`seqpack.packing.best`), so the same sequences take as many rows or fewer.
 
     >>> import datasets
     >>> ds = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]]})

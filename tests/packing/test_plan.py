@@ -167,10 +167,14 @@ def test_deterministic():
     ],
 )
 def test_other_distributions_near_the_lp_bound(name, lengths, max_len):
+    """``best`` lands within 0.1% of a proven bound: the counting bound, or the LP's where the LP ran
+    (its rounds are bounded by what it could still win, so on the long tail, one pack from the
+    counting bound, it stops after a round instead of 53: 3,333 packs in 0.3 s against 3,332 in 7 s)."""
     h = histogram(lengths(np.random.default_rng(7)), max_len)
     best = plan(h, max_len)
-    bound = best.info["lp_bound"]
-    assert best.num_packs <= bound * 1.0005, f"{name}: {best.num_packs} vs LP bound {bound}"
+    bound = max(best.lower_bound, best.info["lp_bound"])
+    assert best.num_packs <= bound * 1.001, f"{name}: {best.num_packs} vs bound {bound}"
+    assert best.num_packs <= min(best.info["candidates"].values())
     d3 = plan(h, max_len, max_depth=3)
     for algorithm in ("spfhp", "lpfhp"):
         assert d3.num_packs <= plan(h, max_len, algorithm=algorithm, max_depth=3).num_packs

@@ -128,7 +128,7 @@ def test_packs_in_memory_and_from_a_file_alike_and_trains(toy: Task, tok: Tokeni
     from seqpack.train.checkpoint import read_metrics
 
     summary = train(TrainConfig(data=str(tmp_path / "a"), out=str(tmp_path / "run"), size="tiny", steps=6,
-                                batch_size=4, lr=3e-3, eval_fraction=0.1, progress=False))
+                                batch_size=4, lr=3e-3, eval_fraction=0.1, progress=False, eval_at_start=True))
     recs = read_metrics(tmp_path / "run")
     assert summary["model"] == "GPT" and summary["task"] == "copy" and summary["steps"] == 6
     assert [r["step"] for r in recs if "eval" not in r] == [1, 2, 3, 4, 5, 6]

@@ -20,7 +20,8 @@ TIMING = ("step_seconds", "compute_seconds", "data_seconds", "train_seconds", "t
 
 
 def cfg(data, out, **kw):
-    base = dict(data=str(data), out=str(out), steps=4, batch_size=6, progress=False, eval_fraction=0.1, threads=2)
+    base = dict(data=str(data), out=str(out), steps=4, batch_size=6, progress=False, eval_fraction=0.1, threads=2,
+                eval_at_start=True)
     return TrainConfig(**{**base, **kw})
 
 
@@ -267,3 +268,23 @@ def test_resume_of_a_checkpoint_from_before_an_added_option(datasets, tmp_path):
         train(cfg(datasets["clm"], tmp_path / "b", steps=4), on_step=interrupt)
     with pytest.raises(ValueError, match="dtype"):
         train(cfg(datasets["clm"], tmp_path / "b", steps=4, dtype="bf16"), resume=True)
+
+
+def test_a_run_in_a_log_says_what_it_does_at_once_and_then_every_so_often(datasets, tmp_path, capsys, monkeypatch):
+    """Off a terminal (a log file), ``train`` prints its first line before any work, a progress line
+    at the first step, at most every LOG_INTERVAL seconds, and at the last; the initial weights are
+    evaluated only when asked (``eval_at_start``)."""
+    import seqpack.train.loop as loop
+
+    monkeypatch.setattr(loop, "LOG_INTERVAL", 0.0)  # a line at every step
+    train(cfg(datasets["clm"], tmp_path / "run", steps=3, progress=True, eval_at_start=False))
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("packed GPT: steps 1-3 of 6 rows; metrics in ") and err[0].endswith("metrics.jsonl")
+    steps = [ln for ln in err if ln.startswith("packed: step ")]
+    assert [ln.split(",")[0] for ln in steps] == ["packed: step 1/3", "packed: step 2/3", "packed: step 3/3"]
+    assert all(", loss " in ln for ln in steps)
+    assert [r["step"] for r in read_metrics(tmp_path / "run") if "eval" in r] == [3]  # no step-0 evaluation
+    monkeypatch.setattr(loop, "LOG_INTERVAL", 3600.0)  # the first and the last step only
+    train(cfg(datasets["clm"], tmp_path / "run2", steps=3, progress=True))
+    steps = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("packed: step ")]
+    assert [ln.split(",")[0] for ln in steps] == ["packed: step 1/3", "packed: step 3/3"]

@@ -49,6 +49,8 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=pos("--steps"), default=default_of(TrainConfig, "steps"), help="optimiser steps (default: one epoch)")
     p.add_argument("--sequences", type=pos("--sequences"), default=default_of(TrainConfig, "sequences"), help="train until about this many sequences")
     p.add_argument("--eval-every", type=lambda t: _int_at_least(t, "--eval-every", 0), default=default_of(TrainConfig, "eval_every"), help="steps (0: at the end)")
+    p.add_argument("--eval-at-start", action="store_true", default=default_of(TrainConfig, "eval_at_start"),
+                   help="evaluate the initial weights too, before the first step (a loss curve from 0 sequences)")
     p.add_argument("--eval-fraction", type=float, default=default_of(TrainConfig, "eval_fraction"), help="share of packs held out for evaluation")
     p.add_argument("--eval-batch-size", type=pos("--eval-batch-size"), default=default_of(TrainConfig, "eval_batch_size"))
     p.add_argument("--seed", type=lambda t: _int_at_least(t, "--seed", 0), default=default_of(TrainConfig, "seed"))

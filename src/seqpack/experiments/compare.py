@@ -71,6 +71,7 @@ def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairi
         _refuse_held(out, [c.out for c in runs.values()])
     summaries = {}
     for name, c in runs.items():
+        c = c.replace(eval_at_start=True)  # both curves start at the initial weights
         summaries[name] = train(c if cfg.eval_every else c.replace(evals=evals), overwrite=overwrite)
     curves = {name: [r for r in read_metrics(c.out) if "eval" in r] for name, c in runs.items()}
     plot_curves(curves, out / "compare.png", title=f"{summaries['packed']['model']} on {Path(cfg.data).name}")

@@ -35,6 +35,14 @@ SMOOTHING = 0.5
 #: pack). ``time_limit`` is only a guard.
 WORK_LIMIT = 400_000_000
 STALL_ROUNDS, STALL_PACKS = 20, 0.5
+#: ``best`` gives the LP at most this many rounds per pack it could still gain (the greedy plan's
+#: packs minus the counting bound): a plan one pack from the bound gets a round, not a minute...
+ROUNDS_PER_PACK = 1
+#: ...and at most this many knapsack cells of pricing (distinct lengths x max_len a round) per
+#: sequence: a round's work grows with the distinct lengths and max_len, a greedy plan's (and TRL's
+#: best fit) with the sequences, so a small dataset of many lengths keeps its greedy plan, made in
+#: the time best fit takes, and a corpus gets the LP.
+CELLS_PER_SEQUENCE = 100
 
 
 @dataclass(frozen=True)
@@ -238,12 +246,15 @@ def solve_lp(
     max_new_columns: int = 200,
     lower: float | None = None,
     work_limit: int = WORK_LIMIT,
+    max_rounds: int | None = None,
 ) -> LPResult:
     """Column generation to LP optimality, or until a rule that depends on the input alone stops
     it (:data:`WORK_LIMIT`, a stall; ``time_limit`` seconds only as a guard): the result's ``stop``.
 
     ``lower`` is a known lower bound on the LP value (the unlimited-depth LP for a depth-limited
     one): generation stops as soon as ``ceil(value)`` meets ``ceil`` of a lower bound.
+    ``max_rounds`` caps the rounds of pricing (``stop`` "gain": the caller's budget for what the LP
+    could still win).
     """
     t0 = time.perf_counter()
     h = np.asarray(hist, dtype=np.int64)
@@ -294,6 +305,8 @@ def solve_lp(
             stop = "stalled"
         elif work >= work_limit:
             stop = "work"
+        elif max_rounds is not None and it >= max_rounds:
+            stop = "gain"
         elif time.perf_counter() - t0 > time_limit:
             stop = "time"
         else:

@@ -93,6 +93,7 @@ class TrainConfig:
     eval_every: int = 0  # 0: only at the end
     evals: int | None = None  # instead of eval_every: this many evaluations spread over the run
     eval_fraction: float = 0.05
+    eval_at_start: bool = False  # evaluate the initial weights too (a loss curve that starts at 0 sequences)
     eval_batch_size: int = 64
     checkpoint_every: int = 0  # 0: at the end (and on SIGINT)
     seed: int = 0

@@ -17,6 +17,7 @@ import json
 import math
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -65,6 +66,10 @@ from seqpack.train.steps import (
     rows_per_batch,
     total_steps,
 )
+
+
+#: off a terminal, a progress line at most this often (seconds), and at the first and last step
+LOG_INTERVAL = 30.0
 
 
 class Objective(torch.nn.Module):
@@ -352,10 +357,14 @@ class _Run:
 
         cfg, st = self.cfg, self.state
         self.last_eval: dict[str, float] = {}
-        if st["step"] == 0:
+        desc = "padded" if cfg.padded else "packed"
+        if cfg.progress and self.world.main:  # at once: a run in a log is never silent until its first step
+            print(f"{desc} {self.spec['class']}: steps {st['step'] + 1}-{self.total} of {self.rows} rows; "
+                  f"metrics in {self.final}/metrics.jsonl", file=sys.stderr, flush=True)
+        if st["step"] == 0 and cfg.eval_at_start:
             self._eval_record()  # the curve starts at 0 sequences
-        bar = progress_bar(cfg.progress and self.world.main, total=self.total, initial=st["step"],
-                           desc="padded" if cfg.padded else "packed", unit="step", dynamic_ncols=True)
+        bar = progress_bar(cfg.progress and self.world.main, lines=LOG_INTERVAL, total=self.total, initial=st["step"],
+                           desc=desc, unit="step", dynamic_ncols=True)
         with _Interrupt() as stop:
             while st["step"] < self.total:
                 t0 = time.perf_counter()
@@ -370,8 +379,8 @@ class _Run:
                        "tokens_per_s": rec["step_tokens"] / dt, "sequences_per_s": rec["step_sequences"] / dt}
                 if self.world.main:
                     self.log.write(rec)
+                bar.set_postfix(loss=f"{rec['loss']:.3f}", refresh=False)  # before the update that shows it
                 bar.update(1)
-                bar.set_postfix(loss=f"{rec['loss']:.3f}")
                 if on_step is not None:
                     on_step(st["step"], rec)
                 last = st["step"] == self.total

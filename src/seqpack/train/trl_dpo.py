@@ -81,7 +81,8 @@ class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
         rows = packed_rows_dataset(packed).remove_columns(["example_ids"])
         reference = copy.deepcopy(model) if ref_model is None else ref_model
         rows = self._with_reference(rows, reference, int(m["max_depth"]), args.per_device_eval_batch_size)
-        args.remove_unused_columns = False
+        args = copy.copy(args)  # the caller's arguments stay as they were
+        args.remove_unused_columns = False  # the packed columns are the model's inputs, named or not
         super().__init__(model, ref_model=reference, args=args, train_dataset=rows, data_collator=collate_rows,
                          processing_class=processing_class, **kwargs)
         self.ref_model = None  # its log-probabilities are columns now: one model in memory

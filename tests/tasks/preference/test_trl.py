@@ -238,7 +238,9 @@ def test_packed_dpo_trainer(setup: dict[str, Any]) -> None:
     P = batch["input_ids"].shape[0]
     args = trl.DPOConfig(output_dir=str(setup["root"] / "packed-trl"), per_device_train_batch_size=P, max_steps=1, bf16=False,
                          logging_steps=1, report_to=[], use_cpu=True, save_strategy="no", beta=0.1)
+    assert args.remove_unused_columns  # TRL's default
     trainer = PackedDPOTrainer(copy.deepcopy(policy), path, ref_model=copy.deepcopy(ref), args=args, processing_class=tok)
+    assert args.remove_unused_columns and not trainer.args.remove_unused_columns  # the caller's args untouched
     trainer.train()
     got = next(h["loss"] for h in trainer.state.log_history if "loss" in h)
     # the same terms, the packs in the sampler's order: fp32 sums in another order (1e-5 relative); bf16=False:
