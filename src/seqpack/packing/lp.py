@@ -42,7 +42,7 @@ ROUNDS_PER_PACK = 1
 #: sequence: a round's work grows with the distinct lengths and max_len, a greedy plan's (and TRL's
 #: best fit) with the sequences, so a small dataset of many lengths keeps its greedy plan, made in
 #: the time best fit takes, and a corpus gets the LP.
-CELLS_PER_SEQUENCE = 100
+CELLS_PER_SEQUENCE = 50
 
 
 @dataclass(frozen=True)
