@@ -153,8 +153,9 @@ def test_demo_on_a_small_corpus(capsys, tmp_path, corpus):
     # a second run reuses every finished stage; --fresh re-runs them
     code, out, err = run(capsys, *argv[:-1])
     assert code == 0 and out.count(": cached (") == 10 and "What the run shows" in out
+    assert "(10 stages reused)" in out and "n/a: reused; --fresh to time it" in out  # no time claim for it
     code, out, err = run(capsys, *argv[:-1], "--fresh")
-    assert code == 0 and ": cached (" not in out
+    assert code == 0 and ": cached (" not in out and "stages reused" not in out
 
 
 def test_train_tokenizer_reads_a_pipe_and_a_fifo_like_a_file(tmp_path, corpus):

@@ -14,10 +14,9 @@ def why_text(s: dict[str, Any]) -> str:
     got = [("paper regime", reg["realized_speedup"], reg["packing_factor"]),
            ("fine-tune", ft["realised_speedup"], ft["packing_factor"])]
     got += [(t, s[t]["training"]["realised_speedup"], s[t]["training"]["packing_factor"]) for t in ("mlm", "clm")]  # CONVERGE's
-    shares = [f"BERT 768x2 {reg['split']['padded']['body_s'] / max(reg['split']['padded']['step_s'], 1e-9):.0%}"]
+    shares = [f"BERT 768x2 {body_share(reg['split']['padded'], '.0%')}"]
     if "split" in s["mlm"]["training"]:
-        sp = s["mlm"]["training"]["split"]["padded"]
-        shares.append(f"BERT tiny (mlm) {sp['body_s'] / max(sp['step_s'], 1e-9):.0%}")
+        shares.append(f"BERT tiny (mlm) {body_share(s['mlm']['training']['split']['padded'], '.0%')}")
     return ("Realised speed-up against the packing factor (its theoretical value): "
             + "; ".join(f"{n} {r:.2f}x of {f:.2f}" for n, r, f in got) + ". "
             "Packing removes the padding rows' work in the transformer body, not the work that grows with real tokens: "
@@ -31,6 +30,17 @@ def why_text(s: dict[str, Any]) -> str:
 
 def _pct(x: float) -> str:
     return f"{x:.2%}"
+
+
+def body_share(split: dict[str, float], fmt: str = ".2%") -> str:
+    """The body's share of a step, timed apart (body alone, then the whole step): a share over the
+    whole is timing noise on a busy machine, and says so instead of printing "121%".
+
+        >>> body_share({"step_s": 4.0, "body_s": 3.0}), body_share({"step_s": 4.301, "body_s": 5.205})
+        ('75.00%', 'n/a: the body timed longer than the step (noise)')
+    """
+    share = split["body_s"] / max(split["step_s"], 1e-9)
+    return f"{share:{fmt}}" if share <= 1.0 else "n/a: the body timed longer than the step (noise)"
 
 
 def claims(s: dict[str, Any]) -> list[list[str]]:
@@ -56,7 +66,7 @@ def claims(s: dict[str, Any]) -> list[list[str]]:
         rows.append([f"{name} eval loss, packed vs padded", f"within {g['loss_gap']:.0%}",
                      f"{tr['final_eval_loss']['padded']:.4f} / {tr['final_eval_loss']['packed']:.4f} ({gap:+.4%})",
                      "yes" if abs(gap) <= g["loss_gap"] else "no"])
-    rows.append(["whole demo", f"<= {g['seconds']:.0f} s", f"{s['total_seconds']:.0f} s", "yes" if s["total_seconds"] <= g["seconds"] else "no"])
+    rows.append(whole_demo_claim(s, g["seconds"]))
     return rows
 
 
@@ -117,8 +127,7 @@ def split_rows(s: dict[str, Any]) -> list[list[str]]:
     for name, split in named:
         for layout in ("padded", "packed"):
             x = split[layout]
-            out.append([name, layout, f"{x['step_s']:.3f}", f"{x['body_s']:.3f}", f"{x['head_s']:.3f}",
-                        _pct(x["body_s"] / max(x["step_s"], 1e-9))])
+            out.append([name, layout, f"{x['step_s']:.3f}", f"{x['body_s']:.3f}", f"{x['head_s']:.3f}", body_share(x)])
     return out
 
 
@@ -222,3 +231,19 @@ def write_report(out: Path, s: dict[str, Any]) -> Path:
         ("Step time split", split_rows(s)),
     ]
     return write_html(out / "report.html", "seqpack demo", sections)
+
+
+def whole_demo_claim(s: dict[str, Any], goal: float) -> list[str]:
+    """The time claim: met or not for a run that ran its stages; for one that reused an earlier
+    run's, no claim (its time is not the demo's).
+
+        >>> whole_demo_claim({"total_seconds": 35.2, "reused_stages": ["store", "table 1"]}, 180)
+        ['whole demo', '<= 180 s', '35 s (2 stages reused)', 'n/a: reused; --fresh to time it']
+        >>> whole_demo_claim({"total_seconds": 170.4, "reused_stages": []}, 180)[2:]
+        ['170 s', 'yes']
+    """
+    reused = s.get("reused_stages") or []
+    if reused:
+        return ["whole demo", f"<= {goal:.0f} s", f"{s['total_seconds']:.0f} s ({len(reused)} stage{'s' if len(reused) != 1 else ''} reused)",
+                "n/a: reused; --fresh to time it"]
+    return ["whole demo", f"<= {goal:.0f} s", f"{s['total_seconds']:.0f} s", "yes" if s["total_seconds"] <= goal else "no"]
