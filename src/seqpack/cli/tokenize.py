@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, engine_from_args
+from seqpack.cli.inputs import add_input_options, files
 
 NAME = "tokenize"
 HELP = "corpus -> token store"
@@ -27,10 +28,7 @@ def add_parser(sub: Any) -> None:
         "reuses finished shards). Text files are split at --separator (or per line with --one-per-line); "
         ".jsonl/.parquet give one document per record. With no INPUT, the built-in Python docs.",
     )
-    p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files, or folders of them")
-    p.add_argument("--glob", metavar="PATTERN", default=None,
-                   help="in a folder, read the files whose name or relative path matches this pattern "
-                   "(e.g. '*.py', 'shards/*.jsonl'; default: .txt .md .rst .jsonl .ndjson .parquet)")
+    add_input_options(p)
     p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
     p.add_argument("--out", required=True, help="store directory to create")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
@@ -90,11 +88,6 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{m['num_documents']:,} documents ({m['empty_documents']:,} empty, dropped), "
             f"{m['num_tokens']:,} {m['dtype']} tokens from {m['input_bytes'] / 1e6:.2f} MB "
-            f"{_files(args.inputs)}in {seconds:.2f} s ({mb_s:.1f} MB/s), {len(store.shards)} shard(s){reused} -> {args.out}"
+            f"{f'({files(len(args.inputs))}) ' if args.inputs else ''}in {seconds:.2f} s ({mb_s:.1f} MB/s), {len(store.shards)} shard(s){reused} -> {args.out}"
         )
     return 0
-
-
-def _files(inputs: list[str]) -> str:
-    """``"(21 files) "`` for the summary (the built-in corpus: nothing)."""
-    return f"({len(inputs)} file{'s' if len(inputs) != 1 else ''}) " if inputs else ""

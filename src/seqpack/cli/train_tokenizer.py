@@ -20,16 +20,15 @@ DOCS = 'docs/guides/tokenizer.md'
 
 
 def add_parser(sub: Any) -> None:
+    from seqpack.cli.inputs import add_input_options
+
     p = sub.add_parser(
         NAME, help=HELP,
         description="Train a byte-level BPE tokenizer (exact CS336 semantics) and save it. "
         "Text files are read whole; .jsonl/.parquet give one document per record. "
         "With no INPUT, trains on the built-in Python-documentation corpus.",
     )
-    p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files, or folders of them")
-    p.add_argument("--glob", metavar="PATTERN", default=None,
-                   help="in a folder, read the files whose name or relative path matches this pattern "
-                   "(e.g. '*.py', 'shards/*.jsonl'; default: .txt .md .rst .jsonl .ndjson .parquet)")
+    add_input_options(p)
     p.add_argument("--vocab-size", type=int, required=True, help="final vocab size, specials included")
     p.add_argument(
         "--special-token", action="append", dest="special_tokens", metavar="TOK",
@@ -52,6 +51,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
+    from seqpack.cli.inputs import files
     from seqpack.corpus.readers import expand_inputs
     from seqpack.tokenizer import BPEConfig
     from seqpack.tokenizer.hf_export import CHATML_TEMPLATE, CHATML_TOKENS
@@ -101,6 +101,6 @@ def run(args: argparse.Namespace) -> int:
             f"{result.num_pretokens:,} pre-tokens ({result.num_words:,} distinct) in "
             f"{result.seconds:.2f} s (pre-tokenize {result.pretokenize_seconds:.2f} s, "
             f"merges {result.merge_seconds:.2f} s) -> {args.out}"
-            + (f" ({len(inputs)} input file{'s' if len(inputs) != 1 else ''})" if inputs else "")
+            + (f" ({files(len(inputs), 'input file')})" if inputs else "")
         )
     return 0

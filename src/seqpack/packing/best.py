@@ -29,7 +29,7 @@ import bisect
 import numpy as np
 
 from seqpack.packing.heuristics import lpfhp_packs, spfhp_packs
-from seqpack.packing.lp import ROUNDS_PER_PACK, CELLS_PER_SEQUENCE, LPResult, resolve_lp, solve_lp
+from seqpack.packing.lp import LPResult, resolve_lp, solve_lp
 
 Packs = list[tuple[tuple[int, ...], int]]
 MAX_ROUNDS = 4
@@ -146,6 +146,18 @@ def _greedy(candidates: dict[str, Packs], sizes: dict[str, int], bound: int, why
                                 "lp_seconds": 0.0, "lp_stop": why, "chosen": winner, "candidates": sizes}
 
 
+#: ``best`` gives the LP at most this many rounds per pack it could still gain (the greedy plan's
+#: packs minus the counting bound): a plan one pack from the bound gets a round, not a minute...
+ROUNDS_PER_PACK = 1
+#: ...and, unless the gain is at least this share of the packs (then it is worth the LP's full effort)...
+WORTH = 0.01
+#: ...at most this many knapsack cells of pricing (distinct lengths x max_len a round) per sequence:
+#: a round's work grows with the distinct lengths and max_len, a greedy plan's (and TRL's best fit)
+#: with the sequences, so a small dataset of many lengths keeps its greedy plan, made in the time
+#: best fit takes, and a corpus gets the LP.
+CELLS_PER_SEQUENCE = 50
+
+
 def lp_rounds(gap: int, packs: int, hist: np.ndarray, max_len: int) -> int:
     """The rounds of column generation ``best`` gives the LP when the best greedy plan is ``gap``
     packs above the counting bound: ``ROUNDS_PER_PACK`` a pack it could win, and, unless that gain is
@@ -165,10 +177,6 @@ def lp_rounds(gap: int, packs: int, hist: np.ndarray, max_len: int) -> int:
     return min(by_gain, int(h.sum()) * CELLS_PER_SEQUENCE // (int(np.count_nonzero(h)) * max_len))
 
 
-#: a gain of at least this share of the packs is worth the LP's full effort, however small the data
-WORTH = 0.01
-
-
 def best_packs(
     hist: np.ndarray, max_len: int, max_depth: int | None = None, *, time_limit: float = 60.0
 ) -> tuple[Packs, dict[str, object]]:
@@ -177,9 +185,10 @@ def best_packs(
     candidates = {"lpfhp": greedy, "spfhp": spfhp_packs(hist, max_len, max_depth)}
     sizes = {k: sum(c for _, c in v) for k, v in candidates.items()}
     bound = counting_bound(hist, max_len, max_depth)
-    if min(sizes.values()) <= bound:  # a greedy plan is already optimal: no LP can do better
+    fewest = min(sizes.values())
+    if fewest <= bound:  # a greedy plan is already optimal: no LP can do better
         return _greedy(candidates, sizes, bound, "counting bound met")
-    rounds = lp_rounds(min(sizes.values()) - bound, min(sizes.values()), hist, max_len)
+    rounds = lp_rounds(fewest - bound, fewest, hist, max_len)
     if rounds < 1:
         return _greedy(candidates, sizes, bound, "gain too small for an LP round")
     lower = None

@@ -35,14 +35,6 @@ SMOOTHING = 0.5
 #: pack). ``time_limit`` is only a guard.
 WORK_LIMIT = 400_000_000
 STALL_ROUNDS, STALL_PACKS = 20, 0.5
-#: ``best`` gives the LP at most this many rounds per pack it could still gain (the greedy plan's
-#: packs minus the counting bound): a plan one pack from the bound gets a round, not a minute...
-ROUNDS_PER_PACK = 1
-#: ...and at most this many knapsack cells of pricing (distinct lengths x max_len a round) per
-#: sequence: a round's work grows with the distinct lengths and max_len, a greedy plan's (and TRL's
-#: best fit) with the sequences, so a small dataset of many lengths keeps its greedy plan, made in
-#: the time best fit takes, and a corpus gets the LP.
-CELLS_PER_SEQUENCE = 50
 
 
 @dataclass(frozen=True)
