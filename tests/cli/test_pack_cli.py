@@ -121,3 +121,77 @@ def test_tokenize_and_pack_in_shards(capsys, tmp_path, tokdir, corpus):
         run(capsys, "pack", str(tmp_path / "s"), "--task", "clm", "--max-len", "64", "--tokenizer", str(tokdir),
             "--out", str(tmp_path / "q"), "--row-group-packs", "0")
     assert e.value.code == 2
+
+
+def _records(path: Path, ids: range) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": f"record {i} " + "w " * (i % 5), "label": i % 3}) + "\n" for i in ids),
+                    encoding="utf-8")
+
+
+def test_pack_reads_a_folder_of_record_files(capsys, tmp_path, tokdir):
+    """A folder packs exactly as its record files concatenated in sorted path order (a Parquet shard
+    included), says how many files it read, and --glob picks among them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "examples"
+    _records(folder / "b.jsonl", range(10, 25))
+    _records(folder / "a" / "part.jsonl", range(0, 10))
+    rows = [{"text": f"record {i} " + "w " * (i % 5), "label": i % 3} for i in range(25, 40)]
+    pq.write_table(pa.Table.from_pylist(rows), folder / "c.parquet")
+    (folder / "notes.txt").write_text("not a record file")
+    (folder / ".hidden.jsonl").write_text("{not json")
+    whole = tmp_path / "all.jsonl"
+    _records(whole, range(40))  # a/part.jsonl, b.jsonl, c.parquet: sorted path order
+    base = ["--task", "classification", "--max-len", "32", "--tokenizer", str(tokdir)]
+    code, out, err = run(capsys, "pack", str(folder), *base, "--out", str(tmp_path / "f"), "--shard-examples", "7")
+    assert code == 0, err
+    assert out.startswith("classification: 40 sequences from 40 examples (3 files) -> ")
+    code, _, err = run(capsys, "pack", str(whole), *base, "--out", str(tmp_path / "w"), "--shard-examples", "7")
+    assert code == 0, err
+    for f in sorted((tmp_path / "w").rglob("*.parquet")):  # same records, same order, same seed: the same bytes
+        assert f.read_bytes() == (tmp_path / "f" / f.relative_to(tmp_path / "w")).read_bytes(), f
+    code, out, err = run(capsys, "pack", str(folder), *base, "--out", str(tmp_path / "g"), "--glob", "*.jsonl")
+    assert code == 0, err
+    assert out.startswith("classification: 25 sequences from 25 examples (2 files) -> ")
+
+
+def test_pack_folder_errors(capsys, tmp_path, tokdir, store):
+    folder = tmp_path / "examples"
+    _records(folder / "a.jsonl", range(5))
+    base = ["--max-len", "32", "--tokenizer", str(tokdir), "--out", str(tmp_path / "o")]
+
+    def err(*argv: str) -> str:
+        code, _, e = run(capsys, "pack", *argv)
+        assert code == 2 and e.count("\n") == 1 and "Traceback" not in e
+        return e
+
+    assert "matching --glob '*.csv'" in err(str(folder), "--task", "classification", "--glob", "*.csv", *base)
+    assert "task clm reads a token store (drop --glob)" in err(str(store), "--task", "clm", "--glob", "*.jsonl", *base)
+    assert "is a token store; task classification reads labelled examples" in err(str(store), "--task", "classification", *base)
+    assert not (tmp_path / "o").exists()
+
+
+def test_pack_folder_job_key_covers_every_file(tmp_path, tokdir, monkeypatch):
+    """A resume reuses only work made from the same inputs: the job's key names every file of the
+    folder with its size and mtime, so a file edited after a killed run changes it."""
+    import os
+
+    from seqpack.pipeline import PackConfig, job
+    from seqpack.tokenizer import open_tokenizer
+
+    folder = tmp_path / "examples"
+    _records(folder / "a.jsonl", range(10))
+    _records(folder / "b.jsonl", range(10, 20))
+    keys = []
+    monkeypatch.setattr(job, "run_job", lambda key, inputs, *a, **k: keys.append((key, len(list(inputs)))) or {})
+    tok, cfg = open_tokenizer(tokdir), PackConfig.for_task("classification", max_len=32)
+    assert job.pack_example_shards(folder, tok, tmp_path / "o", cfg, shard_examples=5) == {"input_files": 2}
+    st = (folder / "b.jsonl").stat()
+    _records(folder / "b.jsonl", range(10, 20))
+    os.utime(folder / "b.jsonl", ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    job.pack_example_shards(folder, tok, tmp_path / "o", cfg, shard_examples=5)
+    (k1, n1), (k2, n2) = keys
+    assert n1 == n2 == 4 and [f[0] for f in k1["examples"]] == [str((folder / n).resolve()) for n in ("a.jsonl", "b.jsonl")]
+    assert k1 != k2 and k1["examples"][0] == k2["examples"][0]

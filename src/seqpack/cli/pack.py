@@ -19,6 +19,7 @@ from seqpack.cli.args import (
     positive_int,
     schedule_from_args,
 )
+from seqpack.cli.inputs import files
 
 NAME = "pack"
 HELP = "token store or labelled examples -> packed dataset"
@@ -66,7 +67,11 @@ def add_parser(sub: Any) -> None:
         f"manifest.json. {store} read a token store (seqpack tokenize); {examples} read .jsonl/.parquet "
         "examples.",
     )
-    p.add_argument("source", metavar="STORE|EXAMPLES")
+    p.add_argument("source", metavar="STORE|EXAMPLES",
+                   help="a token store (clm, mlm), or examples: a .jsonl/.parquet file or a folder of them")
+    p.add_argument("--glob", metavar="PATTERN", default=None,
+                   help="in a folder of examples, read the files whose name or relative path matches this pattern "
+                   "(default: every .jsonl, .ndjson and .parquet file below it, in sorted order)")
     p.add_argument("--task", required=True, choices=TASKS)
     p.add_argument("--max-len", required=True, type=max_len, help="tokens per packed row")
     p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
@@ -114,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.tasks import get_task
     from seqpack.tokenizer import open_tokenizer
 
+    if args.glob is not None and get_task(args.task).reads_store:
+        raise ValueError(f"--glob picks files in a folder of examples; task {args.task} reads a token store (drop --glob)")
     options = {k: v for k, v in vars(args).items() if k not in COMMON and k in task_option_fields()}
     cfg = PackConfig.for_task(args.task, max_len=args.max_len, algorithm=args.algorithm, max_depth=args.max_depth,
                               seed=args.seed, position_offset=args.position_offset, **options)
@@ -127,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
                                  shard_examples=args.shard_examples, schedule=schedule,
                                  export_bin=args.export_bin, compression=args.compression, shard_packs=args.shard_packs,
                                  row_group_packs=args.row_group_packs,
-                                 write_derived=args.write_derived, encoding=args.parquet_encoding)
+                                 write_derived=args.write_derived, encoding=args.parquet_encoding, glob=args.glob)
     finally:
         engine.close()
     summary = {k: m[k] for k in SUMMARY_KEYS}
@@ -141,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
         if truncated:
             dropped += f"; truncated: {truncated:,}"
         print(
-            f"{m['task']}: {m['num_sequences']:,} sequences from {m['num_examples']:,} examples -> "
+            f"{m['task']}: {m['num_sequences']:,} sequences from {m['num_examples']:,} examples"
+            + (f" ({files(m['input_files'])})" if "input_files" in m else "") + " -> "
             f"{m['num_packs']:,} packs of {m['max_len']} (efficiency {m['efficiency']:.2%}, "
             f"{m['packing_factor']:.2f} sequences/pack, dropped: {dropped}) -> {args.out}"
             + (f" (reused {len(m['reused'])} finished part(s))" if m.get("reused") else "")

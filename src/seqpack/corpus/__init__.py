@@ -23,7 +23,7 @@ if TYPE_CHECKING:
         read_parquet,
         read_text,
     )
-    from seqpack.corpus.records import iter_records
+    from seqpack.corpus.records import iter_records, record_files
 
 __all__ = [
     "DEFAULT_SEPARATOR",
@@ -37,13 +37,14 @@ __all__ = [
     "read_jsonl",
     "read_parquet",
     "read_text",
+    "record_files",
 ]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("python_docs", "python_docstrings"):
         from seqpack.corpus import builtin as module
-    elif name == "iter_records":
+    elif name in ("iter_records", "record_files"):
         from seqpack.corpus import records as module
     elif name in __all__:
         from seqpack.corpus import readers as module

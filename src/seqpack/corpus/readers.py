@@ -52,9 +52,10 @@ TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
 INPUT_SUFFIXES = (*TEXT_SUFFIXES, ".jsonl", ".ndjson", ".parquet")
 
 
-def expand_inputs(paths: Iterable[str | os.PathLike[str]], *, glob: str | None = None) -> list[str]:
+def expand_inputs(paths: Iterable[str | os.PathLike[str]], *, glob: str | None = None,
+                  suffixes: tuple[str, ...] = INPUT_SUFFIXES) -> list[str]:
     """The input files that ``paths`` name: a file as it is, a directory as every file below it
-    whose suffix is one of ``INPUT_SUFFIXES`` (or, with ``glob``, whose name or path below the
+    whose suffix is one of ``suffixes`` (default ``INPUT_SUFFIXES``; or, with ``glob``, whose name or path below the
     directory matches it: ``"*.py"``, ``"2024/*.jsonl"``), in sorted path order (hidden names
     skipped), so a folder of text and JSON-lines shards reads the same on any machine.
 
@@ -82,11 +83,11 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]], *, glob: str | None =
             for f in files:
                 rel = os.path.relpath(os.path.join(root, f), p).replace(os.sep, "/")
                 wanted = (fnmatch.fnmatch(f, glob) or fnmatch.fnmatch(rel, glob) if glob
-                          else os.path.splitext(f)[1].lower() in INPUT_SUFFIXES)
+                          else os.path.splitext(f)[1].lower() in suffixes)
                 if wanted and not f.startswith("."):
                     found.append(os.path.join(root, f))
         if not found:
-            what = f"files matching --glob {glob!r}" if glob else f"{', '.join(INPUT_SUFFIXES)} files"
+            what = f"files matching --glob {glob!r}" if glob else f"{', '.join(suffixes)} files"
             raise FileNotFoundError(f"{p}: a directory with no input files in it (looked for {what})")
         out += sorted(found)
     return out

@@ -1,7 +1,10 @@
-"""Dict records (labelled examples) from ``.jsonl``, ``.parquet`` or HF ``datasets``.
+"""Dict records (labelled examples) from ``.jsonl``, ``.parquet`` (files, or folders of them) or HF ``datasets``.
 
     >>> list(iter_records([{"text": "hi", "label": 1}]))
     [{'text': 'hi', 'label': 1}]
+
+A folder is read as its record files in sorted path order (:func:`record_files`), one after
+another, so its records are numbered the same on every machine.
 """
 
 from __future__ import annotations
@@ -11,16 +14,48 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from seqpack.corpus.readers import iter_json_lines, require_file
+from seqpack.corpus.readers import expand_inputs, iter_json_lines, require_file
+
+RECORD_SUFFIXES = (".jsonl", ".ndjson", ".parquet")
 
 
-def iter_records(source: str | os.PathLike[str] | Iterable[Any]) -> Iterator[dict[str, Any]]:
-    """Dict records of a ``.jsonl``/``.parquet`` file, or of any iterable of dicts (HF ``Dataset``)."""
+def record_files(source: str | os.PathLike[str], *, glob: str | None = None) -> list[str]:
+    """The record files ``source`` names: a file as it is; a folder as every ``.jsonl`` /
+    ``.ndjson`` / ``.parquet`` file below it (with ``glob``: every file whose name or relative
+    path matches it), in sorted path order, hidden names skipped.
+
+        >>> import pathlib, tempfile
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> for name in ("b.jsonl", "a/part-0.parquet", "notes.txt"):
+        ...     (d / name).parent.mkdir(exist_ok=True)
+        ...     _ = (d / name).write_text("")
+        >>> [pathlib.Path(p).relative_to(d).as_posix() for p in record_files(d)]
+        ['a/part-0.parquet', 'b.jsonl']
+    """
+    if os.path.isdir(source):
+        return expand_inputs([source], glob=glob, suffixes=RECORD_SUFFIXES)
+    return [str(require_file(source))]
+
+
+def _is_paths(source: Any) -> bool:
+    return isinstance(source, (list, tuple)) and bool(source) and all(isinstance(x, (str, os.PathLike)) for x in source)
+
+
+def iter_records(source: str | os.PathLike[str] | Iterable[Any], *, glob: str | None = None) -> Iterator[dict[str, Any]]:
+    """Dict records of a ``.jsonl``/``.parquet`` file, of a folder of them (:func:`record_files`;
+    ``glob`` picks its files), of a list of such paths, or of any iterable of dicts (HF ``Dataset``)."""
+    if _is_paths(source):
+        for path in source:  # type: ignore[union-attr]
+            yield from iter_records(path, glob=glob)
+        return
     if not isinstance(source, (str, os.PathLike)):
         for i, row in enumerate(source):
             if not isinstance(row, dict):
                 raise TypeError(f"example {i}: expected a dict record, got {type(row).__name__}")
             yield row
+        return
+    if os.path.isdir(source):
+        yield from iter_records(record_files(source, glob=glob))
         return
     p = require_file(source)
     suffix = p.suffix.lower()

@@ -39,8 +39,7 @@ from seqpack._atomic import check_output_dir, output_lock, replace_directory
 from seqpack._progress import progress_bar
 from seqpack._resources import small_pages
 from seqpack._stages import StageLog, content_hash, discard_on_rejection, work_dir
-from seqpack.corpus.readers import require_file
-from seqpack.corpus.records import iter_records
+from seqpack.corpus.records import iter_records, record_files
 from seqpack.data.format import (
     MANIFEST,
     SCHEDULE,
@@ -91,26 +90,37 @@ def pack_store_shards(
 def pack_example_shards(
     source: str | os.PathLike[str], tokenizer: Tokenizer, out: str | os.PathLike[str], config: PackConfig, *,
     output: OutputOptions = OutputOptions(), engine: Engine | None = None, shard_examples: int = 100_000,
+    glob: str | None = None,
 ) -> dict[str, Any]:
-    """Pack labelled examples (``.jsonl``/``.parquet``) ``shard_examples`` at a time, with one global plan.
+    """Pack labelled examples (``.jsonl``/``.parquet``, or a folder of them: :func:`seqpack.corpus.record_files`,
+    ``glob`` picking its files) ``shard_examples`` at a time, with one global plan.
 
     A first pass asks the task for what must be global (classification: the label set); then
-    the examples are read in order and each batch of ``shard_examples`` is one stage.
+    the examples are read in order (a folder's files one after another) and each batch of
+    ``shard_examples`` is one stage.
     """
     if shard_examples < 1:
         raise ValueError(f"shard_examples must be >= 1, got {shard_examples}")
-    p = require_file(source)
-    context = get_task(config.task).shard_context(p, config)
+    files = record_files(source, glob=glob)
+    context = get_task(config.task).shard_context(files, config)
 
     def inputs() -> Iterator[ShardInput]:
-        it, base = iter_records(p), 0
+        it, base = iter_records(files), 0
         while batch := list(islice(it, shard_examples)):
             yield batch, base, context
             base += len(batch)
 
-    st = p.stat()
-    key = {"examples": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "shard_examples": shard_examples}
-    return run_job(key, inputs(), tokenizer, out, config, output, engine=engine)
+    stats = [(str(Path(f).resolve()), Path(f).stat()) for f in files]
+    folder = Path(source).is_dir()
+    if folder:
+        key: dict[str, Any] = {"examples": [[f, st.st_size, st.st_mtime_ns] for f, st in stats]}
+    else:  # one file: its key as it always was
+        key = {"examples": stats[0][0], "size": stats[0][1].st_size, "mtime_ns": stats[0][1].st_mtime_ns}
+    key["shard_examples"] = shard_examples
+    manifest = run_job(key, inputs(), tokenizer, out, config, output, engine=engine)
+    if folder:
+        manifest["input_files"] = len(files)  # for the summary line, as "reused" (not written to disk)
+    return manifest
 
 
 def run_job(

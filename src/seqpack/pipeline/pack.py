@@ -47,13 +47,15 @@ def build_packed_dataset(
     schedule: ScheduleOptions | None = None,
     write_derived: bool = False,
     encoding: str = ENCODINGS[0],
+    glob: str | None = None,
 ) -> dict[str, Any]:
     """Build, pack and write; returns the manifest (also in ``out/manifest.json``).
 
     A sharded token store (``seqpack tokenize`` writes one) goes through
     :func:`seqpack.pipeline.job.pack_store_shards`, and an examples file (``.jsonl`` /
-    ``.parquet``) through :func:`seqpack.pipeline.job.pack_example_shards`
-    (``shard_examples`` at a time): shard by shard, one global plan, on ``engine``
+    ``.parquet``) or a folder of them (``glob``: which of its files, default every ``.jsonl``,
+    ``.ndjson`` and ``.parquet`` below it, in sorted order) through
+    :func:`seqpack.pipeline.job.pack_example_shards` (``shard_examples`` at a time): shard by shard, one global plan, on ``engine``
     (:func:`seqpack.pipeline.engine.get_engine`; default: this process). Other sources (a plain
     store, an HF dataset, a list of records) are packed in memory.
 
@@ -75,7 +77,8 @@ def build_packed_dataset(
         isinstance(source, (str, os.PathLike)) and (Path(source) / SHARDS).is_file())
     if not task.reads_store and isinstance(source, (str, os.PathLike)):
         task.check_examples(source)
-        m = pack_example_shards(source, tokenizer, out, config, output=output, engine=engine, shard_examples=shard_examples)
+        m = pack_example_shards(source, tokenizer, out, config, output=output, engine=engine, shard_examples=shard_examples,
+                                glob=glob)
     elif task.reads_store and sharded:
         store = source if isinstance(source, ShardedTokenStore) else ShardedTokenStore(source)  # type: ignore[arg-type]
         m = pack_store_shards(store, tokenizer, out, config, output=output, engine=engine)

@@ -150,8 +150,13 @@ class Task:
         return store
 
     def check_examples(self, source: Any) -> None:
-        if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
-            raise ValueError(f"task {self.name} reads labelled examples (.jsonl or .parquet), not the directory {source}")
+        """Refuse a token store given to a task that reads labelled examples (a folder of record files is fine)."""
+        from seqpack.store.sharded import SHARDS
+        from seqpack.store.store import META
+
+        if isinstance(source, (str, os.PathLike)) and any((Path(source) / f).is_file() for f in (META, SHARDS)):
+            raise ValueError(f"{source} is a token store; task {self.name} reads labelled examples "
+                             "(.jsonl or .parquet files, or a folder of them)")
 
     # ---- models -----------------------------------------------------------------------------
     def model_kind(self, asked: str | None) -> str:
