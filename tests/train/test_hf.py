@@ -65,3 +65,33 @@ def test_gradient_checkpointing_of_a_transformers_model_trains_the_same_weights(
         ids = torch.randint(0, 100, (2, 16))
         m(ids, labels=ids).loss.backward()
         assert len(calls) == (2 if on else 1)
+
+
+LLAMA = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+         "intermediate_size": 64, "max_position_embeddings": 64}
+
+
+@pytest.mark.parametrize(("config", "expected"), [
+    (LLAMA, "seqpack_packed"),  # no attn_implementation (LlamaConfig().to_json_file() writes none): seqpack's packed attention
+    ({**LLAMA, "attn_implementation": "sdpa"}, "sdpa"),  # a named one is kept
+    ({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 64}, "sdpa"),  # attention dropout 0.1
+    ({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 64, "attn_pdrop": 0.0}, "seqpack_packed"),
+    ({"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,  # encoders: a 4-D mask
+      "intermediate_size": 64, "max_position_embeddings": 64, "attention_probs_dropout_prob": 0.0}, "sdpa"),
+])
+def test_hf_model_runs_packed_attention_unless_named_and_records_it(datasets, tmp_path, capsys, config, expected):
+    """``--hf-model`` gives a causal LM ``seqpack_packed`` when its config names no attention (and
+    puts no dropout on it); the run's first line, ``config.json`` and summary say what ran."""
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(config))
+    task = "mlm" if config["model_type"] == "bert" else "clm"
+    s = train(TrainConfig(data=str(datasets[task]), out=str(tmp_path / "run"), hf_model=str(f), steps=2, batch_size=4,
+                          eval_fraction=0.1))
+    first = capsys.readouterr().err.splitlines()[0]
+    assert f", attention {expected}" in first
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["attention"] == expected
+    assert s["attention"]["implementation"] == expected
+    if expected == "seqpack_packed":  # seqpack's plans ran, one per batch: 2 steps and the final evaluation
+        assert sum(s["attention"]["plans"].values()) >= 3
+    else:  # transformers' own attention: no seqpack plan
+        assert s["attention"]["plans"] == {} and "a dense T x T mask per row" in first

@@ -279,7 +279,7 @@ def test_a_run_in_a_log_says_what_it_does_at_once_and_then_every_so_often(datase
     monkeypatch.setattr(loop, "LOG_INTERVAL", 0.0)  # a line at every step
     train(cfg(datasets["clm"], tmp_path / "run", steps=3, progress=True, eval_at_start=False))
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("packed GPT: steps 1-3 of 6 rows; metrics in ") and err[0].endswith("metrics.jsonl")
+    assert err[0].startswith("packed GPT, attention auto: steps 1-3 of 6 rows; eval at the end on ") and err[0].endswith("metrics.jsonl")
     steps = [ln for ln in err if ln.startswith("packed: step ")]
     assert [ln.split(",")[0] for ln in steps] == ["packed: step 1/3", "packed: step 2/3", "packed: step 3/3"]
     assert all(", loss " in ln for ln in steps)
@@ -288,3 +288,46 @@ def test_a_run_in_a_log_says_what_it_does_at_once_and_then_every_so_often(datase
     train(cfg(datasets["clm"], tmp_path / "run2", steps=3, progress=True))
     steps = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("packed: step ")]
     assert [ln.split(",")[0] for ln in steps] == ["packed: step 1/3", "packed: step 3/3"]
+
+
+def test_an_evaluation_reads_a_bounded_fixed_sample_of_the_held_out_packs(datasets, tmp_path):
+    """``eval_tokens`` bounds an evaluation's real tokens with a seeded sample of the held-out packs:
+    the same sample for every run, within the bound (one pack at least), training untouched."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from seqpack.train.data import EVAL_SAMPLE_SEED, eval_sample
+
+    whole = TrainData(datasets["clm"], eval_fraction=0.3)
+    fill = whole.pack_stats[:, 0]
+    held = whole.eval_packs
+    for bound in (1, int(fill[held].min()), 3 * int(fill[held].max()), int(fill[held].sum()) - 1):
+        data = TrainData(datasets["clm"], eval_fraction=0.3, eval_tokens=bound)
+        assert np.array_equal(data.train_packs, whole.train_packs) and np.array_equal(data.held_out_packs, held)
+        assert set(data.eval_packs) <= set(held) and list(data.eval_packs) == sorted(data.eval_packs)
+        assert data.eval_tokens == int(fill[data.eval_packs].sum())
+        assert data.eval_tokens <= bound or len(data.eval_packs) == 1
+        assert np.array_equal(data.eval_packs, TrainData(datasets["clm"], eval_fraction=0.3, eval_tokens=bound).eval_packs)
+    assert np.array_equal(TrainData(datasets["clm"], eval_fraction=0.3, eval_tokens=10**9).eval_packs, held)
+
+    @settings(max_examples=50, deadline=None)
+    @given(st.lists(st.integers(0, 50), min_size=1, max_size=30), st.integers(0, 400))
+    def sample(fills, bound):  # the sample is the longest prefix of one seeded order within the bound
+        f = np.asarray(fills)
+        held = np.arange(f.size)
+        got = eval_sample(held, f, bound)
+        if bound == 0 or f.sum() <= bound:
+            assert np.array_equal(got, held)
+        else:
+            assert got.size >= 1 and (f[got].sum() <= bound or got.size == 1)
+            rest = np.setdiff1d(held, got)
+            order = np.random.default_rng(EVAL_SAMPLE_SEED).permutation(held)
+            assert np.array_equal(np.sort(order[: got.size]), got) and rest.size > 0
+
+    sample()
+
+    run = tmp_path / "run"
+    s = train(cfg(datasets["clm"], run, steps=2, eval_tokens=int(fill[held].min())))
+    described = json.loads((run / "config.json").read_text())["data"]
+    assert described["eval_packs"] == 1 and described["held_out_packs"] == len(TrainData(datasets["clm"], eval_fraction=0.1).eval_packs)
+    assert "loss" in s["eval"]

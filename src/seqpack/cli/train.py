@@ -52,6 +52,8 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-at-start", action="store_true", default=default_of(TrainConfig, "eval_at_start"),
                    help="evaluate the initial weights too, before the first step (a loss curve from 0 sequences)")
     p.add_argument("--eval-fraction", type=float, default=default_of(TrainConfig, "eval_fraction"), help="share of packs held out for evaluation")
+    p.add_argument("--eval-tokens", type=lambda t: _int_at_least(t, "--eval-tokens", 0), default=default_of(TrainConfig, "eval_tokens"),
+                   help="an evaluation reads at most this many held-out tokens, a fixed sample (0: every held-out pack)")
     p.add_argument("--eval-batch-size", type=pos("--eval-batch-size"), default=default_of(TrainConfig, "eval_batch_size"))
     p.add_argument("--seed", type=lambda t: _int_at_least(t, "--seed", 0), default=default_of(TrainConfig, "seed"))
     p.add_argument("--reduction", choices=REDUCTIONS, default=default_of(TrainConfig, "reduction"), help="loss mean per sequence (paper) or per token (HF)")
@@ -115,6 +117,7 @@ def config_from_args(args: argparse.Namespace, **changes: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from seqpack.train import train
+    from seqpack.train.lines import ran_text
 
     cfg = config_from_args(args)
     s = train(cfg, resume=args.resume, overwrite=args.overwrite)
@@ -128,5 +131,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'padded' if s['padded'] else 'packed'} {s['model']}: {s['steps']} steps, {s['sequences']:,} sequences, "
           f"{s['tokens']:,} tokens in {s['train_seconds']:.1f} s ({s['tokens_per_s']:,.0f} tokens/s)")
     print("eval: " + ", ".join(parts))
+    ran = ran_text(s["attention"]["plans"])
+    print(f"attention: {s['attention']['implementation']}" + (f" ({ran})" if ran else ""))
     print(f"run: {s['run']}")
     return 0

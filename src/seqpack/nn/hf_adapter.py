@@ -69,6 +69,9 @@ BIDIRECTIONAL = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassi
 SUPPORTED = BIDIRECTIONAL + CAUSAL
 #: reward models (a scalar score per token) the preference task trains
 REWARD = ("LlamaForSequenceClassification", "GPT2ForSequenceClassification")
+#: the models that run ``seqpack_packed`` (seqpack's attention plan inside the model): the causal
+#: LMs here, the reward models in the preference task
+TAKES_PLAN = CAUSAL + REWARD
 
 
 def _name(model: Any) -> str:

@@ -24,7 +24,7 @@ CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 # options that may change between a run and its resumption without changing its result
-FREE_OPTIONS = ("out", "data", "progress", "threads", "eval_every", "evals", "eval_batch_size", "checkpoint_every",
+FREE_OPTIONS = ("out", "data", "progress", "threads", "eval_every", "evals", "eval_batch_size", "eval_tokens", "checkpoint_every",
                 "gradient_checkpointing")  # recomputing activations gives the same gradients
 # options newer than some checkpoints: a checkpoint without one was trained with this value
 ADDED_OPTIONS: dict[str, Any] = {"dtype": "fp32"}

@@ -93,6 +93,7 @@ class TrainConfig:
     eval_every: int = 0  # 0: only at the end
     evals: int | None = None  # instead of eval_every: this many evaluations spread over the run
     eval_fraction: float = 0.05
+    eval_tokens: int = 262_144  # an evaluation reads at most this many held-out tokens (0: every held-out pack)
     eval_at_start: bool = False  # evaluate the initial weights too (a loss curve that starts at 0 sequences)
     eval_batch_size: int = 64
     checkpoint_every: int = 0  # 0: at the end (and on SIGINT)
@@ -156,6 +157,8 @@ class TrainConfig:
             raise ValueError(f"eval_fraction must be in (0, 0.5), got {self.eval_fraction}")
         if self.evals is not None and (self.evals < 1 or self.eval_every):
             raise ValueError("evals must be >= 1, and is given instead of eval_every, not with it")
+        if self.eval_tokens < 0:
+            raise ValueError(f"eval_tokens must be >= 0 (0: every held-out pack), got {self.eval_tokens}")
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise ValueError("eval_every and checkpoint_every must be >= 0 (0: at the end only)")
         if self.match != "none" and self.adjust_hparams:

@@ -14,7 +14,11 @@ pack's sequences out one per row: step ``s`` of the padded run then holds exactl
 of the packed run's step ``s``, so the two compute the same gradients (the fair comparison).
 
 A fixed share of packs (``eval_fraction``, chosen by a seed that does not depend on the run's
-seed) is held out; both the packed and the padded run evaluate on those same packed rows.
+seed) is held out; both the packed and the padded run evaluate on those same packed rows. An
+evaluation reads at most ``eval_tokens`` real tokens of them (a run's bound:
+:attr:`seqpack.train.config.TrainConfig.eval_tokens`, so that its cost does not grow with the
+dataset), a seeded sample of the held-out packs that is the same for every run of the dataset
+with that bound; ``0`` evaluates every held-out pack.
 """
 
 from __future__ import annotations
@@ -33,6 +37,24 @@ from seqpack.data.torch_dataset import to_tensors
 from seqpack.tasks import get_task
 
 SPLIT_SEED = 20_240_101
+EVAL_SAMPLE_SEED = SPLIT_SEED + 1
+
+
+def eval_sample(held_out: np.ndarray, fill: np.ndarray, max_tokens: int) -> np.ndarray:
+    """The held-out packs one evaluation reads: a seeded sample of ``held_out`` whose real tokens
+    (``fill``, per pack of the dataset) stay within ``max_tokens`` (at least one pack; ``0``: all),
+    sorted.
+
+        >>> eval_sample(np.array([0, 2, 3, 5]), np.array([4, 9, 4, 4, 9, 4]), 8).size
+        2
+        >>> eval_sample(np.array([0, 2, 3, 5]), np.array([4, 9, 4, 4, 9, 4]), 0).tolist()
+        [0, 2, 3, 5]
+    """
+    if max_tokens <= 0 or int(fill[held_out].sum()) <= max_tokens:
+        return held_out
+    order = np.random.default_rng(EVAL_SAMPLE_SEED).permutation(held_out)
+    keep = max(1, int((np.cumsum(fill[order]) <= max_tokens).sum()))  # fill >= 0: the sums only grow
+    return np.sort(order[:keep])
 
 
 def row_squares(segment_ids: np.ndarray) -> np.ndarray:
@@ -90,7 +112,7 @@ class TrainData:
     held-out evaluation packs."""
 
     def __init__(self, path: str | os.PathLike[str], *, padded: bool = False, by_pack: bool = False,
-                 eval_fraction: float = 0.05, by_schedule: bool = False) -> None:
+                 eval_fraction: float = 0.05, by_schedule: bool = False, eval_tokens: int = 0) -> None:
         columns = [c for c in read_manifest(path)["columns"] if c != "example_ids"]  # not needed to train
         # rows are read on demand (memory-mapped .bin, or Parquet row groups): never the whole dataset
         self.rows = PackedRows(path, columns=columns)
@@ -128,6 +150,8 @@ class TrainData:
                 sp[:, 0] += lo
                 span_parts.append(sp)
         _check_counts(path, self.manifest, nseq, fill)
+        self.held_out_packs = self.eval_packs  # out of training; an evaluation reads eval_packs of them
+        self.eval_packs = eval_sample(self.eval_packs, fill, eval_tokens)
         self.by_pack = bool(padded and by_pack)
         if padded:
             spans = np.concatenate(span_parts) if span_parts else np.zeros((0, 4), np.int64)
@@ -146,6 +170,7 @@ class TrainData:
         self.packing_factor = float(nseq[self.train_packs].mean())
         self.train_sequences = int(nseq[self.train_packs].sum())
         self.eval_sequences = int(nseq[self.eval_packs].sum())
+        self.eval_tokens = int(fill[self.eval_packs].sum())
         self._perms: dict[tuple[int, int], np.ndarray] = {}
         #: extra (P, ...) columns of packs computed by the run (the reference model's log-probabilities)
         self.pack_columns: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
@@ -228,7 +253,8 @@ class TrainData:
     def describe(self) -> dict[str, Any]:
         return {
             "task": self.task, "max_len": self.max_len, "padded": self.padded,
-            "train_packs": len(self.train_packs), "eval_packs": len(self.eval_packs),
+            "train_packs": len(self.train_packs), "held_out_packs": len(self.held_out_packs),
+            "eval_packs": len(self.eval_packs), "eval_tokens": self.eval_tokens,
             "train_sequences": self.train_sequences, "eval_sequences": self.eval_sequences,
             "packing_factor": self.packing_factor, "units": self.num_units, "by_pack": self.by_pack,
         }

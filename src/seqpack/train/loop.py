@@ -51,7 +51,8 @@ from seqpack.train.checkpoint import (
 from seqpack.train.config import TrainConfig
 from seqpack.train.data import TrainData
 from seqpack.train.distributed import World, close_world, init_world
-from seqpack.train.models import build_model, enable_checkpointing, forward
+from seqpack.train.lines import start_line
+from seqpack.train.models import attention_of, build_model, enable_checkpointing, forward
 from seqpack.train.objective import EvalTotals, component_means, loss_units, step_loss
 from seqpack.train.reference import (
     load_reference,
@@ -111,7 +112,7 @@ def train(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     data = TrainData(cfg.data, padded=cfg.padded, by_pack=cfg.match == "packs", eval_fraction=cfg.eval_fraction,
-                     by_schedule=cfg.balance == "schedule")
+                     by_schedule=cfg.balance == "schedule", eval_tokens=cfg.eval_tokens)
     world = init_world()
     try:  # one writer per run directory: rank 0 holds its lock for the whole run
         with output_lock(cfg.out) if world.main else contextlib.nullcontext():
@@ -164,6 +165,7 @@ class _Run:
         self.run_dir = run_directory(cfg, resume=resume, overwrite=overwrite)
         torch.manual_seed(cfg.seed)
         self.model, self.spec = build_model(data.manifest, cfg)
+        self.attention = attention_of(self.model, cfg)
         if cfg.gradient_checkpointing:
             enable_checkpointing(self.model)
         self.model.to(world.device)
@@ -258,7 +260,8 @@ class _Run:
         return ref
 
     def _write_config(self, betas: tuple[float, float]) -> None:
-        info = {"train": self.cfg.to_dict(), "model": self.spec, "data": {**self.data.describe(), **self.identity},
+        info = {"train": self.cfg.to_dict(), "model": self.spec, "attention": self.attention,
+                "data": {**self.data.describe(), **self.identity},
                 "rows_per_batch": self.rows, "total_steps": self.total, "betas": list(betas), "world_size": self.world.size,
                 "balance": self.balance}
         (self.run_dir / "config.json").write_text(json.dumps(info, indent=1, default=str) + "\n", encoding="utf-8")
@@ -353,14 +356,22 @@ class _Run:
         self.world.barrier()
 
     def run(self, on_step: Callable[[int, dict[str, Any]], None] | None) -> dict[str, Any]:
+        from seqpack.nn.attention import count_backends
+
+        with count_backends() as self.ran:  # the backends the attention plans used, as they ran
+            return self._run(on_step)
+
+    def _run(self, on_step: Callable[[int, dict[str, Any]], None] | None) -> dict[str, Any]:
         from seqpack._progress import progress_bar
 
         cfg, st = self.cfg, self.state
         self.last_eval: dict[str, float] = {}
         desc = "padded" if cfg.padded else "packed"
         if cfg.progress and self.world.main:  # at once: a run in a log is never silent until its first step
-            print(f"{desc} {self.spec['class']}: steps {st['step'] + 1}-{self.total} of {self.rows} rows; "
-                  f"metrics in {self.final}/metrics.jsonl", file=sys.stderr, flush=True)
+            print(start_line(desc, self.spec["class"], attention=self.attention, first=st["step"] + 1, total=self.total,
+                             rows=self.rows, eval_every=self.eval_every, eval_packs=len(self.data.eval_packs),
+                             eval_tokens=self.data.eval_tokens, metrics=f"{self.final}/metrics.jsonl",
+                             transformers=self.spec["library"] == "transformers"), file=sys.stderr, flush=True)
         if st["step"] == 0 and cfg.eval_at_start:
             self._eval_record()  # the curve starts at 0 sequences
         bar = progress_bar(cfg.progress and self.world.main, lines=LOG_INTERVAL, total=self.total, initial=st["step"],
@@ -401,7 +412,8 @@ class _Run:
                    "steps": st["step"], "sequences": st["sequences"], "tokens": st["tokens"],
                    "train_seconds": st["train_seconds"], "tokens_per_s": st["tokens"] / max(st["train_seconds"], 1e-9),
                    "sequences_per_s": st["sequences"] / max(st["train_seconds"], 1e-9),
-                   "rows_per_batch": self.rows, "packing_factor": self.data.packing_factor, "eval": self.last_eval}
+                   "rows_per_batch": self.rows, "packing_factor": self.data.packing_factor, "eval": self.last_eval,
+                   "attention": {"implementation": self.attention, "plans": dict(self.ran)}}
         if self.world.main:
             write_text_atomic(self.run_dir / SUMMARY, json.dumps(summary, indent=1) + "\n")
             if self.run_dir != self.final:  # the finished run replaces RUN in one rename

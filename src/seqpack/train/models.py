@@ -85,7 +85,8 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
     except (json.JSONDecodeError, KeyError) as e:
         raise ValueError(f"--hf-model {file}: not a transformers config ({e})") from None
     d["vocab_size"] = vocab  # trained from scratch on this dataset's tokenizer
-    d.setdefault("attn_implementation", "sdpa")
+    named = d.get("attn_implementation")  # a config saved by to_json_file() usually names none
+    d["attn_implementation"] = named or "sdpa"
     _register(d["attn_implementation"])
     task.hf_config(d, manifest)
     if model_type not in transformers.CONFIG_MAPPING:
@@ -99,11 +100,33 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
         raise ValueError(f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
                          "raise max_position_embeddings in the config or re-pack with a smaller --max-len")
     model = task.hf_model(config, model_type, manifest, kind=kind)
-    from seqpack.nn.hf_adapter import REWARD, SUPPORTED
+    from seqpack.nn.hf_adapter import REWARD, SUPPORTED, TAKES_PLAN
+    from seqpack.nn.hf_attention import PACKED_IMPL
 
     if type(model).__name__ not in SUPPORTED + REWARD:
         raise ValueError(f"--hf-model builds {type(model).__name__}; the adapters take {', '.join(SUPPORTED + REWARD)}")
+    if named is None and type(model).__name__ in TAKES_PLAN and not attention_dropout(config):
+        _register(PACKED_IMPL)  # seqpack's packed attention unless the config names one (or needs dropout in it)
+        model.set_attn_implementation(PACKED_IMPL)
     return model, {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
+
+
+#: where transformers configs keep the dropout on attention probabilities
+ATTENTION_DROPOUT = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
+
+
+def attention_dropout(config: Any) -> float:
+    """The dropout a transformers config puts on attention probabilities (``seqpack_packed`` has none)."""
+    return max((float(getattr(config, k, 0.0) or 0.0) for k in ATTENTION_DROPOUT), default=0.0)
+
+
+def attention_of(model: torch.nn.Module, cfg: TrainConfig) -> str:
+    """The attention a run's model runs: a transformers model's ``attn_implementation``, or
+    seqpack's ``--attention`` backend (``auto``: chosen per batch, :func:`seqpack.nn.attention.choose_backend`)."""
+    inner = getattr(model, "module", model)
+    if type(inner).__module__.startswith("transformers"):
+        return str(getattr(inner.config, "_attn_implementation", None) or "eager")
+    return cfg.attention
 
 
 def _register(impl: str) -> None:

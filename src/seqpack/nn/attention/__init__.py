@@ -38,7 +38,10 @@ finite, and nothing reads them (no real token attends to padding).
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections import Counter
+from collections.abc import Iterator
 
 import torch
 
@@ -104,6 +107,33 @@ def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype) -> str:
     return "per_document" if float((lengths * lengths).sum()) < B * T * T else "sdpa"
 
 
+_COUNTERS: list[Counter[str]] = []
+
+
+@contextlib.contextmanager
+def count_backends() -> Iterator[Counter[str]]:
+    """Count, by backend, the plans :func:`plan_attention` makes inside the block (one per batch
+    and model call): what ``auto`` chose, as it ran. A training run records it.
+
+        >>> with count_backends() as ran:
+        ...     _ = plan_attention(torch.tensor([[1, 1, 2, 0]]), causal=True)
+        >>> dict(ran)
+        {'sdpa': 1}
+    """
+    counter: Counter[str] = Counter()
+    _COUNTERS.append(counter)
+    try:
+        yield counter
+    finally:
+        _COUNTERS.remove(counter)
+
+
+def _counted(plan: AttentionPlan) -> AttentionPlan:
+    for counter in _COUNTERS:
+        counter[plan.backend] += 1
+    return plan
+
+
 def plan_attention(
     segment_ids: torch.Tensor,
     *,
@@ -123,7 +153,7 @@ def plan_attention(
         if branch_ids.shape != segment_ids.shape:
             raise ValueError(f"branch_ids has shape {tuple(branch_ids.shape)}, segment_ids {tuple(segment_ids.shape)}")
         if shares_prefix(segment_ids, branch_ids):
-            return _shared_prefix_plan(segment_ids, branch_ids, causal=causal, backend=backend, dtype=dtype)
+            return _counted(_shared_prefix_plan(segment_ids, branch_ids, causal=causal, backend=backend, dtype=dtype))
         segment_ids = split_branches(segment_ids, branch_ids)
     if backend == "auto":
         backend = choose_backend(segment_ids, dtype=dtype)
@@ -131,7 +161,7 @@ def plan_attention(
     reason = entry.unavailable(segment_ids, dtype)
     if reason is not None:
         raise ValueError(reason)
-    return entry.plan(segment_ids, causal=causal, dtype=dtype)
+    return _counted(entry.plan(segment_ids, causal=causal, dtype=dtype))
 
 
 def _shared_prefix_plan(segment_ids: torch.Tensor, branch_ids: torch.Tensor, *, causal: bool, backend: str,
@@ -159,5 +189,5 @@ def packed_attention(
 
 __all__ = [
     "BACKENDS", "REGISTRY", "SHARED_PREFIX", "AttentionPlan", "Backend", "BucketPlan", "FlexPlan", "MaskPlan", "VarlenPlan",
-    "choose_backend", "eager_attention", "get_backend", "packed_attention", "plan_attention",
+    "choose_backend", "count_backends", "eager_attention", "get_backend", "packed_attention", "plan_attention",
 ]
