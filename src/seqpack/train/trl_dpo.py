@@ -11,7 +11,8 @@ everything else of TRL (the ``Trainer`` loop, accelerate, logging, checkpoints, 
 replaces three things:
 
 * the dataset: the packed rows (a ``datasets.Dataset`` over the packed Parquet shards), left
-  as they are (``_prepare_dataset`` returns them; its columns are all kept);
+  as they are (``_prepare_dataset`` returns them; its columns are all kept, ``example_ids`` too,
+  so :func:`seqpack.tasks.preference.pair_outputs` names each pair of a batch by its record);
 * the reference: the reference model's log-probabilities computed once, packed, at start (the
   ``ref_model``'s, or the initial weights' when none is given), held as columns; the reference
   model is then released, so training keeps one model in memory;
@@ -78,7 +79,7 @@ class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
             raise ValueError("PackedDPOTrainer computes the reference log-probabilities itself (packed, once); "
                              "leave precompute_ref_log_probs=False")
         self.objective = PreferenceLoss(kind=kinds[0], beta=args.beta, label_smoothing=args.label_smoothing)
-        rows = packed_rows_dataset(packed).remove_columns(["example_ids"])
+        rows = packed_rows_dataset(packed)  # example_ids kept: pair_outputs names each pair by its record
         reference = copy.deepcopy(model) if ref_model is None else ref_model
         rows = self._with_reference(rows, reference, int(m["max_depth"]), args.per_device_eval_batch_size)
         args = copy.copy(args)  # the caller's arguments stay as they were

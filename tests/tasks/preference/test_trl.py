@@ -270,3 +270,49 @@ def test_head_at_targets_equals_the_full_logits(setup: dict[str, Any], layout: s
         full = response_logps(lambda r, c: logits[r, c], batch["labels"], batch["segment_ids"], batch["branch_ids"])
     for a, b in ((lp.chosen, full.chosen), (lp.rejected, full.rejected)):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_pair_outputs_are_keyed_by_record(setup: dict[str, Any], layout: str) -> None:
+    """``pair_outputs`` names each pair's outputs by its record: record i's log-probabilities equal
+    those of TRL's padded row i (1e-5 relative, as above), its rewards beta * (policy - reference),
+    and the batch loss is the training loss on the same rows."""
+    from seqpack.tasks.preference.objective import pair_outputs
+    from seqpack.train.trl_dpo import PackedDPOTrainer
+
+    ds = PackedDataset(setup["root"] / layout)
+    batch = collate_packed([ds[i] for i in range(len(ds))])
+    tok = tf.AutoTokenizer.from_pretrained(str(setup["tok"]))
+    policy, ref = llama_pair(len(tok), "seqpack_packed")
+    with torch.no_grad():
+        r = policy_logps(ref, batch)
+    batch["ref_chosen_logps"], batch["ref_rejected_logps"] = r.chosen, r.rejected
+    out = pair_outputs(policy, batch)
+    assert sorted(out.example_ids.tolist()) == list(range(N))
+    rows = out.by_record()
+    _, _, _, inputs = trl_dpo(setup, policy, ref, (torch.zeros(N), torch.zeros(N)))
+    with torch.no_grad():
+        want_c, want_r = padded_logps(as_sdpa(policy), inputs)
+        ref_c, ref_r = padded_logps(as_sdpa(ref), inputs)
+    for i in range(N):
+        assert abs(rows[i]["chosen_logps"] - float(want_c[i])) <= 1e-5 * abs(float(want_c[i]))
+        assert abs(rows[i]["rejected_logps"] - float(want_r[i])) <= 1e-5 * abs(float(want_r[i]))
+        # a reward is 0.1 x a difference of two log-probabilities of ~-200: 1e-5 of each
+        tol = 1e-5 * 0.1 * (abs(float(want_c[i])) + abs(float(ref_c[i])))
+        assert abs(rows[i]["chosen_rewards"] - 0.1 * float(want_c[i] - ref_c[i])) <= tol
+    train_loss = preference_forward(policy, batch, PreferenceLoss()).loss
+    assert float(out.loss) == float(train_loss) and out.loss.requires_grad
+    with pytest.raises(ValueError, match="no example_ids column"):
+        pair_outputs(policy, {k: v for k, v in batch.items() if k != "example_ids"})
+    # PackedDPOTrainer's batches keep example_ids, so its model's outputs map to records the same way
+    args = trl.DPOConfig(output_dir=str(setup["root"] / "pairs-trl"), per_device_train_batch_size=2, report_to=[],
+                         use_cpu=True, save_strategy="no", bf16=False)
+    trainer = PackedDPOTrainer(copy.deepcopy(policy), setup["root"] / layout, ref_model=copy.deepcopy(ref), args=args,
+                               processing_class=tok)
+    assert "example_ids" in trainer.train_dataset.column_names
+    got = {}
+    for b in trainer.get_train_dataloader():
+        got.update(pair_outputs(trainer.model, b, trainer.objective).by_record())
+    assert sorted(got) == list(range(N))
+    for i in range(N):
+        assert abs(got[i]["chosen_logps"] - rows[i]["chosen_logps"]) <= 1e-5 * abs(rows[i]["chosen_logps"])

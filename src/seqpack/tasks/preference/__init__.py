@@ -1,5 +1,20 @@
-"""The ``preference`` task: one folder (records, layouts, the task, its objective)."""
+"""The ``preference`` task: one folder (records, layouts, the task, its objective).
+
+:func:`pair_outputs` (and :class:`PairOutputs`) load torch on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 from seqpack.tasks.preference.task import TASK, PreferenceOptions, PreferenceTask
 
-__all__ = ["TASK", "PreferenceOptions", "PreferenceTask"]
+__all__ = ["TASK", "PairOutputs", "PreferenceOptions", "PreferenceTask", "pair_outputs"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("PairOutputs", "pair_outputs"):  # torch, loaded only when asked for
+        from seqpack.tasks.preference import objective
+
+        return getattr(objective, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

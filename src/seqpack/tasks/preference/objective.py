@@ -12,8 +12,10 @@ branches as sequences.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from seqpack.nn.attention import plan_attention
@@ -115,3 +117,48 @@ def preference_forward(model: Any, batch: Mapping[str, torch.Tensor], objective:
         extra = {"chosen_rewards": cr, "rejected_rewards": rr, "chosen_logps": lp.chosen.detach(),
                  "rejected_logps": lp.rejected.detach()}
     return PackedOutput(loss=mean_over_pairs(per, present), per_sequence=per, present=present, extra=extra)
+
+
+@dataclass(frozen=True)
+class PairOutputs:
+    """A preference batch's loss and its per-pair outputs, each pair named by its record's id.
+
+    ``loss`` is the batch's loss as training takes it (differentiable); ``example_ids`` ``(N,)``
+    the record of each of the batch's ``N`` pairs, row by row; ``values`` one ``(N,)`` array per
+    output: ``loss`` (the pair's), ``chosen_rewards`` / ``rejected_rewards`` and, for the losses on
+    log-probabilities, ``chosen_logps`` / ``rejected_logps``.
+    """
+
+    loss: torch.Tensor
+    example_ids: np.ndarray
+    values: dict[str, np.ndarray]
+
+    def by_record(self) -> dict[int, dict[str, float]]:
+        """``{record id: {output: value}}``.
+
+            >>> PairOutputs(torch.tensor(0.5), np.array([7, 2]), {"loss": np.array([0.25, 0.75])}).by_record()
+            {7: {'loss': 0.25}, 2: {'loss': 0.75}}
+        """
+        return {int(e): {k: float(v[i]) for k, v in self.values.items()} for i, e in enumerate(self.example_ids)}
+
+
+def pair_outputs(model: Any, batch: Mapping[str, torch.Tensor], objective: PreferenceLoss | None = None) -> PairOutputs:
+    """The loss and every pair's outputs (rewards, log-probabilities, loss) of ``model`` on a packed
+    preference batch, keyed by the records' ids (the batch's ``example_ids`` column, ``(B, D)``),
+    without a Trainer. ``objective``: the loss (default :class:`~seqpack.nn.preference.PreferenceLoss`'s,
+    sigmoid DPO, which needs the batch's ``ref_chosen_logps`` / ``ref_rejected_logps``).
+
+        rows = PackedDataset("packed_prefs/")                  # every column, example_ids too
+        out = pair_outputs(model, collate_packed([rows[0], rows[1]]), PreferenceLoss(kind="simpo"))
+        out.by_record()                                        # {17: {"chosen_rewards": ..., ...}, ...}
+    """
+    if "example_ids" not in batch:
+        raise ValueError("the batch has no example_ids column (which record each pair is); read every column of the "
+                         "packed rows (seqpack.data.PackedDataset, or PackedDPOTrainer's batches)")
+    out = preference_forward(model, batch, objective)
+    depth = out.present.shape[1]
+    ids = batch["example_ids"][:, :depth]  # (B, depth): this batch's slots
+    keep = out.present & (ids >= 0)
+    per_pair = {"loss": out.per_sequence.detach(), **out.extra}
+    values = {k: v[keep].detach().float().cpu().numpy() for k, v in per_pair.items()}
+    return PairOutputs(loss=out.loss, example_ids=ids[keep].cpu().numpy().astype(np.int64), values=values)
