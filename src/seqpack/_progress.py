@@ -56,16 +56,19 @@ class LineBar(SilentBar):
     a file is never silent for long."""
 
     def __init__(self, iterable: Iterable[Any] | None = None, *, interval: float = 30.0, total: int | None = None,
-                 initial: int = 0, desc: str = "", unit: str = "it", **_: Any) -> None:
+                 initial: int = 0, desc: str = "", unit: str = "it", delay: float = 0.0, **_: Any) -> None:
         import time
 
         super().__init__(iterable)
         self.interval, self.total, self.n, self.desc, self.unit = interval, total, initial, desc, unit
         self.start, self.last, self.postfix, self._clock = time.perf_counter(), None, "", time.perf_counter
+        self.delay = delay  # no line before this many seconds: short work stays silent
 
     def update(self, n: float = 1) -> None:
         self.n += int(n)
         now = self._clock()
+        if now - self.start < self.delay:
+            return
         if self.last is None or now - self.last >= self.interval or self.n == self.total:
             self.last = now
             of = f"/{self.total}" if self.total else ""

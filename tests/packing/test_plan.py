@@ -221,3 +221,23 @@ def test_lp_stops_by_rules_of_the_input_alone() -> None:
     a, b = plan(h, 4096), plan(h, 4096)
     assert a.info["lp_stop"] in ("optimal", "bound", "stalled", "work", "counting bound met")
     assert a.strategies == b.strategies and a.counts.tolist() == b.counts.tolist()
+
+
+def test_a_long_plan_reports_its_lp_rounds_and_a_short_one_stays_silent(capsys, monkeypatch):
+    """Off a terminal, ``best``'s LP prints a line per round once PROGRESS_DELAY has passed, at most
+    every PROGRESS_LINES seconds (here 0: every round); before the delay, nothing."""
+    import seqpack.packing.best as best
+
+    monkeypatch.setattr(best, "PROGRESS_DELAY", 1e9)  # a plan shorter than the delay (no clock read matters)
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(5.5, 1.0, 200_000).astype(int), 10, 2000)
+    hist = np.bincount(lengths - 1, minlength=2048)
+    packs, info = best.best_packs(hist, 2048)
+    assert capsys.readouterr().err == "" and info["lp_iterations"] >= 2
+    monkeypatch.setattr(best, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(best, "PROGRESS_LINES", 0.0)
+    again, _ = best.best_packs(hist, 2048)
+    lines = capsys.readouterr().err.splitlines()
+    assert again == packs and len(lines) == info["lp_iterations"]
+    greedy = min(v for k, v in info["candidates"].items() if k != "lp")
+    assert lines[0].startswith(f"plan: best, {greedy:,} greedy packs: LP round 1/") and ", bound " in lines[0]

@@ -28,6 +28,7 @@ import bisect
 
 import numpy as np
 
+from seqpack._progress import progress_bar
 from seqpack.packing.heuristics import lpfhp_packs, spfhp_packs
 from seqpack.packing.lp import LPResult, resolve_lp, solve_lp
 
@@ -156,6 +157,9 @@ WORTH = 0.01
 #: with the sequences, so a small dataset of many lengths keeps its greedy plan, made in the time
 #: best fit takes, and a corpus gets the LP.
 CELLS_PER_SEQUENCE = 50
+#: a plan's LP says nothing for its first PROGRESS_DELAY seconds, then (off a terminal) a line at
+#: most every PROGRESS_LINES seconds: a long plan is never silent, a short one never speaks
+PROGRESS_DELAY, PROGRESS_LINES = 5.0, 10.0
 
 
 def lp_rounds(gap: int, packs: int, hist: np.ndarray, max_len: int) -> int:
@@ -192,12 +196,18 @@ def best_packs(
     if rounds < 1:
         return _greedy(candidates, sizes, bound, "gain too small for an LP round")
     lower = None
-    if max_depth is not None and max_depth > 3:  # the unlimited LP is fast and bounds this one
-        free = lpfhp_packs(hist, max_len, None)
-        lower = solve_lp(hist, max_len, None, start=[s for s, _ in free], time_limit=time_limit,
-                         max_rounds=rounds).bound  # a proven lower bound, also when stopped early
-    lp = solve_lp(hist, max_len, max_depth, start=[s for s, _ in greedy], time_limit=time_limit, lower=lower,
-                  max_rounds=rounds)
+    with progress_bar(lines=PROGRESS_LINES, delay=PROGRESS_DELAY, total=rounds, desc=f"plan: best, {fewest:,} greedy packs",
+                      unit="LP round", leave=False) as bar:
+        def on_round(value: float, bound: float) -> None:
+            bar.set_postfix(LP=f"{value:,.1f}", bound=f"{bound:,.1f}", refresh=False)
+            bar.update(1)
+
+        if max_depth is not None and max_depth > 3:  # the unlimited LP is fast and bounds this one
+            free = lpfhp_packs(hist, max_len, None)
+            lower = solve_lp(hist, max_len, None, start=[s for s, _ in free], time_limit=time_limit,
+                             max_rounds=rounds).bound  # a proven lower bound, also when stopped early
+        lp = solve_lp(hist, max_len, max_depth, start=[s for s, _ in greedy], time_limit=time_limit, lower=lower,
+                      max_rounds=rounds, on_round=on_round)
     candidates["lp"] = round_lp(lp, hist, max_len, max_depth)
     sizes["lp"] = sum(c for _, c in candidates["lp"])
     winner = min(sizes, key=lambda k: (sizes[k], k != "lp"))

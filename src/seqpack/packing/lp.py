@@ -18,6 +18,7 @@ such pack exists the restricted LP is optimal for all packs.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -239,6 +240,7 @@ def solve_lp(
     lower: float | None = None,
     work_limit: int = WORK_LIMIT,
     max_rounds: int | None = None,
+    on_round: Callable[[float, float], None] | None = None,
 ) -> LPResult:
     """Column generation to LP optimality, or until a rule that depends on the input alone stops
     it (:data:`WORK_LIMIT`, a stall; ``time_limit`` seconds only as a guard): the result's ``stop``.
@@ -246,7 +248,7 @@ def solve_lp(
     ``lower`` is a known lower bound on the LP value (the unlimited-depth LP for a depth-limited
     one): generation stops as soon as ``ceil(value)`` meets ``ceil`` of a lower bound.
     ``max_rounds`` caps the rounds of pricing (``stop`` "gain": the caller's budget for what the LP
-    could still win).
+    could still win). ``on_round(value, bound)`` is called after each round (progress).
     """
     t0 = time.perf_counter()
     h = np.asarray(hist, dtype=np.int64)
@@ -290,6 +292,8 @@ def solve_lp(
             optimal, best_lb = True, value
             break
         bounds.append(best_lb)
+        if on_round is not None:
+            on_round(value, best_lb)
         if np.ceil(best_lb - 1e-6) >= np.ceil(value - 1e-6):
             stop = "bound"
         elif (len(values) > STALL_ROUNDS and values[-STALL_ROUNDS - 1] - value < STALL_PACKS
