@@ -3,9 +3,14 @@
 
 Run: .venv/bin/python benchmarks/preference.py [--quick] [--out benchmarks/results/preference.json]
 
-Data (synthetic, shaped like UltraFeedback: long prompts, two responses of different lengths):
-prompt ~ lognormal (median 120 tokens, sigma 0.9), chosen ~ lognormal (median 260, sigma 0.7),
-rejected ~ lognormal (median 220, sigma 0.8), words drawn uniformly from a 2,000-word vocabulary.
+Data (synthetic; ``--mix``, each length lognormal, words drawn uniformly from a 2,000-word vocabulary):
+
+  ultrafeedback  shaped like UltraFeedback: long prompts, two responses of different lengths:
+                 prompt median 120 tokens (sigma 0.9), chosen 260 (0.7), rejected 220 (0.8)
+  long-answers   short prompts, long responses of about equal length (the least padding for TRL's
+                 rows, the least prompt for the shared prefix to save): prompt 40 (0.6), chosen
+                 420 (0.5), rejected 400 (0.5)
+
 The tokenizer is word-level (one token per word, built here and saved as a Hugging Face
 directory), so TRL and seqpack read the same token ids from the same text. At each ``max_len``
 only pairs that fit whole in the ``pairs`` layout (2 * prompt + chosen + rejected <= max_len) are
@@ -72,12 +77,19 @@ class Setup:
         return {**arm(), "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
 
 
-def pairs_data(n: int, max_len: int, seed: int = 0) -> list[dict[str, str]]:
+#: (median tokens, sigma) of the lognormal lengths of prompt, chosen and rejected, by --mix
+MIXES = {
+    "ultrafeedback": {"prompt": (120, 0.9), "chosen": (260, 0.7), "rejected": (220, 0.8)},
+    "long-answers": {"prompt": (40, 0.6), "chosen": (420, 0.5), "rejected": (400, 0.5)},
+}
+
+
+def pairs_data(n: int, max_len: int, seed: int = 0, mix: str = "ultrafeedback") -> list[dict[str, str]]:
     rng = np.random.default_rng(seed)
+    shape = MIXES[mix]
     out = []
     while len(out) < n:
-        p, c, r = (max(1, int(x)) for x in (rng.lognormal(np.log(120), 0.9), rng.lognormal(np.log(260), 0.7),
-                                           rng.lognormal(np.log(220), 0.8)))
+        p, c, r = (max(1, int(rng.lognormal(np.log(shape[k][0]), shape[k][1]))) for k in ("prompt", "chosen", "rejected"))
         if 2 * p + c + r + 2 > max_len:  # + the EOS of each response
             continue
         words = lambda k: " ".join(f"w{i}" for i in rng.integers(0, 2000, k))  # noqa: E731
@@ -254,6 +266,7 @@ def main() -> None:
     ap.add_argument("--llama", choices=tuple(LLAMAS), default="small", help="the Llama's size (1b: TinyLlama's shape)")
     ap.add_argument("--models", default="llama,gpt", help="which models' arms run (llama: TRL and seqpack; gpt: seqpack)")
     ap.add_argument("--max-lens", default="1024,4096")
+    ap.add_argument("--mix", choices=tuple(MIXES), default="ultrafeedback", help="the pairs' length distribution (see above)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--checkpointing", action="store_true",
                     help="also the Llama arms with gradient checkpointing (TRL's default, seqpack's --gradient-checkpointing)")
@@ -274,11 +287,12 @@ def main() -> None:
     steps = args.steps or steps
     results: dict[str, Any] = {"pairs_per_step": args.pairs, "rounds": args.rounds, "steps": steps, "by_max_len": {},
                                "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-                               "dtype": args.dtype, "llama": {**LLAMAS[args.llama]}, "torch": torch.__version__}
+                               "dtype": args.dtype, "llama": {**LLAMAS[args.llama]}, "torch": torch.__version__,
+                               "mix": {"name": args.mix, **{k: {"median": m, "sigma": sg} for k, (m, sg) in MIXES[args.mix].items()}}}
     if args.only:
         results = json.loads(args.out.read_text())
     for max_len in (int(x) for x in args.max_lens.split(",")):
-        records = pairs_data(n, max_len)
+        records = pairs_data(n, max_len, mix=args.mix)
         r: dict[str, Any] = {"pairs": len(records), "tokens": {"trl": trl_tokens(records, tok_dir, args.pairs)}}
         old = results["by_max_len"].get(str(max_len), {})
         paths = {}
