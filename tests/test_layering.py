@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("packing",),
     ("data", "hf"),  # hf: the drop-in for TRL's pack_dataset (packing only)
     ("nn",),
+    ("rl",),  # RL rollouts packed in memory (packing, nn)
     ("tasks",),
     ("pipeline",),
     ("train",),

@@ -258,15 +258,16 @@ def test_head_at_targets_equals_the_full_logits(setup: dict[str, Any], layout: s
     log-probabilities as slicing its full (B, T, V) logits. The products are the same, only the
     matrix multiply's blocking may differ: fp32 dot products of 32 terms, so each logit may move by
     a few units in the last place; summed over a response's ~40 tokens, 1e-5 bounds it."""
+    from seqpack.nn.branch_states import hf_branch_states
+    from seqpack.nn.hf_causal_lm import HEAD_AT_TARGETS
     from seqpack.nn.preference import response_logps
-    from seqpack.tasks.preference.objective import HEAD_AT_TARGETS, _hf_states
 
     assert "llama" in HEAD_AT_TARGETS
     batch, _ = packed_batch(setup["root"] / layout)
     policy, _ = llama_pair(len(tf.AutoTokenizer.from_pretrained(str(setup["tok"]))), "seqpack_packed")
     with torch.no_grad():
         lp = policy_logps(policy, batch)
-        logits = _hf_states(policy, batch, lambda **kw: policy(**kw).logits)  # (B, T, V)
+        logits = hf_branch_states(policy, batch, lambda **kw: policy(**kw).logits)  # (B, T, V)
         full = response_logps(lambda r, c: logits[r, c], batch["labels"], batch["segment_ids"], batch["branch_ids"])
     for a, b in ((lp.chosen, full.chosen), (lp.rejected, full.rejected)):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

@@ -18,12 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqpack.nn.attention import plan_attention
-from seqpack.nn.hf_adapter import hf_attention_mask, model_compute_dtype
-from seqpack.nn.hf_attention import PACKED_IMPL
-from seqpack.nn.hf_causal_lm import HEAD_AT_TARGETS
-from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, unflatten_tokens
-from seqpack.nn.masks import check_segment_ids, shares_prefix, split_branches
+from seqpack.nn.branch_states import causal_states, hf_branch_states, is_transformers
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.preference import (
     PreferenceLoss,
@@ -35,57 +30,22 @@ from seqpack.nn.preference import (
 )
 
 
-def _is_hf(model: Any) -> bool:
-    return type(getattr(model, "_orig_mod", model)).__module__.startswith("transformers")
-
-
-def _hf_states(model: Any, batch: Mapping[str, torch.Tensor], run: Any) -> torch.Tensor:
-    """``run(**inputs)`` on the packed rows, its (B, T, ...) output."""
-    seg, br = batch["segment_ids"], batch["branch_ids"]
-    check_segment_ids(seg)
-    impl = str(getattr(model.config, "_attn_implementation", None) or "eager")
-    if impl == PACKED_IMPL:  # seqpack's backends inside the model: the plan, no mask
-        plan = plan_attention(seg, causal=True, dtype=model_compute_dtype(model), validate=False, branch_ids=br)
-        return run(input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan, use_cache=False)  # type: ignore[no-any-return]
-    if impl in PADDING_FREE:
-        if shares_prefix(seg, br):
-            raise ValueError(f"attn_implementation {impl} runs whole sequences and cannot share a prompt between two "
-                             "responses; load the model with sdpa or eager, or pack with --layout pairs")
-        flat_batch = {"input_ids": batch["input_ids"], "segment_ids": split_branches(seg, br),
-                      "position_ids": batch["position_ids"]}
-        inputs, _ = flat_inputs(flat_batch)
-        return unflatten_tokens(run(**inputs, use_cache=False), flat_batch["segment_ids"])
-    mask = hf_attention_mask(model, seg, causal=True, dtype=next(model.parameters()).dtype, branch_ids=br)
-    return run(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"], use_cache=False)  # type: ignore[no-any-return]
-
-
 def policy_logps(model: Any, batch: Mapping[str, torch.Tensor], depth: int | None = None) -> ResponseLogps:
     """Each response's summed log-probability under ``model``.  # (B, D) fields
 
     The vocabulary projection runs only where a response token is predicted (N positions, not
     B x T): for seqpack's GPT, and for the transformers models of :data:`seqpack.nn.hf_causal_lm.HEAD_AT_TARGETS`, whose
     base model and ``lm_head`` are called apart (other models: their full logits, then a slice)."""
-    seg, br, labels = batch["segment_ids"], batch["branch_ids"], batch["labels"]
-    if _is_hf(model):
-        inner = getattr(model, "_orig_mod", model)
-        head = inner.get_output_embeddings() if getattr(inner.config, "model_type", None) in HEAD_AT_TARGETS else None
-        if head is not None:
-            hidden = _hf_states(model, batch, lambda **kw: inner.base_model(**kw).last_hidden_state)  # (B, T, H)
-            at = lambda r, c: head(hidden[r, c])  # noqa: E731  # (N, V)
-        else:
-            logits = _hf_states(model, batch, lambda **kw: model(**kw).logits)  # (B, T, V)
-            at = lambda r, c: logits[r, c]  # noqa: E731
-    else:
-        h = model(batch["input_ids"], seg, position_ids=batch["position_ids"], branch_ids=br, logits=False).hidden
-        at = lambda r, c: model.token_logits(h[r, c])  # noqa: E731  # only the N positions that predict a target
-    return response_logps(at, labels, seg, br, depth=depth)
+    hidden, head = causal_states(model, batch)
+    return response_logps(lambda r, c: head(hidden[r, c]), batch["labels"], batch["segment_ids"], batch["branch_ids"],
+                          depth=depth)
 
 
 def reward_scores(model: Any, batch: Mapping[str, torch.Tensor], depth: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A reward model's scalar score at each response's last token, ``(chosen, rejected)`` (B, D)."""
     seg, br, labels = batch["segment_ids"], batch["branch_ids"], batch["labels"]
-    if _is_hf(model):
-        hidden = _hf_states(model, batch, lambda **kw: model.base_model(**kw).last_hidden_state)
+    if is_transformers(model):
+        hidden = hf_branch_states(model, batch, lambda **kw: model.base_model(**kw).last_hidden_state)
         score = model.score(hidden).squeeze(-1)  # (B, T)
     else:
         score = model(batch["input_ids"], seg, position_ids=batch["position_ids"], branch_ids=br)  # (B, T)

@@ -1,0 +1,186 @@
+"""RL rollouts (a prompt and its G completions, made online) packed into rows of at most
+``max_tokens`` tokens, with the map back to each completion's tokens.
+
+Two layouts. ``group``: the prompt once, then its completions, each attending to the prompt and to
+itself, never to a sibling, its positions continuing from the prompt's end; ``flat``: prompt +
+completion as one sequence each (the prompt repeated G times)::
+
+    prompt p0 p1, completions a0 a1 a2 and b0 b1, max_tokens 8
+
+    group   input_ids     p0 p1 a0 a1 a2 b0 b1        one unit: the whole group
+            branch_ids    0  0  1  1  1  2  2
+            position_ids  0  1  2  3  4  2  3
+            predicts      .  .  p1 a0 a1 p1 b0        (the output that predicts each completion token)
+
+    flat    input_ids     p0 p1 a0 a1 a2 | p0 p1 b0 b1      two units, two segments
+
+A group is one packing unit when it fits in ``max_tokens``; one that does not is cut into units of
+whole completions (first fit decreasing), each with the prompt again. A completion that does not fit
+with its prompt is refused. Units are packed by :func:`seqpack.packing.pack_lengths` (``best`` by
+default), so no row holds more than ``max_tokens`` tokens.
+
+    >>> r = pack_rollouts([[5, 6]], [[[7, 8, 9], [10, 11]]], max_tokens=8)
+    >>> r.input_ids.tolist(), r.branch_ids.tolist(), r.position_ids.tolist()
+    ([[5, 6, 7, 8, 9, 10, 11]], [[0, 0, 1, 1, 1, 2, 2]], [[0, 1, 2, 3, 4, 2, 3]])
+    >>> r.predictor_cols.tolist(), r.offsets.tolist()
+    ([1, 2, 3, 1, 5], [0, 3, 5])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqpack.packing import pack_lengths
+
+LAYOUTS = ("group", "flat")
+
+
+@dataclass(frozen=True)
+class PackedRollouts:
+    """Rows of packed rollouts (``R`` rows of ``T`` columns) and where each completion token sits.
+
+    The ``N`` completion tokens are in rollout order (prompt by prompt, completion by completion,
+    token by token): completion ``c`` (numbered across prompts) owns ``offsets[c]:offsets[c + 1]``,
+    and prompt ``i`` owns completions ``group_offsets[i]:group_offsets[i + 1]``.
+    """
+
+    input_ids: np.ndarray  # (R, T) int64, 0 in padding
+    segment_ids: np.ndarray  # (R, T) a unit per segment 1, 2, ...; 0 is padding
+    branch_ids: np.ndarray  # (R, T) group: 0 the prompt, k the unit's k-th completion; flat: 1
+    position_ids: np.ndarray  # (R, T)
+    token_rows: np.ndarray  # (N,) row of each completion token
+    token_cols: np.ndarray  # (N,) its column
+    predictor_cols: np.ndarray  # (N,) the column whose output predicts it
+    offsets: np.ndarray  # (C + 1,)
+    group_offsets: np.ndarray  # (P + 1,)
+    layout: str
+    max_tokens: int
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        """Real tokens in the rows (prompts as often as the layout repeats them)."""
+        return int((self.segment_ids > 0).sum())
+
+    @property
+    def completion_lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)  # type: ignore[no-any-return]
+
+    def padded_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where each completion token goes in TRL's right-padded ``(C, max completion length)``
+        layout: ``(completion, column)``, each ``(N,)``."""
+        lengths = self.completion_lengths
+        completion = np.repeat(np.arange(lengths.size), lengths)
+        return completion, np.arange(completion.size) - self.offsets[completion]
+
+
+def _check(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[Sequence[int]]], max_tokens: int,
+           layout: str) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
+        raise ValueError(f"max_tokens must be an int >= 2, got {max_tokens!r}")
+    if len(prompt_ids) != len(completion_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} lists of completions; give one list per prompt")
+    if not prompt_ids:
+        raise ValueError("no rollouts to pack (no prompts)")
+    prompts, groups = [], []
+    for i, (p, group) in enumerate(zip(prompt_ids, completion_ids)):
+        pa = np.asarray(p, dtype=np.int64)
+        if pa.ndim != 1 or pa.size == 0:
+            raise ValueError(f"prompt {i} is empty or not a list of token ids")
+        if len(group) == 0:
+            raise ValueError(f"prompt {i} has no completions (an empty group); drop it or give its completions")
+        comps = []
+        for j, c in enumerate(group):
+            ca = np.asarray(c, dtype=np.int64)
+            if ca.ndim != 1 or ca.size == 0:
+                raise ValueError(f"completion {j} of prompt {i} is empty or not a list of token ids")
+            if pa.size + ca.size > max_tokens:
+                raise ValueError(f"completion {j} of prompt {i} ({ca.size} tokens) with its prompt ({pa.size}) is "
+                                 f"{pa.size + ca.size} tokens, over max_tokens={max_tokens}; raise max_tokens or "
+                                 "truncate the completion")
+            comps.append(ca)
+        if min(int(x.min()) for x in [pa, *comps]) < 0:
+            raise ValueError(f"prompt {i} or one of its completions holds a negative token id")
+        prompts.append(pa)
+        groups.append(comps)
+    return prompts, groups
+
+
+def _units(prompts: list[np.ndarray], groups: list[list[np.ndarray]], max_tokens: int, layout: str) -> list[tuple[int, list[int]]]:
+    """``(prompt, completions)`` per packing unit: a whole group where it fits (group layout), else
+    bins of whole completions by first fit decreasing; one completion each (flat layout)."""
+    units: list[tuple[int, list[int]]] = []
+    for i, (p, comps) in enumerate(zip(prompts, groups)):
+        if layout == "flat":
+            units += [(i, [j]) for j in range(len(comps))]
+            continue
+        room = max_tokens - p.size
+        bins: list[list[int]] = []
+        free: list[int] = []
+        for j in sorted(range(len(comps)), key=lambda k: -comps[k].size):  # stable: equal lengths keep their order
+            at = next((b for b, f in enumerate(free) if f >= comps[j].size), None)
+            if at is None:
+                bins.append([j])
+                free.append(room - comps[j].size)
+            else:
+                bins[at].append(j)
+                free[at] -= comps[j].size
+        units += [(i, sorted(b)) for b in bins]
+    return units
+
+
+def pack_rollouts(
+    prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[Sequence[int]]], *, max_tokens: int,
+    layout: str = "group", algorithm: str = "best", seed: int = 0,
+) -> PackedRollouts:
+    """Pack prompts (lists of token ids) and, per prompt, its completions into rows of at most
+    ``max_tokens`` tokens (see the module)."""
+    prompts, groups = _check(prompt_ids, completion_ids, max_tokens, layout)
+    units = _units(prompts, groups, max_tokens, layout)
+    sizes = np.array([prompts[i].size + sum(groups[i][j].size for j in js) for i, js in units], dtype=np.int64)
+    packing = pack_lengths(sizes, max_tokens, algorithm=algorithm, seed=seed)
+    fill = np.add.reduceat(sizes[packing.sequence_index], packing.pack_offsets[:-1])
+    R, T = packing.num_packs, int(fill.max())
+    ids, seg, br, pos = (np.zeros((R, T), np.int64) for _ in range(4))
+    lengths = np.array([c.size for comps in groups for c in comps], dtype=np.int64)
+    group_offsets = np.concatenate([[0], np.cumsum([len(c) for c in groups])]).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    rows, cols, preds = (np.empty(int(offsets[-1]), np.int64) for _ in range(3))
+    for r in range(R):
+        col = 0
+        for s, u in enumerate(packing.pack(r), start=1):
+            i, js = units[u]
+            p = prompts[i]
+            if layout == "group":
+                col = _write(ids, seg, br, pos, r, col, p, s, 0, 0)
+                last = col - 1
+            for k, j in enumerate(js, start=1):
+                c, at = groups[i][j], int(offsets[group_offsets[i] + j])
+                if layout == "flat":  # a unit of one completion: the prompt, then it, as one branch
+                    col = _write(ids, seg, br, pos, r, col, p, s, 1, 0)
+                    last = col - 1
+                start = col
+                col = _write(ids, seg, br, pos, r, col, c, s, k if layout == "group" else 1, p.size)
+                rows[at : at + c.size] = r
+                cols[at : at + c.size] = np.arange(start, col)
+                preds[at : at + c.size] = np.arange(start - 1, col - 1)
+                preds[at] = last  # the first token follows the prompt, not a sibling
+    return PackedRollouts(ids, seg, br, pos, rows, cols, preds, offsets, group_offsets, layout, max_tokens)
+
+
+def _write(ids: np.ndarray, seg: np.ndarray, br: np.ndarray, pos: np.ndarray, r: int, col: int, tokens: np.ndarray,
+           segment: int, branch: int, first_position: int) -> int:
+    end = col + tokens.size
+    ids[r, col:end] = tokens
+    seg[r, col:end] = segment
+    br[r, col:end] = branch
+    pos[r, col:end] = np.arange(first_position, first_position + tokens.size)
+    return end

@@ -1,0 +1,93 @@
+"""TRL's ``GRPOTrainer`` with its log-probability pass packed: ``PackedGRPOTrainer``.
+
+    from seqpack.train.trl_grpo import PackedGRPOTrainer
+    trainer = PackedGRPOTrainer(model=model, reward_funcs=reward, args=trl.GRPOConfig(...), train_dataset=prompts)
+    trainer.train()
+
+Everything of TRL stays: generation, rewards, advantages, the loss of every ``loss_type`` with its
+normalisations, logging and callbacks. One method is replaced, the narrowest TRL allows:
+``_get_per_token_logps_and_entropies``, which TRL calls for the policy (in the loss), the old policy
+and the reference. TRL hands it padded rows (left-padded prompts, right-padded completions, each
+prompt repeated for its G completions); here the rows are taken apart, each group's prompt written
+once with its completions after it (:func:`seqpack.rl.pack_rollouts`, ``layout="group"``; rows
+whose prompts are equal share one), packed into rows of at most ``max_tokens`` tokens (default: the
+width of TRL's padded rows), run once (:func:`seqpack.rl.rollout_logprobs`: the vocabulary head
+only where a completion token is predicted), and the values put back in TRL's ``(B, T)`` layout.
+Exact against TRL's padded pass (tests/rl). The model's attention must take a shared prefix:
+``seqpack_packed``, ``sdpa`` or ``eager`` (``layout="flat"`` for the padding-free kernels).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import trl
+
+from seqpack.rl.logprobs import rollout_logprobs, to_padded
+from seqpack.rl.rollouts import LAYOUTS, pack_rollouts
+
+
+def unpad_rollouts(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
+                   ) -> tuple[list[list[int]], list[list[list[int]]], list[tuple[int, int]]]:
+    """TRL's padded rows -> ``(prompts, completions per prompt, (prompt, completion) of each row)``:
+    rows with equal prompts form one group, in the order they first appear.
+
+        >>> ids = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 6, 9, 0], [4, 5, 6, 3, 0]])
+        >>> mask = torch.tensor([[0, 1, 1, 1, 1], [0, 1, 1, 1, 0], [1, 1, 1, 1, 0]])
+        >>> unpad_rollouts(ids, mask, 2)
+        ([[5, 6], [4, 5, 6]], [[[7, 8], [9]], [[3]]], [(0, 0), (0, 1), (1, 0)])
+    """
+    prompts: list[list[int]] = []
+    groups: list[list[list[int]]] = []
+    where: list[tuple[int, int]] = []
+    seen: dict[tuple[int, ...], int] = {}
+    ids, mask = input_ids.tolist(), attention_mask.bool().tolist()
+    for r, (row, keep) in enumerate(zip(ids, mask)):
+        cut = len(row) - logits_to_keep
+        prompt = tuple(t for t, k in zip(row[:cut], keep[:cut]) if k)
+        comp_keep = keep[cut:]
+        n = sum(comp_keep)
+        if comp_keep[:n] != [True] * n:
+            raise ValueError(f"row {r}: the completion mask is not a run of ones then padding; PackedGRPOTrainer takes "
+                             "right-padded completions (TRL's layout)")
+        g = seen.setdefault(prompt, len(prompts))
+        if g == len(prompts):
+            prompts.append(list(prompt))
+            groups.append([])
+        where.append((g, len(groups[g])))
+        groups[g].append(row[cut : cut + n])
+    return prompts, groups, where
+
+
+class PackedGRPOTrainer(trl.GRPOTrainer):  # type: ignore[misc]
+    """``trl.GRPOTrainer`` whose per-token log-probabilities come from packed rows; see the module."""
+
+    def __init__(self, *args: Any, max_tokens: int | None = None, layout: str = "group", **kwargs: Any) -> None:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
+        if max_tokens is not None and max_tokens < 2:
+            raise ValueError(f"max_tokens must be >= 2 (tokens per packed row), got {max_tokens}")
+        self.max_tokens, self.layout = max_tokens, layout
+        super().__init__(*args, **kwargs)
+
+    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                                           logits_to_keep: int, batch_size: int | None = None, compute_entropy: bool = False,
+                                           compute_aux_loss: bool = False, **multimodal: Any
+                                           ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        if compute_aux_loss or any(v is not None for v in multimodal.values()):
+            raise ValueError("PackedGRPOTrainer packs text rollouts; a mixture-of-experts auxiliary loss or image "
+                             "inputs run through trl.GRPOTrainer")
+        prompts, groups, where = unpad_rollouts(input_ids, attention_mask, logits_to_keep)
+        cap = self.max_tokens or int(input_ids.shape[1])
+        packed = pack_rollouts(prompts, groups, max_tokens=cap, layout=self.layout)
+        with self.accelerator.autocast():
+            logps, ents = rollout_logprobs(model, packed, temperature=self.temperature, entropies=compute_entropy)
+        order = [int(packed.group_offsets[g]) + j for g, j in where]  # TRL's row -> the packed completion
+        rows = torch.tensor(order, device=logps.device)
+        out = to_padded(logps, packed, width=logits_to_keep)[0][rows]
+        ent = to_padded(ents, packed, width=logits_to_keep)[0][rows] if ents is not None else None
+        return out, ent, None
+
+
+__all__ = ["PackedGRPOTrainer", "unpad_rollouts"]
