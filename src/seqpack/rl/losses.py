@@ -29,7 +29,7 @@ LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
 
 @dataclass(frozen=True, kw_only=True)
 class GRPOLoss:
-    """The options of :func:`grpo_loss`, named as in ``trl.GRPOConfig``."""
+    """The options of :func:`grpo_loss`, named and defaulted as in ``trl.GRPOConfig`` (TRL 1.16)."""
 
     loss_type: str = "dapo"
     beta: float = 0.0
@@ -37,10 +37,10 @@ class GRPOLoss:
     epsilon_high: float | None = None
     delta: float | None = None
     importance_sampling_level: str = "token"
-    max_completion_length: int = 256
+    max_completion_length: int = 512
     sapo_temperature_pos: float = 1.0
     sapo_temperature_neg: float = 1.05
-    use_bias_correction_kl: bool = False
+    use_bias_correction_kl: bool = True
 
     def __post_init__(self) -> None:
         if self.loss_type not in LOSS_TYPES:
