@@ -80,3 +80,32 @@ def test_bad_rollouts_are_one_line(prompts, groups, cap, message):
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="layout must be one of group|flat"):
         pack_rollouts([[1]], [[[2]]], max_tokens=8, layout="tree")
+
+
+@settings(max_examples=60, deadline=None)
+@given(rollouts(), st.sampled_from(LAYOUTS), st.integers(1, 4))
+def test_ranks_get_as_many_rows_each(case, layout, world):
+    """With ``world_size`` the rows are a multiple of the ranks (units moved out of the fullest rows,
+    the cap kept), or one line says why not; ``rank_rows`` deals every row once, the same number to
+    each rank."""
+    prompts, groups, cap = case
+    try:
+        r = pack_rollouts(prompts, groups, max_tokens=cap, layout=layout, world_size=world)
+    except ValueError as e:
+        assert "cannot be shared evenly by world_size" in str(e)
+        return
+    assert r.num_rows % world == 0 and (r.segment_ids > 0).sum(axis=1).max() <= cap
+    assert (r.segment_ids > 0).sum(axis=1).min() > 0  # no empty row
+    steps = r.rank_rows(world)
+    assert steps.shape == (r.num_rows // world, world) and sorted(steps.ravel().tolist()) == list(range(r.num_rows))
+    costs = r.row_costs()
+    assert (costs > 0).all()
+
+
+def test_row_costs_count_a_shared_prompt_once():
+    group = pack_rollouts([[1] * 4], [[[2] * 3, [3] * 5]], max_tokens=16)
+    flat = pack_rollouts([[1] * 4], [[[2] * 3, [3] * 5]], max_tokens=16, layout="flat")
+    assert group.squares.tolist() == [16 + (24 + 9) + (40 + 25)]  # the prompt's queries once, each completion's
+    assert sorted(flat.squares.tolist()) == [7 ** 2 + 9 ** 2] and group.num_tokens == 12 and flat.num_tokens == 16
+    with pytest.raises(ValueError, match="pack with world_size=3"):
+        group.rank_rows(3)

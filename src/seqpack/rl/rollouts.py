@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqpack.packing import pack_lengths
+from seqpack.packing.balance import DEFAULT_HIDDEN, RowCost, balanced_steps
 
 LAYOUTS = ("group", "flat")
 
@@ -58,6 +59,7 @@ class PackedRollouts:
     group_offsets: np.ndarray  # (P + 1,)
     layout: str
     max_tokens: int
+    squares: np.ndarray  # (R,) each row's attention work (sum of l^2, a shared prompt counted once)
 
     @property
     def num_rows(self) -> int:
@@ -71,6 +73,27 @@ class PackedRollouts:
     @property
     def completion_lengths(self) -> np.ndarray:
         return np.diff(self.offsets)  # type: ignore[no-any-return]
+
+    def row_costs(self, cost: RowCost | None = None) -> np.ndarray:
+        """Each row's cost (:class:`seqpack.packing.balance.RowCost`; default its FLOP model at the
+        default hidden size).  # (R,)"""
+        cost = cost or RowCost.from_flops(hidden=DEFAULT_HIDDEN, layers=1)
+        tokens = (self.segment_ids > 0).sum(axis=1)
+        units = self.segment_ids.max(axis=1)
+        return cost.per_token * tokens + cost.per_square * self.squares + cost.per_sequence * units  # type: ignore[no-any-return]
+
+    def rank_rows(self, world: int, *, cost: RowCost | None = None, seed: int = 0) -> np.ndarray:
+        """The rows dealt to ``world`` data-parallel ranks: ``(micro_batches, world)`` row indices,
+        every rank the same number of micro-batches of one row, each micro-batch's rows of even cost
+        (:func:`seqpack.packing.balance.balanced_steps`). Pack with ``world_size=world``.
+
+            >>> r = pack_rollouts([[1]] * 4, [[[2] * n] for n in (1, 5, 2, 6)], max_tokens=8, world_size=2)
+            >>> r.rank_rows(2).shape
+            (2, 2)
+        """
+        if self.num_rows % world:
+            raise ValueError(f"{self.num_rows} rows cannot be shared evenly by {world} ranks; pack with world_size={world}")
+        return balanced_steps(self.row_costs(cost), world=world, micro_batch=1, seed=seed)[:, :, 0]  # type: ignore[no-any-return]
 
     def padded_index(self) -> tuple[np.ndarray, np.ndarray]:
         """Where each completion token goes in TRL's right-padded ``(C, max completion length)``
@@ -137,18 +160,37 @@ def _units(prompts: list[np.ndarray], groups: list[list[np.ndarray]], max_tokens
     return units
 
 
+def _even_rows(packs: list[list[int]], sizes: np.ndarray, multiple: int) -> list[list[int]]:
+    """``packs`` made a multiple of ``multiple`` in number by moving single units out of the packs
+    holding most units into rows of their own (no row grows, so the cap still holds)."""
+    packs = [list(p) for p in packs]
+    while len(packs) % multiple:
+        k = max(range(len(packs)), key=lambda i: (len(packs[i]), -i))
+        if len(packs[k]) < 2:
+            raise ValueError(f"{len(packs)} rows of one unit each cannot be shared evenly by world_size={multiple} ranks; "
+                             "give more rollouts (or a smaller max_tokens) or use fewer ranks")
+        smallest = min(packs[k], key=lambda u: (sizes[u], u))
+        packs[k].remove(smallest)
+        packs.append([smallest])
+    return packs
+
+
 def pack_rollouts(
     prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[Sequence[int]]], *, max_tokens: int,
-    layout: str = "group", algorithm: str = "best", seed: int = 0,
+    layout: str = "group", algorithm: str = "best", seed: int = 0, world_size: int = 1,
 ) -> PackedRollouts:
     """Pack prompts (lists of token ids) and, per prompt, its completions into rows of at most
-    ``max_tokens`` tokens (see the module)."""
+    ``max_tokens`` tokens (see the module); with ``world_size``, a multiple of that many rows, so
+    that every data-parallel rank gets as many (:meth:`PackedRollouts.rank_rows`)."""
     prompts, groups = _check(prompt_ids, completion_ids, max_tokens, layout)
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
     units = _units(prompts, groups, max_tokens, layout)
     sizes = np.array([prompts[i].size + sum(groups[i][j].size for j in js) for i, js in units], dtype=np.int64)
     packing = pack_lengths(sizes, max_tokens, algorithm=algorithm, seed=seed)
-    fill = np.add.reduceat(sizes[packing.sequence_index], packing.pack_offsets[:-1])
-    R, T = packing.num_packs, int(fill.max())
+    packs = _even_rows([packing.pack(r).tolist() for r in range(packing.num_packs)], sizes, world_size)
+    fill = np.array([sizes[p].sum() for p in packs])
+    R, T = len(packs), int(fill.max())
     ids, seg, br, pos = (np.zeros((R, T), np.int64) for _ in range(4))
     lengths = np.array([c.size for comps in groups for c in comps], dtype=np.int64)
     group_offsets = np.concatenate([[0], np.cumsum([len(c) for c in groups])]).astype(np.int64)
@@ -156,7 +198,7 @@ def pack_rollouts(
     rows, cols, preds = (np.empty(int(offsets[-1]), np.int64) for _ in range(3))
     for r in range(R):
         col = 0
-        for s, u in enumerate(packing.pack(r), start=1):
+        for s, u in enumerate(packs[r], start=1):
             i, js = units[u]
             p = prompts[i]
             if layout == "group":
@@ -173,7 +215,22 @@ def pack_rollouts(
                 cols[at : at + c.size] = np.arange(start, col)
                 preds[at : at + c.size] = np.arange(start - 1, col - 1)
                 preds[at] = last  # the first token follows the prompt, not a sibling
-    return PackedRollouts(ids, seg, br, pos, rows, cols, preds, offsets, group_offsets, layout, max_tokens)
+    squares = np.array([sum(_square(prompts[units[u][0]].size, [groups[units[u][0]][j].size for j in units[u][1]], layout)
+                            for u in p) for p in packs], dtype=np.int64)
+    return PackedRollouts(ids, seg, br, pos, rows, cols, preds, offsets, group_offsets, layout, max_tokens, squares)
+
+
+def _square(p: int, completions: list[int], layout: str) -> int:
+    """A unit's attention work in the units of :class:`seqpack.packing.balance.RowCost`'s ``sum(l^2)``
+    (a sequence of ``l`` tokens: ``l^2``): the prompt's ``p^2``, then each completion's ``2 p c + c^2``
+    (its queries over the prompt and over itself); ``(p + c)^2`` for the flat layout's one completion.
+
+        >>> _square(3, [2, 4], "group"), _square(3, [2], "flat")        # 9 + (12 + 4) + (24 + 16)
+        (65, 25)
+    """
+    if layout == "flat":
+        return (p + completions[0]) ** 2
+    return p * p + sum(2 * p * c + c * c for c in completions)
 
 
 def _write(ids: np.ndarray, seg: np.ndarray, br: np.ndarray, pos: np.ndarray, r: int, col: int, tokens: np.ndarray,
