@@ -160,35 +160,102 @@ def _units(prompts: list[np.ndarray], groups: list[list[np.ndarray]], max_tokens
     return units
 
 
-def _even_rows(packs: list[list[int]], sizes: np.ndarray, multiple: int) -> list[list[int]]:
-    """``packs`` made a multiple of ``multiple`` in number by moving single units out of the packs
-    holding most units into rows of their own (no row grows, so the cap still holds)."""
-    packs = [list(p) for p in packs]
-    while len(packs) % multiple:
-        k = max(range(len(packs)), key=lambda i: (len(packs[i]), -i))
-        if len(packs[k]) < 2:
-            raise ValueError(f"{len(packs)} rows of one unit each cannot be shared evenly by world_size={multiple} ranks; "
-                             "give more rollouts (or a smaller max_tokens) or use fewer ranks")
-        smallest = min(packs[k], key=lambda u: (sizes[u], u))
-        packs[k].remove(smallest)
-        packs.append([smallest])
-    return packs
+def _balanced_rows(sizes: np.ndarray, costs: np.ndarray, max_tokens: int, rows: int, world: int) -> list[list[int]]:
+    """Units dealt into a multiple of ``world`` rows of even cost: heaviest first, each to the
+    cheapest row with token room (LPT under the cap), starting from the fewest multiple of ``world``
+    at or above ``rows`` (the token plan's count) and adding ``world`` rows while a unit finds no room."""
+    if sizes.size < world:
+        raise ValueError(f"{sizes.size} packing units cannot fill a row on each of world_size={world} ranks; "
+                         "give more rollouts or use fewer ranks")
+    order = np.argsort(-costs, kind="stable")
+    k = max(world, -(-rows // world) * world)
+    while True:
+        load, fill = np.zeros(k), np.zeros(k, np.int64)
+        out: list[list[int]] = [[] for _ in range(k)]
+        for u in order:
+            room = fill + sizes[u] <= max_tokens
+            if not room.any():
+                break
+            r = int(np.argmin(np.where(room, load, np.inf)))
+            out[r].append(int(u))
+            load[r] += costs[u]
+            fill[r] += sizes[u]
+        else:
+            if all(out):
+                return _refine(out, sizes, costs, max_tokens)
+            raise ValueError(f"{sizes.size} packing units cannot fill {k} rows, one per rank and micro-batch; "
+                             "give more rollouts or use fewer ranks")
+        k += world
+
+
+def _refine(rows: list[list[int]], sizes: np.ndarray, costs: np.ndarray, max_tokens: int) -> list[list[int]]:
+    """Narrow the rows' spread of cost: in turn, the costliest row and the cheapest one each take the
+    move of one unit, or the swap of two, with another row that brings both rows nearer the mean than
+    the extreme was (within the cap), until neither has one (or ``8 x rows`` exchanges)."""
+    load = np.array([costs[r].sum() for r in rows])
+    fill = np.array([sizes[r].sum() for r in rows], np.int64)
+
+    def exchange(a: int, high: bool) -> bool:
+        """Row ``a`` (an extreme) gives (high) or takes (low) cost with the best partner row."""
+        best: tuple[float, int, int, int] | None = None  # (the pair's new extreme, partner, unit from the heavier, unit back or -1)
+        for b in (np.argsort(load) if high else np.argsort(-load))[: max(1, len(rows) // 2)].tolist():
+            if b == a:
+                continue
+            hi, lo = (a, b) if high else (b, a)
+            for u in rows[hi]:
+                for v in [-1, *rows[lo]]:
+                    dc = costs[u] - (costs[v] if v >= 0 else 0.0)
+                    ds = int(sizes[u]) - (int(sizes[v]) if v >= 0 else 0)
+                    if dc <= 0 or fill[lo] + ds > max_tokens or fill[hi] - ds > max_tokens or (v < 0 and len(rows[hi]) < 2):
+                        continue
+                    new_hi, new_lo = load[hi] - dc, load[lo] + dc
+                    ok = max(new_hi, new_lo) < load[a] if high else min(new_hi, new_lo) > load[a]
+                    key = max(new_hi, new_lo) if high else -min(new_hi, new_lo)
+                    if ok and (best is None or key < best[0]):
+                        best = (key, b, u, v)
+        if best is None:
+            return False
+        _, b, u, v = best
+        hi, lo = (a, b) if high else (b, a)
+        rows[hi].remove(u)
+        rows[lo].append(u)
+        dc, ds = costs[u], int(sizes[u])
+        if v >= 0:
+            rows[lo].remove(v)
+            rows[hi].append(v)
+            dc, ds = dc - costs[v], ds - int(sizes[v])
+        load[hi], load[lo], fill[hi], fill[lo] = load[hi] - dc, load[lo] + dc, fill[hi] - ds, fill[lo] + ds
+        return True
+
+    for _ in range(4 * len(rows)):
+        moved_high = exchange(int(np.argmax(load)), True)
+        moved_low = exchange(int(np.argmin(load)), False)
+        if not (moved_high or moved_low):
+            break
+    return rows
 
 
 def pack_rollouts(
     prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[Sequence[int]]], *, max_tokens: int,
-    layout: str = "group", algorithm: str = "best", seed: int = 0, world_size: int = 1,
+    layout: str = "group", algorithm: str = "best", seed: int = 0, world_size: int = 1, cost: RowCost | None = None,
 ) -> PackedRollouts:
     """Pack prompts (lists of token ids) and, per prompt, its completions into rows of at most
-    ``max_tokens`` tokens (see the module); with ``world_size``, a multiple of that many rows, so
-    that every data-parallel rank gets as many (:meth:`PackedRollouts.rank_rows`)."""
+    ``max_tokens`` tokens (see the module): the fewest rows the ``algorithm`` finds; with
+    ``world_size`` > 1, a multiple of that many rows of even ``cost`` (each unit's, by
+    :class:`~seqpack.packing.balance.RowCost`, default its FLOP model), so that every data-parallel
+    rank gets as many rows and each micro-batch's ranks the same work (:meth:`PackedRollouts.rank_rows`)."""
     prompts, groups = _check(prompt_ids, completion_ids, max_tokens, layout)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
     units = _units(prompts, groups, max_tokens, layout)
     sizes = np.array([prompts[i].size + sum(groups[i][j].size for j in js) for i, js in units], dtype=np.int64)
     packing = pack_lengths(sizes, max_tokens, algorithm=algorithm, seed=seed)
-    packs = _even_rows([packing.pack(r).tolist() for r in range(packing.num_packs)], sizes, world_size)
+    packs = [packing.pack(r).tolist() for r in range(packing.num_packs)]
+    unit_squares = np.array([_square(prompts[i].size, [groups[i][j].size for j in js], layout) for i, js in units], np.int64)
+    if world_size > 1:
+        c = cost or RowCost.from_flops(hidden=DEFAULT_HIDDEN, layers=1)
+        unit_costs = c.per_token * sizes + c.per_square * unit_squares + c.per_sequence
+        packs = _balanced_rows(sizes, unit_costs, max_tokens, len(packs), world_size)
     fill = np.array([sizes[p].sum() for p in packs])
     R, T = len(packs), int(fill.max())
     ids, seg, br, pos = (np.zeros((R, T), np.int64) for _ in range(4))
@@ -215,8 +282,7 @@ def pack_rollouts(
                 cols[at : at + c.size] = np.arange(start, col)
                 preds[at : at + c.size] = np.arange(start - 1, col - 1)
                 preds[at] = last  # the first token follows the prompt, not a sibling
-    squares = np.array([sum(_square(prompts[units[u][0]].size, [groups[units[u][0]][j].size for j in units[u][1]], layout)
-                            for u in p) for p in packs], dtype=np.int64)
+    squares = np.array([unit_squares[p].sum() for p in packs], dtype=np.int64)
     return PackedRollouts(ids, seg, br, pos, rows, cols, preds, offsets, group_offsets, layout, max_tokens, squares)
 
 
