@@ -31,7 +31,7 @@ def reward(completions: list[str], **_: Any) -> list[float]:
     return [len(c) / 10 for c in completions]  # a toy reward: the completion's length
 
 
-def make(cls: Any, root: Path, impl: str = "sdpa", **config: Any) -> Any:
+def make(cls: Any, root: Path, impl: str = "sdpa", attention: Any = "seqpack_packed", **config: Any) -> Any:
     """A trainer on a tiny Llama (random init, saved locally: TRL loads a reference model from its path)."""
     from seqpack.nn.hf_attention import register_packed_attention
 
@@ -48,8 +48,9 @@ def make(cls: Any, root: Path, impl: str = "sdpa", **config: Any) -> Any:
                              "use_cpu": True, "logging_steps": 1, "save_strategy": "no", "seed": 0, "bf16": False,
                              "disable_tqdm": True, "model_init_kwargs": {"attn_implementation": impl, "dtype": torch.float32},
                              **config})
+    extra = {} if cls is trl.GRPOTrainer else {"attention": attention}
     return cls(model=str(path), reward_funcs=reward, args=args, train_dataset=datasets.Dataset.from_dict({"prompt": texts(16, seed=3)}),
-               processing_class=tok)
+               processing_class=tok, **extra)
 
 
 @pytest.fixture(scope="module")
@@ -111,13 +112,15 @@ def test_grpo_loss_refusals() -> None:
         grpo_loss(torch.zeros(2, 3), m, torch.zeros(2), GRPOLoss(loss_type="dapo"))
 
 
-@pytest.mark.parametrize("impl", ["sdpa", "seqpack_packed"])
-def test_packed_pass_equals_trls_padded_pass(root: Path, impl: str) -> None:
+@pytest.mark.parametrize("attention", ["seqpack_packed", None])
+def test_packed_pass_equals_trls_padded_pass(root: Path, attention: str | None) -> None:
     """TRL's own padded pass (left-padded prompts, right-padded completions, its fused head) and
-    PackedGRPOTrainer's on the same rows: groups of 4 sharing a prompt, completions of 1-24 tokens."""
+    PackedGRPOTrainer's on the same rows: groups of 4 sharing a prompt, completions of 1-24 tokens;
+    the packed pass under seqpack's plans, or the model's own sdpa with the branch mask. The model's
+    attention is its own again after the pass."""
     from seqpack.train.trl_grpo import PackedGRPOTrainer
 
-    trainer, packed = make(trl.GRPOTrainer, root), make(PackedGRPOTrainer, root, impl=impl)
+    trainer, packed = make(trl.GRPOTrainer, root), make(PackedGRPOTrainer, root, attention=attention)
     rng = np.random.default_rng(1)
     prompts = [rng.integers(3, 300, n).tolist() for n in (5, 11, 2, 8)]
     comps = [rng.integers(3, 300, rng.integers(1, 25)).tolist() for _ in range(16)]
@@ -131,6 +134,7 @@ def test_packed_pass_equals_trls_padded_pass(root: Path, impl: str) -> None:
     with torch.no_grad():
         want, want_ent, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, C, compute_entropy=True)
         got, got_ent, _ = packed._get_per_token_logps_and_entropies(packed.model, ids, mask, C, compute_entropy=True)
+    assert packed._own_attention == "sdpa" and packed.model.config._attn_implementation == (attention or "sdpa")
     keep = mask[:, P:].bool()
     torch.testing.assert_close(got[keep], want[keep], rtol=0.0, atol=5e-5)
     torch.testing.assert_close(got_ent[keep], want_ent[keep], rtol=0.0, atol=5e-5)

@@ -13,16 +13,24 @@ once with its completions after it (:func:`seqpack.rl.pack_rollouts`, ``layout="
 whose prompts are equal share one), packed into rows of at most ``max_tokens`` tokens (default: the
 width of TRL's padded rows), run once (:func:`seqpack.rl.rollout_logprobs`: the vocabulary head
 only where a completion token is predicted), and the values put back in TRL's ``(B, T)`` layout.
-Exact against TRL's padded pass (tests/rl). The model's attention must take a shared prefix:
-``seqpack_packed``, ``sdpa`` or ``eager`` (``layout="flat"`` for the padding-free kernels).
+Exact against TRL's padded pass (tests/rl).
+
+The model keeps its own attention for generation (``sdpa``, say); the packed pass runs ``attention``
+(default ``seqpack_packed``: seqpack's plans, per-document buckets on CPU, FlexAttention on CUDA;
+``None``: the model's own, which must take a shared prefix as a dense mask, ``sdpa`` or ``eager``,
+or run ``layout="flat"``).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import trl
+
+from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
 
 from seqpack.rl.logprobs import rollout_logprobs, to_padded
 from seqpack.rl.rollouts import LAYOUTS, pack_rollouts
@@ -60,16 +68,50 @@ def unpad_rollouts(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits
     return prompts, groups, where
 
 
+def _config(model: Any) -> Any:
+    inner = getattr(model, "module", model)  # DistributedDataParallel
+    return getattr(inner, "_orig_mod", inner).config  # torch.compile
+
+
+@contextlib.contextmanager
+def attention_as(model: Any, impl: str | None) -> Iterator[None]:
+    """``model`` runs attention implementation ``impl`` inside the block (None: its own); its
+    configuration is put back after (generation keeps the model's own)."""
+    before = _config(model)._attn_implementation
+    if impl is not None:
+        _set_attention(model, impl)
+    try:
+        yield
+    finally:
+        _config(model)._attn_implementation = before
+
+
+def _set_attention(model: Any, impl: str) -> None:
+    if impl == PACKED_IMPL:
+        register_packed_attention()
+    _config(model)._attn_implementation = impl
+
+
 class PackedGRPOTrainer(trl.GRPOTrainer):  # type: ignore[misc]
     """``trl.GRPOTrainer`` whose per-token log-probabilities come from packed rows; see the module."""
 
-    def __init__(self, *args: Any, max_tokens: int | None = None, layout: str = "group", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, max_tokens: int | None = None, layout: str = "group",
+                 attention: str | None = PACKED_IMPL, **kwargs: Any) -> None:
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
         if max_tokens is not None and max_tokens < 2:
             raise ValueError(f"max_tokens must be >= 2 (tokens per packed row), got {max_tokens}")
-        self.max_tokens, self.layout = max_tokens, layout
+        self.max_tokens, self.layout, self.attention = max_tokens, layout, attention
         super().__init__(*args, **kwargs)
+        # the policy runs ``attention`` from now on (gradient checkpointing recomputes its layers in the
+        # backward pass, after the log-probability pass has returned), its own only while it generates
+        self._own_attention = _config(self.model)._attn_implementation
+        if attention is not None:
+            _set_attention(self.model, attention)
+
+    def _generate(self, prompts: list[Any]) -> Any:
+        with attention_as(self.model, self._own_attention):
+            return super()._generate(prompts)
 
     def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                                            logits_to_keep: int, batch_size: int | None = None, compute_entropy: bool = False,
@@ -81,7 +123,7 @@ class PackedGRPOTrainer(trl.GRPOTrainer):  # type: ignore[misc]
         prompts, groups, where = unpad_rollouts(input_ids, attention_mask, logits_to_keep)
         cap = self.max_tokens or int(input_ids.shape[1])
         packed = pack_rollouts(prompts, groups, max_tokens=cap, layout=self.layout)
-        with self.accelerator.autocast():
+        with self.accelerator.autocast(), attention_as(model, self.attention):
             logps, ents = rollout_logprobs(model, packed, temperature=self.temperature, entropies=compute_entropy)
         order = [int(packed.group_offsets[g]) + j for g, j in where]  # TRL's row -> the packed completion
         rows = torch.tensor(order, device=logps.device)
@@ -90,4 +132,4 @@ class PackedGRPOTrainer(trl.GRPOTrainer):  # type: ignore[misc]
         return out, ent, None
 
 
-__all__ = ["PackedGRPOTrainer", "unpad_rollouts"]
+__all__ = ["PackedGRPOTrainer", "attention_as", "unpad_rollouts"]
