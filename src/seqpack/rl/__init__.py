@@ -13,6 +13,11 @@ from typing import Any
 
 from seqpack.rl.rollouts import LAYOUTS, PackedRollouts, pack_rollouts
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; the names below load torch, on first use
+if TYPE_CHECKING:
+    from seqpack.rl.logprobs import packed_logprobs, rollout_logprobs, split_completions, to_padded
+    from seqpack.rl.losses import GRPOLoss, grpo_loss
+
 __all__ = ["LAYOUTS", "GRPOLoss", "PackedRollouts", "grpo_loss", "pack_rollouts", "packed_logprobs", "rollout_logprobs",
            "split_completions", "to_padded"]
 

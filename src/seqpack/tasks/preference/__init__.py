@@ -9,6 +9,10 @@ from typing import Any
 
 from seqpack.tasks.preference.task import TASK, PreferenceOptions, PreferenceTask
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; pair_outputs loads torch, on first use
+if TYPE_CHECKING:
+    from seqpack.tasks.preference.objective import PairOutputs, pair_outputs
+
 __all__ = ["TASK", "PairOutputs", "PreferenceOptions", "PreferenceTask", "pair_outputs"]
 
 
