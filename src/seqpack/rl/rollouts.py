@@ -253,8 +253,8 @@ def pack_rollouts(
     packs = [packing.pack(r).tolist() for r in range(packing.num_packs)]
     unit_squares = np.array([_square(prompts[i].size, [groups[i][j].size for j in js], layout) for i, js in units], np.int64)
     if world_size > 1:
-        c = cost or RowCost.from_flops(hidden=DEFAULT_HIDDEN, layers=1)
-        unit_costs = c.per_token * sizes + c.per_square * unit_squares + c.per_sequence
+        rc = cost or RowCost.from_flops(hidden=DEFAULT_HIDDEN, layers=1)
+        unit_costs = rc.per_token * sizes + rc.per_square * unit_squares + rc.per_sequence
         packs = _balanced_rows(sizes, unit_costs, max_tokens, len(packs), world_size)
     fill = np.array([sizes[p].sum() for p in packs])
     R, T = len(packs), int(fill.max())
