@@ -110,6 +110,10 @@ def test_grpo_loss_refusals() -> None:
         grpo_loss(torch.zeros(2, 3), m, torch.zeros(2), GRPOLoss(beta=0.1))
     with pytest.raises(ValueError, match="normalises by num_items_in_batch"):
         grpo_loss(torch.zeros(2, 3), m, torch.zeros(2), GRPOLoss(loss_type="dapo"))
+    with pytest.raises(ValueError, match=r"advantages has shape \(3,\); give \(2,\), one per completion"):
+        grpo_loss(torch.zeros(2, 3), m, torch.zeros(3))
+    with pytest.raises(ValueError, match=r"old_logps has shape \(2, 4\), logps \(2, 3\)"):
+        grpo_loss(torch.zeros(2, 3), m, torch.zeros(2), old_logps=torch.zeros(2, 4))
 
 
 @pytest.mark.parametrize("attention", ["seqpack_packed", None])

@@ -64,6 +64,7 @@ def grpo_loss(
     and ``cispo``, the completion tokens of the whole generation batch (TRL's input of that name).
     """
     o = options
+    _check_shapes(logps, mask, advantages, old_logps, ref_logps)
     m = mask.to(logps.dtype)
     adv = advantages[:, None] if advantages.dim() == 1 else advantages
     old = logps.detach() if old_logps is None else old_logps
@@ -100,6 +101,20 @@ def grpo_loss(
         raise ValueError(f"loss_type {o.loss_type} normalises by num_items_in_batch (the generation batch's completion tokens)")
     normalizer = max(float(num_items_in_batch), 1.0) / num_processes * accumulation / steps_per_generation
     return masked.sum() / normalizer
+
+
+def _check_shapes(logps: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor, old: torch.Tensor | None,
+                  ref: torch.Tensor | None) -> None:
+    """Side data that does not match the log-probabilities' ``(B, T)``: one line naming it."""
+    if logps.dim() != 2:
+        raise ValueError(f"logps must be (B, T) (TRL's padded completions; seqpack.rl.to_padded), got {tuple(logps.shape)}")
+    shape = tuple(logps.shape)
+    for name, t in (("mask", mask), ("old_logps", old), ("ref_logps", ref)):
+        if t is not None and tuple(t.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, logps {shape}; give one value per completion token")
+    if tuple(advantages.shape) not in ((shape[0],), shape):
+        raise ValueError(f"advantages has shape {tuple(advantages.shape)}; give ({shape[0]},), one per completion, "
+                         f"or {shape}, one per token")
 
 
 __all__ = ["LOSS_TYPES", "GRPOLoss", "grpo_loss"]
