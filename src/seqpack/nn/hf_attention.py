@@ -40,7 +40,8 @@ def packed_attention_forward(
     plan = kwargs.get("seqpack_plan")
     if not isinstance(plan, AttentionPlan):
         raise ValueError(f"attn_implementation {PACKED_IMPL!r} needs seqpack_plan=plan_attention(segment_ids, ...) in the "
-                         "model call; seqpack.nn.hf_adapter.packed_forward passes it")
+                         "model call (seqpack.nn.hf_adapter.packed_forward passes it); to generate or call the model "
+                         "plainly, set model.config._attn_implementation = 'sdpa' first")
     if dropout and module.training:
         raise ValueError(f"{PACKED_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
     dev = query.device.type
