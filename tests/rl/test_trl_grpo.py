@@ -31,18 +31,19 @@ def reward(completions: list[str], **_: Any) -> list[float]:
     return [len(c) / 10 for c in completions]  # a toy reward: the completion's length
 
 
-def make(cls: Any, root: Path, impl: str = "sdpa", attention: Any = "seqpack_packed", **config: Any) -> Any:
-    """A trainer on a tiny Llama (random init, saved locally: TRL loads a reference model from its path)."""
+def make(cls: Any, root: Path, impl: str = "sdpa", attention: Any = "seqpack_packed", kind: str = "llama", **config: Any) -> Any:
+    """A trainer on a tiny Llama or Qwen2 (random init, saved locally: TRL loads a reference model from its path)."""
     from seqpack.nn.hf_attention import register_packed_attention
 
     register_packed_attention()
     tok = tf.AutoTokenizer.from_pretrained(str(bpe_tokenizer_dir(root / "tok", chat_template=None)))
-    path = root / f"llama-{impl}"
+    path = root / f"{kind}-{impl}"
     if not path.exists():
         torch.manual_seed(0)
-        tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                           num_attention_heads=4, num_key_value_heads=2, pad_token_id=tok.pad_token_id,
-                                           eos_token_id=tok.eos_token_id)).save_pretrained(path)
+        config_cls, model_cls = (tf.LlamaConfig, tf.LlamaForCausalLM) if kind == "llama" else (tf.Qwen2Config, tf.Qwen2ForCausalLM)
+        model_cls(config_cls(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, pad_token_id=tok.pad_token_id,
+                             eos_token_id=tok.eos_token_id)).save_pretrained(path)
     args = trl.GRPOConfig(**{"output_dir": str(root / "out"), "per_device_train_batch_size": 8, "num_generations": 4,
                              "max_completion_length": 24, "max_steps": 3, "learning_rate": 1e-2, "report_to": [],
                              "use_cpu": True, "logging_steps": 1, "save_strategy": "no", "seed": 0, "bf16": False,
@@ -116,15 +117,15 @@ def test_grpo_loss_refusals() -> None:
         grpo_loss(torch.zeros(2, 3), m, torch.zeros(2), old_logps=torch.zeros(2, 4))
 
 
-@pytest.mark.parametrize("attention", ["seqpack_packed", None])
-def test_packed_pass_equals_trls_padded_pass(root: Path, attention: str | None) -> None:
+@pytest.mark.parametrize(("kind", "attention"), [("llama", "seqpack_packed"), ("llama", None), ("qwen2", "seqpack_packed")])
+def test_packed_pass_equals_trls_padded_pass(root: Path, kind: str, attention: str | None) -> None:
     """TRL's own padded pass (left-padded prompts, right-padded completions, its fused head) and
     PackedGRPOTrainer's on the same rows: groups of 4 sharing a prompt, completions of 1-24 tokens;
     the packed pass under seqpack's plans, or the model's own sdpa with the branch mask. The model's
     attention is its own again after the pass."""
     from seqpack.train.trl_grpo import PackedGRPOTrainer
 
-    trainer, packed = make(trl.GRPOTrainer, root), make(PackedGRPOTrainer, root, attention=attention)
+    trainer, packed = make(trl.GRPOTrainer, root, kind=kind), make(PackedGRPOTrainer, root, attention=attention, kind=kind)
     rng = np.random.default_rng(1)
     prompts = [rng.integers(3, 300, n).tolist() for n in (5, 11, 2, 8)]
     comps = [rng.integers(3, 300, rng.integers(1, 25)).tolist() for _ in range(16)]
