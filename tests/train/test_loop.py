@@ -293,7 +293,7 @@ def test_a_run_in_a_log_says_what_it_does_at_once_and_then_every_so_often(datase
 def test_an_evaluation_reads_a_bounded_fixed_sample_of_the_held_out_packs(datasets, tmp_path):
     """``eval_tokens`` bounds an evaluation's real tokens with a seeded sample of the held-out packs:
     the same sample for every run, within the bound (one pack at least), training untouched."""
-    from hypothesis import given, settings
+    from hypothesis import example, given, settings
     from hypothesis import strategies as st
 
     from seqpack.train.data import EVAL_SAMPLE_SEED, eval_sample
@@ -312,6 +312,8 @@ def test_an_evaluation_reads_a_bounded_fixed_sample_of_the_held_out_packs(datase
 
     @settings(max_examples=50, deadline=None)
     @given(st.lists(st.integers(0, 50), min_size=1, max_size=30), st.integers(0, 400))
+    @example(fills=[2], bound=1)  # one pack over the bound: it is the whole sample
+    @example(fills=[5, 5], bound=1)  # every pack over the bound: one of them
     def sample(fills, bound):  # the sample is the longest prefix of one seeded order within the bound
         f = np.asarray(fills)
         held = np.arange(f.size)
@@ -320,9 +322,10 @@ def test_an_evaluation_reads_a_bounded_fixed_sample_of_the_held_out_packs(datase
             assert np.array_equal(got, held)
         else:
             assert got.size >= 1 and (f[got].sum() <= bound or got.size == 1)
-            rest = np.setdiff1d(held, got)
             order = np.random.default_rng(EVAL_SAMPLE_SEED).permutation(held)
-            assert np.array_equal(np.sort(order[: got.size]), got) and rest.size > 0
+            assert np.array_equal(np.sort(order[: got.size]), got)
+            assert got.size < f.size or f.size == 1  # over the bound: never the whole set, bar one pack
+            assert f[order[: got.size + 1]].sum() > bound  # the longest: one more pack would pass the bound
 
     sample()
 
