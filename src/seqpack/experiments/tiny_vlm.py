@@ -20,12 +20,16 @@ QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|
                  "<|image_pad|>", "<|video_pad|>")
 LLAVA_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>")
 
-#: ChatML with the Qwen2-VL image parts (the released template, less its default system turn)
+#: ChatML with the Qwen2-VL image parts (the released template, less its default system turn), its
+#: assistant turns in ``{% generation %}`` blocks (so TRL's ``assistant_only_loss`` reads them too)
 QWEN_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
-    "{{ message['content'] }}{% else %}{% for c in message['content'] %}{% if c['type'] == 'image' %}"
-    "<|vision_start|><|image_pad|><|vision_end|>{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "{% macro body(content) %}{% if content is string %}{{ content }}{% else %}{% for c in content %}"
+    "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% elif c['type'] == 'text' %}"
+    "{{ c['text'] }}{% endif %}{% endfor %}{% endif %}{% endmacro %}"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['role'] == 'assistant' %}"
+    "{% generation %}{{ body(message['content']) }}<|im_end|>{% endgeneration %}{% else %}"
+    "{{ body(message['content']) }}<|im_end|>{% endif %}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 LLAVA_TEMPLATE = QWEN_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", "<image>\n")
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "llava")
 PATCH = 14

@@ -139,3 +139,12 @@ class VisionRows:
                 "example_ids": np.asarray(cols["example_ids"][k], dtype=np.int64),
                 "images": list(cols["images"][k]),
                 "image_grids": np.asarray(cols["image_grids"][k], dtype=np.int64).reshape(-1, 3)}
+
+
+def vision_rows_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> Any:
+    """The rows of a packed image-text directory as a ``datasets.Dataset`` (what TRL's ``SFTTrainer``
+    takes), its manifest checked first; ``cache_dir``: where ``datasets`` keeps its Arrow copy."""
+    import datasets
+
+    rows = VisionRows(path)
+    return datasets.Dataset.from_parquet(str(rows.path / ROWS), cache_dir=None if cache_dir is None else str(cache_dir))
