@@ -121,3 +121,40 @@ def tiny_vlm(family: str, *, seed: int = 0, max_pixels: int = 448 * 448, **confi
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(cfg, attn_implementation="sdpa")
     return processor, model.float().eval()
+
+
+WORDS = "the a cat dog sat on mat why how what is are you we can see red blue small large left right image".split()
+
+
+def synthetic_records(n: int, *, seed: int = 0, images: tuple[int, int] = (0, 3), side: tuple[int, int] = (20, 120),
+                      words: tuple[int, int] = (3, 30), turns: tuple[int, int] = (1, 2), fmt: str = "PNG") -> list[dict[str, Any]]:
+    """``n`` records in TRL's vision format: ``images`` (encoded ``fmt`` bytes, each side drawn from
+    ``side`` pixels) and ``messages`` whose first user turn holds the image parts; the counts of
+    images, words per turn and user/assistant exchanges are drawn uniformly from their ranges."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+
+    def text() -> str:
+        return " ".join(rng.choice(WORDS, size=int(rng.integers(words[0], words[1] + 1))).tolist())
+
+    def image() -> bytes:
+        h, w = (int(rng.integers(side[0], side[1] + 1)) for _ in range(2))
+        base = rng.integers(0, 255, size=3)
+        pixels = np.clip(base + rng.normal(0, 20, size=(h, w, 3)), 0, 255).astype(np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, format=fmt)
+        return buf.getvalue()
+
+    out = []
+    for _ in range(n):
+        k = int(rng.integers(images[0], images[1] + 1))
+        messages: list[dict[str, Any]] = []
+        for t in range(int(rng.integers(turns[0], turns[1] + 1))):
+            parts = [{"type": "image"}] * (k if t == 0 else 0) + [{"type": "text", "text": text()}]
+            messages += [{"role": "user", "content": parts}, {"role": "assistant", "content": [{"type": "text", "text": text()}]}]
+        out.append({"messages": messages, "images": [image() for _ in range(k)]})
+    return out
