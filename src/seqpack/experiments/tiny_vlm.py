@@ -127,10 +127,18 @@ WORDS = "the a cat dog sat on mat why how what is are you we can see red blue sm
 
 
 def synthetic_records(n: int, *, seed: int = 0, images: tuple[int, int] = (0, 3), side: tuple[int, int] = (20, 120),
-                      words: tuple[int, int] = (3, 30), turns: tuple[int, int] = (1, 2), fmt: str = "PNG") -> list[dict[str, Any]]:
+                      image_tokens: tuple[int, int] | None = None, words: tuple[int, int] = (3, 30),
+                      turns: tuple[int, int] = (1, 2), fmt: str = "PNG") -> list[dict[str, Any]]:
     """``n`` records in TRL's vision format: ``images`` (encoded ``fmt`` bytes, each side drawn from
     ``side`` pixels) and ``messages`` whose first user turn holds the image parts; the counts of
-    images, words per turn and user/assistant exchanges are drawn uniformly from their ranges."""
+    images, words per turn and user/assistant exchanges are drawn uniformly from their ranges.
+    ``image_tokens``: draw each image's Qwen2-VL token count log-uniformly from this range instead
+    (sides are multiples of 28 pixels, aspect ratio 1:2 to 2:1), for a processor that does not resize them.
+
+        >>> r = synthetic_records(2, seed=0, images=(1, 1))
+        >>> [len(x["images"]) for x in r], [m["role"] for m in r[0]["messages"]][:2]
+        ([1, 1], ['user', 'assistant'])
+    """
     import io
 
     import numpy as np
@@ -141,8 +149,15 @@ def synthetic_records(n: int, *, seed: int = 0, images: tuple[int, int] = (0, 3)
     def text() -> str:
         return " ".join(rng.choice(WORDS, size=int(rng.integers(words[0], words[1] + 1))).tolist())
 
+    def size() -> tuple[int, int]:
+        if image_tokens is None:
+            return int(rng.integers(side[0], side[1] + 1)), int(rng.integers(side[0], side[1] + 1))
+        tokens = float(np.exp(rng.uniform(np.log(image_tokens[0]), np.log(image_tokens[1]))))
+        rows = max(1, round(float(np.sqrt(tokens * np.exp(rng.uniform(np.log(0.5), np.log(2)))))))
+        return 2 * PATCH * rows, 2 * PATCH * max(1, round(tokens / rows))
+
     def image() -> bytes:
-        h, w = (int(rng.integers(side[0], side[1] + 1)) for _ in range(2))
+        h, w = size()
         base = rng.integers(0, 255, size=3)
         pixels = np.clip(base + rng.normal(0, 20, size=(h, w, 3)), 0, 255).astype(np.uint8)
         buf = io.BytesIO()

@@ -56,4 +56,34 @@ def packed_attention_forward(
     return out.transpose(1, 2).contiguous(), None
 
 
-__all__ = ["PACKED_IMPL", "packed_attention_forward", "register_packed_attention"]
+def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> torch.utils.hooks.RemovableHandle:
+    """Run ``model``'s attention as ``seqpack_packed`` with a plan made at each call from its
+    ``position_ids``: a sample starts where the positions restart at 0 (the first row of a
+    ``(4, B, T)`` mRoPE tensor). ``config``: the config whose attention changes, by default the text
+    model's (``model.config.get_text_config()``: a vision encoder keeps its own attention). Returns
+    the hook's handle; ``handle.remove()`` and setting the config back to ``sdpa`` undo it.
+
+        handle = attach_packed_attention(vlm)
+        vlm(input_ids=ids, position_ids=pos, pixel_values=..., use_cache=False)   # sum(l^2) attention
+    """
+    from seqpack.nn.attention import plan_attention
+
+    register_packed_attention()
+    cfg = config if config is not None else model.config.get_text_config()
+    cfg._attn_implementation = PACKED_IMPL
+
+    def plan_from_positions(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        if kwargs.get("seqpack_plan") is None:
+            pos = kwargs.get("position_ids")
+            if pos is None:
+                raise ValueError(f"{PACKED_IMPL} attention reads where samples start from position_ids; pass them "
+                                 "(restarting at 0 at each sample)")
+            text = pos[0] if pos.ndim == 3 else pos  # (B, T)
+            dtype = next(module.parameters()).dtype
+            kwargs["seqpack_plan"] = plan_attention((text == 0).cumsum(-1).int(), causal=True, dtype=dtype)
+        return args, kwargs
+
+    return model.register_forward_pre_hook(plan_from_positions, with_kwargs=True)
+
+
+__all__ = ["PACKED_IMPL", "attach_packed_attention", "packed_attention_forward", "register_packed_attention"]

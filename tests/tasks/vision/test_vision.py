@@ -264,3 +264,29 @@ def test_a_long_sample_is_cut_between_turns_never_inside_an_image():
     with pytest.raises(ValueError, match="exceed max_len=100; pass --overflow truncate|drop"):
         vision_samples([rec], processor, max_len=100, overflow="error")
     assert vision_samples([rec], processor, max_len=n - 1, overflow="drop").dropped == {"too_long": 1}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_seqpack_packed_attention_gives_the_same_pass(family):
+    """The text model on seqpack's packed attention (a plan from the positions, ``sum(l^2)`` work on
+    CPU) gives the logits and gradients of transformers' own masked sdpa; the vision encoder keeps its own."""
+    from seqpack.nn.hf_attention import PACKED_IMPL, attach_packed_attention
+
+    processor, model = tiny_vlm(family)
+    packs = pack_vision(vision_samples(records(seed=80), processor, max_len=512), max_len=512)
+    batch = VisionCollator(processor)([packs.row(i) for i in range(packs.num_rows)])
+    runs = []
+    for packed in (False, True):
+        if packed:
+            handle = attach_packed_attention(model)
+        model.zero_grad()
+        out = model(**batch)
+        out.loss.backward()
+        runs.append((out.logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}))
+    handle.remove()
+    assert model.config.get_text_config()._attn_implementation == PACKED_IMPL
+    assert model.config.vision_config._attn_implementation != PACKED_IMPL
+    (ref, ref_grads), (got, grads) = runs
+    assert torch.allclose(got, ref, atol=ATOL, rtol=0)
+    for k in ref_grads:
+        assert torch.allclose(grads[k], ref_grads[k], atol=ATOL, rtol=0), k
