@@ -290,3 +290,22 @@ def test_seqpack_packed_attention_gives_the_same_pass(family):
     assert torch.allclose(got, ref, atol=ATOL, rtol=0)
     for k in ref_grads:
         assert torch.allclose(grads[k], ref_grads[k], atol=ATOL, rtol=0), k
+
+
+def test_records_from_a_jsonl_file_with_image_paths_beside_it(tmp_path):
+    """Image paths relative to the records file; the same samples as the records given in memory."""
+    import json
+
+    processor = tiny_processor("qwen2_vl")
+    recs = records()
+    on_disk = []
+    for i, r in enumerate(recs):
+        names = []
+        for k, b in enumerate(r["images"]):
+            (tmp_path / "img").mkdir(exist_ok=True)
+            (tmp_path / "img" / f"{i}-{k}.png").write_bytes(b)
+            names.append(f"img/{i}-{k}.png")
+        on_disk.append({"messages": r["messages"], "images": names})
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in on_disk), encoding="utf-8")
+    a, b = vision_samples(recs, processor, max_len=1024), vision_samples(tmp_path / "train.jsonl", processor, max_len=1024)
+    assert np.array_equal(a.input_ids, b.input_ids) and np.array_equal(a.labels, b.labels) and a.images == b.images

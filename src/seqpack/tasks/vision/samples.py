@@ -108,12 +108,15 @@ def vision_samples(
     image_root: str | os.PathLike[str] | None = None,
 ) -> VisionSamples:
     """One sample per record, as ``processor`` (a transformers ``AutoProcessor``) makes it; see the module.
-    ``image_root``: where relative image paths point (default: the working directory)."""
+    ``image_root``: where relative image paths point (default: the folder of ``examples`` when it is
+    a file or a folder of record files, else the working directory)."""
     check_max_len(max_len)
     check_overflow(overflow, allowed=VISION_OVERFLOW)
     if train_on not in TRAIN_ON:
         raise ValueError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {train_on!r}")
     template = _template(processor)
+    if image_root is None and isinstance(examples, (str, os.PathLike)):
+        image_root = examples if os.path.isdir(examples) else os.path.dirname(os.path.abspath(examples))
     layout = layout_of(processor)
     enc = _Encoder(processor, layout.axes > 1)
     out = _Collected()
