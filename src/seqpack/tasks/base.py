@@ -125,6 +125,19 @@ class Task:
         """One shard's sequences from a batch of example records (default: :meth:`build_sequences`)."""
         return self.build_sequences(records, tokenizer, config)
 
+    # ---- streams ----------------------------------------------------------------------------
+    def stream_context(self, config: Any) -> dict[str, Any]:
+        """What a stream's chunks must agree on, known before any example is read (default: the
+        same as :meth:`shard_context` of no examples)."""
+        return self.shard_context([], config)
+
+    def stream_sequences(self, records: list[Any], tokenizer: Tokenizer | None, config: Any, context: dict[str, Any]) -> Sequences:
+        """The sequences of one chunk of a stream's examples, ``example_ids`` local to the chunk
+        (default: :meth:`build_shard`: the offline job's sequences of those examples)."""
+        if tokenizer is None:
+            raise ValueError(f"task {self.name} tokenizes its examples: pass tokenizer=...")
+        return self.build_shard(records, tokenizer, config, context)
+
     def pack_summary(self, manifest: Mapping[str, Any]) -> str:
         """A line for the pack command's summary about this task's own counts (default: none)."""
         return ""

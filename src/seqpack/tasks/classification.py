@@ -267,6 +267,14 @@ class ClassificationTask(Task):
         names, count = label_space(source, o.label_field, multilabel=self.multilabel, num_labels=o.num_labels)
         return {"label_names": names, "num_labels": count}
 
+    def stream_context(self, config: Any) -> dict[str, Any]:
+        """A stream cannot be read ahead for its label set: integer labels and ``num_labels``."""
+        o: ClassificationOptions = config.options
+        if o.num_labels is None:
+            raise ValueError(f"a stream of {self.name} examples needs num_labels (integer labels): its label set "
+                             "cannot be read ahead; pass options={'num_labels': N}")
+        return {"label_names": None, "num_labels": o.num_labels}
+
     def build_shard(self, records: list[dict[str, Any]], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
         o: ClassificationOptions = config.options
         return classification_sequences(

@@ -195,6 +195,17 @@ def clm_reference(
     return out
 
 
+def _token_list(doc: Any, i: int) -> np.ndarray:
+    """A document of token ids, checked."""
+    arr = np.asarray(doc)
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(f"example {i}: a clm stream without a tokenizer reads lists of token ids, got {type(doc).__name__}; "
+                         "pass tokenizer=... for texts")
+    if arr.size and int(arr.min()) < 0:
+        raise ValueError(f"example {i}: a token id is negative")
+    return arr.astype(np.int64)
+
+
 @dataclass(frozen=True, kw_only=True)
 class CLMOptions:
     overflow: str = field(default="split", metadata={"help": "documents longer than max_len: split|truncate|drop|error"})
@@ -236,6 +247,32 @@ class CLMTask(Task):
             if eos is None:
                 raise ValueError(f"tokenizer has no token {o.eos_token!r}; pass --eos-token TOKEN, or --eos-token '' for none")
         return store, {"max_len": config.max_len, "eos_id": eos, "overflow": o.overflow, "vocab_size": tokenizer.vocab_size}
+
+    def stream_context(self, config: Any) -> dict[str, Any]:
+        return {}
+
+    def stream_sequences(self, records: list[Any], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
+        """Documents of a stream: token-id lists taken as they are (no tokenizer: no EOS added), or
+        texts (strings, or records with ``text``) encoded by ``tokenizer`` with its EOS after each."""
+        o: CLMOptions = config.options
+        eos = None
+        if tokenizer is None:
+            docs = [_token_list(r, i) for i, r in enumerate(records)]
+        else:
+            texts = [r if isinstance(r, str) else r.get("text") if isinstance(r, Mapping) else None for r in records]
+            bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+            if bad is not None:
+                raise ValueError(f"example {bad}: a clm stream with a tokenizer reads strings or records with a 'text' "
+                                 f"string, got {type(records[bad]).__name__}")
+            docs = [np.asarray(tokenizer.encode(t), dtype=np.int64) for t in texts]
+            if o.eos_token:
+                eos = tokenizer.token_to_id(o.eos_token)
+                if eos is None:
+                    raise ValueError(f"tokenizer has no token {o.eos_token!r}; pass options={{'eos_token': ''}} for none")
+        lens = np.array([d.size for d in docs], dtype=np.int64)
+        flat = np.concatenate(docs) if docs else np.zeros(0, np.int64)
+        vocab = tokenizer.vocab_size if tokenizer is not None else None
+        return clm_sequences(flat, offsets_of(lens), max_len=config.max_len, eos_id=eos, overflow=o.overflow, vocab_size=vocab)
 
     def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
         from seqpack.nn.models import GPT, GPTConfig

@@ -250,6 +250,10 @@ class MLMTask(Task):
         mcfg = MLMConfig(max_len=config.max_len, seed=config.seed, **dataclasses.asdict(config.options))
         return count_empty(store, mlm_sequences(store, tokenizer, mcfg))
 
+    def stream_sequences(self, records: list[Any], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
+        raise ValueError("mlm does not stream: its next-sentence pairs draw segments from the whole corpus; "
+                         "pack it with seqpack pack (or stream task='clm')")
+
     def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
         from seqpack.nn.models import BertConfig, BertForPreTraining
 

@@ -21,6 +21,7 @@ from seqpack.tasks.chat.template import (
     ChatTemplate,
     resolve_template,
 )
+from seqpack.tasks.base import Task
 from seqpack.tasks.clm import CLMTask
 
 
@@ -74,6 +75,13 @@ class ChatTask(CLMTask):
         if dropped.get("no_target"):
             out.append(f"dropped {dropped['no_target']:,} conversation(s) whose targets tokenized to nothing")
         return out
+
+    def stream_context(self, config: Any) -> dict[str, Any]:
+        return {}
+
+    def stream_sequences(self, records: list[Any], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
+        """Conversations as the pack job builds them (not :class:`CLMTask`'s documents)."""
+        return Task.stream_sequences(self, records, tokenizer, config, context)
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
         self.check_examples(source)

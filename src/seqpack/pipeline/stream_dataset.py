@@ -1,0 +1,102 @@
+"""``StreamingPackedDataset``: a torch ``IterableDataset`` of packed rows from any stream of examples,
+with ``state_dict`` / ``load_state_dict`` (torchdata's ``StatefulDataLoader`` saves and restores it,
+worker by worker).
+
+    ds = StreamingPackedDataset(token_lists, max_len=2048, buffer_size=10_000, rank=rank, world_size=world)
+    loader = StatefulDataLoader(ds, batch_size=8, num_workers=2, collate_fn=collate_stream)
+    ...
+    state = loader.state_dict()              # in the checkpoint
+    loader.load_state_dict(state)            # after a restart: the same batches from there on
+
+Each row holds ``input_ids``, ``position_ids`` (restarting at each sequence), ``segment_ids`` and the
+task's columns (``labels``...), all ``(max_len,)``, and its sequences' ``example_ids`` (their index
+in the stream) and per-sequence fields, one value per sequence of the row: :func:`collate_stream`
+pads those to the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.data.torch_dataset import to_tensors
+from seqpack.pipeline.streaming import PackedStream, StreamConfig
+
+
+class StreamingPackedDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """Packed rows of a stream (see the module and :class:`seqpack.pipeline.streaming.PackedStream`).
+
+    ``examples`` must give the same examples in the same order each time it is iterated (a list, a
+    file reader, an HF ``IterableDataset`` without shuffling, a :class:`seqpack.pipeline.Mixture`):
+    every rank and dataloader worker reads it and keeps its own share (example ``i`` goes to
+    reader ``i % (world_size * num_workers)``), and a resume reads it again up to where it stopped."""
+
+    def __init__(self, examples: Iterable[Any], *, max_len: int, buffer_size: int = 10_000, task: str = "clm",
+                 tokenizer: Any = None, seed: int = 0, rank: int = 0, world_size: int = 1, algorithm: str = "lpfhp",
+                 carry: float = 0.5, chunk: int = 64, position_offset: int = 0,
+                 options: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.examples, self.tokenizer = examples, tokenizer
+        self.config = StreamConfig(max_len=max_len, buffer_size=buffer_size, task=task, seed=seed, rank=rank,
+                                   world_size=world_size, algorithm=algorithm, carry=carry, chunk=chunk,
+                                   position_offset=position_offset, options=dict(options or {}))
+        self._stream: PackedStream | None = None
+        self._float_labels = _float_labels(task)
+
+    def _reader(self) -> PackedStream:
+        info = torch.utils.data.get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        shards, shard = self.config.world_size * workers, self.config.rank * workers + worker
+        if self._stream is None or (self._stream.shard, self._stream.shards) != (shard, shards):
+            pending = self._stream.state_dict() if self._stream is not None and self._stream.shards == shards else None
+            self._stream = PackedStream(self.examples, config=self.config, tokenizer=self.tokenizer, shard=shard, shards=shards)
+            if pending is not None:
+                self._stream.load_state_dict(pending)
+        return self._stream
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for row in self._reader():
+            yield to_tensors(row, float_labels=self._float_labels)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this reader is: after the rows it has yielded (see :meth:`PackedStream.state_dict`)."""
+        return self._reader().state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state``; a state of another configuration, input or shard is refused in one line."""
+        self._reader().load_state_dict(state)
+
+    @property
+    def mix(self) -> dict[str, int]:
+        """Examples this reader has taken from each source of a Mixture in this epoch."""
+        return self._reader().mix
+
+
+def _float_labels(task: str) -> bool:
+    from seqpack.tasks import get_task
+
+    return get_task(task).float_labels
+
+
+def collate_stream(rows: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Stack rows of :class:`StreamingPackedDataset`: per-token columns ``(B, L)``; per-sequence ones
+    padded to the batch's most sequences, ``(B, D)`` (``example_ids`` with -1, the others with -100)."""
+    out: dict[str, torch.Tensor] = {}
+    for k in rows[0]:
+        vals = [r[k] for r in rows]
+        if all(v.shape == vals[0].shape for v in vals):
+            out[k] = torch.stack(vals)
+            continue
+        depth = max(v.shape[0] for v in vals)
+        pad = -1 if k == "example_ids" else IGNORE_INDEX
+        stacked = torch.full((len(vals), depth, *vals[0].shape[1:]), pad, dtype=vals[0].dtype)
+        for i, v in enumerate(vals):
+            stacked[i, : v.shape[0]] = v
+        out[k] = stacked
+    return out
+
+
+__all__ = ["StreamingPackedDataset", "collate_stream"]
