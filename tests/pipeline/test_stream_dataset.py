@@ -76,3 +76,35 @@ def test_its_state_refuses_another_configuration():
     other = StreamingPackedDataset(d, max_len=128, buffer_size=16)
     with pytest.raises(ValueError, match="saved with max_len=256, this stream has max_len=128"):
         other.load_state_dict(state)
+
+
+def test_a_transformers_trainer_resumes_on_the_same_rows(tmp_path):
+    """transformers' Trainer resumes an iterable dataset by replaying it and skipping the batches it
+    trained on; the stream is a pure function of its input and configuration, so steps 4-6 after a
+    resume from step 3 see the rows, and give the losses, of the uninterrupted run (the same
+    operations on the same values in the same order: equal to float rounding, 1e-6 relative)."""
+    transformers = pytest.importorskip("transformers")
+    d = docs(200, seed=5)
+
+    def collate(rows):
+        b = collate_stream(rows)
+        return {"input_ids": b["input_ids"], "labels": b["labels"], "position_ids": b["position_ids"]}
+
+    def trainer(out, steps):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, attn_implementation="sdpa"))
+        args = transformers.TrainingArguments(output_dir=str(out), max_steps=steps, per_device_train_batch_size=2,
+                                              save_strategy="steps", save_steps=3, logging_steps=1, report_to=[],
+                                              use_cpu=True, learning_rate=1e-3, seed=0, disable_tqdm=True)
+        ds = StreamingPackedDataset(d, max_len=128, buffer_size=16, chunk=4)
+        return transformers.Trainer(model=model, args=args, train_dataset=ds, data_collator=collate)
+
+    whole = trainer(tmp_path / "whole", 6)
+    whole.train()
+    losses = [h["loss"] for h in whole.state.log_history if "loss" in h]
+    resumed = trainer(tmp_path / "whole", 6)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-3"))
+    after = [h["loss"] for h in resumed.state.log_history if "loss" in h and h["step"] > 3]
+    assert len(losses) == 6 and after == pytest.approx(losses[3:], rel=1e-6)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from seqpack.data.layout import materialize, pack_depth
-from seqpack.data.sequences import Sequences, offsets_of
+from seqpack.data.sequences import Sequences, concat_ranges, offsets_of
 from seqpack.packing import ALGORITHMS, Packing
 from seqpack.packing.assign import assign
 from seqpack.packing.plan import plan
@@ -111,7 +111,7 @@ def subset(seqs: Sequences, idx: np.ndarray) -> Sequences:
     """Sequences ``idx`` of ``seqs``, in that order."""
     lens = seqs.lengths[idx]
     starts = seqs.offsets[:-1][idx]
-    take = np.concatenate([np.arange(a, a + n) for a, n in zip(starts.tolist(), lens.tolist())]) if idx.size else np.zeros(0, np.int64)
+    take = concat_ranges(starts, lens)
     return dataclasses.replace(seqs, offsets=offsets_of(lens), example_ids=seqs.example_ids[idx],
                                token_fields={k: v[take] for k, v in seqs.token_fields.items()},
                                seq_fields={k: v[idx] for k, v in seqs.seq_fields.items()})
