@@ -75,17 +75,21 @@ def stream_rows(lengths: np.ndarray, max_len: int, buffer: int) -> int:
     return sum(1 for _ in PackedStream(docs(lengths), config=cfg))
 
 
-def planned(lengths: np.ndarray, max_len: int, buffer: int) -> tuple[int, float]:
-    """Rows and seconds of the buffers' plans alone (what PackedStream plans, without the rows)."""
+def planned(lengths: np.ndarray, max_len: int, buffer: int, chunk: int = 256) -> tuple[int, float]:
+    """Rows and seconds of the buffers' plans alone: what ``PackedStream`` plans (buffers filled a
+    chunk at a time, the same seeds), without building or laying out the rows."""
     t0, rows, pool, at, d = time.perf_counter(), 0, np.zeros(0, np.int64), 0, 0
     while True:
-        take = max(0, buffer - pool.size)
+        take = 0
+        while pool.size + take < buffer and at + take < lengths.size:
+            take = min(take + chunk, lengths.size - at)
         pool = np.concatenate([pool, lengths[at:at + take]])
         at += take
         final = at >= lengths.size
         if not pool.size:
             break
-        packing, carried = drain(pool, max_len=max_len, algorithm="lpfhp", keep=0 if final else buffer // 2, seed=d)
+        seed = int(np.random.SeedSequence([0, 0, 0, d]).generate_state(1)[0])
+        packing, carried = drain(pool, max_len=max_len, algorithm="lpfhp", keep=0 if final else buffer // 2, seed=seed)
         rows += packing.num_packs
         pool, d = pool[carried], d + 1
         if final and not pool.size:

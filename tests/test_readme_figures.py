@@ -89,6 +89,8 @@ def _figures(cell: str) -> list[tuple[str, float, int, bool]]:
         value, decimals = float(m.group(1).replace(",", "") + (m.group(2) or "")), len(m.group(2) or ".") - 1
         if cell[m.end() : m.end() + 1] == "K":  # thousands: "217K", "18.3K"
             value, decimals = value * 1000, decimals - 3
+        elif cell[m.end() : m.end() + 1] == "M":  # millions: "33.2M tokens/s"
+            value, decimals = value * 1e6, decimals - 6
         out.append((m.group(0), value, decimals, percent))
     return out
 
@@ -152,4 +154,6 @@ def test_the_check_can_fail():
     assert [f[:3] for f in _figures("**8,143,852 packs** in 0.48 s, `--max-len 512`, issue 30, 1.9x, 14.2%")] == [
         ("8,143,852", 8143852.0, 0), ("0.48", 0.48, 2), ("1.9", 1.9, 1), ("14.2", 14.2, 1)]
     assert [f[1:3] for f in _figures("217K -> 18.3K")] == [(217000.0, -3), (18300.0, -2)]
+    ((_, value, decimals, _),) = _figures("33.2M tokens/s")
+    assert value == pytest.approx(33.2e6) and decimals == -5
     assert _found(217000.0, -3, False, [216_600.0]) and not _found(217000.0, -3, False, [216_400.0])
