@@ -309,3 +309,24 @@ def test_records_from_a_jsonl_file_with_image_paths_beside_it(tmp_path):
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in on_disk), encoding="utf-8")
     a, b = vision_samples(recs, processor, max_len=1024), vision_samples(tmp_path / "train.jsonl", processor, max_len=1024)
     assert np.array_equal(a.input_ids, b.input_ids) and np.array_equal(a.labels, b.labels) and a.images == b.images
+
+
+def test_records_from_parquet_bytes_and_an_hf_dataset_of_images(tmp_path):
+    """Parquet with the images as bytes gives the same samples; an HF dataset's ``Image`` column
+    (decoded to PIL on reading) gives the same tokens and labels, its images kept as PNG."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    processor = tiny_processor("qwen2_vl")
+    recs = records()
+    want = vision_samples(recs, processor, max_len=1024)
+    pq.write_table(pa.table({"messages": [r["messages"] for r in recs], "images": [r["images"] for r in recs]}),
+                   tmp_path / "train.parquet")
+    got = vision_samples(tmp_path / "train.parquet", processor, max_len=1024)
+    assert np.array_equal(got.input_ids, want.input_ids) and got.images == want.images
+    ds = datasets.Dataset.from_dict({"messages": [r["messages"] for r in recs], "images": [[pil(b) for b in r["images"]] for r in recs]},
+                                    features=None).cast_column("images", datasets.Sequence(datasets.Image()))
+    hf = vision_samples(ds, processor, max_len=1024)
+    assert np.array_equal(hf.input_ids, want.input_ids) and np.array_equal(hf.labels, want.labels)
+    assert np.array_equal(hf.grids, want.grids) and all(b[:8] == b"\x89PNG\r\n\x1a\n" for b in hf.images)
