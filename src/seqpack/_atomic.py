@@ -238,6 +238,11 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     return Path(path)
 
 
+#: what a seqpack directory of another kind is, for the line that refuses it where one kind is expected
+KINDS = {"seqpack-vision-packs": "it holds packed image-text rows: train on them with seqpack.tasks.vision.VisionCollator "
+                                 "and TRL's SFTTrainer or your own loop, see docs/guides/vision.md"}
+
+
 def read_versioned_json(directory: Path, name: str, *, kind: str, version: int | tuple[int, ...], what: str,
                         hint: str) -> dict[str, Any]:
     """``directory/name`` as a dict whose ``kind`` and ``format_version`` match (``version``: the one
@@ -255,7 +260,9 @@ def read_versioned_json(directory: Path, name: str, *, kind: str, version: int |
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: corrupt ({e})") from None
     if not isinstance(data, dict) or data.get("kind") != kind:
-        raise ValueError(f"{path}: not a seqpack {what}")
+        other = data.get("kind") if isinstance(data, dict) else None
+        said = f" ({KINDS.get(other, f'its kind is {other!r}')})" if isinstance(other, str) and other.startswith("seqpack") else ""
+        raise ValueError(f"{path}: not a seqpack {what}{said}")
     versions = version if isinstance(version, tuple) else (version,)
     if data.get("format_version") not in versions:
         reads = " or ".join(map(str, versions))

@@ -330,3 +330,18 @@ def test_records_from_parquet_bytes_and_an_hf_dataset_of_images(tmp_path):
     hf = vision_samples(ds, processor, max_len=1024)
     assert np.array_equal(hf.input_ids, want.input_ids) and np.array_equal(hf.labels, want.labels)
     assert np.array_equal(hf.grids, want.grids) and all(b[:8] == b"\x89PNG\r\n\x1a\n" for b in hf.images)
+
+
+def test_seqpack_train_says_what_a_vision_rows_directory_is(tmp_path, capsys):
+    """`seqpack train` refuses image-text rows in one line that says how to train on them."""
+    from seqpack._atomic import KINDS
+    from seqpack.cli.main import main
+    from seqpack.tasks.vision.packed import KIND
+
+    assert KIND in KINDS
+    processor = tiny_processor("qwen2_vl")
+    write_vision_packs(pack_vision(vision_samples(records(), processor, max_len=512), max_len=512), tmp_path / "packs")
+    code = main(["train", "--data", str(tmp_path / "packs"), "--out", str(tmp_path / "run"), "--steps", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "VisionCollator" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
