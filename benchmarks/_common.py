@@ -154,6 +154,18 @@ def generated_corpus(megabytes: int = 200, *, seed: int = 0) -> Path:
     return out
 
 
+def median_time(fn, repeats: int):  # type: ignore[no-untyped-def]
+    """``(last result, median seconds)`` of ``repeats`` calls of ``fn``."""
+    import time
+
+    out, times = None, []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return out, statistics.median(times)
+
+
 def result_meta(packages: tuple[str, ...] = ()) -> dict:
     """What a stored result needs to be re-run and compared: the command, the date, the machine and
     the versions of the packages the arms used."""

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import scratch_dir  # type: ignore[import-not-found]
+from _common import median_time, scratch_dir  # type: ignore[import-not-found]
 
 from seqpack.packing import pack_lengths
 from seqpack.pipeline import PackConfig, build_packed_dataset, build_sequences
@@ -77,15 +77,6 @@ def tokenizer_dir(root: Path, records: list[dict]) -> Path:
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                             chat_template=CHATML).save_pretrained(str(root / "tok"))
     return root / "tok"
-
-
-def median_time(fn, repeats: int):  # type: ignore[no-untyped-def]
-    out, times = None, []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return out, statistics.median(times)
 
 
 def trl_bfd(token_lists: list[list[int]], max_len: int, whole: bool) -> tuple[int, float]:

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 
 import numpy as np
-from _common import write_result  # type: ignore[import-not-found]
+from _common import median_time, write_result  # type: ignore[import-not-found]
 
 from seqpack.packing import pack_lengths
 from seqpack.packing.histogram import builtin_histogram
@@ -116,15 +115,6 @@ def trl_rows(lengths: np.ndarray, max_len: int) -> int:
     ids = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.zeros(int(offsets[-1]), np.int8)))
     ds = datasets.Dataset(pa.table({"input_ids": ids}))
     return len(pack_dataset(ds, max_len, strategy="bfd"))
-
-
-def median_time(fn, repeats: int) -> tuple[object, float]:  # type: ignore[no-untyped-def]
-    out, times = None, []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return out, statistics.median(times)
 
 
 def tokenized(repeats: int) -> dict:

@@ -55,10 +55,13 @@ def trl_rows(lengths: np.ndarray, window: int | None) -> int:
     return len(pack_dataset(ds, MAX_LEN, strategy="bfd", map_kwargs=kw))
 
 
+def padded_slots(lengths: np.ndarray, order: np.ndarray) -> int:
+    """Token slots of batches of BATCH samples in ``order``, each padded to its longest (TRL's collator)."""
+    return sum(int(lengths[order[a:a + BATCH]].max()) * len(order[a:a + BATCH]) for a in range(0, lengths.size, BATCH))
+
+
 def padded_fraction(lengths: np.ndarray, seed: int = 0) -> float:
-    order = np.random.default_rng(seed).permutation(lengths.size)
-    slots = sum(int(lengths[order[a:a + BATCH]].max()) * len(order[a:a + BATCH]) for a in range(0, lengths.size, BATCH))
-    return 1 - int(lengths.sum()) / slots
+    return 1 - int(lengths.sum()) / padded_slots(lengths, np.random.default_rng(seed).permutation(lengths.size))
 
 
 def packing(samples, records) -> dict:  # type: ignore[no-untyped-def]
@@ -150,8 +153,7 @@ def training(records, steps: int, rounds: int) -> dict:  # type: ignore[no-untyp
             rates[name].append(n / spent)
             model_rates[name].append(n / (spent - (sum(collate_s[name]) - c0)))
     lengths = samples.lengths
-    slots = sum(int(lengths[order[a:a + BATCH]].max()) * len(order[a:a + BATCH]) for a in range(0, lengths.size, BATCH))
-    factor = slots / int(lengths.sum())
+    factor = padded_slots(lengths, order) / int(lengths.sum())
     med = {k: statistics.median(v) for k, v in rates.items()}
     model_med = {k: statistics.median(v) for k, v in model_rates.items()}
     spent = {k: sum(v) for k, v in collate_s.items()}  # collator seconds over the timed steps

@@ -44,22 +44,19 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):  # type: ignore[
                                    world_size=world_size, algorithm=algorithm, carry=carry, chunk=chunk,
                                    position_offset=position_offset, options=dict(options or {}))
         self._stream: PackedStream | None = None
-        self._float_labels = _float_labels(task)
 
     def _reader(self) -> PackedStream:
         info = torch.utils.data.get_worker_info()
         workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         shards, shard = self.config.world_size * workers, self.config.rank * workers + worker
-        if self._stream is None or (self._stream.shard, self._stream.shards) != (shard, shards):
-            pending = self._stream.state_dict() if self._stream is not None and self._stream.shards == shards else None
+        if self._stream is None or (self._stream.shard, self._stream.shards) != (shard, shards):  # a worker's copy
             self._stream = PackedStream(self.examples, config=self.config, tokenizer=self.tokenizer, shard=shard, shards=shards)
-            if pending is not None:
-                self._stream.load_state_dict(pending)
         return self._stream
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        for row in self._reader():
-            yield to_tensors(row, float_labels=self._float_labels)
+        stream = self._reader()
+        for row in stream:
+            yield to_tensors(row, float_labels=stream.task.float_labels)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this reader is: after the rows it has yielded (see :meth:`PackedStream.state_dict`)."""
@@ -73,12 +70,6 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):  # type: ignore[
     def mix(self) -> dict[str, int]:
         """Examples this reader has taken from each source of a Mixture in this epoch."""
         return self._reader().mix
-
-
-def _float_labels(task: str) -> bool:
-    from seqpack.tasks import get_task
-
-    return get_task(task).float_labels
 
 
 def collate_stream(rows: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

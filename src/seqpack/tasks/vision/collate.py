@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from seqpack.tasks.vision.images import open_image
-from seqpack.tasks.vision.rope import Layout, layout_of
+from seqpack.tasks.vision.rope import Layout, image_token_of, layout_of, merge_of
 
 
 class VisionCollator:
@@ -32,9 +32,8 @@ class VisionCollator:
     def __init__(self, processor: Any, *, layout: Layout | None = None) -> None:
         self.processor = processor
         self.layout = layout or layout_of(processor)
-        self.merge = int(getattr(processor.image_processor, "merge_size", 1) or 1)
-        self.image_token_id = int(processor.image_token_id if getattr(processor, "image_token_id", None) is not None
-                                  else processor.tokenizer.convert_tokens_to_ids(processor.image_token))
+        self.merge = merge_of(processor)
+        self.image_token_id = image_token_of(processor)
 
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         import torch

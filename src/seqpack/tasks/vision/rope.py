@@ -110,6 +110,18 @@ def _images_in(mask: np.ndarray, tokens: np.ndarray) -> int:
 LAYOUTS: dict[str, Layout] = {"mrope": Layout("mrope", 4), "1d": Layout("1d", 1)}
 
 
+def image_token_of(processor: Any) -> int:
+    """The id of ``processor``'s image placeholder token."""
+    if getattr(processor, "image_token_id", None) is not None:
+        return int(processor.image_token_id)
+    return int(processor.tokenizer.convert_tokens_to_ids(processor.image_token))
+
+
+def merge_of(processor: Any) -> int:
+    """Patches merged per side into one token by ``processor``'s image processor (1 without a grid)."""
+    return int(getattr(getattr(processor, "image_processor", None), "merge_size", None) or 1)
+
+
 def layout_of(processor: Any) -> Layout:
     """The layout of ``processor``'s model family: ``mrope`` when its image processor merges patches
     into a grid (the Qwen2-VL family), ``1d`` otherwise."""

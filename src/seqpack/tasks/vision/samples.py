@@ -29,7 +29,7 @@ from seqpack.tasks.chat.sequences import TRAIN_ON, target_mask, turn_ends
 from seqpack.tasks.chat.template import ROLES, ChatTemplate
 from seqpack.tasks.examples import get_field
 from seqpack.tasks.vision.images import image_bytes, open_image
-from seqpack.tasks.vision.rope import layout_of
+from seqpack.tasks.vision.rope import image_token_of, layout_of, merge_of
 
 VISION_OVERFLOW = ("truncate", "drop", "error")
 
@@ -177,9 +177,8 @@ class _Encoder:
     def __init__(self, processor: Any, grid: bool) -> None:
         self.processor, self.grid = processor, grid
         self.tokenizer = processor.tokenizer
-        self.image_token_id = int(processor.image_token_id if getattr(processor, "image_token_id", None) is not None
-                                  else self.tokenizer.convert_tokens_to_ids(processor.image_token))
-        self.merge = int(processor.image_processor.merge_size) if grid else 1
+        self.image_token_id = image_token_of(processor)
+        self.merge = merge_of(processor)
 
     def encode(self, text: str, turns: list[tuple[int, int]], images: list[Any], i: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
