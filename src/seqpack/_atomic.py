@@ -239,8 +239,8 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
 
 
 #: what a seqpack directory of another kind is, for the line that refuses it where one kind is expected
-KINDS = {"seqpack-vision-packs": "it holds packed image-text rows: train on them with seqpack.tasks.vision.VisionCollator "
-                                 "and TRL's SFTTrainer or your own loop, see docs/guides/vision.md"}
+KINDS = {"seqpack-vision-packs": "it holds packed image-text rows: read them with seqpack.tasks.vision.VisionRows, train "
+                                 "on them with seqpack train --hf-model VLM_CONFIG or TRL's SFTTrainer, see docs/guides/vision.md"}
 
 
 def read_versioned_json(directory: Path, name: str, *, kind: str, version: int | tuple[int, ...], what: str,

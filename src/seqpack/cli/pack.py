@@ -74,7 +74,7 @@ def add_parser(sub: Any) -> None:
                    "(default: every .jsonl, .ndjson and .parquet file below it, in sorted order)")
     p.add_argument("--task", required=True, choices=TASKS)
     p.add_argument("--max-len", required=True, type=max_len, help="tokens per packed row")
-    p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
+    p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP + "; task vision: the directory of the model's processor")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=default_of(PackConfig, "algorithm"))
@@ -108,16 +108,31 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
+#: options of the token-column pack job; a task that writes its own rows (vision) refuses them when given
+JOB_OPTIONS = {"glob": None, "export_bin": False, "write_derived": False, "shard_packs": None, "row_group_packs": None,
+               "engine": "local", "stages": None, "world_size": None}
+
+
+def own_rows(args: argparse.Namespace, task: Any, cfg: Any) -> dict[str, Any] | None:
+    """The manifest of a task that writes its own rows (``Task.pack_directory``), or ``None``."""
+    if not task.own_rows:
+        return None
+    given = [k for k, default in JOB_OPTIONS.items() if getattr(args, k, default) != default]
+    if given:
+        raise ValueError(f"task {task.name} writes its rows in one process and one file; drop "
+                         + ", ".join("--" + k.replace("_", "-") for k in given))
+    return task.pack_directory(args.source, args.tokenizer, args.out, cfg, overwrite=args.overwrite)  # type: ignore[no-any-return]
+
+
 SUMMARY_KEYS = ("task", "max_len", "max_depth", "num_packs", "num_sequences", "num_examples", "num_tokens",
                 "efficiency", "packing_factor", "dropped")
 
 
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
-    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.pipeline import PackConfig
     from seqpack.pipeline.config import COMMON
     from seqpack.tasks import get_task
-    from seqpack.tokenizer import open_tokenizer
 
     if args.glob is not None and get_task(args.task).reads_store:
         raise ValueError(f"--glob picks files in a folder of examples; task {args.task} reads a token store (drop --glob)")
@@ -126,6 +141,17 @@ def run(args: argparse.Namespace) -> int:
                               seed=args.seed, position_offset=args.position_offset, **options)
     check_output_dir(args.out, overwrite=args.overwrite,
                      inputs=[args.source, args.tokenizer, getattr(args, "chat_template", None)])
+    m = own_rows(args, get_task(args.task), cfg)
+    if m is None:
+        m = _pack_job(args, cfg)
+    _report(args, m)
+    return 0
+
+
+def _pack_job(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
+    from seqpack.pipeline import build_packed_dataset
+    from seqpack.tokenizer import open_tokenizer
+
     schedule = schedule_from_args(args, seed=args.seed)
     tok = open_tokenizer(args.tokenizer)
     engine = engine_from_args(args)
@@ -137,6 +163,12 @@ def run(args: argparse.Namespace) -> int:
                                  write_derived=args.write_derived, encoding=args.parquet_encoding, glob=args.glob)
     finally:
         engine.close()
+    return m  # type: ignore[no-any-return]
+
+
+def _report(args: argparse.Namespace, m: dict[str, Any]) -> None:
+    from seqpack.tasks import get_task
+
     summary = {k: m[k] for k in SUMMARY_KEYS}
     if m.get("schedule"):
         summary["schedule"] = m["schedule"]
@@ -164,4 +196,3 @@ def run(args: argparse.Namespace) -> int:
         line = get_task(m["task"]).pack_summary(m)
         if line:
             print(line)
-    return 0

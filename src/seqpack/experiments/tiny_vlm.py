@@ -65,18 +65,12 @@ def tiny_processor(family: str, *, max_pixels: int = 448 * 448, min_pixels: int 
     from transformers import Qwen2_5_VLProcessor, Qwen2VLProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    base = Qwen2VLProcessor if family == "qwen2_vl" else Qwen2_5_VLProcessor
+    from seqpack.tasks.vision.processor import image_only
 
-    class ImageOnly(base):  # type: ignore[misc, valid-type]
-        """The family's processor without its video processor (which needs torchvision)."""
-
-        @classmethod
-        def get_attributes(cls) -> list[str]:
-            return ["image_processor", "tokenizer"]
-
+    base = image_only(Qwen2VLProcessor if family == "qwen2_vl" else Qwen2_5_VLProcessor)  # torchvision-free
     images = Qwen2VLImageProcessorPil(patch_size=PATCH, merge_size=2, temporal_patch_size=2,
                                       min_pixels=min_pixels, max_pixels=max_pixels)
-    return ImageOnly(image_processor=images, tokenizer=_tokenizer(QWEN_SPECIALS, QWEN_TEMPLATE), chat_template=QWEN_TEMPLATE)
+    return base(image_processor=images, tokenizer=_tokenizer(QWEN_SPECIALS, QWEN_TEMPLATE), chat_template=QWEN_TEMPLATE)
 
 
 def tiny_config(family: str, processor: Any, *, hidden: int = 32, layers: int = 2) -> Any:
@@ -84,7 +78,8 @@ def tiny_config(family: str, processor: Any, *, hidden: int = 32, layers: int = 
     tok = processor.tokenizer
     vocab = len(tok)
     text = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192)
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
     if family == "llava":
         from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
 

@@ -9,19 +9,20 @@ sequences, model hooks, losses and metrics) plus one entry in ``REGISTRY`` below
 elsewhere (a plugin, a test) joins with :func:`register_task`.
 
     >>> sorted(REGISTRY)
-    ['chat', 'classification', 'clm', 'mlm', 'multilabel', 'preference', 'qa']
+    ['chat', 'classification', 'clm', 'mlm', 'multilabel', 'preference', 'qa', 'vision']
     >>> get_task("ner")
     Traceback (most recent call last):
     ...
-    ValueError: unknown task 'ner'; known: clm|mlm|classification|multilabel|qa|chat|preference
+    ValueError: unknown task 'ner'; known: clm|mlm|classification|multilabel|qa|chat|preference|vision
 """
 
 from __future__ import annotations
 
 from seqpack.tasks import chat, classification, clm, mlm, multilabel, preference, qa
 from seqpack.tasks.base import COMPONENTS, Task
+from seqpack.tasks.vision import task as vision
 
-REGISTRY: dict[str, Task] = {t.name: t for t in (clm.TASK, mlm.TASK, classification.TASK, multilabel.TASK, qa.TASK, chat.TASK, preference.TASK)}
+REGISTRY: dict[str, Task] = {t.name: t for t in (clm.TASK, mlm.TASK, classification.TASK, multilabel.TASK, qa.TASK, chat.TASK, preference.TASK, vision.TASK)}
 TASKS: tuple[str, ...] = tuple(REGISTRY)
 
 

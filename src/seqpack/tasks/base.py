@@ -57,6 +57,10 @@ class Task:
     #: packed columns the Parquet parts leave out, ``(name, rule)``: every seqpack reader rebuilds
     #: them from the stored ones by the rule (:mod:`seqpack.data.derived`)
     derived_columns: ClassVar[tuple[tuple[str, str], ...]] = (("segment_ids", "segments"),)  # positions restart
+    #: its rows are not the token-column format: :meth:`pack_directory` writes them (the vision task)
+    own_rows: ClassVar[bool] = False
+    #: its transformers models run through :mod:`seqpack.nn.hf_adapter` (False: :meth:`hf_forward` runs them)
+    hf_adapted: ClassVar[bool] = True
 
     # ---- data -------------------------------------------------------------------------------
     def options(self, **kw: Any) -> Any:
@@ -101,6 +105,12 @@ class Task:
     def reads_store(self) -> bool:
         """True when the task's sequences come from a token store (so a sharded store packs shard by shard)."""
         return self.reads == "store"
+
+    def pack_directory(self, source: Any, tokenizer_dir: str | os.PathLike[str], out: str | os.PathLike[str], config: Any,
+                       *, overwrite: bool = False) -> dict[str, Any]:
+        """With :attr:`own_rows`: write the task's rows to ``out`` (``tokenizer_dir``: what
+        ``--tokenizer`` names) and return their manifest; ``seqpack pack`` then runs no pack job."""
+        raise NotImplementedError(f"task {self.name} is packed by the pack job of seqpack.pipeline")
 
     def build_sequences(self, source: Any, tokenizer: Tokenizer, config: Any) -> Sequences:
         """The task's sequences (not yet packed) from ``source``; ``config`` is a ``PackConfig``."""

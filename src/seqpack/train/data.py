@@ -107,7 +107,55 @@ def _check_counts(path: str | os.PathLike[str], m: dict[str, Any], nseq: np.ndar
                              "or the rows are another dataset's); re-run seqpack pack")
 
 
-class TrainData:
+class Units:
+    """Training units (packs or sequences) read as an endless stream of epochs, each a fresh
+    permutation seeded by ``(seed, epoch)`` (see the module); ``unit_sequences`` and
+    ``unit_tokens`` hold each unit's counts."""
+
+    unit_sequences: np.ndarray
+    unit_tokens: np.ndarray
+    packing_factor: float
+    _perms: dict[tuple[int, int], np.ndarray]
+
+    @property
+    def num_units(self) -> int:
+        return len(self.unit_sequences)
+
+    def _epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        return np.random.default_rng([seed, epoch]).permutation(self.num_units)
+
+    def check_balance(self) -> None:
+        """Refuse ``--balance`` in one line where these units can't be balanced (default: they can)."""
+
+    def stream(self, seed: int, start: int, count: int) -> np.ndarray:
+        """Unit indices at stream positions ``start .. start + count - 1``."""
+        pos = np.arange(start, start + count)
+        n = self.num_units
+        out = np.empty(count, np.int64)
+        for epoch in np.unique(pos // n):
+            key = (seed, int(epoch))
+            if key not in self._perms:
+                self._perms = {key: self._epoch_order(seed, int(epoch))}
+            sel = pos // n == epoch
+            out[sel] = self._perms[key][pos[sel] % n]
+        return out
+
+
+def split_packs(num_packs: int, eval_fraction: float, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Held-out and training packs, both sorted: a share ``eval_fraction`` (at least one) chosen by
+    :data:`SPLIT_SEED`, the same for every run of the dataset.
+
+    >>> [x.tolist() for x in split_packs(4, 0.25, "d")]
+    [[1], [0, 2, 3]]
+    """
+    n_eval = max(1, round(num_packs * eval_fraction))
+    if num_packs - n_eval < 1:
+        raise ValueError(f"{where}: only {num_packs} pack(s); need at least 2 (one to train on, one to evaluate)")
+    perm = np.random.default_rng(SPLIT_SEED).permutation(num_packs)
+    return np.sort(perm[:n_eval]), np.sort(perm[n_eval:])
+
+
+class TrainData(Units):
     """A packed dataset split into training units (packs, or sequences when ``padded``) and
     held-out evaluation packs."""
 
@@ -115,6 +163,7 @@ class TrainData:
                  eval_fraction: float = 0.05, by_schedule: bool = False, eval_tokens: int = 0) -> None:
         columns = [c for c in read_manifest(path)["columns"] if c != "example_ids"]  # not needed to train
         # rows are read on demand (memory-mapped .bin, or Parquet row groups): never the whole dataset
+        self.path = path
         self.rows = PackedRows(path, columns=columns)
         self.manifest = self.rows.manifest
         self.task: str = self.manifest["task"]
@@ -124,18 +173,14 @@ class TrainData:
         self.max_len = int(self.manifest["max_len"])
         self.position_fields = tuple(self.manifest.get("position_fields", ()))
         P = int(self.manifest["num_packs"])
-        n_eval = max(1, round(P * eval_fraction))
-        if P - n_eval < 1:
-            raise ValueError(f"{path}: only {P} pack(s); need at least 2 (one to train on, one to evaluate)")
+        split = split_packs(P, eval_fraction, str(path))
         self._schedule: np.ndarray | None = None  # (steps, world, micro_batch) training units, with by_schedule
         if by_schedule:
             if padded:
                 raise ValueError("--balance schedule trains the dataset's packs; a --padded run has sequences as its units")
             self.eval_packs, self.train_packs, self._schedule = _split_schedule(path, eval_fraction)
         else:
-            perm = np.random.default_rng(SPLIT_SEED).permutation(P)
-            self.eval_packs = np.sort(perm[:n_eval])
-            self.train_packs = np.sort(perm[n_eval:])
+            self.eval_packs, self.train_packs = split
         nseq = np.empty(P, np.int64)
         fill = np.empty(P, np.int64)
         squares = np.empty(P, np.int64)
@@ -205,7 +250,7 @@ class TrainData:
             costs, world, per_rank = self._balance
             steps = balanced_steps(costs, world=world, micro_batch=per_rank, seed=seed * 1_000_003 + epoch)
         else:
-            return np.random.default_rng([seed, epoch]).permutation(self.num_units)
+            return super()._epoch_order(seed, epoch)
         flat = steps.transpose(0, 2, 1).reshape(-1)  # micro-batch row b * world + r is rank r's b-th pack
         return flat[flat >= 0]  # type: ignore[no-any-return]
 
@@ -214,23 +259,6 @@ class TrainData:
         if self.pack_columns is not None:
             cols.update(self.pack_columns(np.asarray(packs)))
         return cols
-
-    @property
-    def num_units(self) -> int:
-        return len(self.unit_sequences)
-
-    def stream(self, seed: int, start: int, count: int) -> np.ndarray:
-        """Unit indices at stream positions ``start .. start + count - 1``."""
-        pos = np.arange(start, start + count)
-        n = self.num_units
-        out = np.empty(count, np.int64)
-        for epoch in np.unique(pos // n):
-            key = (seed, int(epoch))
-            if key not in self._perms:
-                self._perms = {key: self._epoch_order(seed, int(epoch))}
-            sel = pos // n == epoch
-            out[sel] = self._perms[key][pos[sel] % n]
-        return out
 
     def batch(self, units: np.ndarray) -> dict[str, torch.Tensor]:
         """Tensors for training units (pack or sequence indices): ``(B, L)`` / ``(B, D)``. With
@@ -249,6 +277,12 @@ class TrainData:
         """The held-out packs, in order, packed (the same for packed and padded runs)."""
         for lo in range(0, len(self.eval_packs), batch_size):
             yield to_tensors(self._take(self.eval_packs[lo : lo + batch_size]), float_labels=self.facts.float_labels)
+
+    def verify_content(self) -> None:
+        """Every part read against its manifest's checksum (what a resume checks)."""
+        from seqpack.data.format import verify_parts
+
+        verify_parts(self.path, self.manifest)
 
     def describe(self) -> dict[str, Any]:
         return {

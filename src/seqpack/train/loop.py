@@ -35,7 +35,6 @@ from seqpack._atomic import (
     write_text_atomic,
 )
 from seqpack._stages import partial_dir
-from seqpack.data.format import verify_parts
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.optim import adjust_betas
 from seqpack.tasks import get_task
@@ -50,6 +49,7 @@ from seqpack.train.checkpoint import (
 )
 from seqpack.train.config import TrainConfig
 from seqpack.train.data import TrainData
+from seqpack.train.vision_data import VisionTrainData
 from seqpack.train.distributed import World, close_world, init_world
 from seqpack.train.lines import start_line
 from seqpack.train.models import attention_of, build_model, enable_checkpointing, forward
@@ -111,14 +111,26 @@ def train(
     """Run (or continue, with ``resume``) a training run; returns ``RUN/summary.json``'s content."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    data = TrainData(cfg.data, padded=cfg.padded, by_pack=cfg.match == "packs", eval_fraction=cfg.eval_fraction,
-                     by_schedule=cfg.balance == "schedule", eval_tokens=cfg.eval_tokens)
+    data = open_train_data(cfg)
     world = init_world()
     try:  # one writer per run directory: rank 0 holds its lock for the whole run
         with output_lock(cfg.out) if world.main else contextlib.nullcontext():
             return _Run(cfg, data, world, resume=resume, overwrite=overwrite).run(on_step)
     finally:
         close_world(world)
+
+
+def open_train_data(cfg: TrainConfig) -> TrainData | VisionTrainData:
+    """The run's data: packed image-text rows (their manifest's kind says so) or the token-column format."""
+    from seqpack.tasks.vision.packed import KIND as VISION_KIND
+    from seqpack.tasks.vision.packed import MANIFEST as VISION_MANIFEST
+
+    kind = None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        kind = json.loads((Path(cfg.data) / VISION_MANIFEST).read_text(encoding="utf-8")).get("kind")
+    opener = VisionTrainData if kind == VISION_KIND else TrainData
+    return opener(cfg.data, padded=cfg.padded, by_pack=cfg.match == "packs", eval_fraction=cfg.eval_fraction,
+                  by_schedule=cfg.balance == "schedule", eval_tokens=cfg.eval_tokens)
 
 
 def embedding_rows(model: torch.nn.Module) -> int:
@@ -158,7 +170,7 @@ def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
 
 
 class _Run:
-    def __init__(self, cfg: TrainConfig, data: TrainData, world: World, *, resume: bool, overwrite: bool) -> None:
+    def __init__(self, cfg: TrainConfig, data: TrainData | VisionTrainData, world: World, *, resume: bool, overwrite: bool) -> None:
         self.cfg, self.data, self.world = cfg, data, world
         self.task = data.task
         self.final = Path(cfg.out)
@@ -198,7 +210,7 @@ class _Run:
         reference = self._reference(resume)
         if resume:
             ck = load_checkpoint(self.run_dir, model=self.spec, data=self.identity, options=self.options)
-            verify_parts(cfg.data, data.manifest)  # the same content, not only the same manifest
+            data.verify_content()  # the same content, not only the same manifest
             self.model.load_state_dict(ck["model_state"])
             self.optimizer.load_state_dict(ck["optimizer_state"])
             self.state = ck["state"]
@@ -220,11 +232,12 @@ class _Run:
             if reference is not None and not resume:
                 save_reference(self.run_dir, reference)
 
-    def _balance(self, cfg: TrainConfig, data: TrainData, world: World) -> dict[str, Any] | None:
+    def _balance(self, cfg: TrainConfig, data: TrainData | VisionTrainData, world: World) -> dict[str, Any] | None:
         """With ``balance="compute"``: packs dealt so every rank's step costs the same (a calibrated
         cost file, or the FLOP model of this model)."""
         if cfg.balance == "none":
             return None
+        data.check_balance()
         if data.schedule_shape is not None:
             W, B = data.schedule_shape
             if (cfg.balance_world or world.size) != W or self.rows != W * B:

@@ -103,6 +103,8 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
     from seqpack.nn.hf_adapter import REWARD, SUPPORTED, TAKES_PLAN
     from seqpack.nn.hf_attention import PACKED_IMPL
 
+    if not task.hf_adapted:  # the task runs the model itself (its hf_forward), attention included
+        return model, {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
     if type(model).__name__ not in SUPPORTED + REWARD:
         raise ValueError(f"--hf-model builds {type(model).__name__}; the adapters take {', '.join(SUPPORTED + REWARD)}")
     if named is None and type(model).__name__ in TAKES_PLAN and not attention_dropout(config):
@@ -125,7 +127,8 @@ def attention_of(model: torch.nn.Module, cfg: TrainConfig) -> str:
     seqpack's ``--attention`` backend (``auto``: chosen per batch, :func:`seqpack.nn.attention.choose_backend`)."""
     inner = getattr(model, "module", model)
     if type(inner).__module__.startswith("transformers"):
-        return str(getattr(inner.config, "_attn_implementation", None) or "eager")
+        config = inner.config.get_text_config() if hasattr(inner.config, "get_text_config") else inner.config
+        return str(getattr(config, "_attn_implementation", None) or "eager")  # a VLM's: its text model's
     return cfg.attention
 
 

@@ -17,7 +17,7 @@ import torch
 
 from seqpack.nn.optim import Lamb
 from seqpack.train.config import TrainConfig
-from seqpack.train.data import TrainData
+from seqpack.train.data import Units
 
 
 def lr_at(step: int, cfg: TrainConfig, total: int) -> float:
@@ -41,14 +41,14 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, betas: tuple[float,
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, foreach=False)
 
 
-def rows_per_batch(cfg: TrainConfig, data: TrainData) -> int:
+def rows_per_batch(cfg: TrainConfig, data: Units) -> int:
     """Rows per micro-batch: ``batch_size``, divided by the packing factor with ``match``."""
     if cfg.match == "sequences" and not cfg.padded:
         return max(1, round(cfg.batch_size / data.packing_factor))
     return cfg.batch_size
 
 
-def total_steps(cfg: TrainConfig, data: TrainData, rows: int) -> int:
+def total_steps(cfg: TrainConfig, data: Units, rows: int) -> int:
     per_step = rows * cfg.accumulation
     if cfg.steps is not None:
         return cfg.steps

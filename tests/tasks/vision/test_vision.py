@@ -332,16 +332,26 @@ def test_records_from_parquet_bytes_and_an_hf_dataset_of_images(tmp_path):
     assert np.array_equal(hf.grids, want.grids) and all(b[:8] == b"\x89PNG\r\n\x1a\n" for b in hf.images)
 
 
-def test_seqpack_train_says_what_a_vision_rows_directory_is(tmp_path, capsys):
-    """`seqpack train` refuses image-text rows in one line that says how to train on them."""
+def test_a_reader_of_the_token_format_says_what_a_vision_rows_directory_is(tmp_path):
+    """The token-column readers refuse image-text rows in one line that says how to read and train on them."""
     from seqpack._atomic import KINDS
-    from seqpack.cli.main import main
+    from seqpack.data import PackedDataset
     from seqpack.tasks.vision.packed import KIND
 
     assert KIND in KINDS
     processor = tiny_processor("qwen2_vl")
     write_vision_packs(pack_vision(vision_samples(records(), processor, max_len=512), max_len=512), tmp_path / "packs")
+    with pytest.raises(ValueError, match="VisionRows.*seqpack train --hf-model") as e:
+        PackedDataset(tmp_path / "packs")
+    assert "\n" not in str(e.value)
+
+
+def test_training_rows_written_without_their_processor_is_refused(tmp_path, capsys):
+    from seqpack.cli.main import main
+
+    processor = tiny_processor("llava")
+    write_vision_packs(pack_vision(vision_samples(records(), processor, max_len=512), max_len=512), tmp_path / "packs")
     code = main(["train", "--data", str(tmp_path / "packs"), "--out", str(tmp_path / "run"), "--steps", "1"])
     err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "VisionCollator" in err and "Traceback" not in err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "holds no processor/" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()

@@ -5,10 +5,11 @@ A row holds its samples side by side: ``input_ids`` and ``labels`` (L,), ``seq_l
 samples' ``example_ids`` (S,), and the row's images in order as encoded bytes with their patch
 grids (``image_grids``: k x 3). Images are kept encoded, not as pixels: the processor makes the
 pixels when a row is read (a Qwen2-VL image of 1,000 tokens is ~16 MB of float32 pixels against
-tens of KB as JPEG or PNG).
+tens of KB as JPEG or PNG). Given the processor, the directory keeps a copy of it in ``processor/``,
+so that training reads the rows with the processor that made them.
 
     packs = pack_vision(samples, max_len=4096)
-    write_vision_packs(packs, "vlm-packs/")
+    write_vision_packs(packs, "vlm-packs/", processor=processor)
     rows = VisionRows("vlm-packs/")         # rows[i] -> {"input_ids", "labels", "seq_lengths", ...}
 """
 
@@ -23,13 +24,16 @@ from typing import Any
 import numpy as np
 
 from seqpack._atomic import atomic_directory, read_versioned_json
+from seqpack._stages import file_checksum
 from seqpack.packing import Packing, pack_lengths
 from seqpack.tasks.vision.samples import VisionSamples
 
 KIND = "seqpack-vision-packs"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the summary keys of the packed format (task, num_packs, ...) and processor/
 ROWS = "rows.parquet"
 MANIFEST = "manifest.json"
+PROCESSOR = "processor"  # the processor the rows were made with (save_pretrained)
+TASK = "vision"
 ROW_GROUP = 256  # rows per Parquet row group: what one read decodes
 
 
@@ -59,11 +63,18 @@ class VisionPacks:
         }
 
     def stats(self) -> dict[str, Any]:
-        """Rows, tokens and the padding a ``(rows, max_len)`` batch would hold."""
+        """Rows, tokens and the padding a ``(rows, max_len)`` batch would hold.
+
+        The same counts go under the packed format's names too (``num_packs``, ``efficiency``, ...),
+        which ``seqpack pack`` prints and ``seqpack train`` reads."""
         tokens = int(self.samples.lengths.sum())
         slots = self.num_rows * self.max_len
+        depth = np.diff(self.packing.pack_offsets)
         return {"rows": self.num_rows, "samples": self.samples.num_samples, "tokens": tokens,
-                "images": len(self.samples.images), "padding_fraction": 1 - tokens / slots if slots else 0.0}
+                "images": len(self.samples.images), "padding_fraction": 1 - tokens / slots if slots else 0.0,
+                "num_packs": self.num_rows, "num_sequences": self.samples.num_samples, "num_tokens": tokens,
+                "efficiency": tokens / slots if slots else 0.0, "max_depth": int(depth.max(initial=0)),
+                "packing_factor": self.samples.num_samples / self.num_rows if self.num_rows else 0.0}
 
 
 def pack_vision(samples: VisionSamples, *, max_len: int, algorithm: str = "best", seed: int = 0) -> VisionPacks:
@@ -76,16 +87,19 @@ def pack_vision(samples: VisionSamples, *, max_len: int, algorithm: str = "best"
     return VisionPacks(samples, pack_lengths(samples.lengths, max_len, algorithm=algorithm, seed=seed), max_len)
 
 
-def write_vision_packs(packs: VisionPacks, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-    """Write ``packs`` to the directory ``path`` atomically (the manifest last)."""
+def write_vision_packs(packs: VisionPacks, path: str | os.PathLike[str], *, processor: Any = None,
+                       overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
+    """Write ``packs`` to the directory ``path`` atomically (the manifest last); ``processor``: the one
+    the samples were made with, saved in ``path/processor/`` (what ``seqpack train`` reads images
+    with); ``extra``: more manifest keys (what made the rows)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     s = packs.samples
-    manifest = {"kind": KIND, "format_version": FORMAT_VERSION, "max_len": packs.max_len, **packs.stats(),
+    manifest = {"kind": KIND, "format_version": FORMAT_VERSION, "task": TASK, "max_len": packs.max_len, **packs.stats(),
                 "layout": s.layout, "merge": s.merge, "image_token_id": s.image_token_id,
                 "num_examples": s.num_examples, "dropped": s.dropped, "info": s.info,
-                "plan": packs.packing.plan.algorithm}
+                "plan": packs.packing.plan.algorithm, "vocab_size": vocab_of(processor), **(extra or {})}
     with atomic_directory(path, overwrite=overwrite) as tmp:
         writer = None
         for a in range(0, packs.num_rows, ROW_GROUP):
@@ -102,8 +116,17 @@ def write_vision_packs(packs: VisionPacks, path: str | os.PathLike[str], *, over
             writer.write_table(table, row_group_size=ROW_GROUP)
         assert writer is not None
         writer.close()
+        if processor is not None:
+            processor.save_pretrained(str(tmp / PROCESSOR))
+        manifest["shards"] = [{"file": ROWS, "rows": packs.num_rows, "checksum": file_checksum(tmp / ROWS)}]  # what a resume checks
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return Path(path)
+
+
+def vocab_of(processor: Any) -> int | None:
+    """Ids ``processor``'s tokenizer makes (its added tokens included), or ``None`` without one."""
+    tok = getattr(processor, "tokenizer", None)
+    return None if tok is None else len(tok)
 
 
 class VisionRows:
@@ -122,6 +145,22 @@ class VisionRows:
             raise ValueError(f"{self.path / ROWS}: {int(self._starts[-1])} rows, the manifest says {self.manifest['rows']}; "
                              "write the dataset again")
         self._group: tuple[int, Any] = (-1, None)
+
+    def processor(self) -> Any:
+        """The processor the rows were made with (saved by :func:`write_vision_packs`)."""
+        from seqpack.tasks.vision.processor import load_processor
+
+        if not (self.path / PROCESSOR).is_dir():
+            raise ValueError(f"{self.path}: holds no {PROCESSOR}/ (written without its processor); pack it again with "
+                             "seqpack pack --task vision, or write_vision_packs(..., processor=processor)")
+        return load_processor(self.path / PROCESSOR)
+
+    def seq_lengths(self) -> list[np.ndarray]:
+        """The sample lengths of every row, read alone (no tokens, no images).  # [(S_i,)]"""
+        import pyarrow.parquet as pq
+
+        col = pq.read_table(self.path / ROWS, columns=["seq_lengths"]).column(0).to_pylist()
+        return [np.asarray(x, dtype=np.int64) for x in col]
 
     def __len__(self) -> int:
         return int(self._starts[-1])

@@ -1,0 +1,78 @@
+"""A vision-language model's processor from a directory, loadable without a video processor.
+
+``AutoProcessor.from_pretrained`` builds every part a processor class names; the Qwen2-VL family's
+names a video processor, which needs ``torchvision``. Image-text packing uses the tokenizer, the
+chat template and the image processor only, so :func:`load_processor` falls back to those three
+(the family's own processor class, its video part left out) when the whole processor can't be
+built. :func:`image_only` is that class.
+
+    processor = load_processor("Qwen2-VL-2B-Instruct/")     # AutoProcessor, or its image-only form
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
+
+
+def image_only(base: type) -> type:
+    """``base`` (a transformers processor class) with only its image processor and tokenizer; it
+    keeps ``base``'s name, so a processor it saves loads as ``base`` where the video part can be built."""
+
+    class ImageOnly(base):  # type: ignore[misc, valid-type]
+        @classmethod
+        def get_attributes(cls) -> list[str]:
+            return ["image_processor", "tokenizer"]
+
+    ImageOnly.__name__ = ImageOnly.__qualname__ = base.__name__
+    return ImageOnly
+
+
+def processor_class_name(path: str | os.PathLike[str]) -> str | None:
+    """The processor class a saved processor directory names (``None`` when none does)."""
+    for name in CONFIG_FILES:
+        f = Path(path) / name
+        if f.is_file():
+            try:
+                found = json.loads(f.read_text(encoding="utf-8")).get("processor_class")
+            except (json.JSONDecodeError, AttributeError):
+                continue
+            if found:
+                return str(found)
+    return None
+
+
+def load_processor(path: str | os.PathLike[str]) -> Any:
+    """The processor saved in the directory ``path`` (``save_pretrained``): ``AutoProcessor``'s, or,
+    when its video processor can't be built, the same class with the image processor and tokenizer
+    only. A ``ValueError`` says what is missing when the directory holds no image processor."""
+    import transformers
+
+    if not Path(path, "tokenizer_config.json").is_file() and not Path(path, "tokenizer.json").is_file():
+        raise ValueError(f"{path}: no processor here (no tokenizer files); give the directory a vision-language "
+                         "model's processor was saved to (processor.save_pretrained(DIR))")
+    try:
+        processor = transformers.AutoProcessor.from_pretrained(str(path))
+    except (OSError, ImportError, ValueError):
+        processor = None
+    if getattr(processor, "image_processor", None) is not None:
+        return processor
+    name = processor_class_name(path)
+    base = getattr(transformers, name, None) if name else None
+    if base is None:
+        raise ValueError(f"{path}: holds no image-text processor (processor_class {name!r}); give the directory of a "
+                         "vision-language model's processor (Qwen2-VL, Qwen2.5-VL, LLaVA, ...)")
+    try:
+        images = transformers.AutoImageProcessor.from_pretrained(str(path), backend="pil")
+    except TypeError:  # a transformers without backends
+        images = transformers.AutoImageProcessor.from_pretrained(str(path))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
+    template = getattr(tokenizer, "chat_template", None)
+    return image_only(base)(image_processor=images, tokenizer=tokenizer, chat_template=template)
+
+
+__all__ = ["image_only", "load_processor", "processor_class_name"]

@@ -1,0 +1,160 @@
+"""``vision``: image-text SFT of a transformers vision-language model (Qwen2-VL family, LLaVA-style).
+
+``seqpack pack --task vision RECORDS --tokenizer PROCESSOR_DIR`` reads TRL's vision records with the
+model's processor (saved with ``save_pretrained``; ``--tokenizer`` names its directory) and writes
+the packed image-text rows of :mod:`seqpack.tasks.vision.packed`, the processor copied beside them.
+``seqpack train --data DIR --hf-model VLM_CONFIG`` trains on them: one padding-free ``(1, T)`` row
+per micro-batch (:class:`~seqpack.tasks.vision.collate.VisionCollator`), seqpack's packed attention
+in the text model, the loss per sample (``--reduction sequence``) or per token, on the assistant
+tokens only. Training a vision-language model needs ``--hf-model``: seqpack has no model of its own
+for images.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from seqpack.data.sequences import check_overflow
+from seqpack.tasks._lm import add_lm_metrics, lm_units
+from seqpack.tasks.base import Task
+from seqpack.tasks.chat.sequences import TRAIN_ON
+from seqpack.tasks.vision.samples import VISION_OVERFLOW
+
+if TYPE_CHECKING:
+    import torch
+
+#: what the packed image-text rows are not written with; ``seqpack pack`` refuses them for this task
+NOT_TAKEN = ("max_depth", "position_offset")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VisionOptions:
+    messages_field: str = field(default="messages", metadata={"help": "the column holding the list of messages"})
+    images_field: str = field(default="images", metadata={
+        "help": "vision: the column holding each record's images (paths, bytes or {bytes, path})"})
+    image_root: str | None = field(default=None, metadata={
+        "help": "vision: where relative image paths point (default: the folder of the records)"})
+    train_on: str = field(default="assistant", metadata={
+        "help": "tokens that carry loss: assistant (every assistant turn and its end token) | last (the final one) | all"})
+    overflow: str = field(default="truncate", metadata={
+        "help": "vision: samples longer than max_len: truncate (after the last assistant turn that fits, never "
+                "inside an image) | drop | error"})
+
+    def __post_init__(self) -> None:
+        check_overflow(self.overflow, allowed=VISION_OVERFLOW)
+        if self.train_on not in TRAIN_ON:
+            raise ValueError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {self.train_on!r}")
+
+
+def _refuse_seqpack_model() -> ValueError:
+    return ValueError("image-text data trains a transformers vision-language model: pass --hf-model CONFIG "
+                      "(the config.json of a Qwen2-VL, Qwen2.5-VL or LLaVA model, or its directory)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VisionTask(Task):
+    options_type: ClassVar[type] = VisionOptions
+    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = ()
+    own_rows: ClassVar[bool] = True  # the rows of seqpack.tasks.vision.packed, images beside the tokens
+    hf_adapted: ClassVar[bool] = False  # hf_forward runs the model; its text attention is seqpack_packed
+
+    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
+        raise ValueError("task vision writes its own rows: use seqpack pack --task vision, or vision_samples, "
+                         "pack_vision and write_vision_packs (seqpack.tasks.vision)")
+
+    def stream_context(self, config: Any) -> dict[str, Any]:
+        raise ValueError("task vision is not streamed; pack it with seqpack pack --task vision")
+    def pack_directory(self, source: Any, processor_dir: str | os.PathLike[str], out: str | os.PathLike[str],
+                       config: Any, *, overwrite: bool = False) -> dict[str, Any]:
+        """``seqpack pack --task vision``: the samples of ``source`` as ``processor_dir``'s processor
+        makes them, one plan, rows written to ``out``; returns the manifest."""
+        from seqpack.tasks.vision.packed import pack_vision, write_vision_packs
+        from seqpack.tasks.vision.processor import load_processor
+        from seqpack.tasks.vision.samples import vision_samples
+
+        for name in NOT_TAKEN:
+            if getattr(config, name) != type(config).__dataclass_fields__[name].default:
+                raise ValueError(f"--{name.replace('_', '-')} is not taken by task vision (its samples keep the positions "
+                                 "they have alone, any number to a row); drop it")
+        o: VisionOptions = config.options
+        if not Path(processor_dir).is_dir():
+            raise ValueError(f"--tokenizer {processor_dir}: task vision reads the model's processor; give the directory "
+                             "it was saved to (processor.save_pretrained(DIR))")
+        processor = load_processor(processor_dir)
+        samples = vision_samples(source, processor, max_len=config.max_len, images_field=o.images_field,
+                                 messages_field=o.messages_field, train_on=o.train_on, overflow=o.overflow,
+                                 image_root=o.image_root)
+        packs = pack_vision(samples, max_len=config.max_len, algorithm=config.algorithm, seed=config.seed)
+        extra = {"config": config.to_dict(), "source": os.path.abspath(source) if isinstance(source, (str, os.PathLike)) else None}
+        write_vision_packs(packs, out, processor=processor, overwrite=overwrite, extra=extra)
+        from seqpack.tasks.vision.packed import VisionRows
+
+        return VisionRows(out).manifest
+
+    def pack_summary(self, manifest: Mapping[str, Any]) -> str:
+        return (f"images: {manifest['images']:,} ({manifest['layout']} positions); rows store them encoded, the "
+                "processor makes their pixels when a row is read")
+
+    # ---- models -------------------------------------------------------------------------------
+    def model_kind(self, asked: str | None) -> str:
+        if asked is not None:
+            raise _refuse_seqpack_model()
+        return "hf"
+
+    def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+        raise _refuse_seqpack_model()
+
+    def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
+        """The text model's vocabulary is the processor's; the image placeholder is the rows'."""
+        text = d.setdefault("text_config", {})
+        if isinstance(text, dict):
+            text["vocab_size"] = d["vocab_size"]
+        d["image_token_id"] = int(manifest["image_token_id"])
+        d.pop("image_token_index", None)  # an older name of the same id
+
+    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
+        import transformers
+
+        from seqpack.nn.hf_attention import attach_packed_attention
+
+        if type(config) not in transformers.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING:
+            raise ValueError(f"--hf-model: a {model_type} config is not a vision-language model; give the config of "
+                             "one transformers builds with AutoModelForImageTextToText (Qwen2-VL, Qwen2.5-VL, LLaVA, ...)")
+        model = transformers.AutoModelForImageTextToText.from_config(config)
+        attach_packed_attention(model)  # the text model's attention: sum(l^2) work; the vision encoder keeps its own
+        return model
+
+    def hf_forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
+        """Logits of the whole ``(1, T)`` row, then the loss of each sample's target tokens (shifted)."""
+        from seqpack.nn.losses import mean_over, sequence_token_losses, token_loss
+        from seqpack.nn.models.common import PackedOutput
+
+        inputs = {k: v for k, v in batch.items() if k not in ("labels", "segment_ids")}
+        logits = model(**inputs, use_cache=False).logits  # (1, T, V)
+        out = PackedOutput(logits=logits)
+        labels, seg = batch.get("labels"), batch["segment_ids"]
+        if labels is not None:
+            out.per_sequence, out.present = sequence_token_losses(logits, labels, seg, shift=True)  # (1, S)
+            out.loss = (mean_over(out.per_sequence, out.present) if reduction == "sequence"
+                        else token_loss(logits, labels, seg, reduction=reduction, shift=True))
+        return out
+
+    # ---- loss and metrics ---------------------------------------------------------------------
+    def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
+        import torch
+
+        return torch.tensor([lm_units(batch, reduction), 0.0, 0.0], dtype=torch.float64)
+
+    def component_means(self, out: Any) -> list[Any]:
+        return [out.loss, None, None]
+
+    def update_eval(self, totals: Any, out: Any, batch: Mapping[str, torch.Tensor]) -> None:
+        add_lm_metrics(totals, out, batch, shift=True)
+
+
+TASK = VisionTask(name="vision", summary="image-text SFT of a vision-language model (Qwen2-VL family, LLaVA)",
+                  reads="examples", models=("hf",), token_labels=True)

@@ -1,0 +1,197 @@
+"""``seqpack pack --task vision`` and ``seqpack train --hf-model VLM_CONFIG``: the library's rows
+from the command line, a training step whose per-sample losses are each sample's own, exact resume,
+and one-line refusals.
+
+Tolerances: fp32, as in test_vision.py: a packed row and a sample alone differ only in the order
+and length of the attention and loss sums (<= 512 terms of order 1: <= sqrt(512) * 2**-23 ~ 3e-6),
+so 1e-5 holds with margin while one token attending across samples moves a loss by 1e-2 or more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("PIL")
+torch = pytest.importorskip("torch")
+
+from seqpack.cli.main import main  # noqa: E402
+from seqpack.experiments.tiny_vlm import synthetic_records, tiny_config, tiny_processor, tiny_vlm  # noqa: E402
+from seqpack.tasks import get_task  # noqa: E402
+from seqpack.tasks.vision import VisionCollator, VisionRows, pack_vision, vision_samples  # noqa: E402
+from seqpack.tasks.vision.processor import load_processor  # noqa: E402
+from seqpack.train import TrainConfig, train  # noqa: E402
+from seqpack.train.checkpoint import read_metrics  # noqa: E402
+from seqpack.train.models import build_model  # noqa: E402
+from seqpack.train.vision_data import VisionTrainData  # noqa: E402
+
+ATOL = 1e-5  # see the module docstring
+TIMING = ("step_seconds", "compute_seconds", "data_seconds", "train_seconds", "tokens_per_s", "sequences_per_s")
+
+
+def write_records(folder: Path, n: int = 24, seed: int = 3) -> tuple[Path, list[dict]]:
+    """``n`` records as JSONL with their images as PNG files beside it (paths relative to it)."""
+    recs = synthetic_records(n, seed=seed, side=(20, 90))
+    (folder / "img").mkdir(parents=True)
+    with open(folder / "train.jsonl", "w", encoding="utf-8") as f:
+        for i, r in enumerate(recs):
+            paths = []
+            for k, data in enumerate(r["images"]):
+                (folder / "img" / f"{i}_{k}.png").write_bytes(data)
+                paths.append(f"img/{i}_{k}.png")
+            f.write(json.dumps({"messages": r["messages"], "images": paths}) + "\n")
+    return folder / "train.jsonl", recs
+
+
+@pytest.fixture(scope="module", params=["qwen2_vl", "llava"])
+def packed(request, tmp_path_factory):
+    """A family's processor and config saved, its records packed by ``seqpack pack``."""
+    family, d = request.param, tmp_path_factory.mktemp(request.param)
+    processor = tiny_processor(family)
+    processor.save_pretrained(d / "processor")
+    tiny_config(family, processor).save_pretrained(d / "model")
+    jsonl, recs = write_records(d)
+    code = main(["pack", str(jsonl), "--task", "vision", "--max-len", "512", "--tokenizer", str(d / "processor"),
+                 "--out", str(d / "packs"), "--json"])
+    assert code == 0
+    return family, d, recs
+
+
+def test_saved_processors_load_without_a_video_processor(tmp_path):
+    """A Qwen2-VL processor's directory names a video processor (torchvision); the loader falls back
+    to its image processor and tokenizer, and LLaVA's loads as it is."""
+    for family in ("qwen2_vl", "qwen2_5_vl", "llava"):
+        p = tiny_processor(family)
+        p.save_pretrained(tmp_path / family)
+        q = load_processor(tmp_path / family)
+        assert type(q).__name__ == type(p).__name__ and q.image_processor.to_dict() == p.image_processor.to_dict()
+        assert q.chat_template == p.chat_template and q.tokenizer.get_vocab() == p.tokenizer.get_vocab()
+
+
+def test_pack_cli_writes_the_librarys_rows(packed):
+    """The command's rows are those of vision_samples + pack_vision on the same records, and the
+    directory keeps the processor they were made with."""
+    family, d, recs = packed
+    rows = VisionRows(d / "packs")
+    processor = load_processor(d / "packs" / "processor")
+    want = pack_vision(vision_samples(recs, processor, max_len=512), max_len=512)
+    assert len(rows) == want.num_rows and rows.manifest["task"] == "vision"
+    assert rows.manifest["num_sequences"] == len(recs) and rows.manifest["efficiency"] > 0.5
+    for i in range(len(rows)):
+        got, exp = rows[i], want.row(i)
+        for k in ("input_ids", "labels", "seq_lengths", "example_ids", "image_grids"):
+            assert np.array_equal(got[k], exp[k]), (i, k)
+        assert got["images"] == exp["images"]  # the files' bytes, as read
+
+
+def test_train_batch_losses_are_each_samples_own(packed):
+    """The task's forward on a training batch (rows side by side, packed attention): each sample's
+    loss equals the same weights' loss on that sample alone (sdpa, one sample per call)."""
+    family, d, recs = packed
+    data = VisionTrainData(d / "packs", eval_fraction=0.2)
+    cfg = TrainConfig(data=str(d / "packs"), out=str(d / "unused"), hf_model=str(d / "model"), progress=False)
+    torch.manual_seed(0)
+    model, spec = build_model(data.manifest, cfg)
+    processor, alone_model = tiny_vlm(family)
+    model.load_state_dict(alone_model.state_dict())
+    model.eval()
+    assert spec["library"] == "transformers"
+    units = np.arange(min(3, data.num_units))
+    batch = data.batch(units)
+    task = get_task("vision")
+    with torch.no_grad():
+        out = task.hf_forward(model, batch, reduction="sequence")
+    examples = np.concatenate([data.rows[int(i)]["example_ids"] for i in data.train_packs[units]])
+    samples = vision_samples(recs, processor, max_len=512)
+    collate = VisionCollator(processor)
+    losses = []
+    for j, e in enumerate(examples.tolist()):
+        one = samples.sample(int(np.flatnonzero(samples.example_ids == e)[0]))
+        row = {"input_ids": one["input_ids"], "labels": one["labels"], "seq_lengths": np.array([one["input_ids"].size]),
+               "images": one["images"], "image_grids": one["grids"]}
+        with torch.no_grad():
+            losses.append(float(alone_model(**collate([row])).loss))
+        assert float(out.per_sequence[0, j]) == pytest.approx(losses[-1], abs=ATOL), j
+    assert bool(out.present.all()) and out.per_sequence.shape == (1, len(examples))
+    assert float(out.loss) == pytest.approx(float(np.mean(losses)), abs=ATOL)
+    assert float(task.loss_units(batch, "sequence")[0]) == len(examples)
+
+
+def test_train_cli_runs_and_resumes_exactly(packed, tmp_path):
+    """`seqpack train --hf-model` on the rows; a run cut at step 2 and resumed ends with the weights
+    and metrics of the uninterrupted one (the same sums in the same order: equal bits)."""
+    family, d, _ = packed
+    base = dict(data=str(d / "packs"), hf_model=str(d / "model"), steps=4, batch_size=2, progress=False,
+                eval_fraction=0.2, eval_batch_size=2, threads=2, dropout=None)
+    whole = tmp_path / "whole"
+    s = train(TrainConfig(out=str(whole), **base))
+    assert s["steps"] == 4 and s["sequences"] > 4 and s["task"] == "vision" and np.isfinite(s["eval"]["lm_loss"])
+    assert s["attention"]["implementation"] == "seqpack_packed"
+
+    def interrupt(step, rec):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    cut = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt, match="interrupted at step 2"):
+        train(TrainConfig(out=str(cut), **base), on_step=interrupt)
+    train(TrainConfig(out=str(cut), **base), resume=True)
+    a, b = (torch.load(r / "checkpoint.pt", weights_only=True)["model_state"] for r in (whole, cut))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    untimed = [[{k: v for k, v in r.items() if k not in TIMING} for r in read_metrics(x)] for x in (whole, cut)]
+    assert untimed[0] == untimed[1]
+
+
+def test_train_cli_prints_its_summary(packed, tmp_path, capsys):
+    family, d, _ = packed
+    code = main(["train", "--data", str(d / "packs"), "--hf-model", str(d / "model"), "--out", str(tmp_path / "run"),
+                 "--steps", "1", "--batch-size", "2", "--eval-fraction", "0.2", "--quiet", "--reduction", "token"])
+    out = capsys.readouterr().out
+    assert code == 0 and "ForConditionalGeneration: 1 steps" in out and "attention: seqpack_packed" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "gpt"], "pass --hf-model"),
+    ([], "pass --hf-model"),
+    (["--padded"], "--padded is not offered for image-text rows"),
+    (["--balance", "compute"], "drop --balance"),
+    (["--hf-model", "LLAMA"], "not a vision-language model"),
+])
+def test_train_refusals_are_one_line(packed, tmp_path, capsys, args, message):
+    family, d, _ = packed
+    if "LLAMA" in args:
+        from transformers import LlamaConfig
+
+        LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path / "llama")
+        args = ["--hf-model", str(tmp_path / "llama")]
+    elif "--hf-model" not in args and args != [] and args[0] != "--model":
+        args = args + ["--hf-model", str(d / "model")]
+    code = main(["train", "--data", str(d / "packs"), "--out", str(tmp_path / "run"), "--steps", "1", "--batch-size", "2", "--quiet", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--max-depth", "2"], "--max-depth is not taken by task vision"),
+    (["--export-bin"], "drop --export-bin"),
+    (["--engine", "ray"], "drop --engine"),
+    (["--overflow", "split"], "overflow must be one of truncate|drop|error"),
+    (["--tokenizer-is-a-file"], "task vision reads the model's processor"),
+])
+def test_pack_refusals_are_one_line_and_write_nothing(packed, tmp_path, capsys, extra, message):
+    family, d, _ = packed
+    tok = str(d / "processor")
+    if extra == ["--tokenizer-is-a-file"]:
+        tok, extra = str(d / "train.jsonl.missing"), []
+    code = main(["pack", str(d / "train.jsonl"), "--task", "vision", "--max-len", "512", "--tokenizer", tok,
+                 "--out", str(tmp_path / "out"), *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
