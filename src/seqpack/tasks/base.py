@@ -61,6 +61,9 @@ class Task:
     own_rows: ClassVar[bool] = False
     #: its transformers models run through :mod:`seqpack.nn.hf_adapter` (False: :meth:`hf_forward` runs them)
     hf_adapted: ClassVar[bool] = True
+    #: a step may leave part of the model unused (a batch with no image: the vision encoder), which
+    #: ``DistributedDataParallel`` must be told (``find_unused_parameters``)
+    partial_graph: ClassVar[bool] = False
 
     # ---- data -------------------------------------------------------------------------------
     def options(self, **kw: Any) -> Any:

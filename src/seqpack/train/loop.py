@@ -221,7 +221,8 @@ class _Run:
         wrapped: torch.nn.Module = Objective(self.model, self.task, cfg.reduction, self.objective)
         if world.size > 1:
             ids = [world.device.index] if world.device.type == "cuda" else None
-            wrapped = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids)
+            wrapped = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids,
+                                                                find_unused_parameters=task.partial_graph)
         self.wrapped = wrapped
         if world.main:
             if not resume:  # a new run: nothing of an earlier one in its directory

@@ -61,6 +61,7 @@ class VisionTask(Task):
     derived_columns: ClassVar[tuple[tuple[str, str], ...]] = ()
     own_rows: ClassVar[bool] = True  # the rows of seqpack.tasks.vision.packed, images beside the tokens
     hf_adapted: ClassVar[bool] = False  # hf_forward runs the model; its text attention is seqpack_packed
+    partial_graph: ClassVar[bool] = True  # a rank's rows may hold no image: its vision encoder then has no gradient
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
         raise ValueError("task vision writes its own rows: use seqpack pack --task vision, or vision_samples, "
