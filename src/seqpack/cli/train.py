@@ -33,7 +33,8 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     from seqpack.train.config import BALANCE, DTYPES, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
 
     pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
-    p.add_argument("--data", required=True, help="packed dataset directory (seqpack pack)")
+    p.add_argument("--data", required=True, help="packed dataset directory (seqpack pack); with --stream, examples "
+                   "(.jsonl/.parquet, or a folder of them)")
     p.add_argument("--model", choices=MODELS, default=default_of(TrainConfig, "model"), help="default: gpt for clm, bert otherwise")
     p.add_argument("--size", choices=tuple(SIZES), default=default_of(TrainConfig, "size"), help="seqpack's compact model size")
     p.add_argument("--hf-model", default=default_of(TrainConfig, "hf_model"), metavar="CONFIG", help="a transformers config.json (or its directory) instead")
@@ -88,6 +89,7 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: Any) -> None:
     from seqpack.train.config import MATCH, TrainConfig
 
+    pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
     p = sub.add_parser(
         NAME, help=HELP,
         description="Train on a packed dataset; --padded trains on the same sequences one per row. Writes "
@@ -103,6 +105,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--adjust-hparams", action="store_true", help="raise the optimiser's betas to the power p (paper §4.2)")
     p.add_argument("--checkpoint-every", type=lambda t: _int_at_least(t, "--checkpoint-every", 0), default=default_of(TrainConfig, "checkpoint_every"))
     p.add_argument("--resume", action="store_true", help="continue RUN from its checkpoint")
+    from seqpack.cli.args import max_len
+    from seqpack.tasks import TASKS
+
+    g = p.add_argument_group("streaming (--data names examples, packed as they are read; the stream's position is "
+                             "saved in every checkpoint and --resume continues it exactly)")
+    g.add_argument("--stream", action="store_true", default=default_of(TrainConfig, "stream"),
+                   help="read --data as a stream of examples instead of a packed dataset (needs --tokenizer, --max-len, --steps)")
+    g.add_argument("--task", choices=TASKS, default=default_of(TrainConfig, "task"), help="the task that builds the stream's sequences "
+                   "(default clm: records with text)")
+    g.add_argument("--tokenizer", default=default_of(TrainConfig, "tokenizer"), help="tokenizer directory (seqpack or transformers)")
+    g.add_argument("--max-len", type=max_len, default=default_of(TrainConfig, "max_len"), help="tokens per packed row")
+    g.add_argument("--buffer-size", type=pos("--buffer-size"), default=default_of(TrainConfig, "buffer_size"),
+                   help="sequences planned at once (fill within 0.1%% of a global plan at 10,000)")
+    g.add_argument("--eval-examples", type=pos("--eval-examples"), default=default_of(TrainConfig, "eval_examples"),
+                   help="the stream's first examples, held out and packed once for evaluation")
     p.add_argument("--overwrite", action="store_true", help="start again in a RUN that already holds a run")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)

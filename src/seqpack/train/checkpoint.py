@@ -72,7 +72,7 @@ def state_digest(state: Any) -> str:
 
 
 def _digested(payload: dict[str, Any]) -> Any:
-    return {k: payload[k] for k in ("model_state", "optimizer_state", "state") if k in payload}
+    return {k: payload[k] for k in ("model_state", "optimizer_state", "state", "data_state") if k in payload}
 
 
 def save_checkpoint(run: Path, payload: dict[str, Any]) -> Path:

@@ -75,6 +75,13 @@ class TrainConfig:
 
     data: str
     out: str
+    # stream: ``data`` names examples (.jsonl/.parquet, or a folder of them) packed as they are read
+    stream: bool = False
+    task: str | None = None  # stream: the task that builds the sequences (default clm)
+    tokenizer: str | None = None  # stream: the tokenizer directory (seqpack or transformers)
+    max_len: int | None = None  # stream: tokens per packed row
+    buffer_size: int = 10_000  # stream: sequences planned at once
+    eval_examples: int = 1_000  # stream: its first examples, held out and packed once for evaluation
     model: str | None = None  # None: from the task (mlm/classification -> bert, clm -> gpt)
     size: str = "tiny"
     hf_model: str | None = None  # a transformers config.json (or a directory holding one)
@@ -172,7 +179,25 @@ class TrainConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if any(not 0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must be in [0, 1), got {self.betas}")
+        self._check_stream()
         self.preference()  # validates the preference loss's settings
+
+    def _check_stream(self) -> None:
+        given = [f"--{k.replace('_', '-')}" for k in ("task", "tokenizer", "max_len") if getattr(self, k) is not None]
+        if not self.stream:
+            if given:
+                raise ValueError(f"{', '.join(given)} describe examples read as a stream; pass --stream too (a packed "
+                                 "dataset records its own task, tokenizer and max_len)")
+            return
+        if self.max_len is None or self.max_len < 2:
+            raise ValueError("--stream packs rows as it reads: pass --max-len L (tokens per row, 2 or more)")
+        if self.steps is None:
+            raise ValueError("--stream: a stream's length is not known before it is read; pass --steps N")
+        if self.buffer_size < 1 or self.eval_examples < 1:
+            raise ValueError("--buffer-size and --eval-examples must be >= 1")
+        if self.padded or self.match != "none" or self.adjust_hparams or self.balance != "none":
+            raise ValueError("--stream trains the rows as they are packed; drop --padded, --match, --adjust-hparams and "
+                             "--balance (they need the whole packed dataset)")
 
     def preference(self) -> PreferenceLoss:
         """The preference loss these options describe (used by the preference task)."""

@@ -127,6 +127,17 @@ class Units:
     def check_balance(self) -> None:
         """Refuse ``--balance`` in one line where these units can't be balanced (default: they can)."""
 
+    def counts(self, units: np.ndarray) -> tuple[int, int]:
+        """Sequences and real tokens of ``units`` (after :meth:`batch` read them)."""
+        return int(self.unit_sequences[units].sum()), int(self.unit_tokens[units].sum())
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """What a checkpoint must keep of the data's position besides the step (default: nothing)."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore :meth:`state_dict`'s state (default: nothing to restore)."""
+
     def stream(self, seed: int, start: int, count: int) -> np.ndarray:
         """Unit indices at stream positions ``start .. start + count - 1``."""
         pos = np.arange(start, start + count)

@@ -49,6 +49,7 @@ from seqpack.train.checkpoint import (
 )
 from seqpack.train.config import TrainConfig
 from seqpack.train.data import TrainData
+from seqpack.train.stream_data import StreamTrainData
 from seqpack.train.vision_data import VisionTrainData
 from seqpack.train.distributed import World, close_world, init_world
 from seqpack.train.lines import start_line
@@ -111,20 +112,23 @@ def train(
     """Run (or continue, with ``resume``) a training run; returns ``RUN/summary.json``'s content."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    data = open_train_data(cfg)
     world = init_world()
     try:  # one writer per run directory: rank 0 holds its lock for the whole run
+        data = open_train_data(cfg, world)
         with output_lock(cfg.out) if world.main else contextlib.nullcontext():
             return _Run(cfg, data, world, resume=resume, overwrite=overwrite).run(on_step)
     finally:
         close_world(world)
 
 
-def open_train_data(cfg: TrainConfig) -> TrainData | VisionTrainData:
-    """The run's data: packed image-text rows (their manifest's kind says so) or the token-column format."""
+def open_train_data(cfg: TrainConfig, world: World) -> TrainData | VisionTrainData | StreamTrainData:
+    """The run's data: a stream of examples (``cfg.stream``), packed image-text rows (their
+    manifest's kind says so) or the token-column format."""
     from seqpack.tasks.vision.packed import KIND as VISION_KIND
     from seqpack.tasks.vision.packed import MANIFEST as VISION_MANIFEST
 
+    if cfg.stream:
+        return StreamTrainData(cfg, rank=world.rank, world_size=world.size)
     kind = None
     with contextlib.suppress(OSError, ValueError, AttributeError):
         kind = json.loads((Path(cfg.data) / VISION_MANIFEST).read_text(encoding="utf-8")).get("kind")
@@ -170,7 +174,7 @@ def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
 
 
 class _Run:
-    def __init__(self, cfg: TrainConfig, data: TrainData | VisionTrainData, world: World, *, resume: bool, overwrite: bool) -> None:
+    def __init__(self, cfg: TrainConfig, data: TrainData | VisionTrainData | StreamTrainData, world: World, *, resume: bool, overwrite: bool) -> None:
         self.cfg, self.data, self.world = cfg, data, world
         self.task = data.task
         self.final = Path(cfg.out)
@@ -214,6 +218,8 @@ class _Run:
             self.model.load_state_dict(ck["model_state"])
             self.optimizer.load_state_dict(ck["optimizer_state"])
             self.state = ck["state"]
+            if ck.get("data_state") is not None:  # a stream's position, one per rank
+                self.data.load_state_dict(ck["data_state"][world.rank])
             self.saved_step = int(ck["state"]["step"])
             torch.set_rng_state(ck["rng"]["torch"])
             if torch.cuda.is_available() and ck["rng"].get("cuda") is not None:
@@ -233,7 +239,7 @@ class _Run:
             if reference is not None and not resume:
                 save_reference(self.run_dir, reference)
 
-    def _balance(self, cfg: TrainConfig, data: TrainData | VisionTrainData, world: World) -> dict[str, Any] | None:
+    def _balance(self, cfg: TrainConfig, data: TrainData | VisionTrainData | StreamTrainData, world: World) -> dict[str, Any] | None:
         """With ``balance="compute"``: packs dealt so every rank's step costs the same (a calibrated
         cost file, or the FLOP model of this model)."""
         if cfg.balance == "none":
@@ -316,8 +322,7 @@ class _Run:
                     out = self.wrapped(b)
                     loss = step_loss(component_means(out, self.task), local[m], total, world=world.size)
                 loss.backward()
-            logged += torch.tensor([float(loss.detach()) / world.size, self.data.unit_sequences[units].sum(),
-                                    self.data.unit_tokens[units].sum()], dtype=torch.float64)
+            logged += torch.tensor([float(loss.detach()) / world.size, *self.data.counts(units)], dtype=torch.float64)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip if cfg.clip > 0 else math.inf)
         logged = world.all_sum(logged)  # every rank sees the same loss and norm: all stop together
         self._check_finite(step, float(logged[0]), float(norm))
@@ -353,11 +358,14 @@ class _Run:
 
     def _checkpoint(self) -> None:
         self.saved_step = self.state["step"]
+        mine = self.data.state_dict()
+        data_state = None if mine is None else self.world.gather_objects(mine)  # every rank's stream position
         if self.world.main:
             rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
             save_checkpoint(self.run_dir, {
                 "model": self.spec, "data": self.identity, "options": self.options, "state": dict(self.state),
                 "model_state": self.model.state_dict(), "optimizer_state": self.optimizer.state_dict(), "rng": rng,
+                **({"data_state": data_state} if data_state is not None else {}),
             })
         self.world.barrier()
 
