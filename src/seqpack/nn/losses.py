@@ -240,3 +240,51 @@ def qa_loss(
 
     per = (ce(start_slots, start_positions) + ce(end_slots, end_positions)) / 2
     return mean_over(per, present), per
+
+
+def _group_all_reduce(t: torch.Tensor, group: object, *, op: str = "sum") -> torch.Tensor:
+    """``t`` reduced over ``group`` (itself without a process group)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:  # type: ignore[arg-type]
+        return t
+    t = t.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=group)  # type: ignore[arg-type]
+    return t
+
+
+def sharded_token_loss(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    segment_ids: torch.Tensor,
+    *,
+    group: object = None,
+    reduction: str = "sequence",
+) -> torch.Tensor:
+    """This rank's part of the loss of rows split across context-parallel ranks; the parts of all
+    ranks of ``group`` sum to the loss of the unsplit rows.
+
+    ``logits`` (B, T, V) and ``targets`` (B, T) are aligned (the target of position ``t`` is
+    ``targets[t]``: shifted before the split), ``segment_ids`` (B, T) the documents' ids in the whole
+    row. ``sequence``: the mean over documents of each document's mean target loss, every count
+    taken over all ranks (a document split across ranks weighs as much as one that is not);
+    ``token``: the sum over all target tokens divided by their count over all ranks. The counts
+    carry no gradient; each rank's part differentiates its own tokens' terms.
+    """
+    check_reduction(reduction)
+    _check_same(targets, "targets", segment_ids, "segment_ids", 2)
+    B, T = targets.shape
+    local_depth = torch.tensor([int(segment_ids.max()) if segment_ids.numel() else 0], device=targets.device)
+    D = max(1, int(_group_all_reduce(local_depth, group, op="max")))
+    has = targets != IGNORE_INDEX
+    if bool((has & (segment_ids == 0)).any()):
+        raise ValueError(PADDING_TARGET)
+    ce = token_cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))  # (B*T,) float32, 0 where no target
+    rows = torch.arange(B, device=targets.device)[:, None]
+    slots = torch.where(has, rows * D + segment_ids - 1, B * D).reshape(-1)
+    total, count = _binned(ce, slots, B * D + 1)
+    count = _group_all_reduce(count.detach(), group)[:-1]
+    if reduction == "token":
+        return total[:-1].sum() / count.sum().clamp(min=1)
+    present = count > 0
+    return (total[:-1] / count.clamp(min=1))[present].sum() / present.sum().clamp(min=1)

@@ -12,6 +12,9 @@ Backends live in one registry (:data:`REGISTRY`), one module each:
 ``flash_varlen``  ``flash_attn_varlen_func`` on the rows as they are (:mod:`.varlen`, flash-attn).
 ``varlen``        PyTorch's own varlen flash kernel on the rows as they are (:mod:`.varlen`).
 ``flex``          FlexAttention with a ``BlockMask`` (:mod:`.flex`).
+``context_parallel``  one rank's share of rows split across context-parallel ranks: keys and
+                  values all-gathered, a mask from every token's document and position
+                  (:mod:`.context_parallel`; its plan comes from ``plan_context_parallel``).
 ``auto``          :func:`choose_backend` picks one per batch.
 
 ``branch_ids`` (B, T) (the preference task's layouts): without a shared prefix (``pairs``) each
@@ -33,7 +36,7 @@ finite, and nothing reads them (no real token attends to padding).
     >>> get_backend("dense")
     Traceback (most recent call last):
     ...
-    ValueError: unknown attention backend 'dense'; known: auto|sdpa|eager|per_document|flash_varlen|varlen|flex
+    ValueError: unknown attention backend 'dense'; known: auto|sdpa|eager|per_document|flash_varlen|varlen|flex|context_parallel
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from collections.abc import Iterator
 import torch
 
 from seqpack.nn.attention.base import AttentionPlan, Backend, check_qkv, half_precision
+from seqpack.nn.attention.context_parallel import CONTEXT_PARALLEL, CPPlan, plan_context_parallel
 from seqpack.nn.attention.dense import EAGER, SDPA, MaskPlan, eager_attention
 from seqpack.nn.attention.flex import FLEX, FlexPlan
 from seqpack.nn.attention.per_document import PER_DOCUMENT, BucketPlan, bucket_lengths
@@ -63,7 +67,7 @@ from seqpack.nn.masks import (
     split_branches,
 )
 
-REGISTRY: dict[str, Backend] = {b.name: b for b in (SDPA, EAGER, PER_DOCUMENT, FLASH_VARLEN, VARLEN, FLEX)}
+REGISTRY: dict[str, Backend] = {b.name: b for b in (SDPA, EAGER, PER_DOCUMENT, FLASH_VARLEN, VARLEN, FLEX, CONTEXT_PARALLEL)}
 BACKENDS: tuple[str, ...] = ("auto", *REGISTRY)
 #: backends whose plan takes ``branch_ids`` with a shared prefix (a mask per (query, key) pair)
 SHARED_PREFIX: tuple[str, ...] = ("sdpa", "eager", "per_document", "flex")
@@ -188,6 +192,7 @@ def packed_attention(
 
 
 __all__ = [
-    "BACKENDS", "REGISTRY", "SHARED_PREFIX", "AttentionPlan", "Backend", "BucketPlan", "FlexPlan", "MaskPlan", "VarlenPlan",
-    "choose_backend", "count_backends", "eager_attention", "get_backend", "packed_attention", "plan_attention",
+    "BACKENDS", "REGISTRY", "SHARED_PREFIX", "AttentionPlan", "Backend", "BucketPlan", "CPPlan", "FlexPlan", "MaskPlan",
+    "VarlenPlan", "choose_backend", "count_backends", "eager_attention", "get_backend", "packed_attention", "plan_attention",
+    "plan_context_parallel",
 ]
