@@ -84,6 +84,10 @@ def add_parser(sub: Any) -> None:
                    help="seed of the assignment (and of mlm's pairs/masks)")
     p.add_argument("--position-offset", type=nonneg, default=default_of(PackConfig, "position_offset"),
                    help="first position id of a sequence (RoBERTa: 2)")
+    p.add_argument("--context-parallel", type=lambda t: positive_int(t, "--context-parallel"),
+                   default=default_of(PackConfig, "context_parallel"), metavar="C",
+                   help="rows for C context-parallel ranks: each sequence's length is planned rounded up to a multiple "
+                        "of 2C so every row splits per document into 2C chunks (the padding is reported; default 1)")
     p.add_argument("--export-bin", action="store_true", help="also write raw .bin columns for zero-copy memmap")
     p.add_argument("--write-derived", action="store_true",
                    help="also store the columns seqpack's readers rebuild (segment_ids; clm's labels) in the Parquet parts, "
@@ -138,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--glob picks files in a folder of examples; task {args.task} reads a token store (drop --glob)")
     options = {k: v for k, v in vars(args).items() if k not in COMMON and k in task_option_fields()}
     cfg = PackConfig.for_task(args.task, max_len=args.max_len, algorithm=args.algorithm, max_depth=args.max_depth,
-                              seed=args.seed, position_offset=args.position_offset, **options)
+                              seed=args.seed, position_offset=args.position_offset,
+                              context_parallel=args.context_parallel, **options)
     check_output_dir(args.out, overwrite=args.overwrite,
                      inputs=[args.source, args.tokenizer, getattr(args, "chat_template", None)])
     m = own_rows(args, get_task(args.task), cfg)
@@ -193,6 +198,10 @@ def _report(args: argparse.Namespace, m: dict[str, Any]) -> None:
             print(f"schedule: {s['steps']:,} steps of {s['world_size']} ranks x {s['micro_batch']} packs; slowest / mean rank "
                   f"{s['imbalance_sequential']:.4f} shuffled, {s['imbalance_balanced']:.4f} balanced "
                   f"({100 * s['step_time_saving']:.1f}% of step time saved)")
+        if m.get("context_parallel"):
+            c = m["context_parallel"]
+            print(f"context parallel: rows split per document for {c['size']} ranks; rounding lengths to multiples of "
+                  f"{2 * c['size']} adds {c['padding_tokens']:,} padding tokens ({c['padding_fraction']:.2%} of the planned)")
         line = get_task(m["task"]).pack_summary(m)
         if line:
             print(line)

@@ -81,6 +81,9 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
                    "balanced steps the dataset was packed with (seqpack pack --world-size W --micro-batch B)")
     p.add_argument("--balance-world", type=pos("--balance-world"), default=default_of(TrainConfig, "balance_world"),
                    help="ranks to balance for (default: those running)")
+    p.add_argument("--context-parallel", type=pos("--context-parallel"), default=default_of(TrainConfig, "context_parallel"),
+                   metavar="C", help="split every row per document across C ranks (under torchrun: ranks = data-parallel "
+                   "groups x C); the data must be packed with seqpack pack --context-parallel C")
     p.add_argument("--cost", dest="balance_cost", default=default_of(TrainConfig, "balance_cost"),
                    help="with --balance compute: measured row costs (seqpack bench --calibrate --out FILE) instead of FLOPs")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -206,14 +206,16 @@ def pack_sequences(
     max_depth: int | None = None,
     seed: int = 0,
     position_offset: int = 0,
+    round_to: int = 1,
 ) -> PackedColumns:
-    """Plan with :func:`seqpack.packing.pack_lengths`, assign, and build every column."""
+    """Plan with :func:`seqpack.packing.pack_lengths` (``round_to``: its rounding of the lengths),
+    assign, and build every column."""
     check_max_len(max_len)
     if isinstance(position_offset, bool) or not isinstance(position_offset, int) or position_offset < 0:
         raise ValueError(f"position_offset must be an int >= 0, got {position_offset!r}")
     if seqs.num_sequences == 0:
         raise ValueError("no sequences to pack (every document or example was empty or dropped)")
-    packing = pack_lengths(seqs.lengths, max_len, algorithm=algorithm, max_depth=max_depth, seed=seed)
+    packing = pack_lengths(seqs.lengths, max_len, algorithm=algorithm, max_depth=max_depth, seed=seed, round_to=round_to)
     depth = pack_depth(packing, max_depth)
     cols = materialize(seqs, packing, max_len=max_len, max_depth=depth, position_offset=position_offset)
     info = {"position_offset": position_offset, "seed": seed, "algorithm": algorithm}

@@ -92,12 +92,24 @@ def pack_lengths(
     algorithm: str = "best",
     max_depth: int | None = None,
     seed: int = 0,
+    round_to: int = 1,
 ) -> Packing:
-    """Plan on the histogram of ``lengths``, then assign every sequence to a pack."""
+    """Plan on the histogram of ``lengths``, then assign every sequence to a pack. ``round_to``: plan
+    and assign each length rounded up to a multiple of it (context-parallel rows: ``2 * C``), so
+    every pack's rounded lengths fit ``max_len``; the packing keeps the real lengths.
+
+        >>> p = pack_lengths([3, 5, 1], 8, round_to=4)
+        >>> sorted(sorted(p.lengths_of(i).tolist()) for i in range(p.num_packs))
+        [[1, 3], [5]]
+    """
     arr = check_lengths(lengths, max_len)
     if not arr.size:
         raise ValueError("no sequences to pack (lengths is empty)")
     depth = check_max_depth(max_depth)
-    check_max_len_for(max_len, int(arr.sum()))  # before the max_len-sized histogram
-    h = np.bincount(arr - 1, minlength=max_len).astype(np.int64)
-    return assign(plan(h, max_len, algorithm=algorithm, max_depth=depth), arr, seed=seed)
+    if isinstance(round_to, bool) or not isinstance(round_to, (int, np.integer)) or round_to < 1 or max_len % round_to:
+        raise ValueError(f"round_to must be an int >= 1 dividing max_len={max_len}, got {round_to!r}")
+    planned = arr if round_to == 1 else ((-(-arr.astype(np.int64) // round_to)) * round_to).astype(arr.dtype)
+    check_max_len_for(max_len, int(planned.sum()))  # before the max_len-sized histogram
+    h = np.bincount(planned - 1, minlength=max_len).astype(np.int64)
+    p = assign(plan(h, max_len, algorithm=algorithm, max_depth=depth), planned, seed=seed)
+    return p if round_to == 1 else Packing(p.pack_offsets, p.sequence_index, arr, p.plan)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from seqpack.data.format import (
     COMPRESSION,
     ENCODINGS,
@@ -20,7 +22,7 @@ from seqpack.packing.histogram import check_max_len
 from seqpack.packing.plan import ALGORITHMS, check_max_depth
 from seqpack.tasks import get_task
 
-COMMON = ("task", "max_len", "algorithm", "max_depth", "seed", "position_offset")
+COMMON = ("task", "max_len", "algorithm", "max_depth", "seed", "position_offset", "context_parallel")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +40,7 @@ class PackConfig:
     max_depth: int | None = None
     seed: int = 0
     position_offset: int = 0
+    context_parallel: int = 1  # C > 1: plan each sequence's length rounded up to a multiple of 2C (rows that split per document)
     options: Any = None
 
     def __post_init__(self) -> None:
@@ -48,6 +51,12 @@ class PackConfig:
         check_max_depth(self.max_depth)
         if self.position_offset < 0:
             raise ValueError(f"position_offset must be >= 0, got {self.position_offset}")
+        cp = self.context_parallel
+        if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
+            raise ValueError(f"context_parallel must be an int >= 1, got {cp!r}")
+        if self.max_len % (2 * cp) and cp > 1:
+            raise ValueError(f"--context-parallel {cp} splits each row into 2C = {2 * cp} chunks per document: pass a "
+                             f"--max-len divisible by {2 * cp} (e.g. {self.max_len - self.max_len % (2 * cp)})")
         if self.options is None:
             object.__setattr__(self, "options", t.options())
         elif not isinstance(self.options, t.options_type):
@@ -59,6 +68,20 @@ class PackConfig:
         common = {k: v for k, v in kw.items() if k in COMMON}
         options = get_task(task).options(**{k: v for k, v in kw.items() if k not in COMMON})
         return cls(task=task, options=options, **common)
+
+    def cp_summary(self, packing: Any) -> dict[str, Any]:
+        """With ``context_parallel`` > 1: the manifest's real-token counts (the plan counted rounded
+        lengths) and the padding the rounding adds; ``{}`` otherwise."""
+        cp = self.context_parallel
+        if cp == 1:
+            return {}
+        real = np.asarray(packing.lengths, dtype=np.int64)
+        rounded = (-(-real // (2 * cp))) * (2 * cp)
+        tokens, planned = int(real.sum()), int(rounded.sum())
+        slots = packing.num_packs * self.max_len
+        return {"num_tokens": tokens, "efficiency": tokens / slots if slots else 0.0,
+                "context_parallel": {"size": cp, "padding_tokens": planned - tokens,
+                                     "padding_fraction": (planned - tokens) / planned if planned else 0.0}}
 
     def to_dict(self) -> dict[str, Any]:
         """The config as the manifest records it (the options' class named)."""

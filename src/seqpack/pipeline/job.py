@@ -173,6 +173,7 @@ def run_job(
                 "position_offset": config.position_offset, "seed": config.seed, "algorithm": config.algorithm,
                 **manifest_extra(config, tokenizer, num_examples=meta["num_examples"], dropped=_sum_dropped(summaries),
                                  position_fields=summaries[0]["position_fields"], info=_merged_info(summaries)),
+                **config.cp_summary(packing),
             }
             if output.schedule is not None:
                 steps, extra["schedule"] = packing_schedule(packing.lengths, packing.pack_offsets, packing.sequence_index,
@@ -193,7 +194,8 @@ def _plan(
     lengths = np.concatenate([np.diff(np.load(Path(d) / "offsets.npy")) for d in dirs]) if dirs else np.zeros(0, np.int64)
     if lengths.size == 0:
         raise ValueError("no sequences to pack (every document or example was empty or dropped)")
-    packing = pack_lengths(lengths, config.max_len, algorithm=config.algorithm, max_depth=config.max_depth, seed=config.seed)
+    packing = pack_lengths(lengths, config.max_len, algorithm=config.algorithm, max_depth=config.max_depth, seed=config.seed,
+                           round_to=2 * config.context_parallel if config.context_parallel > 1 else 1)
     dtypes = {kind: {k: np.result_type(*[np.dtype(s[kind][k]) for s in summaries]).str for k in summaries[0][kind]}
               for kind in ("token_fields", "seq_fields")}
     meta = {"task": config.task, "dtypes": dtypes, "derived_fields": summaries[0].get("derived_fields", []),

@@ -118,6 +118,7 @@ class TrainConfig:
     balance: str = "none"  # compute: each micro-batch's packs dealt so every rank's attention + MLP work is even;
     # schedule: the balanced steps the dataset was packed with (seqpack pack --world-size W --micro-batch B)
     balance_cost: str | None = None  # a row cost file (seqpack bench --calibrate --out FILE); default: the model's FLOPs
+    context_parallel: int = 1  # C > 1: every row split per document across C ranks (data packed with --context-parallel C)
     balance_world: int | None = None  # ranks to balance for (default: the ranks running); 2 lets one process replay a 2-rank order
     # preference data (the preference task): the loss and its knobs, defaults from PreferenceLoss
     preference_loss: str = PreferenceLoss.kind
@@ -180,6 +181,11 @@ class TrainConfig:
         if any(not 0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must be in [0, 1), got {self.betas}")
         self._check_stream()
+        if self.context_parallel < 1:
+            raise ValueError(f"context_parallel must be >= 1, got {self.context_parallel}")
+        if self.context_parallel > 1 and (self.padded or self.stream or self.hf_model or self.match != "none"):
+            raise ValueError("--context-parallel trains seqpack's GPT on packed rows: drop --padded, --stream, --hf-model "
+                             "and --match")
         self.preference()  # validates the preference loss's settings
 
     def _check_stream(self) -> None:

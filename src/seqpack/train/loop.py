@@ -48,6 +48,7 @@ from seqpack.train.checkpoint import (
     save_checkpoint,
 )
 from seqpack.train.config import TrainConfig
+from seqpack.train.context_parallel import CPGroups, CPObjective, cp_groups, shard_batch
 from seqpack.train.data import TrainData
 from seqpack.train.stream_data import StreamTrainData
 from seqpack.train.vision_data import VisionTrainData
@@ -192,8 +193,13 @@ class _Run:
             raise ValueError(f"{self.rows * cfg.accumulation:,} rows per step (--batch-size x --accumulation) is more than "
                              f"the {data.num_units:,} training {unit} of {cfg.data}; pass --batch-size "
                              f"{max(1, data.num_units // cfg.accumulation):,} or less")
-        if self.rows < world.size:
-            raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {world.size} ranks; raise --batch-size")
+        if world.size % cfg.context_parallel:
+            raise ValueError(f"--context-parallel {cfg.context_parallel} does not divide the {world.size} ranks; run a "
+                             f"multiple of {cfg.context_parallel} ranks (ranks = data-parallel groups x context-parallel size)")
+        self.dp = world.size // cfg.context_parallel  # data-parallel groups (of context_parallel ranks each)
+        if self.rows < self.dp:
+            raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {self.dp} data-parallel ranks; "
+                             "raise --batch-size")
         self.total = total_steps(cfg, data, self.rows)
         self.balance = self._balance(cfg, data, world)
         # what a resume must match: the options, with a cost file's coefficients in place of its path,
@@ -224,7 +230,9 @@ class _Run:
             torch.set_rng_state(ck["rng"]["torch"])
             if torch.cuda.is_available() and ck["rng"].get("cuda") is not None:
                 torch.cuda.set_rng_state(ck["rng"]["cuda"])
-        wrapped: torch.nn.Module = Objective(self.model, self.task, cfg.reduction, self.objective)
+        self.cpg = self._context_parallel(cfg, data, world)
+        wrapped: torch.nn.Module = (Objective(self.model, self.task, cfg.reduction, self.objective) if self.cpg is None
+                                    else CPObjective(self.model, self.cpg.group, cfg.reduction))
         if world.size > 1:
             ids = [world.device.index] if world.device.type == "cuda" else None
             wrapped = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids,
@@ -239,6 +247,19 @@ class _Run:
             if reference is not None and not resume:
                 save_reference(self.run_dir, reference)
 
+    def _context_parallel(self, cfg: TrainConfig, data: Any, world: World) -> CPGroups | None:
+        """With ``--context-parallel C``: the CP groups, once the data and the model are checked."""
+        if cfg.context_parallel == 1:
+            return None
+        packed_for = int((data.manifest.get("config") or {}).get("context_parallel", 1))
+        if packed_for != cfg.context_parallel:
+            raise ValueError(f"{cfg.data} was packed for --context-parallel {packed_for}; its rows split per document only "
+                             f"for that size: re-pack it with seqpack pack --context-parallel {cfg.context_parallel}")
+        if not (hasattr(self.model, "token_logits") and data.facts.causal_lm):
+            raise ValueError("--context-parallel trains seqpack's GPT on causal-LM rows (clm, chat); drop --hf-model "
+                             "and use clm or chat data")
+        return cp_groups(world, cfg.context_parallel)
+
     def _balance(self, cfg: TrainConfig, data: TrainData | VisionTrainData | StreamTrainData, world: World) -> dict[str, Any] | None:
         """With ``balance="compute"``: packs dealt so every rank's step costs the same (a calibrated
         cost file, or the FLOP model of this model)."""
@@ -247,7 +268,7 @@ class _Run:
         data.check_balance()
         if data.schedule_shape is not None:
             W, B = data.schedule_shape
-            if (cfg.balance_world or world.size) != W or self.rows != W * B:
+            if (cfg.balance_world or self.dp) != W or self.rows != W * B:
                 raise ValueError(f"{cfg.data}: its schedule has steps of {W} ranks x {B} packs; train on {W} ranks "
                                  f"(or --balance-world {W}) with --batch-size {W * B} (rows per micro-batch, all ranks), "
                                  "or re-pack with this run's --world-size/--micro-batch")
@@ -262,7 +283,7 @@ class _Run:
             layers = c.get("layers") or c.get("num_hidden_layers") or c.get("n_layer") or 1
             ffn = c.get("intermediate_size") or c.get("n_inner") or c.get("intermediate") or None
             cost = RowCost.from_flops(hidden=int(hidden), layers=int(layers), ffn=ffn)
-        report = data.balance(cost, world=cfg.balance_world or world.size, rows=self.rows)
+        report = data.balance(cost, world=cfg.balance_world or self.dp, rows=self.rows)  # data-parallel ranks
         return {**report, "cost": cost.to_dict(), "cost_source": cfg.balance_cost or "flops"}
 
     def _reference(self, resume: bool) -> np.ndarray | None:
@@ -290,7 +311,8 @@ class _Run:
         R = self.rows * self.cfg.accumulation
         units = self.data.stream(self.cfg.seed, step * R, R)
         for m in range(self.cfg.accumulation):
-            mine = units[m * self.rows : (m + 1) * self.rows][self.world.rank :: self.world.size]
+            dp_rank = self.world.rank if self.cpg is None else self.cpg.dp_rank  # a CP group shares its rows
+            mine = units[m * self.rows : (m + 1) * self.rows][dp_rank :: self.dp]
             batch = self._checked(self.data.batch(mine))
             yield mine, {k: v.to(self.world.device) for k, v in batch.items()}
 
@@ -312,7 +334,9 @@ class _Run:
         batches = list(self._micro_batches(step))
         data_seconds = time.perf_counter() - t_data
         local = [loss_units(b, self.task, cfg.reduction) for _, b in batches]
-        total = world.all_sum(torch.stack(local).sum(0))
+        total = world.all_sum(torch.stack(local).sum(0)) / cfg.context_parallel  # a CP group's ranks count its rows once each
+        if self.cpg is not None:  # each rank runs its per-document share of the rows (the units above: the whole rows')
+            batches = [(u, shard_batch(b, cp=self.cpg.cp, rank=self.cpg.cp_rank)) for u, b in batches]
         logged = torch.zeros(3, dtype=torch.float64)  # loss, sequences, tokens (summed over ranks)
         for m, (units, b) in enumerate(batches):
             sync = world.size == 1 or m == len(batches) - 1
@@ -325,6 +349,7 @@ class _Run:
             logged += torch.tensor([float(loss.detach()) / world.size, *self.data.counts(units)], dtype=torch.float64)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip if cfg.clip > 0 else math.inf)
         logged = world.all_sum(logged)  # every rank sees the same loss and norm: all stop together
+        logged[1:] /= cfg.context_parallel  # a CP group's ranks each counted its rows' sequences and tokens
         self._check_finite(step, float(logged[0]), float(norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

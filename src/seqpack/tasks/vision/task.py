@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import torch
 
 #: what the packed image-text rows are not written with; ``seqpack pack`` refuses them for this task
-NOT_TAKEN = ("max_depth", "position_offset")
+NOT_TAKEN = ("max_depth", "position_offset", "context_parallel")
 
 
 @dataclass(frozen=True, kw_only=True)

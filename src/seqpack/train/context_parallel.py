@@ -1,0 +1,97 @@
+"""Context parallelism in ``seqpack train --context-parallel C``: the ranks of a run form groups of
+``C`` consecutive ranks; the ``W / C`` groups are data-parallel (each takes its share of every
+micro-batch's rows) and the ``C`` ranks of a group split each of the group's rows per document
+(:mod:`seqpack.data.context_parallel`), attend across the group
+(:mod:`seqpack.nn.attention.context_parallel`) and each compute their part of the rows' loss
+(:func:`seqpack.nn.losses.sharded_token_loss`), whose parts sum to the unsplit rows' loss.
+
+    groups = cp_groups(world, cp=2)                  # a collective: every rank calls it
+    shard = shard_batch(batch, cp=2, rank=groups.cp_rank)
+    out = CPObjective(model, groups.group, "sequence")(shard)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from seqpack.data.context_parallel import cp_shard
+from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.nn.models.common import PackedOutput
+from seqpack.train.distributed import World
+
+
+@dataclass(frozen=True)
+class CPGroups:
+    """This rank's place: ``cp_rank`` of ``cp`` in its CP ``group``, which is data-parallel rank
+    ``dp_rank`` of ``dp_size``."""
+
+    cp: int
+    cp_rank: int
+    dp_rank: int
+    dp_size: int
+    group: Any
+
+
+def cp_groups(world: World, cp: int) -> CPGroups:
+    """The CP groups of ``world`` (ranks ``g*cp .. g*cp + cp - 1``); every rank must call it."""
+    if world.size % cp:
+        raise ValueError(f"--context-parallel {cp} does not divide the {world.size} ranks; run a multiple of {cp} "
+                         "ranks (ranks = data-parallel groups x context-parallel size)")
+    group = None
+    if world.size > 1:
+        import torch.distributed as dist
+
+        for g in range(world.size // cp):  # every rank creates every group, in the same order
+            made = dist.new_group(list(range(g * cp, (g + 1) * cp)))
+            if g == world.rank // cp:
+                group = made
+    return CPGroups(cp=cp, cp_rank=world.rank % cp, dp_rank=world.rank // cp, dp_size=world.size // cp, group=group)
+
+
+def aligned_targets(labels: torch.Tensor) -> torch.Tensor:
+    """Causal-LM labels in the HF convention (the model shifts) -> the target of each position.  # (B, T)
+
+    >>> aligned_targets(torch.tensor([[-100, 5, 6, -100, 7]])).tolist()
+    [[5, 6, -100, 7, -100]]
+    """
+    out = torch.full_like(labels, IGNORE_INDEX)
+    out[:, :-1] = labels[:, 1:]
+    return out
+
+
+def shard_batch(batch: dict[str, torch.Tensor], *, cp: int, rank: int) -> dict[str, torch.Tensor]:
+    """Rank ``rank``'s share of every row of a causal-LM batch: ``input_ids``, ``segment_ids``,
+    ``position_ids`` and the aligned ``targets``, each ``(B, T / cp)``."""
+    cols = {"input_ids": batch["input_ids"], "segment_ids": batch["segment_ids"], "position_ids": batch["position_ids"],
+            "targets": aligned_targets(batch["labels"])}
+    np_cols = {k: v.cpu().numpy() for k, v in cols.items()}
+    rows = [cp_shard({k: v[b] for k, v in np_cols.items()}, np_cols["segment_ids"][b], cp=cp, rank=rank)
+            for b in range(batch["input_ids"].shape[0])]
+    device = batch["input_ids"].device
+    return {k: torch.from_numpy(np.stack([r[k] for r in rows])).to(device=device, dtype=cols[k].dtype) for k in cols}
+
+
+class CPObjective(torch.nn.Module):
+    """seqpack's GPT on one rank's share (:func:`shard_batch`); the output's loss is this rank's part."""
+
+    def __init__(self, model: torch.nn.Module, group: Any, reduction: str) -> None:
+        super().__init__()
+        self.model, self.group, self.reduction = model, group, reduction
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> PackedOutput:
+        from seqpack.nn.attention import plan_context_parallel
+        from seqpack.nn.losses import sharded_token_loss
+
+        plan = plan_context_parallel(batch["segment_ids"], batch["position_ids"], group=self.group)
+        h = self.model(batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"], plan=plan,
+                       logits=False).hidden
+        logits = self.model.token_logits(h)  # type: ignore[operator]
+        loss = sharded_token_loss(logits, batch["targets"], batch["segment_ids"], group=self.group, reduction=self.reduction)
+        return PackedOutput(loss=loss)
+
+
+__all__ = ["CPGroups", "CPObjective", "aligned_targets", "cp_groups", "shard_batch"]
