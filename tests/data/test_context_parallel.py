@@ -87,10 +87,10 @@ def test_columns_travel_with_their_tokens_and_padding_is_masked():
         real = o["segment_ids"] != 0
         assert ((o["input_ids"][real] - 100) == (o["labels"][real] - 200)).all()
         assert (o["labels"][~real] == -100).all() and (o["input_ids"][~real] == 0).all()
-    # document 2 (5 tokens, rounded to 8, chunks of 2): rank 0 holds its chunks 0 and 3, positions 0-1 and
-    # 6-7, which are padding; rank 1 holds chunks 1 and 2, positions 2-5 (5: padding)
-    assert out[0]["position_ids"][out[0]["segment_ids"] == 2].tolist() == [0, 1]
-    assert out[1]["position_ids"][out[1]["segment_ids"] == 2].tolist() == [2, 3, 4]
+    # document 2 (5 tokens, rounded to 8, chunks of 2) is the row's second span: rank 0 takes its chunks 1 and 2
+    # (positions 2-5, 5 padding), rank 1 its chunks 0 and 3 (positions 0-1 and 6-7, both padding)
+    assert out[0]["position_ids"][out[0]["segment_ids"] == 2].tolist() == [2, 3, 4]
+    assert out[1]["position_ids"][out[1]["segment_ids"] == 2].tolist() == [0, 1]
 
 
 @pytest.mark.parametrize("lengths, max_len, cp, message", [

@@ -4,7 +4,7 @@ A row packed for ``C`` CP ranks holds documents whose lengths were rounded up to
 ``2C`` when it was planned (:func:`cp_lengths`), and ``max_len`` is a multiple of ``2C``. Laid out
 with each document followed by its rounding padding (:func:`cp_layout`), every document's span
 cuts into ``2C`` equal chunks, and rank ``r`` takes chunks ``r`` and ``2C - 1 - r`` of every span
-(the causal load-balancing split, :func:`cp_shard_index`): each rank holds ``max_len / C`` tokens
+(the causal load-balancing split, rotated over the documents, :func:`cp_shard_index`): each rank holds ``max_len / C`` tokens
 and, under the per-document causal mask, the same number of attended (query, key) pairs. The
 row's trailing padding is one more span, split the same way. Every column travels with its tokens
 (:func:`cp_shard`); nothing is truncated.
@@ -14,7 +14,7 @@ row's trailing padding is one more span, split the same way. Every column travel
     >>> lay.src.tolist(), lay.spans.tolist()
     ([0, 1, 2, -1, 3, 4, 5, 6, 7, -1, -1, -1], [[0, 4], [4, 6], [10, 2]])
     >>> cp_shard_index(np.array([[0, 4], [4, 8]]), cp=2, rank=0).tolist()   # spans of 4 and 8, chunks of 1 and 2
-    [0, 3, 4, 5, 10, 11]
+    [0, 3, 6, 7, 8, 9]
 """
 
 from __future__ import annotations
@@ -100,17 +100,18 @@ def cp_layout(seg: np.ndarray, *, cp: int) -> CPLayout:
 
 
 def cp_shard_index(spans: np.ndarray, *, cp: int, rank: int) -> np.ndarray:
-    """Slots of a laid-out row that rank ``rank`` of ``cp`` holds: chunks ``rank`` and ``2cp-1-rank``
-    of every span, spans in order.  # (S, 2) -> (L / cp,)"""
+    """Slots of a laid-out row that rank ``rank`` of ``cp`` holds: chunks ``r`` and ``2cp-1-r`` of
+    span ``s``, with ``r = (rank + s) % cp`` (the pairs of chunks rotate over the spans, so the
+    padding that ends each rounded document falls on each rank in turn), spans in order.  # (S, 2) -> (L / cp,)"""
     check_cp(cp)
     if not 0 <= rank < cp:
         raise ValueError(f"rank must be in 0..{cp - 1}, got {rank}")
     parts = []
-    for a, n in np.asarray(spans, dtype=np.int64).tolist():
+    for s, (a, n) in enumerate(np.asarray(spans, dtype=np.int64).tolist()):
         if n % (2 * cp):
             raise ValueError(f"a span of {n} tokens does not split into 2C = {2 * cp} chunks; lay the row out for cp={cp}")
-        c = n // (2 * cp)
-        parts += [np.arange(a + rank * c, a + (rank + 1) * c), np.arange(a + (2 * cp - 1 - rank) * c, a + (2 * cp - rank) * c)]
+        c, r = n // (2 * cp), (rank + s) % cp  # rotated per span: a document's rounding padding lands on each rank in turn
+        parts += [np.arange(a + r * c, a + (r + 1) * c), np.arange(a + (2 * cp - 1 - r) * c, a + (2 * cp - r) * c)]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
@@ -160,9 +161,9 @@ def cp_shard_reference(segment_ids: np.ndarray, *, cp: int, rank: int) -> list[i
         spans.append((len(laid), len(seg) - len(laid)))
         laid += [-1] * (len(seg) - len(laid))
     out: list[int] = []
-    for a, n in spans:
-        c = n // (2 * cp)
-        for chunk in (rank, 2 * cp - 1 - rank):
+    for k, (a, n) in enumerate(spans):
+        c, r = n // (2 * cp), (rank + k) % cp
+        for chunk in (r, 2 * cp - 1 - r):
             out += laid[a + chunk * c : a + (chunk + 1) * c]
     return out
 
