@@ -84,8 +84,12 @@ class PackConfig:
                                      "padding_fraction": (planned - tokens) / planned if planned else 0.0}}
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as the manifest records it (the options' class named)."""
-        return {**asdict(self), "options_type": type(self.options).__name__}
+        """The config as the manifest records it (the options' class named; ``context_parallel`` only
+        when set, so that the manifests of other packs stay as they were)."""
+        d = {**asdict(self), "options_type": type(self.options).__name__}
+        if self.context_parallel == 1:
+            del d["context_parallel"]
+        return d
 
 
 @dataclass(frozen=True, kw_only=True)
