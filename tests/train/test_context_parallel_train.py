@@ -1,6 +1,6 @@
 """``seqpack pack --context-parallel C`` and ``seqpack train --context-parallel C`` under torchrun
-(gloo, fp32): C = 2 on 2 ranks, and 2 data-parallel groups of C = 2 on 4 ranks, train as one process
-does on the same rows (tolerances as tests/train/test_distributed.py: Adam after 3 steps, float
+(gloo, fp32): C = 2 on 2 ranks (seqpack's GPT and a transformers Llama), and 2 data-parallel groups of
+C = 2 on 4 ranks, train as one process does on the same rows (tolerances as tests/train/test_distributed.py: Adam after 3 steps, float
 summation order across ranks)."""
 
 from __future__ import annotations
@@ -43,11 +43,17 @@ def steps_of(run):
     return [(r["step"], r["step_sequences"], r["step_tokens"], round(r["loss"], 4)) for r in read_metrics(run) if "loss" in r]
 
 
-@pytest.mark.parametrize("ranks", [2, 4])  # CP 2 alone; 2 data-parallel groups of CP 2
-def test_cp_ranks_train_as_one_process(cp_data, tmp_path, ranks):
-    torchrun_train(cp_data, tmp_path / "cp", *OPTS, "--context-parallel", "2", ranks=ranks)
+@pytest.mark.parametrize("ranks, model", [(2, "gpt"), (4, "gpt"), (2, "llama")])  # 4: 2 data-parallel groups of CP 2
+def test_cp_ranks_train_as_one_process(cp_data, tmp_path, ranks, model):
+    extra = []
+    if model == "llama":  # a transformers causal LM through seqpack's attention hook
+        transformers = pytest.importorskip("transformers")
+        transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, max_position_embeddings=64).save_pretrained(tmp_path / "llama")
+        extra = ["--hf-model", str(tmp_path / "llama")]
+    torchrun_train(cp_data, tmp_path / "cp", *OPTS, "--context-parallel", "2", *extra, ranks=ranks)
     train(TrainConfig(data=str(cp_data), out=str(tmp_path / "one"), steps=3, batch_size=4, dropout=0.0, eval_fraction=0.1,
-                      threads=1, progress=False))
+                      threads=1, progress=False, hf_model=extra[1] if extra else None))
     p2 = torch.load(tmp_path / "cp" / "checkpoint.pt", weights_only=True)["model_state"]
     p1 = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)["model_state"]
     for k in p1:
@@ -58,6 +64,7 @@ def test_cp_ranks_train_as_one_process(cp_data, tmp_path, ranks):
 @pytest.mark.parametrize("args, message", [
     (["--context-parallel", "2"], "does not divide the 1 ranks"),
     (["--context-parallel", "2", "--padded"], "drop --padded"),
+    (["--context-parallel", "2", "--attention", "per_document"], "drop --attention per_document"),
 ])
 def test_refusals_are_one_line(cp_data, tmp_path, capsys, args, message):
     code = main(["train", "--data", str(cp_data), "--out", str(tmp_path / "run"), "--steps", "1", "--quiet", *args])

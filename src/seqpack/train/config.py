@@ -183,9 +183,11 @@ class TrainConfig:
         self._check_stream()
         if self.context_parallel < 1:
             raise ValueError(f"context_parallel must be >= 1, got {self.context_parallel}")
-        if self.context_parallel > 1 and (self.padded or self.stream or self.hf_model or self.match != "none"):
-            raise ValueError("--context-parallel trains seqpack's GPT on packed rows: drop --padded, --stream, --hf-model "
-                             "and --match")
+        if self.context_parallel > 1 and (self.padded or self.stream or self.match != "none"):
+            raise ValueError("--context-parallel trains on packed rows: drop --padded, --stream and --match")
+        if self.context_parallel > 1 and self.attention not in ("auto", "context_parallel"):
+            raise ValueError(f"--context-parallel runs its own attention (keys and values gathered over the ranks); "
+                             f"drop --attention {self.attention}")
         self.preference()  # validates the preference loss's settings
 
     def _check_stream(self) -> None:

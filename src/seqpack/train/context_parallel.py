@@ -75,8 +75,28 @@ def shard_batch(batch: dict[str, torch.Tensor], *, cp: int, rank: int) -> dict[s
     return {k: torch.from_numpy(np.stack([r[k] for r in rows])).to(device=device, dtype=cols[k].dtype) for k in cols}
 
 
+def is_transformers(model: torch.nn.Module) -> bool:
+    return type(model).__module__.startswith("transformers")
+
+
+def check_cp_model(model: torch.nn.Module) -> None:
+    """seqpack's GPT, or a transformers causal LM whose attention is ``seqpack_packed`` (it reads the
+    plan each call passes); anything else is refused in one line."""
+    from seqpack.nn.hf_attention import PACKED_IMPL
+
+    if is_transformers(model):
+        impl = getattr(model.config, "_attn_implementation", None)
+        if impl != PACKED_IMPL or not hasattr(model, "lm_head"):
+            raise ValueError(f"--context-parallel runs a transformers model through seqpack's attention, and "
+                             f"{type(model).__name__} runs {impl}: give a causal LM config that names no "
+                             "attn_implementation and no attention dropout")
+    elif not hasattr(model, "token_logits"):
+        raise ValueError(f"--context-parallel trains seqpack's GPT or a transformers causal LM, not {type(model).__name__}")
+
+
 class CPObjective(torch.nn.Module):
-    """seqpack's GPT on one rank's share (:func:`shard_batch`); the output's loss is this rank's part."""
+    """seqpack's GPT, or a transformers causal LM with ``seqpack_packed`` attention, on one rank's
+    share (:func:`shard_batch`); the output's loss is this rank's part."""
 
     def __init__(self, model: torch.nn.Module, group: Any, reduction: str) -> None:
         super().__init__()
@@ -87,11 +107,15 @@ class CPObjective(torch.nn.Module):
         from seqpack.nn.losses import sharded_token_loss
 
         plan = plan_context_parallel(batch["segment_ids"], batch["position_ids"], group=self.group)
-        h = self.model(batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"], plan=plan,
-                       logits=False).hidden
-        logits = self.model.token_logits(h)  # type: ignore[operator]
+        if is_transformers(self.model):  # its attention is seqpack_packed: the plan goes in with the call
+            logits = self.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan,
+                                use_cache=False).logits
+        else:
+            h = self.model(batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"], plan=plan,
+                           logits=False).hidden
+            logits = self.model.token_logits(h)  # type: ignore[operator]
         loss = sharded_token_loss(logits, batch["targets"], batch["segment_ids"], group=self.group, reduction=self.reduction)
         return PackedOutput(loss=loss)
 
 
-__all__ = ["CPGroups", "CPObjective", "aligned_targets", "cp_groups", "shard_batch"]
+__all__ = ["CPGroups", "CPObjective", "aligned_targets", "check_cp_model", "cp_groups", "is_transformers", "shard_batch"]

@@ -48,7 +48,7 @@ from seqpack.train.checkpoint import (
     save_checkpoint,
 )
 from seqpack.train.config import TrainConfig
-from seqpack.train.context_parallel import CPGroups, CPObjective, cp_groups, shard_batch
+from seqpack.train.context_parallel import CPGroups, CPObjective, check_cp_model, cp_groups, shard_batch
 from seqpack.train.data import TrainData
 from seqpack.train.stream_data import StreamTrainData
 from seqpack.train.vision_data import VisionTrainData
@@ -255,9 +255,9 @@ class _Run:
         if packed_for != cfg.context_parallel:
             raise ValueError(f"{cfg.data} was packed for --context-parallel {packed_for}; its rows split per document only "
                              f"for that size: re-pack it with seqpack pack --context-parallel {cfg.context_parallel}")
-        if not (hasattr(self.model, "token_logits") and data.facts.causal_lm):
-            raise ValueError("--context-parallel trains seqpack's GPT on causal-LM rows (clm, chat); drop --hf-model "
-                             "and use clm or chat data")
+        if not data.facts.causal_lm:
+            raise ValueError(f"--context-parallel trains causal-LM rows (clm, chat); {cfg.data} holds {data.task} rows")
+        check_cp_model(self.model)
         return cp_groups(world, cfg.context_parallel)
 
     def _balance(self, cfg: TrainConfig, data: TrainData | VisionTrainData | StreamTrainData, world: World) -> dict[str, Any] | None:
