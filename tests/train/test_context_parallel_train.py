@@ -83,3 +83,18 @@ def test_data_packed_for_another_size_is_refused(datasets, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "re-pack it with seqpack pack --context-parallel 2" in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_cp_with_balanced_data_parallel_steps(cp_data, tmp_path):
+    """4 ranks = 2 data-parallel groups of CP 2 with --balance compute: the groups get the packs the
+    compute-balanced order deals 2 ranks, the same steps as one process replaying that order."""
+    torchrun_train(cp_data, tmp_path / "cp", *OPTS, "--context-parallel", "2", "--balance", "compute", ranks=4)
+    train(TrainConfig(data=str(cp_data), out=str(tmp_path / "one"), steps=3, batch_size=4, dropout=0.0, eval_fraction=0.1,
+                      threads=1, progress=False, balance="compute", balance_world=2))
+    cfg = json.loads((tmp_path / "cp" / "config.json").read_text())
+    assert cfg["balance"]["world"] == 2 and cfg["world_size"] == 4
+    p2 = torch.load(tmp_path / "cp" / "checkpoint.pt", weights_only=True)["model_state"]
+    p1 = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)["model_state"]
+    for k in p1:
+        torch.testing.assert_close(p2[k], p1[k], rtol=1e-4, atol=1e-5)
+    assert steps_of(tmp_path / "cp") == steps_of(tmp_path / "one")
