@@ -13,6 +13,7 @@ micro-batch (see :mod:`seqpack.train.data`); gradients are averaged by
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import shutil
@@ -114,12 +115,19 @@ def train(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     world = init_world()
+    interrupted: str | None = None
     try:  # one writer per run directory: rank 0 holds its lock for the whole run
         data = open_train_data(cfg, world)
         with output_lock(cfg.out) if world.main else contextlib.nullcontext():
             return _Run(cfg, data, world, resume=resume, overwrite=overwrite).run(on_step)
+    except KeyboardInterrupt as e:  # raised again below, without the run's frames (see the finally)
+        interrupted = str(e)
     finally:
+        # the run (its DistributedDataParallel, which holds the process group) goes before the group:
+        # freed after it, from an exception's frames, gloo's teardown could wait for a peer that has exited
+        gc.collect()
         close_world(world)
+    raise KeyboardInterrupt(interrupted)
 
 
 def open_train_data(cfg: TrainConfig, world: World) -> TrainData | VisionTrainData | StreamTrainData:
