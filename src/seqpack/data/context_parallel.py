@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqpack.data.padded import sequence_spans
+
 #: what a column holds where the layout pads (a column not named here pads with 0)
 PAD_VALUES = {"labels": -100, "targets": -100}
 
@@ -50,15 +52,8 @@ def doc_spans(seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     >>> [x.tolist() for x in doc_spans(np.array([1, 1, 2, 0, 3, 0]))]
     [[0, 2, 4], [2, 1, 1]]
     """
-    seg = np.asarray(seg)
-    if not seg.size:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    change = np.ones(seg.size, dtype=bool)
-    change[1:] = seg[1:] != seg[:-1]
-    starts = np.flatnonzero(change)
-    lengths = np.diff(np.append(starts, seg.size))
-    real = seg[starts] != 0
-    return starts[real], lengths[real]
+    spans = sequence_spans(np.asarray(seg)[None])  # (D, 4): pack, start, length, slot
+    return spans[:, 1], spans[:, 2]
 
 
 @dataclass(frozen=True)

@@ -101,15 +101,25 @@ def _dense_token_losses(
     target[:, : T - k] = labels[:, k:]
     seg = torch.zeros_like(segment_ids)
     seg[:, : T - k] = segment_ids[:, k:]
+    total, count = _aligned_slot_sums(logits, target, seg, D)
+    present = count[:-1] > 0
+    return (total[:-1] / count[:-1].clamp(min=1)).view(B, D), present.view(B, D)
+
+
+def _aligned_slot_sums(
+    logits: torch.Tensor, target: torch.Tensor, seg: torch.Tensor, D: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum and count of the cross-entropy of each (row, sequence) slot, targets aligned with the
+    logits (``target[t]`` is position ``t``'s): ``(B * D + 1,)`` each, the last slot gathering the
+    positions without a target.  # (B, T, V), (B, T), (B, T) -> (B*D+1,), (B*D+1,)"""
+    B, T = target.shape
     has = target != IGNORE_INDEX
     if bool((has & (seg == 0)).any()):
         raise ValueError(PADDING_TARGET)
     ce = token_cross_entropy(logits.reshape(B * T, -1), target.reshape(-1))  # (B*T,) float32, 0 where no target
-    rows = torch.arange(B, device=labels.device)[:, None]
+    rows = torch.arange(B, device=target.device)[:, None]
     slots = torch.where(has, rows * D + seg - 1, B * D).reshape(-1)
-    total, count = _binned(ce, slots, B * D + 1)
-    present = count[:-1] > 0
-    return (total[:-1] / count[:-1].clamp(min=1)).view(B, D), present.view(B, D)
+    return _binned(ce, slots, B * D + 1)
 
 
 def _token_slot_losses(
@@ -273,16 +283,9 @@ def sharded_token_loss(
     """
     check_reduction(reduction)
     _check_same(targets, "targets", segment_ids, "segment_ids", 2)
-    B, T = targets.shape
     local_depth = torch.tensor([int(segment_ids.max()) if segment_ids.numel() else 0], device=targets.device)
     D = max(1, int(_group_all_reduce(local_depth, group, op="max")))
-    has = targets != IGNORE_INDEX
-    if bool((has & (segment_ids == 0)).any()):
-        raise ValueError(PADDING_TARGET)
-    ce = token_cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))  # (B*T,) float32, 0 where no target
-    rows = torch.arange(B, device=targets.device)[:, None]
-    slots = torch.where(has, rows * D + segment_ids - 1, B * D).reshape(-1)
-    total, count = _binned(ce, slots, B * D + 1)
+    total, count = _aligned_slot_sums(logits, targets, segment_ids, D)
     count = _group_all_reduce(count.detach(), group)[:-1]
     if reduction == "token":
         return total[:-1].sum() / count.sum().clamp(min=1)
