@@ -17,6 +17,11 @@ EXAMPLE = 'seqpack train --data packed/ --out runs/gpt --size small --steps 1000
 DOCS = 'docs/guides/training.md'
 
 
+def pos(name: str) -> Any:
+    """An argparse type: an int >= 1, refused in a line naming ``name``."""
+    return lambda t: _positive_int(t, name)
+
+
 def _betas(text: str) -> tuple[float, float]:
     try:
         b1, b2 = (float(x) for x in text.split(","))
@@ -32,7 +37,6 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     from seqpack.nn.models.common import SIZES
     from seqpack.train.config import BALANCE, DTYPES, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
 
-    pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
     p.add_argument("--data", required=True, help="packed dataset directory (seqpack pack); with --stream, examples "
                    "(.jsonl/.parquet, or a folder of them)")
     p.add_argument("--model", choices=MODELS, default=default_of(TrainConfig, "model"), help="default: gpt for clm, bert otherwise")
@@ -92,7 +96,6 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: Any) -> None:
     from seqpack.train.config import MATCH, TrainConfig
 
-    pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
     p = sub.add_parser(
         NAME, help=HELP,
         description="Train on a packed dataset; --padded trains on the same sequences one per row. Writes "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqpack.data.padded import sequence_spans
+from seqpack.packing.histogram import round_up
 
 #: what a column holds where the layout pads (a column not named here pads with 0)
 PAD_VALUES = {"labels": -100, "targets": -100}
@@ -42,8 +43,7 @@ def cp_lengths(lengths: np.ndarray, cp: int) -> np.ndarray:
     [4, 4, 8, 8]
     """
     check_cp(cp)
-    m = 2 * cp
-    return (-(-np.asarray(lengths, dtype=np.int64) // m)) * m
+    return round_up(lengths, 2 * cp)
 
 
 def doc_spans(seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

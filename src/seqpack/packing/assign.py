@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqpack.packing.histogram import check_lengths, check_max_len_for
+from seqpack.packing.histogram import check_lengths, check_max_len_for, round_up
 from seqpack.packing.plan import check_max_depth, plan
 from seqpack.packing.plan_types import PackingPlan
 
@@ -108,7 +108,7 @@ def pack_lengths(
     depth = check_max_depth(max_depth)
     if isinstance(round_to, bool) or not isinstance(round_to, (int, np.integer)) or round_to < 1 or max_len % round_to:
         raise ValueError(f"round_to must be an int >= 1 dividing max_len={max_len}, got {round_to!r}")
-    planned = arr if round_to == 1 else ((-(-arr.astype(np.int64) // round_to)) * round_to).astype(arr.dtype)
+    planned = arr if round_to == 1 else round_up(arr, round_to).astype(arr.dtype)
     check_max_len_for(max_len, int(planned.sum()))  # before the max_len-sized histogram
     h = np.bincount(planned - 1, minlength=max_len).astype(np.int64)
     p = assign(plan(h, max_len, algorithm=algorithm, max_depth=depth), planned, seed=seed)

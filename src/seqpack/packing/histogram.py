@@ -67,6 +67,15 @@ def histogram_tokens(histogram: object) -> int:
     return int((h.astype(np.int64) * np.arange(1, h.size + 1, dtype=np.int64)).sum())
 
 
+def round_up(lengths: object, multiple: int) -> np.ndarray:
+    """Each length rounded up to a multiple of ``multiple`` (int64).
+
+    >>> round_up([1, 4, 5, 8], 4).tolist()
+    [4, 4, 8, 8]
+    """
+    return (-(-np.asarray(lengths, dtype=np.int64) // multiple)) * multiple
+
+
 def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -> np.ndarray:
     """Validate sequence lengths; return them as a 1-D int64 array.
 

@@ -18,7 +18,7 @@ from seqpack.data.format import (
     default_shard_packs,
 )
 from seqpack.packing.balance import ScheduleOptions
-from seqpack.packing.histogram import check_max_len
+from seqpack.packing.histogram import check_max_len, round_up
 from seqpack.packing.plan import ALGORITHMS, check_max_depth
 from seqpack.tasks import get_task
 
@@ -69,15 +69,19 @@ class PackConfig:
         options = get_task(task).options(**{k: v for k, v in kw.items() if k not in COMMON})
         return cls(task=task, options=options, **common)
 
+    @property
+    def round_to(self) -> int:
+        """What the plan rounds each length up to a multiple of: ``2 * context_parallel`` (1 without CP)."""
+        return 2 * self.context_parallel if self.context_parallel > 1 else 1
+
     def cp_summary(self, packing: Any) -> dict[str, Any]:
         """With ``context_parallel`` > 1: the manifest's real-token counts (the plan counted rounded
         lengths) and the padding the rounding adds; ``{}`` otherwise."""
         cp = self.context_parallel
         if cp == 1:
             return {}
-        real = np.asarray(packing.lengths, dtype=np.int64)
-        rounded = (-(-real // (2 * cp))) * (2 * cp)
-        tokens, planned = int(real.sum()), int(rounded.sum())
+        tokens = int(np.asarray(packing.lengths, dtype=np.int64).sum())
+        planned = int(round_up(packing.lengths, self.round_to).sum())
         slots = packing.num_packs * self.max_len
         return {"num_tokens": tokens, "efficiency": tokens / slots if slots else 0.0,
                 "context_parallel": {"size": cp, "padding_tokens": planned - tokens,

@@ -46,8 +46,7 @@ def pack_task(source: Any, tokenizer: Tokenizer, config: PackConfig) -> tuple[Pa
     """Sequences packed into columns, and the manifest fields that describe where they came from."""
     seqs = build_sequences(source, tokenizer, config)
     pc = pack_sequences(seqs, config.max_len, algorithm=config.algorithm, max_depth=config.max_depth,
-                        seed=config.seed, position_offset=config.position_offset, round_to=2 * config.context_parallel
-                        if config.context_parallel > 1 else 1)
+                        seed=config.seed, position_offset=config.position_offset, round_to=config.round_to)
     extra = manifest_extra(config, tokenizer, num_examples=seqs.num_examples, dropped=seqs.dropped,
                            position_fields=list(seqs.position_fields), info=seqs.info)
     return pc, {**extra, **config.cp_summary(pc.packing)}

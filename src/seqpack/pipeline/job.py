@@ -195,7 +195,7 @@ def _plan(
     if lengths.size == 0:
         raise ValueError("no sequences to pack (every document or example was empty or dropped)")
     packing = pack_lengths(lengths, config.max_len, algorithm=config.algorithm, max_depth=config.max_depth, seed=config.seed,
-                           round_to=2 * config.context_parallel if config.context_parallel > 1 else 1)
+                           round_to=config.round_to)
     dtypes = {kind: {k: np.result_type(*[np.dtype(s[kind][k]) for s in summaries]).str for k in summaries[0][kind]}
               for kind in ("token_fields", "seq_fields")}
     meta = {"task": config.task, "dtypes": dtypes, "derived_fields": summaries[0].get("derived_fields", []),

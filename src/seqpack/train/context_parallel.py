@@ -36,11 +36,17 @@ class CPGroups:
     group: Any
 
 
+def dp_size(world_size: int, cp: int) -> int:
+    """Data-parallel groups of ``cp`` ranks in ``world_size`` ranks; a ``ValueError`` when ``cp`` does not divide them."""
+    if world_size % cp:
+        raise ValueError(f"--context-parallel {cp} does not divide the {world_size} ranks; run a multiple of {cp} "
+                         "ranks (ranks = data-parallel groups x context-parallel size)")
+    return world_size // cp
+
+
 def cp_groups(world: World, cp: int) -> CPGroups:
     """The CP groups of ``world`` (ranks ``g*cp .. g*cp + cp - 1``); every rank must call it."""
-    if world.size % cp:
-        raise ValueError(f"--context-parallel {cp} does not divide the {world.size} ranks; run a multiple of {cp} "
-                         "ranks (ranks = data-parallel groups x context-parallel size)")
+    dp = dp_size(world.size, cp)
     group = None
     if world.size > 1:
         import torch.distributed as dist
@@ -49,7 +55,7 @@ def cp_groups(world: World, cp: int) -> CPGroups:
             made = dist.new_group(list(range(g * cp, (g + 1) * cp)))
             if g == world.rank // cp:
                 group = made
-    return CPGroups(cp=cp, cp_rank=world.rank % cp, dp_rank=world.rank // cp, dp_size=world.size // cp, group=group)
+    return CPGroups(cp=cp, cp_rank=world.rank % cp, dp_rank=world.rank // cp, dp_size=dp, group=group)
 
 
 def aligned_targets(labels: torch.Tensor) -> torch.Tensor:
@@ -118,4 +124,4 @@ class CPObjective(torch.nn.Module):
         return PackedOutput(loss=loss)
 
 
-__all__ = ["CPGroups", "CPObjective", "aligned_targets", "check_cp_model", "cp_groups", "is_transformers", "shard_batch"]
+__all__ = ["CPGroups", "CPObjective", "aligned_targets", "check_cp_model", "cp_groups", "dp_size", "is_transformers", "shard_batch"]

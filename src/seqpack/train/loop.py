@@ -49,7 +49,7 @@ from seqpack.train.checkpoint import (
     save_checkpoint,
 )
 from seqpack.train.config import TrainConfig
-from seqpack.train.context_parallel import CPGroups, CPObjective, check_cp_model, cp_groups, shard_batch
+from seqpack.train.context_parallel import CPGroups, CPObjective, check_cp_model, cp_groups, dp_size, shard_batch
 from seqpack.train.data import TrainData
 from seqpack.train.stream_data import StreamTrainData
 from seqpack.train.vision_data import VisionTrainData
@@ -201,10 +201,7 @@ class _Run:
             raise ValueError(f"{self.rows * cfg.accumulation:,} rows per step (--batch-size x --accumulation) is more than "
                              f"the {data.num_units:,} training {unit} of {cfg.data}; pass --batch-size "
                              f"{max(1, data.num_units // cfg.accumulation):,} or less")
-        if world.size % cfg.context_parallel:
-            raise ValueError(f"--context-parallel {cfg.context_parallel} does not divide the {world.size} ranks; run a "
-                             f"multiple of {cfg.context_parallel} ranks (ranks = data-parallel groups x context-parallel size)")
-        self.dp = world.size // cfg.context_parallel  # data-parallel groups (of context_parallel ranks each)
+        self.dp = dp_size(world.size, cfg.context_parallel)  # data-parallel groups (of context_parallel ranks each)
         if self.rows < self.dp:
             raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {self.dp} data-parallel ranks; "
                              "raise --batch-size")
