@@ -24,10 +24,11 @@ from typing import Any
 import torch
 
 from seqpack.nn.attention import plan_attention
-from seqpack.nn.hf_adapter import hf_attention_mask, model_compute_dtype
+from seqpack.nn.hf_adapter import layer_masks, model_compute_dtype
 from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_causal_lm import HEAD_AT_TARGETS
 from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, unflatten_tokens
+from seqpack.nn.hf_support import check_packable
 from seqpack.nn.masks import check_segment_ids, shares_prefix, split_branches
 
 
@@ -41,9 +42,11 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
     (B, T, ...) output, with the attention each implementation needs (see the module)."""
     seg, br = batch["segment_ids"], batch.get("branch_ids")
     check_segment_ids(seg)
+    needs = check_packable(model).needs
     impl = str(getattr(model.config, "_attn_implementation", None) or "eager")
     if impl == PACKED_IMPL:  # seqpack's backends inside the model: the plan, no mask
-        plan = plan_attention(seg, causal=True, dtype=model_compute_dtype(model), validate=False, branch_ids=br)
+        plan = plan_attention(seg, causal=True, dtype=model_compute_dtype(model), validate=False, branch_ids=br,
+                              needs=needs, position_ids=batch["position_ids"])
         return run(input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan, use_cache=False)
     if impl in PADDING_FREE:
         if br is not None and shares_prefix(seg, br):
@@ -53,7 +56,8 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
                       "position_ids": batch["position_ids"]}
         inputs, _ = flat_inputs(flat_batch)
         return unflatten_tokens(run(**inputs, use_cache=False), flat_batch["segment_ids"])
-    mask = hf_attention_mask(model, seg, causal=True, dtype=next(model.parameters()).dtype, branch_ids=br)
+    mask = layer_masks(model, seg, causal=True, dtype=next(model.parameters()).dtype, branch_ids=br,
+                       positions=batch["position_ids"], needs=needs)
     return run(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"], use_cache=False)
 
 

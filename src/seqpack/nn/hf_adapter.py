@@ -26,8 +26,11 @@ What the adapter does for you:
   sequence with ``-inf`` outside it (QA), through the model's own modules and weights;
 * per-sequence losses (the paper's) or per-token ones (``reduction="token"``, HF's).
 
-Supported: ``BertForPreTraining``, ``BertForMaskedLM``, ``BertForSequenceClassification``,
-``BertForQuestionAnswering``, ``GPT2LMHeadModel``, ``LlamaForCausalLM``.
+Supported: every causal LM of transformers' causal-LM registry whose packed rows are exact
+(:func:`seqpack.nn.hf_support.packing_support` reads its config and layers: sliding windows,
+chunks, soft-capping and sinks are computed; a layer that is not attention is refused in one line;
+the generated table is docs/models.md), and ``BertForPreTraining``, ``BertForMaskedLM``,
+``BertForSequenceClassification``, ``BertForQuestionAnswering``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import torch
 from seqpack.nn.attention import plan_attention
 from seqpack.nn.heads import gather_slots, slot_count
 from seqpack.nn.hf_attention import PACKED_IMPL
+from seqpack.nn.hf_support import check_packable
 from seqpack.nn.hf_padding_free import (
     PADDING_FREE,
     flat_inputs,
@@ -62,21 +66,80 @@ from seqpack.nn.masks import attention_mask, check_segment_ids, position_ids
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.models.layers import compute_dtype
 
-CAUSAL = ("GPT2LMHeadModel", "LlamaForCausalLM")
 #: attention implementations for which transformers derives a causal model's packed mask from ``position_ids``
 POSITION_MASKED = ("sdpa", "eager", "flex_attention")
+#: the BERT heads this adapter runs on each sequence's own [CLS] and spans (their modules by name)
 BIDIRECTIONAL = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification", "BertForQuestionAnswering")
-SUPPORTED = BIDIRECTIONAL + CAUSAL
-#: reward models (a scalar score per token) the preference task trains
-REWARD = ("LlamaForSequenceClassification", "GPT2ForSequenceClassification")
-#: the models that run ``seqpack_packed`` (seqpack's attention plan inside the model): the causal
-#: LMs here, the reward models in the preference task
-TAKES_PLAN = CAUSAL + REWARD
 
 
 def _name(model: Any) -> str:
     """The transformers class name, through a ``torch.compile`` wrapper."""
     return type(getattr(model, "_orig_mod", model)).__name__
+
+
+def is_causal_lm(model: Any) -> bool:
+    """A causal language model of transformers' own registry (``AutoModelForCausalLM``'s classes)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return _name(model) in set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+
+
+def is_reward_model(model: Any) -> bool:
+    """A decoder with a score head (``AutoModelForSequenceClassification`` on a causal LM's config):
+    the preference task's reward model."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+    )
+
+    kind = getattr(getattr(model, "config", None), "model_type", None)
+    return (kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and _name(model) == MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.get(kind)
+            and _name(model) not in BIDIRECTIONAL)
+
+
+def takes_plan(model: Any) -> bool:
+    """The models that can run ``seqpack_packed`` (seqpack's attention plan inside the model):
+    causal LMs and reward models."""
+    return is_causal_lm(model) or is_reward_model(model)
+
+
+def layer_masks(model_or_config: Any, segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype = torch.float32,
+                branch_ids: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+                needs: frozenset[str] = frozenset()) -> torch.Tensor | dict[str, torch.Tensor]:
+    """:func:`hf_attention_mask`, narrowed for layers with a sliding window or a chunk (``needs``,
+    :func:`seqpack.nn.hf_support.packing_support`), from each token's document ``positions`` (B, T):
+    one mask when every layer is the same, else one per layer kind of the config's ``layer_types``
+    (``{"full_attention": ..., "sliding_attention": ...}``, which transformers' models take as
+    they are).  # (B, 1, T, T) or a dict of them"""
+    from seqpack.nn.attention.base import LayerAttention, band
+    from seqpack.nn.hf_support import text_config
+
+    if not needs & {"window", "chunk"}:
+        return hf_attention_mask(model_or_config, segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
+    base = hf_attention_mask(model_or_config, segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
+    bool_base = base if base.dtype == torch.bool else base == 0
+    config = text_config(model_or_config) if hasattr(model_or_config, "config") else model_or_config
+    pos = position_ids(segment_ids) if positions is None else positions
+    window, chunk = getattr(config, "sliding_window", None), getattr(config, "attention_chunk_size", None)
+    layers = {"full_attention": LayerAttention(), "sliding_attention": LayerAttention(window=window),
+              "chunked_attention": LayerAttention(chunk=chunk)}
+    kinds = [str(k) for k in getattr(config, "layer_types", None) or ()]
+    if not kinds:  # one window on every layer (Mistral), or none
+        kinds = ["sliding_attention" if "window" in needs else "full_attention"]
+    unknown = sorted(set(kinds) - set(layers))
+    if unknown:
+        raise ValueError(f"no packed mask for layers of kind {', '.join(unknown)}; load the model with "
+                         "attn_implementation='seqpack_packed'")
+
+    def made(kind: str) -> torch.Tensor:
+        narrowed = band(pos, layers[kind])
+        allowed = bool_base if narrowed is None else bool_base & narrowed
+        if base.dtype == torch.bool:
+            return allowed
+        return torch.where(allowed, torch.zeros((), dtype=dtype, device=allowed.device), torch.finfo(dtype).min)
+
+    masks = {kind: made(kind) for kind in dict.fromkeys(kinds)}
+    return masks[kinds[0]] if len(masks) == 1 and not getattr(config, "layer_types", None) else masks
 
 
 def _impl(model_or_config: Any) -> str:
@@ -129,8 +192,10 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.
     ``attention_mask`` and ``token_type_ids``; for a causal LM under ``sdpa``/``eager``/``flex_attention``
     no mask (transformers derives it from ``position_ids``) and ``use_cache=False``."""
     name = _name(model)
-    if name not in SUPPORTED:
-        raise ValueError(f"no packed adapter for {name}; supported: {', '.join(SUPPORTED)}")
+    causal = is_causal_lm(model)
+    if not causal and name not in BIDIRECTIONAL:
+        raise ValueError(f"no packed adapter for {name}; it takes transformers' causal LMs (AutoModelForCausalLM) "
+                         f"and {', '.join(BIDIRECTIONAL)}")
     _require_columns(batch)
     ids, seg = batch["input_ids"], batch["segment_ids"]
     if ids.shape != seg.shape:
@@ -141,13 +206,17 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.
         pos = position_ids(seg)
     elif pos.shape != ids.shape:
         raise ValueError(f"position_ids has shape {tuple(pos.shape)} but input_ids is {tuple(ids.shape)}")
-    if name in CAUSAL and _impl(model) == PACKED_IMPL:
-        plan = plan_attention(seg, causal=True, dtype=model_compute_dtype(model), validate=False)
+    needs = check_packable(model).needs if causal else frozenset()
+    if causal and _impl(model) == PACKED_IMPL:
+        plan = plan_attention(seg, causal=True, dtype=model_compute_dtype(model), validate=False, needs=needs,
+                              position_ids=pos)
         return {"input_ids": ids, "position_ids": pos, "seqpack_plan": plan, "use_cache": False}
-    if name in CAUSAL and _impl(model) in POSITION_MASKED:
+    if causal and _impl(model) in POSITION_MASKED and not needs & {"window", "chunk", "sinks"}:
         return {"input_ids": ids, "position_ids": pos, "use_cache": False}  # transformers masks by position_ids
-    mask = hf_attention_mask(model, seg, causal=name in CAUSAL, dtype=model_compute_dtype(model))
-    out = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+    mask = layer_masks(model, seg, causal=causal, dtype=model_compute_dtype(model), positions=pos, needs=needs)
+    out: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+    if causal:
+        out["use_cache"] = False
     if name in BIDIRECTIONAL:
         out["token_type_ids"] = batch.get("token_type_ids", torch.zeros_like(ids))
     return out
@@ -166,15 +235,16 @@ def packed_forward(
     """Run a supported transformers model on a packed batch; see the module docstring."""
     check_reduction(reduction)
     name = _name(model)
-    if name in CAUSAL and _impl(model) in PADDING_FREE:
+    causal = is_causal_lm(model)
+    if causal and _impl(model) in PADDING_FREE:
         return _padding_free_causal(model, batch, reduction)
     inputs = hf_inputs(model, batch)
     seg, labels = batch["segment_ids"], batch.get("labels")
-    if name in CAUSAL or name == "BertForMaskedLM":
+    if causal or name == "BertForMaskedLM":
         logits = model(**inputs).logits  # (B, T, V)
         out = PackedOutput(logits=logits)
         if labels is not None:
-            shift = name in CAUSAL
+            shift = causal
             out.per_sequence, out.present = sequence_token_losses(logits, labels, seg, shift=shift)
             out.loss = _token_reduce(logits, labels, seg, out.per_sequence, out.present, reduction, shift)
         return out
@@ -199,6 +269,7 @@ def packed_forward(
 def _padding_free_causal(model: Any, batch: Mapping[str, torch.Tensor], reduction: str) -> PackedOutput:
     """A causal LM on the flattened real tokens (no padding, no mask); outputs back in (B, T) / (B, D)."""
     _require_columns(batch)
+    check_packable(model)
     seg, labels = batch["segment_ids"], batch.get("labels")
     check_segment_ids(seg)
     inputs, flat_seg = flat_inputs(batch)

@@ -7,7 +7,9 @@
 
 transformers builds no mask for an attention implementation it does not know and hands the
 model call's extra keywords to the attention function, so every layer runs
-:func:`seqpack.nn.attention.packed_attention` with the plan made once per batch: the
+:func:`seqpack.nn.attention.packed_attention` with the plan made once per batch, and with what the
+layer computes beyond plain attention (:func:`layer_attention`: its ``sliding_window``, its
+chunk, ``softcap``, sinks ``s_aux``; an argument seqpack does not know is refused by name): the
 ``per_document`` buckets on CPU (``sum(l^2)`` work instead of the dense mask's ``T^2``),
 FlexAttention's block mask, or a varlen kernel, and the preference task's shared prefix
 (``branch_ids``). :func:`seqpack.nn.hf_adapter.packed_forward` and the preference task pass the plan.
@@ -19,9 +21,73 @@ from typing import Any
 
 import torch
 
-from seqpack.nn.attention import AttentionPlan, packed_attention
+from seqpack.nn.attention import AttentionPlan, LayerAttention, packed_attention
 
 PACKED_IMPL = "seqpack_packed"
+
+#: keywords transformers hands an attention function that change nothing it computes over one
+#: document in a packed row (positions, caches, flags for other implementations' inputs)
+IGNORED_KWARGS = frozenset({
+    "seqpack_plan", "position_ids", "cache_position", "use_cache", "output_attentions", "position_embeddings",
+    "past_key_values", "past_key_value", "cache", "layer_idx", "token_type_ids", "return_dict", "output_hidden_states",
+    "num_items_in_batch", "is_causal", "output_router_logits",
+})
+#: layer types (a config's ``layer_types``) that are softmax attention
+ATTENTION_LAYERS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "attention", "global",
+                              "local", "sliding_window"})
+
+
+def builds_sliding_masks(obj: Any) -> bool:
+    """Whether the transformers modeling file of ``obj`` (a model or one of its layers) makes sliding
+    window masks: how a model without ``layer_types`` applies its config's ``sliding_window`` to
+    every layer (Mistral, PhiMoE), where another stores one it never uses (Moshi)."""
+    import sys
+
+    return hasattr(sys.modules.get(type(obj).__module__), "create_sliding_window_causal_mask")
+
+
+def config_window(config: Any, kind: str | None, owner: Any) -> int | None:
+    """The sliding window a layer of this kind (its ``layer_types`` entry; None: the config has no
+    ``layer_types``) has by its config: ``sliding_window`` on ``sliding_attention`` layers, or on
+    every layer of a config without ``layer_types`` whose model makes sliding masks
+    (:func:`builds_sliding_masks` of ``owner``), unless ``use_sliding_window`` is False."""
+    window = getattr(config, "sliding_window", None)
+    if window is None or getattr(config, "use_sliding_window", True) is False:
+        return None
+    if kind == "sliding_attention" or (kind is None and builds_sliding_masks(owner)):
+        return int(window)
+    return None
+
+
+def layer_attention(module: torch.nn.Module, kwargs: dict[str, Any], *, causal: bool = True) -> LayerAttention:
+    """What this transformers attention layer computes beyond plain attention: its sliding window
+    (the ``sliding_window`` keyword, or its config's ``layer_types`` entry), Llama 4's chunk
+    (``attention_chunk_size`` on a ``chunked_attention`` layer), ``softcap``, sinks (``s_aux``).
+    A keyword that would change the result and that seqpack does not compute is refused by name."""
+    unknown = sorted(k for k, v in kwargs.items() if k not in IGNORED_KWARGS | {"sliding_window", "softcap", "s_aux"}
+                     and v is not None and not k.startswith(("cu_seq_lens", "max_length")))
+    if unknown:
+        raise ValueError(f"{type(module).__name__} passes {', '.join(unknown)} to its attention, which seqpack's packed "
+                         "attention does not compute; run this model's rows unpacked")
+    layer_causal = kwargs.get("is_causal", getattr(module, "is_causal", True))
+    if layer_causal is not None and bool(layer_causal) != causal:
+        raise ValueError(f"{type(module).__name__} is {'causal' if layer_causal else 'bidirectional'} but the packed "
+                         f"attention plan is {'causal' if causal else 'bidirectional'}")
+    config = getattr(module, "config", None)
+    kinds = getattr(config, "layer_types", None)
+    idx = getattr(module, "layer_idx", None)
+    kind = kinds[idx] if kinds is not None and isinstance(idx, int) and idx < len(kinds) else None
+    if kinds is not None and kind is None:
+        raise ValueError(f"{type(module).__name__} has no layer_idx into its config's layer_types; seqpack cannot tell "
+                         "whether it has a sliding window: run this model's rows unpacked")
+    window = kwargs.get("sliding_window")
+    if window is None and config is not None:
+        window = config_window(config, kind, module)
+    chunk = getattr(config, "attention_chunk_size", None) if kind == "chunked_attention" else None
+    softcap, sinks = kwargs.get("softcap"), kwargs.get("s_aux")
+    return LayerAttention(window=int(window) if window is not None else None,
+                          chunk=int(chunk) if chunk is not None else None,
+                          softcap=float(softcap) if softcap is not None else None, sinks=sinks)
 
 
 def register_packed_attention() -> str:
@@ -49,11 +115,32 @@ def packed_attention_forward(
         # rotary embeddings in float32 promote q and k out of autocast's dtype; the plan (and a
         # half-precision-only kernel such as varlen) expects it, as autocast gives SDPA
         query, key, value = (x.to(torch.get_autocast_dtype(dev)) for x in (query, key, value))
+    layer = layer_attention(module, kwargs, causal=plan.causal)
     Hq = query.shape[1]
     if key.shape[1] != Hq:  # grouped-query attention: share each kv head across its query group
         key, value = (x.repeat_interleave(Hq // x.shape[1], dim=1) for x in (key, value))
-    out = packed_attention(query, key, value, plan, scale=scaling)  # (B, Hq, T, d)
-    return out.transpose(1, 2).contiguous(), None
+    if attention_mask is not None:  # transformers makes none for seqpack_packed: this one is the model's own
+        raise ValueError(f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
+                         "dynamic mask), which seqpack's packed attention does not compute; run this model's rows unpacked")
+    dv = value.shape[-1]
+    query, key, value = _same_head_dim(query, key, value, scaling)
+    out = packed_attention(query, key, value, plan, scale=scaling, layer=layer)  # (B, Hq, T, d)
+    return out[..., :dv].transpose(1, 2).contiguous(), None
+
+
+def _same_head_dim(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float | None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Multi-head latent attention (DeepSeek-V3) has values narrower than queries and keys: zero
+    columns make them one width (a zero value column adds 0 to every output; zero query and key
+    columns add 0 to every score), as transformers does for its flash kernels. Exact."""
+    d, dv = q.shape[-1], v.shape[-1]
+    if d == dv:
+        return q, k, v
+    if scaling is None:
+        raise ValueError("queries and values of different widths need the layer's scaling")
+    if dv < d:
+        return q, k, torch.nn.functional.pad(v, (0, d - dv))
+    return torch.nn.functional.pad(q, (0, dv - d)), torch.nn.functional.pad(k, (0, dv - d)), v
 
 
 def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> torch.utils.hooks.RemovableHandle:
@@ -86,4 +173,5 @@ def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> to
     return model.register_forward_pre_hook(plan_from_positions, with_kwargs=True)
 
 
-__all__ = ["PACKED_IMPL", "attach_packed_attention", "packed_attention_forward", "register_packed_attention"]
+__all__ = ["ATTENTION_LAYERS", "IGNORED_KWARGS", "PACKED_IMPL", "attach_packed_attention", "builds_sliding_masks", "config_window", "layer_attention",
+           "packed_attention_forward", "register_packed_attention"]

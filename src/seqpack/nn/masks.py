@@ -291,22 +291,30 @@ def sequence_starts(segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Te
 
 
 def block_mask(segment_ids: torch.Tensor, *, causal: bool = False, block_size: int = 128,
-               branch_ids: torch.Tensor | None = None) -> Any:
+               branch_ids: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+               window: int | None = None, chunk: int | None = None) -> Any:
     """A FlexAttention ``BlockMask`` for the packed rows (blocks with no allowed pair are skipped);
     ``branch_ids`` as in :func:`attention_mask` (a shared prefix: the blocks where one response
-    would see the other are skipped too).
+    would see the other are skipped too); ``window`` / ``chunk`` (with the tokens' document
+    ``positions`` (B, T)) narrow it as :class:`seqpack.nn.attention.LayerAttention` says.
 
     Works on CUDA and, forward only, on CPU (torch 2.13 has no CPU backward for FlexAttention).
     """
     _check_2d(segment_ids, "segment_ids")
     from torch.nn.attention.flex_attention import create_block_mask
 
-    seg, br = segment_ids, branch_ids
+    seg, br, pos = segment_ids, branch_ids, positions
+    if (window is not None or chunk is not None) and pos is None:
+        raise ValueError("block_mask: a window or a chunk needs the tokens' positions")
 
     def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:
         keep = (seg[b, q] == seg[b, kv]) & (seg[b, kv] > 0)
         if br is not None:
             keep = keep & ((br[b, kv] == 0) | (br[b, kv] == br[b, q]))
+        if window is not None:
+            keep = keep & (pos[b, kv] > pos[b, q] - window)
+        if chunk is not None:
+            keep = keep & (pos[b, kv] // chunk == pos[b, q] // chunk)
         return keep & (kv <= q) if causal else keep
 
     B, T = seg.shape

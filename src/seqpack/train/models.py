@@ -100,14 +100,18 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
         raise ValueError(f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
                          "raise max_position_embeddings in the config or re-pack with a smaller --max-len")
     model = task.hf_model(config, model_type, manifest, kind=kind)
-    from seqpack.nn.hf_adapter import REWARD, SUPPORTED, TAKES_PLAN
+    from seqpack.nn.hf_adapter import BIDIRECTIONAL, is_causal_lm, takes_plan
     from seqpack.nn.hf_attention import PACKED_IMPL
+    from seqpack.nn.hf_support import check_packable
 
     if not task.hf_adapted:  # the task runs the model itself (its hf_forward), attention included
         return model, {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
-    if type(model).__name__ not in SUPPORTED + REWARD:
-        raise ValueError(f"--hf-model builds {type(model).__name__}; the adapters take {', '.join(SUPPORTED + REWARD)}")
-    if named is None and type(model).__name__ in TAKES_PLAN and not attention_dropout(config):
+    if not takes_plan(model) and type(model).__name__ not in BIDIRECTIONAL:
+        raise ValueError(f"--hf-model builds {type(model).__name__}; the adapters take transformers' causal LMs, their "
+                         f"reward models (a score head) and {', '.join(BIDIRECTIONAL)}")
+    if takes_plan(model) or is_causal_lm(model):
+        check_packable(model)  # a layer that packed rows would make wrong: refused before any step
+    if named is None and takes_plan(model) and not attention_dropout(config):
         _register(PACKED_IMPL)  # seqpack's packed attention unless the config names one (or needs dropout in it)
         model.set_attn_implementation(PACKED_IMPL)
     return model, {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}

@@ -17,6 +17,16 @@ Backends live in one registry (:data:`REGISTRY`), one module each:
                   (:mod:`.context_parallel`; its plan comes from ``plan_context_parallel``).
 ``auto``          :func:`choose_backend` picks one per batch.
 
+A layer may compute more than softmax attention inside its document: a sliding window, a chunk,
+logit soft-capping, attention sinks (:class:`LayerAttention`). ``plan_attention(..., needs=...)``
+names what the model's layers need; ``auto`` picks a backend that computes all of it, an explicit
+backend that cannot is refused naming the argument, and ``packed_attention(..., layer=...)``
+checks each layer against its plan's backend, so none is ever dropped silently::
+
+    needs   window, chunk         sdpa, eager, per_document, flex, context_parallel (varlen: window)
+            softcap               eager, flex
+            sinks                 eager
+
 ``branch_ids`` (B, T) (the preference task's layouts): without a shared prefix (``pairs``) each
 branch becomes a sequence of its own and every backend runs it; a shared prefix (prompt once,
 both responses attending to it, never to each other) needs a mask, which :data:`SHARED_PREFIX`
@@ -42,13 +52,24 @@ finite, and nothing reads them (no real token attends to padding).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterator
 
 import torch
 
-from seqpack.nn.attention.base import AttentionPlan, Backend, check_qkv, half_precision
+from seqpack.nn.attention.base import (
+    FEATURES,
+    PLAIN,
+    AttentionPlan,
+    Backend,
+    LayerAttention,
+    check_layer,
+    check_qkv,
+    half_precision,
+    reference_attention,
+)
 from seqpack.nn.attention.context_parallel import CONTEXT_PARALLEL, CPPlan, plan_context_parallel
 from seqpack.nn.attention.dense import EAGER, SDPA, MaskPlan, eager_attention
 from seqpack.nn.attention.flex import FLEX, FlexPlan
@@ -60,6 +81,7 @@ from seqpack.nn.attention.varlen import (
     flash_attn_available,
     torch_varlen,
 )
+from seqpack.nn.masks import position_ids as restarting_positions
 from seqpack.nn.masks import (
     check_segment_ids,
     sequence_lengths,
@@ -80,7 +102,23 @@ def get_backend(name: str) -> Backend:
     return REGISTRY[name]
 
 
-def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype) -> str:
+def backends_for(needs: frozenset[str] | set[str]) -> tuple[str, ...]:
+    """The backends that compute every layer argument in ``needs`` (:data:`FEATURES`).
+
+        >>> backends_for({"softcap"})
+        ('eager', 'flex')
+    """
+    unknown = set(needs) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown attention arguments {sorted(unknown)}; known: {'|'.join(FEATURES)}")
+    return tuple(name for name, b in REGISTRY.items() if set(needs) <= b.features)
+
+
+def _able(name: str, needs: frozenset[str]) -> bool:
+    return needs <= REGISTRY[name].features
+
+
+def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype, needs: frozenset[str] = frozenset()) -> str:
     """The ``auto`` rule (the fastest exact backend measured; docs/benchmarks/gpu.md, docs/concepts/attention.md).
 
     CUDA, half precision: ``flash_varlen`` when flash-attn is installed, else PyTorch's
@@ -96,15 +134,26 @@ def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype) -> str:
     per-document; 8 x 512 4.46 / 1.44 s; one 4096 document 2.96 / 2.98 s (the row cost calibration
     of issue 27 found it: the earlier rule, under 40% of the dense work, sent rows of a few long
     documents to the slow path).
+
+    With ``needs`` (a layer's window, chunk, soft-capping or sinks), the first of these that
+    computes them all: on CUDA in half precision the varlen kernels (a window), then ``flex``
+    (softcap); on CPU the rule above (a window, a chunk); ``eager`` otherwise (sinks; softcap on CPU,
+    where FlexAttention has no backward).
     """
     B, T = segment_ids.shape
     if segment_ids.is_cuda:
         if not half_precision(dtype):
-            return "sdpa"
-        if flash_attn_available():
+            return "sdpa" if _able("sdpa", needs) else "eager"
+        if flash_attn_available() and _able("flash_varlen", needs):
             return "flash_varlen"
-        if torch_varlen() is not None:
+        if torch_varlen() is not None and _able("varlen", needs):
             return "varlen"
+        for name in ("flex", "sdpa"):
+            if _able(name, needs):
+                return name
+        return "eager"
+    if not _able("sdpa", needs):
+        return "eager"
     if T < 1024 or B == 0:
         return "sdpa"
     lengths = bucket_lengths(sequence_lengths(segment_ids), T).double()
@@ -146,36 +195,68 @@ def plan_attention(
     dtype: torch.dtype = torch.float32,
     validate: bool = True,
     branch_ids: torch.Tensor | None = None,
+    needs: frozenset[str] = frozenset(),
+    position_ids: torch.Tensor | None = None,
 ) -> AttentionPlan:
     """Masks or indices for ``packed_attention`` (``dtype`` is the dtype of q/k/v; ``branch_ids``:
-    see the module docstring)."""
+    see the module docstring). ``needs``: the layer arguments (:data:`FEATURES`) the model's layers
+    will ask for; a window or a chunk reads each token's position in its document from
+    ``position_ids`` (B, T) (restarting at each sequence when None)."""
+    needs = frozenset(needs)
     if backend != "auto":
         get_backend(backend)
+    missing = needs - set(FEATURES)
+    if missing:
+        raise ValueError(f"unknown attention arguments {sorted(missing)}; known: {'|'.join(FEATURES)}")
     if validate:
         check_segment_ids(segment_ids)
+    if needs & {"window", "chunk"} and not causal:
+        raise ValueError("a sliding window or a chunk is supported on causal attention only; this model's "
+                         "bidirectional layers have one: run its rows unpacked")
+    positions = None
+    if needs & {"window", "chunk"}:
+        positions = position_ids if position_ids is not None else restarting_positions(segment_ids)
+        if positions.shape != segment_ids.shape:
+            raise ValueError(f"position_ids has shape {tuple(positions.shape)}, segment_ids {tuple(segment_ids.shape)}")
     if branch_ids is not None:
         if branch_ids.shape != segment_ids.shape:
             raise ValueError(f"branch_ids has shape {tuple(branch_ids.shape)}, segment_ids {tuple(segment_ids.shape)}")
         if shares_prefix(segment_ids, branch_ids):
-            return _counted(_shared_prefix_plan(segment_ids, branch_ids, causal=causal, backend=backend, dtype=dtype))
+            plan = _shared_prefix_plan(segment_ids, branch_ids, causal=causal, backend=backend, dtype=dtype, needs=needs)
+            return _counted(_with_positions(plan, positions))
         segment_ids = split_branches(segment_ids, branch_ids)
     if backend == "auto":
-        backend = choose_backend(segment_ids, dtype=dtype)
-    entry = REGISTRY[backend]
+        backend = choose_backend(segment_ids, dtype=dtype, needs=needs)
+    entry = _entry(backend, needs)
     reason = entry.unavailable(segment_ids, dtype)
     if reason is not None:
         raise ValueError(reason)
-    return _counted(entry.plan(segment_ids, causal=causal, dtype=dtype))
+    return _counted(_with_positions(entry.plan(segment_ids, causal=causal, dtype=dtype), positions))
+
+
+def _entry(backend: str, needs: frozenset[str]) -> Backend:
+    entry = REGISTRY[backend]
+    missing = sorted(needs - entry.features)
+    if missing:
+        raise ValueError(f"attention backend {backend} cannot compute this model's {' and '.join(missing)}; "
+                         f"use --attention auto or one of {'|'.join(backends_for(needs))}")
+    return entry
+
+
+def _with_positions(plan: AttentionPlan, positions: torch.Tensor | None) -> AttentionPlan:
+    return plan if positions is None else dataclasses.replace(plan, positions=positions)
 
 
 def _shared_prefix_plan(segment_ids: torch.Tensor, branch_ids: torch.Tensor, *, causal: bool, backend: str,
-                        dtype: torch.dtype) -> AttentionPlan:
+                        dtype: torch.dtype, needs: frozenset[str] = frozenset()) -> AttentionPlan:
     if backend == "auto":  # the block-sparse kernel on CUDA; on CPU per-response documents, causal, no mask
         backend = "flex" if segment_ids.is_cuda else ("per_document" if causal else "sdpa")
+        if not _able(backend, needs):
+            backend = "eager"
     if backend not in SHARED_PREFIX:
         raise ValueError(f"attention backend {backend} runs whole sequences and cannot share a prompt between two "
                          f"responses; use --attention {'|'.join(SHARED_PREFIX)}, or pack with --layout pairs")
-    entry = REGISTRY[backend]
+    entry = _entry(backend, needs)
     reason = entry.unavailable(segment_ids, dtype)
     if reason is not None:
         raise ValueError(reason)
@@ -183,16 +264,20 @@ def _shared_prefix_plan(segment_ids: torch.Tensor, branch_ids: torch.Tensor, *, 
 
 
 def packed_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, *, scale: float | None = None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, *, scale: float | None = None,
+    layer: LayerAttention = PLAIN,
 ) -> torch.Tensor:
-    """Attention that never mixes sequences of one row.  # (B, H, T, d) x3 -> (B, H, T, d)"""
+    """Attention that never mixes sequences of one row; ``layer``: what this layer computes beyond
+    plain attention, refused in one line when the plan's backend cannot.  # (B, H, T, d) x3 -> (B, H, T, d)"""
     check_qkv(q, k, v, plan)
+    entry = get_backend(plan.backend)
+    check_layer(entry, layer, plan)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    return get_backend(plan.backend).attend(q, k, v, plan, scale)
+    return entry.attend(q, k, v, plan, scale, layer)
 
 
 __all__ = [
-    "BACKENDS", "REGISTRY", "SHARED_PREFIX", "AttentionPlan", "Backend", "BucketPlan", "CPPlan", "FlexPlan", "MaskPlan",
-    "VarlenPlan", "choose_backend", "count_backends", "eager_attention", "get_backend", "packed_attention", "plan_attention",
-    "plan_context_parallel",
+    "BACKENDS", "FEATURES", "REGISTRY", "SHARED_PREFIX", "AttentionPlan", "Backend", "BucketPlan", "CPPlan", "FlexPlan",
+    "LayerAttention", "MaskPlan", "VarlenPlan", "backends_for", "choose_backend", "count_backends", "eager_attention",
+    "get_backend", "packed_attention", "plan_attention", "plan_context_parallel", "reference_attention",
 ]

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from seqpack.nn.attention.base import AttentionPlan, Backend, common
+from seqpack.nn.attention.base import PLAIN, AttentionPlan, Backend, LayerAttention, band, common
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +33,7 @@ class CPPlan(AttentionPlan):
     rank: int  # this process's rank in the group
     size: int  # ranks in the group
     mask: torch.Tensor  # (B, 1, T_local, T_local * size) bool: which gathered keys each local query attends
+    positions_all: torch.Tensor  # (B, T_local * size): every rank's tokens' positions, gathered
 
 
 def _group_info(group: Any) -> tuple[int, int]:
@@ -112,7 +113,7 @@ def plan_context_parallel(segment_ids: torch.Tensor, position_ids: torch.Tensor,
     pos_all = gather_tokens(position_ids, group, dim=1)
     mask = cp_mask(segment_ids, position_ids, seg_all, pos_all, rank=rank, causal=causal)
     return CPPlan(**common("context_parallel", segment_ids, causal), group=group, rank=rank, size=size,  # type: ignore[arg-type]
-                  mask=mask)
+                  mask=mask, positions=position_ids, positions_all=pos_all)
 
 
 def _refuse_plan(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, **_: Any) -> CPPlan:
@@ -124,11 +125,16 @@ _WHY = ("context_parallel attention needs each token's document position across 
 
 
 def attend_context_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan,
-                            scale: float) -> torch.Tensor:
+                            scale: float, layer: LayerAttention = PLAIN) -> torch.Tensor:
     assert isinstance(plan, CPPlan)
     k_all = gather_with_grad(k, plan.group, dim=2)  # (B, H, T, d)
     v_all = gather_with_grad(v, plan.group, dim=2)
-    return F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=plan.mask, scale=scale)
+    mask = plan.mask
+    if plan.positions is not None:
+        narrowed = band(plan.positions, layer, positions_k=plan.positions_all)
+        if narrowed is not None:
+            mask = mask & narrowed
+    return F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, scale=scale)
 
 
 CONTEXT_PARALLEL = Backend(
@@ -137,6 +143,7 @@ CONTEXT_PARALLEL = Backend(
     plan=_refuse_plan,
     attend=attend_context_parallel,
     unavailable=lambda seg, dtype: _WHY,
+    features=frozenset({"window", "chunk"}),
 )
 
 __all__ = ["CONTEXT_PARALLEL", "CPPlan", "cp_mask", "gather_tokens", "gather_with_grad", "plan_context_parallel"]

@@ -3,19 +3,44 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from seqpack.nn.attention.base import AttentionPlan, Backend, common
+from seqpack.nn.attention.base import (
+    PLAIN,
+    AttentionPlan,
+    Backend,
+    LayerAttention,
+    band,
+    common,
+    reference_attention,
+)
 from seqpack.nn.masks import attention_mask
 
 
 @dataclass(frozen=True, kw_only=True)
 class MaskPlan(AttentionPlan):
     mask: torch.Tensor | None  # (B, 1, T, T) or (B, 1, 1, T); None: plain is_causal
+    #: the mask of each (window, chunk) a layer asked for, made once per batch
+    layer_masks: dict[tuple[int | None, int | None], torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
+
+
+def layer_mask(plan: MaskPlan, layer: LayerAttention) -> torch.Tensor | None:
+    """The plan's bool mask narrowed by the layer's window and chunk (cached per pair); the plan's
+    own mask when the layer has neither.  # (B, 1, T, T)"""
+    if layer.window is None and layer.chunk is None:
+        return plan.mask
+    key = (layer.window, layer.chunk)
+    if key not in plan.layer_masks:
+        assert plan.positions is not None
+        narrowed = band(plan.positions, layer)
+        assert narrowed is not None
+        base = plan.mask if plan.mask is None or plan.mask.dtype == torch.bool else plan.mask == 0
+        plan.layer_masks[key] = narrowed if base is None else narrowed & base
+    return plan.layer_masks[key]
 
 
 def _sdpa_mask(segment_ids: torch.Tensor, *, causal: bool) -> torch.Tensor | None:
@@ -33,15 +58,17 @@ def plan_sdpa(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, br
     return MaskPlan(**common("sdpa", segment_ids, causal), mask=mask)  # type: ignore[arg-type]
 
 
-def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
+def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
+                layer: LayerAttention = PLAIN) -> torch.Tensor:
     assert isinstance(plan, MaskPlan)
     if plan.mask is not None and plan.mask.dtype != torch.bool and plan.mask.dtype != q.dtype:
         raise ValueError(f"an additive mask must have the dtype of q ({q.dtype}), got {plan.mask.dtype}")
-    is_causal = plan.causal and plan.mask is None
-    if q.is_cuda and plan.mask is not None and q.shape[-2] % 128:
+    mask = layer_mask(plan, layer)
+    is_causal = plan.causal and mask is None
+    if q.is_cuda and mask is not None and q.shape[-2] % 128:
         with sdpa_kernel(_NOT_CUDNN):  # see _NOT_CUDNN
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=plan.mask, is_causal=is_causal, scale=scale)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=plan.mask, is_causal=is_causal, scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
 
 
 #: SDPA's kernels other than cuDNN's. With a mask and a length that is not a multiple of 128, cuDNN's
@@ -79,17 +106,23 @@ def eager_attention(
     return out * any_key
 
 
-def attend_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
+def attend_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
+                 layer: LayerAttention = PLAIN) -> torch.Tensor:
     assert isinstance(plan, MaskPlan)
-    return eager_attention(q, k, v, plan.mask, scale=scale)
+    if not layer.features():
+        return eager_attention(q, k, v, plan.mask, scale=scale)
+    allowed = layer_mask(plan, layer)
+    if allowed is not None and allowed.dtype != torch.bool:
+        allowed = allowed == 0  # the additive mask: 0 where allowed
+    return reference_attention(q, k, v, allowed, scale=scale, layer=layer)
 
 
 SDPA = Backend(
-    name="sdpa", plan=plan_sdpa, attend=attend_sdpa,
+    name="sdpa", plan=plan_sdpa, attend=attend_sdpa, features=frozenset({"window", "chunk"}),
     summary="dense (B, 1, T, T) bool mask into scaled_dot_product_attention; rows of one sequence use a "
     "(B, 1, 1, T) key-padding mask or plain is_causal (the padded baseline)",
 )
 EAGER = Backend(
-    name="eager", plan=plan_eager, attend=attend_eager,
-    summary="the reference: softmax(q k^T * scale + additive mask) v in plain ops",
+    name="eager", plan=plan_eager, attend=attend_eager, features=frozenset({"window", "chunk", "softcap", "sinks"}),
+    summary="the reference: softmax(q k^T * scale + additive mask) v in plain ops (every layer argument)",
 )

@@ -9,12 +9,21 @@ Bidirectional, each bucket gets the branch mask of its sequences instead, ``(n, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from seqpack.nn.attention.base import AttentionPlan, Backend, common, tokens, untokens
+from seqpack.nn.attention.base import (
+    PLAIN,
+    AttentionPlan,
+    Backend,
+    LayerAttention,
+    band,
+    common,
+    tokens,
+    untokens,
+)
 from seqpack.nn.masks import attention_mask, cu_seqlens, unpad_index
 
 
@@ -41,6 +50,27 @@ class BucketPlan(AttentionPlan):
     buckets: tuple[Bucket, ...]
     gather: torch.Tensor  # (sum n*size,) flat token of each bucket slot
     inverse: torch.Tensor  # (B*T,) bucket slot of each token (padding: a zero row)
+    #: per (window, chunk), each bucket's mask (n, 1, Lb, Lb), made once per batch
+    layer_masks: dict[tuple[int | None, int | None], list[torch.Tensor]] = field(default_factory=dict, compare=False, repr=False)
+
+
+def _bucket_masks(plan: BucketPlan, layer: LayerAttention) -> list[torch.Tensor] | None:
+    """Each bucket's causal mask narrowed by the layer's window and chunk, from the gathered
+    tokens' positions (slots past a document's end come after all its queries: causality drops them)."""
+    if layer.window is None and layer.chunk is None:
+        return None
+    key = (layer.window, layer.chunk)
+    if key not in plan.layer_masks:
+        assert plan.positions is not None and plan.causal
+        pos = plan.positions.reshape(-1).index_select(0, plan.gather)
+        masks = []
+        for bk, p in zip(plan.buckets, pos.split([bk.n * bk.size for bk in plan.buckets])):
+            tri = torch.ones(bk.size, bk.size, dtype=torch.bool, device=p.device).tril()
+            narrowed = band(p.view(bk.n, bk.size), layer)
+            assert narrowed is not None
+            masks.append(narrowed & tri)
+        plan.layer_masks[key] = masks
+    return plan.layer_masks[key]
 
 
 def bucket_lengths(lengths: torch.Tensor, T: int) -> torch.Tensor:
@@ -133,22 +163,25 @@ def plan_per_document(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.d
     return BucketPlan(**common("per_document", segment_ids, causal), buckets=tuple(buckets), gather=gather, inverse=inverse)  # type: ignore[arg-type]
 
 
-def attend_per_document(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
+def attend_per_document(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
+                        layer: LayerAttention = PLAIN) -> torch.Tensor:
     assert isinstance(plan, BucketPlan)
     B, H, T, d = q.shape
     gq, gk, gv = (tokens(x).index_select(0, plan.gather) for x in (q, k, v))
     sizes = [bk.n * bk.size for bk in plan.buckets]
+    narrowed = _bucket_masks(plan, layer)
     outs = []  # split (not slicing): its backward is one concatenation, not a full-size zero per bucket
-    for bk, bq, bkk, bv in zip(plan.buckets, gq.split(sizes), gk.split(sizes), gv.split(sizes)):
+    for i, (bk, bq, bkk, bv) in enumerate(zip(plan.buckets, gq.split(sizes), gk.split(sizes), gv.split(sizes))):
         bq, bkk, bv = (x.view(bk.n, bk.size, H, d).transpose(1, 2) for x in (bq, bkk, bv))  # (n, H, Lb, d)
-        causal = plan.causal and bk.key_mask is None  # a branch mask holds the causality itself
-        o = F.scaled_dot_product_attention(bq, bkk, bv, attn_mask=bk.key_mask, is_causal=causal, scale=scale)
+        mask = bk.key_mask if narrowed is None else narrowed[i]
+        causal = plan.causal and mask is None  # a branch mask holds the causality itself
+        o = F.scaled_dot_product_attention(bq, bkk, bv, attn_mask=mask, is_causal=causal, scale=scale)
         outs.append(o.transpose(1, 2).reshape(-1, H, d))  # (n * Lb, H, d)
     outs.append(q.new_zeros(1, H, d))
     return untokens(torch.cat(outs).index_select(0, plan.inverse), B, T)  # (B, H, T, d)
 
 
 PER_DOCUMENT = Backend(
-    name="per_document", plan=plan_per_document, attend=attend_per_document,
+    name="per_document", plan=plan_per_document, attend=attend_per_document, features=frozenset({"window", "chunk"}),
     summary="sequences gathered into length buckets, SDPA per bucket: sum(l^2) work, never T^2",
 )

@@ -31,8 +31,10 @@ import torch
 import torch.nn.functional as F
 
 from seqpack.nn.attention.base import (
+    PLAIN,
     AttentionPlan,
     Backend,
+    LayerAttention,
     common,
     half_precision,
     tokens,
@@ -40,7 +42,9 @@ from seqpack.nn.attention.base import (
 )
 from seqpack.nn.masks import row_runs
 
-Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, bool, float], torch.Tensor]
+#: ``kernel(q, k, v, cu_seqlens, max_seqlen, causal, scale, window)``; ``window``: a causal sliding
+#: window (a query sees itself and the ``window - 1`` tokens before it in its run), or None
+Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, bool, float, "int | None"], torch.Tensor]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,21 +62,27 @@ def _plan(name: str) -> Callable[..., VarlenPlan]:
 
 
 def attend_runs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
-                kernel: Kernel) -> torch.Tensor:
-    """``kernel(q, k, v, cu_seqlens, max_seqlen, causal, scale)`` on the flattened rows.  # (B, H, T, d)"""
+                kernel: Kernel, layer: LayerAttention = PLAIN) -> torch.Tensor:
+    """``kernel(q, k, v, cu_seqlens, max_seqlen, causal, scale, window)`` on the flattened rows.
+    A window is relative, so a run's own token distances give it (a document is one run).  # (B, H, T, d)"""
     assert isinstance(plan, VarlenPlan)
     B, T = q.shape[0], q.shape[2]
-    o = kernel(tokens(q), tokens(k), tokens(v), plan.cu_seqlens, plan.max_seqlen, plan.causal, scale)  # (B*T, H, d)
-    return untokens(o.to(q.dtype), B, T)
+    o = kernel(tokens(q), tokens(k), tokens(v), plan.cu_seqlens, plan.max_seqlen, plan.causal, scale, layer.window)
+    return untokens(o.to(q.dtype), B, T)  # o: (B*T, H, d)
 
 
 def varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_seqlen: int,
-                     causal: bool, scale: float) -> torch.Tensor:
+                     causal: bool, scale: float, window: int | None = None) -> torch.Tensor:
     """Each run through SDPA on its own: slow and obviously correct.  # (total, H, d) -> (total, H, d)"""
     outs = []
     for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
         qs, ks, vs = (x[a:b].transpose(0, 1)[None] for x in (q, k, v))  # (1, H, n, d)
-        outs.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale)[0].transpose(0, 1))
+        mask = None
+        if window is not None:
+            i = torch.arange(b - a, device=q.device)
+            mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)  # (n, n)
+        o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, is_causal=causal and mask is None, scale=scale)
+        outs.append(o[0].transpose(0, 1))
     return torch.cat(outs) if outs else q.new_zeros(q.shape)
 
 
@@ -92,14 +102,16 @@ def _flash_unavailable(segment_ids: torch.Tensor, dtype: torch.dtype) -> str | N
 
 
 def _flash_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, m: int, causal: bool,
-                  scale: float) -> torch.Tensor:
+                  scale: float, window: int | None = None) -> torch.Tensor:
     from flash_attn import flash_attn_varlen_func
 
-    return flash_attn_varlen_func(q, k, v, cu, cu, m, m, softmax_scale=scale, causal=causal)  # type: ignore[no-any-return]
+    kw = {} if window is None else {"window_size": (window - 1, 0)}  # flash-attn's (left, right), inclusive
+    return flash_attn_varlen_func(q, k, v, cu, cu, m, m, softmax_scale=scale, causal=causal, **kw)  # type: ignore[no-any-return]
 
 
-def attend_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
-    return attend_runs(q, k, v, plan, scale, _flash_kernel)
+def attend_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
+                 layer: LayerAttention = PLAIN) -> torch.Tensor:
+    return attend_runs(q, k, v, plan, scale, _flash_kernel, layer)
 
 
 def torch_varlen() -> Callable[..., Any] | None:
@@ -124,12 +136,14 @@ def varlen_params(fn: Callable[..., Any]) -> frozenset[str]:
     return frozenset(inspect.signature(fn).parameters)
 
 
-def varlen_kwargs(fn: Callable[..., Any], causal: bool, scale: float, d: int) -> dict[str, Any]:
-    """The causal and scale keywords of this torch's ``varlen_attn`` (its signature changed across releases)."""
+def varlen_kwargs(fn: Callable[..., Any], causal: bool, scale: float, d: int, window: int | None = None) -> dict[str, Any]:
+    """The causal, scale and window keywords of this torch's ``varlen_attn`` (its signature changed across releases)."""
     params = varlen_params(fn)
     kw: dict[str, Any] = {}
+    if window is not None and not (causal and "window_size" in params):
+        raise ValueError("this torch's varlen_attn takes no sliding window; use backend='flex', 'sdpa' or 'per_document'")
     if "window_size" in params:
-        kw["window_size"] = (-1, 0) if causal else (-1, -1)
+        kw["window_size"] = (window - 1, 0) if window is not None else (-1, 0) if causal else (-1, -1)
     elif "is_causal" in params:
         kw["is_causal"] = causal
     elif causal:
@@ -142,21 +156,24 @@ def varlen_kwargs(fn: Callable[..., Any], causal: bool, scale: float, d: int) ->
 
 
 def _torch_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, m: int, causal: bool,
-                  scale: float) -> torch.Tensor:
+                  scale: float, window: int | None = None) -> torch.Tensor:
     fn = torch_varlen()
     assert fn is not None
-    return fn(q, k, v, cu, cu, m, m, **varlen_kwargs(fn, causal, scale, q.shape[-1]))  # type: ignore[no-any-return]
+    return fn(q, k, v, cu, cu, m, m, **varlen_kwargs(fn, causal, scale, q.shape[-1], window))  # type: ignore[no-any-return]
 
 
-def attend_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float) -> torch.Tensor:
-    return attend_runs(q, k, v, plan, scale, _torch_kernel)
+def attend_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
+                 layer: LayerAttention = PLAIN) -> torch.Tensor:
+    return attend_runs(q, k, v, plan, scale, _torch_kernel, layer)
 
 
 FLASH_VARLEN = Backend(
     name="flash_varlen", plan=_plan("flash_varlen"), attend=attend_flash, unavailable=_flash_unavailable,
+    features=frozenset({"window"}),
     summary="flash_attn_varlen_func on the rows as they are (CUDA, fp16/bf16, the flash-attn package)",
 )
 VARLEN = Backend(
     name="varlen", plan=_plan("varlen"), attend=attend_torch, unavailable=_torch_unavailable,
+    features=frozenset({"window"}),
     summary="PyTorch's varlen_attn (its built-in flash kernel) on the rows as they are (CUDA, fp16/bf16)",
 )

@@ -1,0 +1,344 @@
+"""The model matrix: every causal LM architecture of the installed transformers, built tiny on the
+CPU, run through each of seqpack's packed entry points, and compared with each document run alone.
+
+    results = run_matrix()                    # one Row per architecture
+    rows[0].cells["packed_forward"]           # Cell(status="exact", error=3e-07) / "refused" / "wrong"
+
+Each architecture gets a tiny random config (:func:`tiny_config`): 32-wide, two heads (one key/value
+head), a few layers covering every layer kind its config names, sliding windows and chunks of
+:data:`WINDOW` tokens (shorter than the documents, so that they matter), MoE with four experts. The
+documents are :data:`DOCUMENTS` long; the group layout packs :data:`GROUPS` (a prompt, then
+completions that share it). A cell is
+
+- ``exact``: every document's log-probabilities (and, on the entry points marked so, the
+  gradient of their sum) within :data:`TOLERANCE` of the document alone, in float32;
+- ``refused``: a one-line ``ValueError`` before any output;
+- ``wrong``: anything else. The matrix test fails on it.
+
+An architecture that does not build from a generic tiny config (it needs a vision tower, an
+encoder, a special tokenizer...) is listed as not built, with why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+#: the documents of every packed row test, as the user's bug report had them
+DOCUMENTS: tuple[int, ...] = (20, 5, 33, 12)
+#: (prompt, completions) of the group layout
+GROUPS: tuple[tuple[int, tuple[int, ...]], ...] = ((9, (6, 13)), (14, (4, 7, 10)))
+#: sliding windows and chunks of the tiny configs: shorter than three of the documents
+WINDOW = 8
+VOCAB = 96
+#: float32 forward over at most 60 tokens and 4 layers of width 32: the packed and the lone runs
+#: differ in summation order only (bucketed or masked kernels, MoE dispatch order), each op
+#: rounding at 2^-24 relative; the difference, relative to the largest log-prob (when above 1), is
+#: ~100 ulps at 1e-5, while a dropped window, chunk, cap or sink moves log-probs by 1e-3 and more
+#: (measured: 0.008-4.5)
+TOLERANCE = 1e-5
+#: a gradient is a sum over every token of the rows (~60) and every head and position of the layers
+#: above, each rounding at 2^-24 relative: its difference is judged relative to the model's largest
+#: gradient entry, against 1e-4 (scaled by this ratio onto :data:`TOLERANCE`); a window or sink missing from
+#: the backward moves gradients by 1e-2 and more
+GRAD_TOLERANCE_RATIO = TOLERANCE / 1e-4
+#: a tiny model is far smaller; a bigger one means a size key the overrides missed
+MAX_PARAMETERS = 2_000_000
+
+
+@dataclass
+class Cell:
+    status: str  # exact | refused | wrong
+    error: float | None = None  # the largest absolute log-prob (or gradient) difference
+    detail: str = ""  # the refusal's line, or what was wrong
+
+
+@dataclass
+class Row:
+    model_type: str
+    cls: str = ""
+    built: bool = True
+    why: str = ""  # not built: the error
+    features: tuple[str, ...] = ()  # the layer arguments its layers use
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- tiny configs
+
+_SET: dict[str, Any] = {
+    "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 128, "n_positions": 128,
+    "n_embd": 32, "n_head": 2, "n_inner": 64, "d_model": 32, "ffn_dim": 64, "n_ctx": 128,
+    "num_heads": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "n_shared_experts": 1, "moe_num_experts": 4, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+    "sliding_window": WINDOW, "attention_chunk_size": WINDOW, "sliding_window_size": WINDOW,
+    "window_size": WINDOW, "local_window_size": WINDOW,
+    "attention_dropout": 0.0, "hidden_dropout": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+    "dropout": 0.0, "attention_probs_dropout_prob": 0.0, "hidden_dropout_prob": 0.0,
+    "q_lora_rank": 16, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8,
+    "tie_word_embeddings": False, "use_cache": False,
+    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+    "mamba_d_state": 8, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_n_groups": 1, "mamba_expand": 2,
+    "ssm_state_size": 8, "state_size": 8, "n_groups": 1, "expand": 2, "conv_kernel": 4,
+    "linear_num_value_heads": 2, "linear_num_key_heads": 1, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+    "rope_scaling": None,
+}
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
+_LAYERS = 4
+
+
+def _retype(layer_types: list[str], n: int) -> list[str]:
+    """``n`` layer kinds holding every kind of ``layer_types``, in its order, then cycling."""
+    kinds = list(dict.fromkeys(layer_types))
+    return [kinds[i % len(kinds)] for i in range(max(n, len(kinds)))]
+
+
+def tiny_config(model_type: str) -> Any:
+    """A tiny random config of ``model_type`` (see the module); raises where one cannot be made."""
+    from transformers import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[model_type]
+    base = cls()
+    if hasattr(base, "get_text_config") and base.get_text_config() is not base:
+        raise ValueError("a composite config (text + another modality)")
+    d = base.to_dict()
+    kw = {k: v for k, v in _SET.items() if k in d}
+    if "kv_lora_rank" in d:  # multi-head latent attention: rotary on qk_rope_head_dim, a key/value head per query head
+        kw["head_dim"] = _SET["qk_rope_head_dim"]
+        kw["num_key_value_heads"] = _SET["num_attention_heads"]
+    if "rotary_dim" in d:
+        kw["rotary_dim"] = 8
+    if "mamba_n_heads" in d or d.get("model_type") == "mamba2":
+        kw["num_heads"] = 4
+    kinds = d.get("layer_types")
+    n = _LAYERS
+    if "use_sliding_window" in d:  # Qwen2: layer_types follow use_sliding_window and max_window_layers
+        kw["use_sliding_window"] = True
+        kw["max_window_layers"] = 2
+    elif isinstance(kinds, list) and kinds and all(isinstance(x, str) for x in kinds):
+        kw["layer_types"] = _retype(kinds, _LAYERS)
+        n = len(kw["layer_types"])
+    for key in _LAYER_KEYS:
+        if key in d:
+            kw[key] = n
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if d.get(key) is not None:
+            kw[key] = 1.0 if key == "attn_logit_softcapping" else 30.0  # a small cap, so that it matters
+    if "attention_layers" in d:  # GPT-Neo: global and local layers
+        kw["attention_types"] = [[["global", "local"], n // 2]]
+    cfg = cls(**kw)
+    if "layer_types" in kw:
+        cfg.layer_types = kw["layer_types"]
+    return cfg
+
+
+# ---------------------------------------------------------------------------- the runs
+
+def _documents(seed: int = 0) -> list[list[int]]:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in DOCUMENTS]
+
+
+def _groups(seed: int = 1) -> tuple[list[list[int]], list[list[list[int]]]]:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, VOCAB, (p,), generator=g).tolist() for p, _ in GROUPS]
+    completions = [[torch.randint(3, VOCAB, (c,), generator=g).tolist() for c in cs] for _, cs in GROUPS]
+    return prompts, completions
+
+
+def _alone(model: Any, ids: list[int], start: int) -> Any:
+    """log p(ids[t] | ids[:t]) for t >= start, the sequence run alone through the model's own eager
+    attention (its own masks, caps and sinks).  # (len - start,)"""
+    import torch
+
+    logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()  # (L, V)
+    logp = logits.log_softmax(-1)
+    t = torch.arange(max(start, 1), len(ids))
+    return logp[t - 1, torch.tensor(ids)[t]]
+
+
+def _relative(got: Any, want: Any) -> float:
+    """The largest difference, relative to the largest log-prob when that is above 1 (a log-prob of
+    -20 holds 2e-6 of float32 rounding per op).  # (n,), (n,) -> float"""
+    return float((got - want).abs().max()) / max(1.0, float(want.abs().max()))
+
+
+def _with_impl(model: Any, impl: str) -> None:
+    from seqpack.nn.hf_attention import register_packed_attention
+
+    if impl == "seqpack_packed":
+        register_packed_attention()
+    model.set_attn_implementation(impl)
+
+
+def _flat_logprobs(model: Any, docs: list[list[int]], *, layout: str) -> list[Any]:
+    """The documents as completions of empty-ish prompts through ``seqpack.rl.packed_logprobs``."""
+    from seqpack.rl import packed_logprobs
+
+    out = packed_logprobs(model, [d[:1] for d in docs], [[d[1:]] for d in docs], max_tokens=128, layout=layout)
+    return [o[0] for o in out]
+
+
+def _entry_points() -> dict[str, Callable[[Any], float]]:
+    """name -> run(model): the largest |packed - alone| log-prob difference (raises to refuse)."""
+    import torch
+
+    def packed_forward_cell(model: Any) -> float:
+        from seqpack.nn.hf_adapter import packed_forward
+
+        docs = _documents()
+        ids = torch.tensor([sum(docs, [])])
+        seg = torch.repeat_interleave(torch.arange(1, len(docs) + 1), torch.tensor([len(d) for d in docs]))[None]
+        _with_impl(model, "seqpack_packed")
+        logits = packed_forward(model, {"input_ids": ids, "segment_ids": seg}).logits[0].float()
+        _with_impl(model, "eager")
+        err, at = 0.0, 0
+        for d in docs:
+            lp = logits[at : at + len(d)].log_softmax(-1)
+            got = lp[torch.arange(len(d) - 1), torch.tensor(d[1:])]
+            err = max(err, _relative(got, _alone(model, d, 1)))
+            at += len(d)
+        return err
+
+    def rl(layout: str, impl: str, grad: bool) -> Callable[[Any], float]:
+        def run(model: Any) -> float:
+            if layout == "group":
+                prompts, completions = _groups()
+            else:
+                docs = _documents()
+                prompts, completions = [d[:1] for d in docs], [[d[1:]] for d in docs]
+            from seqpack.rl import packed_logprobs
+
+            _with_impl(model, impl)
+            model.zero_grad(set_to_none=True)
+            got = packed_logprobs(model, prompts, completions, max_tokens=128, layout=layout)
+            if grad:
+                sum(x.sum() for g in got for x in g).backward()
+                packed = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+                model.zero_grad(set_to_none=True)
+            _with_impl(model, "eager")
+            err = 0.0
+            total = 0
+            for p, cs, g in zip(prompts, completions, got):
+                for c, lp in zip(cs, g):
+                    want = _alone(model, p + c, len(p))
+                    err = max(err, _relative(lp.detach(), want.detach()))
+                    total = total + want.sum()
+            if grad:
+                total.backward()  # type: ignore[union-attr]
+                missing = sorted(set(packed) ^ {n for n, p in model.named_parameters() if p.grad is not None})
+                if missing:
+                    raise RuntimeError(f"gradients reach different parameters: {missing[:3]}")
+                # relative to the model's largest gradient: a tensor whose exact gradient is ~0 holds rounding only
+                scale = max(float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None) + 1e-30
+                for n, p in model.named_parameters():
+                    if p.grad is not None:
+                        err = max(err, float((packed[n] - p.grad).abs().max()) / scale * GRAD_TOLERANCE_RATIO)
+                model.zero_grad(set_to_none=True)
+            return err
+        return run
+
+    return {
+        "packed_forward": packed_forward_cell,
+        "logprobs flat": rl("flat", "seqpack_packed", True),
+        "logprobs group": rl("group", "seqpack_packed", False),
+        "logprobs group, eager mask": rl("group", "eager", False),
+    }
+
+
+ENTRY_POINTS: tuple[str, ...] = ("packed_forward", "logprobs flat", "logprobs group", "logprobs group, eager mask")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.set_verbosity(level)
+
+
+def build(model_type: str) -> Any:
+    """The tiny model of ``model_type`` in float32, eval mode, seeded."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cfg = tiny_config(model_type)
+    torch.manual_seed(0)
+    cfg._attn_implementation = "eager"
+    with torch.device("meta"):  # count first: a config key the generic overrides miss can make it huge
+        size = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").parameters())
+    if size > MAX_PARAMETERS:
+        raise ValueError(f"the generic tiny config still has {size:,} parameters")
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    with torch.no_grad():  # random weights large enough that every layer matters
+        for p in model.parameters():
+            if p.ndim >= 2:
+                p.normal_(0.0, 0.2)
+    return model
+
+
+def run_row(model_type: str) -> Row:
+    """One architecture through every entry point."""
+    import torch
+
+    from seqpack.nn.hf_support import packing_support
+
+    row = Row(model_type)
+    try:
+        with _quiet():
+            model = build(model_type)
+            model(input_ids=torch.tensor([[3, 4, 5]]), use_cache=False)
+    except Exception as e:  # noqa: BLE001 - any failure to build is a row "not built", with its reason
+        row.built, row.why = False, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        return row
+    row.cls = type(model).__name__
+    support = packing_support(model)
+    row.features = tuple(sorted(support.needs))
+    for name, run in _entry_points().items():
+        try:
+            with _quiet():
+                err = run(model)
+        except ValueError as e:
+            line = str(e)
+            row.cells[name] = Cell("refused", detail=line) if "\n" not in line else Cell("wrong", detail=line)
+            continue
+        except Exception as e:  # noqa: BLE001 - an error that is not a one-line refusal is a wrong cell
+            row.cells[name] = Cell("wrong", detail=f"{type(e).__name__}: {str(e)[:200]}")
+            continue
+        ok = math.isfinite(err) and err <= TOLERANCE
+        row.cells[name] = Cell("exact" if ok else "wrong", error=err, detail="" if ok else f"error {err:.3g}")
+    return row
+
+
+def architectures() -> list[str]:
+    """Every causal LM ``model_type`` of the installed transformers."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+def run_matrix(model_types: list[str] | None = None) -> list[Row]:
+    import torch
+
+    with torch.random.fork_rng():
+        return [run_row(t) for t in (architectures() if model_types is None else model_types)]
+
+
+__all__ = ["DOCUMENTS", "ENTRY_POINTS", "GROUPS", "TOLERANCE", "WINDOW", "Cell", "Row", "architectures", "build",
+           "run_matrix", "run_row", "tiny_config"]
