@@ -27,7 +27,7 @@ from seqpack.nn.attention import plan_attention
 from seqpack.nn.hf_adapter import layer_masks, model_compute_dtype
 from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_causal_lm import HEAD_AT_TARGETS
-from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, unflatten_tokens
+from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, packed_call, unflatten_tokens
 from seqpack.nn.hf_support import check_packable
 from seqpack.nn.masks import check_segment_ids, shares_prefix, split_branches
 
@@ -55,7 +55,8 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
         flat_batch = {"input_ids": batch["input_ids"], "segment_ids": seg if br is None else split_branches(seg, br),
                       "position_ids": batch["position_ids"]}
         inputs, _ = flat_inputs(flat_batch)
-        return unflatten_tokens(run(**inputs, use_cache=False), flat_batch["segment_ids"])
+        with packed_call():
+            return unflatten_tokens(run(**inputs, use_cache=False), flat_batch["segment_ids"])
     mask = layer_masks(model, seg, causal=True, dtype=next(model.parameters()).dtype, branch_ids=br,
                        positions=batch["position_ids"], needs=needs)
     return run(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"], use_cache=False)

@@ -9,10 +9,11 @@ What the adapter does for you:
 * causal LMs built with ``attn_implementation="seqpack_packed"`` (:mod:`seqpack.nn.hf_attention`)
   get seqpack's attention plan and no mask: ``per_document`` buckets on CPU, FlexAttention or a
   varlen kernel on CUDA, the same backends seqpack's own models run;
-* other causal LMs (GPT-2, Llama) get **no mask at all**: restarting ``position_ids`` and
-  ``use_cache=False``, from which transformers (5.x) builds the block-diagonal causal mask
-  itself for ``sdpa``, ``eager`` and ``flex_attention`` (``find_packed_sequence_indices``; a
-  cache would silently switch that off). ``flash_attention_2/3/4`` and ``seqpack_varlen`` go
+* other causal LMs under ``sdpa``, ``eager`` and ``flex_attention`` get seqpack's 4-D
+  block-diagonal causal mask, narrowed per layer kind for sliding windows and chunks
+  (:func:`layer_masks`; transformers' own mask from restarting ``position_ids`` is wrong for some
+  models, OPT's among them), restarting ``position_ids`` and ``use_cache=False``.
+  ``flash_attention_2/3/4`` and ``seqpack_varlen`` go
   padding-free instead: the real tokens as one row with ``cu_seq_lens_q/k``
   (:mod:`seqpack.nn.hf_padding_free`, the layout of ``DataCollatorWithFlattening``);
 * bidirectional models (BERT) need a 4-D ``(B, 1, T, T)`` mask that keeps the row's sequences
@@ -48,6 +49,7 @@ from seqpack.nn.hf_padding_free import (
     PADDING_FREE,
     flat_inputs,
     flatten,
+    packed_call,
     unflatten_slots,
     unflatten_tokens,
 )
@@ -66,8 +68,6 @@ from seqpack.nn.masks import attention_mask, check_segment_ids, position_ids
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.models.layers import compute_dtype
 
-#: attention implementations for which transformers derives a causal model's packed mask from ``position_ids``
-POSITION_MASKED = ("sdpa", "eager", "flex_attention")
 #: the BERT heads this adapter runs on each sequence's own [CLS] and spans (their modules by name)
 BIDIRECTIONAL = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification", "BertForQuestionAnswering")
 
@@ -211,8 +211,6 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.
         plan = plan_attention(seg, causal=True, dtype=model_compute_dtype(model), validate=False, needs=needs,
                               position_ids=pos)
         return {"input_ids": ids, "position_ids": pos, "seqpack_plan": plan, "use_cache": False}
-    if causal and _impl(model) in POSITION_MASKED and not needs & {"window", "chunk", "sinks"}:
-        return {"input_ids": ids, "position_ids": pos, "use_cache": False}  # transformers masks by position_ids
     mask = layer_masks(model, seg, causal=causal, dtype=model_compute_dtype(model), positions=pos, needs=needs)
     out: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
     if causal:
@@ -273,7 +271,8 @@ def _padding_free_causal(model: Any, batch: Mapping[str, torch.Tensor], reductio
     seg, labels = batch["segment_ids"], batch.get("labels")
     check_segment_ids(seg)
     inputs, flat_seg = flat_inputs(batch)
-    flat_logits = model(**inputs).logits  # (1, total, V)
+    with packed_call():
+        flat_logits = model(**inputs).logits  # (1, total, V)
     out = PackedOutput(logits=unflatten_tokens(flat_logits, seg))
     if labels is not None:
         flat_labels = flatten(labels, seg)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from seqpack.nn.attention import AttentionPlan, LayerAttention, packed_attention
+from seqpack.nn.hf_support import check_packable, config_window
 
 PACKED_IMPL = "seqpack_packed"
 
@@ -32,33 +33,6 @@ IGNORED_KWARGS = frozenset({
     "past_key_values", "past_key_value", "cache", "layer_idx", "token_type_ids", "return_dict", "output_hidden_states",
     "num_items_in_batch", "is_causal", "output_router_logits",
 })
-#: layer types (a config's ``layer_types``) that are softmax attention
-ATTENTION_LAYERS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "attention", "global",
-                              "local", "sliding_window"})
-
-
-def builds_sliding_masks(obj: Any) -> bool:
-    """Whether the transformers modeling file of ``obj`` (a model or one of its layers) makes sliding
-    window masks: how a model without ``layer_types`` applies its config's ``sliding_window`` to
-    every layer (Mistral, PhiMoE), where another stores one it never uses (Moshi)."""
-    import sys
-
-    return hasattr(sys.modules.get(type(obj).__module__), "create_sliding_window_causal_mask")
-
-
-def config_window(config: Any, kind: str | None, owner: Any) -> int | None:
-    """The sliding window a layer of this kind (its ``layer_types`` entry; None: the config has no
-    ``layer_types``) has by its config: ``sliding_window`` on ``sliding_attention`` layers, or on
-    every layer of a config without ``layer_types`` whose model makes sliding masks
-    (:func:`builds_sliding_masks` of ``owner``), unless ``use_sliding_window`` is False."""
-    window = getattr(config, "sliding_window", None)
-    if window is None or getattr(config, "use_sliding_window", True) is False:
-        return None
-    if kind == "sliding_attention" or (kind is None and builds_sliding_masks(owner)):
-        return int(window)
-    return None
-
-
 def layer_attention(module: torch.nn.Module, kwargs: dict[str, Any], *, causal: bool = True) -> LayerAttention:
     """What this transformers attention layer computes beyond plain attention: its sliding window
     (the ``sliding_window`` keyword, or its config's ``layer_types`` entry), Llama 4's chunk
@@ -123,12 +97,12 @@ def packed_attention_forward(
         raise ValueError(f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
                          "dynamic mask), which seqpack's packed attention does not compute; run this model's rows unpacked")
     dv = value.shape[-1]
-    query, key, value = _same_head_dim(query, key, value, scaling)
+    query, key, value = same_head_dim(query, key, value, scaling)
     out = packed_attention(query, key, value, plan, scale=scaling, layer=layer)  # (B, Hq, T, d)
     return out[..., :dv].transpose(1, 2).contiguous(), None
 
 
-def _same_head_dim(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float | None
+def same_head_dim(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float | None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Multi-head latent attention (DeepSeek-V3) has values narrower than queries and keys: zero
     columns make them one width (a zero value column adds 0 to every output; zero query and key
@@ -159,6 +133,8 @@ def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> to
     cfg = config if config is not None else model.config.get_text_config()
     cfg._attn_implementation = PACKED_IMPL
 
+    needs = check_packable(model).needs  # refused here, before any call, when packed rows can't be exact
+
     def plan_from_positions(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         if kwargs.get("seqpack_plan") is None:
             pos = kwargs.get("position_ids")
@@ -167,11 +143,12 @@ def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> to
                                  "(restarting at 0 at each sample)")
             text = pos[0] if pos.ndim == 3 else pos  # (B, T)
             dtype = next(module.parameters()).dtype
-            kwargs["seqpack_plan"] = plan_attention((text == 0).cumsum(-1).int(), causal=True, dtype=dtype)
+            kwargs["seqpack_plan"] = plan_attention((text == 0).cumsum(-1).int(), causal=True, dtype=dtype, needs=needs,
+                                                    position_ids=text)
         return args, kwargs
 
     return model.register_forward_pre_hook(plan_from_positions, with_kwargs=True)
 
 
-__all__ = ["ATTENTION_LAYERS", "IGNORED_KWARGS", "PACKED_IMPL", "attach_packed_attention", "builds_sliding_masks", "config_window", "layer_attention",
+__all__ = ["IGNORED_KWARGS", "PACKED_IMPL", "attach_packed_attention", "layer_attention", "same_head_dim",
            "packed_attention_forward", "register_packed_attention"]

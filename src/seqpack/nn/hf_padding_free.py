@@ -20,7 +20,9 @@ installed) take the same inputs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -29,6 +31,21 @@ from seqpack.nn.masks import cu_seqlens, max_seqlen, position_ids, unpad_index
 
 VARLEN_IMPL = "seqpack_varlen"
 PADDING_FREE = ("flash_attention_2", "flash_attention_3", "flash_attention_4", VARLEN_IMPL)
+
+
+#: set while seqpack runs a model on the padding-free layout: an attention call without
+#: ``cu_seq_lens_q`` then means the model dropped them on the way (it would attend across documents)
+_PACKED_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar("seqpack_packed_call", default=False)
+
+
+@contextlib.contextmanager
+def packed_call() -> Iterator[None]:
+    """Mark a model call as one on packed rows in the padding-free layout (see ``_PACKED_CALL``)."""
+    token = _PACKED_CALL.set(True)
+    try:
+        yield
+    finally:
+        _PACKED_CALL.reset(token)
 
 
 def register_varlen_attention() -> str:
@@ -87,12 +104,21 @@ def varlen_attention_forward(
     ``(1, total, Hq, d)``; sequences given by ``cu_seq_lens_q``."""
     B, Hq, n, d = query.shape
     cu, m = kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q")
+    if (cu is None or m is None) and _PACKED_CALL.get():
+        raise ValueError(f"{type(module).__name__} does not hand cu_seq_lens_q to its attention, so the padding-free "
+                         "layout would attend across documents; load the model with attn_implementation='sdpa' or 'eager'")
+    if attention_mask is not None and _PACKED_CALL.get():  # transformers makes none for it: the model's own
+        raise ValueError(f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
+                         "dynamic mask), which the padding-free layout does not compute; run this model's rows unpacked")
     if cu is None or m is None:  # a plain batch: every row is one unpadded sequence (as flash_attention_2)
         cu, m = torch.arange(0, B * n + 1, n, device=query.device, dtype=torch.int32), n
     if dropout and module.training:
         raise ValueError(f"{VARLEN_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
     causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
     scale = d**-0.5 if scaling is None else float(scaling)
+    from seqpack.nn.hf_attention import layer_attention
+
+    layer = layer_attention(module, {**kwargs, "is_causal": causal}, causal=causal)
     from seqpack.nn.attention.varlen import (
         torch_varlen,
         varlen_kwargs,
@@ -103,8 +129,17 @@ def varlen_attention_forward(
     fn = torch_varlen()
     half = query.dtype in (torch.float16, torch.bfloat16) or (query.is_cuda and torch.is_autocast_enabled("cuda"))
     fast = query.is_cuda and half and fn is not None
+    if fast and layer.features() - {"window"}:
+        raise ValueError(f"{VARLEN_IMPL}'s kernel cannot compute this layer's {' and '.join(sorted(layer.features() - {'window'}))}; "
+                         "load the model with attn_implementation='seqpack_packed'")
     gqa = key.shape[1] != Hq
-    kw = varlen_kwargs(fn, causal, scale, d) if fast else {}
+    dv = value.shape[-1]
+    if dv != d:  # multi-head latent attention: zero value columns to the query width (exact), cut after
+        from seqpack.nn.hf_attention import same_head_dim
+
+        query, key, value = same_head_dim(query, key, value, scale)
+        d = query.shape[-1]
+    kw = varlen_kwargs(fn, causal, scale, d, layer.window) if fast else {}
     if gqa and fast and "enable_gqa" in varlen_params(fn):
         kw["enable_gqa"] = True  # the kernel shares each kv head across its query group: no copies
     elif gqa:  # grouped-query attention: share each kv head across its query group
@@ -115,10 +150,29 @@ def varlen_attention_forward(
         q, k, v = (x.to(torch.get_autocast_dtype("cuda")) for x in (q, k, v))
     if fast:
         out = fn(q, k, v, cu.to(torch.int32), cu.to(torch.int32), int(m), int(m), **kw)
+    elif layer.features():
+        out = _layer_reference(q, k, v, cu, causal, scale, layer)
     else:
         out = varlen_reference(q, k, v, cu, int(m), causal, scale)
-    return out.to(query.dtype).view(B, n, Hq, d), None
+    return out.to(query.dtype).view(B, n, Hq, d)[..., :dv], None
 
 
-__all__ = ["PADDING_FREE", "VARLEN_IMPL", "flat_inputs", "flatten", "register_varlen_attention",
+def _layer_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, causal: bool, scale: float,
+                     layer: Any) -> torch.Tensor:
+    """Each run (one document, positions from 0) through the reference attention with the layer's
+    window, chunk, cap and sinks.  # (total, H, d) -> (total, H, d)"""
+    from seqpack.nn.attention.base import band, reference_attention
+
+    outs = []
+    for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        qs, ks, vs = (x[a:b].transpose(0, 1)[None] for x in (q, k, v))  # (1, H, n, d)
+        pos = torch.arange(b - a, device=q.device)[None]
+        allowed = band(pos, layer)
+        if allowed is None and causal:
+            allowed = torch.ones(b - a, b - a, dtype=torch.bool, device=q.device).tril()
+        outs.append(reference_attention(qs, ks, vs, allowed, scale=scale, layer=layer)[0].transpose(0, 1))
+    return torch.cat(outs) if outs else q.new_zeros(q.shape)
+
+
+__all__ = ["PADDING_FREE", "VARLEN_IMPL", "flat_inputs", "flatten", "packed_call", "register_varlen_attention",
            "unflatten_slots", "unflatten_tokens", "varlen_attention_forward"]

@@ -25,7 +25,34 @@ from typing import Any
 
 import torch
 
-from seqpack.nn.hf_attention import ATTENTION_LAYERS, config_window
+#: the layer types (a config's ``layer_types``) seqpack computes packed: softmax attention, whole,
+#: in a sliding window or in chunks; any other kind is refused
+ATTENTION_LAYERS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+#: layer types that mix nothing across positions (a feed-forward block alone)
+POINTWISE_LAYERS = frozenset({"mlp", "moe"})
+
+
+def builds_sliding_masks(obj: Any) -> bool:
+    """Whether the transformers modeling file of ``obj`` (a model or one of its layers) makes sliding
+    window masks: how a model without ``layer_types`` applies its config's ``sliding_window`` to
+    every layer (Mistral, PhiMoE), where another stores one it never uses (Moshi)."""
+    import sys
+
+    return hasattr(sys.modules.get(type(obj).__module__), "create_sliding_window_causal_mask")
+
+
+def config_window(config: Any, kind: str | None, owner: Any) -> int | None:
+    """The sliding window a layer of this kind (its ``layer_types`` entry; None: the config has no
+    ``layer_types``) has by its config: ``sliding_window`` on ``sliding_attention`` layers, or on
+    every layer of a config without ``layer_types`` whose model makes sliding masks
+    (:func:`builds_sliding_masks` of ``owner``), unless ``use_sliding_window`` is False."""
+    window = getattr(config, "sliding_window", None)
+    if window is None or getattr(config, "use_sliding_window", True) is False:
+        return None
+    if kind == "sliding_attention" or (kind is None and builds_sliding_masks(owner)):
+        return int(window)
+    return None
+
 
 #: parameter names only a recurrent or state-space mixer has (Mamba's ``A_log`` and ``dt_bias``,
 #: RWKV's ``time_decay``, gated linear attention's ``A_log``)
@@ -68,10 +95,10 @@ def _needs(model: Any, config: Any) -> frozenset[str]:
 
 def _mixer_refusal(model: Any, config: Any) -> str | None:
     name = type(getattr(model, "_orig_mod", model)).__name__
-    other = sorted({k for k in _layer_kinds(config) if k not in ATTENTION_LAYERS})
+    other = sorted({k for k in _layer_kinds(config) if k not in ATTENTION_LAYERS | POINTWISE_LAYERS})
     if other:
-        return (f"{name} has {', '.join(other)} layers, which carry state from one packed document into the next; "
-                "seqpack cannot tell them where documents start: run its rows unpacked (one sequence per row)")
+        return (f"{name} has {', '.join(other)} layers, which seqpack cannot compute packed (a layer that is not "
+                "attention carries state from one document into the next): run its rows unpacked (one sequence per row)")
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
     decoder = decoder if isinstance(decoder, torch.nn.Module) else model
     for mname, module in decoder.named_modules():
@@ -85,8 +112,17 @@ def _mixer_refusal(model: Any, config: Any) -> str | None:
     return None
 
 
+#: config keys of attention that adds a mask of its own making to the one it is given (Doge's dynamic
+#: mask: a top-k over the whole row's keys once it is longer than ``keep_window_size``)
+COMPUTED_MASK_KEYS = ("keep_window_size",)
+
+
 def _attention_refusal(model: Any, config: Any) -> str | None:
     name = type(model).__name__
+    for key in COMPUTED_MASK_KEYS:
+        if getattr(config, key, None) is not None:
+            return (f"{name}'s attention adds a mask of its own making ({key}: chosen over the whole row), which "
+                    "seqpack cannot keep inside each document: run its rows unpacked")
     if not getattr(model, "_supports_attention_backend", False):
         return (f"{name} does not run its attention through transformers' attention interface, so seqpack cannot "
                 "give it packed attention or masks: run its rows unpacked")
@@ -126,4 +162,4 @@ def check_packable(model: Any) -> Support:
     return support
 
 
-__all__ = ["STATE_PARAMETERS", "Support", "check_packable", "packing_support", "text_config"]
+__all__ = ["ATTENTION_LAYERS", "COMPUTED_MASK_KEYS", "POINTWISE_LAYERS", "STATE_PARAMETERS", "builds_sliding_masks", "config_window", "Support", "check_packable", "packing_support", "text_config"]

@@ -218,6 +218,8 @@ def plan_attention(
         positions = position_ids if position_ids is not None else restarting_positions(segment_ids)
         if positions.shape != segment_ids.shape:
             raise ValueError(f"position_ids has shape {tuple(positions.shape)}, segment_ids {tuple(segment_ids.shape)}")
+        # padding far before every real position: no window or chunk reaches it, whatever the mask's form
+        positions = torch.where(segment_ids > 0, positions.long(), -(2**40))
     if branch_ids is not None:
         if branch_ids.shape != segment_ids.shape:
             raise ValueError(f"branch_ids has shape {tuple(branch_ids.shape)}, segment_ids {tuple(segment_ids.shape)}")

@@ -1,0 +1,74 @@
+"""The model matrix (seqpack.experiments.model_matrix): every causal LM architecture of the
+installed transformers, through every packed entry point, exact or refused in one line; and the
+"Supported models" page generated from the same run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from seqpack.experiments.model_matrix import ENTRY_POINTS, Row, architectures, render_markdown, run_matrix, run_row
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "models.md"
+
+
+@pytest.fixture(scope="module")
+def matrix() -> dict[str, Row]:
+    return {r.model_type: r for r in run_matrix()}
+
+
+@pytest.mark.parametrize("model_type", architectures())
+def test_every_architecture_is_exact_or_refused(matrix: dict[str, Row], model_type: str) -> None:
+    row = matrix[model_type]
+    if not row.built:
+        pytest.skip(f"not built from a generic tiny config: {row.why}")
+    assert set(row.cells) == set(ENTRY_POINTS)
+    for name, cell in row.cells.items():
+        assert cell.status in ("exact", "refused"), f"{model_type} {name}: {cell.status} {cell.detail}"
+        if cell.status == "refused":
+            assert cell.detail and "\n" not in cell.detail
+
+
+def test_the_families_users_fine_tune_are_exact_everywhere_they_run(matrix: dict[str, Row]) -> None:
+    """Sliding windows, chunks, soft-capping, sinks and MLA, computed, not dropped."""
+    for t in ("llama", "mistral", "qwen2", "gemma3_text", "llama4_text", "deepseek_v3", "phi3", "cohere2"):
+        assert all(c.status == "exact" for c in matrix[t].cells.values()), t
+    for t in ("gpt_oss", "gemma2"):  # transformers' sdpa refuses sinks and soft-capping itself
+        assert [n for n, c in matrix[t].cells.items() if c.status != "exact"] == ["packed_forward sdpa"]
+    assert {"window", "softcap"} <= set(matrix["gemma2"].features)
+    assert {"window", "sinks"} <= set(matrix["gpt_oss"].features)
+    assert "chunk" in matrix["llama4_text"].features
+
+
+def test_layers_that_are_not_attention_are_refused_by_name(matrix: dict[str, Row]) -> None:
+    for t, word in (("qwen3_next", "linear_attention"), ("mamba2", "linear_attention"), ("lfm2", "conv"),
+                    ("jamba", "linear_attention"), ("granitemoehybrid", "linear_attention"), ("rwkv", "recurrent state")):
+        row = matrix[t]
+        assert row.built, t
+        assert all(c.status == "refused" for c in row.cells.values()), (t, row.cells)
+        # transformers itself refuses sdpa on some of them, first
+        assert all(word in c.detail for n, c in row.cells.items() if n != "packed_forward sdpa"), (t, row.cells)
+
+
+def test_a_dropped_window_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matrix fails where it should: with the layer's arguments ignored, a windowed model is wrong."""
+    import seqpack.nn.hf_attention as hf_attention
+    from seqpack.nn.attention import LayerAttention
+
+    real = hf_attention.layer_attention
+    monkeypatch.setattr(hf_attention, "layer_attention",
+                        lambda module, kwargs, causal=True: (real(module, kwargs, causal=causal), LayerAttention())[1])
+    row = run_row("mistral")
+    assert row.cells["packed_forward"].status == "wrong"
+    assert row.cells["logprobs flat"].status == "wrong"
+
+
+def test_the_supported_models_page_is_the_matrix(matrix: dict[str, Row]) -> None:
+    import transformers
+
+    text = PAGE.read_text(encoding="utf-8")
+    if f"transformers {transformers.__version__} " not in text:
+        pytest.skip(f"the page was made with another transformers than {transformers.__version__}: "
+                    "regenerate it with python docs/_gen/models.py")
+    assert text == render_markdown(list(matrix.values())), "regenerate it: python docs/_gen/models.py"
