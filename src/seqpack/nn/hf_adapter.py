@@ -9,10 +9,11 @@ What the adapter does for you:
 * causal LMs built with ``attn_implementation="seqpack_packed"`` (:mod:`seqpack.nn.hf_attention`)
   get seqpack's attention plan and no mask: ``per_document`` buckets on CPU, FlexAttention or a
   varlen kernel on CUDA, the same backends seqpack's own models run;
-* other causal LMs under ``sdpa``, ``eager`` and ``flex_attention`` get seqpack's 4-D
-  block-diagonal causal mask, narrowed per layer kind for sliding windows and chunks
-  (:func:`layer_masks`; transformers' own mask from restarting ``position_ids`` is wrong for some
-  models, OPT's among them), restarting ``position_ids`` and ``use_cache=False``.
+* other causal LMs under ``sdpa`` and ``eager`` get seqpack's 4-D block-diagonal causal mask,
+  narrowed per layer kind for sliding windows and chunks (:func:`layer_masks`; transformers' own
+  mask from restarting ``position_ids`` is wrong for some models, OPT's among them), restarting
+  ``position_ids`` and ``use_cache=False``; under ``flex_attention`` no mask (transformers builds its
+  block mask from the restarting ``position_ids``; a 4-D mask there crashes torch's CPU kernel).
   ``flash_attention_2/3/4`` and ``seqpack_varlen`` go
   padding-free instead: the real tokens as one row with ``cu_seq_lens_q/k``
   (:mod:`seqpack.nn.hf_padding_free`, the layout of ``DataCollatorWithFlattening``);
@@ -211,6 +212,11 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.
         plan = plan_attention(seg, causal=True, dtype=model_compute_dtype(model), validate=False, needs=needs,
                               position_ids=pos)
         return {"input_ids": ids, "position_ids": pos, "seqpack_plan": plan, "use_cache": False}
+    if causal and _impl(model) == "flex_attention":  # transformers' own block mask from the restarting positions
+        if "sinks" in needs:
+            raise ValueError(f"{name} has attention sinks, which transformers' flex_attention masks do not keep inside "
+                             "each packed document; load it with attn_implementation='seqpack_packed' or 'eager'")
+        return {"input_ids": ids, "position_ids": pos, "use_cache": False}
     mask = layer_masks(model, seg, causal=causal, dtype=model_compute_dtype(model), positions=pos, needs=needs)
     out: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
     if causal:
