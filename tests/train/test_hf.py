@@ -95,3 +95,42 @@ def test_hf_model_runs_packed_attention_unless_named_and_records_it(datasets, tm
         assert sum(s["attention"]["plans"].values()) >= 3
     else:  # transformers' own attention: no seqpack plan
         assert s["attention"]["plans"] == {} and "a dense T x T mask per row" in first
+
+
+#: a sliding window of 4 on every layer (Mistral), on alternate layers (Gemma 2, with soft-capping), in
+#: chunks (Llama 4's text model): rows of 64 tokens hold documents longer than each
+WINDOWED = [
+    {"model_type": "mistral", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+     "intermediate_size": 64, "max_position_embeddings": 64, "sliding_window": 4},
+    {"model_type": "gemma2", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+     "head_dim": 16, "intermediate_size": 64, "max_position_embeddings": 64, "sliding_window": 4,
+     "attn_logit_softcapping": 1.0},
+    {"model_type": "llama4_text", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+     "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 64, "intermediate_size_mlp": 64,
+     "max_position_embeddings": 64, "attention_chunk_size": 4, "num_local_experts": 2},
+]
+
+
+@pytest.mark.parametrize("config", WINDOWED, ids=[c["model_type"] for c in WINDOWED])
+def test_hf_model_takes_windowed_models_with_seqpack_attention(datasets, tmp_path, config):
+    """``--hf-model`` trains any causal LM the model matrix marks exact; its layers' windows, chunks
+    and caps are asked of the attention plan (``auto`` picks a backend that computes them)."""
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(config))
+    s = train(TrainConfig(data=str(datasets["clm"]), out=str(tmp_path / "run"), hf_model=str(f), steps=2, batch_size=4,
+                          progress=False, eval_fraction=0.1))
+    assert s["attention"]["implementation"] == "seqpack_packed"
+    assert math.isfinite(s["eval"]["loss"])
+    if "attn_logit_softcapping" in config:  # soft-capping: only eager computes it on CPU
+        assert set(s["attention"]["plans"]) == {"eager"}
+
+
+def test_hf_model_refuses_a_hybrid_before_any_step(datasets, tmp_path):
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({"model_type": "qwen3_next", "hidden_size": 32, "num_hidden_layers": 2,
+                             "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 64,
+                             "max_position_embeddings": 64, "layer_types": ["linear_attention", "full_attention"]}))
+    with pytest.raises(ValueError, match=r"has linear_attention layers.*run its rows unpacked") as e:
+        train(TrainConfig(data=str(datasets["clm"]), out=str(tmp_path / "run"), hf_model=str(f), steps=1, progress=False))
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()

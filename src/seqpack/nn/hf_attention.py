@@ -129,11 +129,10 @@ def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> to
     """
     from seqpack.nn.attention import plan_attention
 
+    needs = check_packable(model).needs  # refused here, before any change, when packed rows can't be exact
     register_packed_attention()
     cfg = config if config is not None else model.config.get_text_config()
     cfg._attn_implementation = PACKED_IMPL
-
-    needs = check_packable(model).needs  # refused here, before any call, when packed rows can't be exact
 
     def plan_from_positions(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         if kwargs.get("seqpack_plan") is None:

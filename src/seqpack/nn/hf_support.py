@@ -20,6 +20,7 @@ takes no ``position_ids`` (its positions could not restart at each document).
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +136,9 @@ def _attention_refusal(model: Any, config: Any) -> str | None:
     return None
 
 
+_SUPPORT: weakref.WeakKeyDictionary[Any, tuple[int, Support]] = weakref.WeakKeyDictionary()
+
+
 def packing_support(model: Any) -> Support:
     """See the module.
 
@@ -147,11 +151,17 @@ def packing_support(model: Any) -> Support:
     config = text_config(model)
     inner = getattr(model, "_orig_mod", model)
     inner = getattr(inner, "module", inner)
+    key = hash(config.to_json_string(use_diff=False)) if hasattr(config, "to_json_string") else id(config)
+    cached = _SUPPORT.get(inner)
+    if cached is not None and cached[0] == key:  # read once per model (and config), not every batch
+        return cached[1]
     refusal = _mixer_refusal(inner, config) or _attention_refusal(inner, config)
     if refusal is None and "position_ids" not in inspect.signature(inner.forward).parameters:
         refusal = (f"{type(inner).__name__}'s forward takes no position_ids, so positions cannot restart at each packed "
                    "document: run its rows unpacked")
-    return Support(needs=_needs(inner, config), refusal=refusal)
+    support = Support(needs=_needs(inner, config), refusal=refusal)
+    _SUPPORT[inner] = (key, support)
+    return support
 
 
 def check_packable(model: Any) -> Support:

@@ -99,7 +99,14 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
     if positions is not None and need > positions:
         raise ValueError(f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
                          "raise max_position_embeddings in the config or re-pack with a smaller --max-len")
-    model = task.hf_model(config, model_type, manifest, kind=kind)
+    try:
+        model = task.hf_model(config, model_type, manifest, kind=kind)
+    except ValueError:
+        if named is not None:
+            raise
+        # an architecture without sdpa (Gemma 2: soft-capping): built eager, then given seqpack's attention below
+        config = transformers.AutoConfig.for_model(model_type, **{**d, "attn_implementation": "eager"})
+        model = task.hf_model(config, model_type, manifest, kind=kind)
     from seqpack.nn.hf_adapter import BIDIRECTIONAL, is_causal_lm, takes_plan
     from seqpack.nn.hf_attention import PACKED_IMPL
     from seqpack.nn.hf_support import check_packable

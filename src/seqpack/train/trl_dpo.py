@@ -38,6 +38,7 @@ import trl
 
 from seqpack.data.format import read_manifest
 from seqpack.data.torch_dataset import to_tensors
+from seqpack.nn.hf_support import check_packable
 from seqpack.nn.preference import PreferenceLoss
 from seqpack.tasks import get_task
 from seqpack.tasks.preference import TASK as PREFERENCE
@@ -69,6 +70,8 @@ class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
 
     def __init__(self, model: Any, packed: str | os.PathLike[str], *, args: Any, ref_model: Any = None,
                  processing_class: Any = None, **kwargs: Any) -> None:
+        if isinstance(model, torch.nn.Module):
+            check_packable(model)  # a layer packed rows would make wrong: refused before any work
         m = read_manifest(packed)
         if get_task(m["task"]) is not PREFERENCE:
             raise ValueError(f"{packed} holds a {m['task']} dataset; pack preference pairs with seqpack pack --task preference")

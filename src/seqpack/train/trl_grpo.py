@@ -31,6 +31,7 @@ import torch
 import trl
 
 from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
+from seqpack.nn.hf_support import check_packable
 
 from seqpack.rl.logprobs import rollout_logprobs, to_padded
 from seqpack.rl.rollouts import LAYOUTS, pack_rollouts
@@ -103,6 +104,7 @@ class PackedGRPOTrainer(trl.GRPOTrainer):  # type: ignore[misc]
             raise ValueError(f"max_tokens must be >= 2 (tokens per packed row), got {max_tokens}")
         self.max_tokens, self.layout, self.attention = max_tokens, layout, attention
         super().__init__(*args, **kwargs)
+        check_packable(self.model)  # a layer packed rows would make wrong: refused before any step
         # the policy runs ``attention`` from now on (gradient checkpointing recomputes its layers in the
         # backward pass, after the log-probability pass has returned), its own only while it generates
         self._own_attention = _config(self.model)._attn_implementation

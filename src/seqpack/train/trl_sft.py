@@ -34,7 +34,10 @@ from typing import Any
 import torch
 import trl
 
+from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_causal_lm import add_target_head
+from seqpack.nn.hf_padding_free import VARLEN_IMPL
+from seqpack.nn.hf_support import check_packable
 from seqpack.nn.hf_causal_lm import compile_blocks as compile_layers
 
 
@@ -44,6 +47,11 @@ class PackedSFTTrainer(trl.SFTTrainer):  # type: ignore[misc]
     def __init__(self, *args: Any, compile_blocks: bool | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        needs = check_packable(model).needs  # a layer packed rows would make wrong: refused before any step
+        impl = getattr(model.config, "_attn_implementation", None)
+        if "sinks" in needs and impl not in (PACKED_IMPL, VARLEN_IMPL):
+            raise ValueError(f"{type(model).__name__} has attention sinks, which transformers' {impl} masks do not keep "
+                             "inside each packed document; load it with attn_implementation='seqpack_varlen'")
         add_target_head(model)
         on_cuda = next(model.parameters()).is_cuda or torch.cuda.is_available()
         self.compiled_blocks = compile_layers(model) if (on_cuda if compile_blocks is None else compile_blocks) else 0
