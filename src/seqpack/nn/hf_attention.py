@@ -27,11 +27,12 @@ from seqpack.nn.hf_support import check_packable, config_window
 PACKED_IMPL = "seqpack_packed"
 
 #: keywords transformers hands an attention function that change nothing it computes over one
-#: document in a packed row (positions, caches, flags for other implementations' inputs)
+#: document in a packed row (positions, caches, document boundaries the plan already holds, flags for
+#: other implementations' inputs)
 IGNORED_KWARGS = frozenset({
     "seqpack_plan", "position_ids", "cache_position", "use_cache", "output_attentions", "position_embeddings",
     "past_key_values", "past_key_value", "cache", "layer_idx", "token_type_ids", "return_dict", "output_hidden_states",
-    "num_items_in_batch", "is_causal", "output_router_logits",
+    "num_items_in_batch", "is_causal", "output_router_logits", "seq_idx",
 })
 def layer_attention(module: torch.nn.Module, kwargs: dict[str, Any], *, causal: bool = True) -> LayerAttention:
     """What this transformers attention layer computes beyond plain attention: its sliding window

@@ -88,7 +88,9 @@ def is_transformers(model: torch.nn.Module) -> bool:
 def check_cp_model(model: torch.nn.Module) -> None:
     """seqpack's GPT, or a transformers causal LM whose attention is ``seqpack_packed`` (it reads the
     plan each call passes); anything else is refused in one line."""
+    from seqpack.nn.attention import REGISTRY
     from seqpack.nn.hf_attention import PACKED_IMPL
+    from seqpack.nn.hf_support import check_packable
 
     if is_transformers(model):
         impl = getattr(model.config, "_attn_implementation", None)
@@ -96,6 +98,10 @@ def check_cp_model(model: torch.nn.Module) -> None:
             raise ValueError(f"--context-parallel runs a transformers model through seqpack's attention, and "
                              f"{type(model).__name__} runs {impl}: give a causal LM config that names no "
                              "attn_implementation and no attention dropout")
+        missing = sorted(check_packable(model).needs - REGISTRY["context_parallel"].features)
+        if missing:
+            raise ValueError(f"--context-parallel's attention cannot compute {type(model).__name__}'s "
+                             f"{' and '.join(missing)}; train it without --context-parallel")
     elif not hasattr(model, "token_logits"):
         raise ValueError(f"--context-parallel trains seqpack's GPT or a transformers causal LM, not {type(model).__name__}")
 
