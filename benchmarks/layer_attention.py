@@ -11,8 +11,10 @@ forward + backward of the per-sequence loss through ``seqpack.nn.packed_forward`
   llama     no layer arguments (``auto``: ``per_document`` on these rows)
   mistral   a sliding window of 256 tokens on every layer (``per_document`` with a band per bucket)
   llama4    chunks of 256 tokens on alternate layers (``per_document``)
-  gemma2    windows of 256 on alternate layers and soft-capping 50 (``eager``: the only CPU
-            backend with a backward that soft-caps; the dense reference)
+  gemma2    windows of 256 on alternate layers and soft-capping 50 (``per_document``: SDPA cannot
+            soft-cap, so each bucket runs the reference attention)
+  gemma2_eager   the same model with the plan forced to ``eager`` (the dense reference over the
+            whole row: what ``auto`` picked before buckets could soft-cap)
 
 The arms alternate, ``--rounds`` times after a warm-up; the median seconds per step and tokens/s.
 """
@@ -40,7 +42,10 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "llama4": ("Llama4ForCausalLM", {"attention_chunk_size": 256, "head_dim": 32, "intermediate_size_mlp": 688,
                                      "num_local_experts": 1, "layer_types": ["chunked_attention", "full_attention"] * 2}),
     "gemma2": ("Gemma2ForCausalLM", {"sliding_window": 256, "attn_logit_softcapping": 50.0, "head_dim": 32}),
+    "gemma2_eager": ("Gemma2ForCausalLM", {"sliding_window": 256, "attn_logit_softcapping": 50.0, "head_dim": 32}),
 }
+#: arms whose plan is made with this backend instead of ``auto``
+FORCED = {"gemma2_eager": "eager"}
 CONFIGS = {"LlamaForCausalLM": "LlamaConfig", "MistralForCausalLM": "MistralConfig",
            "Llama4ForCausalLM": "Llama4TextConfig", "Gemma2ForCausalLM": "Gemma2Config"}
 
@@ -81,13 +86,24 @@ def model(name: str) -> Any:
     return m
 
 
-def step(m: Any, b: dict[str, Any]) -> tuple[float, str]:
-    from seqpack.nn import packed_forward
-    from seqpack.nn.attention import count_backends
+def step(m: Any, b: dict[str, Any], backend: str = "auto") -> tuple[float, str]:
+    import torch
+
+    from seqpack.nn.attention import count_backends, plan_attention
+    from seqpack.nn.hf_adapter import hf_inputs
+    from seqpack.nn.hf_support import packing_support
+    from seqpack.nn.losses import sequence_token_losses
 
     t0 = time.perf_counter()
     with count_backends() as ran:
-        packed_forward(m, b).loss.backward()
+        inputs = hf_inputs(m, b)
+    if backend != "auto":
+        inputs["seqpack_plan"] = plan_attention(b["segment_ids"], causal=True, backend=backend,
+                                                needs=packing_support(m).needs, position_ids=inputs["position_ids"])
+        ran = {backend: 1}
+    with torch.enable_grad():
+        per, present = sequence_token_losses(m(**inputs).logits, b["labels"], b["segment_ids"], shift=True)
+        (per * present).sum().backward()
     m.zero_grad(set_to_none=True)
     return time.perf_counter() - t0, ",".join(sorted(ran))
 
@@ -106,18 +122,18 @@ def main() -> None:
     b = batch(rows)
     real = int((b["segment_ids"] > 0).sum())
     models = {name: model(name) for name in ARMS}
-    backends = {name: step(m, b)[1] for name, m in models.items()}  # warm-up
+    backends = {name: step(m, b, FORCED.get(name, "auto"))[1] for name, m in models.items()}  # warm-up
     times: dict[str, list[float]] = {name: [] for name in ARMS}
     for _ in range(rounds):
         for name, m in models.items():
-            times[name].append(step(m, b)[0])
+            times[name].append(step(m, b, FORCED.get(name, "auto"))[0])
     med = {name: statistics.median(ts) for name, ts in times.items()}
     out = {"rows": rows, "row_length": T, "real_tokens": real, "shape": SHAPE, "arms": {n: ARMS[n][1] for n in ARMS},
            "backend": backends, "seconds": times, "median_seconds": med,
            "tokens_per_second": {n: real / s for n, s in med.items()},
            "relative_to_llama": {n: med[n] / med["llama"] for n in med}}
     for n in ARMS:
-        print(f"{n:8s} {backends[n]:14s} {med[n]:7.2f} s  {real / med[n]:9,.0f} tokens/s  x{med[n] / med['llama']:.2f}")
+        print(f"{n:12s} {backends[n]:14s} {med[n]:7.2f} s  {real / med[n]:9,.0f} tokens/s  x{med[n] / med['llama']:.2f}")
     write_result(a.out, out, packages=("torch", "transformers"))
 
 

@@ -24,8 +24,8 @@ backend that cannot is refused naming the argument, and ``packed_attention(..., 
 checks each layer against its plan's backend, so none is ever dropped silently::
 
     needs   window, chunk         sdpa, eager, per_document, flex, context_parallel (varlen: window)
-            softcap               eager, flex
-            sinks                 eager
+            softcap               eager, per_document, flex
+            sinks                 eager, per_document
 
 ``branch_ids`` (B, T) (the preference task's layouts): without a shared prefix (``pairs``) each
 branch becomes a sequence of its own and every backend runs it; a shared prefix (prompt once,
@@ -106,7 +106,7 @@ def backends_for(needs: frozenset[str] | set[str]) -> tuple[str, ...]:
     """The backends that compute every layer argument in ``needs`` (:data:`FEATURES`).
 
         >>> backends_for({"softcap"})
-        ('eager', 'flex')
+        ('eager', 'per_document', 'flex')
     """
     unknown = set(needs) - set(FEATURES)
     if unknown:
@@ -137,23 +137,20 @@ def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype, needs: froz
 
     With ``needs`` (a layer's window, chunk, soft-capping or sinks), the first of these that
     computes them all: on CUDA in half precision the varlen kernels (a window), then ``flex``
-    (softcap); on CPU the rule above (a window, a chunk); ``eager`` otherwise (sinks; softcap on CPU,
-    where FlexAttention has no backward).
+    (softcap), ``sdpa``, ``per_document`` (sinks); on CPU the rule above for a window or a chunk, ``per_document``
+    for soft-capping or sinks (the reference attention per bucket; FlexAttention has no CPU backward).
     """
     B, T = segment_ids.shape
     if segment_ids.is_cuda:
         if not half_precision(dtype):
-            return "sdpa" if _able("sdpa", needs) else "eager"
+            return "sdpa" if _able("sdpa", needs) else "per_document"
         if flash_attn_available() and _able("flash_varlen", needs):
             return "flash_varlen"
         if torch_varlen() is not None and _able("varlen", needs):
             return "varlen"
-        for name in ("flex", "sdpa"):
-            if _able(name, needs):
-                return name
-        return "eager"
-    if not _able("sdpa", needs):
-        return "eager"
+        return next(name for name in ("flex", "sdpa", "per_document") if _able(name, needs))
+    if not _able("sdpa", needs):  # soft-capping or sinks: the reference per document, sum(l^2) work
+        return "per_document"
     if T < 1024 or B == 0:
         return "sdpa"
     lengths = bucket_lengths(sequence_lengths(segment_ids), T).double()

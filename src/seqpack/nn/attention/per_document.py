@@ -1,6 +1,8 @@
 """``per_document``: gather each sequence into a bucket of similar lengths and run SDPA per
 bucket (``is_causal`` when causal), so blocks between documents are never computed:
-``sum(l_i^2)`` work instead of ``T^2`` per row.
+``sum(l_i^2)`` work instead of ``T^2`` per row. A layer's window or chunk narrows each bucket's
+causal mask; soft-capping and sinks, which SDPA lacks, run the reference attention per bucket
+(still ``sum(l_i^2)``).
 
 With ``branch_ids`` (a shared prefix: the preference task's prompt, then two responses that
 never see each other) each response becomes a document with the prompt gathered in front of it
@@ -21,6 +23,7 @@ from seqpack.nn.attention.base import (
     LayerAttention,
     band,
     common,
+    reference_attention,
     tokens,
     untokens,
 )
@@ -175,13 +178,19 @@ def attend_per_document(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan:
         bq, bkk, bv = (x.view(bk.n, bk.size, H, d).transpose(1, 2) for x in (bq, bkk, bv))  # (n, H, Lb, d)
         mask = bk.key_mask if narrowed is None else narrowed[i]
         causal = plan.causal and mask is None  # a branch mask holds the causality itself
-        o = F.scaled_dot_product_attention(bq, bkk, bv, attn_mask=mask, is_causal=causal, scale=scale)
+        if layer.softcap is not None or layer.sinks is not None:  # SDPA has neither: the reference, per bucket
+            if causal:
+                mask = torch.ones(bk.size, bk.size, dtype=torch.bool, device=q.device).tril()
+            o = reference_attention(bq, bkk, bv, mask, scale=scale, layer=layer)
+        else:
+            o = F.scaled_dot_product_attention(bq, bkk, bv, attn_mask=mask, is_causal=causal, scale=scale)
         outs.append(o.transpose(1, 2).reshape(-1, H, d))  # (n * Lb, H, d)
     outs.append(q.new_zeros(1, H, d))
     return untokens(torch.cat(outs).index_select(0, plan.inverse), B, T)  # (B, H, T, d)
 
 
 PER_DOCUMENT = Backend(
-    name="per_document", plan=plan_per_document, attend=attend_per_document, features=frozenset({"window", "chunk"}),
+    name="per_document", plan=plan_per_document, attend=attend_per_document,
+    features=frozenset({"window", "chunk", "softcap", "sinks"}),
     summary="sequences gathered into length buckets, SDPA per bucket: sum(l^2) work, never T^2",
 )
