@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/stream.py --out benchmarks/results/stream.json
 	$(BIN)/python benchmarks/stream_train.py --out benchmarks/results/stream_train.json
 	$(BIN)/python benchmarks/context_parallel.py --out benchmarks/results/context_parallel.json
+	$(BIN)/python benchmarks/layer_attention.py --out benchmarks/results/layer_attention.json
 	$(BIN)/python benchmarks/balance.py --out benchmarks/results/balance.json
 	$(BIN)/python benchmarks/balance_torchrun.py --out benchmarks/results/balance_torchrun.json
 
