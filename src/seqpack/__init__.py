@@ -25,7 +25,7 @@ __all__ = ["BPEConfig", "BPEResult", "Tokenizer", "__version__", "train_bpe", "t
 
 
 def __getattr__(name: str) -> Any:
-    """The tokenizer's names, loaded on first use (see :mod:`seqpack.tokenizer`)."""
+    """The tokenizer's names, loaded on first use (see `seqpack.tokenizer`)."""
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from seqpack import tokenizer

@@ -79,7 +79,7 @@ def check_path(out: str | os.PathLike[str]) -> None:
 
 def check_writable(out: Path) -> None:
     """Refuse an output whose directory cannot be written (read-only, or not ours), or that
-    :func:`check_path` refuses, before any work."""
+    `check_path` refuses, before any work."""
     check_path(out)
     anc = Path(os.path.realpath(out)).parent
     while not anc.exists():
@@ -91,7 +91,7 @@ def check_writable(out: Path) -> None:
 def check_output_dir(path: str | os.PathLike[str], *, overwrite: bool,
                      inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
     """Refuse an existing non-empty ``path`` unless ``overwrite``, and any ``path`` that
-    :func:`check_not_input` refuses (``inputs``: what the command reads)."""
+    `check_not_input` refuses (``inputs``: what the command reads)."""
     check_not_input(path, inputs)
     out = Path(path)
     check_writable(out)
@@ -169,7 +169,7 @@ def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
 
 @contextmanager
 def atomic_directory(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a fresh temp dir; on success it replaces ``path`` in one rename (under :func:`output_lock`)."""
+    """Yield a fresh temp dir; on success it replaces ``path`` in one rename (under `output_lock`)."""
     with output_lock(path), _atomic_directory(path, overwrite=overwrite) as tmp:
         yield tmp
 

@@ -1,5 +1,5 @@
 """Names of a package loaded on first use (PEP 562): the package's ``__getattr__`` imports the
-module that defines a name, then :func:`keep` stores it, so later lookups are plain reads.
+module that defines a name, then `keep` stores it, so later lookups are plain reads.
 
     >>> ns = {"__name__": "pkg"}
     >>> import math

@@ -79,8 +79,8 @@ class LineBar(SilentBar):
 
 
 def progress_bar(enabled: bool = True, *, lines: float | None = None, **kw: Any) -> Any:
-    """A ``tqdm`` bar if ``enabled`` and stderr is a terminal; off a terminal a :class:`LineBar`
-    when ``lines`` (its interval in seconds) is given, else a :class:`SilentBar`."""
+    """A ``tqdm`` bar if ``enabled`` and stderr is a terminal; off a terminal a `LineBar`
+    when ``lines`` (its interval in seconds) is given, else a `SilentBar`."""
     if enabled and lines is not None and not on_terminal():
         return LineBar(interval=lines, **kw)
     if not (enabled and on_terminal()):

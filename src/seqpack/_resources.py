@@ -43,7 +43,7 @@ def cgroup_limit_files(proc_cgroup: str | None = None) -> list[str]:
 
 def machine_memory() -> int:
     """Bytes of memory this process may use: physical memory, or the lowest limit of the cgroups
-    that hold it (:func:`cgroup_limit_files`) when lower."""
+    that hold it (`cgroup_limit_files`) when lower."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     roots = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
     for f in dict.fromkeys([*cgroup_limit_files(), *roots]):
@@ -58,7 +58,7 @@ def machine_memory() -> int:
 
 
 def check_memory(nbytes: float, *, what: str, hint: str, share: float = 0.5) -> None:
-    """Refuse when ``what`` would take more than ``share`` of :func:`machine_memory`."""
+    """Refuse when ``what`` would take more than ``share`` of `machine_memory`."""
     limit = machine_memory() * share
     if nbytes > limit:
         raise ValueError(f"{what} would take about {nbytes / 2**30:,.1f} GiB, more than {share:.0%} of this machine's "

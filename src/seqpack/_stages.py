@@ -2,17 +2,17 @@
 
 A stage's record is ``{"key": KEY, "result": RESULT, "files": {FILE: SIZE:CRC32}}`` in one small
 JSON file, written atomically once the stage's outputs are complete. A later run reuses the stage
-only when the record holds the key that run computes (a content hash, :func:`content_hash`, of
+only when the record holds the key that run computes (a content hash, `content_hash`, of
 everything the stage's bytes depend on: the inputs' fingerprints, the tokenizer's, the options)
 and every file it recorded still has its checksum; otherwise the stage runs again, and
-:meth:`StageLog.check` says why (``"inputs changed"``, ``"output changed"``). Three jobs use it:
+`StageLog.check` says why (``"inputs changed"``, ``"output changed"``). Three jobs use it:
 
-- ``seqpack tokenize`` (:func:`seqpack.pipeline.tokenize.build_sharded_store`): a stage per shard;
-- ``seqpack pack`` (:mod:`seqpack.pipeline.job`): a stage per input shard, then per output shard;
-- ``seqpack demo`` (:mod:`seqpack.experiments.demo`): a stage per step.
+- ``seqpack tokenize`` (`seqpack.pipeline.tokenize.build_sharded_store`): a stage per shard;
+- ``seqpack pack`` (`seqpack.pipeline.job`): a stage per input shard, then per output shard;
+- ``seqpack demo`` (`seqpack.experiments.demo`): a stage per step.
 
 Jobs that write one output directory keep their stages in a work directory beside it
-(:func:`work_dir`, ``.OUT.partial/``), kept only for the same job.
+(`work_dir`, ``.OUT.partial/``), kept only for the same job.
 
     >>> import tempfile
     >>> log = StageLog(Path(tempfile.mkdtemp()))
@@ -107,7 +107,7 @@ def file_checksum(path: str | Path, *, chunk: int = 1 << 20) -> str:
 
 
 def file_fingerprint(path: str | Path) -> list[Any]:
-    """``[size, mtime_ns]`` of a file: what changes whenever it is rewritten (cheap; see :func:`file_sha256`)."""
+    """``[size, mtime_ns]`` of a file: what changes whenever it is rewritten (cheap; see `file_sha256`)."""
     st = os.stat(path)
     return [st.st_size, st.st_mtime_ns]
 
@@ -187,7 +187,7 @@ class StageLog:
 
     def finish(self, name: str, key: str, result: Any, *, files: Iterable[str | Path] = ()) -> None:
         """Record ``name`` as finished with ``key`` (call once its outputs are complete); ``files``
-        (files, or directories: every file under them) are checksummed (:func:`file_checksum`), and
+        (files, or directories: every file under them) are checksummed (`file_checksum`), and
         verified before any reuse."""
         self.directory.mkdir(parents=True, exist_ok=True)
         sums = {}
@@ -200,7 +200,7 @@ class StageLog:
         write_text_atomic(self.path(name), json.dumps(rec, default=str))
 
     def checksum(self, name: str, path: str | Path) -> str:
-        """The checksum :meth:`finish` recorded for ``path`` (a file of stage ``name``'s outputs),
+        """The checksum `finish` recorded for ``path`` (a file of stage ``name``'s outputs),
         without reading the file again."""
         rec = json.loads(self.path(name).read_text(encoding="utf-8"))
         return str(rec["files"][Path(os.path.relpath(path, self.directory)).as_posix()])

@@ -1,4 +1,4 @@
-"""Deprecated: the engines moved to :mod:`seqpack.pipeline.engine` (issue 23)."""
+"""Deprecated: the engines moved to `seqpack.pipeline.engine` (issue 23)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ sequences packed into it, and ``seq_lengths`` lists their lengths (TRL's padding
 ``position_ids`` from it). What differs is the plan: TRL packs each ``datasets.map`` batch (1,000
 rows) on its own with best fit decreasing; here one plan covers the whole dataset (``best``: the
 fewest of best fit, worst fit and the LP's rounding, the LP's effort bounded by what it could still
-win, see :mod:`seqpack.packing.best`), so the same sequences take as many rows or fewer.
+win, see `seqpack.packing.best`), so the same sequences take as many rows or fewer.
 
     >>> import datasets
     >>> ds = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]]})
@@ -20,7 +20,7 @@ Strategies: seqpack's ``best`` (default), ``lpfhp``, ``spfhp``, ``nnlshp``, and 
 ``bfd`` (best fit decreasing, over the whole dataset) and ``bfd_split``. Sequences longer than
 ``seq_length`` are truncated (TRL's ``bfd``), or, with ``bfd_split`` or a ``*_split`` strategy
 (``best_split``...), split into pieces of at most ``seq_length``. An ``IterableDataset`` is packed
-online (:class:`seqpack.packing.StreamPacker`) in buffers of ``map_kwargs["batch_size"]``
+online (`seqpack.packing.StreamPacker`) in buffers of ``map_kwargs["batch_size"]``
 (default 10,000) sequences; a ``DatasetDict`` split by split.
 """
 

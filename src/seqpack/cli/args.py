@@ -118,7 +118,7 @@ def add_balance_options(p: argparse.ArgumentParser) -> None:
 
 
 def schedule_from_args(args: argparse.Namespace, *, seed: int = 0) -> Any:
-    """The :class:`~seqpack.packing.balance.ScheduleOptions` that ``--world-size/--micro-batch`` and
+    """The `ScheduleOptions` that ``--world-size/--micro-batch`` and
     ``--cost`` or ``--hidden`` name, or None without ``--world-size``."""
     from seqpack.packing.balance import RowCost, ScheduleOptions, load_row_cost
 

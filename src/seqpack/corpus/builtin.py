@@ -68,7 +68,7 @@ def extract_python_docs() -> list[str]:
 
 
 def _cached(name: str, build: Any, use_cache: bool) -> list[Any]:
-    """``build()``, cached as JSON lines under :func:`cache_dir` (keyed by Python version and stdlib path)."""
+    """``build()``, cached as JSON lines under `cache_dir` (keyed by Python version and stdlib path)."""
     if not use_cache:
         return build()  # type: ignore[no-any-return]
     stdlib = sysconfig.get_paths()["stdlib"]

@@ -31,7 +31,7 @@ def require_file(path: str | os.PathLike[str]) -> Path:
 
 
 def readable_file(path: str | os.PathLike[str]) -> str:
-    """:func:`require_file`, as a string (no pathlib).
+    """`require_file`, as a string (no pathlib).
 
         >>> readable_file("/nonexistent/x.txt")
         Traceback (most recent call last):
@@ -251,7 +251,7 @@ def read_documents(
     one_per_line: bool = False,
     errors: str = "strict",
 ) -> Iterator[str]:
-    """Documents of several files (a directory: its files, :func:`expand_inputs`), chosen by suffix:
+    """Documents of several files (a directory: its files, `expand_inputs`), chosen by suffix:
     ``.jsonl``, ``.parquet``, else text."""
     for path in expand_inputs(paths):
         suffix = _suffix(path)

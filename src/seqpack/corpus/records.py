@@ -3,7 +3,7 @@
     >>> list(iter_records([{"text": "hi", "label": 1}]))
     [{'text': 'hi', 'label': 1}]
 
-A folder is read as its record files in sorted path order (:func:`record_files`), one after
+A folder is read as its record files in sorted path order (`record_files`), one after
 another, so its records are numbered the same on every machine.
 """
 
@@ -42,7 +42,7 @@ def _is_paths(source: Any) -> bool:
 
 
 def iter_records(source: str | os.PathLike[str] | Iterable[Any], *, glob: str | None = None) -> Iterator[dict[str, Any]]:
-    """Dict records of a ``.jsonl``/``.parquet`` file, of a folder of them (:func:`record_files`;
+    """Dict records of a ``.jsonl``/``.parquet`` file, of a folder of them (`record_files`;
     ``glob`` picks its files), of a list of such paths, or of any iterable of dicts (HF ``Dataset``)."""
     if _is_paths(source):
         for path in source:  # type: ignore[union-attr]

@@ -2,9 +2,9 @@
 Parquet parts + ``manifest.json`` (+ optional ``.bin``), lazy readers, the torch ``Dataset``,
 the padded view, predictions unpacked, and TRL's padding-free examples.
 
-Everything but :class:`PackedDataset` and :func:`collate_packed` is numpy/pyarrow;
+Everything but `PackedDataset` and `collate_packed` is numpy/pyarrow;
 those two import torch on first use. The pack job that writes this format is
-:mod:`seqpack.pipeline` (``PackConfig``, ``build_packed_dataset``).
+`seqpack.pipeline` (``PackConfig``, ``build_packed_dataset``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ __all__ = [
     "write_packed",
 ]
 
-#: names that lived here before the pack job moved to :mod:`seqpack.pipeline` (issue 23)
+#: names that lived here before the pack job moved to `seqpack.pipeline` (issue 23)
 _MOVED = ("PackConfig", "build_packed_dataset", "build_sequences", "pack_task")
 
 

@@ -1,13 +1,13 @@
 """Packed rows split across context-parallel (CP) ranks, per document, balanced.
 
 A row packed for ``C`` CP ranks holds documents whose lengths were rounded up to a multiple of
-``2C`` when it was planned (:func:`cp_lengths`), and ``max_len`` is a multiple of ``2C``. Laid out
-with each document followed by its rounding padding (:func:`cp_layout`), every document's span
+``2C`` when it was planned (`cp_lengths`), and ``max_len`` is a multiple of ``2C``. Laid out
+with each document followed by its rounding padding (`cp_layout`), every document's span
 cuts into ``2C`` equal chunks, and rank ``r`` takes chunks ``r`` and ``2C - 1 - r`` of every span
-(the causal load-balancing split, rotated over the documents, :func:`cp_shard_index`): each rank holds ``max_len / C`` tokens
+(the causal load-balancing split, rotated over the documents, `cp_shard_index`): each rank holds ``max_len / C`` tokens
 and, under the per-document causal mask, the same number of attended (query, key) pairs. The
 row's trailing padding is one more span, split the same way. Every column travels with its tokens
-(:func:`cp_shard`); nothing is truncated.
+(`cp_shard`); nothing is truncated.
 
     >>> seg = np.array([1, 1, 1, 2, 2, 2, 2, 2, 0, 0, 0, 0])   # documents of 3 and 5 tokens
     >>> lay = cp_layout(seg, cp=1)                            # rounded to 4 and 6 (2C = 2)
@@ -69,7 +69,7 @@ def cp_layout(seg: np.ndarray, *, cp: int) -> CPLayout:
     """The CP layout of a row with segment ids ``seg`` (L,): each document followed by padding up
     to a multiple of ``2 * cp``, in order, then the row's trailing padding.
 
-    A row whose rounded documents do not fit (it was not planned with :func:`cp_lengths`) is
+    A row whose rounded documents do not fit (it was not planned with `cp_lengths`) is
     refused: pack it for this context-parallel size.
     """
     check_cp(cp)
@@ -111,8 +111,8 @@ def cp_shard_index(spans: np.ndarray, *, cp: int, rank: int) -> np.ndarray:
 
 
 def cp_shard(columns: Mapping[str, np.ndarray], segment_ids: np.ndarray, *, cp: int, rank: int) -> dict[str, np.ndarray]:
-    """Rank ``rank``'s share of one row: every per-token column (L,) laid out (:func:`cp_layout`,
-    padding from :data:`PAD_VALUES`, else 0) and gathered at :func:`cp_shard_index`.  # (L,) -> (L / cp,)
+    """Rank ``rank``'s share of one row: every per-token column (L,) laid out (`cp_layout`,
+    padding from `PAD_VALUES`, else 0) and gathered at `cp_shard_index`.  # (L,) -> (L / cp,)
 
     ``segment_ids`` is padding (0) on the layout's padding, so no token attends to it.
 
@@ -134,7 +134,7 @@ def cp_shard(columns: Mapping[str, np.ndarray], segment_ids: np.ndarray, *, cp: 
 
 
 def cp_shard_reference(segment_ids: np.ndarray, *, cp: int, rank: int) -> list[int]:
-    """The obvious loop behind :func:`cp_layout` + :func:`cp_shard_index`: the row positions rank
+    """The obvious loop behind `cp_layout` + `cp_shard_index`: the row positions rank
     ``rank`` holds, in order (-1: padding)."""
     seg = [int(x) for x in segment_ids]
     laid: list[int] = []

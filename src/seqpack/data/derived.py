@@ -7,10 +7,10 @@ out of the Parquet parts (less to encode, compress, write and read: of a ``clm``
 encoding ``labels`` took a third of the time, ``segment_ids`` a sixth) and the manifest's
 ``derived_columns`` names the rule that makes each one again; ``columns`` still lists every column,
 with its dtype and shape, and ``.bin`` files (written for zero-copy reads) still hold them all.
-Every seqpack reader (:func:`load_packed`, :class:`PackedRows`, so ``PackedDataset`` and training;
+Every seqpack reader (`load_packed`, `PackedRows`, so ``PackedDataset`` and training;
 ``PackedCollator`` for rows read elsewhere) rebuilds them, so what they return is unchanged. Other
 readers (``datasets.load_dataset("parquet", ...)``) see the stored columns and may map
-:func:`seqpack.data.add_derived_columns` over them (or the dataset be written with ``--write-derived``).
+`seqpack.data.add_derived_columns` over them (or the dataset be written with ``--write-derived``).
 
 Each rule is a pure function of stored columns, registered here by name (the name is part of
 the format: a new rule is added, an existing one never changed).

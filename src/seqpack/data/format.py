@@ -7,7 +7,7 @@ Layout::
     DIR/bin/<column>.bin           (optional) raw C-order arrays for zero-copy np.memmap
 
 ``datasets.load_dataset("parquet", data_files=f"{DIR}/data/*.parquet")`` loads it;
-:func:`load_packed` reads it back into numpy arrays (memory-mapped with ``.bin``).
+`load_packed` reads it back into numpy arrays (memory-mapped with ``.bin``).
 The directory appears only complete: it is built in a temp dir and renamed.
 """
 
@@ -30,7 +30,7 @@ from seqpack.data.layout import PackedColumns
 
 FORMAT_VERSION = 1
 #: the version of a dataset whose Parquet parts leave out derived columns (``derived_columns``,
-#: :mod:`seqpack.data.derived`): a reader that cannot rebuild them refuses it instead of missing them
+#: `seqpack.data.derived`): a reader that cannot rebuild them refuses it instead of missing them
 DERIVED_FORMAT_VERSION = 2
 READS = (FORMAT_VERSION, DERIVED_FORMAT_VERSION)
 KIND = "seqpack.packed_dataset"
@@ -41,7 +41,7 @@ COMPRESSION = ("none", "snappy", "zstd", "lz4", "gzip")
 TOKEN_COLUMNS = ("input_ids", "segment_ids", "position_ids", "token_type_ids")
 #: columns of ids and counts (any integer type, never a float)
 INTEGER_COLUMNS = (*TOKEN_COLUMNS, "num_sequences", "example_ids")
-#: Parquet encodings of the numeric columns: BYTE_STREAM_SPLIT (:func:`parquet_encodings`; read by
+#: Parquet encodings of the numeric columns: BYTE_STREAM_SPLIT (`parquet_encodings`; read by
 #: pyarrow >= 16, so ``datasets``, and DuckDB since 2026-07) or PLAIN (read by any Parquet reader)
 ENCODINGS = ("byte_stream_split", "plain")
 
@@ -83,8 +83,8 @@ def manifest_fields(
     task: str, plan: Any, max_len: int, max_depth: int, columns: dict[str, Any], extra: dict[str, Any],
     *, derived: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """:func:`manifest_of` from its parts (the sharded writer has no columns in memory). ``derived``:
-    the columns left out of the Parquet parts, and the rule that rebuilds each (:mod:`seqpack.data.derived`)."""
+    """`manifest_of` from its parts (the sharded writer has no columns in memory). ``derived``:
+    the columns left out of the Parquet parts, and the rule that rebuilds each (`seqpack.data.derived`)."""
     plan_d = plan.to_dict()
     plan_d.pop("seconds", None)  # timings would make equal inputs give different bytes
     plan_d["info"] = {k: v for k, v in plan_d.get("info", {}).items() if "seconds" not in k}
@@ -156,7 +156,7 @@ def write_parquet_groups(path: Path, groups: Iterable[dict[str, np.ndarray]], ro
                          encoding: str = ENCODINGS[0]) -> None:
     """One Parquet file from consecutive blocks of rows (each ``column -> array``, the same columns),
     so that only one block need be in memory; a block of up to ``row_group`` rows is one row group.
-    The bytes are those of writing all the blocks as one table. ``encoding``: one of :data:`ENCODINGS`."""
+    The bytes are those of writing all the blocks as one table. ``encoding``: one of `ENCODINGS`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -183,7 +183,7 @@ SHARD_TOKENS = 1 << 24
 
 
 def default_shard_packs(max_len: int) -> int:
-    """Packs per shard so that a shard holds about :data:`SHARD_TOKENS` tokens (at most 50,000 packs).
+    """Packs per shard so that a shard holds about `SHARD_TOKENS` tokens (at most 50,000 packs).
 
     >>> default_shard_packs(512), default_shard_packs(2048)
     (32768, 8192)
@@ -199,7 +199,7 @@ ROW_GROUP_TOKENS = 1 << 20
 
 
 def default_row_group_packs(max_len: int) -> int:
-    """Packs per Parquet row group so that a row group holds about :data:`ROW_GROUP_TOKENS` tokens.
+    """Packs per Parquet row group so that a row group holds about `ROW_GROUP_TOKENS` tokens.
 
     >>> default_row_group_packs(512), default_row_group_packs(2048), default_row_group_packs(1 << 21)
     (2048, 512, 1)
@@ -224,9 +224,9 @@ def write_packed(
 ) -> dict[str, Any]:
     """Write ``pc`` to ``out`` (atomically, manifest last); returns the manifest. ``arrays``: more
     files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest names them).
-    ``derived``: columns left out of the Parquet parts, ``name -> rule`` (:mod:`seqpack.data.derived`).
+    ``derived``: columns left out of the Parquet parts, ``name -> rule`` (`seqpack.data.derived`).
     ``shard_packs`` / ``row_group_packs``: packs per Parquet part / row group (default: about
-    :data:`SHARD_TOKENS` / :data:`ROW_GROUP_TOKENS` tokens' worth)."""
+    `SHARD_TOKENS` / `ROW_GROUP_TOKENS` tokens' worth)."""
     if compression not in COMPRESSION:
         raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {compression!r}")
     if encoding not in ENCODINGS:
@@ -270,7 +270,7 @@ def write_packed(
 
 def add_checksums(root: Path, shards: list[dict[str, Any]], *, workers: int | None = None) -> None:
     """Record each written part's ``"SIZE:CRC32"`` in its manifest entry (``checksum``): what a
-    resumed training run is checked against (:func:`verify_parts`), and part of the dataset's identity."""
+    resumed training run is checked against (`verify_parts`), and part of the dataset's identity."""
     from seqpack._stages import file_checksum
 
     with ThreadPoolExecutor(max_workers=workers or default_workers()) as ex:  # zlib reads without the GIL

@@ -208,7 +208,7 @@ def pack_sequences(
     position_offset: int = 0,
     round_to: int = 1,
 ) -> PackedColumns:
-    """Plan with :func:`seqpack.packing.pack_lengths` (``round_to``: its rounding of the lengths),
+    """Plan with `seqpack.packing.pack_lengths` (``round_to``: its rounding of the lengths),
     assign, and build every column."""
     check_max_len(max_len)
     if isinstance(position_offset, bool) or not isinstance(position_offset, int) or position_offset < 0:

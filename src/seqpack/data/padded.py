@@ -27,7 +27,7 @@ TOKEN_COLUMNS = ("input_ids", "segment_ids", "position_ids", "token_type_ids")
 
 def token_columns(*, token_labels: bool) -> tuple[str, ...]:
     """Names of the ``(P, L)`` per-token columns (``labels`` when the dataset's labels are per token,
-    :attr:`seqpack.data.format.DatasetFacts.token_labels`)."""
+    `seqpack.data.format.DatasetFacts.token_labels`)."""
     return TOKEN_COLUMNS + (("labels",) if token_labels else ())
 
 
@@ -62,7 +62,7 @@ def padded_rows(
 ) -> dict[str, np.ndarray]:
     """One row per span: per-token columns ``(B, L)``, per-sequence ones ``(B, 1, ...)``.
 
-    Vectorised gather; :func:`padded_rows_reference` is the loop it is tested against.
+    Vectorised gather; `padded_rows_reference` is the loop it is tested against.
     """
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 4)
     pack, start, length, slot = spans.T

@@ -1,8 +1,8 @@
 """Each data-parallel rank's packs, step by step, from a dataset's balanced schedule (numpy, no torch).
 
 ``seqpack pack --world-size W --micro-batch B`` writes ``schedule.npy``: every pack in one slot
-of ``(steps, W, B)``, each step's ranks of even cost (:mod:`seqpack.packing.balance`).
-:class:`BalancedSampler` replaces ``DistributedSampler``: rank ``r`` takes ``steps[s, r]`` for
+of ``(steps, W, B)``, each step's ranks of even cost (`seqpack.packing.balance`).
+`BalancedSampler` replaces ``DistributedSampler``: rank ``r`` takes ``steps[s, r]`` for
 every step ``s``, so a ``DataLoader(..., batch_size=B)`` on every rank gives one balanced step at
 a time. Each epoch visits the steps in a fresh order (seeded by ``(seed, epoch)``); a step's
 packs never change, so its ranks stay balanced. Iteration is a pure function of

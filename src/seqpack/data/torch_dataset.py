@@ -38,7 +38,7 @@ def to_tensors(columns: dict[str, np.ndarray], *, float_labels: bool = False) ->
 class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     """Packs of a directory written by ``seqpack pack``; item ``i`` is a dict of tensors.
 
-    Rows are read on demand (:class:`seqpack.data.rows.PackedRows`): memory-mapped ``.bin``
+    Rows are read on demand (`seqpack.data.rows.PackedRows`): memory-mapped ``.bin``
     columns, or Parquet row groups with a small cache; the dataset is never loaded whole.
     """
 

@@ -2,7 +2,7 @@
 
 TRL's ``SFTTrainer`` with ``padding_free=True`` flattens each batch with its own collator,
 which reads per example ``input_ids``, ``labels`` and ``seq_lengths`` (the layout its ``bfd``
-packing writes). :func:`trl_examples` writes a seqpack pack in that layout: the pack's real
+packing writes). `trl_examples` writes a seqpack pack in that layout: the pack's real
 tokens, their labels and the length of each sequence in it. Hand the result to TRL with
 ``dataset_kwargs={"skip_prepare_dataset": True}`` so that it is used as is::
 

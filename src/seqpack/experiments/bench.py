@@ -35,7 +35,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16} 
 
 def bench_lengths(source: str) -> np.ndarray:
     """The length histogram ``--lengths`` names (index = length - 1): ``wikipedia`` (shipped with
-    the package), a ``.npy`` / ``.csv`` file (:func:`seqpack.packing.load_histogram`), or a packed
+    the package), a ``.npy`` / ``.csv`` file (`seqpack.packing.load_histogram`), or a packed
     dataset directory (its manifest's histogram)."""
     from seqpack.packing import (
         BUILTIN_HISTOGRAMS,
@@ -136,7 +136,7 @@ def make_batches(lengths: np.ndarray, T: int, batch: int, count: int, *, seed: i
 
 def hf_style_loss(logits: torch.Tensor, labels: torch.Tensor, seg: torch.Tensor, shift: bool) -> torch.Tensor:
     """Per-sequence mean loss from logits at every position (transformers' way of computing the
-    logits), through :func:`seqpack.nn.losses.sequence_token_losses`."""
+    logits), through `seqpack.nn.losses.sequence_token_losses`."""
     from seqpack.nn.losses import mean_over, sequence_token_losses
 
     per, present = sequence_token_losses(logits, labels, seg, shift=shift)
@@ -203,7 +203,7 @@ def _check_memory(cfg: BenchConfig, hist: np.ndarray) -> None:
 
 
 def run_bench_model(cfg: BenchConfig, shape: dict[str, int] | None = None) -> tuple[dict[str, Any], torch.nn.Module, dict[str, Any]]:
-    """:func:`run_bench` with the model shaped by ``shape``; also returns the packed model and the batches."""
+    """`run_bench` with the model shaped by ``shape``; also returns the packed model and the batches."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     hist = bench_lengths(cfg.lengths)

@@ -9,7 +9,7 @@ equal sequences (``sum(l^2)`` from ``L^2`` down to ``L^2/64``), and long sequenc
 short ones. All are full, as packed rows are: a model runs every position of a row, padding
 included, so ``per_token * tokens`` is then the row's per-position work. Every design is
 timed forward + backward (``rows`` copies per step, interleaved rounds, round 0 warms up; the
-median per design), and :func:`seqpack.packing.balance.fit_row_cost` fits
+median per design), and `seqpack.packing.balance.fit_row_cost` fits
 ``seconds = a * tokens + b * sum(l^2) + c * sequences``. ``seqpack train --balance compute
 --cost FILE`` and ``seqpack plan --cost FILE`` then balance by these measured seconds instead of
 the FLOP model.
@@ -95,7 +95,7 @@ def calibrate(cfg: BenchConfig) -> dict[str, Any]:
 
 
 def model_flops(model: torch.nn.Module, *, causal: bool) -> RowCost:
-    """:meth:`RowCost.from_flops` of a seqpack model (its config's hidden size and layers)."""
+    """`RowCost.from_flops` of a seqpack model (its config's hidden size and layers)."""
     c = model.config  # type: ignore[union-attr]
     return RowCost.from_flops(hidden=int(c.hidden), layers=int(c.layers), ffn=getattr(c, "intermediate", 0) or None,
                               vocab=0, causal=causal)

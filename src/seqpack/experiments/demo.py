@@ -1,7 +1,7 @@
 """The main job (``seqpack demo`` / ``make demo``): the whole pipeline, and each claim shown on data where it applies.
 
 Stages (each recorded with the hash of its inputs in ``OUT/stages/`` and reused while that hash and
-its outputs stay the same, :mod:`seqpack._stages`; ``fresh`` re-runs all):
+its outputs stay the same, `seqpack._stages`; ``fresh`` re-runs all):
 
 1. train a byte-level BPE tokenizer (checked against the reference encoder) and build the token store;
 2. pack the corpus for MLM + NSP (128 tokens) and causal LM (512 tokens), and the fine-tuning set:
@@ -13,11 +13,11 @@ its outputs stay the same, :mod:`seqpack._stages`; ``fresh`` re-runs all):
 5. **fine-tuning with real labels**, padded vs packed: speed-up and accuracy;
 6-7. **convergence** of BERT (MLM) and GPT (CLM): padded and packed runs on the same sequences in the
    same optimiser steps, so eval losses must agree;
-8. ``OUT/report.html`` with the tables and PNG plots (see :mod:`seqpack.experiments.demo_report`).
+8. ``OUT/report.html`` with the tables and PNG plots (see `seqpack.experiments.demo_report`).
 
 Realised speed-ups come from packed and padded steps timed in alternation on the same packs after a
-warm-up round (:func:`seqpack.experiments.compare.interleaved_speedup`), so one-off costs and the
-machine's drift hit both arms alike; the stage functions live in :mod:`seqpack.experiments.demo_stages`.
+warm-up round (`seqpack.experiments.compare.interleaved_speedup`), so one-off costs and the
+machine's drift hit both arms alike; the stage functions live in `seqpack.experiments.demo_stages`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ GOALS = {"regime_speedup": 1.85, "finetune_ratio": 0.8, "accuracy_points": 1.0, 
 
 class Stages:
     """The demo's stages in order, numbered and timed as they run; each one resumable
-    (:class:`seqpack._stages.StageLog` in ``OUT/stages/``)."""
+    (`seqpack._stages.StageLog` in ``OUT/stages/``)."""
 
     def __init__(self, out: Path, *, fresh: bool, total: int, echo: Callable[[str], None]) -> None:
         self.log, self.fresh, self.total, self.echo = StageLog(out / "stages"), fresh, total, echo
@@ -69,7 +69,7 @@ class Stages:
 
 def claim_output(out: Path, *, overwrite: bool, inputs: Sequence[str] = ()) -> None:
     """Make ``out`` the demo's directory, or refuse it: an empty or new directory, or one an earlier
-    demo marked (:data:`MARKER`), is the demo's; a directory holding anything else is replaced only
+    demo marked (`MARKER`), is the demo's; a directory holding anything else is replaced only
     with ``overwrite`` (the demo writes ``tokenizer/``, ``store/``, ``packed_*/``, ``runs/`` and
     ``stages/`` there, replacing folders of those names)."""
     from seqpack._atomic import check_not_input, check_writable, write_text_atomic
@@ -93,11 +93,11 @@ def run_demo(
     workers: int | None = None, progress: bool = True, fresh: bool = False, threads: int | None = None,
     budget: float = 1.0, overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Run (or reuse) every stage; returns the summary :func:`format_summary` prints.
+    """Run (or reuse) every stage; returns the summary `format_summary` prints.
 
     ``budget`` scales the training and timing work of each stage (1.0: the defaults in
-    :mod:`seqpack.experiments.demo_stages`). ``out_dir`` must be new, empty or an earlier demo's
-    (:func:`claim_output`); ``overwrite`` lets the demo write into any directory."""
+    `seqpack.experiments.demo_stages`). ``out_dir`` must be new, empty or an earlier demo's
+    (`claim_output`); ``overwrite`` lets the demo write into any directory."""
     if not 0 < budget <= MAX_BUDGET:  # nan and inf too: refused before any stage runs
         raise ValueError(f"budget must be > 0 and at most {MAX_BUDGET}, got {budget}")
     from seqpack._parallel import default_workers

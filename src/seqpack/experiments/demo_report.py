@@ -80,7 +80,7 @@ ROUND_SPREAD = 0.25
 
 def timing_verdict(value: float, goal: float, rounds: list[float]) -> str:
     """A time claim's verdict: ``yes`` when the median ``value`` meets ``goal``; when it does not,
-    ``no`` if the alternating ``rounds`` agree within :data:`ROUND_SPREAD` of their median, else
+    ``no`` if the alternating ``rounds`` agree within `ROUND_SPREAD` of their median, else
     "unmeasurable under load" with their range (the figure says more about the machine than the code).
 
         >>> timing_verdict(1.9, 1.85, [1.9, 1.8])

@@ -2,16 +2,16 @@
 
 Each returns a JSON-able dict. What each stage shows, and why its set-up is what it is:
 
-* :func:`table1`: the paper's Table 1 — every packing algorithm at depths 1, 2, 3 and unlimited on
+* `table1`: the paper's Table 1 — every packing algorithm at depths 1, 2, 3 and unlimited on
   the paper's own Wikipedia lengths (shipped with seqpack), then the same table on this corpus.
-* :func:`paper_regime`: the paper's 2x in throughput. Wikipedia lengths at 512 and the MLM head
+* `paper_regime`: the paper's 2x in throughput. Wikipedia lengths at 512 and the MLM head
   only at masked tokens, as in the paper, on a model whose step is dominated by the transformer
   body: wide and shallow (hidden 768, 2 layers), the demo tokenizer's 8,192-token vocabulary.
   Packing removes the body's padding work, not the vocabulary projection (its cost grows with real
   tokens), so the body must dominate for the realised speed-up to approach the packing factor.
-* :func:`finetune`: a task with real labels from the built-in corpus (which standard-library
+* `finetune`: a task with real labels from the built-in corpus (which standard-library
   package a docstring comes from), at 128 tokens where most of a padded row is padding.
-* :func:`convergence`: padded and packed runs that take the same optimiser steps on the same
+* `convergence`: padded and packed runs that take the same optimiser steps on the same
   sequences (``--padded --match packs``), so their losses agree to float rounding.
 
 Realised speed-ups are timed in alternation (packed, padded, packed, ...) on the same packs after a
@@ -126,7 +126,7 @@ def finetune(out: Path, threads: int | None, progress: bool, budget: float) -> d
 
 
 def timed(r: dict[str, Any], cfg: Any, budget: float, steps: int = 4) -> dict[str, Any]:
-    """The realised speed-up from steps timed in alternation (:func:`interleaved_speedup`), not
+    """The realised speed-up from steps timed in alternation (`interleaved_speedup`), not
     from the two runs one after the other, whose times drift with the machine's load."""
     from seqpack.experiments.compare import interleaved_speedup
 
@@ -150,7 +150,7 @@ def convergence(out: Path, task: str, threads: int | None, progress: bool, budge
 
 
 def tiny_split(cfg: Any) -> dict[str, dict[str, float]]:
-    """:func:`~seqpack.experiments.bench.time_split` of the run's BERT on one step's padded and packed rows."""
+    """`time_split` of the run's BERT on one step's padded and packed rows."""
     import torch
 
     from seqpack.experiments.bench import time_split

@@ -4,14 +4,14 @@ CPU, run through each of seqpack's packed entry points, and compared with each d
     results = run_matrix()                    # one Row per architecture
     rows[0].cells["packed_forward"]           # Cell(status="exact", error=3e-07) / "refused" / "wrong"
 
-Each architecture gets a tiny random config (:func:`tiny_config`): 32-wide, two heads (one key/value
+Each architecture gets a tiny random config (`tiny_config`): 32-wide, two heads (one key/value
 head), a few layers covering every layer kind its config names, sliding windows and chunks of
-:data:`WINDOW` tokens (shorter than the documents, so that they matter), MoE with four experts. The
-documents are :data:`DOCUMENTS` long; the group layout packs :data:`GROUPS` (a prompt, then
+`WINDOW` tokens (shorter than the documents, so that they matter), MoE with four experts. The
+documents are `DOCUMENTS` long; the group layout packs `GROUPS` (a prompt, then
 completions that share it). A cell is
 
 - ``exact``: every document's log-probabilities (and, on the entry points marked so, the
-  gradient of their sum) within :data:`TOLERANCE` of the document alone, in float32;
+  gradient of their sum) within `TOLERANCE` of the document alone, in float32;
 - ``refused``: a one-line ``ValueError`` before any output;
 - ``wrong``: anything else. The matrix test fails on it.
 
@@ -44,7 +44,7 @@ VOCAB = 96
 TOLERANCE = 1e-5
 #: a gradient is a sum over every token of the rows (~60) and every head and position of the layers
 #: above, each rounding at 2^-24 relative: its difference is judged relative to the model's largest
-#: gradient entry, against 1e-4 (scaled by this ratio onto :data:`TOLERANCE`); a window or sink missing from
+#: gradient entry, against 1e-4 (scaled by this ratio onto `TOLERANCE`); a window or sink missing from
 #: the backward moves gradients by 1e-2 and more
 GRAD_TOLERANCE_RATIO = TOLERANCE / 1e-4
 #: a tiny model is far smaller; a bigger one means a size key the overrides missed

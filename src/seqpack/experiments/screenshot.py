@@ -4,7 +4,7 @@
 
 Needs Debian's ``chromium`` package (or any Chromium/Chrome on PATH); nothing is downloaded.
 The page is rendered at ``width`` CSS pixels in a tall window and the blank space below it is
-cropped. :func:`missing_images` lists the ``<img>`` files a page names that do not exist or are
+cropped. `missing_images` lists the ``<img>`` files a page names that do not exist or are
 not PNGs (what a browser would show as broken images).
 """
 

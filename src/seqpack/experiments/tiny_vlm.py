@@ -5,7 +5,7 @@ each family with a byte-level seqpack tokenizer and the family's chat format.
     processor, model = tiny_vlm("qwen2_vl")          # also "qwen2_5_vl", "llava"
     processor = tiny_processor("qwen2_vl", max_pixels=448 * 448)
 
-Families (:data:`FAMILIES`): ``qwen2_vl`` and ``qwen2_5_vl`` (mRoPE; an image's tokens depend on
+Families (`FAMILIES`): ``qwen2_vl`` and ``qwen2_5_vl`` (mRoPE; an image's tokens depend on
 its size: one per 2x2 block of 14-pixel patches here, as in the released models), ``llava``
 (1-D RoPE; every image becomes 16 tokens).
 """

@@ -3,7 +3,7 @@ where a target is predicted.
 
 Rows carry ``input_ids``, ``segment_ids``, ``position_ids`` and, optionally, ``branch_ids``: a
 shared prefix (branch 0, a prompt) and branches after it (responses, completions) that attend to
-the prefix and to themselves, never to each other (:func:`seqpack.nn.masks.attention_mask`)::
+the prefix and to themselves, never to each other (`seqpack.nn.masks.attention_mask`)::
 
     hidden, head = causal_states(model, batch)     # hidden (B, T, H)
     logits = head(hidden[rows, cols])              # (N, V): the head only at the N positions asked for
@@ -12,7 +12,7 @@ Works with seqpack's ``GPT`` and transformers causal LMs (Llama, GPT-2, Qwen2, .
 seqpack's attention plan (``attn_implementation="seqpack_packed"``), a 4-D mask built from the
 branches (bool for ``sdpa``, additive for ``eager``), or, padding-free (``flash_attention_*``,
 ``seqpack_varlen``) and only without a shared prefix, each branch as a sequence of its own. A
-transformers model in :data:`seqpack.nn.hf_causal_lm.HEAD_AT_TARGETS` has its base model and
+transformers model in `seqpack.nn.hf_causal_lm.HEAD_AT_TARGETS` has its base model and
 ``lm_head`` called apart; another returns its full logits as ``hidden`` and an identity head.
 """
 

@@ -8,7 +8,7 @@ float32 copy of the logits, no saved log-probabilities. The per-token losses of 
 (every sequence's own mean) make this the step's largest per-token cost on a GPU: on an H100,
 PyTorch's log-softmax, its backward and the float32 copy cost ~0.29 us per target over a
 30,522-token vocabulary (docs/benchmarks/gpu.md). Elsewhere, and under ``torch.compile`` (which fuses
-the plain form itself), it is :func:`cross_entropy_reference`: ``F.cross_entropy`` on the logits
+the plain form itself), it is `cross_entropy_reference`: ``F.cross_entropy`` on the logits
 in float32, the definition the kernel is tested against.
 
     >>> logits = torch.tensor([[0.0, 0.0], [2.0, 0.0]])
@@ -138,7 +138,7 @@ class _FusedCrossEntropy(torch.autograd.Function):
         return dx, None, None
 
 
-#: rows of logits a chunk of :func:`linear_cross_entropy` holds at once, at most this many bytes
+#: rows of logits a chunk of `linear_cross_entropy` holds at once, at most this many bytes
 _CHUNK_BYTES = 1 << 29
 #: ``torch.addmm(..., out_dtype=torch.float32)`` of half-precision inputs (CUDA, torch 2.8+)
 _MM_OUT_DTYPE = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
@@ -147,7 +147,7 @@ _MM_OUT_DTYPE = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")
 def linear_cross_entropy_reference(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                                    row_weights: torch.Tensor, *, bias: torch.Tensor | None = None,
                                    ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, torch.Tensor]:
-    """The definition :func:`linear_cross_entropy` is tested against: the logits whole, then
+    """The definition `linear_cross_entropy` is tested against: the logits whole, then
     ``F.cross_entropy`` in float32, weighted and summed. Returns ``(loss, top1)``.  # (), (N,)"""
     logits = F.linear(hidden, weight, bias)  # (N, V)
     ce = F.cross_entropy(logits.float(), targets, ignore_index=ignore_index, reduction="none")
@@ -170,7 +170,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     the logits whole, and never more than one chunk of logits in memory. Under autocast the
     products run in autocast's dtype (the weight cast once), the loss in float32 and the weight's
     gradient accumulates in float32. On CUDA the per-row loss and gradient are the Triton kernels
-    of :func:`token_cross_entropy`; elsewhere torch operations. ``hidden`` must not need a
+    of `token_cross_entropy`; elsewhere torch operations. ``hidden`` must not need a
     second derivative.
 
         >>> h, w = torch.randn(5, 4), torch.randn(7, 4)

@@ -6,22 +6,22 @@
 
 What the adapter does for you:
 
-* causal LMs built with ``attn_implementation="seqpack_packed"`` (:mod:`seqpack.nn.hf_attention`)
+* causal LMs built with ``attn_implementation="seqpack_packed"`` (`seqpack.nn.hf_attention`)
   get seqpack's attention plan and no mask: ``per_document`` buckets on CPU, FlexAttention or a
   varlen kernel on CUDA, the same backends seqpack's own models run;
 * other causal LMs under ``sdpa`` and ``eager`` get seqpack's 4-D block-diagonal causal mask,
-  narrowed per layer kind for sliding windows and chunks (:func:`layer_masks`; transformers' own
+  narrowed per layer kind for sliding windows and chunks (`layer_masks`; transformers' own
   mask from restarting ``position_ids`` is wrong for some models, OPT's among them), restarting
   ``position_ids`` and ``use_cache=False``; under ``flex_attention`` no mask (transformers builds its
   block mask from the restarting ``position_ids``; a 4-D mask there crashes torch's CPU kernel).
   ``flash_attention_2/3/4`` and ``seqpack_varlen`` go
   padding-free instead: the real tokens as one row with ``cu_seq_lens_q/k``
-  (:mod:`seqpack.nn.hf_padding_free`, the layout of ``DataCollatorWithFlattening``);
+  (`seqpack.nn.hf_padding_free`, the layout of ``DataCollatorWithFlattening``);
 * bidirectional models (BERT) need a 4-D ``(B, 1, T, T)`` mask that keeps the row's sequences
   apart: **bool for ``sdpa``, additive float for ``eager``**. A bool 4-D mask given to an
   eager model is added to the scores as 0/1 and silently attends across sequences, so
-  :func:`hf_attention_mask` picks the dtype from ``config._attn_implementation`` and
-  :func:`check_hf_mask` refuses a mismatch. (5.x passes any 4-D mask through untouched and
+  `hf_attention_mask` picks the dtype from ``config._attn_implementation`` and
+  `check_hf_mask` refuses a mismatch. (5.x passes any 4-D mask through untouched and
   rejects 3-D ones.)
 * ``position_ids`` that restart at every sequence (from ``segment_ids`` when the batch has none);
 * heads that read each sequence's own [CLS] (NSP, classification) or unpack span logits per
@@ -29,7 +29,7 @@ What the adapter does for you:
 * per-sequence losses (the paper's) or per-token ones (``reduction="token"``, HF's).
 
 Supported: every causal LM of transformers' causal-LM registry whose packed rows are exact
-(:func:`seqpack.nn.hf_support.packing_support` reads its config and layers: sliding windows,
+(`seqpack.nn.hf_support.packing_support` reads its config and layers: sliding windows,
 chunks, soft-capping and sinks are computed; a layer that is not attention is refused in one line;
 the generated table is docs/models.md), and ``BertForPreTraining``, ``BertForMaskedLM``,
 ``BertForSequenceClassification``, ``BertForQuestionAnswering``.
@@ -107,8 +107,8 @@ def takes_plan(model: Any) -> bool:
 def layer_masks(model_or_config: Any, segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype = torch.float32,
                 branch_ids: torch.Tensor | None = None, positions: torch.Tensor | None = None,
                 needs: frozenset[str] = frozenset()) -> torch.Tensor | dict[str, torch.Tensor]:
-    """:func:`hf_attention_mask`, narrowed for layers with a sliding window or a chunk (``needs``,
-    :func:`seqpack.nn.hf_support.packing_support`), from each token's document ``positions`` (B, T):
+    """`hf_attention_mask`, narrowed for layers with a sliding window or a chunk (``needs``,
+    `seqpack.nn.hf_support.packing_support`), from each token's document ``positions`` (B, T):
     one mask when every layer is the same, else one per layer kind of the config's ``layer_types``
     (``{"full_attention": ..., "sliding_attention": ...}``, which transformers' models take as
     they are).  # (B, 1, T, T) or a dict of them"""
@@ -152,7 +152,7 @@ def hf_attention_mask(model_or_config: Any, segment_ids: torch.Tensor, *, causal
                       branch_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The 4-D mask a transformers model with this attention implementation reads correctly:
     bool for ``sdpa`` (and flex), additive float of ``dtype`` for ``eager`` (``branch_ids``: a
-    shared prefix, :func:`seqpack.nn.masks.attention_mask`).  # (B, 1, T, T)"""
+    shared prefix, `seqpack.nn.masks.attention_mask`).  # (B, 1, T, T)"""
     impl = _impl(model_or_config)
     if impl == "eager":
         return attention_mask(segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)

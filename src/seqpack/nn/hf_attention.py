@@ -7,12 +7,12 @@
 
 transformers builds no mask for an attention implementation it does not know and hands the
 model call's extra keywords to the attention function, so every layer runs
-:func:`seqpack.nn.attention.packed_attention` with the plan made once per batch, and with what the
-layer computes beyond plain attention (:func:`layer_attention`: its ``sliding_window``, its
+`seqpack.nn.attention.packed_attention` with the plan made once per batch, and with what the
+layer computes beyond plain attention (`layer_attention`: its ``sliding_window``, its
 chunk, ``softcap``, sinks ``s_aux``; an argument seqpack does not know is refused by name): the
 ``per_document`` buckets on CPU (``sum(l^2)`` work instead of the dense mask's ``T^2``),
 FlexAttention's block mask, or a varlen kernel, and the preference task's shared prefix
-(``branch_ids``). :func:`seqpack.nn.hf_adapter.packed_forward` and the preference task pass the plan.
+(``branch_ids``). `seqpack.nn.hf_adapter.packed_forward` and the preference task pass the plan.
 """
 
 from __future__ import annotations

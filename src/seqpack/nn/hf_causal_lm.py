@@ -9,7 +9,7 @@ fused with its loss, and the norms and MLPs compiled.
 **The head at the targets.** ``labels`` (B, T) hold ``-100`` where there is no target (padding,
 prompts, the first token of each packed sequence). Position ``t`` predicts ``labels[t + 1]``, so
 the head runs on the N positions whose next label is a target, not on all B x T, and
-:func:`seqpack.nn.cross_entropy.linear_cross_entropy` turns those N hidden states into the loss
+`seqpack.nn.cross_entropy.linear_cross_entropy` turns those N hidden states into the loss
 without ever holding the (N, V) logits whole:
 
     labels   [[-100  5  6 -100  8]]   ->  positions 0 1 3 predict 5 6 8     (N = 3 of T = 5)
@@ -17,7 +17,7 @@ without ever holding the (N, V) logits whole:
 The loss is the sum of the targets' cross-entropies over ``num_items_in_batch`` (the targets of
 the whole accumulated batch, as transformers passes it) or over N: the same as the model's own
 ``loss`` with ``labels``. Only models whose logits are exactly ``lm_head(last hidden state)`` take
-it (:data:`HEAD_AT_TARGETS`; no logit scaling or soft-capping).
+it (`HEAD_AT_TARGETS`; no logit scaling or soft-capping).
 
 **Compiled blocks.** ``compile_blocks`` hands each decoder layer's two RMSNorms and its MLP, and
 the final norm, to ``torch.compile`` (dynamic shapes: the token count changes every packed
@@ -104,7 +104,7 @@ def causal_lm_loss(model: Any, inputs: Mapping[str, Any], *, num_items_in_batch:
 
 def add_target_head(model: Any) -> None:
     """Patch ``model.forward`` so that ``model(..., labels=labels, target_head=True)`` returns
-    :class:`TargetHeadOutput` (:func:`causal_lm_loss`); without ``target_head`` the forward is the
+    `TargetHeadOutput` (`causal_lm_loss`); without ``target_head`` the forward is the
     one it had. Called through the model (not beside it), so wrappers such as DDP see the pass."""
     _check_head(model)
     previous = model.forward

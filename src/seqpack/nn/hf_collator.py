@@ -14,10 +14,10 @@ and ``use_cache=False`` (a cache turns that derivation off and attention would c
 
 The loss is the model's own: the mean over the batch's target tokens (``--reduction token`` in
 ``seqpack train``). For TRL with ``padding_free=True``, which refuses custom collators, use
-:func:`seqpack.data.trl.trl_examples` instead.
+`seqpack.data.trl.trl_examples` instead.
 
 Rows read straight from the Parquet parts (``datasets.load_dataset("parquet", ...)``) lack the
-columns the parts leave out (:mod:`seqpack.data.derived`): the collator makes ``segment_ids`` from
+columns the parts leave out (`seqpack.data.derived`): the collator makes ``segment_ids`` from
 ``position_ids`` and ``num_sequences``, and causal-LM labels from ``position_ids`` (pass the
 dataset's ``position_offset`` if it is not 0), as seqpack's readers do.
 
@@ -46,7 +46,7 @@ from seqpack.nn.masks import position_ids
 
 @dataclass(frozen=True, kw_only=True)
 class PackedCollator:
-    """Packs (items of :class:`seqpack.data.PackedDataset`) -> one padding-free training batch."""
+    """Packs (items of `seqpack.data.PackedDataset`) -> one padding-free training batch."""
 
     flatten: bool = True
     flash_kwargs: bool = True  # cu_seq_lens_q/k and max_length_q/k, read by flash_attention_2/3 and seqpack_varlen

@@ -3,11 +3,11 @@
     support = packing_support(model)       # Support(needs={'window'}, refusal=None)
     check_packable(model)                  # raises the refusal, one line, before any work
 
-``needs``: the layer arguments (:data:`seqpack.nn.attention.FEATURES`) its attention layers use:
+``needs``: the layer arguments (`seqpack.nn.attention.FEATURES`) its attention layers use:
 a sliding window (``sliding_window`` on some or all layers: ``layer_types``, Qwen2's
 ``max_window_layers``, GPT-Neo's local layers), a chunk (Llama 4's ``attention_chunk_size``), logit
 soft-capping (``attn_logit_softcapping``), sinks (a ``sinks`` parameter in an attention module). The
-attention plan is made for them (:func:`seqpack.nn.attention.plan_attention`'s ``needs``), and
+attention plan is made for them (`seqpack.nn.attention.plan_attention`'s ``needs``), and
 every layer is checked against it when it runs.
 
 ``refusal``: why packed rows would not be exact, or None. A layer that is not attention carries
@@ -46,7 +46,7 @@ def config_window(config: Any, kind: str | None, owner: Any) -> int | None:
     """The sliding window a layer of this kind (its ``layer_types`` entry; None: the config has no
     ``layer_types``) has by its config: ``sliding_window`` on ``sliding_attention`` layers, or on
     every layer of a config without ``layer_types`` whose model makes sliding masks
-    (:func:`builds_sliding_masks` of ``owner``), unless ``use_sliding_window`` is False."""
+    (`builds_sliding_masks` of ``owner``), unless ``use_sliding_window`` is False."""
     window = getattr(config, "sliding_window", None)
     if window is None or getattr(config, "use_sliding_window", True) is False:
         return None
@@ -165,7 +165,7 @@ def packing_support(model: Any) -> Support:
 
 
 def check_packable(model: Any) -> Support:
-    """:func:`packing_support`, raising its refusal (a ``ValueError``, one line)."""
+    """`packing_support`, raising its refusal (a ``ValueError``, one line)."""
     support = packing_support(model)
     if support.refusal is not None:
         raise ValueError(support.refusal)

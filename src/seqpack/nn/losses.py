@@ -78,7 +78,7 @@ def _gathered_token_losses(
     logits: torch.Tensor, labels: torch.Tensor, segment_ids: torch.Tensor, k: int, max_depth: int | None,
     where: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`sequence_token_losses` from the logits gathered at the N targets (few of them)."""
+    """`sequence_token_losses` from the logits gathered at the N targets (few of them)."""
     B, T = labels.shape
     b, t = (labels[:, k:] != IGNORE_INDEX).nonzero(as_tuple=True) if where is None else where
     # index_select on the flat view: its backward is one index_add, not a scatter over (B, T, V)
@@ -89,7 +89,7 @@ def _gathered_token_losses(
 def _dense_token_losses(
     logits: torch.Tensor, labels: torch.Tensor, segment_ids: torch.Tensor, k: int, max_depth: int | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`sequence_token_losses` when most positions have a target: the cross-entropy of every
+    """`sequence_token_losses` when most positions have a target: the cross-entropy of every
     position (0 where none), no gather of the (N, V) logits and no scatter of their gradient.
 
     The labels and segments move left by ``k`` instead of the logits (a copy of (B, T, V)).

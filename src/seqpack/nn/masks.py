@@ -294,9 +294,9 @@ def block_mask(segment_ids: torch.Tensor, *, causal: bool = False, block_size: i
                branch_ids: torch.Tensor | None = None, positions: torch.Tensor | None = None,
                window: int | None = None, chunk: int | None = None) -> Any:
     """A FlexAttention ``BlockMask`` for the packed rows (blocks with no allowed pair are skipped);
-    ``branch_ids`` as in :func:`attention_mask` (a shared prefix: the blocks where one response
+    ``branch_ids`` as in `attention_mask` (a shared prefix: the blocks where one response
     would see the other are skipped too); ``window`` / ``chunk`` (with the tokens' document
-    ``positions`` (B, T)) narrow it as :class:`seqpack.nn.attention.LayerAttention` says.
+    ``positions`` (B, T)) narrow it as `seqpack.nn.attention.LayerAttention` says.
 
     Works on CUDA and, forward only, on CPU (torch 2.13 has no CPU backward for FlexAttention).
     """

@@ -4,11 +4,11 @@ Packing raises the number of sequences per step by the packing factor ``p`` (on 
 Two ways to keep convergence comparable (paper §4.2):
 
 * keep the sequences per step: divide gradient accumulation (or rows) by ``p``
-  (:func:`packed_accumulation`);
-* keep the rows and adjust LAMB's decays, ``beta ** p`` (:func:`adjust_betas`): for ``p = 2``
+  (`packed_accumulation`);
+* keep the rows and adjust LAMB's decays, ``beta ** p`` (`adjust_betas`): for ``p = 2``
   that is exactly the moments after applying the same gradient twice.
 
-The learning rate is best left alone (:func:`packed_learning_rate` with ``rule="none"``): the
+The learning rate is best left alone (`packed_learning_rate` with ``rule="none"``): the
 per-sequence mean loss already corrects for the larger batch, and the paper measured worse
 results when scaling it; ``"linear"`` / ``"sqrt"`` are there for experiments.
 

@@ -5,9 +5,9 @@ squared sequence lengths. A row's cost is modelled as ::
 
     cost = per_token * tokens + per_square * sum(l_i^2) + per_sequence * sequences
 
-(:class:`RowCost`; defaults from FLOP counts, :meth:`RowCost.from_flops`). A data-parallel step
+(`RowCost`; defaults from FLOP counts, `RowCost.from_flops`). A data-parallel step
 takes ``world * micro_batch`` packs, ``micro_batch`` per rank, and lasts as long as its slowest
-rank. :func:`balanced_steps` sorts all packs of the epoch by cost, gives each step packs of
+rank. `balanced_steps` sorts all packs of the epoch by cost, gives each step packs of
 neighbouring cost, and deals them to ranks in alternating order so their sums are even; the
 steps are then shuffled.
 It sees the whole epoch at once (a greedy per-batch balancer sees one batch).
@@ -69,7 +69,7 @@ class RowCost:
         return {"per_token": self.per_token, "per_square": self.per_square, "per_sequence": self.per_sequence}
 
     def save(self, path: str | os.PathLike[str], **info: Any) -> None:
-        """Write the coefficients (and ``info``: the model, the fit) as JSON, atomically; :func:`load_row_cost`
+        """Write the coefficients (and ``info``: the model, the fit) as JSON, atomically; `load_row_cost`
         reads them back."""
         from seqpack._atomic import write_text_atomic
 
@@ -81,7 +81,7 @@ COST_FORMAT = "seqpack-row-cost"
 
 
 def load_row_cost(path: str | os.PathLike[str]) -> RowCost:
-    """The :class:`RowCost` a calibration wrote (``seqpack bench --calibrate --out FILE``)."""
+    """The `RowCost` a calibration wrote (``seqpack bench --calibrate --out FILE``)."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
@@ -93,7 +93,7 @@ def load_row_cost(path: str | os.PathLike[str]) -> RowCost:
 
 
 def fit_row_cost(tokens: np.ndarray, squares: np.ndarray, sequences: np.ndarray, seconds: np.ndarray) -> tuple[RowCost, dict[str, float]]:
-    """The :class:`RowCost` (coefficients >= 0) that best predicts measured row times, least squares on
+    """The `RowCost` (coefficients >= 0) that best predicts measured row times, least squares on
     the *relative* error (rows of every size count alike), and how well it fits.
 
     Exact non-negative least squares for three unknowns: every subset of coefficients held at 0 is
@@ -138,7 +138,7 @@ def pack_costs(lengths: np.ndarray, pack_offsets: np.ndarray, sequence_index: np
 
 
 def plan_costs(plan: Any, cost: RowCost) -> np.ndarray:
-    """Cost of every pack of a :class:`~seqpack.packing.PackingPlan` (strategy by strategy, no
+    """Cost of every pack of a `PackingPlan` (strategy by strategy, no
     sequences needed).  # (P,)"""
     per = np.array([cost.of(sum(s), sum(x * x for x in s), len(s)) for s in plan.strategies], dtype=np.float64)
     return np.repeat(per, plan.counts)

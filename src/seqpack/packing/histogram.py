@@ -41,7 +41,7 @@ FREE_MAX_LEN = 1 << 20
 
 
 def check_max_len_for(max_len: int, tokens: int) -> int:
-    """Refuse a ``max_len`` past :data:`FREE_MAX_LEN` that is also more than all the input's
+    """Refuse a ``max_len`` past `FREE_MAX_LEN` that is also more than all the input's
     ``tokens``: every row would be mostly padding, and the plan's memory would follow the
     argument instead of the data.
 

@@ -243,7 +243,7 @@ def solve_lp(
     on_round: Callable[[float, float], None] | None = None,
 ) -> LPResult:
     """Column generation to LP optimality, or until a rule that depends on the input alone stops
-    it (:data:`WORK_LIMIT`, a stall; ``time_limit`` seconds only as a guard): the result's ``stop``.
+    it (`WORK_LIMIT`, a stall; ``time_limit`` seconds only as a guard): the result's ``stop``.
 
     ``lower`` is a known lower bound on the LP value (the unlimited-depth LP for a depth-limited
     one): generation stops as soon as ``ceil(value)`` meets ``ceil`` of a lower bound.

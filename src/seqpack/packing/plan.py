@@ -28,7 +28,7 @@ SOLVERS = {"best": solvers.SCIPY, "nnlshp": solvers.SCIPY}
 def preload(algorithm: str) -> None:
     """Import the solver ``algorithm`` needs on a background thread, so that a job which plans
     only after reading its shards does not then wait for the import (the plan is serial; the
-    planners wait for this import before their own: :mod:`seqpack.packing.solvers`)."""
+    planners wait for this import before their own: `seqpack.packing.solvers`)."""
     module = SOLVERS.get(algorithm)
     if module is not None:
         solvers.preload(module)

@@ -31,7 +31,7 @@ def price_packs(lengths: np.ndarray, values: np.ndarray, cap: int, depth: int | 
 
 
 def price_packs_reference(lengths: np.ndarray, values: np.ndarray, cap: int, depth: int | None) -> np.ndarray:
-    """Best values only (rows as in :func:`price_packs`), by enumerating every pack. Tiny inputs only."""
+    """Best values only (rows as in `price_packs`), by enumerating every pack. Tiny inputs only."""
     n = len(lengths)
     most = cap // int(min(lengths)) if depth is None else min(depth, cap // int(min(lengths)))
     best = np.zeros(n + 1)

@@ -1,8 +1,8 @@
 """The solvers' imports (``scipy.optimize``: ~0.4 s), started early on a thread of their own, and
 the wait for them.
 
-A job that plans only after reading its shards starts the import while it reads (:func:`preload`).
-Every planner that imports scipy first calls :func:`ready`, which waits for such an import to
+A job that plans only after reading its shards starts the import while it reads (`preload`).
+Every planner that imports scipy first calls `ready`, which waits for such an import to
 finish: two threads importing modules of one package at once can deadlock, and importlib then
 raises ``_DeadlockError`` in one of them. (``seqpack pack`` printed that traceback from its preload
 thread in 5 of 20 runs, ``scipy.optimize`` against ``scipy.optimize._highspy``; had the planner's
@@ -42,7 +42,7 @@ def _import_quietly(module: str) -> None:
 
 
 def ready(module: str = SCIPY) -> None:
-    """Wait until a :func:`preload` of ``module``, if one was started, has finished. Call it before
+    """Wait until a `preload` of ``module``, if one was started, has finished. Call it before
     importing ``module`` or any part of it."""
     thread = _started.get(module)
     if thread is not None and thread is not threading.current_thread():

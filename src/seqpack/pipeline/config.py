@@ -1,4 +1,4 @@
-"""The pack job's options: what to pack (:class:`PackConfig`) and how to write it (:class:`OutputOptions`).
+"""The pack job's options: what to pack (`PackConfig`) and how to write it (`OutputOptions`).
 
     cfg = PackConfig.for_task("clm", max_len=512)                # task options by name
     out = OutputOptions(shard_packs=4096, export_bin=True)
@@ -28,7 +28,7 @@ COMMON = ("task", "max_len", "algorithm", "max_depth", "seed", "position_offset"
 @dataclass(frozen=True, kw_only=True)
 class PackConfig:
     """The task, how to pack, and the task's own options (its options dataclass, see
-    :mod:`seqpack.tasks`; ``None``: the task's defaults).
+    `seqpack.tasks`; ``None``: the task's defaults).
 
     >>> PackConfig.for_task("clm", max_len=512, overflow="drop").options
     CLMOptions(overflow='drop', eos_token='<|endoftext|>')
@@ -130,7 +130,7 @@ class OutputOptions:
                 raise ValueError(f"{name} must be >= 1, got {v}")
 
     def derived(self, task: str) -> dict[str, str]:
-        """The columns the Parquet parts leave out, ``name -> rule`` (:mod:`seqpack.data.derived`).
+        """The columns the Parquet parts leave out, ``name -> rule`` (`seqpack.data.derived`).
 
         >>> OutputOptions().derived("clm"), OutputOptions(write_derived=True).derived("clm")
         ({'labels': 'lm_labels', 'segment_ids': 'segments'}, {})

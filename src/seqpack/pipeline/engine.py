@@ -29,7 +29,7 @@ def default_stages() -> int:
 
 
 class LocalEngine:
-    """Stages in this process: ``stages`` at a time on threads (default :func:`default_stages`;
+    """Stages in this process: ``stages`` at a time on threads (default `default_stages`;
     the compiled kernels and pyarrow release the GIL; memory grows with ``stages``)."""
 
     name = "local"

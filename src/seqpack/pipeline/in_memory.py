@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def build_sequences(source: Any, tokenizer: Tokenizer, config: PackConfig) -> Sequences:
-    """The task's sequences (not yet packed); see :class:`seqpack.pipeline.PackConfig`."""
+    """The task's sequences (not yet packed); see `seqpack.pipeline.PackConfig`."""
     return get_task(config.task).build_sequences(source, tokenizer, config)
 
 

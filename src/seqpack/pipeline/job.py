@@ -3,22 +3,22 @@ one global plan, shards in and out.
 
 Three steps, each resumable and each the same whatever engine runs it:
 
-1. **sequences** (one stage per input shard, :func:`seqpack.pipeline.stages.sequences_stage`):
+1. **sequences** (one stage per input shard, `seqpack.pipeline.stages.sequences_stage`):
    the task builds the shard's sequences, saved in the job's work directory (memory: one shard).
 2. **plan** (the driver): the shards' sequence lengths are concatenated in shard order and
-   packed with :func:`seqpack.packing.pack_lengths`, exactly as one process would pack the
+   packed with `seqpack.packing.pack_lengths`, exactly as one process would pack the
    whole corpus: same histogram, same plan, same seeded assignment, same pack count.
    Lengths are 8 bytes per sequence; no token passes through the driver.
-3. **route** (one stage per input shard, :func:`seqpack.pipeline.stages.route_stage`): each
+3. **route** (one stage per input shard, `seqpack.pipeline.stages.route_stage`): each
    shard's tokens written again in plan order, by output row group.
 4. **packs** (one stage per output shard of ``shard_packs`` packs,
-   :func:`seqpack.pipeline.stages.packs_stage`): each row group read as one contiguous chunk of
+   `seqpack.pipeline.stages.packs_stage`): each row group read as one contiguous chunk of
    every routed file, laid into rows, written to one Parquet part. Every read of token data is
    sequential, so the job keeps its speed when its work files do not fit in memory.
 
 The manifest is written last and the directory renamed into place, so a job that dies
 leaves no dataset that looks complete; re-running it reuses every finished stage
-(``.OUT.partial/`` beside the output, :mod:`seqpack._stages`). The output is byte-identical for
+(``.OUT.partial/`` beside the output, `seqpack._stages`). The output is byte-identical for
 any engine and any number of workers. Per-shard randomness (MLM masking and pairs) is seeded
 with ``seed + shard index``, so a one-shard store packs exactly like the plain store.
 """
@@ -92,7 +92,7 @@ def pack_example_shards(
     output: OutputOptions = OutputOptions(), engine: Engine | None = None, shard_examples: int = 100_000,
     glob: str | None = None,
 ) -> dict[str, Any]:
-    """Pack labelled examples (``.jsonl``/``.parquet``, or a folder of them: :func:`seqpack.corpus.record_files`,
+    """Pack labelled examples (``.jsonl``/``.parquet``, or a folder of them: `seqpack.corpus.record_files`,
     ``glob`` picking its files) ``shard_examples`` at a time, with one global plan.
 
     A first pass asks the task for what must be global (classification: the label set); then
@@ -217,8 +217,8 @@ def _route(
     dirs: list[str], keys: list[str], rebuild: list[Any], packing: Any, bounds: list[tuple[int, int]],
     meta: dict[str, Any], engine: Engine, reused: list[str], redone: dict[str, str],
 ) -> list[np.ndarray]:
-    """Step 3: every input shard's tokens in plan order (:func:`seqpack.pipeline.stages.route_stage`);
-    returns each part's rows of :func:`seqpack.pipeline.stages.group_chunks`. Sets ``meta["routes"]``."""
+    """Step 3: every input shard's tokens in plan order (`seqpack.pipeline.stages.route_stage`);
+    returns each part's rows of `seqpack.pipeline.stages.group_chunks`. Sets ``meta["routes"]``."""
     rg, poff, order = meta["row_group_packs"], packing.pack_offsets, packing.sequence_index
     part_groups = [list(range(lo, hi, rg)) for lo, hi in bounds]  # each part's row groups (first pack of each)
     starts = [g for groups in part_groups for g in groups]

@@ -3,7 +3,7 @@
 The draw is a pure function of the seed: the ``k``-th example comes from the source a seeded
 generator picks among those not yet exhausted, with probability proportional to its weight. A
 source that runs out leaves the others; the mixture ends when all have. Iterating yields
-``(source index, example)``: :class:`seqpack.pipeline.streaming.PackedStream` counts the realised
+``(source index, example)``: `seqpack.pipeline.streaming.PackedStream` counts the realised
 mix per source.
 
     >>> mix = Mixture({"web": ["w0", "w1", "w2", "w3"], "code": ["c0", "c1"]}, weights={"web": 3, "code": 1}, seed=0)

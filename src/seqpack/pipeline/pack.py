@@ -5,7 +5,7 @@
 
 Store tasks (``clm``, ``mlm``) read a token store (``seqpack tokenize``); example tasks
 (``classification``, ``multilabel``, ``qa``, ``chat``) read labelled examples (``.jsonl``,
-``.parquet`` or an HF dataset). The task says which (:attr:`seqpack.tasks.Task.reads_store`).
+``.parquet`` or an HF dataset). The task says which (`seqpack.tasks.Task.reads_store`).
 """
 
 from __future__ import annotations
@@ -52,19 +52,19 @@ def build_packed_dataset(
     """Build, pack and write; returns the manifest (also in ``out/manifest.json``).
 
     A sharded token store (``seqpack tokenize`` writes one) goes through
-    :func:`seqpack.pipeline.job.pack_store_shards`, and an examples file (``.jsonl`` /
+    `seqpack.pipeline.job.pack_store_shards`, and an examples file (``.jsonl`` /
     ``.parquet``) or a folder of them (``glob``: which of its files, default every ``.jsonl``,
     ``.ndjson`` and ``.parquet`` below it, in sorted order) through
-    :func:`seqpack.pipeline.job.pack_example_shards` (``shard_examples`` at a time): shard by shard, one global plan, on ``engine``
-    (:func:`seqpack.pipeline.engine.get_engine`; default: this process). Other sources (a plain
+    `seqpack.pipeline.job.pack_example_shards` (``shard_examples`` at a time): shard by shard, one global plan, on ``engine``
+    (`seqpack.pipeline.engine.get_engine`; default: this process). Other sources (a plain
     store, an HF dataset, a list of records) are packed in memory.
 
     ``schedule`` also groups the packs into compute-balanced data-parallel steps, written as
     ``schedule.npy`` (``(steps, world, micro_batch)`` pack indices) and described in the manifest's
-    ``schedule`` (read by :class:`seqpack.data.BalancedSampler`).
+    ``schedule`` (read by `seqpack.data.BalancedSampler`).
 
     The task's derived columns (``segment_ids``; ``clm``'s labels) are left out of the Parquet parts and rebuilt by
-    every seqpack reader (:mod:`seqpack.data.derived`); ``write_derived`` stores them too.
+    every seqpack reader (`seqpack.data.derived`); ``write_derived`` stores them too.
     ``encoding``: of the numeric Parquet columns, ``byte_stream_split`` (smaller, faster to write) or
     ``plain`` (for Parquet readers that lack BYTE_STREAM_SPLIT on integers).
     """

@@ -1,17 +1,17 @@
-"""The stages of a sharded pack job (:mod:`seqpack.pipeline.job`), as top-level functions of small,
+"""The stages of a sharded pack job (`seqpack.pipeline.job`), as top-level functions of small,
 picklable arguments, so that any engine runs them and they write the same bytes.
 
-1. :func:`sequences_stage` (one per input shard): the task builds the shard's sequences, saved as
+1. `sequences_stage` (one per input shard): the task builds the shard's sequences, saved as
    ``.npy`` files in the job's work directory (memory: one shard).
-2. :func:`route_stage` (one per input shard, once the plan is made): the shard's saved tokens
+2. `route_stage` (one per input shard, once the plan is made): the shard's saved tokens
    read in one pass and written again in plan order: grouped by the output row group their
    sequence lands in, in slot order within each group.
-3. :func:`packs_stage` (one per output shard): each row group's tokens read as one contiguous
+3. `packs_stage` (one per output shard): each row group's tokens read as one contiguous
    range of every routed file (sequential reads, never a page at random: a job whose work files
    do not fit in memory does not re-read evicted pages), laid into rows
-   (:func:`seqpack.data.layout.materialize`) and written to one Parquet part.
+   (`seqpack.data.layout.materialize`) and written to one Parquet part.
 
-Each stage records itself when its outputs are complete (:class:`seqpack._stages.StageLog`), so a
+Each stage records itself when its outputs are complete (`seqpack._stages.StageLog`), so a
 re-run of the same job reuses it.
 """
 
@@ -46,7 +46,7 @@ def sequences_stage(
     context: dict[str, Any] | None = None, key: str = "", done: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build one input shard's sequences (a token store shard's path, or a batch of example
-    records) and save them under ``path``, recorded under ``key`` (:func:`sequences_key`); returns
+    records) and save them under ``path``, recorded under ``key`` (`sequences_key`); returns
     their summary. ``done``: the summary the driver found recorded and verified (reused as is)."""
     if done is not None:
         return done
@@ -87,7 +87,7 @@ def sequences_stage(
 def input_identity(shard: str | list[dict[str, Any]]) -> Any:
     """What an input shard's sequences depend on: a store shard's content (its ``meta.json``, which
     holds the checksums of its token files, after the files are read against them:
-    :meth:`TokenStore.verify` raises if they changed since tokenize), or a hash of the example
+    `TokenStore.verify` raises if they changed since tokenize), or a hash of the example
     records. A store written before checksums is known by its files' size and mtime."""
     if isinstance(shard, str):
         d = Path(shard)
@@ -114,7 +114,7 @@ def route_stage(src: str, path: str, slots: np.ndarray, group_bounds: np.ndarray
     """Write input shard ``src``'s saved token ``fields`` again under ``path``, as raw ``.bin``
     files in plan order: its sequences sorted by row group (``group_bounds``: the first slot of
     each, and the slot count), then by slot (``slots``: the plan position of each of its
-    sequences). Memory: one shard. Recorded under ``key`` (:func:`route_key`). ``rebuild``:
+    sequences). Memory: one shard. Recorded under ``key`` (`route_key`). ``rebuild``:
     ``(store shard, tokenizer, config)`` of a task whose token fields were not saved
     (``Task.tokens_from_store``): they are made again from the store shard.
 
@@ -274,7 +274,7 @@ def packs_stage(
 ) -> dict[str, Any]:
     """Lay out one output shard (packs ``pack_offsets``, sequences ``sequence_index``), write it and
     record it in the job's work directory (``meta["work"]``); returns its column specs. ``chunks``:
-    its row groups' rows of :func:`group_chunks`. ``done``: the specs the driver found recorded and
+    its row groups' rows of `group_chunks`. ``done``: the specs the driver found recorded and
     verified, the part reused as is unless ``.bin`` columns must be filled too.
 
     One row group (``meta["row_group_packs"]`` packs) is read, laid out and written at a time,
@@ -319,7 +319,7 @@ def packs_stage(
 
 
 def _made_specs(cols: dict[str, np.ndarray], meta: dict[str, Any], skip: tuple[str, ...]) -> dict[str, Any]:
-    """The specs of a row group's columns, in the order :func:`materialize` makes them, ``segment_ids``
+    """The specs of a row group's columns, in the order `materialize` makes them, ``segment_ids``
     included where it was left out (``skip``)."""
     specs = {k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in cols.items()}
     if "segment_ids" not in skip:
@@ -330,7 +330,7 @@ def _made_specs(cols: dict[str, np.ndarray], meta: dict[str, Any], skip: tuple[s
 
 
 def _rows_slice(rows: dict[str, Any], at: slice | np.ndarray) -> dict[str, Any]:
-    """The rows ``at`` of :func:`_sequence_rows`' result."""
+    """The rows ``at`` of `_sequence_rows`' result."""
     return {"lengths": rows["lengths"][at], "example_ids": rows["example_ids"][at],
             "seq_fields": {k: v[at] for k, v in rows["seq_fields"].items()}}
 
@@ -338,9 +338,9 @@ def _rows_slice(rows: dict[str, Any], at: slice | np.ndarray) -> dict[str, Any]:
 def _row_group(bases: np.ndarray, pack_offsets: np.ndarray, ids: np.ndarray, id_rows: dict[str, Any], plan: Any,
                meta: dict[str, Any], chunks: np.ndarray, skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """The columns of packs ``pack_offsets`` (from 0), holding the sequences ``ids`` in slot order
-    (``id_rows``: their rows of :func:`_sequence_rows`, in that order).
+    (``id_rows``: their rows of `_sequence_rows`, in that order).
 
-    The routed files hold them by shard, then by slot (:func:`route_stage`): ``perm`` is that
+    The routed files hold them by shard, then by slot (`route_stage`): ``perm`` is that
     order, and the packing refers to each slot's place in it."""
     perm = np.argsort(np.searchsorted(bases, ids, side="right"), kind="stable")
     rows = _rows_slice(id_rows, perm)

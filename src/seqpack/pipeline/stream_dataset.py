@@ -10,7 +10,7 @@ worker by worker).
 
 Each row holds ``input_ids``, ``position_ids`` (restarting at each sequence), ``segment_ids`` and the
 task's columns (``labels``...), all ``(max_len,)``, and its sequences' ``example_ids`` (their index
-in the stream) and per-sequence fields, one value per sequence of the row: :func:`collate_stream`
+in the stream) and per-sequence fields, one value per sequence of the row: `collate_stream`
 pads those to the batch.
 """
 
@@ -27,10 +27,10 @@ from seqpack.pipeline.streaming import PackedStream, StreamConfig
 
 
 class StreamingPackedDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
-    """Packed rows of a stream (see the module and :class:`seqpack.pipeline.streaming.PackedStream`).
+    """Packed rows of a stream (see the module and `seqpack.pipeline.streaming.PackedStream`).
 
     ``examples`` must give the same examples in the same order each time it is iterated (a list, a
-    file reader, an HF ``IterableDataset`` without shuffling, a :class:`seqpack.pipeline.Mixture`):
+    file reader, an HF ``IterableDataset`` without shuffling, a `seqpack.pipeline.Mixture`):
     every rank and dataloader worker reads it and keeps its own share (example ``i`` goes to
     reader ``i % (world_size * num_workers)``), and a resume reads it again up to where it stopped."""
 
@@ -59,7 +59,7 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):  # type: ignore[
             yield to_tensors(row, float_labels=stream.task.float_labels)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this reader is: after the rows it has yielded (see :meth:`PackedStream.state_dict`)."""
+        """Where this reader is: after the rows it has yielded (see `PackedStream.state_dict`)."""
         return self._reader().state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -73,7 +73,7 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):  # type: ignore[
 
 
 def collate_stream(rows: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Stack rows of :class:`StreamingPackedDataset`: per-token columns ``(B, L)``; per-sequence ones
+    """Stack rows of `StreamingPackedDataset`: per-token columns ``(B, L)``; per-sequence ones
     padded to the batch's most sequences, ``(B, D)`` (``example_ids`` with -1, the others with -100)."""
     out: dict[str, torch.Tensor] = {}
     for k in rows[0]:

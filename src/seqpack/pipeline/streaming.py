@@ -8,7 +8,7 @@ chunk at a time, keeps up to ``buffer_size`` of them, plans the buffer (``algori
 emits the fullest packs as rows and carries the sequences of the emptiest (at most ``carry`` of the
 buffer) into the next buffer. The end of the stream packs whatever is left.
 
-The state (:meth:`PackedStream.state_dict`) is positions and keys, never tokens: the next example
+The state (`PackedStream.state_dict`) is positions and keys, never tokens: the next example
 to read, where the current buffer's new examples start, the ``(example, piece)`` keys and lengths
 of the sequences it carried in, and how many of its rows were already yielded. Resuming reads the
 input again from its start, building only the examples the buffer holds (the others are skipped
@@ -48,7 +48,7 @@ _TOKEN_COLUMNS = ("segment_ids", "position_ids")
 
 @dataclass(frozen=True, kw_only=True)
 class StreamConfig:
-    """How a stream is packed; what a saved state must agree with (:meth:`fingerprint`)."""
+    """How a stream is packed; what a saved state must agree with (`fingerprint`)."""
 
     max_len: int
     buffer_size: int = 10_000
@@ -144,7 +144,7 @@ def piece_keys(example_ids: np.ndarray) -> np.ndarray:
 
 class _Reader:
     """``(global index, example)`` of one shard's examples in order, with one look-ahead; counts the
-    examples read from each source of a :class:`Mixture`."""
+    examples read from each source of a `Mixture`."""
 
     def __init__(self, examples: Iterable[Any], shard: int, shards: int, sources: int | None) -> None:
         self._it = enumerate(iter(examples))
@@ -182,7 +182,7 @@ class PackedStream:
 
     ``examples``: token-id lists (``task="clm"`` without a tokenizer: each list a document, taken as
     it is), or the records the task reads (``text`` strings or records for ``clm`` with a
-    tokenizer; ``messages`` for ``chat``; ...), or a :class:`seqpack.pipeline.Mixture` of sources.
+    tokenizer; ``messages`` for ``chat``; ...), or a `seqpack.pipeline.Mixture` of sources.
     ``shard``/``shards``: this reader's place among all of them (``rank * num_workers + worker`` of
     ``world_size * num_workers``)."""
 
@@ -217,7 +217,7 @@ class PackedStream:
                 **{k: ([list(x) for x in v] if k == "carried" else list(v) if isinstance(v, list) else v) for k, v in s.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state`` (made by :meth:`state_dict` of a stream with the same configuration
+        """Continue from ``state`` (made by `state_dict` of a stream with the same configuration
         and shard); the next iteration yields the rows that followed it."""
         if not isinstance(state, Mapping) or state.get("kind") != STATE_KIND:
             raise ValueError("not a seqpack stream state (save one with state_dict())")
@@ -237,7 +237,7 @@ class PackedStream:
 
     @property
     def mix(self) -> dict[str, int]:
-        """Examples this shard has read from each source of a :class:`Mixture` in this epoch."""
+        """Examples this shard has read from each source of a `Mixture` in this epoch."""
         return dict(zip(self.sources or (), self._mix))
 
     # ---- iteration --------------------------------------------------------------------------

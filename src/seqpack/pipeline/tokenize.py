@@ -2,7 +2,7 @@
 
 Documents are cut into shards by a character budget (``shard_chars``), in input order, so the
 shards are the same whatever engine or how many workers encode them. Each shard is a stage
-(:mod:`seqpack._stages`) finished atomically in ``.STORE.partial/`` beside the output; a re-run of
+(`seqpack._stages`) finished atomically in ``.STORE.partial/`` beside the output; a re-run of
 the same job (same tokenizer and budget) reuses each finished shard whose documents hash the same
 and whose files are intact, and encodes the rest (``store.redone`` says which, and why).
 ``STORE`` appears only once every shard and ``shards.json`` exist (one rename).
@@ -62,7 +62,7 @@ def _shards_of(documents: Iterable[str], shard_chars: int) -> Iterator[tuple[int
 
 def encode_shard(path: str, documents: list[str], tokenizer: Tokenizer, first: int, workers: int | None,
                  key: str) -> dict[str, Any]:
-    """One stage of :func:`build_sharded_store`: encode ``documents`` into the store ``path``, then record it."""
+    """One stage of `build_sharded_store`: encode ``documents`` into the store ``path``, then record it."""
     extra = {"first_document": first, "input_documents": len(documents)}
     meta = json.loads(json.dumps(dict(build_store(documents, tokenizer, path, workers=workers, overwrite=True,
                                                   extra=extra).meta)))

@@ -1,6 +1,6 @@
 """Per-token log-probabilities (and entropies) of RL completions, from packed rows.
 
-The model runs once over the packed rows (:func:`seqpack.nn.branch_states.causal_states`: seqpack's
+The model runs once over the packed rows (`seqpack.nn.branch_states.causal_states`: seqpack's
 attention plan, a branch mask, or padding-free, as the model's attention takes them), and its
 vocabulary head only at the ``N`` positions that predict a completion token, never at prompt or
 padding positions. Log-softmax runs in float32 over ``logits / temperature`` (TRL's sampling
@@ -94,7 +94,7 @@ def packed_logprobs(
 ) -> list[list[torch.Tensor]]:
     """Per prompt, per completion, a 1-D float32 tensor of its tokens' log-probabilities under
     ``model`` (a transformers causal LM or seqpack's GPT), carrying gradients to it; the rollouts
-    packed into rows of at most ``max_tokens`` tokens (:func:`seqpack.rl.pack_rollouts`, ``layout``
+    packed into rows of at most ``max_tokens`` tokens (`seqpack.rl.pack_rollouts`, ``layout``
     ``group`` or ``flat``), the model run once over them."""
     packed = pack_rollouts(prompt_ids, completion_ids, max_tokens=max_tokens, layout=layout)
     logps, _ = rollout_logprobs(model, packed, temperature=temperature)

@@ -29,7 +29,7 @@ LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
 
 @dataclass(frozen=True, kw_only=True)
 class GRPOLoss:
-    """The options of :func:`grpo_loss`, named and defaulted as in ``trl.GRPOConfig`` (TRL 1.16)."""
+    """The options of `grpo_loss`, named and defaulted as in ``trl.GRPOConfig`` (TRL 1.16)."""
 
     loss_type: str = "dapo"
     beta: float = 0.0

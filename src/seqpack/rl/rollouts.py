@@ -16,7 +16,7 @@ completion as one sequence each (the prompt repeated G times)::
 
 A group is one packing unit when it fits in ``max_tokens``; one that does not is cut into units of
 whole completions (first fit decreasing), each with the prompt again. A completion that does not fit
-with its prompt is refused. Units are packed by :func:`seqpack.packing.pack_lengths` (``best`` by
+with its prompt is refused. Units are packed by `seqpack.packing.pack_lengths` (``best`` by
 default), so no row holds more than ``max_tokens`` tokens.
 
     >>> r = pack_rollouts([[5, 6]], [[[7, 8, 9], [10, 11]]], max_tokens=8)
@@ -75,7 +75,7 @@ class PackedRollouts:
         return np.diff(self.offsets)  # type: ignore[no-any-return]
 
     def row_costs(self, cost: RowCost | None = None) -> np.ndarray:
-        """Each row's cost (:class:`seqpack.packing.balance.RowCost`; default its FLOP model at the
+        """Each row's cost (`seqpack.packing.balance.RowCost`; default its FLOP model at the
         default hidden size).  # (R,)"""
         cost = cost or RowCost.from_flops(hidden=DEFAULT_HIDDEN, layers=1)
         tokens = (self.segment_ids > 0).sum(axis=1)
@@ -85,7 +85,7 @@ class PackedRollouts:
     def rank_rows(self, world: int, *, cost: RowCost | None = None, seed: int = 0) -> np.ndarray:
         """The rows dealt to ``world`` data-parallel ranks: ``(micro_batches, world)`` row indices,
         every rank the same number of micro-batches of one row, each micro-batch's rows of even cost
-        (:func:`seqpack.packing.balance.balanced_steps`). Pack with ``world_size=world``.
+        (`seqpack.packing.balance.balanced_steps`). Pack with ``world_size=world``.
 
             >>> r = pack_rollouts([[1]] * 4, [[[2] * n] for n in (1, 5, 2, 6)], max_tokens=8, world_size=2)
             >>> r.rank_rows(2).shape
@@ -242,8 +242,8 @@ def pack_rollouts(
     """Pack prompts (lists of token ids) and, per prompt, its completions into rows of at most
     ``max_tokens`` tokens (see the module): the fewest rows the ``algorithm`` finds; with
     ``world_size`` > 1, a multiple of that many rows of even ``cost`` (each unit's, by
-    :class:`~seqpack.packing.balance.RowCost`, default its FLOP model), so that every data-parallel
-    rank gets as many rows and each micro-batch's ranks the same work (:meth:`PackedRollouts.rank_rows`)."""
+    `RowCost`, default its FLOP model), so that every data-parallel
+    rank gets as many rows and each micro-batch's ranks the same work (`PackedRollouts.rank_rows`)."""
     prompts, groups = _check(prompt_ids, completion_ids, max_tokens, layout)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
@@ -287,7 +287,7 @@ def pack_rollouts(
 
 
 def _square(p: int, completions: list[int], layout: str) -> int:
-    """A unit's attention work in the units of :class:`seqpack.packing.balance.RowCost`'s ``sum(l^2)``
+    """A unit's attention work in the units of `seqpack.packing.balance.RowCost`'s ``sum(l^2)``
     (a sequence of ``l`` tokens: ``l^2``): the prompt's ``p^2``, then each completion's ``2 p c + c^2``
     (its queries over the prompt and over itself); ``(p + c)^2`` for the flat layout's one completion.
 

@@ -26,7 +26,7 @@ def build_store(
 ) -> TokenStore:
     """Encode ``documents`` with ``tokenizer`` and write a store at ``out``.
 
-    Documents stream through :func:`seqpack.tokenizer.fast.encode_batches`
+    Documents stream through `seqpack.tokenizer.fast.encode_batches`
     (the compiled encoder on ``workers`` threads, one batch of about ``batch_chars``
     characters at a time), and each batch's ids go straight to disk, so memory stays
     bounded whatever the corpus size.

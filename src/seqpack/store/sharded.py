@@ -8,7 +8,7 @@ Layout::
 
 Documents are cut into shards by a character budget (``shard_chars``), in input order,
 so the shards are the same whatever engine or how many workers encode them. Each shard
-is finished atomically (:func:`seqpack.pipeline.tokenize.build_sharded_store`, the job that
+is finished atomically (`seqpack.pipeline.tokenize.build_sharded_store`, the job that
 writes one); ``STORE`` appears only once every shard and ``shards.json`` exist.
 """
 
@@ -67,7 +67,7 @@ def shards_manifest(metas: list[dict[str, Any]], tokenizer: Tokenizer, source: s
 
 
 class ShardedTokenStore(StoreMeta):
-    """Read-only view of a sharded store: ``shards`` are :class:`TokenStore` s, in order.
+    """Read-only view of a sharded store: ``shards`` are `TokenStore` s, in order.
 
     Documents are numbered across shards (shard 0's first); ``store[i]``, ``len(store)`` and
     ``store.lengths()`` work as on one store.

@@ -105,7 +105,7 @@ class StoreWriter:
     def add_batch(self, ids: np.ndarray, offsets: np.ndarray) -> None:
         """Append many documents at once: document ``i`` is ``ids[offsets[i]:offsets[i + 1]]``.
 
-        Same result as :meth:`add` per document, with one write per batch.
+        Same result as `add` per document, with one write per batch.
         """
         if self._stack is None:
             raise RuntimeError("use StoreWriter as a context manager: with StoreWriter(...) as w")

@@ -3,10 +3,10 @@
     task = get_task("clm")
     seqs = task.build_sequences(store, tokenizer, PackConfig.for_task("clm", max_len=512))
 
-Adding a task is one new module (or folder, like :mod:`seqpack.tasks.chat`) defining
-``TASK = MyTask(name=..., ...)`` (a subclass of :class:`Task` with its options dataclass: its
+Adding a task is one new module (or folder, like `seqpack.tasks.chat`) defining
+``TASK = MyTask(name=..., ...)`` (a subclass of `Task` with its options dataclass: its
 sequences, model hooks, losses and metrics) plus one entry in ``REGISTRY`` below; a task defined
-elsewhere (a plugin, a test) joins with :func:`register_task`.
+elsewhere (a plugin, a test) joins with `register_task`.
 
     >>> sorted(REGISTRY)
     ['chat', 'classification', 'clm', 'mlm', 'multilabel', 'preference', 'qa', 'vision']
@@ -35,7 +35,7 @@ def get_task(name: str) -> Task:
 
 def register_task(task: Task) -> Task:
     """Add a task defined outside this package; the pack job, ``PackedDataset`` and ``seqpack train``
-    then treat it like the built-in ones (the CLI's ``--task`` choices stay :data:`TASKS`)."""
+    then treat it like the built-in ones (the CLI's ``--task`` choices stay `TASKS`)."""
     if not isinstance(task, Task):
         raise TypeError(f"register_task takes a seqpack.tasks.Task, got {type(task).__name__}")
     if task.name in REGISTRY:

@@ -39,7 +39,7 @@ class NoOptions:
 @dataclass(frozen=True, kw_only=True)
 class Task:
     """Base of every task; subclasses override what differs. Instances are registered in
-    :mod:`seqpack.tasks`."""
+    `seqpack.tasks`."""
 
     name: str
     summary: str
@@ -48,18 +48,18 @@ class Task:
     token_labels: bool = False  # ``labels`` is a per-token (P, L) column
     float_labels: bool = False  # ``labels`` becomes float32 (multi-hot)
     options_type: ClassVar[type] = NoOptions
-    #: token fields that a sharded job does not save between its stages: :meth:`rebuild_field`
+    #: token fields that a sharded job does not save between its stages: `rebuild_field`
     #: makes them again from the saved ones, after the gather (less written, read and cached)
     derived_fields: ClassVar[tuple[str, ...]] = ()
     #: a sharded job's route stage makes this task's token fields again from the store shard instead
     #: of saving them between the stages (a task whose sequences are a cheap copy of the store's tokens)
     tokens_from_store: ClassVar[bool] = False
     #: packed columns the Parquet parts leave out, ``(name, rule)``: every seqpack reader rebuilds
-    #: them from the stored ones by the rule (:mod:`seqpack.data.derived`)
+    #: them from the stored ones by the rule (`seqpack.data.derived`)
     derived_columns: ClassVar[tuple[tuple[str, str], ...]] = (("segment_ids", "segments"),)  # positions restart
-    #: its rows are not the token-column format: :meth:`pack_directory` writes them (the vision task)
+    #: its rows are not the token-column format: `pack_directory` writes them (the vision task)
     own_rows: ClassVar[bool] = False
-    #: its transformers models run through :mod:`seqpack.nn.hf_adapter` (False: :meth:`hf_forward` runs them)
+    #: its transformers models run through `seqpack.nn.hf_adapter` (False: `hf_forward` runs them)
     hf_adapted: ClassVar[bool] = True
     #: a step may leave part of the model unused (a batch with no image: the vision encoder), which
     #: ``DistributedDataParallel`` must be told (``find_unused_parameters``)
@@ -83,7 +83,7 @@ class Task:
 
     def facts(self) -> dict[str, bool]:
         """What readers of the packed format must know of this task, written into the manifest
-        (:class:`seqpack.data.format.DatasetFacts`)."""
+        (`seqpack.data.format.DatasetFacts`)."""
         return {"token_labels": self.token_labels, "float_labels": self.float_labels, "causal_lm": self.causal_lm}
 
     def check_manifest(self, manifest: Mapping[str, Any], where: str) -> None:
@@ -111,7 +111,7 @@ class Task:
 
     def pack_directory(self, source: Any, tokenizer_dir: str | os.PathLike[str], out: str | os.PathLike[str], config: Any,
                        *, overwrite: bool = False) -> dict[str, Any]:
-        """With :attr:`own_rows`: write the task's rows to ``out`` (``tokenizer_dir``: what
+        """With `own_rows`: write the task's rows to ``out`` (``tokenizer_dir``: what
         ``--tokenizer`` names) and return their manifest; ``seqpack pack`` then runs no pack job."""
         raise NotImplementedError(f"task {self.name} is packed by the pack job of seqpack.pipeline")
 
@@ -120,14 +120,14 @@ class Task:
         raise NotImplementedError
 
     def stored_sequences(self, source: Any, tokenizer: Tokenizer, config: Any) -> tuple[Sequences, dict[str, Any]]:
-        """What a sharded job saves of :meth:`build_sequences`'s sequences: them without their
-        :attr:`derived_fields`, and the dtype each of those has (:meth:`rebuild_field` makes them after
+        """What a sharded job saves of `build_sequences`'s sequences: them without their
+        `derived_fields`, and the dtype each of those has (`rebuild_field` makes them after
         the gather). A task whose derived fields cost something to make overrides this to not make them."""
         return split_derived(self.build_sequences(source, tokenizer, config), self.derived_fields)
 
     def rebuild_field(self, name: str, fields: Mapping[str, Any], offsets: Any, dtype: Any) -> Any:
-        """Token field ``name`` (one of :attr:`derived_fields`) of the sequences ``offsets``, from
-        their other token ``fields``, as ``dtype``: what :meth:`build_sequences` gave."""
+        """Token field ``name`` (one of `derived_fields`) of the sequences ``offsets``, from
+        their other token ``fields``, as ``dtype``: what `build_sequences` gave."""
         raise NotImplementedError
 
     def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
@@ -135,18 +135,18 @@ class Task:
         return {}
 
     def build_shard(self, records: list[dict[str, Any]], tokenizer: Tokenizer, config: Any, context: dict[str, Any]) -> Sequences:
-        """One shard's sequences from a batch of example records (default: :meth:`build_sequences`)."""
+        """One shard's sequences from a batch of example records (default: `build_sequences`)."""
         return self.build_sequences(records, tokenizer, config)
 
     # ---- streams ----------------------------------------------------------------------------
     def stream_context(self, config: Any) -> dict[str, Any]:
         """What a stream's chunks must agree on, known before any example is read (default: the
-        same as :meth:`shard_context` of no examples)."""
+        same as `shard_context` of no examples)."""
         return self.shard_context([], config)
 
     def stream_sequences(self, records: list[Any], tokenizer: Tokenizer | None, config: Any, context: dict[str, Any]) -> Sequences:
         """The sequences of one chunk of a stream's examples, ``example_ids`` local to the chunk
-        (default: :meth:`build_shard`: the offline job's sequences of those examples)."""
+        (default: `build_shard`: the offline job's sequences of those examples)."""
         if tokenizer is None:
             raise ValueError(f"task {self.name} tokenizes its examples: pass tokenizer=...")
         return self.build_shard(records, tokenizer, config, context)
@@ -204,7 +204,7 @@ class Task:
         raise NotImplementedError
 
     def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
-        """One forward pass of seqpack's model on a training batch (``objective``: :meth:`objective`'s)."""
+        """One forward pass of seqpack's model on a training batch (``objective``: `objective`'s)."""
         raise NotImplementedError
 
     def hf_batch(self, model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -212,20 +212,20 @@ class Task:
         return batch
 
     def hf_forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
-        """One forward pass of a transformers model (default: :meth:`hf_batch`, then ``packed_forward``)."""
+        """One forward pass of a transformers model (default: `hf_batch`, then ``packed_forward``)."""
         from seqpack.nn.hf_adapter import packed_forward
 
         b = self.hf_batch(model, {k: v for k, v in batch.items() if k != "num_sequences"})
         return packed_forward(model, b, reduction=reduction)  # type: ignore[no-any-return]
 
     def objective(self, options: Any, kind: str) -> Any:
-        """The training objective passed to :meth:`forward`, from the run's options and model kind
+        """The training objective passed to `forward`, from the run's options and model kind
         (default: none; the preference task's loss and beta)."""
         return None
 
     # ---- loss and metrics -------------------------------------------------------------------
     def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
-        """Units behind each component's mean, ``(3,)`` float64 in :data:`COMPONENTS` order."""
+        """Units behind each component's mean, ``(3,)`` float64 in `COMPONENTS` order."""
         raise NotImplementedError
 
     def component_means(self, out: PackedOutput) -> list[torch.Tensor | None]:
@@ -233,7 +233,7 @@ class Task:
         return [None, None, out.loss]
 
     def update_eval(self, totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
-        """Add one evaluation batch to ``totals`` (:class:`seqpack.train.objective.EvalTotals`)."""
+        """Add one evaluation batch to ``totals`` (`seqpack.train.objective.EvalTotals`)."""
         raise NotImplementedError
 
 

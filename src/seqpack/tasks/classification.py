@@ -63,7 +63,7 @@ MAX_LABELS = 1 << 20
 
 
 def check_label_count(count: int, field: str) -> int:
-    """Refuse a class count past :data:`MAX_LABELS` (one huge label id would size the head and every multi-hot row).
+    """Refuse a class count past `MAX_LABELS` (one huge label id would size the head and every multi-hot row).
 
     >>> check_label_count(10**12, "label")
     Traceback (most recent call last):

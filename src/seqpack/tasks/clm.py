@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 
 def _append_eos(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One EOS after each document (compiled; :func:`_append_eos_reference` is the rule): new
+    """One EOS after each document (compiled; `_append_eos_reference` is the rule): new
     offsets shift by the number of EOS before them. ``offsets`` run from 0 to ``tokens.size``.
 
     >>> flat, off, lens = _append_eos(np.array([1, 2, 3, 4, 5]), np.array([0, 3, 5]), 0)
@@ -62,7 +62,7 @@ def _append_eos(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[n
 
 
 def _append_eos_reference(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_append_eos` in numpy: mark where each EOS goes, and put the tokens everywhere else."""
+    """`_append_eos` in numpy: mark where each EOS goes, and put the tokens everywhere else."""
     n_docs = offsets.size - 1
     new_off = offsets + np.arange(n_docs + 1)
     flat = np.empty(tokens.size + n_docs, dtype=np.result_type(tokens.dtype, np.min_scalar_type(eos_id)))
@@ -97,8 +97,8 @@ def clm_inputs(
     overflow: str = "split",
     vocab_size: int | None = None,
 ) -> tuple[Sequences, np.dtype]:
-    """:func:`clm_sequences` without its labels, and the dtype they have (what a sharded job saves:
-    it makes the labels after the gather, :func:`shifted_labels`).
+    """`clm_sequences` without its labels, and the dtype they have (what a sharded job saves:
+    it makes the labels after the gather, `shifted_labels`).
 
     >>> s, dt = clm_inputs(np.array([1, 2, 3]), np.array([0, 3]), max_len=8, eos_id=0, vocab_size=50257)
     >>> list(s.token_fields), s.token_fields["input_ids"].tolist(), dt
@@ -236,7 +236,7 @@ class CLMTask(Task):
         return count_empty(store, seqs), {"labels": labels_dtype}
 
     def _inputs(self, source: Any, tokenizer: Any, config: Any) -> tuple[Any, dict[str, Any]]:
-        """The store, and :func:`clm_sequences`'s options."""
+        """The store, and `clm_sequences`'s options."""
         o: CLMOptions = config.options
         if config.max_len < 2:  # each sequence's first token has no target: one token per row learns nothing
             raise ValueError(f"--max-len {config.max_len} leaves a causal LM no target; pass --max-len 2 or more")

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class MLMConfig:
-    """Options of :func:`mlm_sequences` (defaults: BERT's)."""
+    """Options of `mlm_sequences` (defaults: BERT's)."""
 
     max_len: int
     mask_prob: float = 0.15

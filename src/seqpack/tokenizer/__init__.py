@@ -1,5 +1,5 @@
 """Byte-level BPE: training (fast and reference), the Tokenizer, save/load/export; pretrained
-Hugging Face tokenizer directories (:func:`open_tokenizer` opens either kind).
+Hugging Face tokenizer directories (`open_tokenizer` opens either kind).
 
 The names load on first use (PEP 562): ``from seqpack.tokenizer import train_bpe`` imports the
 trainer alone, which needs neither numpy nor the Hugging Face side, so a training run starts fast.

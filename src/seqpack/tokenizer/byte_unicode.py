@@ -49,7 +49,7 @@ def bytes_to_str(data: bytes) -> str:
 
 
 def str_to_bytes(text: str) -> bytes:
-    """Inverse of :func:`bytes_to_str`; raises ``KeyError`` on a foreign character."""
+    """Inverse of `bytes_to_str`; raises ``KeyError`` on a foreign character."""
     table = char_to_byte()
     return bytes(table[c] for c in text)
 
@@ -65,7 +65,7 @@ def _slices(text: str | bytes, lengths: list[int]) -> list:  # type: ignore[type
 
 
 def bytes_to_strs(items: Sequence[bytes]) -> list[str]:
-    """:func:`bytes_to_str` of each item, in one pass of the codec over them all (a vocabulary's
+    """`bytes_to_str` of each item, in one pass of the codec over them all (a vocabulary's
     tokens: one character a byte, so item k is the same slice of the joined text as of the joined bytes).
 
     >>> bytes_to_strs([b" a", b"b\\n"])
@@ -107,8 +107,8 @@ def string_ids(strings: dict[int, str], vocab: dict[int, bytes], file: str) -> d
 
 
 def strs_to_bytes(items: Sequence[str]) -> list[bytes]:
-    """:func:`str_to_bytes` of each item, in one pass of the codec; raises ``KeyError`` with the first
-    foreign character, as :func:`str_to_bytes` does.
+    """`str_to_bytes` of each item, in one pass of the codec; raises ``KeyError`` with the first
+    foreign character, as `str_to_bytes` does.
 
     >>> strs_to_bytes(["Ġa", "bĊ"])
     [b' a', b'b\\n']

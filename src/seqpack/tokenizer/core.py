@@ -1,5 +1,5 @@
 """The compiled core's tokenizer API behind one thin class (as tiktoken's ``core.py`` wraps its
-Rust ``CoreBPE``): the rest of ``tokenizer/`` calls :class:`CoreBPE` and never imports
+Rust ``CoreBPE``): the rest of ``tokenizer/`` calls `CoreBPE` and never imports
 ``seqpack._native`` itself.
 
     >>> core = CoreBPE(list(range(256)), [(97, 98, 256)])          # one merge: a + b -> 256

@@ -1,10 +1,10 @@
 """Pre-token counts as flat arrays, and counting over chunks on threads (map/reduce).
 
 Training only needs ``{pre-token: count}``. The compiled counter
-(:meth:`seqpack.tokenizer.core.CoreBPE.word_counter`) splits at special tokens, pre-tokenizes with the
+(`seqpack.tokenizer.core.CoreBPE.word_counter`) splits at special tokens, pre-tokenizes with the
 GPT-2 scanner and counts, with the GIL released. Counting is a map over chunks
-(:func:`count_chunk`, a pure function: any engine can run it) and a reduce
-(:meth:`WordCounts.merge`); memory is bounded by the table of distinct words plus the
+(`count_chunk`, a pure function: any engine can run it) and a reduce
+(`WordCounts.merge`); memory is bounded by the table of distinct words plus the
 chunks in flight, never by the corpus.
 
     >>> c = count_chunk(DocChunk(("a a<|endoftext|>a",)), special_tokens=("<|endoftext|>",))
@@ -142,7 +142,7 @@ def count_into(
     errors: str = "strict",
     on_progress: Callable[[int], None] | None = None,
 ) -> Any:
-    """:func:`count_chunks`, returning the compiled counter itself (``len``, ``total``,
+    """`count_chunks`, returning the compiled counter itself (``len``, ``total``,
     ``to_arrays``, and ``merges(n)``: the merge loop on it, with no array made)."""
     local = threading.local()
     counters = []

@@ -37,7 +37,7 @@ def encode_batches(
     """Yield ``(ids, offsets)`` per batch: document ``i`` of the batch is ``ids[offsets[i]:offsets[i + 1]]``.
 
     ``ids`` is ``uint32``, ``offsets`` ``int64``; batches come in input order. A pretrained
-    tokenizer (:class:`~seqpack.tokenizer.hf_tokenizer.HFTokenizer`) encodes each batch on the
+    tokenizer (`HFTokenizer`) encodes each batch on the
     ``tokenizers`` thread pool instead.
     """
     threads = workers or default_workers()

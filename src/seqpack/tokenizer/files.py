@@ -50,7 +50,7 @@ def _decode_token(text: str, where: str) -> bytes:
 
 
 def _decode_tokens(texts: list[str], where: Callable[[int], str]) -> list[bytes]:
-    """:func:`_decode_token` of each text, in one pass of the codec; ``where(k)`` names text k in an error."""
+    """`_decode_token` of each text, in one pass of the codec; ``where(k)`` names text k in an error."""
     try:
         return strs_to_bytes(texts)
     except KeyError:  # the first text that fails, named
@@ -111,7 +111,7 @@ def _json_lines(obj: dict[str, int]) -> str:
 
 def tokenizer_file_texts(tok: Tokenizer) -> dict[str, bytes]:
     """``vocab.json``, ``merges.txt`` and ``tokenizer.json`` as UTF-8 bytes, from the compiled writer
-    (``CoreBPE.tokenizer_texts``: a 10K tokenizer's in ~2.4 ms, against ~15 ms for :func:`_file_texts_reference`,
+    (``CoreBPE.tokenizer_texts``: a 10K tokenizer's in ~2.4 ms, against ~15 ms for `_file_texts_reference`,
     which makes the same bytes and is tested against it). A vocabulary that a file cannot hold (two ids
     with one token; a special token whose text is another token's GPT-2 string, in ``tokenizer.json``)
     goes to the reference, which says what is wrong."""
@@ -138,7 +138,7 @@ def _is_gpt2_string_of_another(tok: Tokenizer, special_id: int, text: str) -> bo
 
 
 def _file_texts_reference(tok: Tokenizer) -> dict[str, bytes]:
-    """:func:`tokenizer_file_texts` in Python: each token's GPT-2 string, then ``json.dumps``."""
+    """`tokenizer_file_texts` in Python: each token's GPT-2 string, then ``json.dumps``."""
     from seqpack.tokenizer.hf_export import hf_tokenizer_json
 
     strings, merges = gpt2_strings(tok.vocab, tok.merges)  # every token made a string once, for all three files
@@ -176,7 +176,7 @@ def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike[str], *, overwri
 
 def read_tokenizer_dir(directory: str | os.PathLike[str]) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str | None]:
     """``(vocab, merges, special_tokens, fingerprint or None)`` of a directory written by
-    :func:`save_tokenizer` (:meth:`seqpack.tokenizer.Tokenizer.load` builds and checks the tokenizer)."""
+    `save_tokenizer` (`seqpack.tokenizer.Tokenizer.load` builds and checks the tokenizer)."""
     d = Path(directory)
     if not d.is_dir():
         raise FileNotFoundError(f"{d}: no such tokenizer directory")

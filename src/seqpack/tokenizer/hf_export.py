@@ -2,7 +2,7 @@
 
 The file uses the ByteLevel pre-tokenizer (the GPT-2 regex, no prefix space),
 the BPE model with our vocab and merges in order (``ignore_merges`` off, so
-merge order decides, as in :meth:`Tokenizer.encode`), and every special token
+merge order decides, as in `Tokenizer.encode`), and every special token
 as an added token. ``tokenizers.Tokenizer.from_file`` and
 ``transformers.PreTrainedTokenizerFast(tokenizer_file=...)`` load it.
 """
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from seqpack.tokenizer.tokenizer import Tokenizer
 
 
-#: every token's string (id -> string) and every merge's strings: :func:`seqpack.tokenizer.byte_unicode.gpt2_strings`
+#: every token's string (id -> string) and every merge's strings: `seqpack.tokenizer.byte_unicode.gpt2_strings`
 Strings = tuple[dict[int, str], list[tuple[str, str]]]
 
 
@@ -59,7 +59,7 @@ def hf_tokenizer_json(tok: Tokenizer, *, strings: Strings | None = None) -> str:
         >>> hf_tokenizer_json(tok)[-32:]
         '"Ġa":256},"merges":[["Ġ","a"]]}}'
 
-    ``strings``: :func:`~seqpack.tokenizer.byte_unicode.gpt2_strings` of ``tok``, where the caller has it.
+    ``strings``: `gpt2_strings` of ``tok``, where the caller has it.
     """
     vocab, merges = strings if strings is not None else gpt2_strings(tok.vocab, tok.merges)
     return json.dumps(_document(tok, hf_vocab(tok, vocab), merges), ensure_ascii=False, separators=(",", ":"))
@@ -70,7 +70,7 @@ _TAIL = ',"vocab":{},"merges":[]}}'
 
 
 def hf_tokenizer_json_from(tok: Tokenizer, vocab: bytes, merges: bytes) -> bytes:
-    """:func:`hf_tokenizer_json`'s text as UTF-8, its model's vocab and merges given as JSON text (what
+    """`hf_tokenizer_json`'s text as UTF-8, its model's vocab and merges given as JSON text (what
     ``CoreBPE.tokenizer_texts`` writes): the rest is a few hundred bytes of ``json.dumps``.
 
         >>> from seqpack.tokenizer import Tokenizer

@@ -2,8 +2,8 @@
 
 A directory written by ``transformers`` ``save_pretrained`` (or by hand) holds ``tokenizer.json``
 (the ``tokenizers`` pipeline) and ``tokenizer_config.json`` (special tokens, ``chat_template``;
-transformers 5 may keep the template in ``chat_template.jinja`` beside it). :class:`HFTokenizer`
-gives it the interface seqpack's own :class:`~seqpack.tokenizer.Tokenizer` has (``encode_batch``,
+transformers 5 may keep the template in ``chat_template.jinja`` beside it). `HFTokenizer`
+gives it the interface seqpack's own `Tokenizer` has (``encode_batch``,
 ``encode_with_offsets``, ``token_to_id``, ``vocab_size``, ``fingerprint``...), so every task packs
 with either. Texts are encoded **without** the tokenizer's own post-processing (no automatic
 BOS/[CLS]): seqpack's tasks add their special tokens themselves, and a chat template writes its

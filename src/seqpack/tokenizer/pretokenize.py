@@ -3,7 +3,7 @@
 Byte-level BPE never merges across a pre-token boundary, so training only needs
 ``{word: count}``. This module holds the reference pre-tokenizer and counter (the
 compiled scanner in ``csrc/pretokenize.h`` is tested equal to it) and cuts corpora
-into chunks that can be counted independently (:mod:`seqpack.tokenizer.counts`).
+into chunks that can be counted independently (`seqpack.tokenizer.counts`).
 
     >>> split_words("Hello, world!  ")
     ['Hello', ',', ' world', '!', '  ']
@@ -97,8 +97,8 @@ def pieces(word: str, limit: int = MAX_PIECE_BYTES) -> list[str]:
 
 
 def split_words(text: str) -> list[str]:
-    """GPT-2 pre-tokens of ``text`` (no special-token handling); one over :data:`MAX_PIECE_BYTES`
-    bytes in :func:`pieces`."""
+    """GPT-2 pre-tokens of ``text`` (no special-token handling); one over `MAX_PIECE_BYTES`
+    bytes in `pieces`."""
     words: list[str] = _word_re().findall(text)
     if len(text) * 4 > MAX_PIECE_BYTES and any(len(w) * 4 > MAX_PIECE_BYTES for w in words):  # at most 4 bytes a character
         words = [p for w in words for p in pieces(w)]
@@ -153,7 +153,7 @@ def file_chunks(
 
     A chunk ends right before a special token when one starts within
     ``target_bytes`` after the target point, else at a safe newline or space (see
-    :data:`_SAFE_NEWLINE`, :data:`_SAFE_SPACE`; neither where a special token contains
+    `_SAFE_NEWLINE`, `_SAFE_SPACE`; neither where a special token contains
     that character); if the file has none, the chunk grows until one is found (or to the
     end of the file).
     """
@@ -187,7 +187,7 @@ _SCAN_BYTES = 16 << 20
 def _special_starts(mm: mmap.mmap, size: int, sp: re.Pattern[bytes], longest: int,
                     literal: bytes | None = None) -> Iterator[int]:
     """Where the special tokens start in ``mm``: the matches of ``sp.finditer(mm)``, found a window
-    of :data:`_SCAN_BYTES` at a time. Each window is let go of once searched (``MADV_DONTNEED``:
+    of `_SCAN_BYTES` at a time. Each window is let go of once searched (``MADV_DONTNEED``:
     the page cache keeps the pages, the process no longer holds them), so a file with few or no
     special tokens is not held in memory whole while the next one is looked for. A match that
     starts in a window lies within ``longest - 1`` bytes past it, so the windows find what one
@@ -228,7 +228,7 @@ def _let_go(mm: mmap.mmap, start: int, stop: int) -> None:
 
 def _safe_cut_in(mm: mmap.mmap, start: int, stop: int, safe: Sequence[re.Pattern[bytes]]) -> int | None:
     """The first safe cut in ``[start, stop)``: a kind of cut (``safe``, in order of preference)
-    is looked for in the first :data:`_PROBE_BYTES`, then the next kind, then the rest."""
+    is looked for in the first `_PROBE_BYTES`, then the next kind, then the rest."""
     for lo, hi in ((start, min(stop, start + _PROBE_BYTES)), (start + _PROBE_BYTES, stop)):
         for pattern in safe:
             if lo < hi and (m := pattern.search(mm, lo, hi)) is not None:
@@ -239,7 +239,7 @@ def _safe_cut_in(mm: mmap.mmap, start: int, stop: int, safe: Sequence[re.Pattern
 def _cut_points(
     mm: mmap.mmap, size: int, target: int, starts: Iterator[int] | None, safe: Sequence[re.Pattern[bytes]]
 ) -> Iterator[tuple[int, int]]:
-    """Spans ``[pos, cut)``; see :func:`file_chunks` for where cuts go."""
+    """Spans ``[pos, cut)``; see `file_chunks` for where cuts go."""
     nxt = (lambda: next(starts, None)) if starts is not None else (lambda: None)
     pending = nxt()
     pos = 0
@@ -291,7 +291,7 @@ def read_chunk_bytes(chunk: FileChunk) -> bytes:
 def chunk_view(chunk: FileChunk) -> Iterator[memoryview | bytes]:
     """The bytes of a file chunk, read in place: a view of the file mapped (the page cache's own
     pages, no copy; a fresh buffer costs a page fault per 4 KB, 2 us each on some VMs), or
-    :func:`read_chunk_bytes` where the file cannot be mapped. The view is valid inside the block."""
+    `read_chunk_bytes` where the file cannot be mapped. The view is valid inside the block."""
     if chunk.end <= chunk.start:
         yield b""
         return

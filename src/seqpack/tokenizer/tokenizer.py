@@ -10,7 +10,7 @@
 The rule is minbpe's: within each pre-token, merge the adjacent pair with the
 lowest merge rank, all occurrences left to right, until no adjacent pair is a
 merge. ``encode`` and ``encode_batch`` run it in the compiled core
-(:mod:`seqpack._native`: a hand-written GPT-2 pre-tokenizer, a word cache per
+(`seqpack._native`: a hand-written GPT-2 pre-tokenizer, a word cache per
 thread, the GIL released, texts spread over threads); ``encode_reference`` is the
 same rule in plain Python over the ``regex`` pre-tokenizer, and the two are tested
 equal. ``encode_batch(backend="hf")`` runs the Hugging Face ``tokenizers`` export
@@ -42,7 +42,7 @@ _CACHE_LIMIT = 1 << 18
 #: Streaming cuts after "x\ny" (printable ASCII around the newline): such a cut
 #: never changes the GPT-2 pre-tokenization (see pretokenize.file_chunks).
 _STREAM_FLUSH_CHARS = 1 << 16
-#: :meth:`Tokenizer.encode` takes a longer text a piece of about this many characters at a time
+#: `Tokenizer.encode` takes a longer text a piece of about this many characters at a time
 #: (cut where the pre-tokenization cannot change), so its working memory stays bounded
 _PIECE_CHARS = 1 << 20
 
@@ -86,7 +86,7 @@ def _straddles_special(text: str, cut: int, specials_re: Any, longest: int) -> b
 
 
 def _pieces(text: str, size: int, specials_re: Any, longest: int) -> Iterator[str]:
-    """``text`` cut where the ids cannot change (:func:`_safe_cut`, never inside a special token)
+    """``text`` cut where the ids cannot change (`_safe_cut`, never inside a special token)
     into pieces of ``size / 2 .. size`` characters; the rest whole where no such cut is found.
 
     >>> list(_pieces("ab cd ef gh", 6, None, 0))
@@ -112,7 +112,7 @@ def _encode_pieces(encode: Callable[[str], list[int]], specials_re: Any, longest
 
 
 class _CompiledCall:
-    """``tok.encode``: on an instance, the compiled call that :attr:`Tokenizer.native` puts in the instance's
+    """``tok.encode``: on an instance, the compiled call that `Tokenizer.native` puts in the instance's
     dict (built at the first access; later ones find it there, before this non-data descriptor); on the
     class, the plain function (``Tokenizer.encode(tok, text)``, ``help``)."""
 
@@ -148,7 +148,7 @@ class Tokenizer:
     def _trained(cls, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: Sequence[str],
                 merge_ids: tuple[list[int], list[int], list[int]]) -> Tokenizer:
         """``Tokenizer(vocab, merges, special_tokens)`` from a trainer's own result
-        (:meth:`seqpack.tokenizer.train.BPEResult.tokenizer`): ``merges`` hold ``bytes`` (kept as they
+        (`seqpack.tokenizer.train.BPEResult.tokenizer`): ``merges`` hold ``bytes`` (kept as they
         are, not copied one by one) and ``merge_ids`` are each merge's left, right and made ids, which
         the trainer knows (not looked up again). Tests build both ways and compare."""
         tok = cls.__new__(cls)
@@ -211,7 +211,7 @@ class Tokenizer:
     # ------------------------------------------------------------------ encode
     @property
     def native(self) -> CoreBPE:
-        """The compiled encoder (:class:`seqpack.tokenizer.core.CoreBPE`), built on first use."""
+        """The compiled encoder (`seqpack.tokenizer.core.CoreBPE`), built on first use."""
         if self._native is None:
             from seqpack.tokenizer.core import CoreBPE
 
@@ -279,7 +279,7 @@ class Tokenizer:
         """Token ids of ``text``; special tokens (longest match first) map to their ids.
 
         ``tok.encode`` is the compiled encoder's own call, built at the first access (see
-        :attr:`native`), so ``f = tok.encode`` taken before any call is as fast as ``tok.encode(text)``:
+        `native`), so ``f = tok.encode`` taken before any call is as fast as ``tok.encode(text)``:
         no Python frame a call (a 20-character text: 113 ns a call against 270-284 through a method, here).
         """
         return self.encode(text)  # the compiled call (Tokenizer.encode(tok, text) comes here)
@@ -287,7 +287,7 @@ class Tokenizer:
     encode = _CompiledCall(_encode)
 
     def _pieces(self, text: str, size: int) -> Iterator[str]:
-        """``text`` cut where the ids cannot change (see :func:`_pieces`).
+        """``text`` cut where the ids cannot change (see `_pieces`).
 
         >>> tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
         >>> list(tok._pieces("ab cd ef gh", 6))
@@ -296,7 +296,7 @@ class Tokenizer:
         return _pieces(text, size, self._specials_re, self._longest_special)
 
     def encode_reference(self, text: str) -> list[int]:
-        """:meth:`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the reference."""
+        """`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the reference."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}")
         out: list[int] = []
@@ -314,7 +314,7 @@ class Tokenizer:
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
         """Stream ids from an iterable of strings (e.g. a file handle), bounded memory.
 
-        Text is held back only up to the last safe cut (:func:`_safe_cut`: ``"x\\ny"`` or
+        Text is held back only up to the last safe cut (`_safe_cut`: ``"x\\ny"`` or
         ``"a b"``), so the ids are exactly ``encode("".join(iterable))``. Only input with
         neither (no newline between printable characters, no space between letters) is
         buffered whole.
@@ -361,7 +361,7 @@ class Tokenizer:
 
         ``backend="native"``: the compiled core on up to ``workers`` threads (default: all cores), one
         for each 32 KB of text (a smaller batch runs on one: starting a thread costs more than it gives).
-        ``backend="python"``: :meth:`encode_reference`, one text after another.
+        ``backend="python"``: `encode_reference`, one text after another.
         ``backend="hf"``: the equivalent Hugging Face tokenizer (Rust, threads; tested
         identical).
         """
@@ -431,7 +431,7 @@ class Tokenizer:
         return hashlib.sha256(data + specials).hexdigest()
 
     def _fingerprint_reference(self) -> str:
-        """What the fingerprint hashes, field by field (tested against :meth:`_compute_fingerprint`)."""
+        """What the fingerprint hashes, field by field (tested against `_compute_fingerprint`)."""
         h = hashlib.sha256()
         for i in sorted(self.vocab):
             h.update(i.to_bytes(8, "little") + len(self.vocab[i]).to_bytes(4, "little") + self.vocab[i])
@@ -470,7 +470,7 @@ class Tokenizer:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Tokenizer:
-        """Load a directory written by :meth:`save` (checks the fingerprint in its ``meta.json``)."""
+        """Load a directory written by `save` (checks the fingerprint in its ``meta.json``)."""
         from seqpack.tokenizer.files import read_tokenizer_dir
 
         vocab, merges, specials, expected = read_tokenizer_dir(directory)

@@ -14,9 +14,9 @@ frequent pair wins and ties go to the lexicographically greater pair of bytes.
 
 Two stages, both in the compiled core (``csrc/train.h``): (1) pre-tokenize and
 count distinct words on threads over chunks cut at safe boundaries
-(:mod:`seqpack.tokenizer.counts`, a map/reduce); (2) the merge loop over distinct
+(`seqpack.tokenizer.counts`, a map/reduce); (2) the merge loop over distinct
 words with an inverted index pair -> words, incremental count updates and a lazily
-invalidated max-heap. The plain-Python trainer in :mod:`seqpack.tokenizer.reference`
+invalidated max-heap. The plain-Python trainer in `seqpack.tokenizer.reference`
 is the reference it is tested against.
 """
 
@@ -151,7 +151,7 @@ def count_corpus(
 def _count_corpus(
     files: Sequence[PathLike], documents: Iterable[str] | None, *, config: BPEConfig
 ) -> tuple[Any, int]:
-    """:func:`count_corpus` with the compiled counter itself (see :func:`~seqpack.tokenizer.counts.count_into`)."""
+    """`count_corpus` with the compiled counter itself (see `count_into`)."""
     with _spooled(_check_files(files)) as paths:
         return _count(paths, documents, config=config)
 
@@ -347,7 +347,7 @@ def train_bpe_inputs(
 ) -> BPEResult:
     """Train on CLI-style inputs; no inputs means the built-in Python-docs corpus.
 
-    Text files are read whole (special tokens split them, as in :func:`train_bpe`);
+    Text files are read whole (special tokens split them, as in `train_bpe`);
     ``.jsonl`` and ``.parquet`` files give one document per record (``text_field``).
     """
     from seqpack.corpus.readers import is_structured, read_documents

@@ -77,7 +77,7 @@ def _digested(payload: dict[str, Any]) -> Any:
 
 def save_checkpoint(run: Path, payload: dict[str, Any]) -> Path:
     """Write ``run/checkpoint.pt`` via a temp file and one rename, with the digest of its state
-    (:func:`state_digest`), checked when it is loaded."""
+    (`state_digest`), checked when it is loaded."""
     path = run / CHECKPOINT
     try:
         with atomic_file(path) as tmp:

@@ -1,4 +1,4 @@
-"""What one training run does: :class:`TrainConfig` (frozen, validated on creation).
+"""What one training run does: `TrainConfig` (frozen, validated on creation).
 
     cfg = TrainConfig(data="packed_mlm/", out="runs/packed", model="bert", size="tiny", steps=200)
     cfg_padded = cfg.replace(padded=True, out="runs/padded")

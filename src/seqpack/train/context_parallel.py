@@ -1,9 +1,9 @@
 """Context parallelism in ``seqpack train --context-parallel C``: the ranks of a run form groups of
 ``C`` consecutive ranks; the ``W / C`` groups are data-parallel (each takes its share of every
 micro-batch's rows) and the ``C`` ranks of a group split each of the group's rows per document
-(:mod:`seqpack.data.context_parallel`), attend across the group
-(:mod:`seqpack.nn.attention.context_parallel`) and each compute their part of the rows' loss
-(:func:`seqpack.nn.losses.sharded_token_loss`), whose parts sum to the unsplit rows' loss.
+(`seqpack.data.context_parallel`), attend across the group
+(`seqpack.nn.attention.context_parallel`) and each compute their part of the rows' loss
+(`seqpack.nn.losses.sharded_token_loss`), whose parts sum to the unsplit rows' loss.
 
     groups = cp_groups(world, cp=2)                  # a collective: every rank calls it
     shard = shard_batch(batch, cp=2, rank=groups.cp_rank)
@@ -108,7 +108,7 @@ def check_cp_model(model: torch.nn.Module) -> None:
 
 class CPObjective(torch.nn.Module):
     """seqpack's GPT, or a transformers causal LM with ``seqpack_packed`` attention, on one rank's
-    share (:func:`shard_batch`); the output's loss is this rank's part."""
+    share (`shard_batch`); the output's loss is this rank's part."""
 
     def __init__(self, model: torch.nn.Module, group: Any, reduction: str) -> None:
         super().__init__()

@@ -16,7 +16,7 @@ of the packed run's step ``s``, so the two compute the same gradients (the fair 
 A fixed share of packs (``eval_fraction``, chosen by a seed that does not depend on the run's
 seed) is held out; both the packed and the padded run evaluate on those same packed rows. An
 evaluation reads at most ``eval_tokens`` real tokens of them (a run's bound:
-:attr:`seqpack.train.config.TrainConfig.eval_tokens`, so that its cost does not grow with the
+`seqpack.train.config.TrainConfig.eval_tokens`, so that its cost does not grow with the
 dataset), a seeded sample of the held-out packs that is the same for every run of the dataset
 with that bound; ``0`` evaluates every held-out pack.
 """
@@ -128,7 +128,7 @@ class Units:
         """Refuse ``--balance`` in one line where these units can't be balanced (default: they can)."""
 
     def counts(self, units: np.ndarray) -> tuple[int, int]:
-        """Sequences and real tokens of ``units`` (after :meth:`batch` read them)."""
+        """Sequences and real tokens of ``units`` (after `batch` read them)."""
         return int(self.unit_sequences[units].sum()), int(self.unit_tokens[units].sum())
 
     def state_dict(self) -> dict[str, Any] | None:
@@ -136,7 +136,7 @@ class Units:
         return None
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
-        """Restore :meth:`state_dict`'s state (default: nothing to restore)."""
+        """Restore `state_dict`'s state (default: nothing to restore)."""
 
     def stream(self, seed: int, start: int, count: int) -> np.ndarray:
         """Unit indices at stream positions ``start .. start + count - 1``."""
@@ -154,7 +154,7 @@ class Units:
 
 def split_packs(num_packs: int, eval_fraction: float, where: str) -> tuple[np.ndarray, np.ndarray]:
     """Held-out and training packs, both sorted: a share ``eval_fraction`` (at least one) chosen by
-    :data:`SPLIT_SEED`, the same for every run of the dataset.
+    `SPLIT_SEED`, the same for every run of the dataset.
 
     >>> [x.tolist() for x in split_packs(4, 0.25, "d")]
     [[1], [0, 2, 3]]
@@ -233,7 +233,7 @@ class TrainData(Units):
         self._balance: tuple[np.ndarray, int, int] | None = None
 
     def balance(self, cost: Any, *, world: int, rows: int) -> dict[str, float]:
-        """Order each epoch's packs into compute-balanced steps (:mod:`seqpack.packing.balance`):
+        """Order each epoch's packs into compute-balanced steps (`seqpack.packing.balance`):
         every micro-batch of ``rows`` rows gives each of ``world`` ranks packs of even cost (its
         share ``[r::world]``). Returns the first epoch's imbalance, sequential and balanced."""
         from seqpack.packing.balance import balance_report

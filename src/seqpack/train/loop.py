@@ -6,7 +6,7 @@
 Writes ``RUN/config.json`` (what ran), ``RUN/metrics.jsonl`` (one line per step, one per
 evaluation), ``RUN/checkpoint.pt`` (every ``checkpoint_every`` steps, at the end and on
 Ctrl-C) and ``RUN/summary.json``. Under ``torchrun`` each rank takes its share of every
-micro-batch (see :mod:`seqpack.train.data`); gradients are averaged by
+micro-batch (see `seqpack.train.data`); gradients are averaged by
 ``DistributedDataParallel`` and the loss is normalised over the whole global step.
 """
 

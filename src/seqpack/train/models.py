@@ -1,5 +1,5 @@
 """The model a training run builds for a dataset: seqpack's compact BERT / GPT, or a
-transformers model from a config file (through :mod:`seqpack.nn.hf_adapter`).
+transformers model from a config file (through `seqpack.nn.hf_adapter`).
 
     model, spec = build_model(manifest, cfg)          # spec: a JSON-able description
     out = forward(model, batch, task=manifest["task"], reduction="sequence")
@@ -135,7 +135,7 @@ def attention_dropout(config: Any) -> float:
 
 def attention_of(model: torch.nn.Module, cfg: TrainConfig) -> str:
     """The attention a run's model runs: a transformers model's ``attn_implementation``, or
-    seqpack's ``--attention`` backend (``auto``: chosen per batch, :func:`seqpack.nn.attention.choose_backend`)."""
+    seqpack's ``--attention`` backend (``auto``: chosen per batch, `seqpack.nn.attention.choose_backend`)."""
     inner = getattr(model, "module", model)
     if type(inner).__module__.startswith("transformers"):
         config = inner.config.get_text_config() if hasattr(inner.config, "get_text_config") else inner.config
@@ -156,8 +156,8 @@ def _register(impl: str) -> None:
 
 def forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, task: str, reduction: str,
             objective: Any = None) -> PackedOutput:
-    """One forward pass on a batch from :class:`seqpack.train.data.TrainData` (``objective``: the
-    task's, :meth:`seqpack.tasks.Task.objective`)."""
+    """One forward pass on a batch from `seqpack.train.data.TrainData` (``objective``: the
+    task's, `seqpack.tasks.Task.objective`)."""
     inner = getattr(model, "module", model)  # DistributedDataParallel wraps the model
     t = get_task(task)
     kw = {} if objective is None else {"objective": objective}  # a plugin task's forward may not take it

@@ -23,7 +23,7 @@ __all__ = ["COMPONENTS", "EvalTotals", "component_means", "loss_units", "step_lo
 
 
 def loss_units(batch: Mapping[str, torch.Tensor], task: str, reduction: str) -> torch.Tensor:
-    """Units behind each component's mean, ``(3,)`` float64 in :data:`COMPONENTS` order (the task counts).
+    """Units behind each component's mean, ``(3,)`` float64 in `COMPONENTS` order (the task counts).
 
     >>> b = {"labels": torch.tensor([[-100, 5, 6, -100, 7]]), "segment_ids": torch.tensor([[1, 1, 1, 2, 2]])}
     >>> loss_units(b, "clm", "sequence").tolist(), loss_units(b, "clm", "token").tolist()
@@ -50,7 +50,7 @@ LOSS_KEYS = ("lm_loss", "nsp_loss", "cls_loss", "span_loss")  # summed into the 
 
 class EvalTotals:
     """Sums over an evaluation pass: per-sequence and per-token losses, accuracies (the task
-    says which: :meth:`seqpack.tasks.Task.update_eval`)."""
+    says which: `seqpack.tasks.Task.update_eval`)."""
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}

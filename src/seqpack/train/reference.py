@@ -33,7 +33,7 @@ def reference_logps(model: torch.nn.Module, data: TrainData, *, batch_size: int,
 @torch.no_grad()
 def packed_reference(model: torch.nn.Module, take: Callable[[np.ndarray], dict[str, Any]], *, num_packs: int, depth: int,
                      batch_size: int, device: torch.device | None = None) -> np.ndarray:
-    """:func:`reference_logps` over any reader: ``take(packs)`` gives those packs' columns.  # (P, D, 2)"""
+    """`reference_logps` over any reader: ``take(packs)`` gives those packs' columns.  # (P, D, 2)"""
     from seqpack.tasks.preference.objective import policy_logps
 
     P, D = num_packs, depth
@@ -53,7 +53,7 @@ def packed_reference(model: torch.nn.Module, take: Callable[[np.ndarray], dict[s
 
 
 def reference_columns(ref: np.ndarray) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
-    """The extra columns of packs ``packs``, for :attr:`TrainData.pack_columns`."""
+    """The extra columns of packs ``packs``, for `TrainData.pack_columns`."""
     return lambda packs: {"ref_chosen_logps": ref[packs, :, 0], "ref_rejected_logps": ref[packs, :, 1]}
 
 

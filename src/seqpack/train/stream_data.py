@@ -2,7 +2,7 @@
 
 The examples (a ``.jsonl``/``.parquet`` file or a folder of them) are read in order: the first
 ``eval_examples`` are held out and packed once for evaluation; the rest go through
-:class:`seqpack.pipeline.PackedStream` (the task's own builder, a buffer of ``buffer_size``
+`seqpack.pipeline.PackedStream` (the task's own builder, a buffer of ``buffer_size``
 sequences planned at a time, this rank's share of the examples). Step ``s`` takes the next rows of
 each rank's stream, so a run is a pure function of the input, the seed and the number of ranks; the
 stream's state (positions and keys, never tokens) is saved with every checkpoint and restored on
@@ -158,7 +158,7 @@ class StreamTrainData(Units):
         self._rows = None
 
     def verify_content(self) -> None:
-        """The inputs' checksums are part of :attr:`manifest`, which a resume compares."""
+        """The inputs' checksums are part of `manifest`, which a resume compares."""
 
     def describe(self) -> dict[str, Any]:
         return {"task": self.task, "max_len": self.max_len, "padded": False, "stream": True,

@@ -12,11 +12,11 @@ replaces three things:
 
 * the dataset: the packed rows (a ``datasets.Dataset`` over the packed Parquet shards), left
   as they are (``_prepare_dataset`` returns them; its columns are all kept, ``example_ids`` too,
-  so :func:`seqpack.tasks.preference.pair_outputs` names each pair of a batch by its record);
+  so `seqpack.tasks.preference.pair_outputs` names each pair of a batch by its record);
 * the reference: the reference model's log-probabilities computed once, packed, at start (the
   ``ref_model``'s, or the initial weights' when none is given), held as columns; the reference
   model is then released, so training keeps one model in memory;
-* ``compute_loss``: :func:`seqpack.tasks.preference.objective.preference_forward` on the packed
+* ``compute_loss``: `seqpack.tasks.preference.objective.preference_forward` on the packed
   batch (exact against ``DPOTrainer``'s own loss on padded rows; tests/tasks/preference), with
   TRL's metrics (``rewards/chosen``, ``rewards/accuracies``, ``logps/chosen``, ...).
 

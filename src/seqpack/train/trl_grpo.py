@@ -9,9 +9,9 @@ normalisations, logging and callbacks. One method is replaced, the narrowest TRL
 ``_get_per_token_logps_and_entropies``, which TRL calls for the policy (in the loss), the old policy
 and the reference. TRL hands it padded rows (left-padded prompts, right-padded completions, each
 prompt repeated for its G completions); here the rows are taken apart, each group's prompt written
-once with its completions after it (:func:`seqpack.rl.pack_rollouts`, ``layout="group"``; rows
+once with its completions after it (`seqpack.rl.pack_rollouts`, ``layout="group"``; rows
 whose prompts are equal share one), packed into rows of at most ``max_tokens`` tokens (default: the
-width of TRL's padded rows), run once (:func:`seqpack.rl.rollout_logprobs`: the vocabulary head
+width of TRL's padded rows), run once (`seqpack.rl.rollout_logprobs`: the vocabulary head
 only where a completion token is predicted), and the values put back in TRL's ``(B, T)`` layout.
 Exact against TRL's padded pass (tests/rl).
 

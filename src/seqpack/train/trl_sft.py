@@ -11,7 +11,7 @@
 Everything of TRL stays (the ``Trainer`` loop, the padding-free collator, accelerate, logging,
 checkpoints, callbacks, evaluation). What changes is the step:
 
-* **the loss** is :func:`seqpack.nn.hf_causal_lm.causal_lm_loss`: the vocabulary head only at the
+* **the loss** is `seqpack.nn.hf_causal_lm.causal_lm_loss`: the vocabulary head only at the
   targets, fused with the cross-entropy, three matrix products (TRL 1.16's fused head recomputes
   each logits tile in backward: four) and never the (N, V) logits whole; the same token-mean
   loss, through the model's ``forward`` (so DDP sees the pass);
@@ -19,10 +19,10 @@ checkpoints, callbacks, evaluation). What changes is the step:
   test, free) and ``num_tokens`` accumulate on the device and are read when the trainer logs.
   TRL's per-step ``entropy`` metric is not computed;
 * ``compile_blocks=True`` (the default on CUDA) hands each layer's norms and MLP to
-  ``torch.compile`` (:func:`seqpack.nn.hf_causal_lm.compile_blocks`): a one-off compile at the
+  ``torch.compile`` (`seqpack.nn.hf_causal_lm.compile_blocks`): a one-off compile at the
   first step, then fused kernels.
 
-Models: those of :data:`seqpack.nn.hf_causal_lm.HEAD_AT_TARGETS` (Llama, Qwen2/3, Mistral, GPT-2;
+Models: those of `seqpack.nn.hf_causal_lm.HEAD_AT_TARGETS` (Llama, Qwen2/3, Mistral, GPT-2;
 ``compile_blocks`` needs Llama-style layers). It overrides TRL's ``compute_loss`` and ``log``, so it
 is tested against the TRL version pinned by ``make test``.
 """

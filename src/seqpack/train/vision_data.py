@@ -1,10 +1,10 @@
 """Batches of packed image-text rows for ``seqpack train`` (the ``vision`` task).
 
 The rows of a micro-batch go side by side into one padding-free ``(1, T)`` row
-(:class:`seqpack.tasks.vision.VisionCollator`: ids, labels, per-sample positions, pixels made by
+(`seqpack.tasks.vision.VisionCollator`: ids, labels, per-sample positions, pixels made by
 the processor saved with the rows); ``segment_ids`` ``(1, T)`` numbers its samples, which the
 per-sample loss and the step's loss units read. Rows are held out and streamed exactly as
-:class:`seqpack.train.data.TrainData` does for the token-column format::
+`seqpack.train.data.TrainData` does for the token-column format::
 
     data = VisionTrainData("vlm-packs/")
     batch = data.batch(data.stream(seed=0, start=0, count=4))
@@ -24,8 +24,8 @@ from seqpack.train.data import Units, eval_sample, split_packs
 
 
 class VisionTrainData(Units):
-    """A packed image-text directory (:mod:`seqpack.tasks.vision.packed`) split into training rows
-    and held-out rows; the API :class:`seqpack.train.data.TrainData` offers the training loop."""
+    """A packed image-text directory (`seqpack.tasks.vision.packed`) split into training rows
+    and held-out rows; the API `seqpack.train.data.TrainData` offers the training loop."""
 
     padded = False
     by_pack = False

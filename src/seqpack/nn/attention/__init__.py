@@ -3,22 +3,22 @@
     plan = plan_attention(segment_ids, causal=True)        # (B, T) -> masks / indices, once
     out = packed_attention(q, k, v, plan)                  # (B, H, T, d) -> (B, H, T, d), per layer
 
-Backends live in one registry (:data:`REGISTRY`), one module each:
+Backends live in one registry (`REGISTRY`), one module each:
 
 ``sdpa``          dense ``(B, 1, T, T)`` bool mask into ``scaled_dot_product_attention``
-                  (:mod:`.dense`); rows holding one sequence use a key-padding mask instead.
-``eager``         the reference: ``softmax(q k^T * scale + additive mask) v`` (:mod:`.dense`).
-``per_document``  length buckets, SDPA per bucket (:mod:`.per_document`).
-``flash_varlen``  ``flash_attn_varlen_func`` on the rows as they are (:mod:`.varlen`, flash-attn).
-``varlen``        PyTorch's own varlen flash kernel on the rows as they are (:mod:`.varlen`).
-``flex``          FlexAttention with a ``BlockMask`` (:mod:`.flex`).
+                  (`.dense`); rows holding one sequence use a key-padding mask instead.
+``eager``         the reference: ``softmax(q k^T * scale + additive mask) v`` (`.dense`).
+``per_document``  length buckets, SDPA per bucket (`.per_document`).
+``flash_varlen``  ``flash_attn_varlen_func`` on the rows as they are (`.varlen`, flash-attn).
+``varlen``        PyTorch's own varlen flash kernel on the rows as they are (`.varlen`).
+``flex``          FlexAttention with a ``BlockMask`` (`.flex`).
 ``context_parallel``  one rank's share of rows split across context-parallel ranks: keys and
                   values all-gathered, a mask from every token's document and position
-                  (:mod:`.context_parallel`; its plan comes from ``plan_context_parallel``).
-``auto``          :func:`choose_backend` picks one per batch.
+                  (`.context_parallel`; its plan comes from ``plan_context_parallel``).
+``auto``          `choose_backend` picks one per batch.
 
 A layer may compute more than softmax attention inside its document: a sliding window, a chunk,
-logit soft-capping, attention sinks (:class:`LayerAttention`). ``plan_attention(..., needs=...)``
+logit soft-capping, attention sinks (`LayerAttention`). ``plan_attention(..., needs=...)``
 names what the model's layers need; ``auto`` picks a backend that computes all of it, an explicit
 backend that cannot is refused naming the argument, and ``packed_attention(..., layer=...)``
 checks each layer against its plan's backend, so none is ever dropped silently::
@@ -29,11 +29,11 @@ checks each layer against its plan's backend, so none is ever dropped silently::
 
 ``branch_ids`` (B, T) (the preference task's layouts): without a shared prefix (``pairs``) each
 branch becomes a sequence of its own and every backend runs it; a shared prefix (prompt once,
-both responses attending to it, never to each other) needs a mask, which :data:`SHARED_PREFIX`
+both responses attending to it, never to each other) needs a mask, which `SHARED_PREFIX`
 backends build (``auto``: ``flex`` on CUDA; on CPU ``per_document``, which runs each response
 with the prompt gathered in front of it through plain causal kernels, no mask).
 
-Adding a backend: one module defining a plan type and a :class:`Backend`, plus one line in
+Adding a backend: one module defining a plan type and a `Backend`, plus one line in
 ``REGISTRY`` below.
 
 Padding tokens (segment 0) get output 0, except with ``sdpa`` when no row holds two
@@ -103,7 +103,7 @@ def get_backend(name: str) -> Backend:
 
 
 def backends_for(needs: frozenset[str] | set[str]) -> tuple[str, ...]:
-    """The backends that compute every layer argument in ``needs`` (:data:`FEATURES`).
+    """The backends that compute every layer argument in ``needs`` (`FEATURES`).
 
         >>> backends_for({"softcap"})
         ('eager', 'per_document', 'flex')
@@ -162,7 +162,7 @@ _COUNTERS: list[Counter[str]] = []
 
 @contextlib.contextmanager
 def count_backends() -> Iterator[Counter[str]]:
-    """Count, by backend, the plans :func:`plan_attention` makes inside the block (one per batch
+    """Count, by backend, the plans `plan_attention` makes inside the block (one per batch
     and model call): what ``auto`` chose, as it ran. A training run records it.
 
         >>> with count_backends() as ran:
@@ -196,7 +196,7 @@ def plan_attention(
     position_ids: torch.Tensor | None = None,
 ) -> AttentionPlan:
     """Masks or indices for ``packed_attention`` (``dtype`` is the dtype of q/k/v; ``branch_ids``:
-    see the module docstring). ``needs``: the layer arguments (:data:`FEATURES`) the model's layers
+    see the module docstring). ``needs``: the layer arguments (`FEATURES`) the model's layers
     will ask for; a window or a chunk reads each token's position in its document from
     ``position_ids`` (B, T) (restarting at each sequence when None)."""
     needs = frozenset(needs)

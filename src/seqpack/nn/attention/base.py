@@ -151,7 +151,7 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allow
 
 
 def common(backend: str, segment_ids: torch.Tensor, causal: bool) -> dict[str, object]:
-    """The :class:`AttentionPlan` fields of a plan for ``segment_ids`` (B, T)."""
+    """The `AttentionPlan` fields of a plan for ``segment_ids`` (B, T)."""
     B, T = segment_ids.shape
     return {"backend": backend, "causal": causal, "batch": B, "length": T}
 

@@ -1,5 +1,5 @@
 """``context_parallel``: attention of one rank's share of packed rows split across context-parallel
-(CP) ranks (:mod:`seqpack.data.context_parallel`), exact against the unsplit rows.
+(CP) ranks (`seqpack.data.context_parallel`), exact against the unsplit rows.
 
 Each rank holds ``T_local = T / C`` tokens of every row: chunks of each document, not in order. In
 every layer the keys and values of all ranks are gathered (all-gather over the CP group), and each
@@ -78,7 +78,7 @@ class _GatherWithGrad(torch.autograd.Function):
 
 
 def gather_with_grad(x: torch.Tensor, group: Any, *, dim: int) -> torch.Tensor:
-    """:func:`gather_tokens` with a gradient (see :class:`_GatherWithGrad`)."""
+    """`gather_tokens` with a gradient (see `_GatherWithGrad`)."""
     return _GatherWithGrad.apply(x, group, dim)  # type: ignore[no-any-return]
 
 

@@ -132,7 +132,7 @@ def _documents(segment_ids: torch.Tensor, branch_ids: torch.Tensor | None, causa
 
 def plan_per_document(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype,
                       branch_ids: torch.Tensor | None = None) -> BucketPlan:
-    """Group documents (:func:`_documents`) by padded length. Bucket slots past a document's end
+    """Group documents (`_documents`) by padded length. Bucket slots past a document's end
     read token 0: they are masked keys (or, causal, keys after every real query) and their outputs
     are dropped."""
     B, T = segment_ids.shape

@@ -6,7 +6,7 @@ flash kernel walks the runs given by ``cu_seqlens``.
                   built into torch; fp16/bf16), for when no flash-attn wheel fits.
 
 No gather and no scatter: every sequence is a run, and so is the row-end padding, cut into
-blocks of at most 128 tokens (:func:`seqpack.nn.masks.row_runs`). A real token attends only to
+blocks of at most 128 tokens (`seqpack.nn.masks.row_runs`). A real token attends only to
 its own sequence; padding attends to the padding of its block. Packed rows are ~99.9% full, so
 the padding blocks cost nearly nothing, while gathering the real tokens out of the rows and
 scattering them back cost as much as the kernel (docs/benchmarks/gpu.md). Padding outputs are
@@ -15,7 +15,7 @@ unspecified (finite; nothing reads them), as with ``sdpa``'s key-padding form.
     seg      [[1 1 2 0]  [1 1 1 1]]   (B, T) = (2, 4)
     runs      0   2 3 4   8           cu_seqlens over the 8 flattened tokens
 
-:func:`varlen_reference` runs each run through SDPA on its own: the slow, obviously correct
+`varlen_reference` runs each run through SDPA on its own: the slow, obviously correct
 kernel the fast ones are tested against (on CPU too).
 """
 

@@ -76,9 +76,9 @@ class GPT(nn.Module):
         logits: bool = True,
     ) -> PackedOutput:
         """Without ``labels``: ``logits`` (B, T, V) (``logits=False``: only ``hidden``, for a caller
-        that projects the positions it needs with :meth:`token_logits`). With ``labels`` (B, T) (HF
+        that projects the positions it needs with `token_logits`). With ``labels`` (B, T) (HF
         convention, the model shifts): the loss, and logits only at the N positions that have a
-        target (N, V). ``branch_ids``: a shared prefix (:func:`seqpack.nn.masks.attention_mask`)."""
+        target (N, V). ``branch_ids``: a shared prefix (`seqpack.nn.masks.attention_mask`)."""
         check_reduction(reduction)
         check_batch(input_ids, segment_ids, position_ids=position_ids, labels=labels, branch_ids=branch_ids)
         position_ids, plan = positions_and_plan(

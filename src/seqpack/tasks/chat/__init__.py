@@ -1,8 +1,8 @@
 """``chat``: conversations (``messages``) for a causal LM, with the loss where ``--train-on`` says.
 
-The task's one home: :mod:`.task` (options, the task object: sequences, model hooks, warnings),
-:mod:`.sequences` (conversations -> labelled sequences, truncation at turn boundaries) and
-:mod:`.template` (Jinja chat templates and where each assistant turn lies in the text).
+The task's one home: `.task` (options, the task object: sequences, model hooks, warnings),
+`.sequences` (conversations -> labelled sequences, truncation at turn boundaries) and
+`.template` (Jinja chat templates and where each assistant turn lies in the text).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each record's ``messages`` are rendered with the chat template and tokenized as one text (the
 way ``apply_chat_template(tokenize=True)`` does); a token is a target when it starts inside an
-assistant turn's span (:mod:`seqpack.tasks.chat.template`). Labels follow the causal-LM
+assistant turn's span (`seqpack.tasks.chat.template`). Labels follow the causal-LM
 convention of ``clm`` (the model shifts): ``labels[t] = input_ids[t]`` at a target, -100
 elsewhere and always at the first token.
 

@@ -80,7 +80,7 @@ class ChatTask(CLMTask):
         return {}
 
     def stream_sequences(self, records: list[Any], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
-        """Conversations as the pack job builds them (not :class:`CLMTask`'s documents)."""
+        """Conversations as the pack job builds them (not `CLMTask`'s documents)."""
         return Task.stream_sequences(self, records, tokenizer, config, context)
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:

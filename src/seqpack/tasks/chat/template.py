@@ -10,7 +10,7 @@ the model should learn comes from one of two sources:
   trailing whitespace after the turn is left out). A template that rewrites earlier turns cannot be
   read this way and gets an error that says to add generation blocks.
 
-The shipped default, ``chatml`` (:data:`CHATML`), is ChatML (``<|im_start|>role\\n...<|im_end|>``)
+The shipped default, ``chatml`` (`CHATML`), is ChatML (``<|im_start|>role\\n...<|im_end|>``)
 with generation blocks around each assistant turn's content and its ``<|im_end|>``.
 
     >>> t = ChatTemplate(CHATML)

@@ -1,6 +1,6 @@
 """The ``preference`` task: one folder (records, layouts, the task, its objective).
 
-:func:`pair_outputs` (and :class:`PairOutputs`) load torch on first use.
+`pair_outputs` (and `PairOutputs`) load torch on first use.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """One forward pass of a preference batch: each response's log-probability (or a reward model's
-score at its last token), then the loss of :class:`seqpack.nn.preference.PreferenceLoss`.
+score at its last token), then the loss of `seqpack.nn.preference.PreferenceLoss`.
 
 Works with seqpack's ``GPT`` / ``GPTReward`` and with transformers causal LMs / sequence
 classifiers (Llama, GPT-2): those get the stored ``position_ids`` and either seqpack's attention
-plan (``attn_implementation="seqpack_packed"``, :mod:`seqpack.nn.hf_attention`: per-pair work,
+plan (``attn_implementation="seqpack_packed"``, `seqpack.nn.hf_attention`: per-pair work,
 no ``T x T`` mask), a 4-D mask built from ``branch_ids`` (bool for ``sdpa``, additive for
 ``eager``), or, padding-free (``flash_attention_*``, ``seqpack_varlen``), the ``pairs`` layout's
 branches as sequences.
@@ -34,7 +34,7 @@ def policy_logps(model: Any, batch: Mapping[str, torch.Tensor], depth: int | Non
     """Each response's summed log-probability under ``model``.  # (B, D) fields
 
     The vocabulary projection runs only where a response token is predicted (N positions, not
-    B x T): for seqpack's GPT, and for the transformers models of :data:`seqpack.nn.hf_causal_lm.HEAD_AT_TARGETS`, whose
+    B x T): for seqpack's GPT, and for the transformers models of `seqpack.nn.hf_causal_lm.HEAD_AT_TARGETS`, whose
     base model and ``lm_head`` are called apart (other models: their full logits, then a slice)."""
     hidden, head = causal_states(model, batch)
     return response_logps(lambda r, c: head(hidden[r, c]), batch["labels"], batch["segment_ids"], batch["branch_ids"],
@@ -105,7 +105,7 @@ class PairOutputs:
 def pair_outputs(model: Any, batch: Mapping[str, torch.Tensor], objective: PreferenceLoss | None = None) -> PairOutputs:
     """The loss and every pair's outputs (rewards, log-probabilities, loss) of ``model`` on a packed
     preference batch, keyed by the records' ids (the batch's ``example_ids`` column, ``(B, D)``),
-    without a Trainer. ``objective``: the loss (default :class:`~seqpack.nn.preference.PreferenceLoss`'s,
+    without a Trainer. ``objective``: the loss (default `PreferenceLoss`'s,
     sigmoid DPO, which needs the batch's ``ref_chosen_logps`` / ``ref_rejected_logps``).
 
         rows = PackedDataset("packed_prefs/")                  # every column, example_ids too

@@ -2,7 +2,7 @@
 
 ``shared-prefix``: the prompt once, then both responses. ``branch_ids`` says which part a token
 is (0 prompt, 1 chosen, 2 rejected); a token attends to the prompt and to its own response, never
-to the other (:func:`seqpack.nn.masks.attention_mask` with ``branch_ids``). The rejected response's
+to the other (`seqpack.nn.masks.attention_mask` with ``branch_ids``). The rejected response's
 positions continue from the prompt's end, as if it followed the prompt alone::
 
     input_ids     p0 p1 p2 c0 c1 r0 r1 r2

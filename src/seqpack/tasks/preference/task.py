@@ -2,10 +2,10 @@
 training (``sigmoid``, ``ipo``, ``simpo``, ``orpo``) and Bradley-Terry reward models (``bt``).
 
 Records hold ``prompt`` / ``chosen`` / ``rejected`` (strings, message lists, or the implicit-prompt
-form; :mod:`.records`) and optionally a ``margin``, in ``.jsonl``, ``.parquet`` or an HF dataset.
-Each pair is one packing unit (:mod:`.sequences`): the plan places whole pairs, never half of one.
+form; `.records`) and optionally a ``margin``, in ``.jsonl``, ``.parquet`` or an HF dataset.
+Each pair is one packing unit (`.sequences`): the plan places whole pairs, never half of one.
 Labels sit only on response tokens. Training reads each response's summed log-probability off
-the packed rows (:mod:`seqpack.nn.preference`); the reference model's come from one packed pass
+the packed rows (`seqpack.nn.preference`); the reference model's come from one packed pass
 with the initial weights before training, so no second model is kept in memory.
 """
 
@@ -125,7 +125,7 @@ class PreferenceTask(Task):
         return preference_forward(model, batch, objective)
 
     def objective(self, options: Any, kind: str) -> Any:
-        """``options.preference()`` (a :class:`PreferenceLoss`), checked against the model kind."""
+        """``options.preference()`` (a `PreferenceLoss`), checked against the model kind."""
         loss = options.preference()
         if loss.reward_model and kind != "reward":
             raise ValueError(f"--preference-loss {loss.kind} trains a reward model; pass --model reward")

@@ -1,7 +1,7 @@
 """Packed image-text rows -> the batch a vision-language model takes, padding-free.
 
 The rows of a batch go side by side into one ``(1, T)`` row (no padding token at all); each
-sample keeps the positions it has alone (:mod:`seqpack.tasks.vision.rope`), which is how
+sample keeps the positions it has alone (`seqpack.tasks.vision.rope`), which is how
 transformers keeps packed samples from attending to each other (and, for the Qwen2-VL family, why
 ``position_ids`` is ``(4, 1, T)``: a ``(3, 1, T)`` one would be read as one long sample). The
 images are decoded and made into pixels here by the model's image processor; its patch grids must

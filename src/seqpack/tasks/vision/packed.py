@@ -78,7 +78,7 @@ class VisionPacks:
 
 
 def pack_vision(samples: VisionSamples, *, max_len: int, algorithm: str = "best", seed: int = 0) -> VisionPacks:
-    """One packing plan over every sample (``algorithm``: a :data:`seqpack.packing.ALGORITHMS` name)."""
+    """One packing plan over every sample (``algorithm``: a `seqpack.packing.ALGORITHMS` name)."""
     if samples.num_samples == 0:
         raise ValueError("no samples to pack: every record was dropped (see samples.dropped)")
     if int(samples.lengths.max()) > max_len:
@@ -147,7 +147,7 @@ class VisionRows:
         self._group: tuple[int, Any] = (-1, None)
 
     def processor(self) -> Any:
-        """The processor the rows were made with (saved by :func:`write_vision_packs`)."""
+        """The processor the rows were made with (saved by `write_vision_packs`)."""
         from seqpack.tasks.vision.processor import load_processor
 
         if not (self.path / PROCESSOR).is_dir():

@@ -2,9 +2,9 @@
 
 ``AutoProcessor.from_pretrained`` builds every part a processor class names; the Qwen2-VL family's
 names a video processor, which needs ``torchvision``. Image-text packing uses the tokenizer, the
-chat template and the image processor only, so :func:`load_processor` falls back to those three
+chat template and the image processor only, so `load_processor` falls back to those three
 (the family's own processor class, its video part left out) when the whole processor can't be
-built. :func:`image_only` is that class.
+built. `image_only` is that class.
 
     processor = load_processor("Qwen2-VL-2B-Instruct/")     # AutoProcessor, or its image-only form
 """

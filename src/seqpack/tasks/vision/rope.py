@@ -1,7 +1,7 @@
 """Position ids of packed image-text rows: each sample's own, laid side by side.
 
 A packed row holds several samples; every sample must see the positions it would get alone. Two
-layouts, picked by the processor (:func:`layout_of`), registered in :data:`LAYOUTS`:
+layouts, picked by the processor (`layout_of`), registered in `LAYOUTS`:
 
 - ``mrope`` (Qwen2-VL, Qwen2.5-VL): three rope axes (temporal, height, width). Text tokens advance
   all three by one; an image's tokens sit on its ``(t, h, w)`` grid of merged patches, starting at

@@ -2,7 +2,7 @@
 
 Records are TRL's vision format: ``messages`` whose ``content`` is a string or a list of parts
 (``{"type": "text", "text": ...}``, ``{"type": "image"}``) and ``images``, one per image part in
-order (see :mod:`seqpack.tasks.vision.images` for the forms an image takes). A sample may hold no
+order (see `seqpack.tasks.vision.images` for the forms an image takes). A sample may hold no
 image. Each record becomes one sample exactly as the model's processor makes it: the chat template
 renders the text, the processor expands each image placeholder into the tokens the image becomes
 (their number depends on the image's size for the Qwen2-VL family), and the labels mark the

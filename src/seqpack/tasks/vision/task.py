@@ -2,9 +2,9 @@
 
 ``seqpack pack --task vision RECORDS --tokenizer PROCESSOR_DIR`` reads TRL's vision records with the
 model's processor (saved with ``save_pretrained``; ``--tokenizer`` names its directory) and writes
-the packed image-text rows of :mod:`seqpack.tasks.vision.packed`, the processor copied beside them.
+the packed image-text rows of `seqpack.tasks.vision.packed`, the processor copied beside them.
 ``seqpack train --data DIR --hf-model VLM_CONFIG`` trains on them: one padding-free ``(1, T)`` row
-per micro-batch (:class:`~seqpack.tasks.vision.collate.VisionCollator`), seqpack's packed attention
+per micro-batch (`VisionCollator`), seqpack's packed attention
 in the text model, the loss per sample (``--reduction sequence``) or per token, on the assistant
 tokens only. Training a vision-language model needs ``--hf-model``: seqpack has no model of its own
 for images.
