@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def check_not_input(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None]) -> None:
+def check_not_input(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], *,
+                    flag: str = "--out") -> None:
     """Refuse an output that is, contains or lies inside one of ``inputs``, or holds the working
     directory (links resolved): writing it would change or delete what the command reads.
 
@@ -50,13 +51,13 @@ def check_not_input(path: str | os.PathLike[str], inputs: Iterable[str | os.Path
             what = "lies inside"
         else:
             continue
-        raise ValueError(f"--out {path} {what} the input {item}; pick an output outside every input")
+        raise ValueError(f"{flag} {path} {what} the input {item}; pick an output outside every input")
     cwd = Path(os.path.realpath(os.getcwd()))
     if out == cwd or out in cwd.parents:
-        raise ValueError(f"--out {path} holds the working directory; pick an output directory beside it")
+        raise ValueError(f"{flag} {path} holds the working directory; pick an output directory beside it")
 
 
-def check_path(out: str | os.PathLike[str]) -> None:
+def check_path(out: str | os.PathLike[str], *, flag: str = "--out") -> None:
     """Refuse an output that is a symbolic link (dangling, to another filesystem, or not: the output
     is put in place by a rename, which would replace the link, or fail only at the end), or whose
     path runs through a loop of links, before any work.
@@ -69,23 +70,23 @@ def check_path(out: str | os.PathLike[str]) -> None:
     """
     p = Path(out)
     if p.is_symlink():
-        raise ValueError(f"--out {out} is a symbolic link (to {os.readlink(p)}); give the directory itself (or a new "
+        raise ValueError(f"{flag} {out} is a symbolic link (to {os.readlink(p)}); give the directory itself (or a new "
                          "path): the output is put in place by a rename, which would replace the link")
     try:
         p.resolve()
     except (RuntimeError, OSError) as e:  # RuntimeError before Python 3.13, OSError (ELOOP) after
-        raise ValueError(f"--out {out}: its path runs through a loop of symbolic links ({e}); pick another output") from None
+        raise ValueError(f"{flag} {out}: its path runs through a loop of symbolic links ({e}); pick another output") from None
 
 
-def check_writable(out: Path) -> None:
+def check_writable(out: Path, *, flag: str = "--out") -> None:
     """Refuse an output whose directory cannot be written (read-only, or not ours), or that
     `check_path` refuses, before any work."""
-    check_path(out)
+    check_path(out, flag=flag)
     anc = Path(os.path.realpath(out)).parent
     while not anc.exists():
         anc = anc.parent
     if not anc.is_dir() or not os.access(anc, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out}: cannot write in {anc} (read-only or not permitted); pick another output")
+        raise ValueError(f"{flag} {out}: cannot write in {anc} (read-only or not permitted); pick another output")
 
 
 def check_output_dir(path: str | os.PathLike[str], *, overwrite: bool,
@@ -100,6 +101,34 @@ def check_output_dir(path: str | os.PathLike[str], *, overwrite: bool,
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out}: exists and is not empty; pass --overwrite to replace it")
     return out
+
+
+def check_outputs(outputs: Mapping[str, tuple[str | os.PathLike[str] | None, bool]],
+                  inputs: Iterable[str | os.PathLike[str] | None], *, overwrite: bool) -> None:
+    """The one guard over a command's outputs, before any work: ``outputs`` maps a flag to (its path
+    or None, whether it names a file). No output is, holds or lies inside an input or another output;
+    each is writable; a file that exists is replaced only with ``overwrite`` (a directory's own rules,
+    such as a run's resume, stay with the command).
+
+    >>> check_outputs({"--out": ("h.npy", True)}, ["h.npy"], overwrite=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: --out h.npy is the input h.npy; pick an output outside every input
+    """
+    given = [(flag, path, is_file) for flag, (path, is_file) in outputs.items() if path not in (None, "", "-")]
+    inputs = list(inputs)
+    for i, (flag, path, is_file) in enumerate(given):
+        assert path is not None
+        check_not_input(path, inputs, flag=flag)
+        for other, other_path, _ in given[:i]:
+            if os.path.realpath(path) == os.path.realpath(other_path):  # type: ignore[arg-type]
+                raise ValueError(f"{flag} {path} is also {other}; give each output its own path")
+        out = Path(path)
+        check_writable(out, flag=flag)
+        if is_file and out.is_dir():
+            raise ValueError(f"{flag} {path}: is a directory; {flag} names a file")
+        if is_file and out.exists() and not overwrite:
+            raise ValueError(f"{flag} {path}: exists; pass --overwrite to replace it")
 
 
 def _umask() -> int:

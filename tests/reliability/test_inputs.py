@@ -81,3 +81,84 @@ def test_training_on_ids_past_the_model_vocab_is_one_line(made: dict[str, Path],
     assert one_line(code, err) and "past the model's 100 embeddings" in err
     assert tree_hash(d) == before and not (tmp_path / "run").exists()
     assert load_packed(d)[0]["num_packs"] > 0
+
+
+def edit_part_in_place(d: Path) -> Path:
+    """Rewrite the first Parquet part with one token changed, the same rows, columns and mtime: only
+    the manifest's checksum can tell."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = sorted((d / "data").glob("*.parquet"))[0]
+    st = f.stat()
+    table = pq.read_table(f)
+    ids = table.column("input_ids").to_pylist()
+    ids[0][0] = (ids[0][0] + 1) % 200
+    table = table.set_column(table.schema.get_field_index("input_ids"), table.schema.field("input_ids"),
+                             pa.array(ids, type=table.schema.field("input_ids").type))
+    pq.write_table(table, f)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return f
+
+
+READERS = {
+    "load_packed": lambda d: load_packed(d),
+    "PackedRows": lambda d: __import__("seqpack.data.rows", fromlist=["PackedRows"]).PackedRows(d),
+    "PackedDataset": lambda d: __import__("seqpack.data", fromlist=["PackedDataset"]).PackedDataset(d),
+    "packed_rows_dataset": lambda d: __import__("seqpack.train.trl_dpo", fromlist=["x"]).packed_rows_dataset(d),
+}
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_every_reader_refuses_a_part_edited_in_place(made: dict[str, Path], tmp_path: Path, capsys, reader: str) -> None:
+    assert pack(capsys, made, "clm", tmp_path / "packed")[0] == 0
+    f = edit_part_in_place(tmp_path / "packed")
+    with pytest.raises(ValueError, match=f"{f.name}: changed since seqpack pack wrote it"):
+        READERS[reader](tmp_path / "packed")
+
+
+def test_a_fresh_train_refuses_a_part_edited_in_place(made: dict[str, Path], tmp_path: Path, capsys) -> None:
+    assert pack(capsys, made, "clm", tmp_path / "packed")[0] == 0
+    edit_part_in_place(tmp_path / "packed")
+    code, _, err = run(capsys, "train", "--data", str(tmp_path / "packed"), "--out", str(tmp_path / "run"),
+                       "--steps", "1", "--batch-size", "4", "--quiet")
+    assert one_line(code, err) and "changed since seqpack pack wrote it" in err and not (tmp_path / "run").exists()
+
+
+def test_an_edited_bin_column_is_refused(made: dict[str, Path], tmp_path: Path, capsys) -> None:
+    code, _, err = run(capsys, "pack", str(made["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
+                       str(made["tok"]), "--out", str(tmp_path / "packed"), "--export-bin")
+    assert code == 0, err
+    assert "bin_checksums" in json.loads((tmp_path / "packed" / "manifest.json").read_text())
+    f = tmp_path / "packed" / "bin" / "input_ids.bin"
+    data = bytearray(f.read_bytes())
+    data[0] ^= 1
+    f.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="input_ids.bin: changed since seqpack pack wrote it"):
+        load_packed(tmp_path / "packed")
+
+
+TOKEN_ID_ENTRY_POINTS = {
+    "pack_rollouts": lambda ids: __import__("seqpack.rl", fromlist=["x"]).pack_rollouts([[3, 4]], [[ids]], max_tokens=64),
+    "StreamingPackedDataset": lambda ids: list(__import__("seqpack.pipeline.stream_dataset", fromlist=["x"])
+                                                .StreamingPackedDataset([[5, 6, 7], ids], max_len=16, buffer_size=4)),
+}
+BAD_IDS = {
+    "float ids": ([5.0, 6.0], r"token ids are integers, got float64 values \(5\)"),
+    "a fraction": ([5, 6.5], r"token ids are integers, got float64 values \(6.5\)"),
+    "nested": ([[5, 6], [7]], "not a flat list of token ids"),
+    "a matrix": ([[5, 6], [7, 8]], r"not a flat list of token ids \(an array of shape \(2, 2\)\)"),
+    "negative": ([5, -1], r"holds a negative token id \(-1\)"),
+    "bools": ([True, False], "token ids are integers, got bool values"),
+    "text": ("hello", "got text|got str"),
+}
+
+
+@pytest.mark.parametrize("entry", list(TOKEN_ID_ENTRY_POINTS))
+@pytest.mark.parametrize("bad", list(BAD_IDS))
+def test_every_entry_point_that_takes_token_ids_refuses_bad_ones_in_one_line(entry: str, bad: str) -> None:
+    ids, message = BAD_IDS[bad]
+    with pytest.raises(ValueError, match=message):
+        TOKEN_ID_ENTRY_POINTS[entry](ids)

@@ -7,6 +7,7 @@ import hashlib
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.cli.test_cli import EOT, run
@@ -32,7 +33,9 @@ def made(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> dict[str, Path]:
     tok, store = tmp_path / "tok", tmp_path / "store"
     assert run(capsys, "train-tokenizer", str(corpus), "--vocab-size", "270", "--out", str(tok), "--workers", "1")[0] == 0
     assert run(capsys, "tokenize", str(corpus), "--tokenizer", str(tok), "--out", str(store))[0] == 0
-    return {"dir": d, "corpus": corpus, "tok": tok, "store": store}
+    lengths = d / "h.npy"
+    np.save(lengths, np.array([0, 3, 5, 2] + [0] * 61, dtype=np.int64))  # a histogram of lengths up to 64
+    return {"dir": d, "corpus": corpus, "tok": tok, "store": store, "lengths": lengths}
 
 
 CASES = {
@@ -50,6 +53,18 @@ CASES = {
                                                               "--out", str(m["dir"]), "--overwrite"],
     "train-tokenizer onto its corpus": lambda m: ["train-tokenizer", str(m["corpus"]), "--vocab-size", "270",
                                                   "--out", str(m["corpus"]), "--overwrite"],
+    "bench --calibrate onto its lengths": lambda m: ["bench", "--calibrate", "--lengths", str(m["lengths"]), "--max-len",
+                                                     "64", "--out", str(m["lengths"]), "--overwrite"],
+    "plan onto its histogram": lambda m: ["plan", "--histogram", str(m["lengths"]), "--max-len", "64",
+                                          "--out", str(m["lengths"]), "--overwrite"],
+    "plan's plot onto its histogram": lambda m: ["plan", "--histogram", str(m["lengths"]), "--max-len", "64",
+                                                 "--plot", str(m["lengths"]), "--overwrite"],
+    "train onto its data": lambda m: ["train", "--data", str(m["store"]), "--out", str(m["store"]), "--overwrite"],
+    "train inside its tokenizer": lambda m: ["train", "--data", str(m["corpus"]), "--stream", "--tokenizer", str(m["tok"]),
+                                             "--max-len", "64", "--steps", "1", "--out", str(m["tok"] / "run")],
+    "compare onto its data": lambda m: ["compare", "--data", str(m["store"]), "--out", str(m["store"] / "cmp")],
+    "demo into its corpus's directory": lambda m: ["demo", "--corpus", str(m["corpus"]), "--out", str(m["dir"]),
+                                                   "--overwrite"],
 }
 
 
@@ -83,3 +98,28 @@ def test_a_link_to_an_input_is_the_input(made: dict[str, Path], capsys: pytest.C
     code, _, err = run(capsys, "pack", str(made["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
                        str(made["tok"]), "--out", str(link), "--overwrite")
     assert code == 2 and "is the input" in err and tree_hash(made["store"]) == before
+
+
+def test_two_outputs_on_one_path_are_refused(made: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    out = made["dir"].parent / "plan.json"
+    code, _, err = run(capsys, "plan", "--histogram", str(made["lengths"]), "--max-len", "64", "--out", str(out),
+                       "--plot", str(out))
+    assert code == 2 and "--plot" in err and "is also --out" in err and not out.exists()
+
+
+def test_every_command_declares_what_it_writes_and_reads() -> None:
+    """The one guard sees every output: each option a command writes to (``--out``, ``--plot``) is
+    declared, and every declared name is one of the command's options."""
+    import argparse
+
+    from seqpack.cli.main import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        dests = {a.dest for a in p._actions}
+        d = p._defaults
+        declared = set(d.get("paths_file", ())) | set(d.get("paths_dir", ()))
+        writes = {a.dest for a in p._actions if {"--out", "--plot"} & set(a.option_strings)}
+        assert writes <= declared, f"{name} writes {writes - declared} outside the guard"
+        assert declared | set(d.get("paths_read", ())) <= dests, f"{name} declares options it does not have"

@@ -145,19 +145,68 @@ def test_packed_pass_equals_trls_padded_pass(root: Path, kind: str, attention: s
     torch.testing.assert_close(got_ent[keep], want_ent[keep], rtol=0.0, atol=5e-5)
 
 
-@pytest.mark.parametrize(("loss_type", "beta"), [("dapo", 0.0), ("grpo", 0.04)])
-def test_a_short_run_takes_trls_steps(root: Path, loss_type: str, beta: float) -> None:
+def test_masked_out_completions_score_zero_and_the_rest_match_trl(root: Path) -> None:
+    """TRL's ``mask_truncated_completions`` (DAPO's recipe) zeroes a truncated completion's whole
+    mask: the packed pass leaves such a row out and returns zeros there (TRL's loss masks it), and
+    every other row equals TRL's padded pass (5e-5, as above). All rows masked: zeros, no pass."""
+    from seqpack.train.trl_grpo import PackedGRPOTrainer
+
+    trainer, packed = make(trl.GRPOTrainer, root), make(PackedGRPOTrainer, root)
+    rng = np.random.default_rng(2)
+    prompts = [rng.integers(3, 300, n).tolist() for n in (4, 7)]
+    comps = [rng.integers(3, 300, rng.integers(2, 13)).tolist() for _ in range(8)]
+    P, C = 7, 12
+    ids = torch.zeros(8, P + C, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, c in enumerate(comps):
+        p = prompts[r // 4]
+        ids[r, P - len(p) : P], mask[r, P - len(p) : P] = torch.tensor(p), 1
+        ids[r, P : P + len(c)], mask[r, P : P + len(c)] = torch.tensor(c), 1
+    truncated = [1, 4, 5, 6, 7]  # the second prompt loses its whole group
+    mask[truncated, P:] = 0
+    with torch.no_grad():
+        want, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, C)
+        got, got_ent, _ = packed._get_per_token_logps_and_entropies(packed.model, ids, mask, C, compute_entropy=True)
+        none, none_ent, _ = packed._get_per_token_logps_and_entropies(packed.model, ids, mask * 0 + mask[:, :P].sum(1, keepdim=True).clamp(max=0), C, compute_entropy=True)
+    keep = mask[:, P:].bool()
+    assert got.shape == want.shape and got_ent is not None
+    torch.testing.assert_close(got[keep], want[keep], rtol=0.0, atol=5e-5)
+    assert bool((got[truncated] == 0).all()) and bool((got_ent[truncated] == 0).all())
+    assert none.shape == (8, C) and bool((none == 0).all()) and none_ent is not None and bool((none_ent == 0).all())
+
+
+def test_token_ids_past_the_vocabulary_are_one_line(root: Path) -> None:
+    """An id past the model's embedding rows is refused naming the id and the vocabulary, not
+    torch's ``IndexError`` inside the model; float ids are refused, not cast."""
+    from seqpack.rl import packed_logprobs, pack_rollouts
+    from seqpack.train.trl_grpo import PackedGRPOTrainer
+
+    packed = make(PackedGRPOTrainer, root)
+    vocab = packed.model.get_input_embeddings().num_embeddings
+    with pytest.raises(ValueError, match=f"token id {vocab + 5} is past the model's vocabulary of {vocab} ids"):
+        packed_logprobs(packed.model, [[3, 4]], [[[5, vocab + 5]]], max_tokens=8)
+    with pytest.raises(ValueError, match=r"completion 0 of prompt 0: token ids are integers, got float64 values \(5\)"):
+        pack_rollouts([[3, 4]], [[[5.0, 6.0]]], max_tokens=8)
+    with pytest.raises(ValueError, match="prompt 0: not a flat list of token ids"):
+        pack_rollouts([[3, [4, 5]]], [[[5, 6]]], max_tokens=8)
+
+
+@pytest.mark.parametrize(("loss_type", "beta", "masked"), [("dapo", 0.0, True), ("grpo", 0.04, False)])
+def test_a_short_run_takes_trls_steps(root: Path, loss_type: str, beta: float, masked: bool) -> None:
     """Three steps of each trainer from the same seed: the same generations (TRL generates them the
     same way), the same losses and nearly the same weights. num_iterations=2: the old policy's pass
-    runs packed too. Losses within 1e-5 relative (the packed pass's 5e-5 on log-probabilities
-    enters them as differences of ~1e-6); weights after 3 AdamW steps of lr 1e-2 within 1e-4."""
+    runs packed too; DAPO's recipe masks truncated completions (24 tokens of a random model: most
+    are). Losses within 1e-5 relative (the packed pass's 5e-5 on log-probabilities enters them as
+    differences of ~1e-6); weights after 3 AdamW steps of lr 1e-2 within AdamW's derived bound
+    (`tests.train.conftest.assert_adam_weights_close`)."""
     from seqpack.train.trl_grpo import PackedGRPOTrainer
+    from tests.train.conftest import assert_adam_weights_close
 
     runs = []
     for cls in (trl.GRPOTrainer, PackedGRPOTrainer):
-        t = make(cls, root, loss_type=loss_type, beta=beta, num_iterations=2)
+        t = make(cls, root, loss_type=loss_type, beta=beta, num_iterations=2, mask_truncated_completions=masked)
         t.train()
         runs.append(([h["loss"] for h in t.state.log_history if "loss" in h], t.model.state_dict()))
     (a, wa), (b, wb) = runs
     assert len(a) == 3 and np.allclose(a, b, rtol=1e-5, atol=1e-6), (a, b)
-    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-4
+    assert_adam_weights_close(wb, wa, lr=1e-2, steps=3)

@@ -168,3 +168,4 @@ def require(*modules: str) -> None:
     for name in modules:
         if importlib.util.find_spec(name) is None:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+

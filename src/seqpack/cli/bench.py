@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from seqpack.cli.args import default_of, from_args
+from seqpack.cli.paths import declare_paths
 from seqpack.cli.args import max_len as _max_len
 from seqpack.cli.args import positive_int as _positive_int
 
@@ -51,6 +52,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", help="with --calibrate: write the fitted coefficients to this JSON file (--cost FILE)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.set_defaults(handler=run)
+    declare_paths(p, reads=("lengths",), files=("out",))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,17 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _calibrate(cfg: Any, args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from seqpack._atomic import check_writable
     from seqpack.experiments.calibrate import calibrate, format_calibration
     from seqpack.packing.balance import RowCost
 
-    if args.out:  # checked before minutes of timing
-        check_writable(Path(args.out))
-        if Path(args.out).exists() and not args.overwrite:
-            raise ValueError(f"--out {args.out}: exists; pass --overwrite to replace it")
-    r = calibrate(cfg)
+    r = calibrate(cfg)  # --out was checked by the one guard (seqpack.cli.paths) before minutes of timing
     if args.out:
         RowCost(**r["cost"]).save(args.out, unit="seconds per row", **{k: v for k, v in r.items() if k != "cost"})
     print(json.dumps(r) if args.json else format_calibration(r))

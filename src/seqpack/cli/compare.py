@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from seqpack.cli.args import positive_int as _positive_int
+from seqpack.cli.paths import declare_paths
 from seqpack.cli.train import add_training_options, config_from_args
 
 NAME = "compare"
@@ -31,6 +32,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
+    declare_paths(p, reads=("data", "hf_model", "balance_cost"), dirs=("out",))
 
 
 def run(args: argparse.Namespace) -> int:

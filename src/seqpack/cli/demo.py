@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from seqpack.cli.paths import declare_paths
+
 NAME = "demo"
 HELP = "run the pipeline on the built-in corpus"
 EXAMPLE = 'seqpack demo --out demo_out'
@@ -26,6 +28,7 @@ def add_parser(sub: Any) -> None:
                    help="write into an --out that holds files the demo did not make (its folders of the same names are replaced)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
+    declare_paths(p, reads=("corpus",), dirs=("out",))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -92,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _missing_extra(e, command)
     warnings.showwarning = _show_warning
     try:
+        from seqpack.cli.paths import check_paths
+
+        check_paths(args)  # every command's outputs, one guard, before any work
         code = int(args.handler(args) or 0)
         if program:
             _exiting()

@@ -19,6 +19,7 @@ from seqpack.cli.args import (
     positive_int,
     schedule_from_args,
 )
+from seqpack.cli.paths import declare_paths
 from seqpack.cli.inputs import files
 
 NAME = "pack"
@@ -110,6 +111,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the manifest's summary as JSON")
     add_task_options(p.add_argument_group("task options (each task takes its own; see seqpack.tasks)"))
     p.set_defaults(handler=run)
+    declare_paths(p, reads=("source", "tokenizer", "chat_template", "cost"), dirs=("out",))
 
 
 #: options of the token-column pack job; a task that writes its own rows (vision) refuses them when given

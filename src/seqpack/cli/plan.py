@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from seqpack.cli.args import HISTOGRAM_HELP, add_balance_options, read_histogram, require, schedule_from_args
+from seqpack.cli.paths import declare_paths
 from seqpack.cli.args import depth as _depth
 from seqpack.cli.args import max_len as _max_len
 
@@ -33,20 +34,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out or --plot file")
     add_balance_options(p)
     p.set_defaults(handler=run)
+    declare_paths(p, reads=("histogram", "cost"), files=("out", "plot"))
 
 
 def run(args: argparse.Namespace) -> int:
-    from seqpack._atomic import check_not_input, check_writable
     from seqpack.packing import plan
     from seqpack.packing.report import format_table, plot_plan
 
-    for flag, path in (("--out", args.out), ("--plot", args.plot)):
-        if path:  # checked before any work: never replaced silently, never over the histogram
-            check_not_input(path, [args.histogram])
-            check_writable(Path(path))
-            if Path(path).exists() and not args.overwrite:
-                raise ValueError(f"{flag} {path}: exists; pass --overwrite to replace it")
-    if args.plot:
+    if args.plot:  # --out and --plot: checked by the one guard (seqpack.cli.paths) before this
         require("matplotlib")
     schedule = schedule_from_args(args)
     hist = read_histogram(args.histogram, args.max_len)

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, engine_from_args
+from seqpack.cli.paths import declare_paths
 from seqpack.cli.inputs import add_input_options, files
 
 NAME = "tokenize"
@@ -42,6 +43,7 @@ def add_parser(sub: Any) -> None:
     add_engine_options(p)
     p.add_argument("--json", action="store_true", help="print the store's shards.json")
     p.set_defaults(handler=run)
+    declare_paths(p, reads=("inputs", "tokenizer"), dirs=("out",))
 
 
 def run(args: argparse.Namespace) -> int:

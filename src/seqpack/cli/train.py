@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from seqpack.cli.args import default_of, from_args
+from seqpack.cli.paths import declare_paths
 from seqpack.cli.args import int_at_least as _int_at_least
 from seqpack.cli.args import positive_int as _positive_int
 
@@ -129,6 +130,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true", help="start again in a RUN that already holds a run")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
+    declare_paths(p, reads=("data", "hf_model", "tokenizer", "balance_cost"), dirs=("out",))
 
 
 def config_from_args(args: argparse.Namespace, **changes: Any) -> Any:

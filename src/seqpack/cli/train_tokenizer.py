@@ -20,6 +20,7 @@ DOCS = 'docs/guides/tokenizer.md'
 
 
 def add_parser(sub: Any) -> None:
+    from seqpack.cli.paths import declare_paths
     from seqpack.cli.inputs import add_input_options
 
     p = sub.add_parser(
@@ -47,6 +48,7 @@ def add_parser(sub: Any) -> None:
                    help="with --hf: the Jinja chat template to write (default: ChatML with generation blocks)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the results")
     p.set_defaults(handler=run)
+    declare_paths(p, reads=("inputs", "chat_template"), dirs=("out",))
 
 
 def run(args: argparse.Namespace) -> int:

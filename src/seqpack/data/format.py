@@ -264,6 +264,8 @@ def write_packed(
         manifest["compression"] = compression
         manifest["encoding"] = encoding
         manifest["bin"] = export_bin
+        if export_bin:
+            manifest["bin_checksums"] = bin_checksums(tmp, pc.columns)
         (tmp / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
     return manifest
 
@@ -281,12 +283,27 @@ def add_checksums(root: Path, shards: list[dict[str, Any]], *, workers: int | No
 def verify_parts(path: str | os.PathLike[str], manifest: Mapping[str, Any]) -> None:
     """Read every Parquet part against the checksum its manifest recorded; ``ValueError`` naming a
     part that changed since it was written (parts of datasets written before checksums pass)."""
+    for s in manifest["shards"]:
+        verify_file(Path(path) / s["file"], s.get("checksum"))
+
+
+def verify_file(f: Path, checksum: str | None) -> None:
+    """The one check of a written file against the checksum its manifest recorded (``None``: written
+    before checksums, nothing to check), made by every reader that trains or evaluates on it
+    (`check_part`, `bin_column`, the image-text rows): an edit, even with its mtime restored, is
+    refused in one line."""
     from seqpack._stages import file_checksum
 
-    for s in manifest["shards"]:
-        if "checksum" in s and file_checksum(Path(path) / s["file"]) != s["checksum"]:
-            raise ValueError(f"{Path(path) / s['file']}: changed since seqpack pack wrote it (checksum mismatch with "
-                             f"{MANIFEST}); re-run seqpack pack")
+    if checksum is not None and file_checksum(f) != checksum:
+        raise ValueError(f"{f}: changed since seqpack pack wrote it (checksum mismatch with {MANIFEST}); "
+                         "re-run seqpack pack")
+
+
+def bin_checksums(root: Path, names: Iterable[str]) -> dict[str, str]:
+    """``{column: "SIZE:CRC32"}`` of the ``bin/`` files (the manifest's ``bin_checksums``)."""
+    from seqpack._stages import file_checksum
+
+    return {name: file_checksum(root / "bin" / f"{name}.bin") for name in names}
 
 
 def parquet_column_specs(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -395,6 +412,7 @@ def check_part(f: Path, meta: Any, shard: Mapping[str, Any], m: Mapping[str, Any
         if shape != list(spec["shape"]) or numpy_dtype(t) != np.dtype(spec["dtype"]):
             raise ValueError(f"{f}: column {name!r} is {numpy_dtype(t).name} {shape}, the manifest says "
                              f"{spec['dtype']} {spec['shape']} (edited or from another dataset); re-run seqpack pack")
+    verify_file(f, shard.get("checksum"))  # last: the messages above say more about what differs
 
 
 def manifest_histogram(path: str | os.PathLike[str]) -> np.ndarray:
@@ -414,7 +432,7 @@ def load_packed(
         raise ValueError(f"{p}: no column {unknown[0]!r} (columns: {', '.join(m['columns'])})")
     P = int(m["num_packs"])
     if m.get("bin") and mmap:
-        return m, {c: bin_column(p, c, m["columns"][c], P) for c in names}
+        return m, {c: bin_column(p, c, m["columns"][c], P, checksum=m.get("bin_checksums", {}).get(c)) for c in names}
     stored = _parquet_columns(p, m, stored_needed(names, m.get("derived_columns", {})))
     return m, derive_columns(stored, m, names)
 
@@ -438,13 +456,15 @@ def add_derived_columns(path: str | os.PathLike[str]) -> Callable[[Mapping[str, 
     return add
 
 
-def bin_column(p: Path, name: str, spec: dict[str, Any], P: int) -> np.ndarray:
+def bin_column(p: Path, name: str, spec: dict[str, Any], P: int, *, checksum: str | None = None) -> np.ndarray:
+    """A ``bin/`` column, memory-mapped, read once against its ``checksum`` (`verify_file`)."""
     path = p / "bin" / f"{name}.bin"
     dt = np.dtype(spec["dtype"])
     shape = (P, *spec["shape"])
     want = int(np.prod(shape)) * dt.itemsize
     if not path.is_file() or path.stat().st_size != want:
         raise ValueError(f"{path}: missing or truncated (expected {want:,} bytes)")
+    verify_file(path, checksum)
     return np.memmap(path, dtype=dt, mode="r", shape=shape) if want else np.zeros(shape, dt)
 
 

@@ -40,7 +40,8 @@ class PackedRows:
         self.cache_groups = max(1, cache_groups)
         self._bin = None
         if self.manifest.get("bin") and mmap:
-            self._bin = {c: bin_column(self.path, c, specs[c], self.num_rows) for c in self.names}
+            sums = self.manifest.get("bin_checksums", {})
+            self._bin = {c: bin_column(self.path, c, specs[c], self.num_rows, checksum=sums.get(c)) for c in self.names}
             return
         import pyarrow.parquet as pq
 

@@ -17,6 +17,13 @@ from torch import nn
 from seqpack.nn.masks import check_depth, sequence_starts
 
 
+def embedding_rows(model: nn.Module) -> int:
+    """Rows of the model's input embedding: the ids it can look up (`seqpack._ids.check_vocab`)."""
+    get = getattr(model, "get_input_embeddings", None)
+    emb = get() if callable(get) else next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
+    return int(emb.num_embeddings) if emb is not None else 2**63 - 1
+
+
 def gather_slots(
     hidden: torch.Tensor, segment_ids: torch.Tensor, max_depth: int
 ) -> tuple[torch.Tensor, torch.Tensor]:

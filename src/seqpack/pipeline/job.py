@@ -43,6 +43,7 @@ from seqpack.corpus.records import iter_records, record_files
 from seqpack.data.format import (
     MANIFEST,
     SCHEDULE,
+    bin_checksums,
     dump_manifest,
     manifest_fields,
     parquet_column_specs,
@@ -318,6 +319,8 @@ def _write_manifest(
     manifest["compression"] = output.compression
     manifest["encoding"] = output.encoding
     manifest["bin"] = output.export_bin
+    if output.export_bin:
+        manifest["bin_checksums"] = bin_checksums(final, columns)
     (final / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
     return manifest
 

@@ -21,7 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from seqpack._ids import check_vocab
 from seqpack.nn.branch_states import causal_states
+from seqpack.nn.heads import embedding_rows
 from seqpack.rl.rollouts import PackedRollouts, pack_rollouts
 
 #: positions whose logits are made at once: 2,048 x a 128K vocabulary in float32 is 1 GiB
@@ -53,6 +55,8 @@ def rollout_logprobs(model: Any, packed: PackedRollouts, *, temperature: float =
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
+    if packed.input_ids.size:  # an id past the embedding table: one line, not torch's IndexError inside the model
+        check_vocab(int(packed.input_ids.max()), embedding_rows(model), what="the rollouts")
     batch = rollout_tensors(packed, device)
     hidden, head = causal_states(model, batch)
     rows = torch.from_numpy(packed.token_rows).to(device)

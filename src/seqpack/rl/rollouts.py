@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqpack._ids import token_ids
 from seqpack.packing import pack_lengths
 from seqpack.packing.balance import DEFAULT_HIDDEN, RowCost, balanced_steps
 
@@ -115,23 +116,21 @@ def _check(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequenc
         raise ValueError("no rollouts to pack (no prompts)")
     prompts, groups = [], []
     for i, (p, group) in enumerate(zip(prompt_ids, completion_ids)):
-        pa = np.asarray(p, dtype=np.int64)
-        if pa.ndim != 1 or pa.size == 0:
-            raise ValueError(f"prompt {i} is empty or not a list of token ids")
+        pa = token_ids(p, what=f"prompt {i}")
+        if pa.size == 0:
+            raise ValueError(f"prompt {i} is empty")
         if len(group) == 0:
             raise ValueError(f"prompt {i} has no completions (an empty group); drop it or give its completions")
         comps = []
         for j, c in enumerate(group):
-            ca = np.asarray(c, dtype=np.int64)
-            if ca.ndim != 1 or ca.size == 0:
-                raise ValueError(f"completion {j} of prompt {i} is empty or not a list of token ids")
+            ca = token_ids(c, what=f"completion {j} of prompt {i}")
+            if ca.size == 0:
+                raise ValueError(f"completion {j} of prompt {i} is empty")
             if pa.size + ca.size > max_tokens:
                 raise ValueError(f"completion {j} of prompt {i} ({ca.size} tokens) with its prompt ({pa.size}) is "
                                  f"{pa.size + ca.size} tokens, over max_tokens={max_tokens}; raise max_tokens or "
                                  "truncate the completion")
             comps.append(ca)
-        if min(int(x.min()) for x in [pa, *comps]) < 0:
-            raise ValueError(f"prompt {i} or one of its completions holds a negative token id")
         prompts.append(pa)
         groups.append(comps)
     return prompts, groups

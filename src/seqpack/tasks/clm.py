@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from seqpack._ids import token_ids
 from seqpack.data.sequences import (
     IGNORE_INDEX,
     OVERFLOW,
@@ -196,14 +197,11 @@ def clm_reference(
 
 
 def _token_list(doc: Any, i: int) -> np.ndarray:
-    """A document of token ids, checked."""
-    arr = np.asarray(doc)
-    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-        raise ValueError(f"example {i}: a clm stream without a tokenizer reads lists of token ids, got {type(doc).__name__}; "
-                         "pass tokenizer=... for texts")
-    if arr.size and int(arr.min()) < 0:
-        raise ValueError(f"example {i}: a token id is negative")
-    return arr.astype(np.int64)
+    """A document of token ids, checked (`seqpack._ids.token_ids`); a text asks for a tokenizer."""
+    if isinstance(doc, (str, bytes)):
+        raise ValueError(f"example {i}: a clm stream without a tokenizer reads lists of token ids, got "
+                         f"{type(doc).__name__}; pass tokenizer=... for texts")
+    return token_ids(doc, what=f"example {i}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,6 +36,7 @@ from seqpack._atomic import (
     write_text_atomic,
 )
 from seqpack._stages import partial_dir
+from seqpack.nn.heads import embedding_rows
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.optim import adjust_betas
 from seqpack.tasks import get_task
@@ -144,13 +145,6 @@ def open_train_data(cfg: TrainConfig, world: World) -> TrainData | VisionTrainDa
     opener = VisionTrainData if kind == VISION_KIND else TrainData
     return opener(cfg.data, padded=cfg.padded, by_pack=cfg.match == "packs", eval_fraction=cfg.eval_fraction,
                   by_schedule=cfg.balance == "schedule", eval_tokens=cfg.eval_tokens)
-
-
-def embedding_rows(model: torch.nn.Module) -> int:
-    """Rows of the model's input embedding (the ids it can look up)."""
-    get = getattr(model, "get_input_embeddings", None)
-    emb = get() if callable(get) else next((m for m in model.modules() if isinstance(m, torch.nn.Embedding)), None)
-    return int(emb.num_embeddings) if emb is not None else 2**63 - 1
 
 
 def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:

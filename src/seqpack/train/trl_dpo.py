@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import trl
 
-from seqpack.data.format import read_manifest
+from seqpack.data.format import read_manifest, verify_parts
 from seqpack.data.torch_dataset import to_tensors
 from seqpack.nn.hf_support import check_packable
 from seqpack.nn.preference import PreferenceLoss
@@ -53,6 +53,7 @@ def packed_rows_dataset(path: str | os.PathLike[str]) -> Any:
     import datasets
 
     m = read_manifest(path)
+    verify_parts(path, m)  # the check every packed reader makes
     files = sorted(str(p) for p in (Path(path) / "data").glob("*.parquet"))
     ds = datasets.Dataset.from_parquet(files)
     if len(ds) != int(m["num_packs"]):

@@ -38,18 +38,19 @@ from seqpack.rl.rollouts import LAYOUTS, pack_rollouts
 
 
 def unpad_rollouts(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
-                   ) -> tuple[list[list[int]], list[list[list[int]]], list[tuple[int, int]]]:
+                   ) -> tuple[list[list[int]], list[list[list[int]]], list[tuple[int, int] | None]]:
     """TRL's padded rows -> ``(prompts, completions per prompt, (prompt, completion) of each row)``:
-    rows with equal prompts form one group, in the order they first appear.
+    rows with equal prompts form one group, in the order they first appear. A row whose completion
+    mask is all zeros (TRL's ``mask_truncated_completions``) has no completion to score: ``None``.
 
-        >>> ids = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 6, 9, 0], [4, 5, 6, 3, 0]])
-        >>> mask = torch.tensor([[0, 1, 1, 1, 1], [0, 1, 1, 1, 0], [1, 1, 1, 1, 0]])
+        >>> ids = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 6, 9, 0], [4, 5, 6, 3, 0], [4, 5, 6, 2, 2]])
+        >>> mask = torch.tensor([[0, 1, 1, 1, 1], [0, 1, 1, 1, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])
         >>> unpad_rollouts(ids, mask, 2)
-        ([[5, 6], [4, 5, 6]], [[[7, 8], [9]], [[3]]], [(0, 0), (0, 1), (1, 0)])
+        ([[5, 6], [4, 5, 6]], [[[7, 8], [9]], [[3]]], [(0, 0), (0, 1), (1, 0), None])
     """
     prompts: list[list[int]] = []
     groups: list[list[list[int]]] = []
-    where: list[tuple[int, int]] = []
+    where: list[tuple[int, int] | None] = []
     seen: dict[tuple[int, ...], int] = {}
     ids, mask = input_ids.tolist(), attention_mask.bool().tolist()
     for r, (row, keep) in enumerate(zip(ids, mask)):
@@ -60,6 +61,9 @@ def unpad_rollouts(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits
         if comp_keep[:n] != [True] * n:
             raise ValueError(f"row {r}: the completion mask is not a run of ones then padding; PackedGRPOTrainer takes "
                              "right-padded completions (TRL's layout)")
+        if n == 0:  # masked out whole (a truncated completion): nothing of it is scored
+            where.append(None)
+            continue
         g = seen.setdefault(prompt, len(prompts))
         if g == len(prompts):
             prompts.append(list(prompt))
@@ -123,15 +127,31 @@ class PackedGRPOTrainer(trl.GRPOTrainer):  # type: ignore[misc]
             raise ValueError("PackedGRPOTrainer packs text rollouts; a mixture-of-experts auxiliary loss or image "
                              "inputs run through trl.GRPOTrainer")
         prompts, groups, where = unpad_rollouts(input_ids, attention_mask, logits_to_keep)
+        shape = (int(input_ids.shape[0]), logits_to_keep)
+        if not prompts:  # every completion masked out: nothing to score (the loss masks these rows)
+            zeros = torch.zeros(shape, device=input_ids.device)
+            anchor = next((p for p in model.parameters() if p.requires_grad), None)
+            if anchor is not None and torch.is_grad_enabled():  # the loss's backward still finds the model
+                zeros = zeros + 0.0 * anchor.reshape(-1)[0]
+            return zeros, (zeros.detach().clone() if compute_entropy else None), None
         cap = self.max_tokens or int(input_ids.shape[1])
         packed = pack_rollouts(prompts, groups, max_tokens=cap, layout=self.layout)
         with self.accelerator.autocast(), attention_as(model, self.attention):
             logps, ents = rollout_logprobs(model, packed, temperature=self.temperature, entropies=compute_entropy)
-        order = [int(packed.group_offsets[g]) + j for g, j in where]  # TRL's row -> the packed completion
-        rows = torch.tensor(order, device=logps.device)
-        out = to_padded(logps, packed, width=logits_to_keep)[0][rows]
-        ent = to_padded(ents, packed, width=logits_to_keep)[0][rows] if ents is not None else None
-        return out, ent, None
+        return (_to_rows(logps, packed, where, shape),
+                _to_rows(ents, packed, where, shape) if ents is not None else None, None)
+
+
+def _to_rows(values: torch.Tensor, packed: Any, where: list[tuple[int, int] | None], shape: tuple[int, int]
+             ) -> torch.Tensor:
+    """Completion values in rollout order -> TRL's ``(B, logits_to_keep)`` rows; a masked-out row
+    (``None`` in ``where``) is zeros, which TRL's loss masks.  # (B, W)"""
+    padded = to_padded(values, packed, width=shape[1])[0]
+    out = padded.new_zeros(shape)
+    kept = [r for r, w in enumerate(where) if w is not None]
+    order = [int(packed.group_offsets[w[0]]) + w[1] for w in where if w is not None]  # TRL's row -> packed completion
+    out[torch.tensor(kept, device=out.device)] = padded[torch.tensor(order, device=out.device)]
+    return out
 
 
 __all__ = ["PackedGRPOTrainer", "attention_as", "unpad_rollouts"]

@@ -138,6 +138,10 @@ class VisionRows:
         self.path = Path(path)
         self.manifest = read_versioned_json(self.path, MANIFEST, kind=KIND, version=FORMAT_VERSION,
                                             what="packed image-text dataset", hint="make one with write_vision_packs")
+        from seqpack.data.format import verify_file
+
+        shard = (self.manifest.get("shards") or [{}])[0]
+        verify_file(self.path / ROWS, shard.get("checksum"))  # the check every packed reader makes
         self._file = pq.ParquetFile(self.path / ROWS)
         sizes = [self._file.metadata.row_group(g).num_rows for g in range(self._file.num_row_groups)]
         self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
