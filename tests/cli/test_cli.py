@@ -54,7 +54,8 @@ def test_train_on_jsonl_and_human_output(capsys, tmp_path):
     [
         (["train-tokenizer", "{tmp}/missing.txt", "--vocab-size", "300", "--out", "{tmp}/o"], "missing.txt: no such file"),
         (["train-tokenizer", "{corpus}", "--vocab-size", "200", "--out", "{tmp}/o"], "the minimum is 257"),
-        (["train-tokenizer", "{bad}", "--vocab-size", "300", "--out", "{tmp}/o"], "invalid UTF-8 at byte offset 3"),
+        (["train-tokenizer", "{bad}", "--vocab-size", "300", "--out", "{tmp}/o", "--errors", "strict"], "invalid UTF-8 at byte offset 3"),
+        (["tokenize", "{bad}", "--tokenizer", "{tok}", "--out", "{tmp}/s", "--errors", "strict"], "invalid UTF-8 at byte offset 3"),
         (["train-tokenizer", "{empty}", "--vocab-size", "300", "--out", "{tmp}/o"], "corpus is empty"),
         (["train-tokenizer", "{corpus}", "--vocab-size", "300", "--out", "{full}"], "not empty; pass --overwrite"),
         (["encode", "--tokenizer", "{tmp}/nope", "{corpus}"], "no such tokenizer directory"),
@@ -231,3 +232,24 @@ def test_a_missing_extra_is_named_before_any_work(capsys, tmp_path, corpus, monk
     code, out, err = run(capsys, *argv)
     assert code == 2 and extra in err and len(err.strip().splitlines()) == 1, err
     assert not any(p.name.startswith("demo") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_folder_with_latin1_files_gets_through_and_says_so(capsys, tmp_path, workers):
+    """Real folders of text hold a few Latin-1 files: by default both commands replace each invalid
+    sequence with U+FFFD (Python's errors="replace", the same text) and say how many and where in one
+    line; --errors strict refuses the file."""
+    d = tmp_path / "docs"
+    d.mkdir()
+    (d / "a.md").write_text("plain readme text " * 40, encoding="utf-8")
+    (d / "b.txt").write_bytes("caf\u00e9 na\u00efve r\u00e9sum\u00e9 ".encode("latin-1") * 3)  # 12 invalid bytes (é ï é é, three times)
+    code, _, err = run(capsys, "train-tokenizer", str(d), "--vocab-size", "270", "--out", str(tmp_path / "tok"),
+                       "--workers", workers)
+    assert code == 0
+    assert err.count("\n") == 1 and "replaced 12 invalid UTF-8 sequence(s) with U+FFFD in 1 file(s)" in err
+    assert "b.txt: 12 from byte 3" in err and "--errors strict" in err
+    code, _, err = run(capsys, "tokenize", str(d), "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "store"))
+    assert code == 0 and "replaced 12 invalid UTF-8 sequence(s)" in err and "b.txt: 12 from byte 3" in err
+    code, _, err = run(capsys, "tokenize", str(d), "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "s2"),
+                       "--errors", "strict")
+    assert code == 2 and "b.txt: invalid UTF-8 at byte offset 3" in err

@@ -45,7 +45,11 @@ def test_invalid_utf8_offset_across_blocks(tmp_path: Path, monkeypatch):
     p.write_bytes("héllo wö".encode() + b"\xff" + b"rest")
     with pytest.raises(ValueError, match=r"bad.txt: invalid UTF-8 at byte offset 10"):
         list(iter_decoded(p))
+    readers.REPLACED.clear()
     assert "".join(iter_decoded(p, errors="replace")) == "héllo wö\ufffdrest"
+    assert readers.REPLACED.files == {str(p): [1, 10]}  # counted, at its byte offset across blocks
+    assert "1 invalid UTF-8 sequence(s)" in (readers.replacement_line() or "")
+    readers.REPLACED.clear()
 
 
 def test_read_jsonl(tmp_path: Path):

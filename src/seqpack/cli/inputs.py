@@ -21,3 +21,16 @@ def files(n: int, what: str = "file") -> str:
         ('21 files', '1 file', '3 input files')
     """
     return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def report_replacements() -> None:
+    """After a command has read its inputs: one line on stderr saying how much invalid UTF-8 was
+    replaced with U+FFFD and where (nothing when none was), then the count starts again."""
+    import sys
+
+    from seqpack.corpus.readers import REPLACED, replacement_line
+
+    line = replacement_line()
+    if line:
+        print(f"seqpack: warning: {line}", file=sys.stderr)
+    REPLACED.clear()

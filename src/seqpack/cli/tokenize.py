@@ -9,7 +9,7 @@ from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, engine_from_args
 from seqpack.cli.paths import declare_paths
-from seqpack.cli.inputs import add_input_options, files
+from seqpack.cli.inputs import add_input_options, files, report_replacements
 
 NAME = "tokenize"
 HELP = "corpus -> token store"
@@ -19,7 +19,7 @@ DOCS = 'docs/getting-started.md'
 
 def add_parser(sub: Any) -> None:
     # imported here: the store brings numpy, which the other commands' start-up skips
-    from seqpack.corpus.readers import DEFAULT_SEPARATOR
+    from seqpack.corpus.readers import DEFAULT_ERRORS, DEFAULT_SEPARATOR
     from seqpack.store.sharded import DEFAULT_SHARD_CHARS
 
     p = sub.add_parser(
@@ -37,7 +37,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--text-field", default="text", help="field of .jsonl/.parquet records")
     p.add_argument("--separator", default=DEFAULT_SEPARATOR, help="document separator in text files")
     p.add_argument("--one-per-line", action="store_true", help="text files hold one document per line")
-    p.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8 handling")
+    p.add_argument("--errors", choices=("strict", "replace"), default=DEFAULT_ERRORS,
+                   help="invalid UTF-8 in the inputs: replace (with U+FFFD, counted and reported in one line) or "
+                   f"strict (refuse the file, naming the byte); default {DEFAULT_ERRORS}")
     p.add_argument("--shard-mb", type=float, default=DEFAULT_SHARD_CHARS / 2**20,
                    help=f"characters of input per shard, in MiB (default {DEFAULT_SHARD_CHARS // 2**20})")
     add_engine_options(p)
@@ -49,10 +51,11 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
     from seqpack.corpus import expand_inputs, python_docs, read_documents
-    from seqpack.corpus.readers import require_file
+    from seqpack.corpus.readers import REPLACED, require_file
     from seqpack.pipeline import build_sharded_store
     from seqpack.tokenizer import open_tokenizer
 
+    REPLACED.clear()  # this command's own count
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     if not 0 < args.shard_mb <= 2**20:  # also refuses inf and nan
@@ -92,4 +95,5 @@ def run(args: argparse.Namespace) -> int:
             f"{m['num_tokens']:,} {m['dtype']} tokens from {m['input_bytes'] / 1e6:.2f} MB "
             f"{f'({files(len(args.inputs))}) ' if args.inputs else ''}in {seconds:.2f} s ({mb_s:.1f} MB/s), {len(store.shards)} shard(s){reused} -> {args.out}"
         )
+    report_replacements()
     return 0

@@ -20,8 +20,9 @@ DOCS = 'docs/guides/tokenizer.md'
 
 
 def add_parser(sub: Any) -> None:
-    from seqpack.cli.paths import declare_paths
     from seqpack.cli.inputs import add_input_options
+    from seqpack.cli.paths import declare_paths
+    from seqpack.corpus.readers import DEFAULT_ERRORS
 
     p = sub.add_parser(
         NAME, help=HELP,
@@ -38,7 +39,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--workers", type=int, default=None, help="threads for pre-tokenization (default: all cores)")
-    p.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8 handling")
+    p.add_argument("--errors", choices=("strict", "replace"), default=DEFAULT_ERRORS,
+                   help="invalid UTF-8 in the inputs: replace (with U+FFFD, counted and reported in one line) or "
+                   f"strict (refuse the file, naming the byte); default {DEFAULT_ERRORS}")
     p.add_argument("--text-field", default="text", help="field of .jsonl/.parquet records")
     p.add_argument("--hf", action="store_true",
                    help="also write tokenizer_config.json (bos/eos/pad, a chat template) and special_tokens_map.json: "
@@ -53,12 +56,13 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
-    from seqpack.cli.inputs import files
-    from seqpack.corpus.readers import expand_inputs
+    from seqpack.cli.inputs import files, report_replacements
+    from seqpack.corpus.readers import REPLACED, expand_inputs
     from seqpack.tokenizer import BPEConfig
     from seqpack.tokenizer.hf_export import CHATML_TEMPLATE, CHATML_TOKENS
     from seqpack.tokenizer.train import train_bpe_inputs
 
+    REPLACED.clear()  # this command's own count
     specials = tuple(args.special_tokens) if args.special_tokens else (DEFAULT_SPECIAL,)
     template = None
     if args.chat_template and not args.hf:
@@ -105,4 +109,5 @@ def run(args: argparse.Namespace) -> int:
             f"merges {result.merge_seconds:.2f} s) -> {args.out}"
             + (f" ({files(len(inputs), 'input file')})" if inputs else "")
         )
+    report_replacements()
     return 0

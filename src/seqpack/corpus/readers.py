@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import threading
 from collections.abc import Iterable, Iterator
 
 # json and pathlib are imported where used: a training run needs only readable_file, and these
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_SEPARATOR = "<|endoftext|>"
+#: invalid UTF-8 in a corpus: U+FFFD in its place, counted and reported (`replacement_line`); "strict" refuses it.
+#: Real folders of text hold a few Latin-1 files: the default gets through them and says so.
+DEFAULT_ERRORS = "replace"
 _BLOCK = 1 << 20
 
 
@@ -95,6 +99,62 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]], *, glob: str | None =
 
 ERRORS_HINT = "pass --errors replace (errors='replace') to substitute U+FFFD"
 
+_starts = threading.local()  # where the counting handler found invalid sequences in the current decode
+
+
+def _count_replace(e: UnicodeDecodeError) -> tuple[str, int]:
+    """``errors="replace"``, each replacement's offset noted: the same text as Python's own."""
+    _starts.found.append(e.start)
+    return "\ufffd", e.end
+
+
+codecs.register_error("seqpack.replace", _count_replace)
+
+
+class Replacements:
+    """Invalid UTF-8 replaced by U+FFFD under ``errors="replace"``, counted per file (thread-safe):
+    what `replacement_line` reports once a command has read its inputs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.files: dict[str, list[int]] = {}  # name -> [sequences replaced, first byte offset]
+
+    def add(self, name: str, count: int, first: int) -> None:
+        with self._lock:
+            c = self.files.setdefault(name, [0, first])
+            c[0] += count
+            c[1] = min(c[1], first)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.files.clear()
+
+
+#: what this process has replaced since a command last cleared it
+REPLACED = Replacements()
+
+
+def decode_replacing(data: bytes, *, name: str, offset: int = 0) -> str:
+    """``data.decode("utf-8", errors="replace")``, each replacement counted in `REPLACED` under
+    ``name`` (``offset``: where ``data`` starts in its file)."""
+    _starts.found = []
+    text = data.decode("utf-8", errors="seqpack.replace")
+    if _starts.found:
+        REPLACED.add(name, len(_starts.found), offset + _starts.found[0])
+    return text
+
+
+def replacement_line(replaced: Replacements = REPLACED) -> str | None:
+    """One line for the user: how many invalid sequences were replaced, where, and how to refuse
+    them instead (``None`` when nothing was)."""
+    if not replaced.files:
+        return None
+    total = sum(c for c, _ in replaced.files.values())
+    shown = "; ".join(f"{name}: {c:,} from byte {first:,}" for name, (c, first) in sorted(replaced.files.items())[:3])
+    more = f"; {len(replaced.files) - 3} more file(s)" if len(replaced.files) > 3 else ""
+    return (f"replaced {total:,} invalid UTF-8 sequence(s) with U+FFFD in {len(replaced.files):,} file(s) ({shown}{more}); "
+            "pass --errors strict to refuse such files")
+
 
 def iter_decoded(path: str | os.PathLike[str] | None, *, errors: str = "strict", hint: str = ERRORS_HINT) -> Iterator[str]:
     """Decode a file (``None``: standard input) as UTF-8 in blocks.
@@ -108,19 +168,22 @@ def iter_decoded(path: str | os.PathLike[str] | None, *, errors: str = "strict",
         path = None  # "-": standard input, as every Unix tool reads it
     name = "<stdin>" if path is None else str(path)
     stream = sys.stdin.buffer if path is None else open(require_file(path), "rb")  # noqa: SIM115
-    decoder = codecs.getincrementaldecoder("utf-8")(errors=errors)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="seqpack.replace" if errors == "replace" else errors)
     consumed = 0
     try:
         while True:
             block = stream.read(_BLOCK)
             final = not block
             held = len(decoder.getstate()[0])
+            _starts.found = []
             try:
                 text = decoder.decode(block, final=final)
             except UnicodeDecodeError as e:
                 raise ValueError(
                     f"{name}: invalid UTF-8 at byte offset {consumed - held + e.start}; {hint}"
                 ) from None
+            if _starts.found:
+                REPLACED.add(name, len(_starts.found), consumed - held + _starts.found[0])
             consumed += len(block)
             if text:
                 yield text
@@ -136,7 +199,7 @@ def read_text(
     *,
     separator: str | None = DEFAULT_SEPARATOR,
     one_per_line: bool = False,
-    errors: str = "strict",
+    errors: str = DEFAULT_ERRORS,
 ) -> Iterator[str]:
     """Documents of a text file: split at ``separator`` or, with ``one_per_line``, per line.
 
@@ -249,7 +312,7 @@ def read_documents(
     text_field: str = "text",
     separator: str | None = DEFAULT_SEPARATOR,
     one_per_line: bool = False,
-    errors: str = "strict",
+    errors: str = DEFAULT_ERRORS,
 ) -> Iterator[str]:
     """Documents of several files (a directory: its files, `expand_inputs`), chosen by suffix:
     ``.jsonl``, ``.parquet``, else text."""

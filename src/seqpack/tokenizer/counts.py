@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from seqpack._parallel import map_threads
+from seqpack.corpus.readers import decode_replacing
 from seqpack.tokenizer.pretokenize import Chunk, DocChunk, FileChunk, chunk_view
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
@@ -105,7 +106,8 @@ def _add_chunk(counter, chunk: Chunk, errors: str) -> int:  # type: ignore[no-un
                     f"{chunk.path}: invalid UTF-8 at byte offset {chunk.start + bad}; "
                     "pass --errors replace (errors='replace') to substitute U+FFFD"
                 )
-            counter.add_bytes(bytes(data).decode("utf-8", errors="replace").encode("utf-8"))
+            text = decode_replacing(bytes(data), name=str(chunk.path), offset=chunk.start)
+            counter.add_bytes(text.encode("utf-8"))
     return chunk.end - chunk.start
 
 

@@ -30,6 +30,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from seqpack.corpus.readers import DEFAULT_ERRORS
 from seqpack._parallel import default_workers
 from seqpack._resources import collector_paused
 from seqpack.tokenizer.counts import WordCounts, count_into
@@ -61,7 +62,7 @@ class BPEConfig:
     vocab_size: int
     special_tokens: tuple[str, ...] = ()
     workers: int | None = None
-    errors: str = "strict"
+    errors: str = DEFAULT_ERRORS
     chunk_bytes: int | None = None
     progress: bool = False
 
@@ -328,7 +329,7 @@ def train_bpe(
     special_tokens: Sequence[str] | None = None,
     *,
     workers: int | None = None,
-    errors: str = "strict",
+    errors: str = DEFAULT_ERRORS,
 ) -> tuple[Vocab, Merges]:
     """Train a byte-level BPE on the text file ``input_path`` (the CS336 interface).
 
