@@ -162,7 +162,7 @@ def test_cli_train_and_bad_input(datasets, tmp_path, capsys):
     recorded = json.loads((tmp_path / "bf16" / "config.json").read_text())["train"]
     assert recorded["dtype"] == "bf16" and recorded["gradient_checkpointing"] is True
     cases = [
-        (["train", "--data", str(tmp_path), "--out", str(tmp_path / "x"), "--quiet"], "packed dataset"),
+        (["train", "--data", str(tmp_path / "bf16"), "--out", str(tmp_path / "x"), "--quiet"], "packed dataset"),
         ([*base[:4], str(tmp_path / "fresh"), *base[5:], "--resume"], "no checkpoint"),
         ([*base, "--resume", "--size", "small"], "is a finished run"),  # nothing to resume: the run is done
         ([*base, "--overwrite", "--max-position", "32"], "need 64 positions"),
@@ -334,3 +334,21 @@ def test_an_evaluation_reads_a_bounded_fixed_sample_of_the_held_out_packs(datase
     described = json.loads((run / "config.json").read_text())["data"]
     assert described["eval_packs"] == 1 and described["held_out_packs"] == len(TrainData(datasets["clm"], eval_fraction=0.1).eval_packs)
     assert "loss" in s["eval"]
+
+
+def test_the_default_evaluation_is_sized_to_the_run(datasets, tmp_path, capsys):
+    """By default an evaluation reads a tenth of the tokens the run trains on (a seeded sample of
+    the held-out packs, one at least), at most EVAL_TOKENS_CAP: a 2-step run does not evaluate every
+    held-out pack; the first line says what it reads against what the run trains on."""
+    from seqpack.train.config import EVAL_TOKENS_CAP, run_eval_tokens
+
+    run = tmp_path / "run"
+    s = train(cfg(datasets["clm"], run, steps=2, batch_size=2, eval_fraction=0.3, eval_at_start=False, progress=True))
+    err = capsys.readouterr().err
+    described = json.loads((run / "config.json").read_text())["data"]
+    whole = TrainData(datasets["clm"], eval_fraction=0.3)
+    trained = 2 * 2 * float(whole.unit_tokens.mean())
+    assert described["held_out_packs"] == len(whole.eval_packs) and described["eval_packs"] < len(whole.eval_packs)
+    assert described["eval_tokens"] <= max(run_eval_tokens(int(trained)), int(whole.pack_stats[whole.eval_packs, 0].max()))
+    assert f"({described['eval_tokens']:,} tokens, " in err and "of the ~" in err and "tokens trained on" in err
+    assert run_eval_tokens(10**12) == EVAL_TOKENS_CAP and "loss" in s["eval"]

@@ -160,3 +160,19 @@ def test_two_ranks_resume_their_streams_exactly(corpus, tmp_path):
     a, b = (torch.load(tmp_path / r / "checkpoint.pt", weights_only=True) for r in ("whole", "cut"))
     assert all(torch.equal(a["model_state"][k], b["model_state"][k]) for k in a["model_state"])
     assert a["data_state"] == b["data_state"] and untimed(tmp_path / "whole") == untimed(tmp_path / "cut")
+
+
+def test_a_small_stream_holds_out_a_share_by_default(corpus, tmp_path, capsys):
+    """60 records: the default holds out eval_fraction of them (3), not a fixed 1,000 that would
+    leave nothing to train on; holding out every record is refused in one line saying what fits."""
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join((corpus / "docs.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:60]))
+    base = ["train", "--data", str(small), "--stream", "--tokenizer", str(corpus / "tok"), "--max-len", "64",
+            "--steps", "2", "--batch-size", "2", "--quiet"]
+    assert main([*base, "--out", str(tmp_path / "run")]) == 0
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["data"]["eval_examples"] == 3 and config["data"]["held_out_packs"] >= 1
+    capsys.readouterr()
+    assert main([*base, "--out", str(tmp_path / "run2"), "--eval-examples", "60"]) == 2
+    err = capsys.readouterr().err
+    assert "holds out every one of its 60 examples" in err and "--eval-examples 3" in err and err.count("\n") == 1

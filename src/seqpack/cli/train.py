@@ -59,7 +59,8 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
                    help="evaluate the initial weights too, before the first step (a loss curve from 0 sequences)")
     p.add_argument("--eval-fraction", type=float, default=default_of(TrainConfig, "eval_fraction"), help="share of packs held out for evaluation")
     p.add_argument("--eval-tokens", type=lambda t: _int_at_least(t, "--eval-tokens", 0), default=default_of(TrainConfig, "eval_tokens"),
-                   help="an evaluation reads at most this many held-out tokens, a fixed sample (0: every held-out pack)")
+                   help="an evaluation reads at most this many held-out tokens, a fixed sample (0: every held-out pack; "
+                   "default: a tenth of the tokens the run trains on, at most 262,144)")
     p.add_argument("--eval-batch-size", type=pos("--eval-batch-size"), default=default_of(TrainConfig, "eval_batch_size"))
     p.add_argument("--seed", type=lambda t: _int_at_least(t, "--seed", 0), default=default_of(TrainConfig, "seed"))
     p.add_argument("--reduction", choices=REDUCTIONS, default=default_of(TrainConfig, "reduction"), help="loss mean per sequence (paper) or per token (HF)")
@@ -126,7 +127,8 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--buffer-size", type=pos("--buffer-size"), default=default_of(TrainConfig, "buffer_size"),
                    help="sequences planned at once (fill within 0.1%% of a global plan at 10,000)")
     g.add_argument("--eval-examples", type=pos("--eval-examples"), default=default_of(TrainConfig, "eval_examples"),
-                   help="the stream's first examples, held out and packed once for evaluation")
+                   help="the stream's first examples, held out and packed once for evaluation (default: "
+                   "--eval-fraction of them, at most 1,000)")
     p.add_argument("--overwrite", action="store_true", help="start again in a RUN that already holds a run")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)

@@ -58,6 +58,22 @@ def _check_type(name: str, value: Any, annotation: str) -> None:
     raise TypeError(f"{name} must be {want}, got {value!r}")
 
 
+#: the most held-out tokens a run-sized evaluation reads (`TrainConfig.eval_tokens` None)
+EVAL_TOKENS_CAP = 262_144
+#: the most examples a stream holds out by default (`TrainConfig.eval_examples` None)
+EVAL_EXAMPLES_CAP = 1_000
+
+
+def run_eval_tokens(train_tokens: int) -> int:
+    """A run-sized evaluation: a tenth of the tokens the run trains on, at most `EVAL_TOKENS_CAP`
+    (at least one token: `seqpack.train.data.eval_sample` then reads one pack).
+
+        >>> run_eval_tokens(10 * 32 * 512), run_eval_tokens(10**9)
+        (16384, 262144)
+    """
+    return max(1, min(EVAL_TOKENS_CAP, train_tokens // 10))
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """A training run over a packed dataset (or, with ``padded``, its one-sequence-per-row baseline).
@@ -81,7 +97,9 @@ class TrainConfig:
     tokenizer: str | None = None  # stream: the tokenizer directory (seqpack or transformers)
     max_len: int | None = None  # stream: tokens per packed row
     buffer_size: int = 10_000  # stream: sequences planned at once
-    eval_examples: int = 1_000  # stream: its first examples, held out and packed once for evaluation
+    # stream: its first examples, held out and packed once for evaluation; None: eval_fraction of the stream's
+    # first EVAL_EXAMPLES_CAP / eval_fraction examples (a 60-record file holds out 3), at most EVAL_EXAMPLES_CAP
+    eval_examples: int | None = None
     model: str | None = None  # None: from the task (mlm/classification -> bert, clm -> gpt)
     size: str = "tiny"
     hf_model: str | None = None  # a transformers config.json (or a directory holding one)
@@ -100,7 +118,9 @@ class TrainConfig:
     eval_every: int = 0  # 0: only at the end
     evals: int | None = None  # instead of eval_every: this many evaluations spread over the run
     eval_fraction: float = 0.05
-    eval_tokens: int = 262_144  # an evaluation reads at most this many held-out tokens (0: every held-out pack)
+    # an evaluation reads at most this many held-out tokens (0: every held-out pack); None: sized to the run,
+    # a tenth of the tokens it trains on, at most EVAL_TOKENS_CAP (a 10-step run does not evaluate for minutes)
+    eval_tokens: int | None = None
     eval_at_start: bool = False  # evaluate the initial weights too (a loss curve that starts at 0 sequences)
     eval_batch_size: int = 64
     checkpoint_every: int = 0  # 0: at the end (and on SIGINT)
@@ -165,7 +185,7 @@ class TrainConfig:
             raise ValueError(f"eval_fraction must be in (0, 0.5), got {self.eval_fraction}")
         if self.evals is not None and (self.evals < 1 or self.eval_every):
             raise ValueError("evals must be >= 1, and is given instead of eval_every, not with it")
-        if self.eval_tokens < 0:
+        if self.eval_tokens is not None and self.eval_tokens < 0:
             raise ValueError(f"eval_tokens must be >= 0 (0: every held-out pack), got {self.eval_tokens}")
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise ValueError("eval_every and checkpoint_every must be >= 0 (0: at the end only)")
@@ -201,7 +221,7 @@ class TrainConfig:
             raise ValueError("--stream packs rows as it reads: pass --max-len L (tokens per row, 2 or more)")
         if self.steps is None:
             raise ValueError("--stream: a stream's length is not known before it is read; pass --steps N")
-        if self.buffer_size < 1 or self.eval_examples < 1:
+        if self.buffer_size < 1 or (self.eval_examples is not None and self.eval_examples < 1):
             raise ValueError("--buffer-size and --eval-examples must be >= 1")
         if self.padded or self.match != "none" or self.adjust_hparams or self.balance != "none":
             raise ValueError("--stream trains the rows as they are packed; drop --padded, --match, --adjust-hparams and "

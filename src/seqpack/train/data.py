@@ -116,6 +116,12 @@ class Units:
     unit_tokens: np.ndarray
     packing_factor: float
     _perms: dict[tuple[int, int], np.ndarray]
+    held_out_packs: np.ndarray  # out of training; an evaluation reads eval_packs of them
+    eval_packs: np.ndarray
+    eval_tokens: int
+    eval_sequences: int
+    _pack_fill: np.ndarray  # real tokens of each pack (indexed by pack)
+    _pack_nseq: np.ndarray  # sequences of each pack
 
     @property
     def num_units(self) -> int:
@@ -123,6 +129,14 @@ class Units:
 
     def _epoch_order(self, seed: int, epoch: int) -> np.ndarray:
         return np.random.default_rng([seed, epoch]).permutation(self.num_units)
+
+    def size_eval(self, max_tokens: int) -> None:
+        """An evaluation reads a seeded sample of the held-out packs of at most ``max_tokens`` real
+        tokens (`eval_sample`; 0: all of them)."""
+        fill, nseq = self._pack_fill, self._pack_nseq
+        self.eval_packs = eval_sample(self.held_out_packs, fill, max_tokens)
+        self.eval_tokens = int(fill[self.eval_packs].sum())
+        self.eval_sequences = int(nseq[self.eval_packs].sum())
 
     def check_balance(self) -> None:
         """Refuse ``--balance`` in one line where these units can't be balanced (default: they can)."""
@@ -207,7 +221,8 @@ class TrainData(Units):
                 span_parts.append(sp)
         _check_counts(path, self.manifest, nseq, fill)
         self.held_out_packs = self.eval_packs  # out of training; an evaluation reads eval_packs of them
-        self.eval_packs = eval_sample(self.eval_packs, fill, eval_tokens)
+        self._pack_fill, self._pack_nseq = fill, nseq
+        self.size_eval(eval_tokens)
         self.by_pack = bool(padded and by_pack)
         if padded:
             spans = np.concatenate(span_parts) if span_parts else np.zeros((0, 4), np.int64)
@@ -225,8 +240,6 @@ class TrainData(Units):
         self.pack_stats = np.stack([fill, squares, nseq], axis=1)  # (P, 3): tokens, sum(l^2), sequences
         self.packing_factor = float(nseq[self.train_packs].mean())
         self.train_sequences = int(nseq[self.train_packs].sum())
-        self.eval_sequences = int(nseq[self.eval_packs].sum())
-        self.eval_tokens = int(fill[self.eval_packs].sum())
         self._perms: dict[tuple[int, int], np.ndarray] = {}
         #: extra (P, ...) columns of packs computed by the run (the reference model's log-probabilities)
         self.pack_columns: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None

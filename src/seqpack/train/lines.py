@@ -24,11 +24,14 @@ def attention_text(attention: str, *, transformers: bool) -> str:
 
 
 def start_line(desc: str, model: str, *, attention: str, first: int, total: int, rows: int, eval_every: int,
-               eval_packs: int, eval_tokens: int, metrics: str, transformers: bool = False) -> str:
-    """The run's first line: model, attention, steps, rows, its evaluations and where the metrics go."""
+               eval_packs: int, eval_tokens: int, metrics: str, transformers: bool = False, train_tokens: int = 0) -> str:
+    """The run's first line: model, attention, steps, rows, its evaluations (and what one costs
+    beside the ~``train_tokens`` the run trains on) and where the metrics go."""
     when = f"every {eval_every} steps and at the end" if eval_every else "at the end"
+    share = f", {eval_tokens / train_tokens:.0%} of the ~{train_tokens:,} tokens trained on" if train_tokens else ""
     return (f"{desc} {model}, {attention_text(attention, transformers=transformers)}: steps {first}-{total} of {rows} rows; "
-            f"eval {when} on {eval_packs:,} held-out pack{'s' if eval_packs != 1 else ''} ({eval_tokens:,} tokens); metrics in {metrics}")
+            f"eval {when} on {eval_packs:,} held-out pack{'s' if eval_packs != 1 else ''} ({eval_tokens:,} tokens{share}); "
+            f"metrics in {metrics}")
 
 
 def ran_text(counts: dict[str, int]) -> str:

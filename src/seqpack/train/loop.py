@@ -49,7 +49,7 @@ from seqpack.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from seqpack.train.config import TrainConfig
+from seqpack.train.config import TrainConfig, run_eval_tokens
 from seqpack.train.context_parallel import CPGroups, CPObjective, check_cp_model, cp_groups, dp_size, shard_batch
 from seqpack.train.data import TrainData
 from seqpack.train.stream_data import StreamTrainData
@@ -144,7 +144,7 @@ def open_train_data(cfg: TrainConfig, world: World) -> TrainData | VisionTrainDa
         kind = json.loads((Path(cfg.data) / VISION_MANIFEST).read_text(encoding="utf-8")).get("kind")
     opener = VisionTrainData if kind == VISION_KIND else TrainData
     return opener(cfg.data, padded=cfg.padded, by_pack=cfg.match == "packs", eval_fraction=cfg.eval_fraction,
-                  by_schedule=cfg.balance == "schedule", eval_tokens=cfg.eval_tokens)
+                  by_schedule=cfg.balance == "schedule", eval_tokens=cfg.eval_tokens or 0)
 
 
 def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
@@ -200,6 +200,10 @@ class _Run:
             raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {self.dp} data-parallel ranks; "
                              "raise --batch-size")
         self.total = total_steps(cfg, data, self.rows)
+        per_unit = float(data.unit_tokens.mean()) if data.unit_tokens.size else float(data._pack_fill.mean())
+        self.train_tokens = int(self.total * self.rows * cfg.accumulation * per_unit)  # about: what the first line says
+        if cfg.eval_tokens is None:  # sized to the run: a tenth of what it trains on
+            data.size_eval(run_eval_tokens(self.train_tokens))
         self.balance = self._balance(cfg, data, world)
         # what a resume must match: the options, with a cost file's coefficients in place of its path,
         # and the dataset's schedule itself when training its steps (a re-pack may have changed it)
@@ -416,7 +420,8 @@ class _Run:
         if cfg.progress and self.world.main:  # at once: a run in a log is never silent until its first step
             print(start_line(desc, self.spec["class"], attention=self.attention, first=st["step"] + 1, total=self.total,
                              rows=self.rows, eval_every=self.eval_every, eval_packs=len(self.data.eval_packs),
-                             eval_tokens=self.data.eval_tokens, metrics=f"{self.final}/metrics.jsonl",
+                             eval_tokens=self.data.eval_tokens, train_tokens=self.train_tokens,
+                             metrics=f"{self.final}/metrics.jsonl",
                              transformers=self.spec["library"] == "transformers"), file=sys.stderr, flush=True)
         if st["step"] == 0 and cfg.eval_at_start:
             self._eval_record()  # the curve starts at 0 sequences

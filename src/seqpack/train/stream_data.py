@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqpack.train.config import TrainConfig
-from seqpack.train.data import Units, eval_sample
+from seqpack.train.config import EVAL_EXAMPLES_CAP, TrainConfig
+from seqpack.train.data import Units
 
 DEFAULT_TASK = "clm"
 
@@ -40,6 +40,21 @@ class _Records:
         from seqpack.corpus.records import iter_records
 
         return itertools.islice(iter_records(self.files), self.start, self.stop)
+
+
+def held_out_examples(files: list[str], cfg: TrainConfig, where: str) -> int:
+    """How many of the stream's first examples are held out: ``cfg.eval_examples``, or by default
+    ``eval_fraction`` of the first `EVAL_EXAMPLES_CAP` / ``eval_fraction`` examples (at least one,
+    at most the cap), read to count them; always leaving examples to train on."""
+    from seqpack.corpus.records import iter_records
+
+    window = int(EVAL_EXAMPLES_CAP / cfg.eval_fraction) + 1
+    seen = sum(1 for _ in itertools.islice(iter_records(files), window))  # bounded: never the whole stream
+    n = cfg.eval_examples if cfg.eval_examples is not None else min(EVAL_EXAMPLES_CAP, max(1, int(seen * cfg.eval_fraction)))
+    if n >= seen:
+        raise ValueError(f"{where}: --eval-examples {n:,} holds out every one of its {seen:,} examples, leaving none to "
+                         f"train on; pass --eval-examples {max(1, seen // 20):,} (or fewer)")
+    return n
 
 
 class StreamTrainData(Units):
@@ -70,16 +85,16 @@ class StreamTrainData(Units):
             return StreamConfig(max_len=self.max_len, buffer_size=cfg.buffer_size, task=self.task, seed=cfg.seed,
                                 rank=rank, world_size=world)
 
-        held = list(PackedStream(_Records(files, 0, cfg.eval_examples), config=config(0, 1), tokenizer=tok))
+        self.eval_examples = held_out_examples(files, cfg, str(cfg.data))
+        held = list(PackedStream(_Records(files, 0, self.eval_examples), config=config(0, 1), tokenizer=tok))
         if not held:
-            raise ValueError(f"{cfg.data}: its first {cfg.eval_examples:,} examples (held out for evaluation) make no row")
+            raise ValueError(f"{cfg.data}: its first {self.eval_examples:,} examples (held out for evaluation) make no row")
         self.eval_rows = [{k: v for k, v in r.items() if k != "example_ids"} for r in held]
-        fill = np.array([int((r["segment_ids"] != 0).sum()) for r in self.eval_rows], dtype=np.int64)
+        self._pack_fill = np.array([int((r["segment_ids"] != 0).sum()) for r in self.eval_rows], dtype=np.int64)
+        self._pack_nseq = np.array([int(r["num_sequences"]) for r in self.eval_rows], dtype=np.int64)
         self.held_out_packs = np.arange(len(self.eval_rows))
-        self.eval_packs = eval_sample(self.held_out_packs, fill, cfg.eval_tokens)
-        self.eval_tokens = int(fill[self.eval_packs].sum())
-        self.eval_sequences = int(sum(int(self.eval_rows[i]["num_sequences"]) for i in self.eval_packs))
-        self.source = PackedStream(_Records(files, cfg.eval_examples), config=config(rank, world_size), tokenizer=tok)
+        self.size_eval(cfg.eval_tokens or 0)
+        self.source = PackedStream(_Records(files, self.eval_examples), config=config(rank, world_size), tokenizer=tok)
         self._rows: Iterator[dict[str, np.ndarray]] | None = None
         self._counts: dict[int, tuple[int, int]] = {}
         self._read = np.zeros(2, np.int64)  # rows and sequences this rank has trained on
@@ -88,7 +103,7 @@ class StreamTrainData(Units):
         self.manifest: dict[str, Any] = {
             "task": self.task, "max_len": self.max_len, "vocab_size": tok.vocab_size, "position_offset": 0,
             "tokenizer_hash": tok.fingerprint(), "seed": cfg.seed, "algorithm": self.source.config.algorithm,
-            "stream": {"buffer_size": cfg.buffer_size, "eval_examples": cfg.eval_examples, "world_size": world_size},
+            "stream": {"buffer_size": cfg.buffer_size, "eval_examples": self.eval_examples, "world_size": world_size},
             "shards": [{"file": os.path.abspath(f), "checksum": file_checksum(f)} for f in files]}
         self.unit_sequences = np.zeros(0, np.int64)  # a stream has no fixed units
         self.unit_tokens = np.zeros(0, np.int64)
@@ -162,6 +177,7 @@ class StreamTrainData(Units):
 
     def describe(self) -> dict[str, Any]:
         return {"task": self.task, "max_len": self.max_len, "padded": False, "stream": True,
-                "buffer_size": self.source.config.buffer_size, "held_out_packs": len(self.held_out_packs),
+                "buffer_size": self.source.config.buffer_size, "eval_examples": self.eval_examples,
+                "held_out_packs": len(self.held_out_packs),
                 "eval_packs": len(self.eval_packs), "eval_tokens": self.eval_tokens,
                 "eval_sequences": self.eval_sequences, "shard": self.source.shard, "shards": self.source.shards}

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqpack.train.data import Units, eval_sample, split_packs
+from seqpack.train.data import Units, split_packs
 
 
 class VisionTrainData(Units):
@@ -54,13 +54,12 @@ class VisionTrainData(Units):
         fill = np.array([int(x.sum()) for x in lengths], dtype=np.int64)
         self.eval_packs, self.train_packs = split_packs(len(lengths), eval_fraction, str(path))
         self.held_out_packs = self.eval_packs
-        self.eval_packs = eval_sample(self.eval_packs, fill, eval_tokens)
+        self._pack_fill, self._pack_nseq = fill, nseq
+        self.size_eval(eval_tokens)
         self.unit_sequences = nseq[self.train_packs]
         self.unit_tokens = fill[self.train_packs]
         self.packing_factor = float(self.unit_sequences.mean())
         self.train_sequences = int(self.unit_sequences.sum())
-        self.eval_sequences = int(nseq[self.eval_packs].sum())
-        self.eval_tokens = int(fill[self.eval_packs].sum())
         self._perms: dict[tuple[int, int], np.ndarray] = {}
 
     def check_balance(self) -> None:
