@@ -92,11 +92,21 @@ def test_plan_and_stats_take_the_builtin_histogram_and_a_store(capsys, tmp_path)
 
     code, out, _ = run(capsys, "stats", "--histogram", "wikipedia", "--max-len", "512", "--json")
     assert code == 0 and json.loads(out)["sequences"] == int(builtin_histogram("wikipedia").sum())
-    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    tok = Tokenizer({i: bytes([i]) for i in range(256)} | {256: b"<|endoftext|>"}, [], ["<|endoftext|>"])
+    tok.save(tmp_path / "tok")
     build_store(["ab", "abcd", "a" * 9], tok, tmp_path / "store")
     assert list(open_store(tmp_path / "store").lengths()) == [2, 4, 9]
+    # a store plans what seqpack pack --task clm makes of it: an EOS each (3, 5, 10), longer ones split
     code, out, _ = run(capsys, "plan", "--histogram", str(tmp_path / "store"), "--max-len", "10", "--json")
     d = json.loads(out)
-    assert code == 0 and (d["sequences"], d["tokens"], d["packs"]) == (3, 15, 2)  # {9}, {2, 4}
-    code, _, err = run(capsys, "stats", "--histogram", str(tmp_path / "store"), "--max-len", "8")
-    assert code == 2 and "1 sequences exceed max_len=8; pass --max-len 9" in err
+    assert code == 0 and (d["sequences"], d["tokens"], d["packs"]) == (3, 18, 2)  # {10}, {3, 5}
+    code, out, _ = run(capsys, "stats", "--histogram", str(tmp_path / "store"), "--max-len", "8", "--json")
+    assert code == 0 and (json.loads(out)["sequences"], json.loads(out)["tokens"]) == (4, 18)  # 10 -> 8 + 2
+    code, _, _ = run(capsys, "pack", str(tmp_path / "store"), "--task", "clm", "--max-len", "8", "--tokenizer",
+                     str(tmp_path / "tok"), "--out", str(tmp_path / "packed"))
+    packed = json.loads((tmp_path / "packed" / "manifest.json").read_text())
+    code, out, _ = run(capsys, "stats", "--histogram", str(tmp_path / "packed"), "--max-len", "8", "--json")
+    assert code == 0 and (json.loads(out)["sequences"], json.loads(out)["tokens"]) == (4, 18) == (
+        packed["num_sequences"], packed["num_tokens"])
+    code, _, err = run(capsys, "stats", "--histogram", str(tmp_path / "store"), "--max-len", "8", "--task", "mlm")
+    assert code == 2 and "pack the store with seqpack pack --task mlm, then plan the packed dataset" in err

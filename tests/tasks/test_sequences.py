@@ -260,3 +260,27 @@ def test_hf_dataset_and_parquet_examples(tok, tmp_path):
 def _touch(p):
     p.write_text("text,label\n")
     return p
+
+
+@pytest.mark.parametrize("overflow", ["split", "truncate", "drop"])
+@pytest.mark.parametrize("eos", [None, 0])
+def test_clm_store_lengths_are_the_lengths_clm_inputs_makes(overflow, eos):
+    """What ``seqpack plan``/``stats`` plan for a store is what ``pack --task clm`` packs."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from seqpack.tasks import get_task
+    from seqpack.tasks.clm import CLMOptions, clm_inputs
+
+    task = get_task("clm")
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.integers(0, 30), max_size=12), st.integers(2, 12))
+    def check(lengths, max_len):
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        tokens = np.ones(int(offsets[-1]), np.int64)
+        seqs, _ = clm_inputs(tokens, offsets, max_len=max_len, eos_id=eos, overflow=overflow)
+        opts = CLMOptions(overflow=overflow, eos_token="" if eos is None else "<|endoftext|>")
+        assert task.store_lengths(np.asarray(lengths), max_len, opts).tolist() == np.diff(seqs.offsets).tolist()
+
+    check()

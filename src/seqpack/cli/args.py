@@ -135,9 +135,19 @@ HISTOGRAM_HELP = ("a built-in histogram (wikipedia: BERT's Wikipedia lengths at 
                   "length-1) or .csv (length,count)")
 
 
-def read_histogram(source: str, max_len: int) -> Any:
-    """The histogram ``--histogram`` names: a built-in one, a token store's document lengths, the
-    lengths a packed dataset packed (its manifest's histogram), or a file."""
+def add_store_task_option(p: Any) -> None:
+    """``--task``: what a token store's documents become (`seqpack.tasks.Task.store_lengths`)."""
+    from seqpack.tasks import TASKS
+
+    p.add_argument("--task", choices=TASKS, default="clm",
+                   help="with a token store: plan the sequences seqpack pack --task makes of its documents at --max-len "
+                   "(default clm: an EOS each, longer documents split)")
+
+
+def read_histogram(source: str, max_len: int, *, task: str = "clm") -> Any:
+    """The histogram ``--histogram`` names: a built-in one, the sequences ``seqpack pack --task``
+    makes of a token store's documents, the lengths a packed dataset packed (its manifest's
+    histogram), or a file."""
     import os
 
     from seqpack.packing import BUILTIN_HISTOGRAMS, builtin_histogram, check_histogram, histogram, load_histogram
@@ -152,8 +162,11 @@ def read_histogram(source: str, max_len: int) -> Any:
         hist = np.asarray(read_manifest(source)["histogram"]["counts"], dtype=np.int64)
     elif os.path.isdir(source):
         from seqpack.store import open_store
+        from seqpack.tasks import get_task
 
-        return histogram(open_store(source).lengths(), max_len, hint=MAX_LEN_HINT)
+        t = get_task(task)
+        return histogram(t.store_lengths(open_store(source).lengths(), max_len, t.options_type()), max_len,
+                         hint=MAX_LEN_HINT)
     else:
         hist = load_histogram(source)
     return check_histogram(hist, max_len, hint=MAX_LEN_HINT)

@@ -7,7 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from seqpack.cli.args import HISTOGRAM_HELP, add_balance_options, read_histogram, require, schedule_from_args
+from seqpack.cli.args import (
+    HISTOGRAM_HELP,
+    add_balance_options,
+    add_store_task_option,
+    read_histogram,
+    require,
+    schedule_from_args,
+)
 from seqpack.cli.paths import declare_paths
 from seqpack.cli.args import depth as _depth
 from seqpack.cli.args import max_len as _max_len
@@ -33,6 +40,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--plot", help="PNG: the length histogram and the distribution of pack fill")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out or --plot file")
     add_balance_options(p)
+    add_store_task_option(p)
     p.set_defaults(handler=run)
     declare_paths(p, reads=("histogram", "cost"), files=("out", "plot"))
 
@@ -44,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:  # --out and --plot: checked by the one guard (seqpack.cli.paths) before this
         require("matplotlib")
     schedule = schedule_from_args(args)
-    hist = read_histogram(args.histogram, args.max_len)
+    hist = read_histogram(args.histogram, args.max_len, task=args.task)
     if args.compare:
         from seqpack.packing.report import compare_plans
 

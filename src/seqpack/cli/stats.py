@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.args import HISTOGRAM_HELP, MAX_LEN_HINT, read_histogram
+from seqpack.cli.args import HISTOGRAM_HELP, MAX_LEN_HINT, add_store_task_option, read_histogram
 from seqpack.cli.args import max_len as _max_len
 
 NAME = "stats"
@@ -23,6 +23,7 @@ def add_parser(sub: Any) -> None:
     src.add_argument("--histogram", help=HISTOGRAM_HELP)
     p.add_argument("--max-len", required=True, type=_max_len)
     p.add_argument("--json", action="store_true")
+    add_store_task_option(p)
     p.set_defaults(handler=run)
 
 
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if args.lengths:
         hist = histogram(load_npy_1d(args.lengths, "lengths (one per sequence)"), args.max_len, hint=MAX_LEN_HINT)
     else:
-        hist = read_histogram(args.histogram, args.max_len)
+        hist = read_histogram(args.histogram, args.max_len, task=args.task)
     s = length_stats(hist, args.max_len)
     if args.json:
         print(json.dumps(s.to_dict()))

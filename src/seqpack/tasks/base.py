@@ -104,6 +104,13 @@ class Task:
         if derived and dict(derived) != dict(self.derived_columns):
             raise refuse(f"its derived columns {dict(derived)} are not this task's {dict(self.derived_columns)}")
 
+    def store_lengths(self, lengths: Any, max_len: int, options: Any) -> Any:
+        """The lengths of the sequences ``seqpack pack`` makes of a token store's documents
+        (``lengths``, ``(n,)``) at ``max_len``: what ``seqpack plan``/``stats`` plan for a store.
+        Default: not offered (the task's sequences are not a function of the documents' lengths)."""
+        raise ValueError(f"task {self.name}'s sequences are not the store's document lengths; pack the store with "
+                         f"seqpack pack --task {self.name}, then plan the packed dataset (--histogram PACKED_DIR)")
+
     @property
     def reads_store(self) -> bool:
         """True when the task's sequences come from a token store (so a sharded store packs shard by shard)."""

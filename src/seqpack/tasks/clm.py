@@ -233,6 +233,26 @@ class CLMTask(Task):
         seqs, labels_dtype = clm_inputs(store.tokens, store.offsets, **kw)
         return count_empty(store, seqs), {"labels": labels_dtype}
 
+    def store_lengths(self, lengths: Any, max_len: int, options: Any) -> Any:
+        """What `clm_inputs` makes of documents of ``lengths``: an EOS each (with ``eos_token``),
+        then ``overflow`` at ``max_len`` (split into pieces of ``max_len``, the last shorter).
+
+            >>> CLMTask().store_lengths(np.array([3, 0, 9]), 4, CLMOptions()).tolist()
+            [4, 1, 4, 4, 2]
+        """
+        o: CLMOptions = options
+        n = np.asarray(lengths, dtype=np.int64) + (1 if o.eos_token else 0)
+        n = n[n > 0]
+        if o.overflow == "split":
+            pieces = -(-n // max_len)
+            within = np.arange(int(pieces.sum())) - np.repeat(offsets_of(pieces)[:-1], pieces)
+            return np.minimum(max_len, np.repeat(n, pieces) - within * max_len)
+        if o.overflow == "truncate":
+            return np.minimum(n, max_len)
+        if o.overflow == "drop":
+            return n[n <= max_len]
+        return n  # error: the histogram refuses what is too long, naming the option
+
     def _inputs(self, source: Any, tokenizer: Any, config: Any) -> tuple[Any, dict[str, Any]]:
         """The store, and `clm_sequences`'s options."""
         o: CLMOptions = config.options
