@@ -20,6 +20,8 @@ warm-up round, so one-off costs (allocation, caches) and the machine's drift hit
 
 from __future__ import annotations
 
+import json
+
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ PAPER_TABLE1 = {("spfhp", 1): 16.280, ("spfhp", 2): 10.102, ("spfhp", 3): 9.095,
 REGIME = {"hidden": 768, "layers": 2, "heads": 12, "vocab_size": 8192, "max_len": 512, "rows": 2, "steps": 1,
           "repeats": 8, "sequences": 2000}
 FINETUNE = {"max_len": 128, "size": "tiny", "batch_size": 16, "sequences": 6000, "lr": 2e-3, "packages": 8,
-            "per_package": 600, "eval_fraction": 0.25}
+            "per_package": 600, "eval_fraction": 0.25, "eval_tokens": 0}  # eval_tokens 0: every held-out example
 # eval_fraction: share of packs held out; CLM's eval (logits over an 8,192-token vocabulary at 512) is costly
 CONVERGE = {"mlm": {"max_len": 128, "model": "BERT tiny", "batch_size": 16, "sequences": 1200, "eval_fraction": 0.05,
                     "split": True},
@@ -119,9 +121,10 @@ def finetune(out: Path, threads: int | None, progress: bool, budget: float) -> d
     f = FINETUNE
     cfg = TrainConfig(data=str(out / "packed_cls"), out=str(out / "runs" / "cls"), size=f["size"], batch_size=f["batch_size"],
                       sequences=max(1, round(f["sequences"] * budget)), lr=f["lr"], dropout=0.0,
-                      eval_fraction=f["eval_fraction"], threads=threads, progress=progress)
+                      eval_fraction=f["eval_fraction"], eval_tokens=f["eval_tokens"], threads=threads, progress=progress)
     r = compare(cfg, evals=4, overwrite=True, pairing="packs")
     r["accuracy"] = {k: r["final_eval"][k].get("cls_accuracy") for k in ("padded", "packed")}
+    r["eval_examples"] = json.loads((Path(cfg.out) / "packed" / "config.json").read_text(encoding="utf-8"))["data"]["eval_sequences"]
     return timed(r, cfg, budget)
 
 
