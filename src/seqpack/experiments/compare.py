@@ -105,8 +105,10 @@ def interleaved_speedup(cfg: TrainConfig, *, steps: int = 5, rounds: int = 3) ->
     """Packed vs padded training steps timed in alternation on the same packs (the padded arm lays
     each pack's sequences out one per row), so that a machine that speeds up or slows down during
     the measurement hits both arms alike. Round 0 warms up; each later round times ``steps``
-    optimiser steps (forward, backward, AdamW) per arm on batches built beforehand. Returns real
-    tokens/s per arm and the median over rounds of the packed / padded ratio."""
+    optimiser steps (forward, backward, AdamW) per arm on the same batches, built beforehand: rounds
+    differ by the machine alone (batches of other packs would differ by their rows too, so a spread
+    of rounds could not tell a busy machine). Returns real tokens/s per arm and the median over
+    rounds of the packed / padded ratio."""
     import statistics
     import time
 
@@ -125,12 +127,12 @@ def interleaved_speedup(cfg: TrainConfig, *, steps: int = 5, rounds: int = 3) ->
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     rates: dict[str, list[float]] = {k: [] for k in arms}
+    units = arms["packed"].stream(cfg.seed + 1, 0, steps * B)
+    batches = {name: [data.batch(units[i * B : (i + 1) * B]) for i in range(steps)] for name, data in arms.items()}
     for r in range(rounds + 1):
-        units = arms["packed"].stream(cfg.seed + 1, r * steps * B, steps * B)
         for name, data in arms.items():
-            batches = [data.batch(units[i * B : (i + 1) * B]) for i in range(steps)]
             t0 = time.perf_counter()
-            for b in batches:
+            for b in batches[name]:
                 n = loss_units(b, task, cfg.reduction)
                 step_loss(component_means(forward(model, b, task=task, reduction=cfg.reduction), task), n, n).backward()
                 opt.step()

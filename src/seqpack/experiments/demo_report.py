@@ -109,14 +109,14 @@ def timing_verdict(value: float, goal: float, rounds: list[float]) -> str:
         >>> timing_verdict(1.5, 1.85, [1.5, 1.55, 1.45])
         'no'
         >>> timing_verdict(1.0, 1.85, [0.6, 1.0, 1.9])
-        "unmeasurable under load: rounds 0.60-1.90, over 25% apart (the machine's speed changed while it timed; run again on a quiet machine)"
+        "unmeasurable under load: rounds 0.60-1.90, over 25% apart (the same steps, timed again, ran at other speeds: the machine's, not the code's; run again on a quiet machine)"
     """
     if value >= goal:
         return "yes"
     if len(rounds) < 2 or (max(rounds) - min(rounds)) <= ROUND_SPREAD * statistics.median(rounds):
         return "no"
     return (f"unmeasurable under load: rounds {min(rounds):.2f}-{max(rounds):.2f}, over {ROUND_SPREAD:.0%} apart "
-            "(the machine's speed changed while it timed; run again on a quiet machine)")
+            "(the same steps, timed again, ran at other speeds: the machine's, not the code's; run again on a quiet machine)")
 
 
 #: the paper prints millions of packs to 3 decimals: a count within half its last digit (500 packs)
