@@ -36,15 +36,31 @@ def cli_reference() -> str:
              "prints the same). User errors print one line `seqpack: error: ...` and exit with code 2.", "",
              "```text", build_parser().format_help().rstrip(), "```", ""]
     for name in COMMANDS:
-        sub = build_parser(name)._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+        try:
+            sub = build_parser(name)._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+        except ModuleNotFoundError as e:  # the docs extra alone: this command's options need an extra
+            parts += [f"## seqpack {name}", "", f"Its options are built from `{e.name}`, which this site was built "
+                      f"without: `pip install 'seqpack[torch]'` and `seqpack {name} --help` prints them.", ""]
+            continue
         parts += [f"## seqpack {name}", "", "```text", sub.format_help().rstrip(), "```", ""]
     return "\n".join(parts)
 
 
-def api_page(package: str) -> str:
-    import importlib
+def public_names(package: str) -> list[str]:
+    """A package's ``__all__``, read from its source without importing it (the site builds from the
+    docs extra alone: no torch)."""
+    import ast
 
-    names = list(getattr(importlib.import_module(package), "__all__", []))
+    base = ROOT / "src" / Path(*package.split("."))
+    init = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+    for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return [str(v) for v in ast.literal_eval(node.value)]
+    return []
+
+
+def api_page(package: str) -> str:
+    names = public_names(package)
     doc = [f"# `{package}`", "", f"The public names of `{package}` (its `__all__`), from their docstrings.", ""]
     members = "\n".join(f"        - {n}" for n in sorted(names) if not n.startswith("_"))
     doc += [f"::: {package}", "    options:", "      show_root_heading: false", "      members:", members, ""]
