@@ -34,7 +34,7 @@ def cli_reference() -> str:
     parts = ["# CLI reference", "",
              "Generated from the command's own parsers when the site is built (`seqpack COMMAND --help` "
              "prints the same). User errors print one line `seqpack: error: ...` and exit with code 2.", "",
-             "```text", build_parser().format_help().rstrip(), "```", ""]
+             "```text", build_parser("").format_help().rstrip(), "```", ""]  # "": as `seqpack --help` builds it
     for name in COMMANDS:
         try:
             sub = build_parser(name)._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
