@@ -46,9 +46,9 @@ def files(tmp_path):
 
 SCENARIOS = [  # (command line, a word the message must hold)
     ("stats --lengths {t}/lengths.npy --max-len 64", "--max-len"),
-    ("plan --histogram {t}/store --max-len 8", "--max-len"),
+    ("plan --histogram {t}/store --max-len 8 --task mlm", "--histogram"),
     ("train-tokenizer {t}/corpus.txt --vocab-size 300 --out {t}/tok", "--overwrite"),
-    ("tokenize {t}/bad.txt --tokenizer {t}/tok --out {t}/s2", "--errors"),
+    ("tokenize {t}/bad.txt --tokenizer {t}/tok --out {t}/s2 --errors strict", "--errors"),
     ("pack {t}/cls.jsonl --task classification --max-len 16 --tokenizer {t}/tok --out {t}/p --overflow error", "--overflow"),
     ("pack {t}/store --task clm --max-len 16 --tokenizer {t}/tok --out {t}/p --overflow error", "--overflow"),
     ("pack {t}/store --task clm --max-len 4096 --tokenizer {t}/tok --out {t}/store", "--out"),

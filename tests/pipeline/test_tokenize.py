@@ -68,9 +68,20 @@ def test_a_corrupt_shard_names_itself(tmp_path):
         ShardedTokenStore(tmp_path / "s")
 
 
-def test_empty_input_gives_one_empty_shard(tmp_path):
-    s = build_sharded_store([], byte_tokenizer(), tmp_path / "s")
-    assert len(s) == 0 and len(s.shards) == 1 and s.lengths().size == 0
+def test_empty_input_is_refused_before_any_output(tmp_path, capsys):
+    """No documents at all: refused in one line, as train-tokenizer and pack refuse theirs."""
+    import pytest
+
+    from seqpack.cli.main import main
+
+    with pytest.raises(ValueError, match="no documents to tokenize"):
+        build_sharded_store([], byte_tokenizer(), tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+    (tmp_path / "empty.txt").write_text("")
+    byte_tokenizer().save(tmp_path / "tok")
+    assert main(["tokenize", str(tmp_path / "empty.txt"), "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "empty.txt: no documents to tokenize" in err and err.count("\n") == 1 and not (tmp_path / "s").exists()
 
 
 def test_a_killed_job_is_finished_by_the_next_run(tmp_path):

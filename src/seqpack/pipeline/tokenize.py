@@ -18,6 +18,7 @@ and whose files are intact, and encodes the rest (``store.redone`` says which, a
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -88,6 +89,11 @@ def build_sharded_store(
     """
     if shard_chars < 1:
         raise ValueError(f"shard_chars must be >= 1, got {shard_chars}")
+    documents = iter(documents)
+    first = next(documents, None)  # nothing at all to read: refused before any output, as train-tokenizer and pack do
+    if first is None:
+        raise ValueError(f"{source or 'the input'}: no documents to tokenize (empty input); give files that hold text")
+    documents = itertools.chain([first], documents)
     engine = engine or LocalEngine()
     out = Path(out)
     with output_lock(out):
