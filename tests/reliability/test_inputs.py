@@ -162,3 +162,15 @@ def test_every_entry_point_that_takes_token_ids_refuses_bad_ones_in_one_line(ent
     ids, message = BAD_IDS[bad]
     with pytest.raises(ValueError, match=message):
         TOKEN_ID_ENTRY_POINTS[entry](ids)
+
+
+def test_library_calls_refuse_a_wrong_type_instead_of_casting_it() -> None:
+    """A float id is not cast, a text is not taken for ids or for a batch of one-character texts."""
+    tok = byte_tokenizer()
+    assert tok.decode([97, 98]) == "ab"
+    with pytest.raises(ValueError, match=r"decode: token ids are integers, got float64 values \(97\)"):
+        tok.decode([97.0])
+    with pytest.raises(ValueError, match="decode: got text"):
+        tok.decode("ab")
+    with pytest.raises(TypeError, match="encode_batch takes a list of texts, got one str"):
+        tok.encode_batch("ab")

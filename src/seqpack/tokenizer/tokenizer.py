@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cached_property, partial
 from pathlib import Path
 
+from seqpack._ids import token_ids
 from seqpack._parallel import default_workers
 from seqpack._resources import collector_paused
 from seqpack.tokenizer.pretokenize import doc_chunks, special_pattern, split_words
@@ -337,10 +338,13 @@ class Tokenizer:
 
     # ------------------------------------------------------------------ decode
     def decode(self, ids: Iterable[int]) -> str:
-        """Text of ``ids``; byte sequences that are not valid UTF-8 become U+FFFD."""
+        """Text of ``ids``; byte sequences that are not valid UTF-8 become U+FFFD. Ids are integers
+        (`seqpack._ids.token_ids`: a float, a text or a nested list is refused, not cast)."""
         vocab = self.vocab
+        flat = token_ids(list(ids) if not isinstance(ids, (str, bytes)) and not hasattr(ids, "__array__") else ids,
+                         what="decode")
         try:
-            data = b"".join(vocab[i] for i in ids)
+            data = b"".join(vocab[i] for i in flat.tolist())
         except KeyError as e:
             raise ValueError(f"unknown token id {e.args[0]} (vocab has {len(vocab)} ids)") from None
         return data.decode("utf-8", errors="replace")
@@ -365,6 +369,8 @@ class Tokenizer:
         ``backend="hf"``: the equivalent Hugging Face tokenizer (Rust, threads; tested
         identical).
         """
+        if isinstance(texts, (str, bytes)):  # a str is an iterable of characters: never what was meant
+            raise TypeError(f"encode_batch takes a list of texts, got one {type(texts).__name__}; use encode(text)")
         if backend == "hf":
             hf = self.to_hf()
             return [e.ids for e in hf.encode_batch(list(texts), add_special_tokens=False)]
