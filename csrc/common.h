@@ -12,8 +12,31 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(_MSC_VER)
+#include <intrin.h>
+#include <malloc.h>
+#endif
 
 namespace seqpack {
+
+// Compiler built-ins behind one name each, with the MSVC intrinsic beside them (Windows wheels).
+inline unsigned count_trailing_zeros64(uint64_t x) {  // x != 0
+#if defined(_MSC_VER)
+  unsigned long at;
+  _BitScanForward64(&at, x);
+  return static_cast<unsigned>(at);
+#else
+  return static_cast<unsigned>(__builtin_ctzll(x));
+#endif
+}
+
+inline void prefetch_read(const void* p) {
+#if defined(_MSC_VER)
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+#else
+  __builtin_prefetch(p);
+#endif
+}
 
 // An allocator for large tables read at random (the encoder's word caches): from 2 MB on, the
 // memory is 2 MB-aligned and the kernel is asked for transparent huge pages (madvise mode), so a
@@ -29,7 +52,11 @@ struct HugePageAllocator {
   T* allocate(size_t n) {
     const size_t bytes = n * sizeof(T);
     if (bytes < kHuge) return static_cast<T*>(::operator new(bytes));
+#if defined(_WIN32)
+    void* p = _aligned_malloc(bytes, kHuge);  // Windows has no aligned_alloc
+#else
     void* p = std::aligned_alloc(kHuge, (bytes + kHuge - 1) & ~(kHuge - 1));
+#endif
     if (!p) throw std::bad_alloc();
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     madvise(p, bytes, MADV_HUGEPAGE);  // a hint: refused, the table works on small pages
@@ -40,7 +67,11 @@ struct HugePageAllocator {
     if (n * sizeof(T) < kHuge) {
       ::operator delete(p);
     } else {
+#if defined(_WIN32)
+      _aligned_free(p);
+#else
       std::free(p);
+#endif
     }
   }
   template <class U>

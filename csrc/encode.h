@@ -113,7 +113,7 @@ class WordCache {
     return e.nids <= kIdsInline ? e.ids : long_ids(e);
   }
 
-  void prefetch(const WordKey& k) const { __builtin_prefetch(&table_[k.h & mask_]); }
+  void prefetch(const WordKey& k) const { prefetch_read(&table_[k.h & mask_]); }
 
   // The caller has just found the word missing.
   void insert(const WordKey& k, const uint32_t* ids, size_t len) {

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common.h"
 #include "unicode_tables.h"
 
 namespace seqpack {
@@ -115,7 +116,7 @@ inline size_t ascii_letters8(const uint8_t* p) {
   const uint64_t high = 0x8080808080808080ULL;
   const uint64_t letter = (t + 0x1f1f1f1f1f1f1f1fULL) & ~(t + 0x0505050505050505ULL) & ~v & high;
   if (letter == high) return 8;
-  return static_cast<size_t>(__builtin_ctzll(~letter & high)) / 8;  // little-endian: the first byte is the lowest
+  return static_cast<size_t>(count_trailing_zeros64(~letter & high)) / 8;  // little-endian: the first byte is the lowest
 }
 
 // End of the run of class `cls` that starts at s[i].

