@@ -12,6 +12,8 @@ read back through :func:`seqpack.data.load_packed` (labels rebuilt), from the Pa
 the ``.bin`` files, was checked equal to the previous goldens'. The manifests were made again when
 they began to record each part's checksum: every other file was byte-identical to the previous
 goldens', and every manifest equal to its previous one but for the new ``checksum`` entries.
+They were made again when manifests began to record ``seqpack_version`` and the ``bin/`` columns'
+``bin_checksums``: every other file byte-identical, every manifest equal but for those keys.
 """
 
 from __future__ import annotations

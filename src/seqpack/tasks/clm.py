@@ -237,7 +237,8 @@ class CLMTask(Task):
         """What `clm_inputs` makes of documents of ``lengths``: an EOS each (with ``eos_token``),
         then ``overflow`` at ``max_len`` (split into pieces of ``max_len``, the last shorter).
 
-            >>> CLMTask().store_lengths(np.array([3, 0, 9]), 4, CLMOptions()).tolist()
+            >>> from seqpack.tasks import get_task
+            >>> get_task("clm").store_lengths(np.array([3, 0, 9]), 4, CLMOptions()).tolist()
             [4, 1, 4, 4, 2]
         """
         o: CLMOptions = options

@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cached_property, partial
 from pathlib import Path
 
-from seqpack._ids import token_ids
 from seqpack._parallel import default_workers
 from seqpack._resources import collector_paused
 from seqpack.tokenizer.pretokenize import doc_chunks, special_pattern, split_words
@@ -340,6 +339,8 @@ class Tokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids``; byte sequences that are not valid UTF-8 become U+FFFD. Ids are integers
         (`seqpack._ids.token_ids`: a float, a text or a nested list is refused, not cast)."""
+        from seqpack._ids import token_ids  # numpy: `seqpack encode` starts without it
+
         vocab = self.vocab
         flat = token_ids(list(ids) if not isinstance(ids, (str, bytes)) and not hasattr(ids, "__array__") else ids,
                          what="decode")
