@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench clean
+.PHONY: demo test test-fast docs bench clean
 
 # the compiled core (csrc/) is built by the package's own build: a change there reinstalls
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.h csrc/*.cpp)
@@ -18,8 +18,13 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.h csrc/*.cpp)
 demo: $(STAMP)
 	$(BIN)/seqpack demo
 
+# the whole suite, every tier; the ten slowest tests close its report, so growth shows in every run
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=10
+
+# the unit tier, for every edit: no builds, installs, docs blocks, multi-process launches or slow tests
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow and not multiprocess and not docs and not install and not gpu" --durations=10
 
 # the documentation site, strictly (broken links, unknown API names fail), offline, into site/
 docs: $(STAMP)

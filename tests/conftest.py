@@ -51,3 +51,53 @@ def shared(*parts: str) -> Path:
 @pytest.fixture
 def cs336() -> Path:
     return shared("cs336")
+
+
+#: tests measured over ~5 s on 2 cores (`make test` prints the slowest ten; move a test here when it
+#: joins them): node ids, or a file's path for all of its tests
+SLOW = (
+    "tests/nn/test_model_matrix.py",
+    "tests/nn/test_compile.py",
+    "tests/rl/test_trl_grpo.py::test_a_short_run_takes_trls_steps",
+    "tests/cli/test_cli.py::test_demo_on_a_small_corpus",
+    "tests/reliability/test_messages.py::test_dash_is_stdin_and_a_closed_pipe_is_no_error",
+    "tests/nn/test_hf_padding_free.py::test_flex_attention_forward_on_cpu",
+    "tests/nn/test_hf_causal_lm.py::test_compiled_blocks_equal_eager",
+    "tests/packing/test_wikipedia.py::test_nnlshp_depth3_count",
+    "tests/packing/test_plan.py::test_other_distributions_near_the_lp_bound",
+    "tests/pipeline/test_job.py::test_ray_engine_writes_the_same_bytes",
+    "tests/pipeline/test_engine.py::test_ray_engine_runs_tasks_and_reraises_their_errors",
+    "tests/pipeline/test_golden.py::test_ray_engine_packs_byte_identical_to_golden",
+    "tests/pipeline/test_streaming.py::test_memory_stays_bounded_on_a_long_stream",
+    "tests/tokenizer/test_train.py::test_parallel_and_chunked_match_single_pass",
+    "tests/train/test_loop.py::test_cli_train_and_bad_input",
+)
+#: what launches several processes (torchrun, spawned ranks): read in the test's own source
+LAUNCHES = ("torchrun", "torch.distributed.run", "mp.spawn", "torch.multiprocessing")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tiers (`pyproject.toml` registers them; `make test-fast` leaves out all but the unit one):
+    ``install`` (tests/test_install.py: builds and installs), ``docs`` (tests/docs/: every code block,
+    the site build), ``multiprocess`` (a launch of several processes), ``gpu`` (skipped without
+    CUDA), ``slow`` (`SLOW`)."""
+    import inspect
+
+    for item in items:
+        nodeid = item.nodeid.split("[")[0]
+        path = nodeid.split("::")[0]
+        if path == "tests/test_install.py":
+            item.add_marker(pytest.mark.install)
+        if path.startswith("tests/docs/"):
+            item.add_marker(pytest.mark.docs)
+        if any(nodeid == s or path == s for s in SLOW):
+            item.add_marker(pytest.mark.slow)
+        if any("CUDA" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.gpu)
+        fn = getattr(item, "function", None)
+        try:
+            source = inspect.getsource(fn) if fn is not None else ""
+        except (OSError, TypeError):
+            source = ""
+        if any(word in source for word in LAUNCHES):
+            item.add_marker(pytest.mark.multiprocess)
