@@ -18,13 +18,15 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.h csrc/*.cpp)
 demo: $(STAMP)
 	$(BIN)/seqpack demo
 
-# the whole suite, every tier; the ten slowest tests close its report, so growth shows in every run
+# the whole suite, every tier: two workers (a file's tests on one, so its fixtures are built once),
+# then the multi-process launches alone (their ranks want the cores); the ten slowest close each report
 test: $(STAMP)
-	$(BIN)/python -m pytest --durations=10
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not multiprocess" --durations=10
+	$(BIN)/python -m pytest -m multiprocess --durations=10
 
 # the unit tier, for every edit: no builds, installs, docs blocks, multi-process launches or slow tests
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not multiprocess and not docs and not install and not gpu" --durations=10
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not multiprocess and not docs and not install and not gpu" --durations=10
 
 # the documentation site, strictly (broken links, unknown API names fail), offline, into site/
 docs: $(STAMP)

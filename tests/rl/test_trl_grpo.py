@@ -54,6 +54,18 @@ def make(cls: Any, root: Path, impl: str = "sdpa", attention: Any = "seqpack_pac
                processing_class=tok, **extra)
 
 
+def trl_rows(prompts: list[list[int]], comps: list[list[int]], P: int, C: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """TRL's padded rows: each group of 4 completions after its left-padded prompt (width ``P``),
+    right-padded to ``C``; ``(ids, attention_mask)``, each ``(len(comps), P + C)``."""
+    ids = torch.zeros(len(comps), P + C, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, c in enumerate(comps):
+        p = prompts[r // 4]
+        ids[r, P - len(p) : P], mask[r, P - len(p) : P] = torch.tensor(p), 1
+        ids[r, P : P + len(c)], mask[r, P : P + len(c)] = torch.tensor(c), 1
+    return ids, mask
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("grpo")
@@ -130,12 +142,7 @@ def test_packed_pass_equals_trls_padded_pass(root: Path, kind: str, attention: s
     prompts = [rng.integers(3, 300, n).tolist() for n in (5, 11, 2, 8)]
     comps = [rng.integers(3, 300, rng.integers(1, 25)).tolist() for _ in range(16)]
     P, C = max(map(len, prompts)), max(map(len, comps))
-    ids = torch.zeros(16, P + C, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for r, c in enumerate(comps):
-        p = prompts[r // 4]
-        ids[r, P - len(p) : P], mask[r, P - len(p) : P] = torch.tensor(p), 1
-        ids[r, P : P + len(c)], mask[r, P : P + len(c)] = torch.tensor(c), 1
+    ids, mask = trl_rows(prompts, comps, P, C)
     with torch.no_grad():
         want, want_ent, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, C, compute_entropy=True)
         got, got_ent, _ = packed._get_per_token_logps_and_entropies(packed.model, ids, mask, C, compute_entropy=True)
@@ -156,18 +163,15 @@ def test_masked_out_completions_score_zero_and_the_rest_match_trl(root: Path) ->
     prompts = [rng.integers(3, 300, n).tolist() for n in (4, 7)]
     comps = [rng.integers(3, 300, rng.integers(2, 13)).tolist() for _ in range(8)]
     P, C = 7, 12
-    ids = torch.zeros(8, P + C, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for r, c in enumerate(comps):
-        p = prompts[r // 4]
-        ids[r, P - len(p) : P], mask[r, P - len(p) : P] = torch.tensor(p), 1
-        ids[r, P : P + len(c)], mask[r, P : P + len(c)] = torch.tensor(c), 1
+    ids, mask = trl_rows(prompts, comps, P, C)
     truncated = [1, 4, 5, 6, 7]  # the second prompt loses its whole group
     mask[truncated, P:] = 0
     with torch.no_grad():
         want, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, C)
         got, got_ent, _ = packed._get_per_token_logps_and_entropies(packed.model, ids, mask, C, compute_entropy=True)
-        none, none_ent, _ = packed._get_per_token_logps_and_entropies(packed.model, ids, mask * 0 + mask[:, :P].sum(1, keepdim=True).clamp(max=0), C, compute_entropy=True)
+        all_masked = mask.clone()
+        all_masked[:, P:] = 0
+        none, none_ent, _ = packed._get_per_token_logps_and_entropies(packed.model, ids, all_masked, C, compute_entropy=True)
     keep = mask[:, P:].bool()
     assert got.shape == want.shape and got_ent is not None
     torch.testing.assert_close(got[keep], want[keep], rtol=0.0, atol=5e-5)
