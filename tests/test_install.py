@@ -124,10 +124,14 @@ def test_a_fresh_venv_without_torch_prepares_data(dists: dict[str, Path], tmp_pa
     assert p.returncode == 2 and "pip install 'seqpack[report]'" in p.stderr and "Traceback" not in p.stderr
 
 
-def test_the_extras_keep_the_torch_already_installed() -> None:
+@pytest.mark.parametrize("what", ["checkout", "wheel"])
+def test_the_extras_keep_the_torch_already_installed(what: str, request: pytest.FixtureRequest) -> None:
+    """``[torch,hf]`` beside the torch this environment has (a pinned CPU build): pip would not
+    replace it, from a checkout or from the built wheel."""
     torch = pytest.importorskip("torch")
+    source = ROOT if what == "checkout" else request.getfixturevalue("dists")["wheel"]
     p = sh(sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
-           f"{ROOT}[torch,hf]")
+           f"{source}[torch,hf]")
     assert p.returncode == 0, p.stderr[-3000:]
     would = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(p.stdout)["install"]}
     assert "torch" not in would, f"would replace torch {torch.__version__} with {would.get('torch')}"
