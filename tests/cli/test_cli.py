@@ -124,8 +124,9 @@ def test_encode_stdin(tmp_path, monkeypatch, capsys):
 
 
 def test_demo_on_a_small_corpus(capsys, tmp_path, corpus):
+    # one thread: beside a second test worker, two threads oversubscribe two cores (3x slower)
     argv = ["demo", "--corpus", str(corpus), "--out", str(tmp_path / "d"), "--vocab-size", "300", "--workers", "1",
-            "--budget", "0.005", "--threads", "1", "--json"]  # 1: beside a second worker, 2 threads oversubscribe 2 cores (3x slower)
+            "--budget", "0.005", "--threads", "1", "--json"]
     code, out, err = run(capsys, *argv)
     assert code == 0, err
     s = json.loads(out)
