@@ -150,8 +150,6 @@ def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
     Re-entrant within a process. Leftovers of a killed job (``.NAME.tmp-*``, ``.NAME.old-*``)
     are removed once the lock is held, since no live job can own them then.
     """
-    import fcntl
-
     out = Path(path)
     check_path(out)
     parent = out.resolve().parent
@@ -171,9 +169,7 @@ def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:  # say what the user asked for, not the lock file's name
             raise OSError(f"{out}: cannot write in {parent} ({e.strerror})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _try_lock(fd):
             os.close(fd)
             raise FileExistsError(
                 f"{out}: another seqpack job is writing it now (lock {lock}); wait for it or pick another output"
@@ -191,9 +187,48 @@ def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
         yield
     finally:
         del _HELD[lock]
-        os.unlink(lock)
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        _release(fd, lock)
+
+
+def _try_lock(fd: int) -> bool:
+    """Take the exclusive lock on the open lock file ``fd`` without waiting (False: another job
+    holds it): ``flock`` on POSIX, ``msvcrt.locking`` of its first byte on Windows."""
+    if os.name == "nt":  # pragma: no cover - Windows wheels
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _release(fd: int, lock: str) -> None:
+    """Remove the lock file, then let go of it (POSIX: removed while held, so no other job locks a
+    file on its way out; Windows cannot remove an open file: let go, close, then remove it)."""
+    if os.name == "nt":  # pragma: no cover - Windows wheels
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
         os.close(fd)
+        try:
+            os.unlink(lock)
+        except OSError:  # another job has it open already: it removes it in turn
+            pass
+        return
+    import fcntl
+
+    os.unlink(lock)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
 
 
 @contextmanager
