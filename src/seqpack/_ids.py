@@ -32,6 +32,8 @@ def token_ids(x: Any, *, what: str, vocab_size: int | None = None) -> np.ndarray
         raise ValueError(f"{what}: got text ({type(x).__name__}) where token ids belong; encode it first, or pass a tokenizer")
     if hasattr(x, "detach"):  # a torch tensor
         x = x.detach().cpu().numpy()
+    elif hasattr(x, "__iter__") and not hasattr(x, "__array__") and not isinstance(x, (list, tuple)):
+        x = list(x)  # a generator, a range, a deque
     try:
         arr = np.asarray(x)
     except ValueError:  # numpy's "inhomogeneous shape": ragged nesting

@@ -146,8 +146,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = PackConfig.for_task(args.task, max_len=args.max_len, algorithm=args.algorithm, max_depth=args.max_depth,
                               seed=args.seed, position_offset=args.position_offset,
                               context_parallel=args.context_parallel, **options)
-    check_output_dir(args.out, overwrite=args.overwrite,
-                     inputs=[args.source, args.tokenizer, getattr(args, "chat_template", None)])
+    check_output_dir(args.out, overwrite=args.overwrite)  # against the inputs: seqpack.cli.paths, before
     m = own_rows(args, get_task(args.task), cfg)
     if m is None:
         m = _pack_job(args, cfg)

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.shard_mb <= 2**20:  # also refuses inf and nan
         raise ValueError(f"--shard-mb must be > 0 and at most {2**20:,} (a TiB), got {args.shard_mb}")
     tok = open_tokenizer(args.tokenizer)
-    check_output_dir(args.out, overwrite=args.overwrite, inputs=[*args.inputs, args.tokenizer])
+    check_output_dir(args.out, overwrite=args.overwrite)  # against the inputs: seqpack.cli.paths, before
     args.inputs = expand_inputs(args.inputs, glob=args.glob)
     for path in args.inputs:  # every input checked before anything is written
         require_file(path)

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         vocab_size=args.vocab_size, special_tokens=specials, workers=args.workers,
         errors=args.errors, progress=not args.json,
     )
-    check_output_dir(args.out, overwrite=args.overwrite, inputs=args.inputs)
+    check_output_dir(args.out, overwrite=args.overwrite)  # against the inputs: seqpack.cli.paths, before
     inputs = expand_inputs(args.inputs, glob=args.glob)
     result = train_bpe_inputs(inputs, config=config, text_field=args.text_field)
     tok = result.tokenizer()

@@ -342,8 +342,7 @@ class Tokenizer:
         from seqpack._ids import token_ids  # numpy: `seqpack encode` starts without it
 
         vocab = self.vocab
-        flat = token_ids(list(ids) if not isinstance(ids, (str, bytes)) and not hasattr(ids, "__array__") else ids,
-                         what="decode")
+        flat = token_ids(ids, what="decode")
         try:
             data = b"".join(vocab[i] for i in flat.tolist())
         except KeyError as e:

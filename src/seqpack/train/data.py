@@ -302,12 +302,6 @@ class TrainData(Units):
         for lo in range(0, len(self.eval_packs), batch_size):
             yield to_tensors(self._take(self.eval_packs[lo : lo + batch_size]), float_labels=self.facts.float_labels)
 
-    def verify_content(self) -> None:
-        """Every part read against its manifest's checksum (what a resume checks)."""
-        from seqpack.data.format import verify_parts
-
-        verify_parts(self.path, self.manifest)
-
     def describe(self) -> dict[str, Any]:
         return {
             "task": self.task, "max_len": self.max_len, "padded": self.padded,

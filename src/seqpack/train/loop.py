@@ -223,7 +223,6 @@ class _Run:
         reference = self._reference(resume)
         if resume:
             ck = load_checkpoint(self.run_dir, model=self.spec, data=self.identity, options=self.options)
-            data.verify_content()  # the same content, not only the same manifest
             self.model.load_state_dict(ck["model_state"])
             self.optimizer.load_state_dict(ck["optimizer_state"])
             self.state = ck["state"]

@@ -172,9 +172,6 @@ class StreamTrainData(Units):
         self._read = np.asarray(state["read"], dtype=np.int64)
         self._rows = None
 
-    def verify_content(self) -> None:
-        """The inputs' checksums are part of `manifest`, which a resume compares."""
-
     def describe(self) -> dict[str, Any]:
         return {"task": self.task, "max_len": self.max_len, "padded": False, "stream": True,
                 "buffer_size": self.source.config.buffer_size, "eval_examples": self.eval_examples,

@@ -82,12 +82,6 @@ class VisionTrainData(Units):
         for lo in range(0, len(self.eval_packs), batch_size):
             yield self._rows(self.eval_packs[lo : lo + batch_size])
 
-    def verify_content(self) -> None:
-        """The rows file read against its manifest's checksum (what a resume checks)."""
-        from seqpack.data.format import verify_parts
-
-        verify_parts(self.path, self.manifest)
-
     def describe(self) -> dict[str, Any]:
         return {"task": self.task, "max_len": self.max_len, "padded": False, "train_packs": len(self.train_packs),
                 "held_out_packs": len(self.held_out_packs), "eval_packs": len(self.eval_packs),
