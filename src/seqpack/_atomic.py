@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def check_not_input(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], *,
-                    flag: str = "--out") -> None:
+def check_not_input(
+    path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], *, flag: str = "--out"
+) -> None:
     """Refuse an output that is, contains or lies inside one of ``inputs``, or holds the working
     directory (links resolved): writing it would change or delete what the command reads.
 
@@ -70,12 +71,16 @@ def check_path(out: str | os.PathLike[str], *, flag: str = "--out") -> None:
     """
     p = Path(out)
     if p.is_symlink():
-        raise ValueError(f"{flag} {out} is a symbolic link (to {os.readlink(p)}); give the directory itself (or a new "
-                         "path): the output is put in place by a rename, which would replace the link")
+        raise ValueError(
+            f"{flag} {out} is a symbolic link (to {os.readlink(p)}); give the directory itself (or a new "
+            "path): the output is put in place by a rename, which would replace the link"
+        )
     try:
         p.resolve()
     except (RuntimeError, OSError) as e:  # RuntimeError before Python 3.13, OSError (ELOOP) after
-        raise ValueError(f"{flag} {out}: its path runs through a loop of symbolic links ({e}); pick another output") from None
+        raise ValueError(
+            f"{flag} {out}: its path runs through a loop of symbolic links ({e}); pick another output"
+        ) from None
 
 
 def check_writable(out: Path, *, flag: str = "--out") -> None:
@@ -89,8 +94,9 @@ def check_writable(out: Path, *, flag: str = "--out") -> None:
         raise ValueError(f"{flag} {out}: cannot write in {anc} (read-only or not permitted); pick another output")
 
 
-def check_output_dir(path: str | os.PathLike[str], *, overwrite: bool,
-                     inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
+def check_output_dir(
+    path: str | os.PathLike[str], *, overwrite: bool, inputs: Iterable[str | os.PathLike[str] | None] = ()
+) -> Path:
     """Refuse an existing non-empty ``path`` unless ``overwrite``, and any ``path`` that
     `check_not_input` refuses (``inputs``: what the command reads)."""
     check_not_input(path, inputs)
@@ -103,8 +109,12 @@ def check_output_dir(path: str | os.PathLike[str], *, overwrite: bool,
     return out
 
 
-def check_outputs(outputs: Mapping[str, tuple[str | os.PathLike[str] | None, bool]],
-                  inputs: Iterable[str | os.PathLike[str] | None], *, overwrite: bool) -> None:
+def check_outputs(
+    outputs: Mapping[str, tuple[str | os.PathLike[str] | None, bool]],
+    inputs: Iterable[str | os.PathLike[str] | None],
+    *,
+    overwrite: bool,
+) -> None:
     """The one guard over a command's outputs, before any work: ``outputs`` maps a flag to (its path
     or None, whether it names a file). No output is, holds or lies inside an input or another output;
     each is writable; a file that exists is replaced only with ``overwrite`` (a directory's own rules,
@@ -303,12 +313,15 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
 
 
 #: what a seqpack directory of another kind is, for the line that refuses it where one kind is expected
-KINDS = {"seqpack-vision-packs": "it holds packed image-text rows: read them with seqpack.tasks.vision.VisionRows, train "
-                                 "on them with seqpack train --hf-model VLM_CONFIG or TRL's SFTTrainer, see docs/guides/vision.md"}
+KINDS = {
+    "seqpack-vision-packs": "it holds packed image-text rows: read them with seqpack.tasks.vision.VisionRows, train "
+    "on them with seqpack train --hf-model VLM_CONFIG or TRL's SFTTrainer, see docs/guides/vision.md"
+}
 
 
-def read_versioned_json(directory: Path, name: str, *, kind: str, version: int | tuple[int, ...], what: str,
-                        hint: str) -> dict[str, Any]:
+def read_versioned_json(
+    directory: Path, name: str, *, kind: str, version: int | tuple[int, ...], what: str, hint: str
+) -> dict[str, Any]:
     """``directory/name`` as a dict whose ``kind`` and ``format_version`` match (``version``: the one
     read, or those read); one-line errors.
 
@@ -325,7 +338,11 @@ def read_versioned_json(directory: Path, name: str, *, kind: str, version: int |
         raise ValueError(f"{path}: corrupt ({e})") from None
     if not isinstance(data, dict) or data.get("kind") != kind:
         other = data.get("kind") if isinstance(data, dict) else None
-        said = f" ({KINDS.get(other, f'its kind is {other!r}')})" if isinstance(other, str) and other.startswith("seqpack") else ""
+        said = (
+            f" ({KINDS.get(other, f'its kind is {other!r}')})"
+            if isinstance(other, str) and other.startswith("seqpack")
+            else ""
+        )
         raise ValueError(f"{path}: not a seqpack {what}{said}")
     versions = version if isinstance(version, tuple) else (version,)
     if data.get("format_version") not in versions:

@@ -29,7 +29,9 @@ def token_ids(x: Any, *, what: str, vocab_size: int | None = None) -> np.ndarray
     """``x`` as int64 ids ``(n,)``, refused in one line naming ``what`` unless it is a flat run of
     integers (a list, tuple, numpy or torch vector), none negative, each below ``vocab_size``."""
     if isinstance(x, (str, bytes)):
-        raise ValueError(f"{what}: got text ({type(x).__name__}) where token ids belong; encode it first, or pass a tokenizer")
+        raise ValueError(
+            f"{what}: got text ({type(x).__name__}) where token ids belong; encode it first, or pass a tokenizer"
+        )
     if hasattr(x, "detach"):  # a torch tensor
         x = x.detach().cpu().numpy()
     elif hasattr(x, "__iter__") and not hasattr(x, "__array__") and not isinstance(x, (list, tuple)):
@@ -47,7 +49,9 @@ def token_ids(x: Any, *, what: str, vocab_size: int | None = None) -> np.ndarray
         if arr.dtype.kind == "f":
             bad = arr[arr != np.round(arr)] if np.isfinite(arr).all() else arr[~np.isfinite(arr)]
             shown = bad[0] if bad.size else arr[0]
-            raise ValueError(f"{what}: token ids are integers, got {arr.dtype} values ({shown:g}); pass the ids as ints")
+            raise ValueError(
+                f"{what}: token ids are integers, got {arr.dtype} values ({shown:g}); pass the ids as ints"
+            )
         raise ValueError(f"{what}: token ids are integers, got {arr.dtype} values")
     ids = arr.astype(np.int64, copy=False)
     if ids.size and int(ids.min()) < 0:
@@ -60,8 +64,10 @@ def token_ids(x: Any, *, what: str, vocab_size: int | None = None) -> np.ndarray
 def check_vocab(top: int, vocab_size: int, *, what: str) -> None:
     """Refuse a largest id ``top`` at or past ``vocab_size`` (the model's embedding rows)."""
     if top >= vocab_size:
-        raise ValueError(f"{what}: token id {top} is past the model's vocabulary of {vocab_size} ids (0..{vocab_size - 1}); "
-                         "use the model's own tokenizer")
+        raise ValueError(
+            f"{what}: token id {top} is past the model's vocabulary of {vocab_size} ids (0..{vocab_size - 1}); "
+            "use the model's own tokenizer"
+        )
 
 
 __all__ = ["check_vocab", "token_ids"]

@@ -55,8 +55,18 @@ class LineBar(SilentBar):
     seconds, and at the last (``desc: step 3/10, loss 7.123, 12.3 s``), so that a long run written to
     a file is never silent for long."""
 
-    def __init__(self, iterable: Iterable[Any] | None = None, *, interval: float = 30.0, total: int | None = None,
-                 initial: int = 0, desc: str = "", unit: str = "it", delay: float = 0.0, **_: Any) -> None:
+    def __init__(
+        self,
+        iterable: Iterable[Any] | None = None,
+        *,
+        interval: float = 30.0,
+        total: int | None = None,
+        initial: int = 0,
+        desc: str = "",
+        unit: str = "it",
+        delay: float = 0.0,
+        **_: Any,
+    ) -> None:
         import time
 
         super().__init__(iterable)
@@ -72,7 +82,11 @@ class LineBar(SilentBar):
         if self.last is None or now - self.last >= self.interval or self.n == self.total:
             self.last = now
             of = f"/{self.total}" if self.total else ""
-            print(f"{self.desc}: {self.unit} {self.n}{of}{self.postfix}, {now - self.start:.1f} s", file=sys.stderr, flush=True)
+            print(
+                f"{self.desc}: {self.unit} {self.n}{of}{self.postfix}, {now - self.start:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def set_postfix(self, *args: Any, refresh: bool = True, **kwargs: Any) -> None:
         self.postfix = "".join(f", {k} {v}" for k, v in kwargs.items())

@@ -1,6 +1,6 @@
 """What the machine can hold: arguments whose memory would pass it are refused before any work.
 
-    >>> check_memory(1 << 20, what="the batches", hint="lower --batch-size")   # a MiB: fine anywhere
+>>> check_memory(1 << 20, what="the batches", hint="lower --batch-size")   # a MiB: fine anywhere
 """
 
 from __future__ import annotations
@@ -61,8 +61,10 @@ def check_memory(nbytes: float, *, what: str, hint: str, share: float = 0.5) -> 
     """Refuse when ``what`` would take more than ``share`` of `machine_memory`."""
     limit = machine_memory() * share
     if nbytes > limit:
-        raise ValueError(f"{what} would take about {nbytes / 2**30:,.1f} GiB, more than {share:.0%} of this machine's "
-                         f"{machine_memory() / 2**30:,.1f} GiB; {hint}")
+        raise ValueError(
+            f"{what} would take about {nbytes / 2**30:,.1f} GiB, more than {share:.0%} of this machine's "
+            f"{machine_memory() / 2**30:,.1f} GiB; {hint}"
+        )
 
 
 @contextlib.contextmanager

@@ -213,7 +213,9 @@ class StageLog:
         for p in self.directory.glob(f"*{SUFFIX}"):
             p.unlink()
 
-    def run(self, name: str, key: str, fn: Callable[[], Any], *, outputs: Sequence[str | Path] = ()) -> tuple[Any, bool]:
+    def run(
+        self, name: str, key: str, fn: Callable[[], Any], *, outputs: Sequence[str | Path] = ()
+    ) -> tuple[Any, bool]:
         """``(result, reused)``: the recorded result for ``key``, or ``fn()`` run and recorded
         (with checksums of ``outputs``)."""
         done = self.result(name, key, outputs=outputs)

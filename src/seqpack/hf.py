@@ -46,7 +46,9 @@ def _strategy(strategy: str) -> tuple[str, bool]:
     return _ALIASES.get(base, base), split
 
 
-def pack_dataset(dataset: Any, seq_length: int, strategy: str = "best", map_kwargs: dict[str, Any] | None = None) -> Any:
+def pack_dataset(
+    dataset: Any, seq_length: int, strategy: str = "best", map_kwargs: dict[str, Any] | None = None
+) -> Any:
     """Pack the sequences of ``dataset`` (a ``datasets.Dataset``, ``IterableDataset`` or ``DatasetDict``
     whose columns are all lists of equal length per row) into rows of at most ``seq_length``; see the module."""
     import datasets
@@ -60,14 +62,19 @@ def pack_dataset(dataset: Any, seq_length: int, strategy: str = "best", map_kwar
     if isinstance(dataset, datasets.IterableDataset):
         return _pack_iterable(dataset, seq_length, algorithm, split, buffer=int(kw.get("batch_size", 10_000)))
     if not isinstance(dataset, datasets.Dataset):
-        raise TypeError(f"pack_dataset takes a datasets.Dataset, IterableDataset or DatasetDict, got {type(dataset).__name__}")
+        raise TypeError(
+            f"pack_dataset takes a datasets.Dataset, IterableDataset or DatasetDict, got {type(dataset).__name__}"
+        )
     fmt = dataset.format
     table = dataset.with_format("arrow")[:]
     packed = datasets.Dataset(pack_table(table, seq_length, algorithm=algorithm, split=split))
     if fmt.get("type") is not None:
         cols = fmt.get("columns")
-        packed = packed.with_format(fmt["type"], columns=None if cols is None else [*cols, "seq_lengths"],
-                                    output_all_columns=fmt.get("output_all_columns", False))
+        packed = packed.with_format(
+            fmt["type"],
+            columns=None if cols is None else [*cols, "seq_lengths"],
+            output_all_columns=fmt.get("output_all_columns", False),
+        )
     return packed
 
 
@@ -80,16 +87,20 @@ def _list_columns(table: Any) -> tuple[list[Any], np.ndarray]:
     for name, col in zip(table.column_names, table.columns):
         arr = col.chunks[0] if col.num_chunks else pa.array([], type=col.type)
         if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
-            raise ValueError(f"column {name!r} is not a list column; pack_dataset packs sequences (lists) only, "
-                             "drop it first with dataset.remove_columns")
+            raise ValueError(
+                f"column {name!r} is not a list column; pack_dataset packs sequences (lists) only, "
+                "drop it first with dataset.remove_columns"
+            )
         cols.append(arr)
     if not cols:
         raise ValueError("the dataset has no columns to pack")
     lengths = [_lengths(c) for c in cols]
     for name, n in zip(table.column_names[1:], lengths[1:]):
         if not np.array_equal(n, lengths[0]):
-            raise ValueError(f"column {name!r} holds lists of other lengths than {table.column_names[0]!r}; "
-                             "every list column of a row must have one entry per token")
+            raise ValueError(
+                f"column {name!r} holds lists of other lengths than {table.column_names[0]!r}; "
+                "every list column of a row must have one entry per token"
+            )
     return cols, lengths[0]
 
 
@@ -104,7 +115,10 @@ def _split_pieces(column: Any, lengths: np.ndarray, seq_length: int) -> Any:
     import pyarrow as pa
 
     pieces = -(-lengths // seq_length)
-    starts = np.repeat(np.cumsum(lengths) - lengths, pieces) + (np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * seq_length
+    starts = (
+        np.repeat(np.cumsum(lengths) - lengths, pieces)
+        + (np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * seq_length
+    )
     ends = np.minimum(starts + seq_length, np.repeat(np.cumsum(lengths), pieces))
     offsets = np.concatenate([[0], np.cumsum(ends - starts)])
     flat = column.flatten()
@@ -128,8 +142,12 @@ def pack_table(table: Any, seq_length: int, *, algorithm: str = "best", split: b
         cols = [pc.list_slice(c, 0, seq_length) for c in cols]
     lengths = _lengths(cols[0])
     if lengths.size == 0:
-        return pa.table({**{n: pa.array([], type=c.type) for n, c in zip(names, cols)},
-                         "seq_lengths": pa.array([], type=pa.list_(pa.int32()))})
+        return pa.table(
+            {
+                **{n: pa.array([], type=c.type) for n, c in zip(names, cols)},
+                "seq_lengths": pa.array([], type=pa.list_(pa.int32())),
+            }
+        )
     packing = pack_lengths(lengths, seq_length, algorithm=algorithm, seed=seed)
     order = pa.array(packing.sequence_index)
     token_ends = np.cumsum(lengths[packing.sequence_index])
@@ -138,8 +156,9 @@ def pack_table(table: Any, seq_length: int, *, algorithm: str = "best", split: b
     for name, col in zip(names, cols):
         flat = col.take(order).flatten()
         out[name] = type(col).from_arrays(pa.array(row_offsets, type=col.offsets.type), flat)
-    out["seq_lengths"] = pa.ListArray.from_arrays(pa.array(packing.pack_offsets, type=pa.int32()),
-                                                  pa.array(lengths[packing.sequence_index], type=pa.int32()))
+    out["seq_lengths"] = pa.ListArray.from_arrays(
+        pa.array(packing.pack_offsets, type=pa.int32()), pa.array(lengths[packing.sequence_index], type=pa.int32())
+    )
     return pa.table(out)
 
 

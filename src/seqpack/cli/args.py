@@ -11,7 +11,9 @@ import argparse
 import dataclasses
 from typing import Any
 
-TOKENIZER_HELP = "a directory written by seqpack train-tokenizer, or a Hugging Face tokenizer directory (tokenizer.json)"
+TOKENIZER_HELP = (
+    "a directory written by seqpack train-tokenizer, or a Hugging Face tokenizer directory (tokenizer.json)"
+)
 MAX_LEN_HINT = "pass --max-len {longest} or more (the longest length)"
 
 
@@ -46,6 +48,7 @@ def max_len(text: str) -> int:
 def _optional(parse: Any) -> Any:
     def f(text: str) -> Any:
         return None if text.lower() == "none" else parse(text)
+
     return f
 
 
@@ -83,13 +86,25 @@ def add_engine_options(p: Any) -> None:
     """``--engine local|ray`` and ``--ray-address`` (one place for every sharded command)."""
     from seqpack.pipeline.engine import ENGINES
 
-    p.add_argument("--engine", choices=ENGINES, default="local",
-                   help="where the per-shard stages run: this process, or Ray (pip install 'seqpack[ray]')")
-    p.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="an existing Ray cluster (e.g. auto or ray://head:10001); default: a local Ray instance")
-    p.add_argument("--stages", type=lambda t: positive_int(t, "--stages"), default=None,
-                   help="local engine: shards processed at once (default: 2 on 2 or more cores, about 1.5-2x "
-                   "faster than 1 on 2 cores; memory grows with it)")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="local",
+        help="where the per-shard stages run: this process, or Ray (pip install 'seqpack[ray]')",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="an existing Ray cluster (e.g. auto or ray://head:10001); default: a local Ray instance",
+    )
+    p.add_argument(
+        "--stages",
+        type=lambda t: positive_int(t, "--stages"),
+        default=None,
+        help="local engine: shards processed at once (default: 2 on 2 or more cores, about 1.5-2x "
+        "faster than 1 on 2 cores; memory grows with it)",
+    )
 
 
 def engine_from_args(args: argparse.Namespace) -> Any:
@@ -107,14 +122,29 @@ def add_balance_options(p: argparse.ArgumentParser) -> None:
     (``seqpack plan`` reports them, ``seqpack pack`` writes them)."""
     from seqpack.packing.balance import DEFAULT_HIDDEN, ScheduleOptions
 
-    p.add_argument("--world-size", type=lambda t: positive_int(t, "--world-size"), default=None,
-                   help="data-parallel ranks: group the packs into steps whose ranks have even work (shuffled vs balanced)")
-    p.add_argument("--micro-batch", type=lambda t: positive_int(t, "--micro-batch"),
-                   default=default_of(ScheduleOptions, "micro_batch"), help="with --world-size: packs per rank per step")
-    p.add_argument("--hidden", type=lambda t: positive_int(t, "--hidden"), default=DEFAULT_HIDDEN,
-                   help="with --world-size: the model's hidden size (the FLOP cost model's attention share)")
-    p.add_argument("--cost", help="with --world-size: measured row costs (seqpack bench --calibrate --out FILE) "
-                   "instead of FLOPs at --hidden")
+    p.add_argument(
+        "--world-size",
+        type=lambda t: positive_int(t, "--world-size"),
+        default=None,
+        help="data-parallel ranks: group the packs into steps whose ranks have even work (shuffled vs balanced)",
+    )
+    p.add_argument(
+        "--micro-batch",
+        type=lambda t: positive_int(t, "--micro-batch"),
+        default=default_of(ScheduleOptions, "micro_batch"),
+        help="with --world-size: packs per rank per step",
+    )
+    p.add_argument(
+        "--hidden",
+        type=lambda t: positive_int(t, "--hidden"),
+        default=DEFAULT_HIDDEN,
+        help="with --world-size: the model's hidden size (the FLOP cost model's attention share)",
+    )
+    p.add_argument(
+        "--cost",
+        help="with --world-size: measured row costs (seqpack bench --calibrate --out FILE) "
+        "instead of FLOPs at --hidden",
+    )
 
 
 def schedule_from_args(args: argparse.Namespace, *, seed: int = 0) -> Any:
@@ -130,18 +160,24 @@ def schedule_from_args(args: argparse.Namespace, *, seed: int = 0) -> Any:
     return ScheduleOptions(world_size=args.world_size, micro_batch=args.micro_batch, cost=cost, seed=seed)
 
 
-HISTOGRAM_HELP = ("a built-in histogram (wikipedia: BERT's Wikipedia lengths at 512), a token store "
-                  "(its document lengths), a packed dataset (the lengths it packed), .npy (counts indexed by "
-                  "length-1) or .csv (length,count)")
+HISTOGRAM_HELP = (
+    "a built-in histogram (wikipedia: BERT's Wikipedia lengths at 512), a token store "
+    "(its document lengths), a packed dataset (the lengths it packed), .npy (counts indexed by "
+    "length-1) or .csv (length,count)"
+)
 
 
 def add_store_task_option(p: Any) -> None:
     """``--task``: what a token store's documents become (`seqpack.tasks.Task.store_lengths`)."""
     from seqpack.tasks import TASKS
 
-    p.add_argument("--task", choices=TASKS, default="clm",
-                   help="with a token store: plan the sequences seqpack pack --task makes of its documents at --max-len "
-                   "(default clm: an EOS each, longer documents split)")
+    p.add_argument(
+        "--task",
+        choices=TASKS,
+        default="clm",
+        help="with a token store: plan the sequences seqpack pack --task makes of its documents at --max-len "
+        "(default clm: an EOS each, longer documents split)",
+    )
 
 
 def read_histogram(source: str, max_len: int, *, task: str = "clm") -> Any:
@@ -165,8 +201,9 @@ def read_histogram(source: str, max_len: int, *, task: str = "clm") -> Any:
         from seqpack.tasks import get_task
 
         t = get_task(task)
-        return histogram(t.store_lengths(open_store(source).lengths(), max_len, t.options_type()), max_len,
-                         hint=MAX_LEN_HINT)
+        return histogram(
+            t.store_lengths(open_store(source).lengths(), max_len, t.options_type()), max_len, hint=MAX_LEN_HINT
+        )
     else:
         hist = load_histogram(source)
     return check_histogram(hist, max_len, hint=MAX_LEN_HINT)
@@ -181,4 +218,3 @@ def require(*modules: str) -> None:
     for name in modules:
         if importlib.util.find_spec(name) is None:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-

@@ -13,8 +13,8 @@ from seqpack.cli.args import positive_int as _positive_int
 
 NAME = "bench"
 HELP = "padded vs packed training throughput, side by side"
-EXAMPLE = 'seqpack bench --lengths wikipedia --max-len 512 --model bert'
-DOCS = 'docs/guides/training.md'
+EXAMPLE = "seqpack bench --lengths wikipedia --max-len 512 --model bert"
+DOCS = "docs/guides/training.md"
 
 
 def add_parser(sub: Any) -> None:
@@ -22,33 +22,78 @@ def add_parser(sub: Any) -> None:
     from seqpack.nn.attention import BACKENDS
     from seqpack.nn.models.common import SIZES
 
-    pos = lambda name: (lambda t: _positive_int(t, name))  # noqa: E731
+    pos = lambda name: lambda t: _positive_int(t, name)  # noqa: E731
     p = sub.add_parser(
-        NAME, help=HELP,
+        NAME,
+        help=HELP,
         description="Time forward+backward steps of the same model on padded rows and on packed rows of "
         "lengths drawn from a histogram; report sequences/s, real tokens/s, the realised and the theoretical "
         "speed-up (packing factor) and the overhead (paper Table 1).",
     )
-    p.add_argument("--lengths", default=default_of(BenchConfig, "lengths"), help="wikipedia (built in: the paper's BERT Wikipedia lengths), a .npy or .csv histogram "
-                   "(index = length - 1) or a packed dataset directory")
+    p.add_argument(
+        "--lengths",
+        default=default_of(BenchConfig, "lengths"),
+        help="wikipedia (built in: the paper's BERT Wikipedia lengths), a .npy or .csv histogram "
+        "(index = length - 1) or a packed dataset directory",
+    )
     p.add_argument("--max-len", type=_max_len, default=default_of(BenchConfig, "max_len"))
     p.add_argument("--model", choices=("bert", "gpt"), default=default_of(BenchConfig, "model"))
     p.add_argument("--size", choices=tuple(SIZES), default=default_of(BenchConfig, "size"))
     p.add_argument("--vocab-size", type=pos("--vocab-size"), default=default_of(BenchConfig, "vocab_size"))
-    p.add_argument("--batch-size", type=pos("--batch-size"), default=default_of(BenchConfig, "batch_size"), help="rows per step (default 8192 // max_len)")
-    p.add_argument("--sequences", type=pos("--sequences"), default=default_of(BenchConfig, "sequences"), help="pool of sampled lengths")
-    p.add_argument("--steps", type=pos("--steps"), default=default_of(BenchConfig, "steps"), help="timed steps per variant per round")
-    p.add_argument("--repeats", type=pos("--repeats"), default=default_of(BenchConfig, "repeats"), help="timed rounds (after a warm-up round)")
-    p.add_argument("--head", choices=HEADS, default=default_of(BenchConfig, "head"), help="vocabulary projection at target tokens "
-                   "(seqpack's models) or at every position (Hugging Face's)")
-    p.add_argument("--attention", choices=BACKENDS, default=default_of(BenchConfig, "attention"), help="the packed run's attention backend")
+    p.add_argument(
+        "--batch-size",
+        type=pos("--batch-size"),
+        default=default_of(BenchConfig, "batch_size"),
+        help="rows per step (default 8192 // max_len)",
+    )
+    p.add_argument(
+        "--sequences",
+        type=pos("--sequences"),
+        default=default_of(BenchConfig, "sequences"),
+        help="pool of sampled lengths",
+    )
+    p.add_argument(
+        "--steps",
+        type=pos("--steps"),
+        default=default_of(BenchConfig, "steps"),
+        help="timed steps per variant per round",
+    )
+    p.add_argument(
+        "--repeats",
+        type=pos("--repeats"),
+        default=default_of(BenchConfig, "repeats"),
+        help="timed rounds (after a warm-up round)",
+    )
+    p.add_argument(
+        "--head",
+        choices=HEADS,
+        default=default_of(BenchConfig, "head"),
+        help="vocabulary projection at target tokens (seqpack's models) or at every position (Hugging Face's)",
+    )
+    p.add_argument(
+        "--attention",
+        choices=BACKENDS,
+        default=default_of(BenchConfig, "attention"),
+        help="the packed run's attention backend",
+    )
     p.add_argument("--threads", type=pos("--threads"), default=default_of(BenchConfig, "threads"))
-    p.add_argument("--device", choices=DEVICES, default=default_of(BenchConfig, "device"), help="where both runs execute")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default=default_of(BenchConfig, "dtype"), help="bf16/fp16: autocast over fp32 weights")
+    p.add_argument(
+        "--device", choices=DEVICES, default=default_of(BenchConfig, "device"), help="where both runs execute"
+    )
+    p.add_argument(
+        "--dtype",
+        choices=tuple(DTYPES),
+        default=default_of(BenchConfig, "dtype"),
+        help="bf16/fp16: autocast over fp32 weights",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--calibrate", action="store_true", help="instead: time rows designed to span sum(l^2) at --max-len on "
-                   "this model and fit seconds = a*tokens + b*sum(l^2) + c*sequences (the cost seqpack train/plan "
-                   "--balance compute --cost FILE balances by)")
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="instead: time rows designed to span sum(l^2) at --max-len on "
+        "this model and fit seconds = a*tokens + b*sum(l^2) + c*sequences (the cost seqpack train/plan "
+        "--balance compute --cost FILE balances by)",
+    )
     p.add_argument("--out", help="with --calibrate: write the fitted coefficients to this JSON file (--cost FILE)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.set_defaults(handler=run)

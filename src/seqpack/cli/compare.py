@@ -12,22 +12,27 @@ from seqpack.cli.train import add_training_options, config_from_args
 
 NAME = "compare"
 HELP = "train padded and packed on the same sequences; plot eval loss"
-EXAMPLE = 'seqpack compare --data packed/ --out cmp/ --sequences 60000'
-DOCS = 'docs/guides/training.md'
+EXAMPLE = "seqpack compare --data packed/ --out cmp/ --sequences 60000"
+DOCS = "docs/guides/training.md"
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
-        NAME, help=HELP,
+        NAME,
+        help=HELP,
         description="Train the padded baseline, then the packed run (by default with as many sequences per step: "
         "--match sequences), for the same number of training sequences; write OUT/{padded,packed}/, "
         "OUT/compare.png (eval loss vs sequences seen and vs time) and OUT/compare.json.",
     )
     add_training_options(p)
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--setup", choices=("match", "adjust"), default="match",
-                   help="match: packed rows = batch / packing factor (paper's first setup); adjust: same rows, "
-                   "betas ** p (second setup)")
+    p.add_argument(
+        "--setup",
+        choices=("match", "adjust"),
+        default="match",
+        help="match: packed rows = batch / packing factor (paper's first setup); adjust: same rows, "
+        "betas ** p (second setup)",
+    )
     p.add_argument("--evals", type=lambda t: _positive_int(t, "--evals"), default=10, help="evaluations per run")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--json", action="store_true")

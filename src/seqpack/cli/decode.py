@@ -11,7 +11,7 @@ from seqpack.cli.args import TOKENIZER_HELP
 NAME = "decode"
 HELP = "token ids -> text"
 EXAMPLE = 'echo "15496 995" | seqpack decode --tokenizer tok/'
-DOCS = 'docs/guides/tokenizer.md'
+DOCS = "docs/guides/tokenizer.md"
 
 
 def parse_ids(text: str, source: str) -> list[int]:
@@ -25,8 +25,7 @@ def parse_ids(text: str, source: str) -> list[int]:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        NAME, help=HELP, description="Decode whitespace-separated token ids (FILE or stdin) to text.")
+    p = sub.add_parser(NAME, help=HELP, description="Decode whitespace-separated token ids (FILE or stdin) to text.")
     p.add_argument("file", nargs="?", help="file of ids (default: stdin)")
     p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
     p.set_defaults(handler=run)

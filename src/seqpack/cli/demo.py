@@ -10,13 +10,16 @@ from seqpack.cli.paths import declare_paths
 
 NAME = "demo"
 HELP = "run the pipeline on the built-in corpus"
-EXAMPLE = 'seqpack demo --out demo_out'
-DOCS = 'docs/guides/demo.md'
+EXAMPLE = "seqpack demo --out demo_out"
+DOCS = "docs/guides/demo.md"
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
-        NAME, help=HELP, description="Run the seqpack pipeline end to end on the built-in Python-documentation corpus (or --corpus files).")
+        NAME,
+        help=HELP,
+        description="Run the seqpack pipeline end to end on the built-in Python-documentation corpus (or --corpus files).",
+    )
     p.add_argument("--corpus", nargs="+", default=[], metavar="PATH", help="your own text/.jsonl/.parquet files")
     p.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
     p.add_argument("--vocab-size", type=int, default=8192)
@@ -24,8 +27,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads for training")
     p.add_argument("--budget", type=float, default=1.0, help="scale the training sequences (default 1.0)")
     p.add_argument("--fresh", action="store_true", help="re-run every stage (default: reuse finished ones)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="write into an --out that holds files the demo did not make (its folders of the same names are replaced)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an --out that holds files the demo did not make (its folders of the same names are replaced)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
     declare_paths(p, reads=("corpus",), dirs=("out",))
@@ -37,8 +43,16 @@ def run(args: argparse.Namespace) -> int:
     require("torch", "matplotlib")  # the demo trains and plots: say so before its first stage, not after
     from seqpack.experiments.demo import format_summary, run_demo
 
-    summary = run_demo(args.out, corpus=args.corpus, vocab_size=args.vocab_size, workers=args.workers,
-                       progress=not args.json, fresh=args.fresh, threads=args.threads, budget=args.budget,
-                       overwrite=args.overwrite)
+    summary = run_demo(
+        args.out,
+        corpus=args.corpus,
+        vocab_size=args.vocab_size,
+        workers=args.workers,
+        progress=not args.json,
+        fresh=args.fresh,
+        threads=args.threads,
+        budget=args.budget,
+        overwrite=args.overwrite,
+    )
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0

@@ -11,12 +11,13 @@ from seqpack.cli.args import TOKENIZER_HELP
 NAME = "encode"
 HELP = "text -> token ids"
 EXAMPLE = 'echo "Hello world" | seqpack encode --tokenizer tok/'
-DOCS = 'docs/guides/tokenizer.md'
+DOCS = "docs/guides/tokenizer.md"
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
-        NAME, help=HELP, description="Encode text (FILE or stdin) to token ids, printed space-separated.")
+        NAME, help=HELP, description="Encode text (FILE or stdin) to token ids, printed space-separated."
+    )
     p.add_argument("file", nargs="?", help="input text file (default: stdin)")
     p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
     p.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8 handling")

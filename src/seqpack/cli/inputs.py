@@ -9,16 +9,20 @@ import argparse
 def add_input_options(p: argparse.ArgumentParser) -> None:
     """``INPUT ...`` and ``--glob``: files, or folders of them."""
     p.add_argument("inputs", nargs="*", metavar="INPUT", help="text, .jsonl or .parquet files, or folders of them")
-    p.add_argument("--glob", metavar="PATTERN", default=None,
-                   help="in a folder, read the files whose name or relative path matches this pattern "
-                   "(e.g. '*.py', 'shards/*.jsonl'; default: .txt .md .rst .jsonl .ndjson .parquet)")
+    p.add_argument(
+        "--glob",
+        metavar="PATTERN",
+        default=None,
+        help="in a folder, read the files whose name or relative path matches this pattern "
+        "(e.g. '*.py', 'shards/*.jsonl'; default: .txt .md .rst .jsonl .ndjson .parquet)",
+    )
 
 
 def files(n: int, what: str = "file") -> str:
     """``"21 files"``, ``"1 file"``, ``"21 input files"``.
 
-        >>> files(21), files(1), files(3, "input file")
-        ('21 files', '1 file', '3 input files')
+    >>> files(21), files(1), files(3, "input file")
+    ('21 files', '1 file', '3 input files')
     """
     return f"{n} {what}{'s' if n != 1 else ''}"
 

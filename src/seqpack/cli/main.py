@@ -17,9 +17,19 @@ from collections.abc import Sequence
 #: the subcommands, as ``seqpack --help`` lists them: name -> its module in ``seqpack.cli`` (which has
 #: ``NAME``, ``HELP`` and ``add_parser``). A command imports its own module only: the others' imports
 #: (dataclasses, pathlib, ...) cost a short command such as ``train-tokenizer`` ~10 ms.
-COMMANDS = {"train-tokenizer": "train_tokenizer", "encode": "encode", "decode": "decode", "tokenize": "tokenize",
-            "plan": "plan", "stats": "stats", "pack": "pack", "train": "train", "bench": "bench",
-            "compare": "compare", "demo": "demo"}
+COMMANDS = {
+    "train-tokenizer": "train_tokenizer",
+    "encode": "encode",
+    "decode": "decode",
+    "tokenize": "tokenize",
+    "plan": "plan",
+    "stats": "stats",
+    "pack": "pack",
+    "train": "train",
+    "bench": "bench",
+    "compare": "compare",
+    "demo": "demo",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,8 +65,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """
     from seqpack._version import __version__
 
-    parser = _Parser(prog="seqpack", description="Remove padding from transformer training.",
-                     epilog=_epilog(EXAMPLE, DOCS), formatter_class=_Formatter)
+    parser = _Parser(
+        prog="seqpack",
+        description="Remove padding from transformer training.",
+        epilog=_epilog(EXAMPLE, DOCS),
+        formatter_class=_Formatter,
+    )
     parser.add_argument("--version", action="version", version=f"seqpack {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, module_name in COMMANDS.items():
@@ -73,8 +87,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 #: optional packages and the extra that installs each (pyproject.toml)
-EXTRAS = {"torch": "torch", "transformers": "hf", "datasets": "hf", "trl": "hf", "accelerate": "hf",
-          "matplotlib": "report", "ray": "ray"}
+EXTRAS = {
+    "torch": "torch",
+    "transformers": "hf",
+    "datasets": "hf",
+    "trl": "hf",
+    "accelerate": "hf",
+    "matplotlib": "report",
+    "ray": "ray",
+}
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]

@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def declare_paths(p: Any, *, reads: tuple[str, ...] = (), files: tuple[str, ...] = (), dirs: tuple[str, ...] = ()) -> None:
+def declare_paths(
+    p: Any, *, reads: tuple[str, ...] = (), files: tuple[str, ...] = (), dirs: tuple[str, ...] = ()
+) -> None:
     """Say which options (by ``dest``) name what a command reads and what it writes (``files``,
     ``dirs``).
 

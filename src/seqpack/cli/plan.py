@@ -21,15 +21,14 @@ from seqpack.cli.args import max_len as _max_len
 
 NAME = "plan"
 HELP = "pack a length histogram"
-EXAMPLE = 'seqpack plan --histogram wikipedia --max-len 512 --compare'
-DOCS = 'docs/concepts/plans.md'
+EXAMPLE = "seqpack plan --histogram wikipedia --max-len 512 --compare"
+DOCS = "docs/concepts/plans.md"
 
 
 def add_parser(sub: Any) -> None:
     from seqpack.packing import ALGORITHMS
 
-    p = sub.add_parser(
-        NAME, help=HELP, description="Plan packs for a length histogram.")
+    p = sub.add_parser(NAME, help=HELP, description="Plan packs for a length histogram.")
     p.add_argument("--histogram", required=True, help=HISTOGRAM_HELP)
     p.add_argument("--max-len", required=True, type=_max_len, help="tokens per row")
     p.add_argument("--algorithm", choices=ALGORITHMS, default="best")
@@ -72,9 +71,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(plans))
         if balance:
-            print(f"{balance['world']} ranks x {balance['micro_batch']} packs per step (cost: {balance['cost_source']}): "
-                  f"slowest / mean rank {balance['imbalance_sequential']:.4f} shuffled, {balance['imbalance_balanced']:.4f} "
-                  f"balanced (seqpack train --balance compute): {100 * balance['step_time_saving']:.1f}% of step time saved")
+            print(
+                f"{balance['world']} ranks x {balance['micro_batch']} packs per step (cost: {balance['cost_source']}): "
+                f"slowest / mean rank {balance['imbalance_sequential']:.4f} shuffled, {balance['imbalance_balanced']:.4f} "
+                f"balanced (seqpack train --balance compute): {100 * balance['step_time_saving']:.1f}% of step time saved"
+            )
     return 0
 
 

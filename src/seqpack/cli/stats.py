@@ -11,13 +11,12 @@ from seqpack.cli.args import max_len as _max_len
 
 NAME = "stats"
 HELP = "padding without packing"
-EXAMPLE = 'seqpack stats --histogram wikipedia --max-len 512'
-DOCS = 'docs/concepts/plans.md'
+EXAMPLE = "seqpack stats --histogram wikipedia --max-len 512"
+DOCS = "docs/concepts/plans.md"
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        NAME, help=HELP, description="Sequences, tokens, padding, speed-up bound.")
+    p = sub.add_parser(NAME, help=HELP, description="Sequences, tokens, padding, speed-up bound.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--lengths", help=".npy of sequence lengths (one per sequence)")
     src.add_argument("--histogram", help=HISTOGRAM_HELP)

@@ -13,8 +13,8 @@ from seqpack.cli.inputs import add_input_options, files, report_replacements
 
 NAME = "tokenize"
 HELP = "corpus -> token store"
-EXAMPLE = 'seqpack tokenize my_corpus/ --tokenizer tok/ --out store/'
-DOCS = 'docs/getting-started.md'
+EXAMPLE = "seqpack tokenize my_corpus/ --tokenizer tok/ --out store/"
+DOCS = "docs/getting-started.md"
 
 
 def add_parser(sub: Any) -> None:
@@ -23,7 +23,8 @@ def add_parser(sub: Any) -> None:
     from seqpack.store.sharded import DEFAULT_SHARD_CHARS
 
     p = sub.add_parser(
-        NAME, help=HELP,
+        NAME,
+        help=HELP,
         description="Encode documents into a sharded, memory-mapped token store (shards.json + "
         "shard-NNNNN/ stores: tokens.bin + offsets.idx + meta.json), shard by shard (resumable: a re-run "
         "reuses finished shards). Text files are split at --separator (or per line with --one-per-line); "
@@ -37,11 +38,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--text-field", default="text", help="field of .jsonl/.parquet records")
     p.add_argument("--separator", default=DEFAULT_SEPARATOR, help="document separator in text files")
     p.add_argument("--one-per-line", action="store_true", help="text files hold one document per line")
-    p.add_argument("--errors", choices=("strict", "replace"), default=DEFAULT_ERRORS,
-                   help="invalid UTF-8 in the inputs: replace (with U+FFFD, counted and reported in one line) or "
-                   f"strict (refuse the file, naming the byte); default {DEFAULT_ERRORS}")
-    p.add_argument("--shard-mb", type=float, default=DEFAULT_SHARD_CHARS / 2**20,
-                   help=f"characters of input per shard, in MiB (default {DEFAULT_SHARD_CHARS // 2**20})")
+    p.add_argument(
+        "--errors",
+        choices=("strict", "replace"),
+        default=DEFAULT_ERRORS,
+        help="invalid UTF-8 in the inputs: replace (with U+FFFD, counted and reported in one line) or "
+        f"strict (refuse the file, naming the byte); default {DEFAULT_ERRORS}",
+    )
+    p.add_argument(
+        "--shard-mb",
+        type=float,
+        default=DEFAULT_SHARD_CHARS / 2**20,
+        help=f"characters of input per shard, in MiB (default {DEFAULT_SHARD_CHARS // 2**20})",
+    )
     add_engine_options(p)
     p.add_argument("--json", action="store_true", help="print the store's shards.json")
     p.set_defaults(handler=run)
@@ -67,8 +76,11 @@ def run(args: argparse.Namespace) -> int:
         require_file(path)
     if args.inputs:
         docs = read_documents(
-            args.inputs, text_field=args.text_field, separator=args.separator,
-            one_per_line=args.one_per_line, errors=args.errors,
+            args.inputs,
+            text_field=args.text_field,
+            separator=args.separator,
+            one_per_line=args.one_per_line,
+            errors=args.errors,
         )
         source = ", ".join(args.inputs)
     else:
@@ -76,8 +88,16 @@ def run(args: argparse.Namespace) -> int:
     engine = engine_from_args(args)
     t0 = time.perf_counter()
     try:
-        store = build_sharded_store(docs, tok, args.out, shard_chars=max(1, int(args.shard_mb * 2**20)),
-                                    workers=args.workers, engine=engine, overwrite=args.overwrite, source=source)
+        store = build_sharded_store(
+            docs,
+            tok,
+            args.out,
+            shard_chars=max(1, int(args.shard_mb * 2**20)),
+            workers=args.workers,
+            engine=engine,
+            overwrite=args.overwrite,
+            source=source,
+        )
     finally:
         engine.close()
     seconds = time.perf_counter() - t0  # reading, encoding and writing (the store's encode_seconds: summed over shards)
@@ -87,8 +107,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         reused = f"; reused {len(store.reused)} finished shard(s): {', '.join(store.reused)}" if store.reused else ""
         if store.redone:
-            reused += (f"; re-encoded {len(store.redone)} shard(s) a killed run left whose input or files changed: "
-                       + ", ".join(f"{k} ({v})" for k, v in store.redone.items()))
+            reused += (
+                f"; re-encoded {len(store.redone)} shard(s) a killed run left whose input or files changed: "
+                + ", ".join(f"{k} ({v})" for k, v in store.redone.items())
+            )
         mb_s = m["input_bytes"] / 1e6 / max(seconds, 1e-9)
         print(
             f"{m['num_documents']:,} documents ({m['empty_documents']:,} empty, dropped), "

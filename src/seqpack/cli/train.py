@@ -14,8 +14,8 @@ from seqpack.cli.args import positive_int as _positive_int
 
 NAME = "train"
 HELP = "train BERT/GPT on a packed dataset (or its padded baseline)"
-EXAMPLE = 'seqpack train --data packed/ --out runs/gpt --size small --steps 1000'
-DOCS = 'docs/guides/training.md'
+EXAMPLE = "seqpack train --data packed/ --out runs/gpt --size small --steps 1000"
+DOCS = "docs/guides/training.md"
 
 
 def pos(name: str) -> Any:
@@ -38,60 +38,174 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     from seqpack.nn.models.common import SIZES
     from seqpack.train.config import BALANCE, DTYPES, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
 
-    p.add_argument("--data", required=True, help="packed dataset directory (seqpack pack); with --stream, examples "
-                   "(.jsonl/.parquet, or a folder of them)")
-    p.add_argument("--model", choices=MODELS, default=default_of(TrainConfig, "model"), help="default: gpt for clm, bert otherwise")
-    p.add_argument("--size", choices=tuple(SIZES), default=default_of(TrainConfig, "size"), help="seqpack's compact model size")
-    p.add_argument("--hf-model", default=default_of(TrainConfig, "hf_model"), metavar="CONFIG", help="a transformers config.json (or its directory) instead")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="packed dataset directory (seqpack pack); with --stream, examples (.jsonl/.parquet, or a folder of them)",
+    )
+    p.add_argument(
+        "--model", choices=MODELS, default=default_of(TrainConfig, "model"), help="default: gpt for clm, bert otherwise"
+    )
+    p.add_argument(
+        "--size", choices=tuple(SIZES), default=default_of(TrainConfig, "size"), help="seqpack's compact model size"
+    )
+    p.add_argument(
+        "--hf-model",
+        default=default_of(TrainConfig, "hf_model"),
+        metavar="CONFIG",
+        help="a transformers config.json (or its directory) instead",
+    )
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=default_of(TrainConfig, "optimizer"))
     p.add_argument("--lr", type=float, default=default_of(TrainConfig, "lr"))
     p.add_argument("--weight-decay", type=float, default=default_of(TrainConfig, "weight_decay"))
     p.add_argument("--betas", type=_betas, default=default_of(TrainConfig, "betas"))
-    p.add_argument("--warmup", type=float, default=default_of(TrainConfig, "warmup"), help="warm-up: a fraction of the steps (<1) or steps (>=1)")
-    p.add_argument("--schedule", choices=SCHEDULES, default=default_of(TrainConfig, "schedule"), help="decay after warm-up")
-    p.add_argument("--clip", type=float, default=default_of(TrainConfig, "clip"), help="gradient norm clipping (0: none)")
-    p.add_argument("--batch-size", type=pos("--batch-size"), default=default_of(TrainConfig, "batch_size"), help="rows per micro-batch, all ranks together")
-    p.add_argument("--accumulation", type=pos("--accumulation"), default=default_of(TrainConfig, "accumulation"), help="micro-batches per optimiser step")
-    p.add_argument("--steps", type=pos("--steps"), default=default_of(TrainConfig, "steps"), help="optimiser steps (default: one epoch)")
-    p.add_argument("--sequences", type=pos("--sequences"), default=default_of(TrainConfig, "sequences"), help="train until about this many sequences")
-    p.add_argument("--eval-every", type=lambda t: _int_at_least(t, "--eval-every", 0), default=default_of(TrainConfig, "eval_every"), help="steps (0: at the end)")
-    p.add_argument("--eval-at-start", action="store_true", default=default_of(TrainConfig, "eval_at_start"),
-                   help="evaluate the initial weights too, before the first step (a loss curve from 0 sequences)")
-    p.add_argument("--eval-fraction", type=float, default=default_of(TrainConfig, "eval_fraction"), help="share of packs held out for evaluation")
-    p.add_argument("--eval-tokens", type=lambda t: _int_at_least(t, "--eval-tokens", 0), default=default_of(TrainConfig, "eval_tokens"),
-                   help="an evaluation reads at most this many held-out tokens, a fixed sample (0: every held-out pack; "
-                   "default: a tenth of the tokens the run trains on, at most 262,144)")
-    p.add_argument("--eval-batch-size", type=pos("--eval-batch-size"), default=default_of(TrainConfig, "eval_batch_size"))
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=default_of(TrainConfig, "warmup"),
+        help="warm-up: a fraction of the steps (<1) or steps (>=1)",
+    )
+    p.add_argument(
+        "--schedule", choices=SCHEDULES, default=default_of(TrainConfig, "schedule"), help="decay after warm-up"
+    )
+    p.add_argument(
+        "--clip", type=float, default=default_of(TrainConfig, "clip"), help="gradient norm clipping (0: none)"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=pos("--batch-size"),
+        default=default_of(TrainConfig, "batch_size"),
+        help="rows per micro-batch, all ranks together",
+    )
+    p.add_argument(
+        "--accumulation",
+        type=pos("--accumulation"),
+        default=default_of(TrainConfig, "accumulation"),
+        help="micro-batches per optimiser step",
+    )
+    p.add_argument(
+        "--steps",
+        type=pos("--steps"),
+        default=default_of(TrainConfig, "steps"),
+        help="optimiser steps (default: one epoch)",
+    )
+    p.add_argument(
+        "--sequences",
+        type=pos("--sequences"),
+        default=default_of(TrainConfig, "sequences"),
+        help="train until about this many sequences",
+    )
+    p.add_argument(
+        "--eval-every",
+        type=lambda t: _int_at_least(t, "--eval-every", 0),
+        default=default_of(TrainConfig, "eval_every"),
+        help="steps (0: at the end)",
+    )
+    p.add_argument(
+        "--eval-at-start",
+        action="store_true",
+        default=default_of(TrainConfig, "eval_at_start"),
+        help="evaluate the initial weights too, before the first step (a loss curve from 0 sequences)",
+    )
+    p.add_argument(
+        "--eval-fraction",
+        type=float,
+        default=default_of(TrainConfig, "eval_fraction"),
+        help="share of packs held out for evaluation",
+    )
+    p.add_argument(
+        "--eval-tokens",
+        type=lambda t: _int_at_least(t, "--eval-tokens", 0),
+        default=default_of(TrainConfig, "eval_tokens"),
+        help="an evaluation reads at most this many held-out tokens, a fixed sample (0: every held-out pack; "
+        "default: a tenth of the tokens the run trains on, at most 262,144)",
+    )
+    p.add_argument(
+        "--eval-batch-size", type=pos("--eval-batch-size"), default=default_of(TrainConfig, "eval_batch_size")
+    )
     p.add_argument("--seed", type=lambda t: _int_at_least(t, "--seed", 0), default=default_of(TrainConfig, "seed"))
-    p.add_argument("--reduction", choices=REDUCTIONS, default=default_of(TrainConfig, "reduction"), help="loss mean per sequence (paper) or per token (HF)")
-    p.add_argument("--attention", choices=BACKENDS, default=default_of(TrainConfig, "attention"), help="packed attention backend")
-    p.add_argument("--dtype", choices=DTYPES, default=default_of(TrainConfig, "dtype"),
-                   help="bf16: forward and loss under bf16 autocast over fp32 weights and optimiser state")
-    p.add_argument("--gradient-checkpointing", action="store_true", default=default_of(TrainConfig, "gradient_checkpointing"),
-                   help="keep only each transformer block's input and recompute its activations in the backward pass "
-                   "(less memory, about a third more compute; the same gradients)")
-    p.add_argument("--dropout", type=float, default=default_of(TrainConfig, "dropout"), help="override the model's dropout")
-    p.add_argument("--max-position", type=pos("--max-position"), default=default_of(TrainConfig, "max_position"), help="the model's position table size")
-    p.add_argument("--threads", type=pos("--threads"), default=default_of(TrainConfig, "threads"), help="torch CPU threads")
+    p.add_argument(
+        "--reduction",
+        choices=REDUCTIONS,
+        default=default_of(TrainConfig, "reduction"),
+        help="loss mean per sequence (paper) or per token (HF)",
+    )
+    p.add_argument(
+        "--attention", choices=BACKENDS, default=default_of(TrainConfig, "attention"), help="packed attention backend"
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default=default_of(TrainConfig, "dtype"),
+        help="bf16: forward and loss under bf16 autocast over fp32 weights and optimiser state",
+    )
+    p.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        default=default_of(TrainConfig, "gradient_checkpointing"),
+        help="keep only each transformer block's input and recompute its activations in the backward pass "
+        "(less memory, about a third more compute; the same gradients)",
+    )
+    p.add_argument(
+        "--dropout", type=float, default=default_of(TrainConfig, "dropout"), help="override the model's dropout"
+    )
+    p.add_argument(
+        "--max-position",
+        type=pos("--max-position"),
+        default=default_of(TrainConfig, "max_position"),
+        help="the model's position table size",
+    )
+    p.add_argument(
+        "--threads", type=pos("--threads"), default=default_of(TrainConfig, "threads"), help="torch CPU threads"
+    )
     from seqpack.nn.preference import LOSSES
 
-    p.add_argument("--preference-loss", choices=LOSSES, default=default_of(TrainConfig, "preference_loss"),
-                   help="preference data: sigmoid (DPO) | ipo | simpo | orpo | bt (a reward model: --model reward)")
-    p.add_argument("--beta", type=float, default=default_of(TrainConfig, "beta"), help="preference data: the loss's beta")
-    p.add_argument("--label-smoothing", type=float, default=default_of(TrainConfig, "label_smoothing"),
-                   help="preference data: the share of pairs taken as mislabelled (sigmoid, simpo)")
-    p.add_argument("--simpo-gamma", type=float, default=default_of(TrainConfig, "simpo_gamma"), help="SimPO's target reward margin")
-    p.add_argument("--balance", choices=BALANCE, default=default_of(TrainConfig, "balance"),
-                   help="compute: deal each micro-batch's packs so every data-parallel rank has the same work "
-                   "(tokens and sum of squared lengths; FLOP model of the model, or --cost); schedule: train the "
-                   "balanced steps the dataset was packed with (seqpack pack --world-size W --micro-batch B)")
-    p.add_argument("--balance-world", type=pos("--balance-world"), default=default_of(TrainConfig, "balance_world"),
-                   help="ranks to balance for (default: those running)")
-    p.add_argument("--context-parallel", type=pos("--context-parallel"), default=default_of(TrainConfig, "context_parallel"),
-                   metavar="C", help="split every row per document across C ranks (under torchrun: ranks = data-parallel "
-                   "groups x C); the data must be packed with seqpack pack --context-parallel C")
-    p.add_argument("--cost", dest="balance_cost", default=default_of(TrainConfig, "balance_cost"),
-                   help="with --balance compute: measured row costs (seqpack bench --calibrate --out FILE) instead of FLOPs")
+    p.add_argument(
+        "--preference-loss",
+        choices=LOSSES,
+        default=default_of(TrainConfig, "preference_loss"),
+        help="preference data: sigmoid (DPO) | ipo | simpo | orpo | bt (a reward model: --model reward)",
+    )
+    p.add_argument(
+        "--beta", type=float, default=default_of(TrainConfig, "beta"), help="preference data: the loss's beta"
+    )
+    p.add_argument(
+        "--label-smoothing",
+        type=float,
+        default=default_of(TrainConfig, "label_smoothing"),
+        help="preference data: the share of pairs taken as mislabelled (sigmoid, simpo)",
+    )
+    p.add_argument(
+        "--simpo-gamma", type=float, default=default_of(TrainConfig, "simpo_gamma"), help="SimPO's target reward margin"
+    )
+    p.add_argument(
+        "--balance",
+        choices=BALANCE,
+        default=default_of(TrainConfig, "balance"),
+        help="compute: deal each micro-batch's packs so every data-parallel rank has the same work "
+        "(tokens and sum of squared lengths; FLOP model of the model, or --cost); schedule: train the "
+        "balanced steps the dataset was packed with (seqpack pack --world-size W --micro-batch B)",
+    )
+    p.add_argument(
+        "--balance-world",
+        type=pos("--balance-world"),
+        default=default_of(TrainConfig, "balance_world"),
+        help="ranks to balance for (default: those running)",
+    )
+    p.add_argument(
+        "--context-parallel",
+        type=pos("--context-parallel"),
+        default=default_of(TrainConfig, "context_parallel"),
+        metavar="C",
+        help="split every row per document across C ranks (under torchrun: ranks = data-parallel "
+        "groups x C); the data must be packed with seqpack pack --context-parallel C",
+    )
+    p.add_argument(
+        "--cost",
+        dest="balance_cost",
+        default=default_of(TrainConfig, "balance_cost"),
+        help="with --balance compute: measured row costs (seqpack bench --calibrate --out FILE) instead of FLOPs",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -99,7 +213,8 @@ def add_parser(sub: Any) -> None:
     from seqpack.train.config import MATCH, TrainConfig
 
     p = sub.add_parser(
-        NAME, help=HELP,
+        NAME,
+        help=HELP,
         description="Train on a packed dataset; --padded trains on the same sequences one per row. Writes "
         "RUN/config.json, metrics.jsonl, checkpoint.pt and summary.json. Ctrl-C saves a checkpoint; "
         "--resume continues it exactly. Under torchrun each rank takes a share of every batch.",
@@ -107,28 +222,60 @@ def add_parser(sub: Any) -> None:
     add_training_options(p)
     p.add_argument("--out", required=True, metavar="RUN", help="run directory")
     p.add_argument("--padded", action="store_true", help="the baseline: one sequence per row, padded to max_len")
-    p.add_argument("--match", choices=MATCH, default=default_of(TrainConfig, "match"),
-                   help="sequences: packed rows = batch / packing factor, as many sequences per step as padded; "
-                   "packs (with --padded): the packed run's packs, one sequence per row: the same steps on the same sequences")
-    p.add_argument("--adjust-hparams", action="store_true", help="raise the optimiser's betas to the power p (paper §4.2)")
-    p.add_argument("--checkpoint-every", type=lambda t: _int_at_least(t, "--checkpoint-every", 0), default=default_of(TrainConfig, "checkpoint_every"))
+    p.add_argument(
+        "--match",
+        choices=MATCH,
+        default=default_of(TrainConfig, "match"),
+        help="sequences: packed rows = batch / packing factor, as many sequences per step as padded; "
+        "packs (with --padded): the packed run's packs, one sequence per row: the same steps on the same sequences",
+    )
+    p.add_argument(
+        "--adjust-hparams", action="store_true", help="raise the optimiser's betas to the power p (paper §4.2)"
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=lambda t: _int_at_least(t, "--checkpoint-every", 0),
+        default=default_of(TrainConfig, "checkpoint_every"),
+    )
     p.add_argument("--resume", action="store_true", help="continue RUN from its checkpoint")
     from seqpack.cli.args import max_len
     from seqpack.tasks import TASKS
 
-    g = p.add_argument_group("streaming (--data names examples, packed as they are read; the stream's position is "
-                             "saved in every checkpoint and --resume continues it exactly)")
-    g.add_argument("--stream", action="store_true", default=default_of(TrainConfig, "stream"),
-                   help="read --data as a stream of examples instead of a packed dataset (needs --tokenizer, --max-len, --steps)")
-    g.add_argument("--task", choices=TASKS, default=default_of(TrainConfig, "task"), help="the task that builds the stream's sequences "
-                   "(default clm: records with text)")
-    g.add_argument("--tokenizer", default=default_of(TrainConfig, "tokenizer"), help="tokenizer directory (seqpack or transformers)")
+    g = p.add_argument_group(
+        "streaming (--data names examples, packed as they are read; the stream's position is "
+        "saved in every checkpoint and --resume continues it exactly)"
+    )
+    g.add_argument(
+        "--stream",
+        action="store_true",
+        default=default_of(TrainConfig, "stream"),
+        help="read --data as a stream of examples instead of a packed dataset (needs --tokenizer, --max-len, --steps)",
+    )
+    g.add_argument(
+        "--task",
+        choices=TASKS,
+        default=default_of(TrainConfig, "task"),
+        help="the task that builds the stream's sequences (default clm: records with text)",
+    )
+    g.add_argument(
+        "--tokenizer",
+        default=default_of(TrainConfig, "tokenizer"),
+        help="tokenizer directory (seqpack or transformers)",
+    )
     g.add_argument("--max-len", type=max_len, default=default_of(TrainConfig, "max_len"), help="tokens per packed row")
-    g.add_argument("--buffer-size", type=pos("--buffer-size"), default=default_of(TrainConfig, "buffer_size"),
-                   help="sequences planned at once (fill within 0.1%% of a global plan at 10,000)")
-    g.add_argument("--eval-examples", type=pos("--eval-examples"), default=default_of(TrainConfig, "eval_examples"),
-                   help="the stream's first examples, held out and packed once for evaluation (default: "
-                   "--eval-fraction of them, at most 1,000)")
+    g.add_argument(
+        "--buffer-size",
+        type=pos("--buffer-size"),
+        default=default_of(TrainConfig, "buffer_size"),
+        help="sequences planned at once (fill within 0.1%% of a global plan at 10,000)",
+    )
+    g.add_argument(
+        "--eval-examples",
+        type=pos("--eval-examples"),
+        default=default_of(TrainConfig, "eval_examples"),
+        help="the stream's first examples, held out and packed once for evaluation (default: "
+        "--eval-fraction of them, at most 1,000)",
+    )
     p.add_argument("--overwrite", action="store_true", help="start again in a RUN that already holds a run")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
@@ -155,8 +302,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     ev = s["eval"]
     parts = [f"{k} {v:.4f}" for k, v in ev.items()]
-    print(f"{'padded' if s['padded'] else 'packed'} {s['model']}: {s['steps']} steps, {s['sequences']:,} sequences, "
-          f"{s['tokens']:,} tokens in {s['train_seconds']:.1f} s ({s['tokens_per_s']:,.0f} tokens/s)")
+    print(
+        f"{'padded' if s['padded'] else 'packed'} {s['model']}: {s['steps']} steps, {s['sequences']:,} sequences, "
+        f"{s['tokens']:,} tokens in {s['train_seconds']:.1f} s ({s['tokens_per_s']:,.0f} tokens/s)"
+    )
     print("eval: " + ", ".join(parts))
     ran = ran_text(s["attention"]["plans"])
     print(f"attention: {s['attention']['implementation']}" + (f" ({ran})" if ran else ""))

@@ -15,8 +15,8 @@ DEFAULT_SPECIAL = "<|endoftext|>"
 
 NAME = "train-tokenizer"
 HELP = "train a byte-level BPE tokenizer"
-EXAMPLE = 'seqpack train-tokenizer my_corpus/ --vocab-size 32000 --hf --out tok/'
-DOCS = 'docs/guides/tokenizer.md'
+EXAMPLE = "seqpack train-tokenizer my_corpus/ --vocab-size 32000 --hf --out tok/"
+DOCS = "docs/guides/tokenizer.md"
 
 
 def add_parser(sub: Any) -> None:
@@ -25,7 +25,8 @@ def add_parser(sub: Any) -> None:
     from seqpack.corpus.readers import DEFAULT_ERRORS
 
     p = sub.add_parser(
-        NAME, help=HELP,
+        NAME,
+        help=HELP,
         description="Train a byte-level BPE tokenizer (exact CS336 semantics) and save it. "
         "Text files are read whole; .jsonl/.parquet give one document per record. "
         "With no INPUT, trains on the built-in Python-documentation corpus.",
@@ -33,22 +34,35 @@ def add_parser(sub: Any) -> None:
     add_input_options(p)
     p.add_argument("--vocab-size", type=int, required=True, help="final vocab size, specials included")
     p.add_argument(
-        "--special-token", action="append", dest="special_tokens", metavar="TOK",
+        "--special-token",
+        action="append",
+        dest="special_tokens",
+        metavar="TOK",
         help=f"special token (repeatable; default {DEFAULT_SPECIAL})",
     )
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--workers", type=int, default=None, help="threads for pre-tokenization (default: all cores)")
-    p.add_argument("--errors", choices=("strict", "replace"), default=DEFAULT_ERRORS,
-                   help="invalid UTF-8 in the inputs: replace (with U+FFFD, counted and reported in one line) or "
-                   f"strict (refuse the file, naming the byte); default {DEFAULT_ERRORS}")
+    p.add_argument(
+        "--errors",
+        choices=("strict", "replace"),
+        default=DEFAULT_ERRORS,
+        help="invalid UTF-8 in the inputs: replace (with U+FFFD, counted and reported in one line) or "
+        f"strict (refuse the file, naming the byte); default {DEFAULT_ERRORS}",
+    )
     p.add_argument("--text-field", default="text", help="field of .jsonl/.parquet records")
-    p.add_argument("--hf", action="store_true",
-                   help="also write tokenizer_config.json (bos/eos/pad, a chat template) and special_tokens_map.json: "
-                        "a complete Hugging Face tokenizer directory (AutoTokenizer.from_pretrained). Without "
-                        "--chat-template this adds <|im_start|> and <|im_end|> for the default ChatML template")
-    p.add_argument("--chat-template", metavar="FILE",
-                   help="with --hf: the Jinja chat template to write (default: ChatML with generation blocks)")
+    p.add_argument(
+        "--hf",
+        action="store_true",
+        help="also write tokenizer_config.json (bos/eos/pad, a chat template) and special_tokens_map.json: "
+        "a complete Hugging Face tokenizer directory (AutoTokenizer.from_pretrained). Without "
+        "--chat-template this adds <|im_start|> and <|im_end|> for the default ChatML template",
+    )
+    p.add_argument(
+        "--chat-template",
+        metavar="FILE",
+        help="with --hf: the Jinja chat template to write (default: ChatML with generation blocks)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object with the results")
     p.set_defaults(handler=run)
     declare_paths(p, reads=("inputs", "chat_template"), dirs=("out",))
@@ -77,8 +91,11 @@ def run(args: argparse.Namespace) -> int:
             template = CHATML_TEMPLATE
             specials += tuple(t for t in CHATML_TOKENS if t not in specials)
     config = BPEConfig(
-        vocab_size=args.vocab_size, special_tokens=specials, workers=args.workers,
-        errors=args.errors, progress=not args.json,
+        vocab_size=args.vocab_size,
+        special_tokens=specials,
+        workers=args.workers,
+        errors=args.errors,
+        progress=not args.json,
     )
     check_output_dir(args.out, overwrite=args.overwrite)  # against the inputs: seqpack.cli.paths, before
     inputs = expand_inputs(args.inputs, glob=args.glob)

@@ -108,11 +108,18 @@ def extract_docstrings() -> list[dict[str, str]]:
             tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
         except (SyntaxError, ValueError):
             continue
-        out += [{"text": d, "package": parts[0]} for n in ast.walk(tree) if isinstance(n, kinds) if (d := ast.get_docstring(n))]
+        out += [
+            {"text": d, "package": parts[0]}
+            for n in ast.walk(tree)
+            if isinstance(n, kinds)
+            if (d := ast.get_docstring(n))
+        ]
     return out
 
 
-def python_docstrings(*, packages: int = 8, per_package: int = 600, seed: int = 0, use_cache: bool = True) -> list[dict[str, Any]]:
+def python_docstrings(
+    *, packages: int = 8, per_package: int = 600, seed: int = 0, use_cache: bool = True
+) -> list[dict[str, Any]]:
     """A labelled set from the built-in corpus: which standard-library package a docstring comes from.
 
     The ``packages`` packages with the most docstrings, ``per_package`` docstrings of each drawn at

@@ -37,10 +37,10 @@ def require_file(path: str | os.PathLike[str]) -> Path:
 def readable_file(path: str | os.PathLike[str]) -> str:
     """`require_file`, as a string (no pathlib).
 
-        >>> readable_file("/nonexistent/x.txt")
-        Traceback (most recent call last):
-        ...
-        FileNotFoundError: /nonexistent/x.txt: no such file
+    >>> readable_file("/nonexistent/x.txt")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: /nonexistent/x.txt: no such file
     """
     p = "/dev/stdin" if str(path) == "-" else os.fspath(path)
     if not os.path.exists(p):
@@ -56,8 +56,9 @@ TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
 INPUT_SUFFIXES = (*TEXT_SUFFIXES, ".jsonl", ".ndjson", ".parquet")
 
 
-def expand_inputs(paths: Iterable[str | os.PathLike[str]], *, glob: str | None = None,
-                  suffixes: tuple[str, ...] = INPUT_SUFFIXES) -> list[str]:
+def expand_inputs(
+    paths: Iterable[str | os.PathLike[str]], *, glob: str | None = None, suffixes: tuple[str, ...] = INPUT_SUFFIXES
+) -> list[str]:
     """The input files that ``paths`` name: a file as it is, a directory as every file below it
     whose suffix is one of ``suffixes`` (default ``INPUT_SUFFIXES``; or, with ``glob``, whose name or path below the
     directory matches it: ``"*.py"``, ``"2024/*.jsonl"``), in sorted path order (hidden names
@@ -86,8 +87,11 @@ def expand_inputs(paths: Iterable[str | os.PathLike[str]], *, glob: str | None =
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             for f in files:
                 rel = os.path.relpath(os.path.join(root, f), p).replace(os.sep, "/")
-                wanted = (fnmatch.fnmatch(f, glob) or fnmatch.fnmatch(rel, glob) if glob
-                          else os.path.splitext(f)[1].lower() in suffixes)
+                wanted = (
+                    fnmatch.fnmatch(f, glob) or fnmatch.fnmatch(rel, glob)
+                    if glob
+                    else os.path.splitext(f)[1].lower() in suffixes
+                )
                 if wanted and not f.startswith("."):
                     found.append(os.path.join(root, f))
         if not found:
@@ -152,11 +156,15 @@ def replacement_line(replaced: Replacements = REPLACED) -> str | None:
     total = sum(c for c, _ in replaced.files.values())
     shown = "; ".join(f"{name}: {c:,} from byte {first:,}" for name, (c, first) in sorted(replaced.files.items())[:3])
     more = f"; {len(replaced.files) - 3} more file(s)" if len(replaced.files) > 3 else ""
-    return (f"replaced {total:,} invalid UTF-8 sequence(s) with U+FFFD in {len(replaced.files):,} file(s) ({shown}{more}); "
-            "pass --errors strict to refuse such files")
+    return (
+        f"replaced {total:,} invalid UTF-8 sequence(s) with U+FFFD in {len(replaced.files):,} file(s) ({shown}{more}); "
+        "pass --errors strict to refuse such files"
+    )
 
 
-def iter_decoded(path: str | os.PathLike[str] | None, *, errors: str = "strict", hint: str = ERRORS_HINT) -> Iterator[str]:
+def iter_decoded(
+    path: str | os.PathLike[str] | None, *, errors: str = "strict", hint: str = ERRORS_HINT
+) -> Iterator[str]:
     """Decode a file (``None``: standard input) as UTF-8 in blocks.
 
     Invalid UTF-8 with ``errors="strict"`` raises ``ValueError`` naming the file
@@ -179,9 +187,7 @@ def iter_decoded(path: str | os.PathLike[str] | None, *, errors: str = "strict",
             try:
                 text = decoder.decode(block, final=final)
             except UnicodeDecodeError as e:
-                raise ValueError(
-                    f"{name}: invalid UTF-8 at byte offset {consumed - held + e.start}; {hint}"
-                ) from None
+                raise ValueError(f"{name}: invalid UTF-8 at byte offset {consumed - held + e.start}; {hint}") from None
             if _starts.found:
                 REPLACED.add(name, len(_starts.found), consumed - held + _starts.found[0])
             consumed += len(block)

@@ -41,7 +41,9 @@ def _is_paths(source: Any) -> bool:
     return isinstance(source, (list, tuple)) and bool(source) and all(isinstance(x, (str, os.PathLike)) for x in source)
 
 
-def iter_records(source: str | os.PathLike[str] | Iterable[Any], *, glob: str | None = None) -> Iterator[dict[str, Any]]:
+def iter_records(
+    source: str | os.PathLike[str] | Iterable[Any], *, glob: str | None = None
+) -> Iterator[dict[str, Any]]:
     """Dict records of a ``.jsonl``/``.parquet`` file, of a folder of them (`record_files`;
     ``glob`` picks its files), of a list of such paths, or of any iterable of dicts (HF ``Dataset``)."""
     if _is_paths(source):

@@ -76,14 +76,18 @@ def cp_layout(seg: np.ndarray, *, cp: int) -> CPLayout:
     seg = np.asarray(seg)
     L = seg.size
     if L % (2 * cp):
-        raise ValueError(f"a row of {L} tokens does not split into 2C = {2 * cp} equal chunks; pack with a max_len "
-                         f"divisible by {2 * cp}")
+        raise ValueError(
+            f"a row of {L} tokens does not split into 2C = {2 * cp} equal chunks; pack with a max_len "
+            f"divisible by {2 * cp}"
+        )
     starts, lengths = doc_spans(seg)
     rounded = cp_lengths(lengths, cp)
     used = int(rounded.sum())
     if used > L:
-        raise ValueError(f"the row's documents rounded to multiples of {2 * cp} need {used} tokens, more than its {L}; "
-                         f"pack it for this context-parallel size (seqpack pack --context-parallel {cp})")
+        raise ValueError(
+            f"the row's documents rounded to multiples of {2 * cp} need {used} tokens, more than its {L}; "
+            f"pack it for this context-parallel size (seqpack pack --context-parallel {cp})"
+        )
     at = np.concatenate([[0], np.cumsum(rounded)]).astype(np.int64)
     src = np.full(L, -1, dtype=np.int64)
     for s, n, a in zip(starts.tolist(), lengths.tolist(), at[:-1].tolist()):
@@ -104,13 +108,20 @@ def cp_shard_index(spans: np.ndarray, *, cp: int, rank: int) -> np.ndarray:
     parts = []
     for s, (a, n) in enumerate(np.asarray(spans, dtype=np.int64).tolist()):
         if n % (2 * cp):
-            raise ValueError(f"a span of {n} tokens does not split into 2C = {2 * cp} chunks; lay the row out for cp={cp}")
-        c, r = n // (2 * cp), (rank + s) % cp  # rotated per span: a document's rounding padding lands on each rank in turn
+            raise ValueError(
+                f"a span of {n} tokens does not split into 2C = {2 * cp} chunks; lay the row out for cp={cp}"
+            )
+        c, r = (
+            n // (2 * cp),
+            (rank + s) % cp,
+        )  # rotated per span: a document's rounding padding lands on each rank in turn
         parts += [np.arange(a + r * c, a + (r + 1) * c), np.arange(a + (2 * cp - 1 - r) * c, a + (2 * cp - r) * c)]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
-def cp_shard(columns: Mapping[str, np.ndarray], segment_ids: np.ndarray, *, cp: int, rank: int) -> dict[str, np.ndarray]:
+def cp_shard(
+    columns: Mapping[str, np.ndarray], segment_ids: np.ndarray, *, cp: int, rank: int
+) -> dict[str, np.ndarray]:
     """Rank ``rank``'s share of one row: every per-token column (L,) laid out (`cp_layout`,
     padding from `PAD_VALUES`, else 0) and gathered at `cp_shard_index`.  # (L,) -> (L / cp,)
 
@@ -174,5 +185,15 @@ def causal_pairs(segment_ids: np.ndarray, position_ids: np.ndarray) -> int:
     return int((np.asarray(position_ids)[real] + 1).sum())
 
 
-__all__ = ["PAD_VALUES", "CPLayout", "causal_pairs", "check_cp", "cp_layout", "cp_lengths", "cp_shard", "cp_shard_index",
-           "cp_shard_reference", "doc_spans"]
+__all__ = [
+    "PAD_VALUES",
+    "CPLayout",
+    "causal_pairs",
+    "check_cp",
+    "cp_layout",
+    "cp_lengths",
+    "cp_shard",
+    "cp_shard_index",
+    "cp_shard_reference",
+    "doc_spans",
+]

@@ -79,8 +79,10 @@ def check_rules(derived: Mapping[str, str], stored: list[str], where: str) -> No
     """Refuse a manifest whose derived columns name an unknown rule, or need a column not stored."""
     for name, rule in derived.items():
         if rule not in RULES:
-            raise ValueError(f"{where}: column {name!r} is derived by rule {rule!r}, which this seqpack does not know "
-                             f"(it knows {', '.join(RULES)}); upgrade seqpack")
+            raise ValueError(
+                f"{where}: column {name!r} is derived by rule {rule!r}, which this seqpack does not know "
+                f"(it knows {', '.join(RULES)}); upgrade seqpack"
+            )
         missing = [c for c in RULES[rule].needs if c not in stored]
         if missing:
             raise ValueError(f"{where}: derived column {name!r} needs {missing[0]!r}, which is not stored")
@@ -99,10 +101,13 @@ def stored_needed(names: list[str], derived: Mapping[str, str]) -> list[str]:
     return out
 
 
-def derive_columns(cols: Mapping[str, np.ndarray], manifest: Mapping[str, Any], names: list[str]) -> dict[str, np.ndarray]:
+def derive_columns(
+    cols: Mapping[str, np.ndarray], manifest: Mapping[str, Any], names: list[str]
+) -> dict[str, np.ndarray]:
     """``names`` from the stored ``cols``: the derived ones (the manifest's ``derived_columns``) made
     by their rules, with the dtype its ``columns`` give them."""
     derived, specs = manifest.get("derived_columns", {}), manifest["columns"]
     offset = int(manifest.get("position_offset", 0))
-    return {c: RULES[derived[c]].make(cols, np.dtype(specs[c]["dtype"]), offset) if c in derived else cols[c]
-            for c in names}
+    return {
+        c: RULES[derived[c]].make(cols, np.dtype(specs[c]["dtype"]), offset) if c in derived else cols[c] for c in names
+    }

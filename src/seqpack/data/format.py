@@ -65,7 +65,9 @@ class DatasetFacts:
     @classmethod
     def of(cls, manifest: Mapping[str, Any]) -> DatasetFacts:
         if "token_labels" in manifest:
-            return cls(bool(manifest["token_labels"]), bool(manifest.get("float_labels")), bool(manifest.get("causal_lm")))
+            return cls(
+                bool(manifest["token_labels"]), bool(manifest.get("float_labels")), bool(manifest.get("causal_lm"))
+            )
         # written before the facts were recorded: per-token columns are (L,) per row, multi-hot labels (D, C)
         cols = manifest.get("columns", {})
         shape = cols.get("labels", {}).get("shape")
@@ -73,16 +75,25 @@ class DatasetFacts:
         return cls(token, shape is not None and len(shape) == 2, token and "token_type_ids" not in cols)
 
 
-def manifest_of(pc: PackedColumns, *, extra: dict[str, Any] | None = None, derived: Mapping[str, str] | None = None) -> dict[str, Any]:
+def manifest_of(
+    pc: PackedColumns, *, extra: dict[str, Any] | None = None, derived: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Everything a reader (or a person) needs to know about the packed rows."""
     specs = {k: {"dtype": v.dtype.name, "shape": list(v.shape[1:])} for k, v in pc.columns.items()}
-    return manifest_fields(pc.task, pc.packing.plan, pc.max_len, pc.max_depth, specs, {**pc.info, **(extra or {})},
-                           derived=derived)
+    return manifest_fields(
+        pc.task, pc.packing.plan, pc.max_len, pc.max_depth, specs, {**pc.info, **(extra or {})}, derived=derived
+    )
 
 
 def manifest_fields(
-    task: str, plan: Any, max_len: int, max_depth: int, columns: dict[str, Any], extra: dict[str, Any],
-    *, derived: Mapping[str, str] | None = None,
+    task: str,
+    plan: Any,
+    max_len: int,
+    max_depth: int,
+    columns: dict[str, Any],
+    extra: dict[str, Any],
+    *,
+    derived: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """`manifest_of` from its parts (the sharded writer has no columns in memory). ``derived``:
     the columns left out of the Parquet parts, and the rule that rebuilds each (`seqpack.data.derived`)."""
@@ -148,14 +159,22 @@ def parquet_encodings(cols: Mapping[str, np.ndarray]) -> dict[str, str]:
     return {_leaf_path(k, v.ndim): "BYTE_STREAM_SPLIT" for k, v in cols.items() if v.dtype.kind in "iuf"}
 
 
-def write_parquet_part(path: Path, cols: dict[str, np.ndarray], lo: int, hi: int, row_group: int, compression: str,
-                       encoding: str = ENCODINGS[0]) -> None:
+def write_parquet_part(
+    path: Path,
+    cols: dict[str, np.ndarray],
+    lo: int,
+    hi: int,
+    row_group: int,
+    compression: str,
+    encoding: str = ENCODINGS[0],
+) -> None:
     """Rows ``lo:hi`` of ``cols`` as one Parquet file, in row groups of ``row_group`` rows."""
     write_parquet_groups(path, [{k: v[lo:hi] for k, v in cols.items()}], row_group, compression, encoding)
 
 
-def write_parquet_groups(path: Path, groups: Iterable[dict[str, np.ndarray]], row_group: int, compression: str,
-                         encoding: str = ENCODINGS[0]) -> None:
+def write_parquet_groups(
+    path: Path, groups: Iterable[dict[str, np.ndarray]], row_group: int, compression: str, encoding: str = ENCODINGS[0]
+) -> None:
     """One Parquet file from consecutive blocks of rows (each ``column -> array``, the same columns),
     so that only one block need be in memory; a block of up to ``row_group`` rows is one row group.
     The bytes are those of writing all the blocks as one table. ``encoding``: one of `ENCODINGS`."""
@@ -170,9 +189,16 @@ def write_parquet_groups(path: Path, groups: Iterable[dict[str, np.ndarray]], ro
             schema = pa.schema([pa.field(k, a.type, nullable=False) for k, a in arrays.items()])
             table = pa.Table.from_arrays(list(arrays.values()), schema=schema)
             if writer is None:
-                writer = pq.ParquetWriter(path, table.schema, compression=compression, compression_level=level,
-                                          use_dictionary=False, write_statistics=False, store_schema=True,
-                                          column_encoding=parquet_encodings(cols) if encoding == ENCODINGS[0] else None)
+                writer = pq.ParquetWriter(
+                    path,
+                    table.schema,
+                    compression=compression,
+                    compression_level=level,
+                    use_dictionary=False,
+                    write_statistics=False,
+                    store_schema=True,
+                    column_encoding=parquet_encodings(cols) if encoding == ENCODINGS[0] else None,
+                )
             writer.write_table(table, row_group_size=row_group)
             del cols, arrays, table  # before the next block is made: one block in memory at a time
     finally:
@@ -297,8 +323,9 @@ def verify_file(f: Path, checksum: str | None) -> None:
     from seqpack._stages import file_checksum
 
     if checksum is not None and file_checksum(f) != checksum:
-        raise ValueError(f"{f}: changed since seqpack pack wrote it (checksum mismatch with {MANIFEST}); "
-                         "re-run seqpack pack")
+        raise ValueError(
+            f"{f}: changed since seqpack pack wrote it (checksum mismatch with {MANIFEST}); re-run seqpack pack"
+        )
 
 
 def bin_checksums(root: Path, names: Iterable[str]) -> dict[str, str]:
@@ -345,8 +372,9 @@ def numpy_dtype(t: Any) -> np.dtype:
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The manifest of a packed dataset directory (checked kind, format version and the fields
     readers rely on, so that a hand-edited one is refused in one line, naming it)."""
-    m = read_versioned_json(Path(path), MANIFEST, kind=KIND, version=READS,
-                            what="packed dataset", hint="make one with seqpack pack")
+    m = read_versioned_json(
+        Path(path), MANIFEST, kind=KIND, version=READS, what="packed dataset", hint="make one with seqpack pack"
+    )
     where = Path(path) / MANIFEST
 
     def bad(what: str) -> ValueError:
@@ -382,8 +410,9 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise bad(f"derived_columns needs format_version {DERIVED_FORMAT_VERSION}")
     check_rules(derived, [c for c in cols if c not in derived], str(where))
     shards = m.get("shards")
-    if not isinstance(shards, list) or not all(isinstance(s, dict) and isinstance(s.get("file"), str) and count(s.get("rows"))
-                                                for s in shards):
+    if not isinstance(shards, list) or not all(
+        isinstance(s, dict) and isinstance(s.get("file"), str) and count(s.get("rows")) for s in shards
+    ):
         raise bad("shards must list {file, rows}")
     if sum(s["rows"] for s in shards) != m["num_packs"]:
         raise bad(f"its shards hold {sum(s['rows'] for s in shards):,} rows, not num_packs={m['num_packs']:,}")
@@ -404,16 +433,20 @@ def check_part(f: Path, meta: Any, shard: Mapping[str, Any], m: Mapping[str, Any
     schema = meta.schema.to_arrow_schema()
     for name in names:
         if name not in schema.names:
-            raise ValueError(f"{f}: no column {name!r}, which the manifest lists as stored (an edited manifest, "
-                             "or derived_columns that lost it); re-run seqpack pack")
+            raise ValueError(
+                f"{f}: no column {name!r}, which the manifest lists as stored (an edited manifest, "
+                "or derived_columns that lost it); re-run seqpack pack"
+            )
         t, shape = schema.field(name).type, []
         while pa.types.is_fixed_size_list(t):
             shape.append(t.list_size)
             t = t.value_type
         spec = m["columns"][name]
         if shape != list(spec["shape"]) or numpy_dtype(t) != np.dtype(spec["dtype"]):
-            raise ValueError(f"{f}: column {name!r} is {numpy_dtype(t).name} {shape}, the manifest says "
-                             f"{spec['dtype']} {spec['shape']} (edited or from another dataset); re-run seqpack pack")
+            raise ValueError(
+                f"{f}: column {name!r} is {numpy_dtype(t).name} {shape}, the manifest says "
+                f"{spec['dtype']} {spec['shape']} (edited or from another dataset); re-run seqpack pack"
+            )
     verify_file(f, shard.get("checksum"))  # last: the messages above say more about what differs
 
 

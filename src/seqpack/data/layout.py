@@ -101,7 +101,9 @@ def _dtypes(seqs: Sequences, max_len: int, depth: int, position_offset: int) -> 
     }
 
 
-def _seq_columns(seqs: Sequences, packing: Packing, depth: int, cols: dict[str, np.ndarray], dts: dict[str, np.dtype]) -> None:
+def _seq_columns(
+    seqs: Sequences, packing: Packing, depth: int, cols: dict[str, np.ndarray], dts: dict[str, np.dtype]
+) -> None:
     slot_pack, within, col_start = _layout(seqs, packing)
     order = packing.sequence_index
     P = packing.num_packs
@@ -127,8 +129,15 @@ def _token_fields(seqs: Sequences, dts: dict[str, np.dtype], position_offset: in
     return fields
 
 
-def materialize(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: int | None = None, position_offset: int = 0,
-                without_segments: bool = False) -> dict[str, np.ndarray]:
+def materialize(
+    seqs: Sequences,
+    packing: Packing,
+    *,
+    max_len: int,
+    max_depth: int | None = None,
+    position_offset: int = 0,
+    without_segments: bool = False,
+) -> dict[str, np.ndarray]:
     """All columns, built by the compiled kernels (``csrc/packing.h``; packs split over threads).
     ``without_segments``: all but ``segment_ids`` (a pack job that does not write them)."""
     from seqpack import _native
@@ -157,7 +166,9 @@ def materialize(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: i
     return cols
 
 
-def materialize_reference(seqs: Sequences, packing: Packing, *, max_len: int, max_depth: int | None = None, position_offset: int = 0) -> dict[str, np.ndarray]:
+def materialize_reference(
+    seqs: Sequences, packing: Packing, *, max_len: int, max_depth: int | None = None, position_offset: int = 0
+) -> dict[str, np.ndarray]:
     """The same columns, one pack and one sequence at a time (slow, obviously correct)."""
     depth = pack_depth(packing, max_depth)
     dts = _dtypes(seqs, max_len, depth, position_offset)
@@ -215,7 +226,9 @@ def pack_sequences(
         raise ValueError(f"position_offset must be an int >= 0, got {position_offset!r}")
     if seqs.num_sequences == 0:
         raise ValueError("no sequences to pack (every document or example was empty or dropped)")
-    packing = pack_lengths(seqs.lengths, max_len, algorithm=algorithm, max_depth=max_depth, seed=seed, round_to=round_to)
+    packing = pack_lengths(
+        seqs.lengths, max_len, algorithm=algorithm, max_depth=max_depth, seed=seed, round_to=round_to
+    )
     depth = pack_depth(packing, max_depth)
     cols = materialize(seqs, packing, max_len=max_len, max_depth=depth, position_offset=position_offset)
     info = {"position_offset": position_offset, "seed": seed, "algorithm": algorithm}

@@ -27,8 +27,14 @@ from seqpack.data.format import bin_column, check_part, read_manifest
 class PackedRows:
     """Lazy row access to a packed dataset directory (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None, mmap: bool = True,
-                 cache_groups: int = 4) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        columns: Sequence[str] | None = None,
+        mmap: bool = True,
+        cache_groups: int = 4,
+    ) -> None:
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         specs = self.manifest["columns"]
@@ -87,8 +93,10 @@ class PackedRows:
                 self._open[k] = pq.ParquetFile(self._files[k], memory_map=True)
             table = self._open[k].read_row_group(g, columns=self._stored)
         except Exception as e:  # pyarrow's own types (a corrupt zstd page, a truncated file): name the file
-            raise ValueError(f"{self._files[k]}: row group {g} cannot be read ({type(e).__name__}: {e}); "
-                             "the file is damaged, re-run seqpack pack") from None
+            raise ValueError(
+                f"{self._files[k]}: row group {g} cannot be read ({type(e).__name__}: {e}); "
+                "the file is damaged, re-run seqpack pack"
+            ) from None
         stored = {}
         for c in self._stored:
             spec = self.manifest["columns"][c]
@@ -122,7 +130,9 @@ class PackedRows:
                 out[c][sel] = data[c][idx[sel] - self._starts[g]]
         return out
 
-    def chunks(self, columns: Sequence[str] | None = None, rows: int = 4096) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    def chunks(
+        self, columns: Sequence[str] | None = None, rows: int = 4096
+    ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """``(first row, {column: rows})`` over the whole dataset in order, a bounded piece at a time."""
         step = rows if self._bin is not None else None
         if step is None:

@@ -34,8 +34,10 @@ def read_schedule(path: str | os.PathLike[str]) -> np.ndarray:
     m = read_manifest(path)
     info = m.get("schedule")
     if not info:
-        raise ValueError(f"{path}: the dataset has no balanced schedule; re-pack it with seqpack pack --world-size W "
-                         "--micro-batch B (or use a DistributedSampler)")
+        raise ValueError(
+            f"{path}: the dataset has no balanced schedule; re-pack it with seqpack pack --world-size W "
+            "--micro-batch B (or use a DistributedSampler)"
+        )
     steps = np.load(Path(path) / SCHEDULE, allow_pickle=False)  # loading never runs the file's code
     shape = (info["steps"], info["world_size"], info["micro_batch"])
     P = int(m["num_packs"])
@@ -44,8 +46,10 @@ def read_schedule(path: str | os.PathLike[str]) -> np.ndarray:
         used = steps[steps >= 0]
         ok = used.size == P and np.array_equal(np.sort(used), np.arange(P))
     if not ok:
-        raise ValueError(f"{path}/{SCHEDULE}: not the schedule its manifest describes (every pack once in "
-                         f"{shape}); re-pack the dataset")
+        raise ValueError(
+            f"{path}/{SCHEDULE}: not the schedule its manifest describes (every pack once in "
+            f"{shape}); re-pack the dataset"
+        )
     return steps
 
 
@@ -63,14 +67,24 @@ class BalancedSampler:
     [6, 1]
     """
 
-    def __init__(self, schedule: str | os.PathLike[str] | np.ndarray, *, rank: int, world_size: int, seed: int = 0,
-                 drop_last: bool = True, start_step: int = 0) -> None:
+    def __init__(
+        self,
+        schedule: str | os.PathLike[str] | np.ndarray,
+        *,
+        rank: int,
+        world_size: int,
+        seed: int = 0,
+        drop_last: bool = True,
+        start_step: int = 0,
+    ) -> None:
         steps = schedule if isinstance(schedule, np.ndarray) else read_schedule(schedule)
         if steps.ndim != 3:
             raise ValueError(f"a schedule is (steps, world, micro_batch), got shape {steps.shape}")
         if world_size != steps.shape[1]:
-            raise ValueError(f"the schedule balances {steps.shape[1]} ranks, not {world_size}; re-pack with "
-                             f"seqpack pack --world-size {world_size}")
+            raise ValueError(
+                f"the schedule balances {steps.shape[1]} ranks, not {world_size}; re-pack with "
+                f"seqpack pack --world-size {world_size}"
+            )
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
         full = (steps >= 0).all(axis=(1, 2))

@@ -117,7 +117,9 @@ def from_lists(
 ) -> Sequences:
     """Sequences from Python lists of ids (small inputs and tests)."""
     lengths = np.array([len(s) for s in sequences], dtype=np.int64)
-    flat = np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences]) if len(sequences) else np.zeros(0, np.int64)
+    flat = (
+        np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences]) if len(sequences) else np.zeros(0, np.int64)
+    )
     max_id = int(flat.max()) if flat.size else 0
     ids = np.arange(len(sequences)) if example_ids is None else np.asarray(example_ids)
     return Sequences(

@@ -42,7 +42,9 @@ class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     columns, or Parquet row groups with a small cache; the dataset is never loaded whole.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None, mmap: bool = True) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, columns: Sequence[str] | None = None, mmap: bool = True
+    ) -> None:
         self.rows = PackedRows(path, columns=list(columns) if columns else None, mmap=mmap)
         self.manifest = self.rows.manifest
         self.task: str = self.manifest["task"]
@@ -59,7 +61,10 @@ class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     def __getitems__(self, indices: list[int]) -> list[dict[str, torch.Tensor]]:
         """A whole batch in one read (the DataLoader calls this when it exists)."""
         cols = self.rows.take(indices)
-        return [to_tensors({k: v[j] for k, v in cols.items()}, float_labels=self.facts.float_labels) for j in range(len(indices))]
+        return [
+            to_tensors({k: v[j] for k, v in cols.items()}, float_labels=self.facts.float_labels)
+            for j in range(len(indices))
+        ]
 
 
 def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:

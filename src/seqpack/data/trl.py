@@ -37,9 +37,13 @@ def pack_examples(rows: dict[str, np.ndarray]) -> list[dict[str, list[int]]]:
         seg = np.asarray(rows["segment_ids"][b])
         real = seg > 0
         labels = rows["labels"][b][real] if "labels" in rows else np.full(int(real.sum()), IGNORE_INDEX)
-        out.append({"input_ids": rows["input_ids"][b][real].astype(np.int64).tolist(),
-                    "labels": np.asarray(labels, dtype=np.int64).tolist(),
-                    "seq_lengths": np.bincount(seg[real])[1:].astype(np.int64).tolist()})
+        out.append(
+            {
+                "input_ids": rows["input_ids"][b][real].astype(np.int64).tolist(),
+                "labels": np.asarray(labels, dtype=np.int64).tolist(),
+                "seq_lengths": np.bincount(seg[real])[1:].astype(np.int64).tolist(),
+            }
+        )
     return out
 
 
@@ -52,8 +56,10 @@ def trl_examples(path: str | os.PathLike[str], packs: Sequence[int] | np.ndarray
 
     rows = PackedRows(path, columns=["input_ids", "labels", "segment_ids"])
     if not DatasetFacts.of(rows.manifest).causal_lm:
-        raise ValueError(f"{path}: a {rows.manifest.get('task')} dataset; TRL's SFTTrainer trains causal-LM datasets "
-                         "(packed by a task whose model is a causal LM, such as clm or chat)")
+        raise ValueError(
+            f"{path}: a {rows.manifest.get('task')} dataset; TRL's SFTTrainer trains causal-LM datasets "
+            "(packed by a task whose model is a causal LM, such as clm or chat)"
+        )
     idx = np.arange(int(rows.manifest["num_packs"])) if packs is None else np.asarray(packs, dtype=np.int64)
     examples = []
     for lo in range(0, idx.size, 4096):

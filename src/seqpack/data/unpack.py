@@ -54,7 +54,9 @@ def unpack_predictions(
         return np.split(vals[order], np.cumsum(counts)[:-1])
     if reduce == "error" and np.any(counts > 1):
         first = int(np.flatnonzero(counts > 1)[0])
-        raise ValueError(f"example {first} has {counts[first]} slots (split or windowed); pass reduce='mean'|'max'|'list'")
+        raise ValueError(
+            f"example {first} has {counts[first]} slots (split or windowed); pass reduce='mean'|'max'|'list'"
+        )
     dtype = np.result_type(vals.dtype, np.float32) if np.isnan(fill) or reduce == "mean" else vals.dtype
     out = np.full((n, *vals.shape[1:]), fill, dtype=dtype)
     if reduce == "max":

@@ -52,7 +52,9 @@ def bench_lengths(source: str) -> np.ndarray:
 
         return manifest_histogram(p)
     if p.suffix not in (".npy", ".csv") or not p.is_file():
-        raise ValueError(f"--lengths {source}: give wikipedia, a .npy/.csv histogram (index = length - 1) or a packed dataset dir")
+        raise ValueError(
+            f"--lengths {source}: give wikipedia, a .npy/.csv histogram (index = length - 1) or a packed dataset dir"
+        )
     return check_histogram(load_histogram(p))
 
 
@@ -94,7 +96,9 @@ class BenchConfig:
         return self.batch_size or max(1, 8192 // self.max_len)
 
 
-def make_batches(lengths: np.ndarray, T: int, batch: int, count: int, *, seed: int, vocab: int, causal: bool) -> dict[str, Any]:
+def make_batches(
+    lengths: np.ndarray, T: int, batch: int, count: int, *, seed: int, vocab: int, causal: bool
+) -> dict[str, Any]:
     """``count`` batches of ``batch`` random packs and of ``batch`` random single sequences
     (padded), drawn from the same pool, plus the pool's real tokens per row. Rows come from the
     library: ``pack_sequences`` (``best``) and the padded view ``padded_rows``."""
@@ -129,8 +133,10 @@ def make_batches(lengths: np.ndarray, T: int, batch: int, count: int, *, seed: i
         "padded": [tensors(padded_rows(cols, spans[pick(len(spans))], token_labels=True)) for _ in range(count)],
         "packed_tokens_per_row": float(lengths.sum() / pc.num_packs),
         "padded_tokens_per_row": float(lengths.mean()),
-        "packs": pc.num_packs, "sequences": len(lengths),
-        "packing_factor": pc.packing.plan.packing_factor, "efficiency": pc.packing.plan.efficiency,
+        "packs": pc.num_packs,
+        "sequences": len(lengths),
+        "packing_factor": pc.packing.plan.packing_factor,
+        "efficiency": pc.packing.plan.efficiency,
     }
 
 
@@ -181,7 +187,12 @@ def bench_model(cfg: BenchConfig, attention: str, shape: dict[str, int] | None =
     """The benchmark's model: ``cfg.size``, or ``shape`` (hidden, layers, heads) over it."""
     from seqpack.nn.models import GPT, BertConfig, BertForPreTraining, GPTConfig
 
-    kw: dict[str, Any] = {"vocab_size": cfg.vocab_size, "max_position": cfg.max_len, "attention": attention, **(shape or {})}
+    kw: dict[str, Any] = {
+        "vocab_size": cfg.vocab_size,
+        "max_position": cfg.max_len,
+        "attention": attention,
+        **(shape or {}),
+    }
     if cfg.model == "bert":
         return BertForPreTraining(BertConfig.of_size(cfg.size, dropout=0.0, **kw)).train()
     return GPT(GPTConfig.of_size(cfg.size, **kw)).train()
@@ -197,12 +208,16 @@ def _check_memory(cfg: BenchConfig, hist: np.ndarray) -> None:
     would not fit the machine, before any is made."""
     mean = float((hist * np.arange(1, hist.size + 1)).sum() / hist.sum())
     batches = cfg.steps * (cfg.repeats + 1)
-    check_memory(cfg.sequences * mean * 48 + batches * cfg.rows * cfg.max_len * 48,
-                 what=f"bench's {cfg.sequences:,} sequences and {batches} x 2 batches of {cfg.rows} x {cfg.max_len}",
-                 hint="lower --sequences, --batch-size, --max-len or --steps")
+    check_memory(
+        cfg.sequences * mean * 48 + batches * cfg.rows * cfg.max_len * 48,
+        what=f"bench's {cfg.sequences:,} sequences and {batches} x 2 batches of {cfg.rows} x {cfg.max_len}",
+        hint="lower --sequences, --batch-size, --max-len or --steps",
+    )
 
 
-def run_bench_model(cfg: BenchConfig, shape: dict[str, int] | None = None) -> tuple[dict[str, Any], torch.nn.Module, dict[str, Any]]:
+def run_bench_model(
+    cfg: BenchConfig, shape: dict[str, int] | None = None
+) -> tuple[dict[str, Any], torch.nn.Module, dict[str, Any]]:
     """`run_bench` with the model shaped by ``shape``; also returns the packed model and the batches."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -210,18 +225,30 @@ def run_bench_model(cfg: BenchConfig, shape: dict[str, int] | None = None) -> tu
     longest = int(np.flatnonzero(hist)[-1]) + 1
     if longest > cfg.max_len:
         n = int(hist[cfg.max_len :].sum())
-        raise ValueError(f"{n:,} sequences in {cfg.lengths} exceed --max-len {cfg.max_len} (up to {longest}); raise --max-len")
+        raise ValueError(
+            f"{n:,} sequences in {cfg.lengths} exceed --max-len {cfg.max_len} (up to {longest}); raise --max-len"
+        )
     _check_memory(cfg, hist)
     rng = np.random.default_rng(cfg.seed)
     lengths = rng.choice(np.arange(1, hist.size + 1), size=cfg.sequences, p=hist / hist.sum())
     torch.manual_seed(cfg.seed)
     causal = cfg.model == "gpt"
-    data = make_batches(lengths, cfg.max_len, cfg.rows, cfg.steps * (cfg.repeats + 1), seed=cfg.seed, vocab=cfg.vocab_size,
-                        causal=causal)
+    data = make_batches(
+        lengths,
+        cfg.max_len,
+        cfg.rows,
+        cfg.steps * (cfg.repeats + 1),
+        seed=cfg.seed,
+        vocab=cfg.vocab_size,
+        causal=causal,
+    )
     dev = torch.device(cfg.device)
     for k in ("packed", "padded"):
         data[k] = [{n: x.to(dev) for n, x in b.items()} for b in data[k]]
-    models = {"padded": bench_model(cfg, "sdpa", shape).to(dev), "packed": bench_model(cfg, cfg.attention, shape).to(dev)}
+    models = {
+        "padded": bench_model(cfg, "sdpa", shape).to(dev),
+        "packed": bench_model(cfg, cfg.attention, shape).to(dev),
+    }
     times: dict[str, list[float]] = {k: [] for k in models}
     peak: dict[str, float] = {}
     rounds: list[float] = []
@@ -245,19 +272,34 @@ def run_bench_model(cfg: BenchConfig, shape: dict[str, int] | None = None) -> tu
     seq_per_row = {"padded": 1.0, "packed": data["packing_factor"]}
     speedup = tok["packed"] / tok["padded"]
     result = {
-        "model": cfg.model, "size": cfg.size, "max_len": cfg.max_len, "rows": cfg.rows, "head": cfg.head,
-        "lengths": cfg.lengths, "sequences": data["sequences"], "packs": data["packs"],
-        "efficiency": data["efficiency"], "padding_efficiency": float(lengths.mean() / cfg.max_len),
+        "model": cfg.model,
+        "size": cfg.size,
+        "max_len": cfg.max_len,
+        "rows": cfg.rows,
+        "head": cfg.head,
+        "lengths": cfg.lengths,
+        "sequences": data["sequences"],
+        "packs": data["packs"],
+        "efficiency": data["efficiency"],
+        "padding_efficiency": float(lengths.mean() / cfg.max_len),
         "packing_factor": data["packing_factor"],
-        "padded_tokens_per_s": tok["padded"], "packed_tokens_per_s": tok["packed"],
+        "padded_tokens_per_s": tok["padded"],
+        "packed_tokens_per_s": tok["packed"],
         "padded_sequences_per_s": seq_per_row["padded"] * cfg.rows / step_s["padded"],
         "packed_sequences_per_s": seq_per_row["packed"] * cfg.rows / step_s["packed"],
-        "padded_step_s": step_s["padded"], "packed_step_s": step_s["packed"],
-        "realized_speedup": speedup, "speedup_per_round": [r * data["packing_factor"] for r in rounds],
-        "overhead": 1 - speedup / data["packing_factor"], "attention": cfg.attention,
-        "steps": cfg.steps, "repeats": cfg.repeats, "threads": torch.get_num_threads(),
+        "padded_step_s": step_s["padded"],
+        "packed_step_s": step_s["packed"],
+        "realized_speedup": speedup,
+        "speedup_per_round": [r * data["packing_factor"] for r in rounds],
+        "overhead": 1 - speedup / data["packing_factor"],
+        "attention": cfg.attention,
+        "steps": cfg.steps,
+        "repeats": cfg.repeats,
+        "threads": torch.get_num_threads(),
         "resolved_attention": resolved_backend(cfg, data["packed"][0]["segment_ids"]),
-        "device": device_name(dev), "dtype": cfg.dtype, "torch": torch.__version__,
+        "device": device_name(dev),
+        "dtype": cfg.dtype,
+        "torch": torch.__version__,
         "peak_memory_gib": peak,
     }
     return result, models["packed"], data
@@ -266,6 +308,7 @@ def run_bench_model(cfg: BenchConfig, shape: dict[str, int] | None = None) -> tu
 def time_split(model: torch.nn.Module, b: dict[str, torch.Tensor], repeats: int = 3) -> dict[str, float]:
     """Median seconds of a training step (forward + backward) of a ``BertForPreTraining`` and of its
     transformer body alone on the same batch; ``head`` is the rest (heads, loss, their gradients)."""
+
     def body() -> None:
         model.bert(b["input_ids"], b["segment_ids"]).sum().backward()
         model.zero_grad(set_to_none=True)
@@ -306,7 +349,9 @@ def format_bench(r: dict[str, Any]) -> str:
         f"{'':8s} {'sequences/s':>12s} {'real tokens/s':>14s} {'s/step':>8s}",
     ]
     for k in ("padded", "packed"):
-        lines.append(f"{k:8s} {r[f'{k}_sequences_per_s']:12.1f} {r[f'{k}_tokens_per_s']:14,.0f} {r[f'{k}_step_s']:8.3f}")
+        lines.append(
+            f"{k:8s} {r[f'{k}_sequences_per_s']:12.1f} {r[f'{k}_tokens_per_s']:14,.0f} {r[f'{k}_step_s']:8.3f}"
+        )
     rounds = " ".join(f"{x:.2f}" for x in r["speedup_per_round"])
     lines += [
         f"packs {r['packs']:,} for {r['sequences']:,} sequences; efficiency {r['efficiency']:.2%} "

@@ -47,7 +47,9 @@ def design_rows(max_len: int, *, shortest: int = 16) -> list[list[int]]:
     return [r for i, r in enumerate(rows) if r not in rows[:i]]
 
 
-def design_batch(lengths: list[int], rows: int, max_len: int, *, vocab: int, causal: bool, seed: int) -> dict[str, torch.Tensor]:
+def design_batch(
+    lengths: list[int], rows: int, max_len: int, *, vocab: int, causal: bool, seed: int
+) -> dict[str, torch.Tensor]:
     """``rows`` copies of one packed row holding sequences of ``lengths``.  # (rows, max_len)"""
     rng = np.random.default_rng(seed)
     seg = np.zeros(max_len, np.int64)
@@ -58,7 +60,10 @@ def design_batch(lengths: list[int], rows: int, max_len: int, *, vocab: int, cau
         labels[np.concatenate([[0], np.cumsum(lengths)[:-1]])] = -100
     else:
         labels[rng.random(max_len) >= 0.15] = -100
-    return {k: torch.from_numpy(np.tile(v, (rows, 1))) for k, v in (("input_ids", ids), ("segment_ids", seg), ("labels", labels))}
+    return {
+        k: torch.from_numpy(np.tile(v, (rows, 1)))
+        for k, v in (("input_ids", ids), ("segment_ids", seg), ("labels", labels))
+    }
 
 
 def calibrate(cfg: BenchConfig) -> dict[str, Any]:
@@ -69,8 +74,15 @@ def calibrate(cfg: BenchConfig) -> dict[str, Any]:
     causal = cfg.model == "gpt"
     dev = torch.device(cfg.device)
     designs = design_rows(cfg.max_len)
-    batches = [{k: v.to(dev) for k, v in design_batch(d, cfg.rows, cfg.max_len, vocab=cfg.vocab_size, causal=causal,
-                                                      seed=cfg.seed + i).items()} for i, d in enumerate(designs)]
+    batches = [
+        {
+            k: v.to(dev)
+            for k, v in design_batch(
+                d, cfg.rows, cfg.max_len, vocab=cfg.vocab_size, causal=causal, seed=cfg.seed + i
+            ).items()
+        }
+        for i, d in enumerate(designs)
+    ]
     model = bench_model(cfg, cfg.attention).to(dev)
     times: list[list[float]] = [[] for _ in designs]
     for r in range(cfg.repeats + 1):  # round 0 warms up; rounds interleave the designs so drift hits all alike
@@ -83,22 +95,43 @@ def calibrate(cfg: BenchConfig) -> dict[str, Any]:
     cost, fit = fit_row_cost(*stats.T, seconds)
     flops = model_flops(model, causal=causal)
     return {
-        "model": cfg.model, "size": cfg.size, "max_len": cfg.max_len, "attention": cfg.attention, "head": cfg.head,
-        "device": device_name(dev), "dtype": cfg.dtype, "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "rows_per_step": cfg.rows, "steps": cfg.steps, "repeats": cfg.repeats,
-        "cost": cost.to_dict(), "fit": fit,
-        "designs": [{"lengths": _short(d), "tokens": int(s[0]), "squares": int(s[1]), "sequences": int(s[2]),
-                     "measured_s": float(t), "predicted_s": float(cost.of(*s))} for d, s, t in zip(designs, stats, seconds)],
+        "model": cfg.model,
+        "size": cfg.size,
+        "max_len": cfg.max_len,
+        "attention": cfg.attention,
+        "head": cfg.head,
+        "device": device_name(dev),
+        "dtype": cfg.dtype,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "rows_per_step": cfg.rows,
+        "steps": cfg.steps,
+        "repeats": cfg.repeats,
+        "cost": cost.to_dict(),
+        "fit": fit,
+        "designs": [
+            {
+                "lengths": _short(d),
+                "tokens": int(s[0]),
+                "squares": int(s[1]),
+                "sequences": int(s[2]),
+                "measured_s": float(t),
+                "predicted_s": float(cost.of(*s)),
+            }
+            for d, s, t in zip(designs, stats, seconds)
+        ],
         # the FLOP model's attention share, scaled to these seconds (its per_square / per_token ratio)
-        "flops_ratio": flops.per_square / flops.per_token, "measured_ratio": cost.per_square / max(cost.per_token, 1e-300),
+        "flops_ratio": flops.per_square / flops.per_token,
+        "measured_ratio": cost.per_square / max(cost.per_token, 1e-300),
     }
 
 
 def model_flops(model: torch.nn.Module, *, causal: bool) -> RowCost:
     """`RowCost.from_flops` of a seqpack model (its config's hidden size and layers)."""
     c = model.config  # type: ignore[union-attr]
-    return RowCost.from_flops(hidden=int(c.hidden), layers=int(c.layers), ffn=getattr(c, "intermediate", 0) or None,
-                              vocab=0, causal=causal)
+    return RowCost.from_flops(
+        hidden=int(c.hidden), layers=int(c.layers), ffn=getattr(c, "intermediate", 0) or None, vocab=0, causal=causal
+    )
 
 
 def _short(lengths: list[int]) -> str:
@@ -109,15 +142,21 @@ def _short(lengths: list[int]) -> str:
 
 def format_calibration(r: dict[str, Any]) -> str:
     c, f = r["cost"], r["fit"]
-    lines = [f"{r['model']} ({r['size']}), max_len {r['max_len']}, attention {r['attention']}, {r['device']} {r['dtype']}, "
-             f"{r['threads']} threads; {r['repeats']} rounds x {r['steps']} steps of {r['rows_per_step']} rows",
-             f"{'row (sequence lengths)':40s} {'sum l^2':>12s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s}"]
+    lines = [
+        f"{r['model']} ({r['size']}), max_len {r['max_len']}, attention {r['attention']}, {r['device']} {r['dtype']}, "
+        f"{r['threads']} threads; {r['repeats']} rounds x {r['steps']} steps of {r['rows_per_step']} rows",
+        f"{'row (sequence lengths)':40s} {'sum l^2':>12s} {'measured s':>11s} {'predicted s':>12s} {'error':>7s}",
+    ]
     for d in r["designs"]:
-        lines.append(f"{d['lengths'][:40]:40s} {d['squares']:12,d} {d['measured_s']:11.4f} {d['predicted_s']:12.4f} "
-                     f"{(d['predicted_s'] / d['measured_s'] - 1):+7.1%}")
-    lines += [f"seconds per row = {c['per_token']:.3e} x tokens + {c['per_square']:.3e} x sum(l^2) + {c['per_sequence']:.3e} x sequences",
-              f"fit error over {f['rows']} rows: rms {f['rms_rel_error']:.1%}, max {f['max_rel_error']:.1%}; "
-              f"attention share per_square/per_token {r['measured_ratio']:.2e} measured, {r['flops_ratio']:.2e} by FLOPs"]
+        lines.append(
+            f"{d['lengths'][:40]:40s} {d['squares']:12,d} {d['measured_s']:11.4f} {d['predicted_s']:12.4f} "
+            f"{(d['predicted_s'] / d['measured_s'] - 1):+7.1%}"
+        )
+    lines += [
+        f"seconds per row = {c['per_token']:.3e} x tokens + {c['per_square']:.3e} x sum(l^2) + {c['per_sequence']:.3e} x sequences",
+        f"fit error over {f['rows']} rows: rms {f['rms_rel_error']:.1%}, max {f['max_rel_error']:.1%}; "
+        f"attention share per_square/per_token {r['measured_ratio']:.2e} measured, {r['flops_ratio']:.2e} by FLOPs",
+    ]
     return "\n".join(lines)
 
 

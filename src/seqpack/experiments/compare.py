@@ -30,14 +30,24 @@ def _refuse_held(out: Path, runs: list[str]) -> None:
     from seqpack._stages import partial_dir
     from seqpack.train.checkpoint import CHECKPOINT, SUMMARY
 
-    held = [r for r in runs for d in (Path(r), partial_dir(Path(r))) if (d / CHECKPOINT).exists() or (d / SUMMARY).exists()]
+    held = [
+        r for r in runs for d in (Path(r), partial_dir(Path(r))) if (d / CHECKPOINT).exists() or (d / SUMMARY).exists()
+    ]
     held += [str(out / f) for f in ("compare.json", "compare.png") if (out / f).exists()]
     if held:
-        raise ValueError(f"{out} already holds a comparison ({held[0]}); pass --overwrite to run it again, or a new --out")
+        raise ValueError(
+            f"{out} already holds a comparison ({held[0]}); pass --overwrite to run it again, or a new --out"
+        )
 
 
-def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairing: str = "sequences",
-            warmup: int = WARMUP_STEPS) -> dict[str, Any]:
+def compare(
+    cfg: TrainConfig,
+    *,
+    evals: int = 10,
+    overwrite: bool = False,
+    pairing: str = "sequences",
+    warmup: int = WARMUP_STEPS,
+) -> dict[str, Any]:
     """Train ``cfg`` padded, then packed; plot both.
 
     ``pairing="sequences"``: the packed run matches the padded run's sequences per step on average
@@ -58,8 +68,10 @@ def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairi
     check_not_input(out, [cfg.data, cfg.hf_model])
     check_writable(out)
     if pairing == "packs":
-        runs = {"padded": cfg.replace(padded=True, out=str(out / "padded"), match="packs", adjust_hparams=False),
-                "packed": cfg.replace(padded=False, out=str(out / "packed"), match="none")}
+        runs = {
+            "padded": cfg.replace(padded=True, out=str(out / "padded"), match="packs", adjust_hparams=False),
+            "packed": cfg.replace(padded=False, out=str(out / "packed"), match="none"),
+        }
         match = "packs"
     else:
         match = cfg.match if cfg.match != "none" or cfg.adjust_hparams else "sequences"
@@ -76,14 +88,21 @@ def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairi
     curves = {name: [r for r in read_metrics(c.out) if "eval" in r] for name, c in runs.items()}
     plot_curves(curves, out / "compare.png", title=f"{summaries['packed']['model']} on {Path(cfg.data).name}")
     pad, pak = summaries["padded"], summaries["packed"]
-    steps = {name: [r for r in read_metrics(c.out) if "eval" not in r and "step_seconds" in r] for name, c in runs.items()}
+    steps = {
+        name: [r for r in read_metrics(c.out) if "eval" not in r and "step_seconds" in r] for name, c in runs.items()
+    }
     warmup = warmup if min(len(v) for v in steps.values()) > warmup else 0  # a run too short to leave any out
     # compute only (forward, backward, optimiser): building a batch is a data loader's work, off the step's path
-    steady = {name: sum(r.get("compute_seconds", r["step_seconds"]) for r in recs[warmup:]) for name, recs in steps.items()}
+    steady = {
+        name: sum(r.get("compute_seconds", r["step_seconds"]) for r in recs[warmup:]) for name, recs in steps.items()
+    }
     steady_tokens = {name: sum(r["step_tokens"] for r in recs[warmup:]) for name, recs in steps.items()}
     rates = {name: steady_tokens[name] / max(steady[name], 1e-9) for name in steps}
     result = {
-        "data": cfg.data, "model": pak["model"], "match": match, "adjust_hparams": cfg.adjust_hparams,
+        "data": cfg.data,
+        "model": pak["model"],
+        "match": match,
+        "adjust_hparams": cfg.adjust_hparams,
         "packing_factor": pak["packing_factor"],
         "sequences": {"padded": pad["sequences"], "packed": pak["sequences"]},
         "steps": {"padded": pad["steps"], "packed": pak["steps"]},
@@ -93,7 +112,10 @@ def compare(cfg: TrainConfig, *, evals: int = 10, overwrite: bool = False, pairi
         "train_seconds": {"padded": pad["train_seconds"], "packed": pak["train_seconds"]},
         "wall_time_ratio": pak["train_seconds"] / pad["train_seconds"],
         "tokens_per_s": {"padded": pad["tokens_per_s"], "packed": pak["tokens_per_s"]},
-        "pairing": pairing, "warmup_steps": warmup, "steady_seconds": steady, "steady_tokens_per_s": rates,
+        "pairing": pairing,
+        "warmup_steps": warmup,
+        "steady_seconds": steady,
+        "steady_tokens_per_s": rates,
         "steady_speedup": rates["packed"] / max(rates["padded"], 1e-9),
         "plot": str(out / "compare.png"),
     }
@@ -141,8 +163,13 @@ def interleaved_speedup(cfg: TrainConfig, *, steps: int = 5, rounds: int = 3) ->
             if r:
                 rates[name].append(int(data.unit_tokens[units].sum()) / seconds)
     ratios = [p / d for p, d in zip(rates["packed"], rates["padded"])]
-    return {"tokens_per_s": {k: statistics.median(v) for k, v in rates.items()}, "speedup": statistics.median(ratios),
-            "speedup_per_round": ratios, "steps": steps, "rounds": rounds}
+    return {
+        "tokens_per_s": {k: statistics.median(v) for k, v in rates.items()},
+        "speedup": statistics.median(ratios),
+        "speedup_per_round": ratios,
+        "steps": steps,
+        "rounds": rounds,
+    }
 
 
 def format_compare(r: dict[str, Any]) -> str:
@@ -154,7 +181,9 @@ def format_compare(r: dict[str, Any]) -> str:
     rows.append(("final eval loss", f"{r['final_eval_loss']['padded']:.4f}", f"{r['final_eval_loss']['packed']:.4f}"))
     w = max(len(a) for a, _, _ in rows)
     lines = [f"{a:<{w}}  {b:>12}  {c:>12}" for a, b, c in rows]
-    lines.append(f"packed / padded: eval loss {r['relative_loss_gap']:+.2%}, training time {r['wall_time_ratio']:.2f}x "
-                 f"(packing factor {r['packing_factor']:.2f}, match={r['match']})")
+    lines.append(
+        f"packed / padded: eval loss {r['relative_loss_gap']:+.2%}, training time {r['wall_time_ratio']:.2f}x "
+        f"(packing factor {r['packing_factor']:.2f}, match={r['match']})"
+    )
     lines.append(f"plot: {r['plot']}")
     return "\n".join(lines)

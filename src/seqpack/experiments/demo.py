@@ -81,17 +81,26 @@ def claim_output(out: Path, *, overwrite: bool, inputs: Sequence[str] = ()) -> N
     # an earlier version's demo left no marker, only its stage records
     ours = (out / MARKER).is_file() or any((out / "stages").glob("*.stage.json"))
     if out.is_dir() and not ours and any(out.iterdir()) and not overwrite:
-        raise ValueError(f"--out {out}: holds files seqpack demo did not make; pick another --out, or pass --overwrite "
-                         "to let the demo replace its folders there (tokenizer/, store/, packed_*/, runs/, stages/)")
+        raise ValueError(
+            f"--out {out}: holds files seqpack demo did not make; pick another --out, or pass --overwrite "
+            "to let the demo replace its folders there (tokenizer/, store/, packed_*/, runs/, stages/)"
+        )
     if not (out / MARKER).is_file():
         out.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out / MARKER, '{"kind": "seqpack.demo", "format_version": 1}\n')
 
 
 def run_demo(
-    out_dir: str | Path = "demo_out", *, corpus: Sequence[str] = (), vocab_size: int = 8192,
-    workers: int | None = None, progress: bool = True, fresh: bool = False, threads: int | None = None,
-    budget: float = 1.0, overwrite: bool = False,
+    out_dir: str | Path = "demo_out",
+    *,
+    corpus: Sequence[str] = (),
+    vocab_size: int = 8192,
+    workers: int | None = None,
+    progress: bool = True,
+    fresh: bool = False,
+    threads: int | None = None,
+    budget: float = 1.0,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Run (or reuse) every stage; returns the summary `format_summary` prints.
 
@@ -102,7 +111,9 @@ def run_demo(
         raise ValueError(f"budget must be > 0 and at most {MAX_BUDGET}, got {budget}")
     from seqpack._parallel import default_workers
 
-    if threads is not None and not 1 <= threads <= default_workers():  # the training stages' TrainConfig would refuse it
+    if (
+        threads is not None and not 1 <= threads <= default_workers()
+    ):  # the training stages' TrainConfig would refuse it
         raise ValueError(f"threads must be between 1 and this machine's {default_workers()} cores, got {threads}")
     from seqpack.corpus import python_docs, read_documents
     from seqpack.experiments import demo_stages as ds
@@ -116,31 +127,62 @@ def run_demo(
     claim_output(out, overwrite=overwrite, inputs=corpus)
     stages = Stages(out, fresh=fresh, total=TOTAL_STAGES, echo=echo)
     key = content_hash(corpus_hash(docs), vocab_size)
-    s: dict[str, Any] = {"corpus": ", ".join(corpus) if corpus else "built-in Python docs", "documents": len(docs),
-                         "megabytes": sum(len(d.encode("utf-8", "surrogatepass")) for d in docs) / 1e6,
-                         "corpus_seconds": time.perf_counter() - t0, "budget": budget, "goals": GOALS}
-    s.update(stages.run("tokenizer", key, lambda: _tokenizer(docs, out, vocab_size, workers, progress),
-                        outputs=[out / "tokenizer"]))
+    s: dict[str, Any] = {
+        "corpus": ", ".join(corpus) if corpus else "built-in Python docs",
+        "documents": len(docs),
+        "megabytes": sum(len(d.encode("utf-8", "surrogatepass")) for d in docs) / 1e6,
+        "corpus_seconds": time.perf_counter() - t0,
+        "budget": budget,
+        "goals": GOALS,
+    }
+    s.update(
+        stages.run(
+            "tokenizer", key, lambda: _tokenizer(docs, out, vocab_size, workers, progress), outputs=[out / "tokenizer"]
+        )
+    )
     key = content_hash(key, "store")
     s.update(stages.run("token store", key, lambda: _store(docs, out, workers), outputs=[out / "store"]))
     keys = {}
     for task, spec in CONVERGE.items():
         keys[task] = content_hash(key, task, spec["max_len"])
-        s[task] = stages.run(f"pack {task}", keys[task], lambda t=task: _pack(out, t, workers),  # type: ignore[misc]
-                             outputs=[out / f"packed_{task}"])
+        s[task] = stages.run(
+            f"pack {task}",
+            keys[task],
+            lambda t=task: _pack(out, t, workers),  # type: ignore[misc]
+            outputs=[out / f"packed_{task}"],
+        )
     keys["cls"] = content_hash(key, FINETUNE)
-    s["finetune"] = dict(stages.run("pack fine-tune", keys["cls"], lambda: ds.pack_finetune(out, out / "tokenizer"),
-                                    outputs=[out / "packed_cls"]))
-    s["table1"] = stages.run("table 1", content_hash(keys["cls"], "table1", budget >= ds.NNLSHP_BUDGET),
-                             lambda: ds.table1(out / "packed_cls", FINETUNE["max_len"], budget))
-    s["regime"] = stages.run("paper regime", content_hash(REGIME, threads, budget), lambda: ds.paper_regime(threads, budget))
-    s["finetune"].update(stages.run("fine-tune", content_hash(keys["cls"], threads, budget, ds.TIMING_ROUNDS),
-                                    lambda: ds.finetune(out, threads, progress, budget),
-                                    outputs=[out / "runs" / "cls" / "compare.json"]))
+    s["finetune"] = dict(
+        stages.run(
+            "pack fine-tune",
+            keys["cls"],
+            lambda: ds.pack_finetune(out, out / "tokenizer"),
+            outputs=[out / "packed_cls"],
+        )
+    )
+    s["table1"] = stages.run(
+        "table 1",
+        content_hash(keys["cls"], "table1", budget >= ds.NNLSHP_BUDGET),
+        lambda: ds.table1(out / "packed_cls", FINETUNE["max_len"], budget),
+    )
+    s["regime"] = stages.run(
+        "paper regime", content_hash(REGIME, threads, budget), lambda: ds.paper_regime(threads, budget)
+    )
+    s["finetune"].update(
+        stages.run(
+            "fine-tune",
+            content_hash(keys["cls"], threads, budget, ds.TIMING_ROUNDS),
+            lambda: ds.finetune(out, threads, progress, budget),
+            outputs=[out / "runs" / "cls" / "compare.json"],
+        )
+    )
     for task, spec in CONVERGE.items():
-        s[task]["training"] = stages.run(f"convergence {task}", content_hash(keys[task], spec, threads, budget, ds.TIMING_ROUNDS),
-                                         lambda t=task: ds.convergence(out, t, threads, progress, budget),  # type: ignore[misc]
-                                         outputs=[out / "runs" / task / "compare.json"])
+        s[task]["training"] = stages.run(
+            f"convergence {task}",
+            content_hash(keys[task], spec, threads, budget, ds.TIMING_ROUNDS),
+            lambda t=task: ds.convergence(out, t, threads, progress, budget),  # type: ignore[misc]
+            outputs=[out / "runs" / task / "compare.json"],
+        )
     s["stage_seconds"] = dict(stages.seconds)
     s["reused_stages"] = list(stages.reused)  # a time claim holds only for a run that ran its stages
     # the time the claim judges: every stage, read once, so that the report and the printed summary say the same
@@ -166,10 +208,17 @@ def _tokenizer(docs: list[str], out: Path, vocab_size: int, workers: int | None,
     n_bytes = sum(len(d.encode("utf-8", "surrogatepass")) for d in docs)
     n_tokens = sum(len(ids) for ids in fast)
     tok.save(out / "tokenizer", overwrite=True)
-    return {"vocab_size": tok.vocab_size, "merges": len(tok.merges), "pretokenize_seconds": result.pretokenize_seconds,
-            "merge_seconds": result.merge_seconds, "tokens": n_tokens, "bytes_per_token": n_bytes / max(1, n_tokens),
-            "encode_mb_per_s": n_bytes / 1e6 / max(t_fast, 1e-9), "fast_path_exact_on_sample": exact,
-            "tokenizer_dir": str(out / "tokenizer")}
+    return {
+        "vocab_size": tok.vocab_size,
+        "merges": len(tok.merges),
+        "pretokenize_seconds": result.pretokenize_seconds,
+        "merge_seconds": result.merge_seconds,
+        "tokens": n_tokens,
+        "bytes_per_token": n_bytes / max(1, n_tokens),
+        "encode_mb_per_s": n_bytes / 1e6 / max(t_fast, 1e-9),
+        "fast_path_exact_on_sample": exact,
+        "tokenizer_dir": str(out / "tokenizer"),
+    }
 
 
 def _store(docs: list[str], out: Path, workers: int | None) -> dict[str, Any]:
@@ -187,11 +236,23 @@ def _pack(out: Path, task: str, workers: int | None) -> dict[str, Any]:
 
     max_len = CONVERGE[task]["max_len"]
     t0 = time.perf_counter()
-    m = build_packed_dataset(TokenStore(out / "store"), Tokenizer.load(out / "tokenizer"), out / f"packed_{task}",
-                             PackConfig(task=task, max_len=max_len), overwrite=True)
-    return {"max_len": max_len, "sequences": m["num_sequences"], "packs": m["num_packs"], "efficiency": m["efficiency"],
-            "padding_efficiency": m["num_tokens"] / (m["num_sequences"] * max_len), "packing_factor": m["packing_factor"],
-            "seconds": time.perf_counter() - t0, "dir": str(out / f"packed_{task}")}
+    m = build_packed_dataset(
+        TokenStore(out / "store"),
+        Tokenizer.load(out / "tokenizer"),
+        out / f"packed_{task}",
+        PackConfig(task=task, max_len=max_len),
+        overwrite=True,
+    )
+    return {
+        "max_len": max_len,
+        "sequences": m["num_sequences"],
+        "packs": m["num_packs"],
+        "efficiency": m["efficiency"],
+        "padding_efficiency": m["num_tokens"] / (m["num_sequences"] * max_len),
+        "packing_factor": m["packing_factor"],
+        "seconds": time.perf_counter() - t0,
+        "dir": str(out / f"packed_{task}"),
+    }
 
 
 def _report(out: Path, s: dict[str, Any]) -> Path:

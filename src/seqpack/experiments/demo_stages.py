@@ -29,21 +29,62 @@ from typing import Any
 import numpy as np
 
 #: the paper's Table 1 (Krell et al., 2021), millions of packs, to set beside the run's own figures
-PAPER_TABLE1 = {("spfhp", 1): 16.280, ("spfhp", 2): 10.102, ("spfhp", 3): 9.095, ("nnlshp", 3): 8.155,
-                ("spfhp", 4): 8.659, ("spfhp", 8): 8.225, ("spfhp", None): 8.168}
+PAPER_TABLE1 = {
+    ("spfhp", 1): 16.280,
+    ("spfhp", 2): 10.102,
+    ("spfhp", 3): 9.095,
+    ("nnlshp", 3): 8.155,
+    ("spfhp", 4): 8.659,
+    ("spfhp", 8): 8.225,
+    ("spfhp", None): 8.168,
+}
 # one padded step, then one packed step, 8 times over (after a warm-up pair): drift hits both arms alike
-REGIME = {"hidden": 768, "layers": 2, "heads": 12, "vocab_size": 8192, "max_len": 512, "rows": 2, "steps": 1,
-          "repeats": 8, "sequences": 2000}
-FINETUNE = {"max_len": 128, "size": "tiny", "batch_size": 16, "sequences": 6000, "lr": 2e-3, "packages": 8,
-            "per_package": 600, "eval_fraction": 0.25, "eval_tokens": 0}  # eval_tokens 0: every held-out example
+REGIME = {
+    "hidden": 768,
+    "layers": 2,
+    "heads": 12,
+    "vocab_size": 8192,
+    "max_len": 512,
+    "rows": 2,
+    "steps": 1,
+    "repeats": 8,
+    "sequences": 2000,
+}
+FINETUNE = {
+    "max_len": 128,
+    "size": "tiny",
+    "batch_size": 16,
+    "sequences": 6000,
+    "lr": 2e-3,
+    "packages": 8,
+    "per_package": 600,
+    "eval_fraction": 0.25,
+    "eval_tokens": 0,
+}  # eval_tokens 0: every held-out example
 # eval_fraction: share of packs held out; CLM's eval (logits over an 8,192-token vocabulary at 512) is costly
-CONVERGE = {"mlm": {"max_len": 128, "model": "BERT tiny", "batch_size": 16, "sequences": 1200, "eval_fraction": 0.05,
-                    "split": True},
-            "clm": {"max_len": 512, "model": "GPT tiny", "batch_size": 4, "sequences": 200, "eval_fraction": 0.03,
-                    "timing_steps": 2}}
+CONVERGE = {
+    "mlm": {
+        "max_len": 128,
+        "model": "BERT tiny",
+        "batch_size": 16,
+        "sequences": 1200,
+        "eval_fraction": 0.05,
+        "split": True,
+    },
+    "clm": {
+        "max_len": 512,
+        "model": "GPT tiny",
+        "batch_size": 4,
+        "sequences": 200,
+        "eval_fraction": 0.03,
+        "timing_steps": 2,
+    },
+}
 
 
-TIMING_ROUNDS = 5  # rounds of alternating packed / padded steps (the same batches each round) behind each realised speed-up
+TIMING_ROUNDS = (
+    5  # rounds of alternating packed / padded steps (the same batches each round) behind each realised speed-up
+)
 #: below this budget the Wikipedia table leaves NNLSHP out (its least-squares solve takes ~18 s at 512)
 NNLSHP_BUDGET = 0.5
 #: below this budget the paper-regime model is a small stand-in (tests), not the 768x2 BERT
@@ -58,8 +99,14 @@ def plan_rows(hist: np.ndarray, max_len: int, *, paper: bool = False, nnlshp: bo
     algorithms = ("spfhp", "lpfhp", "nnlshp", "best") if nnlshp else ("spfhp", "lpfhp", "best")
     for p in compare_plans(hist, max_len, depths=(1, 2, 3, None), algorithms=algorithms):
         d = p.summary()
-        row = {"algorithm": d["algorithm"], "depth": d.get("max_depth"), "packs": d["packs"],
-               "efficiency": d["efficiency"], "packing_factor": d["packing_factor"], "seconds": d.get("seconds", 0.0)}
+        row = {
+            "algorithm": d["algorithm"],
+            "depth": d.get("max_depth"),
+            "packs": d["packs"],
+            "efficiency": d["efficiency"],
+            "packing_factor": d["packing_factor"],
+            "seconds": d.get("seconds", 0.0),
+        }
         if paper:
             row["paper_millions"] = PAPER_TABLE1.get((row["algorithm"], row["depth"]))
         rows.append(row)
@@ -72,7 +119,10 @@ def table1(corpus_packed: Path, max_len: int, budget: float = 1.0) -> dict[str, 
 
     t0 = time.perf_counter()
     wiki = builtin_histogram("wikipedia")
-    out = {"wikipedia": plan_rows(wiki, 512, paper=True, nnlshp=budget >= NNLSHP_BUDGET), "wikipedia_sequences": int(wiki.sum())}
+    out = {
+        "wikipedia": plan_rows(wiki, 512, paper=True, nnlshp=budget >= NNLSHP_BUDGET),
+        "wikipedia_sequences": int(wiki.sum()),
+    }
     hist = manifest_histogram(corpus_packed)
     out["corpus"] = plan_rows(hist, max_len)
     out["corpus_max_len"] = max_len
@@ -86,9 +136,18 @@ def paper_regime(threads: int | None, budget: float) -> dict[str, Any]:
     from seqpack.experiments.bench import BenchConfig, run_bench_model, time_split
 
     r = REGIME
-    cfg = BenchConfig(lengths="wikipedia", max_len=r["max_len"], model="bert", vocab_size=r["vocab_size"],
-                      batch_size=r["rows"], steps=max(1, round(r["steps"] * min(budget, 1.0))),
-                      repeats=max(1, round(r["repeats"] * budget)), sequences=r["sequences"], head="targets", threads=threads)
+    cfg = BenchConfig(
+        lengths="wikipedia",
+        max_len=r["max_len"],
+        model="bert",
+        vocab_size=r["vocab_size"],
+        batch_size=r["rows"],
+        steps=max(1, round(r["steps"] * min(budget, 1.0))),
+        repeats=max(1, round(r["repeats"] * budget)),
+        sequences=r["sequences"],
+        head="targets",
+        threads=threads,
+    )
     shape = {"hidden": r["hidden"], "layers": r["layers"], "heads": r["heads"]}
     if budget < REGIME_BUDGET:
         shape = {"hidden": 64, "layers": 1, "heads": 2}
@@ -106,11 +165,22 @@ def pack_finetune(out: Path, tokenizer_dir: Path) -> dict[str, Any]:
 
     f = FINETUNE
     records = python_docstrings(packages=f["packages"], per_package=f["per_package"])
-    m = build_packed_dataset(records, open_tokenizer(tokenizer_dir), out / "packed_cls",
-                             PackConfig.for_task("classification", max_len=f["max_len"]), overwrite=True)
-    return {"examples": len(records), "classes": m["task_info"]["label_names"], "max_len": f["max_len"],
-            "sequences_total": m["num_sequences"], "packs": m["num_packs"], "efficiency": m["efficiency"],
-            "padding_efficiency": m["num_tokens"] / (m["num_sequences"] * f["max_len"])}
+    m = build_packed_dataset(
+        records,
+        open_tokenizer(tokenizer_dir),
+        out / "packed_cls",
+        PackConfig.for_task("classification", max_len=f["max_len"]),
+        overwrite=True,
+    )
+    return {
+        "examples": len(records),
+        "classes": m["task_info"]["label_names"],
+        "max_len": f["max_len"],
+        "sequences_total": m["num_sequences"],
+        "packs": m["num_packs"],
+        "efficiency": m["efficiency"],
+        "padding_efficiency": m["num_tokens"] / (m["num_sequences"] * f["max_len"]),
+    }
 
 
 def finetune(out: Path, threads: int | None, progress: bool, budget: float) -> dict[str, Any]:
@@ -119,13 +189,27 @@ def finetune(out: Path, threads: int | None, progress: bool, budget: float) -> d
     from seqpack.train import TrainConfig
 
     f = FINETUNE
-    cfg = TrainConfig(data=str(out / "packed_cls"), out=str(out / "runs" / "cls"), size=f["size"], batch_size=f["batch_size"],
-                      sequences=max(1, round(f["sequences"] * budget)), lr=f["lr"], dropout=0.0,
-                      eval_fraction=f["eval_fraction"], eval_tokens=f["eval_tokens"], threads=threads, progress=progress)
+    cfg = TrainConfig(
+        data=str(out / "packed_cls"),
+        out=str(out / "runs" / "cls"),
+        size=f["size"],
+        batch_size=f["batch_size"],
+        sequences=max(1, round(f["sequences"] * budget)),
+        lr=f["lr"],
+        dropout=0.0,
+        eval_fraction=f["eval_fraction"],
+        eval_tokens=f["eval_tokens"],
+        threads=threads,
+        progress=progress,
+    )
     r = compare(cfg, evals=4, overwrite=True, pairing="packs")
     r["accuracy"] = {k: r["final_eval"][k].get("cls_accuracy") for k in ("padded", "packed")}
-    r["eval_examples"] = json.loads((Path(cfg.out) / "packed" / "config.json").read_text(encoding="utf-8"))["data"]["eval_sequences"]
-    return timed(r, cfg, budget, steps=8)  # its steps are short: 8 a round keep a round's time well above the timer's noise
+    r["eval_examples"] = json.loads((Path(cfg.out) / "packed" / "config.json").read_text(encoding="utf-8"))["data"][
+        "eval_sequences"
+    ]
+    return timed(
+        r, cfg, budget, steps=8
+    )  # its steps are short: 8 a round keep a round's time well above the timer's noise
 
 
 def timed(r: dict[str, Any], cfg: Any, budget: float, steps: int = 4) -> dict[str, Any]:
@@ -143,9 +227,17 @@ def convergence(out: Path, task: str, threads: int | None, progress: bool, budge
     from seqpack.train import TrainConfig
 
     spec = CONVERGE[task]
-    cfg = TrainConfig(data=str(out / f"packed_{task}"), out=str(out / "runs" / task), size="tiny", dropout=0.0,
-                      batch_size=spec["batch_size"], sequences=max(1, round(spec["sequences"] * budget)),
-                      eval_fraction=spec["eval_fraction"], threads=threads, progress=progress)
+    cfg = TrainConfig(
+        data=str(out / f"packed_{task}"),
+        out=str(out / "runs" / task),
+        size="tiny",
+        dropout=0.0,
+        batch_size=spec["batch_size"],
+        sequences=max(1, round(spec["sequences"] * budget)),
+        eval_fraction=spec["eval_fraction"],
+        threads=threads,
+        progress=progress,
+    )
     r = timed(compare(cfg, evals=3, overwrite=True, pairing="packs"), cfg, budget, spec.get("timing_steps", 4))
     if spec.get("split"):  # where a tiny BERT's step goes: body vs the rest
         r["split"] = tiny_split(cfg)

@@ -71,27 +71,75 @@ class Row:
 # ---------------------------------------------------------------------------- tiny configs
 
 _SET: dict[str, Any] = {
-    "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
-    "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 128, "n_positions": 128,
-    "n_embd": 32, "n_head": 2, "n_inner": 64, "d_model": 32, "ffn_dim": 64, "n_ctx": 128,
-    "num_heads": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
-    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
-    "n_shared_experts": 1, "moe_num_experts": 4, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
-    "sliding_window": WINDOW, "attention_chunk_size": WINDOW, "sliding_window_size": WINDOW,
-    "window_size": WINDOW, "local_window_size": WINDOW,
-    "attention_dropout": 0.0, "hidden_dropout": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
-    "dropout": 0.0, "attention_probs_dropout_prob": 0.0, "hidden_dropout_prob": 0.0,
-    "q_lora_rank": 16, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8,
-    "tie_word_embeddings": False, "use_cache": False,
-    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
-    "mamba_d_state": 8, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_n_groups": 1, "mamba_expand": 2,
-    "ssm_state_size": 8, "state_size": 8, "n_groups": 1, "expand": 2, "conv_kernel": 4,
-    "linear_num_value_heads": 2, "linear_num_key_heads": 1, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+    "vocab_size": VOCAB,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+    "max_position_embeddings": 128,
+    "n_positions": 128,
+    "n_embd": 32,
+    "n_head": 2,
+    "n_inner": 64,
+    "d_model": 32,
+    "ffn_dim": 64,
+    "n_ctx": 128,
+    "num_heads": 2,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "moe_num_experts": 4,
+    "first_k_dense_replace": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "sliding_window": WINDOW,
+    "attention_chunk_size": WINDOW,
+    "sliding_window_size": WINDOW,
+    "window_size": WINDOW,
+    "local_window_size": WINDOW,
+    "attention_dropout": 0.0,
+    "hidden_dropout": 0.0,
+    "attn_pdrop": 0.0,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "dropout": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+    "hidden_dropout_prob": 0.0,
+    "q_lora_rank": 16,
+    "kv_lora_rank": 16,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 8,
+    "tie_word_embeddings": False,
+    "use_cache": False,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "mamba_d_state": 8,
+    "mamba_n_heads": 4,
+    "mamba_d_head": 16,
+    "mamba_n_groups": 1,
+    "mamba_expand": 2,
+    "ssm_state_size": 8,
+    "state_size": 8,
+    "n_groups": 1,
+    "expand": 2,
+    "conv_kernel": 4,
+    "linear_num_value_heads": 2,
+    "linear_num_key_heads": 1,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
     "rope_scaling": None,
 }
 #: hybrids whose default config names attention layers only: the kinds their modeling code also has
 _HYBRID_KINDS: dict[str, list[str]] = {
-    "lfm2": ["conv", "full_attention"], "lfm2_moe": ["conv", "full_attention"],
+    "lfm2": ["conv", "full_attention"],
+    "lfm2_moe": ["conv", "full_attention"],
     "lfm3": ["conv", "sliding_attention", "full_attention"],
 }
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
@@ -144,6 +192,7 @@ def tiny_config(model_type: str) -> Any:
 
 
 # ---------------------------------------------------------------------------- the runs
+
 
 def _documents(seed: int = 0) -> list[list[int]]:
     import torch
@@ -255,6 +304,7 @@ def _entry_points() -> dict[str, Callable[[Any], float]]:
                         err = max(err, float((packed[n] - p.grad).abs().max()) / scale * GRAD_TOLERANCE_RATIO)
                 model.zero_grad(set_to_none=True)
             return err
+
         return run
 
     return {
@@ -268,8 +318,14 @@ def _entry_points() -> dict[str, Callable[[Any], float]]:
 
 
 #: the columns of the matrix: seqpack's entry points and the attention implementation each runs
-ENTRY_POINTS: tuple[str, ...] = ("packed_forward", "packed_forward sdpa", "packed_forward padding-free", "logprobs flat",
-                                 "logprobs group", "logprobs group eager")
+ENTRY_POINTS: tuple[str, ...] = (
+    "packed_forward",
+    "packed_forward sdpa",
+    "packed_forward padding-free",
+    "logprobs flat",
+    "logprobs group",
+    "logprobs group eager",
+)
 
 
 @contextlib.contextmanager
@@ -353,8 +409,20 @@ def run_matrix(model_types: list[str] | None = None) -> list[Row]:
         return [run_row(t) for t in (architectures() if model_types is None else model_types)]
 
 
-__all__ = ["DOCUMENTS", "ENTRY_POINTS", "GROUPS", "TOLERANCE", "WINDOW", "Cell", "Row", "architectures", "build",
-           "run_matrix", "run_row", "tiny_config"]
+__all__ = [
+    "DOCUMENTS",
+    "ENTRY_POINTS",
+    "GROUPS",
+    "TOLERANCE",
+    "WINDOW",
+    "Cell",
+    "Row",
+    "architectures",
+    "build",
+    "run_matrix",
+    "run_row",
+    "tiny_config",
+]
 
 
 def _versions() -> tuple[str, str]:
@@ -371,8 +439,10 @@ def render_markdown(rows: list[Row]) -> str:
     exact = [r for r in built if all(c.status == "exact" for c in r.cells.values())]
     some = [r for r in built if r not in exact and any(c.status == "exact" for c in r.cells.values())]
     out = [
-        "# Supported models", "",
-        "<!-- generated by docs/_gen/models.py from the model matrix (seqpack.experiments.model_matrix); do not edit -->", "",
+        "# Supported models",
+        "",
+        "<!-- generated by docs/_gen/models.py from the model matrix (seqpack.experiments.model_matrix); do not edit -->",
+        "",
         f"Made with transformers {tf} and torch {pt}, on the CPU in float32. Every causal LM architecture of that "
         "transformers is built tiny (32 wide, a few layers covering each layer kind its config names, sliding windows "
         f"and chunks of {WINDOW} tokens, MoE with four experts) and run through each of seqpack's packed entry points "
@@ -381,16 +451,19 @@ def render_markdown(rows: list[Row]) -> str:
         "the model's own eager attention; `logprobs` also compares the gradients. A cell is **exact** "
         f"(within {TOLERANCE:g}, relative to the largest log-prob above 1) or **refused** in one line before any "
         "output; a silently wrong cell fails the test suite (`tests/nn/test_model_matrix.py`), and a new "
-        "architecture in a new transformers shows up as a new row.", "",
+        "architecture in a new transformers shows up as a new row.",
+        "",
         f"**{len(exact)}** architectures are exact on every entry point, **{len(some)}** on some (the others "
         f"refused), **{len(built) - len(exact) - len(some)}** refused on all; {len(rows) - len(built)} do not build "
-        "from a generic tiny config (listed at the end).", "",
+        "from a generic tiny config (listed at the end).",
+        "",
         "The columns: `packed_forward` with `attn_implementation` `seqpack_packed` (seqpack's attention backends), "
         "`sdpa` (seqpack's 4-D masks, one per layer kind) and `seqpack_varlen` (the padding-free layout); "
         "`seqpack.rl.packed_logprobs` in the `flat` and `group` layouts under `seqpack_packed`, and `group` "
         "under `eager` (a branch mask). `seqpack train --hf-model`, the TRL trainers and `attach_packed_attention` "
         "run these same paths and refuse what they refuse. Layer arguments: what the architecture's layers compute "
-        "beyond plain attention (a sliding `window`, a `chunk`, `softcap`, attention `sinks`).", "",
+        "beyond plain attention (a sliding `window`, a `chunk`, `softcap`, attention `sinks`).",
+        "",
     ]
     heads = ["model_type", "class", "layer arguments", *ENTRY_POINTS]
     out += ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
@@ -402,11 +475,16 @@ def render_markdown(rows: list[Row]) -> str:
         reasons = dict.fromkeys(c.detail for c in r.cells.values() if c.status == "refused")
         for why in reasons:
             out.append(f"- `{r.model_type}`: {why}")
-    out += ["", "## Not built by the matrix", "",
-            "A composite config (text and another modality) is covered by its text model's row where transformers "
-            "has one (`gemma3` by `gemma3_text`, `llama4` by `llama4_text`); for the others, the generic tiny "
-            "config does not fit. seqpack's entry points still read such a model's config and layers and refuse "
-            "what they cannot compute.", ""]
+    out += [
+        "",
+        "## Not built by the matrix",
+        "",
+        "A composite config (text and another modality) is covered by its text model's row where transformers "
+        "has one (`gemma3` by `gemma3_text`, `llama4` by `llama4_text`); for the others, the generic tiny "
+        "config does not fit. seqpack's entry points still read such a model's config and layers and refuse "
+        "what they cannot compute.",
+        "",
+    ]
     out += [f"- `{r.model_type}`: {r.why}" for r in rows if not r.built]
     return "\n".join(out) + "\n"
 

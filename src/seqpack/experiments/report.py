@@ -67,8 +67,14 @@ def plot_fill(fills: Mapping[str, np.ndarray], path: Path, *, title: str = "") -
     fig, ax = plt.subplots(figsize=(6, 3.5))
     bins = np.linspace(0, 1, 41)
     for name, f in fills.items():
-        ax.hist(f, bins=bins, alpha=0.6, label=f"{name} (mean {np.mean(f):.1%})", color=COLORS.get(name),
-                weights=np.full(len(f), 1 / max(len(f), 1)))
+        ax.hist(
+            f,
+            bins=bins,
+            alpha=0.6,
+            label=f"{name} (mean {np.mean(f):.1%})",
+            color=COLORS.get(name),
+            weights=np.full(len(f), 1 / max(len(f), 1)),
+        )
     return _finish(fig, ax, path, xlabel="row fill (real tokens / max_len)", ylabel="share of rows", title=title)
 
 
@@ -83,8 +89,13 @@ def plot_throughput(rates: Mapping[str, Mapping[str, float]], path: Path, *, tit
         bars = ax.bar(x + (i - 0.5) * 0.38, vals, width=0.38, label=kind, color=COLORS[kind])
         if kind == "packed":
             for b, g in zip(bars, groups):
-                ax.annotate(f"{rates[g]['packed'] / rates[g]['padded']:.2f}x", (b.get_x() + b.get_width() / 2, b.get_height()),
-                            ha="center", va="bottom", fontsize=9)
+                ax.annotate(
+                    f"{rates[g]['packed'] / rates[g]['padded']:.2f}x",
+                    (b.get_x() + b.get_width() / 2, b.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=9,
+                )
     ax.set_xticks(x, groups)
     return _finish(fig, ax, path, xlabel="", ylabel="real tokens / s (training)", title=title)
 
@@ -99,7 +110,14 @@ def plot_split(splits: Mapping[str, Mapping[str, float]], path: Path, *, title: 
     ax.barh(names, body, color="#4f81bd", label="transformer body")
     ax.barh(names, rest, left=body, color="#9bbb59", label="heads, loss, their gradients")
     for i, (b, r) in enumerate(zip(body, rest)):
-        ax.annotate(f"body {b / max(b + r, 1e-12):.0%}", (b + r, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
+        ax.annotate(
+            f"body {b / max(b + r, 1e-12):.0%}",
+            (b + r, i),
+            xytext=(4, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=9,
+        )
     ax.invert_yaxis()
     ax.set_xlim(0, float((body + rest).max()) * 1.3 if len(names) else 1)
     return _finish(fig, ax, path, xlabel="seconds per step", ylabel="", title=title, legend="lower right")
@@ -117,22 +135,33 @@ def plot_speedups(items: Mapping[str, tuple[float, float]], path: Path, *, title
     ax.barh(y, realised, color=COLORS["packed"], label="realised speed-up")
     ax.scatter(factor, y, marker="|", s=400, color="#222", zorder=3, label="packing factor")
     for i, (r, f) in enumerate(zip(realised, factor)):
-        ax.annotate(f"{r:.2f}x of {f:.2f}", (max(r, f), i), xytext=(8, 0), textcoords="offset points", va="center", fontsize=9)
+        ax.annotate(
+            f"{r:.2f}x of {f:.2f}", (max(r, f), i), xytext=(8, 0), textcoords="offset points", va="center", fontsize=9
+        )
     ax.axvline(1.0, color=COLORS["padded"], ls="--", lw=1, label="padded (1x)")
     ax.set_yticks(y, names)
     ax.invert_yaxis()
     ax.set_xlim(0, max(factor + realised) * 1.7)
-    return _finish(fig, ax, path, xlabel="packed / padded training throughput (real tokens/s)", ylabel="", title=title,
-                   legend="lower right")
+    return _finish(
+        fig,
+        ax,
+        path,
+        xlabel="packed / padded training throughput (real tokens/s)",
+        ylabel="",
+        title=title,
+        legend="lower right",
+    )
 
 
 def write_html(path: Path, title: str, sections: Sequence[tuple[str, str | list[list[str]] | Path]]) -> Path:
     """A self-contained page: each section is a heading and a paragraph, a table or an image."""
-    parts = [f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>",
-             "<style>body{font:15px sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-             "th{background:#f3f3f3}td:first-child{text-align:left}img{max-width:100%}h2{margin-top:1.6em}</style>",
-             f"<h1>{html.escape(title)}</h1>"]
+    parts = [
+        f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>",
+        "<style>body{font:15px sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+        "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+        "th{background:#f3f3f3}td:first-child{text-align:left}img{max-width:100%}h2{margin-top:1.6em}</style>",
+        f"<h1>{html.escape(title)}</h1>",
+    ]
     for head, body in sections:
         parts.append(f"<h2>{html.escape(head)}</h2>")
         if isinstance(body, Path):

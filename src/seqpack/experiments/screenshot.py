@@ -46,8 +46,18 @@ def screenshot(page: Path, png: Path, *, width: int = 1280, height: int = 12000,
     if not page.is_file():
         raise ValueError(f"{page}: no such page")
     with tempfile.TemporaryDirectory(prefix="seqpack-chromium-") as profile:
-        cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--force-device-scale-factor=1",
-               f"--user-data-dir={profile}", f"--window-size={width},{height}", f"--screenshot={png}", page.as_uri()]
+        cmd = [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--force-device-scale-factor=1",
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            f"--screenshot={png}",
+            page.as_uri(),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0 or not png.is_file():
         raise RuntimeError(f"chromium failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")

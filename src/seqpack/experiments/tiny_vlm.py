@@ -16,8 +16,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                 "<|image_pad|>", "<|video_pad|>")
+QWEN_SPECIALS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
 LLAVA_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>")
 
 #: ChatML with the Qwen2-VL image parts (the released template, less its default system turn), its
@@ -29,7 +36,8 @@ QWEN_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['role'] == 'assistant' %}"
     "{% generation %}{{ body(message['content']) }}<|im_end|>{% endgeneration %}{% else %}"
     "{{ body(message['content']) }}<|im_end|>{% endif %}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 LLAVA_TEMPLATE = QWEN_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", "<image>\n")
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "llava")
 PATCH = 14
@@ -58,18 +66,26 @@ def tiny_processor(family: str, *, max_pixels: int = 448 * 448, min_pixels: int 
         from transformers import LlavaProcessor
         from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
-        images = CLIPImageProcessorPil(size={"shortest_edge": 4 * PATCH}, crop_size={"height": 4 * PATCH, "width": 4 * PATCH})
-        return LlavaProcessor(image_processor=images, tokenizer=_tokenizer(LLAVA_SPECIALS, LLAVA_TEMPLATE), patch_size=PATCH,
-                              vision_feature_select_strategy="default", num_additional_image_tokens=1,
-                              chat_template=LLAVA_TEMPLATE)
+        images = CLIPImageProcessorPil(
+            size={"shortest_edge": 4 * PATCH}, crop_size={"height": 4 * PATCH, "width": 4 * PATCH}
+        )
+        return LlavaProcessor(
+            image_processor=images,
+            tokenizer=_tokenizer(LLAVA_SPECIALS, LLAVA_TEMPLATE),
+            patch_size=PATCH,
+            vision_feature_select_strategy="default",
+            num_additional_image_tokens=1,
+            chat_template=LLAVA_TEMPLATE,
+        )
     from transformers import Qwen2_5_VLProcessor, Qwen2VLProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     from seqpack.tasks.vision.processor import image_only
 
     base = image_only(Qwen2VLProcessor if family == "qwen2_vl" else Qwen2_5_VLProcessor)  # torchvision-free
-    images = Qwen2VLImageProcessorPil(patch_size=PATCH, merge_size=2, temporal_patch_size=2,
-                                      min_pixels=min_pixels, max_pixels=max_pixels)
+    images = Qwen2VLImageProcessorPil(
+        patch_size=PATCH, merge_size=2, temporal_patch_size=2, min_pixels=min_pixels, max_pixels=max_pixels
+    )
     return base(image_processor=images, tokenizer=_tokenizer(QWEN_SPECIALS, QWEN_TEMPLATE), chat_template=QWEN_TEMPLATE)
 
 
@@ -77,32 +93,76 @@ def tiny_config(family: str, processor: Any, *, hidden: int = 32, layers: int = 
     """A small random-init config of ``family`` whose special ids are ``processor``'s."""
     tok = processor.tokenizer
     vocab = len(tok)
-    text = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
-                bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
+    text = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+    )
     if family == "llava":
         from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
 
-        vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                  image_size=4 * PATCH, patch_size=PATCH)
-        return LlavaConfig(vision_config=vision, text_config=LlamaConfig(**text), image_token_id=tok.convert_tokens_to_ids("<image>"),
-                           vision_feature_select_strategy="default", vision_feature_layer=-1)
-    ids = dict(image_token_id=tok.convert_tokens_to_ids("<|image_pad|>"), video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
-               vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
-               vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"))
+        vision = CLIPVisionConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=4 * PATCH,
+            patch_size=PATCH,
+        )
+        return LlavaConfig(
+            vision_config=vision,
+            text_config=LlamaConfig(**text),
+            image_token_id=tok.convert_tokens_to_ids("<image>"),
+            vision_feature_select_strategy="default",
+            vision_feature_layer=-1,
+        )
+    ids = dict(
+        image_token_id=tok.convert_tokens_to_ids("<|image_pad|>"),
+        video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
+        vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
+        vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"),
+    )
     head = hidden // 4
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0,
-                               "mrope_section": [head // 4, head // 8, head // 8]}
+    text["rope_parameters"] = {
+        "rope_type": "default",
+        "rope_theta": 10000.0,
+        "mrope_section": [head // 4, head // 8, head // 8],
+    }
     if family == "qwen2_vl":
         from transformers import Qwen2VLConfig
 
-        vision = dict(depth=1, embed_dim=16, hidden_size=hidden, num_heads=2, patch_size=PATCH, spatial_merge_size=2,
-                      temporal_patch_size=2, in_channels=3, mlp_ratio=2)
+        vision = dict(
+            depth=1,
+            embed_dim=16,
+            hidden_size=hidden,
+            num_heads=2,
+            patch_size=PATCH,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            in_channels=3,
+            mlp_ratio=2,
+        )
         return Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
     from transformers import Qwen2_5_VLConfig
 
-    vision = dict(depth=2, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=hidden, patch_size=PATCH,
-                  spatial_merge_size=2, temporal_patch_size=2, window_size=4 * PATCH, fullatt_block_indexes=[1])
+    vision = dict(
+        depth=2,
+        hidden_size=16,
+        intermediate_size=32,
+        num_heads=2,
+        out_hidden_size=hidden,
+        patch_size=PATCH,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        window_size=4 * PATCH,
+        fullatt_block_indexes=[1],
+    )
     return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
 
 
@@ -121,9 +181,17 @@ def tiny_vlm(family: str, *, seed: int = 0, max_pixels: int = 448 * 448, **confi
 WORDS = "the a cat dog sat on mat why how what is are you we can see red blue small large left right image".split()
 
 
-def synthetic_records(n: int, *, seed: int = 0, images: tuple[int, int] = (0, 3), side: tuple[int, int] = (20, 120),
-                      image_tokens: tuple[int, int] | None = None, words: tuple[int, int] = (3, 30),
-                      turns: tuple[int, int] = (1, 2), fmt: str = "PNG") -> list[dict[str, Any]]:
+def synthetic_records(
+    n: int,
+    *,
+    seed: int = 0,
+    images: tuple[int, int] = (0, 3),
+    side: tuple[int, int] = (20, 120),
+    image_tokens: tuple[int, int] | None = None,
+    words: tuple[int, int] = (3, 30),
+    turns: tuple[int, int] = (1, 2),
+    fmt: str = "PNG",
+) -> list[dict[str, Any]]:
     """``n`` records in TRL's vision format: ``images`` (encoded ``fmt`` bytes, each side drawn from
     ``side`` pixels) and ``messages`` whose first user turn holds the image parts; the counts of
     images, words per turn and user/assistant exchanges are drawn uniformly from their ranges.
@@ -165,6 +233,9 @@ def synthetic_records(n: int, *, seed: int = 0, images: tuple[int, int] = (0, 3)
         messages: list[dict[str, Any]] = []
         for t in range(int(rng.integers(turns[0], turns[1] + 1))):
             parts = [{"type": "image"}] * (k if t == 0 else 0) + [{"type": "text", "text": text()}]
-            messages += [{"role": "user", "content": parts}, {"role": "assistant", "content": [{"type": "text", "text": text()}]}]
+            messages += [
+                {"role": "user", "content": parts},
+                {"role": "assistant", "content": [{"type": "text", "text": text()}]},
+            ]
         out.append({"messages": messages, "images": [image() for _ in range(k)]})
     return out

@@ -45,24 +45,45 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
     needs = check_packable(model).needs
     impl = str(getattr(model.config, "_attn_implementation", None) or "eager")
     if impl == PACKED_IMPL:  # seqpack's backends inside the model: the plan, no mask
-        plan = plan_attention(seg, causal=True, dtype=model_compute_dtype(model), validate=False, branch_ids=br,
-                              needs=needs, position_ids=batch["position_ids"])
+        plan = plan_attention(
+            seg,
+            causal=True,
+            dtype=model_compute_dtype(model),
+            validate=False,
+            branch_ids=br,
+            needs=needs,
+            position_ids=batch["position_ids"],
+        )
         return run(input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan, use_cache=False)
     if impl in PADDING_FREE:
         if br is not None and shares_prefix(seg, br):
-            raise ValueError(f"attn_implementation {impl} runs whole sequences and cannot share a prompt between "
-                             "branches; load the model with seqpack_packed, sdpa or eager, or pack without a shared prefix (--layout pairs, layout=\"flat\")")
-        flat_batch = {"input_ids": batch["input_ids"], "segment_ids": seg if br is None else split_branches(seg, br),
-                      "position_ids": batch["position_ids"]}
+            raise ValueError(
+                f"attn_implementation {impl} runs whole sequences and cannot share a prompt between "
+                'branches; load the model with seqpack_packed, sdpa or eager, or pack without a shared prefix (--layout pairs, layout="flat")'
+            )
+        flat_batch = {
+            "input_ids": batch["input_ids"],
+            "segment_ids": seg if br is None else split_branches(seg, br),
+            "position_ids": batch["position_ids"],
+        }
         inputs, _ = flat_inputs(flat_batch)
         with packed_call():
             return unflatten_tokens(run(**inputs, use_cache=False), flat_batch["segment_ids"])
-    mask = layer_masks(model, seg, causal=True, dtype=next(model.parameters()).dtype, branch_ids=br,
-                       positions=batch["position_ids"], needs=needs)
+    mask = layer_masks(
+        model,
+        seg,
+        causal=True,
+        dtype=next(model.parameters()).dtype,
+        branch_ids=br,
+        positions=batch["position_ids"],
+        needs=needs,
+    )
     return run(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"], use_cache=False)
 
 
-def causal_states(model: Any, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+def causal_states(
+    model: Any, batch: Mapping[str, torch.Tensor]
+) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """``(hidden (B, T, H), head)``: run ``head`` on the hidden states of the positions that
     predict a target, ``(N, H) -> (N, V)`` (see the module)."""
     if is_transformers(model):
@@ -71,8 +92,13 @@ def causal_states(model: Any, batch: Mapping[str, torch.Tensor]) -> tuple[torch.
         if head is not None:
             return hf_branch_states(model, batch, lambda **kw: inner.base_model(**kw).last_hidden_state), head
         return hf_branch_states(model, batch, lambda **kw: model(**kw).logits), lambda x: x
-    h = model(batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"],
-              branch_ids=batch.get("branch_ids"), logits=False).hidden
+    h = model(
+        batch["input_ids"],
+        batch["segment_ids"],
+        position_ids=batch["position_ids"],
+        branch_ids=batch.get("branch_ids"),
+        logits=False,
+    ).hidden
     return h, model.token_logits
 
 

@@ -30,12 +30,16 @@ from seqpack.data.sequences import IGNORE_INDEX
 _BLOCK = 4096  # columns per step of a row's loop
 
 
-def cross_entropy_reference(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+def cross_entropy_reference(
+    logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = IGNORE_INDEX
+) -> torch.Tensor:
     """``F.cross_entropy`` of each row in float32; 0 where the target is ``ignore_index``.  # (N,)"""
     return F.cross_entropy(logits.float(), targets, ignore_index=ignore_index, reduction="none")
 
 
-def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+def token_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = IGNORE_INDEX
+) -> torch.Tensor:
     """Cross-entropy of each row of ``logits`` (N, V) against ``targets`` (N,), float32.  # (N,)"""
     if _fused_ok(logits, targets):
         return _FusedCrossEntropy.apply(logits, targets, ignore_index)  # type: ignore[no-any-return]
@@ -43,9 +47,16 @@ def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_i
 
 
 def _fused_ok(logits: torch.Tensor, targets: torch.Tensor) -> bool:
-    return (logits.is_cuda and logits.ndim == 2 and logits.shape[0] > 0 and logits.stride(-1) == 1
-            and logits.dtype in (torch.float32, torch.bfloat16, torch.float16) and targets.shape == logits.shape[:1]
-            and not torch.compiler.is_compiling() and _kernels() is not None)
+    return (
+        logits.is_cuda
+        and logits.ndim == 2
+        and logits.shape[0] > 0
+        and logits.stride(-1) == 1
+        and logits.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        and targets.shape == logits.shape[:1]
+        and not torch.compiler.is_compiling()
+        and _kernels() is not None
+    )
 
 
 @functools.cache
@@ -78,8 +89,18 @@ def _kernels() -> tuple[Any, Any] | None:
         tl.store(top_ptr + row, (valid & (xt >= m)).to(tl.int8))  # the target is (one of) the row's largest
 
     @triton.jit
-    def backward(x_ptr, x_stride, t_ptr, lse_ptr, g_ptr, dx_ptr, dx_stride, V, ignore,  # type: ignore[no-untyped-def]
-                 BLOCK: tl.constexpr):
+    def backward(
+        x_ptr,
+        x_stride,
+        t_ptr,
+        lse_ptr,
+        g_ptr,
+        dx_ptr,
+        dx_stride,
+        V,
+        ignore,  # type: ignore[no-untyped-def]
+        BLOCK: tl.constexpr,
+    ):
         row = tl.program_id(0).to(tl.int64)
         x_row = x_ptr + row * x_stride
         dx_row = dx_ptr + row * dx_stride
@@ -97,8 +118,9 @@ def _kernels() -> tuple[Any, Any] | None:
     return forward, backward
 
 
-def _forward_rows(kernels: tuple[Any, Any], x: torch.Tensor, targets: torch.Tensor,
-                  ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _forward_rows(
+    kernels: tuple[Any, Any], x: torch.Tensor, targets: torch.Tensor, ignore_index: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The forward kernel over the rows of ``x`` (N, V): each row's loss and log-sum-exp (float32)
     and whether its target is the row's top logit (int8).  # (N,) x 3"""
     N, V = x.shape
@@ -118,8 +140,9 @@ class _FusedCrossEntropy(torch.autograd.Function):
         targets = targets.contiguous()
         # the reference raises on a target outside the vocabulary; the kernel would read past the
         # row, so check on the device (no synchronisation)
-        torch._assert_async(((targets >= 0) & (targets < V) | (targets == ignore_index)).all(),
-                            "cross-entropy target outside [0, V)")
+        torch._assert_async(
+            ((targets >= 0) & (targets < V) | (targets == ignore_index)).all(), "cross-entropy target outside [0, V)"
+        )
         loss, lse, _ = _forward_rows(kernels, logits, targets, ignore_index)
         ctx.save_for_backward(logits, targets, lse)
         ctx.ignore_index = ignore_index
@@ -133,8 +156,19 @@ class _FusedCrossEntropy(torch.autograd.Function):
         logits, targets, lse = ctx.saved_tensors
         N, V = logits.shape
         dx = torch.empty(N, V, dtype=logits.dtype, device=logits.device)
-        kernels[1][(N,)](logits, logits.stride(0), targets, lse, grad.contiguous(), dx, dx.stride(0), V, ctx.ignore_index,
-                         BLOCK=_BLOCK, num_warps=8)
+        kernels[1][(N,)](
+            logits,
+            logits.stride(0),
+            targets,
+            lse,
+            grad.contiguous(),
+            dx,
+            dx.stride(0),
+            V,
+            ctx.ignore_index,
+            BLOCK=_BLOCK,
+            num_warps=8,
+        )
         return dx, None, None
 
 
@@ -144,9 +178,15 @@ _CHUNK_BYTES = 1 << 29
 _MM_OUT_DTYPE = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
 
 
-def linear_cross_entropy_reference(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                                   row_weights: torch.Tensor, *, bias: torch.Tensor | None = None,
-                                   ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, torch.Tensor]:
+def linear_cross_entropy_reference(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    row_weights: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    ignore_index: int = IGNORE_INDEX,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The definition `linear_cross_entropy` is tested against: the logits whole, then
     ``F.cross_entropy`` in float32, weighted and summed. Returns ``(loss, top1)``.  # (), (N,)"""
     logits = F.linear(hidden, weight, bias)  # (N, V)
@@ -155,9 +195,16 @@ def linear_cross_entropy_reference(hidden: torch.Tensor, weight: torch.Tensor, t
     return (ce * row_weights.float()).sum(), top1
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, row_weights: torch.Tensor,
-                         *, bias: torch.Tensor | None = None, ignore_index: int = IGNORE_INDEX,
-                         chunk_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    row_weights: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    ignore_index: int = IGNORE_INDEX,
+    chunk_rows: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``sum_i row_weights[i] * CE(hidden[i] @ weight.T + bias, targets[i])`` without the (N, V)
     logits: a vocabulary head and its loss in one step.  # (N, H), (V, H), (N,), (N,) -> (), (N,)
 
@@ -181,17 +228,22 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     """
     N, V = hidden.shape[0], weight.shape[0]
     if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[1]:
-        raise ValueError(f"hidden must be (N, H) and weight (V, H), got {tuple(hidden.shape)} and {tuple(weight.shape)}")
+        raise ValueError(
+            f"hidden must be (N, H) and weight (V, H), got {tuple(hidden.shape)} and {tuple(weight.shape)}"
+        )
     if targets.shape != (N,) or row_weights.shape != (N,):
-        raise ValueError(f"targets and row_weights must be ({N},), got {tuple(targets.shape)} and {tuple(row_weights.shape)}")
+        raise ValueError(
+            f"targets and row_weights must be ({N},), got {tuple(targets.shape)} and {tuple(row_weights.shape)}"
+        )
     if chunk_rows is not None and chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     dev = hidden.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else hidden.dtype
     if chunk_rows is None:
         chunk_rows = max(1, _CHUNK_BYTES // (max(V, 1) * torch.finfo(dtype).bits // 8))
-    out = _LinearCrossEntropy.apply(hidden, weight, bias, targets, row_weights.detach().float().contiguous(), ignore_index,
-                                    chunk_rows, dtype)
+    out = _LinearCrossEntropy.apply(
+        hidden, weight, bias, targets, row_weights.detach().float().contiguous(), ignore_index, chunk_rows, dtype
+    )
     return out[0], out[1].bool()
 
 
@@ -209,15 +261,22 @@ def _use_kernels(x: torch.Tensor) -> bool:
     return x.is_cuda and not torch.compiler.is_compiling() and _kernels() is not None
 
 
-def _loss_and_grad_(x: torch.Tensor, targets: torch.Tensor, row_weights: torch.Tensor, ignore_index: int,
-                    kernels: tuple[Any, Any] | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _loss_and_grad_(
+    x: torch.Tensor,
+    targets: torch.Tensor,
+    row_weights: torch.Tensor,
+    ignore_index: int,
+    kernels: tuple[Any, Any] | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's loss (float32) and top-1 hit; ``x`` (c, V) is overwritten with
     ``row_weights * (softmax - onehot)`` (0 on ignored rows), in its dtype."""
     c, V = x.shape
     if kernels is not None:
         loss, lse, top = _forward_rows(kernels, x, targets, ignore_index)
         # in place: each program reads a block of its row, then writes the same block
-        kernels[1][(c,)](x, x.stride(0), targets, lse, row_weights, x, x.stride(0), V, ignore_index, BLOCK=_BLOCK, num_warps=8)
+        kernels[1][(c,)](
+            x, x.stride(0), targets, lse, row_weights, x, x.stride(0), V, ignore_index, BLOCK=_BLOCK, num_warps=8
+        )
         return loss, top.bool()
     xf = x.float()
     valid = targets != ignore_index
@@ -234,9 +293,17 @@ def _loss_and_grad_(x: torch.Tensor, targets: torch.Tensor, row_weights: torch.T
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
-                row_weights: torch.Tensor, ignore_index: int, chunk_rows: int, dtype: torch.dtype,
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        targets: torch.Tensor,
+        row_weights: torch.Tensor,
+        ignore_index: int,
+        chunk_rows: int,
+        dtype: torch.dtype,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         N, V = hidden.shape[0], weight.shape[0]
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         kernels = _kernels() if _use_kernels(hidden) else None
@@ -246,8 +313,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
             b = None if bias is None else F.pad(bias.to(dtype), (0, pad))
             h = hidden.to(dtype)
             targets = targets.contiguous()
-            torch._assert_async(((targets >= 0) & (targets < V) | (targets == ignore_index)).all(),
-                                "cross-entropy target outside [0, V)")
+            torch._assert_async(
+                ((targets >= 0) & (targets < V) | (targets == ignore_index)).all(),
+                "cross-entropy target outside [0, V)",
+            )
             loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
             top1 = torch.zeros(N, dtype=torch.bool, device=hidden.device)
             grad_h = torch.empty_like(h) if need_h else None
@@ -256,8 +325,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
             for lo in range(0, N, chunk_rows):
                 hc = h[lo : lo + chunk_rows]
                 z = hc @ w.t() if b is None else torch.addmm(b, hc, w.t())  # (c, Vp); padding columns are 0
-                rows, top = _loss_and_grad_(z[:, :V], targets[lo : lo + chunk_rows], row_weights[lo : lo + chunk_rows],
-                                            ignore_index, kernels)
+                rows, top = _loss_and_grad_(
+                    z[:, :V], targets[lo : lo + chunk_rows], row_weights[lo : lo + chunk_rows], ignore_index, kernels
+                )
                 loss += (rows * row_weights[lo : lo + chunk_rows]).sum()
                 top1[lo : lo + chunk_rows] = top
                 if grad_h is not None:
@@ -276,7 +346,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor, _: Any) -> tuple[torch.Tensor | None, ...]:
         grad_h, grad_w, grad_b = ctx.saved_tensors
         dt_h, dt_w, dt_b = ctx.dtypes
-        scale = (lambda g, dt: None if g is None else (g * grad).to(dt))  # noqa: E731
+        scale = lambda g, dt: None if g is None else (g * grad).to(dt)  # noqa: E731
         return scale(grad_h, dt_h), scale(grad_w, dt_w), scale(grad_b, dt_b), None, None, None, None, None
 
 

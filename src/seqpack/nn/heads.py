@@ -1,11 +1,11 @@
 """Packed heads: they read each sequence of a row by index, never by moving tokens.
 
-    hidden (B, T, H), segment_ids (B, T)  ->  gather_slots  ->  (B, D, H) one [CLS] per slot
+hidden (B, T, H), segment_ids (B, T)  ->  gather_slots  ->  (B, D, H) one [CLS] per slot
 
-    >>> h = torch.arange(6.).view(1, 6, 1)             # token t has hidden value t
-    >>> cls, present = gather_slots(h, torch.tensor([[1, 1, 2, 2, 2, 0]]), 3)
-    >>> cls[..., 0].tolist(), present.tolist()
-    ([[0.0, 2.0, 0.0]], [[True, True, False]])
+>>> h = torch.arange(6.).view(1, 6, 1)             # token t has hidden value t
+>>> cls, present = gather_slots(h, torch.tensor([[1, 1, 2, 2, 2, 0]]), 3)
+>>> cls[..., 0].tolist(), present.tolist()
+([[0.0, 2.0, 0.0]], [[True, True, False]])
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ def embedding_rows(model: nn.Module) -> int:
     return int(emb.num_embeddings) if emb is not None else 2**63 - 1
 
 
-def gather_slots(
-    hidden: torch.Tensor, segment_ids: torch.Tensor, max_depth: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def gather_slots(hidden: torch.Tensor, segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each sequence's first token (its [CLS]): ``(B, D, H)`` and ``present`` ``(B, D)``."""
     if hidden.shape[:2] != segment_ids.shape:
         raise ValueError(f"hidden {tuple(hidden.shape)} must be (B, T, H) for segment_ids {tuple(segment_ids.shape)}")
@@ -54,7 +52,9 @@ class PackedPooler(nn.Module):
         super().__init__()
         self.dense = nn.Linear(hidden, hidden)
 
-    def forward(self, hidden: torch.Tensor, segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, hidden: torch.Tensor, segment_ids: torch.Tensor, max_depth: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         cls, present = gather_slots(hidden, segment_ids, max_depth)
         return torch.tanh(self.dense(cls)), present  # (B, D, H), (B, D)
 
@@ -63,8 +63,9 @@ class PackedPooler(nn.Module):
 VOCAB_ALIGN = 64
 
 
-def vocab_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
-                 align: int | None = None) -> torch.Tensor:
+def vocab_logits(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, align: int | None = None
+) -> torch.Tensor:
     """``hidden @ weight.T (+ bias)``, the matrix product run with the vocabulary padded to a
     multiple of 64, the result cut back to ``V`` columns.  # (..., H) x (V, H) -> (..., V)
 

@@ -94,8 +94,11 @@ def is_reward_model(model: Any) -> bool:
     )
 
     kind = getattr(getattr(model, "config", None), "model_type", None)
-    return (kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and _name(model) == MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.get(kind)
-            and _name(model) not in BIDIRECTIONAL)
+    return (
+        kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        and _name(model) == MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.get(kind)
+        and _name(model) not in BIDIRECTIONAL
+    )
 
 
 def takes_plan(model: Any) -> bool:
@@ -104,9 +107,16 @@ def takes_plan(model: Any) -> bool:
     return is_causal_lm(model) or is_reward_model(model)
 
 
-def layer_masks(model_or_config: Any, segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype = torch.float32,
-                branch_ids: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-                needs: frozenset[str] = frozenset()) -> torch.Tensor | dict[str, torch.Tensor]:
+def layer_masks(
+    model_or_config: Any,
+    segment_ids: torch.Tensor,
+    *,
+    causal: bool,
+    dtype: torch.dtype = torch.float32,
+    branch_ids: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
+    needs: frozenset[str] = frozenset(),
+) -> torch.Tensor | dict[str, torch.Tensor]:
     """`hf_attention_mask`, narrowed for layers with a sliding window or a chunk (``needs``,
     `seqpack.nn.hf_support.packing_support`), from each token's document ``positions`` (B, T):
     one mask when every layer is the same, else one per layer kind of the config's ``layer_types``
@@ -122,15 +132,20 @@ def layer_masks(model_or_config: Any, segment_ids: torch.Tensor, *, causal: bool
     config = text_config(model_or_config) if hasattr(model_or_config, "config") else model_or_config
     pos = position_ids(segment_ids) if positions is None else positions
     window, chunk = getattr(config, "sliding_window", None), getattr(config, "attention_chunk_size", None)
-    layers = {"full_attention": LayerAttention(), "sliding_attention": LayerAttention(window=window),
-              "chunked_attention": LayerAttention(chunk=chunk)}
+    layers = {
+        "full_attention": LayerAttention(),
+        "sliding_attention": LayerAttention(window=window),
+        "chunked_attention": LayerAttention(chunk=chunk),
+    }
     kinds = [str(k) for k in getattr(config, "layer_types", None) or ()]
     if not kinds:  # one window on every layer (Mistral), or none
         kinds = ["sliding_attention" if "window" in needs else "full_attention"]
     unknown = sorted(set(kinds) - set(layers))
     if unknown:
-        raise ValueError(f"no packed mask for layers of kind {', '.join(unknown)}; load the model with "
-                         "attn_implementation='seqpack_packed'")
+        raise ValueError(
+            f"no packed mask for layers of kind {', '.join(unknown)}; load the model with "
+            "attn_implementation='seqpack_packed'"
+        )
 
     def made(kind: str) -> torch.Tensor:
         narrowed = band(pos, layers[kind])
@@ -148,8 +163,14 @@ def _impl(model_or_config: Any) -> str:
     return str(getattr(config, "_attn_implementation", None) or "eager")
 
 
-def hf_attention_mask(model_or_config: Any, segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype = torch.float32,
-                      branch_ids: torch.Tensor | None = None) -> torch.Tensor:
+def hf_attention_mask(
+    model_or_config: Any,
+    segment_ids: torch.Tensor,
+    *,
+    causal: bool,
+    dtype: torch.dtype = torch.float32,
+    branch_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The 4-D mask a transformers model with this attention implementation reads correctly:
     bool for ``sdpa`` (and flex), additive float of ``dtype`` for ``eager`` (``branch_ids``: a
     shared prefix, `seqpack.nn.masks.attention_mask`).  # (B, 1, T, T)"""
@@ -195,8 +216,10 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.
     name = _name(model)
     causal = is_causal_lm(model)
     if not causal and name not in BIDIRECTIONAL:
-        raise ValueError(f"no packed adapter for {name}; it takes transformers' causal LMs (AutoModelForCausalLM) "
-                         f"and {', '.join(BIDIRECTIONAL)}")
+        raise ValueError(
+            f"no packed adapter for {name}; it takes transformers' causal LMs (AutoModelForCausalLM) "
+            f"and {', '.join(BIDIRECTIONAL)}"
+        )
     _require_columns(batch)
     ids, seg = batch["input_ids"], batch["segment_ids"]
     if ids.shape != seg.shape:
@@ -209,13 +232,16 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.
         raise ValueError(f"position_ids has shape {tuple(pos.shape)} but input_ids is {tuple(ids.shape)}")
     needs = check_packable(model).needs if causal else frozenset()
     if causal and _impl(model) == PACKED_IMPL:
-        plan = plan_attention(seg, causal=True, dtype=model_compute_dtype(model), validate=False, needs=needs,
-                              position_ids=pos)
+        plan = plan_attention(
+            seg, causal=True, dtype=model_compute_dtype(model), validate=False, needs=needs, position_ids=pos
+        )
         return {"input_ids": ids, "position_ids": pos, "seqpack_plan": plan, "use_cache": False}
     if causal and _impl(model) == "flex_attention":  # transformers' own block mask from the restarting positions
         if "sinks" in needs:
-            raise ValueError(f"{name} has attention sinks, which transformers' flex_attention masks do not keep inside "
-                             "each packed document; load it with attn_implementation='seqpack_packed' or 'eager'")
+            raise ValueError(
+                f"{name} has attention sinks, which transformers' flex_attention masks do not keep inside "
+                "each packed document; load it with attn_implementation='seqpack_packed' or 'eager'"
+            )
         return {"input_ids": ids, "position_ids": pos, "use_cache": False}
     mask = layer_masks(model, seg, causal=causal, dtype=model_compute_dtype(model), positions=pos, needs=needs)
     out: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
@@ -289,15 +315,22 @@ def _padding_free_causal(model: Any, batch: Mapping[str, torch.Tensor], reductio
 
 
 def _token_reduce(
-    logits: torch.Tensor, labels: torch.Tensor, seg: torch.Tensor, per: torch.Tensor, present: torch.Tensor,
-    reduction: str, shift: bool,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    seg: torch.Tensor,
+    per: torch.Tensor,
+    present: torch.Tensor,
+    reduction: str,
+    shift: bool,
 ) -> torch.Tensor:
     if reduction == "sequence":
         return mean_over(per, present)
     return token_loss(logits, labels, seg, reduction=reduction, shift=shift)
 
 
-def _classify(model: Any, hidden: torch.Tensor, seg: torch.Tensor, labels: torch.Tensor | None, max_depth: int | None) -> PackedOutput:
+def _classify(
+    model: Any, hidden: torch.Tensor, seg: torch.Tensor, labels: torch.Tensor | None, max_depth: int | None
+) -> PackedOutput:
     pooled, present = _pooled(model, hidden, seg, slot_count(seg, labels, max_depth=max_depth))
     logits = model.classifier(model.dropout(pooled))  # (B, D, C)
     out = PackedOutput(hidden=hidden, slot_logits=logits, present=present)
@@ -310,8 +343,13 @@ def _classify(model: Any, hidden: torch.Tensor, seg: torch.Tensor, labels: torch
 
 
 def _pretraining(
-    model: Any, hidden: torch.Tensor, seg: torch.Tensor, labels: torch.Tensor | None,
-    nsp_labels: torch.Tensor | None, reduction: str, max_depth: int | None,
+    model: Any,
+    hidden: torch.Tensor,
+    seg: torch.Tensor,
+    labels: torch.Tensor | None,
+    nsp_labels: torch.Tensor | None,
+    reduction: str,
+    max_depth: int | None,
 ) -> PackedOutput:
     logits = model.cls.predictions(hidden)  # (B, T, V)
     pooled, _ = _pooled(model, hidden, seg, slot_count(seg, nsp_labels, max_depth=max_depth))

@@ -29,40 +29,72 @@ PACKED_IMPL = "seqpack_packed"
 #: keywords transformers hands an attention function that change nothing it computes over one
 #: document in a packed row (positions, caches, document boundaries the plan already holds, flags for
 #: other implementations' inputs)
-IGNORED_KWARGS = frozenset({
-    "seqpack_plan", "position_ids", "cache_position", "use_cache", "output_attentions", "position_embeddings",
-    "past_key_values", "past_key_value", "cache", "layer_idx", "token_type_ids", "return_dict", "output_hidden_states",
-    "num_items_in_batch", "is_causal", "output_router_logits", "seq_idx",
-})
+IGNORED_KWARGS = frozenset(
+    {
+        "seqpack_plan",
+        "position_ids",
+        "cache_position",
+        "use_cache",
+        "output_attentions",
+        "position_embeddings",
+        "past_key_values",
+        "past_key_value",
+        "cache",
+        "layer_idx",
+        "token_type_ids",
+        "return_dict",
+        "output_hidden_states",
+        "num_items_in_batch",
+        "is_causal",
+        "output_router_logits",
+        "seq_idx",
+    }
+)
+
+
 def layer_attention(module: torch.nn.Module, kwargs: dict[str, Any], *, causal: bool = True) -> LayerAttention:
     """What this transformers attention layer computes beyond plain attention: its sliding window
     (the ``sliding_window`` keyword, or its config's ``layer_types`` entry), Llama 4's chunk
     (``attention_chunk_size`` on a ``chunked_attention`` layer), ``softcap``, sinks (``s_aux``).
     A keyword that would change the result and that seqpack does not compute is refused by name."""
-    unknown = sorted(k for k, v in kwargs.items() if k not in IGNORED_KWARGS | {"sliding_window", "softcap", "s_aux"}
-                     and v is not None and not k.startswith(("cu_seq_lens", "max_length")))
+    unknown = sorted(
+        k
+        for k, v in kwargs.items()
+        if k not in IGNORED_KWARGS | {"sliding_window", "softcap", "s_aux"}
+        and v is not None
+        and not k.startswith(("cu_seq_lens", "max_length"))
+    )
     if unknown:
-        raise ValueError(f"{type(module).__name__} passes {', '.join(unknown)} to its attention, which seqpack's packed "
-                         "attention does not compute; run this model's rows unpacked")
+        raise ValueError(
+            f"{type(module).__name__} passes {', '.join(unknown)} to its attention, which seqpack's packed "
+            "attention does not compute; run this model's rows unpacked"
+        )
     layer_causal = kwargs.get("is_causal", getattr(module, "is_causal", True))
     if layer_causal is not None and bool(layer_causal) != causal:
-        raise ValueError(f"{type(module).__name__} is {'causal' if layer_causal else 'bidirectional'} but the packed "
-                         f"attention plan is {'causal' if causal else 'bidirectional'}")
+        raise ValueError(
+            f"{type(module).__name__} is {'causal' if layer_causal else 'bidirectional'} but the packed "
+            f"attention plan is {'causal' if causal else 'bidirectional'}"
+        )
     config = getattr(module, "config", None)
     kinds = getattr(config, "layer_types", None)
     idx = getattr(module, "layer_idx", None)
     kind = kinds[idx] if kinds is not None and isinstance(idx, int) and idx < len(kinds) else None
     if kinds is not None and kind is None:
-        raise ValueError(f"{type(module).__name__} has no layer_idx into its config's layer_types; seqpack cannot tell "
-                         "whether it has a sliding window: run this model's rows unpacked")
+        raise ValueError(
+            f"{type(module).__name__} has no layer_idx into its config's layer_types; seqpack cannot tell "
+            "whether it has a sliding window: run this model's rows unpacked"
+        )
     window = kwargs.get("sliding_window")
     if window is None and config is not None:
         window = config_window(config, kind, module)
     chunk = getattr(config, "attention_chunk_size", None) if kind == "chunked_attention" else None
     softcap, sinks = kwargs.get("softcap"), kwargs.get("s_aux")
-    return LayerAttention(window=int(window) if window is not None else None,
-                          chunk=int(chunk) if chunk is not None else None,
-                          softcap=float(softcap) if softcap is not None else None, sinks=sinks)
+    return LayerAttention(
+        window=int(window) if window is not None else None,
+        chunk=int(chunk) if chunk is not None else None,
+        softcap=float(softcap) if softcap is not None else None,
+        sinks=sinks,
+    )
 
 
 def register_packed_attention() -> str:
@@ -74,15 +106,23 @@ def register_packed_attention() -> str:
 
 
 def packed_attention_forward(
-    module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-    attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None, **kwargs: Any,
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers attention function: q ``(B, Hq, T, d)``, k/v ``(B, Hkv, T, d)`` -> ``(B, T, Hq, d)``."""
     plan = kwargs.get("seqpack_plan")
     if not isinstance(plan, AttentionPlan):
-        raise ValueError(f"attn_implementation {PACKED_IMPL!r} needs seqpack_plan=plan_attention(segment_ids, ...) in the "
-                         "model call (seqpack.nn.hf_adapter.packed_forward passes it); to generate or call the model "
-                         "plainly, set model.config._attn_implementation = 'sdpa' first")
+        raise ValueError(
+            f"attn_implementation {PACKED_IMPL!r} needs seqpack_plan=plan_attention(segment_ids, ...) in the "
+            "model call (seqpack.nn.hf_adapter.packed_forward passes it); to generate or call the model "
+            "plainly, set model.config._attn_implementation = 'sdpa' first"
+        )
     if dropout and module.training:
         raise ValueError(f"{PACKED_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
     dev = query.device.type
@@ -95,16 +135,19 @@ def packed_attention_forward(
     if key.shape[1] != Hq:  # grouped-query attention: share each kv head across its query group
         key, value = (x.repeat_interleave(Hq // x.shape[1], dim=1) for x in (key, value))
     if attention_mask is not None:  # transformers makes none for seqpack_packed: this one is the model's own
-        raise ValueError(f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
-                         "dynamic mask), which seqpack's packed attention does not compute; run this model's rows unpacked")
+        raise ValueError(
+            f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
+            "dynamic mask), which seqpack's packed attention does not compute; run this model's rows unpacked"
+        )
     dv = value.shape[-1]
     query, key, value = same_head_dim(query, key, value, scaling)
     out = packed_attention(query, key, value, plan, scale=scaling, layer=layer)  # (B, Hq, T, d)
     return out[..., :dv].transpose(1, 2).contiguous(), None
 
 
-def same_head_dim(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float | None
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def same_head_dim(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Multi-head latent attention (DeepSeek-V3) has values narrower than queries and keys: zero
     columns make them one width (a zero value column adds 0 to every output; zero query and key
     columns add 0 to every score), as transformers does for its flash kernels. Exact."""
@@ -139,16 +182,26 @@ def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> to
         if kwargs.get("seqpack_plan") is None:
             pos = kwargs.get("position_ids")
             if pos is None:
-                raise ValueError(f"{PACKED_IMPL} attention reads where samples start from position_ids; pass them "
-                                 "(restarting at 0 at each sample)")
+                raise ValueError(
+                    f"{PACKED_IMPL} attention reads where samples start from position_ids; pass them "
+                    "(restarting at 0 at each sample)"
+                )
             text = pos[0] if pos.ndim == 3 else pos  # (B, T)
             dtype = next(module.parameters()).dtype
-            kwargs["seqpack_plan"] = plan_attention((text == 0).cumsum(-1).int(), causal=True, dtype=dtype, needs=needs,
-                                                    position_ids=text)
+            kwargs["seqpack_plan"] = plan_attention(
+                (text == 0).cumsum(-1).int(), causal=True, dtype=dtype, needs=needs, position_ids=text
+            )
         return args, kwargs
 
     return model.register_forward_pre_hook(plan_from_positions, with_kwargs=True)
 
 
-__all__ = ["IGNORED_KWARGS", "PACKED_IMPL", "attach_packed_attention", "layer_attention", "same_head_dim",
-           "packed_attention_forward", "register_packed_attention"]
+__all__ = [
+    "IGNORED_KWARGS",
+    "PACKED_IMPL",
+    "attach_packed_attention",
+    "layer_attention",
+    "same_head_dim",
+    "packed_attention_forward",
+    "register_packed_attention",
+]

@@ -55,8 +55,8 @@ class TargetHeadOutput:
 def next_token_targets(labels: torch.Tensor, *, ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, torch.Tensor]:
     """Flat positions (over B x T) whose next label is a target, and those targets.  # (N,), (N,)
 
-        >>> next_token_targets(torch.tensor([[-100, 5, 6, -100, 8]]))
-        (tensor([0, 1, 3]), tensor([5, 6, 8]))
+    >>> next_token_targets(torch.tensor([[-100, 5, 6, -100, 8]]))
+    (tensor([0, 1, 3]), tensor([5, 6, 8]))
     """
     nxt = torch.full_like(labels, ignore_index)
     nxt[:, :-1] = labels[:, 1:]
@@ -69,19 +69,28 @@ def _check_head(model: Any) -> torch.nn.Module:
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     kind = getattr(config, "model_type", None)
     if kind not in HEAD_AT_TARGETS:
-        raise ValueError(f"the head-at-targets loss takes {', '.join(HEAD_AT_TARGETS)} models (logits = lm_head(hidden)); "
-                         f"{type(model).__name__} is {kind!r}: use its own loss")
+        raise ValueError(
+            f"the head-at-targets loss takes {', '.join(HEAD_AT_TARGETS)} models (logits = lm_head(hidden)); "
+            f"{type(model).__name__} is {kind!r}: use its own loss"
+        )
     for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
         if getattr(config, name, None) not in (None, 1, 1.0):
-            raise ValueError(f"{type(model).__name__}'s config sets {name}; the head-at-targets loss assumes plain logits")
+            raise ValueError(
+                f"{type(model).__name__}'s config sets {name}; the head-at-targets loss assumes plain logits"
+            )
     head = model.get_output_embeddings()
     if head is None:
         raise ValueError(f"{type(model).__name__} has no output embeddings (lm_head)")
     return head  # type: ignore[no-any-return]
 
 
-def causal_lm_loss(model: Any, inputs: Mapping[str, Any], *, num_items_in_batch: int | torch.Tensor | None = None,
-                   ignore_index: int = IGNORE_INDEX) -> TargetHeadOutput:
+def causal_lm_loss(
+    model: Any,
+    inputs: Mapping[str, Any],
+    *,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    ignore_index: int = IGNORE_INDEX,
+) -> TargetHeadOutput:
     """The model's next-token loss with the head at the targets only (see the module).
 
     ``inputs``: the model's keywords plus ``labels`` (B, T); TRL's padding-free rows
@@ -129,8 +138,10 @@ def compile_blocks(model: Any, *, dynamic: bool = True) -> int:
     layers = getattr(inner, "layers", None)
     parts = ("input_layernorm", "mlp", "post_attention_layernorm")
     if layers is None or not all(hasattr(layer, p) for layer in layers for p in parts):
-        raise ValueError(f"compile_blocks takes Llama-style decoder layers (model.model.layers[i].{', .'.join(parts)}); "
-                         f"{type(model).__name__} has none")
+        raise ValueError(
+            f"compile_blocks takes Llama-style decoder layers (model.model.layers[i].{', .'.join(parts)}); "
+            f"{type(model).__name__} has none"
+        )
     mods = [getattr(layer, p) for layer in layers for p in parts]
     if isinstance(getattr(inner, "norm", None), torch.nn.Module):
         mods.append(inner.norm)
@@ -139,5 +150,11 @@ def compile_blocks(model: Any, *, dynamic: bool = True) -> int:
     return len(mods)
 
 
-__all__ = ["HEAD_AT_TARGETS", "TargetHeadOutput", "add_target_head", "causal_lm_loss", "compile_blocks",
-           "next_token_targets"]
+__all__ = [
+    "HEAD_AT_TARGETS",
+    "TargetHeadOutput",
+    "add_target_head",
+    "causal_lm_loss",
+    "compile_blocks",
+    "next_token_targets",
+]

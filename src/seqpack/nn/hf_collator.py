@@ -67,8 +67,11 @@ class PackedCollator:
                     out.pop(k)
         else:
             pos = batch.get("position_ids")
-            out = {"input_ids": batch["input_ids"].long(), "labels": labels,
-                   "position_ids": (position_ids(seg) if pos is None else pos).long()}
+            out = {
+                "input_ids": batch["input_ids"].long(),
+                "labels": labels,
+                "position_ids": (position_ids(seg) if pos is None else pos).long(),
+            }
         out["input_ids"] = out["input_ids"].long()
         out["position_ids"] = out["position_ids"].long()
         out["use_cache"] = False
@@ -80,14 +83,22 @@ class PackedCollator:
         derivable = {"position_ids", "num_sequences"} <= have
         missing = {"input_ids", "segment_ids"} - have - ({"segment_ids"} if derivable else set())
         if missing:
-            raise ValueError(f"rows lack {', '.join(sorted(missing))}: give items of seqpack.data.PackedDataset; under "
-                             "transformers' Trainer or TRL's SFTTrainer pass remove_unused_columns=False in its "
-                             "arguments, which otherwise drops the columns the model's forward does not name")
+            raise ValueError(
+                f"rows lack {', '.join(sorted(missing))}: give items of seqpack.data.PackedDataset; under "
+                "transformers' Trainer or TRL's SFTTrainer pass remove_unused_columns=False in its "
+                "arguments, which otherwise drops the columns the model's forward does not name"
+            )
         if "segment_ids" in have:
-            return {k: torch.stack([torch.as_tensor(r[k]) for r in rows])
-                    for k in ("input_ids", "segment_ids", "position_ids", "labels") if k in have}
-        cols = {k: np.stack([np.asarray(r[k]) for r in rows])
-                for k in ("input_ids", "position_ids", "num_sequences", "labels") if k in have}
+            return {
+                k: torch.stack([torch.as_tensor(r[k]) for r in rows])
+                for k in ("input_ids", "segment_ids", "position_ids", "labels")
+                if k in have
+            }
+        cols = {
+            k: np.stack([np.asarray(r[k]) for r in rows])
+            for k in ("input_ids", "position_ids", "num_sequences", "labels")
+            if k in have
+        }
         cols["segment_ids"] = segments(cols, np.int64, self.position_offset)  # (B, L)
         if "labels" not in cols:
             cols["labels"] = lm_labels(cols, np.int64, self.position_offset)  # (B, L)

@@ -67,8 +67,14 @@ def flat_inputs(batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], torc
     m = max_seqlen(seg)
     lengths = (cu[1:] - cu[:-1]).long()
     flat_seg = torch.repeat_interleave(torch.arange(1, lengths.numel() + 1, device=seg.device), lengths)[None]
-    inputs = {"input_ids": batch["input_ids"].reshape(-1)[keep][None], "position_ids": pos.reshape(-1)[keep][None],
-              "cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": m, "max_length_k": m}
+    inputs = {
+        "input_ids": batch["input_ids"].reshape(-1)[keep][None],
+        "position_ids": pos.reshape(-1)[keep][None],
+        "cu_seq_lens_q": cu,
+        "cu_seq_lens_k": cu,
+        "max_length_q": m,
+        "max_length_k": m,
+    }
     return inputs, flat_seg
 
 
@@ -96,20 +102,30 @@ def unflatten_tokens(flat: torch.Tensor, segment_ids: torch.Tensor) -> torch.Ten
 
 
 def varlen_attention_forward(
-    module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-    attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-    is_causal: bool | None = None, **kwargs: Any,
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers attention function: q ``(1, Hq, total, d)``, k/v ``(1, Hkv, total, d)`` ->
     ``(1, total, Hq, d)``; sequences given by ``cu_seq_lens_q``."""
     B, Hq, n, d = query.shape
     cu, m = kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q")
     if (cu is None or m is None) and _PACKED_CALL.get():
-        raise ValueError(f"{type(module).__name__} does not hand cu_seq_lens_q to its attention, so the padding-free "
-                         "layout would attend across documents; load the model with attn_implementation='sdpa' or 'eager'")
+        raise ValueError(
+            f"{type(module).__name__} does not hand cu_seq_lens_q to its attention, so the padding-free "
+            "layout would attend across documents; load the model with attn_implementation='sdpa' or 'eager'"
+        )
     if attention_mask is not None and _PACKED_CALL.get():  # transformers makes none for it: the model's own
-        raise ValueError(f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
-                         "dynamic mask), which the padding-free layout does not compute; run this model's rows unpacked")
+        raise ValueError(
+            f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
+            "dynamic mask), which the padding-free layout does not compute; run this model's rows unpacked"
+        )
     if cu is None or m is None:  # a plain batch: every row is one unpadded sequence (as flash_attention_2)
         cu, m = torch.arange(0, B * n + 1, n, device=query.device, dtype=torch.int32), n
     if dropout and module.training:
@@ -130,8 +146,10 @@ def varlen_attention_forward(
     half = query.dtype in (torch.float16, torch.bfloat16) or (query.is_cuda and torch.is_autocast_enabled("cuda"))
     fast = query.is_cuda and half and fn is not None
     if fast and layer.features() - {"window"}:
-        raise ValueError(f"{VARLEN_IMPL}'s kernel cannot compute this layer's {' and '.join(sorted(layer.features() - {'window'}))}; "
-                         "load the model with attn_implementation='seqpack_packed'")
+        raise ValueError(
+            f"{VARLEN_IMPL}'s kernel cannot compute this layer's {' and '.join(sorted(layer.features() - {'window'}))}; "
+            "load the model with attn_implementation='seqpack_packed'"
+        )
     gqa = key.shape[1] != Hq
     dv = value.shape[-1]
     if dv != d:  # multi-head latent attention: zero value columns to the query width (exact), cut after
@@ -157,8 +175,9 @@ def varlen_attention_forward(
     return out.to(query.dtype).view(B, n, Hq, d)[..., :dv], None
 
 
-def _layer_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, causal: bool, scale: float,
-                     layer: Any) -> torch.Tensor:
+def _layer_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, causal: bool, scale: float, layer: Any
+) -> torch.Tensor:
     """Each run (one document, positions from 0) through the reference attention with the layer's
     window, chunk, cap and sinks.  # (total, H, d) -> (total, H, d)"""
     from seqpack.nn.attention.base import band, reference_attention
@@ -174,5 +193,14 @@ def _layer_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torc
     return torch.cat(outs) if outs else q.new_zeros(q.shape)
 
 
-__all__ = ["PADDING_FREE", "VARLEN_IMPL", "flat_inputs", "flatten", "packed_call", "register_varlen_attention",
-           "unflatten_slots", "unflatten_tokens", "varlen_attention_forward"]
+__all__ = [
+    "PADDING_FREE",
+    "VARLEN_IMPL",
+    "flat_inputs",
+    "flatten",
+    "packed_call",
+    "register_varlen_attention",
+    "unflatten_slots",
+    "unflatten_tokens",
+    "varlen_attention_forward",
+]

@@ -98,8 +98,10 @@ def _mixer_refusal(model: Any, config: Any) -> str | None:
     name = type(getattr(model, "_orig_mod", model)).__name__
     other = sorted({k for k in _layer_kinds(config) if k not in ATTENTION_LAYERS | POINTWISE_LAYERS})
     if other:
-        return (f"{name} has {', '.join(other)} layers, which seqpack cannot compute packed (a layer that is not "
-                "attention carries state from one document into the next): run its rows unpacked (one sequence per row)")
+        return (
+            f"{name} has {', '.join(other)} layers, which seqpack cannot compute packed (a layer that is not "
+            "attention carries state from one document into the next): run its rows unpacked (one sequence per row)"
+        )
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
     decoder = decoder if isinstance(decoder, torch.nn.Module) else model
     for mname, module in decoder.named_modules():
@@ -108,8 +110,10 @@ def _mixer_refusal(model: Any, config: Any) -> str | None:
             owner = mname.rsplit(".", 1)[0] if "." in mname else mname
             kind = type(decoder.get_submodule(owner)).__name__ if owner else type(module).__name__
             what = "a convolution over the sequence" if isinstance(module, torch.nn.Conv1d) else "a recurrent state"
-            return (f"{name}'s {kind} layers ({what}) carry state from one packed document into the next; seqpack "
-                    "cannot tell them where documents start: run its rows unpacked (one sequence per row)")
+            return (
+                f"{name}'s {kind} layers ({what}) carry state from one packed document into the next; seqpack "
+                "cannot tell them where documents start: run its rows unpacked (one sequence per row)"
+            )
     return None
 
 
@@ -122,17 +126,23 @@ def _attention_refusal(model: Any, config: Any) -> str | None:
     name = type(model).__name__
     for key in COMPUTED_MASK_KEYS:
         if getattr(config, key, None) is not None:
-            return (f"{name}'s attention adds a mask of its own making ({key}: chosen over the whole row), which "
-                    "seqpack cannot keep inside each document: run its rows unpacked")
+            return (
+                f"{name}'s attention adds a mask of its own making ({key}: chosen over the whole row), which "
+                "seqpack cannot keep inside each document: run its rows unpacked"
+            )
     if not getattr(model, "_supports_attention_backend", False):
-        return (f"{name} does not run its attention through transformers' attention interface, so seqpack cannot "
-                "give it packed attention or masks: run its rows unpacked")
+        return (
+            f"{name} does not run its attention through transformers' attention interface, so seqpack cannot "
+            "give it packed attention or masks: run its rows unpacked"
+        )
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
     decoder = decoder if isinstance(decoder, torch.nn.Module) else model
     for module in decoder.modules():
         if getattr(module, "is_causal", None) is False and "Attention" in type(module).__name__:
-            return (f"{name}'s {type(module).__name__} is bidirectional (is_decoder is off in its config?): packed causal "
-                    "rows need causal attention")
+            return (
+                f"{name}'s {type(module).__name__} is bidirectional (is_decoder is off in its config?): packed causal "
+                "rows need causal attention"
+            )
     return None
 
 
@@ -142,11 +152,11 @@ _SUPPORT: weakref.WeakKeyDictionary[Any, tuple[int, Support]] = weakref.WeakKeyD
 def packing_support(model: Any) -> Support:
     """See the module.
 
-        >>> import transformers
-        >>> cfg = transformers.MistralConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        ...                                  num_attention_heads=2, num_key_value_heads=1, sliding_window=4)
-        >>> packing_support(transformers.MistralForCausalLM(cfg))
-        Support(needs=frozenset({'window'}), refusal=None)
+    >>> import transformers
+    >>> cfg = transformers.MistralConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    ...                                  num_attention_heads=2, num_key_value_heads=1, sliding_window=4)
+    >>> packing_support(transformers.MistralForCausalLM(cfg))
+    Support(needs=frozenset({'window'}), refusal=None)
     """
     config = text_config(model)
     inner = getattr(model, "_orig_mod", model)
@@ -157,8 +167,10 @@ def packing_support(model: Any) -> Support:
         return cached[1]
     refusal = _mixer_refusal(inner, config) or _attention_refusal(inner, config)
     if refusal is None and "position_ids" not in inspect.signature(inner.forward).parameters:
-        refusal = (f"{type(inner).__name__}'s forward takes no position_ids, so positions cannot restart at each packed "
-                   "document: run its rows unpacked")
+        refusal = (
+            f"{type(inner).__name__}'s forward takes no position_ids, so positions cannot restart at each packed "
+            "document: run its rows unpacked"
+        )
     support = Support(needs=_needs(inner, config), refusal=refusal)
     _SUPPORT[inner] = (key, support)
     return support
@@ -172,4 +184,15 @@ def check_packable(model: Any) -> Support:
     return support
 
 
-__all__ = ["ATTENTION_LAYERS", "COMPUTED_MASK_KEYS", "POINTWISE_LAYERS", "STATE_PARAMETERS", "builds_sliding_masks", "config_window", "Support", "check_packable", "packing_support", "text_config"]
+__all__ = [
+    "ATTENTION_LAYERS",
+    "COMPUTED_MASK_KEYS",
+    "POINTWISE_LAYERS",
+    "STATE_PARAMETERS",
+    "builds_sliding_masks",
+    "config_window",
+    "Support",
+    "check_packable",
+    "packing_support",
+    "text_config",
+]

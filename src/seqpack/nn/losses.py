@@ -40,9 +40,7 @@ def _check_same(a: torch.Tensor, an: str, b: torch.Tensor, bn: str, dims: int) -
         raise ValueError(f"{an} {tuple(a.shape)} and {bn} {tuple(b.shape)} must agree in their first {dims} dims")
 
 
-def _binned(
-    losses: torch.Tensor, slots: torch.Tensor, num_slots: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _binned(losses: torch.Tensor, slots: torch.Tensor, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum and count of ``losses`` (N,) per slot id (N,) -> two ``(num_slots,)`` tensors."""
     total = losses.new_zeros(num_slots).index_add(0, slots, losses)
     count = torch.bincount(slots, minlength=num_slots).to(losses.dtype)
@@ -75,7 +73,11 @@ def sequence_token_losses(
 
 
 def _gathered_token_losses(
-    logits: torch.Tensor, labels: torch.Tensor, segment_ids: torch.Tensor, k: int, max_depth: int | None,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    segment_ids: torch.Tensor,
+    k: int,
+    max_depth: int | None,
     where: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`sequence_token_losses` from the logits gathered at the N targets (few of them)."""
@@ -155,7 +157,9 @@ def token_loss(
         _check_same(logits, "logits", labels, "labels", 2)
         if shift:
             logits, labels = logits[:, :-1], labels[:, 1:]
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX
+        )
     per, present = sequence_token_losses(logits, labels, segment_ids, shift=shift)
     return mean_over(per, present)
 
@@ -194,7 +198,9 @@ def slot_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torc
     """Classification / NSP over slots: ``logits`` (B, D, C), ``labels`` (B, D) with -100 in
     empty slots. Returns ``(mean loss over real slots, per-slot loss (B, D))``."""
     if logits.ndim != 3 or labels.shape != logits.shape[:2]:
-        raise ValueError(f"logits must be (B, D, C) and labels (B, D); got {tuple(logits.shape)} and {tuple(labels.shape)}")
+        raise ValueError(
+            f"logits must be (B, D, C) and labels (B, D); got {tuple(logits.shape)} and {tuple(labels.shape)}"
+        )
     per = F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none")
     return mean_over(per, labels != IGNORE_INDEX), per
 
@@ -204,7 +210,9 @@ def multilabel_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.
     slots. Mean over real sequences x labels; also returns the per-slot mean (B, D), 0 in
     empty slots."""
     if logits.shape != targets.shape or logits.ndim != 3:
-        raise ValueError(f"logits and targets must both be (B, D, C); got {tuple(logits.shape)} and {tuple(targets.shape)}")
+        raise ValueError(
+            f"logits and targets must both be (B, D, C); got {tuple(logits.shape)} and {tuple(targets.shape)}"
+        )
     present = (targets != IGNORE_INDEX).all(dim=-1)  # (B, D)
     t = torch.where(present[..., None], targets, torch.zeros_like(targets)).float()
     bce = F.binary_cross_entropy_with_logits(logits.float(), t, reduction="none").mean(dim=-1)  # (B, D)

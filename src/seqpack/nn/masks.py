@@ -58,9 +58,7 @@ def check_segment_ids(segment_ids: torch.Tensor, *, name: str = "segment_ids") -
     if bool(bad.any()):
         b, t = (int(v) for v in bad.nonzero()[0])
         what = f"starts at {int(s[b, 0])}" if t == 0 else f"goes from {int(s[b, t - 1])} to {int(s[b, t])}"
-        raise ValueError(
-            f"{name} row {b} is not contiguous runs 1..k followed by 0s: position {t} {what}"
-        )
+        raise ValueError(f"{name} row {b} is not contiguous runs 1..k followed by 0s: position {t} {what}")
 
 
 def position_ids(segment_ids: torch.Tensor, *, start: int = 0) -> torch.Tensor:
@@ -76,7 +74,10 @@ def position_ids(segment_ids: torch.Tensor, *, start: int = 0) -> torch.Tensor:
 
 
 def attention_mask(
-    segment_ids: torch.Tensor, *, causal: bool = False, dtype: torch.dtype = torch.bool,
+    segment_ids: torch.Tensor,
+    *,
+    causal: bool = False,
+    dtype: torch.dtype = torch.bool,
     branch_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``(B, 1, T, T)`` mask: query ``i`` may see key ``j`` iff both share a non-zero segment
@@ -290,9 +291,16 @@ def sequence_starts(segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Te
     return starts, present
 
 
-def block_mask(segment_ids: torch.Tensor, *, causal: bool = False, block_size: int = 128,
-               branch_ids: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-               window: int | None = None, chunk: int | None = None) -> Any:
+def block_mask(
+    segment_ids: torch.Tensor,
+    *,
+    causal: bool = False,
+    block_size: int = 128,
+    branch_ids: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
+    window: int | None = None,
+    chunk: int | None = None,
+) -> Any:
     """A FlexAttention ``BlockMask`` for the packed rows (blocks with no allowed pair are skipped);
     ``branch_ids`` as in `attention_mask` (a shared prefix: the blocks where one response
     would see the other are skipped too); ``window`` / ``chunk`` (with the tokens' document

@@ -89,8 +89,9 @@ class Lamb(torch.optim.Optimizer):
         for i, b in enumerate(betas):
             if not 0.0 <= b < 1.0:
                 raise ValueError(f"betas[{i}] must be in [0, 1), got {b}")
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        bias_correction=bias_correction, max_trust=max_trust)
+        defaults = dict(
+            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction, max_trust=max_trust
+        )
         super().__init__(params, defaults)
 
     @torch.no_grad()
@@ -121,7 +122,9 @@ class Lamb(torch.optim.Optimizer):
                     update.add_(p, alpha=group["weight_decay"])
                 w_norm, u_norm = p.norm(), update.norm()
                 trust = torch.where(
-                    (w_norm > 0) & (u_norm > 0), (w_norm / u_norm).clamp(max=group["max_trust"]), torch.ones_like(w_norm)
+                    (w_norm > 0) & (u_norm > 0),
+                    (w_norm / u_norm).clamp(max=group["max_trust"]),
+                    torch.ones_like(w_norm),
                 )
                 p.add_(update * trust, alpha=-group["lr"])
         return loss

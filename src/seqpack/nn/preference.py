@@ -45,7 +45,8 @@ def predictor_index(segment_ids: torch.Tensor, branch_ids: torch.Tensor) -> torc
     t = torch.arange(T, device=segment_ids.device).expand(B, T)
     prev_ok = torch.zeros_like(segment_ids, dtype=torch.bool)
     prev_ok[:, 1:] = (segment_ids[:, 1:] == segment_ids[:, :-1]) & (
-        (branch_ids[:, :-1] == 0) | (branch_ids[:, :-1] == branch_ids[:, 1:]))
+        (branch_ids[:, :-1] == 0) | (branch_ids[:, :-1] == branch_ids[:, 1:])
+    )
     prompt = (branch_ids == 0) & (segment_ids > 0)
     upto = torch.where(prompt, t, torch.full_like(t, -1)).cummax(dim=1).values  # last prompt token at or before t
     before = torch.cat([torch.full_like(upto[:, :1], -1), upto[:, :-1]], dim=1)  # ... strictly before t
@@ -106,12 +107,14 @@ def response_logps(
     ones = torch.ones_like(token)
     present = torch.zeros(B * D, dtype=torch.bool, device=labels.device)
     present[slot] = True
-    return ResponseLogps(total(token, CHOSEN), total(token, REJECTED), total(ones, CHOSEN), total(ones, REJECTED),
-                         present.view(B, D))
+    return ResponseLogps(
+        total(token, CHOSEN), total(token, REJECTED), total(ones, CHOSEN), total(ones, REJECTED), present.view(B, D)
+    )
 
 
-def response_ends(labels: torch.Tensor, segment_ids: torch.Tensor, branch_ids: torch.Tensor, *,
-                  depth: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def response_ends(
+    labels: torch.Tensor, segment_ids: torch.Tensor, branch_ids: torch.Tensor, *, depth: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Column of each response's last token, ``(chosen, rejected)`` each (B, D) (0 in empty slots):
     where a reward model reads its score, as a sequence classifier reads its last token."""
     D = _slots(segment_ids, depth)
@@ -158,21 +161,28 @@ class PreferenceLoss:
         """The loss trains a scalar score (a reward model), not the LM's log-probabilities."""
         return self.kind == "bt"
 
-    def __call__(self, policy: ResponseLogps, reference: tuple[torch.Tensor, torch.Tensor] | None = None,
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __call__(
+        self,
+        policy: ResponseLogps,
+        reference: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(loss, chosen_rewards, rejected_rewards)``, each (B, D), for the log-prob losses."""
         b, ls = self.beta, self.label_smoothing
         if self.needs_reference:
             if reference is None:
-                raise ValueError(f"the {self.kind} loss needs the reference model's log-probabilities "
-                                 "(ref_chosen_logps / ref_rejected_logps)")
+                raise ValueError(
+                    f"the {self.kind} loss needs the reference model's log-probabilities "
+                    "(ref_chosen_logps / ref_rejected_logps)"
+                )
             rc, rr = (r.to(policy.chosen.dtype) for r in reference)
             chosen_ratio, rejected_ratio = policy.chosen - rc, policy.rejected - rr
             if self.kind == "sigmoid":
                 d = b * (chosen_ratio - rejected_ratio)
                 loss = -(1 - ls) * F.logsigmoid(d) - ls * F.logsigmoid(-d)
             else:  # ipo, on per-token log-ratios (TRL's normalisation)
-                d = chosen_ratio / policy.chosen_tokens.clamp(min=1) - rejected_ratio / policy.rejected_tokens.clamp(min=1)
+                d = chosen_ratio / policy.chosen_tokens.clamp(min=1) - rejected_ratio / policy.rejected_tokens.clamp(
+                    min=1
+                )
                 loss = (d - 1 / (2 * b)) ** 2
             return loss, b * chosen_ratio.detach(), b * rejected_ratio.detach()
         mc, mr = policy.chosen_mean, policy.rejected_mean

@@ -44,7 +44,9 @@ class RowCost:
             raise ValueError("RowCost coefficients must be >= 0")
 
     @classmethod
-    def from_flops(cls, *, hidden: int, layers: int, ffn: int | None = None, vocab: int = 0, causal: bool = True) -> RowCost:
+    def from_flops(
+        cls, *, hidden: int, layers: int, ffn: int | None = None, vocab: int = 0, causal: bool = True
+    ) -> RowCost:
         """Training FLOPs (forward + backward = 3x forward) of a transformer.
 
         Per token: 2 FLOPs per weight of the layers (4h^2 attention projections, 2 h ffn MLP) and of
@@ -62,8 +64,11 @@ class RowCost:
 
     def of(self, tokens: np.ndarray, squares: np.ndarray, sequences: np.ndarray) -> np.ndarray:
         """Costs of rows given their three statistics.  # (P,)"""
-        return (self.per_token * np.asarray(tokens, np.float64) + self.per_square * np.asarray(squares, np.float64)
-                + self.per_sequence * np.asarray(sequences, np.float64))
+        return (
+            self.per_token * np.asarray(tokens, np.float64)
+            + self.per_square * np.asarray(squares, np.float64)
+            + self.per_sequence * np.asarray(sequences, np.float64)
+        )
 
     def to_dict(self) -> dict[str, float]:
         return {"per_token": self.per_token, "per_square": self.per_square, "per_sequence": self.per_sequence}
@@ -85,14 +90,21 @@ def load_row_cost(path: str | os.PathLike[str]) -> RowCost:
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"--cost {path}: cannot read a cost file ({e}); write one with seqpack bench --calibrate --out FILE") from e
+        raise ValueError(
+            f"--cost {path}: cannot read a cost file ({e}); write one with seqpack bench --calibrate --out FILE"
+        ) from e
     if not isinstance(doc, dict) or doc.get("format") != COST_FORMAT:
         raise ValueError(f"--cost {path}: not a seqpack cost file; write one with seqpack bench --calibrate --out FILE")
-    return RowCost(per_token=float(doc["per_token"]), per_square=float(doc["per_square"]),
-                   per_sequence=float(doc.get("per_sequence", 0.0)))
+    return RowCost(
+        per_token=float(doc["per_token"]),
+        per_square=float(doc["per_square"]),
+        per_sequence=float(doc.get("per_sequence", 0.0)),
+    )
 
 
-def fit_row_cost(tokens: np.ndarray, squares: np.ndarray, sequences: np.ndarray, seconds: np.ndarray) -> tuple[RowCost, dict[str, float]]:
+def fit_row_cost(
+    tokens: np.ndarray, squares: np.ndarray, sequences: np.ndarray, seconds: np.ndarray
+) -> tuple[RowCost, dict[str, float]]:
     """The `RowCost` (coefficients >= 0) that best predicts measured row times, least squares on
     the *relative* error (rows of every size count alike), and how well it fits.
 
@@ -123,7 +135,11 @@ def fit_row_cost(tokens: np.ndarray, squares: np.ndarray, sequences: np.ndarray,
     coef = best[1]
     rel = (X @ coef - y) / y
     cost = RowCost(per_token=float(coef[0]), per_square=float(coef[1]), per_sequence=float(coef[2]))
-    return cost, {"rows": int(len(y)), "rms_rel_error": float(np.sqrt((rel**2).mean())), "max_rel_error": float(np.abs(rel).max())}
+    return cost, {
+        "rows": int(len(y)),
+        "rms_rel_error": float(np.sqrt((rel**2).mean())),
+        "max_rel_error": float(np.abs(rel).max()),
+    }
 
 
 def pack_costs(lengths: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray, cost: RowCost) -> np.ndarray:
@@ -151,8 +167,10 @@ def _check(world: int, micro_batch: int, packs: int | None = None) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
     if packs and world * micro_batch > packs:  # (no packs: no steps, nothing made)
-        raise ValueError(f"{world:,} ranks x {micro_batch:,} packs a step is more than the {packs:,} packs there are: "
-                         "no step could be filled; lower --world-size or --micro-batch")
+        raise ValueError(
+            f"{world:,} ranks x {micro_batch:,} packs a step is more than the {packs:,} packs there are: "
+            "no step could be filled; lower --world-size or --micro-batch"
+        )
 
 
 def _deal(costs: np.ndarray, packs: np.ndarray, world: int, micro_batch: int) -> np.ndarray:
@@ -253,19 +271,28 @@ class ScheduleOptions:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
 
 
-def packing_schedule(lengths: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray,
-                     options: ScheduleOptions) -> tuple[np.ndarray, dict[str, Any]]:
+def packing_schedule(
+    lengths: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray, options: ScheduleOptions
+) -> tuple[np.ndarray, dict[str, Any]]:
     """Balanced steps of a packing, ``(steps, world, micro_batch)`` pack indices (-1: an empty
     slot of a last, partial step), and what a manifest records of them."""
     costs = pack_costs(lengths, pack_offsets, sequence_index, options.cost)
     steps, report = balance_report(costs, world=options.world_size, micro_batch=options.micro_batch, seed=options.seed)
-    info = {"world_size": options.world_size, "micro_batch": options.micro_batch, "seed": options.seed,
-            "steps": int(steps.shape[0]), "full_steps": int((steps >= 0).all(axis=(1, 2)).sum()),
-            "cost": options.cost.to_dict(), **report}
+    info = {
+        "world_size": options.world_size,
+        "micro_batch": options.micro_batch,
+        "seed": options.seed,
+        "steps": int(steps.shape[0]),
+        "full_steps": int((steps >= 0).all(axis=(1, 2)).sum()),
+        "cost": options.cost.to_dict(),
+        **report,
+    }
     return steps, info
 
 
-def balance_report(costs: np.ndarray, *, world: int, micro_batch: int = 1, seed: int = 0) -> tuple[np.ndarray, dict[str, float]]:
+def balance_report(
+    costs: np.ndarray, *, world: int, micro_batch: int = 1, seed: int = 0
+) -> tuple[np.ndarray, dict[str, float]]:
     """Balanced steps of ``costs`` and how they compare with a shuffled epoch (what ``plan``, ``pack``
     and ``train`` report): ``imbalance_sequential``, ``imbalance_balanced``, ``step_time_saving``.
 
@@ -275,8 +302,11 @@ def balance_report(costs: np.ndarray, *, world: int, micro_batch: int = 1, seed:
     """
     steps = balanced_steps(costs, world=world, micro_batch=micro_batch, seed=seed)
     seq = sequential_steps(len(costs), world=world, micro_batch=micro_batch, seed=seed)
-    return steps, {"imbalance_sequential": imbalance(costs, seq), "imbalance_balanced": imbalance(costs, steps),
-                   "step_time_saving": step_time_saving(costs, seq, steps)}
+    return steps, {
+        "imbalance_sequential": imbalance(costs, seq),
+        "imbalance_balanced": imbalance(costs, steps),
+        "step_time_saving": step_time_saving(costs, seq, steps),
+    }
 
 
 def step_time_saving(costs: np.ndarray, before: np.ndarray, after: np.ndarray) -> float:
@@ -285,5 +315,21 @@ def step_time_saving(costs: np.ndarray, before: np.ndarray, after: np.ndarray) -
     return float(1.0 - t1 / t0) if t0 > 0 else 0.0
 
 
-__all__ = ["COST_FORMAT", "DEFAULT_HIDDEN", "RowCost", "ScheduleOptions", "balance_report", "balanced_steps", "packing_schedule", "fit_row_cost", "load_row_cost", "greedy_batch_steps", "imbalance", "pack_costs", "plan_costs", "rank_costs",
-           "sequential_steps", "step_time_saving"]
+__all__ = [
+    "COST_FORMAT",
+    "DEFAULT_HIDDEN",
+    "RowCost",
+    "ScheduleOptions",
+    "balance_report",
+    "balanced_steps",
+    "packing_schedule",
+    "fit_row_cost",
+    "load_row_cost",
+    "greedy_batch_steps",
+    "imbalance",
+    "pack_costs",
+    "plan_costs",
+    "rank_costs",
+    "sequential_steps",
+    "step_time_saving",
+]

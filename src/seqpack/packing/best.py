@@ -60,8 +60,9 @@ def fill_templates(templates: Packs, hist: np.ndarray) -> tuple[Packs, np.ndarra
     slots = [s for strategy, _ in templates for s in strategy]
     starts = np.cumsum([0, *(len(strategy) for strategy, _ in templates)])
     counts = [int(c) for _, c in templates]
-    packs, need = native(np.asarray(slots, dtype=np.int64), starts, np.asarray(counts, dtype=np.int64),
-                         np.asarray(hist, dtype=np.int64))
+    packs, need = native(
+        np.asarray(slots, dtype=np.int64), starts, np.asarray(counts, dtype=np.int64), np.asarray(hist, dtype=np.int64)
+    )
     return packs, need
 
 
@@ -141,10 +142,20 @@ def counting_bound(hist: np.ndarray, max_len: int, max_depth: int | None = None)
     return max(by_volume, -(-count // max_depth)) if max_depth else by_volume
 
 
-def _greedy(candidates: dict[str, Packs], sizes: dict[str, int], bound: int, why: str) -> tuple[Packs, dict[str, object]]:
+def _greedy(
+    candidates: dict[str, Packs], sizes: dict[str, int], bound: int, why: str
+) -> tuple[Packs, dict[str, object]]:
     winner = min(sizes, key=lambda k: (sizes[k], k != "lpfhp"))
-    return candidates[winner], {"lp_value": None, "lp_optimal": None, "lp_bound": float(bound), "lp_iterations": 0,
-                                "lp_seconds": 0.0, "lp_stop": why, "chosen": winner, "candidates": sizes}
+    return candidates[winner], {
+        "lp_value": None,
+        "lp_optimal": None,
+        "lp_bound": float(bound),
+        "lp_iterations": 0,
+        "lp_seconds": 0.0,
+        "lp_stop": why,
+        "chosen": winner,
+        "candidates": sizes,
+    }
 
 
 #: ``best`` gives the LP at most this many rounds per pack it could still gain (the greedy plan's
@@ -196,18 +207,34 @@ def best_packs(
     if rounds < 1:
         return _greedy(candidates, sizes, bound, "gain too small for an LP round")
     lower = None
-    with progress_bar(lines=PROGRESS_LINES, delay=PROGRESS_DELAY, total=rounds, desc=f"plan: best, {fewest:,} greedy packs",
-                      unit="LP round", leave=False) as bar:
+    with progress_bar(
+        lines=PROGRESS_LINES,
+        delay=PROGRESS_DELAY,
+        total=rounds,
+        desc=f"plan: best, {fewest:,} greedy packs",
+        unit="LP round",
+        leave=False,
+    ) as bar:
+
         def on_round(value: float, bound: float) -> None:
             bar.set_postfix(LP=f"{value:,.1f}", bound=f"{bound:,.1f}", refresh=False)
             bar.update(1)
 
         if max_depth is not None and max_depth > 3:  # the unlimited LP is fast and bounds this one
             free = lpfhp_packs(hist, max_len, None)
-            lower = solve_lp(hist, max_len, None, start=[s for s, _ in free], time_limit=time_limit,
-                             max_rounds=rounds).bound  # a proven lower bound, also when stopped early
-        lp = solve_lp(hist, max_len, max_depth, start=[s for s, _ in greedy], time_limit=time_limit, lower=lower,
-                      max_rounds=rounds, on_round=on_round)
+            lower = solve_lp(
+                hist, max_len, None, start=[s for s, _ in free], time_limit=time_limit, max_rounds=rounds
+            ).bound  # a proven lower bound, also when stopped early
+        lp = solve_lp(
+            hist,
+            max_len,
+            max_depth,
+            start=[s for s, _ in greedy],
+            time_limit=time_limit,
+            lower=lower,
+            max_rounds=rounds,
+            on_round=on_round,
+        )
     candidates["lp"] = round_lp(lp, hist, max_len, max_depth)
     sizes["lp"] = sum(c for _, c in candidates["lp"])
     winner = min(sizes, key=lambda k: (sizes[k], k != "lp"))

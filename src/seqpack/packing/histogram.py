@@ -54,8 +54,10 @@ def check_max_len_for(max_len: int, tokens: int) -> int:
     """
     max_len = check_max_len(max_len)
     if max_len > FREE_MAX_LEN and max_len > tokens:
-        raise ValueError(f"--max-len {max_len:,} is more than the {tokens:,} tokens of the whole input (rows would be "
-                         f"mostly padding, and memory would grow with --max-len); pass --max-len {max(tokens, 1):,} or less")
+        raise ValueError(
+            f"--max-len {max_len:,} is more than the {tokens:,} tokens of the whole input (rows would be "
+            f"mostly padding, and memory would grow with --max-len); pass --max-len {max(tokens, 1):,} or less"
+        )
     return max_len
 
 

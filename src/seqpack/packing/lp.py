@@ -296,8 +296,11 @@ def solve_lp(
             on_round(value, best_lb)
         if np.ceil(best_lb - 1e-6) >= np.ceil(value - 1e-6):
             stop = "bound"
-        elif (len(values) > STALL_ROUNDS and values[-STALL_ROUNDS - 1] - value < STALL_PACKS
-              and best_lb - bounds[-STALL_ROUNDS - 1] < STALL_PACKS):
+        elif (
+            len(values) > STALL_ROUNDS
+            and values[-STALL_ROUNDS - 1] - value < STALL_PACKS
+            and best_lb - bounds[-STALL_ROUNDS - 1] < STALL_PACKS
+        ):
             stop = "stalled"
         elif work >= work_limit:
             stop = "work"

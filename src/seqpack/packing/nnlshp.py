@@ -76,9 +76,7 @@ def nnlshp_packs(hist: np.ndarray, max_len: int, depth: int = 3) -> list[tuple[t
     return packs
 
 
-def remove_surplus(
-    packs: list[tuple[tuple[int, ...], int]], surplus: np.ndarray
-) -> list[tuple[tuple[int, ...], int]]:
+def remove_surplus(packs: list[tuple[tuple[int, ...], int]], surplus: np.ndarray) -> list[tuple[tuple[int, ...], int]]:
     """Take ``surplus[l - 1]`` sequences of length ``l`` out of the packs (emptied packs vanish).
 
     Removes from the fullest packs first, so the gaps left are the ones most likely to stay

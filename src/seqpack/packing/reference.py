@@ -25,7 +25,9 @@ def _fit(lengths: Sequence[int], max_len: int, max_depth: int | None, *, worst: 
     i = 0
     while i < len(order):
         length = order[i]
-        fits = [j for j, p in enumerate(packs) if max_len - sum(p) >= length and (max_depth is None or len(p) < max_depth)]
+        fits = [
+            j for j, p in enumerate(packs) if max_len - sum(p) >= length and (max_depth is None or len(p) < max_depth)
+        ]
         if not fits:
             if worst:  # the paper's SPFHP opens one pack per remaining sequence of this length
                 n = order.count(length) - order[:i].count(length)

@@ -12,8 +12,12 @@ from seqpack.packing.plan_types import PackingPlan
 COMPARE_DEPTHS: tuple[int | None, ...] = (1, 2, 3, 4, 8, 16, None)
 
 
-def compare_plans(hist: np.ndarray, max_len: int, depths: Sequence[int | None] = COMPARE_DEPTHS,
-                  algorithms: Sequence[str] = ("spfhp", "lpfhp", "nnlshp", "best")) -> list[PackingPlan]:
+def compare_plans(
+    hist: np.ndarray,
+    max_len: int,
+    depths: Sequence[int | None] = COMPARE_DEPTHS,
+    algorithms: Sequence[str] = ("spfhp", "lpfhp", "nnlshp", "best"),
+) -> list[PackingPlan]:
     """Every algorithm at each depth (nnlshp only up to depth 3); a refusal becomes a warning."""
     import warnings
 

@@ -55,7 +55,9 @@ class StreamPacker:
         """Buffer one sequence (key defaults to its position in the stream); return finished packs."""
         length = int(length)
         if not 1 <= length <= self.max_len:
-            raise ValueError(f"sequence length {length} is outside 1..max_len={self.max_len}; pass --overflow truncate|split|drop")
+            raise ValueError(
+                f"sequence length {length} is outside 1..max_len={self.max_len}; pass --overflow truncate|split|drop"
+            )
         self._keys.append(self._count if key is None else key)
         self._lengths.append(length)
         self._count += 1

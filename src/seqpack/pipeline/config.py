@@ -1,7 +1,7 @@
 """The pack job's options: what to pack (`PackConfig`) and how to write it (`OutputOptions`).
 
-    cfg = PackConfig.for_task("clm", max_len=512)                # task options by name
-    out = OutputOptions(shard_packs=4096, export_bin=True)
+cfg = PackConfig.for_task("clm", max_len=512)                # task options by name
+out = OutputOptions(shard_packs=4096, export_bin=True)
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ class PackConfig:
     max_depth: int | None = None
     seed: int = 0
     position_offset: int = 0
-    context_parallel: int = 1  # C > 1: plan each sequence's length rounded up to a multiple of 2C (rows that split per document)
+    context_parallel: int = (
+        1  # C > 1: plan each sequence's length rounded up to a multiple of 2C (rows that split per document)
+    )
     options: Any = None
 
     def __post_init__(self) -> None:
@@ -55,12 +57,16 @@ class PackConfig:
         if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
             raise ValueError(f"context_parallel must be an int >= 1, got {cp!r}")
         if self.max_len % (2 * cp) and cp > 1:
-            raise ValueError(f"--context-parallel {cp} splits each row into 2C = {2 * cp} chunks per document: pass a "
-                             f"--max-len divisible by {2 * cp} (e.g. {self.max_len - self.max_len % (2 * cp)})")
+            raise ValueError(
+                f"--context-parallel {cp} splits each row into 2C = {2 * cp} chunks per document: pass a "
+                f"--max-len divisible by {2 * cp} (e.g. {self.max_len - self.max_len % (2 * cp)})"
+            )
         if self.options is None:
             object.__setattr__(self, "options", t.options())
         elif not isinstance(self.options, t.options_type):
-            raise TypeError(f"task {self.task} takes {t.options_type.__name__} options, got {type(self.options).__name__}")
+            raise TypeError(
+                f"task {self.task} takes {t.options_type.__name__} options, got {type(self.options).__name__}"
+            )
 
     @classmethod
     def for_task(cls, task: str, **kw: Any) -> PackConfig:
@@ -83,9 +89,15 @@ class PackConfig:
         tokens = int(np.asarray(packing.lengths, dtype=np.int64).sum())
         planned = int(round_up(packing.lengths, self.round_to).sum())
         slots = packing.num_packs * self.max_len
-        return {"num_tokens": tokens, "efficiency": tokens / slots if slots else 0.0,
-                "context_parallel": {"size": cp, "padding_tokens": planned - tokens,
-                                     "padding_fraction": (planned - tokens) / planned if planned else 0.0}}
+        return {
+            "num_tokens": tokens,
+            "efficiency": tokens / slots if slots else 0.0,
+            "context_parallel": {
+                "size": cp,
+                "padding_tokens": planned - tokens,
+                "padding_fraction": (planned - tokens) / planned if planned else 0.0,
+            },
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The config as the manifest records it (the options' class named; ``context_parallel`` only
@@ -117,7 +129,9 @@ class OutputOptions:
     shard_packs: int | None = None
     row_group_packs: int | None = None
     schedule: ScheduleOptions | None = None  # also group the packs into balanced data-parallel steps (schedule.npy)
-    write_derived: bool = False  # also store the task's derived columns (segment_ids; clm's labels) in the Parquet parts
+    write_derived: bool = (
+        False  # also store the task's derived columns (segment_ids; clm's labels) in the Parquet parts
+    )
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSION:

@@ -40,8 +40,10 @@ class LocalEngine:
             raise ValueError(f"stages must be >= 1, got {stages}")
         cores = default_workers()
         if stages > max(cores, 2):  # each stage in flight holds a shard: memory grows with stages, speed with cores
-            raise ValueError(f"--stages {stages}: more stages than this machine's {cores} core(s) add no speed and "
-                             f"hold one shard each in memory; pass --stages {max(cores, 2)} or less")
+            raise ValueError(
+                f"--stages {stages}: more stages than this machine's {cores} core(s) add no speed and "
+                f"hold one shard each in memory; pass --stages {max(cores, 2)} or less"
+            )
         self.stages = stages
 
     def map(self, fn: Callable[..., Any], items: Iterable[tuple[Any, ...]]) -> Iterator[Any]:
@@ -85,7 +87,9 @@ class RayEngine:
                     ray.init(num_cpus=num_cpus, log_to_driver=False, include_dashboard=False)
             except Exception as e:  # ConnectionError, TimeoutError, ray's own
                 where = f"Ray cluster at {address}" if address else "a local Ray instance"
-                raise ValueError(f"cannot connect to {where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+                raise ValueError(
+                    f"cannot connect to {where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                ) from None
             self._started = True
         self.window = window or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
 
@@ -132,12 +136,15 @@ def _check_reachable(address: str, timeout: float = 3.0) -> None:
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
     except (OSError, ValueError):
-        raise ValueError(f"cannot reach a Ray cluster at {address} (no answer within {timeout:.0f} s); "
-                         "check --ray-address, or leave it out to start a local Ray instance") from None
+        raise ValueError(
+            f"cannot reach a Ray cluster at {address} (no answer within {timeout:.0f} s); "
+            "check --ray-address, or leave it out to start a local Ray instance"
+        ) from None
 
 
-def get_engine(name: str = "local", *, address: str | None = None, num_cpus: int | None = None,
-               stages: int | None = None) -> Engine:
+def get_engine(
+    name: str = "local", *, address: str | None = None, num_cpus: int | None = None, stages: int | None = None
+) -> Engine:
     """``local`` or ``ray`` (``address``: an existing cluster, e.g. ``ray://head:10001`` or ``auto``)."""
     if name == "local":
         if address:

@@ -1,7 +1,7 @@
 """The pack job in memory: a task's sequences, packed into columns, and what the manifest says of them.
 
-    seqs = build_sequences(records, tokenizer, PackConfig.for_task("qa", max_len=384))
-    columns, extra = pack_task(records, tokenizer, PackConfig.for_task("qa", max_len=384))
+seqs = build_sequences(records, tokenizer, PackConfig.for_task("qa", max_len=384))
+columns, extra = pack_task(records, tokenizer, PackConfig.for_task("qa", max_len=384))
 """
 
 from __future__ import annotations
@@ -25,7 +25,12 @@ def build_sequences(source: Any, tokenizer: Tokenizer, config: PackConfig) -> Se
 
 
 def manifest_extra(
-    config: PackConfig, tokenizer: Tokenizer, *, num_examples: int, dropped: Mapping[str, int], position_fields: list[str],
+    config: PackConfig,
+    tokenizer: Tokenizer,
+    *,
+    num_examples: int,
+    dropped: Mapping[str, int],
+    position_fields: list[str],
     info: dict[str, Any],
 ) -> dict[str, Any]:
     """The manifest fields that say where packed columns came from, and the task's facts that
@@ -45,8 +50,21 @@ def manifest_extra(
 def pack_task(source: Any, tokenizer: Tokenizer, config: PackConfig) -> tuple[PackedColumns, dict[str, Any]]:
     """Sequences packed into columns, and the manifest fields that describe where they came from."""
     seqs = build_sequences(source, tokenizer, config)
-    pc = pack_sequences(seqs, config.max_len, algorithm=config.algorithm, max_depth=config.max_depth,
-                        seed=config.seed, position_offset=config.position_offset, round_to=config.round_to)
-    extra = manifest_extra(config, tokenizer, num_examples=seqs.num_examples, dropped=seqs.dropped,
-                           position_fields=list(seqs.position_fields), info=seqs.info)
+    pc = pack_sequences(
+        seqs,
+        config.max_len,
+        algorithm=config.algorithm,
+        max_depth=config.max_depth,
+        seed=config.seed,
+        position_offset=config.position_offset,
+        round_to=config.round_to,
+    )
+    extra = manifest_extra(
+        config,
+        tokenizer,
+        num_examples=seqs.num_examples,
+        dropped=seqs.dropped,
+        position_fields=list(seqs.position_fields),
+        info=seqs.info,
+    )
     return pc, {**extra, **config.cp_summary(pc.packing)}

@@ -78,8 +78,13 @@ ShardInput = tuple[Any, int, "dict[str, Any] | None"]
 
 
 def pack_store_shards(
-    store: ShardedTokenStore, tokenizer: Tokenizer, out: str | os.PathLike[str], config: PackConfig, *,
-    output: OutputOptions = OutputOptions(), engine: Engine | None = None,
+    store: ShardedTokenStore,
+    tokenizer: Tokenizer,
+    out: str | os.PathLike[str],
+    config: PackConfig,
+    *,
+    output: OutputOptions = OutputOptions(),
+    engine: Engine | None = None,
 ) -> dict[str, Any]:
     """Pack a sharded store into ``out`` with one global plan; returns the manifest (see the module)."""
     store.check_tokenizer(tokenizer.fingerprint())
@@ -89,8 +94,14 @@ def pack_store_shards(
 
 
 def pack_example_shards(
-    source: str | os.PathLike[str], tokenizer: Tokenizer, out: str | os.PathLike[str], config: PackConfig, *,
-    output: OutputOptions = OutputOptions(), engine: Engine | None = None, shard_examples: int = 100_000,
+    source: str | os.PathLike[str],
+    tokenizer: Tokenizer,
+    out: str | os.PathLike[str],
+    config: PackConfig,
+    *,
+    output: OutputOptions = OutputOptions(),
+    engine: Engine | None = None,
+    shard_examples: int = 100_000,
     glob: str | None = None,
 ) -> dict[str, Any]:
     """Pack labelled examples (``.jsonl``/``.parquet``, or a folder of them: `seqpack.corpus.record_files`,
@@ -125,8 +136,14 @@ def pack_example_shards(
 
 
 def run_job(
-    key: dict[str, Any], inputs: Iterable[ShardInput], tokenizer: Tokenizer, out: str | os.PathLike[str],
-    config: PackConfig, output: OutputOptions, *, engine: Engine | None,
+    key: dict[str, Any],
+    inputs: Iterable[ShardInput],
+    tokenizer: Tokenizer,
+    out: str | os.PathLike[str],
+    config: PackConfig,
+    output: OutputOptions,
+    *,
+    engine: Engine | None,
 ) -> dict[str, Any]:
     """The three steps and the manifest, in ``.OUT.partial/``; the finished dataset renamed to ``out``."""
     engine = engine or LocalEngine()
@@ -134,9 +151,16 @@ def run_job(
     out = Path(out)
     with output_lock(out), small_pages():
         check_output_dir(out, overwrite=output.overwrite)
-        job = {**key, "tokenizer": tokenizer.fingerprint(), "config": config.to_dict(),
-               **{k: v for k, v in dataclasses.asdict(output).items() if k not in ("overwrite", "schedule")},  # the schedule is made anew each time
-               "shard_packs": output.parts(max_len=config.max_len), "row_group_packs": output.row_groups(max_len=config.max_len)}
+        job = {
+            **key,
+            "tokenizer": tokenizer.fingerprint(),
+            "config": config.to_dict(),
+            **{
+                k: v for k, v in dataclasses.asdict(output).items() if k not in ("overwrite", "schedule")
+            },  # the schedule is made anew each time
+            "shard_packs": output.parts(max_len=config.max_len),
+            "row_group_packs": output.row_groups(max_len=config.max_len),
+        }
         work = work_dir(out, job)
         with discard_on_rejection(work):
             log = StageLog(work)
@@ -162,23 +186,37 @@ def run_job(
                         redone[d.name] = why
                     yield src, tokenizer, cfg, base, str(d), context, key, done  # done: verified here, once
 
-            summaries = list(progress_bar(iterable=engine.map(sequences_stage, items()), desc="pack: sequences",
-                                          unit="shard", leave=False))
+            summaries = list(
+                progress_bar(
+                    iterable=engine.map(sequences_stage, items()), desc="pack: sequences", unit="shard", leave=False
+                )
+            )
             packing, meta = _plan(dirs, summaries, config, output, work)
             meta["inputs_key"] = content_hash(*keys)
             bounds = _part_bounds(packing.num_packs, output.parts(max_len=config.max_len))
             part_chunks = _route(dirs, keys, rebuild, packing, bounds, meta, engine, reused, redone)
             final = work / "dataset"
-            files, columns = _write_packs(final, dirs, packing, bounds, part_chunks, meta, output, engine, reused, redone)
+            files, columns = _write_packs(
+                final, dirs, packing, bounds, part_chunks, meta, output, engine, reused, redone
+            )
             extra = {
-                "position_offset": config.position_offset, "seed": config.seed, "algorithm": config.algorithm,
-                **manifest_extra(config, tokenizer, num_examples=meta["num_examples"], dropped=_sum_dropped(summaries),
-                                 position_fields=summaries[0]["position_fields"], info=_merged_info(summaries)),
+                "position_offset": config.position_offset,
+                "seed": config.seed,
+                "algorithm": config.algorithm,
+                **manifest_extra(
+                    config,
+                    tokenizer,
+                    num_examples=meta["num_examples"],
+                    dropped=_sum_dropped(summaries),
+                    position_fields=summaries[0]["position_fields"],
+                    info=_merged_info(summaries),
+                ),
                 **config.cp_summary(packing),
             }
             if output.schedule is not None:
-                steps, extra["schedule"] = packing_schedule(packing.lengths, packing.pack_offsets, packing.sequence_index,
-                                                            output.schedule)
+                steps, extra["schedule"] = packing_schedule(
+                    packing.lengths, packing.pack_offsets, packing.sequence_index, output.schedule
+                )
                 np.save(final / SCHEDULE, steps)
             manifest = _write_manifest(final, config, packing, meta["max_depth"], columns, extra, files, bounds, output)
             replace_directory(final, out)
@@ -189,23 +227,46 @@ def run_job(
 
 
 def _plan(
-    dirs: list[str], summaries: list[dict[str, Any]], config: PackConfig, output: OutputOptions, work: Path,
+    dirs: list[str],
+    summaries: list[dict[str, Any]],
+    config: PackConfig,
+    output: OutputOptions,
+    work: Path,
 ) -> tuple[Any, dict[str, Any]]:
     """Step 2: one plan over every shard's lengths, and what step 3 needs to know."""
-    lengths = np.concatenate([np.diff(np.load(Path(d) / "offsets.npy")) for d in dirs]) if dirs else np.zeros(0, np.int64)
+    lengths = (
+        np.concatenate([np.diff(np.load(Path(d) / "offsets.npy")) for d in dirs]) if dirs else np.zeros(0, np.int64)
+    )
     if lengths.size == 0:
         raise ValueError("no sequences to pack (every document or example was empty or dropped)")
-    packing = pack_lengths(lengths, config.max_len, algorithm=config.algorithm, max_depth=config.max_depth, seed=config.seed,
-                           round_to=config.round_to)
-    dtypes = {kind: {k: np.result_type(*[np.dtype(s[kind][k]) for s in summaries]).str for k in summaries[0][kind]}
-              for kind in ("token_fields", "seq_fields")}
-    meta = {"task": config.task, "dtypes": dtypes, "derived_fields": summaries[0].get("derived_fields", []),
-            "position_fields": summaries[0]["position_fields"],
-            "num_examples": int(sum(s["num_examples"] for s in summaries)), "max_len": config.max_len,
-            "max_depth": pack_depth(packing, config.max_depth), "position_offset": config.position_offset,
-            "compression": output.compression, "encoding": output.encoding, "row_group_packs": output.row_groups(max_len=config.max_len), "work": str(work),
-            "derived_columns": output.derived(config.task),
-            "bases": np.concatenate([[0], np.cumsum([s["num_sequences"] for s in summaries])]).astype(np.int64)}
+    packing = pack_lengths(
+        lengths,
+        config.max_len,
+        algorithm=config.algorithm,
+        max_depth=config.max_depth,
+        seed=config.seed,
+        round_to=config.round_to,
+    )
+    dtypes = {
+        kind: {k: np.result_type(*[np.dtype(s[kind][k]) for s in summaries]).str for k in summaries[0][kind]}
+        for kind in ("token_fields", "seq_fields")
+    }
+    meta = {
+        "task": config.task,
+        "dtypes": dtypes,
+        "derived_fields": summaries[0].get("derived_fields", []),
+        "position_fields": summaries[0]["position_fields"],
+        "num_examples": int(sum(s["num_examples"] for s in summaries)),
+        "max_len": config.max_len,
+        "max_depth": pack_depth(packing, config.max_depth),
+        "position_offset": config.position_offset,
+        "compression": output.compression,
+        "encoding": output.encoding,
+        "row_group_packs": output.row_groups(max_len=config.max_len),
+        "work": str(work),
+        "derived_columns": output.derived(config.task),
+        "bases": np.concatenate([[0], np.cumsum([s["num_sequences"] for s in summaries])]).astype(np.int64),
+    }
     return packing, meta
 
 
@@ -215,8 +276,15 @@ def _part_bounds(P: int, step: int) -> list[tuple[int, int]]:
 
 
 def _route(
-    dirs: list[str], keys: list[str], rebuild: list[Any], packing: Any, bounds: list[tuple[int, int]],
-    meta: dict[str, Any], engine: Engine, reused: list[str], redone: dict[str, str],
+    dirs: list[str],
+    keys: list[str],
+    rebuild: list[Any],
+    packing: Any,
+    bounds: list[tuple[int, int]],
+    meta: dict[str, Any],
+    engine: Engine,
+    reused: list[str],
+    redone: dict[str, str],
 ) -> list[np.ndarray]:
     """Step 3: every input shard's tokens in plan order (`seqpack.pipeline.stages.route_stage`);
     returns each part's rows of `seqpack.pipeline.stages.group_chunks`. Sets ``meta["routes"]``."""
@@ -242,8 +310,9 @@ def _route(
                 redone[Path(r).name] = why
             yield d, r, mine, group_bounds, fields, key, done, rebuild[i]
 
-    for _ in progress_bar(iterable=engine.map(route_stage, items()), total=len(dirs), desc="pack: route", unit="shard",
-                          leave=False):
+    for _ in progress_bar(
+        iterable=engine.map(route_stage, items()), total=len(dirs), desc="pack: route", unit="shard", leave=False
+    ):
         pass
     meta["routes"] = routes
     chunks = group_chunks(packing.lengths, order, bases, group_bounds)
@@ -252,8 +321,16 @@ def _route(
 
 
 def _write_packs(
-    final: Path, dirs: list[str], packing: Any, bounds: list[tuple[int, int]], part_chunks: list[np.ndarray],
-    meta: dict[str, Any], output: OutputOptions, engine: Engine, reused: list[str], redone: dict[str, str],
+    final: Path,
+    dirs: list[str],
+    packing: Any,
+    bounds: list[tuple[int, int]],
+    part_chunks: list[np.ndarray],
+    meta: dict[str, Any],
+    output: OutputOptions,
+    engine: Engine,
+    reused: list[str],
+    redone: dict[str, str],
 ) -> tuple[list[str], dict[str, Any]]:
     """Step 4: every output shard laid out and written; returns files and column specs."""
     (final / "data").mkdir(parents=True, exist_ok=True)
@@ -263,8 +340,9 @@ def _write_packs(
     poff, order = packing.pack_offsets, packing.sequence_index
     found = []  # each part's verified record, or None
     for f, (lo, hi) in zip(files, bounds):
-        done, why = log.check(Path(f).name, packs_key(Path(f).name, lo, order[poff[lo] : poff[hi]], meta),
-                              outputs=[final / f])
+        done, why = log.check(
+            Path(f).name, packs_key(Path(f).name, lo, order[poff[lo] : poff[hi]], meta), outputs=[final / f]
+        )
         found.append(done)
         if done is not None:
             reused.append(f)
@@ -278,9 +356,22 @@ def _write_packs(
         shutil.rmtree(bin_dir, ignore_errors=True)
         bin_dir.mkdir()
     bases = meta["bases"]
-    items = [(str(final / f), dirs, bases, poff[lo : hi + 1], order[poff[lo] : poff[hi]], packing.plan, meta,
-              chunks, str(bin_dir) if bin_dir else None, lo, done)
-             for f, (lo, hi), done, chunks in zip(files, bounds, found, part_chunks)]
+    items = [
+        (
+            str(final / f),
+            dirs,
+            bases,
+            poff[lo : hi + 1],
+            order[poff[lo] : poff[hi]],
+            packing.plan,
+            meta,
+            chunks,
+            str(bin_dir) if bin_dir else None,
+            lo,
+            done,
+        )
+        for f, (lo, hi), done, chunks in zip(files, bounds, found, part_chunks)
+    ]
     if bin_dir is not None:  # the .bin files at full size first (part 0 gives the specs); each stage fills its rows
         specs = packs_stage(*items[0][:8], None, 0, items[0][10])
         items[0] = (*items[0][:10], specs)  # part 0 is written and recorded now
@@ -288,9 +379,14 @@ def _write_packs(
             row = int(np.prod(spec["shape"], dtype=np.int64)) * np.dtype(spec["dtype"]).itemsize
             with open(bin_dir / f"{name}.bin", "wb") as f:
                 f.truncate(row * P)
-    made = list(progress_bar(iterable=engine.map(packs_stage, items), total=len(items), desc="pack: parts",
-                             unit="part", leave=False))
-    return files, _column_specs(parquet_column_specs(final / files[0]), made[0], meta)  # the written files are the truth
+    made = list(
+        progress_bar(
+            iterable=engine.map(packs_stage, items), total=len(items), desc="pack: parts", unit="part", leave=False
+        )
+    )
+    return files, _column_specs(
+        parquet_column_specs(final / files[0]), made[0], meta
+    )  # the written files are the truth
 
 
 def _column_specs(written: dict[str, Any], made: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
@@ -308,14 +404,24 @@ def _column_specs(written: dict[str, Any], made: dict[str, Any], meta: dict[str,
 
 
 def _write_manifest(
-    final: Path, config: PackConfig, packing: Any, depth: int, columns: dict[str, Any], extra: dict[str, Any],
-    files: list[str], bounds: list[tuple[int, int]], output: OutputOptions,
+    final: Path,
+    config: PackConfig,
+    packing: Any,
+    depth: int,
+    columns: dict[str, Any],
+    extra: dict[str, Any],
+    files: list[str],
+    bounds: list[tuple[int, int]],
+    output: OutputOptions,
 ) -> dict[str, Any]:
-    manifest = manifest_fields(config.task, packing.plan, config.max_len, depth, columns, extra,
-                               derived=output.derived(config.task))
+    manifest = manifest_fields(
+        config.task, packing.plan, config.max_len, depth, columns, extra, derived=output.derived(config.task)
+    )
     log = StageLog(final.parent)  # each part's checksum, as its stage recorded it (verified there if reused)
-    manifest["shards"] = [{"file": f, "rows": hi - lo, "checksum": log.checksum(Path(f).name, final / f)}
-                          for f, (lo, hi) in zip(files, bounds)]
+    manifest["shards"] = [
+        {"file": f, "rows": hi - lo, "checksum": log.checksum(Path(f).name, final / f)}
+        for f, (lo, hi) in zip(files, bounds)
+    ]
     manifest["compression"] = output.compression
     manifest["encoding"] = output.encoding
     manifest["bin"] = output.export_bin

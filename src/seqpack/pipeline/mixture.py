@@ -22,7 +22,9 @@ import numpy as np
 class Mixture:
     """``sources`` (name -> iterable of examples) mixed by ``weights`` (name -> weight > 0; default equal)."""
 
-    def __init__(self, sources: Mapping[str, Iterable[Any]], *, weights: Mapping[str, float] | None = None, seed: int = 0) -> None:
+    def __init__(
+        self, sources: Mapping[str, Iterable[Any]], *, weights: Mapping[str, float] | None = None, seed: int = 0
+    ) -> None:
         if not sources:
             raise ValueError("a Mixture needs at least one source")
         weights = dict(weights or {name: 1.0 for name in sources})

@@ -68,17 +68,27 @@ def build_packed_dataset(
     ``encoding``: of the numeric Parquet columns, ``byte_stream_split`` (smaller, faster to write) or
     ``plain`` (for Parquet readers that lack BYTE_STREAM_SPLIT on integers).
     """
-    output = OutputOptions(overwrite=overwrite, export_bin=export_bin, compression=compression, shard_packs=shard_packs,
-                           row_group_packs=row_group_packs, schedule=schedule, write_derived=write_derived, encoding=encoding)
+    output = OutputOptions(
+        overwrite=overwrite,
+        export_bin=export_bin,
+        compression=compression,
+        shard_packs=shard_packs,
+        row_group_packs=row_group_packs,
+        schedule=schedule,
+        write_derived=write_derived,
+        encoding=encoding,
+    )
     task = get_task(config.task)
     source_path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "path", None)
     check_not_input(out, [source_path])  # --out must not replace or sit inside what it reads
     sharded = isinstance(source, ShardedTokenStore) or (
-        isinstance(source, (str, os.PathLike)) and (Path(source) / SHARDS).is_file())
+        isinstance(source, (str, os.PathLike)) and (Path(source) / SHARDS).is_file()
+    )
     if not task.reads_store and isinstance(source, (str, os.PathLike)):
         task.check_examples(source)
-        m = pack_example_shards(source, tokenizer, out, config, output=output, engine=engine, shard_examples=shard_examples,
-                                glob=glob)
+        m = pack_example_shards(
+            source, tokenizer, out, config, output=output, engine=engine, shard_examples=shard_examples, glob=glob
+        )
     elif task.reads_store and sharded:
         store = source if isinstance(source, ShardedTokenStore) else ShardedTokenStore(source)  # type: ignore[arg-type]
         m = pack_store_shards(store, tokenizer, out, config, output=output, engine=engine)
@@ -87,10 +97,22 @@ def build_packed_dataset(
         pc, extra = pack_task(source, tokenizer, config)
         arrays = {}
         if schedule is not None:
-            arrays[SCHEDULE], extra["schedule"] = packing_schedule(pc.packing.lengths, pc.packing.pack_offsets,
-                                                                   pc.packing.sequence_index, schedule)
-        m = write_packed(pc, out, overwrite=overwrite, export_bin=export_bin, compression=compression,
-                         shard_packs=shard_packs, row_group_packs=row_group_packs, extra=extra, arrays=arrays, derived=output.derived(config.task), encoding=encoding)
+            arrays[SCHEDULE], extra["schedule"] = packing_schedule(
+                pc.packing.lengths, pc.packing.pack_offsets, pc.packing.sequence_index, schedule
+            )
+        m = write_packed(
+            pc,
+            out,
+            overwrite=overwrite,
+            export_bin=export_bin,
+            compression=compression,
+            shard_packs=shard_packs,
+            row_group_packs=row_group_packs,
+            extra=extra,
+            arrays=arrays,
+            derived=output.derived(config.task),
+            encoding=encoding,
+        )
     for message in task.pack_warnings(m):  # once, from the whole job's counts (not once per shard)
         warnings.warn(message, stacklevel=2)
     return m

@@ -42,8 +42,14 @@ if TYPE_CHECKING:
 
 
 def sequences_stage(
-    shard: str | list[dict[str, Any]], tokenizer: Tokenizer, config: PackConfig, doc_base: int, path: str,
-    context: dict[str, Any] | None = None, key: str = "", done: dict[str, Any] | None = None,
+    shard: str | list[dict[str, Any]],
+    tokenizer: Tokenizer,
+    config: PackConfig,
+    doc_base: int,
+    path: str,
+    context: dict[str, Any] | None = None,
+    key: str = "",
+    done: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build one input shard's sequences (a token store shard's path, or a batch of example
     records) and save them under ``path``, recorded under ``key`` (`sequences_key`); returns
@@ -57,7 +63,9 @@ def sequences_stage(
         seqs, derived = task.stored_sequences(TokenStore(shard), tokenizer, config)
     else:
         try:
-            seqs, derived = split_derived(task.build_shard(shard, tokenizer, config, context or {}), task.derived_fields)
+            seqs, derived = split_derived(
+                task.build_shard(shard, tokenizer, config, context or {}), task.derived_fields
+            )
         except ValueError as e:  # "example i" counts within the shard: say which records it holds
             raise ValueError(f"examples {doc_base}..{doc_base + len(shard) - 1} of the file: {e}") from None
     with atomic_directory(out, overwrite=True) as tmp:
@@ -74,8 +82,10 @@ def sequences_stage(
         "dropped": seqs.dropped,
         "info": seqs.info,
         "position_fields": list(seqs.position_fields),
-        "token_fields": {**{k: v.dtype.str for k, v in seqs.token_fields.items()},
-                         **{k: np.dtype(d).str for k, d in derived.items()}},
+        "token_fields": {
+            **{k: v.dtype.str for k, v in seqs.token_fields.items()},
+            **{k: np.dtype(d).str for k, d in derived.items()},
+        },
         "derived_fields": list(derived),
         "seq_fields": {k: v.dtype.str for k, v in seqs.seq_fields.items()},
     }
@@ -93,8 +103,10 @@ def input_identity(shard: str | list[dict[str, Any]]) -> Any:
         d = Path(shard)
         if TokenStore(d).verify():
             return {"meta": file_sha256(d / "meta.json")}
-        return {"files": {f: file_fingerprint(d / f) for f in ("tokens.bin", "offsets.idx", "meta.json")},
-                "meta": file_sha256(d / "meta.json")}
+        return {
+            "files": {f: file_fingerprint(d / f) for f in ("tokens.bin", "offsets.idx", "meta.json")},
+            "meta": file_sha256(d / "meta.json"),
+        }
     return content_hash(*shard)
 
 
@@ -109,8 +121,16 @@ def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, t
     return content_hash(SEQUENCES_FORMAT, name, doc_base, identity, config.to_dict(), tokenizer.fingerprint())
 
 
-def route_stage(src: str, path: str, slots: np.ndarray, group_bounds: np.ndarray, fields: list[str], key: str,
-                done: dict[str, Any] | None = None, rebuild: tuple[str, Tokenizer, PackConfig] | None = None) -> dict[str, Any]:
+def route_stage(
+    src: str,
+    path: str,
+    slots: np.ndarray,
+    group_bounds: np.ndarray,
+    fields: list[str],
+    key: str,
+    done: dict[str, Any] | None = None,
+    rebuild: tuple[str, Tokenizer, PackConfig] | None = None,
+) -> dict[str, Any]:
     """Write input shard ``src``'s saved token ``fields`` again under ``path``, as raw ``.bin``
     files in plan order: its sequences sorted by row group (``group_bounds``: the first slot of
     each, and the slot count), then by slot (``slots``: the plan position of each of its
@@ -148,7 +168,9 @@ def route_stage(src: str, path: str, slots: np.ndarray, group_bounds: np.ndarray
 ROUTE_CHUNK = 1 << 21
 
 
-def write_in_order(f: Any, tokens: np.ndarray, offsets: np.ndarray, order: np.ndarray, *, chunk: int = ROUTE_CHUNK) -> None:
+def write_in_order(
+    f: Any, tokens: np.ndarray, offsets: np.ndarray, order: np.ndarray, *, chunk: int = ROUTE_CHUNK
+) -> None:
     """Write the sequences ``tokens[offsets[i]:offsets[i + 1]]`` for ``i`` in ``order`` to the file
     ``f``, one after another, gathered ``chunk`` tokens at a time (a longer sequence alone).
 
@@ -166,7 +188,9 @@ def write_in_order(f: Any, tokens: np.ndarray, offsets: np.ndarray, order: np.nd
         hi = max(lo + 1, int(np.searchsorted(ends, done + chunk, side="right")))
         n = int(ends[hi - 1]) - done
         dst = buf[:n] if n <= buf.size else np.empty(n, dtype=tokens.dtype)
-        _native.scatter_rows(tokens, offsets, order[lo:hi], np.array([0, hi - lo], dtype=np.int64), dst.reshape(1, n), pad, 1)
+        _native.scatter_rows(
+            tokens, offsets, order[lo:hi], np.array([0, hi - lo], dtype=np.int64), dst.reshape(1, n), pad, 1
+        )
         f.write(memoryview(dst))
         lo, done = hi, done + n
 
@@ -197,12 +221,15 @@ def map_npy(path: Path) -> np.ndarray:
 
 def route_key(name: str, sequences_key: str, slots: np.ndarray, group_bounds: np.ndarray) -> str:
     """The key a route stage is recorded under: the sequences it reads and where the plan puts them."""
-    digest = [hashlib.sha256(np.ascontiguousarray(a, dtype=np.int64).tobytes()).hexdigest() for a in (slots, group_bounds)]
+    digest = [
+        hashlib.sha256(np.ascontiguousarray(a, dtype=np.int64).tobytes()).hexdigest() for a in (slots, group_bounds)
+    ]
     return content_hash(name, sequences_key, *digest)
 
 
-def group_chunks(lengths: np.ndarray, sequence_index: np.ndarray, bases: np.ndarray,
-                 group_bounds: np.ndarray) -> np.ndarray:
+def group_chunks(
+    lengths: np.ndarray, sequence_index: np.ndarray, bases: np.ndarray, group_bounds: np.ndarray
+) -> np.ndarray:
     """``(groups + 1, shards)``: where each row group's tokens start in each routed file (the
     tokens of shard ``s`` that row group ``g`` holds are ``[chunks[g, s], chunks[g + 1, s])``).
 
@@ -242,8 +269,9 @@ def _sequence_rows(dirs: list[str], bases: np.ndarray, ids: np.ndarray, meta: di
     return {"lengths": lengths, "example_ids": example_ids, "seq_fields": seq_fields}
 
 
-def _read_group(routes: list[str], chunks: np.ndarray, offsets: np.ndarray, meta: dict[str, Any],
-                skip: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _read_group(
+    routes: list[str], chunks: np.ndarray, offsets: np.ndarray, meta: dict[str, Any], skip: tuple[str, ...]
+) -> dict[str, np.ndarray]:
     """One row group's token fields but ``skip``: its chunk of every routed file, in shard order
     (contiguous reads); the task's derived fields rebuilt from them."""
     derived, dtypes = meta["derived_fields"], meta["dtypes"]["token_fields"]
@@ -263,13 +291,24 @@ def _read_group(routes: list[str], chunks: np.ndarray, offsets: np.ndarray, meta
         assert at == out.size, (at, out.size)
         tok[k] = out
     task = get_task(meta["task"])
-    return {k: task.rebuild_field(k, tok, offsets, dt) if k in derived else tok[k] for k, dt in dtypes.items()
-            if k not in skip}
+    return {
+        k: task.rebuild_field(k, tok, offsets, dt) if k in derived else tok[k]
+        for k, dt in dtypes.items()
+        if k not in skip
+    }
 
 
 def packs_stage(
-    path: str, dirs: list[str], bases: np.ndarray, pack_offsets: np.ndarray, sequence_index: np.ndarray,
-    plan: Any, meta: dict[str, Any], chunks: np.ndarray, bin_dir: str | None, first_pack: int,
+    path: str,
+    dirs: list[str],
+    bases: np.ndarray,
+    pack_offsets: np.ndarray,
+    sequence_index: np.ndarray,
+    plan: Any,
+    meta: dict[str, Any],
+    chunks: np.ndarray,
+    bin_dir: str | None,
+    first_pack: int,
     done: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Lay out one output shard (packs ``pack_offsets``, sequences ``sequence_index``), write it and
@@ -295,13 +334,26 @@ def packs_stage(
             hi = min(rows, lo + step)
             poff = pack_offsets[lo : hi + 1]
             at = slice(int(poff[0] - pack_offsets[0]), int(poff[-1] - pack_offsets[0]))
-            cols = _row_group(bases, poff - poff[0], sequence_index[at], _rows_slice(part_rows, at), plan, meta,
-                              chunks[g : g + 2], skip)
+            cols = _row_group(
+                bases,
+                poff - poff[0],
+                sequence_index[at],
+                _rows_slice(part_rows, at),
+                plan,
+                meta,
+                chunks[g : g + 2],
+                skip,
+            )
             specs.update(_made_specs(cols, meta, skip))
             if bin_dir is not None:
                 for col, v in cols.items():
-                    mm = np.memmap(Path(bin_dir) / f"{col}.bin", dtype=v.dtype, mode="r+",
-                                   offset=(first_pack + lo) * v[0].nbytes, shape=v.shape)
+                    mm = np.memmap(
+                        Path(bin_dir) / f"{col}.bin",
+                        dtype=v.dtype,
+                        mode="r+",
+                        offset=(first_pack + lo) * v[0].nbytes,
+                        shape=v.shape,
+                    )
                     mm[:] = v
                     mm.flush()
                     del mm
@@ -311,7 +363,9 @@ def packs_stage(
     if done is None:
         with atomic_file(out) as tmp:
             write_parquet_groups(tmp, groups(), step, meta["compression"], meta["encoding"])
-        StageLog(meta["work"]).finish(out.name, packs_key(out.name, first_pack, sequence_index, meta), specs, files=[out])
+        StageLog(meta["work"]).finish(
+            out.name, packs_key(out.name, first_pack, sequence_index, meta), specs, files=[out]
+        )
     else:
         for _ in groups():  # only the .bin rows
             pass
@@ -331,12 +385,23 @@ def _made_specs(cols: dict[str, np.ndarray], meta: dict[str, Any], skip: tuple[s
 
 def _rows_slice(rows: dict[str, Any], at: slice | np.ndarray) -> dict[str, Any]:
     """The rows ``at`` of `_sequence_rows`' result."""
-    return {"lengths": rows["lengths"][at], "example_ids": rows["example_ids"][at],
-            "seq_fields": {k: v[at] for k, v in rows["seq_fields"].items()}}
+    return {
+        "lengths": rows["lengths"][at],
+        "example_ids": rows["example_ids"][at],
+        "seq_fields": {k: v[at] for k, v in rows["seq_fields"].items()},
+    }
 
 
-def _row_group(bases: np.ndarray, pack_offsets: np.ndarray, ids: np.ndarray, id_rows: dict[str, Any], plan: Any,
-               meta: dict[str, Any], chunks: np.ndarray, skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+def _row_group(
+    bases: np.ndarray,
+    pack_offsets: np.ndarray,
+    ids: np.ndarray,
+    id_rows: dict[str, Any],
+    plan: Any,
+    meta: dict[str, Any],
+    chunks: np.ndarray,
+    skip: tuple[str, ...] = (),
+) -> dict[str, np.ndarray]:
     """The columns of packs ``pack_offsets`` (from 0), holding the sequences ``ids`` in slot order
     (``id_rows``: their rows of `_sequence_rows`, in that order).
 
@@ -345,20 +410,42 @@ def _row_group(bases: np.ndarray, pack_offsets: np.ndarray, ids: np.ndarray, id_
     perm = np.argsort(np.searchsorted(bases, ids, side="right"), kind="stable")
     rows = _rows_slice(id_rows, perm)
     offsets = offsets_of(rows["lengths"])
-    seqs = Sequences(task=meta["task"], offsets=offsets, example_ids=rows["example_ids"],
-                     token_fields=_read_group(meta["routes"], chunks, offsets, meta, skip), seq_fields=rows["seq_fields"],
-                     position_fields=tuple(meta["position_fields"]), num_examples=meta["num_examples"])
+    seqs = Sequences(
+        task=meta["task"],
+        offsets=offsets,
+        example_ids=rows["example_ids"],
+        token_fields=_read_group(meta["routes"], chunks, offsets, meta, skip),
+        seq_fields=rows["seq_fields"],
+        position_fields=tuple(meta["position_fields"]),
+        num_examples=meta["num_examples"],
+    )
     slot_to_seq = np.empty(ids.size, dtype=np.int64)
     slot_to_seq[perm] = np.arange(ids.size, dtype=np.int64)
     local = Packing(pack_offsets, slot_to_seq, seqs.lengths, plan)
-    return materialize(seqs, local, max_len=meta["max_len"], max_depth=meta["max_depth"],
-                       position_offset=meta["position_offset"], without_segments="segment_ids" in skip)
+    return materialize(
+        seqs,
+        local,
+        max_len=meta["max_len"],
+        max_depth=meta["max_depth"],
+        position_offset=meta["position_offset"],
+        without_segments="segment_ids" in skip,
+    )
 
 
 def packs_key(name: str, first_pack: int, sequence_index: np.ndarray, meta: dict[str, Any]) -> str:
     """The key an output part is recorded under: its packs, the sequences they hold (by number,
     and the keys of the stages that built them) and how it is written."""
-    layout = {k: meta[k] for k in ("max_len", "max_depth", "position_offset", "compression", "encoding", "row_group_packs",
-                                   "derived_columns")}
+    layout = {
+        k: meta[k]
+        for k in (
+            "max_len",
+            "max_depth",
+            "position_offset",
+            "compression",
+            "encoding",
+            "row_group_packs",
+            "derived_columns",
+        )
+    }
     digest = hashlib.sha256(np.ascontiguousarray(sequence_index, dtype=np.int64).tobytes()).hexdigest()
     return content_hash(name, first_pack, digest, meta["inputs_key"], layout)

@@ -34,15 +34,38 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):  # type: ignore[
     every rank and dataloader worker reads it and keeps its own share (example ``i`` goes to
     reader ``i % (world_size * num_workers)``), and a resume reads it again up to where it stopped."""
 
-    def __init__(self, examples: Iterable[Any], *, max_len: int, buffer_size: int = 10_000, task: str = "clm",
-                 tokenizer: Any = None, seed: int = 0, rank: int = 0, world_size: int = 1, algorithm: str = "lpfhp",
-                 carry: float = 0.5, chunk: int = 64, position_offset: int = 0,
-                 options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        examples: Iterable[Any],
+        *,
+        max_len: int,
+        buffer_size: int = 10_000,
+        task: str = "clm",
+        tokenizer: Any = None,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        algorithm: str = "lpfhp",
+        carry: float = 0.5,
+        chunk: int = 64,
+        position_offset: int = 0,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.examples, self.tokenizer = examples, tokenizer
-        self.config = StreamConfig(max_len=max_len, buffer_size=buffer_size, task=task, seed=seed, rank=rank,
-                                   world_size=world_size, algorithm=algorithm, carry=carry, chunk=chunk,
-                                   position_offset=position_offset, options=dict(options or {}))
+        self.config = StreamConfig(
+            max_len=max_len,
+            buffer_size=buffer_size,
+            task=task,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            algorithm=algorithm,
+            carry=carry,
+            chunk=chunk,
+            position_offset=position_offset,
+            options=dict(options or {}),
+        )
         self._stream: PackedStream | None = None
 
     def _reader(self) -> PackedStream:
@@ -50,7 +73,9 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):  # type: ignore[
         workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         shards, shard = self.config.world_size * workers, self.config.rank * workers + worker
         if self._stream is None or (self._stream.shard, self._stream.shards) != (shard, shards):  # a worker's copy
-            self._stream = PackedStream(self.examples, config=self.config, tokenizer=self.tokenizer, shard=shard, shards=shards)
+            self._stream = PackedStream(
+                self.examples, config=self.config, tokenizer=self.tokenizer, shard=shard, shards=shards
+            )
         return self._stream
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:

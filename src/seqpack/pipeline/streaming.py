@@ -76,8 +76,9 @@ class StreamConfig:
         self.pack_config()  # the task and its options, checked now
 
     def pack_config(self) -> PackConfig:
-        return PackConfig.for_task(self.task, max_len=self.max_len, seed=self.seed, position_offset=self.position_offset,
-                                   **dict(self.options))
+        return PackConfig.for_task(
+            self.task, max_len=self.max_len, seed=self.seed, position_offset=self.position_offset, **dict(self.options)
+        )
 
     def fingerprint(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -112,9 +113,13 @@ def subset(seqs: Sequences, idx: np.ndarray) -> Sequences:
     lens = seqs.lengths[idx]
     starts = seqs.offsets[:-1][idx]
     take = concat_ranges(starts, lens)
-    return dataclasses.replace(seqs, offsets=offsets_of(lens), example_ids=seqs.example_ids[idx],
-                               token_fields={k: v[take] for k, v in seqs.token_fields.items()},
-                               seq_fields={k: v[idx] for k, v in seqs.seq_fields.items()})
+    return dataclasses.replace(
+        seqs,
+        offsets=offsets_of(lens),
+        example_ids=seqs.example_ids[idx],
+        token_fields={k: v[take] for k, v in seqs.token_fields.items()},
+        seq_fields={k: v[idx] for k, v in seqs.seq_fields.items()},
+    )
 
 
 def concat(parts: list[Sequences], like: Sequences) -> Sequences:
@@ -123,9 +128,12 @@ def concat(parts: list[Sequences], like: Sequences) -> Sequences:
     first = parts[0]
     lens = np.concatenate([p.lengths for p in parts])
     return dataclasses.replace(
-        first, offsets=offsets_of(lens), example_ids=np.concatenate([p.example_ids for p in parts]),
+        first,
+        offsets=offsets_of(lens),
+        example_ids=np.concatenate([p.example_ids for p in parts]),
         token_fields={k: np.concatenate([p.token_fields[k] for p in parts]) for k in first.token_fields},
-        seq_fields={k: np.concatenate([p.seq_fields[k] for p in parts]) for k in first.seq_fields})
+        seq_fields={k: np.concatenate([p.seq_fields[k] for p in parts]) for k in first.seq_fields},
+    )
 
 
 def piece_keys(example_ids: np.ndarray) -> np.ndarray:
@@ -186,8 +194,15 @@ class PackedStream:
     ``shard``/``shards``: this reader's place among all of them (``rank * num_workers + worker`` of
     ``world_size * num_workers``)."""
 
-    def __init__(self, examples: Iterable[Any], *, config: StreamConfig, tokenizer: Any = None, shard: int | None = None,
-                 shards: int | None = None) -> None:
+    def __init__(
+        self,
+        examples: Iterable[Any],
+        *,
+        config: StreamConfig,
+        tokenizer: Any = None,
+        shard: int | None = None,
+        shards: int | None = None,
+    ) -> None:
         self.examples, self.config, self.tokenizer = examples, config, tokenizer
         self.shards = config.world_size if shards is None else shards
         self.shard = config.rank if shard is None else shard
@@ -207,14 +222,30 @@ class PackedStream:
         # new_from: this shard's first example of the buffer being emitted (-1: the epoch is over);
         # carried: (example, piece) keys of the sequences that buffer started with, and their lengths;
         # drain: buffers emitted in this epoch; yielded: rows of the current buffer already yielded
-        return {"epoch": epoch, "new_from": 0, "carried": [], "carried_lengths": [], "drain": 0, "yielded": 0, "rows": 0}
+        return {
+            "epoch": epoch,
+            "new_from": 0,
+            "carried": [],
+            "carried_lengths": [],
+            "drain": 0,
+            "yielded": 0,
+            "rows": 0,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """Where the stream is (JSON-able; see the module): after the rows yielded so far."""
         s = self._state
-        return {"kind": STATE_KIND, "format_version": STATE_VERSION, "config": self.config.fingerprint(),
-                "shard": self.shard, "shards": self.shards,
-                **{k: ([list(x) for x in v] if k == "carried" else list(v) if isinstance(v, list) else v) for k, v in s.items()}}
+        return {
+            "kind": STATE_KIND,
+            "format_version": STATE_VERSION,
+            "config": self.config.fingerprint(),
+            "shard": self.shard,
+            "shards": self.shards,
+            **{
+                k: ([list(x) for x in v] if k == "carried" else list(v) if isinstance(v, list) else v)
+                for k, v in s.items()
+            },
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state`` (made by `state_dict` of a stream with the same configuration
@@ -227,11 +258,15 @@ class PackedStream:
         diff = sorted(k for k in mine if saved.get(k) != mine[k])
         if diff:
             k = diff[0]
-            raise ValueError(f"the state was saved with {k}={saved.get(k)!r}, this stream has {k}={mine[k]!r}; "
-                             "resume with the configuration it was saved with")
+            raise ValueError(
+                f"the state was saved with {k}={saved.get(k)!r}, this stream has {k}={mine[k]!r}; "
+                "resume with the configuration it was saved with"
+            )
         if (state["shard"], state["shards"]) != (self.shard, self.shards):
-            raise ValueError(f"the state is shard {state['shard']} of {state['shards']}, this stream is shard "
-                             f"{self.shard} of {self.shards}; resume with the same ranks and dataloader workers")
+            raise ValueError(
+                f"the state is shard {state['shard']} of {state['shards']}, this stream is shard "
+                f"{self.shard} of {self.shards}; resume with the same ranks and dataloader workers"
+            )
         self._state = {k: state[k] for k in self._fresh(0)}
         self._ended_at_load = self._state["new_from"] < 0  # saved after its epoch's last row: nothing more in it
 
@@ -279,7 +314,7 @@ class PackedStream:
         want = set(keys[:, 0].tolist())
         held: list[tuple[int, Any]] = []
         while (nxt := reader.peek()) is not None and nxt[0] < s["new_from"]:
-            (i, x), = reader.take(1)
+            ((i, x),) = reader.take(1)
             if i in want:
                 held.append((i, x))
         if not keys.size:
@@ -288,11 +323,15 @@ class PackedStream:
         at = {} if built is None else {(int(e), int(p)): j for j, (e, p) in enumerate(zip(built.example_ids, pieces))}
         idx = np.array([at.get((int(e), int(p)), -1) for e, p in keys.tolist()], dtype=np.int64)
         if built is None or (idx < 0).any() or not np.array_equal(built.lengths[idx], np.asarray(s["carried_lengths"])):
-            raise ValueError("the stream's examples are not those the state was saved from (the sequences its buffer "
-                             "held differ); resume on the same input")
+            raise ValueError(
+                "the stream's examples are not those the state was saved from (the sequences its buffer "
+                "held differ); resume on the same input"
+            )
         return subset(built, idx), keys[:, 1].copy()
 
-    def _fill(self, reader: _Reader, carried: tuple[Sequences, np.ndarray] | None) -> tuple[Sequences, np.ndarray] | None:
+    def _fill(
+        self, reader: _Reader, carried: tuple[Sequences, np.ndarray] | None
+    ) -> tuple[Sequences, np.ndarray] | None:
         """The next buffer, with each sequence's piece: ``carried``, then this shard's next examples
         until it holds ``buffer_size`` sequences or the stream ends (None: nothing left)."""
         parts = [carried] if carried is not None and carried[0].num_sequences else []
@@ -308,8 +347,9 @@ class PackedStream:
             return None
         return concat([p[0] for p in parts], parts[0][0]), np.concatenate([p[1] for p in parts])
 
-    def _drain(self, buffer: tuple[Sequences, np.ndarray], s: dict[str, Any], reader: _Reader, *, final: bool, skip: int
-               ) -> Iterator[dict[str, np.ndarray]]:  # returns the carried sequences and pieces (None: none)
+    def _drain(
+        self, buffer: tuple[Sequences, np.ndarray], s: dict[str, Any], reader: _Reader, *, final: bool, skip: int
+    ) -> Iterator[dict[str, np.ndarray]]:  # returns the carried sequences and pieces (None: none)
         cfg = self.config
         pool, pieces = buffer
         seed = int(np.random.SeedSequence([cfg.seed, s["epoch"], self.shard, s["drain"]]).generate_state(1)[0])
@@ -317,15 +357,26 @@ class PackedStream:
         packing, carried_idx = drain(pool.lengths, max_len=cfg.max_len, algorithm=cfg.algorithm, keep=keep, seed=seed)
         carried = subset(pool, carried_idx)
         keys = np.stack([pool.example_ids[carried_idx], pieces[carried_idx]], axis=1)
-        cols = materialize(pool, packing, max_len=cfg.max_len, max_depth=pack_depth(packing, None),
-                           position_offset=cfg.position_offset) if packing.num_packs else {}
+        cols = (
+            materialize(
+                pool,
+                packing,
+                max_len=cfg.max_len,
+                max_depth=pack_depth(packing, None),
+                position_offset=cfg.position_offset,
+            )
+            if packing.num_packs
+            else {}
+        )
         counts = np.diff(packing.pack_offsets)
         per_token = set(pool.token_fields) | set(_TOKEN_COLUMNS)
         for r in range(skip, packing.num_packs):  # a slot column keeps the row's own sequences
             row = {k: (v[r] if k in per_token or v.ndim == 1 else v[r][: counts[r]]) for k, v in cols.items()}
             s["yielded"], s["rows"] = r + 1, s["rows"] + 1
             if r + 1 == packing.num_packs:  # the state after this buffer's last row: the next buffer's start
-                s.update(carried=keys.tolist(), carried_lengths=carried.lengths.tolist(), yielded=0, drain=s["drain"] + 1)
+                s.update(
+                    carried=keys.tolist(), carried_lengths=carried.lengths.tolist(), yielded=0, drain=s["drain"] + 1
+                )
                 nxt = reader.peek()
                 s["new_from"] = nxt[0] if nxt is not None else -1 if final else s["new_from"]
             yield row

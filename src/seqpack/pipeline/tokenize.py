@@ -61,12 +61,14 @@ def _shards_of(documents: Iterable[str], shard_chars: int) -> Iterator[tuple[int
         yield 0, 0, [], 0
 
 
-def encode_shard(path: str, documents: list[str], tokenizer: Tokenizer, first: int, workers: int | None,
-                 key: str) -> dict[str, Any]:
+def encode_shard(
+    path: str, documents: list[str], tokenizer: Tokenizer, first: int, workers: int | None, key: str
+) -> dict[str, Any]:
     """One stage of `build_sharded_store`: encode ``documents`` into the store ``path``, then record it."""
     extra = {"first_document": first, "input_documents": len(documents)}
-    meta = json.loads(json.dumps(dict(build_store(documents, tokenizer, path, workers=workers, overwrite=True,
-                                                  extra=extra).meta)))
+    meta = json.loads(
+        json.dumps(dict(build_store(documents, tokenizer, path, workers=workers, overwrite=True, extra=extra).meta))
+    )
     StageLog(Path(path).parent).finish(Path(path).name, key, meta, files=[path])
     return meta  # type: ignore[no-any-return]
 

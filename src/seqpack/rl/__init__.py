@@ -18,11 +18,26 @@ if TYPE_CHECKING:
     from seqpack.rl.logprobs import packed_logprobs, rollout_logprobs, split_completions, to_padded
     from seqpack.rl.losses import GRPOLoss, grpo_loss
 
-__all__ = ["LAYOUTS", "GRPOLoss", "PackedRollouts", "grpo_loss", "pack_rollouts", "packed_logprobs", "rollout_logprobs",
-           "split_completions", "to_padded"]
+__all__ = [
+    "LAYOUTS",
+    "GRPOLoss",
+    "PackedRollouts",
+    "grpo_loss",
+    "pack_rollouts",
+    "packed_logprobs",
+    "rollout_logprobs",
+    "split_completions",
+    "to_padded",
+]
 
-_TORCH = {"packed_logprobs": "logprobs", "rollout_logprobs": "logprobs", "split_completions": "logprobs",
-          "to_padded": "logprobs", "grpo_loss": "losses", "GRPOLoss": "losses"}
+_TORCH = {
+    "packed_logprobs": "logprobs",
+    "rollout_logprobs": "logprobs",
+    "split_completions": "logprobs",
+    "to_padded": "logprobs",
+    "grpo_loss": "losses",
+    "GRPOLoss": "losses",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -39,8 +39,9 @@ def rollout_tensors(packed: PackedRollouts, device: torch.device | str | None = 
     return out
 
 
-def _chunk(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+def _chunk(
+    head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     logits = head(hidden).float() / temperature  # (n, V)
     logp = F.log_softmax(logits, dim=-1)
     token = logp.gather(1, targets[:, None]).squeeze(1)
@@ -48,8 +49,9 @@ def _chunk(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: 
     return token, ent
 
 
-def rollout_logprobs(model: Any, packed: PackedRollouts, *, temperature: float = 1.0, entropies: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def rollout_logprobs(
+    model: Any, packed: PackedRollouts, *, temperature: float = 1.0, entropies: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Each completion token's log-probability under ``model`` (and the entropy of the distribution
     that predicts it), in rollout order.  # (N,), (N,) or None"""
     if not temperature > 0:
@@ -81,20 +83,28 @@ def split_completions(values: torch.Tensor, packed: PackedRollouts) -> list[list
     return [flat[g[i] : g[i + 1]] for i in range(len(g) - 1)]
 
 
-def to_padded(values: torch.Tensor, packed: PackedRollouts, *, width: int | None = None, fill: float = 0.0
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+def to_padded(
+    values: torch.Tensor, packed: PackedRollouts, *, width: int | None = None, fill: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(N,)`` values in rollout order -> TRL's right-padded ``(C, width)`` layout and its mask."""
     completion, column = (torch.from_numpy(x).to(values.device) for x in packed.padded_index())
     width = int(packed.completion_lengths.max()) if width is None else width
     out = values.new_full((packed.completion_lengths.size, width), fill)
     out = out.index_put((completion, column), values)
-    mask = torch.zeros(out.shape, dtype=torch.bool, device=values.device).index_put((completion, column), torch.tensor(True))
+    mask = torch.zeros(out.shape, dtype=torch.bool, device=values.device).index_put(
+        (completion, column), torch.tensor(True)
+    )
     return out, mask
 
 
 def packed_logprobs(
-    model: Any, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[Sequence[int]]], *,
-    max_tokens: int, layout: str = "group", temperature: float = 1.0,
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[Sequence[int]]],
+    *,
+    max_tokens: int,
+    layout: str = "group",
+    temperature: float = 1.0,
 ) -> list[list[torch.Tensor]]:
     """Per prompt, per completion, a 1-D float32 tensor of its tokens' log-probabilities under
     ``model`` (a transformers causal LM or seqpack's GPT), carrying gradients to it; the rollouts

@@ -47,15 +47,25 @@ class GRPOLoss:
             hint = "; vespo runs through PackedGRPOTrainer (TRL's own loss)" if self.loss_type == "vespo" else ""
             raise ValueError(f"loss_type must be one of {'|'.join(LOSS_TYPES)}, got {self.loss_type!r}{hint}")
         if self.importance_sampling_level not in ("token", "sequence"):
-            raise ValueError(f"importance_sampling_level must be token|sequence, got {self.importance_sampling_level!r}")
+            raise ValueError(
+                f"importance_sampling_level must be token|sequence, got {self.importance_sampling_level!r}"
+            )
         if self.beta < 0 or self.epsilon < 0 or self.max_completion_length < 1:
             raise ValueError("beta and epsilon must be >= 0 and max_completion_length >= 1")
 
 
 def grpo_loss(
-    logps: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor, options: GRPOLoss = GRPOLoss(), *,
-    old_logps: torch.Tensor | None = None, ref_logps: torch.Tensor | None = None,
-    num_items_in_batch: float | None = None, accumulation: int = 1, num_processes: int = 1, steps_per_generation: int = 1,
+    logps: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    options: GRPOLoss = GRPOLoss(),
+    *,
+    old_logps: torch.Tensor | None = None,
+    ref_logps: torch.Tensor | None = None,
+    num_items_in_batch: float | None = None,
+    accumulation: int = 1,
+    num_processes: int = 1,
+    steps_per_generation: int = 1,
 ) -> torch.Tensor:
     """The loss of one micro-batch, as ``trl.GRPOTrainer`` computes it in training (see the module).
 
@@ -98,23 +108,34 @@ def grpo_loss(
     if o.loss_type == "luspo":
         return masked.sum(-1).mean() / accumulation
     if num_items_in_batch is None:
-        raise ValueError(f"loss_type {o.loss_type} normalises by num_items_in_batch (the generation batch's completion tokens)")
+        raise ValueError(
+            f"loss_type {o.loss_type} normalises by num_items_in_batch (the generation batch's completion tokens)"
+        )
     normalizer = max(float(num_items_in_batch), 1.0) / num_processes * accumulation / steps_per_generation
     return masked.sum() / normalizer
 
 
-def _check_shapes(logps: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor, old: torch.Tensor | None,
-                  ref: torch.Tensor | None) -> None:
+def _check_shapes(
+    logps: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    old: torch.Tensor | None,
+    ref: torch.Tensor | None,
+) -> None:
     """Side data that does not match the log-probabilities' ``(B, T)``: one line naming it."""
     if logps.dim() != 2:
-        raise ValueError(f"logps must be (B, T) (TRL's padded completions; seqpack.rl.to_padded), got {tuple(logps.shape)}")
+        raise ValueError(
+            f"logps must be (B, T) (TRL's padded completions; seqpack.rl.to_padded), got {tuple(logps.shape)}"
+        )
     shape = tuple(logps.shape)
     for name, t in (("mask", mask), ("old_logps", old), ("ref_logps", ref)):
         if t is not None and tuple(t.shape) != shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)}, logps {shape}; give one value per completion token")
     if tuple(advantages.shape) not in ((shape[0],), shape):
-        raise ValueError(f"advantages has shape {tuple(advantages.shape)}; give ({shape[0]},), one per completion, "
-                         f"or {shape}, one per token")
+        raise ValueError(
+            f"advantages has shape {tuple(advantages.shape)}; give ({shape[0]},), one per completion, "
+            f"or {shape}, one per token"
+        )
 
 
 __all__ = ["LOSS_TYPES", "GRPOLoss", "grpo_loss"]

@@ -93,7 +93,9 @@ class PackedRollouts:
             (2, 2)
         """
         if self.num_rows % world:
-            raise ValueError(f"{self.num_rows} rows cannot be shared evenly by {world} ranks; pack with world_size={world}")
+            raise ValueError(
+                f"{self.num_rows} rows cannot be shared evenly by {world} ranks; pack with world_size={world}"
+            )
         return balanced_steps(self.row_costs(cost), world=world, micro_batch=1, seed=seed)[:, :, 0]  # type: ignore[no-any-return]
 
     def padded_index(self) -> tuple[np.ndarray, np.ndarray]:
@@ -104,14 +106,17 @@ class PackedRollouts:
         return completion, np.arange(completion.size) - self.offsets[completion]
 
 
-def _check(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[Sequence[int]]], max_tokens: int,
-           layout: str) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+def _check(
+    prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[Sequence[int]]], max_tokens: int, layout: str
+) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
         raise ValueError(f"max_tokens must be an int >= 2, got {max_tokens!r}")
     if len(prompt_ids) != len(completion_ids):
-        raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} lists of completions; give one list per prompt")
+        raise ValueError(
+            f"{len(prompt_ids)} prompts but {len(completion_ids)} lists of completions; give one list per prompt"
+        )
     if not prompt_ids:
         raise ValueError("no rollouts to pack (no prompts)")
     prompts, groups = [], []
@@ -127,16 +132,20 @@ def _check(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequenc
             if ca.size == 0:
                 raise ValueError(f"completion {j} of prompt {i} is empty")
             if pa.size + ca.size > max_tokens:
-                raise ValueError(f"completion {j} of prompt {i} ({ca.size} tokens) with its prompt ({pa.size}) is "
-                                 f"{pa.size + ca.size} tokens, over max_tokens={max_tokens}; raise max_tokens or "
-                                 "truncate the completion")
+                raise ValueError(
+                    f"completion {j} of prompt {i} ({ca.size} tokens) with its prompt ({pa.size}) is "
+                    f"{pa.size + ca.size} tokens, over max_tokens={max_tokens}; raise max_tokens or "
+                    "truncate the completion"
+                )
             comps.append(ca)
         prompts.append(pa)
         groups.append(comps)
     return prompts, groups
 
 
-def _units(prompts: list[np.ndarray], groups: list[list[np.ndarray]], max_tokens: int, layout: str) -> list[tuple[int, list[int]]]:
+def _units(
+    prompts: list[np.ndarray], groups: list[list[np.ndarray]], max_tokens: int, layout: str
+) -> list[tuple[int, list[int]]]:
     """``(prompt, completions)`` per packing unit: a whole group where it fits (group layout), else
     bins of whole completions by first fit decreasing; one completion each (flat layout)."""
     units: list[tuple[int, list[int]]] = []
@@ -164,8 +173,10 @@ def _balanced_rows(sizes: np.ndarray, costs: np.ndarray, max_tokens: int, rows: 
     cheapest row with token room (LPT under the cap), starting from the fewest multiple of ``world``
     at or above ``rows`` (the token plan's count) and adding ``world`` rows while a unit finds no room."""
     if sizes.size < world:
-        raise ValueError(f"{sizes.size} packing units cannot fill a row on each of world_size={world} ranks; "
-                         "give more rollouts or use fewer ranks")
+        raise ValueError(
+            f"{sizes.size} packing units cannot fill a row on each of world_size={world} ranks; "
+            "give more rollouts or use fewer ranks"
+        )
     order = np.argsort(-costs, kind="stable")
     k = max(world, -(-rows // world) * world)
     while True:
@@ -182,8 +193,10 @@ def _balanced_rows(sizes: np.ndarray, costs: np.ndarray, max_tokens: int, rows: 
         else:
             if all(out):
                 return _refine(out, sizes, costs, max_tokens)
-            raise ValueError(f"{sizes.size} packing units cannot fill {k} rows, one per rank and micro-batch; "
-                             "give more rollouts or use fewer ranks")
+            raise ValueError(
+                f"{sizes.size} packing units cannot fill {k} rows, one per rank and micro-batch; "
+                "give more rollouts or use fewer ranks"
+            )
         k += world
 
 
@@ -196,7 +209,9 @@ def _refine(rows: list[list[int]], sizes: np.ndarray, costs: np.ndarray, max_tok
 
     def exchange(a: int, high: bool) -> bool:
         """Row ``a`` (an extreme) gives (high) or takes (low) cost with the best partner row."""
-        best: tuple[float, int, int, int] | None = None  # (the pair's new extreme, partner, unit from the heavier, unit back or -1)
+        best: tuple[float, int, int, int] | None = (
+            None  # (the pair's new extreme, partner, unit from the heavier, unit back or -1)
+        )
         for b in (np.argsort(load) if high else np.argsort(-load))[: max(1, len(rows) // 2)].tolist():
             if b == a:
                 continue
@@ -205,7 +220,12 @@ def _refine(rows: list[list[int]], sizes: np.ndarray, costs: np.ndarray, max_tok
                 for v in [-1, *rows[lo]]:
                     dc = costs[u] - (costs[v] if v >= 0 else 0.0)
                     ds = int(sizes[u]) - (int(sizes[v]) if v >= 0 else 0)
-                    if dc <= 0 or fill[lo] + ds > max_tokens or fill[hi] - ds > max_tokens or (v < 0 and len(rows[hi]) < 2):
+                    if (
+                        dc <= 0
+                        or fill[lo] + ds > max_tokens
+                        or fill[hi] - ds > max_tokens
+                        or (v < 0 and len(rows[hi]) < 2)
+                    ):
                         continue
                     new_hi, new_lo = load[hi] - dc, load[lo] + dc
                     ok = max(new_hi, new_lo) < load[a] if high else min(new_hi, new_lo) > load[a]
@@ -235,8 +255,15 @@ def _refine(rows: list[list[int]], sizes: np.ndarray, costs: np.ndarray, max_tok
 
 
 def pack_rollouts(
-    prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[Sequence[int]]], *, max_tokens: int,
-    layout: str = "group", algorithm: str = "best", seed: int = 0, world_size: int = 1, cost: RowCost | None = None,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[Sequence[int]]],
+    *,
+    max_tokens: int,
+    layout: str = "group",
+    algorithm: str = "best",
+    seed: int = 0,
+    world_size: int = 1,
+    cost: RowCost | None = None,
 ) -> PackedRollouts:
     """Pack prompts (lists of token ids) and, per prompt, its completions into rows of at most
     ``max_tokens`` tokens (see the module): the fewest rows the ``algorithm`` finds; with
@@ -250,7 +277,9 @@ def pack_rollouts(
     sizes = np.array([prompts[i].size + sum(groups[i][j].size for j in js) for i, js in units], dtype=np.int64)
     packing = pack_lengths(sizes, max_tokens, algorithm=algorithm, seed=seed)
     packs = [packing.pack(r).tolist() for r in range(packing.num_packs)]
-    unit_squares = np.array([_square(prompts[i].size, [groups[i][j].size for j in js], layout) for i, js in units], np.int64)
+    unit_squares = np.array(
+        [_square(prompts[i].size, [groups[i][j].size for j in js], layout) for i, js in units], np.int64
+    )
     if world_size > 1:
         rc = cost or RowCost.from_flops(hidden=DEFAULT_HIDDEN, layers=1)
         unit_costs = rc.per_token * sizes + rc.per_square * unit_squares + rc.per_sequence
@@ -298,8 +327,18 @@ def _square(p: int, completions: list[int], layout: str) -> int:
     return p * p + sum(2 * p * c + c * c for c in completions)
 
 
-def _write(ids: np.ndarray, seg: np.ndarray, br: np.ndarray, pos: np.ndarray, r: int, col: int, tokens: np.ndarray,
-           segment: int, branch: int, first_position: int) -> int:
+def _write(
+    ids: np.ndarray,
+    seg: np.ndarray,
+    br: np.ndarray,
+    pos: np.ndarray,
+    r: int,
+    col: int,
+    tokens: np.ndarray,
+    segment: int,
+    branch: int,
+    first_position: int,
+) -> int:
     end = col + tokens.size
     ids[r, col:end] = tokens
     seg[r, col:end] = segment

@@ -1,12 +1,12 @@
 """Token store: flat ``tokens.bin`` + ``offsets.idx`` + ``meta.json``, memory-mapped; or many in shards.
 
-    >>> import tempfile, numpy as np
-    >>> d = tempfile.mkdtemp()
-    >>> with StoreWriter(d + "/s", vocab_size=300, tokenizer_hash="x") as w:
-    ...     w.add(np.array([5, 6, 7])); w.add(np.array([], dtype=np.uint32)); w.add(np.array([8]))
-    >>> s = TokenStore(d + "/s")
-    >>> len(s), s[0].tolist(), s.lengths().tolist(), s.meta["empty_documents"]
-    (2, [5, 6, 7], [3, 1], 1)
+>>> import tempfile, numpy as np
+>>> d = tempfile.mkdtemp()
+>>> with StoreWriter(d + "/s", vocab_size=300, tokenizer_hash="x") as w:
+...     w.add(np.array([5, 6, 7])); w.add(np.array([], dtype=np.uint32)); w.add(np.array([8]))
+>>> s = TokenStore(d + "/s")
+>>> len(s), s[0].tolist(), s.lengths().tolist(), s.meta["empty_documents"]
+(2, [5, 6, 7], [3, 1], 1)
 """
 
 from __future__ import annotations
@@ -31,8 +31,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "build_sharded_store":  # the tokenize job moved to the pipeline layer (issue 23)
-        warnings.warn("seqpack.store.build_sharded_store moved to seqpack.pipeline.build_sharded_store",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "seqpack.store.build_sharded_store moved to seqpack.pipeline.build_sharded_store",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         from seqpack.pipeline.tokenize import (
             build_sharded_store,  # deprecated re-export (allowed upward import)
         )

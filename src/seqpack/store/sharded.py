@@ -59,8 +59,13 @@ def shards_manifest(metas: list[dict[str, Any]], tokenizer: Tokenizer, source: s
         "encode_seconds": round(sum(m.get("encode_seconds", 0.0) for m in metas), 3),
         "max_length": max(int(m.get("max_length", 0)) for m in metas),
         "shards": [
-            {"name": shard_name(i), "num_documents": m["num_documents"], "num_tokens": m["num_tokens"],
-             "first_document": m["first_document"], "input_documents": m["input_documents"]}
+            {
+                "name": shard_name(i),
+                "num_documents": m["num_documents"],
+                "num_tokens": m["num_tokens"],
+                "first_document": m["first_document"],
+                "input_documents": m["input_documents"],
+            }
             for i, m in enumerate(metas)
         ],
     }
@@ -75,13 +80,21 @@ class ShardedTokenStore(StoreMeta):
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.meta = read_versioned_json(self.path, SHARDS, kind=KIND, version=FORMAT_VERSION,
-                                        what="sharded token store", hint="make one with seqpack tokenize")
+        self.meta = read_versioned_json(
+            self.path,
+            SHARDS,
+            kind=KIND,
+            version=FORMAT_VERSION,
+            what="sharded token store",
+            hint="make one with seqpack tokenize",
+        )
         names = [s.get("name") if isinstance(s, dict) else None for s in self.meta.get("shards", [])]
         if names != [shard_name(i) for i in range(len(names))]:  # each once, in order, inside the store
-            raise ValueError(f"{self.path / SHARDS}: the shards must be listed once each, in order, as "
-                             f"shard-00000, shard-00001, ... (found {', '.join(map(str, names[:4]))}"
-                             f"{', ...' if len(names) > 4 else ''}); re-run seqpack tokenize")
+            raise ValueError(
+                f"{self.path / SHARDS}: the shards must be listed once each, in order, as "
+                f"shard-00000, shard-00001, ... (found {', '.join(map(str, names[:4]))}"
+                f"{', ...' if len(names) > 4 else ''}); re-run seqpack tokenize"
+            )
         self.shards = [TokenStore(self.path / s["name"]) for s in self.meta["shards"]]
         for s, spec in zip(self.shards, self.meta["shards"]):
             if len(s) != spec["num_documents"] or s.num_tokens != spec["num_tokens"]:
@@ -106,8 +119,10 @@ class ShardedTokenStore(StoreMeta):
         return np.concatenate([s.lengths() for s in self.shards]) if self.shards else np.zeros(0, np.int64)
 
     def __repr__(self) -> str:
-        return (f"ShardedTokenStore({str(self.path)!r}, shards={len(self.shards)}, documents={len(self):,}, "
-                f"tokens={self.num_tokens:,})")
+        return (
+            f"ShardedTokenStore({str(self.path)!r}, shards={len(self.shards)}, documents={len(self):,}, "
+            f"tokens={self.num_tokens:,})"
+        )
 
 
 def open_store(path: str | os.PathLike[str] | TokenStore | ShardedTokenStore) -> TokenStore | ShardedTokenStore:

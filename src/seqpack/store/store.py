@@ -122,7 +122,9 @@ class StoreWriter:
             return
         if int(ids.max()) >= self.vocab_size or (ids.dtype.kind == "i" and int(ids.min()) < 0):
             raise ValueError(f"a document from {self.num_documents} on has ids outside 0..{self.vocab_size - 1}")
-        self._write(TOKENS, memoryview(np.ascontiguousarray(ids.astype(self.dtype, copy=False))).cast("B"))  # no bytes copy
+        self._write(
+            TOKENS, memoryview(np.ascontiguousarray(ids.astype(self.dtype, copy=False))).cast("B")
+        )  # no bytes copy
         self._pending.extend((self.num_tokens + np.cumsum(kept)).tolist())
         self.num_tokens += int(ids.size)
         self.num_documents += int(kept.size)
@@ -224,8 +226,10 @@ class TokenStore(StoreMeta):
             return False
         for name in (TOKENS, OFFSETS):
             if file_checksum(self.path / name) != sums.get(name):
-                raise ValueError(f"{self.path / name}: its bytes changed since seqpack tokenize wrote it (checksum "
-                                 f"mismatch with {META}); re-run seqpack tokenize to rebuild the store")
+                raise ValueError(
+                    f"{self.path / name}: its bytes changed since seqpack tokenize wrote it (checksum "
+                    f"mismatch with {META}); re-run seqpack tokenize to rebuild the store"
+                )
         return True
 
     def __getitem__(self, i: int) -> np.ndarray:
@@ -245,8 +249,9 @@ class TokenStore(StoreMeta):
 
 def _read_meta(path: Path) -> dict[str, Any]:
     meta_path = path / META
-    meta = read_versioned_json(path, META, kind=KIND, version=FORMAT_VERSION,
-                               what="token store", hint="make one with seqpack tokenize")
+    meta = read_versioned_json(
+        path, META, kind=KIND, version=FORMAT_VERSION, what="token store", hint="make one with seqpack tokenize"
+    )
     for key in ("dtype", "vocab_size", "tokenizer_hash", "num_documents", "num_tokens"):
         if key not in meta:
             raise ValueError(f"{meta_path}: corrupt (no {key!r})")
@@ -260,9 +265,7 @@ def _mapped(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
         raise ValueError(f"{path}: missing from the store")
     size = path.stat().st_size
     if size != count * dtype.itemsize:
-        raise ValueError(
-            f"{path}: {size:,} bytes, expected {count * dtype.itemsize:,} (truncated or corrupt store)"
-        )
+        raise ValueError(f"{path}: {size:,} bytes, expected {count * dtype.itemsize:,} (truncated or corrupt store)")
     if count == 0:
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r", shape=(count,))

@@ -22,7 +22,19 @@ from seqpack.tasks import chat, classification, clm, mlm, multilabel, preference
 from seqpack.tasks.base import COMPONENTS, Task
 from seqpack.tasks.vision import task as vision
 
-REGISTRY: dict[str, Task] = {t.name: t for t in (clm.TASK, mlm.TASK, classification.TASK, multilabel.TASK, qa.TASK, chat.TASK, preference.TASK, vision.TASK)}
+REGISTRY: dict[str, Task] = {
+    t.name: t
+    for t in (
+        clm.TASK,
+        mlm.TASK,
+        classification.TASK,
+        multilabel.TASK,
+        qa.TASK,
+        chat.TASK,
+        preference.TASK,
+        vision.TASK,
+    )
+}
 TASKS: tuple[str, ...] = tuple(REGISTRY)
 
 

@@ -73,7 +73,9 @@ class Task:
         if extra:
             flag = lambda n: "--" + n.replace("_", "-")  # noqa: E731
             have = ", ".join(flag(n) for n in sorted(names)) or "none"
-            raise ValueError(f"{', '.join(flag(n) for n in extra)} does not apply to task {self.name} (its options: {have})")
+            raise ValueError(
+                f"{', '.join(flag(n) for n in extra)} does not apply to task {self.name} (its options: {have})"
+            )
         return self.options_type(**kw)
 
     @property
@@ -90,13 +92,18 @@ class Task:
         """Refuse a packed dataset whose manifest names this task for rows another task wrote (an
         edited ``task``): the facts it records, its pack config's task and its derived columns' rules
         must be this task's."""
+
         def refuse(what: str) -> ValueError:
-            return ValueError(f"{where}: the manifest says task {self.name}, but {what} (the manifest was edited); "
-                              "re-run seqpack pack with --task " + self.name)
+            return ValueError(
+                f"{where}: the manifest says task {self.name}, but {what} (the manifest was edited); "
+                "re-run seqpack pack with --task " + self.name
+            )
 
         for key, value in self.facts().items():
             if key in manifest and bool(manifest[key]) != value:
-                raise refuse(f"its rows record {key}={str(bool(manifest[key])).lower()}, which task {self.name} never writes")
+                raise refuse(
+                    f"its rows record {key}={str(bool(manifest[key])).lower()}, which task {self.name} never writes"
+                )
         config = manifest.get("config")
         if isinstance(config, Mapping) and config.get("task") not in (None, self.name):
             raise refuse(f"it was packed with --task {config['task']}")
@@ -108,16 +115,25 @@ class Task:
         """The lengths of the sequences ``seqpack pack`` makes of a token store's documents
         (``lengths``, ``(n,)``) at ``max_len``: what ``seqpack plan``/``stats`` plan for a store.
         Default: not offered (the task's sequences are not a function of the documents' lengths)."""
-        raise ValueError(f"task {self.name}'s sequences are not the store's document lengths; pack the store with "
-                         f"seqpack pack --task {self.name}, then plan the packed dataset (--histogram PACKED_DIR)")
+        raise ValueError(
+            f"task {self.name}'s sequences are not the store's document lengths; pack the store with "
+            f"seqpack pack --task {self.name}, then plan the packed dataset (--histogram PACKED_DIR)"
+        )
 
     @property
     def reads_store(self) -> bool:
         """True when the task's sequences come from a token store (so a sharded store packs shard by shard)."""
         return self.reads == "store"
 
-    def pack_directory(self, source: Any, tokenizer_dir: str | os.PathLike[str], out: str | os.PathLike[str], config: Any,
-                       *, overwrite: bool = False) -> dict[str, Any]:
+    def pack_directory(
+        self,
+        source: Any,
+        tokenizer_dir: str | os.PathLike[str],
+        out: str | os.PathLike[str],
+        config: Any,
+        *,
+        overwrite: bool = False,
+    ) -> dict[str, Any]:
         """With `own_rows`: write the task's rows to ``out`` (``tokenizer_dir``: what
         ``--tokenizer`` names) and return their manifest; ``seqpack pack`` then runs no pack job."""
         raise NotImplementedError(f"task {self.name} is packed by the pack job of seqpack.pipeline")
@@ -141,7 +157,9 @@ class Task:
         """What every shard must agree on, from one pass over all of ``source`` (default: nothing)."""
         return {}
 
-    def build_shard(self, records: list[dict[str, Any]], tokenizer: Tokenizer, config: Any, context: dict[str, Any]) -> Sequences:
+    def build_shard(
+        self, records: list[dict[str, Any]], tokenizer: Tokenizer, config: Any, context: dict[str, Any]
+    ) -> Sequences:
         """One shard's sequences from a batch of example records (default: `build_sequences`)."""
         return self.build_sequences(records, tokenizer, config)
 
@@ -151,7 +169,9 @@ class Task:
         same as `shard_context` of no examples)."""
         return self.shard_context([], config)
 
-    def stream_sequences(self, records: list[Any], tokenizer: Tokenizer | None, config: Any, context: dict[str, Any]) -> Sequences:
+    def stream_sequences(
+        self, records: list[Any], tokenizer: Tokenizer | None, config: Any, context: dict[str, Any]
+    ) -> Sequences:
         """The sequences of one chunk of a stream's examples, ``example_ids`` local to the chunk
         (default: `build_shard`: the offline job's sequences of those examples)."""
         if tokenizer is None:
@@ -174,12 +194,16 @@ class Task:
         elif isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
             store = TokenStore(source)
         else:
-            raise ValueError(f"task {self.name} reads a token store directory, got {source!r}; make one with seqpack tokenize")
+            raise ValueError(
+                f"task {self.name} reads a token store directory, got {source!r}; make one with seqpack tokenize"
+            )
         store.check_tokenizer(tokenizer.fingerprint())
         top = int(store.tokens.max()) if store.num_tokens else -1
         if top >= tokenizer.vocab_size:
-            raise ValueError(f"{store.path}: holds token id {top}, past the tokenizer's {tokenizer.vocab_size} ids "
-                             "(a damaged store); re-run seqpack tokenize")
+            raise ValueError(
+                f"{store.path}: holds token id {top}, past the tokenizer's {tokenizer.vocab_size} ids "
+                "(a damaged store); re-run seqpack tokenize"
+            )
         return store
 
     def check_examples(self, source: Any) -> None:
@@ -188,8 +212,10 @@ class Task:
         from seqpack.store.store import META
 
         if isinstance(source, (str, os.PathLike)) and any((Path(source) / f).is_file() for f in (META, SHARDS)):
-            raise ValueError(f"{source} is a token store; task {self.name} reads labelled examples "
-                             "(.jsonl or .parquet files, or a folder of them)")
+            raise ValueError(
+                f"{source} is a token store; task {self.name} reads labelled examples "
+                "(.jsonl or .parquet files, or a folder of them)"
+            )
 
     # ---- models -----------------------------------------------------------------------------
     def model_kind(self, asked: str | None) -> str:
@@ -199,7 +225,9 @@ class Task:
             raise ValueError(f"--model {kind} does not train a {self.name} dataset; {hint}")
         return kind
 
-    def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    def seqpack_model(
+        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
+    ) -> tuple[Any, Any]:
         """``(model, model_config)`` of seqpack's own models."""
         raise NotImplementedError
 
@@ -210,7 +238,9 @@ class Task:
         """A transformers model of ``config`` for this task (``kind``: the ``--model`` asked, e.g. reward)."""
         raise NotImplementedError
 
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+    def forward(
+        self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+    ) -> PackedOutput:
         """One forward pass of seqpack's model on a training batch (``objective``: `objective`'s)."""
         raise NotImplementedError
 
@@ -218,7 +248,9 @@ class Task:
         """The batch a transformers model takes through ``packed_forward`` (columns dropped)."""
         return batch
 
-    def hf_forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+    def hf_forward(
+        self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+    ) -> PackedOutput:
         """One forward pass of a transformers model (default: `hf_batch`, then ``packed_forward``)."""
         from seqpack.nn.hf_adapter import packed_forward
 
@@ -264,8 +296,12 @@ def add_slot_metrics(totals: Any, key: str, per: Any, slots: Any, slot_logits: A
 def num_labels(manifest: Mapping[str, Any]) -> int:
     info = manifest.get("task_info", {})
     cfg = manifest.get("config", {})
-    n = (info.get("num_labels") or len(info.get("label_names") or ()) or cfg.get("options", {}).get("num_labels")
-         or cfg.get("num_labels"))
+    n = (
+        info.get("num_labels")
+        or len(info.get("label_names") or ())
+        or cfg.get("options", {}).get("num_labels")
+        or cfg.get("num_labels")
+    )
     if not n:
         raise ValueError("the dataset's manifest records no num_labels; re-pack it with --num-labels N")
     return int(n)

@@ -71,8 +71,10 @@ def check_label_count(count: int, field: str) -> int:
     ValueError: 1,000,000,000,000 labels (from the ids in field 'label' or --num-labels) is more than 1,048,576, the most one classifier takes; number the labels 0..N-1, or use strings
     """
     if count > MAX_LABELS:
-        raise ValueError(f"{count:,} labels (from the ids in field {field!r} or --num-labels) is more than {MAX_LABELS:,}, "
-                         "the most one classifier takes; number the labels 0..N-1, or use strings")
+        raise ValueError(
+            f"{count:,} labels (from the ids in field {field!r} or --num-labels) is more than {MAX_LABELS:,}, "
+            "the most one classifier takes; number the labels 0..N-1, or use strings"
+        )
     return count
 
 
@@ -91,10 +93,14 @@ def label_space(
                 strings.add(x)
             elif isinstance(x, int) and not isinstance(x, bool):
                 if x < 0:
-                    raise ValueError(f"example {i}: label in field {field!r} is negative; labels must be ints >= 0 or strings")
+                    raise ValueError(
+                        f"example {i}: label in field {field!r} is negative; labels must be ints >= 0 or strings"
+                    )
                 top = max(top, x)
     if len(kinds) > 1:
-        raise ValueError(f"labels in field {field!r} mix {' and '.join(sorted(k.__name__ for k in kinds))}; use all ints or all strings")
+        raise ValueError(
+            f"labels in field {field!r} mix {' and '.join(sorted(k.__name__ for k in kinds))}; use all ints or all strings"
+        )
     names = sorted(strings) if strings else None
     have = len(names) if names is not None else top + 1
     count = num_labels if num_labels is not None else have
@@ -124,7 +130,9 @@ def _labels(
         index = {n: k for k, n in enumerate(names)}
         ids = [index[x] for x in flat]
     else:
-        raise ValueError(f"labels in field {field!r} mix {' and '.join(sorted(k.__name__ for k in kinds))}; use all ints or all strings")
+        raise ValueError(
+            f"labels in field {field!r} mix {' and '.join(sorted(k.__name__ for k in kinds))}; use all ints or all strings"
+        )
     top = max(ids, default=-1) + 1 if names is None else len(names)
     c = num_labels if num_labels is not None else top
     if top > c:
@@ -139,8 +147,11 @@ def _labels(
 
 
 def _read(
-    examples: str | os.PathLike[str] | Iterable[Any], text_field: str, text_pair_field: str | None,
-    label_field: str, multilabel: bool,
+    examples: str | os.PathLike[str] | Iterable[Any],
+    text_field: str,
+    text_pair_field: str | None,
+    label_field: str,
+    multilabel: bool,
 ) -> tuple[list[str], list[str | None], list[Any], list[int], int, dict[str, int]]:
     """Texts, pairs and raw labels of the non-empty examples, checked; their indices; counts."""
     label_kind: type | tuple[type, ...] = list if multilabel else (int, str)
@@ -189,7 +200,8 @@ def classification_sequences(
     specials, vocab_size = special_ids(tokenizer)
     cls, sep = specials["[CLS]"], specials["[SEP]"]
     texts, pairs, raw, keep_ids, n_examples, dropped = _read(
-        examples, text_field, text_pair_field, label_field, multilabel)
+        examples, text_field, text_pair_field, label_field, multilabel
+    )
     labels, names, n_classes = _labels(raw, multilabel, num_labels, label_field, label_names)
     enc_a = tokenizer.encode_batch(texts)
     enc_b = tokenizer.encode_batch([p or "" for p in pairs]) if text_pair_field else [[] for _ in texts]
@@ -225,9 +237,12 @@ def classification_sequences(
         num_examples=n_examples,
         dropped=dropped,
         info={
-            "special_ids": specials, "vocab_size": vocab_size, "label_names": names,
+            "special_ids": specials,
+            "vocab_size": vocab_size,
+            "label_names": names,
             "num_labels": n_classes,
-            "overflow": overflow, "truncated": too_long if overflow == "truncate" else 0,
+            "overflow": overflow,
+            "truncated": too_long if overflow == "truncate" else 0,
         },
     )
 
@@ -257,8 +272,15 @@ class ClassificationTask(Task):
         self.check_examples(source)
         o: ClassificationOptions = config.options
         return classification_sequences(
-            source, tokenizer, max_len=config.max_len, text_field=o.text_field, text_pair_field=o.text_pair_field,
-            label_field=o.label_field, multilabel=self.multilabel, num_labels=o.num_labels, overflow=o.overflow,
+            source,
+            tokenizer,
+            max_len=config.max_len,
+            text_field=o.text_field,
+            text_pair_field=o.text_pair_field,
+            label_field=o.label_field,
+            multilabel=self.multilabel,
+            num_labels=o.num_labels,
+            overflow=o.overflow,
         )
 
     def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
@@ -271,22 +293,35 @@ class ClassificationTask(Task):
         """A stream cannot be read ahead for its label set: integer labels and ``num_labels``."""
         o: ClassificationOptions = config.options
         if o.num_labels is None:
-            raise ValueError(f"a stream of {self.name} examples needs num_labels (integer labels): its label set "
-                             "cannot be read ahead; pass options={'num_labels': N}")
+            raise ValueError(
+                f"a stream of {self.name} examples needs num_labels (integer labels): its label set "
+                "cannot be read ahead; pass options={'num_labels': N}"
+            )
         return {"label_names": None, "num_labels": o.num_labels}
 
     def build_shard(self, records: list[dict[str, Any]], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
         o: ClassificationOptions = config.options
         return classification_sequences(
-            records, tokenizer, max_len=config.max_len, text_field=o.text_field, text_pair_field=o.text_pair_field,
-            label_field=o.label_field, multilabel=self.multilabel, num_labels=context["num_labels"],
-            overflow=o.overflow, label_names=context["label_names"],
+            records,
+            tokenizer,
+            max_len=config.max_len,
+            text_field=o.text_field,
+            text_pair_field=o.text_pair_field,
+            label_field=o.label_field,
+            multilabel=self.multilabel,
+            num_labels=context["num_labels"],
+            overflow=o.overflow,
+            label_names=context["label_names"],
         )
 
-    def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    def seqpack_model(
+        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
+    ) -> tuple[Any, Any]:
         from seqpack.nn.models import BertConfig, BertForSequenceClassification
 
-        mc = BertConfig.of_size(size, vocab_size=vocab, num_labels=num_labels(manifest), multilabel=self.multilabel, **extra)
+        mc = BertConfig.of_size(
+            size, vocab_size=vocab, num_labels=num_labels(manifest), multilabel=self.multilabel, **extra
+        )
         return BertForSequenceClassification(mc), mc
 
     def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
@@ -300,8 +335,13 @@ class ClassificationTask(Task):
         return transformers.AutoModelForSequenceClassification.from_config(config)
 
     def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
-        return model(batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"],
-                     labels=batch.get("labels"), token_type_ids=batch.get("token_type_ids"))
+        return model(
+            batch["input_ids"],
+            batch["segment_ids"],
+            position_ids=batch["position_ids"],
+            labels=batch.get("labels"),
+            token_type_ids=batch.get("token_type_ids"),
+        )
 
     def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
         import torch
@@ -313,5 +353,6 @@ class ClassificationTask(Task):
         add_slot_metrics(totals, "cls", out.per_sequence, batch.get("labels"), out.slot_logits)
 
 
-TASK = ClassificationTask(name="classification", summary="one label per text or text pair", reads="examples",
-                          models=("bert",))
+TASK = ClassificationTask(
+    name="classification", summary="one label per text or text pair", reads="examples", models=("bert",)
+)

@@ -62,7 +62,9 @@ def _append_eos(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[n
     return flat, new_off, np.diff(new_off)
 
 
-def _append_eos_reference(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _append_eos_reference(
+    tokens: np.ndarray, offsets: np.ndarray, eos_id: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`_append_eos` in numpy: mark where each EOS goes, and put the tokens everywhere else."""
     n_docs = offsets.size - 1
     new_off = offsets + np.arange(n_docs + 1)
@@ -84,7 +86,9 @@ def clm_sequences(
     vocab_size: int | None = None,
 ) -> Sequences:
     """Documents ``tokens[offsets[i]:offsets[i+1]]`` -> causal-LM sequences of <= ``max_len``."""
-    seqs, labels_dtype = clm_inputs(tokens, offsets, max_len=max_len, eos_id=eos_id, overflow=overflow, vocab_size=vocab_size)
+    seqs, labels_dtype = clm_inputs(
+        tokens, offsets, max_len=max_len, eos_id=eos_id, overflow=overflow, vocab_size=vocab_size
+    )
     labels = shifted_labels(seqs.token_fields["input_ids"], seqs.offsets, labels_dtype)
     return dataclasses.replace(seqs, token_fields={**seqs.token_fields, "labels": labels})
 
@@ -161,7 +165,9 @@ def shifted_labels(input_ids: np.ndarray, offsets: np.ndarray, dtype: np.dtype) 
     return labels
 
 
-def _split(tokens: np.ndarray, offsets: np.ndarray, doc_len: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _split(
+    tokens: np.ndarray, offsets: np.ndarray, doc_len: np.ndarray, max_len: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cut every document into pieces of ``max_len`` (the last one shorter): tokens, offsets, doc ids."""
     pieces = -(-doc_len // max_len)
     example_ids = np.repeat(np.arange(doc_len.size), pieces)
@@ -199,14 +205,18 @@ def clm_reference(
 def _token_list(doc: Any, i: int) -> np.ndarray:
     """A document of token ids, checked (`seqpack._ids.token_ids`); a text asks for a tokenizer."""
     if isinstance(doc, (str, bytes)):
-        raise ValueError(f"example {i}: a clm stream without a tokenizer reads lists of token ids, got "
-                         f"{type(doc).__name__}; pass tokenizer=... for texts")
+        raise ValueError(
+            f"example {i}: a clm stream without a tokenizer reads lists of token ids, got "
+            f"{type(doc).__name__}; pass tokenizer=... for texts"
+        )
     return token_ids(doc, what=f"example {i}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class CLMOptions:
-    overflow: str = field(default="split", metadata={"help": "documents longer than max_len: split|truncate|drop|error"})
+    overflow: str = field(
+        default="split", metadata={"help": "documents longer than max_len: split|truncate|drop|error"}
+    )
     eos_token: str = field(default="<|endoftext|>", metadata={"help": "appended to each document ('' for none)"})
 
     def __post_init__(self) -> None:
@@ -264,8 +274,15 @@ class CLMTask(Task):
         if o.eos_token:
             eos = tokenizer.token_to_id(o.eos_token)
             if eos is None:
-                raise ValueError(f"tokenizer has no token {o.eos_token!r}; pass --eos-token TOKEN, or --eos-token '' for none")
-        return store, {"max_len": config.max_len, "eos_id": eos, "overflow": o.overflow, "vocab_size": tokenizer.vocab_size}
+                raise ValueError(
+                    f"tokenizer has no token {o.eos_token!r}; pass --eos-token TOKEN, or --eos-token '' for none"
+                )
+        return store, {
+            "max_len": config.max_len,
+            "eos_id": eos,
+            "overflow": o.overflow,
+            "vocab_size": tokenizer.vocab_size,
+        }
 
     def stream_context(self, config: Any) -> dict[str, Any]:
         return {}
@@ -281,19 +298,27 @@ class CLMTask(Task):
             texts = [r if isinstance(r, str) else r.get("text") if isinstance(r, Mapping) else None for r in records]
             bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
             if bad is not None:
-                raise ValueError(f"example {bad}: a clm stream with a tokenizer reads strings or records with a 'text' "
-                                 f"string, got {type(records[bad]).__name__}")
+                raise ValueError(
+                    f"example {bad}: a clm stream with a tokenizer reads strings or records with a 'text' "
+                    f"string, got {type(records[bad]).__name__}"
+                )
             docs = [np.asarray(tokenizer.encode(t), dtype=np.int64) for t in texts]
             if o.eos_token:
                 eos = tokenizer.token_to_id(o.eos_token)
                 if eos is None:
-                    raise ValueError(f"tokenizer has no token {o.eos_token!r}; pass options={{'eos_token': ''}} for none")
+                    raise ValueError(
+                        f"tokenizer has no token {o.eos_token!r}; pass options={{'eos_token': ''}} for none"
+                    )
         lens = np.array([d.size for d in docs], dtype=np.int64)
         flat = np.concatenate(docs) if docs else np.zeros(0, np.int64)
         vocab = tokenizer.vocab_size if tokenizer is not None else None
-        return clm_sequences(flat, offsets_of(lens), max_len=config.max_len, eos_id=eos, overflow=o.overflow, vocab_size=vocab)
+        return clm_sequences(
+            flat, offsets_of(lens), max_len=config.max_len, eos_id=eos, overflow=o.overflow, vocab_size=vocab
+        )
 
-    def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    def seqpack_model(
+        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
+    ) -> tuple[Any, Any]:
         from seqpack.nn.models import GPT, GPTConfig
 
         mc = GPTConfig.of_size(size, vocab_size=vocab, **extra)
@@ -305,8 +330,13 @@ class CLMTask(Task):
         return transformers.AutoModelForCausalLM.from_config(config)
 
     def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
-        return model(batch["input_ids"], batch["segment_ids"], reduction=reduction, position_ids=batch["position_ids"],
-                     labels=batch.get("labels"))
+        return model(
+            batch["input_ids"],
+            batch["segment_ids"],
+            reduction=reduction,
+            position_ids=batch["position_ids"],
+            labels=batch.get("labels"),
+        )
 
     def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
         """
@@ -326,5 +356,6 @@ class CLMTask(Task):
         add_lm_metrics(totals, out, batch, shift=True)
 
 
-TASK = CLMTask(name="clm", summary="causal language modelling on a token store", reads="store", models=("gpt",),
-               token_labels=True)
+TASK = CLMTask(
+    name="clm", summary="causal language modelling on a token store", reads="store", models=("gpt",), token_labels=True
+)

@@ -1,11 +1,11 @@
 """What the tasks that read labelled examples share: a checked field of a record, BERT's special ids.
 
-    >>> get_field({"text": "hi"}, "text", 0, "--text-field")
-    'hi'
-    >>> get_field({"text": 3}, "text", 4, "--text-field")
-    Traceback (most recent call last):
-    ...
-    ValueError: example 4: field 'text' is int, expected str
+>>> get_field({"text": "hi"}, "text", 0, "--text-field")
+'hi'
+>>> get_field({"text": 3}, "text", 4, "--text-field")
+Traceback (most recent call last):
+...
+ValueError: example 4: field 'text' is int, expected str
 """
 
 from __future__ import annotations

@@ -87,7 +87,9 @@ def sentence_tables(tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray, np.nd
     return newline, punct, space
 
 
-def sentence_ends(tokens: np.ndarray, doc_offsets: np.ndarray, tables: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+def sentence_ends(
+    tokens: np.ndarray, doc_offsets: np.ndarray, tables: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> np.ndarray:
     """Exclusive end of every sentence of every document, in order (flat token indices)."""
     newline, punct, space = tables
     t = np.asarray(tokens, dtype=np.int64)
@@ -140,14 +142,21 @@ def mlm_sequences(store: TokenStore, tokenizer: Tokenizer, config: MLMConfig) ->
         num_examples=len(store),
         dropped=dict(builder.dropped),
         info={
-            "special_ids": specials, "vocab_size": vocab_size, "mask_prob": config.mask_prob,
-            "short_seq_prob": config.short_seq_prob, "random_next_prob": config.random_next_prob,
-            "max_predictions": config.predictions, "dupe_factor": config.dupe_factor, "data_seed": config.seed,
+            "special_ids": specials,
+            "vocab_size": vocab_size,
+            "mask_prob": config.mask_prob,
+            "short_seq_prob": config.short_seq_prob,
+            "random_next_prob": config.random_next_prob,
+            "max_predictions": config.predictions,
+            "dupe_factor": config.dupe_factor,
+            "data_seed": config.seed,
         },
     )
 
 
-def _mask(ids: np.ndarray, rng: np.random.Generator, cfg: MLMConfig, mask_id: int, vocab: int, sep_a: int) -> np.ndarray:
+def _mask(
+    ids: np.ndarray, rng: np.random.Generator, cfg: MLMConfig, mask_id: int, vocab: int, sep_a: int
+) -> np.ndarray:
     """Mask ``ids`` in place; returns the labels (-100 except at predicted positions)."""
     n = ids.size
     cand = np.delete(np.arange(n), [0, sep_a - 1, n - 1])
@@ -165,7 +174,9 @@ def _mask(ids: np.ndarray, rng: np.random.Generator, cfg: MLMConfig, mask_id: in
 class _PairBuilder:
     """Google's ``create_instances_from_document``, on token arrays."""
 
-    def __init__(self, tokens: np.ndarray, offsets: np.ndarray, ends: np.ndarray, sent_off: np.ndarray, cfg: MLMConfig) -> None:
+    def __init__(
+        self, tokens: np.ndarray, offsets: np.ndarray, ends: np.ndarray, sent_off: np.ndarray, cfg: MLMConfig
+    ) -> None:
         self.tokens, self.offsets, self.ends, self.sent_off, self.cfg = tokens, offsets, ends, sent_off, cfg
         self.rng = np.random.default_rng(cfg.seed)
         self.n_docs = offsets.size - 1
@@ -232,9 +243,12 @@ class _PairBuilder:
 class MLMOptions:
     mask_prob: float = field(default=0.15, metadata={"help": "share of tokens to predict"})
     short_seq_prob: float = field(default=0.1, metadata={"help": "share of pairs with a shorter target length"})
-    random_next_prob: float = field(default=0.5, metadata={"help": "share of pairs whose B is a random segment (NSP 1)"})
-    max_predictions: int | None = field(default=None, metadata={"help": "masked tokens per sequence at most "
-                                                                         "(default round(max_len * mask_prob))"})
+    random_next_prob: float = field(
+        default=0.5, metadata={"help": "share of pairs whose B is a random segment (NSP 1)"}
+    )
+    max_predictions: int | None = field(
+        default=None, metadata={"help": "masked tokens per sequence at most (default round(max_len * mask_prob))"}
+    )
     dupe_factor: int = field(default=1, metadata={"help": "passes over the corpus with new pairs and masks"})
 
     def __post_init__(self) -> None:
@@ -251,10 +265,14 @@ class MLMTask(Task):
         return count_empty(store, mlm_sequences(store, tokenizer, mcfg))
 
     def stream_sequences(self, records: list[Any], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
-        raise ValueError("mlm does not stream: its next-sentence pairs draw segments from the whole corpus; "
-                         "pack it with seqpack pack (or stream task='clm')")
+        raise ValueError(
+            "mlm does not stream: its next-sentence pairs draw segments from the whole corpus; "
+            "pack it with seqpack pack (or stream task='clm')"
+        )
 
-    def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    def seqpack_model(
+        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
+    ) -> tuple[Any, Any]:
         from seqpack.nn.models import BertConfig, BertForPreTraining
 
         mc = BertConfig.of_size(size, vocab_size=vocab, **extra)
@@ -273,23 +291,38 @@ class MLMTask(Task):
         return batch
 
     def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
-        return model(batch["input_ids"], batch["segment_ids"], reduction=reduction, position_ids=batch["position_ids"],
-                     labels=batch.get("labels"), token_type_ids=batch.get("token_type_ids"),
-                     next_sentence_label=batch.get("next_sentence_label"))
+        return model(
+            batch["input_ids"],
+            batch["segment_ids"],
+            reduction=reduction,
+            position_ids=batch["position_ids"],
+            labels=batch.get("labels"),
+            token_type_ids=batch.get("token_type_ids"),
+            next_sentence_label=batch.get("next_sentence_label"),
+        )
 
     def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
         import torch
 
         nsp = batch.get("next_sentence_label")
-        return torch.tensor([lm_units(batch, reduction), slot_units(nsp) if nsp is not None else 0.0, 0.0], dtype=torch.float64)
+        return torch.tensor(
+            [lm_units(batch, reduction), slot_units(nsp) if nsp is not None else 0.0, 0.0], dtype=torch.float64
+        )
 
     def component_means(self, out: Any) -> list[Any]:
         return [out.extra.get("mlm_loss", out.loss), out.extra.get("nsp_loss"), None]
 
     def update_eval(self, totals: Any, out: Any, batch: Mapping[str, torch.Tensor]) -> None:
         add_lm_metrics(totals, out, batch, shift=False)
-        add_slot_metrics(totals, "nsp", out.extra.get("nsp_per_sequence"), batch.get("next_sentence_label"), out.slot_logits)
+        add_slot_metrics(
+            totals, "nsp", out.extra.get("nsp_per_sequence"), batch.get("next_sentence_label"), out.slot_logits
+        )
 
 
-TASK = MLMTask(name="mlm", summary="BERT pre-training (masked LM + next sentence) on a token store", reads="store",
-               models=("bert",), token_labels=True)
+TASK = MLMTask(
+    name="mlm",
+    summary="BERT pre-training (masked LM + next sentence) on a token store",
+    reads="store",
+    models=("bert",),
+    token_labels=True,
+)

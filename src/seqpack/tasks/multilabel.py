@@ -4,5 +4,11 @@ from __future__ import annotations
 
 from seqpack.tasks.classification import ClassificationTask
 
-TASK = ClassificationTask(name="multilabel", summary="a set of labels per text or text pair (multi-hot)",
-                          reads="examples", models=("bert",), multilabel=True, float_labels=True)
+TASK = ClassificationTask(
+    name="multilabel",
+    summary="a set of labels per text or text pair (multi-hot)",
+    reads="examples",
+    models=("bert",),
+    multilabel=True,
+    float_labels=True,
+)

@@ -72,7 +72,9 @@ def answer_tokens(context: str, spans: np.ndarray, text: str, start: int, i: int
     (1, 2)
     """
     if start < 0 or start + len(text) > len(context) or not text:
-        raise ValueError(f"example {i}: answer at characters {start}..{start + len(text)} is outside the context ({len(context)} characters)")
+        raise ValueError(
+            f"example {i}: answer at characters {start}..{start + len(text)} is outside the context ({len(context)} characters)"
+        )
     if context[start : start + len(text)] != text:
         raise ValueError(f"example {i}: answer {text[:40]!r} is not at character {start} of the context")
     end = start + len(text)
@@ -130,13 +132,17 @@ def qa_sequences(
     q_ids = tokenizer.encode_batch([r[1] for r in rows])
     c_enc = tokenizer.encode_with_offsets([r[2] for r in rows])
     seqs: list[list[int]] = []
-    fields: dict[str, list[int]] = {k: [] for k in ("start_positions", "end_positions", "context_start", "window_start")}
+    fields: dict[str, list[int]] = {
+        k: [] for k in ("start_positions", "end_positions", "context_start", "window_start")
+    }
     example_ids, n_types = [], []
     for (i, _q, context, ans), qi, (c_arr, c_spans) in zip(rows, q_ids, c_enc):
         qi, ci = qi[:max_question_len], c_arr.tolist()
         room = max_len - len(qi) - 3
         if room <= doc_stride:
-            raise ValueError(f"max_len={max_len} leaves {room} context tokens after the question, not more than doc_stride={doc_stride}; raise --max-len or lower --doc-stride")
+            raise ValueError(
+                f"max_len={max_len} leaves {room} context tokens after the question, not more than doc_stride={doc_stride}; raise --max-len or lower --doc-stride"
+            )
         span = None if ans is None else answer_tokens(context, c_spans, ans[0], ans[1], i)
         for w in windows(len(ci), room, doc_stride):
             piece = ci[w : w + room]
@@ -152,7 +158,9 @@ def qa_sequences(
     lengths = np.array([len(s) for s in seqs], dtype=np.int64)
     total = int(lengths.sum())
     flat = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=total)
-    tt = (np.arange(total) - np.repeat(offsets_of(lengths)[:-1], lengths) >= np.repeat(n_types, lengths)).astype(np.uint8)
+    tt = (np.arange(total) - np.repeat(offsets_of(lengths)[:-1], lengths) >= np.repeat(n_types, lengths)).astype(
+        np.uint8
+    )
     pos_dt = np.int16 if max_len < 1 << 15 else np.int32
     return Sequences(
         task="qa",
@@ -163,7 +171,12 @@ def qa_sequences(
         position_fields=("start_positions", "end_positions", "context_start"),
         num_examples=n_examples,
         dropped=dropped,
-        info={"special_ids": specials, "vocab_size": vocab_size, "doc_stride": doc_stride, "max_question_len": max_question_len},
+        info={
+            "special_ids": specials,
+            "vocab_size": vocab_size,
+            "doc_stride": doc_stride,
+            "max_question_len": max_question_len,
+        },
     )
 
 
@@ -171,7 +184,9 @@ def qa_sequences(
 class QAOptions:
     question_field: str = field(default="question", metadata={"help": "the question column"})
     context_field: str = field(default="context", metadata={"help": "the context column"})
-    answers_field: str = field(default="answers", metadata={"help": "SQuAD answers: {text: [...], answer_start: [...]}"})
+    answers_field: str = field(
+        default="answers", metadata={"help": "SQuAD answers: {text: [...], answer_start: [...]}"}
+    )
     doc_stride: int = field(default=128, metadata={"help": "overlap of context windows, tokens"})
     max_question_len: int = field(default=64, metadata={"help": "question tokens kept at most"})
 
@@ -187,11 +202,20 @@ class QATask(Task):
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
         self.check_examples(source)
         o: QAOptions = config.options
-        return qa_sequences(source, tokenizer, max_len=config.max_len, question_field=o.question_field,
-                            context_field=o.context_field, answers_field=o.answers_field,
-                            doc_stride=o.doc_stride, max_question_len=o.max_question_len)
+        return qa_sequences(
+            source,
+            tokenizer,
+            max_len=config.max_len,
+            question_field=o.question_field,
+            context_field=o.context_field,
+            answers_field=o.answers_field,
+            doc_stride=o.doc_stride,
+            max_question_len=o.max_question_len,
+        )
 
-    def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    def seqpack_model(
+        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
+    ) -> tuple[Any, Any]:
         from seqpack.nn.models import BertConfig, BertForQuestionAnswering
 
         mc = BertConfig.of_size(size, vocab_size=vocab, **extra)
@@ -206,9 +230,14 @@ class QATask(Task):
         return transformers.AutoModelForQuestionAnswering.from_config(config)
 
     def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
-        return model(batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"],
-                     token_type_ids=batch.get("token_type_ids"), start_positions=batch.get("start_positions"),
-                     end_positions=batch.get("end_positions"))
+        return model(
+            batch["input_ids"],
+            batch["segment_ids"],
+            position_ids=batch["position_ids"],
+            token_type_ids=batch.get("token_type_ids"),
+            start_positions=batch.get("start_positions"),
+            end_positions=batch.get("end_positions"),
+        )
 
     def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
         import torch
@@ -229,4 +258,6 @@ class QATask(Task):
         totals.add("exact_match", float(hit[present].sum()), float(present.sum()))
 
 
-TASK = QATask(name="qa", summary="extractive question answering in doc-stride windows", reads="examples", models=("bert",))
+TASK = QATask(
+    name="qa", summary="extractive question answering in doc-stride windows", reads="examples", models=("bert",)
+)

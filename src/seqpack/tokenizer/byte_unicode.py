@@ -21,9 +21,7 @@ from itertools import accumulate
 def byte_to_char() -> tuple[str, ...]:
     """The 256 characters, indexed by byte value."""
     printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     )
     table: dict[int, int] = {b: b for b in printable}
     extra = 0
@@ -74,7 +72,9 @@ def bytes_to_strs(items: Sequence[bytes]) -> list[str]:
     return _slices(bytes_to_str(b"".join(items)), [len(b) for b in items])  # type: ignore[no-any-return]
 
 
-def gpt2_strings(vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]]) -> tuple[dict[int, str], list[tuple[str, str]]]:
+def gpt2_strings(
+    vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]]
+) -> tuple[dict[int, str], list[tuple[str, str]]]:
     """Every token's string (id -> string, in id order) and every merge's pair of strings, each token
     converted once (a merge's halves are tokens of the vocabulary; one that is not is converted alone).
 
@@ -100,8 +100,10 @@ def string_ids(strings: dict[int, str], vocab: dict[int, bytes], file: str) -> d
         first: dict[str, int] = {}
         for i, key in strings.items():
             if key in first:
-                raise ValueError(f"token {vocab[i]!r} appears twice in the vocab (ids {first[key]} and {i}); "
-                                 f"{file} cannot hold duplicates")
+                raise ValueError(
+                    f"token {vocab[i]!r} appears twice in the vocab (ids {first[key]} and {i}); "
+                    f"{file} cannot hold duplicates"
+                )
             first[key] = i
     return out
 

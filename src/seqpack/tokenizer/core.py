@@ -48,14 +48,24 @@ class CoreBPE:
     encode_batch: Callable[..., tuple[np.ndarray, np.ndarray]]
     encode_lists: Callable[..., list[list[int]]]
 
-    def __init__(self, byte_ids: Sequence[int], merges: Sequence[tuple[int, int, int]],
-                 specials: Sequence[tuple[bytes, int]] = ()) -> None:
+    def __init__(
+        self,
+        byte_ids: Sequence[int],
+        merges: Sequence[tuple[int, int, int]],
+        specials: Sequence[tuple[bytes, int]] = (),
+    ) -> None:
         left, right, merged = (list(c) for c in zip(*merges)) if len(merges) else ([], [], [])
         self._bind(byte_ids, left, right, merged, specials)
 
     @classmethod
-    def from_columns(cls, byte_ids: Sequence[int], left: list[int], right: list[int], merged: list[int],
-                     specials: Sequence[tuple[bytes, int]] = ()) -> CoreBPE:
+    def from_columns(
+        cls,
+        byte_ids: Sequence[int],
+        left: list[int],
+        right: list[int],
+        merged: list[int],
+        specials: Sequence[tuple[bytes, int]] = (),
+    ) -> CoreBPE:
         """The same encoder from the merges as three columns in rank order (no triple a merge: a
         50K-merge tokenizer is built ~10 ms sooner).
 
@@ -66,10 +76,17 @@ class CoreBPE:
         core._bind(byte_ids, left, right, merged, specials)
         return core
 
-    def _bind(self, byte_ids: Sequence[int], left: list[int], right: list[int], merged: list[int],
-              specials: Sequence[tuple[bytes, int]]) -> None:
-        self._enc = _native.Encoder(list(byte_ids), left, right, merged, [s for s, _ in specials],
-                                    [i for _, i in specials])
+    def _bind(
+        self,
+        byte_ids: Sequence[int],
+        left: list[int],
+        right: list[int],
+        merged: list[int],
+        specials: Sequence[tuple[bytes, int]],
+    ) -> None:
+        self._enc = _native.Encoder(
+            list(byte_ids), left, right, merged, [s for s, _ in specials], [i for _, i in specials]
+        )
         self.encode = self._enc.encode
         self.encode_batch = self._enc.encode_batch
         self.encode_lists = self._enc.encode_lists
@@ -116,8 +133,9 @@ class CoreBPE:
         return _native.fingerprint_stream(ids, tokens, merges)  # type: ignore[no-any-return]
 
     @staticmethod
-    def tokenizer_texts(ids: list[int], tokens: list[bytes], merges: list[tuple[bytes, bytes]],
-                        special: list[tuple[int, str]]) -> tuple[bytes, bytes, bytes, bytes]:
+    def tokenizer_texts(
+        ids: list[int], tokens: list[bytes], merges: list[tuple[bytes, bytes]], special: list[tuple[int, str]]
+    ) -> tuple[bytes, bytes, bytes, bytes]:
         """``vocab.json``, ``merges.txt`` and ``tokenizer.json``'s vocab and merges, as UTF-8 bytes, from
         the tokens (``ids`` ascending, ``tokens`` their bytes), the merges in rank order, and
         ``special``: ``(index into ids, JSON string literal)`` of the tokens that ``tokenizer.json``

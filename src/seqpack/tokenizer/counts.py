@@ -57,9 +57,7 @@ class WordCounts:
     def to_dict(self) -> dict[str, int]:
         data = self.blob.tobytes()
         bounds = self.offsets.tolist()
-        return {
-            data[bounds[i] : bounds[i + 1]].decode("utf-8"): c for i, c in enumerate(self.counts.tolist())
-        }
+        return {data[bounds[i] : bounds[i + 1]].decode("utf-8"): c for i, c in enumerate(self.counts.tolist())}
 
     @classmethod
     def from_dict(cls, counts: Mapping[str, int]) -> WordCounts:
@@ -131,8 +129,7 @@ def count_chunks(
     Each thread pulls the next chunk when it is free (``workers`` chunks in flight), so memory
     stays bounded by those chunks plus the tables of distinct words.
     """
-    counter = count_into(chunks, special_tokens=special_tokens, workers=workers, errors=errors,
-                         on_progress=on_progress)
+    counter = count_into(chunks, special_tokens=special_tokens, workers=workers, errors=errors, on_progress=on_progress)
     return WordCounts(*counter.to_arrays())
 
 

@@ -91,8 +91,9 @@ def read_merges(path: str | os.PathLike[str]) -> list[tuple[bytes, bytes]]:
     pairs = [lines[n].rstrip("\r").split(" ") for n in numbers]
     for n, parts in zip(numbers, pairs):
         if len(parts) != 2 or not parts[0] or not parts[1]:
-            raise ValueError(f"{path}: line {n + 1}: expected two tokens separated by one space, "
-                             f"got {lines[n].rstrip(chr(13))!r}")
+            raise ValueError(
+                f"{path}: line {n + 1}: expected two tokens separated by one space, got {lines[n].rstrip(chr(13))!r}"
+            )
     halves = _decode_tokens([h for parts in pairs for h in parts], lambda k: f"{path}: line {numbers[k // 2] + 1}")
     return list(zip(halves[::2], halves[1::2]))
 
@@ -125,7 +126,11 @@ def tokenizer_file_texts(tok: Tokenizer) -> dict[str, bytes]:
         return _file_texts_reference(tok)
     special = [(bisect_left(ids, i), json.dumps(text, ensure_ascii=False)) for i, text in specials.items()]
     vocab, merges, hf_vocab, hf_merges = CoreBPE.tokenizer_texts(ids, tokens, tok.merges, special)
-    return {"vocab.json": vocab, "merges.txt": merges, "tokenizer.json": hf_tokenizer_json_from(tok, hf_vocab, hf_merges)}
+    return {
+        "vocab.json": vocab,
+        "merges.txt": merges,
+        "tokenizer.json": hf_tokenizer_json_from(tok, hf_vocab, hf_merges),
+    }
 
 
 def _is_gpt2_string_of_another(tok: Tokenizer, special_id: int, text: str) -> bool:
@@ -144,13 +149,22 @@ def _file_texts_reference(tok: Tokenizer) -> dict[str, bytes]:
     strings, merges = gpt2_strings(tok.vocab, tok.merges)  # every token made a string once, for all three files
     vocab = string_ids(strings, tok.vocab, "vocab.json")
     lines = ["#version: 0.2"] + [f"{a} {b}" for a, b in merges]
-    return {"vocab.json": _json_lines(vocab).encode("utf-8"), "merges.txt": ("\n".join(lines) + "\n").encode("utf-8"),
-            "tokenizer.json": hf_tokenizer_json(tok, strings=(strings, merges)).encode("utf-8")}
+    return {
+        "vocab.json": _json_lines(vocab).encode("utf-8"),
+        "merges.txt": ("\n".join(lines) + "\n").encode("utf-8"),
+        "tokenizer.json": hf_tokenizer_json(tok, strings=(strings, merges)).encode("utf-8"),
+    }
 
 
 @collector_paused()
-def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike[str], *, overwrite: bool = False,
-                   hf: bool = False, chat_template: str | None = None) -> None:
+def save_tokenizer(
+    tok: Tokenizer,
+    directory: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    hf: bool = False,
+    chat_template: str | None = None,
+) -> None:
     """Write the four files into ``directory`` atomically (meta.json last); with ``hf`` also
     ``tokenizer_config.json`` (bos/eos/pad, ``chat_template``) and ``special_tokens_map.json``, so that
     ``transformers.AutoTokenizer.from_pretrained(directory)`` loads it complete."""
@@ -174,7 +188,9 @@ def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike[str], *, overwri
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
-def read_tokenizer_dir(directory: str | os.PathLike[str]) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str | None]:
+def read_tokenizer_dir(
+    directory: str | os.PathLike[str],
+) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str], str | None]:
     """``(vocab, merges, special_tokens, fingerprint or None)`` of a directory written by
     `save_tokenizer` (`seqpack.tokenizer.Tokenizer.load` builds and checks the tokenizer)."""
     d = Path(directory)

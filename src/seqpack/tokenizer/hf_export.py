@@ -39,13 +39,24 @@ def build_hf_tokenizer(tok: Tokenizer) -> Any:
     from tokenizers import Tokenizer as HFTokenizer
 
     strings, merges = gpt2_strings(tok.vocab, tok.merges)
-    bpe = models.BPE(vocab=hf_vocab(tok, strings), merges=merges, dropout=None, unk_token=None, fuse_unk=False,
-                     byte_fallback=False, ignore_merges=False)
+    bpe = models.BPE(
+        vocab=hf_vocab(tok, strings),
+        merges=merges,
+        dropout=None,
+        unk_token=None,
+        fuse_unk=False,
+        byte_fallback=False,
+        ignore_merges=False,
+    )
     hf = HFTokenizer(bpe)
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
     hf.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
-    hf.add_special_tokens([AddedToken(s, single_word=False, lstrip=False, rstrip=False, normalized=False, special=True)
-                           for s in tok.special_tokens])
+    hf.add_special_tokens(
+        [
+            AddedToken(s, single_word=False, lstrip=False, rstrip=False, normalized=False, special=True)
+            for s in tok.special_tokens
+        ]
+    )
     return hf
 
 
@@ -85,15 +96,45 @@ def hf_tokenizer_json_from(tok: Tokenizer, vocab: bytes, merges: bytes) -> bytes
 
 def _document(tok: Tokenizer, vocab: dict[str, int], merges: list[tuple[str, str]]) -> dict[str, Any]:
     """``tokenizer.json`` as a dict (its keys in the order ``tokenizers`` writes them)."""
-    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-              "special": True} for s, i in sorted(tok.special_ids.items(), key=lambda item: item[1])]
+    added = [
+        {
+            "id": i,
+            "content": s,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for s, i in sorted(tok.special_ids.items(), key=lambda item: item[1])
+    ]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None, "end_of_word_suffix": None,
-             "fuse_unk": False, "byte_fallback": False, "ignore_merges": False, "vocab": vocab, "merges": merges}
-    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-            "pre_tokenizer": byte_level, "post_processor": None,
-            "decoder": {**byte_level, "add_prefix_space": True},  # what tokenizers writes for this decoder (it ignores the flag)
-            "model": model}
+    model = {
+        "type": "BPE",
+        "dropout": None,
+        "unk_token": None,
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        "fuse_unk": False,
+        "byte_fallback": False,
+        "ignore_merges": False,
+        "vocab": vocab,
+        "merges": merges,
+    }
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": byte_level,
+        "post_processor": None,
+        "decoder": {
+            **byte_level,
+            "add_prefix_space": True,
+        },  # what tokenizers writes for this decoder (it ignores the flag)
+        "model": model,
+    }
 
 
 #: ChatML's special tokens: the default chat template of an exported directory writes them
@@ -121,8 +162,9 @@ def hf_special_tokens(special_tokens: list[str]) -> dict[str, str]:
     {'bos_token': '<|endoftext|>', 'eos_token': '<|im_end|>', 'pad_token': '<|endoftext|>'}
     """
     if not special_tokens:
-        raise ValueError("a Hugging Face tokenizer directory needs a special token for eos/pad; "
-                         "pass --special-token '<|endoftext|>'")
+        raise ValueError(
+            "a Hugging Face tokenizer directory needs a special token for eos/pad; pass --special-token '<|endoftext|>'"
+        )
     text = "<|endoftext|>" if "<|endoftext|>" in special_tokens else special_tokens[0]
     eos = "<|im_end|>" if "<|im_end|>" in special_tokens else text
     return {"bos_token": text, "eos_token": eos, "pad_token": text}
@@ -137,11 +179,21 @@ def hf_directory_files(tok: Tokenizer, *, chat_template: str | None) -> dict[str
         **specials,
         "model_max_length": 1_000_000_000_000_000_019_884_624_838_656,  # transformers' "no limit"
         "clean_up_tokenization_spaces": False,
-        "added_tokens_decoder": {str(tok.special_ids[s]): {"content": s, "special": True, "normalized": False,
-                                                            "lstrip": False, "rstrip": False, "single_word": False}
-                                 for s in tok.special_tokens},
+        "added_tokens_decoder": {
+            str(tok.special_ids[s]): {
+                "content": s,
+                "special": True,
+                "normalized": False,
+                "lstrip": False,
+                "rstrip": False,
+                "single_word": False,
+            }
+            for s in tok.special_tokens
+        },
     }
     if chat_template is not None:
         config["chat_template"] = chat_template
-    return {"tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
-            "special_tokens_map.json": json.dumps(specials, indent=2) + "\n"}
+    return {
+        "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+        "special_tokens_map.json": json.dumps(specials, indent=2) + "\n",
+    }

@@ -52,8 +52,9 @@ def _read_json(path: Path) -> dict[str, Any]:
 class HFTokenizer:
     """A ``tokenizers.Tokenizer`` plus the special tokens and chat template of its directory."""
 
-    def __init__(self, hf: Any, config: dict[str, Any] | None = None, *, chat_template: str | None = None,
-                 name: str = "") -> None:
+    def __init__(
+        self, hf: Any, config: dict[str, Any] | None = None, *, chat_template: str | None = None, name: str = ""
+    ) -> None:
         self.hf = hf
         self.config = dict(config or {})
         self.name = name
@@ -76,8 +77,10 @@ class HFTokenizer:
         d = Path(directory)
         path = d / "tokenizer.json"
         if not path.is_file():
-            raise ValueError(f"{d}: no tokenizer.json; give a directory written by seqpack train-tokenizer or a "
-                             "Hugging Face tokenizer directory (tokenizer.save_pretrained(DIR))")
+            raise ValueError(
+                f"{d}: no tokenizer.json; give a directory written by seqpack train-tokenizer or a "
+                "Hugging Face tokenizer directory (tokenizer.save_pretrained(DIR))"
+            )
         try:
             hf = RustTokenizer.from_file(str(path))
         except Exception as e:  # tokenizers raises plain Exception on a malformed file
@@ -200,8 +203,10 @@ def open_tokenizer(directory: str | os.PathLike[str]) -> Tokenizer | HFTokenizer
         return HFTokenizer.from_dir(d)
     if (d / "vocab.json").is_file() and (d / "merges.txt").is_file():
         return Tokenizer.load(d)
-    raise ValueError(f"{d}: neither a seqpack tokenizer (meta.json, vocab.json, merges.txt) nor a Hugging Face one "
-                     "(tokenizer.json); make one with seqpack train-tokenizer or tokenizer.save_pretrained(DIR)")
+    raise ValueError(
+        f"{d}: neither a seqpack tokenizer (meta.json, vocab.json, merges.txt) nor a Hugging Face one "
+        "(tokenizer.json); make one with seqpack train-tokenizer or tokenizer.save_pretrained(DIR)"
+    )
 
 
 __all__ = ["HFTokenizer", "open_tokenizer"]

@@ -100,14 +100,14 @@ def split_words(text: str) -> list[str]:
     """GPT-2 pre-tokens of ``text`` (no special-token handling); one over `MAX_PIECE_BYTES`
     bytes in `pieces`."""
     words: list[str] = _word_re().findall(text)
-    if len(text) * 4 > MAX_PIECE_BYTES and any(len(w) * 4 > MAX_PIECE_BYTES for w in words):  # at most 4 bytes a character
+    if len(text) * 4 > MAX_PIECE_BYTES and any(
+        len(w) * 4 > MAX_PIECE_BYTES for w in words
+    ):  # at most 4 bytes a character
         words = [p for w in words for p in pieces(w)]
     return words
 
 
-def count_words(
-    documents: Iterable[str], *, special_tokens: Sequence[str] = ()
-) -> Counter[str]:
+def count_words(documents: Iterable[str], *, special_tokens: Sequence[str] = ()) -> Counter[str]:
     """Count pre-tokens over ``documents`` in this process (the reference path)."""
     specials = special_pattern(special_tokens)
     counts: Counter[str] = Counter()
@@ -184,8 +184,9 @@ def file_chunks(
 _SCAN_BYTES = 16 << 20
 
 
-def _special_starts(mm: mmap.mmap, size: int, sp: re.Pattern[bytes], longest: int,
-                    literal: bytes | None = None) -> Iterator[int]:
+def _special_starts(
+    mm: mmap.mmap, size: int, sp: re.Pattern[bytes], longest: int, literal: bytes | None = None
+) -> Iterator[int]:
     """Where the special tokens start in ``mm``: the matches of ``sp.finditer(mm)``, found a window
     of `_SCAN_BYTES` at a time. Each window is let go of once searched (``MADV_DONTNEED``:
     the page cache keeps the pages, the process no longer holds them), so a file with few or no
@@ -206,7 +207,9 @@ def _special_starts(mm: mmap.mmap, size: int, sp: re.Pattern[bytes], longest: in
         pos = after
 
 
-def _matches(mm: mmap.mmap, sp: re.Pattern[bytes], literal: bytes | None, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+def _matches(
+    mm: mmap.mmap, sp: re.Pattern[bytes], literal: bytes | None, lo: int, hi: int
+) -> Iterator[tuple[int, int]]:
     """``(start, end)`` of each match in ``mm[lo:hi]``, left to right, not overlapping."""
     if literal is None:
         for m in sp.finditer(mm, lo, hi):

@@ -145,8 +145,13 @@ class Tokenizer:
         self._setup(dict(vocab), [(bytes(a), bytes(b)) for a, b in merges], special_tokens, None)
 
     @classmethod
-    def _trained(cls, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: Sequence[str],
-                merge_ids: tuple[list[int], list[int], list[int]]) -> Tokenizer:
+    def _trained(
+        cls,
+        vocab: dict[int, bytes],
+        merges: list[tuple[bytes, bytes]],
+        special_tokens: Sequence[str],
+        merge_ids: tuple[list[int], list[int], list[int]],
+    ) -> Tokenizer:
         """``Tokenizer(vocab, merges, special_tokens)`` from a trainer's own result
         (`seqpack.tokenizer.train.BPEResult.tokenizer`): ``merges`` hold ``bytes`` (kept as they
         are, not copied one by one) and ``merge_ids`` are each merge's left, right and made ids, which
@@ -157,8 +162,13 @@ class Tokenizer:
         return tok
 
     @collector_paused()  # its maps and merge pairs hold no cycles
-    def _setup(self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: Sequence[str] | None,
-               merge_ids: tuple[list[int], list[int], list[int]] | None) -> None:
+    def _setup(
+        self,
+        vocab: dict[int, bytes],
+        merges: list[tuple[bytes, bytes]],
+        special_tokens: Sequence[str] | None,
+        merge_ids: tuple[list[int], list[int], list[int]] | None,
+    ) -> None:
         self.vocab: dict[int, bytes] = vocab
         self.merges: list[tuple[bytes, bytes]] = merges
         self.special_tokens: list[str] = list(dict.fromkeys(special_tokens or ()))
@@ -449,8 +459,7 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return (
-            f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
-            f"special_tokens={self.special_tokens})"
+            f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, special_tokens={self.special_tokens})"
         )
 
     # ---------------------------------------------------------------- files
@@ -466,8 +475,14 @@ class Tokenizer:
 
         return cls(read_vocab(vocab_path), read_merges(merges_path), special_tokens)
 
-    def save(self, directory: str | os.PathLike[str], *, overwrite: bool = False, hf: bool = False,
-             chat_template: str | None = None) -> None:
+    def save(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        hf: bool = False,
+        chat_template: str | None = None,
+    ) -> None:
         """Write vocab.json, merges.txt, tokenizer.json and meta.json (atomically); ``hf``: also the
         files that make the directory a complete Hugging Face tokenizer (with ``chat_template``)."""
         from seqpack.tokenizer.files import save_tokenizer

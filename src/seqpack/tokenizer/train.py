@@ -78,8 +78,10 @@ class BPEConfig:
             raise ValueError(f"special tokens must be distinct, got {list(specials)}")
         minimum = 256 + len(specials)
         if self.vocab_size > MAX_VOCAB:
-            raise ValueError(f"vocab_size={self.vocab_size:,} is more than {MAX_VOCAB:,} (token ids are int32); "
-                             "pass a smaller --vocab-size")
+            raise ValueError(
+                f"vocab_size={self.vocab_size:,} is more than {MAX_VOCAB:,} (token ids are int32); "
+                "pass a smaller --vocab-size"
+            )
         if self.vocab_size < minimum:
             raise ValueError(
                 f"vocab_size={self.vocab_size} is too small: the minimum is {minimum} "
@@ -149,9 +151,7 @@ def count_corpus(
     return WordCounts(*counter.to_arrays()), size
 
 
-def _count_corpus(
-    files: Sequence[PathLike], documents: Iterable[str] | None, *, config: BPEConfig
-) -> tuple[Any, int]:
+def _count_corpus(files: Sequence[PathLike], documents: Iterable[str] | None, *, config: BPEConfig) -> tuple[Any, int]:
     """`count_corpus` with the compiled counter itself (see `count_into`)."""
     with _spooled(_check_files(files)) as paths:
         return _count(paths, documents, config=config)
@@ -194,9 +194,7 @@ def _spooled(paths: list[str]) -> Iterator[list[str]]:
             os.unlink(tmp)
 
 
-def _count(
-    paths: list[str], documents: Iterable[str] | None, *, config: BPEConfig
-) -> tuple[Any, int]:
+def _count(paths: list[str], documents: Iterable[str] | None, *, config: BPEConfig) -> tuple[Any, int]:
     total = sum(os.path.getsize(p) for p in paths)
     workers = config.workers or default_workers()
     if documents is None and total < _PARALLEL_MIN_BYTES:
@@ -225,7 +223,10 @@ def _count(
 
     try:
         counts = count_into(
-            chunks(), special_tokens=specials, workers=workers, errors=config.errors,
+            chunks(),
+            special_tokens=specials,
+            workers=workers,
+            errors=config.errors,
             on_progress=on_progress,
         )
     finally:
@@ -234,9 +235,7 @@ def _count(
     return counts, seen
 
 
-def merges_from_counts(
-    word_counts: WordCounts | Mapping[str, int], num_merges: int
-) -> tuple[np.ndarray, np.ndarray]:
+def merges_from_counts(word_counts: WordCounts | Mapping[str, int], num_merges: int) -> tuple[np.ndarray, np.ndarray]:
     """Run the compiled merge loop; returns (left, right) ids in the loop's numbering.
 
     Ids 0..255 are the bytes and ``256 + k`` the token made by merge ``k``.
@@ -268,8 +267,8 @@ def vocab_from_merge_ids(
 def _vocab(made: Sequence[bytes], special_tokens: Sequence[str]) -> Vocab:
     """Ids 0..255 the bytes, then the special tokens, then ``made`` (one token per merge).
 
-        >>> v = _vocab([b"ab"], ["<s>"]); v[97], v[256], v[257]
-        (b'a', b'<s>', b'ab')
+    >>> v = _vocab([b"ab"], ["<s>"]); v[97], v[256], v[257]
+    (b'a', b'<s>', b'ab')
     """
     vocab: Vocab = {i: bytes([i]) for i in range(256)}
     for s in special_tokens:
@@ -297,7 +296,9 @@ def train_bpe_corpus(
     num_merges = config.vocab_size - 256 - len(config.special_tokens)
     with collector_paused():  # the merges' pairs and the vocab: many containers, no cycle
         specials = len(config.special_tokens)
-        merges, tokens, left, right = counts.merges(num_merges, specials) if num_merges else ([], [], [], [])  # the compiled loop
+        merges, tokens, left, right = (
+            counts.merges(num_merges, specials) if num_merges else ([], [], [], [])
+        )  # the compiled loop
         vocab = _vocab(tokens, config.special_tokens)
         made = list(range(256 + specials, 256 + specials + len(merges)))
     t2 = time.perf_counter()
@@ -336,16 +337,16 @@ def train_bpe(
     Returns ``(vocab, merges)``: ``vocab[id] = bytes``, ``merges`` in creation order.
     """
     config = BPEConfig(
-        vocab_size=vocab_size, special_tokens=tuple(special_tokens or ()), workers=workers,
+        vocab_size=vocab_size,
+        special_tokens=tuple(special_tokens or ()),
+        workers=workers,
         errors=errors,
     )
     result = train_bpe_corpus([input_path], config=config)
     return result.vocab, result.merges
 
 
-def train_bpe_inputs(
-    inputs: Sequence[PathLike], *, config: BPEConfig, text_field: str = "text"
-) -> BPEResult:
+def train_bpe_inputs(inputs: Sequence[PathLike], *, config: BPEConfig, text_field: str = "text") -> BPEResult:
     """Train on CLI-style inputs; no inputs means the built-in Python-docs corpus.
 
     Text files are read whole (special tokens split them, as in `train_bpe`);

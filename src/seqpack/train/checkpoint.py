@@ -24,8 +24,18 @@ CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 # options that may change between a run and its resumption without changing its result
-FREE_OPTIONS = ("out", "data", "progress", "threads", "eval_every", "evals", "eval_batch_size", "eval_tokens", "checkpoint_every",
-                "gradient_checkpointing")  # recomputing activations gives the same gradients
+FREE_OPTIONS = (
+    "out",
+    "data",
+    "progress",
+    "threads",
+    "eval_every",
+    "evals",
+    "eval_batch_size",
+    "eval_tokens",
+    "checkpoint_every",
+    "gradient_checkpointing",
+)  # recomputing activations gives the same gradients
 # options newer than some checkpoints: a checkpoint without one was trained with this value
 ADDED_OPTIONS: dict[str, Any] = {"dtype": "fp32"}
 
@@ -81,21 +91,29 @@ def save_checkpoint(run: Path, payload: dict[str, Any]) -> Path:
     path = run / CHECKPOINT
     try:
         with atomic_file(path) as tmp:
-            torch.save({"kind": KIND, "format_version": FORMAT_VERSION, **payload,
-                        "digest": state_digest(_digested(payload))}, tmp)
+            torch.save(
+                {"kind": KIND, "format_version": FORMAT_VERSION, **payload, "digest": state_digest(_digested(payload))},
+                tmp,
+            )
     except RuntimeError as e:  # torch's writer reports a full disk as "PytorchStreamWriter failed writing file ..."
         if "writ" not in str(e):
             raise
-        raise OSError(f"{path}: writing the checkpoint failed ({' '.join(str(e).split())[:200]}); the previous "
-                      "checkpoint is intact: free space on its disk and continue with --resume") from None
+        raise OSError(
+            f"{path}: writing the checkpoint failed ({' '.join(str(e).split())[:200]}); the previous "
+            "checkpoint is intact: free space on its disk and continue with --resume"
+        ) from None
     return path
 
 
-def load_checkpoint(run: Path, *, model: dict[str, Any], data: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+def load_checkpoint(
+    run: Path, *, model: dict[str, Any], data: dict[str, Any], options: dict[str, Any]
+) -> dict[str, Any]:
     """The checkpoint in ``run``, checked against what this run builds."""
     path = run / CHECKPOINT
     if not path.is_file():
-        raise ValueError(f"--resume: no checkpoint in {run} (nothing to resume); run without --resume to start a new run")
+        raise ValueError(
+            f"--resume: no checkpoint in {run} (nothing to resume); run without --resume to start a new run"
+        )
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)  # loading never runs the file's code
     except Exception as e:  # torch raises many types for a damaged file
@@ -103,19 +121,33 @@ def load_checkpoint(run: Path, *, model: dict[str, Any], data: dict[str, Any], o
     if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: not a seqpack checkpoint (format {FORMAT_VERSION})")
     if "digest" in ck and ck["digest"] != state_digest(_digested(ck)):  # checkpoints before digests carry none
-        raise ValueError(f"{path}: its weights or optimiser state do not match the digest saved with them (the file "
-                         "was damaged or edited); resume from an intact copy, or start again with --overwrite")
-    bad = [k for k, v in ck.get("model_state", {}).items()
-           if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        raise ValueError(
+            f"{path}: its weights or optimiser state do not match the digest saved with them (the file "
+            "was damaged or edited); resume from an intact copy, or start again with --overwrite"
+        )
+    bad = [
+        k
+        for k, v in ck.get("model_state", {}).items()
+        if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())
+    ]
     if bad:
-        raise ValueError(f"{path}: {bad[0]} holds NaN or inf values; resume from an earlier checkpoint, "
-                         "or start again with --overwrite")
+        raise ValueError(
+            f"{path}: {bad[0]} holds NaN or inf values; resume from an earlier checkpoint, "
+            "or start again with --overwrite"
+        )
     if ck["model"] != model:
-        diff = _diff(ck["model"].get("config", {}), model.get("config", {})) or f"{ck['model']['class']} vs {model['class']}"
-        raise ValueError(f"{path} was saved from another model config ({diff}); resume with the same --model/--size/--hf-model, "
-                         "or use a new --out")
+        diff = (
+            _diff(ck["model"].get("config", {}), model.get("config", {}))
+            or f"{ck['model']['class']} vs {model['class']}"
+        )
+        raise ValueError(
+            f"{path} was saved from another model config ({diff}); resume with the same --model/--size/--hf-model, "
+            "or use a new --out"
+        )
     if ck["data"] != data:
-        raise ValueError(f"{path} was trained on other data ({_diff(ck['data'], data)}); resume with the same --data and --padded")
+        raise ValueError(
+            f"{path} was trained on other data ({_diff(ck['data'], data)}); resume with the same --data and --padded"
+        )
     mine = {k: v for k, v in options.items() if k not in FREE_OPTIONS}
     theirs = {k: v for k, v in {**ADDED_OPTIONS, **ck["options"]}.items() if k not in FREE_OPTIONS}
     if mine != theirs:

@@ -1,7 +1,7 @@
 """What one training run does: `TrainConfig` (frozen, validated on creation).
 
-    cfg = TrainConfig(data="packed_mlm/", out="runs/packed", model="bert", size="tiny", steps=200)
-    cfg_padded = cfg.replace(padded=True, out="runs/padded")
+cfg = TrainConfig(data="packed_mlm/", out="runs/packed", model="bert", size="tiny", steps=200)
+cfg_padded = cfg.replace(padded=True, out="runs/padded")
 """
 
 from __future__ import annotations
@@ -50,8 +50,11 @@ def _check_type(name: str, value: Any, annotation: str) -> None:
     elif isinstance(value, bool):
         if "bool" in kinds:
             return
-    elif ("int" in kinds and isinstance(value, numbers.Integral)) or ("float" in kinds and isinstance(value, numbers.Real)) \
-            or ("str" in kinds and isinstance(value, str)):  # numpy's ints and floats are numbers too
+    elif (
+        ("int" in kinds and isinstance(value, numbers.Integral))
+        or ("float" in kinds and isinstance(value, numbers.Real))
+        or ("str" in kinds and isinstance(value, str))
+    ):  # numpy's ints and floats are numbers too
         return
     names = {"int": "an int", "float": "a number", "bool": "True or False", "str": "a string", "None": "None"}
     want = " or ".join(names.get(k, k) for k in kinds)
@@ -137,9 +140,15 @@ class TrainConfig:
     progress: bool = True
     balance: str = "none"  # compute: each micro-batch's packs dealt so every rank's attention + MLP work is even;
     # schedule: the balanced steps the dataset was packed with (seqpack pack --world-size W --micro-batch B)
-    balance_cost: str | None = None  # a row cost file (seqpack bench --calibrate --out FILE); default: the model's FLOPs
-    context_parallel: int = 1  # C > 1: every row split per document across C ranks (data packed with --context-parallel C)
-    balance_world: int | None = None  # ranks to balance for (default: the ranks running); 2 lets one process replay a 2-rank order
+    balance_cost: str | None = (
+        None  # a row cost file (seqpack bench --calibrate --out FILE); default: the model's FLOPs
+    )
+    context_parallel: int = (
+        1  # C > 1: every row split per document across C ranks (data packed with --context-parallel C)
+    )
+    balance_world: int | None = (
+        None  # ranks to balance for (default: the ranks running); 2 lets one process replay a 2-rank order
+    )
     # preference data (the preference task): the loss and its knobs, defaults from PreferenceLoss
     preference_loss: str = PreferenceLoss.kind
     beta: float = PreferenceLoss.beta
@@ -159,9 +168,16 @@ class TrainConfig:
                     raise ValueError(f"{f.name} must be a finite number, got {x}")
         if self.model is not None:
             one_of("model", MODELS)
-        for name, allowed in (("size", tuple(SIZES)), ("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
-                              ("reduction", REDUCTIONS), ("match", MATCH), ("attention", BACKENDS), ("balance", BALANCE),
-                              ("dtype", DTYPES)):
+        for name, allowed in (
+            ("size", tuple(SIZES)),
+            ("optimizer", OPTIMIZERS),
+            ("schedule", SCHEDULES),
+            ("reduction", REDUCTIONS),
+            ("match", MATCH),
+            ("attention", BACKENDS),
+            ("balance", BALANCE),
+            ("dtype", DTYPES),
+        ):
             one_of(name, allowed)
         for name in ("batch_size", "accumulation", "eval_batch_size"):
             if getattr(self, name) < 1:
@@ -171,8 +187,10 @@ class TrainConfig:
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
         if self.balance_cost is not None and self.balance != "compute":
-            raise ValueError("--cost is what --balance compute balances by; pass --balance compute too "
-                             "(--balance schedule trains the steps the dataset was packed with)")
+            raise ValueError(
+                "--cost is what --balance compute balances by; pass --balance compute too "
+                "(--balance schedule trains the steps the dataset was packed with)"
+            )
         if self.threads is not None and self.threads > default_workers():  # torch's pool of 10^5 threads crashes
             raise ValueError(f"threads must be at most this machine's {default_workers()} cores, got {self.threads}")
         if self.steps is not None and self.sequences is not None:
@@ -192,10 +210,14 @@ class TrainConfig:
         if self.match != "none" and self.adjust_hparams:
             raise ValueError("--match sequences and --adjust-hparams are two alternatives; pick one")
         if self.padded and (self.match == "sequences" or self.adjust_hparams):
-            raise ValueError("--match sequences / --adjust-hparams adjust the packed run; the padded run is the reference "
-                             "(--match packs pairs a padded run with the packed run step by step)")
+            raise ValueError(
+                "--match sequences / --adjust-hparams adjust the packed run; the padded run is the reference "
+                "(--match packs pairs a padded run with the packed run step by step)"
+            )
         if self.match == "packs" and not self.padded:
-            raise ValueError("--match packs is for the padded run: it reads the packed run's packs, one sequence per row")
+            raise ValueError(
+                "--match packs is for the padded run: it reads the packed run's packs, one sequence per row"
+            )
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if any(not 0.0 <= b < 1.0 for b in self.betas):
@@ -206,16 +228,20 @@ class TrainConfig:
         if self.context_parallel > 1 and (self.padded or self.stream or self.match != "none"):
             raise ValueError("--context-parallel trains on packed rows: drop --padded, --stream and --match")
         if self.context_parallel > 1 and self.attention not in ("auto", "context_parallel"):
-            raise ValueError(f"--context-parallel runs its own attention (keys and values gathered over the ranks); "
-                             f"drop --attention {self.attention}")
+            raise ValueError(
+                f"--context-parallel runs its own attention (keys and values gathered over the ranks); "
+                f"drop --attention {self.attention}"
+            )
         self.preference()  # validates the preference loss's settings
 
     def _check_stream(self) -> None:
         given = [f"--{k.replace('_', '-')}" for k in ("task", "tokenizer", "max_len") if getattr(self, k) is not None]
         if not self.stream:
             if given:
-                raise ValueError(f"{', '.join(given)} describe examples read as a stream; pass --stream too (a packed "
-                                 "dataset records its own task, tokenizer and max_len)")
+                raise ValueError(
+                    f"{', '.join(given)} describe examples read as a stream; pass --stream too (a packed "
+                    "dataset records its own task, tokenizer and max_len)"
+                )
             return
         if self.max_len is None or self.max_len < 2:
             raise ValueError("--stream packs rows as it reads: pass --max-len L (tokens per row, 2 or more)")
@@ -224,13 +250,16 @@ class TrainConfig:
         if self.buffer_size < 1 or (self.eval_examples is not None and self.eval_examples < 1):
             raise ValueError("--buffer-size and --eval-examples must be >= 1")
         if self.padded or self.match != "none" or self.adjust_hparams or self.balance != "none":
-            raise ValueError("--stream trains the rows as they are packed; drop --padded, --match, --adjust-hparams and "
-                             "--balance (they need the whole packed dataset)")
+            raise ValueError(
+                "--stream trains the rows as they are packed; drop --padded, --match, --adjust-hparams and "
+                "--balance (they need the whole packed dataset)"
+            )
 
     def preference(self) -> PreferenceLoss:
         """The preference loss these options describe (used by the preference task)."""
-        return PreferenceLoss(kind=self.preference_loss, beta=self.beta, label_smoothing=self.label_smoothing,
-                              gamma=self.simpo_gamma)
+        return PreferenceLoss(
+            kind=self.preference_loss, beta=self.beta, label_smoothing=self.label_smoothing, gamma=self.simpo_gamma
+        )
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)

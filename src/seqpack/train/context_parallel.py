@@ -39,8 +39,10 @@ class CPGroups:
 def dp_size(world_size: int, cp: int) -> int:
     """Data-parallel groups of ``cp`` ranks in ``world_size`` ranks; a ``ValueError`` when ``cp`` does not divide them."""
     if world_size % cp:
-        raise ValueError(f"--context-parallel {cp} does not divide the {world_size} ranks; run a multiple of {cp} "
-                         "ranks (ranks = data-parallel groups x context-parallel size)")
+        raise ValueError(
+            f"--context-parallel {cp} does not divide the {world_size} ranks; run a multiple of {cp} "
+            "ranks (ranks = data-parallel groups x context-parallel size)"
+        )
     return world_size // cp
 
 
@@ -72,11 +74,17 @@ def aligned_targets(labels: torch.Tensor) -> torch.Tensor:
 def shard_batch(batch: dict[str, torch.Tensor], *, cp: int, rank: int) -> dict[str, torch.Tensor]:
     """Rank ``rank``'s share of every row of a causal-LM batch: ``input_ids``, ``segment_ids``,
     ``position_ids`` and the aligned ``targets``, each ``(B, T / cp)``."""
-    cols = {"input_ids": batch["input_ids"], "segment_ids": batch["segment_ids"], "position_ids": batch["position_ids"],
-            "targets": aligned_targets(batch["labels"])}
+    cols = {
+        "input_ids": batch["input_ids"],
+        "segment_ids": batch["segment_ids"],
+        "position_ids": batch["position_ids"],
+        "targets": aligned_targets(batch["labels"]),
+    }
     np_cols = {k: v.cpu().numpy() for k, v in cols.items()}
-    rows = [cp_shard({k: v[b] for k, v in np_cols.items()}, np_cols["segment_ids"][b], cp=cp, rank=rank)
-            for b in range(batch["input_ids"].shape[0])]
+    rows = [
+        cp_shard({k: v[b] for k, v in np_cols.items()}, np_cols["segment_ids"][b], cp=cp, rank=rank)
+        for b in range(batch["input_ids"].shape[0])
+    ]
     device = batch["input_ids"].device
     return {k: torch.from_numpy(np.stack([r[k] for r in rows])).to(device=device, dtype=cols[k].dtype) for k in cols}
 
@@ -95,15 +103,21 @@ def check_cp_model(model: torch.nn.Module) -> None:
     if is_transformers(model):
         impl = getattr(model.config, "_attn_implementation", None)
         if impl != PACKED_IMPL or not hasattr(model, "lm_head"):
-            raise ValueError(f"--context-parallel runs a transformers model through seqpack's attention, and "
-                             f"{type(model).__name__} runs {impl}: give a causal LM config that names no "
-                             "attn_implementation and no attention dropout")
+            raise ValueError(
+                f"--context-parallel runs a transformers model through seqpack's attention, and "
+                f"{type(model).__name__} runs {impl}: give a causal LM config that names no "
+                "attn_implementation and no attention dropout"
+            )
         missing = sorted(check_packable(model).needs - REGISTRY["context_parallel"].features)
         if missing:
-            raise ValueError(f"--context-parallel's attention cannot compute {type(model).__name__}'s "
-                             f"{' and '.join(missing)}; train it without --context-parallel")
+            raise ValueError(
+                f"--context-parallel's attention cannot compute {type(model).__name__}'s "
+                f"{' and '.join(missing)}; train it without --context-parallel"
+            )
     elif not hasattr(model, "token_logits"):
-        raise ValueError(f"--context-parallel trains seqpack's GPT or a transformers causal LM, not {type(model).__name__}")
+        raise ValueError(
+            f"--context-parallel trains seqpack's GPT or a transformers causal LM, not {type(model).__name__}"
+        )
 
 
 class CPObjective(torch.nn.Module):
@@ -120,14 +134,27 @@ class CPObjective(torch.nn.Module):
 
         plan = plan_context_parallel(batch["segment_ids"], batch["position_ids"], group=self.group)
         if is_transformers(self.model):  # its attention is seqpack_packed: the plan goes in with the call
-            logits = self.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan,
-                                use_cache=False).logits
+            logits = self.model(
+                input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan, use_cache=False
+            ).logits
         else:
-            h = self.model(batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"], plan=plan,
-                           logits=False).hidden
+            h = self.model(
+                batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"], plan=plan, logits=False
+            ).hidden
             logits = self.model.token_logits(h)  # type: ignore[operator]
-        loss = sharded_token_loss(logits, batch["targets"], batch["segment_ids"], group=self.group, reduction=self.reduction)
+        loss = sharded_token_loss(
+            logits, batch["targets"], batch["segment_ids"], group=self.group, reduction=self.reduction
+        )
         return PackedOutput(loss=loss)
 
 
-__all__ = ["CPGroups", "CPObjective", "aligned_targets", "check_cp_model", "cp_groups", "dp_size", "is_transformers", "shard_batch"]
+__all__ = [
+    "CPGroups",
+    "CPObjective",
+    "aligned_targets",
+    "check_cp_model",
+    "cp_groups",
+    "dp_size",
+    "is_transformers",
+    "shard_batch",
+]

@@ -86,8 +86,10 @@ def _split_schedule(path: str | os.PathLike[str], eval_fraction: float) -> tuple
     n_full = int(full.sum())
     n_eval = max(1, round(n_full * eval_fraction))
     if n_full - n_eval < 1:
-        raise ValueError(f"{path}: its schedule has {n_full} full step(s); --balance schedule needs at least 2 "
-                         "(one to train on, one to evaluate); re-pack with a smaller --world-size or --micro-batch")
+        raise ValueError(
+            f"{path}: its schedule has {n_full} full step(s); --balance schedule needs at least 2 "
+            "(one to train on, one to evaluate); re-pack with a smaller --world-size or --micro-batch"
+        )
     order = np.flatnonzero(full)[np.random.default_rng(SPLIT_SEED).permutation(n_full)]
     train_steps = steps[np.sort(order[n_eval:])]
     held = np.concatenate([steps[order[:n_eval]].reshape(-1), steps[~full].reshape(-1)])  # a partial step: evaluated
@@ -103,8 +105,10 @@ def _check_counts(path: str | os.PathLike[str], m: dict[str, Any], nseq: np.ndar
         if want is None:
             continue
         if (value > want) if key == "max_depth" else (value != want):
-            raise ValueError(f"{path}: its rows hold {key} {value:,}, its manifest says {want:,} (the manifest was edited, "
-                             "or the rows are another dataset's); re-run seqpack pack")
+            raise ValueError(
+                f"{path}: its rows hold {key} {value:,}, its manifest says {want:,} (the manifest was edited, "
+                "or the rows are another dataset's); re-run seqpack pack"
+            )
 
 
 class Units:
@@ -184,8 +188,16 @@ class TrainData(Units):
     """A packed dataset split into training units (packs, or sequences when ``padded``) and
     held-out evaluation packs."""
 
-    def __init__(self, path: str | os.PathLike[str], *, padded: bool = False, by_pack: bool = False,
-                 eval_fraction: float = 0.05, by_schedule: bool = False, eval_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        padded: bool = False,
+        by_pack: bool = False,
+        eval_fraction: float = 0.05,
+        by_schedule: bool = False,
+        eval_tokens: int = 0,
+    ) -> None:
         columns = [c for c in read_manifest(path)["columns"] if c != "example_ids"]  # not needed to train
         # rows are read on demand (memory-mapped .bin, or Parquet row groups): never the whole dataset
         self.path = path
@@ -202,7 +214,9 @@ class TrainData(Units):
         self._schedule: np.ndarray | None = None  # (steps, world, micro_batch) training units, with by_schedule
         if by_schedule:
             if padded:
-                raise ValueError("--balance schedule trains the dataset's packs; a --padded run has sequences as its units")
+                raise ValueError(
+                    "--balance schedule trains the dataset's packs; a --padded run has sequences as its units"
+                )
             self.eval_packs, self.train_packs, self._schedule = _split_schedule(path, eval_fraction)
         else:
             self.eval_packs, self.train_packs = split
@@ -288,11 +302,15 @@ class TrainData(Units):
         """Tensors for training units (pack or sequence indices): ``(B, L)`` / ``(B, D)``. With
         ``by_pack`` the units are packs and the rows their sequences, one per row, padded."""
         if self.by_pack:
-            units = np.concatenate([np.arange(self._first_span[u], self._first_span[u] + self.unit_sequences[u]) for u in units])
+            units = np.concatenate(
+                [np.arange(self._first_span[u], self._first_span[u] + self.unit_sequences[u]) for u in units]
+            )
         if self.padded:
             spans = self.spans[units].copy()
             packs, spans[:, 0] = np.unique(spans[:, 0], return_inverse=True)
-            cols = padded_rows(self.rows.take(packs), spans, token_labels=self.facts.token_labels, position_fields=self.position_fields)
+            cols = padded_rows(
+                self.rows.take(packs), spans, token_labels=self.facts.token_labels, position_fields=self.position_fields
+            )
         else:
             cols = self._take(self.train_packs[units])
         return to_tensors(cols, float_labels=self.facts.float_labels)
@@ -304,9 +322,16 @@ class TrainData(Units):
 
     def describe(self) -> dict[str, Any]:
         return {
-            "task": self.task, "max_len": self.max_len, "padded": self.padded,
-            "train_packs": len(self.train_packs), "held_out_packs": len(self.held_out_packs),
-            "eval_packs": len(self.eval_packs), "eval_tokens": self.eval_tokens,
-            "train_sequences": self.train_sequences, "eval_sequences": self.eval_sequences,
-            "packing_factor": self.packing_factor, "units": self.num_units, "by_pack": self.by_pack,
+            "task": self.task,
+            "max_len": self.max_len,
+            "padded": self.padded,
+            "train_packs": len(self.train_packs),
+            "held_out_packs": len(self.held_out_packs),
+            "eval_packs": len(self.eval_packs),
+            "eval_tokens": self.eval_tokens,
+            "train_sequences": self.train_sequences,
+            "eval_sequences": self.eval_sequences,
+            "packing_factor": self.packing_factor,
+            "units": self.num_units,
+            "by_pack": self.by_pack,
         }

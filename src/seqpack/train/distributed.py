@@ -1,6 +1,6 @@
 """Process group set-up for ``torchrun`` (gloo on CPU, nccl on GPU); a no-op for one process.
 
-    torchrun --standalone --nproc-per-node 2 -m seqpack train --data packed/ --out run/
+torchrun --standalone --nproc-per-node 2 -m seqpack train --data packed/ --out run/
 """
 
 from __future__ import annotations

@@ -109,7 +109,10 @@ class _Interrupt:
 
 
 def train(
-    cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False,
+    cfg: TrainConfig,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
     on_step: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run (or continue, with ``resume``) a training run; returns ``RUN/summary.json``'s content."""
@@ -143,8 +146,14 @@ def open_train_data(cfg: TrainConfig, world: World) -> TrainData | VisionTrainDa
     with contextlib.suppress(OSError, ValueError, AttributeError):
         kind = json.loads((Path(cfg.data) / VISION_MANIFEST).read_text(encoding="utf-8")).get("kind")
     opener = VisionTrainData if kind == VISION_KIND else TrainData
-    return opener(cfg.data, padded=cfg.padded, by_pack=cfg.match == "packs", eval_fraction=cfg.eval_fraction,
-                  by_schedule=cfg.balance == "schedule", eval_tokens=cfg.eval_tokens or 0)
+    return opener(
+        cfg.data,
+        padded=cfg.padded,
+        by_pack=cfg.match == "packs",
+        eval_fraction=cfg.eval_fraction,
+        by_schedule=cfg.balance == "schedule",
+        eval_tokens=cfg.eval_tokens or 0,
+    )
 
 
 def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
@@ -157,8 +166,10 @@ def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
         if (partial / CHECKPOINT).is_file():
             return partial
         if (final / SUMMARY).is_file():
-            raise ValueError(f"{final} is a finished run ({SUMMARY} written); nothing to resume. "
-                             "Pass --overwrite to train it again, or a new --out")
+            raise ValueError(
+                f"{final} is a finished run ({SUMMARY} written); nothing to resume. "
+                "Pass --overwrite to train it again, or a new --out"
+            )
         return final  # a run from before runs were written aside, or nothing (load_checkpoint says so)
     check_not_input(final, [cfg.data, cfg.hf_model])
     check_writable(final)
@@ -168,16 +179,27 @@ def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
         if (final / CHECKPOINT).exists() or (final / SUMMARY).exists():
             raise ValueError(f"{final} already holds a run; pass --resume to continue it, --overwrite to start again")
         if (partial / CHECKPOINT).exists():
-            raise ValueError(f"{final}: an unfinished run is in {partial}; pass --resume to continue it, "
-                             "--overwrite to start again")
+            raise ValueError(
+                f"{final}: an unfinished run is in {partial}; pass --resume to continue it, --overwrite to start again"
+            )
         if final.is_dir() and any(final.iterdir()):  # the finished run replaces --out: never what it did not make
-            raise ValueError(f"--out {final}: holds files that are not a seqpack run; pick another --out, "
-                             "or pass --overwrite to replace it")
+            raise ValueError(
+                f"--out {final}: holds files that are not a seqpack run; pick another --out, "
+                "or pass --overwrite to replace it"
+            )
     return partial  # made afresh once every check has passed (_Run)
 
 
 class _Run:
-    def __init__(self, cfg: TrainConfig, data: TrainData | VisionTrainData | StreamTrainData, world: World, *, resume: bool, overwrite: bool) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        data: TrainData | VisionTrainData | StreamTrainData,
+        world: World,
+        *,
+        resume: bool,
+        overwrite: bool,
+    ) -> None:
         self.cfg, self.data, self.world = cfg, data, world
         self.task = data.task
         self.final = Path(cfg.out)
@@ -192,13 +214,17 @@ class _Run:
         self.rows = rows_per_batch(cfg, data)
         if self.rows * cfg.accumulation > data.num_units:
             unit = "sequences" if cfg.padded and not data.by_pack else "packs"
-            raise ValueError(f"{self.rows * cfg.accumulation:,} rows per step (--batch-size x --accumulation) is more than "
-                             f"the {data.num_units:,} training {unit} of {cfg.data}; pass --batch-size "
-                             f"{max(1, data.num_units // cfg.accumulation):,} or less")
+            raise ValueError(
+                f"{self.rows * cfg.accumulation:,} rows per step (--batch-size x --accumulation) is more than "
+                f"the {data.num_units:,} training {unit} of {cfg.data}; pass --batch-size "
+                f"{max(1, data.num_units // cfg.accumulation):,} or less"
+            )
         self.dp = dp_size(world.size, cfg.context_parallel)  # data-parallel groups (of context_parallel ranks each)
         if self.rows < self.dp:
-            raise ValueError(f"{self.rows} rows per micro-batch cannot be shared by {self.dp} data-parallel ranks; "
-                             "raise --batch-size")
+            raise ValueError(
+                f"{self.rows} rows per micro-batch cannot be shared by {self.dp} data-parallel ranks; "
+                "raise --batch-size"
+            )
         self.total = total_steps(cfg, data, self.rows)
         per_unit = float(data.unit_tokens.mean()) if data.unit_tokens.size else float(data._pack_fill.mean())
         self.train_tokens = int(self.total * self.rows * cfg.accumulation * per_unit)  # about: what the first line says
@@ -207,8 +233,11 @@ class _Run:
         self.balance = self._balance(cfg, data, world)
         # what a resume must match: the options, with a cost file's coefficients in place of its path,
         # and the dataset's schedule itself when training its steps (a re-pack may have changed it)
-        self.options = {**cfg.to_dict(), **({"balance_cost": self.balance["cost"]} if cfg.balance_cost else {}),
-                        **({"schedule": data.manifest["schedule"]} if data.schedule_shape else {})}
+        self.options = {
+            **cfg.to_dict(),
+            **({"balance_cost": self.balance["cost"]} if cfg.balance_cost else {}),
+            **({"schedule": data.manifest["schedule"]} if data.schedule_shape else {}),
+        }
         self.eval_every = max(1, self.total // cfg.evals) if cfg.evals else cfg.eval_every
         betas = adjust_betas(cfg.betas, data.packing_factor) if cfg.adjust_hparams else cfg.betas
         self.optimizer = make_optimizer(self.model, cfg, betas)
@@ -218,8 +247,10 @@ class _Run:
         task = get_task(self.task)
         self.objective = task.objective(cfg, task.model_kind(cfg.model))
         if self.objective is not None and cfg.padded:
-            raise ValueError(f"{cfg.data}: --padded is not offered for {self.task} data; its padded baseline is TRL "
-                             "(benchmarks/preference.py runs it beside seqpack's packed layouts)")
+            raise ValueError(
+                f"{cfg.data}: --padded is not offered for {self.task} data; its padded baseline is TRL "
+                "(benchmarks/preference.py runs it beside seqpack's packed layouts)"
+            )
         reference = self._reference(resume)
         if resume:
             ck = load_checkpoint(self.run_dir, model=self.spec, data=self.identity, options=self.options)
@@ -233,12 +264,16 @@ class _Run:
             if torch.cuda.is_available() and ck["rng"].get("cuda") is not None:
                 torch.cuda.set_rng_state(ck["rng"]["cuda"])
         self.cpg = self._context_parallel(cfg, data, world)
-        wrapped: torch.nn.Module = (Objective(self.model, self.task, cfg.reduction, self.objective) if self.cpg is None
-                                    else CPObjective(self.model, self.cpg.group, cfg.reduction))
+        wrapped: torch.nn.Module = (
+            Objective(self.model, self.task, cfg.reduction, self.objective)
+            if self.cpg is None
+            else CPObjective(self.model, self.cpg.group, cfg.reduction)
+        )
         if world.size > 1:
             ids = [world.device.index] if world.device.type == "cuda" else None
-            wrapped = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids,
-                                                                find_unused_parameters=task.partial_graph)
+            wrapped = torch.nn.parallel.DistributedDataParallel(
+                wrapped, device_ids=ids, find_unused_parameters=task.partial_graph
+            )
         self.wrapped = wrapped
         if world.main:
             if not resume:  # a new run: nothing of an earlier one in its directory
@@ -255,14 +290,18 @@ class _Run:
             return None
         packed_for = int((data.manifest.get("config") or {}).get("context_parallel", 1))
         if packed_for != cfg.context_parallel:
-            raise ValueError(f"{cfg.data} was packed for --context-parallel {packed_for}; its rows split per document only "
-                             f"for that size: re-pack it with seqpack pack --context-parallel {cfg.context_parallel}")
+            raise ValueError(
+                f"{cfg.data} was packed for --context-parallel {packed_for}; its rows split per document only "
+                f"for that size: re-pack it with seqpack pack --context-parallel {cfg.context_parallel}"
+            )
         if not data.facts.causal_lm:
             raise ValueError(f"--context-parallel trains causal-LM rows (clm, chat); {cfg.data} holds {data.task} rows")
         check_cp_model(self.model)
         return cp_groups(world, cfg.context_parallel)
 
-    def _balance(self, cfg: TrainConfig, data: TrainData | VisionTrainData | StreamTrainData, world: World) -> dict[str, Any] | None:
+    def _balance(
+        self, cfg: TrainConfig, data: TrainData | VisionTrainData | StreamTrainData, world: World
+    ) -> dict[str, Any] | None:
         """With ``balance="compute"``: packs dealt so every rank's step costs the same (a calibrated
         cost file, or the FLOP model of this model)."""
         if cfg.balance == "none":
@@ -271,9 +310,11 @@ class _Run:
         if data.schedule_shape is not None:
             W, B = data.schedule_shape
             if (cfg.balance_world or self.dp) != W or self.rows != W * B:
-                raise ValueError(f"{cfg.data}: its schedule has steps of {W} ranks x {B} packs; train on {W} ranks "
-                                 f"(or --balance-world {W}) with --batch-size {W * B} (rows per micro-batch, all ranks), "
-                                 "or re-pack with this run's --world-size/--micro-batch")
+                raise ValueError(
+                    f"{cfg.data}: its schedule has steps of {W} ranks x {B} packs; train on {W} ranks "
+                    f"(or --balance-world {W}) with --batch-size {W * B} (rows per micro-batch, all ranks), "
+                    "or re-pack with this run's --world-size/--micro-batch"
+                )
             return {**data.manifest["schedule"], "cost_source": "the dataset's schedule"}
         from seqpack.packing.balance import RowCost, load_row_cost
 
@@ -298,17 +339,27 @@ class _Run:
         else:
             # the reference is the policy's forward at step 0, in the same precision
             with precision(self.cfg, self.world.device):
-                ref = reference_logps(self.model, self.data, batch_size=self.cfg.eval_batch_size, device=self.world.device)
+                ref = reference_logps(
+                    self.model, self.data, batch_size=self.cfg.eval_batch_size, device=self.world.device
+                )
         self.data.pack_columns = reference_columns(ref)
         return ref
 
     def _write_config(self, betas: tuple[float, float]) -> None:
         from seqpack._version import __version__
 
-        info = {"seqpack_version": __version__, "train": self.cfg.to_dict(), "model": self.spec, "attention": self.attention,
-                "data": {**self.data.describe(), **self.identity},
-                "rows_per_batch": self.rows, "total_steps": self.total, "betas": list(betas), "world_size": self.world.size,
-                "balance": self.balance}
+        info = {
+            "seqpack_version": __version__,
+            "train": self.cfg.to_dict(),
+            "model": self.spec,
+            "attention": self.attention,
+            "data": {**self.data.describe(), **self.identity},
+            "rows_per_batch": self.rows,
+            "total_steps": self.total,
+            "betas": list(betas),
+            "world_size": self.world.size,
+            "balance": self.balance,
+        }
         (self.run_dir / "config.json").write_text(json.dumps(info, indent=1, default=str) + "\n", encoding="utf-8")
 
     def _micro_batches(self, step: int) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
@@ -323,9 +374,11 @@ class _Run:
     def _checked(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         top = int(batch["input_ids"].max()) if batch["input_ids"].numel() else -1
         if top >= self.vocab:  # an embedding lookup past the table would fail deep inside the model
-            raise ValueError(f"{self.cfg.data}: a batch holds token id {top}, past the model's {self.vocab} embeddings "
-                             "(a damaged dataset, or an --hf-model with a smaller vocab_size); re-pack the data "
-                             "or give the model a vocab_size above it")
+            raise ValueError(
+                f"{self.cfg.data}: a batch holds token id {top}, past the model's {self.vocab} embeddings "
+                "(a damaged dataset, or an --hf-model with a smaller vocab_size); re-pack the data "
+                "or give the model a vocab_size above it"
+            )
         return batch
 
     def _step(self, step: int) -> dict[str, Any]:
@@ -338,7 +391,9 @@ class _Run:
         batches = list(self._micro_batches(step))
         data_seconds = time.perf_counter() - t_data
         local = [loss_units(b, self.task, cfg.reduction) for _, b in batches]
-        total = world.all_sum(torch.stack(local).sum(0)) / cfg.context_parallel  # a CP group's ranks count its rows once each
+        total = (
+            world.all_sum(torch.stack(local).sum(0)) / cfg.context_parallel
+        )  # a CP group's ranks count its rows once each
         if self.cpg is not None:  # each rank runs its per-document share of the rows (the units above: the whole rows')
             batches = [(u, shard_batch(b, cp=self.cpg.cp, rank=self.cpg.cp_rank)) for u, b in batches]
         logged = torch.zeros(3, dtype=torch.float64)  # loss, sequences, tokens (summed over ranks)
@@ -357,8 +412,14 @@ class _Run:
         self._check_finite(step, float(logged[0]), float(norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {"lr": lr, "loss": float(logged[0]), "grad_norm": float(norm),
-                "step_sequences": int(logged[1]), "step_tokens": int(logged[2]), "data_seconds": data_seconds}
+        return {
+            "lr": lr,
+            "loss": float(logged[0]),
+            "grad_norm": float(norm),
+            "step_sequences": int(logged[1]),
+            "step_tokens": int(logged[2]),
+            "data_seconds": data_seconds,
+        }
 
     def _check_finite(self, step: int, loss: float, norm: float) -> None:
         """Stop before a non-finite loss or gradient reaches the weights, in one line that says where."""
@@ -366,10 +427,15 @@ class _Run:
             return
         what = f"the loss is {loss}" if not math.isfinite(loss) else f"the gradient norm is {norm}"
         saved = self.saved_step
-        where = (f"the last checkpoint in {self.run_dir} is from step {saved}; continue from it with --resume after the fix"
-                 if saved else "no checkpoint was written")
-        raise FloatingPointError(f"step {step + 1}: {what}; training stopped before that step changed the weights ({where}). "
-                                 "Lower --lr, raise --warmup, set --clip, or check the data and the model's dtype")
+        where = (
+            f"the last checkpoint in {self.run_dir} is from step {saved}; continue from it with --resume after the fix"
+            if saved
+            else "no checkpoint was written"
+        )
+        raise FloatingPointError(
+            f"step {step + 1}: {what}; training stopped before that step changed the weights ({where}). "
+            "Lower --lr, raise --warmup, set --clip, or check the data and the model's dtype"
+        )
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -390,19 +456,36 @@ class _Run:
         mine = self.data.state_dict()
         data_state = None if mine is None else self.world.gather_objects(mine)  # every rank's stream position
         if self.world.main:
-            rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
-            save_checkpoint(self.run_dir, {
-                "model": self.spec, "data": self.identity, "options": self.options, "state": dict(self.state),
-                "model_state": self.model.state_dict(), "optimizer_state": self.optimizer.state_dict(), "rng": rng,
-                **({"data_state": data_state} if data_state is not None else {}),
-            })
+            rng = {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+            }
+            save_checkpoint(
+                self.run_dir,
+                {
+                    "model": self.spec,
+                    "data": self.identity,
+                    "options": self.options,
+                    "state": dict(self.state),
+                    "model_state": self.model.state_dict(),
+                    "optimizer_state": self.optimizer.state_dict(),
+                    "rng": rng,
+                    **({"data_state": data_state} if data_state is not None else {}),
+                },
+            )
         self.world.barrier()
 
     def _eval_record(self) -> None:
         if self.world.main:
             ev = self.evaluate()
-            self.log.write({"step": self.state["step"], "sequences": self.state["sequences"],
-                            "train_seconds": self.state["train_seconds"], "eval": ev})
+            self.log.write(
+                {
+                    "step": self.state["step"],
+                    "sequences": self.state["sequences"],
+                    "train_seconds": self.state["train_seconds"],
+                    "eval": ev,
+                }
+            )
             self.last_eval = ev
         self.world.barrier()
 
@@ -419,15 +502,35 @@ class _Run:
         self.last_eval: dict[str, float] = {}
         desc = "padded" if cfg.padded else "packed"
         if cfg.progress and self.world.main:  # at once: a run in a log is never silent until its first step
-            print(start_line(desc, self.spec["class"], attention=self.attention, first=st["step"] + 1, total=self.total,
-                             rows=self.rows, eval_every=self.eval_every, eval_packs=len(self.data.eval_packs),
-                             eval_tokens=self.data.eval_tokens, train_tokens=self.train_tokens,
-                             metrics=f"{self.final}/metrics.jsonl",
-                             transformers=self.spec["library"] == "transformers"), file=sys.stderr, flush=True)
+            print(
+                start_line(
+                    desc,
+                    self.spec["class"],
+                    attention=self.attention,
+                    first=st["step"] + 1,
+                    total=self.total,
+                    rows=self.rows,
+                    eval_every=self.eval_every,
+                    eval_packs=len(self.data.eval_packs),
+                    eval_tokens=self.data.eval_tokens,
+                    train_tokens=self.train_tokens,
+                    metrics=f"{self.final}/metrics.jsonl",
+                    transformers=self.spec["library"] == "transformers",
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
         if st["step"] == 0 and cfg.eval_at_start:
             self._eval_record()  # the curve starts at 0 sequences
-        bar = progress_bar(cfg.progress and self.world.main, lines=LOG_INTERVAL, total=self.total, initial=st["step"],
-                           desc=desc, unit="step", dynamic_ncols=True)
+        bar = progress_bar(
+            cfg.progress and self.world.main,
+            lines=LOG_INTERVAL,
+            total=self.total,
+            initial=st["step"],
+            desc=desc,
+            unit="step",
+            dynamic_ncols=True,
+        )
         with _Interrupt() as stop:
             while st["step"] < self.total:
                 t0 = time.perf_counter()
@@ -437,9 +540,17 @@ class _Run:
                 st["sequences"] += rec["step_sequences"]
                 st["tokens"] += rec["step_tokens"]
                 st["train_seconds"] += dt
-                rec = {"step": st["step"], **rec, "sequences": st["sequences"], "tokens": st["tokens"],
-                       "step_seconds": dt, "compute_seconds": dt - rec["data_seconds"], "train_seconds": st["train_seconds"],
-                       "tokens_per_s": rec["step_tokens"] / dt, "sequences_per_s": rec["step_sequences"] / dt}
+                rec = {
+                    "step": st["step"],
+                    **rec,
+                    "sequences": st["sequences"],
+                    "tokens": st["tokens"],
+                    "step_seconds": dt,
+                    "compute_seconds": dt - rec["data_seconds"],
+                    "train_seconds": st["train_seconds"],
+                    "tokens_per_s": rec["step_tokens"] / dt,
+                    "sequences_per_s": rec["step_sequences"] / dt,
+                }
                 if self.world.main:
                     self.log.write(rec)
                 bar.set_postfix(loss=f"{rec['loss']:.3f}", refresh=False)  # before the update that shows it
@@ -453,19 +564,30 @@ class _Run:
                     self._checkpoint()
                 if stop.hit and not last:
                     bar.close()
-                    raise KeyboardInterrupt(f"interrupted at step {st['step']}; checkpoint saved in {self.run_dir}, "
-                                            "continue with --resume")
+                    raise KeyboardInterrupt(
+                        f"interrupted at step {st['step']}; checkpoint saved in {self.run_dir}, continue with --resume"
+                    )
         bar.close()
         return self._summary()
 
     def _summary(self) -> dict[str, Any]:
         st = self.state
-        summary = {"run": str(self.final), "padded": self.cfg.padded, "task": self.task, "model": self.spec["class"],
-                   "steps": st["step"], "sequences": st["sequences"], "tokens": st["tokens"],
-                   "train_seconds": st["train_seconds"], "tokens_per_s": st["tokens"] / max(st["train_seconds"], 1e-9),
-                   "sequences_per_s": st["sequences"] / max(st["train_seconds"], 1e-9),
-                   "rows_per_batch": self.rows, "packing_factor": self.data.packing_factor, "eval": self.last_eval,
-                   "attention": {"implementation": self.attention, "plans": dict(self.ran)}}
+        summary = {
+            "run": str(self.final),
+            "padded": self.cfg.padded,
+            "task": self.task,
+            "model": self.spec["class"],
+            "steps": st["step"],
+            "sequences": st["sequences"],
+            "tokens": st["tokens"],
+            "train_seconds": st["train_seconds"],
+            "tokens_per_s": st["tokens"] / max(st["train_seconds"], 1e-9),
+            "sequences_per_s": st["sequences"] / max(st["train_seconds"], 1e-9),
+            "rows_per_batch": self.rows,
+            "packing_factor": self.data.packing_factor,
+            "eval": self.last_eval,
+            "attention": {"implementation": self.attention, "plans": dict(self.ran)},
+        }
         if self.world.main:
             write_text_atomic(self.run_dir / SUMMARY, json.dumps(summary, indent=1) + "\n")
             if self.run_dir != self.final:  # the finished run replaces RUN in one rename

@@ -43,13 +43,18 @@ def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn
         from seqpack.nn.models.common import SIZES
 
         # the position table, its gradient and AdamW's two moments, float32: memory set by the argument
-        check_memory(cfg.max_position * SIZES[cfg.size]["hidden"] * 16, what=f"--max-position {cfg.max_position:,}'s "
-                     "position embeddings", hint=f"pass --max-position {need} (what the dataset's rows need) or a little more")
+        check_memory(
+            cfg.max_position * SIZES[cfg.size]["hidden"] * 16,
+            what=f"--max-position {cfg.max_position:,}'s position embeddings",
+            hint=f"pass --max-position {need} (what the dataset's rows need) or a little more",
+        )
         extra["max_position"] = cfg.max_position
     model, mc = task.seqpack_model(kind, cfg.size, vocab, manifest, extra)
     if need > mc.max_position:
-        raise ValueError(f"the dataset's rows need {need} positions, more than the model's max_position="
-                         f"{mc.max_position}; pass --max-position {need} or re-pack with a smaller --max-len")
+        raise ValueError(
+            f"the dataset's rows need {need} positions, more than the model's max_position="
+            f"{mc.max_position}; pass --max-position {need} or re-pack with a smaller --max-len"
+        )
     spec = {"library": "seqpack", "class": type(model).__name__, "config": dataclasses.asdict(mc)}
     return model, spec
 
@@ -59,7 +64,9 @@ def enable_checkpointing(model: torch.nn.Module) -> None:
     transformers model through its own ``gradient_checkpointing_enable`` (non-reentrant)."""
     if hasattr(model, "gradient_checkpointing_enable"):
         if not getattr(model, "supports_gradient_checkpointing", False):
-            raise ValueError(f"{type(model).__name__} does not support gradient checkpointing; drop --gradient-checkpointing")
+            raise ValueError(
+                f"{type(model).__name__} does not support gradient checkpointing; drop --gradient-checkpointing"
+            )
         if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x's name for it
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
@@ -71,8 +78,9 @@ def enable_checkpointing(model: torch.nn.Module) -> None:
         m.checkpoint_blocks = True
 
 
-def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[str, Any],
-              kind: str) -> tuple[torch.nn.Module, dict[str, Any]]:
+def _hf_model(
+    source: str, task: Task, vocab: int, need: int, manifest: Mapping[str, Any], kind: str
+) -> tuple[torch.nn.Module, dict[str, Any]]:
     import transformers
 
     p = Path(source)
@@ -91,14 +99,18 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
     task.hf_config(d, manifest)
     if model_type not in transformers.CONFIG_MAPPING:
         near = sorted(t for t in transformers.CONFIG_MAPPING if t[:3] == str(model_type)[:3])[:5]
-        raise ValueError(f"--hf-model {file}: transformers knows no model_type {model_type!r}"
-                         + (f" (close: {', '.join(near)})" if near else "")
-                         + "; give the config.json of a model seqpack adapts (bert, llama, gpt2, ...)")
+        raise ValueError(
+            f"--hf-model {file}: transformers knows no model_type {model_type!r}"
+            + (f" (close: {', '.join(near)})" if near else "")
+            + "; give the config.json of a model seqpack adapts (bert, llama, gpt2, ...)"
+        )
     config = transformers.AutoConfig.for_model(model_type, **d)
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if positions is not None and need > positions:
-        raise ValueError(f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
-                         "raise max_position_embeddings in the config or re-pack with a smaller --max-len")
+        raise ValueError(
+            f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
+            "raise max_position_embeddings in the config or re-pack with a smaller --max-len"
+        )
     try:
         model = task.hf_model(config, model_type, manifest, kind=kind)
     except ValueError:
@@ -114,8 +126,10 @@ def _hf_model(source: str, task: Task, vocab: int, need: int, manifest: Mapping[
     if not task.hf_adapted:  # the task runs the model itself (its hf_forward), attention included
         return model, {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
     if not takes_plan(model) and type(model).__name__ not in BIDIRECTIONAL:
-        raise ValueError(f"--hf-model builds {type(model).__name__}; the adapters take transformers' causal LMs, their "
-                         f"reward models (a score head) and {', '.join(BIDIRECTIONAL)}")
+        raise ValueError(
+            f"--hf-model builds {type(model).__name__}; the adapters take transformers' causal LMs, their "
+            f"reward models (a score head) and {', '.join(BIDIRECTIONAL)}"
+        )
     if takes_plan(model) or is_causal_lm(model):
         check_packable(model)  # a layer that packed rows would make wrong: refused before any step
     if named is None and takes_plan(model) and not attention_dropout(config):
@@ -154,8 +168,9 @@ def _register(impl: str) -> None:
         register_varlen_attention()
 
 
-def forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, task: str, reduction: str,
-            objective: Any = None) -> PackedOutput:
+def forward(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, task: str, reduction: str, objective: Any = None
+) -> PackedOutput:
     """One forward pass on a batch from `seqpack.train.data.TrainData` (``objective``: the
     task's, `seqpack.tasks.Task.objective`)."""
     inner = getattr(model, "module", model)  # DistributedDataParallel wraps the model

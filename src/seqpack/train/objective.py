@@ -37,7 +37,9 @@ def component_means(out: PackedOutput, task: str) -> list[torch.Tensor | None]:
     return get_task(task).component_means(out)
 
 
-def step_loss(means: list[torch.Tensor | None], local: torch.Tensor, total: torch.Tensor, *, world: int = 1) -> torch.Tensor:
+def step_loss(
+    means: list[torch.Tensor | None], local: torch.Tensor, total: torch.Tensor, *, world: int = 1
+) -> torch.Tensor:
     """``sum_c mean_c * local_c / total_c * world`` (DDP averages gradients over ``world``)."""
     parts = [m * (float(local[c]) / max(float(total[c]), 1.0) * world) for c, m in enumerate(means) if m is not None]
     if not parts:

@@ -23,16 +23,34 @@ from seqpack.train.data import TrainData
 REFERENCE = "reference_logps.npy"
 
 
-def reference_logps(model: torch.nn.Module, data: TrainData, *, batch_size: int, device: torch.device | None = None,
-                    ) -> np.ndarray:
+def reference_logps(
+    model: torch.nn.Module,
+    data: TrainData,
+    *,
+    batch_size: int,
+    device: torch.device | None = None,
+) -> np.ndarray:
     """Every pack's ``(chosen, rejected)`` summed log-probabilities under ``model``.  # (P, D, 2)"""
-    return packed_reference(model, data.rows.take, num_packs=int(data.manifest["num_packs"]),
-                            depth=int(data.manifest["max_depth"]), batch_size=batch_size, device=device)
+    return packed_reference(
+        model,
+        data.rows.take,
+        num_packs=int(data.manifest["num_packs"]),
+        depth=int(data.manifest["max_depth"]),
+        batch_size=batch_size,
+        device=device,
+    )
 
 
 @torch.no_grad()
-def packed_reference(model: torch.nn.Module, take: Callable[[np.ndarray], dict[str, Any]], *, num_packs: int, depth: int,
-                     batch_size: int, device: torch.device | None = None) -> np.ndarray:
+def packed_reference(
+    model: torch.nn.Module,
+    take: Callable[[np.ndarray], dict[str, Any]],
+    *,
+    num_packs: int,
+    depth: int,
+    batch_size: int,
+    device: torch.device | None = None,
+) -> np.ndarray:
     """`reference_logps` over any reader: ``take(packs)`` gives those packs' columns.  # (P, D, 2)"""
     from seqpack.tasks.preference.objective import policy_logps
 
@@ -71,5 +89,7 @@ def load_reference(run_dir: Path, data: TrainData) -> np.ndarray:
     ref = np.load(path, allow_pickle=False)
     want = (int(data.manifest["num_packs"]), int(data.manifest["max_depth"]), 2)
     if ref.shape != want:
-        raise ValueError(f"{path} has shape {ref.shape}, the dataset needs {want}; start the run again with --overwrite")
+        raise ValueError(
+            f"{path} has shape {ref.shape}, the dataset needs {want}; start the run again with --overwrite"
+        )
     return ref  # type: ignore[no-any-return]

@@ -50,10 +50,16 @@ def held_out_examples(files: list[str], cfg: TrainConfig, where: str) -> int:
 
     window = int(EVAL_EXAMPLES_CAP / cfg.eval_fraction) + 1
     seen = sum(1 for _ in itertools.islice(iter_records(files), window))  # bounded: never the whole stream
-    n = cfg.eval_examples if cfg.eval_examples is not None else min(EVAL_EXAMPLES_CAP, max(1, int(seen * cfg.eval_fraction)))
+    n = (
+        cfg.eval_examples
+        if cfg.eval_examples is not None
+        else min(EVAL_EXAMPLES_CAP, max(1, int(seen * cfg.eval_fraction)))
+    )
     if n >= seen:
-        raise ValueError(f"{where}: --eval-examples {n:,} holds out every one of its {seen:,} examples, leaving none to "
-                         f"train on; pass --eval-examples {max(1, seen // 20):,} (or fewer)")
+        raise ValueError(
+            f"{where}: --eval-examples {n:,} holds out every one of its {seen:,} examples, leaving none to "
+            f"train on; pass --eval-examples {max(1, seen // 20):,} (or fewer)"
+        )
     return n
 
 
@@ -82,13 +88,21 @@ class StreamTrainData(Units):
         self.max_len = int(cfg.max_len)
 
         def config(rank: int, world: int) -> StreamConfig:
-            return StreamConfig(max_len=self.max_len, buffer_size=cfg.buffer_size, task=self.task, seed=cfg.seed,
-                                rank=rank, world_size=world)
+            return StreamConfig(
+                max_len=self.max_len,
+                buffer_size=cfg.buffer_size,
+                task=self.task,
+                seed=cfg.seed,
+                rank=rank,
+                world_size=world,
+            )
 
         self.eval_examples = held_out_examples(files, cfg, str(cfg.data))
         held = list(PackedStream(_Records(files, 0, self.eval_examples), config=config(0, 1), tokenizer=tok))
         if not held:
-            raise ValueError(f"{cfg.data}: its first {self.eval_examples:,} examples (held out for evaluation) make no row")
+            raise ValueError(
+                f"{cfg.data}: its first {self.eval_examples:,} examples (held out for evaluation) make no row"
+            )
         self.eval_rows = [{k: v for k, v in r.items() if k != "example_ids"} for r in held]
         self._pack_fill = np.array([int((r["segment_ids"] != 0).sum()) for r in self.eval_rows], dtype=np.int64)
         self._pack_nseq = np.array([int(r["num_sequences"]) for r in self.eval_rows], dtype=np.int64)
@@ -101,10 +115,16 @@ class StreamTrainData(Units):
         self.float_labels = task.float_labels
         #: what a resume must find again: the task, the row length, the stream's settings, each input's checksum
         self.manifest: dict[str, Any] = {
-            "task": self.task, "max_len": self.max_len, "vocab_size": tok.vocab_size, "position_offset": 0,
-            "tokenizer_hash": tok.fingerprint(), "seed": cfg.seed, "algorithm": self.source.config.algorithm,
+            "task": self.task,
+            "max_len": self.max_len,
+            "vocab_size": tok.vocab_size,
+            "position_offset": 0,
+            "tokenizer_hash": tok.fingerprint(),
+            "seed": cfg.seed,
+            "algorithm": self.source.config.algorithm,
             "stream": {"buffer_size": cfg.buffer_size, "eval_examples": self.eval_examples, "world_size": world_size},
-            "shards": [{"file": os.path.abspath(f), "checksum": file_checksum(f)} for f in files]}
+            "shards": [{"file": os.path.abspath(f), "checksum": file_checksum(f)} for f in files],
+        }
         self.unit_sequences = np.zeros(0, np.int64)  # a stream has no fixed units
         self.unit_tokens = np.zeros(0, np.int64)
         self._perms = {}
@@ -136,8 +156,10 @@ class StreamTrainData(Units):
             if row is not None:
                 return row
             self._rows = None
-        raise ValueError(f"the stream holds no training example for shard {self.source.shard} of {self.source.shards} "
-                         "(past the held-out ones); pass fewer --eval-examples or give more examples")
+        raise ValueError(
+            f"the stream holds no training example for shard {self.source.shard} of {self.source.shards} "
+            "(past the held-out ones); pass fewer --eval-examples or give more examples"
+        )
 
     def batch(self, units: np.ndarray) -> dict[str, torch.Tensor]:
         """This rank's next ``len(units)`` rows, ``(B, L)`` tensors."""
@@ -151,8 +173,12 @@ class StreamTrainData(Units):
         from seqpack.data.torch_dataset import to_tensors
         from seqpack.pipeline.stream_dataset import collate_stream
 
-        return collate_stream([to_tensors({k: v for k, v in r.items() if k != "example_ids"}, float_labels=self.float_labels)
-                               for r in rows])
+        return collate_stream(
+            [
+                to_tensors({k: v for k, v in r.items() if k != "example_ids"}, float_labels=self.float_labels)
+                for r in rows
+            ]
+        )
 
     def counts(self, units: np.ndarray) -> tuple[int, int]:
         got = [self._counts.pop(int(u)) for u in units]
@@ -173,8 +199,17 @@ class StreamTrainData(Units):
         self._rows = None
 
     def describe(self) -> dict[str, Any]:
-        return {"task": self.task, "max_len": self.max_len, "padded": False, "stream": True,
-                "buffer_size": self.source.config.buffer_size, "eval_examples": self.eval_examples,
-                "held_out_packs": len(self.held_out_packs),
-                "eval_packs": len(self.eval_packs), "eval_tokens": self.eval_tokens,
-                "eval_sequences": self.eval_sequences, "shard": self.source.shard, "shards": self.source.shards}
+        return {
+            "task": self.task,
+            "max_len": self.max_len,
+            "padded": False,
+            "stream": True,
+            "buffer_size": self.source.config.buffer_size,
+            "eval_examples": self.eval_examples,
+            "held_out_packs": len(self.held_out_packs),
+            "eval_packs": len(self.eval_packs),
+            "eval_tokens": self.eval_tokens,
+            "eval_sequences": self.eval_sequences,
+            "shard": self.source.shard,
+            "shards": self.source.shards,
+        }

@@ -69,33 +69,53 @@ def collate_rows(rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
     """``trl.DPOTrainer`` over a packed ``preference`` dataset directory; see the module docstring."""
 
-    def __init__(self, model: Any, packed: str | os.PathLike[str], *, args: Any, ref_model: Any = None,
-                 processing_class: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: Any,
+        packed: str | os.PathLike[str],
+        *,
+        args: Any,
+        ref_model: Any = None,
+        processing_class: Any = None,
+        **kwargs: Any,
+    ) -> None:
         if isinstance(model, torch.nn.Module):
             check_packable(model)  # a layer packed rows would make wrong: refused before any work
         m = read_manifest(packed)
         if get_task(m["task"]) is not PREFERENCE:
-            raise ValueError(f"{packed} holds a {m['task']} dataset; pack preference pairs with seqpack pack --task preference")
+            raise ValueError(
+                f"{packed} holds a {m['task']} dataset; pack preference pairs with seqpack pack --task preference"
+            )
         kinds = list(args.loss_type)
         if len(kinds) != 1 or kinds[0] not in SUPPORTED_LOSSES:
             raise ValueError(f"PackedDPOTrainer supports loss_type {'|'.join(SUPPORTED_LOSSES)} (one), got {kinds}")
         if args.precompute_ref_log_probs:
-            raise ValueError("PackedDPOTrainer computes the reference log-probabilities itself (packed, once); "
-                             "leave precompute_ref_log_probs=False")
+            raise ValueError(
+                "PackedDPOTrainer computes the reference log-probabilities itself (packed, once); "
+                "leave precompute_ref_log_probs=False"
+            )
         self.objective = PreferenceLoss(kind=kinds[0], beta=args.beta, label_smoothing=args.label_smoothing)
         rows = packed_rows_dataset(packed)  # example_ids kept: pair_outputs names each pair by its record
         reference = copy.deepcopy(model) if ref_model is None else ref_model
         rows = self._with_reference(rows, reference, int(m["max_depth"]), args.per_device_eval_batch_size)
         args = copy.copy(args)  # the caller's arguments stay as they were
         args.remove_unused_columns = False  # the packed columns are the model's inputs, named or not
-        super().__init__(model, ref_model=reference, args=args, train_dataset=rows, data_collator=collate_rows,
-                         processing_class=processing_class, **kwargs)
+        super().__init__(
+            model,
+            ref_model=reference,
+            args=args,
+            train_dataset=rows,
+            data_collator=collate_rows,
+            processing_class=processing_class,
+            **kwargs,
+        )
         self.ref_model = None  # its log-probabilities are columns now: one model in memory
 
     @staticmethod
     def _with_reference(rows: Any, reference: Any, depth: int, batch_size: int) -> Any:
-        ref = packed_reference(reference, lambda packs: rows[packs.tolist()], num_packs=len(rows), depth=depth,
-                               batch_size=batch_size).astype(np.float32)
+        ref = packed_reference(
+            reference, lambda packs: rows[packs.tolist()], num_packs=len(rows), depth=depth, batch_size=batch_size
+        ).astype(np.float32)
         rows = rows.add_column("ref_chosen_logps", list(ref[:, :, 0]))
         return rows.add_column("ref_rejected_logps", list(ref[:, :, 1]))
 
@@ -106,8 +126,9 @@ class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
         if self._signature_columns is None:
             self._signature_columns = list(self.train_dataset.column_names)
 
-    def compute_loss(self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False,
-                     num_items_in_batch: Any = None) -> Any:
+    def compute_loss(
+        self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
         mode = "train" if self.model.training else "eval"
         out = preference_forward(model, inputs, self.objective)
         with torch.no_grad():

@@ -37,8 +37,9 @@ from seqpack.rl.logprobs import rollout_logprobs, to_padded
 from seqpack.rl.rollouts import LAYOUTS, pack_rollouts
 
 
-def unpad_rollouts(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
-                   ) -> tuple[list[list[int]], list[list[list[int]]], list[tuple[int, int] | None]]:
+def unpad_rollouts(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
+) -> tuple[list[list[int]], list[list[list[int]]], list[tuple[int, int] | None]]:
     """TRL's padded rows -> ``(prompts, completions per prompt, (prompt, completion) of each row)``:
     rows with equal prompts form one group, in the order they first appear. A row whose completion
     mask is all zeros (TRL's ``mask_truncated_completions``) has no completion to score: ``None``.
@@ -59,8 +60,10 @@ def unpad_rollouts(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits
         comp_keep = keep[cut:]
         n = sum(comp_keep)
         if comp_keep[:n] != [True] * n:
-            raise ValueError(f"row {r}: the completion mask is not a run of ones then padding; PackedGRPOTrainer takes "
-                             "right-padded completions (TRL's layout)")
+            raise ValueError(
+                f"row {r}: the completion mask is not a run of ones then padding; PackedGRPOTrainer takes "
+                "right-padded completions (TRL's layout)"
+            )
         if n == 0:  # masked out whole (a truncated completion): nothing of it is scored
             where.append(None)
             continue
@@ -100,8 +103,14 @@ def _set_attention(model: Any, impl: str) -> None:
 class PackedGRPOTrainer(trl.GRPOTrainer):  # type: ignore[misc]
     """``trl.GRPOTrainer`` whose per-token log-probabilities come from packed rows; see the module."""
 
-    def __init__(self, *args: Any, max_tokens: int | None = None, layout: str = "group",
-                 attention: str | None = PACKED_IMPL, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        max_tokens: int | None = None,
+        layout: str = "group",
+        attention: str | None = PACKED_IMPL,
+        **kwargs: Any,
+    ) -> None:
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
         if max_tokens is not None and max_tokens < 2:
@@ -119,13 +128,22 @@ class PackedGRPOTrainer(trl.GRPOTrainer):  # type: ignore[misc]
         with attention_as(self.model, self._own_attention):
             return super()._generate(prompts)
 
-    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                                           logits_to_keep: int, batch_size: int | None = None, compute_entropy: bool = False,
-                                           compute_aux_loss: bool = False, **multimodal: Any
-                                           ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **multimodal: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         if compute_aux_loss or any(v is not None for v in multimodal.values()):
-            raise ValueError("PackedGRPOTrainer packs text rollouts; a mixture-of-experts auxiliary loss or image "
-                             "inputs run through trl.GRPOTrainer")
+            raise ValueError(
+                "PackedGRPOTrainer packs text rollouts; a mixture-of-experts auxiliary loss or image "
+                "inputs run through trl.GRPOTrainer"
+            )
         prompts, groups, where = unpad_rollouts(input_ids, attention_mask, logits_to_keep)
         shape = (int(input_ids.shape[0]), logits_to_keep)
         if not prompts:  # every completion masked out: nothing to score (the loss masks these rows)
@@ -138,12 +156,16 @@ class PackedGRPOTrainer(trl.GRPOTrainer):  # type: ignore[misc]
         packed = pack_rollouts(prompts, groups, max_tokens=cap, layout=self.layout)
         with self.accelerator.autocast(), attention_as(model, self.attention):
             logps, ents = rollout_logprobs(model, packed, temperature=self.temperature, entropies=compute_entropy)
-        return (_to_rows(logps, packed, where, shape),
-                _to_rows(ents, packed, where, shape) if ents is not None else None, None)
+        return (
+            _to_rows(logps, packed, where, shape),
+            _to_rows(ents, packed, where, shape) if ents is not None else None,
+            None,
+        )
 
 
-def _to_rows(values: torch.Tensor, packed: Any, where: list[tuple[int, int] | None], shape: tuple[int, int]
-             ) -> torch.Tensor:
+def _to_rows(
+    values: torch.Tensor, packed: Any, where: list[tuple[int, int] | None], shape: tuple[int, int]
+) -> torch.Tensor:
     """Completion values in rollout order -> TRL's ``(B, logits_to_keep)`` rows; a masked-out row
     (``None`` in ``where``) is zeros, which TRL's loss masks.  # (B, W)"""
     padded = to_padded(values, packed, width=shape[1])[0]

@@ -50,15 +50,18 @@ class PackedSFTTrainer(trl.SFTTrainer):  # type: ignore[misc]
         needs = check_packable(model).needs  # a layer packed rows would make wrong: refused before any step
         impl = getattr(model.config, "_attn_implementation", None)
         if "sinks" in needs and impl not in (PACKED_IMPL, VARLEN_IMPL):
-            raise ValueError(f"{type(model).__name__} has attention sinks, which transformers' {impl} masks do not keep "
-                             "inside each packed document; load it with attn_implementation='seqpack_varlen'")
+            raise ValueError(
+                f"{type(model).__name__} has attention sinks, which transformers' {impl} masks do not keep "
+                "inside each packed document; load it with attn_implementation='seqpack_varlen'"
+            )
         add_target_head(model)
         on_cuda = next(model.parameters()).is_cuda or torch.cuda.is_available()
         self.compiled_blocks = compile_layers(model) if (on_cuda if compile_blocks is None else compile_blocks) else 0
         self._counts: dict[str, list[Any]] = {}  # mode -> [targets, correct] on the device
 
-    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
-                     num_items_in_batch: Any = None) -> Any:
+    def compute_loss(
+        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
         if return_outputs:  # evaluation asking for logits: TRL's own path
             return super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         mode = "train" if self.model.training else "eval"
@@ -71,8 +74,11 @@ class PackedSFTTrainer(trl.SFTTrainer):  # type: ignore[misc]
         counts[0] = counts[0] + out.num_targets
         counts[1] = counts[1] + out.num_correct
         if mode == "train":  # a shape, or a sum left on the device: no sync
-            tokens = inputs["position_ids"].size(1) if "position_ids" in inputs and "attention_mask" not in inputs \
+            tokens = (
+                inputs["position_ids"].size(1)
+                if "position_ids" in inputs and "attention_mask" not in inputs
                 else inputs["attention_mask"].sum()
+            )
             self._pending_tokens = getattr(self, "_pending_tokens", 0) + tokens
         return loss
 
@@ -80,12 +86,16 @@ class PackedSFTTrainer(trl.SFTTrainer):  # type: ignore[misc]
         mode = "train" if self.model.training else "eval"
         counts = self._counts.pop(mode, None)
         if counts is not None:
-            n, c = (self.accelerator.gather_for_metrics(torch.as_tensor(x, device=self.accelerator.device).reshape(1)).sum()
-                    for x in counts)
+            n, c = (
+                self.accelerator.gather_for_metrics(torch.as_tensor(x, device=self.accelerator.device).reshape(1)).sum()
+                for x in counts
+            )
             self._metrics[mode]["mean_token_accuracy"].append(float(c) / max(float(n), 1.0))
         pending = getattr(self, "_pending_tokens", 0)
         if mode == "train" and (torch.is_tensor(pending) or pending):
-            total = self.accelerator.gather_for_metrics(torch.as_tensor(pending, device=self.accelerator.device).reshape(1))
+            total = self.accelerator.gather_for_metrics(
+                torch.as_tensor(pending, device=self.accelerator.device).reshape(1)
+            )
             self._total_train_tokens += int(total.sum()) // self._tp_size
             self._pending_tokens = 0
         if mode == "train":

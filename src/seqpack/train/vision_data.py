@@ -32,15 +32,27 @@ class VisionTrainData(Units):
     schedule_shape = None
     pack_columns = None
 
-    def __init__(self, path: str | os.PathLike[str], *, padded: bool = False, by_pack: bool = False,
-                 eval_fraction: float = 0.05, by_schedule: bool = False, eval_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        padded: bool = False,
+        by_pack: bool = False,
+        eval_fraction: float = 0.05,
+        by_schedule: bool = False,
+        eval_tokens: int = 0,
+    ) -> None:
         from seqpack.tasks.vision import VisionCollator, VisionRows
 
         if padded or by_pack:
-            raise ValueError(f"{path}: --padded is not offered for image-text rows; their padded baseline is TRL's "
-                             "(benchmarks/vision.py runs it beside the packed rows)")
+            raise ValueError(
+                f"{path}: --padded is not offered for image-text rows; their padded baseline is TRL's "
+                "(benchmarks/vision.py runs it beside the packed rows)"
+            )
         if by_schedule:
-            raise ValueError(f"{path}: --balance schedule reads a dataset packed with --world-size; image-text rows have none")
+            raise ValueError(
+                f"{path}: --balance schedule reads a dataset packed with --world-size; image-text rows have none"
+            )
         self.path = path
         self.rows = VisionRows(path)
         self.manifest = self.rows.manifest
@@ -63,12 +75,16 @@ class VisionTrainData(Units):
         self._perms: dict[tuple[int, int], np.ndarray] = {}
 
     def check_balance(self) -> None:
-        raise ValueError("--balance compute orders packs of the token-column format; image-text rows are trained "
-                         "one padding-free row per micro-batch (drop --balance)")
+        raise ValueError(
+            "--balance compute orders packs of the token-column format; image-text rows are trained "
+            "one padding-free row per micro-batch (drop --balance)"
+        )
 
     def _rows(self, packs: np.ndarray) -> dict[str, torch.Tensor]:
         rows = [self.rows[int(i)] for i in packs]
-        batch = {k: v for k, v in self.collate(rows).items() if isinstance(v, torch.Tensor)}  # use_cache: the task's forward
+        batch = {
+            k: v for k, v in self.collate(rows).items() if isinstance(v, torch.Tensor)
+        }  # use_cache: the task's forward
         lengths = np.concatenate([r["seq_lengths"] for r in rows])
         batch["segment_ids"] = torch.from_numpy(np.repeat(np.arange(1, lengths.size + 1), lengths))[None]  # (1, T)
         return batch
@@ -83,8 +99,19 @@ class VisionTrainData(Units):
             yield self._rows(self.eval_packs[lo : lo + batch_size])
 
     def describe(self) -> dict[str, Any]:
-        return {"task": self.task, "max_len": self.max_len, "padded": False, "train_packs": len(self.train_packs),
-                "held_out_packs": len(self.held_out_packs), "eval_packs": len(self.eval_packs),
-                "eval_tokens": self.eval_tokens, "train_sequences": self.train_sequences,
-                "eval_sequences": self.eval_sequences, "packing_factor": self.packing_factor, "units": self.num_units,
-                "by_pack": False, "images": self.manifest.get("images"), "layout": self.manifest.get("layout")}
+        return {
+            "task": self.task,
+            "max_len": self.max_len,
+            "padded": False,
+            "train_packs": len(self.train_packs),
+            "held_out_packs": len(self.held_out_packs),
+            "eval_packs": len(self.eval_packs),
+            "eval_tokens": self.eval_tokens,
+            "train_sequences": self.train_sequences,
+            "eval_sequences": self.eval_sequences,
+            "packing_factor": self.packing_factor,
+            "units": self.num_units,
+            "by_pack": False,
+            "images": self.manifest.get("images"),
+            "layout": self.manifest.get("layout"),
+        }

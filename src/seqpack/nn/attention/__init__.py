@@ -89,7 +89,9 @@ from seqpack.nn.masks import (
     split_branches,
 )
 
-REGISTRY: dict[str, Backend] = {b.name: b for b in (SDPA, EAGER, PER_DOCUMENT, FLASH_VARLEN, VARLEN, FLEX, CONTEXT_PARALLEL)}
+REGISTRY: dict[str, Backend] = {
+    b.name: b for b in (SDPA, EAGER, PER_DOCUMENT, FLASH_VARLEN, VARLEN, FLEX, CONTEXT_PARALLEL)
+}
 BACKENDS: tuple[str, ...] = ("auto", *REGISTRY)
 #: backends whose plan takes ``branch_ids`` with a shared prefix (a mask per (query, key) pair)
 SHARED_PREFIX: tuple[str, ...] = ("sdpa", "eager", "per_document", "flex")
@@ -105,8 +107,8 @@ def get_backend(name: str) -> Backend:
 def backends_for(needs: frozenset[str] | set[str]) -> tuple[str, ...]:
     """The backends that compute every layer argument in ``needs`` (`FEATURES`).
 
-        >>> backends_for({"softcap"})
-        ('eager', 'per_document', 'flex')
+    >>> backends_for({"softcap"})
+    ('eager', 'per_document', 'flex')
     """
     unknown = set(needs) - set(FEATURES)
     if unknown:
@@ -208,8 +210,10 @@ def plan_attention(
     if validate:
         check_segment_ids(segment_ids)
     if needs & {"window", "chunk"} and not causal:
-        raise ValueError("a sliding window or a chunk is supported on causal attention only; this model's "
-                         "bidirectional layers have one: run its rows unpacked")
+        raise ValueError(
+            "a sliding window or a chunk is supported on causal attention only; this model's "
+            "bidirectional layers have one: run its rows unpacked"
+        )
     positions = None
     if needs & {"window", "chunk"}:
         positions = position_ids if position_ids is not None else restarting_positions(segment_ids)
@@ -221,7 +225,9 @@ def plan_attention(
         if branch_ids.shape != segment_ids.shape:
             raise ValueError(f"branch_ids has shape {tuple(branch_ids.shape)}, segment_ids {tuple(segment_ids.shape)}")
         if shares_prefix(segment_ids, branch_ids):
-            plan = _shared_prefix_plan(segment_ids, branch_ids, causal=causal, backend=backend, dtype=dtype, needs=needs)
+            plan = _shared_prefix_plan(
+                segment_ids, branch_ids, causal=causal, backend=backend, dtype=dtype, needs=needs
+            )
             return _counted(_with_positions(plan, positions))
         segment_ids = split_branches(segment_ids, branch_ids)
     if backend == "auto":
@@ -237,8 +243,10 @@ def _entry(backend: str, needs: frozenset[str]) -> Backend:
     entry = REGISTRY[backend]
     missing = sorted(needs - entry.features)
     if missing:
-        raise ValueError(f"attention backend {backend} cannot compute this model's {' and '.join(missing)}; "
-                         f"use --attention auto or one of {'|'.join(backends_for(needs))}")
+        raise ValueError(
+            f"attention backend {backend} cannot compute this model's {' and '.join(missing)}; "
+            f"use --attention auto or one of {'|'.join(backends_for(needs))}"
+        )
     return entry
 
 
@@ -246,15 +254,24 @@ def _with_positions(plan: AttentionPlan, positions: torch.Tensor | None) -> Atte
     return plan if positions is None else dataclasses.replace(plan, positions=positions)
 
 
-def _shared_prefix_plan(segment_ids: torch.Tensor, branch_ids: torch.Tensor, *, causal: bool, backend: str,
-                        dtype: torch.dtype, needs: frozenset[str] = frozenset()) -> AttentionPlan:
+def _shared_prefix_plan(
+    segment_ids: torch.Tensor,
+    branch_ids: torch.Tensor,
+    *,
+    causal: bool,
+    backend: str,
+    dtype: torch.dtype,
+    needs: frozenset[str] = frozenset(),
+) -> AttentionPlan:
     if backend == "auto":  # the block-sparse kernel on CUDA; on CPU per-response documents, causal, no mask
         backend = "flex" if segment_ids.is_cuda else ("per_document" if causal else "sdpa")
         if not _able(backend, needs):
             backend = "eager"
     if backend not in SHARED_PREFIX:
-        raise ValueError(f"attention backend {backend} runs whole sequences and cannot share a prompt between two "
-                         f"responses; use --attention {'|'.join(SHARED_PREFIX)}, or pack with --layout pairs")
+        raise ValueError(
+            f"attention backend {backend} runs whole sequences and cannot share a prompt between two "
+            f"responses; use --attention {'|'.join(SHARED_PREFIX)}, or pack with --layout pairs"
+        )
     entry = _entry(backend, needs)
     reason = entry.unavailable(segment_ids, dtype)
     if reason is not None:
@@ -263,7 +280,12 @@ def _shared_prefix_plan(segment_ids: torch.Tensor, branch_ids: torch.Tensor, *, 
 
 
 def packed_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, *, scale: float | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    plan: AttentionPlan,
+    *,
+    scale: float | None = None,
     layer: LayerAttention = PLAIN,
 ) -> torch.Tensor:
     """Attention that never mixes sequences of one row; ``layer``: what this layer computes beyond
@@ -276,7 +298,25 @@ def packed_attention(
 
 
 __all__ = [
-    "BACKENDS", "FEATURES", "REGISTRY", "SHARED_PREFIX", "AttentionPlan", "Backend", "BucketPlan", "CPPlan", "FlexPlan",
-    "LayerAttention", "MaskPlan", "VarlenPlan", "backends_for", "choose_backend", "count_backends", "eager_attention",
-    "get_backend", "packed_attention", "plan_attention", "plan_context_parallel", "reference_attention",
+    "BACKENDS",
+    "FEATURES",
+    "REGISTRY",
+    "SHARED_PREFIX",
+    "AttentionPlan",
+    "Backend",
+    "BucketPlan",
+    "CPPlan",
+    "FlexPlan",
+    "LayerAttention",
+    "MaskPlan",
+    "VarlenPlan",
+    "backends_for",
+    "choose_backend",
+    "count_backends",
+    "eager_attention",
+    "get_backend",
+    "packed_attention",
+    "plan_attention",
+    "plan_context_parallel",
+    "reference_attention",
 ]

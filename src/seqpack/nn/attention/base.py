@@ -96,14 +96,20 @@ def check_layer(backend: Backend, layer: LayerAttention, plan: AttentionPlan) ->
     """Refuse, in one line naming the argument, a layer this backend would compute wrongly."""
     missing = sorted(layer.features() - backend.features)
     if missing:
-        raise ValueError(f"attention backend {backend.name} cannot compute this layer's {' and '.join(missing)}; make "
-                         "the plan with plan_attention(..., needs=...) (auto picks a backend that can: backends_for)")
+        raise ValueError(
+            f"attention backend {backend.name} cannot compute this layer's {' and '.join(missing)}; make "
+            "the plan with plan_attention(..., needs=...) (auto picks a backend that can: backends_for)"
+        )
     if (layer.window is not None or layer.chunk is not None) and plan.positions is None:
-        raise ValueError("this layer has a sliding window or a chunk, but the attention plan holds no positions; "
-                         "make it with plan_attention(..., needs=..., position_ids=...)")
+        raise ValueError(
+            "this layer has a sliding window or a chunk, but the attention plan holds no positions; "
+            "make it with plan_attention(..., needs=..., position_ids=...)"
+        )
 
 
-def band(positions: torch.Tensor, layer: LayerAttention, *, positions_k: torch.Tensor | None = None) -> torch.Tensor | None:
+def band(
+    positions: torch.Tensor, layer: LayerAttention, *, positions_k: torch.Tensor | None = None
+) -> torch.Tensor | None:
     """Which (query, key) pairs a layer's window and chunk allow, from document positions
     ``(B, Tq)`` (keys: ``positions_k`` (B, Tk), the queries' own by default); ``None`` when the
     layer has neither.  # (B, 1, Tq, Tk) bool
@@ -119,12 +125,21 @@ def band(positions: torch.Tensor, layer: LayerAttention, *, positions_k: torch.T
     if layer.window is not None:
         keep = keep & (pk > pq - layer.window)
     if layer.chunk is not None:
-        keep = keep & (torch.div(pk, layer.chunk, rounding_mode="floor") == torch.div(pq, layer.chunk, rounding_mode="floor"))
+        keep = keep & (
+            torch.div(pk, layer.chunk, rounding_mode="floor") == torch.div(pq, layer.chunk, rounding_mode="floor")
+        )
     return keep
 
 
-def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None, *,
-                        scale: float, layer: LayerAttention = PLAIN) -> torch.Tensor:
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    allowed: torch.Tensor | None,
+    *,
+    scale: float,
+    layer: LayerAttention = PLAIN,
+) -> torch.Tensor:
     """The slow, obviously correct attention every backend is tested against: scores, soft-capped,
     masked by ``allowed`` (bool, broadcast to (B, H, Tq, Tk); None: all), a sink logit per head in
     the denominator, softmax in float32, times v. A query with no allowed key returns 0.

@@ -82,8 +82,9 @@ def gather_with_grad(x: torch.Tensor, group: Any, *, dim: int) -> torch.Tensor:
     return _GatherWithGrad.apply(x, group, dim)  # type: ignore[no-any-return]
 
 
-def cp_mask(seg: torch.Tensor, pos: torch.Tensor, seg_all: torch.Tensor, pos_all: torch.Tensor, *, rank: int,
-            causal: bool) -> torch.Tensor:
+def cp_mask(
+    seg: torch.Tensor, pos: torch.Tensor, seg_all: torch.Tensor, pos_all: torch.Tensor, *, rank: int, causal: bool
+) -> torch.Tensor:
     """Which gathered keys each local query attends: the same document and, causal, a position up to
     its own; a padding query (segment 0) attends its own slot only.  # (B, Tl) x2, (B, T) x2 -> (B, 1, Tl, T)
 
@@ -100,32 +101,45 @@ def cp_mask(seg: torch.Tensor, pos: torch.Tensor, seg_all: torch.Tensor, pos_all
     return (same | (own & (seg == 0)[:, :, None]))[:, None]
 
 
-def plan_context_parallel(segment_ids: torch.Tensor, position_ids: torch.Tensor, *, group: Any = None,
-                          causal: bool = True) -> CPPlan:
+def plan_context_parallel(
+    segment_ids: torch.Tensor, position_ids: torch.Tensor, *, group: Any = None, causal: bool = True
+) -> CPPlan:
     """The plan of one rank's share (``segment_ids``/``position_ids`` (B, T_local), documents'
     ids as in the whole row); gathers every rank's ids and positions once (a collective: every
     rank of ``group`` calls it together)."""
     if segment_ids.shape != position_ids.shape or segment_ids.ndim != 2:
-        raise ValueError(f"segment_ids {tuple(segment_ids.shape)} and position_ids {tuple(position_ids.shape)} must "
-                         "both be (B, T_local)")
+        raise ValueError(
+            f"segment_ids {tuple(segment_ids.shape)} and position_ids {tuple(position_ids.shape)} must "
+            "both be (B, T_local)"
+        )
     rank, size = _group_info(group)
     seg_all = gather_tokens(segment_ids, group, dim=1)
     pos_all = gather_tokens(position_ids, group, dim=1)
     mask = cp_mask(segment_ids, position_ids, seg_all, pos_all, rank=rank, causal=causal)
-    return CPPlan(**common("context_parallel", segment_ids, causal), group=group, rank=rank, size=size,  # type: ignore[arg-type]
-                  mask=mask, positions=position_ids, positions_all=pos_all)
+    return CPPlan(
+        **common("context_parallel", segment_ids, causal),
+        group=group,
+        rank=rank,
+        size=size,  # type: ignore[arg-type]
+        mask=mask,
+        positions=position_ids,
+        positions_all=pos_all,
+    )
 
 
 def _refuse_plan(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, **_: Any) -> CPPlan:
     raise ValueError(_WHY)
 
 
-_WHY = ("context_parallel attention needs each token's document position across ranks: make its plan with "
-        "seqpack.nn.attention.context_parallel.plan_context_parallel from a row's CP shard")
+_WHY = (
+    "context_parallel attention needs each token's document position across ranks: make its plan with "
+    "seqpack.nn.attention.context_parallel.plan_context_parallel from a row's CP shard"
+)
 
 
-def attend_context_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan,
-                            scale: float, layer: LayerAttention = PLAIN) -> torch.Tensor:
+def attend_context_parallel(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float, layer: LayerAttention = PLAIN
+) -> torch.Tensor:
     assert isinstance(plan, CPPlan)
     k_all = gather_with_grad(k, plan.group, dim=2)  # (B, H, T, d)
     v_all = gather_with_grad(v, plan.group, dim=2)

@@ -25,7 +25,9 @@ from seqpack.nn.masks import attention_mask
 class MaskPlan(AttentionPlan):
     mask: torch.Tensor | None  # (B, 1, T, T) or (B, 1, 1, T); None: plain is_causal
     #: the mask of each (window, chunk) a layer asked for, made once per batch
-    layer_masks: dict[tuple[int | None, int | None], torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
+    layer_masks: dict[tuple[int | None, int | None], torch.Tensor] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 def layer_mask(plan: MaskPlan, layer: LayerAttention) -> torch.Tensor | None:
@@ -52,14 +54,20 @@ def _sdpa_mask(segment_ids: torch.Tensor, *, causal: bool) -> torch.Tensor | Non
     return attention_mask(segment_ids, causal=causal)  # (B, 1, T, T)
 
 
-def plan_sdpa(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None) -> MaskPlan:
-    mask = _sdpa_mask(segment_ids, causal=causal) if branch_ids is None else attention_mask(
-        segment_ids, causal=causal, branch_ids=branch_ids)
+def plan_sdpa(
+    segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None
+) -> MaskPlan:
+    mask = (
+        _sdpa_mask(segment_ids, causal=causal)
+        if branch_ids is None
+        else attention_mask(segment_ids, causal=causal, branch_ids=branch_ids)
+    )
     return MaskPlan(**common("sdpa", segment_ids, causal), mask=mask)  # type: ignore[arg-type]
 
 
-def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
-                layer: LayerAttention = PLAIN) -> torch.Tensor:
+def attend_sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float, layer: LayerAttention = PLAIN
+) -> torch.Tensor:
     assert isinstance(plan, MaskPlan)
     if plan.mask is not None and plan.mask.dtype != torch.bool and plan.mask.dtype != q.dtype:
         raise ValueError(f"an additive mask must have the dtype of q ({q.dtype}), got {plan.mask.dtype}")
@@ -79,7 +87,9 @@ def attend_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Attenti
 _NOT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
-def plan_eager(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None) -> MaskPlan:
+def plan_eager(
+    segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None
+) -> MaskPlan:
     mask = attention_mask(segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
     return MaskPlan(**common("eager", segment_ids, causal), mask=mask)  # type: ignore[arg-type]
 
@@ -106,8 +116,9 @@ def eager_attention(
     return out * any_key
 
 
-def attend_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
-                 layer: LayerAttention = PLAIN) -> torch.Tensor:
+def attend_eager(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float, layer: LayerAttention = PLAIN
+) -> torch.Tensor:
     assert isinstance(plan, MaskPlan)
     if not layer.features():
         return eager_attention(q, k, v, plan.mask, scale=scale)
@@ -118,11 +129,17 @@ def attend_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Attent
 
 
 SDPA = Backend(
-    name="sdpa", plan=plan_sdpa, attend=attend_sdpa, features=frozenset({"window", "chunk"}),
+    name="sdpa",
+    plan=plan_sdpa,
+    attend=attend_sdpa,
+    features=frozenset({"window", "chunk"}),
     summary="dense (B, 1, T, T) bool mask into scaled_dot_product_attention; rows of one sequence use a "
     "(B, 1, 1, T) key-padding mask or plain is_causal (the padded baseline)",
 )
 EAGER = Backend(
-    name="eager", plan=plan_eager, attend=attend_eager, features=frozenset({"window", "chunk", "softcap", "sinks"}),
+    name="eager",
+    plan=plan_eager,
+    attend=attend_eager,
+    features=frozenset({"window", "chunk", "softcap", "sinks"}),
     summary="the reference: softmax(q k^T * scale + additive mask) v in plain ops (every layer argument)",
 )

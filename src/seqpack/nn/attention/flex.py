@@ -23,10 +23,16 @@ class FlexPlan(AttentionPlan):
     layer_masks: dict[tuple[int | None, int | None], Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-def plan_flex(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None) -> FlexPlan:
+def plan_flex(
+    segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None
+) -> FlexPlan:
     bm = block_mask(segment_ids, causal=causal, branch_ids=branch_ids)
-    return FlexPlan(**common("flex", segment_ids, causal), block_mask=bm, segment_ids=segment_ids,  # type: ignore[arg-type]
-                    branch_ids=branch_ids)
+    return FlexPlan(
+        **common("flex", segment_ids, causal),
+        block_mask=bm,
+        segment_ids=segment_ids,  # type: ignore[arg-type]
+        branch_ids=branch_ids,
+    )
 
 
 def _layer_block_mask(plan: FlexPlan, layer: LayerAttention) -> Any:
@@ -34,14 +40,21 @@ def _layer_block_mask(plan: FlexPlan, layer: LayerAttention) -> Any:
         return plan.block_mask
     key = (layer.window, layer.chunk)
     if key not in plan.layer_masks:
-        plan.layer_masks[key] = block_mask(plan.segment_ids, causal=plan.causal, branch_ids=plan.branch_ids,
-                                           positions=plan.positions, window=layer.window, chunk=layer.chunk)
+        plan.layer_masks[key] = block_mask(
+            plan.segment_ids,
+            causal=plan.causal,
+            branch_ids=plan.branch_ids,
+            positions=plan.positions,
+            window=layer.window,
+            chunk=layer.chunk,
+        )
     return plan.layer_masks[key]
 
 
 def _softcap_mod(cap: float) -> Callable[..., Any]:
     def score_mod(score: Any, b: Any, h: Any, q: Any, kv: Any) -> Any:
         return cap * torch.tanh(score / cap)
+
     return score_mod
 
 
@@ -52,14 +65,18 @@ def _kernel(compiled: bool) -> Callable[..., torch.Tensor]:
     return torch.compile(flex_attention, dynamic=False) if compiled else flex_attention  # type: ignore[return-value]
 
 
-def attend_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
-                layer: LayerAttention = PLAIN) -> torch.Tensor:
+def attend_flex(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float, layer: LayerAttention = PLAIN
+) -> torch.Tensor:
     assert isinstance(plan, FlexPlan)
     kw = {} if layer.softcap is None else {"score_mod": _softcap_mod(layer.softcap)}
     return _kernel(q.is_cuda)(q, k, v, block_mask=_layer_block_mask(plan, layer), scale=scale, **kw)
 
 
 FLEX = Backend(
-    name="flex", plan=plan_flex, attend=attend_flex, features=frozenset({"window", "chunk", "softcap"}),
+    name="flex",
+    plan=plan_flex,
+    attend=attend_flex,
+    features=frozenset({"window", "chunk", "softcap"}),
     summary="FlexAttention with a BlockMask, compiled on CUDA (forward only on CPU)",
 )

@@ -54,7 +54,9 @@ class BucketPlan(AttentionPlan):
     gather: torch.Tensor  # (sum n*size,) flat token of each bucket slot
     inverse: torch.Tensor  # (B*T,) bucket slot of each token (padding: a zero row)
     #: per (window, chunk), each bucket's mask (n, 1, Lb, Lb), made once per batch
-    layer_masks: dict[tuple[int | None, int | None], list[torch.Tensor]] = field(default_factory=dict, compare=False, repr=False)
+    layer_masks: dict[tuple[int | None, int | None], list[torch.Tensor]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 def _bucket_masks(plan: BucketPlan, layer: LayerAttention) -> list[torch.Tensor] | None:
@@ -87,8 +89,9 @@ def bucket_lengths(lengths: torch.Tensor, T: int) -> torch.Tensor:
     return (torch.ceil(lf / step) * step).long().clamp(max=T)
 
 
-def _documents(segment_ids: torch.Tensor, branch_ids: torch.Tensor | None, causal: bool
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _documents(
+    segment_ids: torch.Tensor, branch_ids: torch.Tensor | None, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """What attends to what, as documents of tokens: ``(tokens, lengths, owner, slot)``.
 
     ``tokens`` (sum of lengths,) are flat token indices, document after document; ``owner[i]``
@@ -100,7 +103,9 @@ def _documents(segment_ids: torch.Tensor, branch_ids: torch.Tensor | None, causa
     """
     flat = unpad_index(segment_ids)  # real tokens, row-major
     cu = cu_seqlens(segment_ids).long()
-    seq = torch.repeat_interleave(torch.arange(cu.numel() - 1, device=flat.device), cu[1:] - cu[:-1])  # sequence of each
+    seq = torch.repeat_interleave(
+        torch.arange(cu.numel() - 1, device=flat.device), cu[1:] - cu[:-1]
+    )  # sequence of each
     if branch_ids is None or not causal:
         n = torch.bincount(seq, minlength=int(seq.max()) + 1 if seq.numel() else 0)
         return flat, n, flat, torch.arange(flat.numel(), device=flat.device)
@@ -130,8 +135,9 @@ def _documents(segment_ids: torch.Tensor, branch_ids: torch.Tensor | None, causa
     return cat(tokens), cat(lengths), cat(owner), cat(slot)
 
 
-def plan_per_document(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype,
-                      branch_ids: torch.Tensor | None = None) -> BucketPlan:
+def plan_per_document(
+    segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None
+) -> BucketPlan:
     """Group documents (`_documents`) by padded length. Bucket slots past a document's end
     read token 0: they are masked keys (or, causal, keys after every real query) and their outputs
     are dropped."""
@@ -154,7 +160,9 @@ def plan_per_document(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.d
         rows = offset + torch.arange(valid.numel(), device=dev).view_as(valid)
         where[at[valid]] = rows[valid]
         if branch_ids is not None and not causal:
-            key_mask: torch.Tensor | None = attention_mask(valid.long(), causal=causal, branch_ids=branch_ids.reshape(-1)[index])
+            key_mask: torch.Tensor | None = attention_mask(
+                valid.long(), causal=causal, branch_ids=branch_ids.reshape(-1)[index]
+            )
         else:
             key_mask = None if (causal or bool(valid.all())) else valid[:, None, None, :]
         buckets.append(Bucket(offset=offset, n=int(valid.shape[0]), size=int(size), key_mask=key_mask))
@@ -163,11 +171,14 @@ def plan_per_document(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.d
     inverse = torch.full((B * T,), offset, dtype=torch.long, device=dev)  # padding -> the zero row
     inverse[owner] = where[slot]
     gather = torch.cat(gathers) if gathers else torch.zeros(0, dtype=torch.long, device=dev)
-    return BucketPlan(**common("per_document", segment_ids, causal), buckets=tuple(buckets), gather=gather, inverse=inverse)  # type: ignore[arg-type]
+    return BucketPlan(
+        **common("per_document", segment_ids, causal), buckets=tuple(buckets), gather=gather, inverse=inverse
+    )  # type: ignore[arg-type]
 
 
-def attend_per_document(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
-                        layer: LayerAttention = PLAIN) -> torch.Tensor:
+def attend_per_document(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float, layer: LayerAttention = PLAIN
+) -> torch.Tensor:
     assert isinstance(plan, BucketPlan)
     B, H, T, d = q.shape
     gq, gk, gv = (tokens(x).index_select(0, plan.gather) for x in (q, k, v))
@@ -190,7 +201,9 @@ def attend_per_document(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan:
 
 
 PER_DOCUMENT = Backend(
-    name="per_document", plan=plan_per_document, attend=attend_per_document,
+    name="per_document",
+    plan=plan_per_document,
+    attend=attend_per_document,
     features=frozenset({"window", "chunk", "softcap", "sinks"}),
     summary="sequences gathered into length buckets, SDPA per bucket: sum(l^2) work, never T^2",
 )

@@ -44,7 +44,9 @@ from seqpack.nn.masks import row_runs
 
 #: ``kernel(q, k, v, cu_seqlens, max_seqlen, causal, scale, window)``; ``window``: a causal sliding
 #: window (a query sees itself and the ``window - 1`` tokens before it in its run), or None
-Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, bool, float, "int | None"], torch.Tensor]
+Kernel = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, bool, float, "int | None"], torch.Tensor
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,11 +60,19 @@ def _plan(name: str) -> Callable[..., VarlenPlan]:
         cu = row_runs(segment_ids)
         longest = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
         return VarlenPlan(**common(name, segment_ids, causal), cu_seqlens=cu, max_seqlen=longest)  # type: ignore[arg-type]
+
     return plan
 
 
-def attend_runs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
-                kernel: Kernel, layer: LayerAttention = PLAIN) -> torch.Tensor:
+def attend_runs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    plan: AttentionPlan,
+    scale: float,
+    kernel: Kernel,
+    layer: LayerAttention = PLAIN,
+) -> torch.Tensor:
     """``kernel(q, k, v, cu_seqlens, max_seqlen, causal, scale, window)`` on the flattened rows.
     A window is relative, so a run's own token distances give it (a document is one run).  # (B, H, T, d)"""
     assert isinstance(plan, VarlenPlan)
@@ -71,8 +81,16 @@ def attend_runs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Attenti
     return untokens(o.to(q.dtype), B, T)  # o: (B*T, H, d)
 
 
-def varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_seqlen: int,
-                     causal: bool, scale: float, window: int | None = None) -> torch.Tensor:
+def varlen_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu: torch.Tensor,
+    max_seqlen: int,
+    causal: bool,
+    scale: float,
+    window: int | None = None,
+) -> torch.Tensor:
     """Each run through SDPA on its own: slow and obviously correct.  # (total, H, d) -> (total, H, d)"""
     outs = []
     for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
@@ -97,20 +115,31 @@ def flash_attn_available() -> bool:
 def _flash_unavailable(segment_ids: torch.Tensor, dtype: torch.dtype) -> str | None:
     if segment_ids.is_cuda and flash_attn_available():
         return None
-    return ("attention backend 'flash_varlen' needs CUDA tensors and the flash-attn package; "
-            "use backend='varlen' (PyTorch's own) on CUDA, or 'sdpa' / 'per_document' on CPU")
+    return (
+        "attention backend 'flash_varlen' needs CUDA tensors and the flash-attn package; "
+        "use backend='varlen' (PyTorch's own) on CUDA, or 'sdpa' / 'per_document' on CPU"
+    )
 
 
-def _flash_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, m: int, causal: bool,
-                  scale: float, window: int | None = None) -> torch.Tensor:
+def _flash_kernel(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu: torch.Tensor,
+    m: int,
+    causal: bool,
+    scale: float,
+    window: int | None = None,
+) -> torch.Tensor:
     from flash_attn import flash_attn_varlen_func
 
     kw = {} if window is None else {"window_size": (window - 1, 0)}  # flash-attn's (left, right), inclusive
     return flash_attn_varlen_func(q, k, v, cu, cu, m, m, softmax_scale=scale, causal=causal, **kw)  # type: ignore[no-any-return]
 
 
-def attend_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
-                 layer: LayerAttention = PLAIN) -> torch.Tensor:
+def attend_flash(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float, layer: LayerAttention = PLAIN
+) -> torch.Tensor:
     return attend_runs(q, k, v, plan, scale, _flash_kernel, layer)
 
 
@@ -126,8 +155,10 @@ def torch_varlen() -> Callable[..., Any] | None:
 def _torch_unavailable(segment_ids: torch.Tensor, dtype: torch.dtype) -> str | None:
     if segment_ids.is_cuda and half_precision(dtype) and torch_varlen() is not None:
         return None
-    return (f"attention backend 'varlen' needs CUDA tensors in float16/bfloat16 (got {segment_ids.device.type}, "
-            f"{dtype}) and torch >= 2.10 (torch.nn.attention.varlen); use 'sdpa' or 'per_document' otherwise")
+    return (
+        f"attention backend 'varlen' needs CUDA tensors in float16/bfloat16 (got {segment_ids.device.type}, "
+        f"{dtype}) and torch >= 2.10 (torch.nn.attention.varlen); use 'sdpa' or 'per_document' otherwise"
+    )
 
 
 @functools.cache
@@ -136,12 +167,16 @@ def varlen_params(fn: Callable[..., Any]) -> frozenset[str]:
     return frozenset(inspect.signature(fn).parameters)
 
 
-def varlen_kwargs(fn: Callable[..., Any], causal: bool, scale: float, d: int, window: int | None = None) -> dict[str, Any]:
+def varlen_kwargs(
+    fn: Callable[..., Any], causal: bool, scale: float, d: int, window: int | None = None
+) -> dict[str, Any]:
     """The causal, scale and window keywords of this torch's ``varlen_attn`` (its signature changed across releases)."""
     params = varlen_params(fn)
     kw: dict[str, Any] = {}
     if window is not None and not (causal and "window_size" in params):
-        raise ValueError("this torch's varlen_attn takes no sliding window; use backend='flex', 'sdpa' or 'per_document'")
+        raise ValueError(
+            "this torch's varlen_attn takes no sliding window; use backend='flex', 'sdpa' or 'per_document'"
+        )
     if "window_size" in params:
         kw["window_size"] = (window - 1, 0) if window is not None else (-1, 0) if causal else (-1, -1)
     elif "is_causal" in params:
@@ -150,30 +185,45 @@ def varlen_kwargs(fn: Callable[..., Any], causal: bool, scale: float, d: int, wi
         raise ValueError("this torch's varlen_attn has no causal option; use backend='flex' or 'per_document'")
     if "scale" in params:
         kw["scale"] = scale
-    elif abs(scale - d ** -0.5) > 1e-12:
+    elif abs(scale - d**-0.5) > 1e-12:
         raise ValueError("this torch's varlen_attn takes no scale; only the default 1/sqrt(d) is supported")
     return kw
 
 
-def _torch_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, m: int, causal: bool,
-                  scale: float, window: int | None = None) -> torch.Tensor:
+def _torch_kernel(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu: torch.Tensor,
+    m: int,
+    causal: bool,
+    scale: float,
+    window: int | None = None,
+) -> torch.Tensor:
     fn = torch_varlen()
     assert fn is not None
     return fn(q, k, v, cu, cu, m, m, **varlen_kwargs(fn, causal, scale, q.shape[-1], window))  # type: ignore[no-any-return]
 
 
-def attend_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float,
-                 layer: LayerAttention = PLAIN) -> torch.Tensor:
+def attend_torch(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan, scale: float, layer: LayerAttention = PLAIN
+) -> torch.Tensor:
     return attend_runs(q, k, v, plan, scale, _torch_kernel, layer)
 
 
 FLASH_VARLEN = Backend(
-    name="flash_varlen", plan=_plan("flash_varlen"), attend=attend_flash, unavailable=_flash_unavailable,
+    name="flash_varlen",
+    plan=_plan("flash_varlen"),
+    attend=attend_flash,
+    unavailable=_flash_unavailable,
     features=frozenset({"window"}),
     summary="flash_attn_varlen_func on the rows as they are (CUDA, fp16/bf16, the flash-attn package)",
 )
 VARLEN = Backend(
-    name="varlen", plan=_plan("varlen"), attend=attend_torch, unavailable=_torch_unavailable,
+    name="varlen",
+    plan=_plan("varlen"),
+    attend=attend_torch,
+    unavailable=_torch_unavailable,
     features=frozenset({"window"}),
     summary="PyTorch's varlen_attn (its built-in flash kernel) on the rows as they are (CUDA, fp16/bf16)",
 )

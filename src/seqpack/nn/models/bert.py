@@ -94,8 +94,13 @@ class Bert(nn.Module):
     ) -> torch.Tensor:
         check_batch(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
         position_ids, plan = positions_and_plan(
-            segment_ids, position_ids, plan, max_position=self.config.max_position, causal=False,
-            backend=self.config.attention, dtype=self.word.weight.dtype,
+            segment_ids,
+            position_ids,
+            plan,
+            max_position=self.config.max_position,
+            causal=False,
+            backend=self.config.attention,
+            dtype=self.word.weight.dtype,
         )
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)

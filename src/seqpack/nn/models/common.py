@@ -40,4 +40,6 @@ def check_batch(input_ids: torch.Tensor, segment_ids: torch.Tensor, **others: to
         raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
     for name, x in {"segment_ids": segment_ids, **others}.items():
         if x is not None and x.shape != input_ids.shape:
-            raise ValueError(f"{name} has shape {tuple(x.shape)} but input_ids is {tuple(input_ids.shape)}; expected (B, T)")
+            raise ValueError(
+                f"{name} has shape {tuple(x.shape)} but input_ids is {tuple(input_ids.shape)}; expected (B, T)"
+            )

@@ -82,8 +82,14 @@ class GPT(nn.Module):
         check_reduction(reduction)
         check_batch(input_ids, segment_ids, position_ids=position_ids, labels=labels, branch_ids=branch_ids)
         position_ids, plan = positions_and_plan(
-            segment_ids, position_ids, plan, max_position=self.config.max_position, causal=True,
-            backend=self.config.attention, dtype=self.wte.weight.dtype, branch_ids=branch_ids,
+            segment_ids,
+            position_ids,
+            plan,
+            max_position=self.config.max_position,
+            causal=True,
+            backend=self.config.attention,
+            dtype=self.wte.weight.dtype,
+            branch_ids=branch_ids,
         )
         x = self.dropout(self.wte(input_ids) + self.wpe(position_ids))
         x = run_blocks(self.blocks, x, plan, checkpoint=self.checkpoint_blocks)
@@ -109,7 +115,7 @@ class GPT(nn.Module):
 class GPTReward(nn.Module):
     """A reward model: the GPT body and a scalar score per token (read at a response's last token).
 
-        score = GPTReward(cfg)(input_ids, segment_ids)        # (B, T)
+    score = GPTReward(cfg)(input_ids, segment_ids)        # (B, T)
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -119,7 +125,13 @@ class GPTReward(nn.Module):
         self.score = nn.Linear(config.hidden, 1, bias=False)
         nn.init.normal_(self.score.weight, std=0.02)
 
-    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, *, position_ids: torch.Tensor | None = None,
-                branch_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        segment_ids: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        branch_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         h = self.gpt(input_ids, segment_ids, position_ids=position_ids, branch_ids=branch_ids, logits=False).hidden
         return self.score(h).squeeze(-1)  # type: ignore[no-any-return]

@@ -115,12 +115,19 @@ def positions_and_plan(
     if position_ids.numel() and int(position_ids.max()) >= max_position:
         raise ValueError(f"position_ids reach {int(position_ids.max())} but max_position={max_position}")
     if plan is None:
-        plan = plan_attention(segment_ids, causal=causal, backend=backend, dtype=compute_dtype(segment_ids.device, dtype),
-                              branch_ids=branch_ids)
+        plan = plan_attention(
+            segment_ids,
+            causal=causal,
+            backend=backend,
+            dtype=compute_dtype(segment_ids.device, dtype),
+            branch_ids=branch_ids,
+        )
     return position_ids, plan
 
 
-def run_blocks(blocks: nn.ModuleList, x: torch.Tensor, plan: AttentionPlan, *, checkpoint: bool = False) -> torch.Tensor:
+def run_blocks(
+    blocks: nn.ModuleList, x: torch.Tensor, plan: AttentionPlan, *, checkpoint: bool = False
+) -> torch.Tensor:
     """Each block in turn.  # (B, T, H) -> (B, T, H)
 
     ``checkpoint`` (while gradients are recorded): a block keeps only its input, and its

@@ -84,7 +84,9 @@ def chat_sequences(
     check_overflow(overflow, allowed=CHAT_OVERFLOW)
     if train_on not in TRAIN_ON:
         raise ValueError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {train_on!r}")
-    texts, turns, keep_ids, n_examples, dropped = _render_all(examples, template, messages_field, need_turns=train_on != "all")
+    texts, turns, keep_ids, n_examples, dropped = _render_all(
+        examples, template, messages_field, need_turns=train_on != "all"
+    )
     seqs, labs, ex, truncated, too_long = [], [], [], 0, 0
     for k, (ids, spans) in enumerate(tokenizer.encode_with_offsets(texts)):
         n, ends = ids.size, turn_ends(spans, turns[k])
@@ -102,7 +104,11 @@ def chat_sequences(
         starts = np.searchsorted(spans[:, 0], [a for a, _ in turns[k]], side="left")
         ids, spans = ids[:n], spans[:n]
         kept = [t for t, start in zip(turns[k], starts) if start < n]  # whole turns, and a cut one's kept part
-        target = np.ones(n, dtype=bool) if train_on == "all" else target_mask(spans, kept[-1:] if train_on == "last" else kept)
+        target = (
+            np.ones(n, dtype=bool)
+            if train_on == "all"
+            else target_mask(spans, kept[-1:] if train_on == "last" else kept)
+        )
         lab = np.where(target, ids, IGNORE_INDEX)
         lab[:1] = IGNORE_INDEX
         if not (lab != IGNORE_INDEX).any():
@@ -114,13 +120,28 @@ def chat_sequences(
         truncated += cut  # conversations kept, but cut
     if too_long and overflow == "error":
         raise overflow_error(too_long, max_len, CHAT_OVERFLOW)
-    return _sequences(seqs, labs, ex, n_examples, dropped, tokenizer, info={
-        "train_on": train_on, "overflow": overflow, "truncated": truncated, "chat_template": template.name,
-    })
+    return _sequences(
+        seqs,
+        labs,
+        ex,
+        n_examples,
+        dropped,
+        tokenizer,
+        info={
+            "train_on": train_on,
+            "overflow": overflow,
+            "truncated": truncated,
+            "chat_template": template.name,
+        },
+    )
 
 
 def _render_all(
-    examples: str | os.PathLike[str] | Iterable[Any], template: ChatTemplate, messages_field: str, *, need_turns: bool,
+    examples: str | os.PathLike[str] | Iterable[Any],
+    template: ChatTemplate,
+    messages_field: str,
+    *,
+    need_turns: bool,
 ) -> tuple[list[str], list[list[tuple[int, int]]], list[int], int, dict[str, int]]:
     """Each kept record's text and assistant spans, its index; records read; records dropped."""
     texts, turns, keep_ids, n_examples = [], [], [], 0
@@ -143,8 +164,15 @@ def _render_all(
     return texts, turns, keep_ids, n_examples, dropped
 
 
-def _sequences(seqs: list[np.ndarray], labs: list[np.ndarray], ex: list[int], n_examples: int,
-               dropped: dict[str, int], tokenizer: Tokenizer, info: dict[str, Any]) -> Sequences:
+def _sequences(
+    seqs: list[np.ndarray],
+    labs: list[np.ndarray],
+    ex: list[int],
+    n_examples: int,
+    dropped: dict[str, int],
+    tokenizer: Tokenizer,
+    info: dict[str, Any],
+) -> Sequences:
     lengths = np.array([s.size for s in seqs], dtype=np.int64)
     flat = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
     flat_lab = np.concatenate(labs) if labs else np.zeros(0, np.int64)

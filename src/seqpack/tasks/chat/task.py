@@ -28,13 +28,25 @@ from seqpack.tasks.clm import CLMTask
 @dataclass(frozen=True, kw_only=True)
 class ChatOptions:
     messages_field: str = field(default="messages", metadata={"help": "the column holding the list of messages"})
-    chat_template: str | None = field(default=None, metadata={
-        "help": "a Jinja chat template file, or 'chatml' (default: the tokenizer's own; ChatML for a seqpack tokenizer)"})
-    train_on: str = field(default="assistant", metadata={
-        "help": "tokens that carry loss: assistant (every assistant turn and its end token) | last (the final one) | all"})
-    overflow: str = field(default="truncate", metadata={
-        "help": "conversations longer than max_len: truncate (after the last assistant turn that fits) | "
-                "truncate-tokens (the first max_len tokens, as TRL does: a turn may be cut) | drop | error"})
+    chat_template: str | None = field(
+        default=None,
+        metadata={
+            "help": "a Jinja chat template file, or 'chatml' (default: the tokenizer's own; ChatML for a seqpack tokenizer)"
+        },
+    )
+    train_on: str = field(
+        default="assistant",
+        metadata={
+            "help": "tokens that carry loss: assistant (every assistant turn and its end token) | last (the final one) | all"
+        },
+    )
+    overflow: str = field(
+        default="truncate",
+        metadata={
+            "help": "conversations longer than max_len: truncate (after the last assistant turn that fits) | "
+            "truncate-tokens (the first max_len tokens, as TRL does: a turn may be cut) | drop | error"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_overflow(self.overflow, allowed=CHAT_OVERFLOW)
@@ -56,22 +68,27 @@ class ChatTask(CLMTask):
             if missing:
                 raise ValueError(
                     f"the chatml template writes {' and '.join(missing)}, which the tokenizer lacks as special tokens; "
-                    "train it with --special-token '<|im_start|>' --special-token '<|im_end|>', or pass --chat-template FILE")
+                    "train it with --special-token '<|im_start|>' --special-token '<|im_end|>', or pass --chat-template FILE"
+                )
         return ChatTemplate(source, name=name, variables=dict(getattr(tokenizer, "special_map", {})))
 
     def pack_summary(self, manifest: Mapping[str, Any]) -> str:
         """How the conversations fared against max_len (one sequence per conversation kept)."""
         info, dropped = manifest.get("task_info", {}), manifest.get("dropped", {})
         cut = int(info.get("truncated", 0))
-        return (f"conversations: {int(manifest['num_sequences']) - cut:,} whole, {cut:,} cut "
-                f"(--overflow {info.get('overflow', 'truncate')}), {int(dropped.get('too_long', 0)):,} dropped as too long")
+        return (
+            f"conversations: {int(manifest['num_sequences']) - cut:,} whole, {cut:,} cut "
+            f"(--overflow {info.get('overflow', 'truncate')}), {int(dropped.get('too_long', 0)):,} dropped as too long"
+        )
 
     def pack_warnings(self, manifest: Mapping[str, Any]) -> list[str]:
         dropped, train_on = manifest.get("dropped", {}), manifest.get("task_info", {}).get("train_on", "assistant")
         out = []
         if dropped.get("no_assistant"):
-            out.append(f"dropped {dropped['no_assistant']:,} conversation(s) with no assistant turn "
-                       f"(--train-on {train_on} has nothing to learn from them)")
+            out.append(
+                f"dropped {dropped['no_assistant']:,} conversation(s) with no assistant turn "
+                f"(--train-on {train_on} has nothing to learn from them)"
+            )
         if dropped.get("no_target"):
             out.append(f"dropped {dropped['no_target']:,} conversation(s) whose targets tokenized to nothing")
         return out
@@ -86,9 +103,21 @@ class ChatTask(CLMTask):
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
         self.check_examples(source)
         o: ChatOptions = config.options
-        return chat_sequences(source, tokenizer, template=self.template(tokenizer, o), max_len=config.max_len,
-                              messages_field=o.messages_field, train_on=o.train_on, overflow=o.overflow)
+        return chat_sequences(
+            source,
+            tokenizer,
+            template=self.template(tokenizer, o),
+            max_len=config.max_len,
+            messages_field=o.messages_field,
+            train_on=o.train_on,
+            overflow=o.overflow,
+        )
 
 
-TASK = ChatTask(name="chat", summary="conversations (messages) for a causal LM, loss on assistant turns",
-                reads="examples", models=("gpt",), token_labels=True)
+TASK = ChatTask(
+    name="chat",
+    summary="conversations (messages) for a causal LM, loss on assistant turns",
+    reads="examples",
+    models=("gpt",),
+    token_labels=True,
+)

@@ -89,7 +89,9 @@ class ChatTemplate:
         return self._render(messages, add_generation_prompt).replace(_OPEN, "").replace(_CLOSE, "")
 
     def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
-        return str(self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.variables))
+        return str(
+            self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.variables)
+        )
 
     def render_with_spans(self, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
         """The text and each assistant turn's character span ``[start, end)``, in order."""
@@ -160,8 +162,10 @@ def resolve_template(option: str | None, tokenizer: Any) -> tuple[str, str]:
     if tokenizer.chat_template:
         return tokenizer.chat_template, "the tokenizer's chat_template"
     if isinstance(tokenizer, HFTokenizer):
-        raise ValueError(f"tokenizer {tokenizer.name} has no chat_template; pass --chat-template FILE "
-                         "(or --chat-template chatml for seqpack's default)")
+        raise ValueError(
+            f"tokenizer {tokenizer.name} has no chat_template; pass --chat-template FILE "
+            "(or --chat-template chatml for seqpack's default)"
+        )
     return CHATML, DEFAULT
 
 
@@ -171,7 +175,9 @@ def check_message(messages: Any, i: int) -> list[dict[str, Any]]:
         raise ValueError(f"example {i}: messages must be a non-empty list of {{'role', 'content'}} objects")
     for j, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise ValueError(f"example {i}: message {j} is {type(m).__name__}, expected an object with role and content")
+            raise ValueError(
+                f"example {i}: message {j} is {type(m).__name__}, expected an object with role and content"
+            )
         role = m.get("role")
         if role not in ROLES:
             raise ValueError(f"example {i}: message {j} has role {role!r}; roles: {'|'.join(ROLES)}")

@@ -37,11 +37,14 @@ def policy_logps(model: Any, batch: Mapping[str, torch.Tensor], depth: int | Non
     B x T): for seqpack's GPT, and for the transformers models of `seqpack.nn.hf_causal_lm.HEAD_AT_TARGETS`, whose
     base model and ``lm_head`` are called apart (other models: their full logits, then a slice)."""
     hidden, head = causal_states(model, batch)
-    return response_logps(lambda r, c: head(hidden[r, c]), batch["labels"], batch["segment_ids"], batch["branch_ids"],
-                          depth=depth)
+    return response_logps(
+        lambda r, c: head(hidden[r, c]), batch["labels"], batch["segment_ids"], batch["branch_ids"], depth=depth
+    )
 
 
-def reward_scores(model: Any, batch: Mapping[str, torch.Tensor], depth: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def reward_scores(
+    model: Any, batch: Mapping[str, torch.Tensor], depth: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A reward model's scalar score at each response's last token, ``(chosen, rejected)`` (B, D)."""
     seg, br, labels = batch["segment_ids"], batch["branch_ids"], batch["labels"]
     if is_transformers(model):
@@ -74,8 +77,12 @@ def preference_forward(model: Any, batch: Mapping[str, torch.Tensor], objective:
         if "ref_chosen_logps" in batch:  # (B, max_depth): the slots past this batch's deepest row are empty
             ref = (batch["ref_chosen_logps"][:, :depth], batch["ref_rejected_logps"][:, :depth])
         per, cr, rr = obj(lp, ref)
-        extra = {"chosen_rewards": cr, "rejected_rewards": rr, "chosen_logps": lp.chosen.detach(),
-                 "rejected_logps": lp.rejected.detach()}
+        extra = {
+            "chosen_rewards": cr,
+            "rejected_rewards": rr,
+            "chosen_logps": lp.chosen.detach(),
+            "rejected_logps": lp.rejected.detach(),
+        }
     return PackedOutput(loss=mean_over_pairs(per, present), per_sequence=per, present=present, extra=extra)
 
 
@@ -96,8 +103,8 @@ class PairOutputs:
     def by_record(self) -> dict[int, dict[str, float]]:
         """``{record id: {output: value}}``.
 
-            >>> PairOutputs(torch.tensor(0.5), np.array([7, 2]), {"loss": np.array([0.25, 0.75])}).by_record()
-            {7: {'loss': 0.25}, 2: {'loss': 0.75}}
+        >>> PairOutputs(torch.tensor(0.5), np.array([7, 2]), {"loss": np.array([0.25, 0.75])}).by_record()
+        {7: {'loss': 0.25}, 2: {'loss': 0.75}}
         """
         return {int(e): {k: float(v[i]) for k, v in self.values.items()} for i, e in enumerate(self.example_ids)}
 
@@ -113,8 +120,10 @@ def pair_outputs(model: Any, batch: Mapping[str, torch.Tensor], objective: Prefe
         out.by_record()                                        # {17: {"chosen_rewards": ..., ...}, ...}
     """
     if "example_ids" not in batch:
-        raise ValueError("the batch has no example_ids column (which record each pair is); read every column of the "
-                         "packed rows (seqpack.data.PackedDataset, or PackedDPOTrainer's batches)")
+        raise ValueError(
+            "the batch has no example_ids column (which record each pair is); read every column of the "
+            "packed rows (seqpack.data.PackedDataset, or PackedDPOTrainer's batches)"
+        )
     out = preference_forward(model, batch, objective)
     depth = out.present.shape[1]
     ids = batch["example_ids"][:, :depth]  # (B, depth): this batch's slots

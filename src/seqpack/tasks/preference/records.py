@@ -69,8 +69,9 @@ def split_implicit(chosen: Any, rejected: Any) -> tuple[Any, Any, Any]:
     return chosen[:idx], chosen[idx:], rejected[idx:]
 
 
-def _texts(row: dict[str, Any], i: int, fields: tuple[str, str, str], template: ChatTemplate | None,
-           eos: str | None) -> tuple[str, str, str]:
+def _texts(
+    row: dict[str, Any], i: int, fields: tuple[str, str, str], template: ChatTemplate | None, eos: str | None
+) -> tuple[str, str, str]:
     """The texts ``prompt``, ``prompt + chosen``, ``prompt + rejected`` of record ``i``."""
     pf, cf, rf = fields
     chosen = get_field(row, cf, i, "--chosen-field", (str, list))
@@ -83,7 +84,9 @@ def _texts(row: dict[str, Any], i: int, fields: tuple[str, str, str], template: 
         prompt, chosen, rejected = split_implicit(chosen, rejected)
     if isinstance(chosen, str):
         if not isinstance(prompt, str):
-            raise ValueError(f"example {i}: the prompt is a message list but the responses are strings; give both in one form")
+            raise ValueError(
+                f"example {i}: the prompt is a message list but the responses are strings; give both in one form"
+            )
         if eos:
             chosen, rejected = (r if r.endswith(eos) else r + eos for r in (chosen, rejected))
         return prompt, prompt + chosen, prompt + rejected
@@ -94,8 +97,11 @@ def _texts(row: dict[str, Any], i: int, fields: tuple[str, str, str], template: 
     check_message(prompt + chosen, i)
     check_message(prompt + rejected, i)
     try:
-        return (template.render(prompt, add_generation_prompt=True), template.render(prompt + chosen),
-                template.render(prompt + rejected))
+        return (
+            template.render(prompt, add_generation_prompt=True),
+            template.render(prompt + chosen),
+            template.render(prompt + rejected),
+        )
     except ValueError:
         raise
     except Exception as e:  # jinja2's errors, and whatever a template's own code raises
@@ -123,7 +129,9 @@ def read_pairs(
                 raise ValueError(f"example {i}: {margin_field!r} is {margin}; a margin must be a finite number")
             margins.append(margin)
         elif margins:
-            raise ValueError(f"example {i}: no {margin_field!r} but earlier examples have one; give every pair a margin")
+            raise ValueError(
+                f"example {i}: no {margin_field!r} but earlier examples have one; give every pair a margin"
+            )
         n = i + 1
     if margins and len(margins) != n:
         raise ValueError(f"only {len(margins)} of {n} examples have a {margin_field!r}; give every pair a margin")
@@ -142,5 +150,11 @@ def read_pairs(
         prompt.append(p[:k])
         chosen.append(c)
         rejected.append(r)
-    return Pairs(prompt, chosen, rejected, np.arange(n, dtype=np.int64),
-                 np.asarray(margins, dtype=np.float32) if margins else None, n)
+    return Pairs(
+        prompt,
+        chosen,
+        rejected,
+        np.arange(n, dtype=np.int64),
+        np.asarray(margins, dtype=np.float32) if margins else None,
+        n,
+    )

@@ -77,8 +77,9 @@ def _unit(p: np.ndarray, c: np.ndarray, r: np.ndarray, layout: str) -> tuple[np.
     return ids, labels, branch, pos
 
 
-def preference_sequences(pairs: Pairs, *, layout: str, max_len: int, overflow: str = "truncate",
-                         vocab_size: int | None = None) -> Sequences:
+def preference_sequences(
+    pairs: Pairs, *, layout: str, max_len: int, overflow: str = "truncate", vocab_size: int | None = None
+) -> Sequences:
     """One sequence per pair in ``layout``; see the module docstring."""
     check_max_len(max_len)
     check_overflow(overflow, allowed=PREFERENCE_OVERFLOW)
@@ -115,11 +116,21 @@ def preference_sequences(pairs: Pairs, *, layout: str, max_len: int, overflow: s
         task="preference",
         offsets=offsets_of(lengths),
         example_ids=pairs.example_ids[kept],
-        token_fields={"input_ids": cat[0].astype(id_dtype(top)), "labels": cat[1].astype(label_dtype(top)),
-                      "branch_ids": cat[2].astype(np.uint8), "position_ids": cat[3].astype(np.int64)},
+        token_fields={
+            "input_ids": cat[0].astype(id_dtype(top)),
+            "labels": cat[1].astype(label_dtype(top)),
+            "branch_ids": cat[2].astype(np.uint8),
+            "position_ids": cat[3].astype(np.int64),
+        },
         seq_fields=seq_fields,
         num_examples=pairs.num_examples,
         dropped=dropped,
-        info={"layout": layout, "overflow": overflow, "truncated": truncated, "truncated_tokens": cut_tokens,
-              "target_tokens": int((cat[1] != IGNORE_INDEX).sum()), "vocab_size": vocab_size},
+        info={
+            "layout": layout,
+            "overflow": overflow,
+            "truncated": truncated,
+            "truncated_tokens": cut_tokens,
+            "target_tokens": int((cat[1] != IGNORE_INDEX).sum()),
+            "vocab_size": vocab_size,
+        },
     )

@@ -30,19 +30,37 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class PreferenceOptions:
-    layout: str = field(default="shared-prefix", metadata={
-        "help": "shared-prefix: prompt once, both responses attend to it (not to each other) | "
-                "pairs: prompt+chosen and prompt+rejected, always in one row"})
-    prompt_field: str = field(default="prompt", metadata={"help": "the prompt column (absent: the common prefix of chosen and rejected)"})
+    layout: str = field(
+        default="shared-prefix",
+        metadata={
+            "help": "shared-prefix: prompt once, both responses attend to it (not to each other) | "
+            "pairs: prompt+chosen and prompt+rejected, always in one row"
+        },
+    )
+    prompt_field: str = field(
+        default="prompt", metadata={"help": "the prompt column (absent: the common prefix of chosen and rejected)"}
+    )
     chosen_field: str = field(default="chosen", metadata={"help": "the preferred response column"})
     rejected_field: str = field(default="rejected", metadata={"help": "the other response column"})
-    margin_field: str = field(default="margin", metadata={"help": "an optional reward-margin column (the bt loss subtracts it)"})
-    chat_template: str | None = field(default=None, metadata={
-        "help": "for message lists: a Jinja chat template file or 'chatml' (default: the tokenizer's own)"})
-    eos_token: str | None = field(default=None, metadata={
-        "help": "appended to string responses (default: the tokenizer's eos_token, else <|endoftext|>; '' for none)"})
-    overflow: str = field(default="truncate", metadata={
-        "help": "pairs longer than max_len: truncate (the responses, longer first; the prompt is kept) | drop | error"})
+    margin_field: str = field(
+        default="margin", metadata={"help": "an optional reward-margin column (the bt loss subtracts it)"}
+    )
+    chat_template: str | None = field(
+        default=None,
+        metadata={"help": "for message lists: a Jinja chat template file or 'chatml' (default: the tokenizer's own)"},
+    )
+    eos_token: str | None = field(
+        default=None,
+        metadata={
+            "help": "appended to string responses (default: the tokenizer's eos_token, else <|endoftext|>; '' for none)"
+        },
+    )
+    overflow: str = field(
+        default="truncate",
+        metadata={
+            "help": "pairs longer than max_len: truncate (the responses, longer first; the prompt is kept) | drop | error"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_overflow(self.overflow, allowed=PREFERENCE_OVERFLOW)
@@ -87,20 +105,30 @@ class PreferenceTask(Task):
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
         self.check_examples(source)
         o: PreferenceOptions = config.options
-        pairs = read_pairs(source, tokenizer, fields=(o.prompt_field, o.chosen_field, o.rejected_field),
-                           margin_field=o.margin_field, template=_template(tokenizer, o.chat_template),
-                           eos=_eos(tokenizer, o.eos_token))
-        return preference_sequences(pairs, layout=o.layout, max_len=config.max_len, overflow=o.overflow,
-                                    vocab_size=tokenizer.vocab_size)
+        pairs = read_pairs(
+            source,
+            tokenizer,
+            fields=(o.prompt_field, o.chosen_field, o.rejected_field),
+            margin_field=o.margin_field,
+            template=_template(tokenizer, o.chat_template),
+            eos=_eos(tokenizer, o.eos_token),
+        )
+        return preference_sequences(
+            pairs, layout=o.layout, max_len=config.max_len, overflow=o.overflow, vocab_size=tokenizer.vocab_size
+        )
 
     def pack_summary(self, manifest: Mapping[str, Any]) -> str:
         info, dropped = manifest.get("task_info", {}), manifest.get("dropped", {})
         cut = int(info.get("truncated", 0))
-        return (f"pairs ({info.get('layout')}): {int(manifest['num_sequences']) - cut:,} whole, {cut:,} with responses cut "
-                f"(--overflow {info.get('overflow', 'truncate')}), {int(dropped.get('too_long', 0)):,} dropped as too long")
+        return (
+            f"pairs ({info.get('layout')}): {int(manifest['num_sequences']) - cut:,} whole, {cut:,} with responses cut "
+            f"(--overflow {info.get('overflow', 'truncate')}), {int(dropped.get('too_long', 0)):,} dropped as too long"
+        )
 
     # ---- models -----------------------------------------------------------------------------
-    def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    def seqpack_model(
+        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
+    ) -> tuple[Any, Any]:
         from seqpack.nn.models import GPT, GPTConfig, GPTReward
 
         mc = GPTConfig.of_size(size, vocab_size=vocab, **extra)
@@ -119,7 +147,9 @@ class PreferenceTask(Task):
 
         return preference_forward(model, batch, objective)
 
-    def hf_forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
+    def hf_forward(
+        self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+    ) -> Any:
         from seqpack.tasks.preference.objective import preference_forward
 
         return preference_forward(model, batch, objective)
@@ -155,5 +185,10 @@ class PreferenceTask(Task):
             totals.add("rejected_logps", float(e["rejected_logps"][present].sum()), n)
 
 
-TASK = PreferenceTask(name="preference", reads="examples", models=("gpt", "reward"), token_labels=True,
-                      summary="preference pairs (prompt, chosen, rejected) for DPO/IPO/SimPO/ORPO and reward models")
+TASK = PreferenceTask(
+    name="preference",
+    reads="examples",
+    models=("gpt", "reward"),
+    token_labels=True,
+    summary="preference pairs (prompt, chosen, rejected) for DPO/IPO/SimPO/ORPO and reward models",
+)

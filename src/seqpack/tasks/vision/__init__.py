@@ -13,5 +13,17 @@ from seqpack.tasks.vision.processor import load_processor
 from seqpack.tasks.vision.rope import LAYOUTS, layout_of, mrope_positions
 from seqpack.tasks.vision.samples import VisionSamples, vision_samples
 
-__all__ = ["LAYOUTS", "VisionCollator", "VisionPacks", "VisionRows", "VisionSamples", "layout_of", "load_processor",
-           "mrope_positions", "pack_vision", "vision_rows_dataset", "vision_samples", "write_vision_packs"]
+__all__ = [
+    "LAYOUTS",
+    "VisionCollator",
+    "VisionPacks",
+    "VisionRows",
+    "VisionSamples",
+    "layout_of",
+    "load_processor",
+    "mrope_positions",
+    "pack_vision",
+    "vision_rows_dataset",
+    "vision_samples",
+    "write_vision_packs",
+]

@@ -58,7 +58,9 @@ class VisionCollator:
         if "image_grid_thw" in got:
             made = got["image_grid_thw"].numpy().reshape(-1, 3)
             if not np.array_equal(made, grids):
-                raise ValueError("the processor makes other image grids than the rows were packed with "
-                                 f"({made[:3].tolist()} vs {grids[:3].tolist()}); pack again with this processor")
+                raise ValueError(
+                    "the processor makes other image grids than the rows were packed with "
+                    f"({made[:3].tolist()} vs {grids[:3].tolist()}); pack again with this processor"
+                )
             out["image_grid_thw"] = got["image_grid_thw"]
         return out

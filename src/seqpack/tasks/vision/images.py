@@ -55,8 +55,10 @@ def image_bytes(value: Any, *, example: int, k: int, root: str | os.PathLike[str
         buf = io.BytesIO()
         value.save(buf, format="PNG")
         return buf.getvalue()
-    raise ValueError(f"{where}: is {type(value).__name__}; give a file path, encoded bytes, "
-                     "a {'bytes', 'path'} dict or a PIL image")
+    raise ValueError(
+        f"{where}: is {type(value).__name__}; give a file path, encoded bytes, "
+        "a {'bytes', 'path'} dict or a PIL image"
+    )
 
 
 def open_image(data: bytes, *, example: int, k: int) -> Any:

@@ -70,11 +70,19 @@ class VisionPacks:
         tokens = int(self.samples.lengths.sum())
         slots = self.num_rows * self.max_len
         depth = np.diff(self.packing.pack_offsets)
-        return {"rows": self.num_rows, "samples": self.samples.num_samples, "tokens": tokens,
-                "images": len(self.samples.images), "padding_fraction": 1 - tokens / slots if slots else 0.0,
-                "num_packs": self.num_rows, "num_sequences": self.samples.num_samples, "num_tokens": tokens,
-                "efficiency": tokens / slots if slots else 0.0, "max_depth": int(depth.max(initial=0)),
-                "packing_factor": self.samples.num_samples / self.num_rows if self.num_rows else 0.0}
+        return {
+            "rows": self.num_rows,
+            "samples": self.samples.num_samples,
+            "tokens": tokens,
+            "images": len(self.samples.images),
+            "padding_fraction": 1 - tokens / slots if slots else 0.0,
+            "num_packs": self.num_rows,
+            "num_sequences": self.samples.num_samples,
+            "num_tokens": tokens,
+            "efficiency": tokens / slots if slots else 0.0,
+            "max_depth": int(depth.max(initial=0)),
+            "packing_factor": self.samples.num_samples / self.num_rows if self.num_rows else 0.0,
+        }
 
 
 def pack_vision(samples: VisionSamples, *, max_len: int, algorithm: str = "best", seed: int = 0) -> VisionPacks:
@@ -82,13 +90,21 @@ def pack_vision(samples: VisionSamples, *, max_len: int, algorithm: str = "best"
     if samples.num_samples == 0:
         raise ValueError("no samples to pack: every record was dropped (see samples.dropped)")
     if int(samples.lengths.max()) > max_len:
-        raise ValueError(f"a sample has {int(samples.lengths.max())} tokens, more than max_len={max_len}; "
-                         "build the samples with the same max_len")
+        raise ValueError(
+            f"a sample has {int(samples.lengths.max())} tokens, more than max_len={max_len}; "
+            "build the samples with the same max_len"
+        )
     return VisionPacks(samples, pack_lengths(samples.lengths, max_len, algorithm=algorithm, seed=seed), max_len)
 
 
-def write_vision_packs(packs: VisionPacks, path: str | os.PathLike[str], *, processor: Any = None,
-                       overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
+def write_vision_packs(
+    packs: VisionPacks,
+    path: str | os.PathLike[str],
+    *,
+    processor: Any = None,
+    overwrite: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> Path:
     """Write ``packs`` to the directory ``path`` atomically (the manifest last); ``processor``: the one
     the samples were made with, saved in ``path/processor/`` (what ``seqpack train`` reads images
     with); ``extra``: more manifest keys (what made the rows)."""
@@ -96,29 +112,45 @@ def write_vision_packs(packs: VisionPacks, path: str | os.PathLike[str], *, proc
     import pyarrow.parquet as pq
 
     s = packs.samples
-    manifest = {"kind": KIND, "format_version": FORMAT_VERSION, "task": TASK, "max_len": packs.max_len, **packs.stats(),
-                "layout": s.layout, "merge": s.merge, "image_token_id": s.image_token_id,
-                "num_examples": s.num_examples, "dropped": s.dropped, "info": s.info,
-                "plan": packs.packing.plan.algorithm, "vocab_size": vocab_of(processor), **(extra or {})}
+    manifest = {
+        "kind": KIND,
+        "format_version": FORMAT_VERSION,
+        "task": TASK,
+        "max_len": packs.max_len,
+        **packs.stats(),
+        "layout": s.layout,
+        "merge": s.merge,
+        "image_token_id": s.image_token_id,
+        "num_examples": s.num_examples,
+        "dropped": s.dropped,
+        "info": s.info,
+        "plan": packs.packing.plan.algorithm,
+        "vocab_size": vocab_of(processor),
+        **(extra or {}),
+    }
     with atomic_directory(path, overwrite=overwrite) as tmp:
         writer = None
         for a in range(0, packs.num_rows, ROW_GROUP):
             rows = [packs.row(i) for i in range(a, min(a + ROW_GROUP, packs.num_rows))]
-            table = pa.table({
-                "input_ids": [r["input_ids"].tolist() for r in rows],
-                "labels": [r["labels"].tolist() for r in rows],
-                "seq_lengths": [r["seq_lengths"].tolist() for r in rows],
-                "example_ids": [r["example_ids"].tolist() for r in rows],
-                "images": pa.array([r["images"] for r in rows], type=pa.list_(pa.binary())),
-                "image_grids": [r["image_grids"].reshape(-1).tolist() for r in rows],
-            })
+            table = pa.table(
+                {
+                    "input_ids": [r["input_ids"].tolist() for r in rows],
+                    "labels": [r["labels"].tolist() for r in rows],
+                    "seq_lengths": [r["seq_lengths"].tolist() for r in rows],
+                    "example_ids": [r["example_ids"].tolist() for r in rows],
+                    "images": pa.array([r["images"] for r in rows], type=pa.list_(pa.binary())),
+                    "image_grids": [r["image_grids"].reshape(-1).tolist() for r in rows],
+                }
+            )
             writer = writer or pq.ParquetWriter(tmp / ROWS, table.schema)
             writer.write_table(table, row_group_size=ROW_GROUP)
         assert writer is not None
         writer.close()
         if processor is not None:
             processor.save_pretrained(str(tmp / PROCESSOR))
-        manifest["shards"] = [{"file": ROWS, "rows": packs.num_rows, "checksum": file_checksum(tmp / ROWS)}]  # what a resume checks
+        manifest["shards"] = [
+            {"file": ROWS, "rows": packs.num_rows, "checksum": file_checksum(tmp / ROWS)}
+        ]  # what a resume checks
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return Path(path)
 
@@ -136,8 +168,14 @@ class VisionRows:
         import pyarrow.parquet as pq
 
         self.path = Path(path)
-        self.manifest = read_versioned_json(self.path, MANIFEST, kind=KIND, version=FORMAT_VERSION,
-                                            what="packed image-text dataset", hint="make one with write_vision_packs")
+        self.manifest = read_versioned_json(
+            self.path,
+            MANIFEST,
+            kind=KIND,
+            version=FORMAT_VERSION,
+            what="packed image-text dataset",
+            hint="make one with write_vision_packs",
+        )
         from seqpack.data.format import verify_file
 
         shard = (self.manifest.get("shards") or [{}])[0]
@@ -146,8 +184,10 @@ class VisionRows:
         sizes = [self._file.metadata.row_group(g).num_rows for g in range(self._file.num_row_groups)]
         self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         if int(self._starts[-1]) != int(self.manifest["rows"]):
-            raise ValueError(f"{self.path / ROWS}: {int(self._starts[-1])} rows, the manifest says {self.manifest['rows']}; "
-                             "write the dataset again")
+            raise ValueError(
+                f"{self.path / ROWS}: {int(self._starts[-1])} rows, the manifest says {self.manifest['rows']}; "
+                "write the dataset again"
+            )
         self._group: tuple[int, Any] = (-1, None)
 
     def processor(self) -> Any:
@@ -155,8 +195,10 @@ class VisionRows:
         from seqpack.tasks.vision.processor import load_processor
 
         if not (self.path / PROCESSOR).is_dir():
-            raise ValueError(f"{self.path}: holds no {PROCESSOR}/ (written without its processor); pack it again with "
-                             "seqpack pack --task vision, or write_vision_packs(..., processor=processor)")
+            raise ValueError(
+                f"{self.path}: holds no {PROCESSOR}/ (written without its processor); pack it again with "
+                "seqpack pack --task vision, or write_vision_packs(..., processor=processor)"
+            )
         return load_processor(self.path / PROCESSOR)
 
     def seq_lengths(self) -> list[np.ndarray]:
@@ -176,12 +218,14 @@ class VisionRows:
         if self._group[0] != g:
             self._group = (g, self._file.read_row_group(g).to_pydict())
         cols, k = self._group[1], i - int(self._starts[g])
-        return {"input_ids": np.asarray(cols["input_ids"][k], dtype=np.int64),
-                "labels": np.asarray(cols["labels"][k], dtype=np.int64),
-                "seq_lengths": np.asarray(cols["seq_lengths"][k], dtype=np.int64),
-                "example_ids": np.asarray(cols["example_ids"][k], dtype=np.int64),
-                "images": list(cols["images"][k]),
-                "image_grids": np.asarray(cols["image_grids"][k], dtype=np.int64).reshape(-1, 3)}
+        return {
+            "input_ids": np.asarray(cols["input_ids"][k], dtype=np.int64),
+            "labels": np.asarray(cols["labels"][k], dtype=np.int64),
+            "seq_lengths": np.asarray(cols["seq_lengths"][k], dtype=np.int64),
+            "example_ids": np.asarray(cols["example_ids"][k], dtype=np.int64),
+            "images": list(cols["images"][k]),
+            "image_grids": np.asarray(cols["image_grids"][k], dtype=np.int64).reshape(-1, 3),
+        }
 
 
 def vision_rows_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> Any:

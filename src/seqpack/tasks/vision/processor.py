@@ -53,8 +53,10 @@ def load_processor(path: str | os.PathLike[str]) -> Any:
     import transformers
 
     if not Path(path, "tokenizer_config.json").is_file() and not Path(path, "tokenizer.json").is_file():
-        raise ValueError(f"{path}: no processor here (no tokenizer files); give the directory a vision-language "
-                         "model's processor was saved to (processor.save_pretrained(DIR))")
+        raise ValueError(
+            f"{path}: no processor here (no tokenizer files); give the directory a vision-language "
+            "model's processor was saved to (processor.save_pretrained(DIR))"
+        )
     try:
         processor = transformers.AutoProcessor.from_pretrained(str(path))
     except (OSError, ImportError, ValueError):
@@ -64,8 +66,10 @@ def load_processor(path: str | os.PathLike[str]) -> Any:
     name = processor_class_name(path)
     base = getattr(transformers, name, None) if name else None
     if base is None:
-        raise ValueError(f"{path}: holds no image-text processor (processor_class {name!r}); give the directory of a "
-                         "vision-language model's processor (Qwen2-VL, Qwen2.5-VL, LLaVA, ...)")
+        raise ValueError(
+            f"{path}: holds no image-text processor (processor_class {name!r}); give the directory of a "
+            "vision-language model's processor (Qwen2-VL, Qwen2.5-VL, LLaVA, ...)"
+        )
     try:
         images = transformers.AutoImageProcessor.from_pretrained(str(path), backend="pil")
     except TypeError:  # a transformers without backends

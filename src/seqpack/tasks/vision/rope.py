@@ -91,7 +91,7 @@ class Layout:
         for a, b in zip((ends - lengths).tolist(), ends.tolist()):
             mask = image_mask[a:b]
             k = _images_in(mask, tokens[used:])
-            out[1:, a:b] = mrope_positions(mask, per_image[used:used + k], merge=merge)
+            out[1:, a:b] = mrope_positions(mask, per_image[used : used + k], merge=merge)
             used += k
         assert used == len(per_image), "the row's images and its image tokens disagree"
         return out

@@ -69,8 +69,13 @@ class VisionSamples:
         """Sample ``i`` alone (the slow, obvious view tests use)."""
         a, b = int(self.offsets[i]), int(self.offsets[i + 1])
         c, d = int(self.image_offsets[i]), int(self.image_offsets[i + 1])
-        return {"input_ids": self.input_ids[a:b], "labels": self.labels[a:b], "images": self.images[c:d],
-                "grids": self.grids[c:d], "example_id": int(self.example_ids[i])}
+        return {
+            "input_ids": self.input_ids[a:b],
+            "labels": self.labels[a:b],
+            "images": self.images[c:d],
+            "grids": self.grids[c:d],
+            "example_id": int(self.example_ids[i]),
+        }
 
 
 def check_vision_messages(messages: Any, i: int) -> int:
@@ -85,13 +90,17 @@ def check_vision_messages(messages: Any, i: int) -> int:
         if isinstance(content, str):
             continue
         if not isinstance(content, list):
-            raise ValueError(f"example {i}: message {j} has content of type {type(content).__name__}; "
-                             "give a string or a list of {'type': 'text'|'image'} parts")
+            raise ValueError(
+                f"example {i}: message {j} has content of type {type(content).__name__}; "
+                "give a string or a list of {'type': 'text'|'image'} parts"
+            )
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
             if kind not in ("text", "image"):
-                raise ValueError(f"example {i}: message {j} has a part {part!r}; parts are "
-                                 "{'type': 'text', 'text': ...} or {'type': 'image'}")
+                raise ValueError(
+                    f"example {i}: message {j} has a part {part!r}; parts are "
+                    "{'type': 'text', 'text': ...} or {'type': 'image'}"
+                )
             n += kind == "image"
     return n
 
@@ -126,10 +135,14 @@ def vision_samples(
         n_parts = check_vision_messages(messages, i)
         values = row.get(images_field) or []
         if not isinstance(values, list):
-            raise ValueError(f"example {i}: field {images_field!r} is {type(values).__name__}, expected a list of images")
+            raise ValueError(
+                f"example {i}: field {images_field!r} is {type(values).__name__}, expected a list of images"
+            )
         if len(values) != n_parts:
-            raise ValueError(f"example {i}: its messages hold {n_parts} image placeholder(s) but {images_field!r} "
-                             f"has {len(values)} image(s); give one image per {{'type': 'image'}} part")
+            raise ValueError(
+                f"example {i}: its messages hold {n_parts} image placeholder(s) but {images_field!r} "
+                f"has {len(values)} image(s); give one image per {{'type': 'image'}} part"
+            )
         data = [image_bytes(v, example=i, k=k, root=image_root) for k, v in enumerate(values)]
         pil = [open_image(b, example=i, k=k) for k, b in enumerate(data)]
         text, turns = template.render_with_spans(messages)
@@ -139,8 +152,10 @@ def vision_samples(
         ids, turn, ends, grids, tokens = enc.encode(text, turns, pil, i)
         big = np.flatnonzero(tokens > max_len)
         if big.size:
-            raise ValueError(f"example {i}: image {int(big[0])} alone becomes {int(tokens[big[0]]):,} tokens, more than "
-                             f"max_len={max_len}; raise --max-len or lower the processor's image size (max_pixels)")
+            raise ValueError(
+                f"example {i}: image {int(big[0])} alone becomes {int(tokens[big[0]]):,} tokens, more than "
+                f"max_len={max_len}; raise --max-len or lower the processor's image size (max_pixels)"
+            )
         n, k = ids.size, len(pil)
         if n > max_len:
             out.too_long += 1
@@ -152,7 +167,13 @@ def vision_samples(
             k = int(np.searchsorted(np.cumsum(tokens), int((ids[:n] == enc.image_token_id).sum()), side="right"))
             out.truncated += 1
         kept = int((ends <= n).sum())  # whole turns kept
-        target = turn[:n] >= 0 if train_on == "assistant" else turn[:n] == kept - 1 if train_on == "last" else np.ones(n, bool)
+        target = (
+            turn[:n] >= 0
+            if train_on == "assistant"
+            else turn[:n] == kept - 1
+            if train_on == "last"
+            else np.ones(n, bool)
+        )
         lab = np.where(target & (ids[:n] != enc.image_token_id), ids[:n], IGNORE_INDEX)
         lab[:1] = IGNORE_INDEX
         if not (lab != IGNORE_INDEX).any():
@@ -165,9 +186,13 @@ def vision_samples(
 
 
 def _template(processor: Any) -> ChatTemplate:
-    source = getattr(processor, "chat_template", None) or getattr(getattr(processor, "tokenizer", None), "chat_template", None)
+    source = getattr(processor, "chat_template", None) or getattr(
+        getattr(processor, "tokenizer", None), "chat_template", None
+    )
     if not source:
-        raise ValueError("the processor has no chat_template; give one (processor.chat_template = ...) to render the messages")
+        raise ValueError(
+            "the processor has no chat_template; give one (processor.chat_template = ...) to render the messages"
+        )
     return ChatTemplate(source, name="the processor's chat_template")
 
 
@@ -180,15 +205,20 @@ class _Encoder:
         self.image_token_id = image_token_of(processor)
         self.merge = merge_of(processor)
 
-    def encode(self, text: str, turns: list[tuple[int, int]], images: list[Any], i: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def encode(
+        self, text: str, turns: list[tuple[int, int]], images: list[Any], i: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(ids, turn, turn_ends, grids, tokens_per_image)`` of one sample (expanded); ``turn``: the
         assistant turn each token starts in, -1 outside them."""
         got = self.processor(text=[text], images=images or None, add_special_tokens=False, return_tensors="np")
         ids = np.asarray(got["input_ids"][0], dtype=np.int64)
         is_image = ids == self.image_token_id
         if self.grid:
-            grids = np.asarray(got["image_grid_thw"], dtype=np.int64).reshape(-1, 3) if images else np.zeros((0, 3), np.int64)
+            grids = (
+                np.asarray(got["image_grid_thw"], dtype=np.int64).reshape(-1, 3)
+                if images
+                else np.zeros((0, 3), np.int64)
+            )
             tokens = grids.prod(axis=1) // (self.merge * self.merge)
         else:
             per = int(is_image.sum()) // max(1, len(images))
@@ -200,12 +230,16 @@ class _Encoder:
         reps = np.ones(pids.size, dtype=np.int64)
         slots = np.flatnonzero(pids == self.image_token_id)
         if slots.size != tokens.size:
-            raise ValueError(f"example {i}: the rendered text holds {slots.size} image token(s) for {tokens.size} image(s); "
-                             "the chat template must write one image token per {'type': 'image'} part")
+            raise ValueError(
+                f"example {i}: the rendered text holds {slots.size} image token(s) for {tokens.size} image(s); "
+                "the chat template must write one image token per {'type': 'image'} part"
+            )
         reps[slots] = tokens
         if int(reps.sum()) != ids.size or not np.array_equal(np.repeat(pids, reps), ids):
-            raise ValueError(f"example {i}: the processor's tokens are not the text's with each image token repeated "
-                             "(seqpack packs processors that expand one placeholder per image)")
+            raise ValueError(
+                f"example {i}: the processor's tokens are not the text's with each image token repeated "
+                "(seqpack packs processors that expand one placeholder per image)"
+            )
         turn = np.full(pids.size, -1, dtype=np.int64)
         for t, span in enumerate(turns):
             turn[target_mask(spans, [span])] = t
@@ -243,10 +277,17 @@ class _Collected:
         cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
         labels = cat(self.labels)
         return VisionSamples(
-            offsets=offsets_of(lengths), input_ids=cat(self.ids), labels=labels,
+            offsets=offsets_of(lengths),
+            input_ids=cat(self.ids),
+            labels=labels,
             example_ids=np.asarray(self.examples, dtype=np.int64),
-            image_offsets=offsets_of(np.asarray(self.per_sample, dtype=np.int64)), images=self.images,
+            image_offsets=offsets_of(np.asarray(self.per_sample, dtype=np.int64)),
+            images=self.images,
             grids=np.concatenate(self.grids).reshape(-1, 3) if self.grids else np.zeros((0, 3), np.int64),
-            image_token_id=enc.image_token_id, layout=layout, merge=enc.merge, num_examples=self.num_examples,
+            image_token_id=enc.image_token_id,
+            layout=layout,
+            merge=enc.merge,
+            num_examples=self.num_examples,
             dropped=self.dropped,
-            info={**info, "truncated": self.truncated, "target_tokens": int((labels != IGNORE_INDEX).sum())})
+            info={**info, "truncated": self.truncated, "target_tokens": int((labels != IGNORE_INDEX).sum())},
+        )

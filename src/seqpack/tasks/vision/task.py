@@ -34,15 +34,26 @@ NOT_TAKEN = ("max_depth", "position_offset", "context_parallel")
 @dataclass(frozen=True, kw_only=True)
 class VisionOptions:
     messages_field: str = field(default="messages", metadata={"help": "the column holding the list of messages"})
-    images_field: str = field(default="images", metadata={
-        "help": "vision: the column holding each record's images (paths, bytes or {bytes, path})"})
-    image_root: str | None = field(default=None, metadata={
-        "help": "vision: where relative image paths point (default: the folder of the records)"})
-    train_on: str = field(default="assistant", metadata={
-        "help": "tokens that carry loss: assistant (every assistant turn and its end token) | last (the final one) | all"})
-    overflow: str = field(default="truncate", metadata={
-        "help": "vision: samples longer than max_len: truncate (after the last assistant turn that fits, never "
-                "inside an image) | drop | error"})
+    images_field: str = field(
+        default="images",
+        metadata={"help": "vision: the column holding each record's images (paths, bytes or {bytes, path})"},
+    )
+    image_root: str | None = field(
+        default=None, metadata={"help": "vision: where relative image paths point (default: the folder of the records)"}
+    )
+    train_on: str = field(
+        default="assistant",
+        metadata={
+            "help": "tokens that carry loss: assistant (every assistant turn and its end token) | last (the final one) | all"
+        },
+    )
+    overflow: str = field(
+        default="truncate",
+        metadata={
+            "help": "vision: samples longer than max_len: truncate (after the last assistant turn that fits, never "
+            "inside an image) | drop | error"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_overflow(self.overflow, allowed=VISION_OVERFLOW)
@@ -51,8 +62,10 @@ class VisionOptions:
 
 
 def _refuse_seqpack_model() -> ValueError:
-    return ValueError("image-text data trains a transformers vision-language model: pass --hf-model CONFIG "
-                      "(the config.json of a Qwen2-VL, Qwen2.5-VL or LLaVA model, or its directory)")
+    return ValueError(
+        "image-text data trains a transformers vision-language model: pass --hf-model CONFIG "
+        "(the config.json of a Qwen2-VL, Qwen2.5-VL or LLaVA model, or its directory)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,13 +77,23 @@ class VisionTask(Task):
     partial_graph: ClassVar[bool] = True  # a rank's rows may hold no image: its vision encoder then has no gradient
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        raise ValueError("task vision writes its own rows: use seqpack pack --task vision, or vision_samples, "
-                         "pack_vision and write_vision_packs (seqpack.tasks.vision)")
+        raise ValueError(
+            "task vision writes its own rows: use seqpack pack --task vision, or vision_samples, "
+            "pack_vision and write_vision_packs (seqpack.tasks.vision)"
+        )
 
     def stream_context(self, config: Any) -> dict[str, Any]:
         raise ValueError("task vision is not streamed; pack it with seqpack pack --task vision")
-    def pack_directory(self, source: Any, processor_dir: str | os.PathLike[str], out: str | os.PathLike[str],
-                       config: Any, *, overwrite: bool = False) -> dict[str, Any]:
+
+    def pack_directory(
+        self,
+        source: Any,
+        processor_dir: str | os.PathLike[str],
+        out: str | os.PathLike[str],
+        config: Any,
+        *,
+        overwrite: bool = False,
+    ) -> dict[str, Any]:
         """``seqpack pack --task vision``: the samples of ``source`` as ``processor_dir``'s processor
         makes them, one plan, rows written to ``out``; returns the manifest."""
         from seqpack.tasks.vision.packed import pack_vision, write_vision_packs
@@ -79,26 +102,42 @@ class VisionTask(Task):
 
         for name in NOT_TAKEN:
             if getattr(config, name) != type(config).__dataclass_fields__[name].default:
-                raise ValueError(f"--{name.replace('_', '-')} is not taken by task vision (its samples keep the positions "
-                                 "they have alone, any number to a row); drop it")
+                raise ValueError(
+                    f"--{name.replace('_', '-')} is not taken by task vision (its samples keep the positions "
+                    "they have alone, any number to a row); drop it"
+                )
         o: VisionOptions = config.options
         if not Path(processor_dir).is_dir():
-            raise ValueError(f"--tokenizer {processor_dir}: task vision reads the model's processor; give the directory "
-                             "it was saved to (processor.save_pretrained(DIR))")
+            raise ValueError(
+                f"--tokenizer {processor_dir}: task vision reads the model's processor; give the directory "
+                "it was saved to (processor.save_pretrained(DIR))"
+            )
         processor = load_processor(processor_dir)
-        samples = vision_samples(source, processor, max_len=config.max_len, images_field=o.images_field,
-                                 messages_field=o.messages_field, train_on=o.train_on, overflow=o.overflow,
-                                 image_root=o.image_root)
+        samples = vision_samples(
+            source,
+            processor,
+            max_len=config.max_len,
+            images_field=o.images_field,
+            messages_field=o.messages_field,
+            train_on=o.train_on,
+            overflow=o.overflow,
+            image_root=o.image_root,
+        )
         packs = pack_vision(samples, max_len=config.max_len, algorithm=config.algorithm, seed=config.seed)
-        extra = {"config": config.to_dict(), "source": os.path.abspath(source) if isinstance(source, (str, os.PathLike)) else None}
+        extra = {
+            "config": config.to_dict(),
+            "source": os.path.abspath(source) if isinstance(source, (str, os.PathLike)) else None,
+        }
         write_vision_packs(packs, out, processor=processor, overwrite=overwrite, extra=extra)
         from seqpack.tasks.vision.packed import VisionRows
 
         return VisionRows(out).manifest
 
     def pack_summary(self, manifest: Mapping[str, Any]) -> str:
-        return (f"images: {manifest['images']:,} ({manifest['layout']} positions); rows store them encoded, the "
-                "processor makes their pixels when a row is read")
+        return (
+            f"images: {manifest['images']:,} ({manifest['layout']} positions); rows store them encoded, the "
+            "processor makes their pixels when a row is read"
+        )
 
     # ---- models -------------------------------------------------------------------------------
     def model_kind(self, asked: str | None) -> str:
@@ -106,7 +145,9 @@ class VisionTask(Task):
             raise _refuse_seqpack_model()
         return "hf"
 
-    def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    def seqpack_model(
+        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
+    ) -> tuple[Any, Any]:
         raise _refuse_seqpack_model()
 
     def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
@@ -123,13 +164,17 @@ class VisionTask(Task):
         from seqpack.nn.hf_attention import attach_packed_attention
 
         if type(config) not in transformers.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING:
-            raise ValueError(f"--hf-model: a {model_type} config is not a vision-language model; give the config of "
-                             "one transformers builds with AutoModelForImageTextToText (Qwen2-VL, Qwen2.5-VL, LLaVA, ...)")
+            raise ValueError(
+                f"--hf-model: a {model_type} config is not a vision-language model; give the config of "
+                "one transformers builds with AutoModelForImageTextToText (Qwen2-VL, Qwen2.5-VL, LLaVA, ...)"
+            )
         model = transformers.AutoModelForImageTextToText.from_config(config)
         attach_packed_attention(model)  # the text model's attention: sum(l^2) work; the vision encoder keeps its own
         return model
 
-    def hf_forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
+    def hf_forward(
+        self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+    ) -> Any:
         """Logits of the whole ``(1, T)`` row, then the loss of each sample's target tokens (shifted)."""
         from seqpack.nn.losses import mean_over, sequence_token_losses, token_loss
         from seqpack.nn.models.common import PackedOutput
@@ -140,8 +185,11 @@ class VisionTask(Task):
         labels, seg = batch.get("labels"), batch["segment_ids"]
         if labels is not None:
             out.per_sequence, out.present = sequence_token_losses(logits, labels, seg, shift=True)  # (1, S)
-            out.loss = (mean_over(out.per_sequence, out.present) if reduction == "sequence"
-                        else token_loss(logits, labels, seg, reduction=reduction, shift=True))
+            out.loss = (
+                mean_over(out.per_sequence, out.present)
+                if reduction == "sequence"
+                else token_loss(logits, labels, seg, reduction=reduction, shift=True)
+            )
         return out
 
     # ---- loss and metrics ---------------------------------------------------------------------
@@ -157,5 +205,10 @@ class VisionTask(Task):
         add_lm_metrics(totals, out, batch, shift=True)
 
 
-TASK = VisionTask(name="vision", summary="image-text SFT of a vision-language model (Qwen2-VL family, LLaVA)",
-                  reads="examples", models=("hf",), token_labels=True)
+TASK = VisionTask(
+    name="vision",
+    summary="image-text SFT of a vision-language model (Qwen2-VL family, LLaVA)",
+    reads="examples",
+    models=("hf",),
+    token_labels=True,
+)
