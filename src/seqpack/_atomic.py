@@ -13,6 +13,7 @@ target, then rename.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -229,10 +230,8 @@ def _release(fd: int, lock: str) -> None:
         os.lseek(fd, 0, os.SEEK_SET)
         msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
         os.close(fd)
-        try:
+        with contextlib.suppress(OSError):  # another job has it open already: it removes it in turn
             os.unlink(lock)
-        except OSError:  # another job has it open already: it removes it in turn
-            pass
         return
     import fcntl
 

@@ -43,7 +43,7 @@ class SilentBar:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> SilentBar:  # noqa: PYI034 (not subclassed)
+    def __enter__(self) -> SilentBar:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from seqpack.cli.args import default_of, from_args
-from seqpack.cli.paths import declare_paths
 from seqpack.cli.args import max_len as _max_len
 from seqpack.cli.args import positive_int as _positive_int
+from seqpack.cli.paths import declare_paths
 
 NAME = "bench"
 HELP = "padded vs packed training throughput, side by side"

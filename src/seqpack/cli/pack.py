@@ -19,8 +19,8 @@ from seqpack.cli.args import (
     positive_int,
     schedule_from_args,
 )
-from seqpack.cli.paths import declare_paths
 from seqpack.cli.inputs import files
+from seqpack.cli.paths import declare_paths
 
 NAME = "pack"
 HELP = "token store or labelled examples -> packed dataset"

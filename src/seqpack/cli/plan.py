@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from seqpack.cli.args import (
@@ -15,9 +14,9 @@ from seqpack.cli.args import (
     require,
     schedule_from_args,
 )
-from seqpack.cli.paths import declare_paths
 from seqpack.cli.args import depth as _depth
 from seqpack.cli.args import max_len as _max_len
+from seqpack.cli.paths import declare_paths
 
 NAME = "plan"
 HELP = "pack a length histogram"

@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, engine_from_args
-from seqpack.cli.paths import declare_paths
 from seqpack.cli.inputs import add_input_options, files, report_replacements
+from seqpack.cli.paths import declare_paths
 
 NAME = "tokenize"
 HELP = "corpus -> token store"

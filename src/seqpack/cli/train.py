@@ -8,9 +8,9 @@ import os
 from typing import Any
 
 from seqpack.cli.args import default_of, from_args
-from seqpack.cli.paths import declare_paths
 from seqpack.cli.args import int_at_least as _int_at_least
 from seqpack.cli.args import positive_int as _positive_int
+from seqpack.cli.paths import declare_paths
 
 NAME = "train"
 HELP = "train BERT/GPT on a packed dataset (or its padded baseline)"

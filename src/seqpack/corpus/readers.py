@@ -289,13 +289,14 @@ def _field(obj: Any, field: str, where: str) -> str:
 
 def read_parquet(path: str | os.PathLike[str], *, text_field: str = "text") -> Iterator[str]:
     """The ``text_field`` column of a Parquet file, batch by batch."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     p = require_file(path)
     try:
         pf = pq.ParquetFile(p)
-    except Exception as e:  # pyarrow raises its own error types
-        raise ValueError(f"{p}: not a readable Parquet file ({e})") from None
+    except (pa.ArrowException, OSError) as e:  # pyarrow's own error types, and the file system's
+        raise ValueError(f"{p}: not a readable Parquet file ({e})") from e
     names = pf.schema_arrow.names
     if text_field not in names:
         raise ValueError(f"{p}: no column {text_field!r} (columns: {', '.join(names)}); pass --text-field NAME")

@@ -77,11 +77,12 @@ def _jsonl(p: Path) -> Iterator[dict[str, Any]]:
 
 
 def _parquet(p: Path) -> Iterator[dict[str, Any]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(p)
-    except Exception as e:  # pyarrow's own error types
-        raise ValueError(f"{p}: not a readable Parquet file ({e})") from None
+    except (pa.ArrowException, OSError) as e:  # pyarrow's own error types, and the file system's
+        raise ValueError(f"{p}: not a readable Parquet file ({e})") from e
     for batch in pf.iter_batches(batch_size=4096):
         yield from batch.to_pylist()

@@ -504,6 +504,7 @@ def bin_column(p: Path, name: str, spec: dict[str, Any], P: int, *, checksum: st
 
 
 def _parquet_columns(p: Path, m: dict[str, Any], names: list[str]) -> dict[str, np.ndarray]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     parts: dict[str, list[np.ndarray]] = {c: [] for c in names}
@@ -511,13 +512,13 @@ def _parquet_columns(p: Path, m: dict[str, Any], names: list[str]) -> dict[str, 
         f = p / shard["file"]
         try:
             meta = pq.ParquetFile(f).metadata
-        except Exception as e:  # pyarrow's own error types (some of them ValueErrors)
-            raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from None
+        except (pa.ArrowException, OSError) as e:  # pyarrow's own error types, and the file system's
+            raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from e
         check_part(f, meta, shard, m, names)
         try:
             table = pq.read_table(f, columns=names, memory_map=True)
-        except Exception as e:
-            raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from None
+        except (pa.ArrowException, OSError) as e:  # pyarrow's own error types, and the file system's
+            raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from e
         for c in names:
             spec = m["columns"][c]
             flat = table.column(c).combine_chunks()

@@ -40,7 +40,7 @@ def sequence_spans(segment_ids: np.ndarray, *, chunk: int = 65_536) -> np.ndarra
     seg = np.asarray(segment_ids)
     if seg.ndim != 2:
         raise ValueError(f"segment_ids must be (packs, max_len), got shape {seg.shape}")
-    P, L = seg.shape
+    P, _L = seg.shape
     parts = []
     for lo in range(0, P, chunk):
         s = seg[lo : lo + chunk].astype(np.int64)

@@ -49,6 +49,7 @@ class PackedRows:
             sums = self.manifest.get("bin_checksums", {})
             self._bin = {c: bin_column(self.path, c, specs[c], self.num_rows, checksum=sums.get(c)) for c in self.names}
             return
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         files, groups, starts = [], [], []
@@ -59,8 +60,8 @@ class PackedRows:
             f = self.path / shard["file"]
             try:
                 meta = pq.ParquetFile(f).metadata
-            except Exception as e:  # pyarrow's own error types
-                raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from None
+            except (pa.ArrowException, OSError) as e:  # pyarrow's own error types, and the file system's
+                raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from e
             check_part(f, meta, shard, self.manifest, self._stored)
             files.append(f)
             for g in range(meta.num_row_groups):
@@ -85,6 +86,7 @@ class PackedRows:
         if i in self._cache:
             self._cache.move_to_end(i)
             return self._cache[i]
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         k, g = self._groups[i]
@@ -92,11 +94,11 @@ class PackedRows:
             if k not in self._open:
                 self._open[k] = pq.ParquetFile(self._files[k], memory_map=True)
             table = self._open[k].read_row_group(g, columns=self._stored)
-        except Exception as e:  # pyarrow's own types (a corrupt zstd page, a truncated file): name the file
+        except (pa.ArrowException, OSError) as e:  # a corrupt zstd page, a truncated file: name the file
             raise ValueError(
                 f"{self._files[k]}: row group {g} cannot be read ({type(e).__name__}: {e}); "
                 "the file is damaged, re-run seqpack pack"
-            ) from None
+            ) from e
         stored = {}
         for c in self._stored:
             spec = self.manifest["columns"][c]

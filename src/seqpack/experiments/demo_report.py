@@ -294,7 +294,7 @@ def summary_text(s: dict[str, Any]) -> str:
         _grid(plan_table(t1["corpus"])),
         "",
         f"The paper's regime: BERT hidden {reg['shape']['hidden']}, {reg['shape']['layers']} layers, vocab "
-        f"{reg['vocab_size'] if 'vocab_size' in reg else 8192:,}, MLM head at masked tokens, Wikipedia lengths at 512, "
+        f"{reg.get('vocab_size', 8192):,}, MLM head at masked tokens, Wikipedia lengths at 512, "
         f"{reg['rows']} rows/step, steady-state medians:",
         f"  padded {reg['padded_tokens_per_s']:,.0f} real tokens/s, packed {reg['packed_tokens_per_s']:,.0f}: realised "
         f"{reg['realized_speedup']:.2f}x of a packing factor {reg['packing_factor']:.3f}",

@@ -21,7 +21,6 @@ warm-up round, so one-off costs (allocation, caches) and the machine's drift hit
 from __future__ import annotations
 
 import json
-
 import time
 from pathlib import Path
 from typing import Any

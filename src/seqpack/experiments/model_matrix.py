@@ -255,7 +255,7 @@ def _entry_points() -> dict[str, Callable[[Any], float]]:
         from seqpack.nn.hf_adapter import packed_forward
 
         docs = _documents()
-        ids = torch.tensor([sum(docs, [])])
+        ids = torch.tensor([[t for d in docs for t in d]])
         seg = torch.repeat_interleave(torch.arange(1, len(docs) + 1), torch.tensor([len(d) for d in docs]))[None]
         _with_impl(model, impl)
         logits = packed_forward(model, {"input_ids": ids, "segment_ids": seg}).logits[0].float()

@@ -93,17 +93,17 @@ def tiny_config(family: str, processor: Any, *, hidden: int = 32, layers: int = 
     """A small random-init config of ``family`` whose special ids are ``processor``'s."""
     tok = processor.tokenizer
     vocab = len(tok)
-    text = dict(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,
-        bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
-        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-    )
+    text = {
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 8192,
+        "bos_token_id": tok.convert_tokens_to_ids("<|endoftext|>"),
+        "eos_token_id": tok.convert_tokens_to_ids("<|im_end|>"),
+    }
     if family == "llava":
         from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
 
@@ -122,12 +122,12 @@ def tiny_config(family: str, processor: Any, *, hidden: int = 32, layers: int = 
             vision_feature_select_strategy="default",
             vision_feature_layer=-1,
         )
-    ids = dict(
-        image_token_id=tok.convert_tokens_to_ids("<|image_pad|>"),
-        video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
-        vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
-        vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"),
-    )
+    ids = {
+        "image_token_id": tok.convert_tokens_to_ids("<|image_pad|>"),
+        "video_token_id": tok.convert_tokens_to_ids("<|video_pad|>"),
+        "vision_start_token_id": tok.convert_tokens_to_ids("<|vision_start|>"),
+        "vision_end_token_id": tok.convert_tokens_to_ids("<|vision_end|>"),
+    }
     head = hidden // 4
     text["rope_parameters"] = {
         "rope_type": "default",
@@ -137,32 +137,32 @@ def tiny_config(family: str, processor: Any, *, hidden: int = 32, layers: int = 
     if family == "qwen2_vl":
         from transformers import Qwen2VLConfig
 
-        vision = dict(
-            depth=1,
-            embed_dim=16,
-            hidden_size=hidden,
-            num_heads=2,
-            patch_size=PATCH,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            in_channels=3,
-            mlp_ratio=2,
-        )
+        vision = {
+            "depth": 1,
+            "embed_dim": 16,
+            "hidden_size": hidden,
+            "num_heads": 2,
+            "patch_size": PATCH,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "in_channels": 3,
+            "mlp_ratio": 2,
+        }
         return Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
     from transformers import Qwen2_5_VLConfig
 
-    vision = dict(
-        depth=2,
-        hidden_size=16,
-        intermediate_size=32,
-        num_heads=2,
-        out_hidden_size=hidden,
-        patch_size=PATCH,
-        spatial_merge_size=2,
-        temporal_patch_size=2,
-        window_size=4 * PATCH,
-        fullatt_block_indexes=[1],
-    )
+    vision = {
+        "depth": 2,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_heads": 2,
+        "out_hidden_size": hidden,
+        "patch_size": PATCH,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "window_size": 4 * PATCH,
+        "fullatt_block_indexes": [1],
+    }
     return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
 
 
@@ -178,7 +178,31 @@ def tiny_vlm(family: str, *, seed: int = 0, max_pixels: int = 448 * 448, **confi
     return processor, model.float().eval()
 
 
-WORDS = "the a cat dog sat on mat why how what is are you we can see red blue small large left right image".split()
+WORDS = [
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "why",
+    "how",
+    "what",
+    "is",
+    "are",
+    "you",
+    "we",
+    "can",
+    "see",
+    "red",
+    "blue",
+    "small",
+    "large",
+    "left",
+    "right",
+    "image",
+]
 
 
 def synthetic_records(

@@ -136,7 +136,7 @@ class _FusedCrossEntropy(torch.autograd.Function):
     def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
         kernels = _kernels()
         assert kernels is not None
-        N, V = logits.shape
+        _N, V = logits.shape
         targets = targets.contiguous()
         # the reference raises on a target outside the vocabulary; the kernel would read past the
         # row, so check on the device (no synchronisation)

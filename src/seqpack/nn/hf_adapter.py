@@ -45,7 +45,6 @@ import torch
 from seqpack.nn.attention import plan_attention
 from seqpack.nn.heads import gather_slots, slot_count
 from seqpack.nn.hf_attention import PACKED_IMPL
-from seqpack.nn.hf_support import check_packable
 from seqpack.nn.hf_padding_free import (
     PADDING_FREE,
     flat_inputs,
@@ -54,6 +53,7 @@ from seqpack.nn.hf_padding_free import (
     unflatten_slots,
     unflatten_tokens,
 )
+from seqpack.nn.hf_support import check_packable
 from seqpack.nn.losses import (
     IGNORE_INDEX,
     check_reduction,

@@ -278,7 +278,7 @@ def sequence_starts(segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Te
     """
     _check_2d(segment_ids, "segment_ids")
     s = segment_ids
-    B, T = s.shape
+    B, _T = s.shape
     check_depth(s, max_depth)
     is_start = s > 0
     is_start[:, 1:] &= s[:, 1:] != s[:, :-1]

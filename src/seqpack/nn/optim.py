@@ -89,9 +89,14 @@ class Lamb(torch.optim.Optimizer):
         for i, b in enumerate(betas):
             if not 0.0 <= b < 1.0:
                 raise ValueError(f"betas[{i}] must be in [0, 1), got {b}")
-        defaults = dict(
-            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction, max_trust=max_trust
-        )
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "bias_correction": bias_correction,
+            "max_trust": max_trust,
+        }
         super().__init__(params, defaults)
 
     @torch.no_grad()

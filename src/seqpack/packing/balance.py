@@ -136,7 +136,7 @@ def fit_row_cost(
     rel = (X @ coef - y) / y
     cost = RowCost(per_token=float(coef[0]), per_square=float(coef[1]), per_sequence=float(coef[2]))
     return cost, {
-        "rows": int(len(y)),
+        "rows": len(y),
         "rms_rel_error": float(np.sqrt((rel**2).mean())),
         "max_rel_error": float(np.abs(rel).max()),
     }

@@ -104,7 +104,7 @@ def _fit_decreasing(
                 break
             if worst:  # the paper's SPFHP: one sequence per pack of the group
                 strategy, k = state.take(space, n)
-                state.add(strategy + (length,), k, space - length, min_len)
+                state.add((*strategy, length), k, space - length, min_len)
                 n -= k
                 continue
             # best fit: a pack keeps taking copies while it stays the tightest fit

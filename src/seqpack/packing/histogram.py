@@ -87,9 +87,12 @@ def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -
     arr = np.asarray(lengths)
     if arr.ndim != 1:
         raise ValueError(f"lengths must be 1-D, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if not np.issubdtype(arr.dtype, np.floating) or not np.all(arr == np.round(arr)):
-            raise TypeError(f"lengths must be integers, got dtype {arr.dtype}")
+    if (
+        arr.size
+        and not np.issubdtype(arr.dtype, np.integer)
+        and (not np.issubdtype(arr.dtype, np.floating) or not np.all(arr == np.round(arr)))
+    ):
+        raise TypeError(f"lengths must be integers, got dtype {arr.dtype}")
     arr = arr.astype(np.int64, copy=False)
     n_zero = int(np.count_nonzero(arr <= 0))
     if n_zero:
@@ -119,9 +122,14 @@ def check_histogram(
     arr = np.asarray(hist)
     if arr.ndim != 1:
         raise ValueError(f"histogram must be 1-D (counts indexed by length - 1), got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise TypeError(f"histogram counts must be integers, got dtype {arr.dtype}")
+    if (
+        arr.size
+        and not np.issubdtype(arr.dtype, np.integer)
+        and (
+            not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr))
+        )
+    ):
+        raise TypeError(f"histogram counts must be integers, got dtype {arr.dtype}")
     arr = arr.astype(np.int64)
     if np.any(arr < 0):
         n_neg = int(np.count_nonzero(arr < 0))

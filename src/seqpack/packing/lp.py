@@ -73,7 +73,6 @@ class _Columns:
         if not key or key in self.seen:
             return False
         self.seen.add(key)
-        j = len(self.patterns)
         self.patterns.append(key)
         self.col_start.append(len(self.rows))
         for length in set(key):
@@ -145,7 +144,6 @@ class _Master:
         """Same packs, new demand; returns ``x``."""
         if self.h is None:  # scipy without its HiGHS object
             return _solve_restricted(self.cols.matrix(), demand)[0]
-        m = len(demand)
         for i, d in enumerate(demand.tolist()):
             self.h.changeRowBounds(i, d, self.inf)
         self.demand = demand
@@ -226,7 +224,7 @@ def maximal_patterns(lengths: np.ndarray, max_len: int, depth: int) -> list[tupl
     keep = ((ia == ib) | (a + nxt[ia] + c > max_len)) & (a + b + c - a + nxt[ib] > max_len)
     a, b, c = a[keep].tolist(), b[keep].tolist(), c[keep].tolist()
     out3 = [(x, y, z) if z else (x, y) for x, y, z in zip(a, b, c)]
-    return out3 if len(ls) > 1 and int(ls[-1] + ls[0]) <= max_len else out3 + [(int(ls[-1]),)]
+    return out3 if len(ls) > 1 and int(ls[-1] + ls[0]) <= max_len else [*out3, (int(ls[-1]),)]
 
 
 def solve_lp(

@@ -31,12 +31,12 @@ def exact_sum_strategies(max_len: int, depth: int) -> list[tuple[int, ...]]:
 
     def grow(prefix: tuple[int, ...], space: int, largest: int) -> None:
         if space <= largest:
-            out.append(prefix + (space,))
+            out.append((*prefix, space))
         if len(prefix) + 2 <= depth:
             for x in range(min(largest, space - 1), 0, -1):
                 if x * (depth - len(prefix)) < space:
                     break  # the rest cannot fill the gap with parts <= x
-                grow(prefix + (x,), space - x, x)
+                grow((*prefix, x), space - x, x)
 
     grow((), max_len, max_len)
     return out

@@ -75,7 +75,7 @@ def lp_bound(hist: Sequence[int] | np.ndarray, max_len: int, max_depth: int | No
             return
         for k in range(start, len(lengths)):
             if lengths[k] <= space:
-                grow(k, pattern + (lengths[k],), space - lengths[k])
+                grow(k, (*pattern, lengths[k]), space - lengths[k])
 
     grow(0, (), max_len)
     a = np.zeros((len(lengths), len(patterns)))

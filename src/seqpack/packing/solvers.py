@@ -13,6 +13,7 @@ thread drawn it, the command would have failed.)
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
@@ -35,10 +36,9 @@ def preload(module: str = SCIPY) -> None:
 
 
 def _import_quietly(module: str) -> None:
-    try:
+    # any failure: the planner imports it again on its own thread, and reports what fails there
+    with contextlib.suppress(Exception):
         importlib.import_module(module)
-    except Exception:  # noqa: BLE001, S110 - the planner imports it again on its own thread, and reports what fails there
-        pass
 
 
 def ready(module: str = SCIPY) -> None:

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from seqpack.pipeline.engine import ENGINES, Engine, LocalEngine, get_engine
     from seqpack.pipeline.in_memory import build_sequences, pack_task
     from seqpack.pipeline.mixture import Mixture
+    from seqpack.pipeline.pack import build_packed_dataset
     from seqpack.pipeline.stream_dataset import StreamingPackedDataset, collate_stream
     from seqpack.pipeline.streaming import PackedStream, StreamConfig
-    from seqpack.pipeline.pack import build_packed_dataset
     from seqpack.pipeline.tokenize import build_sharded_store
 
 __all__ = [

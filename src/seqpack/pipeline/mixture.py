@@ -27,7 +27,7 @@ class Mixture:
     ) -> None:
         if not sources:
             raise ValueError("a Mixture needs at least one source")
-        weights = dict(weights or {name: 1.0 for name in sources})
+        weights = dict(weights or dict.fromkeys(sources, 1.0))
         unknown = sorted(set(weights) ^ set(sources))
         if unknown:
             raise ValueError(f"weights and sources must name the same sources; {unknown[0]!r} is in only one")

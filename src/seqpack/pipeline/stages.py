@@ -210,7 +210,7 @@ def map_npy(path: Path) -> np.ndarray:
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
         read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read(f)
+        shape, _fortran, dtype = read(f)
         assert len(shape) == 1 and not dtype.hasobject, (shape, dtype)
         at = f.tell()
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)

@@ -198,7 +198,7 @@ def clm_reference(
                 ids = ids[:max_len]
         for s in range(0, len(ids), max_len):
             piece = ids[s : s + max_len]
-            out.append((d, piece, [IGNORE_INDEX] + piece[1:]))
+            out.append((d, piece, [IGNORE_INDEX, *piece[1:]]))
     return out
 
 

@@ -83,7 +83,7 @@ class HFTokenizer:
             )
         try:
             hf = RustTokenizer.from_file(str(path))
-        except Exception as e:  # tokenizers raises plain Exception on a malformed file
+        except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception on a malformed file
             raise ValueError(f"{path}: not a tokenizers file ({e})") from None
         config: dict[str, Any] = {}
         for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the config wins

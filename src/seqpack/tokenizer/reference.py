@@ -11,6 +11,7 @@ word left to right. minbpe-style, O(merges x corpus).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -49,7 +50,7 @@ def train_bpe_reference_from_counts(
     while len(vocab) < vocab_size:
         pairs: Counter[tuple[bytes, bytes]] = Counter()
         for toks, n in words:
-            for pair in zip(toks, toks[1:]):
+            for pair in itertools.pairwise(toks):
                 pairs[pair] += n
         if not pairs:
             break

@@ -20,6 +20,7 @@ equal. ``encode_batch(backend="hf")`` runs the Hugging Face ``tokenizers`` expor
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cached_property, partial
@@ -254,7 +255,7 @@ class Tokenizer:
         ranks = self._ranks
         while len(ids) > 1:
             best = None
-            for pair in zip(ids, ids[1:]):
+            for pair in itertools.pairwise(ids):
                 r = ranks.get(pair)
                 if r is not None and (best is None or r[0] < best[0]):
                     best = r

@@ -30,9 +30,9 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from seqpack.corpus.readers import DEFAULT_ERRORS
 from seqpack._parallel import default_workers
 from seqpack._resources import collector_paused
+from seqpack.corpus.readers import DEFAULT_ERRORS
 from seqpack.tokenizer.counts import WordCounts, count_into
 from seqpack.tokenizer.pretokenize import doc_chunks, file_chunks
 

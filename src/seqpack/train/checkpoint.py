@@ -116,7 +116,7 @@ def load_checkpoint(
         )
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)  # loading never runs the file's code
-    except Exception as e:  # torch raises many types for a damaged file
+    except Exception as e:  # noqa: BLE001 - torch raises many types for a damaged file
         raise ValueError(f"{path}: not a readable checkpoint ({e})") from None
     if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: not a seqpack checkpoint (format {FORMAT_VERSION})")

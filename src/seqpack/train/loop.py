@@ -52,8 +52,6 @@ from seqpack.train.checkpoint import (
 from seqpack.train.config import TrainConfig, run_eval_tokens
 from seqpack.train.context_parallel import CPGroups, CPObjective, check_cp_model, cp_groups, dp_size, shard_batch
 from seqpack.train.data import TrainData
-from seqpack.train.stream_data import StreamTrainData
-from seqpack.train.vision_data import VisionTrainData
 from seqpack.train.distributed import World, close_world, init_world
 from seqpack.train.lines import start_line
 from seqpack.train.models import attention_of, build_model, enable_checkpointing, forward
@@ -71,7 +69,8 @@ from seqpack.train.steps import (
     rows_per_batch,
     total_steps,
 )
-
+from seqpack.train.stream_data import StreamTrainData
+from seqpack.train.vision_data import VisionTrainData
 
 #: off a terminal, a progress line at most this often (seconds), and at the first and last step
 LOG_INTERVAL = 30.0

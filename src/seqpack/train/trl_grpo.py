@@ -32,7 +32,6 @@ import trl
 
 from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
 from seqpack.nn.hf_support import check_packable
-
 from seqpack.rl.logprobs import rollout_logprobs, to_padded
 from seqpack.rl.rollouts import LAYOUTS, pack_rollouts
 

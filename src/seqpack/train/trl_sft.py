@@ -36,9 +36,9 @@ import trl
 
 from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_causal_lm import add_target_head
+from seqpack.nn.hf_causal_lm import compile_blocks as compile_layers
 from seqpack.nn.hf_padding_free import VARLEN_IMPL
 from seqpack.nn.hf_support import check_packable
-from seqpack.nn.hf_causal_lm import compile_blocks as compile_layers
 
 
 class PackedSFTTrainer(trl.SFTTrainer):  # type: ignore[misc]

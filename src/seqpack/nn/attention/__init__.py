@@ -81,13 +81,13 @@ from seqpack.nn.attention.varlen import (
     flash_attn_available,
     torch_varlen,
 )
-from seqpack.nn.masks import position_ids as restarting_positions
 from seqpack.nn.masks import (
     check_segment_ids,
     sequence_lengths,
     shares_prefix,
     split_branches,
 )
+from seqpack.nn.masks import position_ids as restarting_positions
 
 REGISTRY: dict[str, Backend] = {
     b.name: b for b in (SDPA, EAGER, PER_DOCUMENT, FLASH_VARLEN, VARLEN, FLEX, CONTEXT_PARALLEL)

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import torch
 
-
 #: the arguments of a layer's attention a backend may compute (`LayerAttention`'s fields)
 FEATURES: tuple[str, ...] = ("window", "chunk", "softcap", "sinks")
 

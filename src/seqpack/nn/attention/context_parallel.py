@@ -48,7 +48,7 @@ def gather_tokens(x: torch.Tensor, group: Any, *, dim: int) -> torch.Tensor:
     """Every rank's ``x`` side by side along ``dim`` (rank order), without gradient."""
     import torch.distributed as dist
 
-    rank, size = _group_info(group)
+    _rank, size = _group_info(group)
     if size == 1:
         return x
     parts = [torch.empty_like(x) for _ in range(size)]

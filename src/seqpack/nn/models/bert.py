@@ -151,7 +151,7 @@ class BertForPreTraining(nn.Module):
                 out.logits, labels[rows, cols], rows, segment_ids[rows, cols], segment_ids, reduction=reduction
             )
         D = slot_count(segment_ids, next_sentence_label, max_depth=max_depth)
-        pooled, present = self.pooler(h, segment_ids, D)
+        pooled, _present = self.pooler(h, segment_ids, D)
         out.slot_logits = self.nsp(pooled)  # (B, D, 2)
         if next_sentence_label is not None:
             nsp, per = slot_cross_entropy(out.slot_logits, next_sentence_label)

@@ -88,13 +88,13 @@ def check_config(cfg: object, positive: tuple[str, ...]) -> None:
     for name in positive:
         if getattr(cfg, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
-    hidden, heads = getattr(cfg, "hidden"), getattr(cfg, "heads")
+    hidden, heads = cfg.hidden, cfg.heads
     if hidden % heads:
         raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
-    if not 0.0 <= getattr(cfg, "dropout") < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {getattr(cfg, 'dropout')}")
-    if getattr(cfg, "attention") not in BACKENDS:
-        raise ValueError(f"attention must be one of {'|'.join(BACKENDS)}, got {getattr(cfg, 'attention')!r}")
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    if cfg.attention not in BACKENDS:
+        raise ValueError(f"attention must be one of {'|'.join(BACKENDS)}, got {cfg.attention!r}")
 
 
 @torch.compiler.disable  # data-dependent metadata, built eagerly once per batch; the body compiles

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from seqpack.data.sequences import check_overflow
+from seqpack.tasks.base import Task
 from seqpack.tasks.chat.sequences import CHAT_OVERFLOW, TRAIN_ON, chat_sequences
 from seqpack.tasks.chat.template import (
     CHATML,
@@ -21,7 +22,6 @@ from seqpack.tasks.chat.template import (
     ChatTemplate,
     resolve_template,
 )
-from seqpack.tasks.base import Task
 from seqpack.tasks.clm import CLMTask
 
 

@@ -47,7 +47,7 @@ def _environment() -> Any:
     class Generation(Extension):
         """``{% generation %}body{% endgeneration %}``: the body, between two markers."""
 
-        tags = {"generation"}
+        tags = frozenset({"generation"})
 
         def parse(self, parser: Any) -> Any:
             lineno = next(parser.stream).lineno
