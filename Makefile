@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast docs bench clean
+.PHONY: demo test test-fast lint docs bench clean
 
 # the compiled core (csrc/) is built by the package's own build: a change there reinstalls
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.h csrc/*.cpp)
@@ -18,9 +18,16 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.h csrc/*.cpp)
 demo: $(STAMP)
 	$(BIN)/seqpack demo
 
-# the whole suite, every tier: two workers (a file's tests on one, so its fixtures are built once),
-# then the multi-process launches alone (their ranks want the cores); the ten slowest close each report
-test: $(STAMP)
+# the static checks on src/: ruff lints and checks the formatting, mypy type-checks (pyproject.toml)
+lint: $(STAMP)
+	$(BIN)/ruff check src
+	$(BIN)/ruff format --check src
+	$(BIN)/mypy
+
+# the whole suite, every tier, after the static checks: two workers (a file's tests on one, so its
+# fixtures are built once), then the multi-process launches alone (their ranks want the cores);
+# the ten slowest close each report
+test: lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not multiprocess" --durations=10
 	$(BIN)/python -m pytest -m multiprocess --durations=10
 
@@ -54,4 +61,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/balance_torchrun.py --out benchmarks/results/balance_torchrun.json
 
 clean:
-	rm -rf $(VENV) demo_out site build src/*.egg-info src/seqpack/_native*.so
+	rm -rf $(VENV) demo_out site build src/*.egg-info src/seqpack/_native*.so .mypy_cache .ruff_cache

@@ -92,6 +92,7 @@ def test_the_sdist_holds_the_sources_and_the_wheel_the_compiled_core(dists: dict
     inside = zipfile.ZipFile(dists["wheel"]).namelist()
     assert any(n.startswith("seqpack/_native") and n.endswith(".so") for n in inside)
     assert "seqpack/packing/data/wikipedia_len512.csv" in inside and "seqpack/py.typed" in inside
+    assert "seqpack/_native.pyi" in inside  # the compiled core's types, for a user's type checker
 
 
 def test_a_fresh_venv_without_torch_prepares_data(dists: dict[str, Path], tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -132,7 +133,7 @@ def check_outputs(
         assert path is not None
         check_not_input(path, inputs, flag=flag)
         for other, other_path, _ in given[:i]:
-            if os.path.realpath(path) == os.path.realpath(other_path):  # type: ignore[arg-type]
+            if os.path.realpath(path) == os.path.realpath(other_path):
                 raise ValueError(f"{flag} {path} is also {other}; give each output its own path")
         out = Path(path)
         check_writable(out, flag=flag)
@@ -204,7 +205,7 @@ def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
 def _try_lock(fd: int) -> bool:
     """Take the exclusive lock on the open lock file ``fd`` without waiting (False: another job
     holds it): ``flock`` on POSIX, ``msvcrt.locking`` of its first byte on Windows."""
-    if os.name == "nt":  # pragma: no cover - Windows wheels
+    if sys.platform == "win32":  # pragma: no cover - Windows wheels
         import msvcrt
 
         try:
@@ -224,7 +225,7 @@ def _try_lock(fd: int) -> bool:
 def _release(fd: int, lock: str) -> None:
     """Remove the lock file, then let go of it (POSIX: removed while held, so no other job locks a
     file on its way out; Windows cannot remove an open file: let go, close, then remove it)."""
-    if os.name == "nt":  # pragma: no cover - Windows wheels
+    if sys.platform == "win32":  # pragma: no cover - Windows wheels
         import msvcrt
 
         os.lseek(fd, 0, os.SEEK_SET)

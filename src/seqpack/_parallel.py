@@ -50,7 +50,7 @@ def map_threads(fn: Callable[[T], R], items: Iterable[T], workers: int) -> Itera
                     item = next(it, _END)
                 if item is _END:
                     break
-                done.put((True, fn(item)))  # type: ignore[arg-type]
+                done.put((True, fn(item)))  # type: ignore[arg-type]  # the queue is typed for the items, fn maps them
         except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
             stop.set()
             done.put((False, e))

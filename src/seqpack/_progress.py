@@ -71,7 +71,8 @@ class LineBar(SilentBar):
 
         super().__init__(iterable)
         self.interval, self.total, self.n, self.desc, self.unit = interval, total, initial, desc, unit
-        self.start, self.last, self.postfix, self._clock = time.perf_counter(), None, "", time.perf_counter
+        self.start, self.postfix, self._clock = time.perf_counter(), "", time.perf_counter
+        self.last: float | None = None
         self.delay = delay  # no line before this many seconds: short work stays silent
 
     def update(self, n: float = 1) -> None:

@@ -69,7 +69,7 @@ def corpus_hash(docs: Iterable[str]) -> str:
 
     docs = docs if isinstance(docs, (list, tuple)) else list(docs)
     try:
-        return _native.text_digest(docs)  # type: ignore[no-any-return]
+        return _native.text_digest(docs)
     except UnicodeEncodeError:
         h = hashlib.sha256()
         for d in docs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     batch: list[str] = []
     bar = progress_bar(desc="encode", unit="char", unit_scale=True, leave=False)
 
-    def counted(pieces):  # type: ignore[no-untyped-def]
+    def counted(pieces: Iterable[str]) -> Iterator[str]:
         for piece in pieces:
             bar.update(len(piece))
             yield piece

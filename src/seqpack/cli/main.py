@@ -13,6 +13,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import TextIO
 
 #: the subcommands, as ``seqpack --help`` lists them: name -> its module in ``seqpack.cli`` (which has
 #: ``NAME``, ``HELP`` and ``add_parser``). A command imports its own module only: the others' imports
@@ -33,7 +34,7 @@ COMMANDS = {
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:  # type: ignore[override]  # argparse declares error NoReturn; this one raises too
         self.exit(2, f"seqpack: error: {message}\n")
 
 
@@ -98,7 +99,14 @@ EXTRAS = {
 }
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
     print(f"seqpack: warning: {message}", file=sys.stderr)
 
 

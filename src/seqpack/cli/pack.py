@@ -191,7 +191,7 @@ def own_rows(args: argparse.Namespace, task: Any, cfg: Any) -> dict[str, Any] | 
             f"task {task.name} writes its rows in one process and one file; drop "
             + ", ".join("--" + k.replace("_", "-") for k in given)
         )
-    return task.pack_directory(args.source, args.tokenizer, args.out, cfg, overwrite=args.overwrite)  # type: ignore[no-any-return]
+    return task.pack_directory(args.source, args.tokenizer, args.out, cfg, overwrite=args.overwrite)
 
 
 SUMMARY_KEYS = (
@@ -264,7 +264,7 @@ def _pack_job(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
         )
     finally:
         engine.close()
-    return m  # type: ignore[no-any-return]
+    return m
 
 
 def _report(args: argparse.Namespace, m: dict[str, Any]) -> None:

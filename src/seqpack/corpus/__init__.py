@@ -10,6 +10,7 @@ from seqpack._lazy import keep, listing
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Any
 
     from seqpack.corpus.builtin import python_docs, python_docstrings
@@ -42,6 +43,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    module: ModuleType
     if name in ("python_docs", "python_docstrings"):
         from seqpack.corpus import builtin as module
     elif name in ("iter_records", "record_files"):

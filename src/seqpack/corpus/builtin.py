@@ -70,7 +70,7 @@ def extract_python_docs() -> list[str]:
 def _cached(name: str, build: Any, use_cache: bool) -> list[Any]:
     """``build()``, cached as JSON lines under `cache_dir` (keyed by Python version and stdlib path)."""
     if not use_cache:
-        return build()  # type: ignore[no-any-return]
+        return build()
     stdlib = sysconfig.get_paths()["stdlib"]
     key = hashlib.sha256(f"{_VERSION}|{sys.version}|{stdlib}".encode()).hexdigest()[:16]
     path = cache_dir() / f"{name}-{key}.jsonl"
@@ -87,7 +87,7 @@ def _cached(name: str, build: Any, use_cache: bool) -> list[Any]:
         write_text_atomic(path, "".join(json.dumps(d) + "\n" for d in items))
     except OSError:
         pass  # caching is an optimisation only
-    return items  # type: ignore[no-any-return]
+    return items
 
 
 def python_docs(*, use_cache: bool = True) -> list[str]:

@@ -106,8 +106,9 @@ ERRORS_HINT = "pass --errors replace (errors='replace') to substitute U+FFFD"
 _starts = threading.local()  # where the counting handler found invalid sequences in the current decode
 
 
-def _count_replace(e: UnicodeDecodeError) -> tuple[str, int]:
+def _count_replace(e: UnicodeError) -> tuple[str, int]:
     """``errors="replace"``, each replacement's offset noted: the same text as Python's own."""
+    assert isinstance(e, UnicodeDecodeError), e  # registered for decoding only
     _starts.found.append(e.start)
     return "\ufffd", e.end
 

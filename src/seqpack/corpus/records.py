@@ -47,7 +47,7 @@ def iter_records(
     """Dict records of a ``.jsonl``/``.parquet`` file, of a folder of them (`record_files`;
     ``glob`` picks its files), of a list of such paths, or of any iterable of dicts (HF ``Dataset``)."""
     if _is_paths(source):
-        for path in source:  # type: ignore[union-attr]
+        for path in source:  # type: ignore[union-attr]  # _is_paths checked: a list of paths
             yield from iter_records(path, glob=glob)
         return
     if not isinstance(source, (str, os.PathLike)):

@@ -271,7 +271,9 @@ def write_packed(
     stored = {k: v for k, v in pc.columns.items() if k not in derived}
     P = pc.num_packs
     bounds = [(lo, min(P, lo + shard_packs)) for lo in range(0, P, shard_packs)]
-    shards = [{"file": f"data/part-{i:05d}.parquet", "rows": hi - lo} for i, (lo, hi) in enumerate(bounds)]
+    shards: list[dict[str, Any]] = [
+        {"file": f"data/part-{i:05d}.parquet", "rows": hi - lo} for i, (lo, hi) in enumerate(bounds)
+    ]
     with atomic_directory(out, overwrite=overwrite) as tmp:
         (tmp / "data").mkdir()
         with ThreadPoolExecutor(max_workers=workers) as ex:
@@ -283,8 +285,8 @@ def write_packed(
                 j.result()
         if export_bin:
             (tmp / "bin").mkdir()
-            for name, v in pc.columns.items():
-                np.ascontiguousarray(v).tofile(tmp / "bin" / f"{name}.bin")
+            for name, col in pc.columns.items():
+                np.ascontiguousarray(col).tofile(tmp / "bin" / f"{name}.bin")
         for name, arr in (arrays or {}).items():
             np.save(tmp / name, arr)
         add_checksums(tmp, shards, workers=workers)

@@ -113,7 +113,7 @@ class BalancedSampler:
         assert self.last is not None
         filled = self.last.reshape(-1).copy()
         filled[filled < 0] = np.resize(filled[filled >= 0], int((filled < 0).sum()))  # the step's own packs again
-        return filled.reshape(self.last.shape)[self.rank]  # type: ignore[no-any-return]
+        return filled.reshape(self.last.shape)[self.rank]
 
     def __iter__(self) -> Iterator[int]:
         order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.steps))

@@ -35,7 +35,7 @@ def to_tensors(columns: dict[str, np.ndarray], *, float_labels: bool = False) ->
     return out
 
 
-class PackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+class PackedDataset(torch.utils.data.Dataset):
     """Packs of a directory written by ``seqpack pack``; item ``i`` is a dict of tensors.
 
     Rows are read on demand (`seqpack.data.rows.PackedRows`): memory-mapped ``.bin``

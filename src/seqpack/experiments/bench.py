@@ -305,7 +305,7 @@ def run_bench_model(
     return result, models["packed"], data
 
 
-def time_split(model: torch.nn.Module, b: dict[str, torch.Tensor], repeats: int = 3) -> dict[str, float]:
+def time_split(model: Any, b: dict[str, torch.Tensor], repeats: int = 3) -> dict[str, float]:
     """Median seconds of a training step (forward + backward) of a ``BertForPreTraining`` and of its
     transformer body alone on the same batch; ``head`` is the rest (heads, loss, their gradients)."""
 

@@ -92,7 +92,7 @@ def calibrate(cfg: BenchConfig) -> dict[str, Any]:
                 times[i] += got
     seconds = np.array([statistics.median(t) / cfg.rows for t in times])
     stats = np.array([[sum(d), sum(x * x for x in d), len(d)] for d in designs], np.float64)
-    cost, fit = fit_row_cost(*stats.T, seconds)
+    cost, fit = fit_row_cost(stats[:, 0], stats[:, 1], stats[:, 2], seconds)
     flops = model_flops(model, causal=causal)
     return {
         "model": cfg.model,
@@ -128,7 +128,7 @@ def calibrate(cfg: BenchConfig) -> dict[str, Any]:
 
 def model_flops(model: torch.nn.Module, *, causal: bool) -> RowCost:
     """`RowCost.from_flops` of a seqpack model (its config's hidden size and layers)."""
-    c = model.config  # type: ignore[union-attr]
+    c: Any = model.config
     return RowCost.from_flops(
         hidden=int(c.hidden), layers=int(c.layers), ffn=getattr(c, "intermediate", 0) or None, vocab=0, causal=causal
     )

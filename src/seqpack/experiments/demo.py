@@ -148,7 +148,7 @@ def run_demo(
         s[task] = stages.run(
             f"pack {task}",
             keys[task],
-            lambda t=task: _pack(out, t, workers),  # type: ignore[misc]
+            lambda t=task: _pack(out, t, workers),  # type: ignore[misc]  # the default binds the loop variable
             outputs=[out / f"packed_{task}"],
         )
     keys["cls"] = content_hash(key, FINETUNE)
@@ -180,7 +180,7 @@ def run_demo(
         s[task]["training"] = stages.run(
             f"convergence {task}",
             content_hash(keys[task], spec, threads, budget, ds.TIMING_ROUNDS),
-            lambda t=task: ds.convergence(out, t, threads, progress, budget),  # type: ignore[misc]
+            lambda t=task: ds.convergence(out, t, threads, progress, budget),  # type: ignore[misc]  # the default binds the loop variable
             outputs=[out / "runs" / task / "compare.json"],
         )
     s["stage_seconds"] = dict(stages.seconds)

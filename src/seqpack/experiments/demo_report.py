@@ -55,7 +55,9 @@ def claims(s: dict[str, Any]) -> list[list[str]]:
     """One row per claim: what, goal, measured, met."""
     g, reg, ft = s["goals"], s["regime"], s["finetune"]
     ratio = ft["realised_speedup"] / ft["packing_factor"]
-    acc = {k: None if ft["accuracy"][k] is None else 100 * ft["accuracy"][k] for k in ("padded", "packed")}
+    acc: dict[str, float | None] = {
+        k: None if ft["accuracy"][k] is None else 100 * ft["accuracy"][k] for k in ("padded", "packed")
+    }
     measured = acc["padded"] is not None and acc["packed"] is not None  # no accuracy: the claim is not met
     rows = [
         ["claim", "goal", "measured", "met"],
@@ -85,7 +87,7 @@ def claims(s: dict[str, Any]) -> list[list[str]]:
             "fine-tuning accuracy, padded vs packed",
             accuracy_goal(ft),
             " / ".join("n/a" if a is None else f"{a:.1f}%" for a in acc.values()),
-            "yes" if measured and abs(acc["padded"] - acc["packed"]) <= accuracy_points(ft) else "no",
+            "yes" if measured and abs((acc["padded"] or 0.0) - (acc["packed"] or 0.0)) <= accuracy_points(ft) else "no",
         ],
     ]
     for name in ("mlm", "clm"):

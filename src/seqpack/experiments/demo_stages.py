@@ -38,7 +38,7 @@ PAPER_TABLE1 = {
     ("spfhp", None): 8.168,
 }
 # one padded step, then one packed step, 8 times over (after a warm-up pair): drift hits both arms alike
-REGIME = {
+REGIME: dict[str, Any] = {
     "hidden": 768,
     "layers": 2,
     "heads": 12,
@@ -49,7 +49,7 @@ REGIME = {
     "repeats": 8,
     "sequences": 2000,
 }
-FINETUNE = {
+FINETUNE: dict[str, Any] = {
     "max_len": 128,
     "size": "tiny",
     "batch_size": 16,
@@ -61,7 +61,7 @@ FINETUNE = {
     "eval_tokens": 0,
 }  # eval_tokens 0: every held-out example
 # eval_fraction: share of packs held out; CLM's eval (logits over an 8,192-token vocabulary at 512) is costly
-CONVERGE = {
+CONVERGE: dict[str, dict[str, Any]] = {
     "mlm": {
         "max_len": 128,
         "model": "BERT tiny",
@@ -98,7 +98,7 @@ def plan_rows(hist: np.ndarray, max_len: int, *, paper: bool = False, nnlshp: bo
     algorithms = ("spfhp", "lpfhp", "nnlshp", "best") if nnlshp else ("spfhp", "lpfhp", "best")
     for p in compare_plans(hist, max_len, depths=(1, 2, 3, None), algorithms=algorithms):
         d = p.summary()
-        row = {
+        row: dict[str, Any] = {
             "algorithm": d["algorithm"],
             "depth": d.get("max_depth"),
             "packs": d["packs"],

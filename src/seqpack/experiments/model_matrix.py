@@ -258,7 +258,9 @@ def _entry_points() -> dict[str, Callable[[Any], float]]:
         ids = torch.tensor([[t for d in docs for t in d]])
         seg = torch.repeat_interleave(torch.arange(1, len(docs) + 1), torch.tensor([len(d) for d in docs]))[None]
         _with_impl(model, impl)
-        logits = packed_forward(model, {"input_ids": ids, "segment_ids": seg}).logits[0].float()
+        out = packed_forward(model, {"input_ids": ids, "segment_ids": seg})
+        assert out.logits is not None  # no labels: the forward returns logits
+        logits = out.logits[0].float()
         _with_impl(model, "eager")
         err, at = 0.0, 0
         for d in docs:
@@ -281,19 +283,19 @@ def _entry_points() -> dict[str, Callable[[Any], float]]:
             model.zero_grad(set_to_none=True)
             got = packed_logprobs(model, prompts, completions, max_tokens=128, layout=layout)
             if grad:
-                sum(x.sum() for g in got for x in g).backward()
+                torch.stack([x.sum() for g in got for x in g]).sum().backward()
                 packed = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
                 model.zero_grad(set_to_none=True)
             _with_impl(model, "eager")
             err = 0.0
-            total = 0
+            total: Any = 0
             for p, cs, g in zip(prompts, completions, got):
                 for c, lp in zip(cs, g):
                     want = _alone(model, p + c, len(p))
                     err = max(err, _relative(lp.detach(), want.detach()))
                     total = total + want.sum()
             if grad:
-                total.backward()  # type: ignore[union-attr]
+                total.backward()
                 missing = sorted(set(packed) ^ {n for n, p in model.named_parameters() if p.grad is not None})
                 if missing:
                     raise RuntimeError(f"gradients reach different parameters: {missing[:3]}")

@@ -66,7 +66,7 @@ def tiny_processor(family: str, *, max_pixels: int = 448 * 448, min_pixels: int 
         from transformers import LlavaProcessor
         from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
-        images = CLIPImageProcessorPil(
+        images: Any = CLIPImageProcessorPil(
             size={"shortest_edge": 4 * PATCH}, crop_size={"height": 4 * PATCH, "width": 4 * PATCH}
         )
         return LlavaProcessor(
@@ -107,7 +107,7 @@ def tiny_config(family: str, processor: Any, *, hidden: int = 32, layers: int = 
     if family == "llava":
         from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
 
-        vision = CLIPVisionConfig(
+        clip = CLIPVisionConfig(
             hidden_size=16,
             intermediate_size=32,
             num_hidden_layers=1,
@@ -116,9 +116,9 @@ def tiny_config(family: str, processor: Any, *, hidden: int = 32, layers: int = 
             patch_size=PATCH,
         )
         return LlavaConfig(
-            vision_config=vision,
+            vision_config=clip,
             text_config=LlamaConfig(**text),
-            image_token_id=tok.convert_tokens_to_ids("<image>"),
+            image_token_index=tok.convert_tokens_to_ids("<image>"),
             vision_feature_select_strategy="default",
             vision_feature_layer=-1,
         )
@@ -137,7 +137,7 @@ def tiny_config(family: str, processor: Any, *, hidden: int = 32, layers: int = 
     if family == "qwen2_vl":
         from transformers import Qwen2VLConfig
 
-        vision = {
+        vision: dict[str, Any] = {
             "depth": 1,
             "embed_dim": 16,
             "hidden_size": hidden,

@@ -42,7 +42,7 @@ def token_cross_entropy(
 ) -> torch.Tensor:
     """Cross-entropy of each row of ``logits`` (N, V) against ``targets`` (N,), float32.  # (N,)"""
     if _fused_ok(logits, targets):
-        return _FusedCrossEntropy.apply(logits, targets, ignore_index)  # type: ignore[no-any-return]
+        return _FusedCrossEntropy.apply(logits, targets, ignore_index)
     return cross_entropy_reference(logits, targets, ignore_index=ignore_index)
 
 
@@ -69,7 +69,7 @@ def _kernels() -> tuple[Any, Any] | None:
         return None
 
     @triton.jit
-    def forward(x_ptr, x_stride, t_ptr, loss_ptr, lse_ptr, top_ptr, V, ignore, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+    def forward(x_ptr, x_stride, t_ptr, loss_ptr, lse_ptr, top_ptr, V, ignore, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]  # Triton pointers
         row = tl.program_id(0).to(tl.int64)
         x_row = x_ptr + row * x_stride
         m = tl.full((), float("-inf"), tl.float32)  # running max
@@ -89,7 +89,7 @@ def _kernels() -> tuple[Any, Any] | None:
         tl.store(top_ptr + row, (valid & (xt >= m)).to(tl.int8))  # the target is (one of) the row's largest
 
     @triton.jit
-    def backward(
+    def backward(  # type: ignore[no-untyped-def]  # Triton's kernel arguments are untyped pointers
         x_ptr,
         x_stride,
         t_ptr,
@@ -98,7 +98,7 @@ def _kernels() -> tuple[Any, Any] | None:
         dx_ptr,
         dx_stride,
         V,
-        ignore,  # type: ignore[no-untyped-def]
+        ignore,
         BLOCK: tl.constexpr,
     ):
         row = tl.program_id(0).to(tl.int64)

@@ -96,7 +96,7 @@ def is_reward_model(model: Any) -> bool:
     kind = getattr(getattr(model, "config", None), "model_type", None)
     return (
         kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-        and _name(model) == MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.get(kind)
+        and _name(model) == MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.get(str(kind))
         and _name(model) not in BIDIRECTIONAL
     )
 
@@ -209,7 +209,7 @@ def _require_columns(batch: Mapping[str, torch.Tensor]) -> None:
             raise ValueError(f"the packed batch has no {key!r} column")
 
 
-def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     """``model(**inputs)`` keywords: ``input_ids`` and restarting ``position_ids``; for BERT the 4-D
     ``attention_mask`` and ``token_type_ids``; for a causal LM under ``sdpa``/``eager``/``flex_attention``
     no mask (transformers derives it from ``position_ids``) and ``use_cache=False``."""
@@ -353,14 +353,15 @@ def _pretraining(
 ) -> PackedOutput:
     logits = model.cls.predictions(hidden)  # (B, T, V)
     pooled, _ = _pooled(model, hidden, seg, slot_count(seg, nsp_labels, max_depth=max_depth))
-    out = PackedOutput(hidden=hidden, logits=logits, slot_logits=model.cls.seq_relationship(pooled))
+    slot_logits = model.cls.seq_relationship(pooled)
+    out = PackedOutput(hidden=hidden, logits=logits, slot_logits=slot_logits)
     losses = []
     if labels is not None:
         out.per_sequence, out.present = sequence_token_losses(logits, labels, seg)
         out.extra["mlm_loss"] = _token_reduce(logits, labels, seg, out.per_sequence, out.present, reduction, False)
         losses.append(out.extra["mlm_loss"])
     if nsp_labels is not None:
-        out.extra["nsp_loss"], out.extra["nsp_per_sequence"] = slot_cross_entropy(out.slot_logits, nsp_labels)
+        out.extra["nsp_loss"], out.extra["nsp_per_sequence"] = slot_cross_entropy(slot_logits, nsp_labels)
         losses.append(out.extra["nsp_loss"])
     if losses:
         out.loss = sum(losses[1:], losses[0])

@@ -175,7 +175,8 @@ def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> to
 
     needs = check_packable(model).needs  # refused here, before any change, when packed rows can't be exact
     register_packed_attention()
-    cfg = config if config is not None else model.config.get_text_config()
+    hf: Any = model  # a transformers model: its config is read by name
+    cfg = config if config is not None else hf.config.get_text_config()
     cfg._attn_implementation = PACKED_IMPL
 
     def plan_from_positions(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:

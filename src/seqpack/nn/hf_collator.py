@@ -94,7 +94,7 @@ class PackedCollator:
                 for k in ("input_ids", "segment_ids", "position_ids", "labels")
                 if k in have
             }
-        cols = {
+        cols: dict[str, np.ndarray] = {
             k: np.stack([np.asarray(r[k]) for r in rows])
             for k in ("input_ids", "position_ids", "num_sequences", "labels")
             if k in have

@@ -157,7 +157,7 @@ def varlen_attention_forward(
 
         query, key, value = same_head_dim(query, key, value, scale)
         d = query.shape[-1]
-    kw = varlen_kwargs(fn, causal, scale, d, layer.window) if fast else {}
+    kw = varlen_kwargs(fn, causal, scale, d, layer.window) if fast and fn is not None else {}
     if gqa and fast and "enable_gqa" in varlen_params(fn):
         kw["enable_gqa"] = True  # the kernel shares each kv head across its query group: no copies
     elif gqa:  # grouped-query attention: share each kv head across its query group
@@ -166,7 +166,7 @@ def varlen_attention_forward(
     if fast and q.dtype == torch.float32:
         # rotary embeddings hand fp32 q/k to attention under autocast; flash kernels take half (as transformers' FA2 path)
         q, k, v = (x.to(torch.get_autocast_dtype("cuda")) for x in (q, k, v))
-    if fast:
+    if fast and fn is not None:
         out = fn(q, k, v, cu.to(torch.int32), cu.to(torch.int32), int(m), int(m), **kw)
     elif layer.features():
         out = _layer_reference(q, k, v, cu, causal, scale, layer)

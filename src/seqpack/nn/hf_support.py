@@ -81,7 +81,7 @@ def _layer_kinds(config: Any) -> list[str]:
 def _needs(model: Any, config: Any) -> frozenset[str]:
     needs: set[str] = set()
     kinds = _layer_kinds(config)
-    if any(config_window(config, kind, model) for kind in (kinds or [None])):
+    if any(config_window(config, kind, model) for kind in ((*kinds,) or (None,))):
         needs.add("window")
     if "chunked_attention" in kinds and getattr(config, "attention_chunk_size", None):
         needs.add("chunk")

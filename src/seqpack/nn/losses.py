@@ -264,10 +264,10 @@ def _group_all_reduce(t: torch.Tensor, group: object, *, op: str = "sum") -> tor
     """``t`` reduced over ``group`` (itself without a process group)."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:  # type: ignore[arg-type]
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:  # type: ignore[arg-type]  # torch's stub wants a ProcessGroup; None is the default group
         return t
     t = t.clone()
-    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=group)  # type: ignore[arg-type]
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=group)
     return t
 
 

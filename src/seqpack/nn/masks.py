@@ -311,9 +311,10 @@ def block_mask(
     _check_2d(segment_ids, "segment_ids")
     from torch.nn.attention.flex_attention import create_block_mask
 
-    seg, br, pos = segment_ids, branch_ids, positions
-    if (window is not None or chunk is not None) and pos is None:
+    seg, br = segment_ids, branch_ids
+    if (window is not None or chunk is not None) and positions is None:
         raise ValueError("block_mask: a window or a chunk needs the tokens' positions")
+    pos = positions if positions is not None else segment_ids  # read only under a window or a chunk
 
     def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:
         keep = (seg[b, q] == seg[b, kv]) & (seg[b, kv] > 0)

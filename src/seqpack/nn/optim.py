@@ -100,7 +100,7 @@ class Lamb(torch.optim.Optimizer):
         super().__init__(params, defaults)
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]  # torch's stub overloads step on the closure
         loss = None
         if closure is not None:
             with torch.enable_grad():

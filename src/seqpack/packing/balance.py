@@ -62,7 +62,7 @@ class RowCost:
         per_square = 3 * 4 * hidden * layers * (0.5 if causal else 1.0)
         return cls(per_token=float(per_token), per_square=float(per_square))
 
-    def of(self, tokens: np.ndarray, squares: np.ndarray, sequences: np.ndarray) -> np.ndarray:
+    def of(self, tokens: np.ndarray | float, squares: np.ndarray | float, sequences: np.ndarray | float) -> np.ndarray:
         """Costs of rows given their three statistics.  # (P,)"""
         return (
             self.per_token * np.asarray(tokens, np.float64)
@@ -234,7 +234,7 @@ def greedy_batch_steps(costs: np.ndarray, *, world: int, micro_batch: int = 1, s
 def rank_costs(costs: np.ndarray, steps: np.ndarray) -> np.ndarray:
     """Each rank's cost in each step.  # (steps, world)"""
     c = np.where(steps >= 0, np.asarray(costs, np.float64)[np.maximum(steps, 0)], 0.0)
-    return c.sum(axis=2)  # type: ignore[no-any-return]
+    return c.sum(axis=2)
 
 
 def imbalance(costs: np.ndarray, steps: np.ndarray) -> float:

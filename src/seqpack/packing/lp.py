@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ class _Columns:
             self.vals.append(key.count(length))
         return True
 
-    def matrix(self):  # type: ignore[no-untyped-def]
+    def matrix(self) -> Any:  # a scipy.sparse matrix
         """``[A | F]``: pattern columns, then ``m - 1`` zero-cost flow columns (shape ``(m, n + m - 1)``).
 
         Flow ``i`` moves one slot from length row ``i + 1`` down to row ``i``: a longer slot
@@ -98,7 +99,7 @@ class _Columns:
         return csc_matrix((vals, (rows, cols)), shape=(m, n + m - 1))
 
 
-def _solve_restricted(a, demand: np.ndarray, method: str = "highs-ds") -> tuple[np.ndarray, np.ndarray, float]:  # type: ignore[no-untyped-def]
+def _solve_restricted(a: Any, demand: np.ndarray, method: str = "highs-ds") -> tuple[np.ndarray, np.ndarray, float]:
     """Solve ``min 1.x  s.t.  [A | F] (x, f) >= d`` from scratch; return (x, duals, value)."""
     solvers.ready()  # a preload of scipy's solvers finished first (see solvers)
     from scipy.optimize import linprog
@@ -170,7 +171,17 @@ class _Master:
         return x, np.asarray(sol.row_dual), float(h.getObjectiveValue())
 
 
-def _price_into(cols, lengths, y, max_len, max_depth, demand, limit, *, stab):  # type: ignore[no-untyped-def]
+def _price_into(
+    cols: _Columns,
+    lengths: np.ndarray,
+    y: np.ndarray,
+    max_len: int,
+    max_depth: int | None,
+    demand: np.ndarray,
+    limit: int,
+    *,
+    stab: np.ndarray | None,
+) -> tuple[int, float]:
     """Add up to ``limit`` improving packs; return (added, Farley lower bound at the priced duals)."""
     duals = y if stab is None else SMOOTHING * stab + (1.0 - SMOOTHING) * y
     row_values, patterns = price_packs(lengths, duals, max_len, max_depth)
@@ -202,16 +213,16 @@ def maximal_patterns(lengths: np.ndarray, max_len: int, depth: int) -> list[tupl
         return [(int(ls[-1]),)]
     if depth == 2:
         j = np.searchsorted(ls, np.minimum(ls, max_len - ls), side="right") - 1
-        out = []
+        out: list[tuple[int, ...]] = []
         for i in range(len(ls)):
-            a = int(ls[i])
+            big = int(ls[i])
             if j[i] < 0:
                 if nxt[i] > max_len:
-                    out.append((a,))
+                    out.append((big,))
                 continue
-            b = int(ls[j[i]])
-            if (a == b or a + int(nxt[j[i]]) > max_len) and a + b + (int(nxt[i]) - a) > max_len:
-                out.append((a, b))
+            small = int(ls[j[i]])
+            if (big == small or big + int(nxt[j[i]]) > max_len) and big + small + (int(nxt[i]) - big) > max_len:
+                out.append((big, small))
         return out
     if depth != 3:
         raise ValueError("maximal_patterns enumerates depth <= 3")
@@ -219,11 +230,11 @@ def maximal_patterns(lengths: np.ndarray, max_len: int, depth: int) -> list[tupl
     a, b = ls[ib], ls[ia]
     ok = a + b <= max_len
     a, b, ia, ib = a[ok], b[ok], ia[ok], ib[ok]
-    j = np.searchsorted(ls, np.minimum(b, max_len - a - b), side="right") - 1
-    c = np.where(j >= 0, ls[np.maximum(j, 0)], 0)
+    k = np.searchsorted(ls, np.minimum(b, max_len - a - b), side="right") - 1
+    c = np.where(k >= 0, ls[np.maximum(k, 0)], 0)
     keep = ((ia == ib) | (a + nxt[ia] + c > max_len)) & (a + b + c - a + nxt[ib] > max_len)
     a, b, c = a[keep].tolist(), b[keep].tolist(), c[keep].tolist()
-    out3 = [(x, y, z) if z else (x, y) for x, y, z in zip(a, b, c)]
+    out3: list[tuple[int, ...]] = [(x, y, z) if z else (x, y) for x, y, z in zip(a, b, c)]
     return out3 if len(ls) > 1 and int(ls[-1] + ls[0]) <= max_len else [*out3, (int(ls[-1]),)]
 
 
@@ -262,8 +273,8 @@ def solve_lp(
     m = len(lengths)
     binding = max_depth is not None and max_depth * int(lengths[0]) < max_len
     master = _Master(cols, demand)
-    if binding and max_depth <= 3 and m * (m + 1) // 2 <= MAX_ENUMERATED_PAIRS:  # type: ignore[operator]
-        for p in maximal_patterns(lengths, max_len, max_depth):  # type: ignore[arg-type]
+    if binding and max_depth <= 3 and m * (m + 1) // 2 <= MAX_ENUMERATED_PAIRS:  # type: ignore[operator]  # max_depth is set here (binding)
+        for p in maximal_patterns(lengths, max_len, max_depth):  # type: ignore[arg-type]  # max_depth is set here (binding)
             cols.add(p)
         x, _, value = master.solve(ipm=True)
         return LPResult(cols.patterns, x, value, value, True, 1, time.perf_counter() - t0, master)

@@ -19,6 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
 PLAN_FORMAT_VERSION = 1
 
 
@@ -149,19 +153,19 @@ class PackingPlan:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, object]) -> PackingPlan:
+    def from_dict(cls, d: dict[str, Any]) -> PackingPlan:
         version = d.get("format_version")
         if version != PLAN_FORMAT_VERSION:
             raise ValueError(f"unsupported plan format_version {version!r} (this seqpack reads {PLAN_FORMAT_VERSION})")
         try:
             return cls(
-                strategies=tuple(tuple(s) for s in d["strategies"]),  # type: ignore[union-attr]
+                strategies=tuple(tuple(s) for s in d["strategies"]),
                 counts=np.asarray(d["counts"], dtype=np.int64),
-                max_len=int(d["max_len"]),  # type: ignore[arg-type]
-                max_depth=None if d["max_depth"] is None else int(d["max_depth"]),  # type: ignore[arg-type]
+                max_len=int(d["max_len"]),
+                max_depth=None if d["max_depth"] is None else int(d["max_depth"]),
                 algorithm=str(d["algorithm"]),
-                seconds=float(d.get("seconds", 0.0)),  # type: ignore[arg-type]
-                info=dict(d.get("info", {})),  # type: ignore[arg-type]
+                seconds=float(d.get("seconds", 0.0)),
+                info=dict(d.get("info", {})),
             )
         except (KeyError, TypeError) as e:
             raise ValueError(f"malformed plan: missing or bad field {e}") from None

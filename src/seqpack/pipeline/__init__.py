@@ -17,6 +17,7 @@ from seqpack._lazy import keep, listing
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Any
 
     from seqpack.pipeline.config import OutputOptions, PackConfig
@@ -50,6 +51,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """The names load on first use (PEP 562): ``seqpack tokenize`` needs the engine and the store,
     not the tasks, the packed format or the planners behind `PackConfig` (~40 ms of imports)."""
+    module: ModuleType
     if name in ("OutputOptions", "PackConfig"):
         from seqpack.pipeline import config as module
     elif name in ("ENGINES", "Engine", "LocalEngine", "get_engine"):

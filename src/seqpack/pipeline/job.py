@@ -71,7 +71,7 @@ from seqpack.tasks import get_task
 if TYPE_CHECKING:
     from seqpack.pipeline.engine import Engine
     from seqpack.store.sharded import ShardedTokenStore
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 #: one input shard: (a store shard's path or a batch of records, its first document's number, the task's context)
 ShardInput = tuple[Any, int, "dict[str, Any] | None"]
@@ -79,7 +79,7 @@ ShardInput = tuple[Any, int, "dict[str, Any] | None"]
 
 def pack_store_shards(
     store: ShardedTokenStore,
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     *,
@@ -95,7 +95,7 @@ def pack_store_shards(
 
 def pack_example_shards(
     source: str | os.PathLike[str],
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     *,
@@ -138,7 +138,7 @@ def pack_example_shards(
 def run_job(
     key: dict[str, Any],
     inputs: Iterable[ShardInput],
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     output: OutputOptions,
@@ -377,8 +377,8 @@ def _write_packs(
         items[0] = (*items[0][:10], specs)  # part 0 is written and recorded now
         for name, spec in _column_specs(specs, specs, meta).items():  # the derived columns too
             row = int(np.prod(spec["shape"], dtype=np.int64)) * np.dtype(spec["dtype"]).itemsize
-            with open(bin_dir / f"{name}.bin", "wb") as f:
-                f.truncate(row * P)
+            with open(bin_dir / f"{name}.bin", "wb") as fh:
+                fh.truncate(row * P)
     made = list(
         progress_bar(
             iterable=engine.map(packs_stage, items), total=len(items), desc="pack: parts", unit="part", leave=False

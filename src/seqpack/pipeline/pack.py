@@ -28,12 +28,12 @@ from seqpack.tasks import get_task
 if TYPE_CHECKING:
     from seqpack.pipeline.engine import Engine
     from seqpack.store import TokenStore
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 
 def build_packed_dataset(
     source: str | os.PathLike[str] | Iterable[Any] | TokenStore,
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     *,
@@ -90,7 +90,7 @@ def build_packed_dataset(
             source, tokenizer, out, config, output=output, engine=engine, shard_examples=shard_examples, glob=glob
         )
     elif task.reads_store and sharded:
-        store = source if isinstance(source, ShardedTokenStore) else ShardedTokenStore(source)  # type: ignore[arg-type]
+        store = source if isinstance(source, ShardedTokenStore) else ShardedTokenStore(source)  # type: ignore[arg-type]  # a path here: a TokenStore was taken above
         m = pack_store_shards(store, tokenizer, out, config, output=output, engine=engine)
     else:
         check_output_dir(out, overwrite=overwrite)

@@ -38,12 +38,12 @@ from seqpack.tasks.base import split_derived
 
 if TYPE_CHECKING:
     from seqpack.pipeline.config import PackConfig
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 
 def sequences_stage(
     shard: str | list[dict[str, Any]],
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     config: PackConfig,
     doc_base: int,
     path: str,
@@ -116,7 +116,7 @@ def input_identity(shard: str | list[dict[str, Any]]) -> Any:
 SEQUENCES_FORMAT = 3
 
 
-def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, tokenizer: Tokenizer) -> str:
+def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, tokenizer: AnyTokenizer) -> str:
     """The key a sequences stage is recorded under: its inputs' identity and everything that changes its bytes."""
     return content_hash(SEQUENCES_FORMAT, name, doc_base, identity, config.to_dict(), tokenizer.fingerprint())
 
@@ -129,7 +129,7 @@ def route_stage(
     fields: list[str],
     key: str,
     done: dict[str, Any] | None = None,
-    rebuild: tuple[str, Tokenizer, PackConfig] | None = None,
+    rebuild: tuple[str, AnyTokenizer, PackConfig] | None = None,
 ) -> dict[str, Any]:
     """Write input shard ``src``'s saved token ``fields`` again under ``path``, as raw ``.bin``
     files in plan order: its sequences sorted by row group (``group_bounds``: the first slot of
@@ -191,7 +191,7 @@ def write_in_order(
         _native.scatter_rows(
             tokens, offsets, order[lo:hi], np.array([0, hi - lo], dtype=np.int64), dst.reshape(1, n), pad, 1
         )
-        f.write(memoryview(dst))
+        f.write(dst.data)
         lo, done = hi, done + n
 
 
@@ -284,7 +284,7 @@ def _read_group(
             n = int(chunks[1, s] - chunks[0, s])
             with open(Path(routes[s]) / f"token.{k}.bin", "rb") as f:
                 f.seek(int(chunks[0, s]) * size)
-                got = f.readinto(memoryview(out[at : at + n]).cast("B"))
+                got = f.readinto(out[at : at + n].data.cast("B"))
             if got != n * size:
                 raise OSError(f"{routes[s]}/token.{k}.bin: short read (a work file changed during the job)")
             at += n

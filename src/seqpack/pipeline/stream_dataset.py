@@ -26,7 +26,7 @@ from seqpack.data.torch_dataset import to_tensors
 from seqpack.pipeline.streaming import PackedStream, StreamConfig
 
 
-class StreamingPackedDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+class StreamingPackedDataset(torch.utils.data.IterableDataset):
     """Packed rows of a stream (see the module and `seqpack.pipeline.streaming.PackedStream`).
 
     ``examples`` must give the same examples in the same order each time it is iterated (a list, a

@@ -25,7 +25,7 @@ the rows that follow are exactly those of the uninterrupted stream.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,9 +174,9 @@ class _Reader:
         return self._ahead
 
     def take(self, n: int) -> list[tuple[int, Any]]:
-        out = []
+        out: list[tuple[int, Any]] = []
         while len(out) < n and self.peek() is not None:
-            i, item = self._ahead  # type: ignore[misc]
+            i, item = self._ahead  # type: ignore[misc]  # peek() just set _ahead
             self._ahead = None
             if self.sources is not None:
                 source, item = item
@@ -349,7 +349,7 @@ class PackedStream:
 
     def _drain(
         self, buffer: tuple[Sequences, np.ndarray], s: dict[str, Any], reader: _Reader, *, final: bool, skip: int
-    ) -> Iterator[dict[str, np.ndarray]]:  # returns the carried sequences and pieces (None: none)
+    ) -> Generator[dict[str, np.ndarray], None, tuple[Sequences, np.ndarray] | None]:  # returns what it carries
         cfg = self.config
         pool, pieces = buffer
         seed = int(np.random.SeedSequence([cfg.seed, s["epoch"], self.shard, s["drain"]]).generate_state(1)[0])

@@ -48,7 +48,7 @@ from seqpack.tokenizer.pretokenize import doc_chunks
 
 if TYPE_CHECKING:
     from seqpack.pipeline.engine import Engine
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 
 def _shards_of(documents: Iterable[str], shard_chars: int) -> Iterator[tuple[int, int, list[str], int]]:
@@ -62,7 +62,7 @@ def _shards_of(documents: Iterable[str], shard_chars: int) -> Iterator[tuple[int
 
 
 def encode_shard(
-    path: str, documents: list[str], tokenizer: Tokenizer, first: int, workers: int | None, key: str
+    path: str, documents: list[str], tokenizer: AnyTokenizer, first: int, workers: int | None, key: str
 ) -> dict[str, Any]:
     """One stage of `build_sharded_store`: encode ``documents`` into the store ``path``, then record it."""
     extra = {"first_document": first, "input_documents": len(documents)}
@@ -70,12 +70,12 @@ def encode_shard(
         json.dumps(dict(build_store(documents, tokenizer, path, workers=workers, overwrite=True, extra=extra).meta))
     )
     StageLog(Path(path).parent).finish(Path(path).name, key, meta, files=[path])
-    return meta  # type: ignore[no-any-return]
+    return meta
 
 
 def build_sharded_store(
     documents: Iterable[str],
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     out: str | os.PathLike[str],
     *,
     shard_chars: int = DEFAULT_SHARD_CHARS,

@@ -73,7 +73,7 @@ class PackedRollouts:
 
     @property
     def completion_lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)  # type: ignore[no-any-return]
+        return np.diff(self.offsets)
 
     def row_costs(self, cost: RowCost | None = None) -> np.ndarray:
         """Each row's cost (`seqpack.packing.balance.RowCost`; default its FLOP model at the
@@ -81,7 +81,7 @@ class PackedRollouts:
         cost = cost or RowCost.from_flops(hidden=DEFAULT_HIDDEN, layers=1)
         tokens = (self.segment_ids > 0).sum(axis=1)
         units = self.segment_ids.max(axis=1)
-        return cost.per_token * tokens + cost.per_square * self.squares + cost.per_sequence * units  # type: ignore[no-any-return]
+        return cost.per_token * tokens + cost.per_square * self.squares + cost.per_sequence * units
 
     def rank_rows(self, world: int, *, cost: RowCost | None = None, seed: int = 0) -> np.ndarray:
         """The rows dealt to ``world`` data-parallel ranks: ``(micro_batches, world)`` row indices,
@@ -96,7 +96,7 @@ class PackedRollouts:
             raise ValueError(
                 f"{self.num_rows} rows cannot be shared evenly by {world} ranks; pack with world_size={world}"
             )
-        return balanced_steps(self.row_costs(cost), world=world, micro_batch=1, seed=seed)[:, :, 0]  # type: ignore[no-any-return]
+        return balanced_steps(self.row_costs(cost), world=world, micro_batch=1, seed=seed)[:, :, 0]
 
     def padded_index(self) -> tuple[np.ndarray, np.ndarray]:
         """Where each completion token goes in TRL's right-padded ``(C, max completion length)``

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 from seqpack.store.store import StoreWriter, TokenStore
 
 if TYPE_CHECKING:
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 
 def build_store(
     documents: Iterable[str],
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     out: str | os.PathLike[str],
     *,
     workers: int | None = None,

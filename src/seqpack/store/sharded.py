@@ -24,7 +24,7 @@ from seqpack._atomic import read_versioned_json
 from seqpack.store.store import StoreMeta, TokenStore
 
 if TYPE_CHECKING:
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 FORMAT_VERSION = 1
 KIND = "seqpack.sharded_token_store"
@@ -36,7 +36,9 @@ def shard_name(i: int) -> str:
     return f"shard-{i:05d}"
 
 
-def shards_manifest(metas: list[dict[str, Any]], tokenizer: Tokenizer, source: str, shard_chars: int) -> dict[str, Any]:
+def shards_manifest(
+    metas: list[dict[str, Any]], tokenizer: AnyTokenizer, source: str, shard_chars: int
+) -> dict[str, Any]:
     """``shards.json`` of a sharded store from its shards' ``meta.json`` (in order)."""
 
     def total(key: str) -> int:

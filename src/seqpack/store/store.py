@@ -122,9 +122,7 @@ class StoreWriter:
             return
         if int(ids.max()) >= self.vocab_size or (ids.dtype.kind == "i" and int(ids.min()) < 0):
             raise ValueError(f"a document from {self.num_documents} on has ids outside 0..{self.vocab_size - 1}")
-        self._write(
-            TOKENS, memoryview(np.ascontiguousarray(ids.astype(self.dtype, copy=False))).cast("B")
-        )  # no bytes copy
+        self._write(TOKENS, np.ascontiguousarray(ids.astype(self.dtype, copy=False)).data.cast("B"))  # no bytes copy
         self._pending.extend((self.num_tokens + np.cumsum(kept)).tolist())
         self.num_tokens += int(ids.size)
         self.num_documents += int(kept.size)

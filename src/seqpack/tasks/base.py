@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from seqpack.data.sequences import Sequences
     from seqpack.nn.models.common import PackedOutput
     from seqpack.store import TokenStore
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 COMPONENTS = ("lm", "nsp", "cls")  # loss components, in the order of loss_units
 
@@ -138,11 +138,11 @@ class Task:
         ``--tokenizer`` names) and return their manifest; ``seqpack pack`` then runs no pack job."""
         raise NotImplementedError(f"task {self.name} is packed by the pack job of seqpack.pipeline")
 
-    def build_sequences(self, source: Any, tokenizer: Tokenizer, config: Any) -> Sequences:
+    def build_sequences(self, source: Any, tokenizer: AnyTokenizer, config: Any) -> Sequences:
         """The task's sequences (not yet packed) from ``source``; ``config`` is a ``PackConfig``."""
         raise NotImplementedError
 
-    def stored_sequences(self, source: Any, tokenizer: Tokenizer, config: Any) -> tuple[Sequences, dict[str, Any]]:
+    def stored_sequences(self, source: Any, tokenizer: AnyTokenizer, config: Any) -> tuple[Sequences, dict[str, Any]]:
         """What a sharded job saves of `build_sequences`'s sequences: them without their
         `derived_fields`, and the dtype each of those has (`rebuild_field` makes them after
         the gather). A task whose derived fields cost something to make overrides this to not make them."""
@@ -158,7 +158,7 @@ class Task:
         return {}
 
     def build_shard(
-        self, records: list[dict[str, Any]], tokenizer: Tokenizer, config: Any, context: dict[str, Any]
+        self, records: list[dict[str, Any]], tokenizer: AnyTokenizer, config: Any, context: dict[str, Any]
     ) -> Sequences:
         """One shard's sequences from a batch of example records (default: `build_sequences`)."""
         return self.build_sequences(records, tokenizer, config)
@@ -170,7 +170,7 @@ class Task:
         return self.shard_context([], config)
 
     def stream_sequences(
-        self, records: list[Any], tokenizer: Tokenizer | None, config: Any, context: dict[str, Any]
+        self, records: list[Any], tokenizer: AnyTokenizer | None, config: Any, context: dict[str, Any]
     ) -> Sequences:
         """The sequences of one chunk of a stream's examples, ``example_ids`` local to the chunk
         (default: `build_shard`: the offline job's sequences of those examples)."""
@@ -186,7 +186,7 @@ class Task:
         """What a finished packing job should warn about (from the whole job's counts; default: nothing)."""
         return []
 
-    def open_store(self, source: Any, tokenizer: Tokenizer) -> TokenStore:
+    def open_store(self, source: Any, tokenizer: AnyTokenizer) -> TokenStore:
         from seqpack.store import TokenStore
 
         if isinstance(source, TokenStore):
@@ -255,7 +255,7 @@ class Task:
         from seqpack.nn.hf_adapter import packed_forward
 
         b = self.hf_batch(model, {k: v for k, v in batch.items() if k != "num_sequences"})
-        return packed_forward(model, b, reduction=reduction)  # type: ignore[no-any-return]
+        return packed_forward(model, b, reduction=reduction)
 
     def objective(self, options: Any, kind: str) -> Any:
         """The training objective passed to `forward`, from the run's options and model kind

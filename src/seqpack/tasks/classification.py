@@ -37,7 +37,7 @@ from seqpack.tasks.examples import get_field, special_ids
 if TYPE_CHECKING:
     import torch
 
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 
 OVERFLOW = ("truncate", "drop", "error")
@@ -180,7 +180,7 @@ def _read(
 
 def classification_sequences(
     examples: str | os.PathLike[str] | Iterable[Any],
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     *,
     max_len: int,
     text_field: str = "text",

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 BERT_SPECIALS = ("[CLS]", "[SEP]", "[MASK]")
 
@@ -32,7 +32,7 @@ def get_field(row: dict[str, Any], name: str, i: int, option: str, kind: type | 
     return v
 
 
-def special_ids(tokenizer: Tokenizer, names: Iterable[str] = BERT_SPECIALS) -> tuple[dict[str, int], int]:
+def special_ids(tokenizer: AnyTokenizer, names: Iterable[str] = BERT_SPECIALS) -> tuple[dict[str, int], int]:
     """Ids of ``names``: the tokenizer's own where it has them, else new ids after its vocab.
 
     Returns ``(ids, vocab_size)``, the vocab size a model needs to embed every id.

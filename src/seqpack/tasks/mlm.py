@@ -21,7 +21,7 @@ options, same seed -> identical sequences.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import torch
 
     from seqpack.store import TokenStore
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +76,7 @@ class MLMConfig:
         return self.max_predictions or max(1, round(self.max_len * self.mask_prob))
 
 
-def sentence_tables(tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sentence_tables(tokenizer: AnyTokenizer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per vocab id: holds a newline, ends in sentence punctuation, starts with whitespace."""
     n = tokenizer.vocab_size
     newline, punct, space = (np.zeros(n, dtype=bool) for _ in range(3))
@@ -99,7 +99,7 @@ def sentence_ends(
     return np.flatnonzero(cut) + 1
 
 
-def mlm_sequences(store: TokenStore, tokenizer: Tokenizer, config: MLMConfig) -> Sequences:
+def mlm_sequences(store: TokenStore, tokenizer: AnyTokenizer, config: MLMConfig) -> Sequences:
     """Sentence pairs with NSP labels and 80/10/10 masking, from every document of ``store``."""
     specials, vocab_size = special_ids(tokenizer)
     cls, sep, mask = specials["[CLS]"], specials["[SEP]"], specials["[MASK]"]
@@ -189,7 +189,7 @@ class _PairBuilder:
     def span(self, sents: list[tuple[int, int]]) -> np.ndarray:
         return self.tokens[sents[0][0] : sents[-1][1]] if sents else self.tokens[:0]
 
-    def pairs(self, d: int):  # type: ignore[no-untyped-def]
+    def pairs(self, d: int) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
         rng, cfg = self.rng, self.cfg
         max_tokens = cfg.max_len - 3
         target = max_tokens if rng.random() >= cfg.short_seq_prob else int(rng.integers(2, max_tokens + 1))

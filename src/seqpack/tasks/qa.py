@@ -38,7 +38,7 @@ from seqpack.tasks.examples import get_field, special_ids
 if TYPE_CHECKING:
     import torch
 
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 
 def first_answer(answers: Any, i: int, field: str) -> tuple[str, int] | None:
@@ -100,7 +100,9 @@ def _read_rows(
     examples: str | os.PathLike[str] | Iterable[Any], question_field: str, context_field: str, answers_field: str
 ) -> tuple[list[tuple[int, str, str, Any]], dict[str, int], int]:
     """``(record number, question, context, first answer)`` of each example with a context."""
-    rows, dropped, n_examples = [], {}, 0
+    rows: list[tuple[int, str, str, Any]] = []
+    dropped: dict[str, int] = {}
+    n_examples = 0
     for i, row in enumerate(iter_records(examples)):
         n_examples += 1
         q = get_field(row, question_field, i, "--question-field")
@@ -115,7 +117,7 @@ def _read_rows(
 
 def qa_sequences(
     examples: str | os.PathLike[str] | Iterable[Any],
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     *,
     max_len: int,
     question_field: str = "question",
@@ -149,9 +151,10 @@ def qa_sequences(
             head = [cls, *qi, sep]
             seqs.append(head + piece + [sep])
             n_types.append(len(head))
-            inside = span is not None and w <= span[0] and span[1] < w + len(piece)
-            fields["start_positions"].append(span[0] - w + len(head) if inside else 0)
-            fields["end_positions"].append(span[1] - w + len(head) if inside else 0)
+            first, last = span if span is not None else (-1, -1)
+            inside = span is not None and w <= first and last < w + len(piece)
+            fields["start_positions"].append(first - w + len(head) if inside else 0)
+            fields["end_positions"].append(last - w + len(head) if inside else 0)
             fields["context_start"].append(len(head))
             fields["window_start"].append(w)
             example_ids.append(i)

@@ -11,6 +11,7 @@ from seqpack._lazy import keep, listing
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Any
 
     from seqpack.tokenizer.hf_tokenizer import HFTokenizer, open_tokenizer
@@ -26,6 +27,7 @@ __all__ = ["BPEConfig", "BPEResult", "HFTokenizer", "Tokenizer", "open_tokenizer
 
 
 def __getattr__(name: str) -> Any:
+    module: ModuleType
     if name in ("BPEConfig", "BPEResult", "train_bpe", "train_bpe_corpus"):
         from seqpack.tokenizer import train as module
     elif name == "Tokenizer":

@@ -16,6 +16,10 @@ from collections.abc import Sequence
 from functools import lru_cache
 from itertools import accumulate
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
 
 @lru_cache(maxsize=1)
 def byte_to_char() -> tuple[str, ...]:
@@ -53,11 +57,11 @@ def str_to_bytes(text: str) -> bytes:
 
 
 @lru_cache(maxsize=1)
-def _encoding_map() -> object:
+def _encoding_map() -> Any:  # codecs.charmap_build's EncodingMap, a private type
     return codecs.charmap_build(_decoding_table())
 
 
-def _slices(text: str | bytes, lengths: list[int]) -> list:  # type: ignore[type-arg]
+def _slices(text: str | bytes, lengths: list[int]) -> list:
     ends = list(accumulate(lengths))
     return [text[e - n : e] for e, n in zip(ends, lengths)]
 
@@ -69,7 +73,7 @@ def bytes_to_strs(items: Sequence[bytes]) -> list[str]:
     >>> bytes_to_strs([b" a", b"b\\n"])
     ['Ġa', 'bĊ']
     """
-    return _slices(bytes_to_str(b"".join(items)), [len(b) for b in items])  # type: ignore[no-any-return]
+    return _slices(bytes_to_str(b"".join(items)), [len(b) for b in items])
 
 
 def gpt2_strings(
@@ -120,4 +124,4 @@ def strs_to_bytes(items: Sequence[str]) -> list[bytes]:
         data = codecs.charmap_encode(text, "strict", _encoding_map())[0]
     except UnicodeEncodeError as e:
         raise KeyError(text[e.start]) from None
-    return _slices(data, [len(t) for t in items])  # type: ignore[no-any-return]
+    return _slices(data, [len(t) for t in items])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from seqpack import _native
+import seqpack._native as _native
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
 if TYPE_CHECKING:  # the compiled module makes its arrays itself; training needs no numpy
@@ -94,11 +94,11 @@ class CoreBPE:
     def fast_encode(self, fallback: Callable[[str], list[int]], max_chars: int) -> Callable[[str], list[int]]:
         """``encode`` as a plain C function (no binding layer a call, the cost that dominates short
         texts), checking the type itself; texts over ``max_chars`` characters go to ``fallback``."""
-        return self._enc.fast_encode(fallback, max_chars)  # type: ignore[no-any-return]
+        return self._enc.fast_encode(fallback, max_chars)  # type: ignore[return-value]  # pybind11 types it py::object
 
     def bpe_with(self, word: bytes, heap: bool) -> list[int]:
         """One pre-tokenized word by the heap rule (long words) or the scan rule (tests compare them)."""
-        return self._enc.bpe_with(word, heap)  # type: ignore[no-any-return]
+        return self._enc.bpe_with(word, heap)
 
     def plan(self, documents: Sequence[str], threads: int, thread_bytes: int | None = None) -> tuple[int, int, int]:
         """``(threads, blocks, pieces)`` that ``encode_batch``/``encode_lists`` would run ``documents``
@@ -108,14 +108,14 @@ class CoreBPE:
         (1, 1, 100)
         """
         if thread_bytes is None:
-            return self._enc.plan(documents, threads)  # type: ignore[no-any-return]
-        return self._enc.plan(documents, threads, thread_bytes)  # type: ignore[no-any-return]
+            return self._enc.plan(documents, threads)
+        return self._enc.plan(documents, threads, thread_bytes)
 
     def cut_point(self, text: bytes, lo: int, hi: int) -> int:
         """Where ``encode_batch``/``encode_lists`` may cut a long UTF-8 ``text`` to spread it over
         threads, in ``[lo, hi]`` (the last one: after the newline of ``x\\ny``, else before the space
         of ``a b``; never inside a special token), 0 if none (tests check the ids do not change)."""
-        return self._enc.cut_point(text, lo, hi)  # type: ignore[no-any-return]
+        return self._enc.cut_point(text, lo, hi)
 
     def clear_cache(self) -> None:
         """Forget the per-thread word caches (cold-cache measurements)."""
@@ -130,7 +130,7 @@ class CoreBPE:
         >>> CoreBPE.fingerprint_stream([1], [b"a"], [(b"a", b"a")]).hex()
         '0100000000000000010000006101000000610100000061'
         """
-        return _native.fingerprint_stream(ids, tokens, merges)  # type: ignore[no-any-return]
+        return _native.fingerprint_stream(ids, tokens, merges)
 
     @staticmethod
     def tokenizer_texts(
@@ -145,7 +145,7 @@ class CoreBPE:
         >>> [t.decode() for t in texts[2:]]
         ['{"Ġa":0,"Q":1}', '[["Ġ","a"]]']
         """
-        return _native.tokenizer_texts(ids, tokens, merges, special)  # type: ignore[no-any-return]
+        return _native.tokenizer_texts(ids, tokens, merges, special)
 
     # ---- training ---------------------------------------------------------------------------
     @staticmethod

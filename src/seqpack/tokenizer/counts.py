@@ -85,13 +85,13 @@ class WordCounts:
         return self.to_dict() == other.to_dict()
 
 
-def _counter(special_tokens: Sequence[str]):  # type: ignore[no-untyped-def]
+def _counter(special_tokens: Sequence[str]) -> Any:  # the compiled WordCounter
     from seqpack.tokenizer.core import CoreBPE
 
     return CoreBPE.word_counter(special_tokens)
 
 
-def _add_chunk(counter, chunk: Chunk, errors: str) -> int:  # type: ignore[no-untyped-def]
+def _add_chunk(counter: Any, chunk: Chunk, errors: str) -> int:
     """Count one chunk into ``counter``; returns its size (bytes of a file, chars of documents)."""
     if isinstance(chunk, DocChunk):
         counter.add_texts(chunk.documents)

@@ -77,7 +77,7 @@ def read_vocab(path: str | os.PathLike[str]) -> dict[int, bytes]:
     vocab = dict(zip(ids, _decode_tokens(tokens, lambda k: f"{path}: token")))
     if len(vocab) < len(ids):
         seen: set[int] = set()
-        idx = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+        idx = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]  # set.add returns None: the idiom finds the first repeat
         raise ValueError(f"{path}: id {idx} is used twice")
     return vocab
 

@@ -50,7 +50,7 @@ def build_hf_tokenizer(tok: Tokenizer) -> Any:
     )
     hf = HFTokenizer(bpe)
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
-    hf.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    hf.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)  # type: ignore[call-arg]  # tokenizers' stub omits these keywords
     hf.add_special_tokens(
         [
             AddedToken(s, single_word=False, lstrip=False, rstrip=False, normalized=False, special=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,7 +114,7 @@ class HFTokenizer:
             out.append((ids, spans))
         return out
 
-    def encode_flat(self, documents: list[str], workers: int) -> tuple[np.ndarray, np.ndarray]:
+    def encode_flat(self, documents: Sequence[str], workers: int) -> tuple[np.ndarray, np.ndarray]:
         """One batch as flat ``uint32`` ids and ``int64`` offsets (the token store's layout)."""
         import numpy as np
 

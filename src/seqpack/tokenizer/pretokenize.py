@@ -25,7 +25,7 @@ import mmap
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
@@ -186,7 +186,7 @@ _SCAN_BYTES = 16 << 20
 
 def _special_starts(
     mm: mmap.mmap, size: int, sp: re.Pattern[bytes], longest: int, literal: bytes | None = None
-) -> Iterator[int]:
+) -> Generator[int, None, None]:
     """Where the special tokens start in ``mm``: the matches of ``sp.finditer(mm)``, found a window
     of `_SCAN_BYTES` at a time. Each window is let go of once searched (``MADV_DONTNEED``:
     the page cache keeps the pages, the process no longer holds them), so a file with few or no

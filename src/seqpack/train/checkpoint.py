@@ -152,7 +152,7 @@ def load_checkpoint(
     theirs = {k: v for k, v in {**ADDED_OPTIONS, **ck["options"]}.items() if k not in FREE_OPTIONS}
     if mine != theirs:
         raise ValueError(f"{path} was trained with other options ({_diff(theirs, mine)}); resume with the same options")
-    return ck  # type: ignore[no-any-return]
+    return ck
 
 
 def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:

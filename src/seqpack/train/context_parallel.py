@@ -141,7 +141,7 @@ class CPObjective(torch.nn.Module):
             h = self.model(
                 batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"], plan=plan, logits=False
             ).hidden
-            logits = self.model.token_logits(h)  # type: ignore[operator]
+            logits = self.model.token_logits(h)  # type: ignore[operator]  # a seqpack GPT's method, typed through nn.Module.__getattr__
         loss = sharded_token_loss(
             logits, batch["targets"], batch["segment_ids"], group=self.group, reduction=self.reduction
         )

@@ -114,7 +114,16 @@ def _check_counts(path: str | os.PathLike[str], m: dict[str, Any], nseq: np.ndar
 class Units:
     """Training units (packs or sequences) read as an endless stream of epochs, each a fresh
     permutation seeded by ``(seed, epoch)`` (see the module); ``unit_sequences`` and
-    ``unit_tokens`` hold each unit's counts."""
+    ``unit_tokens`` hold each unit's counts.
+
+    The interface the train loop reads, and the only one: every kind of training data (packed
+    rows, image-text rows, a stream) is a `Units`, and the loop never asks which."""
+
+    task: str  # the task's registered name
+    manifest: dict[str, Any]  # the packed directory's manifest (a stream: the one it would write)
+    by_pack: bool = False  # a padded run that reads the packed run's packs, each as its sequences
+    #: per-pack columns added at read time (a reference model's log-probabilities), or None
+    pack_columns: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
 
     unit_sequences: np.ndarray
     unit_tokens: np.ndarray
@@ -142,8 +151,29 @@ class Units:
         self.eval_tokens = int(fill[self.eval_packs].sum())
         self.eval_sequences = int(nseq[self.eval_packs].sum())
 
+    @property
+    def schedule_shape(self) -> tuple[int, int] | None:
+        """``(steps, rows)`` of a balanced schedule stored with the data (default: none)."""
+        return None
+
+    def batch(self, units: np.ndarray) -> dict[str, torch.Tensor]:
+        """The rows of ``units`` as tensors, ``(B, L)`` each."""
+        raise NotImplementedError
+
+    def eval_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        """The held-out rows an evaluation reads, ``batch_size`` at a time."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """What a run's config.json records of its data."""
+        raise NotImplementedError
+
     def check_balance(self) -> None:
         """Refuse ``--balance`` in one line where these units can't be balanced (default: they can)."""
+
+    def balance(self, cost: Any, *, world: int, rows: int) -> dict[str, float]:
+        """Balance the packs across ``world`` ranks under ``cost`` (after `check_balance` let it)."""
+        raise NotImplementedError
 
     def counts(self, units: np.ndarray) -> tuple[int, int]:
         """Sequences and real tokens of ``units`` (after `batch` read them)."""
@@ -290,7 +320,7 @@ class TrainData(Units):
         else:
             return super()._epoch_order(seed, epoch)
         flat = steps.transpose(0, 2, 1).reshape(-1)  # micro-batch row b * world + r is rank r's b-th pack
-        return flat[flat >= 0]  # type: ignore[no-any-return]
+        return flat[flat >= 0]
 
     def _take(self, packs: np.ndarray) -> dict[str, np.ndarray]:
         cols = self.rows.take(packs)

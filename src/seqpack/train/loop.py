@@ -51,7 +51,7 @@ from seqpack.train.checkpoint import (
 )
 from seqpack.train.config import TrainConfig, run_eval_tokens
 from seqpack.train.context_parallel import CPGroups, CPObjective, check_cp_model, cp_groups, dp_size, shard_batch
-from seqpack.train.data import TrainData
+from seqpack.train.data import TrainData, Units
 from seqpack.train.distributed import World, close_world, init_world
 from seqpack.train.lines import start_line
 from seqpack.train.models import attention_of, build_model, enable_checkpointing, forward
@@ -133,7 +133,7 @@ def train(
     raise KeyboardInterrupt(interrupted)
 
 
-def open_train_data(cfg: TrainConfig, world: World) -> TrainData | VisionTrainData | StreamTrainData:
+def open_train_data(cfg: TrainConfig, world: World) -> Units:
     """The run's data: a stream of examples (``cfg.stream``), packed image-text rows (their
     manifest's kind says so) or the token-column format."""
     from seqpack.tasks.vision.packed import KIND as VISION_KIND
@@ -193,7 +193,7 @@ class _Run:
     def __init__(
         self,
         cfg: TrainConfig,
-        data: TrainData | VisionTrainData | StreamTrainData,
+        data: Units,
         world: World,
         *,
         resume: bool,
@@ -234,7 +234,7 @@ class _Run:
         # and the dataset's schedule itself when training its steps (a re-pack may have changed it)
         self.options = {
             **cfg.to_dict(),
-            **({"balance_cost": self.balance["cost"]} if cfg.balance_cost else {}),
+            **({"balance_cost": self.balance["cost"]} if cfg.balance_cost and self.balance else {}),
             **({"schedule": data.manifest["schedule"]} if data.schedule_shape else {}),
         }
         self.eval_every = max(1, self.total // cfg.evals) if cfg.evals else cfg.eval_every
@@ -298,9 +298,7 @@ class _Run:
         check_cp_model(self.model)
         return cp_groups(world, cfg.context_parallel)
 
-    def _balance(
-        self, cfg: TrainConfig, data: TrainData | VisionTrainData | StreamTrainData, world: World
-    ) -> dict[str, Any] | None:
+    def _balance(self, cfg: TrainConfig, data: Units, world: World) -> dict[str, Any] | None:
         """With ``balance="compute"``: packs dealt so every rank's step costs the same (a calibrated
         cost file, or the FLOP model of this model)."""
         if cfg.balance == "none":
@@ -333,6 +331,8 @@ class _Run:
         weights' (computed now, before any step), or on resume the run's saved ones."""
         if self.objective is None or not getattr(self.objective, "needs_reference", False):
             return None
+        # only packed preference rows have a reference objective (the task refuses the other kinds)
+        assert isinstance(self.data, TrainData), type(self.data)
         if resume:
             ref = load_reference(self.run_dir, self.data)
         else:
@@ -398,7 +398,7 @@ class _Run:
         logged = torch.zeros(3, dtype=torch.float64)  # loss, sequences, tokens (summed over ranks)
         for m, (units, b) in enumerate(batches):
             sync = world.size == 1 or m == len(batches) - 1
-            ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()  # type: ignore[operator]
+            ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()  # type: ignore[operator]  # DDP's no_sync, typed through nn.Module.__getattr__
             with ctx:
                 with precision(self.cfg, self.world.device):
                     out = self.wrapped(b)
@@ -498,7 +498,7 @@ class _Run:
         from seqpack._progress import progress_bar
 
         cfg, st = self.cfg, self.state
-        self.last_eval: dict[str, float] = {}
+        self.last_eval = {}
         desc = "padded" if cfg.padded else "packed"
         if cfg.progress and self.world.main:  # at once: a run in a log is never silent until its first step
             print(

@@ -62,20 +62,21 @@ def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn
 def enable_checkpointing(model: torch.nn.Module) -> None:
     """Gradient checkpointing: seqpack's encoders recompute each block (``checkpoint_blocks``); a
     transformers model through its own ``gradient_checkpointing_enable`` (non-reentrant)."""
-    if hasattr(model, "gradient_checkpointing_enable"):
-        if not getattr(model, "supports_gradient_checkpointing", False):
+    hf: Any = model  # a transformers model's methods are read by name
+    if hasattr(hf, "gradient_checkpointing_enable"):
+        if not getattr(hf, "supports_gradient_checkpointing", False):
             raise ValueError(
                 f"{type(model).__name__} does not support gradient checkpointing; drop --gradient-checkpointing"
             )
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x's name for it
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(hf, "activation_checkpointing_enable"):  # transformers 5.x's name for it
+            hf.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return
     stacks = [m for m in model.modules() if hasattr(m, "checkpoint_blocks")]
     assert stacks, f"{type(model).__name__} holds no block stack"
     for m in stacks:
-        m.checkpoint_blocks = True
+        setattr(m, "checkpoint_blocks", True)  # noqa: B010 - a BlockStack's flag, set through nn.Module
 
 
 def _hf_model(
@@ -150,7 +151,7 @@ def attention_dropout(config: Any) -> float:
 def attention_of(model: torch.nn.Module, cfg: TrainConfig) -> str:
     """The attention a run's model runs: a transformers model's ``attn_implementation``, or
     seqpack's ``--attention`` backend (``auto``: chosen per batch, `seqpack.nn.attention.choose_backend`)."""
-    inner = getattr(model, "module", model)
+    inner: Any = getattr(model, "module", model)
     if type(inner).__module__.startswith("transformers"):
         config = inner.config.get_text_config() if hasattr(inner.config, "get_text_config") else inner.config
         return str(getattr(config, "_attn_implementation", None) or "eager")  # a VLM's: its text model's
@@ -173,9 +174,9 @@ def forward(
 ) -> PackedOutput:
     """One forward pass on a batch from `seqpack.train.data.TrainData` (``objective``: the
     task's, `seqpack.tasks.Task.objective`)."""
-    inner = getattr(model, "module", model)  # DistributedDataParallel wraps the model
+    inner: Any = getattr(model, "module", model)  # DistributedDataParallel wraps the model
     t = get_task(task)
     kw = {} if objective is None else {"objective": objective}  # a plugin task's forward may not take it
     if type(inner).__module__.startswith("transformers"):
         return t.hf_forward(model, batch, reduction=reduction, **kw)
-    return t.forward(model, batch, reduction=reduction, **kw)  # type: ignore[no-any-return]
+    return t.forward(model, batch, reduction=reduction, **kw)

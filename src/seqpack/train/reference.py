@@ -92,4 +92,4 @@ def load_reference(run_dir: Path, data: TrainData) -> np.ndarray:
         raise ValueError(
             f"{path} has shape {ref.shape}, the dataset needs {want}; start the run again with --overwrite"
         )
-    return ref  # type: ignore[no-any-return]
+    return ref

@@ -68,7 +68,6 @@ class StreamTrainData(Units):
 
     padded = False
     by_pack = False
-    schedule_shape = None
     pack_columns = None
 
     def __init__(self, cfg: TrainConfig, *, rank: int = 0, world_size: int = 1) -> None:
@@ -134,7 +133,7 @@ class StreamTrainData(Units):
         return 2**62  # unbounded: the run's --steps end it
 
     @property
-    def packing_factor(self) -> float:  # type: ignore[override]
+    def packing_factor(self) -> float:  # type: ignore[override]  # a property here, a plain attribute in the base
         """Sequences per row read so far (the held-out rows' before the first step)."""
         if self._read[0]:
             return float(self._read[1] / self._read[0])
@@ -191,9 +190,10 @@ class StreamTrainData(Units):
     def state_dict(self) -> dict[str, Any]:
         """The stream's state after the rows handed out (JSON values only)."""
         state = {"stream": self.source.state_dict(), "read": self._read.tolist()}
-        return json.loads(json.dumps(state, default=int))  # type: ignore[no-any-return]
+        return json.loads(json.dumps(state, default=int))
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        assert state is not None, "a stream's checkpoint always holds its position"  # state_dict never gives None
         self.source.load_state_dict(state["stream"])
         self._read = np.asarray(state["read"], dtype=np.int64)
         self._rows = None

@@ -66,7 +66,7 @@ def collate_rows(rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     return to_tensors({k: np.asarray([r[k] for r in rows]) for k in rows[0]})
 
 
-class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
+class PackedDPOTrainer(trl.DPOTrainer):
     """``trl.DPOTrainer`` over a packed ``preference`` dataset directory; see the module docstring."""
 
     def __init__(
@@ -94,7 +94,9 @@ class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
                 "PackedDPOTrainer computes the reference log-probabilities itself (packed, once); "
                 "leave precompute_ref_log_probs=False"
             )
-        self.objective = PreferenceLoss(kind=kinds[0], beta=args.beta, label_smoothing=args.label_smoothing)
+        self.objective: PreferenceLoss = PreferenceLoss(
+            kind=kinds[0], beta=args.beta, label_smoothing=args.label_smoothing
+        )
         rows = packed_rows_dataset(packed)  # example_ids kept: pair_outputs names each pair by its record
         reference = copy.deepcopy(model) if ref_model is None else ref_model
         rows = self._with_reference(rows, reference, int(m["max_depth"]), args.per_device_eval_batch_size)
@@ -124,12 +126,13 @@ class PackedDPOTrainer(trl.DPOTrainer):  # type: ignore[misc]
 
     def _set_signature_columns_if_needed(self) -> None:
         if self._signature_columns is None:
-            self._signature_columns = list(self.train_dataset.column_names)
+            ds: Any = self.train_dataset  # the packed rows, a datasets.Dataset
+            self._signature_columns = list(ds.column_names)  # type: ignore[assignment]  # transformers declares it None
 
     def compute_loss(
         self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch: Any = None
     ) -> Any:
-        mode = "train" if self.model.training else "eval"
+        mode = "train" if self.model is not None and self.model.training else "eval"
         out = preference_forward(model, inputs, self.objective)
         with torch.no_grad():
             present = out.present

@@ -99,7 +99,7 @@ def _set_attention(model: Any, impl: str) -> None:
     _config(model)._attn_implementation = impl
 
 
-class PackedGRPOTrainer(trl.GRPOTrainer):  # type: ignore[misc]
+class PackedGRPOTrainer(trl.GRPOTrainer):
     """``trl.GRPOTrainer`` whose per-token log-probabilities come from packed rows; see the module."""
 
     def __init__(

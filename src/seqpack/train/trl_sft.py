@@ -41,12 +41,13 @@ from seqpack.nn.hf_padding_free import VARLEN_IMPL
 from seqpack.nn.hf_support import check_packable
 
 
-class PackedSFTTrainer(trl.SFTTrainer):  # type: ignore[misc]
+class PackedSFTTrainer(trl.SFTTrainer):
     """``trl.SFTTrainer`` with the head-at-targets loss and no per-step sync (see the module)."""
 
     def __init__(self, *args: Any, compile_blocks: bool | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        hf: Any = self.model  # a transformers model (or a PEFT wrapper of one): read by name
+        model = hf.get_base_model() if hasattr(hf, "get_base_model") else hf
         needs = check_packable(model).needs  # a layer packed rows would make wrong: refused before any step
         impl = getattr(model.config, "_attn_implementation", None)
         if "sinks" in needs and impl not in (PACKED_IMPL, VARLEN_IMPL):
@@ -64,7 +65,7 @@ class PackedSFTTrainer(trl.SFTTrainer):  # type: ignore[misc]
     ) -> Any:
         if return_outputs:  # evaluation asking for logits: TRL's own path
             return super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
-        mode = "train" if self.model.training else "eval"
+        mode = "train" if self._training() else "eval"
         inputs = {k: v for k, v in inputs.items() if k != "use_cache"}
         out = model(**inputs, target_head=True, num_items_in_batch=num_items_in_batch)
         loss = out.loss
@@ -82,8 +83,11 @@ class PackedSFTTrainer(trl.SFTTrainer):  # type: ignore[misc]
             self._pending_tokens = getattr(self, "_pending_tokens", 0) + tokens
         return loss
 
+    def _training(self) -> bool:
+        return self.model is not None and self.model.training
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        mode = "train" if self.model.training else "eval"
+        mode = "train" if self._training() else "eval"
         counts = self._counts.pop(mode, None)
         if counts is not None:
             n, c = (

@@ -29,7 +29,6 @@ class VisionTrainData(Units):
 
     padded = False
     by_pack = False
-    schedule_shape = None
     pack_columns = None
 
     def __init__(

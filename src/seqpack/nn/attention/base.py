@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 
@@ -164,7 +165,16 @@ def reference_attention(
     return (p @ v.float()).to(q.dtype)
 
 
-def common(backend: str, segment_ids: torch.Tensor, causal: bool) -> dict[str, object]:
+class PlanFields(TypedDict):
+    """The fields every `AttentionPlan` has, as keywords."""
+
+    backend: str
+    causal: bool
+    batch: int
+    length: int
+
+
+def common(backend: str, segment_ids: torch.Tensor, causal: bool) -> PlanFields:
     """The `AttentionPlan` fields of a plan for ``segment_ids`` (B, T)."""
     B, T = segment_ids.shape
     return {"backend": backend, "causal": causal, "batch": B, "length": T}

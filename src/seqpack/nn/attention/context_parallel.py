@@ -60,14 +60,14 @@ class _GatherWithGrad(torch.autograd.Function):
     """All-gather along ``dim`` whose backward gives each rank the sum over ranks of its slice's gradient."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any, dim: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, group: Any, dim: int) -> torch.Tensor:
         ctx.group, ctx.dim = group, dim
         ctx.rank, ctx.size = _group_info(group)
         ctx.local = x.shape[dim]
         return gather_tokens(x, group, dim=dim)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         import torch.distributed as dist
 
         g = grad.contiguous()
@@ -79,7 +79,7 @@ class _GatherWithGrad(torch.autograd.Function):
 
 def gather_with_grad(x: torch.Tensor, group: Any, *, dim: int) -> torch.Tensor:
     """`gather_tokens` with a gradient (see `_GatherWithGrad`)."""
-    return _GatherWithGrad.apply(x, group, dim)  # type: ignore[no-any-return]
+    return _GatherWithGrad.apply(x, group, dim)
 
 
 def cp_mask(
@@ -120,7 +120,7 @@ def plan_context_parallel(
         **common("context_parallel", segment_ids, causal),
         group=group,
         rank=rank,
-        size=size,  # type: ignore[arg-type]
+        size=size,
         mask=mask,
         positions=position_ids,
         positions_all=pos_all,

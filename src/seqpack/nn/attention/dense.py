@@ -62,7 +62,7 @@ def plan_sdpa(
         if branch_ids is None
         else attention_mask(segment_ids, causal=causal, branch_ids=branch_ids)
     )
-    return MaskPlan(**common("sdpa", segment_ids, causal), mask=mask)  # type: ignore[arg-type]
+    return MaskPlan(**common("sdpa", segment_ids, causal), mask=mask)
 
 
 def attend_sdpa(
@@ -91,7 +91,7 @@ def plan_eager(
     segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, branch_ids: torch.Tensor | None = None
 ) -> MaskPlan:
     mask = attention_mask(segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
-    return MaskPlan(**common("eager", segment_ids, causal), mask=mask)  # type: ignore[arg-type]
+    return MaskPlan(**common("eager", segment_ids, causal), mask=mask)
 
 
 def eager_attention(

@@ -30,7 +30,7 @@ def plan_flex(
     return FlexPlan(
         **common("flex", segment_ids, causal),
         block_mask=bm,
-        segment_ids=segment_ids,  # type: ignore[arg-type]
+        segment_ids=segment_ids,
         branch_ids=branch_ids,
     )
 
@@ -62,7 +62,7 @@ def _softcap_mod(cap: float) -> Callable[..., Any]:
 def _kernel(compiled: bool) -> Callable[..., torch.Tensor]:
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False) if compiled else flex_attention  # type: ignore[return-value]
+    return torch.compile(flex_attention, dynamic=False) if compiled else flex_attention  # type: ignore[return-value]  # torch.compile's stub returns a loose callable
 
 
 def attend_flex(

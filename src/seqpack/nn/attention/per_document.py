@@ -173,7 +173,7 @@ def plan_per_document(
     gather = torch.cat(gathers) if gathers else torch.zeros(0, dtype=torch.long, device=dev)
     return BucketPlan(
         **common("per_document", segment_ids, causal), buckets=tuple(buckets), gather=gather, inverse=inverse
-    )  # type: ignore[arg-type]
+    )
 
 
 def attend_per_document(

@@ -59,7 +59,7 @@ def _plan(name: str) -> Callable[..., VarlenPlan]:
     def plan(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype) -> VarlenPlan:
         cu = row_runs(segment_ids)
         longest = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
-        return VarlenPlan(**common(name, segment_ids, causal), cu_seqlens=cu, max_seqlen=longest)  # type: ignore[arg-type]
+        return VarlenPlan(**common(name, segment_ids, causal), cu_seqlens=cu, max_seqlen=longest)
 
     return plan
 
@@ -134,7 +134,7 @@ def _flash_kernel(
     from flash_attn import flash_attn_varlen_func
 
     kw = {} if window is None else {"window_size": (window - 1, 0)}  # flash-attn's (left, right), inclusive
-    return flash_attn_varlen_func(q, k, v, cu, cu, m, m, softmax_scale=scale, causal=causal, **kw)  # type: ignore[no-any-return]
+    return flash_attn_varlen_func(q, k, v, cu, cu, m, m, softmax_scale=scale, causal=causal, **kw)
 
 
 def attend_flash(
@@ -149,7 +149,7 @@ def torch_varlen() -> Callable[..., Any] | None:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:
         return None
-    return varlen_attn  # type: ignore[no-any-return]
+    return varlen_attn
 
 
 def _torch_unavailable(segment_ids: torch.Tensor, dtype: torch.dtype) -> str | None:
@@ -202,7 +202,7 @@ def _torch_kernel(
 ) -> torch.Tensor:
     fn = torch_varlen()
     assert fn is not None
-    return fn(q, k, v, cu, cu, m, m, **varlen_kwargs(fn, causal, scale, q.shape[-1], window))  # type: ignore[no-any-return]
+    return fn(q, k, v, cu, cu, m, m, **varlen_kwargs(fn, causal, scale, q.shape[-1], window))
 
 
 def attend_torch(

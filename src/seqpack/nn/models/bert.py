@@ -63,7 +63,7 @@ class BertConfig:
     @classmethod
     def of_size(cls, size: str, **overrides: object) -> BertConfig:
         """``tiny`` (128/2/2), ``small`` (256/4/4, the benchmark model), ``base`` (768/12/12)."""
-        return cls(**sized(size, overrides))  # type: ignore[arg-type]
+        return cls(**sized(size, overrides))  # type: ignore[arg-type]  # sized() merges the fields as dict[str, object]
 
 
 class Bert(nn.Module):
@@ -193,12 +193,13 @@ class BertForSequenceClassification(nn.Module):
     ) -> PackedOutput:
         h = self.bert(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
         pooled, present = self.pooler(h, segment_ids, slot_count(segment_ids, labels, max_depth=max_depth))
-        out = PackedOutput(hidden=h, slot_logits=self.classifier(self.dropout(pooled)), present=present)
+        slot_logits = self.classifier(self.dropout(pooled))
+        out = PackedOutput(hidden=h, slot_logits=slot_logits, present=present)
         if labels is not None:
             if self.config.multilabel:
-                out.loss, out.per_sequence = multilabel_loss(out.slot_logits, labels.to(out.slot_logits.dtype))
+                out.loss, out.per_sequence = multilabel_loss(slot_logits, labels.to(slot_logits.dtype))
             else:
-                out.loss, out.per_sequence = slot_cross_entropy(out.slot_logits, labels)
+                out.loss, out.per_sequence = slot_cross_entropy(slot_logits, labels)
         return out
 
 

@@ -46,7 +46,7 @@ class GPTConfig:
     @classmethod
     def of_size(cls, size: str, **overrides: object) -> GPTConfig:
         """``tiny`` (128/2/2), ``small`` (256/4/4), ``base`` (768/12/12)."""
-        return cls(**sized(size, overrides))  # type: ignore[arg-type]
+        return cls(**sized(size, overrides))  # type: ignore[arg-type]  # sized() merges the fields as dict[str, object]
 
 
 class GPT(nn.Module):
@@ -100,10 +100,10 @@ class GPT(nn.Module):
             return PackedOutput(hidden=h, logits=vocab_logits(h, self.wte.weight))  # (B, T, V), tied
         # the loss needs logits only where there is a target: (N, V) instead of (B, T, V)
         rows, cols = (labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
-        logits = vocab_logits(h[rows, cols], self.wte.weight)  # position t predicts labels[t + 1]
-        out = PackedOutput(hidden=h, logits=logits)
+        target_logits = vocab_logits(h[rows, cols], self.wte.weight)  # position t predicts labels[t + 1]
+        out = PackedOutput(hidden=h, logits=target_logits)
         out.loss, out.per_sequence, out.present = target_loss(
-            logits, labels[rows, cols + 1], rows, segment_ids[rows, cols + 1], segment_ids, reduction=reduction
+            target_logits, labels[rows, cols + 1], rows, segment_ids[rows, cols + 1], segment_ids, reduction=reduction
         )
         return out
 
@@ -134,4 +134,4 @@ class GPTReward(nn.Module):
         branch_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         h = self.gpt(input_ids, segment_ids, position_ids=position_ids, branch_ids=branch_ids, logits=False).hidden
-        return self.score(h).squeeze(-1)  # type: ignore[no-any-return]
+        return self.score(h).squeeze(-1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
@@ -83,7 +85,18 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
             nn.init.zeros_(m.bias)
 
 
-def check_config(cfg: object, positive: tuple[str, ...]) -> None:
+class _ModelShape(Protocol):
+    @property
+    def hidden(self) -> int: ...
+    @property
+    def heads(self) -> int: ...
+    @property
+    def dropout(self) -> float: ...
+    @property
+    def attention(self) -> str: ...
+
+
+def check_config(cfg: _ModelShape, positive: tuple[str, ...]) -> None:
     """Shared validation of model configs (``ValueError`` naming the field)."""
     for name in positive:
         if getattr(cfg, name) < 1:

@@ -45,7 +45,7 @@ from seqpack.tasks.chat.template import ChatTemplate, check_message
 from seqpack.tasks.examples import get_field
 
 if TYPE_CHECKING:
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 TRAIN_ON = ("assistant", "last", "all")
 CHAT_OVERFLOW = ("truncate", "truncate-tokens", "drop", "error")
@@ -71,7 +71,7 @@ def turn_ends(spans: np.ndarray, turns: list[tuple[int, int]]) -> np.ndarray:
 
 def chat_sequences(
     examples: str | os.PathLike[str] | Iterable[Any],
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     *,
     template: ChatTemplate,
     max_len: int,
@@ -170,7 +170,7 @@ def _sequences(
     ex: list[int],
     n_examples: int,
     dropped: dict[str, int],
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     info: dict[str, Any],
 ) -> Sequences:
     lengths = np.array([s.size for s in seqs], dtype=np.int64)

@@ -47,7 +47,7 @@ def _environment() -> Any:
     class Generation(Extension):
         """``{% generation %}body{% endgeneration %}``: the body, between two markers."""
 
-        tags = frozenset({"generation"})
+        tags = {"generation"}  # noqa: RUF012 - jinja2 declares it a set
 
         def parse(self, parser: Any) -> Any:
             lineno = next(parser.stream).lineno

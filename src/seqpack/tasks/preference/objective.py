@@ -125,6 +125,7 @@ def pair_outputs(model: Any, batch: Mapping[str, torch.Tensor], objective: Prefe
             "packed rows (seqpack.data.PackedDataset, or PackedDPOTrainer's batches)"
         )
     out = preference_forward(model, batch, objective)
+    assert out.present is not None and out.per_sequence is not None and out.loss is not None  # a pair forward sets them
     depth = out.present.shape[1]
     ids = batch["example_ids"][:, :depth]  # (B, depth): this batch's slots
     keep = out.present & (ids >= 0)

@@ -32,7 +32,7 @@ from seqpack.tasks.examples import get_field
 
 if TYPE_CHECKING:
     from seqpack.tasks.chat.template import ChatTemplate
-    from seqpack.tokenizer.tokenizer import Tokenizer
+    from seqpack.tokenizer.types import AnyTokenizer
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def _texts(
 
 def read_pairs(
     examples: str | os.PathLike[str] | Iterable[Any],
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     *,
     fields: tuple[str, str, str] = ("prompt", "chosen", "rejected"),
     margin_field: str = "margin",

@@ -50,7 +50,7 @@ def image_bytes(value: Any, *, example: int, k: int, root: str | os.PathLike[str
     try:
         from PIL import Image
     except ImportError:  # pragma: no cover - Pillow comes with the hf extra
-        Image = None  # type: ignore[assignment]
+        Image = None  # type: ignore[assignment]  # Pillow is optional: None when absent
     if Image is not None and isinstance(value, Image.Image):
         buf = io.BytesIO()
         value.save(buf, format="PNG")

@@ -23,7 +23,7 @@ def image_only(base: type) -> type:
     """``base`` (a transformers processor class) with only its image processor and tokenizer; it
     keeps ``base``'s name, so a processor it saves loads as ``base`` where the video part can be built."""
 
-    class ImageOnly(base):  # type: ignore[misc, valid-type]
+    class ImageOnly(base):
         @classmethod
         def get_attributes(cls) -> list[str]:
             return ["image_processor", "tokenizer"]
