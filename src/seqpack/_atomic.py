@@ -82,7 +82,7 @@ def check_path(out: str | os.PathLike[str], *, flag: str = "--out") -> None:
     except (RuntimeError, OSError) as e:  # RuntimeError before Python 3.13, OSError (ELOOP) after
         raise ValueError(
             f"{flag} {out}: its path runs through a loop of symbolic links ({e}); pick another output"
-        ) from None
+        ) from e
 
 
 def check_writable(out: Path, *, flag: str = "--out") -> None:
@@ -180,7 +180,7 @@ def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:  # say what the user asked for, not the lock file's name
-            raise OSError(f"{out}: cannot write in {parent} ({e.strerror})") from None
+            raise OSError(f"{out}: cannot write in {parent} ({e.strerror})") from e
         if not _try_lock(fd):
             os.close(fd)
             raise FileExistsError(
@@ -271,7 +271,7 @@ def _naming(out: Path) -> Iterator[None]:
         if str(out) in str(e):
             raise
         hint = "; free space on its disk and run again" if e.errno in (None, errno.ENOSPC, errno.EDQUOT) else ""
-        raise OSError(f"{out}: writing failed ({e.strerror or e}){hint}") from None
+        raise OSError(f"{out}: writing failed ({e.strerror or e}){hint}") from e
 
 
 def replace_directory(src: Path, out: Path) -> None:
@@ -335,7 +335,7 @@ def read_versioned_json(
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: corrupt ({e})") from None
+        raise ValueError(f"{path}: corrupt ({e})") from e
     if not isinstance(data, dict) or data.get("kind") != kind:
         other = data.get("kind") if isinstance(data, dict) else None
         said = (

@@ -1,7 +1,10 @@
 """``seqpack`` command line: one module per subcommand; handlers parse and call the library.
 
 User errors (bad options, missing or malformed files) print one line
-``seqpack: error: ...`` to stderr and exit with code 2, without a traceback.
+``seqpack: error: ...`` to stderr and exit with code 2, without a traceback. Any other exception is
+a bug in seqpack: its traceback is printed, then one line asking for a report, and the exit code
+is 1. ``--debug`` (anywhere on the line) or ``SEQPACK_DEBUG=1`` prints a user error's traceback
+too, with the exceptions it was raised from.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import gc
 import importlib
 import os
 import sys
+import traceback
 import warnings
 from collections.abc import Sequence
 from typing import TextIO
@@ -73,6 +77,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"seqpack {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"print the traceback of an error too (anywhere on the line; or set {DEBUG_ENV}=1)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, module_name in COMMANDS.items():
         if command in COMMANDS and name != command:
@@ -110,10 +119,23 @@ def _show_warning(
     print(f"seqpack: warning: {message}", file=sys.stderr)
 
 
+#: the environment variable that turns ``--debug`` on
+DEBUG_ENV = "SEQPACK_DEBUG"
+#: what a user error is: one line and exit code 2 (any other exception is a bug)
+USER_ERRORS = (ValueError, TypeError, OSError, OverflowError, FloatingPointError)
+
+
+def debugging(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` holds ``--debug`` or the environment sets ``SEQPACK_DEBUG`` (not ``0``)."""
+    return "--debug" in argv or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command in ``argv`` (default: ``sys.argv[1:]``, the process's own: it then exits next)."""
     program = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
+    debug = debugging(argv)
+    argv = [a for a in argv if a != "--debug"]  # taken anywhere on the line, not only before the command
     command = next((a for a in argv if not a.startswith("-")), "")
     try:  # building a command's options may import its extra (train's attention backends need torch)
         args = build_parser(command).parse_args(argv)
@@ -134,13 +156,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
         return 0
-    except (ValueError, TypeError, OSError, OverflowError, FloatingPointError) as e:
+    except USER_ERRORS as e:
+        if debug:
+            traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
         msg = " ".join(str(e).split()) or type(e).__name__  # one line, whatever a library put in it
         print(f"seqpack: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         print(f"seqpack: interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - anything else is a bug: its traceback and a request to report it
+        return _bug(e)
+
+
+def _bug(e: Exception) -> int:
+    """An exception that is not a user error: its traceback, then one line asking for a report."""
+    from seqpack._version import __version__
+
+    traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    print(
+        f"seqpack: internal error ({type(e).__name__}): this is a bug in seqpack {__version__}; please report "
+        "it with the command line and the traceback above",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _exiting() -> None:

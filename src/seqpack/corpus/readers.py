@@ -188,7 +188,7 @@ def iter_decoded(
             try:
                 text = decoder.decode(block, final=final)
             except UnicodeDecodeError as e:
-                raise ValueError(f"{name}: invalid UTF-8 at byte offset {consumed - held + e.start}; {hint}") from None
+                raise ValueError(f"{name}: invalid UTF-8 at byte offset {consumed - held + e.start}; {hint}") from e
             if _starts.found:
                 REPLACED.add(name, len(_starts.found), consumed - held + _starts.found[0])
             consumed += len(block)
@@ -265,9 +265,9 @@ def iter_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
                 try:
                     yield lineno, json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{p}: line {lineno}: not valid JSON ({e.msg})") from None
+                    raise ValueError(f"{p}: line {lineno}: not valid JSON ({e.msg})") from e
         except UnicodeDecodeError as e:
-            raise ValueError(f"{p}: invalid UTF-8 ({e.reason})") from None
+            raise ValueError(f"{p}: invalid UTF-8 ({e.reason})") from e
 
 
 def read_jsonl(path: str | os.PathLike[str], *, text_field: str = "text") -> Iterator[str]:

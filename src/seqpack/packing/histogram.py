@@ -200,7 +200,7 @@ def load_npy_1d(path: str | Path, what: str) -> np.ndarray:
     try:
         arr = np.load(p, allow_pickle=False)
     except (ValueError, OSError) as e:
-        raise ValueError(f"{p}: not a readable .npy file ({e})") from None
+        raise ValueError(f"{p}: not a readable .npy file ({e})") from e
     if arr.ndim != 1:
         raise ValueError(f"{p}: expected a 1-D array of {what}, got shape {arr.shape}")
     return arr
@@ -232,7 +232,7 @@ def load_histogram(path: str | Path) -> np.ndarray:
         try:
             return check_histogram(arr, allow_empty=True)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{p}: {e}") from None
+            raise ValueError(f"{p}: {e}") from e
     if suffix == ".csv":
         return _read_csv_histogram(p)
     raise ValueError(f"{p}: unknown histogram format {suffix!r}; use .npy (counts) or .csv (length,count)")

@@ -168,7 +168,7 @@ class PackingPlan:
                 info=dict(d.get("info", {})),
             )
         except (KeyError, TypeError) as e:
-            raise ValueError(f"malformed plan: missing or bad field {e}") from None
+            raise ValueError(f"malformed plan: missing or bad field {e}") from e
 
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON, atomically (temp file, then rename)."""
@@ -182,7 +182,7 @@ class PackingPlan:
         try:
             d = json.loads(p.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
-            raise ValueError(f"{p}: not a JSON plan ({e})") from None
+            raise ValueError(f"{p}: not a JSON plan ({e})") from e
         return cls.from_dict(d)
 
 

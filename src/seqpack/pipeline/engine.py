@@ -85,11 +85,11 @@ class RayEngine:
                     ray.init(address=address, log_to_driver=False, include_dashboard=False)
                 else:
                     ray.init(num_cpus=num_cpus, log_to_driver=False, include_dashboard=False)
-            except Exception as e:  # noqa: BLE001 - ConnectionError, TimeoutError, ray's own
+            except Exception as e:  # ConnectionError, TimeoutError, ray's own
                 where = f"Ray cluster at {address}" if address else "a local Ray instance"
                 raise ValueError(
                     f"cannot connect to {where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-                ) from None
+                ) from e
             self._started = True
         self.window = window or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
 

@@ -67,7 +67,7 @@ def sequences_stage(
                 task.build_shard(shard, tokenizer, config, context or {}), task.derived_fields
             )
         except ValueError as e:  # "example i" counts within the shard: say which records it holds
-            raise ValueError(f"examples {doc_base}..{doc_base + len(shard) - 1} of the file: {e}") from None
+            raise ValueError(f"examples {doc_base}..{doc_base + len(shard) - 1} of the file: {e}") from e
     with atomic_directory(out, overwrite=True) as tmp:
         np.save(tmp / "offsets.npy", seqs.offsets)
         np.save(tmp / "example_ids.npy", seqs.example_ids + doc_base)

@@ -123,5 +123,5 @@ def strs_to_bytes(items: Sequence[str]) -> list[bytes]:
     try:
         data = codecs.charmap_encode(text, "strict", _encoding_map())[0]
     except UnicodeEncodeError as e:
-        raise KeyError(text[e.start]) from None
+        raise KeyError(text[e.start]) from e
     return _slices(data, [len(t) for t in items])

@@ -37,16 +37,14 @@ def _read_text(path: str | os.PathLike[str]) -> str:
     try:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{p}: invalid UTF-8 at byte offset {e.start}") from None
+        raise ValueError(f"{p}: invalid UTF-8 at byte offset {e.start}") from e
 
 
 def _decode_token(text: str, where: str) -> bytes:
     try:
         return str_to_bytes(text)
     except KeyError as e:
-        raise ValueError(
-            f"{where}: {text!r} holds {e.args[0]!r}, which is not in GPT-2's byte-to-unicode map"
-        ) from None
+        raise ValueError(f"{where}: {text!r} holds {e.args[0]!r}, which is not in GPT-2's byte-to-unicode map") from e
 
 
 def _decode_tokens(texts: list[str], where: Callable[[int], str]) -> list[bytes]:
@@ -66,7 +64,7 @@ def read_vocab(path: str | os.PathLike[str]) -> dict[int, bytes]:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from e
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{path}: expected a non-empty JSON object {{token: id}}")
     ids = list(raw.values())
@@ -206,7 +204,7 @@ def read_tokenizer_dir(
             expected = meta.get("fingerprint")
             version = int(meta["format_version"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{meta_path}: malformed ({e})") from None
+            raise ValueError(f"{meta_path}: malformed ({e})") from e
         if version > FORMAT_VERSION:
             raise ValueError(f"{meta_path}: format_version {version} is newer than this seqpack reads")
     return read_vocab(d / "vocab.json"), read_merges(d / "merges.txt"), specials, expected

@@ -43,7 +43,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
     if not isinstance(d, dict):
         raise ValueError(f"{path}: expected a JSON object")
     return d
@@ -83,8 +83,8 @@ class HFTokenizer:
             )
         try:
             hf = RustTokenizer.from_file(str(path))
-        except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception on a malformed file
-            raise ValueError(f"{path}: not a tokenizers file ({e})") from None
+        except Exception as e:  # tokenizers raises plain Exception on a malformed file
+            raise ValueError(f"{path}: not a tokenizers file ({e})") from e
         config: dict[str, Any] = {}
         for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the config wins
             if (d / name).is_file():

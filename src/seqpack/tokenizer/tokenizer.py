@@ -357,7 +357,7 @@ class Tokenizer:
         try:
             data = b"".join(vocab[i] for i in flat.tolist())
         except KeyError as e:
-            raise ValueError(f"unknown token id {e.args[0]} (vocab has {len(vocab)} ids)") from None
+            raise ValueError(f"unknown token id {e.args[0]} (vocab has {len(vocab)} ids)") from e
         return data.decode("utf-8", errors="replace")
 
     # --------------------------------------------------------------- fast path

@@ -101,7 +101,7 @@ def save_checkpoint(run: Path, payload: dict[str, Any]) -> Path:
         raise OSError(
             f"{path}: writing the checkpoint failed ({' '.join(str(e).split())[:200]}); the previous "
             "checkpoint is intact: free space on its disk and continue with --resume"
-        ) from None
+        ) from e
     return path
 
 
@@ -116,8 +116,8 @@ def load_checkpoint(
         )
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)  # loading never runs the file's code
-    except Exception as e:  # noqa: BLE001 - torch raises many types for a damaged file
-        raise ValueError(f"{path}: not a readable checkpoint ({e})") from None
+    except Exception as e:  # torch raises many types for a damaged file
+        raise ValueError(f"{path}: not a readable checkpoint ({e})") from e
     if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: not a seqpack checkpoint (format {FORMAT_VERSION})")
     if "digest" in ck and ck["digest"] != state_digest(_digested(ck)):  # checkpoints before digests carry none

@@ -92,7 +92,7 @@ def _hf_model(
         d = json.loads(file.read_text(encoding="utf-8"))
         model_type = d.pop("model_type")
     except (json.JSONDecodeError, KeyError) as e:
-        raise ValueError(f"--hf-model {file}: not a transformers config ({e})") from None
+        raise ValueError(f"--hf-model {file}: not a transformers config ({e})") from e
     d["vocab_size"] = vocab  # trained from scratch on this dataset's tokenizer
     named = d.get("attn_implementation")  # a config saved by to_json_file() usually names none
     d["attn_implementation"] = named or "sdpa"

@@ -153,8 +153,8 @@ def _render_all(
             text, spans = template.render_with_spans(messages)
         except ValueError:
             raise
-        except Exception as e:  # noqa: BLE001 - jinja2's errors, and whatever a template's own code raises
-            raise ValueError(f"example {i}: the chat template {template.name} failed to render: {e}") from None
+        except Exception as e:  # jinja2's errors, and whatever a template's own code raises
+            raise ValueError(f"example {i}: the chat template {template.name} failed to render: {e}") from e
         if need_turns and not spans:
             dropped["no_assistant"] = dropped.get("no_assistant", 0) + 1
             continue

@@ -81,7 +81,7 @@ class ChatTemplate:
         try:
             self._template = _environment().from_string(source)
         except TemplateSyntaxError as e:
-            raise ValueError(f"chat template {self.name}: line {e.lineno}: {e.message}") from None
+            raise ValueError(f"chat template {self.name}: line {e.lineno}: {e.message}") from e
         self.has_generation = "generation" in source and "endgeneration" in source
 
     def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = False) -> str:

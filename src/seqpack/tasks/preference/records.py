@@ -104,8 +104,8 @@ def _texts(
         )
     except ValueError:
         raise
-    except Exception as e:  # noqa: BLE001 - jinja2's errors, and whatever a template's own code raises
-        raise ValueError(f"example {i}: the chat template {template.name} failed to render: {e}") from None
+    except Exception as e:  # jinja2's errors, and whatever a template's own code raises
+        raise ValueError(f"example {i}: the chat template {template.name} failed to render: {e}") from e
 
 
 def read_pairs(

@@ -69,5 +69,5 @@ def open_image(data: bytes, *, example: int, k: int) -> Any:
         img = Image.open(io.BytesIO(data))
         img.load()
     except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise ValueError(f"example {example}: image {k}: not a readable image ({type(e).__name__}: {e})") from None
+        raise ValueError(f"example {example}: image {k}: not a readable image ({type(e).__name__}: {e})") from e
     return img.convert("RGB")
