@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from _common import RESULTS, compare_arms, wikipedia_lengths, write_result  # type: ignore[import-not-found]
 
-from seqpack.data.format import write_packed
+from seqpack.data.format import WriteOptions, write_packed
 from seqpack.data.layout import materialize, pack_sequences
 from seqpack.packing import pack_lengths
 from seqpack.tasks.clm import clm_sequences
@@ -129,7 +129,7 @@ def main() -> None:
 
     for comp in ("zstd", "snappy", "none"):
         def write(c: str = comp) -> None:
-            write_packed(pc, f"{tmp}/out", overwrite=True, compression=c)
+            write_packed(pc, f"{tmp}/out", options=WriteOptions(overwrite=True, compression=c))
 
         _, t_write, _ = timed(write, max(2, runs // 2))
         size = sum(f.stat().st_size for f in Path(tmp, "out").rglob("*")) / 1e6

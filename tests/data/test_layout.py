@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqpack.data import (
+    WriteOptions,
     IGNORE_INDEX,
     Sequences,
     load_packed,
@@ -176,7 +177,7 @@ def test_position_fields_are_shifted():
 def test_write_load_roundtrip(tmp_path):
     s = random_sequences(np.random.default_rng(0), 300, 32)
     pc = pack_sequences(s, 32, seed=1)
-    m = write_packed(pc, tmp_path / "p", shard_packs=37, export_bin=True, extra={"note": "x"})
+    m = write_packed(pc, tmp_path / "p", extra={"note": "x"}, options=WriteOptions(shard_packs=37, export_bin=True))
     assert len(m["shards"]) == -(-pc.num_packs // 37) and m["note"] == "x"
     assert read_manifest(tmp_path / "p") == m
     assert m["num_packs"] == pc.num_packs and m["histogram"]["counts"] == np.bincount(s.lengths - 1, minlength=32).tolist()
@@ -195,7 +196,7 @@ def test_write_load_roundtrip(tmp_path):
 def test_same_inputs_same_bytes(tmp_path):
     s = random_sequences(np.random.default_rng(0), 500, 64)
     for name in ("a", "b"):
-        write_packed(pack_sequences(s, 64, seed=3), tmp_path / name, shard_packs=50, export_bin=True)
+        write_packed(pack_sequences(s, 64, seed=3), tmp_path / name, options=WriteOptions(shard_packs=50, export_bin=True))
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert len(files) > 5
     for f in files:
@@ -233,7 +234,7 @@ def test_corrupt_shard_is_named(tmp_path):
 def test_hf_datasets_loads_it(tmp_path):
     datasets = pytest.importorskip("datasets")
     pc = pack_sequences(random_sequences(np.random.default_rng(0), 100, 16), 16)
-    write_packed(pc, tmp_path / "p", shard_packs=10)
+    write_packed(pc, tmp_path / "p", options=WriteOptions(shard_packs=10))
     ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "p" / "data" / "*.parquet"), split="train",
                                cache_dir=str(tmp_path / "hf"))
     assert len(ds) == pc.num_packs
@@ -249,7 +250,7 @@ def test_torch_dataset_and_collate(tmp_path):
 
     s = random_sequences(np.random.default_rng(0), 100, 16)
     pc = pack_sequences(s, 16)
-    write_packed(pc, tmp_path / "p", export_bin=True)
+    write_packed(pc, tmp_path / "p", options=WriteOptions(export_bin=True))
     ds = PackedDataset(tmp_path / "p")
     assert len(ds) == pc.num_packs
     batch = next(iter(torch.utils.data.DataLoader(ds, batch_size=4, collate_fn=collate_packed)))

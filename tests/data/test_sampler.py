@@ -12,7 +12,7 @@ import pytest
 from seqpack.data import BalancedSampler, from_lists, read_manifest, read_schedule
 from seqpack.data.format import SCHEDULE
 from seqpack.packing.balance import RowCost, ScheduleOptions, imbalance
-from seqpack.pipeline import PackConfig, build_packed_dataset
+from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
 from seqpack.tokenizer.tokenizer import Tokenizer
 from tests.cli.test_cli import EOT, run
 
@@ -133,8 +133,7 @@ def test_pack_command_writes_a_schedule_on_every_path(capsys, tmp_path: Path) ->
     assert "schedule:" in out and "balanced" in out
     sharded = read_schedule(tmp_path / "p")
     store = build_store(docs, tok, tmp_path / "plain", workers=1)  # one plain store: packed in memory
-    build_packed_dataset(store, tok, tmp_path / "q", PackConfig(task="clm", max_len=256),
-                         schedule=ScheduleOptions(world_size=2, micro_batch=2))
+    build_packed_dataset(store, tok, tmp_path / "q", PackConfig(task="clm", max_len=256), output=OutputOptions(schedule=ScheduleOptions(world_size=2, micro_batch=2)))
     np.testing.assert_array_equal(read_schedule(tmp_path / "q"), sharded)
     m = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert m["schedule"]["cost"] == RowCost.from_flops(hidden=1024, layers=1).to_dict()

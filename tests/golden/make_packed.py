@@ -131,6 +131,14 @@ def build(case: str, out: Path, work: Path, *, engine: Any = None, **more: Any) 
     if engine is not None:
         options = {**options, "engine": engine}
     options = {**options, **more}
+    try:  # the output options in one OutputOptions (the form before it took them as keywords of their own)
+        from seqpack.pipeline import OutputOptions
+
+        names = set(OutputOptions.__dataclass_fields__)
+        output = {k: options.pop(k) for k in list(options) if k in names}
+        options["output"] = OutputOptions(**output)
+    except ImportError:
+        pass
     return build_packed_dataset(src, tok, out, PackConfig.for_task(task, **fields), **options)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from seqpack.data import load_packed
-from seqpack.pipeline import PackConfig, build_packed_dataset, build_sharded_store
+from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset, build_sharded_store
 from seqpack.pipeline import job as job_mod
 from seqpack.pipeline.engine import get_engine
 from seqpack.store import build_store
@@ -49,8 +49,8 @@ def _row_group_sizes(path: Path) -> list[int]:
 @pytest.mark.parametrize(("shards", "row_group_packs"), [("one", None), ("few", None), ("many", None), ("many", 3)])
 def test_clm_from_shards_is_byte_identical_to_one_store(tok, stores, tmp_path, shards, row_group_packs, algorithm):
     cfg = PackConfig.for_task("clm", max_len=64, algorithm=algorithm)
-    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, shard_packs=7, row_group_packs=row_group_packs)
-    m = build_packed_dataset(stores[shards], tok, tmp_path / "b", cfg, shard_packs=7, row_group_packs=row_group_packs)
+    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=7, row_group_packs=row_group_packs))
+    m = build_packed_dataset(stores[shards], tok, tmp_path / "b", cfg, output=OutputOptions(shard_packs=7, row_group_packs=row_group_packs))
     assert _same_dataset(tmp_path / "a", tmp_path / "b")  # same plan, packs, bytes, manifest
     assert m["reused"] == [] and len(m["shards"]) > 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no work dir or lock left
@@ -66,19 +66,19 @@ def test_mlm_from_one_shard_equals_one_store_and_every_sequence_packs_once(tok, 
     build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg)
     build_packed_dataset(stores["one"], tok, tmp_path / "b", cfg)
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
-    m = build_packed_dataset(stores["many"], tok, tmp_path / "c", cfg, shard_packs=5)
+    m = build_packed_dataset(stores["many"], tok, tmp_path / "c", cfg, output=OutputOptions(shard_packs=5))
     _, cols = load_packed(tmp_path / "c")
     slots = cols["example_ids"][cols["example_ids"] >= 0]
     assert slots.size == m["num_sequences"] == int(cols["num_sequences"].sum())
     assert set(slots.tolist()) <= set(range(60))  # documents numbered across shards
-    build_packed_dataset(stores["many"], tok, tmp_path / "d", cfg, shard_packs=5)
+    build_packed_dataset(stores["many"], tok, tmp_path / "d", cfg, output=OutputOptions(shard_packs=5))
     assert _same_dataset(tmp_path / "c", tmp_path / "d")  # deterministic per seed
 
 
 def test_bin_columns_equal_the_parquet_ones(tok, stores, tmp_path):
     cfg = PackConfig.for_task("clm", max_len=64)
-    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, shard_packs=7, export_bin=True)
-    build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=7, export_bin=True)
+    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=7, export_bin=True))
+    build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, output=OutputOptions(shard_packs=7, export_bin=True))
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
     _, mm = load_packed(tmp_path / "b")
     _, pq = load_packed(tmp_path / "b", mmap=False)
@@ -96,20 +96,20 @@ def test_a_failed_job_leaves_no_dataset_and_the_rerun_reuses_its_work(tok, store
 
     monkeypatch.setattr(job_mod, "packs_stage", failing)
     with pytest.raises(OSError, match="disk full"):
-        build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=7)
+        build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, output=OutputOptions(shard_packs=7))
     assert not (tmp_path / "b").exists()
     monkeypatch.setattr(job_mod, "packs_stage", real)
-    m = build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=7)
+    m = build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, output=OutputOptions(shard_packs=7))
     assert "data/part-00000.parquet" in m["reused"] and "data/part-00002.parquet" not in m["reused"]
     assert any(r.startswith("sequences-") for r in m["reused"])
-    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, shard_packs=7)
+    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=7))
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
 
 
 def test_local_stages_on_threads_write_the_same_bytes(tok, stores, tmp_path):
     cfg = PackConfig.for_task("mlm", max_len=64)
-    build_packed_dataset(stores["many"], tok, tmp_path / "a", cfg, shard_packs=5, engine=get_engine("local", stages=1))
-    build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=5, engine=get_engine("local", stages=2))
+    build_packed_dataset(stores["many"], tok, tmp_path / "a", cfg, engine=get_engine("local", stages=1), output=OutputOptions(shard_packs=5))
+    build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, engine=get_engine("local", stages=2), output=OutputOptions(shard_packs=5))
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
 
 
@@ -118,8 +118,8 @@ def test_ray_engine_writes_the_same_bytes(tok, stores, tmp_path):
     engine = get_engine("ray", num_cpus=2)
     try:
         cfg = PackConfig.for_task("clm", max_len=64)
-        build_packed_dataset(stores["few"], tok, tmp_path / "a", cfg, shard_packs=7)
-        build_packed_dataset(stores["few"], tok, tmp_path / "b", cfg, shard_packs=7, engine=engine)
+        build_packed_dataset(stores["few"], tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=7))
+        build_packed_dataset(stores["few"], tok, tmp_path / "b", cfg, engine=engine, output=OutputOptions(shard_packs=7))
         assert _same_dataset(tmp_path / "a", tmp_path / "b")
         docs = text_docs(60)
         a = build_sharded_store(docs, tok, tmp_path / "s1", shard_chars=700)
@@ -158,9 +158,9 @@ def test_a_pack_killed_mid_stage_is_finished_by_the_next_run_and_a_second_job_re
     assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 9
     assert not (tmp_path / "b").exists()
     cfg = PackConfig.for_task("clm", max_len=64)
-    m = build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, shard_packs=7)
+    m = build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, output=OutputOptions(shard_packs=7))
     assert m["reused"][-2:] == ["data/part-00000.parquet", "data/part-00001.parquet"]
-    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, shard_packs=7)
+    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=7))
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
     # a second job on an output another job is writing refuses, in one line, exit 2
     tok.save(tmp_path / "tok")
@@ -206,8 +206,8 @@ def test_examples_in_shards_equal_examples_in_memory(tok, tmp_path, task):
     src = _write_jsonl(tmp_path / "ex.jsonl", rows)
     cfg = PackConfig.for_task(task, **kw)
     # a list: packed in memory; in row groups of 4 packs (2 a part: each gathers its sequences' fields)
-    build_packed_dataset(rows, tok, tmp_path / "a", cfg, shard_packs=6, row_group_packs=4)
-    m = build_packed_dataset(src, tok, tmp_path / "b", cfg, shard_packs=6, shard_examples=8, row_group_packs=4)
+    build_packed_dataset(rows, tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=6, row_group_packs=4))
+    m = build_packed_dataset(src, tok, tmp_path / "b", cfg, shard_examples=8, output=OutputOptions(shard_packs=6, row_group_packs=4))
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
     assert _row_group_sizes(tmp_path / "b")[:2] == [4, 2]
     assert m["num_examples"] == len(rows) and len(m["shards"]) > 1

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from seqpack._stages import partial_dir
-from seqpack.pipeline import PackConfig, build_packed_dataset, build_sharded_store
+from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset, build_sharded_store
 from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline import job as job_mod
 from seqpack.pipeline import tokenize as tokenize_mod
@@ -89,12 +89,12 @@ def test_pack_rebuilds_after_the_store_was_re_tokenized(store: Path, tmp_path: P
     with monkeypatch.context() as m:
         _fail_at(m, job_mod, "packs_stage", "part-00002.parquet")
         with pytest.raises(OSError):
-            build_packed_dataset(store, tok, tmp_path / "p", cfg, shard_packs=7)
+            build_packed_dataset(store, tok, tmp_path / "p", cfg, output=OutputOptions(shard_packs=7))
     edited = [_same_size_edit(d) if d else d for d in text_docs(60)]  # same shape: only the content differs
     build_sharded_store(edited, tok, store, shard_chars=400, overwrite=True)
-    m = build_packed_dataset(store, tok, tmp_path / "p", cfg, shard_packs=7)
+    m = build_packed_dataset(store, tok, tmp_path / "p", cfg, output=OutputOptions(shard_packs=7))
     assert m["reused"] == [] and set(m["redone"].values()) == {"inputs changed"}
-    build_packed_dataset(store, tok, tmp_path / "fresh", cfg, shard_packs=7)
+    build_packed_dataset(store, tok, tmp_path / "fresh", cfg, output=OutputOptions(shard_packs=7))
     assert _same_dataset(tmp_path / "p", tmp_path / "fresh")
 
 
@@ -104,11 +104,11 @@ def test_pack_resume_is_byte_identical_and_rebuilds_altered_work_files(
 ) -> None:
     tok = byte_tokenizer()
     cfg = PackConfig.for_task(task, max_len=64, seed=2)
-    build_packed_dataset(store, tok, tmp_path / "fresh", cfg, shard_packs=7)
+    build_packed_dataset(store, tok, tmp_path / "fresh", cfg, output=OutputOptions(shard_packs=7))
     with monkeypatch.context() as m:
         _fail_at(m, job_mod, "packs_stage", "part-00003.parquet")
         with pytest.raises(OSError):
-            build_packed_dataset(store, tok, tmp_path / "p", cfg, shard_packs=7)
+            build_packed_dataset(store, tok, tmp_path / "p", cfg, output=OutputOptions(shard_packs=7))
     work = partial_dir(tmp_path / "p")
     arr = work / "sequences-00001" / "example_ids.npy"  # (clm saves no token files: its route stage makes them)
     data = bytearray(arr.read_bytes())
@@ -117,7 +117,7 @@ def test_pack_resume_is_byte_identical_and_rebuilds_altered_work_files(
     cut = work / "sequences-00002" / "offsets.npy"
     cut.write_bytes(cut.read_bytes()[:-8])  # a truncated one
     (work / "dataset" / "data" / ".part-00003.parquet.tmp-dead").write_bytes(b"half")  # a killed write
-    m = build_packed_dataset(store, tok, tmp_path / "p", cfg, shard_packs=7)
+    m = build_packed_dataset(store, tok, tmp_path / "p", cfg, output=OutputOptions(shard_packs=7))
     assert m["redone"]["sequences-00001"] == m["redone"]["sequences-00002"] == "output changed"
     assert "sequences-00000" in m["reused"]
     assert _same_dataset(tmp_path / "p", tmp_path / "fresh")  # nothing stale, no stray file, same bytes
@@ -129,12 +129,12 @@ def test_pack_rebuilds_an_altered_finished_part(store: Path, tmp_path: Path, mon
     with monkeypatch.context() as m:
         _fail_at(m, job_mod, "packs_stage", "part-00002.parquet")
         with pytest.raises(OSError):
-            build_packed_dataset(store, tok, tmp_path / "p", cfg, shard_packs=7)
+            build_packed_dataset(store, tok, tmp_path / "p", cfg, output=OutputOptions(shard_packs=7))
     part = partial_dir(tmp_path / "p") / "dataset" / "data" / "part-00001.parquet"
     data = bytearray(part.read_bytes())
     data[len(data) // 2] ^= 0xFF
     part.write_bytes(bytes(data))
-    m = build_packed_dataset(store, tok, tmp_path / "p", cfg, shard_packs=7)
+    m = build_packed_dataset(store, tok, tmp_path / "p", cfg, output=OutputOptions(shard_packs=7))
     assert m["redone"] == {"data/part-00001.parquet": "output changed"} and "data/part-00000.parquet" in m["reused"]
-    build_packed_dataset(store, tok, tmp_path / "fresh", cfg, shard_packs=7)
+    build_packed_dataset(store, tok, tmp_path / "fresh", cfg, output=OutputOptions(shard_packs=7))
     assert _same_dataset(tmp_path / "p", tmp_path / "fresh")

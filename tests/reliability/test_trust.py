@@ -68,7 +68,7 @@ def test_demo_claims_new_empty_and_its_own_directories(tmp_path: Path) -> None:
 # ---- 2. a pack resume never reuses parts made from an older store ----------------------------------
 
 def test_a_store_edited_in_place_is_refused_by_a_resumed_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from seqpack.pipeline import PackConfig, build_packed_dataset, build_sharded_store
+    from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset, build_sharded_store
     from seqpack.pipeline import job as job_mod
     from seqpack.store import ShardedTokenStore
     from tests.reliability.test_resume import _fail_at
@@ -81,7 +81,7 @@ def test_a_store_edited_in_place_is_refused_by_a_resumed_pack(tmp_path: Path, mo
     with monkeypatch.context() as m:
         _fail_at(m, job_mod, "packs_stage", "part-00002.parquet")
         with pytest.raises(OSError):
-            build_packed_dataset(store, tok, tmp_path / "p", cfg, shard_packs=7)
+            build_packed_dataset(store, tok, tmp_path / "p", cfg, output=OutputOptions(shard_packs=7))
     shard = ShardedTokenStore(store).shards[1].path
     f = shard / "tokens.bin"
     st = f.stat()
@@ -90,7 +90,7 @@ def test_a_store_edited_in_place_is_refused_by_a_resumed_pack(tmp_path: Path, mo
     f.write_bytes(bytes(data))
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
     with pytest.raises(ValueError, match="changed since seqpack tokenize"):
-        build_packed_dataset(store, tok, tmp_path / "p", cfg, shard_packs=7)
+        build_packed_dataset(store, tok, tmp_path / "p", cfg, output=OutputOptions(shard_packs=7))
 
 
 def test_the_store_records_its_checksums_and_verifies_them(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def _interrupted_run(data: Path, out: Path) -> None:
 
 
 def test_resume_refuses_a_repack_with_other_tokens(made: dict[str, Path], tmp_path: Path) -> None:
-    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
     from seqpack.store import TokenStore
     from seqpack.tokenizer import Tokenizer
     from seqpack.train import TrainConfig, train
@@ -139,7 +139,7 @@ def test_resume_refuses_a_repack_with_other_tokens(made: dict[str, Path], tmp_pa
 
     with StoreWriter(other, vocab_size=store.vocab_size, tokenizer_hash=store.tokenizer_hash, overwrite=True) as w:
         w.add_batch(swapped, np.asarray(store.offsets))
-    build_packed_dataset(TokenStore(other), tok, data, PackConfig(task="clm", max_len=64), overwrite=True)
+    build_packed_dataset(TokenStore(other), tok, data, PackConfig(task="clm", max_len=64), output=OutputOptions(overwrite=True))
     cfg = TrainConfig(data=str(data), out=str(tmp_path / "run"), steps=4, batch_size=4, checkpoint_every=1, progress=False,
                       size="tiny")
     with pytest.raises(ValueError, match="trained on other data"):
@@ -298,7 +298,7 @@ def test_reward_loss_takes_the_margins_of_the_batchs_depth(tmp_path: Path) -> No
     from seqpack.data.torch_dataset import to_tensors
     from seqpack.nn.models import GPTConfig, GPTReward
     from seqpack.nn.preference import PreferenceLoss, bradley_terry
-    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
     from seqpack.tasks.preference.objective import preference_forward
     from seqpack.tokenizer import open_tokenizer
     from tests.hf_tokenizers import bpe_tokenizer_dir, preference_records

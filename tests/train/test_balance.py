@@ -74,15 +74,14 @@ def test_step_loss_weights_uneven_ranks_and_micro_batches_as_one_global_mean():
 def _scheduled_clm(datasets, root, world=2, micro=2):
     """The clm fixture's documents packed again with a (world x micro) schedule."""
     from seqpack.packing.balance import ScheduleOptions
-    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
     from seqpack.store import build_store
     from seqpack.tokenizer import Tokenizer
     from tests.train.conftest import synthetic_documents
 
     tok = Tokenizer.load(datasets["tokenizer"])
     store = build_store(synthetic_documents(240), tok, root / "store", workers=1)
-    build_packed_dataset(store, tok, root / "sched", PackConfig(task="clm", max_len=64),
-                         schedule=ScheduleOptions(world_size=world, micro_batch=micro))
+    build_packed_dataset(store, tok, root / "sched", PackConfig(task="clm", max_len=64), output=OutputOptions(schedule=ScheduleOptions(world_size=world, micro_batch=micro)))
     return root / "sched"
 
 

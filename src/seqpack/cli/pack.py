@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _pack_job(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
-    from seqpack.pipeline import build_packed_dataset
+    from seqpack.pipeline import OutputOptions, build_packed_dataset
     from seqpack.tokenizer import open_tokenizer
 
     schedule = schedule_from_args(args, seed=args.seed)
@@ -250,17 +250,19 @@ def _pack_job(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
             tok,
             args.out,
             cfg,
-            overwrite=args.overwrite,
             engine=engine,
             shard_examples=args.shard_examples,
-            schedule=schedule,
-            export_bin=args.export_bin,
-            compression=args.compression,
-            shard_packs=args.shard_packs,
-            row_group_packs=args.row_group_packs,
-            write_derived=args.write_derived,
-            encoding=args.parquet_encoding,
             glob=args.glob,
+            output=OutputOptions(
+                overwrite=args.overwrite,
+                schedule=schedule,
+                export_bin=args.export_bin,
+                compression=args.compression,
+                shard_packs=args.shard_packs,
+                row_group_packs=args.row_group_packs,
+                write_derived=args.write_derived,
+                encoding=args.parquet_encoding,
+            ),
         )
     finally:
         engine.close()

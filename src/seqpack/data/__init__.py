@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 from seqpack.data.format import (
+    WriteOptions,
     add_derived_columns,
     load_packed,
     read_manifest,
@@ -47,6 +48,7 @@ __all__ = [
     "trl_examples",
     "unpack_predictions",
     "write_packed",
+    "WriteOptions",
 ]
 
 #: names that lived here before the pack job moved to `seqpack.pipeline` (issue 23)

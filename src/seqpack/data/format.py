@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -235,36 +235,88 @@ def default_row_group_packs(max_len: int) -> int:
     return max(1, ROW_GROUP_TOKENS // max_len)
 
 
+@dataclass(frozen=True, kw_only=True)
+class WriteOptions:
+    """How a packed dataset's files are written: Parquet parts of ``shard_packs`` packs (default: about
+    `SHARD_TOKENS` tokens each), in row groups of ``row_group_packs`` packs (default: about
+    `ROW_GROUP_TOKENS` tokens each), ``compression``, the ``encoding`` of the numeric columns, optional
+    ``.bin`` columns; ``overwrite`` replaces an existing output. Validated here, once, for every writer.
+
+    >>> WriteOptions(compression="lz4").parts(max_len=2048), WriteOptions().row_groups(max_len=2048)
+    (8192, 512)
+    >>> WriteOptions(shard_packs=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: shard_packs must be >= 1, got 0
+    """
+
+    overwrite: bool = False
+    export_bin: bool = False
+    compression: str = "zstd"
+    encoding: str = ENCODINGS[0]  # of the numeric Parquet columns (plain: readable by any Parquet reader)
+    shard_packs: int | None = None
+    row_group_packs: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.compression not in COMPRESSION:
+            raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {self.compression!r}")
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {'|'.join(ENCODINGS)}, got {self.encoding!r}")
+        for name in ("shard_packs", "row_group_packs"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+
+    def parts(self, *, max_len: int) -> int:
+        """Packs per Parquet part."""
+        return self.shard_packs or default_shard_packs(max_len)
+
+    def row_groups(self, *, max_len: int) -> int:
+        """Packs per Parquet row group."""
+        return self.row_group_packs or default_row_group_packs(max_len)
+
+
+def options_from_keywords(options: Any, flat: Mapping[str, Any], cls: type, where: str) -> Any:
+    """``options`` (a ``cls``), or one made from ``flat``: the keywords ``where`` took before it took
+    ``cls``, accepted for one release with a `DeprecationWarning`. Not both; no unknown keyword."""
+    if not flat:
+        return options if options is not None else cls()
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(flat) - names)
+    if unknown:
+        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
+    if options is not None:
+        raise TypeError(
+            f"{where}(): pass the options in {cls.__name__} alone, not also as keywords ({', '.join(flat)})"
+        )
+    import warnings
+
+    said = ", ".join(f"{k}=..." for k in flat)
+    warnings.warn(f"{where}({said}) is deprecated: pass {cls.__name__}({said})", DeprecationWarning, stacklevel=3)
+    return cls(**flat)
+
+
 def write_packed(
     pc: PackedColumns,
     out: str | os.PathLike[str],
     *,
-    overwrite: bool = False,
-    shard_packs: int | None = None,
-    row_group_packs: int | None = None,
-    compression: str = "zstd",
-    export_bin: bool = False,
+    options: WriteOptions | None = None,
     extra: dict[str, Any] | None = None,
     workers: int | None = None,
     arrays: dict[str, np.ndarray] | None = None,
     derived: Mapping[str, str] | None = None,
-    encoding: str = ENCODINGS[0],
+    **flat: Any,
 ) -> dict[str, Any]:
-    """Write ``pc`` to ``out`` (atomically, manifest last); returns the manifest. ``arrays``: more
-    files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest names them).
-    ``derived``: columns left out of the Parquet parts, ``name -> rule`` (`seqpack.data.derived`).
-    ``shard_packs`` / ``row_group_packs``: packs per Parquet part / row group (default: about
-    `SHARD_TOKENS` / `ROW_GROUP_TOKENS` tokens' worth)."""
-    if compression not in COMPRESSION:
-        raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {compression!r}")
-    if encoding not in ENCODINGS:
-        raise ValueError(f"encoding must be one of {'|'.join(ENCODINGS)}, got {encoding!r}")
+    """Write ``pc`` to ``out`` (atomically, manifest last) as ``options`` say; returns the manifest.
+    ``arrays``: more files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest
+    names them). ``derived``: columns left out of the Parquet parts, ``name -> rule``
+    (`seqpack.data.derived`). The keywords of `WriteOptions` are still taken alone, deprecated."""
+    opts: WriteOptions = options_from_keywords(options, flat, WriteOptions, "write_packed")
+    overwrite, export_bin, compression, encoding = opts.overwrite, opts.export_bin, opts.compression, opts.encoding
     workers = workers or default_workers()  # pyarrow writes shards without the GIL
-    shard_packs = shard_packs or default_shard_packs(pc.max_len)
-    row_group_packs = row_group_packs or default_row_group_packs(pc.max_len)
-    for name, v in (("shard_packs", shard_packs), ("row_group_packs", row_group_packs), ("workers", workers)):
-        if v < 1:
-            raise ValueError(f"{name} must be >= 1, got {v}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    shard_packs, row_group_packs = opts.parts(max_len=pc.max_len), opts.row_groups(max_len=pc.max_len)
     derived = dict(derived or {})
     check_rules(derived, [c for c in pc.columns if c not in derived], "write_packed")
     manifest = manifest_of(pc, extra=extra, derived=derived)

@@ -230,7 +230,7 @@ def _store(docs: list[str], out: Path, workers: int | None) -> dict[str, Any]:
 
 
 def _pack(out: Path, task: str, workers: int | None) -> dict[str, Any]:
-    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
     from seqpack.store import TokenStore
     from seqpack.tokenizer import Tokenizer
 
@@ -241,7 +241,7 @@ def _pack(out: Path, task: str, workers: int | None) -> dict[str, Any]:
         Tokenizer.load(out / "tokenizer"),
         out / f"packed_{task}",
         PackConfig(task=task, max_len=max_len),
-        overwrite=True,
+        output=OutputOptions(overwrite=True),
     )
     return {
         "max_len": max_len,

@@ -159,7 +159,7 @@ def paper_regime(threads: int | None, budget: float) -> dict[str, Any]:
 def pack_finetune(out: Path, tokenizer_dir: Path) -> dict[str, Any]:
     """The fine-tuning set: which standard-library package a docstring comes from, packed at 128."""
     from seqpack.corpus import python_docstrings
-    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
     from seqpack.tokenizer import open_tokenizer
 
     f = FINETUNE
@@ -169,7 +169,7 @@ def pack_finetune(out: Path, tokenizer_dir: Path) -> dict[str, Any]:
         open_tokenizer(tokenizer_dir),
         out / "packed_cls",
         PackConfig.for_task("classification", max_len=f["max_len"]),
-        overwrite=True,
+        output=OutputOptions(overwrite=True),
     )
     return {
         "examples": len(records),

@@ -6,17 +6,12 @@ out = OutputOptions(shard_packs=4096, export_bin=True)
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
 
-from seqpack.data.format import (
-    COMPRESSION,
-    ENCODINGS,
-    default_row_group_packs,
-    default_shard_packs,
-)
+from seqpack.data.format import WriteOptions
 from seqpack.packing.balance import ScheduleOptions
 from seqpack.packing.histogram import check_max_len, round_up
 from seqpack.packing.plan import ALGORITHMS, check_max_depth
@@ -109,10 +104,12 @@ class PackConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class OutputOptions:
-    """How a packed dataset is written: Parquet parts of ``shard_packs`` packs (default: about
-    2**24 tokens each), in row groups of ``row_group_packs`` packs (default: about 2**20 tokens each),
-    ``compression``, optional ``.bin`` columns.
+class OutputOptions(WriteOptions):
+    """How the pack job writes a packed dataset: the files as `WriteOptions` says (Parquet parts,
+    row groups, compression, encoding, ``.bin`` columns, overwrite), and what else it stores:
+    ``schedule`` also groups the packs into balanced data-parallel steps (``schedule.npy``);
+    ``write_derived`` also stores the task's derived columns (``segment_ids``; clm's labels) in the
+    Parquet parts.
 
     >>> OutputOptions(compression="lz4").parts(max_len=2048), OutputOptions().row_groups(max_len=2048)
     (8192, 512)
@@ -122,26 +119,12 @@ class OutputOptions:
     ValueError: compression must be one of none|snappy|zstd|lz4|gzip, got 'brotli'
     """
 
-    overwrite: bool = False
-    export_bin: bool = False
-    compression: str = "zstd"
-    encoding: str = ENCODINGS[0]  # of the numeric Parquet columns (plain: readable by any Parquet reader)
-    shard_packs: int | None = None
-    row_group_packs: int | None = None
-    schedule: ScheduleOptions | None = None  # also group the packs into balanced data-parallel steps (schedule.npy)
-    write_derived: bool = (
-        False  # also store the task's derived columns (segment_ids; clm's labels) in the Parquet parts
-    )
+    schedule: ScheduleOptions | None = None
+    write_derived: bool = False
 
-    def __post_init__(self) -> None:
-        if self.compression not in COMPRESSION:
-            raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {self.compression!r}")
-        if self.encoding not in ENCODINGS:
-            raise ValueError(f"encoding must be one of {'|'.join(ENCODINGS)}, got {self.encoding!r}")
-        for name in ("shard_packs", "row_group_packs"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
+    def write(self) -> WriteOptions:
+        """The options of the files alone (`seqpack.data.write_packed`'s)."""
+        return WriteOptions(**{f.name: getattr(self, f.name) for f in fields(WriteOptions)})
 
     def derived(self, task: str) -> dict[str, str]:
         """The columns the Parquet parts leave out, ``name -> rule`` (`seqpack.data.derived`).
@@ -150,11 +133,3 @@ class OutputOptions:
         ({'labels': 'lm_labels', 'segment_ids': 'segments'}, {})
         """
         return {} if self.write_derived else dict(get_task(task).derived_columns)
-
-    def parts(self, *, max_len: int) -> int:
-        """Packs per Parquet part."""
-        return self.shard_packs or default_shard_packs(max_len)
-
-    def row_groups(self, *, max_len: int) -> int:
-        """Packs per Parquet row group."""
-        return self.row_group_packs or default_row_group_packs(max_len)

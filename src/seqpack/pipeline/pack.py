@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack._atomic import check_not_input, check_output_dir
-from seqpack.data.format import ENCODINGS, SCHEDULE, write_packed
-from seqpack.packing.balance import ScheduleOptions, packing_schedule
+from seqpack.data.format import SCHEDULE, options_from_keywords, write_packed
+from seqpack.packing.balance import packing_schedule
 from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.in_memory import pack_task
 from seqpack.pipeline.job import pack_example_shards, pack_store_shards
@@ -37,17 +37,11 @@ def build_packed_dataset(
     out: str | os.PathLike[str],
     config: PackConfig,
     *,
-    overwrite: bool = False,
-    export_bin: bool = False,
-    compression: str = "zstd",
-    shard_packs: int | None = None,
-    row_group_packs: int | None = None,
+    output: OutputOptions | None = None,
     engine: Engine | None = None,
     shard_examples: int = 100_000,
-    schedule: ScheduleOptions | None = None,
-    write_derived: bool = False,
-    encoding: str = ENCODINGS[0],
     glob: str | None = None,
+    **flat: Any,
 ) -> dict[str, Any]:
     """Build, pack and write; returns the manifest (also in ``out/manifest.json``).
 
@@ -59,25 +53,20 @@ def build_packed_dataset(
     (`seqpack.pipeline.engine.get_engine`; default: this process). Other sources (a plain
     store, an HF dataset, a list of records) are packed in memory.
 
-    ``schedule`` also groups the packs into compute-balanced data-parallel steps, written as
-    ``schedule.npy`` (``(steps, world, micro_batch)`` pack indices) and described in the manifest's
-    ``schedule`` (read by `seqpack.data.BalancedSampler`).
+    ``output`` (`OutputOptions`) says how it is written: Parquet parts and row groups, compression,
+    the ``encoding`` of the numeric columns (``byte_stream_split``, smaller and faster to write, or
+    ``plain`` for Parquet readers that lack BYTE_STREAM_SPLIT on integers), ``.bin`` columns,
+    ``overwrite``. Its ``schedule`` also groups the packs into compute-balanced data-parallel steps,
+    written as ``schedule.npy`` (``(steps, world, micro_batch)`` pack indices) and described in the
+    manifest's ``schedule`` (read by `seqpack.data.BalancedSampler`). The task's derived columns
+    (``segment_ids``; ``clm``'s labels) are left out of the Parquet parts and rebuilt by every seqpack
+    reader (`seqpack.data.derived`); its ``write_derived`` stores them too. `OutputOptions`' fields
+    are still taken as keywords of their own, deprecated.
 
-    The task's derived columns (``segment_ids``; ``clm``'s labels) are left out of the Parquet parts and rebuilt by
-    every seqpack reader (`seqpack.data.derived`); ``write_derived`` stores them too.
-    ``encoding``: of the numeric Parquet columns, ``byte_stream_split`` (smaller, faster to write) or
-    ``plain`` (for Parquet readers that lack BYTE_STREAM_SPLIT on integers).
+        >>> build_packed_dataset("chat.jsonl", tok, "packed/", PackConfig(task="chat", max_len=2048),
+        ...                      output=OutputOptions(overwrite=True, compression="lz4"))  # doctest: +SKIP
     """
-    output = OutputOptions(
-        overwrite=overwrite,
-        export_bin=export_bin,
-        compression=compression,
-        shard_packs=shard_packs,
-        row_group_packs=row_group_packs,
-        schedule=schedule,
-        write_derived=write_derived,
-        encoding=encoding,
-    )
+    output = options_from_keywords(output, flat, OutputOptions, "build_packed_dataset")
     task = get_task(config.task)
     source_path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "path", None)
     check_not_input(out, [source_path])  # --out must not replace or sit inside what it reads
@@ -93,25 +82,15 @@ def build_packed_dataset(
         store = source if isinstance(source, ShardedTokenStore) else ShardedTokenStore(source)  # type: ignore[arg-type]  # a path here: a TokenStore was taken above
         m = pack_store_shards(store, tokenizer, out, config, output=output, engine=engine)
     else:
-        check_output_dir(out, overwrite=overwrite)
+        check_output_dir(out, overwrite=output.overwrite)
         pc, extra = pack_task(source, tokenizer, config)
         arrays = {}
-        if schedule is not None:
+        if output.schedule is not None:
             arrays[SCHEDULE], extra["schedule"] = packing_schedule(
-                pc.packing.lengths, pc.packing.pack_offsets, pc.packing.sequence_index, schedule
+                pc.packing.lengths, pc.packing.pack_offsets, pc.packing.sequence_index, output.schedule
             )
         m = write_packed(
-            pc,
-            out,
-            overwrite=overwrite,
-            export_bin=export_bin,
-            compression=compression,
-            shard_packs=shard_packs,
-            row_group_packs=row_group_packs,
-            extra=extra,
-            arrays=arrays,
-            derived=output.derived(config.task),
-            encoding=encoding,
+            pc, out, options=output.write(), extra=extra, arrays=arrays, derived=output.derived(config.task)
         )
     for message in task.pack_warnings(m):  # once, from the whole job's counts (not once per shard)
         warnings.warn(message, stacklevel=2)

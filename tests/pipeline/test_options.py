@@ -1,0 +1,56 @@
+"""The output options are one dataclass, validated once: the writer and the pack job take it, and
+the keywords they took before are accepted for one release with a DeprecationWarning."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+import pytest
+
+from seqpack.data import WriteOptions, from_lists, pack_sequences, read_manifest, write_packed
+from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
+
+
+def _pc():
+    return pack_sequences(from_lists([np.arange(1, n + 1) for n in (3, 5, 2, 7, 4)], task="clm"), 8)
+
+
+def test_output_options_extend_the_write_options_in_their_order() -> None:
+    names = [f.name for f in fields(OutputOptions)]
+    assert names[: len(fields(WriteOptions))] == [f.name for f in fields(WriteOptions)]
+    assert OutputOptions(compression="lz4", shard_packs=3).write() == WriteOptions(compression="lz4", shard_packs=3)
+
+
+@pytest.mark.parametrize("bad", [{"shard_packs": 0}, {"row_group_packs": 0}, {"compression": "brotli"}, {"encoding": "x"}])
+def test_every_writer_refuses_the_same_bad_options(tmp_path, bad) -> None:
+    for make in (WriteOptions, OutputOptions):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            make(**bad)
+    with pytest.raises(ValueError, match=next(iter(bad))), pytest.warns(DeprecationWarning):
+        write_packed(_pc(), tmp_path / "p", **bad)  # before, shard_packs=0 here meant the default
+
+
+def test_the_old_keywords_still_work_and_say_the_new_form(tmp_path) -> None:
+    with pytest.warns(DeprecationWarning, match=r"WriteOptions\(shard_packs=\.\.\.\)"):
+        old = write_packed(_pc(), tmp_path / "old", shard_packs=2)
+    new = write_packed(_pc(), tmp_path / "new", options=WriteOptions(shard_packs=2))
+    assert old == new == read_manifest(tmp_path / "new")
+    with pytest.raises(TypeError, match="not also as keywords"):
+        write_packed(_pc(), tmp_path / "x", options=WriteOptions(), shard_packs=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'shards'"):
+        write_packed(_pc(), tmp_path / "x", shards=2)
+
+
+def test_build_packed_dataset_takes_output_options(tmp_path) -> None:
+    from seqpack.store import TokenStore, build_store
+    from seqpack.tokenizer import Tokenizer
+
+    tok = Tokenizer({i: bytes([i]) for i in range(256)} | {256: b"<|endoftext|>"}, [], special_tokens=["<|endoftext|>"])
+    build_store(["abc def", "ghijk", "l m", "nopqrs"], tok, tmp_path / "store", workers=1)
+    store, cfg = TokenStore(tmp_path / "store"), PackConfig(task="clm", max_len=16)
+    new = build_packed_dataset(store, tok, tmp_path / "new", cfg, output=OutputOptions(shard_packs=1))
+    with pytest.warns(DeprecationWarning, match=r"OutputOptions\(shard_packs=\.\.\.\)"):
+        old = build_packed_dataset(store, tok, tmp_path / "old", cfg, shard_packs=1)
+    assert len(new["shards"]) == new["num_packs"] > 1
+    assert {k: v for k, v in old.items() if k != "created"} == {k: v for k, v in new.items() if k != "created"}
