@@ -199,17 +199,40 @@ class _Run:
         resume: bool,
         overwrite: bool,
     ) -> None:
+        """A run, made in named steps (each a method below, in this order): check the run directory,
+        build the model, size the run, balance and record its options, build the optimizer and the
+        objective, compute or restore the reference, restore a checkpoint, wrap the model (context
+        parallel, DDP), prepare the run directory."""
         self.cfg, self.data, self.world = cfg, data, world
         self.task = data.task
         self.final = Path(cfg.out)
         self.run_dir = run_directory(cfg, resume=resume, overwrite=overwrite)
+        self._build_model()
+        self._size_run()
+        self._record_options()
+        betas = self._build_optimizer()
+        self._build_objective()
+        reference = self._reference(resume)
+        if resume:
+            self._restore()
+        self.wrapped = self._wrap()
+        if world.main:
+            self._prepare_directory(resume, betas, reference)
+
+    def _build_model(self) -> None:
+        """The model, seeded, checkpointed if asked, on the device."""
+        cfg = self.cfg
         torch.manual_seed(cfg.seed)
-        self.model, self.spec = build_model(data.manifest, cfg)
+        self.model, self.spec = build_model(self.data.manifest, cfg)
         self.attention = attention_of(self.model, cfg)
         if cfg.gradient_checkpointing:
             enable_checkpointing(self.model)
-        self.model.to(world.device)
+        self.model.to(self.world.device)
         self.vocab = embedding_rows(self.model)
+
+    def _size_run(self) -> None:
+        """Rows per micro-batch, data-parallel groups, steps and tokens; the evaluation sized to the run."""
+        cfg, data, world = self.cfg, self.data, self.world
         self.rows = rows_per_batch(cfg, data)
         if self.rows * cfg.accumulation > data.num_units:
             unit = "sequences" if cfg.padded and not data.by_pack else "packs"
@@ -229,40 +252,58 @@ class _Run:
         self.train_tokens = int(self.total * self.rows * cfg.accumulation * per_unit)  # about: what the first line says
         if cfg.eval_tokens is None:  # sized to the run: a tenth of what it trains on
             data.size_eval(run_eval_tokens(self.train_tokens))
-        self.balance = self._balance(cfg, data, world)
-        # what a resume must match: the options, with a cost file's coefficients in place of its path,
-        # and the dataset's schedule itself when training its steps (a re-pack may have changed it)
+
+    def _record_options(self) -> None:
+        """The balance report, and what a resume must match: the options, with a cost file's
+        coefficients in place of its path, and the dataset's schedule itself when training its steps
+        (a re-pack may have changed it)."""
+        cfg, data = self.cfg, self.data
+        self.balance = self._balance(cfg, data, self.world)
         self.options = {
             **cfg.to_dict(),
             **({"balance_cost": self.balance["cost"]} if cfg.balance_cost and self.balance else {}),
             **({"schedule": data.manifest["schedule"]} if data.schedule_shape else {}),
         }
         self.eval_every = max(1, self.total // cfg.evals) if cfg.evals else cfg.eval_every
-        betas = adjust_betas(cfg.betas, data.packing_factor) if cfg.adjust_hparams else cfg.betas
+
+    def _build_optimizer(self) -> tuple[float, float]:
+        """The optimizer (its betas adjusted to the packing factor if asked); returns the betas."""
+        cfg = self.cfg
+        betas = adjust_betas(cfg.betas, self.data.packing_factor) if cfg.adjust_hparams else cfg.betas
         self.optimizer = make_optimizer(self.model, cfg, betas)
         self.state: dict[str, Any] = {"step": 0, "sequences": 0, "tokens": 0, "train_seconds": 0.0}
         self.saved_step: int | None = None  # the step of the last checkpoint written or resumed from
-        self.identity = data_identity(data.manifest, cfg.padded)
+        self.identity = data_identity(self.data.manifest, cfg.padded)
+        return betas
+
+    def _build_objective(self) -> None:
+        """The task's objective (a preference loss, say; None: the model's own loss)."""
         task = get_task(self.task)
-        self.objective = task.objective(cfg, task.model_kind(cfg.model))
-        if self.objective is not None and cfg.padded:
+        self.objective = task.objective(self.cfg, task.model_kind(self.cfg.model))
+        if self.objective is not None and self.cfg.padded:
             raise ValueError(
-                f"{cfg.data}: --padded is not offered for {self.task} data; its padded baseline is TRL "
+                f"{self.cfg.data}: --padded is not offered for {self.task} data; its padded baseline is TRL "
                 "(benchmarks/preference.py runs it beside seqpack's packed layouts)"
             )
-        reference = self._reference(resume)
-        if resume:
-            ck = load_checkpoint(self.run_dir, model=self.spec, data=self.identity, options=self.options)
-            self.model.load_state_dict(ck["model_state"])
-            self.optimizer.load_state_dict(ck["optimizer_state"])
-            self.state = ck["state"]
-            if ck.get("data_state") is not None:  # a stream's position, one per rank
-                self.data.load_state_dict(ck["data_state"][world.rank])
-            self.saved_step = int(ck["state"]["step"])
-            torch.set_rng_state(ck["rng"]["torch"])
-            if torch.cuda.is_available() and ck["rng"].get("cuda") is not None:
-                torch.cuda.set_rng_state(ck["rng"]["cuda"])
-        self.cpg = self._context_parallel(cfg, data, world)
+
+    def _restore(self) -> None:
+        """The weights, optimizer, counters, data position and random state of the run's checkpoint."""
+        ck = load_checkpoint(self.run_dir, model=self.spec, data=self.identity, options=self.options)
+        self.model.load_state_dict(ck["model_state"])
+        self.optimizer.load_state_dict(ck["optimizer_state"])
+        self.state = ck["state"]
+        if ck.get("data_state") is not None:  # a stream's position, one per rank
+            self.data.load_state_dict(ck["data_state"][self.world.rank])
+        self.saved_step = int(ck["state"]["step"])
+        torch.set_rng_state(ck["rng"]["torch"])
+        if torch.cuda.is_available() and ck["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state(ck["rng"]["cuda"])
+
+    def _wrap(self) -> torch.nn.Module:
+        """The model inside its objective, split per document across a context-parallel group if
+        asked, inside DDP across ranks."""
+        cfg, world = self.cfg, self.world
+        self.cpg = self._context_parallel(cfg, self.data, world)
         wrapped: torch.nn.Module = (
             Objective(self.model, self.task, cfg.reduction, self.objective)
             if self.cpg is None
@@ -271,17 +312,19 @@ class _Run:
         if world.size > 1:
             ids = [world.device.index] if world.device.type == "cuda" else None
             wrapped = torch.nn.parallel.DistributedDataParallel(
-                wrapped, device_ids=ids, find_unused_parameters=task.partial_graph
+                wrapped, device_ids=ids, find_unused_parameters=get_task(self.task).partial_graph
             )
-        self.wrapped = wrapped
-        if world.main:
-            if not resume:  # a new run: nothing of an earlier one in its directory
-                shutil.rmtree(self.run_dir, ignore_errors=True)
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            self.log = MetricsLog(self.run_dir / METRICS, keep_until=self.state["step"] if resume else None)
-            self._write_config(betas)
-            if reference is not None and not resume:
-                save_reference(self.run_dir, reference)
+        return wrapped
+
+    def _prepare_directory(self, resume: bool, betas: tuple[float, float], reference: np.ndarray | None) -> None:
+        """The run directory (the first rank's): emptied for a new run, its metrics log, config and reference."""
+        if not resume:  # a new run: nothing of an earlier one in its directory
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.log = MetricsLog(self.run_dir / METRICS, keep_until=self.state["step"] if resume else None)
+        self._write_config(betas)
+        if reference is not None and not resume:
+            save_reference(self.run_dir, reference)
 
     def _context_parallel(self, cfg: TrainConfig, data: Any, world: World) -> CPGroups | None:
         """With ``--context-parallel C``: the CP groups, once the data and the model are checked."""
@@ -396,6 +439,8 @@ class _Run:
         if self.cpg is not None:  # each rank runs its per-document share of the rows (the units above: the whole rows')
             batches = [(u, shard_batch(b, cp=self.cpg.cp, rank=self.cpg.cp_rank)) for u, b in batches]
         logged = torch.zeros(3, dtype=torch.float64)  # loss, sequences, tokens (summed over ranks)
+        # the loss stays on the device until the step is done: one wait for it per step, not per micro-batch
+        loss_sum = torch.zeros((), dtype=torch.float64, device=world.device)
         for m, (units, b) in enumerate(batches):
             sync = world.size == 1 or m == len(batches) - 1
             ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()  # type: ignore[operator]  # DDP's no_sync, typed through nn.Module.__getattr__
@@ -404,7 +449,9 @@ class _Run:
                     out = self.wrapped(b)
                     loss = step_loss(component_means(out, self.task), local[m], total, world=world.size)
                 loss.backward()
-            logged += torch.tensor([float(loss.detach()) / world.size, *self.data.counts(units)], dtype=torch.float64)
+            loss_sum += loss.detach().to(torch.float64) / world.size
+            logged[1:] += torch.tensor(self.data.counts(units), dtype=torch.float64)
+        logged[0] = loss_sum.cpu()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip if cfg.clip > 0 else math.inf)
         logged = world.all_sum(logged)  # every rank sees the same loss and norm: all stop together
         logged[1:] /= cfg.context_parallel  # a CP group's ranks each counted its rows' sequences and tokens
