@@ -31,4 +31,17 @@ def listing(namespace: dict[str, Any], names: Iterable[str]) -> list[str]:
     return sorted({*namespace, *names})
 
 
-__all__ = ["keep", "listing"]
+def renamed(package: str, old: str, new: str, value: Any) -> Any:
+    """``value`` (``package.new``), reached by its old name ``old`` with a `DeprecationWarning`: a
+    name kept for one release after a rename (its package's ``__getattr__`` calls this)."""
+    import warnings
+
+    warnings.warn(
+        f"{package}.{old} is renamed {package}.{new}; the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return value
+
+
+__all__ = ["keep", "listing", "renamed"]

@@ -15,7 +15,7 @@ from seqpack.data import (
     Sequences,
     load_packed,
     materialize,
-    materialize_reference,
+    materialize_oracle,
     pack_sequences,
     read_manifest,
     unpack_predictions,
@@ -25,9 +25,9 @@ from seqpack.data.sequences import concat_ranges, offsets_of
 from seqpack.packing import pack_lengths
 from seqpack.tasks.clm import (
     _append_eos,
-    _append_eos_reference,
+    _append_eos_oracle,
     clm_inputs,
-    clm_reference,
+    clm_oracle,
     clm_sequences,
 )
 
@@ -48,7 +48,7 @@ def test_ranges():
 @given(docs=docs_st, max_len=st.integers(1, 50), overflow=st.sampled_from(["split", "truncate", "drop"]), eos=st.sampled_from([None, 0]))
 def test_clm_matches_reference(docs, max_len, overflow, eos):
     s = clm_sequences(*flat(docs), max_len=max_len, eos_id=eos, overflow=overflow)
-    ref = clm_reference(docs, max_len=max_len, eos_id=eos, overflow=overflow)
+    ref = clm_oracle(docs, max_len=max_len, eos_id=eos, overflow=overflow)
     got = [(int(s.example_ids[i]), q["input_ids"].tolist(), q["labels"].tolist()) for i in range(s.num_sequences) for q in [s.sequence(i)]]
     assert got == ref
     assert s.num_examples == len(docs)
@@ -63,7 +63,7 @@ def test_append_eos_matches_reference(docs, dtype, eos):
     # the compiled copy against the numpy rule, eos ids that need a wider dtype than the tokens' included
     toks, off = flat([[t % 250 for t in d] for d in docs])
     toks = toks.astype(dtype)
-    got, ref = _append_eos(toks, off, eos), _append_eos_reference(toks, off, eos)
+    got, ref = _append_eos(toks, off, eos), _append_eos_oracle(toks, off, eos)
     assert got[0].dtype == ref[0].dtype
     for a, b in zip(got, ref):
         assert a.tolist() == b.tolist()
@@ -114,7 +114,7 @@ def test_fast_columns_equal_reference(seed, n, max_len, algorithm, offset):
     s = random_sequences(np.random.default_rng(seed), n, max_len)
     p = pack_lengths(s.lengths, max_len, algorithm=algorithm, seed=seed)
     fast = materialize(s, p, max_len=max_len, position_offset=offset)
-    ref = materialize_reference(s, p, max_len=max_len, position_offset=offset)
+    ref = materialize_oracle(s, p, max_len=max_len, position_offset=offset)
     assert fast.keys() == ref.keys()
     for k in ref:
         assert fast[k].dtype == ref[k].dtype and np.array_equal(fast[k], ref[k]), k

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqpack.data import IGNORE_INDEX, pack_sequences
-from seqpack.data.padded import padded_rows, padded_rows_reference, sequence_spans
+from seqpack.data.padded import padded_rows, padded_rows_oracle, sequence_spans
 from tests.data.test_layout import random_sequences
 
 
@@ -31,7 +31,7 @@ def test_padded_rows_are_the_sequences_fast_equals_reference(seed, n, max_len, c
     spans = sequence_spans(pc.columns["segment_ids"], chunk=chunk)
     assert len(spans) == n and spans[:, 2].sum() == s.lengths.sum()
     fast = padded_rows(pc.columns, spans, token_labels=True, position_fields=("start",))
-    ref = padded_rows_reference(pc.columns, spans, token_labels=True, position_fields=("start",))
+    ref = padded_rows_oracle(pc.columns, spans, token_labels=True, position_fields=("start",))
     for k in ref:
         assert fast[k].dtype == ref[k].dtype and np.array_equal(fast[k], ref[k]), k
     for r in range(n):  # each row is exactly one original sequence, unshifted

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seqpack.nn.cross_entropy import cross_entropy_reference, token_cross_entropy
+from seqpack.nn.cross_entropy import cross_entropy_oracle, token_cross_entropy
 
 
 def test_reference_is_cross_entropy_in_float32() -> None:
@@ -18,7 +18,7 @@ def test_reference_is_cross_entropy_in_float32() -> None:
     assert got.dtype == torch.float32
     want = -torch.log_softmax(torch.tensor([1.0, 2.0, 3.0]), 0)[2]
     assert got.tolist() == pytest.approx([float(want), 0.0], rel=1e-6)
-    assert torch.equal(cross_entropy_reference(logits, torch.tensor([2, -100])), got)
+    assert torch.equal(cross_entropy_oracle(logits, torch.tensor([2, -100])), got)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the fused kernel runs on CUDA")
@@ -55,7 +55,7 @@ def test_fused_kernel_equals_the_definition(dtype: torch.dtype, N: int, V: int, 
 
 from seqpack.nn.cross_entropy import (  # noqa: E402
     linear_cross_entropy,
-    linear_cross_entropy_reference,
+    linear_cross_entropy_oracle,
 )
 
 
@@ -83,7 +83,7 @@ def _loss_and_grads(fn, h, w, b, t, rw, **kw):  # type: ignore[no-untyped-def]
 def test_linear_cross_entropy_equals_the_definition(chunk_rows: int | None, bias: bool) -> None:
     h, w, b, t, rw = _head_case(10, 37, 8, bias=bias)
     loss, top1, grads = _loss_and_grads(linear_cross_entropy, h, w, b, t, rw, chunk_rows=chunk_rows)
-    ref, ref_top1, ref_grads = _loss_and_grads(linear_cross_entropy_reference, h, w, b, t, rw)
+    ref, ref_top1, ref_grads = _loss_and_grads(linear_cross_entropy_oracle, h, w, b, t, rw)
     # float64 products; the per-row loss and softmax in float32 (as the reference's .float()):
     # each within a few float32 ulps (6e-8) of its size, summed over 10 rows -> 1e-6 relative is ample
     # (a wrong chunk, a missed row or a wrong target column is off by O(1))
@@ -108,10 +108,10 @@ def test_linear_cross_entropy_under_bf16_autocast_adds_no_error_beyond_bf16() ->
     """On CPU autocast: the products in bf16 like ``F.linear`` under autocast; against float64, the
     fused step's error is that of the plain bf16 path (same roundings, other summation orders)."""
     h, w, b, t, rw = _head_case(64, 300, 32, bias=False, dtype=torch.float32)
-    truth, _, truth_grads = _loss_and_grads(linear_cross_entropy_reference, *(x.double() if x is not None and x.is_floating_point() else x for x in (h, w, b)), t, rw.double())
+    truth, _, truth_grads = _loss_and_grads(linear_cross_entropy_oracle, *(x.double() if x is not None and x.is_floating_point() else x for x in (h, w, b)), t, rw.double())
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got, _, grads = _loss_and_grads(linear_cross_entropy, h, w, b, t, rw, chunk_rows=16)
-        plain, _, plain_grads = _loss_and_grads(linear_cross_entropy_reference, h, w, b, t, rw)
+        plain, _, plain_grads = _loss_and_grads(linear_cross_entropy_oracle, h, w, b, t, rw)
     # both round the logits and the gradient products to bf16 (u = 2^-8); their errors are of one
     # size, never equal: allow twice the plain path's error plus 2u of the value's scale
     u = 2.0**-8
@@ -127,10 +127,10 @@ def test_linear_cross_entropy_under_bf16_autocast_adds_no_error_beyond_bf16() ->
 def test_linear_cross_entropy_on_cuda_adds_no_error_beyond_bf16(N: int, V: int, H: int) -> None:
     pytest.importorskip("triton")
     h, w, b, t, rw = _head_case(N, V, H, bias=False, dtype=torch.float32, device="cuda")
-    truth, truth_top1, truth_grads = _loss_and_grads(linear_cross_entropy_reference, h.double(), w.double(), None, t, rw.double())
+    truth, truth_top1, truth_grads = _loss_and_grads(linear_cross_entropy_oracle, h.double(), w.double(), None, t, rw.double())
     with torch.autocast("cuda", dtype=torch.bfloat16):
         got, top1, grads = _loss_and_grads(linear_cross_entropy, h, w, b, t, rw, chunk_rows=max(1, N // 3))
-        plain, _, plain_grads = _loss_and_grads(linear_cross_entropy_reference, h, w, b, t, rw)
+        plain, _, plain_grads = _loss_and_grads(linear_cross_entropy_oracle, h, w, b, t, rw)
     u = 2.0**-8  # as in the CPU test above: twice the plain bf16 path's error plus 2u of the scale
     assert abs(float(got) - float(truth)) <= 2 * abs(float(plain) - float(truth)) + 2 * u * abs(float(truth))
     for g, p, r in zip(grads, plain_grads, truth_grads):
@@ -156,7 +156,7 @@ def test_the_kernels_under_the_triton_interpreter() -> None:
         for N, V, bias, chunk in ((10, 37, True, 3), (33, 4100, False, None)):
             h, w, b, t, rw = _head_case(N, V, 8, bias=bias, dtype=torch.float32)
             got, top1, grads = _loss_and_grads(ce.linear_cross_entropy, h, w, b, t, rw, chunk_rows=chunk)
-            ref, ref_top1, ref_grads = _loss_and_grads(ce.linear_cross_entropy_reference, h, w, b, t, rw)
+            ref, ref_top1, ref_grads = _loss_and_grads(ce.linear_cross_entropy_oracle, h, w, b, t, rw)
             assert abs(float(got) - float(ref)) <= 1e-5 * abs(float(ref)), (float(got), float(ref))
             assert torch.equal(top1, ref_top1)
             for g, r in zip(grads, ref_grads):

@@ -71,7 +71,7 @@ def test_unknown_attention_keywords_are_refused_by_name() -> None:
 def test_latent_attention_values_narrower_than_queries_are_exact() -> None:
     """DeepSeek's multi-head latent attention: v of width 4 under q/k of width 8, zero-padded."""
     from seqpack.nn.attention import plan_attention
-    from seqpack.nn.attention.base import reference_attention
+    from seqpack.nn.attention.base import oracle_attention
     from seqpack.nn.hf_attention import packed_attention_forward
 
     torch.manual_seed(0)
@@ -80,6 +80,6 @@ def test_latent_attention_values_narrower_than_queries_are_exact() -> None:
     out, _ = packed_attention_forward(torch.nn.Module(), q, k, v, None, scaling=0.3,
                                       seqpack_plan=plan_attention(seg, causal=True))
     allowed = (seg[:, :, None] == seg[:, None, :]) & torch.ones(6, 6, dtype=torch.bool).tril()
-    want = reference_attention(q, k, v, allowed[:, None], scale=0.3)  # (1, 2, 6, 4)
+    want = oracle_attention(q, k, v, allowed[:, None], scale=0.3)  # (1, 2, 6, 4)
     assert out.shape == (1, 6, 2, 4)
     assert (out.transpose(1, 2) - want).abs().max() <= 1e-6  # fp32, 3 keys

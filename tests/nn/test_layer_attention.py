@@ -15,7 +15,7 @@ from seqpack.nn.attention import (
     backends_for,
     packed_attention,
     plan_attention,
-    reference_attention,
+    oracle_attention,
 )
 from seqpack.nn.attention.base import band
 from tests.nn._packs import packs, segment_rows, spans
@@ -115,13 +115,13 @@ def test_shared_prefix_branches_keep_each_completions_positions() -> None:
 
 
 def test_varlen_runs_take_the_window_on_the_reference_kernel() -> None:
-    from seqpack.nn.attention.varlen import VARLEN, attend_runs, varlen_reference
+    from seqpack.nn.attention.varlen import VARLEN, attend_runs, varlen_oracle
 
     seg = torch.tensor([[1] * 9 + [2] * 5 + [0, 0]])
     torch.manual_seed(1)
     q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
     layer = LayerAttention(window=4)
-    out = attend_runs(q, k, v, VARLEN.plan(seg, causal=True, dtype=q.dtype), 8**-0.5, varlen_reference, layer)
+    out = attend_runs(q, k, v, VARLEN.plan(seg, causal=True, dtype=q.dtype), 8**-0.5, varlen_oracle, layer)
     for at, n in ((0, 9), (9, 5)):
         sl = slice(at, at + n)
         assert (out[0, :, sl] - alone(q[0, :, sl], k[0, :, sl], v[0, :, sl], layer)).abs().max() <= 1e-5
@@ -159,7 +159,7 @@ def test_reference_attention_matches_softmax_with_a_sink_column() -> None:
     torch.manual_seed(4)
     q, k, v = (torch.randn(1, 2, 5, 4) for _ in range(3))
     layer = LayerAttention(sinks=SINKS)
-    got = reference_attention(q, k, v, band(torch.arange(5)[None], LayerAttention(window=5)), scale=0.5, layer=layer)
+    got = oracle_attention(q, k, v, band(torch.arange(5)[None], LayerAttention(window=5)), scale=0.5, layer=layer)
     s = (q @ k.transpose(-2, -1)) * 0.5
     s = s.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
     w = torch.cat([s, SINKS.view(1, 2, 1, 1).expand(1, 2, 5, 1)], -1).softmax(-1)[..., :5]

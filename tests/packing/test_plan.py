@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from seqpack.packing import ALGORITHMS, PackingPlan, histogram, plan
 from seqpack.packing.heuristics import lpfhp_packs, spfhp_packs
 from seqpack.packing.lp import maximal_patterns, solve_lp
-from seqpack.packing.reference import (
+from seqpack.packing.oracle import (
     best_fit_decreasing,
     lp_bound,
     worst_fit_decreasing,

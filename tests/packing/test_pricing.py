@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack.packing.pricing import price_packs, price_packs_reference
+from seqpack.packing.pricing import price_packs, price_packs_oracle
 
 # Values are sums of at most cap (<= 16) doubles in [0, 1]: rounding is below 16 * 16 * 2^-53,
 # and the DP keeps an earlier choice unless a later one is better by 1e-12, which can cost
@@ -24,7 +24,7 @@ def test_pricing_finds_the_best_packs(lengths, data, cap, depth):
     values = np.array([data.draw(st.integers(0, 64)) / 64 for _ in lengths])
     lengths = np.array(lengths, dtype=np.int64)
     row_values, patterns = price_packs(lengths, values, cap, depth)
-    assert np.allclose(row_values, price_packs_reference(lengths, values, cap, depth), rtol=0, atol=TOL)
+    assert np.allclose(row_values, price_packs_oracle(lengths, values, cap, depth), rtol=0, atol=TOL)
     n = len(lengths)
     for r in range(n + 1):
         pat = patterns[r]
@@ -49,11 +49,11 @@ def test_pricing_golden():
        st.lists(st.integers(0, 9), min_size=1, max_size=12))
 def test_fill_templates_kernel_is_the_reference(templates: list, hist: list[int]) -> None:
     """The compiled template fill gives the reference's packs, in its order, and its residual."""
-    from seqpack.packing.best import fill_templates, fill_templates_reference
+    from seqpack.packing.best import fill_templates, fill_templates_oracle
 
     tpl = [(tuple(slots), count) for slots, count in templates]
     h = np.array(hist, dtype=np.int64)
-    got, want = fill_templates(tpl, h), fill_templates_reference(tpl, h)
+    got, want = fill_templates(tpl, h), fill_templates_oracle(tpl, h)
     assert got[0] == want[0] and np.array_equal(got[1], want[1])
     placed = sum(len(p) * c for p, c in got[0])
     assert placed + int(got[1].sum()) == int(h.sum())  # every sequence placed once or left over

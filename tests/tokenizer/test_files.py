@@ -204,11 +204,11 @@ def test_the_compiled_file_writer_writes_the_references_bytes(data):
     """``tokenizer_file_texts`` (C++: ``tokenizer_files.h``) gives byte for byte what the Python reference
     (GPT-2's strings, ``json.dumps``) gives, or the reference's error: a special token written in
     ``tokenizer.json`` as another token's string is refused by both."""
-    from seqpack.tokenizer.files import _file_texts_reference, tokenizer_file_texts
+    from seqpack.tokenizer.files import _file_texts_oracle, tokenizer_file_texts
 
     tok = _random_vocab_tokenizer(data)
     try:
-        want = _file_texts_reference(tok)
+        want = _file_texts_oracle(tok)
     except ValueError as e:
         with pytest.raises(ValueError, match="appears twice"):
             tokenizer_file_texts(tok)
@@ -219,11 +219,11 @@ def test_the_compiled_file_writer_writes_the_references_bytes(data):
 
 def test_the_compiled_file_writer_on_gpt2(cs336):
     """GPT-2's own vocabulary (50,257 tokens, every byte among them) through both writers."""
-    from seqpack.tokenizer.files import _file_texts_reference, tokenizer_file_texts
+    from seqpack.tokenizer.files import _file_texts_oracle, tokenizer_file_texts
 
     gpt2 = Tokenizer.from_files(cs336 / "gpt2_vocab.json", cs336 / "gpt2_merges.txt", [EOT])
     got = tokenizer_file_texts(gpt2)
-    assert got == _file_texts_reference(gpt2)
+    assert got == _file_texts_oracle(gpt2)
     assert json.loads(got["vocab.json"]) == json.loads((cs336 / "gpt2_vocab.json").read_text(encoding="utf-8"))
 
 

@@ -62,7 +62,7 @@ def test_fingerprint_is_pinned():
     by_hand = b"".join(i.to_bytes(8, "little") + len(t).to_bytes(4, "little") + t for i, t in sorted(vocab.items()))
     by_hand += b"\x01\0\0\0a\x01\0\0\0b" + b"\x02\0\0\0ab\x01\0\0\0c" + b"\x00special\x00<|eot|>"
     pinned = "729b755d4a29df8592c36a4906b709132e40b2b8dd02487c6718bb31e6fd5d57"
-    assert tok.fingerprint() == tok._fingerprint_reference() == hashlib.sha256(by_hand).hexdigest() == pinned
+    assert tok.fingerprint() == tok._fingerprint_oracle() == hashlib.sha256(by_hand).hexdigest() == pinned
 
 
 @settings(max_examples=60, deadline=None)
@@ -75,7 +75,7 @@ def test_fingerprint_equals_its_reference(extra, merges, specials, gap):
     tokens = [a for m in merges for a in (m[0], m[1], m[0] + m[1])] + extra
     vocab = {i: bytes([i]) for i in range(256)} | {256 + gap + k: t for k, t in enumerate(tokens)}
     tok = Tokenizer(vocab, merges, specials)
-    assert tok.fingerprint() == tok._fingerprint_reference()
+    assert tok.fingerprint() == tok._fingerprint_oracle()
 
 
 def test_a_token_held_by_two_ids_is_the_lower_id():

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from seqpack.tokenizer import BPEConfig, train_bpe, train_bpe_corpus
 from seqpack.tokenizer.byte_unicode import str_to_bytes
-from seqpack.tokenizer.reference import (
-    train_bpe_reference,
-    train_bpe_reference_from_counts,
+from seqpack.tokenizer.oracle import (
+    train_bpe_oracle,
+    train_bpe_oracle_from_counts,
 )
 from seqpack.tokenizer.train import merges_from_counts, vocab_from_merge_ids
 
@@ -33,7 +33,7 @@ def test_hand_computed_golden():
         (b"s", b"t"), (b"e", b"st"), (b"o", b"w"), (b"l", b"ow"), (b"w", b"est"), (b"n", b"e"),
     ]
     assert vocab[261] == b"ne"
-    assert (vocab, merges) == train_bpe_reference_from_counts(counts, 262)
+    assert (vocab, merges) == train_bpe_oracle_from_counts(counts, 262)
 
 
 def test_overlapping_pair_merges_left_to_right():
@@ -41,7 +41,7 @@ def test_overlapping_pair_merges_left_to_right():
     vocab, merges = _fast({"aaaa": 1, "aaa": 1}, 259)
     # then (aa,aa) and (aa,a) tie at 1: the lexicographically greater pair, (aa,aa), goes first
     assert merges == [(b"a", b"a"), (b"aa", b"aa"), (b"aa", b"a")]
-    assert (vocab, merges) == train_bpe_reference_from_counts({"aaaa": 1, "aaa": 1}, 259)
+    assert (vocab, merges) == train_bpe_oracle_from_counts({"aaaa": 1, "aaa": 1}, 259)
 
 
 def test_matches_cs336_reference_exactly(cs336: Path):
@@ -65,7 +65,7 @@ def test_parallel_and_chunked_match_single_pass(cs336: Path, workers: int):
     config = BPEConfig(vocab_size=400, special_tokens=(EOT,), workers=workers, chunk_bytes=4096)
     chunked = train_bpe_corpus([cs336 / "corpus.en"], config=config)
     text = (cs336 / "corpus.en").read_text(encoding="utf-8")
-    assert (chunked.vocab, chunked.merges) == train_bpe_reference([text], 400, [EOT])
+    assert (chunked.vocab, chunked.merges) == train_bpe_oracle([text], 400, [EOT])
 
 
 # --------------------------------------------------------------- properties
@@ -78,7 +78,7 @@ _corpus = st.lists(st.lists(_ALPHABET, max_size=40).map("".join), min_size=1, ma
 def test_fast_trainer_equals_reference(docs, extra, with_special):
     specials = (EOT,) if with_special else ()
     config = BPEConfig(vocab_size=256 + len(specials) + extra, special_tokens=specials, workers=1)
-    expected = train_bpe_reference(docs, config.vocab_size, specials)
+    expected = train_bpe_oracle(docs, config.vocab_size, specials)
     if not any(expected[0].get(i) for i in range(256)):  # pragma: no cover
         return
     with warnings.catch_warnings():
@@ -260,4 +260,4 @@ def test_the_trained_tokenizer_is_the_one_built_from_its_vocab_and_merges(docs, 
         assert getattr(got, name) == getattr(want, name), name
     assert got.fingerprint() == want.fingerprint()
     text = "".join(docs) + "".join(specials)
-    assert got.encode(text) == want.encode(text) == want.encode_reference(text)
+    assert got.encode(text) == want.encode(text) == want.encode_oracle(text)

@@ -22,7 +22,7 @@ from seqpack.data.format import (
 from seqpack.data.layout import (
     PackedColumns,
     materialize,
-    materialize_reference,
+    materialize_oracle,
     pack_sequences,
 )
 from seqpack.data.sampler import BalancedSampler, read_schedule
@@ -41,7 +41,7 @@ __all__ = [
     "from_lists",
     "load_packed",
     "materialize",
-    "materialize_reference",
+    "materialize_oracle",
     "pack_sequences",
     "read_manifest",
     "read_schedule",
@@ -60,6 +60,10 @@ def __getattr__(name: str) -> Any:
         from seqpack.data import torch_dataset
 
         return getattr(torch_dataset, name)
+    if name == "materialize_reference":  # renamed: the slow twins of fast paths are oracles
+        from seqpack._lazy import renamed
+
+        return renamed("seqpack.data", name, "materialize_oracle", materialize_oracle)
     if name in _MOVED:
         warnings.warn(f"seqpack.data.{name} moved to seqpack.pipeline.{name}", DeprecationWarning, stacklevel=2)
         import seqpack.pipeline  # deprecated re-export (allowed upward import)

@@ -144,7 +144,7 @@ def cp_shard(
     return out
 
 
-def cp_shard_reference(segment_ids: np.ndarray, *, cp: int, rank: int) -> list[int]:
+def cp_shard_oracle(segment_ids: np.ndarray, *, cp: int, rank: int) -> list[int]:
     """The obvious loop behind `cp_layout` + `cp_shard_index`: the row positions rank
     ``rank`` holds, in order (-1: padding)."""
     seg = [int(x) for x in segment_ids]
@@ -194,6 +194,6 @@ __all__ = [
     "cp_lengths",
     "cp_shard",
     "cp_shard_index",
-    "cp_shard_reference",
+    "cp_shard_oracle",
     "doc_spans",
 ]

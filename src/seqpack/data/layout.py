@@ -166,7 +166,7 @@ def materialize(
     return cols
 
 
-def materialize_reference(
+def materialize_oracle(
     seqs: Sequences, packing: Packing, *, max_len: int, max_depth: int | None = None, position_offset: int = 0
 ) -> dict[str, np.ndarray]:
     """The same columns, one pack and one sequence at a time (slow, obviously correct)."""

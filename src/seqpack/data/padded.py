@@ -62,7 +62,7 @@ def padded_rows(
 ) -> dict[str, np.ndarray]:
     """One row per span: per-token columns ``(B, L)``, per-sequence ones ``(B, 1, ...)``.
 
-    Vectorised gather; `padded_rows_reference` is the loop it is tested against.
+    Vectorised gather; `padded_rows_oracle` is the loop it is tested against.
     """
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 4)
     pack, start, length, slot = spans.T
@@ -87,7 +87,7 @@ def padded_rows(
     return out
 
 
-def padded_rows_reference(
+def padded_rows_oracle(
     columns: Mapping[str, np.ndarray], spans: np.ndarray, *, token_labels: bool, position_fields: Sequence[str] = ()
 ) -> dict[str, np.ndarray]:
     """The same rows, one sequence at a time (slow, obviously correct)."""

@@ -3,7 +3,7 @@
 Stages (each recorded with the hash of its inputs in ``OUT/stages/`` and reused while that hash and
 its outputs stay the same, `seqpack._stages`; ``fresh`` re-runs all):
 
-1. train a byte-level BPE tokenizer (checked against the reference encoder) and build the token store;
+1. train a byte-level BPE tokenizer (checked against the oracle encoder) and build the token store;
 2. pack the corpus for MLM + NSP (128 tokens) and causal LM (512 tokens), and the fine-tuning set:
    which standard-library package a docstring comes from (labels from the built-in corpus, 128 tokens);
 3. **Table 1**: every packing algorithm at depths 1/2/3/unlimited on the paper's Wikipedia lengths
@@ -203,7 +203,7 @@ def _tokenizer(docs: list[str], out: Path, vocab_size: int, workers: int | None,
     t1 = time.perf_counter()
     fast = tok.encode_batch(docs)
     t_fast = time.perf_counter() - t1
-    step = max(1, len(docs) // 50)  # check ~50 documents against the reference encoder
+    step = max(1, len(docs) // 50)  # check ~50 documents against the oracle encoder
     exact = all(tok.encode(docs[i]) == fast[i] for i in range(0, len(docs), step))
     n_bytes = sum(len(d.encode("utf-8", "surrogatepass")) for d in docs)
     n_tokens = sum(len(ids) for ids in fast)

@@ -283,7 +283,7 @@ def summary_text(s: dict[str, Any]) -> str:
         f"for its stages" + (f", then {s['report_seconds']:.0f} s writing the report" if "report_seconds" in s else ""),
         f"stage times: {times} (0.0: reused from an earlier run; --fresh re-runs all)",
         f"tokenizer: byte-level BPE, {s['vocab_size']:,} tokens; pre-tokenize {s['pretokenize_seconds']:.2f} s + merges "
-        f"{s['merge_seconds']:.2f} s; fast == reference: {'yes' if s['fast_path_exact_on_sample'] else 'NO'}; "
+        f"{s['merge_seconds']:.2f} s; fast == oracle: {'yes' if s['fast_path_exact_on_sample'] else 'NO'}; "
         f"token store {s['tokens']:,} tokens",
         "",
         "What the run shows:",

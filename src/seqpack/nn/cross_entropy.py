@@ -8,7 +8,7 @@ float32 copy of the logits, no saved log-probabilities. The per-token losses of 
 (every sequence's own mean) make this the step's largest per-token cost on a GPU: on an H100,
 PyTorch's log-softmax, its backward and the float32 copy cost ~0.29 us per target over a
 30,522-token vocabulary (docs/benchmarks/gpu.md). Elsewhere, and under ``torch.compile`` (which fuses
-the plain form itself), it is `cross_entropy_reference`: ``F.cross_entropy`` on the logits
+the plain form itself), it is `cross_entropy_oracle`: ``F.cross_entropy`` on the logits
 in float32, the definition the kernel is tested against.
 
     >>> logits = torch.tensor([[0.0, 0.0], [2.0, 0.0]])
@@ -30,7 +30,7 @@ from seqpack.data.sequences import IGNORE_INDEX
 _BLOCK = 4096  # columns per step of a row's loop
 
 
-def cross_entropy_reference(
+def cross_entropy_oracle(
     logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = IGNORE_INDEX
 ) -> torch.Tensor:
     """``F.cross_entropy`` of each row in float32; 0 where the target is ``ignore_index``.  # (N,)"""
@@ -43,7 +43,7 @@ def token_cross_entropy(
     """Cross-entropy of each row of ``logits`` (N, V) against ``targets`` (N,), float32.  # (N,)"""
     if _fused_ok(logits, targets):
         return _FusedCrossEntropy.apply(logits, targets, ignore_index)
-    return cross_entropy_reference(logits, targets, ignore_index=ignore_index)
+    return cross_entropy_oracle(logits, targets, ignore_index=ignore_index)
 
 
 def _fused_ok(logits: torch.Tensor, targets: torch.Tensor) -> bool:
@@ -138,7 +138,7 @@ class _FusedCrossEntropy(torch.autograd.Function):
         assert kernels is not None
         _N, V = logits.shape
         targets = targets.contiguous()
-        # the reference raises on a target outside the vocabulary; the kernel would read past the
+        # the oracle raises on a target outside the vocabulary; the kernel would read past the
         # row, so check on the device (no synchronisation)
         torch._assert_async(
             ((targets >= 0) & (targets < V) | (targets == ignore_index)).all(), "cross-entropy target outside [0, V)"
@@ -178,7 +178,7 @@ _CHUNK_BYTES = 1 << 29
 _MM_OUT_DTYPE = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
 
 
-def linear_cross_entropy_reference(
+def linear_cross_entropy_oracle(
     hidden: torch.Tensor,
     weight: torch.Tensor,
     targets: torch.Tensor,
@@ -223,7 +223,7 @@ def linear_cross_entropy(
         >>> h, w = torch.randn(5, 4), torch.randn(7, 4)
         >>> t, rw = torch.tensor([1, 0, -100, 6, 2]), torch.full((5,), 0.25)
         >>> loss, top1 = linear_cross_entropy(h, w, t, rw)
-        >>> torch.allclose(loss, linear_cross_entropy_reference(h, w, t, rw)[0])
+        >>> torch.allclose(loss, linear_cross_entropy_oracle(h, w, t, rw)[0])
         True
     """
     N, V = hidden.shape[0], weight.shape[0]
@@ -350,4 +350,4 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return scale(grad_h, dt_h), scale(grad_w, dt_w), scale(grad_b, dt_b), None, None, None, None, None
 
 
-__all__ = ["cross_entropy_reference", "linear_cross_entropy", "linear_cross_entropy_reference", "token_cross_entropy"]
+__all__ = ["cross_entropy_oracle", "linear_cross_entropy", "linear_cross_entropy_oracle", "token_cross_entropy"]

@@ -14,7 +14,7 @@ position ids that restart at each sequence, plus ``cu_seq_lens_q/k`` and ``max_l
 ``seqpack_varlen`` is an attention function registered in transformers' ``AttentionInterface``:
 on CUDA in fp16/bf16 it runs PyTorch's varlen flash kernel
 (``torch.nn.attention.varlen.varlen_attn``); elsewhere it runs each sequence through SDPA, one
-at a time (the slow reference, exact on CPU). ``flash_attention_2/3/4`` models (flash-attn
+at a time (the oracle: slow, exact on CPU). ``flash_attention_2/3/4`` models (flash-attn
 installed) take the same inputs.
 """
 
@@ -138,8 +138,8 @@ def varlen_attention_forward(
     from seqpack.nn.attention.varlen import (
         torch_varlen,
         varlen_kwargs,
+        varlen_oracle,
         varlen_params,
-        varlen_reference,
     )
 
     fn = torch_varlen()
@@ -169,18 +169,18 @@ def varlen_attention_forward(
     if fast and fn is not None:
         out = fn(q, k, v, cu.to(torch.int32), cu.to(torch.int32), int(m), int(m), **kw)
     elif layer.features():
-        out = _layer_reference(q, k, v, cu, causal, scale, layer)
+        out = _layer_oracle(q, k, v, cu, causal, scale, layer)
     else:
-        out = varlen_reference(q, k, v, cu, int(m), causal, scale)
+        out = varlen_oracle(q, k, v, cu, int(m), causal, scale)
     return out.to(query.dtype).view(B, n, Hq, d)[..., :dv], None
 
 
-def _layer_reference(
+def _layer_oracle(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, causal: bool, scale: float, layer: Any
 ) -> torch.Tensor:
-    """Each run (one document, positions from 0) through the reference attention with the layer's
+    """Each run (one document, positions from 0) through the oracle attention with the layer's
     window, chunk, cap and sinks.  # (total, H, d) -> (total, H, d)"""
-    from seqpack.nn.attention.base import band, reference_attention
+    from seqpack.nn.attention.base import band, oracle_attention
 
     outs = []
     for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
@@ -189,7 +189,7 @@ def _layer_reference(
         allowed = band(pos, layer)
         if allowed is None and causal:
             allowed = torch.ones(b - a, b - a, dtype=torch.bool, device=q.device).tril()
-        outs.append(reference_attention(qs, ks, vs, allowed, scale=scale, layer=layer)[0].transpose(0, 1))
+        outs.append(oracle_attention(qs, ks, vs, allowed, scale=scale, layer=layer)[0].transpose(0, 1))
     return torch.cat(outs) if outs else q.new_zeros(q.shape)
 
 

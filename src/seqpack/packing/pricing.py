@@ -30,7 +30,7 @@ def price_packs(lengths: np.ndarray, values: np.ndarray, cap: int, depth: int | 
     return native(lengths, np.ascontiguousarray(values, dtype=np.float64), int(cap), d)
 
 
-def price_packs_reference(lengths: np.ndarray, values: np.ndarray, cap: int, depth: int | None) -> np.ndarray:
+def price_packs_oracle(lengths: np.ndarray, values: np.ndarray, cap: int, depth: int | None) -> np.ndarray:
     """Best values only (rows as in `price_packs`), by enumerating every pack. Tiny inputs only."""
     n = len(lengths)
     most = cap // int(min(lengths)) if depth is None else min(depth, cap // int(min(lengths)))

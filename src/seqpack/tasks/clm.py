@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 
 def _append_eos(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One EOS after each document (compiled; `_append_eos_reference` is the rule): new
+    """One EOS after each document (compiled; `_append_eos_oracle` is the rule): new
     offsets shift by the number of EOS before them. ``offsets`` run from 0 to ``tokens.size``.
 
     >>> flat, off, lens = _append_eos(np.array([1, 2, 3, 4, 5]), np.array([0, 3, 5]), 0)
@@ -62,7 +62,7 @@ def _append_eos(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[n
     return flat, new_off, np.diff(new_off)
 
 
-def _append_eos_reference(
+def _append_eos_oracle(
     tokens: np.ndarray, offsets: np.ndarray, eos_id: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`_append_eos` in numpy: mark where each EOS goes, and put the tokens everywhere else."""
@@ -180,7 +180,7 @@ def _split(
     return tokens, new_offsets, example_ids
 
 
-def clm_reference(
+def clm_oracle(
     documents: Seq[Seq[int]], *, max_len: int, eos_id: int | None, overflow: str = "split"
 ) -> list[tuple[int, list[int], list[int]]]:
     """The obvious per-document loop: ``(example_id, input_ids, labels)`` per sequence."""

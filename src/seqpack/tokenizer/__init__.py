@@ -1,4 +1,4 @@
-"""Byte-level BPE: training (fast and reference), the Tokenizer, save/load/export; pretrained
+"""Byte-level BPE: training (fast, and its oracle), the Tokenizer, save/load/export; pretrained
 Hugging Face tokenizer directories (`open_tokenizer` opens either kind).
 
 The names load on first use (PEP 562): ``from seqpack.tokenizer import train_bpe`` imports the

@@ -125,7 +125,7 @@ class CoreBPE:
     def fingerprint_stream(ids: list[int], tokens: list[bytes], merges: list[tuple[bytes, bytes]]) -> bytes:
         """The bytes a tokenizer's fingerprint hashes, less its special tokens: per token (in ``ids``'
         order) its id (8 bytes, little-endian), length (4) and bytes; per merge each side's length (4)
-        and bytes (``Tokenizer._fingerprint_reference`` makes them field by field).
+        and bytes (``Tokenizer._fingerprint_oracle`` makes them field by field).
 
         >>> CoreBPE.fingerprint_stream([1], [b"a"], [(b"a", b"a")]).hex()
         '0100000000000000010000006101000000610100000061'

@@ -1,7 +1,7 @@
-"""Pre-tokenization: the GPT-2 "words" of a text (the ``regex`` reference) and chunking.
+"""Pre-tokenization: the GPT-2 "words" of a text (the ``regex`` oracle) and chunking.
 
 Byte-level BPE never merges across a pre-token boundary, so training only needs
-``{word: count}``. This module holds the reference pre-tokenizer and counter (the
+``{word: count}``. This module holds the oracle pre-tokenizer and counter (the
 compiled scanner in ``csrc/pretokenize.h`` is tested equal to it) and cuts corpora
 into chunks that can be counted independently (`seqpack.tokenizer.counts`).
 
@@ -108,7 +108,7 @@ def split_words(text: str) -> list[str]:
 
 
 def count_words(documents: Iterable[str], *, special_tokens: Sequence[str] = ()) -> Counter[str]:
-    """Count pre-tokens over ``documents`` in this process (the reference path)."""
+    """Count pre-tokens over ``documents`` in this process (the oracle path)."""
     specials = special_pattern(special_tokens)
     counts: Counter[str] = Counter()
     for doc in documents:

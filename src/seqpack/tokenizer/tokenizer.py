@@ -11,7 +11,7 @@ The rule is minbpe's: within each pre-token, merge the adjacent pair with the
 lowest merge rank, all occurrences left to right, until no adjacent pair is a
 merge. ``encode`` and ``encode_batch`` run it in the compiled core
 (`seqpack._native`: a hand-written GPT-2 pre-tokenizer, a word cache per
-thread, the GIL released, texts spread over threads); ``encode_reference`` is the
+thread, the GIL released, texts spread over threads); ``encode_oracle`` is the
 same rule in plain Python over the ``regex`` pre-tokenizer, and the two are tested
 equal. ``encode_batch(backend="hf")`` runs the Hugging Face ``tokenizers`` export
 (tested identical).
@@ -213,7 +213,7 @@ class Tokenizer:
 
     @cached_property
     def _ranks(self) -> dict[tuple[int, int], tuple[int, int]]:
-        """``(left id, right id) -> (rank, merged id)`` (the reference encoder's); a pair merged twice
+        """``(left id, right id) -> (rank, merged id)`` (the oracle encoder's); a pair merged twice
         keeps its first rank. The compiled encoder takes the merges in rank order instead."""
         left, right, made = self._merge_ids
         ranks = range(len(made) - 1, -1, -1)  # from the last: the first rank of a pair is written last
@@ -245,7 +245,7 @@ class Tokenizer:
         state = self.__dict__.copy()
         state["_native"] = None  # rebuilt on first use after unpickling
         state.pop("encode", None)  # its compiled form (see native)
-        state.pop("_ranks", None)  # made again when the reference encoder needs it
+        state.pop("_ranks", None)  # made again when the oracle encoder needs it
         state["_hf"] = None
         state["_cache"] = {}
         return state
@@ -307,7 +307,14 @@ class Tokenizer:
         return _pieces(text, size, self._specials_re, self._longest_special)
 
     def encode_reference(self, text: str) -> list[int]:
-        """`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the reference."""
+        """Deprecated name of `encode_oracle` (kept for one release)."""
+        import warnings
+
+        warnings.warn("Tokenizer.encode_reference is renamed Tokenizer.encode_oracle", DeprecationWarning, stacklevel=2)
+        return self.encode_oracle(text)
+
+    def encode_oracle(self, text: str) -> list[int]:
+        """`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the oracle."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}")
         out: list[int] = []
@@ -376,7 +383,7 @@ class Tokenizer:
 
         ``backend="native"``: the compiled core on up to ``workers`` threads (default: all cores), one
         for each 32 KB of text (a smaller batch runs on one: starting a thread costs more than it gives).
-        ``backend="python"``: `encode_reference`, one text after another.
+        ``backend="python"``: `encode_oracle`, one text after another.
         ``backend="hf"``: the equivalent Hugging Face tokenizer (Rust, threads; tested
         identical).
         """
@@ -386,7 +393,7 @@ class Tokenizer:
             hf = self.to_hf()
             return [e.ids for e in hf.encode_batch(list(texts), add_special_tokens=False)]
         if backend == "python":
-            return [self.encode_reference(t) for t in texts]
+            return [self.encode_oracle(t) for t in texts]
         if backend != "native":
             raise ValueError(f"backend must be 'native', 'python' or 'hf', got {backend!r}")
         threads, out = workers or default_workers(), []
@@ -439,7 +446,7 @@ class Tokenizer:
         return self._fingerprint
 
     def _compute_fingerprint(self) -> str:
-        # the bytes of _fingerprint_reference, made by the compiled core (45 ms -> 4 ms for GPT-2's 50K)
+        # the bytes of _fingerprint_oracle, made by the compiled core (45 ms -> 4 ms for GPT-2's 50K)
         from seqpack.tokenizer.core import CoreBPE
 
         ids = sorted(self.vocab)
@@ -447,7 +454,7 @@ class Tokenizer:
         specials = b"".join(b"\x00special\x00" + s.encode("utf-8") for s in self.special_tokens)
         return hashlib.sha256(data + specials).hexdigest()
 
-    def _fingerprint_reference(self) -> str:
+    def _fingerprint_oracle(self) -> str:
         """What the fingerprint hashes, field by field (tested against `_compute_fingerprint`)."""
         h = hashlib.sha256()
         for i in sorted(self.vocab):

@@ -16,8 +16,8 @@ Two stages, both in the compiled core (``csrc/train.h``): (1) pre-tokenize and
 count distinct words on threads over chunks cut at safe boundaries
 (`seqpack.tokenizer.counts`, a map/reduce); (2) the merge loop over distinct
 words with an inverted index pair -> words, incremental count updates and a lazily
-invalidated max-heap. The plain-Python trainer in `seqpack.tokenizer.reference`
-is the reference it is tested against.
+invalidated max-heap. The plain-Python trainer in `seqpack.tokenizer.oracle`
+is the oracle it is tested against.
 """
 
 from __future__ import annotations

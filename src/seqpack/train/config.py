@@ -211,7 +211,7 @@ class TrainConfig:
             raise ValueError("--match sequences and --adjust-hparams are two alternatives; pick one")
         if self.padded and (self.match == "sequences" or self.adjust_hparams):
             raise ValueError(
-                "--match sequences / --adjust-hparams adjust the packed run; the padded run is the reference "
+                "--match sequences / --adjust-hparams adjust the packed run; the padded run is the baseline "
                 "(--match packs pairs a padded run with the packed run step by step)"
             )
         if self.match == "packs" and not self.padded:

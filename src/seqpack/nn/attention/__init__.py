@@ -7,7 +7,7 @@ Backends live in one registry (`REGISTRY`), one module each:
 
 ``sdpa``          dense ``(B, 1, T, T)`` bool mask into ``scaled_dot_product_attention``
                   (`.dense`); rows holding one sequence use a key-padding mask instead.
-``eager``         the reference: ``softmax(q k^T * scale + additive mask) v`` (`.dense`).
+``eager``         the oracle: ``softmax(q k^T * scale + additive mask) v`` (`.dense`).
 ``per_document``  length buckets, SDPA per bucket (`.per_document`).
 ``flash_varlen``  ``flash_attn_varlen_func`` on the rows as they are (`.varlen`, flash-attn).
 ``varlen``        PyTorch's own varlen flash kernel on the rows as they are (`.varlen`).
@@ -56,6 +56,7 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -68,7 +69,7 @@ from seqpack.nn.attention.base import (
     check_layer,
     check_qkv,
     half_precision,
-    reference_attention,
+    oracle_attention,
 )
 from seqpack.nn.attention.context_parallel import CONTEXT_PARALLEL, CPPlan, plan_context_parallel
 from seqpack.nn.attention.dense import EAGER, SDPA, MaskPlan, eager_attention
@@ -140,7 +141,7 @@ def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype, needs: froz
     With ``needs`` (a layer's window, chunk, soft-capping or sinks), the first of these that
     computes them all: on CUDA in half precision the varlen kernels (a window), then ``flex``
     (softcap), ``sdpa``, ``per_document`` (sinks); on CPU the rule above for a window or a chunk, ``per_document``
-    for soft-capping or sinks (the reference attention per bucket; FlexAttention has no CPU backward).
+    for soft-capping or sinks (the oracle attention per bucket; FlexAttention has no CPU backward).
     """
     B, T = segment_ids.shape
     if segment_ids.is_cuda:
@@ -151,7 +152,7 @@ def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype, needs: froz
         if torch_varlen() is not None and _able("varlen", needs):
             return "varlen"
         return next(name for name in ("flex", "sdpa", "per_document") if _able(name, needs))
-    if not _able("sdpa", needs):  # soft-capping or sinks: the reference per document, sum(l^2) work
+    if not _able("sdpa", needs):  # soft-capping or sinks: the oracle per document, sum(l^2) work
         return "per_document"
     if T < 1024 or B == 0:
         return "sdpa"
@@ -318,5 +319,13 @@ __all__ = [
     "packed_attention",
     "plan_attention",
     "plan_context_parallel",
-    "reference_attention",
+    "oracle_attention",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "reference_attention":  # renamed: the slow twins of fast paths are oracles
+        from seqpack._lazy import renamed
+
+        return renamed("seqpack.nn.attention", name, "oracle_attention", oracle_attention)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

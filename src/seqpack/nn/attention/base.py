@@ -131,7 +131,7 @@ def band(
     return keep
 
 
-def reference_attention(
+def oracle_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -146,7 +146,7 @@ def reference_attention(
     # (B, H, Tq, d), (B, H, Tk, d), (B, H, Tk, dv) -> (B, H, Tq, dv)
 
         >>> q, k, v = torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1)
-        >>> reference_attention(q, k, v, None, scale=1.0, layer=LayerAttention(sinks=torch.zeros(1))).item()  # e^0 / (e^0 + e^0)
+        >>> oracle_attention(q, k, v, None, scale=1.0, layer=LayerAttention(sinks=torch.zeros(1))).item()  # e^0 / (e^0 + e^0)
         0.5
     """
     scores = (q.float() @ k.float().transpose(-2, -1)) * scale  # (B, H, Tq, Tk)

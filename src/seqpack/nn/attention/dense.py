@@ -1,5 +1,5 @@
 """Dense-mask backends: ``sdpa`` (a bool mask into ``scaled_dot_product_attention``) and
-``eager`` (the slow, obviously correct reference: ``softmax(q k^T * scale + mask) v``)."""
+``eager`` (the oracle, slow and obviously correct: ``softmax(q k^T * scale + mask) v``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from seqpack.nn.attention.base import (
     LayerAttention,
     band,
     common,
-    reference_attention,
+    oracle_attention,
 )
 from seqpack.nn.masks import attention_mask
 
@@ -97,7 +97,7 @@ def plan_eager(
 def eager_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, scale: float
 ) -> torch.Tensor:
-    """Reference attention with an additive float mask (0 allowed / dtype-min masked).
+    """Oracle attention with an additive float mask (0 allowed / dtype-min masked).
 
     A bool mask here would be added as 0/1 and silently attend everywhere, so it is refused.
     Rows with no allowed key (padding) return 0, as SDPA does.
@@ -125,7 +125,7 @@ def attend_eager(
     allowed = layer_mask(plan, layer)
     if allowed is not None and allowed.dtype != torch.bool:
         allowed = allowed == 0  # the additive mask: 0 where allowed
-    return reference_attention(q, k, v, allowed, scale=scale, layer=layer)
+    return oracle_attention(q, k, v, allowed, scale=scale, layer=layer)
 
 
 SDPA = Backend(
@@ -141,5 +141,5 @@ EAGER = Backend(
     plan=plan_eager,
     attend=attend_eager,
     features=frozenset({"window", "chunk", "softcap", "sinks"}),
-    summary="the reference: softmax(q k^T * scale + additive mask) v in plain ops (every layer argument)",
+    summary="the oracle: softmax(q k^T * scale + additive mask) v in plain ops (every layer argument)",
 )

@@ -1,7 +1,7 @@
 """``per_document``: gather each sequence into a bucket of similar lengths and run SDPA per
 bucket (``is_causal`` when causal), so blocks between documents are never computed:
 ``sum(l_i^2)`` work instead of ``T^2`` per row. A layer's window or chunk narrows each bucket's
-causal mask; soft-capping and sinks, which SDPA lacks, run the reference attention per bucket
+causal mask; soft-capping and sinks, which SDPA lacks, run the oracle attention per bucket
 (still ``sum(l_i^2)``).
 
 With ``branch_ids`` (a shared prefix: the preference task's prompt, then two responses that
@@ -23,7 +23,7 @@ from seqpack.nn.attention.base import (
     LayerAttention,
     band,
     common,
-    reference_attention,
+    oracle_attention,
     tokens,
     untokens,
 )
@@ -189,10 +189,10 @@ def attend_per_document(
         bq, bkk, bv = (x.view(bk.n, bk.size, H, d).transpose(1, 2) for x in (bq, bkk, bv))  # (n, H, Lb, d)
         mask = bk.key_mask if narrowed is None else narrowed[i]
         causal = plan.causal and mask is None  # a branch mask holds the causality itself
-        if layer.softcap is not None or layer.sinks is not None:  # SDPA has neither: the reference, per bucket
+        if layer.softcap is not None or layer.sinks is not None:  # SDPA has neither: the oracle, per bucket
             if causal:
                 mask = torch.ones(bk.size, bk.size, dtype=torch.bool, device=q.device).tril()
-            o = reference_attention(bq, bkk, bv, mask, scale=scale, layer=layer)
+            o = oracle_attention(bq, bkk, bv, mask, scale=scale, layer=layer)
         else:
             o = F.scaled_dot_product_attention(bq, bkk, bv, attn_mask=mask, is_causal=causal, scale=scale)
         outs.append(o.transpose(1, 2).reshape(-1, H, d))  # (n * Lb, H, d)

@@ -15,7 +15,7 @@ unspecified (finite; nothing reads them), as with ``sdpa``'s key-padding form.
     seg      [[1 1 2 0]  [1 1 1 1]]   (B, T) = (2, 4)
     runs      0   2 3 4   8           cu_seqlens over the 8 flattened tokens
 
-`varlen_reference` runs each run through SDPA on its own: the slow, obviously correct
+`varlen_oracle` runs each run through SDPA on its own: the slow, obviously correct
 kernel the fast ones are tested against (on CPU too).
 """
 
@@ -81,7 +81,7 @@ def attend_runs(
     return untokens(o.to(q.dtype), B, T)  # o: (B*T, H, d)
 
 
-def varlen_reference(
+def varlen_oracle(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,

@@ -1,0 +1,39 @@
+"""Names renamed to the glossary's words keep their old name for one release, with a warning
+that says the new one; the old name gives the very same object."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+RENAMED = [
+    ("seqpack.data", "materialize_reference", "seqpack.data", "materialize_oracle"),
+    ("seqpack.nn.attention", "reference_attention", "seqpack.nn.attention", "oracle_attention"),
+    ("seqpack.packing.reference", "best_fit_decreasing", "seqpack.packing.oracle", "best_fit_decreasing"),
+    ("seqpack.tokenizer.reference", "train_bpe_reference", "seqpack.tokenizer.oracle", "train_bpe_oracle"),
+    ("seqpack.tokenizer.reference", "train_bpe_reference_from_counts", "seqpack.tokenizer.oracle",
+     "train_bpe_oracle_from_counts"),
+]
+
+
+@pytest.mark.parametrize(("old_mod", "old", "new_mod", "new"), RENAMED)
+def test_an_old_name_warns_and_gives_the_new_object(old_mod, old, new_mod, new) -> None:
+    if "nn" in old_mod:
+        pytest.importorskip("torch")
+    with pytest.warns(DeprecationWarning, match="renamed"):
+        got = getattr(importlib.import_module(old_mod), old)
+    assert got is getattr(importlib.import_module(new_mod), new)
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    with pytest.raises(AttributeError):
+        importlib.import_module("seqpack.packing.reference").no_such_name  # noqa: B018
+
+
+def test_the_tokenizer_keeps_encode_reference() -> None:
+    from seqpack.tokenizer import Tokenizer
+
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    with pytest.warns(DeprecationWarning, match="encode_oracle"):
+        assert tok.encode_reference("hi there") == tok.encode_oracle("hi there") == tok.encode("hi there")
