@@ -1,5 +1,5 @@
 """A transformers model's vocabulary head in DPO: at every position (its full logits, sliced) or
-only where a response token is predicted (``seqpack.tasks.preference.objective.HEAD_AT_TARGETS``).
+only where a response token is predicted (``seqpack.tasks.preference.forward.HEAD_AT_TARGETS``).
 
 Run: .venv/bin/python benchmarks/dpo_head.py [--out benchmarks/results/dpo_head.json]
 
@@ -25,10 +25,10 @@ torch.set_num_threads(2)
 import transformers as tf
 from seqpack.data.torch_dataset import PackedDataset, collate_packed
 from seqpack.nn.hf_attention import register_packed_attention
-from seqpack.tasks.preference import objective
+from seqpack.tasks.preference import forward
 from preference import LLAMAS
 if {full}:
-    objective.HEAD_AT_TARGETS = ()  # the other arm: every position's logits, then a slice
+    forward.HEAD_AT_TARGETS = ()  # the other arm: every position's logits, then a slice
 register_packed_attention()
 torch.manual_seed(0)
 cfg = tf.LlamaConfig(**{{k: v for k, v in LLAMAS["small"].items() if k != "model_type"}}, vocab_size=32000,
@@ -40,7 +40,7 @@ for s in range({steps} + 1):
     b = collate_packed([ds[i] for i in range(4 * s, 4 * s + 4)])
     b.pop("example_ids")
     t0 = time.perf_counter()
-    lp = objective.policy_logps(model, b)
+    lp = forward.policy_logps(model, b)
     loss = -torch.nn.functional.logsigmoid(0.1 * (lp.chosen - lp.rejected))[lp.present].mean()
     loss.backward()
     model.zero_grad(set_to_none=True)

@@ -14,12 +14,14 @@ RENAMED = [
     ("seqpack.tokenizer.reference", "train_bpe_reference", "seqpack.tokenizer.oracle", "train_bpe_oracle"),
     ("seqpack.tokenizer.reference", "train_bpe_reference_from_counts", "seqpack.tokenizer.oracle",
      "train_bpe_oracle_from_counts"),
+    ("seqpack.train.objective", "step_loss", "seqpack.train.step_loss", "step_loss"),
+    ("seqpack.tasks.preference.objective", "pair_outputs", "seqpack.tasks.preference.forward", "pair_outputs"),
 ]
 
 
 @pytest.mark.parametrize(("old_mod", "old", "new_mod", "new"), RENAMED)
 def test_an_old_name_warns_and_gives_the_new_object(old_mod, old, new_mod, new) -> None:
-    if "nn" in old_mod:
+    if "nn" in old_mod or "train" in old_mod or "preference" in old_mod:
         pytest.importorskip("torch")
     with pytest.warns(DeprecationWarning, match="renamed"):
         got = getattr(importlib.import_module(old_mod), old)

@@ -22,7 +22,7 @@ from seqpack.nn.preference import (
     predictor_index,
     response_ends,
 )
-from seqpack.tasks.preference.objective import policy_logps
+from seqpack.tasks.preference.forward import policy_logps
 from seqpack.tasks.preference.records import Pairs
 from seqpack.tasks.preference.sequences import preference_sequences
 

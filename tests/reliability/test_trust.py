@@ -299,7 +299,7 @@ def test_reward_loss_takes_the_margins_of_the_batchs_depth(tmp_path: Path) -> No
     from seqpack.nn.models import GPTConfig, GPTReward
     from seqpack.nn.preference import PreferenceLoss, bradley_terry
     from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
-    from seqpack.tasks.preference.objective import preference_forward
+    from seqpack.tasks.preference.forward import preference_forward
     from seqpack.tokenizer import open_tokenizer
     from tests.hf_tokenizers import bpe_tokenizer_dir, preference_records
 

@@ -57,7 +57,7 @@ def test_step_loss_weights_uneven_ranks_and_micro_batches_as_one_global_mean():
     the global batch's mean."""
     import torch
 
-    from seqpack.train.objective import step_loss
+    from seqpack.train.step_loss import step_loss
 
     losses = torch.arange(1.0, 11.0, dtype=torch.float64)  # 10 per-token losses
     parts = [losses[:1], losses[1:3], losses[3:6], losses[6:]]  # rank 0: parts 0, 1; rank 1: parts 2, 3

@@ -12,9 +12,9 @@ from seqpack.cli.main import main
 from seqpack.train import TrainConfig, train
 from seqpack.train.checkpoint import read_metrics
 from seqpack.train.data import TrainData
-from seqpack.train.loop import Objective
+from seqpack.train.loop import TaskModule
 from seqpack.train.models import build_model
-from seqpack.train.objective import component_means, loss_units, step_loss
+from seqpack.train.step_loss import component_means, loss_units, step_loss
 
 TIMING = ("step_seconds", "compute_seconds", "data_seconds", "train_seconds", "tokens_per_s", "sequences_per_s")
 
@@ -64,7 +64,7 @@ def test_packed_batch_equals_its_sequences_padded(datasets, task, reduction):
         model, _ = build_model(data.manifest, cfg(datasets[task], "x", dropout=0.0))
         b = data.batch(units)
         n = loss_units(b, task, reduction)
-        out = Objective(model, task, reduction)(b)
+        out = TaskModule(model, task, reduction)(b)
         loss = step_loss(component_means(out, task), n, n)
         loss.backward()
         results.append((loss.detach(), n, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}))
@@ -83,7 +83,7 @@ def accumulated_grads(data, manifest_cfg, groups, task="mlm", reduction="sequenc
     batches = [data.batch(g) for g in groups]
     local = [loss_units(b, task, reduction) for b in batches]
     total = torch.stack(local).sum(0)
-    objective = Objective(model, task, reduction)
+    objective = TaskModule(model, task, reduction)
     for b, n in zip(batches, local):
         step_loss(component_means(objective(b), task), n, total).backward()
     return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
@@ -243,7 +243,7 @@ def test_gradient_checkpointing_recomputes_the_blocks(datasets):
         if on:
             enable_checkpointing(model)
         calls.clear()
-        Objective(model, "clm", "sequence")(b).loss.backward()
+        TaskModule(model, "clm", "sequence")(b).loss.backward()
         assert len(calls) == (2 if on else 1)
 
 

@@ -138,7 +138,7 @@ def interleaved_speedup(cfg: TrainConfig, *, steps: int = 5, rounds: int = 3) ->
 
     from seqpack.train.data import TrainData
     from seqpack.train.models import build_model, forward
-    from seqpack.train.objective import component_means, loss_units, step_loss
+    from seqpack.train.step_loss import component_means, loss_units, step_loss
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

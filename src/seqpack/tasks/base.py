@@ -272,7 +272,7 @@ class Task:
         return [None, None, out.loss]
 
     def update_eval(self, totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
-        """Add one evaluation batch to ``totals`` (`seqpack.train.objective.EvalTotals`)."""
+        """Add one evaluation batch to ``totals`` (`seqpack.train.step_loss.EvalTotals`)."""
         raise NotImplementedError
 
 

@@ -7,7 +7,7 @@ micro-batch's rows) and the ``C`` ranks of a group split each of the group's row
 
     groups = cp_groups(world, cp=2)                  # a collective: every rank calls it
     shard = shard_batch(batch, cp=2, rank=groups.cp_rank)
-    out = CPObjective(model, groups.group, "sequence")(shard)
+    out = CPTaskModule(model, groups.group, "sequence")(shard)
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def check_cp_model(model: torch.nn.Module) -> None:
         )
 
 
-class CPObjective(torch.nn.Module):
+class CPTaskModule(torch.nn.Module):
     """seqpack's GPT, or a transformers causal LM with ``seqpack_packed`` attention, on one rank's
     share (`shard_batch`); the output's loss is this rank's part."""
 
@@ -150,7 +150,7 @@ class CPObjective(torch.nn.Module):
 
 __all__ = [
     "CPGroups",
-    "CPObjective",
+    "CPTaskModule",
     "aligned_targets",
     "check_cp_model",
     "cp_groups",

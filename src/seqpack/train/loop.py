@@ -50,18 +50,18 @@ from seqpack.train.checkpoint import (
     save_checkpoint,
 )
 from seqpack.train.config import TrainConfig, run_eval_tokens
-from seqpack.train.context_parallel import CPGroups, CPObjective, check_cp_model, cp_groups, dp_size, shard_batch
+from seqpack.train.context_parallel import CPGroups, CPTaskModule, check_cp_model, cp_groups, dp_size, shard_batch
 from seqpack.train.data import TrainData, Units
 from seqpack.train.distributed import World, close_world, init_world
 from seqpack.train.lines import start_line
 from seqpack.train.models import attention_of, build_model, enable_checkpointing, forward
-from seqpack.train.objective import EvalTotals, component_means, loss_units, step_loss
 from seqpack.train.reference import (
     load_reference,
     reference_columns,
     reference_logps,
     save_reference,
 )
+from seqpack.train.step_loss import EvalTotals, component_means, loss_units, step_loss
 from seqpack.train.steps import (
     lr_at,
     make_optimizer,
@@ -76,7 +76,7 @@ from seqpack.train.vision_data import VisionTrainData
 LOG_INTERVAL = 30.0
 
 
-class Objective(torch.nn.Module):
+class TaskModule(torch.nn.Module):
     """The model and its task, so that ``DistributedDataParallel`` sees one forward call."""
 
     def __init__(self, model: torch.nn.Module, task: str, reduction: str, objective: Any = None) -> None:
@@ -300,14 +300,14 @@ class _Run:
             torch.cuda.set_rng_state(ck["rng"]["cuda"])
 
     def _wrap(self) -> torch.nn.Module:
-        """The model inside its objective, split per document across a context-parallel group if
+        """The model with its task (and objective) in one module, split per document across a context-parallel group if
         asked, inside DDP across ranks."""
         cfg, world = self.cfg, self.world
         self.cpg = self._context_parallel(cfg, self.data, world)
         wrapped: torch.nn.Module = (
-            Objective(self.model, self.task, cfg.reduction, self.objective)
+            TaskModule(self.model, self.task, cfg.reduction, self.objective)
             if self.cpg is None
-            else CPObjective(self.model, self.cpg.group, cfg.reduction)
+            else CPTaskModule(self.model, self.cpg.group, cfg.reduction)
         )
         if world.size > 1:
             ids = [world.device.index] if world.device.type == "cuda" else None

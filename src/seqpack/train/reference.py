@@ -52,7 +52,7 @@ def packed_reference(
     device: torch.device | None = None,
 ) -> np.ndarray:
     """`reference_logps` over any reader: ``take(packs)`` gives those packs' columns.  # (P, D, 2)"""
-    from seqpack.tasks.preference.objective import policy_logps
+    from seqpack.tasks.preference.forward import policy_logps
 
     P, D = num_packs, depth
     out = np.zeros((P, D, 2), dtype=np.float64)

@@ -16,7 +16,7 @@ replaces three things:
 * the reference: the reference model's log-probabilities computed once, packed, at start (the
   ``ref_model``'s, or the initial weights' when none is given), held as columns; the reference
   model is then released, so training keeps one model in memory;
-* ``compute_loss``: `seqpack.tasks.preference.objective.preference_forward` on the packed
+* ``compute_loss``: `seqpack.tasks.preference.forward.preference_forward` on the packed
   batch (exact against ``DPOTrainer``'s own loss on padded rows; tests/tasks/preference), with
   TRL's metrics (``rewards/chosen``, ``rewards/accuracies``, ``logps/chosen``, ...).
 
@@ -42,7 +42,7 @@ from seqpack.nn.hf_support import check_packable
 from seqpack.nn.preference import PreferenceLoss
 from seqpack.tasks import get_task
 from seqpack.tasks.preference import TASK as PREFERENCE
-from seqpack.tasks.preference.objective import preference_forward
+from seqpack.tasks.preference.forward import preference_forward
 from seqpack.train.reference import packed_reference
 
 SUPPORTED_LOSSES = ("sigmoid", "ipo")

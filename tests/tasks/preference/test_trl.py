@@ -22,7 +22,7 @@ from seqpack.data.torch_dataset import PackedDataset, collate_packed
 from seqpack.nn.models import GPT, GPTConfig
 from seqpack.nn.preference import PreferenceLoss
 from seqpack.pipeline import PackConfig, build_packed_dataset
-from seqpack.tasks.preference.objective import policy_logps, preference_forward
+from seqpack.tasks.preference.forward import policy_logps, preference_forward
 from seqpack.tokenizer import open_tokenizer
 from tests.hf_tokenizers import LLAMA, bpe_tokenizer_dir, preference_records
 
@@ -278,7 +278,7 @@ def test_pair_outputs_are_keyed_by_record(setup: dict[str, Any], layout: str) ->
     """``pair_outputs`` names each pair's outputs by its record: record i's log-probabilities equal
     those of TRL's padded row i (1e-5 relative, as above), its rewards beta * (policy - reference),
     and the batch loss is the training loss on the same rows."""
-    from seqpack.tasks.preference.objective import pair_outputs
+    from seqpack.tasks.preference.forward import pair_outputs
     from seqpack.train.trl_dpo import PackedDPOTrainer
 
     ds = PackedDataset(setup["root"] / layout)

@@ -11,14 +11,14 @@ from seqpack.tasks.preference.task import TASK, PreferenceOptions, PreferenceTas
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; pair_outputs loads torch, on first use
 if TYPE_CHECKING:
-    from seqpack.tasks.preference.objective import PairOutputs, pair_outputs
+    from seqpack.tasks.preference.forward import PairOutputs, pair_outputs
 
 __all__ = ["TASK", "PairOutputs", "PreferenceOptions", "PreferenceTask", "pair_outputs"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("PairOutputs", "pair_outputs"):  # torch, loaded only when asked for
-        from seqpack.tasks.preference import objective
+        from seqpack.tasks.preference import forward
 
-        return getattr(objective, name)
+        return getattr(forward, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

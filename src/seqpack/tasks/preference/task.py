@@ -143,14 +143,14 @@ class PreferenceTask(Task):
         return transformers.AutoModelForCausalLM.from_config(config)
 
     def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
-        from seqpack.tasks.preference.objective import preference_forward
+        from seqpack.tasks.preference.forward import preference_forward
 
         return preference_forward(model, batch, objective)
 
     def hf_forward(
         self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
     ) -> Any:
-        from seqpack.tasks.preference.objective import preference_forward
+        from seqpack.tasks.preference.forward import preference_forward
 
         return preference_forward(model, batch, objective)
 
