@@ -109,7 +109,7 @@ def main() -> None:
             d = TrainData(work / "data", eval_fraction=0.01)
             if balance == "compute":
                 d.balance(costs_by["flops"], world=2, rows=2)  # the order the run trained (FLOP-balanced)
-            order = d.stream(0, 0, 2 * n).reshape(n, 2)
+            order = d.units_at(0, 0, 2 * n).reshape(n, 2)
             step_cost[balance] = float(costs[order].max(axis=1).sum())
         res[f"predicted_saving_{name}"] = 1 - step_cost["compute"] / step_cost["none"]
         if name == "calibrated":  # seconds: the predicted epoch time of each run

@@ -109,16 +109,16 @@ def seqpack_arm(model: Any, packed: Any, adv: torch.Tensor) -> float:
     return time.perf_counter() - t0
 
 
-def balance(prompts: int, max_tokens: int) -> dict[str, Any]:
+def balance(prompts: int, max_len: int) -> dict[str, Any]:
     from seqpack.packing.balance import RowCost, rank_costs
     from seqpack.rl import pack_rollouts
 
     p, c = rollouts(prompts, 8, seed=1)
     cost = RowCost.from_flops(hidden=LLAMA["hidden_size"], layers=LLAMA["num_hidden_layers"],
                               ffn=LLAMA["intermediate_size"] * 3 // 2, vocab=VOCAB)
-    out: dict[str, Any] = {"fewest_rows": pack_rollouts(p, c, max_tokens=max_tokens).num_rows}
+    out: dict[str, Any] = {"fewest_rows": pack_rollouts(p, c, max_len=max_len).num_rows}
     for world in (8, 64):
-        r = pack_rollouts(p, c, max_tokens=max_tokens, world_size=world, cost=cost)
+        r = pack_rollouts(p, c, max_len=max_len, world_size=world, cost=cost)
         steps = r.rank_rows(world, cost=cost)
         per = rank_costs(r.row_costs(cost), steps[:, :, None])
         ratio = per.max(axis=1) / per.mean(axis=1)
@@ -147,7 +147,7 @@ def main() -> None:
     prompts, comps = rollouts(args.prompts, 8)
     adv = torch.from_numpy(np.random.default_rng(2).normal(size=8 * args.prompts)).float()
     batches = padded_batches(prompts, comps)
-    layouts = {k: pack_rollouts(prompts, comps, max_tokens=args.max_tokens, layout=k) for k in ("flat", "group")}
+    layouts = {k: pack_rollouts(prompts, comps, max_len=args.max_len, layout=k) for k in ("flat", "group")}
     shape = {"trl": {"rows": sum(b[0].shape[0] for b in batches), "tokens": sum(b[0].numel() for b in batches)},
              **{k: {"rows": v.num_rows, "tokens": int(v.input_ids.size), "real_tokens": v.num_tokens} for k, v in layouts.items()}}
     real = sum(len(p) + len(c) for p, g in zip(prompts, comps) for c in g)
@@ -166,7 +166,7 @@ def main() -> None:
                 times[name].append(t)
             print(f"round {r} {name}: {t:.2f} s", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
-    result = {"prompts": args.prompts, "g": 8, "max_tokens": args.max_tokens, "vocab": VOCAB, "llama": LLAMA,
+    result = {"prompts": args.prompts, "g": 8, "max_len": args.max_len, "vocab": VOCAB, "llama": LLAMA,
               "rounds": args.rounds, "shape": shape, "seconds": times, "median_seconds": med,
               "speedup_vs_trl": {k: med["trl"] / med[k] for k in ("flat", "group")},
               "balance": balance(args.balance_prompts, 16384), "torch": torch.__version__}

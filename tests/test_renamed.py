@@ -14,6 +14,7 @@ RENAMED = [
     ("seqpack.tokenizer.reference", "train_bpe_reference", "seqpack.tokenizer.oracle", "train_bpe_oracle"),
     ("seqpack.tokenizer.reference", "train_bpe_reference_from_counts", "seqpack.tokenizer.oracle",
      "train_bpe_oracle_from_counts"),
+    ("seqpack.data.trl", "pack_examples", "seqpack.data.trl", "padding_free_examples"),
     ("seqpack.train.objective", "step_loss", "seqpack.train.step_loss", "step_loss"),
     ("seqpack.tasks.preference.objective", "pair_outputs", "seqpack.tasks.preference.forward", "pair_outputs"),
 ]
@@ -39,3 +40,18 @@ def test_the_tokenizer_keeps_encode_reference() -> None:
     tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
     with pytest.warns(DeprecationWarning, match="encode_oracle"):
         assert tok.encode_reference("hi there") == tok.encode_oracle("hi there") == tok.encode("hi there")
+
+
+def test_rl_takes_max_tokens_as_the_old_name_of_max_len() -> None:
+    from seqpack.rl import pack_rollouts
+
+    new = pack_rollouts([[5, 6]], [[[7, 8, 9], [10, 11]]], max_len=8)
+    with pytest.warns(DeprecationWarning, match="max_len"):
+        old = pack_rollouts([[5, 6]], [[[7, 8, 9], [10, 11]]], max_tokens=8)
+    assert (old.input_ids == new.input_ids).all() and new.max_len == 8
+    with pytest.warns(DeprecationWarning, match="max_len"):
+        assert new.max_tokens == 8
+    with pytest.raises(TypeError, match="alone"):
+        pack_rollouts([[5, 6]], [[[7, 8, 9]]], max_len=8, max_tokens=8)
+    with pytest.raises(TypeError, match="max_len"):
+        pack_rollouts([[5, 6]], [[[7, 8, 9]]])

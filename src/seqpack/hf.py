@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack.packing import ALGORITHMS, StreamPacker, pack_lengths
+from seqpack.packing import ALGORITHMS, DEFAULT_ALGORITHM, StreamPacker, pack_lengths
 
 STRATEGIES = (*ALGORITHMS, *(f"{a}_split" for a in ALGORITHMS), "bfd", "bfd_split")
 _ALIASES = {"bfd": "lpfhp"}  # best fit decreasing is seqpack's lpfhp, here over the whole dataset
@@ -126,7 +126,9 @@ def _split_pieces(column: Any, lengths: np.ndarray, seq_length: int) -> Any:
     return type(column).from_arrays(pa.array(offsets, type=column.offsets.type), flat.take(pa.array(take)))
 
 
-def pack_table(table: Any, seq_length: int, *, algorithm: str = "best", split: bool = False, seed: int = 0) -> Any:
+def pack_table(
+    table: Any, seq_length: int, *, algorithm: str = DEFAULT_ALGORITHM, split: bool = False, seed: int = 0
+) -> Any:
     """A ``pyarrow.Table`` of list columns packed into rows (one global plan); adds ``seq_lengths``."""
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -50,7 +50,7 @@ def test_one_sft_trainer_step_has_seqpack_trainers_loss(chat: dict[str, Path], t
     initial.config._attn_implementation = "sdpa"  # TRL calls the model plainly (seqpack's run: seqpack_packed)
     steps: list[dict] = []
     train(cfg, on_step=lambda step, rec: steps.append(rec))
-    packs = data.train_packs[data.stream(cfg.seed, 0, 8)]  # the rows of seqpack's first step
+    packs = data.train_packs[data.units_at(cfg.seed, 0, 8)]  # the rows of seqpack's first step
 
     args = trl.SFTConfig(output_dir=str(tmp_path / "trl"), padding_free=True, per_device_train_batch_size=8,
                          max_steps=1, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,

@@ -141,7 +141,7 @@ def test_an_edited_bin_column_is_refused(made: dict[str, Path], tmp_path: Path, 
 
 
 TOKEN_ID_ENTRY_POINTS = {
-    "pack_rollouts": lambda ids: __import__("seqpack.rl", fromlist=["x"]).pack_rollouts([[3, 4]], [[ids]], max_tokens=64),
+    "pack_rollouts": lambda ids: __import__("seqpack.rl", fromlist=["x"]).pack_rollouts([[3, 4]], [[ids]], max_len=64),
     "StreamingPackedDataset": lambda ids: list(__import__("seqpack.pipeline.stream_dataset", fromlist=["x"])
                                                 .StreamingPackedDataset([[5, 6, 7], ids], max_len=16, buffer_size=4)),
 }

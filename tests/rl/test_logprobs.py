@@ -75,7 +75,7 @@ def test_packed_logprobs_equal_each_completion_alone(kind, impl, layout, g):
     model = gpt() if kind == "gpt" else hf_model(kind, impl)
     prompts, comps = rollouts(3, g, seed=g)
     with torch.no_grad():
-        got = packed_logprobs(model, prompts, comps, max_tokens=700, layout=layout)
+        got = packed_logprobs(model, prompts, comps, max_len=700, layout=layout)
         for i, p in enumerate(prompts):
             assert len(got[i]) == g
             for j, c in enumerate(comps[i]):
@@ -91,8 +91,8 @@ def test_a_completion_changes_no_other(kind, impl):
     changed = copy.deepcopy(comps)
     changed[1][2] = [(t + 1) % V for t in changed[1][2]]
     with torch.no_grad():
-        a = packed_logprobs(model, prompts, comps, max_tokens=500)
-        b = packed_logprobs(model, prompts, changed, max_tokens=500)
+        a = packed_logprobs(model, prompts, comps, max_len=500)
+        b = packed_logprobs(model, prompts, changed, max_len=500)
     for i in range(3):
         for j in range(4):
             if (i, j) != (1, 2):
@@ -105,7 +105,7 @@ def test_gradients_equal_the_unpacked_ones():
     completion alone: the same terms summed in another order (fp32, 1e-5 of the largest entry)."""
     model = hf_model("llama", "seqpack_packed")
     prompts, comps = rollouts(2, 4, seed=3, longest=80)
-    sum(x.sum() for g in packed_logprobs(model, prompts, comps, max_tokens=400) for x in g).backward()
+    sum(x.sum() for g in packed_logprobs(model, prompts, comps, max_len=400) for x in g).backward()
     packed = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     ref = copy.deepcopy(model)
@@ -121,7 +121,7 @@ def test_padded_layout_entropies_and_temperature():
     entropies are those of the distribution each token was drawn from, at the temperature given."""
     model = hf_model("llama", "sdpa")
     prompts, comps = rollouts(2, 3, seed=5, longest=30)
-    packed = pack_rollouts(prompts, comps, max_tokens=200)
+    packed = pack_rollouts(prompts, comps, max_len=200)
     with torch.no_grad():
         logps, ents = rollout_logprobs(model, packed, temperature=0.7, entropies=True)
         values, mask = to_padded(logps, packed)
@@ -148,7 +148,7 @@ def test_chunked_head_equals_one_chunk(monkeypatch):
 
     model = hf_model("llama", "sdpa")
     prompts, comps = rollouts(2, 4, seed=9, longest=60)
-    packed = pack_rollouts(prompts, comps, max_tokens=300)
+    packed = pack_rollouts(prompts, comps, max_len=300)
     out = {}
     for chunk in (10**9, 7):
         monkeypatch.setattr(lp, "CHUNK", chunk)

@@ -27,7 +27,7 @@ def rollouts(draw):
 @given(rollouts(), st.sampled_from(LAYOUTS))
 def test_every_completion_token_once_within_the_cap(case, layout):
     prompts, groups, cap = case
-    r = pack_rollouts(prompts, groups, max_tokens=cap, layout=layout)
+    r = pack_rollouts(prompts, groups, max_len=cap, layout=layout)
     real = r.segment_ids > 0
     assert real.sum(axis=1).max() <= cap and r.input_ids.shape[1] <= cap
     completions = [c for g in groups for c in g]
@@ -57,7 +57,7 @@ def test_every_completion_token_once_within_the_cap(case, layout):
 
 
 def test_a_group_too_long_for_a_row_is_cut_with_its_prompt_again():
-    r = pack_rollouts([[1, 2, 3]], [[[4], [5, 5, 5, 5, 5], [6, 6]]], max_tokens=8)
+    r = pack_rollouts([[1, 2, 3]], [[[4], [5, 5, 5, 5, 5], [6, 6]]], max_len=8)
     # 3 + 1 + 5 + 2 = 11 > 8: first fit decreasing makes two units, [5 x5] and [4, 6 6], each after the prompt
     assert r.num_tokens == (3 + 5) + (3 + 1 + 2)
     units = sorted(row[seg > 0].tolist() for row, seg in zip(r.input_ids, r.segment_ids))
@@ -65,21 +65,21 @@ def test_a_group_too_long_for_a_row_is_cut_with_its_prompt_again():
 
 
 @pytest.mark.parametrize(("prompts", "groups", "cap", "message"), [
-    ([[1, 2]], [[[3] * 7]], 8, "completion 0 of prompt 0 (7 tokens) with its prompt (2) is 9 tokens, over max_tokens=8"),
+    ([[1, 2]], [[[3] * 7]], 8, "completion 0 of prompt 0 (7 tokens) with its prompt (2) is 9 tokens, over max_len=8"),
     ([[1, 2]], [[]], 8, "prompt 0 has no completions (an empty group)"),
     ([[1, 2], [3]], [[[4]]], 8, "2 prompts but 1 lists of completions"),
     ([[]], [[[4]]], 8, "prompt 0 is empty"),
     ([[1]], [[[4], []]], 8, "completion 1 of prompt 0 is empty"),
     ([[1]], [[[-4]]], 8, "negative token id"),
-    ([[1]], [[[4]]], 1, "max_tokens must be an int >= 2"),
+    ([[1]], [[[4]]], 1, "max_len must be an int >= 2"),
     ([], [], 8, "no rollouts to pack"),
 ])
 def test_bad_rollouts_are_one_line(prompts, groups, cap, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
-        pack_rollouts(prompts, groups, max_tokens=cap)
+        pack_rollouts(prompts, groups, max_len=cap)
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="layout must be one of group|flat"):
-        pack_rollouts([[1]], [[[2]]], max_tokens=8, layout="tree")
+        pack_rollouts([[1]], [[[2]]], max_len=8, layout="tree")
 
 
 @settings(max_examples=60, deadline=None)
@@ -90,7 +90,7 @@ def test_ranks_get_as_many_rows_each(case, layout, world):
     each rank."""
     prompts, groups, cap = case
     try:
-        r = pack_rollouts(prompts, groups, max_tokens=cap, layout=layout, world_size=world)
+        r = pack_rollouts(prompts, groups, max_len=cap, layout=layout, world_size=world)
     except ValueError as e:
         assert "packing units cannot fill" in str(e)
         return
@@ -103,8 +103,8 @@ def test_ranks_get_as_many_rows_each(case, layout, world):
 
 
 def test_row_costs_count_a_shared_prompt_once():
-    group = pack_rollouts([[1] * 4], [[[2] * 3, [3] * 5]], max_tokens=16)
-    flat = pack_rollouts([[1] * 4], [[[2] * 3, [3] * 5]], max_tokens=16, layout="flat")
+    group = pack_rollouts([[1] * 4], [[[2] * 3, [3] * 5]], max_len=16)
+    flat = pack_rollouts([[1] * 4], [[[2] * 3, [3] * 5]], max_len=16, layout="flat")
     assert group.squares.tolist() == [16 + (24 + 9) + (40 + 25)]  # the prompt's queries once, each completion's
     assert sorted(flat.squares.tolist()) == [7 ** 2 + 9 ** 2] and group.num_tokens == 12 and flat.num_tokens == 16
     with pytest.raises(ValueError, match="pack with world_size=3"):

@@ -22,11 +22,11 @@ def test_balanced_epochs_hold_every_pack_once_and_even_ranks(datasets):
     report = data.balance(cost, world=2, rows=4)
     assert report["imbalance_balanced"] <= report["imbalance_sequential"]
     n = data.num_units
-    order = data.stream(3, 0, n)
+    order = data.units_at(3, 0, n)
     assert sorted(order.tolist()) == list(range(n))
     again = TrainData(datasets["clm"], eval_fraction=0.1)
     again.balance(cost, world=2, rows=4)
-    assert np.array_equal(again.stream(3, 5, 2 * n), data.stream(3, 5, 2 * n))  # a resume reads the same rows
+    assert np.array_equal(again.units_at(3, 5, 2 * n), data.units_at(3, 5, 2 * n))  # a resume reads the same rows
     costs = cost.of(*data.pack_stats[data.train_packs].T)
     full = (n // 4) * 4
     steps = order[:full].reshape(-1, 2, 2).transpose(0, 2, 1)  # micro-batch rows b*W + r -> (step, rank, b)
@@ -95,14 +95,14 @@ def test_training_reads_the_datasets_steps(datasets, tmp_path):
     assert sorted(np.concatenate([data.train_packs, data.eval_packs]).tolist()) == list(range(int((steps >= 0).sum())))
     as_sets = {frozenset(s[s >= 0].tolist()) for s in steps}
     n = data.num_units
-    order = data.stream(5, 0, 2 * n)  # two epochs
+    order = data.units_at(5, 0, 2 * n)  # two epochs
     for m in range(2 * n // 4):  # every micro-batch of 4 rows is one of the dataset's steps, rank r at [r::2]
         rows = data.train_packs[order[4 * m : 4 * m + 4]]
         assert frozenset(rows.tolist()) in as_sets
         step = next(s for s in steps if frozenset(s.reshape(-1).tolist()) == frozenset(rows.tolist()))
         assert sorted(rows[0::2].tolist()) == sorted(step[0].tolist())  # rank 0's packs are the schedule's rank 0
     again = TrainData(path, eval_fraction=0.1, by_schedule=True)
-    assert np.array_equal(again.stream(5, 7, n), data.stream(5, 7, n))  # a resume reads the same rows
+    assert np.array_equal(again.units_at(5, 7, n), data.units_at(5, 7, n))  # a resume reads the same rows
     with pytest.raises(ValueError, match="--batch-size 4"):
         train(TrainConfig(data=str(path), out=str(tmp_path / "r"), steps=1, batch_size=6, balance="schedule",
                           balance_world=2, progress=False))

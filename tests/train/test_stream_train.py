@@ -65,7 +65,7 @@ def test_batches_are_the_streams_rows_in_order(corpus):
     rows = list(PackedStream(_Records([str(corpus / "docs.jsonl")], 20), tokenizer=tok,
                              config=StreamConfig(max_len=64, buffer_size=40, seed=0)))
     n = len(rows)
-    got = torch.cat([data.batch(data.stream(0, s, 7))["input_ids"] for s in range(0, n + 7, 7)])
+    got = torch.cat([data.batch(data.units_at(0, s, 7))["input_ids"] for s in range(0, n + 7, 7)])
     want = np.stack([r["input_ids"] for r in rows])
     assert torch.equal(got[:n], torch.from_numpy(want.astype(np.int64)))
     assert got.shape[0] > n  # the next epoch follows

@@ -25,12 +25,12 @@ DOCS = "docs/concepts/plans.md"
 
 
 def add_parser(sub: Any) -> None:
-    from seqpack.packing import ALGORITHMS
+    from seqpack.packing import ALGORITHMS, DEFAULT_ALGORITHM
 
     p = sub.add_parser(NAME, help=HELP, description="Plan packs for a length histogram.")
     p.add_argument("--histogram", required=True, help=HISTOGRAM_HELP)
     p.add_argument("--max-len", required=True, type=_max_len, help="tokens per row")
-    p.add_argument("--algorithm", choices=ALGORITHMS, default="best")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default=DEFAULT_ALGORITHM)
     p.add_argument("--max-depth", type=_depth, default=None, help="sequences per pack at most (default: no limit)")
     p.add_argument("--compare", action="store_true", help="every algorithm at depths 1,2,3,4,8,16,none (Table 1)")
     p.add_argument("--json", action="store_true", help="print JSON (a list with --compare)")

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from seqpack.data.sequences import IGNORE_INDEX, Sequences
-from seqpack.packing import Packing, pack_lengths
+from seqpack.packing import DEFAULT_ALGORITHM, Packing, pack_lengths
 from seqpack.packing.histogram import check_max_len
 
 _TOKEN_PAD = {"labels": IGNORE_INDEX}
@@ -213,7 +213,7 @@ def pack_sequences(
     seqs: Sequences,
     max_len: int,
     *,
-    algorithm: str = "best",
+    algorithm: str = DEFAULT_ALGORITHM,
     max_depth: int | None = None,
     seed: int = 0,
     position_offset: int = 0,

@@ -15,7 +15,7 @@ TRL then trains on exactly seqpack's packs; its loss is the per-token mean (``--
     >>> import numpy as np
     >>> rows = {"input_ids": np.array([[5, 6, 7, 0]]), "labels": np.array([[-100, 6, -100, -100]]),
     ...         "segment_ids": np.array([[1, 1, 2, 0]])}
-    >>> pack_examples(rows)
+    >>> padding_free_examples(rows)
     [{'input_ids': [5, 6, 7], 'labels': [-100, 6, -100], 'seq_lengths': [2, 1]}]
 """
 
@@ -30,7 +30,7 @@ import numpy as np
 from seqpack.data.sequences import IGNORE_INDEX
 
 
-def pack_examples(rows: dict[str, np.ndarray]) -> list[dict[str, list[int]]]:
+def padding_free_examples(rows: dict[str, np.ndarray]) -> list[dict[str, list[int]]]:
     """TRL padding-free examples of a batch of packed rows ``(B, L)``."""
     out = []
     for b in range(rows["input_ids"].shape[0]):
@@ -63,8 +63,16 @@ def trl_examples(path: str | os.PathLike[str], packs: Sequence[int] | np.ndarray
     idx = np.arange(int(rows.manifest["num_packs"])) if packs is None else np.asarray(packs, dtype=np.int64)
     examples = []
     for lo in range(0, idx.size, 4096):
-        examples += pack_examples(rows.take(idx[lo : lo + 4096]))
+        examples += padding_free_examples(rows.take(idx[lo : lo + 4096]))
     return datasets.Dataset.from_list(examples)
 
 
-__all__ = ["pack_examples", "trl_examples"]
+__all__ = ["padding_free_examples", "trl_examples"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "pack_examples":  # renamed: TRL's pack_examples does the opposite (rows from examples)
+        from seqpack._lazy import renamed
+
+        return renamed("seqpack.data.trl", name, "padding_free_examples", padding_free_examples)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

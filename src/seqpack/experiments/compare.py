@@ -149,7 +149,7 @@ def interleaved_speedup(cfg: TrainConfig, *, steps: int = 5, rounds: int = 3) ->
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     rates: dict[str, list[float]] = {k: [] for k in arms}
-    units = arms["packed"].stream(cfg.seed + 1, 0, steps * B)
+    units = arms["packed"].units_at(cfg.seed + 1, 0, steps * B)
     batches = {name: [data.batch(units[i * B : (i + 1) * B]) for i in range(steps)] for name, data in arms.items()}
     for r in range(rounds + 1):
         for name, data in arms.items():

@@ -240,7 +240,7 @@ def _flat_logprobs(model: Any, docs: list[list[int]], *, layout: str) -> list[An
     """The documents as completions of empty-ish prompts through ``seqpack.rl.packed_logprobs``."""
     from seqpack.rl import packed_logprobs
 
-    out = packed_logprobs(model, [d[:1] for d in docs], [[d[1:]] for d in docs], max_tokens=128, layout=layout)
+    out = packed_logprobs(model, [d[:1] for d in docs], [[d[1:]] for d in docs], max_len=128, layout=layout)
     return [o[0] for o in out]
 
 
@@ -281,7 +281,7 @@ def _entry_points() -> dict[str, Callable[[Any], float]]:
 
             _with_impl(model, impl)
             model.zero_grad(set_to_none=True)
-            got = packed_logprobs(model, prompts, completions, max_tokens=128, layout=layout)
+            got = packed_logprobs(model, prompts, completions, max_len=128, layout=layout)
             if grad:
                 torch.stack([x.sum() for g in got for x in g]).sum().backward()
                 packed = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}

@@ -21,16 +21,18 @@ from seqpack.packing.histogram import (
     length_stats,
     load_histogram,
 )
-from seqpack.packing.plan import ALGORITHMS, plan
+from seqpack.packing.plan import ALGORITHMS, DEFAULT_ALGORITHM, STREAM_ALGORITHM, plan
 from seqpack.packing.plan_types import PackingPlan
 from seqpack.packing.stream import StreamPacker
 
 __all__ = [
     "ALGORITHMS",
     "BUILTIN_HISTOGRAMS",
+    "DEFAULT_ALGORITHM",
     "LengthStats",
     "Packing",
     "PackingPlan",
+    "STREAM_ALGORITHM",
     "StreamPacker",
     "builtin_histogram",
     "check_histogram",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqpack.packing.histogram import check_lengths, check_max_len_for, round_up
-from seqpack.packing.plan import check_max_depth, plan
+from seqpack.packing.plan import DEFAULT_ALGORITHM, check_max_depth, plan
 from seqpack.packing.plan_types import PackingPlan
 
 
@@ -89,7 +89,7 @@ def pack_lengths(
     lengths: object,
     max_len: int,
     *,
-    algorithm: str = "best",
+    algorithm: str = DEFAULT_ALGORITHM,
     max_depth: int | None = None,
     seed: int = 0,
     round_to: int = 1,

@@ -21,6 +21,11 @@ from seqpack.packing.nnlshp import nnlshp_packs
 from seqpack.packing.plan_types import PackingPlan, plan_from_packs
 
 ALGORITHMS = ("spfhp", "lpfhp", "nnlshp", "best")
+#: the default algorithm where a whole dataset is planned at once: `best`, the LP optimum
+DEFAULT_ALGORITHM = "best"
+#: the default algorithm of a stream, which plans each buffer as it fills, on the path to the next
+#: row: `lpfhp`, milliseconds a buffer (`best` solves a linear program each time)
+STREAM_ALGORITHM = "lpfhp"
 #: what an algorithm imports when it first plans (scipy's solvers: ~0.4 s)
 SOLVERS = {"best": solvers.SCIPY, "nnlshp": solvers.SCIPY}
 
@@ -48,7 +53,7 @@ def plan(
     histogram: object,
     max_len: int,
     *,
-    algorithm: str = "best",
+    algorithm: str = DEFAULT_ALGORITHM,
     max_depth: int | None = None,
     time_limit: float = 60.0,
 ) -> PackingPlan:

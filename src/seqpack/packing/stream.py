@@ -21,7 +21,7 @@ import numpy as np
 
 from seqpack.packing.assign import assign
 from seqpack.packing.histogram import check_max_len
-from seqpack.packing.plan import check_max_depth, plan
+from seqpack.packing.plan import STREAM_ALGORITHM, check_max_depth, plan
 
 
 class StreamPacker:
@@ -33,7 +33,7 @@ class StreamPacker:
         *,
         buffer_size: int,
         max_depth: int | None = None,
-        algorithm: str = "lpfhp",
+        algorithm: str = STREAM_ALGORITHM,
         carry: float = 0.5,
         seed: int = 0,
     ) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 from seqpack.data.format import WriteOptions
 from seqpack.packing.balance import ScheduleOptions
 from seqpack.packing.histogram import check_max_len, round_up
-from seqpack.packing.plan import ALGORITHMS, check_max_depth
+from seqpack.packing.plan import ALGORITHMS, DEFAULT_ALGORITHM, check_max_depth
 from seqpack.tasks import get_task
 
 COMMON = ("task", "max_len", "algorithm", "max_depth", "seed", "position_offset", "context_parallel")
@@ -31,7 +31,7 @@ class PackConfig:
 
     task: str
     max_len: int
-    algorithm: str = "best"
+    algorithm: str = DEFAULT_ALGORITHM
     max_depth: int | None = None
     seed: int = 0
     position_offset: int = 0

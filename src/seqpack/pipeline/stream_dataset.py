@@ -23,6 +23,7 @@ import torch
 
 from seqpack.data.sequences import IGNORE_INDEX
 from seqpack.data.torch_dataset import to_tensors
+from seqpack.packing.plan import STREAM_ALGORITHM
 from seqpack.pipeline.streaming import PackedStream, StreamConfig
 
 
@@ -45,7 +46,7 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
-        algorithm: str = "lpfhp",
+        algorithm: str = STREAM_ALGORITHM,
         carry: float = 0.5,
         chunk: int = 64,
         position_offset: int = 0,

@@ -33,7 +33,7 @@ import numpy as np
 
 from seqpack.data.layout import materialize, pack_depth
 from seqpack.data.sequences import Sequences, concat_ranges, offsets_of
-from seqpack.packing import ALGORITHMS, Packing
+from seqpack.packing import ALGORITHMS, STREAM_ALGORITHM, Packing
 from seqpack.packing.assign import assign
 from seqpack.packing.plan import plan
 from seqpack.pipeline.config import PackConfig
@@ -56,7 +56,7 @@ class StreamConfig:
     seed: int = 0
     rank: int = 0
     world_size: int = 1
-    algorithm: str = "lpfhp"
+    algorithm: str = STREAM_ALGORITHM
     carry: float = 0.5
     chunk: int = 64
     position_offset: int = 0

@@ -1,8 +1,8 @@
 """RL rollouts packed: GRPO groups that share their prompt, per-token log-probabilities from packed
 rows, and TRL's GRPO losses on them.
 
-    packed = pack_rollouts(prompt_ids, completion_ids, max_tokens=4096)      # numpy: rows + the map back
-    logps = packed_logprobs(model, prompt_ids, completion_ids, max_tokens=4096)  # per prompt, per completion
+    packed = pack_rollouts(prompt_ids, completion_ids, max_len=4096)      # numpy: rows + the map back
+    logps = packed_logprobs(model, prompt_ids, completion_ids, max_len=4096)  # per prompt, per completion
 
 ``pack_rollouts`` needs no torch; the rest loads it on first use.
 """

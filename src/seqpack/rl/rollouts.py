@@ -1,11 +1,11 @@
 """RL rollouts (a prompt and its G completions, made online) packed into rows of at most
-``max_tokens`` tokens, with the map back to each completion's tokens.
+``max_len`` tokens, with the map back to each completion's tokens.
 
 Two layouts. ``group``: the prompt once, then its completions, each attending to the prompt and to
 itself, never to a sibling, its positions continuing from the prompt's end; ``flat``: prompt +
 completion as one sequence each (the prompt repeated G times)::
 
-    prompt p0 p1, completions a0 a1 a2 and b0 b1, max_tokens 8
+    prompt p0 p1, completions a0 a1 a2 and b0 b1, max_len 8
 
     group   input_ids     p0 p1 a0 a1 a2 b0 b1        one unit: the whole group
             branch_ids    0  0  1  1  1  2  2
@@ -14,12 +14,12 @@ completion as one sequence each (the prompt repeated G times)::
 
     flat    input_ids     p0 p1 a0 a1 a2 | p0 p1 b0 b1      two units, two segments
 
-A group is one packing unit when it fits in ``max_tokens``; one that does not is cut into units of
+A group is one packing unit when it fits in ``max_len``; one that does not is cut into units of
 whole completions (first fit decreasing), each with the prompt again. A completion that does not fit
 with its prompt is refused. Units are packed by `seqpack.packing.pack_lengths` (``best`` by
-default), so no row holds more than ``max_tokens`` tokens.
+default), so no row holds more than ``max_len`` tokens.
 
-    >>> r = pack_rollouts([[5, 6]], [[[7, 8, 9], [10, 11]]], max_tokens=8)
+    >>> r = pack_rollouts([[5, 6]], [[[7, 8, 9], [10, 11]]], max_len=8)
     >>> r.input_ids.tolist(), r.branch_ids.tolist(), r.position_ids.tolist()
     ([[5, 6, 7, 8, 9, 10, 11]], [[0, 0, 1, 1, 1, 2, 2]], [[0, 1, 2, 3, 4, 2, 3]])
     >>> r.predictor_cols.tolist(), r.offsets.tolist()
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqpack._ids import token_ids
-from seqpack.packing import pack_lengths
+from seqpack.packing import DEFAULT_ALGORITHM, pack_lengths
 from seqpack.packing.balance import DEFAULT_HIDDEN, RowCost, balanced_steps
 
 LAYOUTS = ("group", "flat")
@@ -59,8 +59,16 @@ class PackedRollouts:
     offsets: np.ndarray  # (C + 1,)
     group_offsets: np.ndarray  # (P + 1,)
     layout: str
-    max_tokens: int
+    max_len: int
     squares: np.ndarray  # (R,) each row's attention work (sum of l^2, a shared prompt counted once)
+
+    @property
+    def max_tokens(self) -> int:
+        """Deprecated name of ``max_len`` (kept for one release)."""
+        import warnings
+
+        warnings.warn("PackedRollouts.max_tokens is renamed max_len", DeprecationWarning, stacklevel=2)
+        return self.max_len
 
     @property
     def num_rows(self) -> int:
@@ -88,7 +96,7 @@ class PackedRollouts:
         every rank the same number of micro-batches of one row, each micro-batch's rows of even cost
         (`seqpack.packing.balance.balanced_steps`). Pack with ``world_size=world``.
 
-            >>> r = pack_rollouts([[1]] * 4, [[[2] * n] for n in (1, 5, 2, 6)], max_tokens=8, world_size=2)
+            >>> r = pack_rollouts([[1]] * 4, [[[2] * n] for n in (1, 5, 2, 6)], max_len=8, world_size=2)
             >>> r.rank_rows(2).shape
             (2, 2)
         """
@@ -107,12 +115,12 @@ class PackedRollouts:
 
 
 def _check(
-    prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[Sequence[int]]], max_tokens: int, layout: str
+    prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[Sequence[int]]], max_len: int, layout: str
 ) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
-        raise ValueError(f"max_tokens must be an int >= 2, got {max_tokens!r}")
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2:
+        raise ValueError(f"max_len must be an int >= 2, got {max_len!r}")
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(
             f"{len(prompt_ids)} prompts but {len(completion_ids)} lists of completions; give one list per prompt"
@@ -131,10 +139,10 @@ def _check(
             ca = token_ids(c, what=f"completion {j} of prompt {i}")
             if ca.size == 0:
                 raise ValueError(f"completion {j} of prompt {i} is empty")
-            if pa.size + ca.size > max_tokens:
+            if pa.size + ca.size > max_len:
                 raise ValueError(
                     f"completion {j} of prompt {i} ({ca.size} tokens) with its prompt ({pa.size}) is "
-                    f"{pa.size + ca.size} tokens, over max_tokens={max_tokens}; raise max_tokens or "
+                    f"{pa.size + ca.size} tokens, over max_len={max_len}; raise max_len or "
                     "truncate the completion"
                 )
             comps.append(ca)
@@ -144,7 +152,7 @@ def _check(
 
 
 def _units(
-    prompts: list[np.ndarray], groups: list[list[np.ndarray]], max_tokens: int, layout: str
+    prompts: list[np.ndarray], groups: list[list[np.ndarray]], max_len: int, layout: str
 ) -> list[tuple[int, list[int]]]:
     """``(prompt, completions)`` per packing unit: a whole group where it fits (group layout), else
     bins of whole completions by first fit decreasing; one completion each (flat layout)."""
@@ -153,7 +161,7 @@ def _units(
         if layout == "flat":
             units += [(i, [j]) for j in range(len(comps))]
             continue
-        room = max_tokens - p.size
+        room = max_len - p.size
         bins: list[list[int]] = []
         free: list[int] = []
         for j in sorted(range(len(comps)), key=lambda k: -comps[k].size):  # stable: equal lengths keep their order
@@ -168,7 +176,7 @@ def _units(
     return units
 
 
-def _balanced_rows(sizes: np.ndarray, costs: np.ndarray, max_tokens: int, rows: int, world: int) -> list[list[int]]:
+def _balanced_rows(sizes: np.ndarray, costs: np.ndarray, max_len: int, rows: int, world: int) -> list[list[int]]:
     """Units dealt into a multiple of ``world`` rows of even cost: heaviest first, each to the
     cheapest row with token room (LPT under the cap), starting from the fewest multiple of ``world``
     at or above ``rows`` (the token plan's count) and adding ``world`` rows while a unit finds no room."""
@@ -183,7 +191,7 @@ def _balanced_rows(sizes: np.ndarray, costs: np.ndarray, max_tokens: int, rows: 
         load, fill = np.zeros(k), np.zeros(k, np.int64)
         out: list[list[int]] = [[] for _ in range(k)]
         for u in order:
-            room = fill + sizes[u] <= max_tokens
+            room = fill + sizes[u] <= max_len
             if not room.any():
                 break
             r = int(np.argmin(np.where(room, load, np.inf)))
@@ -192,7 +200,7 @@ def _balanced_rows(sizes: np.ndarray, costs: np.ndarray, max_tokens: int, rows: 
             fill[r] += sizes[u]
         else:
             if all(out):
-                return _refine(out, sizes, costs, max_tokens)
+                return _refine(out, sizes, costs, max_len)
             raise ValueError(
                 f"{sizes.size} packing units cannot fill {k} rows, one per rank and micro-batch; "
                 "give more rollouts or use fewer ranks"
@@ -200,7 +208,7 @@ def _balanced_rows(sizes: np.ndarray, costs: np.ndarray, max_tokens: int, rows: 
         k += world
 
 
-def _refine(rows: list[list[int]], sizes: np.ndarray, costs: np.ndarray, max_tokens: int) -> list[list[int]]:
+def _refine(rows: list[list[int]], sizes: np.ndarray, costs: np.ndarray, max_len: int) -> list[list[int]]:
     """Narrow the rows' spread of cost: in turn, the costliest row and the cheapest one each take the
     move of one unit, or the swap of two, with another row that brings both rows nearer the mean than
     the extreme was (within the cap), until neither has one (or ``8 x rows`` exchanges)."""
@@ -220,12 +228,7 @@ def _refine(rows: list[list[int]], sizes: np.ndarray, costs: np.ndarray, max_tok
                 for v in [-1, *rows[lo]]:
                     dc = costs[u] - (costs[v] if v >= 0 else 0.0)
                     ds = int(sizes[u]) - (int(sizes[v]) if v >= 0 else 0)
-                    if (
-                        dc <= 0
-                        or fill[lo] + ds > max_tokens
-                        or fill[hi] - ds > max_tokens
-                        or (v < 0 and len(rows[hi]) < 2)
-                    ):
+                    if dc <= 0 or fill[lo] + ds > max_len or fill[hi] - ds > max_len or (v < 0 and len(rows[hi]) < 2):
                         continue
                     new_hi, new_lo = load[hi] - dc, load[lo] + dc
                     ok = max(new_hi, new_lo) < load[a] if high else min(new_hi, new_lo) > load[a]
@@ -254,28 +257,44 @@ def _refine(rows: list[list[int]], sizes: np.ndarray, costs: np.ndarray, max_tok
     return rows
 
 
+def row_length(max_len: int | None, max_tokens: int | None, where: str) -> int:
+    """``max_len``, or its old name ``max_tokens`` (kept for one release, with a `DeprecationWarning`)."""
+    if max_tokens is not None:
+        if max_len is not None:
+            raise TypeError(f"{where}(): pass max_len alone (max_tokens is its old name)")
+        import warnings
+
+        warnings.warn(f"{where}(max_tokens=...) is renamed max_len=...", DeprecationWarning, stacklevel=3)
+        return max_tokens
+    if max_len is None:
+        raise TypeError(f"{where}() missing required keyword argument: 'max_len'")
+    return max_len
+
+
 def pack_rollouts(
     prompt_ids: Sequence[Sequence[int]],
     completion_ids: Sequence[Sequence[Sequence[int]]],
     *,
-    max_tokens: int,
+    max_len: int | None = None,
     layout: str = "group",
-    algorithm: str = "best",
+    algorithm: str = DEFAULT_ALGORITHM,
     seed: int = 0,
     world_size: int = 1,
     cost: RowCost | None = None,
+    max_tokens: int | None = None,
 ) -> PackedRollouts:
     """Pack prompts (lists of token ids) and, per prompt, its completions into rows of at most
-    ``max_tokens`` tokens (see the module): the fewest rows the ``algorithm`` finds; with
+    ``max_len`` tokens (see the module): the fewest rows the ``algorithm`` finds; with
     ``world_size`` > 1, a multiple of that many rows of even ``cost`` (each unit's, by
     `RowCost`, default its FLOP model), so that every data-parallel
     rank gets as many rows and each micro-batch's ranks the same work (`PackedRollouts.rank_rows`)."""
-    prompts, groups = _check(prompt_ids, completion_ids, max_tokens, layout)
+    max_len = row_length(max_len, max_tokens, "pack_rollouts")
+    prompts, groups = _check(prompt_ids, completion_ids, max_len, layout)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
-    units = _units(prompts, groups, max_tokens, layout)
+    units = _units(prompts, groups, max_len, layout)
     sizes = np.array([prompts[i].size + sum(groups[i][j].size for j in js) for i, js in units], dtype=np.int64)
-    packing = pack_lengths(sizes, max_tokens, algorithm=algorithm, seed=seed)
+    packing = pack_lengths(sizes, max_len, algorithm=algorithm, seed=seed)
     packs = [packing.pack(r).tolist() for r in range(packing.num_packs)]
     unit_squares = np.array(
         [_square(prompts[i].size, [groups[i][j].size for j in js], layout) for i, js in units], np.int64
@@ -283,7 +302,7 @@ def pack_rollouts(
     if world_size > 1:
         rc = cost or RowCost.from_flops(hidden=DEFAULT_HIDDEN, layers=1)
         unit_costs = rc.per_token * sizes + rc.per_square * unit_squares + rc.per_sequence
-        packs = _balanced_rows(sizes, unit_costs, max_tokens, len(packs), world_size)
+        packs = _balanced_rows(sizes, unit_costs, max_len, len(packs), world_size)
     fill = np.array([sizes[p].sum() for p in packs])
     R, T = len(packs), int(fill.max())
     ids, seg, br, pos = (np.zeros((R, T), np.int64) for _ in range(4))
@@ -311,7 +330,7 @@ def pack_rollouts(
                 preds[at : at + c.size] = np.arange(start - 1, col - 1)
                 preds[at] = last  # the first token follows the prompt, not a sibling
     squares = np.array([unit_squares[p].sum() for p in packs], dtype=np.int64)
-    return PackedRollouts(ids, seg, br, pos, rows, cols, preds, offsets, group_offsets, layout, max_tokens, squares)
+    return PackedRollouts(ids, seg, br, pos, rows, cols, preds, offsets, group_offsets, layout, max_len, squares)
 
 
 def _square(p: int, completions: list[int], layout: str) -> int:

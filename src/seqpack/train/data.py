@@ -186,8 +186,9 @@ class Units:
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore `state_dict`'s state (default: nothing to restore)."""
 
-    def stream(self, seed: int, start: int, count: int) -> np.ndarray:
-        """Unit indices at stream positions ``start .. start + count - 1``."""
+    def units_at(self, seed: int, start: int, count: int) -> np.ndarray:
+        """The units at positions ``start .. start + count - 1`` of the run's order: epoch after
+        epoch, each a permutation seeded by ``(seed, epoch)``."""
         pos = np.arange(start, start + count)
         n = self.num_units
         out = np.empty(count, np.int64)

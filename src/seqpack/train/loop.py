@@ -406,7 +406,7 @@ class _Run:
 
     def _micro_batches(self, step: int) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
         R = self.rows * self.cfg.accumulation
-        units = self.data.stream(self.cfg.seed, step * R, R)
+        units = self.data.units_at(self.cfg.seed, step * R, R)
         for m in range(self.cfg.accumulation):
             dp_rank = self.world.rank if self.cpg is None else self.cpg.dp_rank  # a CP group shares its rows
             mine = units[m * self.rows : (m + 1) * self.rows][dp_rank :: self.dp]

@@ -9,7 +9,7 @@ stream's state (positions and keys, never tokens) is saved with every checkpoint
 ``--resume``, which then trains on exactly the rows the uninterrupted run would have::
 
     data = StreamTrainData(cfg, rank=0, world_size=1)
-    batch = data.batch(data.stream(cfg.seed, 0, 8))     # the stream's next 8 rows, (8, L) tensors
+    batch = data.batch(data.units_at(cfg.seed, 0, 8))     # the stream's next 8 rows, (8, L) tensors
     state = data.state_dict()                           # in the checkpoint
 """
 
@@ -143,8 +143,8 @@ class StreamTrainData(Units):
     def train_sequences(self) -> int:
         return int(self._read[1])
 
-    def stream(self, seed: int, start: int, count: int) -> np.ndarray:
-        """Stream positions ``start .. start + count - 1`` (each rank reads its own stream's next rows)."""
+    def units_at(self, seed: int, start: int, count: int) -> np.ndarray:
+        """Positions ``start .. start + count - 1`` of the stream (each rank reads its own stream's next rows)."""
         return np.arange(start, start + count)
 
     def _next_row(self) -> dict[str, np.ndarray]:

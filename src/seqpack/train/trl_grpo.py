@@ -10,7 +10,7 @@ normalisations, logging and callbacks. One method is replaced, the narrowest TRL
 and the reference. TRL hands it padded rows (left-padded prompts, right-padded completions, each
 prompt repeated for its G completions); here the rows are taken apart, each group's prompt written
 once with its completions after it (`seqpack.rl.pack_rollouts`, ``layout="group"``; rows
-whose prompts are equal share one), packed into rows of at most ``max_tokens`` tokens (default: the
+whose prompts are equal share one), packed into rows of at most ``max_len`` tokens (default: the
 width of TRL's padded rows), run once (`seqpack.rl.rollout_logprobs`: the vocabulary head
 only where a completion token is predicted), and the values put back in TRL's ``(B, T)`` layout.
 Exact against TRL's padded pass (tests/rl).
@@ -105,16 +105,24 @@ class PackedGRPOTrainer(trl.GRPOTrainer):
     def __init__(
         self,
         *args: Any,
-        max_tokens: int | None = None,
+        max_len: int | None = None,
         layout: str = "group",
         attention: str | None = PACKED_IMPL,
+        max_tokens: int | None = None,
         **kwargs: Any,
     ) -> None:
+        if max_tokens is not None:  # the old name, kept for one release
+            import warnings
+
+            if max_len is not None:
+                raise TypeError("PackedGRPOTrainer: pass max_len alone (max_tokens is its old name)")
+            warnings.warn("PackedGRPOTrainer(max_tokens=...) is renamed max_len=...", DeprecationWarning, stacklevel=2)
+            max_len = max_tokens
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
-        if max_tokens is not None and max_tokens < 2:
-            raise ValueError(f"max_tokens must be >= 2 (tokens per packed row), got {max_tokens}")
-        self.max_tokens, self.layout, self.attention = max_tokens, layout, attention
+        if max_len is not None and max_len < 2:
+            raise ValueError(f"max_len must be >= 2 (tokens per packed row), got {max_len}")
+        self.max_len, self.layout, self.attention = max_len, layout, attention
         super().__init__(*args, **kwargs)
         check_packable(self.model)  # a layer packed rows would make wrong: refused before any step
         # the policy runs ``attention`` from now on (gradient checkpointing recomputes its layers in the
@@ -151,8 +159,8 @@ class PackedGRPOTrainer(trl.GRPOTrainer):
             if anchor is not None and torch.is_grad_enabled():  # the loss's backward still finds the model
                 zeros = zeros + 0.0 * anchor.reshape(-1)[0]
             return zeros, (zeros.detach().clone() if compute_entropy else None), None
-        cap = self.max_tokens or int(input_ids.shape[1])
-        packed = pack_rollouts(prompts, groups, max_tokens=cap, layout=self.layout)
+        cap = self.max_len or int(input_ids.shape[1])
+        packed = pack_rollouts(prompts, groups, max_len=cap, layout=self.layout)
         with self.accelerator.autocast(), attention_as(model, self.attention):
             logps, ents = rollout_logprobs(model, packed, temperature=self.temperature, entropies=compute_entropy)
         return (

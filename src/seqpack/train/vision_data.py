@@ -7,7 +7,7 @@ per-sample loss and the step's loss units read. Rows are held out and streamed e
 `seqpack.train.data.TrainData` does for the token-column format::
 
     data = VisionTrainData("vlm-packs/")
-    batch = data.batch(data.stream(seed=0, start=0, count=4))
+    batch = data.batch(data.units_at(seed=0, start=0, count=4))
     # input_ids (1, T), labels (1, T), segment_ids (1, T), position_ids (4, 1, T) | (1, T), pixel_values, ...
 """
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from seqpack._atomic import atomic_directory, read_versioned_json
 from seqpack._stages import file_checksum
-from seqpack.packing import Packing, pack_lengths
+from seqpack.packing import DEFAULT_ALGORITHM, Packing, pack_lengths
 from seqpack.tasks.vision.samples import VisionSamples
 
 KIND = "seqpack-vision-packs"
@@ -85,7 +85,9 @@ class VisionPacks:
         }
 
 
-def pack_vision(samples: VisionSamples, *, max_len: int, algorithm: str = "best", seed: int = 0) -> VisionPacks:
+def pack_vision(
+    samples: VisionSamples, *, max_len: int, algorithm: str = DEFAULT_ALGORITHM, seed: int = 0
+) -> VisionPacks:
     """One packing plan over every sample (``algorithm``: a `seqpack.packing.ALGORITHMS` name)."""
     if samples.num_samples == 0:
         raise ValueError("no samples to pack: every record was dropped (see samples.dropped)")
