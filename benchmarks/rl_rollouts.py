@@ -1,5 +1,5 @@
 """A GRPO-shaped log-probability step: TRL's padded micro-batches against seqpack's packed rows, in
-the flat layout (prompt + completion per sequence) and the group layout (the prompt once, its G
+the pairs layout (prompt + completion per sequence) and the shared-prefix layout (the prompt once, its G
 completions after it, never seeing each other).
 
 Run: .venv/bin/python benchmarks/rl_rollouts.py [--quick] [--out benchmarks/results/rl_rollouts.json]
@@ -15,8 +15,8 @@ weighted by random advantages), over the whole generation batch:
           micro-batches of one group (8 rows: ``per_device_train_batch_size=8``), each padded as TRL
           pads it (prompts on the left to the longest prompt, completions on the right to the longest);
           ``sdpa`` with the padding mask
-  flat    ``seqpack.rl.rollout_logprobs`` on rows of at most ``--max-tokens`` tokens, layout ``flat``
-  group   the same, layout ``group``
+  flat    ``seqpack.rl.rollout_logprobs`` on rows of at most ``--max-tokens`` tokens, layout ``pairs``
+  group   the same, layout ``shared-prefix``
 
 seqpack's arms run ``attn_implementation="seqpack_packed"`` (``auto``: per-document buckets on CPU)
 and the head only at completion targets. The arms alternate, ``--rounds`` times after a warm-up
@@ -147,15 +147,15 @@ def main() -> None:
     prompts, comps = rollouts(args.prompts, 8)
     adv = torch.from_numpy(np.random.default_rng(2).normal(size=8 * args.prompts)).float()
     batches = padded_batches(prompts, comps)
-    layouts = {k: pack_rollouts(prompts, comps, max_len=args.max_len, layout=k) for k in ("flat", "group")}
+    layouts = {k: pack_rollouts(prompts, comps, max_len=args.max_len, layout=k) for k in ("pairs", "shared-prefix")}
     shape = {"trl": {"rows": sum(b[0].shape[0] for b in batches), "tokens": sum(b[0].numel() for b in batches)},
              **{k: {"rows": v.num_rows, "tokens": int(v.input_ids.size), "real_tokens": v.num_tokens} for k, v in layouts.items()}}
     real = sum(len(p) + len(c) for p, g in zip(prompts, comps) for c in g)
     shape["trl"]["real_tokens"] = real
     print(f"rows and tokens: {shape}", flush=True)
     arms = {"trl": lambda: trl_arm(trl_t, batches, adv),
-            "flat": lambda: seqpack_arm(packed_t.model, layouts["flat"], adv),
-            "group": lambda: seqpack_arm(packed_t.model, layouts["group"], adv)}
+            "pairs": lambda: seqpack_arm(packed_t.model, layouts["pairs"], adv),
+            "shared-prefix": lambda: seqpack_arm(packed_t.model, layouts["shared-prefix"], adv)}
     times: dict[str, list[float]] = {k: [] for k in arms}
     for r in range(args.rounds + 1):
         for name, fn in arms.items():
@@ -168,7 +168,7 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     result = {"prompts": args.prompts, "g": 8, "max_len": args.max_len, "vocab": VOCAB, "llama": LLAMA,
               "rounds": args.rounds, "shape": shape, "seconds": times, "median_seconds": med,
-              "speedup_vs_trl": {k: med["trl"] / med[k] for k in ("flat", "group")},
+              "speedup_vs_trl": {k: med["trl"] / med[k] for k in ("pairs", "shared-prefix")},
               "balance": balance(args.balance_prompts, 16384), "torch": torch.__version__}
     print(result["speedup_vs_trl"], flush=True)
     write_result(args.out, result, packages=("torch", "transformers", "trl"))

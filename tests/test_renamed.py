@@ -55,3 +55,13 @@ def test_rl_takes_max_tokens_as_the_old_name_of_max_len() -> None:
         pack_rollouts([[5, 6]], [[[7, 8, 9]]], max_len=8, max_tokens=8)
     with pytest.raises(TypeError, match="max_len"):
         pack_rollouts([[5, 6]], [[[7, 8, 9]]])
+
+
+def test_rl_layouts_take_their_old_names() -> None:
+    from seqpack.rl import pack_rollouts
+
+    for old, new in (("group", "shared-prefix"), ("flat", "pairs")):
+        with pytest.warns(DeprecationWarning, match=new):
+            a = pack_rollouts([[5, 6]], [[[7, 8, 9], [10, 11]]], max_len=8, layout=old)
+        b = pack_rollouts([[5, 6]], [[[7, 8, 9], [10, 11]]], max_len=8, layout=new)
+        assert a.layout == new and (a.input_ids == b.input_ids).all() and (a.branch_ids == b.branch_ids).all()

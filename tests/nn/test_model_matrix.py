@@ -61,7 +61,7 @@ def test_a_dropped_window_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
                         lambda module, kwargs, causal=True: (real(module, kwargs, causal=causal), LayerAttention())[1])
     row = run_row("mistral")
     assert row.cells["packed_forward"].status == "wrong"
-    assert row.cells["logprobs flat"].status == "wrong"
+    assert row.cells["logprobs pairs"].status == "wrong"
 
 
 def test_the_supported_models_page_is_the_matrix(matrix: dict[str, Row]) -> None:

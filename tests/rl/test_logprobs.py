@@ -101,7 +101,7 @@ def test_a_completion_changes_no_other(kind, impl):
 
 
 def test_gradients_equal_the_unpacked_ones():
-    """The gradient of the summed log-probabilities, packed (group layout, seqpack_packed) and each
+    """The gradient of the summed log-probabilities, packed (shared-prefix layout, seqpack_packed) and each
     completion alone: the same terms summed in another order (fp32, 1e-5 of the largest entry)."""
     model = hf_model("llama", "seqpack_packed")
     prompts, comps = rollouts(2, 4, seed=3, longest=80)

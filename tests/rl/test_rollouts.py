@@ -40,15 +40,15 @@ def test_every_completion_token_once_within_the_cap(case, layout):
         assert (rows == rows[0]).all() and r.input_ids[rows, cols].tolist() == toks
         assert (np.diff(cols) == 1).all() and (preds[1:] == cols[:-1]).all()
         seg, row = r.segment_ids[rows[0]], rows[0]
-        prompt_cols = np.flatnonzero((seg == seg[cols[0]]) & ((r.branch_ids[row] == 0) if layout == "group" else True))
+        prompt_cols = np.flatnonzero((seg == seg[cols[0]]) & ((r.branch_ids[row] == 0) if layout == "shared-prefix" else True))
         prompt_cols = prompt_cols[prompt_cols < cols[0]]
         i = int(np.searchsorted(r.group_offsets, c, side="right") - 1)
-        if layout == "flat":
+        if layout == "pairs":
             prompt_cols = prompt_cols[-len(prompts[i]):]
         assert r.input_ids[row, prompt_cols].tolist() == prompts[i]  # its own prompt, just before it (in its unit)
         assert preds[0] == prompt_cols[-1]  # its first token follows the prompt, not a sibling
         assert r.position_ids[rows, cols].tolist() == list(range(len(prompts[i]), len(prompts[i]) + len(toks)))
-    if layout == "group":  # a group that fits whole is one unit: its prompt once, in one row
+    if layout == "shared-prefix":  # a group that fits whole is one unit: its prompt once, in one row
         for i, (p, g) in enumerate(zip(prompts, groups)):
             if len(p) + sum(len(c) for c in g) <= cap:
                 lo, hi = r.group_offsets[i], r.group_offsets[i + 1]
@@ -78,7 +78,7 @@ def test_bad_rollouts_are_one_line(prompts, groups, cap, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
         pack_rollouts(prompts, groups, max_len=cap)
     assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="layout must be one of group|flat"):
+    with pytest.raises(ValueError, match="layout must be one of shared-prefix\|pairs"):
         pack_rollouts([[1]], [[[2]]], max_len=8, layout="tree")
 
 
@@ -104,7 +104,7 @@ def test_ranks_get_as_many_rows_each(case, layout, world):
 
 def test_row_costs_count_a_shared_prompt_once():
     group = pack_rollouts([[1] * 4], [[[2] * 3, [3] * 5]], max_len=16)
-    flat = pack_rollouts([[1] * 4], [[[2] * 3, [3] * 5]], max_len=16, layout="flat")
+    flat = pack_rollouts([[1] * 4], [[[2] * 3, [3] * 5]], max_len=16, layout="pairs")
     assert group.squares.tolist() == [16 + (24 + 9) + (40 + 25)]  # the prompt's queries once, each completion's
     assert sorted(flat.squares.tolist()) == [7 ** 2 + 9 ** 2] and group.num_tokens == 12 and flat.num_tokens == 16
     with pytest.raises(ValueError, match="pack with world_size=3"):

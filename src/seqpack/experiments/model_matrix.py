@@ -7,7 +7,7 @@ CPU, run through each of seqpack's packed entry points, and compared with each d
 Each architecture gets a tiny random config (`tiny_config`): 32-wide, two heads (one key/value
 head), a few layers covering every layer kind its config names, sliding windows and chunks of
 `WINDOW` tokens (shorter than the documents, so that they matter), MoE with four experts. The
-documents are `DOCUMENTS` long; the group layout packs `GROUPS` (a prompt, then
+documents are `DOCUMENTS` long; the shared-prefix layout packs `GROUPS` (a prompt, then
 completions that share it). A cell is
 
 - ``exact``: every document's log-probabilities (and, on the entry points marked so, the
@@ -31,7 +31,7 @@ from typing import Any
 
 #: the documents of every packed row test, as the user's bug report had them
 DOCUMENTS: tuple[int, ...] = (20, 5, 33, 12)
-#: (prompt, completions) of the group layout
+#: (prompt, completions) of the shared-prefix layout
 GROUPS: tuple[tuple[int, tuple[int, ...]], ...] = ((9, (6, 13)), (14, (4, 7, 10)))
 #: sliding windows and chunks of the tiny configs: shorter than three of the documents
 WINDOW = 8
@@ -272,7 +272,7 @@ def _entry_points() -> dict[str, Callable[[Any], float]]:
 
     def rl(layout: str, impl: str, grad: bool) -> Callable[[Any], float]:
         def run(model: Any) -> float:
-            if layout == "group":
+            if layout == "shared-prefix":
                 prompts, completions = _groups()
             else:
                 docs = _documents()
@@ -313,9 +313,9 @@ def _entry_points() -> dict[str, Callable[[Any], float]]:
         "packed_forward": packed_forward_cell("seqpack_packed"),
         "packed_forward sdpa": packed_forward_cell("sdpa"),
         "packed_forward padding-free": packed_forward_cell("seqpack_varlen"),
-        "logprobs flat": rl("flat", "seqpack_packed", True),
-        "logprobs group": rl("group", "seqpack_packed", True),
-        "logprobs group eager": rl("group", "eager", False),
+        "logprobs pairs": rl("pairs", "seqpack_packed", True),
+        "logprobs shared-prefix": rl("shared-prefix", "seqpack_packed", True),
+        "logprobs shared-prefix eager": rl("shared-prefix", "eager", False),
     }
 
 
@@ -324,9 +324,9 @@ ENTRY_POINTS: tuple[str, ...] = (
     "packed_forward",
     "packed_forward sdpa",
     "packed_forward padding-free",
-    "logprobs flat",
-    "logprobs group",
-    "logprobs group eager",
+    "logprobs pairs",
+    "logprobs shared-prefix",
+    "logprobs shared-prefix eager",
 )
 
 
@@ -449,7 +449,7 @@ def render_markdown(rows: list[Row]) -> str:
         "transformers is built tiny (32 wide, a few layers covering each layer kind its config names, sliding windows "
         f"and chunks of {WINDOW} tokens, MoE with four experts) and run through each of seqpack's packed entry points "
         f"on documents of {', '.join(map(str, DOCUMENTS))} tokens in one row (and prompts shared by their completions "
-        "in the group layout). Each document's log-probabilities are compared with the document run alone through "
+        "in the shared-prefix layout). Each document's log-probabilities are compared with the document run alone through "
         "the model's own eager attention; `logprobs` also compares the gradients. A cell is **exact** "
         f"(within {TOLERANCE:g}, relative to the largest log-prob above 1) or **refused** in one line before any "
         "output; a silently wrong cell fails the test suite (`tests/nn/test_model_matrix.py`), and a new "
@@ -461,7 +461,7 @@ def render_markdown(rows: list[Row]) -> str:
         "",
         "The columns: `packed_forward` with `attn_implementation` `seqpack_packed` (seqpack's attention backends), "
         "`sdpa` (seqpack's 4-D masks, one per layer kind) and `seqpack_varlen` (the padding-free layout); "
-        "`seqpack.rl.packed_logprobs` in the `flat` and `group` layouts under `seqpack_packed`, and `group` "
+        "`seqpack.rl.packed_logprobs` in the `pairs` and `shared-prefix` layouts under `seqpack_packed`, and `shared-prefix` "
         "under `eager` (a branch mask). `seqpack train --hf-model`, the TRL trainers and `attach_packed_attention` "
         "run these same paths and refuse what they refuse. Layer arguments: what the architecture's layers compute "
         "beyond plain attention (a sliding `window`, a `chunk`, `softcap`, attention `sinks`).",

@@ -33,7 +33,7 @@ def rollout_tensors(packed: PackedRollouts, device: torch.device | str | None = 
     """The rows as a batch: ``input_ids``, ``segment_ids``, ``position_ids`` and, in the group
     layout, ``branch_ids``.  # each (R, T)"""
     out = {k: torch.from_numpy(getattr(packed, k)).to(device) for k in ("input_ids", "segment_ids", "position_ids")}
-    if packed.layout == "group":
+    if packed.layout == "shared-prefix":
         out["branch_ids"] = torch.from_numpy(packed.branch_ids).to(device)
     return out
 
@@ -102,14 +102,14 @@ def packed_logprobs(
     completion_ids: Sequence[Sequence[Sequence[int]]],
     *,
     max_len: int | None = None,
-    layout: str = "group",
+    layout: str = "shared-prefix",
     temperature: float = 1.0,
     max_tokens: int | None = None,
 ) -> list[list[torch.Tensor]]:
     """Per prompt, per completion, a 1-D float32 tensor of its tokens' log-probabilities under
     ``model`` (a transformers causal LM or seqpack's GPT), carrying gradients to it; the rollouts
     packed into rows of at most ``max_len`` tokens (`seqpack.rl.pack_rollouts`, ``layout``
-    ``group`` or ``flat``), the model run once over them."""
+    ``shared-prefix`` or ``pairs``), the model run once over them."""
     max_len = row_length(max_len, max_tokens, "packed_logprobs")
     packed = pack_rollouts(prompt_ids, completion_ids, max_len=max_len, layout=layout)
     logps, _ = rollout_logprobs(model, packed, temperature=temperature)

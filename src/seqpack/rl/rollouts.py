@@ -1,8 +1,8 @@
 """RL rollouts (a prompt and its G completions, made online) packed into rows of at most
 ``max_len`` tokens, with the map back to each completion's tokens.
 
-Two layouts. ``group``: the prompt once, then its completions, each attending to the prompt and to
-itself, never to a sibling, its positions continuing from the prompt's end; ``flat``: prompt +
+Two layouts. ``shared-prefix``: the prompt once, then its completions, each attending to the prompt and to
+itself, never to a sibling, its positions continuing from the prompt's end; ``pairs``: prompt +
 completion as one sequence each (the prompt repeated G times)::
 
     prompt p0 p1, completions a0 a1 a2 and b0 b1, max_len 8
@@ -37,7 +37,20 @@ from seqpack._ids import token_ids
 from seqpack.packing import DEFAULT_ALGORITHM, pack_lengths
 from seqpack.packing.balance import DEFAULT_HIDDEN, RowCost, balanced_steps
 
-LAYOUTS = ("group", "flat")
+LAYOUTS = ("shared-prefix", "pairs")
+#: the layouts' old names, kept for one release (the preference task's words are the layouts' names)
+OLD_LAYOUTS = {"group": "shared-prefix", "flat": "pairs"}
+
+
+def layout_name(layout: str, where: str) -> str:
+    """``layout``, its old name (`OLD_LAYOUTS`) turned into the new one with a `DeprecationWarning`."""
+    if layout in OLD_LAYOUTS:
+        import warnings
+
+        new = OLD_LAYOUTS[layout]
+        warnings.warn(f"{where}: layout {layout!r} is renamed {new!r}", DeprecationWarning, stacklevel=3)
+        return new
+    return layout
 
 
 @dataclass(frozen=True)
@@ -154,11 +167,11 @@ def _check(
 def _units(
     prompts: list[np.ndarray], groups: list[list[np.ndarray]], max_len: int, layout: str
 ) -> list[tuple[int, list[int]]]:
-    """``(prompt, completions)`` per packing unit: a whole group where it fits (group layout), else
-    bins of whole completions by first fit decreasing; one completion each (flat layout)."""
+    """``(prompt, completions)`` per packing unit: a whole group where it fits (shared-prefix layout), else
+    bins of whole completions by first fit decreasing; one completion each (pairs layout)."""
     units: list[tuple[int, list[int]]] = []
     for i, (p, comps) in enumerate(zip(prompts, groups)):
-        if layout == "flat":
+        if layout == "pairs":
             units += [(i, [j]) for j in range(len(comps))]
             continue
         room = max_len - p.size
@@ -276,7 +289,7 @@ def pack_rollouts(
     completion_ids: Sequence[Sequence[Sequence[int]]],
     *,
     max_len: int | None = None,
-    layout: str = "group",
+    layout: str = "shared-prefix",
     algorithm: str = DEFAULT_ALGORITHM,
     seed: int = 0,
     world_size: int = 1,
@@ -289,6 +302,7 @@ def pack_rollouts(
     `RowCost`, default its FLOP model), so that every data-parallel
     rank gets as many rows and each micro-batch's ranks the same work (`PackedRollouts.rank_rows`)."""
     max_len = row_length(max_len, max_tokens, "pack_rollouts")
+    layout = layout_name(layout, "pack_rollouts")
     prompts, groups = _check(prompt_ids, completion_ids, max_len, layout)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
@@ -315,16 +329,16 @@ def pack_rollouts(
         for s, u in enumerate(packs[r], start=1):
             i, js = units[u]
             p = prompts[i]
-            if layout == "group":
+            if layout == "shared-prefix":
                 col = _write(ids, seg, br, pos, r, col, p, s, 0, 0)
                 last = col - 1
             for k, j in enumerate(js, start=1):
                 c, at = groups[i][j], int(offsets[group_offsets[i] + j])
-                if layout == "flat":  # a unit of one completion: the prompt, then it, as one branch
+                if layout == "pairs":  # a unit of one completion: the prompt, then it, as one branch
                     col = _write(ids, seg, br, pos, r, col, p, s, 1, 0)
                     last = col - 1
                 start = col
-                col = _write(ids, seg, br, pos, r, col, c, s, k if layout == "group" else 1, p.size)
+                col = _write(ids, seg, br, pos, r, col, c, s, k if layout == "shared-prefix" else 1, p.size)
                 rows[at : at + c.size] = r
                 cols[at : at + c.size] = np.arange(start, col)
                 preds[at : at + c.size] = np.arange(start - 1, col - 1)
@@ -336,12 +350,12 @@ def pack_rollouts(
 def _square(p: int, completions: list[int], layout: str) -> int:
     """A unit's attention work in the units of `seqpack.packing.balance.RowCost`'s ``sum(l^2)``
     (a sequence of ``l`` tokens: ``l^2``): the prompt's ``p^2``, then each completion's ``2 p c + c^2``
-    (its queries over the prompt and over itself); ``(p + c)^2`` for the flat layout's one completion.
+    (its queries over the prompt and over itself); ``(p + c)^2`` for the pairs layout's one completion.
 
-        >>> _square(3, [2, 4], "group"), _square(3, [2], "flat")        # 9 + (12 + 4) + (24 + 16)
+        >>> _square(3, [2, 4], "shared-prefix"), _square(3, [2], "pairs")        # 9 + (12 + 4) + (24 + 16)
         (65, 25)
     """
-    if layout == "flat":
+    if layout == "pairs":
         return (p + completions[0]) ** 2
     return p * p + sum(2 * p * c + c * c for c in completions)
 

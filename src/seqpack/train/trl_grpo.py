@@ -9,7 +9,7 @@ normalisations, logging and callbacks. One method is replaced, the narrowest TRL
 ``_get_per_token_logps_and_entropies``, which TRL calls for the policy (in the loss), the old policy
 and the reference. TRL hands it padded rows (left-padded prompts, right-padded completions, each
 prompt repeated for its G completions); here the rows are taken apart, each group's prompt written
-once with its completions after it (`seqpack.rl.pack_rollouts`, ``layout="group"``; rows
+once with its completions after it (`seqpack.rl.pack_rollouts`, ``layout="shared-prefix"``; rows
 whose prompts are equal share one), packed into rows of at most ``max_len`` tokens (default: the
 width of TRL's padded rows), run once (`seqpack.rl.rollout_logprobs`: the vocabulary head
 only where a completion token is predicted), and the values put back in TRL's ``(B, T)`` layout.
@@ -18,7 +18,7 @@ Exact against TRL's padded pass (tests/rl).
 The model keeps its own attention for generation (``sdpa``, say); the packed pass runs ``attention``
 (default ``seqpack_packed``: seqpack's plans, per-document buckets on CPU, FlexAttention on CUDA;
 ``None``: the model's own, which must take a shared prefix as a dense mask, ``sdpa`` or ``eager``,
-or run ``layout="flat"``).
+or run ``layout="pairs"``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import trl
 from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
 from seqpack.nn.hf_support import check_packable
 from seqpack.rl.logprobs import rollout_logprobs, to_padded
-from seqpack.rl.rollouts import LAYOUTS, pack_rollouts
+from seqpack.rl.rollouts import LAYOUTS, layout_name, pack_rollouts
 
 
 def unpad_rollouts(
@@ -106,7 +106,7 @@ class PackedGRPOTrainer(trl.GRPOTrainer):
         self,
         *args: Any,
         max_len: int | None = None,
-        layout: str = "group",
+        layout: str = "shared-prefix",
         attention: str | None = PACKED_IMPL,
         max_tokens: int | None = None,
         **kwargs: Any,
@@ -118,6 +118,7 @@ class PackedGRPOTrainer(trl.GRPOTrainer):
                 raise TypeError("PackedGRPOTrainer: pass max_len alone (max_tokens is its old name)")
             warnings.warn("PackedGRPOTrainer(max_tokens=...) is renamed max_len=...", DeprecationWarning, stacklevel=2)
             max_len = max_tokens
+        layout = layout_name(layout, "PackedGRPOTrainer")
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
         if max_len is not None and max_len < 2:
