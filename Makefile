@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint docs bench clean
+.PHONY: demo test test-fast lint docs bench release clean
 
 # the compiled core (csrc/) is built by the package's own build: a change there reinstalls
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.h csrc/*.cpp)
@@ -59,6 +59,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/layer_attention.py --out benchmarks/results/layer_attention.json
 	$(BIN)/python benchmarks/balance.py --out benchmarks/results/balance.json
 	$(BIN)/python benchmarks/balance_torchrun.py --out benchmarks/results/balance_torchrun.json
+
+# a release: the version stamped (tools/release.py: _version.py, CHANGELOG's Unreleased, the install
+# lines), then the sdist and the wheel, repaired to a manylinux tag, in dist/ (other platforms: cibuildwheel)
+release: $(STAMP)
+	@test -n "$(VERSION)" || (echo "usage: make release VERSION=X.Y.Z" >&2; exit 2)
+	$(BIN)/python tools/release.py $(VERSION)
+	rm -rf dist && $(BIN)/python -m build --outdir dist/build
+	$(BIN)/auditwheel repair --wheel-dir dist dist/build/*.whl && mv dist/build/*.tar.gz dist/ && rm -rf dist/build
 
 clean:
 	rm -rf $(VENV) demo_out site build src/*.egg-info src/seqpack/_native*.so .mypy_cache .ruff_cache

@@ -15,8 +15,8 @@ weighted by random advantages), over the whole generation batch:
           micro-batches of one group (8 rows: ``per_device_train_batch_size=8``), each padded as TRL
           pads it (prompts on the left to the longest prompt, completions on the right to the longest);
           ``sdpa`` with the padding mask
-  flat    ``seqpack.rl.rollout_logprobs`` on rows of at most ``--max-tokens`` tokens, layout ``pairs``
-  group   the same, layout ``shared-prefix``
+  pairs          ``seqpack.rl.rollout_logprobs`` on rows of at most ``--max-len`` tokens, layout ``pairs``
+  shared-prefix  the same, layout ``shared-prefix``
 
 seqpack's arms run ``attn_implementation="seqpack_packed"`` (``auto``: per-document buckets on CPU)
 and the head only at completion targets. The arms alternate, ``--rounds`` times after a warm-up
@@ -131,7 +131,7 @@ def balance(prompts: int, max_len: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=8192)
+    ap.add_argument("--max-len", type=int, default=8192)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--balance-prompts", type=int, default=1024)
     ap.add_argument("--quick", action="store_true", help="2 prompts, 1 round")
