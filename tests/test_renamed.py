@@ -14,6 +14,7 @@ RENAMED = [
     ("seqpack.tokenizer.reference", "train_bpe_reference", "seqpack.tokenizer.oracle", "train_bpe_oracle"),
     ("seqpack.tokenizer.reference", "train_bpe_reference_from_counts", "seqpack.tokenizer.oracle",
      "train_bpe_oracle_from_counts"),
+    ("seqpack.train.trl_dpo", "packed_rows_dataset", "seqpack.data", "hf_dataset"),
     ("seqpack.data.trl", "pack_examples", "seqpack.data.trl", "padding_free_examples"),
     ("seqpack.train.objective", "step_loss", "seqpack.train.step_loss", "step_loss"),
     ("seqpack.tasks.preference.objective", "pair_outputs", "seqpack.tasks.preference.forward", "pair_outputs"),
@@ -24,6 +25,8 @@ RENAMED = [
 def test_an_old_name_warns_and_gives_the_new_object(old_mod, old, new_mod, new) -> None:
     if "nn" in old_mod or "train" in old_mod or "preference" in old_mod:
         pytest.importorskip("torch")
+    if "trl_" in old_mod:
+        pytest.importorskip("trl")
     with pytest.warns(DeprecationWarning, match="renamed"):
         got = getattr(importlib.import_module(old_mod), old)
     assert got is getattr(importlib.import_module(new_mod), new)

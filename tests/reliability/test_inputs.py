@@ -107,7 +107,7 @@ READERS = {
     "load_packed": lambda d: load_packed(d),
     "PackedRows": lambda d: __import__("seqpack.data.rows", fromlist=["PackedRows"]).PackedRows(d),
     "PackedDataset": lambda d: __import__("seqpack.data", fromlist=["PackedDataset"]).PackedDataset(d),
-    "packed_rows_dataset": lambda d: __import__("seqpack.train.trl_dpo", fromlist=["x"]).packed_rows_dataset(d),
+    "hf_dataset": lambda d: __import__("seqpack.data", fromlist=["x"]).hf_dataset(d),
 }
 
 

@@ -19,6 +19,7 @@ from seqpack.data.format import (
     read_manifest,
     write_packed,
 )
+from seqpack.data.hf_dataset import hf_dataset
 from seqpack.data.layout import (
     PackedColumns,
     materialize,
@@ -39,6 +40,7 @@ __all__ = [
     "add_derived_columns",
     "collate_packed",
     "from_lists",
+    "hf_dataset",
     "load_packed",
     "materialize",
     "materialize_oracle",

@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import copy
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import trl
 
-from seqpack.data.format import read_manifest, verify_parts
+from seqpack.data.format import read_manifest
+from seqpack.data.hf_dataset import hf_dataset
 from seqpack.data.torch_dataset import to_tensors
 from seqpack.nn.hf_support import check_packable
 from seqpack.nn.preference import PreferenceLoss
@@ -46,19 +46,6 @@ from seqpack.tasks.preference.forward import preference_forward
 from seqpack.train.reference import packed_reference
 
 SUPPORTED_LOSSES = ("sigmoid", "ipo")
-
-
-def packed_rows_dataset(path: str | os.PathLike[str]) -> Any:
-    """The packed rows as a ``datasets.Dataset`` (memory-mapped Arrow over the Parquet shards)."""
-    import datasets
-
-    m = read_manifest(path)
-    verify_parts(path, m)  # the check every packed reader makes
-    files = sorted(str(p) for p in (Path(path) / "data").glob("*.parquet"))
-    ds = datasets.Dataset.from_parquet(files)
-    if len(ds) != int(m["num_packs"]):
-        raise ValueError(f"{path}: {len(ds)} rows in the Parquet shards, the manifest says {m['num_packs']}")
-    return ds
 
 
 def collate_rows(rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -97,7 +84,7 @@ class PackedDPOTrainer(trl.DPOTrainer):
         self.objective: PreferenceLoss = PreferenceLoss(
             kind=kinds[0], beta=args.beta, label_smoothing=args.label_smoothing
         )
-        rows = packed_rows_dataset(packed)  # example_ids kept: pair_outputs names each pair by its record
+        rows = hf_dataset(packed)  # example_ids kept: pair_outputs names each pair by its record
         reference = copy.deepcopy(model) if ref_model is None else ref_model
         rows = self._with_reference(rows, reference, int(m["max_depth"]), args.per_device_eval_batch_size)
         args = copy.copy(args)  # the caller's arguments stay as they were
@@ -148,4 +135,12 @@ class PackedDPOTrainer(trl.DPOTrainer):
         return (out.loss, out) if return_outputs else out.loss
 
 
-__all__ = ["PackedDPOTrainer", "collate_rows", "packed_rows_dataset"]
+__all__ = ["PackedDPOTrainer", "collate_rows"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "packed_rows_dataset":  # one way from a packed directory to a datasets.Dataset
+        from seqpack._lazy import renamed
+
+        return renamed("seqpack.train.trl_dpo", name, "seqpack.data.hf_dataset", hf_dataset)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,37 @@
+"""A packed directory as a ``datasets.Dataset``: the one way, every column there.
+
+The Parquet parts are memory-mapped as Arrow (``datasets.Dataset.from_parquet``) after the same
+checks every seqpack reader makes (the manifest, the parts' checksums, the row count), and the
+columns the parts leave out (``segment_ids``; clm's ``labels``) are made again by their rules
+(`seqpack.data.format.add_derived_columns`), so the rows hold what `seqpack.data.PackedDataset`
+gives::
+
+    ds = hf_dataset("packed/")          # columns: input_ids, position_ids, ..., segment_ids, labels
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from seqpack.data.format import add_derived_columns, read_manifest, verify_parts
+
+
+def hf_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> Any:
+    """The packed rows at ``path``, every column (the derived ones made again), as a
+    ``datasets.Dataset``; ``cache_dir``: where ``datasets`` keeps its Arrow copy."""
+    import datasets
+
+    m = read_manifest(path)
+    verify_parts(path, m)  # the check every packed reader makes
+    files = sorted(str(p) for p in (Path(path) / "data").glob("*.parquet"))
+    ds = datasets.Dataset.from_parquet(files, cache_dir=None if cache_dir is None else str(cache_dir))
+    if len(ds) != int(m["num_packs"]):
+        raise ValueError(f"{path}: {len(ds)} rows in the Parquet shards, the manifest says {m['num_packs']}")
+    if m.get("derived_columns"):
+        ds = ds.map(add_derived_columns(path), batched=True, desc=None)
+    return ds
+
+
+__all__ = ["hf_dataset"]
