@@ -44,6 +44,7 @@ from seqpack.tasks import get_task
 from seqpack.tasks.preference import TASK as PREFERENCE
 from seqpack.tasks.preference.forward import preference_forward
 from seqpack.train.reference import packed_reference
+from seqpack.train.trl_support import check_trl
 
 SUPPORTED_LOSSES = ("sigmoid", "ipo")
 
@@ -66,6 +67,7 @@ class PackedDPOTrainer(trl.DPOTrainer):
         processing_class: Any = None,
         **kwargs: Any,
     ) -> None:
+        check_trl()  # a TRL whose methods these overrides do not know: refused before any work
         if isinstance(model, torch.nn.Module):
             check_packable(model)  # a layer packed rows would make wrong: refused before any work
         m = read_manifest(packed)

@@ -34,6 +34,7 @@ from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
 from seqpack.nn.hf_support import check_packable
 from seqpack.rl.logprobs import rollout_logprobs, to_padded
 from seqpack.rl.rollouts import LAYOUTS, layout_name, pack_rollouts
+from seqpack.train.trl_support import check_trl
 
 
 def unpad_rollouts(
@@ -111,6 +112,7 @@ class PackedGRPOTrainer(trl.GRPOTrainer):
         max_tokens: int | None = None,
         **kwargs: Any,
     ) -> None:
+        check_trl()  # a TRL whose methods these overrides do not know: refused before any work
         if max_tokens is not None:  # the old name, kept for one release
             import warnings
 

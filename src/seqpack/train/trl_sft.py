@@ -39,12 +39,14 @@ from seqpack.nn.hf_causal_lm import add_target_head
 from seqpack.nn.hf_causal_lm import compile_blocks as compile_layers
 from seqpack.nn.hf_padding_free import VARLEN_IMPL
 from seqpack.nn.hf_support import check_packable
+from seqpack.train.trl_support import check_trl
 
 
 class PackedSFTTrainer(trl.SFTTrainer):
     """``trl.SFTTrainer`` with the head-at-targets loss and no per-step sync (see the module)."""
 
     def __init__(self, *args: Any, compile_blocks: bool | None = None, **kwargs: Any) -> None:
+        check_trl()  # a TRL whose methods these overrides do not know: refused before any work
         super().__init__(*args, **kwargs)
         hf: Any = self.model  # a transformers model (or a PEFT wrapper of one): read by name
         model = hf.get_base_model() if hasattr(hf, "get_base_model") else hf
