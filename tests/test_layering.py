@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tasks",),
     ("pipeline",),
     ("train",),
+    ("integrations",),  # the transformers / datasets / TRL entry points, each from its own layer
     ("experiments",),
     ("cli",),
     ("__init__", "__main__", "engine"),  # the package's own surface; engine: a deprecated shim

@@ -23,7 +23,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: the API pages: page name -> package (each rendered from its ``__all__``)
 API = {"seqpack": "seqpack", "corpus": "seqpack.corpus", "tokenizer": "seqpack.tokenizer", "store": "seqpack.store",
        "packing": "seqpack.packing", "tasks": "seqpack.tasks", "vision": "seqpack.tasks.vision", "pipeline": "seqpack.pipeline",
-       "data": "seqpack.data", "nn": "seqpack.nn", "rl": "seqpack.rl", "train": "seqpack.train", "hf": "seqpack.hf"}
+       "data": "seqpack.data", "nn": "seqpack.nn", "rl": "seqpack.rl", "train": "seqpack.train", "hf": "seqpack.hf",
+       "integrations": "seqpack.integrations"}
 
 
 def cli_reference() -> str:

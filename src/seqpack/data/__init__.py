@@ -19,7 +19,7 @@ from seqpack.data.format import (
     read_manifest,
     write_packed,
 )
-from seqpack.data.hf_dataset import hf_dataset
+from seqpack.data.hf_rows import hf_dataset
 from seqpack.data.layout import (
     PackedColumns,
     materialize,

@@ -36,7 +36,7 @@ import torch
 import trl
 
 from seqpack.data.format import read_manifest
-from seqpack.data.hf_dataset import hf_dataset
+from seqpack.data.hf_rows import hf_dataset
 from seqpack.data.torch_dataset import to_tensors
 from seqpack.nn.hf_support import check_packable
 from seqpack.nn.preference import PreferenceLoss
