@@ -198,9 +198,9 @@ def read_histogram(source: str, max_len: int, *, task: str = "clm") -> Any:
         hist = np.asarray(read_manifest(source)["histogram"]["counts"], dtype=np.int64)
     elif os.path.isdir(source):
         from seqpack.store import open_store
-        from seqpack.tasks import get_task
+        from seqpack.tasks import sequence_task
 
-        t = get_task(task)
+        t = sequence_task(task)
         return histogram(
             t.store_lengths(open_store(source).lengths(), max_len, t.options_type()), max_len, hint=MAX_LEN_HINT
         )

@@ -182,8 +182,10 @@ JOB_OPTIONS = {
 
 
 def own_rows(args: argparse.Namespace, task: Any, cfg: Any) -> dict[str, Any] | None:
-    """The manifest of a task that writes its own rows (``Task.pack_directory``), or ``None``."""
-    if not task.own_rows:
+    """The manifest of a task that writes its own rows (`seqpack.tasks.WritesRows`), or ``None``."""
+    from seqpack.tasks import WritesRows
+
+    if not isinstance(task, WritesRows):
         return None
     given = [k for k, default in JOB_OPTIONS.items() if getattr(args, k, default) != default]
     if given:

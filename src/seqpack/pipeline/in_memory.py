@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from seqpack.data.layout import pack_sequences
-from seqpack.tasks import get_task
+from seqpack.tasks import get_task, sequence_task
 
 if TYPE_CHECKING:
     from seqpack.data.layout import PackedColumns
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def build_sequences(source: Any, tokenizer: AnyTokenizer, config: PackConfig) -> Sequences:
     """The task's sequences (not yet packed); see `seqpack.pipeline.PackConfig`."""
-    return get_task(config.task).build_sequences(source, tokenizer, config)
+    return sequence_task(config.task).build_sequences(source, tokenizer, config)
 
 
 def manifest_extra(

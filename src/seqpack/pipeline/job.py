@@ -66,7 +66,7 @@ from seqpack.pipeline.stages import (
     sequences_key,
     sequences_stage,
 )
-from seqpack.tasks import get_task
+from seqpack.tasks import sequence_task
 
 if TYPE_CHECKING:
     from seqpack.pipeline.engine import Engine
@@ -114,7 +114,7 @@ def pack_example_shards(
     if shard_examples < 1:
         raise ValueError(f"shard_examples must be >= 1, got {shard_examples}")
     files = record_files(source, glob=glob)
-    context = get_task(config.task).shard_context(files, config)
+    context = sequence_task(config.task).shard_context(files, config)
 
     def inputs() -> Iterator[ShardInput]:
         it, base = iter_records(files), 0
@@ -168,7 +168,7 @@ def run_job(
             keys: list[str] = []
             reused: list[str] = []
             rebuild: list[Any] = []  # per input shard: what its route stage makes the tokens again from, or None
-            task = get_task(config.task)
+            task = sequence_task(config.task)
             redone: dict[str, str] = {}
 
             def items() -> Iterator[tuple[Any, ...]]:

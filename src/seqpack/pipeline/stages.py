@@ -33,7 +33,7 @@ from seqpack.data.layout import materialize, segment_dtype
 from seqpack.data.sequences import Sequences, offsets_of
 from seqpack.packing import Packing
 from seqpack.store import TokenStore
-from seqpack.tasks import get_task
+from seqpack.tasks import sequence_task
 from seqpack.tasks.base import split_derived
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def sequences_stage(
         return done
     out = Path(path)
     log = StageLog(out.parent)
-    task = get_task(config.task)
+    task = sequence_task(config.task)
     if isinstance(shard, str):  # the derived fields (made again after the gather) not even made
         seqs, derived = task.stored_sequences(TokenStore(shard), tokenizer, config)
     else:
@@ -151,7 +151,7 @@ def route_stage(
     made: dict[str, np.ndarray] = {}
     if rebuild is not None:
         shard, tokenizer, config = rebuild
-        seqs, _ = get_task(config.task).stored_sequences(TokenStore(shard), tokenizer, config)
+        seqs, _ = sequence_task(config.task).stored_sequences(TokenStore(shard), tokenizer, config)
         if not np.array_equal(seqs.offsets, off):
             raise OSError(f"{shard}: the store shard changed while it was being packed; run the job again")
         made = seqs.token_fields
@@ -290,7 +290,7 @@ def _read_group(
             at += n
         assert at == out.size, (at, out.size)
         tok[k] = out
-    task = get_task(meta["task"])
+    task = sequence_task(meta["task"])
     return {
         k: task.rebuild_field(k, tok, offsets, dt) if k in derived else tok[k]
         for k, dt in dtypes.items()

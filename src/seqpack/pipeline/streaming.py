@@ -38,7 +38,7 @@ from seqpack.packing.assign import assign
 from seqpack.packing.plan import plan
 from seqpack.pipeline.config import PackConfig
 from seqpack.pipeline.mixture import Mixture
-from seqpack.tasks import get_task
+from seqpack.tasks import sequence_task
 
 STATE_KIND = "seqpack-stream-state"
 STATE_VERSION = 1
@@ -208,7 +208,7 @@ class PackedStream:
         self.shard = config.rank if shard is None else shard
         if not 0 <= self.shard < self.shards:
             raise ValueError(f"shard {self.shard} is outside 0..{self.shards - 1}")
-        self.task = get_task(config.task)
+        self.task = sequence_task(config.task)
         self.pack_config = config.pack_config()
         self.context = self.task.stream_context(self.pack_config)
         self.sources = examples.names if isinstance(examples, Mixture) else None

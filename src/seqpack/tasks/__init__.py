@@ -19,10 +19,10 @@ elsewhere (a plugin, a test) joins with `register_task`.
 from __future__ import annotations
 
 from seqpack.tasks import chat, classification, clm, mlm, multilabel, preference, qa
-from seqpack.tasks.base import COMPONENTS, Task
+from seqpack.tasks.base import COMPONENTS, PacksSequences, Task, TaskBase, Trains, WritesRows
 from seqpack.tasks.vision import task as vision
 
-REGISTRY: dict[str, Task] = {
+REGISTRY: dict[str, TaskBase] = {
     t.name: t
     for t in (
         clm.TASK,
@@ -38,17 +38,41 @@ REGISTRY: dict[str, Task] = {
 TASKS: tuple[str, ...] = tuple(REGISTRY)
 
 
-def get_task(name: str) -> Task:
+def get_task(name: str) -> TaskBase:
     """The registered task ``name``; a ``ValueError`` listing the known tasks otherwise."""
     if name not in REGISTRY:
         raise ValueError(f"unknown task {name!r}; known: {'|'.join(REGISTRY)}")
     return REGISTRY[name]
 
 
-def register_task(task: Task) -> Task:
+def sequence_task(name: str) -> PacksSequences:
+    """The task ``name`` where its sequences are asked for (the pack job, a stream); a task that
+    writes its own rows is refused in one line saying what to use.
+
+    >>> sequence_task("vision")
+    Traceback (most recent call last):
+    ...
+    ValueError: task vision writes its own rows, not sequences for the pack job: use seqpack pack --task vision, or vision_samples, pack_vision and write_vision_packs (seqpack.tasks.vision)
+    """
+    task = get_task(name)
+    if isinstance(task, PacksSequences):
+        return task
+    hint = task.rows_hint if isinstance(task, WritesRows) else "it has no sequence builder"
+    raise ValueError(f"task {name} writes its own rows, not sequences for the pack job: {hint}")
+
+
+def trained_task(name: str) -> Trains:
+    """The task ``name`` where a model is trained on it; one that is not trained is refused."""
+    task = get_task(name)
+    if isinstance(task, Trains):
+        return task
+    raise ValueError(f"task {name} has no model to train (seqpack.tasks.Trains)")
+
+
+def register_task(task: TaskBase) -> TaskBase:
     """Add a task defined outside this package; the pack job, ``PackedDataset`` and ``seqpack train``
     then treat it like the built-in ones (the CLI's ``--task`` choices stay `TASKS`)."""
-    if not isinstance(task, Task):
+    if not isinstance(task, TaskBase):
         raise TypeError(f"register_task takes a seqpack.tasks.Task, got {type(task).__name__}")
     if task.name in REGISTRY:
         raise ValueError(f"task {task.name!r} is already registered")
@@ -56,4 +80,17 @@ def register_task(task: Task) -> Task:
     return task
 
 
-__all__ = ["COMPONENTS", "REGISTRY", "TASKS", "Task", "get_task", "register_task"]
+__all__ = [
+    "COMPONENTS",
+    "REGISTRY",
+    "TASKS",
+    "Task",
+    "TaskBase",
+    "PacksSequences",
+    "WritesRows",
+    "Trains",
+    "get_task",
+    "sequence_task",
+    "trained_task",
+    "register_task",
+]

@@ -1,9 +1,17 @@
 """What a task is: one frozen object that owns everything that differs between tasks.
 
-A task knows its options (a frozen dataclass: defaults and validation in one place), how it
-builds sequences from its source, which of its columns are per token, how its labels become
-tensors, which models train it and how they are called, which loss components it has and how
-they are counted, and its evaluation metrics. ``data/``, ``train/`` and the CLI ask the task;
+A small base (`TaskBase`: its name, options, what its rows hold, the sources it reads) and the
+capabilities a task opts into:
+
+- `PacksSequences`: its examples become `Sequences` that the pack job packs (its sequence
+  builder, the fields a sharded job rebuilds, streams);
+- `WritesRows`: it writes its own packed rows (`pack_directory`; image-text rows);
+- `Trains`: the models that train it and how they are called, its loss components and how they
+  are counted, its evaluation metrics.
+
+`Task` is the usual task: `PacksSequences` and `Trains` (every text task, and a task you add). Code
+that needs a capability asks for it by the interface (`seqpack.tasks.sequence_task`,
+`seqpack.tasks.trained_task`), never by a task's name: ``data/``, ``train/`` and the CLI ask the task;
 none of them compares a task's name to a string.
 
 No torch at module level (tasks are imported by the torch-free data layer).
@@ -11,6 +19,7 @@ No torch at module level (tasks are imported by the torch-free data layer).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -37,8 +46,9 @@ class NoOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Task:
-    """Base of every task; subclasses override what differs. Instances are registered in
+class TaskBase:
+    """What every task has: its name, options, what its rows hold and the sources it reads; a task
+    adds capabilities (`PacksSequences`, `WritesRows`, `Trains`). Instances are registered in
     `seqpack.tasks`."""
 
     name: str
@@ -48,24 +58,10 @@ class Task:
     token_labels: bool = False  # ``labels`` is a per-token (P, L) column
     float_labels: bool = False  # ``labels`` becomes float32 (multi-hot)
     options_type: ClassVar[type] = NoOptions
-    #: token fields that a sharded job does not save between its stages: `rebuild_field`
-    #: makes them again from the saved ones, after the gather (less written, read and cached)
-    derived_fields: ClassVar[tuple[str, ...]] = ()
-    #: a sharded job's route stage makes this task's token fields again from the store shard instead
-    #: of saving them between the stages (a task whose sequences are a cheap copy of the store's tokens)
-    tokens_from_store: ClassVar[bool] = False
     #: packed columns the Parquet parts leave out, ``(name, rule)``: every seqpack reader rebuilds
     #: them from the stored ones by the rule (`seqpack.data.derived`)
     derived_columns: ClassVar[tuple[tuple[str, str], ...]] = (("segment_ids", "segments"),)  # positions restart
-    #: its rows are not the token-column format: `pack_directory` writes them (the vision task)
-    own_rows: ClassVar[bool] = False
-    #: its transformers models run through `seqpack.nn.hf_adapter` (False: `hf_forward` runs them)
-    hf_adapted: ClassVar[bool] = True
-    #: a step may leave part of the model unused (a batch with no image: the vision encoder), which
-    #: ``DistributedDataParallel`` must be told (``find_unused_parameters``)
-    partial_graph: ClassVar[bool] = False
 
-    # ---- data -------------------------------------------------------------------------------
     def options(self, **kw: Any) -> Any:
         """The task's options; an unknown one is a ``ValueError`` naming those it has."""
         names = {f.name for f in dataclasses.fields(self.options_type)}
@@ -111,72 +107,10 @@ class Task:
         if derived and dict(derived) != dict(self.derived_columns):
             raise refuse(f"its derived columns {dict(derived)} are not this task's {dict(self.derived_columns)}")
 
-    def store_lengths(self, lengths: Any, max_len: int, options: Any) -> Any:
-        """The lengths of the sequences ``seqpack pack`` makes of a token store's documents
-        (``lengths``, ``(n,)``) at ``max_len``: what ``seqpack plan``/``stats`` plan for a store.
-        Default: not offered (the task's sequences are not a function of the documents' lengths)."""
-        raise ValueError(
-            f"task {self.name}'s sequences are not the store's document lengths; pack the store with "
-            f"seqpack pack --task {self.name}, then plan the packed dataset (--histogram PACKED_DIR)"
-        )
-
     @property
     def reads_store(self) -> bool:
         """True when the task's sequences come from a token store (so a sharded store packs shard by shard)."""
         return self.reads == "store"
-
-    def pack_directory(
-        self,
-        source: Any,
-        tokenizer_dir: str | os.PathLike[str],
-        out: str | os.PathLike[str],
-        config: Any,
-        *,
-        overwrite: bool = False,
-    ) -> dict[str, Any]:
-        """With `own_rows`: write the task's rows to ``out`` (``tokenizer_dir``: what
-        ``--tokenizer`` names) and return their manifest; ``seqpack pack`` then runs no pack job."""
-        raise NotImplementedError(f"task {self.name} is packed by the pack job of seqpack.pipeline")
-
-    def build_sequences(self, source: Any, tokenizer: AnyTokenizer, config: Any) -> Sequences:
-        """The task's sequences (not yet packed) from ``source``; ``config`` is a ``PackConfig``."""
-        raise NotImplementedError
-
-    def stored_sequences(self, source: Any, tokenizer: AnyTokenizer, config: Any) -> tuple[Sequences, dict[str, Any]]:
-        """What a sharded job saves of `build_sequences`'s sequences: them without their
-        `derived_fields`, and the dtype each of those has (`rebuild_field` makes them after
-        the gather). A task whose derived fields cost something to make overrides this to not make them."""
-        return split_derived(self.build_sequences(source, tokenizer, config), self.derived_fields)
-
-    def rebuild_field(self, name: str, fields: Mapping[str, Any], offsets: Any, dtype: Any) -> Any:
-        """Token field ``name`` (one of `derived_fields`) of the sequences ``offsets``, from
-        their other token ``fields``, as ``dtype``: what `build_sequences` gave."""
-        raise NotImplementedError
-
-    def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
-        """What every shard must agree on, from one pass over all of ``source`` (default: nothing)."""
-        return {}
-
-    def build_shard(
-        self, records: list[dict[str, Any]], tokenizer: AnyTokenizer, config: Any, context: dict[str, Any]
-    ) -> Sequences:
-        """One shard's sequences from a batch of example records (default: `build_sequences`)."""
-        return self.build_sequences(records, tokenizer, config)
-
-    # ---- streams ----------------------------------------------------------------------------
-    def stream_context(self, config: Any) -> dict[str, Any]:
-        """What a stream's chunks must agree on, known before any example is read (default: the
-        same as `shard_context` of no examples)."""
-        return self.shard_context([], config)
-
-    def stream_sequences(
-        self, records: list[Any], tokenizer: AnyTokenizer | None, config: Any, context: dict[str, Any]
-    ) -> Sequences:
-        """The sequences of one chunk of a stream's examples, ``example_ids`` local to the chunk
-        (default: `build_shard`: the offline job's sequences of those examples)."""
-        if tokenizer is None:
-            raise ValueError(f"task {self.name} tokenizes its examples: pass tokenizer=...")
-        return self.build_shard(records, tokenizer, config, context)
 
     def pack_summary(self, manifest: Mapping[str, Any]) -> str:
         """A line for the pack command's summary about this task's own counts (default: none)."""
@@ -217,7 +151,6 @@ class Task:
                 "(.jsonl or .parquet files, or a folder of them)"
             )
 
-    # ---- models -----------------------------------------------------------------------------
     def model_kind(self, asked: str | None) -> str:
         kind = asked or (self.models[0] if self.models else "bert")
         if kind not in self.models:
@@ -225,24 +158,118 @@ class Task:
             raise ValueError(f"--model {kind} does not train a {self.name} dataset; {hint}")
         return kind
 
+
+class PacksSequences(TaskBase, abc.ABC):
+    """Capability: the task's examples become `Sequences` that the pack job packs (in memory, shard
+    by shard, or as a stream)."""
+
+    #: token fields that a sharded job does not save between its stages: `rebuild_field`
+    #: makes them again from the saved ones, after the gather (less written, read and cached)
+    derived_fields: ClassVar[tuple[str, ...]] = ()
+    #: a sharded job's route stage makes this task's token fields again from the store shard instead
+    #: of saving them between the stages (a task whose sequences are a cheap copy of the store's tokens)
+    tokens_from_store: ClassVar[bool] = False
+
+    def store_lengths(self, lengths: Any, max_len: int, options: Any) -> Any:
+        """The lengths of the sequences ``seqpack pack`` makes of a token store's documents
+        (``lengths``, ``(n,)``) at ``max_len``: what ``seqpack plan``/``stats`` plan for a store.
+        Default: not offered (the task's sequences are not a function of the documents' lengths)."""
+        raise ValueError(
+            f"task {self.name}'s sequences are not the store's document lengths; pack the store with "
+            f"seqpack pack --task {self.name}, then plan the packed dataset (--histogram PACKED_DIR)"
+        )
+
+    @abc.abstractmethod
+    def build_sequences(self, source: Any, tokenizer: AnyTokenizer, config: Any) -> Sequences:
+        """The task's sequences (not yet packed) from ``source``; ``config`` is a ``PackConfig``."""
+
+    def stored_sequences(self, source: Any, tokenizer: AnyTokenizer, config: Any) -> tuple[Sequences, dict[str, Any]]:
+        """What a sharded job saves of `build_sequences`'s sequences: them without their
+        `derived_fields`, and the dtype each of those has (`rebuild_field` makes them after
+        the gather). A task whose derived fields cost something to make overrides this to not make them."""
+        return split_derived(self.build_sequences(source, tokenizer, config), self.derived_fields)
+
+    def rebuild_field(self, name: str, fields: Mapping[str, Any], offsets: Any, dtype: Any) -> Any:
+        """Token field ``name`` (one of `derived_fields`) of the sequences ``offsets``, from
+        their other token ``fields``, as ``dtype``: what `build_sequences` gave."""
+        raise KeyError(f"task {self.name} rebuilds no token field {name!r} (its derived_fields: {self.derived_fields})")
+
+    def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
+        """What every shard must agree on, from one pass over all of ``source`` (default: nothing)."""
+        return {}
+
+    def build_shard(
+        self, records: list[dict[str, Any]], tokenizer: AnyTokenizer, config: Any, context: dict[str, Any]
+    ) -> Sequences:
+        """One shard's sequences from a batch of example records (default: `build_sequences`)."""
+        return self.build_sequences(records, tokenizer, config)
+
+    def stream_context(self, config: Any) -> dict[str, Any]:
+        """What a stream's chunks must agree on, known before any example is read (default: the
+        same as `shard_context` of no examples)."""
+        return self.shard_context([], config)
+
+    def stream_sequences(
+        self, records: list[Any], tokenizer: AnyTokenizer | None, config: Any, context: dict[str, Any]
+    ) -> Sequences:
+        """The sequences of one chunk of a stream's examples, ``example_ids`` local to the chunk
+        (default: `build_shard`: the offline job's sequences of those examples)."""
+        if tokenizer is None:
+            raise ValueError(f"task {self.name} tokenizes its examples: pass tokenizer=...")
+        return self.build_shard(records, tokenizer, config, context)
+
+
+class WritesRows(TaskBase, abc.ABC):
+    """Capability: the task writes its own packed rows (`pack_directory`), which ``seqpack pack``
+    runs instead of the pack job."""
+
+    #: what to use instead of the pack job, for the line that refuses it
+    rows_hint: ClassVar[str] = "use seqpack pack"
+
+    @abc.abstractmethod
+    def pack_directory(
+        self,
+        source: Any,
+        tokenizer_dir: str | os.PathLike[str],
+        out: str | os.PathLike[str],
+        config: Any,
+        *,
+        overwrite: bool = False,
+    ) -> dict[str, Any]:
+        """Write the task's rows to ``out`` (``tokenizer_dir``: what ``--tokenizer`` names) and return
+        their manifest; ``seqpack pack`` then runs no pack job."""
+
+
+class Trains(TaskBase, abc.ABC):
+    """Capability: the models that train the task and how they are called, its loss components
+    (`COMPONENTS`) and how they are counted, its evaluation metrics."""
+
+    #: its transformers models run through `seqpack.nn.hf_adapter` (False: `hf_forward` runs them)
+    hf_adapted: ClassVar[bool] = True
+    #: a step may leave part of the model unused (a batch with no image: the vision encoder), which
+    #: ``DistributedDataParallel`` must be told (``find_unused_parameters``)
+    partial_graph: ClassVar[bool] = False
+
+    @abc.abstractmethod
     def seqpack_model(
         self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
     ) -> tuple[Any, Any]:
         """``(model, model_config)`` of seqpack's own models."""
-        raise NotImplementedError
 
     def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
         """Task-specific fields of a transformers config dict (in place)."""
 
     def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
         """A transformers model of ``config`` for this task (``kind``: the ``--model`` asked, e.g. reward)."""
-        raise NotImplementedError
+        raise ValueError(
+            f"task {self.name} trains seqpack's own models (--model {'|'.join(self.models) or '...'}), not --hf-model"
+        )
 
+    @abc.abstractmethod
     def forward(
         self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
     ) -> PackedOutput:
         """One forward pass of seqpack's model on a training batch (``objective``: `objective`'s)."""
-        raise NotImplementedError
 
     def hf_batch(self, model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The batch a transformers model takes through ``packed_forward`` (columns dropped)."""
@@ -262,18 +289,22 @@ class Task:
         (default: none; the preference task's loss and beta)."""
         return None
 
-    # ---- loss and metrics -------------------------------------------------------------------
+    @abc.abstractmethod
     def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
         """Units behind each component's mean, ``(3,)`` float64 in `COMPONENTS` order."""
-        raise NotImplementedError
 
     def component_means(self, out: PackedOutput) -> list[torch.Tensor | None]:
         """The model's mean loss per component (None where the model has none)."""
         return [None, None, out.loss]
 
+    @abc.abstractmethod
     def update_eval(self, totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
         """Add one evaluation batch to ``totals`` (`seqpack.train.step_loss.EvalTotals`)."""
-        raise NotImplementedError
+
+
+class Task(PacksSequences, Trains):
+    """The usual task: its sequences packed by the pack job, trained by seqpack's loop (every text
+    task; subclass it to add one)."""
 
 
 def slot_units(labels: torch.Tensor) -> int:

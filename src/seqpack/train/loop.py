@@ -39,7 +39,7 @@ from seqpack._stages import partial_dir
 from seqpack.nn.heads import embedding_rows
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.optim import adjust_betas
-from seqpack.tasks import get_task
+from seqpack.tasks import trained_task
 from seqpack.train.checkpoint import (
     CHECKPOINT,
     METRICS,
@@ -278,7 +278,7 @@ class _Run:
 
     def _build_objective(self) -> None:
         """The task's objective (a preference loss, say; None: the model's own loss)."""
-        task = get_task(self.task)
+        task = trained_task(self.task)
         self.objective = task.objective(self.cfg, task.model_kind(self.cfg.model))
         if self.objective is not None and self.cfg.padded:
             raise ValueError(
@@ -312,7 +312,7 @@ class _Run:
         if world.size > 1:
             ids = [world.device.index] if world.device.type == "cuda" else None
             wrapped = torch.nn.parallel.DistributedDataParallel(
-                wrapped, device_ids=ids, find_unused_parameters=get_task(self.task).partial_graph
+                wrapped, device_ids=ids, find_unused_parameters=trained_task(self.task).partial_graph
             )
         return wrapped
 

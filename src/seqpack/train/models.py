@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from seqpack.nn.models.common import PackedOutput
-from seqpack.tasks import Task, get_task
+from seqpack.tasks import Trains, trained_task
 from seqpack.train.config import TrainConfig
 
 
@@ -29,7 +29,7 @@ def dataset_vocab_size(manifest: Mapping[str, Any]) -> int:
 
 def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn.Module, dict[str, Any]]:
     """A freshly initialised model (seeded by the caller) and its description."""
-    task = get_task(manifest["task"])
+    task = trained_task(manifest["task"])
     kind = task.model_kind(cfg.model)
     vocab = dataset_vocab_size(manifest)
     need = int(manifest["max_len"]) + int(manifest.get("position_offset", 0))
@@ -80,7 +80,7 @@ def enable_checkpointing(model: torch.nn.Module) -> None:
 
 
 def _hf_model(
-    source: str, task: Task, vocab: int, need: int, manifest: Mapping[str, Any], kind: str
+    source: str, task: Trains, vocab: int, need: int, manifest: Mapping[str, Any], kind: str
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     import transformers
 
@@ -175,7 +175,7 @@ def forward(
     """One forward pass on a batch from `seqpack.train.data.TrainData` (``objective``: the
     task's, `seqpack.tasks.Task.objective`)."""
     inner: Any = getattr(model, "module", model)  # DistributedDataParallel wraps the model
-    t = get_task(task)
+    t = trained_task(task)
     kw = {} if objective is None else {"objective": objective}  # a plugin task's forward may not take it
     if type(inner).__module__.startswith("transformers"):
         return t.hf_forward(model, batch, reduction=reduction, **kw)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import torch
 
 from seqpack.nn.models.common import PackedOutput
-from seqpack.tasks import COMPONENTS, get_task
+from seqpack.tasks import COMPONENTS, trained_task
 
 __all__ = ["COMPONENTS", "EvalTotals", "component_means", "loss_units", "step_loss"]
 
@@ -29,12 +29,12 @@ def loss_units(batch: Mapping[str, torch.Tensor], task: str, reduction: str) -> 
     >>> loss_units(b, "clm", "sequence").tolist(), loss_units(b, "clm", "token").tolist()
     ([2.0, 0.0, 0.0], [3.0, 0.0, 0.0])
     """
-    return get_task(task).loss_units(batch, reduction)
+    return trained_task(task).loss_units(batch, reduction)
 
 
 def component_means(out: PackedOutput, task: str) -> list[torch.Tensor | None]:
     """The model's mean loss per component (None where the model has none)."""
-    return get_task(task).component_means(out)
+    return trained_task(task).component_means(out)
 
 
 def step_loss(
@@ -63,7 +63,7 @@ class EvalTotals:
 
     @torch.no_grad()
     def update(self, out: PackedOutput, batch: Mapping[str, torch.Tensor], task: str) -> None:
-        get_task(task).update_eval(self, out, batch)
+        trained_task(task).update_eval(self, out, batch)
 
     def result(self) -> dict[str, float]:
         out = {k: v / max(self.sums[k + "#n"], 1.0) for k, v in self.sums.items() if not k.endswith("#n")}

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from seqpack.data.sequences import check_overflow
 from seqpack.tasks._lm import add_lm_metrics, lm_units
-from seqpack.tasks.base import Task
+from seqpack.tasks.base import Trains, WritesRows
 from seqpack.tasks.chat.sequences import TRAIN_ON
 from seqpack.tasks.vision.samples import VISION_OVERFLOW
 
@@ -69,21 +69,20 @@ def _refuse_seqpack_model() -> ValueError:
 
 
 @dataclass(frozen=True, kw_only=True)
-class VisionTask(Task):
+class VisionTask(WritesRows, Trains):
+    """Image-text rows (`seqpack.tasks.vision.packed`: images beside the tokens), written by
+    `pack_directory`, trained through a transformers vision-language model."""
+
     options_type: ClassVar[type] = VisionOptions
     derived_columns: ClassVar[tuple[tuple[str, str], ...]] = ()
-    own_rows: ClassVar[bool] = True  # the rows of seqpack.tasks.vision.packed, images beside the tokens
+    rows_hint: ClassVar[str] = (
+        "use seqpack pack --task vision, or vision_samples, pack_vision and write_vision_packs (seqpack.tasks.vision)"
+    )
     hf_adapted: ClassVar[bool] = False  # hf_forward runs the model; its text attention is seqpack_packed
     partial_graph: ClassVar[bool] = True  # a rank's rows may hold no image: its vision encoder then has no gradient
 
-    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        raise ValueError(
-            "task vision writes its own rows: use seqpack pack --task vision, or vision_samples, "
-            "pack_vision and write_vision_packs (seqpack.tasks.vision)"
-        )
-
-    def stream_context(self, config: Any) -> dict[str, Any]:
-        raise ValueError("task vision is not streamed; pack it with seqpack pack --task vision")
+    def forward(self, model: Any, batch: Mapping[str, Any], *, reduction: str, objective: Any = None) -> Any:
+        raise _refuse_seqpack_model()
 
     def pack_directory(
         self,
