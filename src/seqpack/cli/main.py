@@ -14,7 +14,6 @@ import gc
 import importlib
 import os
 import sys
-import traceback
 import warnings
 from collections.abc import Sequence
 from typing import TextIO
@@ -158,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except USER_ERRORS as e:
         if debug:
+            import traceback  # only here: every command's start-up stays without it
+
             traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
         msg = " ".join(str(e).split()) or type(e).__name__  # one line, whatever a library put in it
         print(f"seqpack: error: {msg}", file=sys.stderr)
@@ -171,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _bug(e: Exception) -> int:
     """An exception that is not a user error: its traceback, then one line asking for a report."""
+    import traceback
+
     from seqpack._version import __version__
 
     traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
