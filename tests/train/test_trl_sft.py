@@ -63,3 +63,34 @@ def test_packed_sft_trainer_trains_as_trl_does(tmp_path) -> None:
         assert g["num_tokens"] == w["num_tokens"]
         assert 0.0 <= g["mean_token_accuracy"] <= 1.0
         assert g["mean_token_accuracy"] == pytest.approx(w["mean_token_accuracy"], abs=1e-6)
+
+
+def test_a_packed_directory_is_taken_as_the_dpo_trainer_takes_one(tmp_path) -> None:
+    """``packed=DIR``: the directory's rows as TRL's padding-free examples and the config set to read
+    them as they are; the same steps as passing them by hand."""
+    from seqpack.data import trl_examples
+    from tests.golden.make_packed import build
+
+    m = build("chat-records", tmp_path / "sft", tmp_path / "w")
+
+    def run(**how):  # type: ignore[no-untyped-def]
+        torch.manual_seed(0)
+        cfg = tf.LlamaConfig(vocab_size=int(m["vocab_size"]), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                             attn_implementation=register_varlen_attention())
+        base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, per_device_train_batch_size=2, max_steps=2,
+                    learning_rate=1e-3, report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0)
+        if "train_dataset" in how:
+            base.update(padding_free=True, max_length=None, dataset_kwargs={"skip_prepare_dataset": True})
+        args = trl.SFTConfig(**base)
+        trainer = PackedSFTTrainer(model=tf.LlamaForCausalLM(cfg), args=args, processing_class=_tokenizer(tmp_path),
+                                   compile_blocks=False, **how)
+        assert args.dataset_kwargs in (None, {}) or "train_dataset" in how  # the caller's config is left as it was
+        trainer.train()
+        return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+    by_dir = run(packed=tmp_path / "sft")
+    assert by_dir == run(train_dataset=trl_examples(tmp_path / "sft")) and len(by_dir) == 2
+    with pytest.raises(ValueError, match="not both"):
+        PackedSFTTrainer(model=None, packed=tmp_path / "sft", train_dataset=[],
+                         args=trl.SFTConfig(output_dir=str(tmp_path / "x"), use_cpu=True))

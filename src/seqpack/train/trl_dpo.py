@@ -22,7 +22,8 @@ replaces three things:
 
 ``loss_type`` ``sigmoid`` (with ``label_smoothing``, the cDPO form) and ``ipo`` are supported.
 It overrides TRL internals (``_prepare_dataset``, ``_set_signature_columns_if_needed``), so it is
-tested against the TRL version pinned by ``make test``; ``seqpack train`` needs no TRL at all.
+made for the TRL versions of `seqpack.train.trl_support` and refuses another; ``seqpack train``
+needs no TRL at all.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@
     trainer = PackedSFTTrainer(model, args=args, train_dataset=packed, processing_class=tokenizer)
     trainer.train()
 
+    # or seqpack's packed directory (seqpack pack --task chat|clm), as PackedDPOTrainer takes one:
+    trainer = PackedSFTTrainer(model, packed="sft/", args=trl.SFTConfig(output_dir="out"), processing_class=tokenizer)
+
 Everything of TRL stays (the ``Trainer`` loop, the padding-free collator, accelerate, logging,
 checkpoints, callbacks, evaluation). What changes is the step:
 
@@ -24,16 +27,19 @@ checkpoints, callbacks, evaluation). What changes is the step:
 
 Models: those of `seqpack.nn.hf_causal_lm.HEAD_AT_TARGETS` (Llama, Qwen2/3, Mistral, GPT-2;
 ``compile_blocks`` needs Llama-style layers). It overrides TRL's ``compute_loss`` and ``log``, so it
-is tested against the TRL version pinned by ``make test``.
+is made for the TRL versions of `seqpack.train.trl_support` and refuses another.
 """
 
 from __future__ import annotations
 
+import copy
+import os
 from typing import Any
 
 import torch
 import trl
 
+from seqpack.data.trl import trl_examples
 from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_causal_lm import add_target_head
 from seqpack.nn.hf_causal_lm import compile_blocks as compile_layers
@@ -42,11 +48,33 @@ from seqpack.nn.hf_support import check_packable
 from seqpack.train.trl_support import check_trl
 
 
+def _packed_directory(packed: str | os.PathLike[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the packed directory's rows as TRL's padding-free examples (`trl_examples`),
+    and a copy of the ``SFTConfig`` that reads them as they are (padding-free, no truncation, the
+    dataset not prepared again)."""
+    if "train_dataset" in kwargs:
+        raise ValueError("PackedSFTTrainer: pass packed= (a packed directory) or train_dataset=, not both")
+    if len(args) > 1 or "args" not in kwargs:
+        raise ValueError("PackedSFTTrainer(model, packed=DIR, args=trl.SFTConfig(...)): pass args by name")
+    cfg = copy.copy(kwargs["args"])  # the caller's config stays as it was
+    cfg.padding_free, cfg.max_length = True, None
+    cfg.dataset_kwargs = {**(cfg.dataset_kwargs or {}), "skip_prepare_dataset": True}
+    return {**kwargs, "args": cfg, "train_dataset": trl_examples(packed)}
+
+
 class PackedSFTTrainer(trl.SFTTrainer):
     """``trl.SFTTrainer`` with the head-at-targets loss and no per-step sync (see the module)."""
 
-    def __init__(self, *args: Any, compile_blocks: bool | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        packed: str | os.PathLike[str] | None = None,
+        compile_blocks: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
         check_trl()  # a TRL whose methods these overrides do not know: refused before any work
+        if packed is not None:  # a packed directory, as PackedDPOTrainer takes one
+            kwargs = _packed_directory(packed, args, kwargs)
         super().__init__(*args, **kwargs)
         hf: Any = self.model  # a transformers model (or a PEFT wrapper of one): read by name
         model = hf.get_base_model() if hasattr(hf, "get_base_model") else hf
