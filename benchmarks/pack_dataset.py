@@ -26,7 +26,7 @@ import numpy as np
 from _common import RESULTS, compare_arms, wikipedia_lengths, write_result  # type: ignore[import-not-found]
 
 from seqpack.data.format import WriteOptions, write_packed
-from seqpack.data.layout import materialize, pack_sequences
+from seqpack.data.columns import materialize, pack_sequences
 from seqpack.packing import pack_lengths
 from seqpack.tasks.clm import clm_sequences
 
@@ -72,7 +72,7 @@ def head_to_head(n: int) -> dict[str, tuple[str, str, str]]:
     ours = setup + """
 from dataclasses import replace
 from seqpack.tasks.clm import clm_sequences
-from seqpack.data.layout import materialize, pack_sequences
+from seqpack.data.columns import materialize, pack_sequences
 from seqpack.packing import pack_lengths
 seqs = clm_sequences(tokens, offsets, max_len=MAX_LEN, eos_id=None, vocab_size=VOCAB)
 ids = replace(seqs, token_fields={"input_ids": seqs.token_fields["input_ids"]}, seq_fields={})

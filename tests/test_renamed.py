@@ -15,6 +15,7 @@ RENAMED = [
     ("seqpack.tokenizer.reference", "train_bpe_reference_from_counts", "seqpack.tokenizer.oracle",
      "train_bpe_oracle_from_counts"),
     ("seqpack.train.trl_dpo", "packed_rows_dataset", "seqpack.data", "hf_dataset"),
+    ("seqpack.data.layout", "pack_sequences", "seqpack.data.columns", "pack_sequences"),
     ("seqpack.data.trl", "pack_examples", "seqpack.data.trl", "padding_free_examples"),
     ("seqpack.train.objective", "step_loss", "seqpack.train.step_loss", "step_loss"),
     ("seqpack.tasks.preference.objective", "pair_outputs", "seqpack.tasks.preference.forward", "pair_outputs"),

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seqpack.data.layout import pack_sequences
+from seqpack.data.columns import pack_sequences
 from seqpack.data.torch_dataset import to_tensors
 from seqpack.nn.attention import SHARED_PREFIX, plan_attention
 from seqpack.nn.masks import attention_mask, split_branches

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack.data.layout import materialize, pack_depth
+from seqpack.data.columns import materialize, pack_depth
 from seqpack.data.sequences import offsets_of
 from seqpack.packing import Packing
 from seqpack.pipeline import Mixture, PackConfig, PackedStream, StreamConfig

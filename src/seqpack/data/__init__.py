@@ -12,6 +12,12 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from seqpack.data.columns import (
+    PackedColumns,
+    materialize,
+    materialize_oracle,
+    pack_sequences,
+)
 from seqpack.data.format import (
     WriteOptions,
     add_derived_columns,
@@ -20,12 +26,6 @@ from seqpack.data.format import (
     write_packed,
 )
 from seqpack.data.hf_rows import hf_dataset
-from seqpack.data.layout import (
-    PackedColumns,
-    materialize,
-    materialize_oracle,
-    pack_sequences,
-)
 from seqpack.data.sampler import BalancedSampler, read_schedule
 from seqpack.data.sequences import IGNORE_INDEX, Sequences, from_lists
 from seqpack.data.trl import trl_examples

@@ -26,8 +26,8 @@ import numpy as np
 from seqpack._atomic import atomic_directory, read_versioned_json
 from seqpack._parallel import default_workers
 from seqpack._version import __version__
+from seqpack.data.columns import PackedColumns
 from seqpack.data.derived import check_rules, derive_columns, stored_needed
-from seqpack.data.layout import PackedColumns
 
 FORMAT_VERSION = 1
 #: the version of a dataset whose Parquet parts leave out derived columns (``derived_columns``,

@@ -102,7 +102,7 @@ def make_batches(
     """``count`` batches of ``batch`` random packs and of ``batch`` random single sequences
     (padded), drawn from the same pool, plus the pool's real tokens per row. Rows come from the
     library: ``pack_sequences`` (``best``) and the padded view ``padded_rows``."""
-    from seqpack.data.layout import pack_sequences
+    from seqpack.data.columns import pack_sequences
     from seqpack.data.padded import padded_rows, sequence_spans
     from seqpack.data.sequences import IGNORE_INDEX, from_lists
 

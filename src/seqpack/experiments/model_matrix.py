@@ -460,7 +460,7 @@ def render_markdown(rows: list[Row]) -> str:
         "from a generic tiny config (listed at the end).",
         "",
         "The columns: `packed_forward` with `attn_implementation` `seqpack_packed` (seqpack's attention backends), "
-        "`sdpa` (seqpack's 4-D masks, one per layer kind) and `seqpack_varlen` (the padding-free layout); "
+        "`sdpa` (seqpack's 4-D masks, one per layer kind) and `seqpack_varlen` (the padding-free form); "
         "`seqpack.rl.packed_logprobs` in the `pairs` and `shared-prefix` layouts under `seqpack_packed`, and `shared-prefix` "
         "under `eager` (a branch mask). `seqpack train --hf-model`, the TRL trainers and `attach_packed_attention` "
         "run these same paths and refuse what they refuse. Layer arguments: what the architecture's layers compute "

@@ -59,7 +59,7 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
         if br is not None and shares_prefix(seg, br):
             raise ValueError(
                 f"attn_implementation {impl} runs whole sequences and cannot share a prompt between "
-                'branches; load the model with seqpack_packed, sdpa or eager, or pack without a shared prefix (--layout pairs, layout="flat")'
+                'branches; load the model with seqpack_packed, sdpa or eager, or pack without a shared prefix (--layout pairs, layout="pairs")'
             )
         flat_batch = {
             "input_ids": batch["input_ids"],

@@ -1,4 +1,4 @@
-"""The padding-free layout transformers uses (``DataCollatorWithFlattening``) for packed rows.
+"""The padding-free form transformers uses (``DataCollatorWithFlattening``) for packed rows.
 
     register_varlen_attention()                                   # once, before building the model
     model = transformers.LlamaForCausalLM(LlamaConfig(..., attn_implementation="seqpack_varlen"))
@@ -33,14 +33,14 @@ VARLEN_IMPL = "seqpack_varlen"
 PADDING_FREE = ("flash_attention_2", "flash_attention_3", "flash_attention_4", VARLEN_IMPL)
 
 
-#: set while seqpack runs a model on the padding-free layout: an attention call without
+#: set while seqpack runs a model on the padding-free form: an attention call without
 #: ``cu_seq_lens_q`` then means the model dropped them on the way (it would attend across documents)
 _PACKED_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar("seqpack_packed_call", default=False)
 
 
 @contextlib.contextmanager
 def packed_call() -> Iterator[None]:
-    """Mark a model call as one on packed rows in the padding-free layout (see ``_PACKED_CALL``)."""
+    """Mark a model call as one on packed rows in the padding-free form (see ``_PACKED_CALL``)."""
     token = _PACKED_CALL.set(True)
     try:
         yield
@@ -57,7 +57,7 @@ def register_varlen_attention() -> str:
 
 
 def flat_inputs(batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], torch.Tensor]:
-    """``model(**inputs)`` keywords of the padding-free layout, and the flat ``segment_ids``
+    """``model(**inputs)`` keywords of the padding-free form, and the flat ``segment_ids``
     (1, total) numbering every sequence of the batch 1..N."""
     seg = batch["segment_ids"]
     keep = unpad_index(seg)  # (total,)
@@ -79,12 +79,12 @@ def flat_inputs(batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], torc
 
 
 def flatten(x: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
-    """A per-token ``(B, T, ...)`` tensor in the padding-free layout ``(1, total, ...)``."""
+    """A per-token ``(B, T, ...)`` tensor in the padding-free form ``(1, total, ...)``."""
     return x.reshape(-1, *x.shape[2:])[unpad_index(segment_ids)][None]
 
 
 def unflatten_slots(values: torch.Tensor, segment_ids: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-    """Per-sequence values ``(1, N)`` of the flat layout back into ``(B, D)`` slots."""
+    """Per-sequence values ``(1, N)`` of the flat form back into ``(B, D)`` slots."""
     B, T = segment_ids.shape
     D = int(segment_ids.max()) if segment_ids.numel() else 0
     cu = cu_seqlens(segment_ids).long()
@@ -124,7 +124,7 @@ def varlen_attention_forward(
     if attention_mask is not None and _PACKED_CALL.get():  # transformers makes none for it: the model's own
         raise ValueError(
             f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
-            "dynamic mask), which the padding-free layout does not compute; run this model's rows unpacked"
+            "dynamic mask), which the padding-free form does not compute; run this model's rows unpacked"
         )
     if cu is None or m is None:  # a plain batch: every row is one unpadded sequence (as flash_attention_2)
         cu, m = torch.arange(0, B * n + 1, n, device=query.device, dtype=torch.int32), n

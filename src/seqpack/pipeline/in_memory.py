@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from seqpack.data.layout import pack_sequences
+from seqpack.data.columns import pack_sequences
 from seqpack.tasks import get_task, sequence_task
 
 if TYPE_CHECKING:
-    from seqpack.data.layout import PackedColumns
+    from seqpack.data.columns import PackedColumns
     from seqpack.data.sequences import Sequences
     from seqpack.pipeline.config import PackConfig
     from seqpack.tokenizer.types import AnyTokenizer

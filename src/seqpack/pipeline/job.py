@@ -40,6 +40,7 @@ from seqpack._progress import progress_bar
 from seqpack._resources import small_pages
 from seqpack._stages import StageLog, content_hash, discard_on_rejection, work_dir
 from seqpack.corpus.records import iter_records, record_files
+from seqpack.data.columns import pack_depth
 from seqpack.data.format import (
     MANIFEST,
     SCHEDULE,
@@ -48,7 +49,6 @@ from seqpack.data.format import (
     manifest_fields,
     parquet_column_specs,
 )
-from seqpack.data.layout import pack_depth
 from seqpack.data.sequences import COUNTED_INFO
 from seqpack.packing import pack_lengths
 from seqpack.packing.balance import packing_schedule

@@ -9,7 +9,7 @@ picklable arguments, so that any engine runs them and they write the same bytes.
 3. `packs_stage` (one per output shard): each row group's tokens read as one contiguous
    range of every routed file (sequential reads, never a page at random: a job whose work files
    do not fit in memory does not re-read evicted pages), laid into rows
-   (`seqpack.data.layout.materialize`) and written to one Parquet part.
+   (`seqpack.data.columns.materialize`) and written to one Parquet part.
 
 Each stage records itself when its outputs are complete (`seqpack._stages.StageLog`), so a
 re-run of the same job reuses it.
@@ -28,8 +28,8 @@ import numpy as np
 from seqpack import _native
 from seqpack._atomic import atomic_directory, atomic_file
 from seqpack._stages import StageLog, content_hash, file_fingerprint, file_sha256
+from seqpack.data.columns import materialize, segment_dtype
 from seqpack.data.format import write_parquet_groups
-from seqpack.data.layout import materialize, segment_dtype
 from seqpack.data.sequences import Sequences, offsets_of
 from seqpack.packing import Packing
 from seqpack.store import TokenStore

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack.data.layout import materialize, pack_depth
+from seqpack.data.columns import materialize, pack_depth
 from seqpack.data.sequences import Sequences, concat_ranges, offsets_of
 from seqpack.packing import ALGORITHMS, STREAM_ALGORITHM, Packing
 from seqpack.packing.assign import assign

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqpack.data.format import load_packed
-from seqpack.data.layout import pack_sequences
+from seqpack.data.columns import pack_sequences
 from seqpack.pipeline import PackConfig, build_packed_dataset
 from seqpack.tasks.preference.records import Pairs, read_pairs
 from seqpack.tasks.preference.sequences import fit_responses, preference_sequences
