@@ -10,8 +10,8 @@ reads one response per padded row (``padding_free`` is disabled in DPO). This su
 everything else of TRL (the ``Trainer`` loop, accelerate, logging, checkpoints, callbacks) and
 replaces three things:
 
-* the dataset: the packed rows (a ``datasets.Dataset`` over the packed Parquet shards), left
-  as they are (``_prepare_dataset`` returns them; its columns are all kept, ``example_ids`` too,
+* the dataset: the packed rows (`seqpack.data.hf_dataset`), left as they are (``_prepare_dataset``
+  returns them; ``remove_unused_columns=False`` keeps every column, ``example_ids`` too,
   so `seqpack.tasks.preference.pair_outputs` names each pair of a batch by its record);
 * the reference: the reference model's log-probabilities computed once, packed, at start (the
   ``ref_model``'s, or the initial weights' when none is given), held as columns; the reference
@@ -21,7 +21,7 @@ replaces three things:
   TRL's metrics (``rewards/chosen``, ``rewards/accuracies``, ``logps/chosen``, ...).
 
 ``loss_type`` ``sigmoid`` (with ``label_smoothing``, the cDPO form) and ``ipo`` are supported.
-It overrides TRL internals (``_prepare_dataset``, ``_set_signature_columns_if_needed``), so it is
+It overrides one TRL internal (``_prepare_dataset``) besides ``compute_loss``, so it is
 made for the TRL versions of `seqpack.train.trl_support` and refuses another; ``seqpack train``
 needs no TRL at all.
 """
@@ -113,11 +113,6 @@ class PackedDPOTrainer(trl.DPOTrainer):
 
     def _prepare_dataset(self, dataset: Any, *args: Any, **kwargs: Any) -> Any:
         return dataset  # packed and tokenized already
-
-    def _set_signature_columns_if_needed(self) -> None:
-        if self._signature_columns is None:
-            ds: Any = self.train_dataset  # the packed rows, a datasets.Dataset
-            self._signature_columns = list(ds.column_names)  # type: ignore[assignment]  # transformers declares it None
 
     def compute_loss(
         self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch: Any = None
