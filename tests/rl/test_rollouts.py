@@ -78,7 +78,7 @@ def test_bad_rollouts_are_one_line(prompts, groups, cap, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
         pack_rollouts(prompts, groups, max_len=cap)
     assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="layout must be one of shared-prefix\|pairs"):
+    with pytest.raises(ValueError, match=r"layout must be one of shared-prefix\|pairs"):
         pack_rollouts([[1]], [[[2]]], max_len=8, layout="tree")
 
 

@@ -119,7 +119,7 @@ def varlen_attention_forward(
     if (cu is None or m is None) and _PACKED_CALL.get():
         raise ValueError(
             f"{type(module).__name__} does not hand cu_seq_lens_q to its attention, so the padding-free "
-            "layout would attend across documents; load the model with attn_implementation='sdpa' or 'eager'"
+            "form would attend across documents; load the model with attn_implementation='sdpa' or 'eager'"
         )
     if attention_mask is not None and _PACKED_CALL.get():  # transformers makes none for it: the model's own
         raise ValueError(
