@@ -78,10 +78,9 @@ class PackedRollouts:
     @property
     def max_tokens(self) -> int:
         """Deprecated name of ``max_len`` (kept for one release)."""
-        import warnings
+        from seqpack._lazy import renamed
 
-        warnings.warn("PackedRollouts.max_tokens is renamed max_len", DeprecationWarning, stacklevel=2)
-        return self.max_len
+        return int(renamed("PackedRollouts", "max_tokens", "max_len", self.max_len))
 
     @property
     def num_rows(self) -> int:

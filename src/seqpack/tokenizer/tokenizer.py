@@ -308,10 +308,9 @@ class Tokenizer:
 
     def encode_reference(self, text: str) -> list[int]:
         """Deprecated name of `encode_oracle` (kept for one release)."""
-        import warnings
+        from seqpack._lazy import renamed
 
-        warnings.warn("Tokenizer.encode_reference is renamed Tokenizer.encode_oracle", DeprecationWarning, stacklevel=2)
-        return self.encode_oracle(text)
+        return renamed("Tokenizer", "encode_reference", "encode_oracle", self.encode_oracle)(text)
 
     def encode_oracle(self, text: str) -> list[int]:
         """`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the oracle."""

@@ -23,6 +23,7 @@ with that bound; ``0`` evaluates every held-out pack.
 
 from __future__ import annotations
 
+import abc
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -111,7 +112,7 @@ def _check_counts(path: str | os.PathLike[str], m: dict[str, Any], nseq: np.ndar
             )
 
 
-class Units:
+class Units(abc.ABC):
     """Training units (packs or sequences) read as an endless stream of epochs, each a fresh
     permutation seeded by ``(seed, epoch)`` (see the module); ``unit_sequences`` and
     ``unit_tokens`` hold each unit's counts.
@@ -156,20 +157,21 @@ class Units:
         """``(steps, rows)`` of a balanced schedule stored with the data (default: none)."""
         return None
 
+    @abc.abstractmethod
     def batch(self, units: np.ndarray) -> dict[str, torch.Tensor]:
         """The rows of ``units`` as tensors, ``(B, L)`` each."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def eval_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """The held-out rows an evaluation reads, ``batch_size`` at a time."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def describe(self) -> dict[str, Any]:
         """What a run's config.json records of its data."""
-        raise NotImplementedError
 
     def check_balance(self) -> None:
         """Refuse ``--balance`` in one line where these units can't be balanced (default: they can)."""
+        return None  # a default, not a step left out: the units can be balanced
 
     def balance(self, cost: Any, *, world: int, rows: int) -> dict[str, float]:
         """Balance the packs across ``world`` ranks under ``cost`` (after `check_balance` let it)."""
@@ -185,6 +187,7 @@ class Units:
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore `state_dict`'s state (default: nothing to restore)."""
+        return None  # a default, not a step left out: nothing to restore
 
     def units_at(self, seed: int, start: int, count: int) -> np.ndarray:
         """The units at positions ``start .. start + count - 1`` of the run's order: epoch after

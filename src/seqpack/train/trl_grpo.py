@@ -33,7 +33,7 @@ import trl
 from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
 from seqpack.nn.hf_support import check_packable
 from seqpack.rl.logprobs import rollout_logprobs, to_padded
-from seqpack.rl.rollouts import LAYOUTS, layout_name, pack_rollouts
+from seqpack.rl.rollouts import LAYOUTS, layout_name, pack_rollouts, row_length
 from seqpack.train.trl_support import check_trl
 
 
@@ -114,12 +114,7 @@ class PackedGRPOTrainer(trl.GRPOTrainer):
     ) -> None:
         check_trl()  # a TRL whose methods these overrides do not know: refused before any work
         if max_tokens is not None:  # the old name, kept for one release
-            import warnings
-
-            if max_len is not None:
-                raise TypeError("PackedGRPOTrainer: pass max_len alone (max_tokens is its old name)")
-            warnings.warn("PackedGRPOTrainer(max_tokens=...) is renamed max_len=...", DeprecationWarning, stacklevel=2)
-            max_len = max_tokens
+            max_len = row_length(max_len, max_tokens, "PackedGRPOTrainer")
         layout = layout_name(layout, "PackedGRPOTrainer")
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
