@@ -314,8 +314,8 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
 
 #: what a seqpack directory of another kind is, for the line that refuses it where one kind is expected
 KINDS = {
-    "seqpack-vision-packs": "it holds packed image-text rows: read them with seqpack.tasks.vision.VisionRows, train "
-    "on them with seqpack train --hf-model VLM_CONFIG or TRL's SFTTrainer, see docs/guides/vision.md"
+    "seqpack-vision-packs": "it holds image-text rows in the format seqpack wrote before they became packed "
+    "datasets with an example table; pack the records again with seqpack pack --task vision"
 }
 
 

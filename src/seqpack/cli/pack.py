@@ -168,34 +168,6 @@ def add_parser(sub: Any) -> None:
     declare_paths(p, reads=("source", "tokenizer", "chat_template", "cost"), dirs=("out",))
 
 
-#: options of the token-column pack job; a task that writes its own rows (vision) refuses them when given
-JOB_OPTIONS = {
-    "glob": None,
-    "export_bin": False,
-    "write_derived": False,
-    "shard_packs": None,
-    "row_group_packs": None,
-    "engine": "local",
-    "stages": None,
-    "world_size": None,
-}
-
-
-def own_rows(args: argparse.Namespace, task: Any, cfg: Any) -> dict[str, Any] | None:
-    """The manifest of a task that writes its own rows (`seqpack.tasks.WritesRows`), or ``None``."""
-    from seqpack.tasks import WritesRows
-
-    if not isinstance(task, WritesRows):
-        return None
-    given = [k for k, default in JOB_OPTIONS.items() if getattr(args, k, default) != default]
-    if given:
-        raise ValueError(
-            f"task {task.name} writes its rows in one process and one file; drop "
-            + ", ".join("--" + k.replace("_", "-") for k in given)
-        )
-    return task.pack_directory(args.source, args.tokenizer, args.out, cfg, overwrite=args.overwrite)
-
-
 SUMMARY_KEYS = (
     "task",
     "max_len",
@@ -232,19 +204,17 @@ def run(args: argparse.Namespace) -> int:
         **options,
     )
     check_output_dir(args.out, overwrite=args.overwrite)  # against the inputs: seqpack.cli.paths, before
-    m = own_rows(args, get_task(args.task), cfg)
-    if m is None:
-        m = _pack_job(args, cfg)
+    m = _pack_job(args, cfg)
     _report(args, m)
     return 0
 
 
 def _pack_job(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
     from seqpack.pipeline import OutputOptions, build_packed_dataset
-    from seqpack.tokenizer import open_tokenizer
+    from seqpack.tasks import sequence_task
 
     schedule = schedule_from_args(args, seed=args.seed)
-    tok = open_tokenizer(args.tokenizer)
+    tok = sequence_task(cfg.task).open_tokenizer(args.tokenizer)
     engine = engine_from_args(args)
     try:
         m = build_packed_dataset(

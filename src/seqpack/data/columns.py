@@ -62,6 +62,7 @@ class PackedColumns:
     max_len: int
     max_depth: int
     info: dict[str, Any] = field(default_factory=dict)
+    examples: Any = None  # the sequences' example table (`seqpack.data.example_table`), or None
 
     @property
     def num_packs(self) -> int:
@@ -232,4 +233,4 @@ def pack_sequences(
     depth = pack_depth(packing, max_depth)
     cols = materialize(seqs, packing, max_len=max_len, max_depth=depth, position_offset=position_offset)
     info = {"position_offset": position_offset, "seed": seed, "algorithm": algorithm}
-    return PackedColumns(seqs.task, cols, packing, max_len, depth, info)
+    return PackedColumns(seqs.task, cols, packing, max_len, depth, info, examples=seqs.examples)

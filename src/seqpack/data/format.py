@@ -305,12 +305,16 @@ def write_packed(
     workers: int | None = None,
     arrays: dict[str, np.ndarray] | None = None,
     derived: Mapping[str, str] | None = None,
+    beside: Callable[[Path], None] | None = None,
     **flat: Any,
 ) -> dict[str, Any]:
     """Write ``pc`` to ``out`` (atomically, manifest last) as ``options`` say; returns the manifest.
     ``arrays``: more files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest
     names them). ``derived``: columns left out of the Parquet parts, ``name -> rule``
-    (`seqpack.data.derived`). The keywords of `WriteOptions` are still taken alone, deprecated."""
+    (`seqpack.data.derived`). ``pc.examples``, when given, is written as the example table
+    (`seqpack.data.example_table`); ``beside(directory)`` writes more files the rows' readers need
+    (a task's processor) into the dataset before its manifest. The keywords of `WriteOptions` are
+    still taken alone, deprecated."""
     opts: WriteOptions = options_from_keywords(options, flat, WriteOptions, "write_packed")
     overwrite, export_bin, compression, encoding = opts.overwrite, opts.export_bin, opts.compression, opts.encoding
     workers = workers or default_workers()  # pyarrow writes shards without the GIL
@@ -341,6 +345,10 @@ def write_packed(
                 np.ascontiguousarray(col).tofile(tmp / "bin" / f"{name}.bin")
         for name, arr in (arrays or {}).items():
             np.save(tmp / name, arr)
+        if pc.examples is not None:
+            manifest["example_table"] = write_example_table(tmp, [pc.examples])
+        if beside is not None:
+            beside(tmp)
         add_checksums(tmp, shards, workers=workers)
         manifest["shards"] = shards
         manifest["compression"] = compression
@@ -350,6 +358,18 @@ def write_packed(
             manifest["bin_checksums"] = bin_checksums(tmp, pc.columns)
         (tmp / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
     return manifest
+
+
+def write_example_table(root: Path, tables: list[Any]) -> dict[str, Any]:
+    """The example tables ``tables`` (one per part, each checked) written under ``root``; returns
+    the manifest's ``example_table``."""
+    from seqpack.data.example_table import EXAMPLES, check_table, part_name, table_entry, write_part
+
+    (root / EXAMPLES).mkdir()
+    for i, t in enumerate(tables):
+        check_table(t, "write_packed")
+        write_part(t, root / part_name(i))
+    return table_entry(root, [part_name(i) for i in range(len(tables))])
 
 
 def add_checksums(root: Path, shards: list[dict[str, Any]], *, workers: int | None = None) -> None:
@@ -474,6 +494,10 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     for s in shards:
         if root not in Path(os.path.realpath(root / s["file"])).parents:
             raise bad(f"shard file {s['file']!r} lies outside the dataset")
+    if "example_table" in m:
+        from seqpack.data.example_table import check_entry
+
+        check_entry(m["example_table"], root, bad)
     return m
 
 

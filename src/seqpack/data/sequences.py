@@ -20,7 +20,7 @@ import numpy as np
 
 IGNORE_INDEX = -100
 #: ``Sequences.info`` entries that count things: summed when shards are combined
-COUNTED_INFO = ("split_documents", "truncated_documents", "truncated_tokens", "truncated", "target_tokens")
+COUNTED_INFO = ("split_documents", "truncated_documents", "truncated_tokens", "truncated", "target_tokens", "images")
 OVERFLOW = ("split", "truncate", "drop", "error")
 
 
@@ -50,6 +50,9 @@ class Sequences:
     num_examples: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    #: what the examples hold beyond tokens (image-text: their images), a ``pyarrow.Table`` keyed by
+    #: ``example_id`` (`seqpack.data.example_table`), written beside the packed rows; ``None``: nothing
+    examples: Any = None
 
     def __post_init__(self) -> None:
         n = self.offsets.size - 1

@@ -62,6 +62,7 @@ class PackConfig:
             raise TypeError(
                 f"task {self.task} takes {t.options_type.__name__} options, got {type(self.options).__name__}"
             )
+        t.check_pack_config(self)
 
     @classmethod
     def for_task(cls, task: str, **kw: Any) -> PackConfig:

@@ -57,6 +57,7 @@ from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline.in_memory import manifest_extra
 from seqpack.pipeline.stages import (
+    EXAMPLES_FILE,
     group_chunks,
     input_identity,
     packs_key,
@@ -213,6 +214,9 @@ def run_job(
                 ),
                 **config.cp_summary(packing),
             }
+            if any(s.get("examples") for s in summaries):
+                extra["example_table"] = _example_table(final, dirs)
+            task.write_beside(tokenizer, final)
             if output.schedule is not None:
                 steps, extra["schedule"] = packing_schedule(
                     packing.lengths, packing.pack_offsets, packing.sequence_index, output.schedule
@@ -429,6 +433,22 @@ def _write_manifest(
         manifest["bin_checksums"] = bin_checksums(final, columns)
     (final / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
     return manifest
+
+
+def _example_table(final: Path, dirs: list[str]) -> dict[str, Any]:
+    """The sequences stages' example tables as the dataset's parts (`seqpack.data.example_table`),
+    in input order; returns the manifest's ``example_table``."""
+    from seqpack.data.example_table import EXAMPLES, part_name, table_entry
+
+    shutil.rmtree(final / EXAMPLES, ignore_errors=True)  # a killed run's copies
+    (final / EXAMPLES).mkdir()
+    names: list[str] = []
+    for d in dirs:
+        f = Path(d) / EXAMPLES_FILE
+        if f.is_file():
+            names.append(part_name(len(names)))
+            shutil.copyfile(f, final / names[-1])
+    return table_entry(final, names)
 
 
 def _merged_info(summaries: list[dict[str, Any]]) -> dict[str, Any]:

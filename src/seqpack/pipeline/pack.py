@@ -23,7 +23,7 @@ from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.in_memory import pack_task
 from seqpack.pipeline.job import pack_example_shards, pack_store_shards
 from seqpack.store.sharded import SHARDS, ShardedTokenStore
-from seqpack.tasks import get_task
+from seqpack.tasks import get_task, sequence_task
 
 if TYPE_CHECKING:
     from seqpack.pipeline.engine import Engine
@@ -90,7 +90,13 @@ def build_packed_dataset(
                 pc.packing.lengths, pc.packing.pack_offsets, pc.packing.sequence_index, output.schedule
             )
         m = write_packed(
-            pc, out, options=output.write(), extra=extra, arrays=arrays, derived=output.derived(config.task)
+            pc,
+            out,
+            options=output.write(),
+            extra=extra,
+            arrays=arrays,
+            derived=output.derived(config.task),
+            beside=lambda root: sequence_task(config.task).write_beside(tokenizer, root),
         )
     for message in task.pack_warnings(m):  # once, from the whole job's counts (not once per shard)
         warnings.warn(message, stacklevel=2)

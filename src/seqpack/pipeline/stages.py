@@ -29,12 +29,16 @@ from seqpack import _native
 from seqpack._atomic import atomic_directory, atomic_file
 from seqpack._stages import StageLog, content_hash, file_fingerprint, file_sha256
 from seqpack.data.columns import materialize, segment_dtype
+from seqpack.data.example_table import check_table, rebase, write_part
 from seqpack.data.format import write_parquet_groups
 from seqpack.data.sequences import Sequences, offsets_of
 from seqpack.packing import Packing
 from seqpack.store import TokenStore
 from seqpack.tasks import sequence_task
 from seqpack.tasks.base import split_derived
+
+#: a sequences stage's example table (`seqpack.data.example_table`), when its task keeps one
+EXAMPLES_FILE = "examples.parquet"
 
 if TYPE_CHECKING:
     from seqpack.pipeline.config import PackConfig
@@ -76,6 +80,9 @@ def sequences_stage(
                 np.save(tmp / f"token.{name}.npy", v)
         for name, v in seqs.seq_fields.items():
             np.save(tmp / f"seq.{name}.npy", v)
+        if seqs.examples is not None:  # the shard's example table, its ids the dataset's
+            check_table(seqs.examples, f"task {config.task}")
+            write_part(rebase(seqs.examples, doc_base), tmp / EXAMPLES_FILE)
     summary = {
         "num_sequences": seqs.num_sequences,
         "num_examples": seqs.num_examples,
@@ -88,6 +95,7 @@ def sequences_stage(
         },
         "derived_fields": list(derived),
         "seq_fields": {k: v.dtype.str for k, v in seqs.seq_fields.items()},
+        "examples": seqs.examples is not None,
     }
     summary = json.loads(json.dumps(summary))  # as a reused record reads back (key order kept: it orders the columns)
     log.finish(out.name, key, summary, files=[out])

@@ -19,7 +19,7 @@ elsewhere (a plugin, a test) joins with `register_task`.
 from __future__ import annotations
 
 from seqpack.tasks import chat, classification, clm, mlm, multilabel, preference, qa
-from seqpack.tasks.base import COMPONENTS, PacksSequences, Task, TaskBase, Trains, WritesRows
+from seqpack.tasks.base import COMPONENTS, PacksSequences, Task, TaskBase, Trains
 from seqpack.tasks.vision import task as vision
 
 REGISTRY: dict[str, TaskBase] = {
@@ -46,19 +46,12 @@ def get_task(name: str) -> TaskBase:
 
 
 def sequence_task(name: str) -> PacksSequences:
-    """The task ``name`` where its sequences are asked for (the pack job, a stream); a task that
-    writes its own rows is refused in one line saying what to use.
-
-    >>> sequence_task("vision")
-    Traceback (most recent call last):
-    ...
-    ValueError: task vision writes its own rows, not sequences for the pack job: use seqpack pack --task vision, or vision_samples, pack_vision and write_vision_packs (seqpack.tasks.vision)
-    """
+    """The task ``name`` where its sequences are asked for (the pack job, a stream); a task without a
+    sequence builder is refused in one line."""
     task = get_task(name)
     if isinstance(task, PacksSequences):
         return task
-    hint = task.rows_hint if isinstance(task, WritesRows) else "it has no sequence builder"
-    raise ValueError(f"task {name} writes its own rows, not sequences for the pack job: {hint}")
+    raise ValueError(f"task {name} has no sequence builder (seqpack.tasks.PacksSequences); the pack job cannot pack it")
 
 
 def trained_task(name: str) -> Trains:
@@ -87,7 +80,6 @@ __all__ = [
     "Task",
     "TaskBase",
     "PacksSequences",
-    "WritesRows",
     "Trains",
     "get_task",
     "sequence_task",

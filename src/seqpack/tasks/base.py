@@ -5,7 +5,6 @@ capabilities a task opts into:
 
 - `PacksSequences`: its examples become `Sequences` that the pack job packs (its sequence
   builder, the fields a sharded job rebuilds, streams);
-- `WritesRows`: it writes its own packed rows (`pack_directory`; image-text rows);
 - `Trains`: the models that train it and how they are called, its loss components and how they
   are counted, its evaluation metrics.
 
@@ -48,7 +47,7 @@ class NoOptions:
 @dataclass(frozen=True, kw_only=True)
 class TaskBase:
     """What every task has: its name, options, what its rows hold and the sources it reads; a task
-    adds capabilities (`PacksSequences`, `WritesRows`, `Trains`). Instances are registered in
+    adds capabilities (`PacksSequences`, `Trains`). Instances are registered in
     `seqpack.tasks`."""
 
     name: str
@@ -73,6 +72,10 @@ class TaskBase:
                 f"{', '.join(flag(n) for n in extra)} does not apply to task {self.name} (its options: {have})"
             )
         return self.options_type(**kw)
+
+    def check_pack_config(self, config: Any) -> None:
+        """Refuse, in one line, a setting of the pack config (``PackConfig``) that this task's rows
+        cannot honour (default: every setting is honoured)."""
 
     @property
     def causal_lm(self) -> bool:
@@ -204,6 +207,17 @@ class PacksSequences(TaskBase, abc.ABC):
         """One shard's sequences from a batch of example records (default: `build_sequences`)."""
         return self.build_sequences(records, tokenizer, config)
 
+    def open_tokenizer(self, path: str | os.PathLike[str]) -> AnyTokenizer:
+        """What ``--tokenizer PATH`` names for this task, opened (default: a seqpack tokenizer or a
+        transformers one, `seqpack.tokenizer.open_tokenizer`; image-text: the model's processor)."""
+        from seqpack.tokenizer import open_tokenizer
+
+        return open_tokenizer(path)
+
+    def write_beside(self, tokenizer: AnyTokenizer, root: Path) -> None:
+        """Write into the packed dataset's directory ``root`` (before its manifest) the files its
+        readers need beside the rows (default: none; image-text rows keep their processor)."""
+
     def stream_context(self, config: Any) -> dict[str, Any]:
         """What a stream's chunks must agree on, known before any example is read (default: the
         same as `shard_context` of no examples)."""
@@ -217,27 +231,6 @@ class PacksSequences(TaskBase, abc.ABC):
         if tokenizer is None:
             raise ValueError(f"task {self.name} tokenizes its examples: pass tokenizer=...")
         return self.build_shard(records, tokenizer, config, context)
-
-
-class WritesRows(TaskBase, abc.ABC):
-    """Capability: the task writes its own packed rows (`pack_directory`), which ``seqpack pack``
-    runs instead of the pack job."""
-
-    #: what to use instead of the pack job, for the line that refuses it
-    rows_hint: ClassVar[str] = "use seqpack pack"
-
-    @abc.abstractmethod
-    def pack_directory(
-        self,
-        source: Any,
-        tokenizer_dir: str | os.PathLike[str],
-        out: str | os.PathLike[str],
-        config: Any,
-        *,
-        overwrite: bool = False,
-    ) -> dict[str, Any]:
-        """Write the task's rows to ``out`` (``tokenizer_dir``: what ``--tokenizer`` names) and return
-        their manifest; ``seqpack pack`` then runs no pack job."""
 
 
 class Trains(TaskBase, abc.ABC):
@@ -255,6 +248,13 @@ class Trains(TaskBase, abc.ABC):
         self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
     ) -> tuple[Any, Any]:
         """``(model, model_config)`` of seqpack's own models."""
+
+    def batch_maker(self, path: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Any:
+        """How training makes a batch of the packs' columns when plain tensors are not it: ``None``
+        (the default: the columns as ``(B, L)`` tensors), or a function ``{column: (B, ...)} ->
+        {name: tensor}`` (image-text: the rows side by side with their images' pixels). It reads the
+        packs' ``example_ids`` and is offered packed rows only (a ``--padded`` run is refused)."""
+        return None
 
     def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
         """Task-specific fields of a transformers config dict (in place)."""

@@ -35,7 +35,7 @@ from seqpack.data.format import DatasetFacts, read_manifest
 from seqpack.data.padded import padded_rows, sequence_spans
 from seqpack.data.rows import PackedRows
 from seqpack.data.torch_dataset import to_tensors
-from seqpack.tasks import get_task
+from seqpack.tasks import trained_task
 
 SPLIT_SEED = 20_240_101
 EVAL_SAMPLE_SEED = SPLIT_SEED + 1
@@ -232,13 +232,23 @@ class TrainData(Units):
         by_schedule: bool = False,
         eval_tokens: int = 0,
     ) -> None:
-        columns = [c for c in read_manifest(path)["columns"] if c != "example_ids"]  # not needed to train
+        manifest = read_manifest(path)
+        task = trained_task(manifest["task"])
+        task.check_manifest(manifest, str(path))
+        #: the task's own batches of the packs' columns (image-text: rows with their images), or None
+        self.make_batch = task.batch_maker(path, manifest)
+        if self.make_batch is not None and padded:
+            raise ValueError(
+                f"{path}: --padded is not offered for task {task.name}; its padded baseline is TRL's "
+                "(benchmarks/vision.py runs it beside the packed rows)"
+            )
+        # example ids are not needed to train, unless the task joins its example table by them
+        columns = [c for c in manifest["columns"] if c != "example_ids" or self.make_batch is not None]
         # rows are read on demand (memory-mapped .bin, or Parquet row groups): never the whole dataset
         self.path = path
         self.rows = PackedRows(path, columns=columns)
         self.manifest = self.rows.manifest
         self.task: str = self.manifest["task"]
-        get_task(self.task).check_manifest(self.manifest, str(path))
         self.facts = DatasetFacts.of(self.manifest)
         self.padded = padded
         self.max_len = int(self.manifest["max_len"])
@@ -347,12 +357,17 @@ class TrainData(Units):
             )
         else:
             cols = self._take(self.train_packs[units])
+        return self._tensors(cols)
+
+    def _tensors(self, cols: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        if self.make_batch is not None:
+            return dict(self.make_batch(cols))
         return to_tensors(cols, float_labels=self.facts.float_labels)
 
     def eval_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         """The held-out packs, in order, packed (the same for packed and padded runs)."""
         for lo in range(0, len(self.eval_packs), batch_size):
-            yield to_tensors(self._take(self.eval_packs[lo : lo + batch_size]), float_labels=self.facts.float_labels)
+            yield self._tensors(self._take(self.eval_packs[lo : lo + batch_size]))
 
     def describe(self) -> dict[str, Any]:
         return {

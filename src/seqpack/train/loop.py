@@ -70,7 +70,6 @@ from seqpack.train.steps import (
     total_steps,
 )
 from seqpack.train.stream_data import StreamTrainData
-from seqpack.train.vision_data import VisionTrainData
 
 #: off a terminal, a progress line at most this often (seconds), and at the first and last step
 LOG_INTERVAL = 30.0
@@ -134,18 +133,11 @@ def train(
 
 
 def open_train_data(cfg: TrainConfig, world: World) -> Units:
-    """The run's data: a stream of examples (``cfg.stream``), packed image-text rows (their
-    manifest's kind says so) or the token-column format."""
-    from seqpack.tasks.vision.packed import KIND as VISION_KIND
-    from seqpack.tasks.vision.packed import MANIFEST as VISION_MANIFEST
-
+    """The run's data: a stream of examples (``cfg.stream``), or a packed dataset of any task (its
+    task makes the batches: `seqpack.tasks.Trains.batch_maker`)."""
     if cfg.stream:
         return StreamTrainData(cfg, rank=world.rank, world_size=world.size)
-    kind = None
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        kind = json.loads((Path(cfg.data) / VISION_MANIFEST).read_text(encoding="utf-8")).get("kind")
-    opener = VisionTrainData if kind == VISION_KIND else TrainData
-    return opener(
+    return TrainData(
         cfg.data,
         padded=cfg.padded,
         by_pack=cfg.match == "packs",

@@ -19,15 +19,16 @@ pytest.importorskip("PIL")
 torch = pytest.importorskip("torch")
 
 from seqpack.experiments.tiny_vlm import FAMILIES, synthetic_records, tiny_processor, tiny_vlm  # noqa: E402
+from seqpack.data import hf_dataset  # noqa: E402
+from seqpack.pipeline import PackConfig, build_packed_dataset  # noqa: E402
 from seqpack.tasks.vision import (  # noqa: E402
-    LAYOUTS,
+    POSITION_SCHEMES,
+    ProcessorTokenizer,
     VisionCollator,
     VisionRows,
     mrope_positions,
     pack_vision,
-    vision_rows_dataset,
     vision_samples,
-    write_vision_packs,
 )
 
 ATOL = 1e-5  # see the module docstring
@@ -36,6 +37,11 @@ COUNTS = (0, 1, 3, 1, 0, 2, 3, 1)  # images per record: none, one and three, mix
 
 def records(seed: int = 0) -> list[dict]:
     return [r for k, n in enumerate(COUNTS) for r in synthetic_records(1, seed=seed + k, images=(n, n), side=(20, 110))]
+
+
+def write(recs: list[dict], processor, out, max_len: int = 512) -> dict:
+    """The pack job on records in memory: a packed dataset, its images in the example table."""
+    return build_packed_dataset(recs, ProcessorTokenizer(processor), out, PackConfig.for_task("vision", max_len=max_len))
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -148,7 +154,7 @@ def test_no_token_attends_across_samples(vlm):
 def test_rope_positions_are_the_models_own(vlm):
     """Each sample's three rope axes equal the model's ``get_rope_index`` on it alone."""
     family, processor, model = vlm
-    if LAYOUTS["mrope"] is not VisionCollator(processor).layout:
+    if POSITION_SCHEMES["mrope"] is not VisionCollator(processor).positions:
         pytest.skip(f"{family} has 1-D positions")
     s = vision_samples(records(), processor, max_len=1024)
     for i in range(s.num_samples):
@@ -189,21 +195,36 @@ def test_a_samples_positions_in_any_row_are_its_own():
 
 
 def test_rows_written_read_back_and_handed_to_datasets(tmp_path):
+    """The pack job's rows read back as pack_vision makes them in memory, and through hf_dataset
+    (the packed columns, each row's images and grids joined from the example table); the deprecated
+    writer and reader give the same."""
     processor = tiny_processor("qwen2_vl")
     packs = pack_vision(vision_samples(records(), processor, max_len=512), max_len=512)
-    write_vision_packs(packs, tmp_path / "packs")
+    m = write(records(), processor, tmp_path / "packs")
     rows = VisionRows(tmp_path / "packs")
-    ds = vision_rows_dataset(tmp_path / "packs", cache_dir=tmp_path / "cache")
-    assert len(rows) == len(ds) == packs.num_rows and rows.manifest["samples"] == len(COUNTS)
+    ds = hf_dataset(tmp_path / "packs", cache_dir=tmp_path / "cache")
+    assert len(rows) == len(ds) == packs.num_rows == m["num_packs"] and m["num_sequences"] == len(COUNTS)
+    assert m["task_info"]["images"] == sum(COUNTS) and m["example_table"]["parts"][0]["rows"] == len(COUNTS)
     for i in range(packs.num_rows):
         want, got, hf = packs.row(i), rows[i], ds[i]
         for k in ("input_ids", "labels", "seq_lengths", "example_ids", "image_grids"):
-            assert np.array_equal(want[k], got[k]) and np.array_equal(want[k].reshape(-1), np.asarray(hf[k]))
+            assert np.array_equal(want[k], got[k]), (i, k)
+        n, fill = len(want["seq_lengths"]), int(want["seq_lengths"].sum())
+        assert np.array_equal(np.asarray(hf["input_ids"])[:fill], want["input_ids"]) and hf["num_sequences"] == n
+        assert np.array_equal(np.asarray(hf["example_ids"])[:n], want["example_ids"])
+        assert np.array_equal(np.asarray(hf["image_grids"]), want["image_grids"].reshape(-1))
         assert want["images"] == got["images"] == hf["images"]
     stats = packs.stats()
-    assert stats["tokens"] == int(packs.samples.lengths.sum()) and 0 <= stats["padding_fraction"] < 1
-    with pytest.raises(FileExistsError):
-        write_vision_packs(packs, tmp_path / "packs")
+    assert stats["tokens"] == int(packs.samples.lengths.sum()) == m["num_tokens"] and 0 <= stats["padding_fraction"] < 1
+    from seqpack.tasks.vision import vision_rows_dataset, write_vision_packs
+
+    with pytest.warns(DeprecationWarning, match="write_vision_packs is deprecated"):
+        write_vision_packs(packs, tmp_path / "old", processor=processor)
+    old = VisionRows(tmp_path / "old")
+    assert all(old[i]["images"] == rows[i]["images"] and np.array_equal(old[i]["input_ids"], rows[i]["input_ids"])
+               for i in range(len(rows)))
+    with pytest.warns(DeprecationWarning, match="vision_rows_dataset is deprecated"):
+        assert vision_rows_dataset(tmp_path / "old", cache_dir=tmp_path / "c2")[0]["images"] == ds[0]["images"]
 
 
 def test_sft_trainer_trains_on_the_packed_rows(tmp_path):
@@ -212,14 +233,14 @@ def test_sft_trainer_trains_on_the_packed_rows(tmp_path):
 
     processor, model = tiny_vlm("qwen2_vl")
     packs = pack_vision(vision_samples(records(), processor, max_len=512), max_len=512)
-    write_vision_packs(packs, tmp_path / "packs")
+    write(records(), processor, tmp_path / "packs")
     collate = VisionCollator(processor)
     with torch.no_grad():
         want = float(model(**collate([packs.row(i) for i in range(packs.num_rows)])).loss)
     args = SFTConfig(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=packs.num_rows,
                      remove_unused_columns=False, dataset_kwargs={"skip_prepare_dataset": True}, report_to=[],
                      bf16=False, logging_steps=1, save_strategy="no", disable_tqdm=True)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=vision_rows_dataset(tmp_path / "packs", cache_dir=tmp_path / "c"),
+    trainer = SFTTrainer(model=model, args=args, train_dataset=hf_dataset(tmp_path / "packs", cache_dir=tmp_path / "c"),
                          data_collator=collate, processing_class=processor)
     trainer.train()
     # the same tokens in another row order: only the loss mean's summation order differs
@@ -332,25 +353,28 @@ def test_records_from_parquet_bytes_and_an_hf_dataset_of_images(tmp_path):
     assert np.array_equal(hf.grids, want.grids) and all(b[:8] == b"\x89PNG\r\n\x1a\n" for b in hf.images)
 
 
-def test_a_reader_of_the_token_format_says_what_a_vision_rows_directory_is(tmp_path):
-    """The token-column readers refuse image-text rows in one line that says how to read and train on them."""
-    from seqpack._atomic import KINDS
-    from seqpack.data import PackedDataset
-    from seqpack.tasks.vision.packed import KIND
+def test_a_directory_of_the_former_image_text_format_is_refused_in_one_line(tmp_path):
+    """Image-text rows are the packed format now; a directory seqpack wrote before says to pack again."""
+    import json
 
-    assert KIND in KINDS
-    processor = tiny_processor("qwen2_vl")
-    write_vision_packs(pack_vision(vision_samples(records(), processor, max_len=512), max_len=512), tmp_path / "packs")
-    with pytest.raises(ValueError, match="VisionRows.*seqpack train --hf-model") as e:
-        PackedDataset(tmp_path / "packs")
-    assert "\n" not in str(e.value)
+    from seqpack.data import PackedDataset
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "manifest.json").write_text(json.dumps({"kind": "seqpack-vision-packs", "format_version": 2}))
+    for read in (PackedDataset, VisionRows):
+        with pytest.raises(ValueError, match="pack the records again with seqpack pack --task vision") as e:
+            read(tmp_path / "old")
+        assert "\n" not in str(e.value)
 
 
 def test_training_rows_written_without_their_processor_is_refused(tmp_path, capsys):
+    import shutil
+
     from seqpack.cli.main import main
 
     processor = tiny_processor("llava")
-    write_vision_packs(pack_vision(vision_samples(records(), processor, max_len=512), max_len=512), tmp_path / "packs")
+    write(records(), processor, tmp_path / "packs")
+    shutil.rmtree(tmp_path / "packs" / "processor")
     code = main(["train", "--data", str(tmp_path / "packs"), "--out", str(tmp_path / "run"), "--steps", "1"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "holds no processor/" in err and "Traceback" not in err

@@ -29,7 +29,7 @@ from seqpack.tasks.vision.processor import load_processor  # noqa: E402
 from seqpack.train import TrainConfig, train  # noqa: E402
 from seqpack.train.checkpoint import read_metrics  # noqa: E402
 from seqpack.train.models import build_model  # noqa: E402
-from seqpack.train.vision_data import VisionTrainData  # noqa: E402
+from seqpack.train.data import TrainData  # noqa: E402
 
 ATOL = 1e-5  # see the module docstring
 TIMING = ("step_seconds", "compute_seconds", "data_seconds", "train_seconds", "tokens_per_s", "sequences_per_s")
@@ -82,6 +82,8 @@ def test_pack_cli_writes_the_librarys_rows(packed):
     processor = load_processor(d / "packs" / "processor")
     want = pack_vision(vision_samples(recs, processor, max_len=512), max_len=512)
     assert len(rows) == want.num_rows and rows.manifest["task"] == "vision"
+    assert rows.manifest["kind"] == "seqpack.packed_dataset" and len(rows.examples) == len(recs)
+    assert rows.manifest["task_info"]["images"] == sum(len(r["images"]) for r in recs)
     assert rows.manifest["num_sequences"] == len(recs) and rows.manifest["efficiency"] > 0.5
     for i in range(len(rows)):
         got, exp = rows[i], want.row(i)
@@ -90,11 +92,35 @@ def test_pack_cli_writes_the_librarys_rows(packed):
         assert got["images"] == exp["images"]  # the files' bytes, as read
 
 
+def test_every_job_option_packs_the_same_rows(packed, tmp_path):
+    """The pack job's options apply to image-text rows as to any task: input shards of 7 examples on
+    2 threads (one example-table part each), parts of 3 packs, .bin columns, lz4, plain encoding and
+    the derived columns stored give the same rows and images as the default job; the Parquet rows
+    name the examples the example table holds."""
+    import pyarrow.parquet as pq
+
+    family, d, recs = packed
+    out = tmp_path / "opts"
+    code = main(["pack", str(d / "train.jsonl"), "--task", "vision", "--max-len", "512", "--tokenizer",
+                 str(d / "processor"), "--out", str(out), "--shard-examples", "7", "--stages", "2", "--shard-packs", "3",
+                 "--export-bin", "--compression", "lz4", "--parquet-encoding", "plain", "--write-derived", "--json"])
+    assert code == 0
+    a, b = VisionRows(d / "packs"), VisionRows(out)
+    parts = b.manifest["example_table"]["parts"]
+    assert [p["rows"] for p in parts] == [7, 7, 7, 3] and b.manifest["bin"] and len(b.manifest["shards"]) > 1
+    assert len(a) == len(b)
+    for i in range(len(a)):
+        x, y = a[i], b[i]
+        assert x["images"] == y["images"] and all(np.array_equal(x[k], y[k]) for k in x if k != "images"), i
+    ids = sorted(pq.read_table(out / p["file"]).column("example_id").to_pylist() for p in parts)
+    assert sum(ids, []) == sorted(sum(ids, [])) == list(range(len(recs)))
+
+
 def test_train_batch_losses_are_each_samples_own(packed):
     """The task's forward on a training batch (rows side by side, packed attention): each sample's
     loss equals the same weights' loss on that sample alone (sdpa, one sample per call)."""
     family, d, recs = packed
-    data = VisionTrainData(d / "packs", eval_fraction=0.2)
+    data = TrainData(d / "packs", eval_fraction=0.2)
     cfg = TrainConfig(data=str(d / "packs"), out=str(d / "unused"), hf_model=str(d / "model"), progress=False)
     torch.manual_seed(0)
     model, spec = build_model(data.manifest, cfg)
@@ -107,7 +133,8 @@ def test_train_batch_losses_are_each_samples_own(packed):
     task = get_task("vision")
     with torch.no_grad():
         out = task.hf_forward(model, batch, reduction="sequence")
-    examples = np.concatenate([data.rows[int(i)]["example_ids"] for i in data.train_packs[units]])
+    rows = VisionRows(d / "packs")
+    examples = np.concatenate([rows[int(i)]["example_ids"] for i in data.train_packs[units]])
     samples = vision_samples(recs, processor, max_len=512)
     collate = VisionCollator(processor)
     losses = []
@@ -159,8 +186,7 @@ def test_train_cli_prints_its_summary(packed, tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--model", "gpt"], "pass --hf-model"),
     ([], "pass --hf-model"),
-    (["--padded"], "--padded is not offered for image-text rows"),
-    (["--balance", "compute"], "drop --balance"),
+    (["--padded"], "--padded is not offered for task vision"),
     (["--hf-model", "LLAMA"], "not a vision-language model"),
 ])
 def test_train_refusals_are_one_line(packed, tmp_path, capsys, args, message):
@@ -179,9 +205,8 @@ def test_train_refusals_are_one_line(packed, tmp_path, capsys, args, message):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--max-depth", "2"], "--max-depth is not taken by task vision"),
-    (["--export-bin"], "drop --export-bin"),
-    (["--engine", "ray"], "drop --engine"),
+    (["--position-offset", "2"], "--position-offset is not taken by task vision"),
+    (["--context-parallel", "2"], "--context-parallel is not taken by task vision"),
     (["--overflow", "split"], "overflow must be one of truncate|drop|error"),
     (["--tokenizer-is-a-file"], "task vision reads the model's processor"),
 ])

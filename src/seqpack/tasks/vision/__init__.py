@@ -1,29 +1,51 @@
 """Image-text SFT packed exactly: samples made by the model's processor, one plan over their lengths
-(image tokens included), rows whose samples keep the positions they have alone.
+(image tokens included), rows whose samples keep the positions they have alone. The rows are a
+packed dataset like any other, the images in its example table.
 
-    samples = vision_samples("train.jsonl", processor, max_len=4096)   # TRL's vision records
-    packs = pack_vision(samples, max_len=4096)
-    write_vision_packs(packs, "vlm-packs/")
+    cfg = PackConfig.for_task("vision", max_len=4096)
+    build_packed_dataset("train.jsonl", ProcessorTokenizer(processor), "vlm-packs/", cfg)  # TRL's vision records
     loader = DataLoader(VisionRows("vlm-packs/"), batch_size=4, collate_fn=VisionCollator(processor))
 """
 
-from seqpack.tasks.vision.collate import VisionCollator
-from seqpack.tasks.vision.packed import VisionPacks, VisionRows, pack_vision, vision_rows_dataset, write_vision_packs
-from seqpack.tasks.vision.processor import load_processor
-from seqpack.tasks.vision.rope import LAYOUTS, layout_of, mrope_positions
+from typing import Any
+
+from seqpack.tasks.vision.collate import VisionBatches, VisionCollator
+from seqpack.tasks.vision.packed import (
+    VisionPacks,
+    VisionRows,
+    pack_vision,
+    vision_rows_dataset,
+    vision_sequences,
+    write_vision_packs,
+)
+from seqpack.tasks.vision.processor import ProcessorTokenizer, load_processor
+from seqpack.tasks.vision.rope import POSITION_SCHEMES, mrope_positions, position_scheme_of
 from seqpack.tasks.vision.samples import VisionSamples, vision_samples
 
 __all__ = [
-    "LAYOUTS",
+    "POSITION_SCHEMES",
+    "ProcessorTokenizer",
+    "VisionBatches",
     "VisionCollator",
     "VisionPacks",
     "VisionRows",
     "VisionSamples",
-    "layout_of",
     "load_processor",
     "mrope_positions",
     "pack_vision",
+    "position_scheme_of",
     "vision_rows_dataset",
     "vision_samples",
+    "vision_sequences",
     "write_vision_packs",
 ]
+
+_RENAMED = {"LAYOUTS": "POSITION_SCHEMES", "layout_of": "position_scheme_of"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        from seqpack._lazy import renamed
+
+        return renamed(__name__, name, _RENAMED[name], globals()[_RENAMED[name]])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,45 +1,88 @@
-"""Packed image-text rows: one plan over every sample's length (image tokens included), written as
-one Parquet file of rows beside a versioned ``manifest.json``, read back row by row.
+"""Image-text samples in the packed format: token columns, and the images in the example table.
 
-A row holds its samples side by side: ``input_ids`` and ``labels`` (L,), ``seq_lengths`` (S,), the
-samples' ``example_ids`` (S,), and the row's images in order as encoded bytes with their patch
-grids (``image_grids``: k x 3). Images are kept encoded, not as pixels: the processor makes the
-pixels when a row is read (a Qwen2-VL image of 1,000 tokens is ~16 MB of float32 pixels against
-tens of KB as JPEG or PNG). Given the processor, the directory keeps a copy of it in ``processor/``,
-so that training reads the rows with the processor that made them.
+Each sample is a sequence (``input_ids`` and ``labels``, image tokens included) that the pack job
+packs like any other; its images go in the dataset's example table (`seqpack.data.example_table`),
+keyed by the sample's example id: ``images`` (encoded bytes, in order) and ``image_grids`` (their
+patch grids, ``k x 3`` flattened). Images stay encoded, not pixels: the processor makes the pixels
+when a row is read (a Qwen2-VL image of 1,000 tokens is ~16 MB of float32 pixels against tens of KB
+as JPEG or PNG). The directory keeps a copy of the processor in ``processor/``, so that training
+reads the rows with the processor that made them.
 
-    packs = pack_vision(samples, max_len=4096)
-    write_vision_packs(packs, "vlm-packs/", processor=processor)
-    rows = VisionRows("vlm-packs/")         # rows[i] -> {"input_ids", "labels", "seq_lengths", ...}
+    build_packed_dataset("train.jsonl", ProcessorTokenizer(processor), "vlm-packs/",
+                         PackConfig.for_task("vision", max_len=4096))
+    rows = VisionRows("vlm-packs/")     # rows[i] -> {"input_ids", "labels", "seq_lengths", "images", ...}
+
+In memory, `pack_vision` gives the same rows without writing them (`VisionPacks.row`).
 """
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from seqpack._atomic import atomic_directory, read_versioned_json
-from seqpack._stages import file_checksum
+from seqpack.data.sequences import Sequences, id_dtype, label_dtype
 from seqpack.packing import DEFAULT_ALGORITHM, Packing, pack_lengths
 from seqpack.tasks.vision.samples import VisionSamples
 
-KIND = "seqpack-vision-packs"
-FORMAT_VERSION = 2  # 2: the summary keys of the packed format (task, num_packs, ...) and processor/
-ROWS = "rows.parquet"
-MANIFEST = "manifest.json"
 PROCESSOR = "processor"  # the processor the rows were made with (save_pretrained)
 TASK = "vision"
-ROW_GROUP = 256  # rows per Parquet row group: what one read decodes
+#: the example table's columns of an image-text dataset (beside its key)
+IMAGE_COLUMNS = ("images", "image_grids")
+#: the packed columns a row of images is read from
+ROW_COLUMNS = ("input_ids", "labels", "segment_ids", "example_ids", "num_sequences")
+
+
+def vision_sequences(samples: VisionSamples, *, vocab_size: int | None = None) -> Sequences:
+    """``samples`` as the pack job's sequences: ``input_ids`` and ``labels`` per token, and their
+    images in the example table; ``task_info`` gets the position scheme, the merge, the image token
+    and the image count. ``vocab_size``: the processor's (sets the id dtype; default: the ids seen)."""
+    import pyarrow as pa
+
+    s = samples
+    top = max(int(s.input_ids.max(initial=0)), (vocab_size or 1) - 1)
+    table = pa.table(
+        {
+            "example_id": pa.array(s.example_ids, type=pa.int64()),
+            "images": pa.array(
+                [s.images[int(a) : int(b)] for a, b in zip(s.image_offsets[:-1], s.image_offsets[1:])],
+                type=pa.list_(pa.binary()),
+            ),
+            "image_grids": pa.array(
+                [
+                    s.grids[int(a) : int(b)].reshape(-1).tolist()
+                    for a, b in zip(s.image_offsets[:-1], s.image_offsets[1:])
+                ],
+                type=pa.list_(pa.int64()),
+            ),
+        }
+    )
+    info = {
+        **s.info,
+        "images": len(s.images),
+        "positions": s.positions,
+        "merge": s.merge,
+        "image_token_id": s.image_token_id,
+    }
+    return Sequences(
+        task=TASK,
+        offsets=s.offsets,
+        example_ids=s.example_ids,
+        token_fields={"input_ids": s.input_ids.astype(id_dtype(top)), "labels": s.labels.astype(label_dtype(top))},
+        num_examples=s.num_examples,
+        dropped=dict(s.dropped),
+        info=info,
+        examples=table,
+    )
 
 
 @dataclass(frozen=True, eq=False)
 class VisionPacks:
-    """``samples`` assigned to rows by ``packing``."""
+    """``samples`` assigned to rows by ``packing``, in memory (what `pack_vision` gives)."""
 
     samples: VisionSamples
     packing: Packing
@@ -50,7 +93,7 @@ class VisionPacks:
         return self.packing.num_packs
 
     def row(self, i: int) -> dict[str, Any]:
-        """Row ``i`` (see the module for its fields)."""
+        """Row ``i``, as `VisionRows` reads it back (see `row_of`)."""
         s = self.samples
         parts = [s.sample(int(j)) for j in self.packing.pack(i)]
         return {
@@ -63,32 +106,23 @@ class VisionPacks:
         }
 
     def stats(self) -> dict[str, Any]:
-        """Rows, tokens and the padding a ``(rows, max_len)`` batch would hold.
-
-        The same counts go under the packed format's names too (``num_packs``, ``efficiency``, ...),
-        which ``seqpack pack`` prints and ``seqpack train`` reads."""
+        """Rows, samples, tokens, images and the padding a ``(rows, max_len)`` batch would hold."""
         tokens = int(self.samples.lengths.sum())
         slots = self.num_rows * self.max_len
-        depth = np.diff(self.packing.pack_offsets)
         return {
             "rows": self.num_rows,
             "samples": self.samples.num_samples,
             "tokens": tokens,
             "images": len(self.samples.images),
             "padding_fraction": 1 - tokens / slots if slots else 0.0,
-            "num_packs": self.num_rows,
-            "num_sequences": self.samples.num_samples,
-            "num_tokens": tokens,
-            "efficiency": tokens / slots if slots else 0.0,
-            "max_depth": int(depth.max(initial=0)),
-            "packing_factor": self.samples.num_samples / self.num_rows if self.num_rows else 0.0,
         }
 
 
 def pack_vision(
     samples: VisionSamples, *, max_len: int, algorithm: str = DEFAULT_ALGORITHM, seed: int = 0
 ) -> VisionPacks:
-    """One packing plan over every sample (``algorithm``: a `seqpack.packing.ALGORITHMS` name)."""
+    """One packing plan over every sample (``algorithm``: a `seqpack.packing.ALGORITHMS` name): the
+    plan the pack job makes of the same samples."""
     if samples.num_samples == 0:
         raise ValueError("no samples to pack: every record was dropped (see samples.dropped)")
     if int(samples.lengths.max()) > max_len:
@@ -107,133 +141,139 @@ def write_vision_packs(
     overwrite: bool = False,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``packs`` to the directory ``path`` atomically (the manifest last); ``processor``: the one
-    the samples were made with, saved in ``path/processor/`` (what ``seqpack train`` reads images
-    with); ``extra``: more manifest keys (what made the rows)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """Deprecated: ``build_packed_dataset(records, ProcessorTokenizer(processor), path,
+    PackConfig.for_task("vision", max_len=...))`` writes the same packed dataset from the records.
+    This writes ``packs`` in that format (``processor``: saved in ``path/processor/``)."""
+    import warnings
 
-    s = packs.samples
-    manifest = {
-        "kind": KIND,
-        "format_version": FORMAT_VERSION,
-        "task": TASK,
-        "max_len": packs.max_len,
-        **packs.stats(),
-        "layout": s.layout,
-        "merge": s.merge,
-        "image_token_id": s.image_token_id,
-        "num_examples": s.num_examples,
-        "dropped": s.dropped,
-        "info": s.info,
-        "plan": packs.packing.plan.algorithm,
-        "vocab_size": vocab_of(processor),
+    from seqpack.data.columns import PackedColumns, materialize, pack_depth
+    from seqpack.data.format import WriteOptions, write_packed
+    from seqpack.tasks import get_task
+    from seqpack.tasks.vision.processor import ProcessorTokenizer
+
+    warnings.warn(
+        "write_vision_packs is deprecated: pack the records with seqpack.pipeline.build_packed_dataset(records, "
+        "ProcessorTokenizer(processor), out, PackConfig.for_task('vision', max_len=...))",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    tok = None if processor is None else ProcessorTokenizer(processor)
+    seqs = vision_sequences(packs.samples, vocab_size=None if tok is None else tok.vocab_size)
+    depth = pack_depth(packs.packing, None)
+    cols = materialize(seqs, packs.packing, max_len=packs.max_len, max_depth=depth)
+    pc = PackedColumns(TASK, cols, packs.packing, packs.max_len, depth, examples=seqs.examples)
+    task = get_task(TASK)
+    info = {
+        "num_examples": seqs.num_examples,
+        "dropped": seqs.dropped,
+        "task_info": seqs.info,
+        "vocab_size": None if tok is None else tok.vocab_size,
+        **task.facts(),
         **(extra or {}),
     }
-    with atomic_directory(path, overwrite=overwrite) as tmp:
-        writer = None
-        for a in range(0, packs.num_rows, ROW_GROUP):
-            rows = [packs.row(i) for i in range(a, min(a + ROW_GROUP, packs.num_rows))]
-            table = pa.table(
-                {
-                    "input_ids": [r["input_ids"].tolist() for r in rows],
-                    "labels": [r["labels"].tolist() for r in rows],
-                    "seq_lengths": [r["seq_lengths"].tolist() for r in rows],
-                    "example_ids": [r["example_ids"].tolist() for r in rows],
-                    "images": pa.array([r["images"] for r in rows], type=pa.list_(pa.binary())),
-                    "image_grids": [r["image_grids"].reshape(-1).tolist() for r in rows],
-                }
-            )
-            writer = writer or pq.ParquetWriter(tmp / ROWS, table.schema)
-            writer.write_table(table, row_group_size=ROW_GROUP)
-        assert writer is not None
-        writer.close()
-        if processor is not None:
-            processor.save_pretrained(str(tmp / PROCESSOR))
-        manifest["shards"] = [
-            {"file": ROWS, "rows": packs.num_rows, "checksum": file_checksum(tmp / ROWS)}
-        ]  # what a resume checks
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    write_packed(
+        pc,
+        path,
+        options=WriteOptions(overwrite=overwrite),
+        extra=info,
+        derived=dict(task.derived_columns),
+        beside=None if tok is None else (lambda root: tok.save(root / PROCESSOR)),
+    )
     return Path(path)
 
 
-def vocab_of(processor: Any) -> int | None:
-    """Ids ``processor``'s tokenizer makes (its added tokens included), or ``None`` without one."""
-    tok = getattr(processor, "tokenizer", None)
-    return None if tok is None else len(tok)
+def row_of(cols: Mapping[str, np.ndarray], b: int, examples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Pack ``b`` of the packed columns ``cols`` (`ROW_COLUMNS`) as an image-text row: its tokens
+    without the padding, its samples' lengths and example ids, and the images of ``examples`` (its
+    samples' rows of the example table, in order) with their grids.
+
+    >>> cols = {"input_ids": np.array([[5, 6, 7, 0]]), "labels": np.array([[-100, 6, 7, -100]]),
+    ...         "segment_ids": np.array([[1, 1, 2, 0]]), "example_ids": np.array([[4, 9]]),
+    ...         "num_sequences": np.array([2])}
+    >>> r = row_of(cols, 0, [{"images": [], "image_grids": []}, {"images": [b"png"], "image_grids": [1, 2, 2]}])
+    >>> r["input_ids"].tolist(), r["seq_lengths"].tolist(), r["images"], r["image_grids"].tolist()
+    ([5, 6, 7], [2, 1], [b'png'], [[1, 2, 2]])
+    """
+    seg = np.asarray(cols["segment_ids"][b])
+    n = int(cols["num_sequences"][b])
+    fill = int((seg != 0).sum())
+    return {
+        "input_ids": np.asarray(cols["input_ids"][b, :fill], dtype=np.int64),
+        "labels": np.asarray(cols["labels"][b, :fill], dtype=np.int64),
+        "seq_lengths": np.bincount(seg[:fill].astype(np.int64), minlength=n + 1)[1 : n + 1],
+        "example_ids": np.asarray(cols["example_ids"][b, :n], dtype=np.int64),
+        "images": [x for e in examples for x in e["images"]],
+        "image_grids": np.asarray([g for e in examples for g in e["image_grids"]], dtype=np.int64).reshape(-1, 3),
+    }
 
 
 class VisionRows:
-    """Rows of a packed image-text directory, read one row group at a time (the last one kept)."""
+    """Rows of a packed image-text dataset: its token columns (`seqpack.data.rows.PackedRows`)
+    joined with their images by example id (`seqpack.data.example_table.ExampleTable`)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        import pyarrow.parquet as pq
+        from seqpack.data.example_table import ExampleTable
+        from seqpack.data.rows import PackedRows
 
         self.path = Path(path)
-        self.manifest = read_versioned_json(
-            self.path,
-            MANIFEST,
-            kind=KIND,
-            version=FORMAT_VERSION,
-            what="packed image-text dataset",
-            hint="make one with write_vision_packs",
-        )
-        from seqpack.data.format import verify_file
-
-        shard = (self.manifest.get("shards") or [{}])[0]
-        verify_file(self.path / ROWS, shard.get("checksum"))  # the check every packed reader makes
-        self._file = pq.ParquetFile(self.path / ROWS)
-        sizes = [self._file.metadata.row_group(g).num_rows for g in range(self._file.num_row_groups)]
-        self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        if int(self._starts[-1]) != int(self.manifest["rows"]):
+        self._rows = PackedRows(self.path, columns=list(ROW_COLUMNS))
+        self.manifest = self._rows.manifest
+        if self.manifest["task"] != TASK or "example_table" not in self.manifest:
             raise ValueError(
-                f"{self.path / ROWS}: {int(self._starts[-1])} rows, the manifest says {self.manifest['rows']}; "
-                "write the dataset again"
+                f"{self.path}: a packed {self.manifest['task']} dataset, not image-text rows; "
+                "read it with seqpack.data.PackedDataset"
             )
-        self._group: tuple[int, Any] = (-1, None)
+        self.examples = ExampleTable(self.path, self.manifest)
 
     def processor(self) -> Any:
-        """The processor the rows were made with (saved by `write_vision_packs`)."""
-        from seqpack.tasks.vision.processor import load_processor
-
-        if not (self.path / PROCESSOR).is_dir():
-            raise ValueError(
-                f"{self.path}: holds no {PROCESSOR}/ (written without its processor); pack it again with "
-                "seqpack pack --task vision, or write_vision_packs(..., processor=processor)"
-            )
-        return load_processor(self.path / PROCESSOR)
-
-    def seq_lengths(self) -> list[np.ndarray]:
-        """The sample lengths of every row, read alone (no tokens, no images).  # [(S_i,)]"""
-        import pyarrow.parquet as pq
-
-        col = pq.read_table(self.path / ROWS, columns=["seq_lengths"]).column(0).to_pylist()
-        return [np.asarray(x, dtype=np.int64) for x in col]
+        """The processor the rows were made with (saved beside them by the pack job)."""
+        return saved_processor(self.path)
 
     def __len__(self) -> int:
-        return int(self._starts[-1])
+        return len(self._rows)
+
+    def take(self, packs: np.ndarray | list[int]) -> list[dict[str, Any]]:
+        """Rows ``packs``, in that order (see `row_of`)."""
+        cols = self._rows.take(packs)
+        return rows_of(cols, self.examples)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         if not 0 <= i < len(self):
             raise IndexError(f"row {i} of {len(self)}")
-        g = int(np.searchsorted(self._starts, i, side="right") - 1)
-        if self._group[0] != g:
-            self._group = (g, self._file.read_row_group(g).to_pydict())
-        cols, k = self._group[1], i - int(self._starts[g])
-        return {
-            "input_ids": np.asarray(cols["input_ids"][k], dtype=np.int64),
-            "labels": np.asarray(cols["labels"][k], dtype=np.int64),
-            "seq_lengths": np.asarray(cols["seq_lengths"][k], dtype=np.int64),
-            "example_ids": np.asarray(cols["example_ids"][k], dtype=np.int64),
-            "images": list(cols["images"][k]),
-            "image_grids": np.asarray(cols["image_grids"][k], dtype=np.int64).reshape(-1, 3),
-        }
+        return self.take([i])[0]
+
+
+def rows_of(cols: Mapping[str, np.ndarray], examples: Any) -> list[dict[str, Any]]:
+    """Every pack of ``cols`` as an image-text row, its images read from ``examples`` (an `ExampleTable`)."""
+    out = []
+    for b in range(len(cols["input_ids"])):
+        n = int(cols["num_sequences"][b])
+        out.append(row_of(cols, b, examples.rows(np.asarray(cols["example_ids"][b, :n]))))
+    return out
+
+
+def saved_processor(path: str | os.PathLike[str]) -> Any:
+    """The processor saved in the packed dataset ``path`` (``processor/``); refused in one line without one."""
+    from seqpack.tasks.vision.processor import load_processor
+
+    if not (Path(path) / PROCESSOR).is_dir():
+        raise ValueError(
+            f"{path}: holds no {PROCESSOR}/ (written without its processor); pack it again with "
+            "seqpack pack --task vision, or build_packed_dataset with a ProcessorTokenizer"
+        )
+    return load_processor(Path(path) / PROCESSOR)
 
 
 def vision_rows_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> Any:
-    """The rows of a packed image-text directory as a ``datasets.Dataset`` (what TRL's ``SFTTrainer``
-    takes), its manifest checked first; ``cache_dir``: where ``datasets`` keeps its Arrow copy."""
-    import datasets
+    """Deprecated: `seqpack.data.hf_dataset` gives every packed dataset as a ``datasets.Dataset``, an
+    image-text one with its rows' ``images`` and ``image_grids``."""
+    import warnings
 
-    rows = VisionRows(path)
-    return datasets.Dataset.from_parquet(str(rows.path / ROWS), cache_dir=None if cache_dir is None else str(cache_dir))
+    from seqpack.data.hf_rows import hf_dataset
+
+    warnings.warn(
+        "vision_rows_dataset is deprecated: seqpack.data.hf_dataset reads every packed dataset, images included",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return hf_dataset(path, cache_dir=cache_dir)

@@ -79,4 +79,52 @@ def load_processor(path: str | os.PathLike[str]) -> Any:
     return image_only(base)(image_processor=images, tokenizer=tokenizer, chat_template=template)
 
 
-__all__ = ["image_only", "load_processor", "processor_class_name"]
+class ProcessorTokenizer:
+    """A vision-language model's processor where the pack job takes a tokenizer: its ids' count
+    (``vocab_size``, the added tokens included) and a ``fingerprint`` of everything that makes a
+    sample's tokens and grids (the tokenizer, the image processor's settings, the chat template), which
+    keys a resumed job's work. ``path``: the directory it was loaded from (a copy sent to another
+    process loads it from there).
+
+        tok = ProcessorTokenizer(load_processor("processor/"), path="processor/")
+    """
+
+    def __init__(self, processor: Any, *, path: str | os.PathLike[str] | None = None) -> None:
+        self.processor = processor
+        self.path = None if path is None else str(path)
+        self._fingerprint: str | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.processor.tokenizer)
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            import hashlib
+
+            tok = self.processor.tokenizer
+            backend = getattr(tok, "backend_tokenizer", None)
+            state = {
+                "class": type(self.processor).__name__,
+                "tokenizer": backend.to_str() if backend is not None else sorted(tok.get_vocab().items()),
+                "images": self.processor.image_processor.to_dict(),
+                "template": getattr(self.processor, "chat_template", None),
+            }
+            text = json.dumps(state, sort_keys=True, default=str)
+            self._fingerprint = "processor:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+        return self._fingerprint
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """The processor, saved to ``directory`` (``save_pretrained``; `load_processor` reads it)."""
+        self.processor.save_pretrained(str(directory))
+
+    def __getstate__(self) -> dict[str, Any]:  # a processor made for images only is not picklable
+        return {**self.__dict__, "processor": None} if self.path else self.__dict__
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.processor is None:
+            self.processor = load_processor(self.path)  # type: ignore[arg-type]  # set when it was left out
+
+
+__all__ = ["ProcessorTokenizer", "image_only", "load_processor", "processor_class_name"]

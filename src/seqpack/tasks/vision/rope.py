@@ -1,7 +1,7 @@
 """Position ids of packed image-text rows: each sample's own, laid side by side.
 
 A packed row holds several samples; every sample must see the positions it would get alone. Two
-layouts, picked by the processor (`layout_of`), registered in `LAYOUTS`:
+position schemes, picked by the processor (`position_scheme_of`), registered in `POSITION_SCHEMES`:
 
 - ``mrope`` (Qwen2-VL, Qwen2.5-VL): three rope axes (temporal, height, width). Text tokens advance
   all three by one; an image's tokens sit on its ``(t, h, w)`` grid of merged patches, starting at
@@ -12,7 +12,7 @@ layouts, picked by the processor (`layout_of`), registered in `LAYOUTS`:
 
     >>> mrope_positions(np.array([0, 1, 1, 1, 1, 0], bool), np.array([[1, 4, 4]]), merge=2).tolist()
     [[0, 1, 1, 1, 1, 3], [0, 1, 1, 2, 2, 3], [0, 1, 2, 1, 2, 3]]
-    >>> LAYOUTS["mrope"].positions(np.array([2, 1]), np.zeros(3, bool), np.zeros((0, 3), np.int64), merge=2).tolist()
+    >>> POSITION_SCHEMES["mrope"].positions(np.array([2, 1]), np.zeros(3, bool), np.zeros((0, 3), np.int64), merge=2).tolist()
     [[0, 1, 0], [0, 1, 0], [0, 1, 0], [0, 1, 0]]
 """
 
@@ -70,7 +70,7 @@ def mrope_positions(image_mask: np.ndarray, grids: np.ndarray, *, merge: int) ->
 
 
 @dataclass(frozen=True)
-class Layout:
+class PositionScheme:
     """How a family of models reads positions; see the module."""
 
     name: str
@@ -107,7 +107,7 @@ def _images_in(mask: np.ndarray, tokens: np.ndarray) -> int:
     return k
 
 
-LAYOUTS: dict[str, Layout] = {"mrope": Layout("mrope", 4), "1d": Layout("1d", 1)}
+POSITION_SCHEMES: dict[str, PositionScheme] = {"mrope": PositionScheme("mrope", 4), "1d": PositionScheme("1d", 1)}
 
 
 def image_token_of(processor: Any) -> int:
@@ -122,8 +122,20 @@ def merge_of(processor: Any) -> int:
     return int(getattr(getattr(processor, "image_processor", None), "merge_size", None) or 1)
 
 
-def layout_of(processor: Any) -> Layout:
-    """The layout of ``processor``'s model family: ``mrope`` when its image processor merges patches
+def position_scheme_of(processor: Any) -> PositionScheme:
+    """The position scheme of ``processor``'s model family: ``mrope`` when its image processor merges patches
     into a grid (the Qwen2-VL family), ``1d`` otherwise."""
     merge = getattr(getattr(processor, "image_processor", None), "merge_size", None)
-    return LAYOUTS["mrope" if merge else "1d"]
+    return POSITION_SCHEMES["mrope" if merge else "1d"]
+
+
+#: the names these had before "layout" came to mean one thing (how continuations share a row)
+_RENAMED = {"Layout": "PositionScheme", "LAYOUTS": "POSITION_SCHEMES", "layout_of": "position_scheme_of"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        from seqpack._lazy import renamed
+
+        return renamed(__name__, name, _RENAMED[name], globals()[_RENAMED[name]])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

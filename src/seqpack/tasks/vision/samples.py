@@ -29,7 +29,7 @@ from seqpack.tasks.chat.sequences import TRAIN_ON, target_mask, turn_ends
 from seqpack.tasks.chat.template import ROLES, ChatTemplate
 from seqpack.tasks.examples import get_field
 from seqpack.tasks.vision.images import image_bytes, open_image
-from seqpack.tasks.vision.rope import image_token_of, layout_of, merge_of
+from seqpack.tasks.vision.rope import image_token_of, merge_of, position_scheme_of
 
 VISION_OVERFLOW = ("truncate", "drop", "error")
 
@@ -50,7 +50,7 @@ class VisionSamples:
     images: list[bytes]  # (K,)
     grids: np.ndarray  # (K, 3) int64
     image_token_id: int
-    layout: str  # a key of seqpack.tasks.vision.rope.LAYOUTS
+    positions: str  # the position scheme: a key of seqpack.tasks.vision.rope.POSITION_SCHEMES
     merge: int  # patches merged per side into one token (1 without a grid)
     num_examples: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
@@ -126,8 +126,8 @@ def vision_samples(
     template = _template(processor)
     if image_root is None and isinstance(examples, (str, os.PathLike)):
         image_root = examples if os.path.isdir(examples) else os.path.dirname(os.path.abspath(examples))
-    layout = layout_of(processor)
-    enc = _Encoder(processor, layout.axes > 1)
+    scheme = position_scheme_of(processor)
+    enc = _Encoder(processor, scheme.axes > 1)
     out = _Collected()
     for i, row in enumerate(iter_records(examples)):
         out.num_examples += 1
@@ -182,7 +182,7 @@ def vision_samples(
         out.add(ids[:n], lab, i, data[:k], grids[:k])
     if out.too_long and overflow == "error":
         raise overflow_error(out.too_long, max_len, VISION_OVERFLOW)
-    return out.samples(enc, layout.name, train_on=train_on, overflow=overflow, template=template.name)
+    return out.samples(enc, scheme.name, train_on=train_on, overflow=overflow, template=template.name)
 
 
 def _template(processor: Any) -> ChatTemplate:
@@ -272,7 +272,7 @@ class _Collected:
         self.grids.append(grids)
         self.per_sample.append(len(images))
 
-    def samples(self, enc: _Encoder, layout: str, **info: Any) -> VisionSamples:
+    def samples(self, enc: _Encoder, positions: str, **info: Any) -> VisionSamples:
         lengths = np.array([a.size for a in self.ids], dtype=np.int64)
         cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
         labels = cat(self.labels)
@@ -285,7 +285,7 @@ class _Collected:
             images=self.images,
             grids=np.concatenate(self.grids).reshape(-1, 3) if self.grids else np.zeros((0, 3), np.int64),
             image_token_id=enc.image_token_id,
-            layout=layout,
+            positions=positions,
             merge=enc.merge,
             num_examples=self.num_examples,
             dropped=self.dropped,

@@ -1,10 +1,11 @@
 """``vision``: image-text SFT of a transformers vision-language model (Qwen2-VL family, LLaVA-style).
 
 ``seqpack pack --task vision RECORDS --tokenizer PROCESSOR_DIR`` reads TRL's vision records with the
-model's processor (saved with ``save_pretrained``; ``--tokenizer`` names its directory) and writes
-the packed image-text rows of `seqpack.tasks.vision.packed`, the processor copied beside them.
-``seqpack train --data DIR --hf-model VLM_CONFIG`` trains on them: one padding-free ``(1, T)`` row
-per micro-batch (`VisionCollator`), seqpack's packed attention
+model's processor (saved with ``save_pretrained``; ``--tokenizer`` names its directory) and packs
+them like any other task: a packed dataset whose example table holds the images
+(`seqpack.tasks.vision.packed`), the processor copied beside it. ``seqpack train --data DIR
+--hf-model VLM_CONFIG`` trains on them: the micro-batch's rows side by side in one padding-free
+``(1, T)`` row (`VisionBatches`), seqpack's packed attention
 in the text model, the loss per sample (``--reduction sequence``) or per token, on the assistant
 tokens only. Training a vision-language model needs ``--hf-model``: seqpack has no model of its own
 for images.
@@ -20,15 +21,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from seqpack.data.sequences import check_overflow
 from seqpack.tasks._lm import add_lm_metrics, lm_units
-from seqpack.tasks.base import Trains, WritesRows
+from seqpack.tasks.base import Task
 from seqpack.tasks.chat.sequences import TRAIN_ON
 from seqpack.tasks.vision.samples import VISION_OVERFLOW
 
 if TYPE_CHECKING:
     import torch
 
-#: what the packed image-text rows are not written with; ``seqpack pack`` refuses them for this task
-NOT_TAKEN = ("max_depth", "position_offset", "context_parallel")
+    from seqpack.data.sequences import Sequences
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,73 +69,98 @@ def _refuse_seqpack_model() -> ValueError:
 
 
 @dataclass(frozen=True, kw_only=True)
-class VisionTask(WritesRows, Trains):
-    """Image-text rows (`seqpack.tasks.vision.packed`: images beside the tokens), written by
-    `pack_directory`, trained through a transformers vision-language model."""
+class VisionTask(Task):
+    """Image-text samples packed by the pack job, their images in the example table
+    (`seqpack.tasks.vision.packed`), trained through a transformers vision-language model."""
 
     options_type: ClassVar[type] = VisionOptions
-    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = ()
-    rows_hint: ClassVar[str] = (
-        "use seqpack pack --task vision, or vision_samples, pack_vision and write_vision_packs (seqpack.tasks.vision)"
-    )
     hf_adapted: ClassVar[bool] = False  # hf_forward runs the model; its text attention is seqpack_packed
     partial_graph: ClassVar[bool] = True  # a rank's rows may hold no image: its vision encoder then has no gradient
 
     def forward(self, model: Any, batch: Mapping[str, Any], *, reduction: str, objective: Any = None) -> Any:
         raise _refuse_seqpack_model()
 
-    def pack_directory(
-        self,
-        source: Any,
-        processor_dir: str | os.PathLike[str],
-        out: str | os.PathLike[str],
-        config: Any,
-        *,
-        overwrite: bool = False,
-    ) -> dict[str, Any]:
-        """``seqpack pack --task vision``: the samples of ``source`` as ``processor_dir``'s processor
-        makes them, one plan, rows written to ``out``; returns the manifest."""
-        from seqpack.tasks.vision.packed import pack_vision, write_vision_packs
-        from seqpack.tasks.vision.processor import load_processor
-        from seqpack.tasks.vision.samples import vision_samples
-
-        for name in NOT_TAKEN:
+    # ---- packing -------------------------------------------------------------------------------
+    def check_pack_config(self, config: Any) -> None:
+        """Image-text samples keep the positions they have alone (the collator makes them), and their
+        rows are not split across context-parallel ranks."""
+        for name, flag in (("position_offset", "--position-offset"), ("context_parallel", "--context-parallel")):
             if getattr(config, name) != type(config).__dataclass_fields__[name].default:
                 raise ValueError(
-                    f"--{name.replace('_', '-')} is not taken by task vision (its samples keep the positions "
-                    "they have alone, any number to a row); drop it"
+                    f"{flag} is not taken by task vision (its samples keep the positions they have alone, "
+                    "one padding-free row per micro-batch); drop it"
                 )
-        o: VisionOptions = config.options
-        if not Path(processor_dir).is_dir():
+
+    def open_tokenizer(self, path: str | os.PathLike[str]) -> Any:
+        """``--tokenizer`` names the model's processor directory (``processor.save_pretrained(DIR)``)."""
+        from seqpack.tasks.vision.processor import ProcessorTokenizer, load_processor
+
+        if not Path(path).is_dir():
             raise ValueError(
-                f"--tokenizer {processor_dir}: task vision reads the model's processor; give the directory "
+                f"--tokenizer {path}: task vision reads the model's processor; give the directory "
                 "it was saved to (processor.save_pretrained(DIR))"
             )
-        processor = load_processor(processor_dir)
+        return ProcessorTokenizer(load_processor(path), path=path)
+
+    def write_beside(self, tokenizer: Any, root: Path) -> None:
+        """The processor the samples were made with, in ``processor/`` (what training reads images with)."""
+        from seqpack.tasks.vision.packed import PROCESSOR
+
+        self._processor(tokenizer).save(root / PROCESSOR)
+
+    def _processor(self, tokenizer: Any) -> Any:
+        from seqpack.tasks.vision.processor import ProcessorTokenizer
+
+        if not isinstance(tokenizer, ProcessorTokenizer):
+            raise ValueError(
+                "task vision makes its samples with the model's processor: pass ProcessorTokenizer(processor) "
+                "(seqpack.tasks.vision), or --tokenizer PROCESSOR_DIR"
+            )
+        return tokenizer
+
+    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Sequences:
+        """One sample per record of ``source``, as the processor makes it (`vision_samples`)."""
+        return self._sequences(source, tokenizer, config, None)
+
+    def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
+        """Where relative image paths point: ``--image-root``, or the folder that holds the record files."""
+        root = config.options.image_root
+        if root is None and source:
+            root = os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f in source])
+        return {"image_root": root}
+
+    def build_shard(self, records: list[dict[str, Any]], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
+        return self._sequences(records, tokenizer, config, context.get("image_root"))
+
+    def stream_context(self, config: Any) -> dict[str, Any]:
+        raise ValueError(
+            "task vision is not streamed: its images go in the packed dataset's example table; "
+            "pack the records with seqpack pack --task vision and train on the directory"
+        )
+
+    def _sequences(self, source: Any, tokenizer: Any, config: Any, image_root: Any) -> Sequences:
+        from seqpack.tasks.vision.packed import vision_sequences
+        from seqpack.tasks.vision.samples import vision_samples
+
+        tok = self._processor(tokenizer)
+        o: VisionOptions = config.options
         samples = vision_samples(
             source,
-            processor,
+            tok.processor,
             max_len=config.max_len,
             images_field=o.images_field,
             messages_field=o.messages_field,
             train_on=o.train_on,
             overflow=o.overflow,
-            image_root=o.image_root,
+            image_root=o.image_root or image_root,
         )
-        packs = pack_vision(samples, max_len=config.max_len, algorithm=config.algorithm, seed=config.seed)
-        extra = {
-            "config": config.to_dict(),
-            "source": os.path.abspath(source) if isinstance(source, (str, os.PathLike)) else None,
-        }
-        write_vision_packs(packs, out, processor=processor, overwrite=overwrite, extra=extra)
-        from seqpack.tasks.vision.packed import VisionRows
-
-        return VisionRows(out).manifest
+        return vision_sequences(samples, vocab_size=tok.vocab_size)
 
     def pack_summary(self, manifest: Mapping[str, Any]) -> str:
+        info = manifest["task_info"]
         return (
-            f"images: {manifest['images']:,} ({manifest['layout']} positions); rows store them encoded, the "
-            "processor makes their pixels when a row is read"
+            f"images: {info['images']:,} ({info['positions']} positions), kept encoded in the example table; "
+            "the processor makes their pixels when a row is read"
         )
 
     # ---- models -------------------------------------------------------------------------------
@@ -149,12 +174,18 @@ class VisionTask(WritesRows, Trains):
     ) -> tuple[Any, Any]:
         raise _refuse_seqpack_model()
 
+    def batch_maker(self, path: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Any:
+        """The rows side by side with their images' pixels (`VisionBatches`)."""
+        from seqpack.tasks.vision.collate import VisionBatches
+
+        return VisionBatches(path, manifest)
+
     def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
         """The text model's vocabulary is the processor's; the image placeholder is the rows'."""
         text = d.setdefault("text_config", {})
         if isinstance(text, dict):
             text["vocab_size"] = d["vocab_size"]
-        d["image_token_id"] = int(manifest["image_token_id"])
+        d["image_token_id"] = int(manifest["task_info"]["image_token_id"])
         d.pop("image_token_index", None)  # an older name of the same id
 
     def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
