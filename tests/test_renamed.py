@@ -19,6 +19,10 @@ RENAMED = [
     ("seqpack.data.trl", "pack_examples", "seqpack.data.trl", "padding_free_examples"),
     ("seqpack.train.objective", "step_loss", "seqpack.train.step_loss", "step_loss"),
     ("seqpack.tasks.preference.objective", "pair_outputs", "seqpack.tasks.preference.forward", "pair_outputs"),
+    ("seqpack.tasks.vision", "LAYOUTS", "seqpack.tasks.vision", "POSITION_SCHEMES"),
+    ("seqpack.tasks.vision", "layout_of", "seqpack.tasks.vision", "position_scheme_of"),
+    ("seqpack.tasks.vision.rope", "Layout", "seqpack.tasks.vision.rope", "PositionScheme"),
+    ("seqpack.train.vision_data", "VisionTrainData", "seqpack.train.data", "TrainData"),
 ]
 
 

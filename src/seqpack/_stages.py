@@ -224,3 +224,14 @@ class StageLog:
         result = fn()
         self.finish(name, key, result, files=outputs)
         return result, False
+
+
+def verify_file(f: Path, checksum: str | None) -> None:
+    """The one check of a written file against the checksum its manifest recorded (``None``: written
+    before checksums, nothing to check), made by every reader that trains or evaluates on it
+    (`seqpack.data.format.check_part`, `seqpack.data.format.bin_column`, the example table): an edit, even with its mtime restored, is
+    refused in one line."""
+    if checksum is not None and file_checksum(f) != checksum:
+        raise ValueError(
+            f"{f}: changed since seqpack pack wrote it (checksum mismatch with manifest.json); re-run seqpack pack"
+        )

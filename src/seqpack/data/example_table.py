@@ -106,7 +106,7 @@ class ExampleTable:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from seqpack.data.format import verify_file
+        from seqpack._stages import verify_file
 
         self.path = Path(path)
         entry = manifest.get("example_table")

@@ -25,6 +25,7 @@ import numpy as np
 
 from seqpack._atomic import atomic_directory, read_versioned_json
 from seqpack._parallel import default_workers
+from seqpack._stages import verify_file
 from seqpack._version import __version__
 from seqpack.data.columns import PackedColumns
 from seqpack.data.derived import check_rules, derive_columns, stored_needed
@@ -387,19 +388,6 @@ def verify_parts(path: str | os.PathLike[str], manifest: Mapping[str, Any]) -> N
     part that changed since it was written (parts of datasets written before checksums pass)."""
     for s in manifest["shards"]:
         verify_file(Path(path) / s["file"], s.get("checksum"))
-
-
-def verify_file(f: Path, checksum: str | None) -> None:
-    """The one check of a written file against the checksum its manifest recorded (``None``: written
-    before checksums, nothing to check), made by every reader that trains or evaluates on it
-    (`check_part`, `bin_column`, the image-text rows): an edit, even with its mtime restored, is
-    refused in one line."""
-    from seqpack._stages import file_checksum
-
-    if checksum is not None and file_checksum(f) != checksum:
-        raise ValueError(
-            f"{f}: changed since seqpack pack wrote it (checksum mismatch with {MANIFEST}); re-run seqpack pack"
-        )
 
 
 def bin_checksums(root: Path, names: Iterable[str]) -> dict[str, str]:

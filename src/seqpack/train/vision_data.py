@@ -9,5 +9,5 @@ def __getattr__(name: str) -> Any:
         from seqpack._lazy import renamed
         from seqpack.train.data import TrainData
 
-        return renamed(__name__, name, "seqpack.train.data.TrainData", TrainData)
+        return renamed("seqpack.train", f"vision_data.{name}", "data.TrainData", TrainData)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -221,6 +221,8 @@ def test_rows_written_read_back_and_handed_to_datasets(tmp_path):
     with pytest.warns(DeprecationWarning, match="write_vision_packs is deprecated"):
         write_vision_packs(packs, tmp_path / "old", processor=processor)
     old = VisionRows(tmp_path / "old")
+    same = ("task", "token_labels", "float_labels", "causal_lm", "derived_columns", "task_info", "num_packs", "columns")
+    assert {k: old.manifest[k] for k in same} == {k: m[k] for k in same}
     assert all(old[i]["images"] == rows[i]["images"] and np.array_equal(old[i]["input_ids"], rows[i]["input_ids"])
                for i in range(len(rows)))
     with pytest.warns(DeprecationWarning, match="vision_rows_dataset is deprecated"):

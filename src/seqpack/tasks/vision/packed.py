@@ -33,6 +33,8 @@ PROCESSOR = "processor"  # the processor the rows were made with (save_pretraine
 TASK = "vision"
 #: the example table's columns of an image-text dataset (beside its key)
 IMAGE_COLUMNS = ("images", "image_grids")
+#: the task's facts (`seqpack.tasks.TaskBase.facts`) and derived columns, for `write_vision_packs`
+FACTS = {"token_labels": True, "float_labels": False, "causal_lm": False}
 #: the packed columns a row of images is read from
 ROW_COLUMNS = ("input_ids", "labels", "segment_ids", "example_ids", "num_sequences")
 
@@ -148,7 +150,6 @@ def write_vision_packs(
 
     from seqpack.data.columns import PackedColumns, materialize, pack_depth
     from seqpack.data.format import WriteOptions, write_packed
-    from seqpack.tasks import get_task
     from seqpack.tasks.vision.processor import ProcessorTokenizer
 
     warnings.warn(
@@ -162,13 +163,12 @@ def write_vision_packs(
     depth = pack_depth(packs.packing, None)
     cols = materialize(seqs, packs.packing, max_len=packs.max_len, max_depth=depth)
     pc = PackedColumns(TASK, cols, packs.packing, packs.max_len, depth, examples=seqs.examples)
-    task = get_task(TASK)
     info = {
         "num_examples": seqs.num_examples,
         "dropped": seqs.dropped,
         "task_info": seqs.info,
         "vocab_size": None if tok is None else tok.vocab_size,
-        **task.facts(),
+        **FACTS,
         **(extra or {}),
     }
     write_packed(
@@ -176,7 +176,7 @@ def write_vision_packs(
         path,
         options=WriteOptions(overwrite=overwrite),
         extra=info,
-        derived=dict(task.derived_columns),
+        derived={"segment_ids": "segments"},
         beside=None if tok is None else (lambda root: tok.save(root / PROCESSOR)),
     )
     return Path(path)
