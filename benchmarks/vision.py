@@ -22,7 +22,7 @@ processor's max_pixels lets every image through unresized), one exchange of 3-90
    Samples per second, median over interleaved rounds after a warm-up step per arm. TRL's collator
    renders and tokenizes every sample at each step; the rows were tokenized when they were packed
    (their collator only processes the images): the seconds each collator took are reported apart.
-4. ``seqpack train --hf-model``'s loop on the same records' rows written by ``write_vision_packs``
+4. ``seqpack train --hf-model``'s loop on the same records packed by the pack job (``build_packed_dataset``)
    (the packed arm's model config, its own random init, 2 rows per step, per-sample loss, one row
    held out): samples per second of its steps after the first, median (the library's training loop,
    reading rows from disk, against the bare packed step of 3).
@@ -174,15 +174,16 @@ def cli_loop(records, steps: int, rounds: int) -> dict:  # type: ignore[no-untyp
     from pathlib import Path
 
     from seqpack.experiments.tiny_vlm import tiny_config
-    from seqpack.tasks.vision import write_vision_packs
+    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.tasks.vision import ProcessorTokenizer
     from seqpack.train import TrainConfig, train
     from seqpack.train.checkpoint import read_metrics
 
     processor = tiny_processor("qwen2_vl", max_pixels=MAX_PIXELS)
     recs = records[:(steps * rounds + 1) * BATCH]  # the records the other arms train on
-    packs = pack_vision(vision_samples(recs, processor, max_len=MAX_LEN), max_len=MAX_LEN)
     with tempfile.TemporaryDirectory() as d:
-        write_vision_packs(packs, Path(d, "packs"), processor=processor)
+        build_packed_dataset(recs, ProcessorTokenizer(processor), Path(d, "packs"),
+                             PackConfig.for_task("vision", max_len=MAX_LEN))
         tiny_config("qwen2_vl", processor, hidden=128, layers=4).save_pretrained(Path(d, "model"))
         n = steps * rounds + 1
         train(TrainConfig(data=str(Path(d, "packs")), out=str(Path(d, "run")), hf_model=str(Path(d, "model")),

@@ -127,10 +127,12 @@ def add_parser(sub: Any) -> None:
         "for readers other than seqpack (datasets.load_dataset)",
     )
     p.add_argument(
+        "--encoding",
         "--parquet-encoding",
+        dest="encoding",
         choices=ENCODINGS,
         default=default_of(OutputOptions, "encoding"),
-        help="of the numeric columns: byte_stream_split (smaller, faster to write; pyarrow >= 16 reads "
+        help="Parquet encoding of the numeric columns: byte_stream_split (smaller, faster to write; pyarrow >= 16 reads "
         "it) or plain (any Parquet reader)",
     )
     p.add_argument(
@@ -233,7 +235,7 @@ def _pack_job(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
                 shard_packs=args.shard_packs,
                 row_group_packs=args.row_group_packs,
                 write_derived=args.write_derived,
-                encoding=args.parquet_encoding,
+                encoding=args.encoding,
             ),
         )
     finally:

@@ -1,5 +1,5 @@
-"""The packed format alone: sequences before packing, the packed columns and their layout,
-Parquet parts + ``manifest.json`` (+ optional ``.bin``), lazy readers, the torch ``Dataset``,
+"""The packed format alone: sequences before packing, the packed columns,
+Parquet parts + ``manifest.json`` (+ optional ``.bin``, + the example table), lazy readers, the torch ``Dataset``,
 the padded view, predictions unpacked, and TRL's padding-free examples.
 
 Everything but `PackedDataset` and `collate_packed` is numpy/pyarrow;
@@ -18,6 +18,7 @@ from seqpack.data.columns import (
     materialize_oracle,
     pack_sequences,
 )
+from seqpack.data.example_table import ExampleTable
 from seqpack.data.format import (
     WriteOptions,
     add_derived_columns,
@@ -34,6 +35,7 @@ from seqpack.data.unpack import unpack_predictions
 __all__ = [
     "IGNORE_INDEX",
     "BalancedSampler",
+    "ExampleTable",
     "PackedColumns",
     "PackedDataset",
     "Sequences",

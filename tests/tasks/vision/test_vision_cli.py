@@ -237,3 +237,25 @@ def test_two_cpu_ranks_agree_with_one_process(packed, tmp_path):
     assert_adam_weights_close(p2, p1, lr=1e-3, steps=3)  # the default AdamW, 3 steps
     steps = lambda run: [(r["step"], r["step_sequences"], round(r["loss"], 4)) for r in read_metrics(run) if "loss" in r]  # noqa: E731
     assert steps(tmp_path / "two") == steps(tmp_path / "one")
+
+
+def test_the_processor_travels_to_other_processes_by_its_directory(packed):
+    """What --tokenizer opens for task vision pickles by its directory (a processor made for images
+    only does not pickle) and keeps its fingerprint; the copy saved beside the rows has the same one."""
+    import pickle
+
+    family, d, _ = packed
+    tok = get_task("vision").open_tokenizer(d / "processor")
+    again = pickle.loads(pickle.dumps(tok))
+    assert again.processor is not tok.processor and again.vocab_size == tok.vocab_size
+    assert again.fingerprint() == tok.fingerprint() == get_task("vision").open_tokenizer(d / "packs" / "processor").fingerprint()
+
+
+def test_a_stream_of_image_text_records_is_refused_in_one_line(packed):
+    from seqpack.pipeline.streaming import PackedStream, StreamConfig
+
+    family, d, recs = packed
+    tok = get_task("vision").open_tokenizer(d / "processor")
+    with pytest.raises(ValueError, match="task vision is not streamed") as e:
+        PackedStream(recs, config=StreamConfig(task="vision", max_len=512), tokenizer=tok)
+    assert "\n" not in str(e.value)
