@@ -23,6 +23,8 @@ RENAMED = [
     ("seqpack.tasks.vision", "layout_of", "seqpack.tasks.vision", "position_scheme_of"),
     ("seqpack.tasks.vision.rope", "Layout", "seqpack.tasks.vision.rope", "PositionScheme"),
     ("seqpack.train.vision_data", "VisionTrainData", "seqpack.train.data", "TrainData"),
+    ("seqpack.data.context_parallel", "cp_layout", "seqpack.data.context_parallel", "cp_placement"),
+    ("seqpack.data.context_parallel", "CPLayout", "seqpack.data.context_parallel", "CPPlacement"),
 ]
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from seqpack.data.context_parallel import (
     causal_pairs,
-    cp_layout,
+    cp_placement,
     cp_lengths,
     cp_shard,
     cp_shard_index,
@@ -53,7 +53,7 @@ def test_every_token_on_exactly_one_rank_and_equal_shares(case):
     seg = row_of(lengths, max_len)
     held = []
     for r in range(cp):
-        lay = cp_layout(seg, cp=cp)
+        lay = cp_placement(seg, cp=cp)
         idx = cp_shard_index(lay.spans, cp=cp, rank=r)
         assert idx.size == max_len // cp
         src = lay.src[idx]
@@ -99,4 +99,4 @@ def test_columns_travel_with_their_tokens_and_padding_is_masked():
 ])
 def test_rows_not_packed_for_cp_are_refused(lengths, max_len, cp, message):
     with pytest.raises(ValueError, match=message):
-        cp_layout(row_of(lengths, max_len), cp=cp)
+        cp_placement(row_of(lengths, max_len), cp=cp)

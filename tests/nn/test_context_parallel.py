@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from seqpack.data.context_parallel import cp_layout, cp_shard, cp_shard_index
+from seqpack.data.context_parallel import cp_placement, cp_shard, cp_shard_index
 
 T = 48  # divisible by 2C for C = 1, 2, 3, 4, 6, 8, 12
 V = 50
@@ -54,7 +54,7 @@ def shard(cols: dict[str, np.ndarray], cp: int, rank: int) -> tuple[dict[str, to
     parts = [cp_shard({k: cols[k][b] for k in keep}, cols["segment_ids"][b], cp=cp, rank=rank) for b in range(len(ROWS))]
     srcs = []
     for b in range(len(ROWS)):
-        lay = cp_layout(cols["segment_ids"][b], cp=cp)
+        lay = cp_placement(cols["segment_ids"][b], cp=cp)
         srcs.append(lay.src[cp_shard_index(lay.spans, cp=cp, rank=rank)])
     return {k: torch.from_numpy(np.stack([p[k] for p in parts])) for k in keep}, np.stack(srcs)
 

@@ -1,8 +1,8 @@
 """Packed rows split across context-parallel (CP) ranks, per document, balanced.
 
 A row packed for ``C`` CP ranks holds documents whose lengths were rounded up to a multiple of
-``2C`` when it was planned (`cp_lengths`), and ``max_len`` is a multiple of ``2C``. Laid out
-with each document followed by its rounding padding (`cp_layout`), every document's span
+``2C`` when it was planned (`cp_lengths`), and ``max_len`` is a multiple of ``2C``. Placed
+with each document followed by its rounding padding (`cp_placement`), every document's span
 cuts into ``2C`` equal chunks, and rank ``r`` takes chunks ``r`` and ``2C - 1 - r`` of every span
 (the causal load-balancing split, rotated over the documents, `cp_shard_index`): each rank holds ``max_len / C`` tokens
 and, under the per-document causal mask, the same number of attended (query, key) pairs. The
@@ -10,7 +10,7 @@ row's trailing padding is one more span, split the same way. Every column travel
 (`cp_shard`); nothing is truncated.
 
     >>> seg = np.array([1, 1, 1, 2, 2, 2, 2, 2, 0, 0, 0, 0])   # documents of 3 and 5 tokens
-    >>> lay = cp_layout(seg, cp=1)                            # rounded to 4 and 6 (2C = 2)
+    >>> lay = cp_placement(seg, cp=1)                            # rounded to 4 and 6 (2C = 2)
     >>> lay.src.tolist(), lay.spans.tolist()
     ([0, 1, 2, -1, 3, 4, 5, 6, 7, -1, -1, -1], [[0, 4], [4, 6], [10, 2]])
     >>> cp_shard_index(np.array([[0, 4], [4, 8]]), cp=2, rank=0).tolist()   # spans of 4 and 8, chunks of 1 and 2
@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from seqpack.data.padded import sequence_spans
 from seqpack.packing.histogram import round_up
 
-#: what a column holds where the layout pads (a column not named here pads with 0)
+#: what a column holds where the placement pads (a column not named here pads with 0)
 PAD_VALUES = {"labels": -100, "targets": -100}
 
 
@@ -57,16 +58,16 @@ def doc_spans(seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(frozen=True)
-class CPLayout:
-    """A row laid out for CP: ``src`` (L,) the row position at each slot (-1: padding), ``spans``
+class CPPlacement:
+    """A row placed for CP: ``src`` (L,) the row position at each slot (-1: padding), ``spans``
     (S, 2) each document's ``(start, rounded length)`` and then the trailing padding's."""
 
     src: np.ndarray
     spans: np.ndarray
 
 
-def cp_layout(seg: np.ndarray, *, cp: int) -> CPLayout:
-    """The CP layout of a row with segment ids ``seg`` (L,): each document followed by padding up
+def cp_placement(seg: np.ndarray, *, cp: int) -> CPPlacement:
+    """The CP placement of a row with segment ids ``seg`` (L,): each document followed by padding up
     to a multiple of ``2 * cp``, in order, then the row's trailing padding.
 
     A row whose rounded documents do not fit (it was not planned with `cp_lengths`) is
@@ -95,7 +96,7 @@ def cp_layout(seg: np.ndarray, *, cp: int) -> CPLayout:
     spans = np.stack([at[:-1], rounded], axis=1) if rounded.size else np.zeros((0, 2), np.int64)
     if used < L:
         spans = np.concatenate([spans, [[used, L - used]]])
-    return CPLayout(src, spans.astype(np.int64))
+    return CPPlacement(src, spans.astype(np.int64))
 
 
 def cp_shard_index(spans: np.ndarray, *, cp: int, rank: int) -> np.ndarray:
@@ -122,16 +123,16 @@ def cp_shard_index(spans: np.ndarray, *, cp: int, rank: int) -> np.ndarray:
 def cp_shard(
     columns: Mapping[str, np.ndarray], segment_ids: np.ndarray, *, cp: int, rank: int
 ) -> dict[str, np.ndarray]:
-    """Rank ``rank``'s share of one row: every per-token column (L,) laid out (`cp_layout`,
+    """Rank ``rank``'s share of one row: every per-token column (L,) placed (`cp_placement`,
     padding from `PAD_VALUES`, else 0) and gathered at `cp_shard_index`.  # (L,) -> (L / cp,)
 
-    ``segment_ids`` is padding (0) on the layout's padding, so no token attends to it.
+    ``segment_ids`` is padding (0) on the placement's padding, so no token attends to it.
 
         >>> cols = {"input_ids": np.arange(10, 16), "segment_ids": np.array([1, 1, 1, 2, 0, 0])}
         >>> {k: v.tolist() for k, v in cp_shard(cols, cols["segment_ids"], cp=1, rank=0).items()}
         {'input_ids': [10, 11, 12, 0, 13, 0], 'segment_ids': [1, 1, 1, 0, 2, 0]}
     """
-    lay = cp_layout(segment_ids, cp=cp)
+    lay = cp_placement(segment_ids, cp=cp)
     idx = cp_shard_index(lay.spans, cp=cp, rank=rank)
     src = lay.src[idx]
     real = src >= 0
@@ -145,7 +146,7 @@ def cp_shard(
 
 
 def cp_shard_oracle(segment_ids: np.ndarray, *, cp: int, rank: int) -> list[int]:
-    """The obvious loop behind `cp_layout` + `cp_shard_index`: the row positions rank
+    """The obvious loop behind `cp_placement` + `cp_shard_index`: the row positions rank
     ``rank`` holds, in order (-1: padding)."""
     seg = [int(x) for x in segment_ids]
     laid: list[int] = []
@@ -187,13 +188,25 @@ def causal_pairs(segment_ids: np.ndarray, position_ids: np.ndarray) -> int:
 
 __all__ = [
     "PAD_VALUES",
-    "CPLayout",
+    "CPPlacement",
     "causal_pairs",
     "check_cp",
-    "cp_layout",
+    "cp_placement",
     "cp_lengths",
     "cp_shard",
     "cp_shard_index",
     "cp_shard_oracle",
     "doc_spans",
 ]
+
+
+#: the names these had before "layout" came to mean one thing (how continuations share a row)
+_RENAMED = {"CPLayout": "CPPlacement", "cp_layout": "cp_placement"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        from seqpack._lazy import renamed
+
+        return renamed(__name__, name, _RENAMED[name], globals()[_RENAMED[name]])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

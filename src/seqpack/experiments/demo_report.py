@@ -257,14 +257,14 @@ def training_table(s: dict[str, Any]) -> list[list[str]]:
 
 
 def split_rows(s: dict[str, Any]) -> list[list[str]]:
-    out = [["model", "layout", "step s", "body s", "rest s (heads, loss)", "body share"]]
+    out = [["model", "batches", "step s", "body s", "rest s (heads, loss)", "body share"]]
     named = [("BERT 768x2 (paper regime)", s["regime"]["split"])]
     if "split" in s["mlm"]["training"]:
         named.append(("BERT tiny (mlm)", s["mlm"]["training"]["split"]))
     for name, split in named:
-        for layout in ("padded", "packed"):
-            x = split[layout]
-            out.append([name, layout, f"{x['step_s']:.3f}", f"{x['body_s']:.3f}", f"{x['head_s']:.3f}", body_share(x)])
+        for arm in ("padded", "packed"):
+            x = split[arm]
+            out.append([name, arm, f"{x['step_s']:.3f}", f"{x['body_s']:.3f}", f"{x['head_s']:.3f}", body_share(x)])
     return out
 
 

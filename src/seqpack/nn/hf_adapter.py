@@ -16,7 +16,7 @@ What the adapter does for you:
   block mask from the restarting ``position_ids``; a 4-D mask there crashes torch's CPU kernel).
   ``flash_attention_2/3/4`` and ``seqpack_varlen`` go
   padding-free instead: the real tokens as one row with ``cu_seq_lens_q/k``
-  (`seqpack.nn.hf_padding_free`, the layout of ``DataCollatorWithFlattening``);
+  (`seqpack.nn.hf_padding_free`, the form of ``DataCollatorWithFlattening``);
 * bidirectional models (BERT) need a 4-D ``(B, 1, T, T)`` mask that keeps the row's sequences
   apart: **bool for ``sdpa``, additive float for ``eager``**. A bool 4-D mask given to an
   eager model is added to the scores as 0/1 and silently attends across sequences, so

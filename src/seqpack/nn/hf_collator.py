@@ -3,7 +3,7 @@
     ds = PackedDataset("sft/")                                        # clm or chat packs
     trainer = transformers.Trainer(model, args, train_dataset=ds, data_collator=PackedCollator())
 
-``flatten=True`` (the default) gives the layout of transformers' ``DataCollatorWithFlattening``:
+``flatten=True`` (the default) gives the padding-free form of transformers' ``DataCollatorWithFlattening``:
 every real token of the batch in one row, ``position_ids`` restarting at each sequence, labels
 with -100 at each sequence's first token, and ``cu_seq_lens_q/k`` + ``max_length_q/k`` for the
 flash kernels (other attention implementations ignore them). ``flatten=False`` keeps the packed

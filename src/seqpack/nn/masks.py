@@ -122,7 +122,7 @@ def attention_mask(
 
 
 def segment_ids_from_eos(input_ids: torch.Tensor, eos_id: int, *, pad_id: int | None = None) -> torch.Tensor:
-    """Segments of rows where each sequence ends with ``eos_id`` (the causal-LM layout).
+    """Segments of rows where each sequence ends with ``eos_id`` (the causal-LM form).
 
     Tokens after an EOS start the next segment; ``pad_id`` tokens after the last EOS become 0.
 

@@ -394,7 +394,7 @@ def _write_packs(
 
 
 def _column_specs(written: dict[str, Any], made: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """Every column's spec, in the order the layout makes them (the token fields first): those the
+    """Every column's spec, in the order `materialize` makes them (the token fields first): those the
     parts hold (``written``), and the derived ones they leave out, as the stage laid them out
     (``made``) or, for a token field it did not make, as the sequences hold it."""
     tokens = meta["dtypes"]["token_fields"]

@@ -443,7 +443,7 @@ def _row_group(
 def packs_key(name: str, first_pack: int, sequence_index: np.ndarray, meta: dict[str, Any]) -> str:
     """The key an output part is recorded under: its packs, the sequences they hold (by number,
     and the keys of the stages that built them) and how it is written."""
-    layout = {
+    how = {
         k: meta[k]
         for k in (
             "max_len",
@@ -456,4 +456,4 @@ def packs_key(name: str, first_pack: int, sequence_index: np.ndarray, meta: dict
         )
     }
     digest = hashlib.sha256(np.ascontiguousarray(sequence_index, dtype=np.int64).tobytes()).hexdigest()
-    return content_hash(name, first_pack, digest, meta["inputs_key"], layout)
+    return content_hash(name, first_pack, digest, meta["inputs_key"], how)

@@ -12,7 +12,7 @@ prompt repeated for its G completions); here the rows are taken apart, each grou
 once with its completions after it (`seqpack.rl.pack_rollouts`, ``layout="shared-prefix"``; rows
 whose prompts are equal share one), packed into rows of at most ``max_len`` tokens (default: the
 width of TRL's padded rows), run once (`seqpack.rl.rollout_logprobs`: the vocabulary head
-only where a completion token is predicted), and the values put back in TRL's ``(B, T)`` layout.
+only where a completion token is predicted), and the values put back in TRL's ``(B, T)`` form.
 Exact against TRL's padded pass (tests/rl).
 
 The model keeps its own attention for generation (``sdpa``, say); the packed pass runs ``attention``
@@ -62,7 +62,7 @@ def unpad_rollouts(
         if comp_keep[:n] != [True] * n:
             raise ValueError(
                 f"row {r}: the completion mask is not a run of ones then padding; PackedGRPOTrainer takes "
-                "right-padded completions (TRL's layout)"
+                "right-padded completions (TRL's form)"
             )
         if n == 0:  # masked out whole (a truncated completion): nothing of it is scored
             where.append(None)

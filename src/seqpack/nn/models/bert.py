@@ -5,7 +5,7 @@
     out.loss                    # MLM (per-sequence mean by default) + NSP over real slots
     out.per_sequence            # (B, D) MLM loss of each sequence, out.present (B, D)
 
-Same parameter layout as the original: post-LN blocks, word + position + token-type
+Same parameters as the original: post-LN blocks, word + position + token-type
 embeddings, tied MLM decoder, pooler on [CLS]. The pooler reads each sequence's own
 [CLS] (its first token), so NSP / classification work over ``(B, D)`` slots.
 """
