@@ -75,6 +75,7 @@ SLOW = (
     "tests/pipeline/test_job.py::test_ray_engine_writes_the_same_bytes",
     "tests/pipeline/test_engine.py::test_ray_engine_runs_tasks_and_reraises_their_errors",
     "tests/pipeline/test_golden.py::test_ray_engine_packs_byte_identical_to_golden",
+    "tests/tasks/vision/test_vision_cli.py::test_ray_workers_pack_the_same_rows",
     "tests/pipeline/test_streaming.py::test_memory_stays_bounded_on_a_long_stream",
     "tests/tokenizer/test_train.py::test_parallel_and_chunked_match_single_pass",
     "tests/train/test_loop.py::test_cli_train_and_bad_input",

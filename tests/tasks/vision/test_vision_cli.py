@@ -259,3 +259,20 @@ def test_a_stream_of_image_text_records_is_refused_in_one_line(packed):
     with pytest.raises(ValueError, match="task vision is not streamed") as e:
         PackedStream(recs, config=StreamConfig(task="vision", max_len=512), tokenizer=tok)
     assert "\n" not in str(e.value)
+
+
+def test_ray_workers_pack_the_same_rows(packed, tmp_path):
+    """On Ray, each worker opens the processor from its directory: the same rows and images as the
+    job in this process (one family: the path is the same for both)."""
+    pytest.importorskip("ray")
+    family, d, recs = packed
+    if family != "qwen2_vl":
+        pytest.skip("one family is enough for the engine")
+    code = main(["pack", str(d / "train.jsonl"), "--task", "vision", "--max-len", "512", "--tokenizer",
+                 str(d / "processor"), "--out", str(tmp_path / "ray"), "--engine", "ray",
+                 "--shard-examples", "10", "--json"])
+    assert code == 0
+    a, b = VisionRows(d / "packs"), VisionRows(tmp_path / "ray")
+    assert len(a) == len(b) and len(b.manifest["example_table"]["parts"]) == 3
+    assert all(a[i]["images"] == b[i]["images"] and np.array_equal(a[i]["input_ids"], b[i]["input_ids"])
+               for i in range(len(a)))
