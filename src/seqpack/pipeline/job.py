@@ -176,7 +176,11 @@ def run_job(
                 for i, (src, base, context) in enumerate(inputs):
                     d = work / f"sequences-{i:05d}"
                     cfg = dataclasses.replace(config, seed=config.seed + i)
-                    key = sequences_key(d.name, base, input_identity(src), cfg, tokenizer)
+                    identity = input_identity(src)
+                    more = None if isinstance(src, str) else task.shard_identity(src, cfg, context or {})
+                    if more is not None:  # files the records name (their images): a changed one redoes the shard
+                        identity = [identity, more]
+                    key = sequences_key(d.name, base, identity, cfg, tokenizer)
                     dirs.append(str(d))
                     keys.append(key)
                     rebuild.append((src, tokenizer, cfg) if isinstance(src, str) and task.tokens_from_store else None)

@@ -201,6 +201,12 @@ class PacksSequences(TaskBase, abc.ABC):
         """What every shard must agree on, from one pass over all of ``source`` (default: nothing)."""
         return {}
 
+    def shard_identity(self, records: list[dict[str, Any]], config: Any, context: dict[str, Any]) -> Any:
+        """What a shard's sequences depend on beyond its records and the config (files the records
+        name: image-text's images), for the key a resumed job checks its finished work against;
+        ``None`` (the default): nothing more."""
+        return None
+
     def build_shard(
         self, records: list[dict[str, Any]], tokenizer: AnyTokenizer, config: Any, context: dict[str, Any]
     ) -> Sequences:

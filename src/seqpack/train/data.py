@@ -117,8 +117,9 @@ class Units(abc.ABC):
     permutation seeded by ``(seed, epoch)`` (see the module); ``unit_sequences`` and
     ``unit_tokens`` hold each unit's counts.
 
-    The interface the train loop reads, and the only one: every kind of training data (packed
-    rows, image-text rows, a stream) is a `Units`, and the loop never asks which."""
+    The interface the train loop reads, and the only one: every kind of training data (a packed
+    dataset of any task, image-text rows included, or a stream) is a `Units`, and the loop never
+    asks which."""
 
     task: str  # the task's registered name
     manifest: dict[str, Any]  # the packed directory's manifest (a stream: the one it would write)

@@ -276,3 +276,38 @@ def test_ray_workers_pack_the_same_rows(packed, tmp_path):
     assert len(a) == len(b) and len(b.manifest["example_table"]["parts"]) == 3
     assert all(a[i]["images"] == b[i]["images"] and np.array_equal(a[i]["input_ids"], b[i]["input_ids"])
                for i in range(len(a)))
+
+
+def test_a_rerun_redoes_the_shard_whose_image_file_changed(packed, tmp_path, monkeypatch):
+    """A job that failed after its sequences stages is finished by the next run, which reuses a
+    shard's work only while the image files its records name are unchanged: an image rewritten
+    under the same name redoes its shard, and the rows hold the new image."""
+    import shutil
+
+    import seqpack.pipeline.job as job_mod
+
+    family, d, recs = packed
+    if family != "qwen2_vl":
+        pytest.skip("one family is enough for the job's keys")
+    src = tmp_path / "src"
+    shutil.copytree(d / "img", src / "img")
+    shutil.copy(d / "train.jsonl", src / "train.jsonl")
+    args = ["pack", str(src / "train.jsonl"), "--task", "vision", "--max-len", "512", "--tokenizer",
+            str(d / "processor"), "--out", str(tmp_path / "out"), "--shard-examples", "12", "--json"]
+    real = job_mod.packs_stage
+    monkeypatch.setattr(job_mod, "packs_stage", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    assert main(args) == 2
+    monkeypatch.setattr(job_mod, "packs_stage", real)
+    k = next(i for i, r in enumerate(recs) if r["images"] and i >= 12)  # an image of the second shard
+    old = (src / "img" / f"{k}_0.png").read_bytes()
+    new = recs[next(i for i, r in enumerate(recs) if r["images"] and r["images"][0] != old)]["images"][0]
+    (src / "img" / f"{k}_0.png").write_bytes(new)
+    from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
+
+    tok = get_task("vision").open_tokenizer(d / "processor")
+    m = build_packed_dataset(src / "train.jsonl", tok, tmp_path / "out", PackConfig.for_task("vision", max_len=512),
+                             output=OutputOptions(), shard_examples=12)
+    assert "sequences-00000" in m["reused"] and "sequences-00001" in m["redone"]
+    rows = VisionRows(tmp_path / "out")
+    table = rows.examples.rows([k])[0]
+    assert table["images"][0] == new != old

@@ -14,10 +14,10 @@ from seqpack.tasks.vision.packed import (
     VisionPacks,
     VisionRows,
     pack_vision,
-    vision_rows_dataset,
     vision_sequences,
-    write_vision_packs,
 )
+from seqpack.tasks.vision.packed import vision_rows_dataset as vision_rows_dataset  # deprecated
+from seqpack.tasks.vision.packed import write_vision_packs as write_vision_packs  # deprecated
 from seqpack.tasks.vision.processor import ProcessorTokenizer, load_processor
 from seqpack.tasks.vision.rope import POSITION_SCHEMES, mrope_positions, position_scheme_of
 from seqpack.tasks.vision.samples import VisionSamples, vision_samples
@@ -34,11 +34,9 @@ __all__ = [
     "mrope_positions",
     "pack_vision",
     "position_scheme_of",
-    "vision_rows_dataset",
     "vision_samples",
     "vision_sequences",
-    "write_vision_packs",
-]
+]  # write_vision_packs and vision_rows_dataset: deprecated, importable for one release
 
 _RENAMED = {"LAYOUTS": "POSITION_SCHEMES", "layout_of": "position_scheme_of"}
 

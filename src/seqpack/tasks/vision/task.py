@@ -129,6 +129,24 @@ class VisionTask(Task):
             root = os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f in source])
         return {"image_root": root}
 
+    def shard_identity(self, records: list[dict[str, Any]], config: Any, context: dict[str, Any]) -> Any:
+        """The size and mtime of every image file the records name (a path, or a dict holding only
+        a path): an image rewritten under the same name changes the shard's key."""
+        from seqpack._stages import file_fingerprint
+
+        o: VisionOptions = config.options
+        root = o.image_root or context.get("image_root")
+        out: list[Any] = []
+        for r in records:
+            values = r.get(o.images_field) if isinstance(r, Mapping) else None
+            for v in values if isinstance(values, list) else []:
+                if isinstance(v, Mapping) and v.get("bytes") is None:
+                    v = v.get("path")
+                if isinstance(v, (str, os.PathLike)):
+                    path = Path(v) if root is None or Path(v).is_absolute() else Path(root) / v
+                    out.append([str(path), file_fingerprint(path) if path.is_file() else None])
+        return out
+
     def build_shard(self, records: list[dict[str, Any]], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
         return self._sequences(records, tokenizer, config, context.get("image_root"))
 
