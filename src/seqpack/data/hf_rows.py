@@ -56,7 +56,10 @@ def add_example_columns(path: str | os.PathLike[str], manifest: Mapping[str, Any
             for c in names:
                 joined: list[Any] = []
                 for r in rows:
-                    joined.extend(r[c]) if isinstance(r[c], list) else joined.append(r[c])
+                    if isinstance(r[c], list):
+                        joined.extend(r[c])
+                    else:
+                        joined.append(r[c])
                 out[c].append(joined)
         return out
 

@@ -4,9 +4,10 @@ A small base (`TaskBase`: its name, options, what its rows hold, the sources it 
 capabilities a task opts into:
 
 - `PacksSequences`: its examples become `Sequences` that the pack job packs (its sequence
-  builder, the fields a sharded job rebuilds, streams);
-- `Trains`: the models that train it and how they are called, its loss components and how they
-  are counted, its evaluation metrics.
+  builder, what ``--tokenizer`` opens, the fields a sharded job rebuilds, the files kept beside the
+  rows, streams);
+- `Trains`: the models that train it and how they are called, its batches when plain tensors are
+  not them, its loss components and how they are counted, its evaluation metrics.
 
 `Task` is the usual task: `PacksSequences` and `Trains` (every text task, and a task you add). Code
 that needs a capability asks for it by the interface (`seqpack.tasks.sequence_task`,
