@@ -44,4 +44,19 @@ def renamed(package: str, old: str, new: str, value: Any) -> Any:
     return value
 
 
-__all__ = ["keep", "listing", "renamed"]
+def renamed_names(namespace: dict[str, Any], names: dict[str, str]) -> Any:
+    """A module's ``__getattr__`` for names renamed within it (``old -> new``): an old name gives the
+    new one's value with `renamed`'s warning; any other is an ``AttributeError``.
+
+        __getattr__ = renamed_names(globals(), {"cp_layout": "cp_placement"})
+    """
+
+    def __getattr__(name: str) -> Any:
+        if name in names:
+            return renamed(namespace["__name__"], name, names[name], namespace[names[name]])
+        raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+__all__ = ["keep", "listing", "renamed", "renamed_names"]

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from seqpack._lazy import renamed_names
 from seqpack.data.padded import sequence_spans
 from seqpack.packing.histogram import round_up
 
@@ -201,12 +201,4 @@ __all__ = [
 
 
 #: the names these had before "layout" came to mean one thing (how continuations share a row)
-_RENAMED = {"CPLayout": "CPPlacement", "cp_layout": "cp_placement"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        from seqpack._lazy import renamed
-
-        return renamed(__name__, name, _RENAMED[name], globals()[_RENAMED[name]])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_names(globals(), {"CPLayout": "CPPlacement", "cp_layout": "cp_placement"})

@@ -7,8 +7,7 @@ packed dataset like any other, the images in its example table.
     loader = DataLoader(VisionRows("vlm-packs/"), batch_size=4, collate_fn=VisionCollator(processor))
 """
 
-from typing import Any
-
+from seqpack._lazy import renamed_names
 from seqpack.tasks.vision.collate import VisionBatches, VisionCollator
 from seqpack.tasks.vision.packed import (
     VisionPacks,
@@ -38,12 +37,5 @@ __all__ = [
     "vision_sequences",
 ]  # write_vision_packs and vision_rows_dataset: deprecated, importable for one release
 
-_RENAMED = {"LAYOUTS": "POSITION_SCHEMES", "layout_of": "position_scheme_of"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        from seqpack._lazy import renamed
-
-        return renamed(__name__, name, _RENAMED[name], globals()[_RENAMED[name]])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: the names these had before "layout" came to mean one thing (how continuations share a row)
+__getattr__ = renamed_names(globals(), {"LAYOUTS": "POSITION_SCHEMES", "layout_of": "position_scheme_of"})

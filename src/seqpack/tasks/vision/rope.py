@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from seqpack._lazy import renamed_names
+
 
 def text_positions(lengths: np.ndarray) -> np.ndarray:
     """``0 .. n-1`` for each sample of ``lengths``, side by side.  # (S,) -> (sum,)
@@ -130,12 +132,6 @@ def position_scheme_of(processor: Any) -> PositionScheme:
 
 
 #: the names these had before "layout" came to mean one thing (how continuations share a row)
-_RENAMED = {"Layout": "PositionScheme", "LAYOUTS": "POSITION_SCHEMES", "layout_of": "position_scheme_of"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        from seqpack._lazy import renamed
-
-        return renamed(__name__, name, _RENAMED[name], globals()[_RENAMED[name]])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_names(
+    globals(), {"Layout": "PositionScheme", "LAYOUTS": "POSITION_SCHEMES", "layout_of": "position_scheme_of"}
+)
