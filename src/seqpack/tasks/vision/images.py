@@ -28,6 +28,21 @@ from pathlib import Path
 from typing import Any
 
 
+def image_path(value: Any, root: str | os.PathLike[str] | None = None) -> Path | None:
+    """The file an image reference names (a path, or a dict holding a path and no bytes), relative
+    paths against ``root``; ``None`` for an image held in the record (bytes, a PIL image).
+
+    >>> image_path({"bytes": None, "path": "a.png"}, "imgs").as_posix(), image_path(b"...")
+    ('imgs/a.png', None)
+    """
+    if isinstance(value, Mapping) and value.get("bytes") is None:
+        value = value.get("path")
+    if not isinstance(value, (str, os.PathLike)):
+        return None
+    path = Path(value)
+    return Path(root) / path if root is not None and not path.is_absolute() else path
+
+
 def image_bytes(value: Any, *, example: int, k: int, root: str | os.PathLike[str] | None = None) -> bytes:
     """The encoded bytes of image ``k`` of record ``example`` (see the module for the forms taken)."""
     where = f"example {example}: image {k}"
@@ -40,10 +55,8 @@ def image_bytes(value: Any, *, example: int, k: int, root: str | os.PathLike[str
             raise ValueError(f"{where}: a dict with neither 'bytes' nor 'path'")
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
-    if isinstance(value, (str, os.PathLike)):
-        path = Path(value)
-        if root is not None and not path.is_absolute():
-            path = Path(root) / path
+    path = image_path(value, root)
+    if path is not None:
         if not path.is_file():
             raise ValueError(f"{where}: no such file {path}")
         return path.read_bytes()

@@ -133,17 +133,15 @@ class VisionTask(Task):
         """The size and mtime of every image file the records name (a path, or a dict holding only
         a path): an image rewritten under the same name changes the shard's key."""
         from seqpack._stages import file_fingerprint
+        from seqpack.tasks.vision.images import image_path
 
         o: VisionOptions = config.options
         root = o.image_root or context.get("image_root")
         out: list[Any] = []
         for r in records:
             values = r.get(o.images_field) if isinstance(r, Mapping) else None
-            for v in values if isinstance(values, list) else []:
-                if isinstance(v, Mapping) and v.get("bytes") is None:
-                    v = v.get("path")
-                if isinstance(v, (str, os.PathLike)):
-                    path = Path(v) if root is None or Path(v).is_absolute() else Path(root) / v
+            for path in (image_path(v, root) for v in (values if isinstance(values, list) else [])):
+                if path is not None:
                     out.append([str(path), file_fingerprint(path) if path.is_file() else None])
         return out
 
