@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack.corpus.records import iter_records
+from seqpack.corpus.records import iter_records, record_files
 from seqpack.data.sequences import IGNORE_INDEX, check_overflow, offsets_of, overflow_error
 from seqpack.packing.histogram import check_max_len
 from seqpack.tasks.chat.sequences import TRAIN_ON, target_mask, turn_ends
@@ -78,6 +78,19 @@ class VisionSamples:
         }
 
 
+def image_root_of(files: list[str]) -> str | None:
+    """Where the relative image paths of records read from ``files`` point: the deepest folder that
+    holds them all (a file's own folder; a folder's, when it holds its record files directly).
+    ``seqpack pack`` and `vision_samples` use the same rule.
+
+    >>> image_root_of(["/d/train.jsonl"]), image_root_of(["/d/a/x.jsonl", "/d/b/y.jsonl"]), image_root_of([])
+    ('/d', '/d', None)
+    """
+    if not files:
+        return None
+    return os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f in files])
+
+
 def check_vision_messages(messages: Any, i: int) -> int:
     """Check example ``i``'s messages (TRL's vision format); the number of image parts they hold."""
     if not isinstance(messages, list) or not messages:
@@ -117,15 +130,15 @@ def vision_samples(
     image_root: str | os.PathLike[str] | None = None,
 ) -> VisionSamples:
     """One sample per record, as ``processor`` (a transformers ``AutoProcessor``) makes it; see the module.
-    ``image_root``: where relative image paths point (default: the folder of ``examples`` when it is
-    a file or a folder of record files, else the working directory)."""
+    ``image_root``: where relative image paths point (default: `image_root_of` the record files
+    ``examples`` names, else the working directory)."""
     check_max_len(max_len)
     check_overflow(overflow, allowed=VISION_OVERFLOW)
     if train_on not in TRAIN_ON:
         raise ValueError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {train_on!r}")
     template = _template(processor)
     if image_root is None and isinstance(examples, (str, os.PathLike)):
-        image_root = examples if os.path.isdir(examples) else os.path.dirname(os.path.abspath(examples))
+        image_root = image_root_of(record_files(examples))
     scheme = position_scheme_of(processor)
     enc = _Encoder(processor, scheme.axes > 1)
     out = _Collected()

@@ -124,10 +124,9 @@ class VisionTask(Task):
 
     def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
         """Where relative image paths point: ``--image-root``, or the folder that holds the record files."""
-        root = config.options.image_root
-        if root is None and source:
-            root = os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f in source])
-        return {"image_root": root}
+        from seqpack.tasks.vision.samples import image_root_of
+
+        return {"image_root": config.options.image_root or image_root_of(list(source))}
 
     def shard_identity(self, records: list[dict[str, Any]], config: Any, context: dict[str, Any]) -> Any:
         """The size and mtime of every image file the records name (a path, or a dict holding only
