@@ -1,7 +1,7 @@
 """Atomic output, the one helper every writer uses: write into a temp dir (or file) beside the
 target, then rename.
 
-    with atomic_directory("out", overwrite=False) as tmp:
+    with atomic_directory("out", kind=OutputKind("packed dataset", ("manifest.json", "kind", "seqpack.packed_dataset"))) as tmp:
         (tmp / "data.bin").write_bytes(...)
         (tmp / "meta.json").write_text(...)   # manifest last
     # "out" now exists, complete, or not at all
@@ -96,40 +96,157 @@ def check_writable(out: Path, *, flag: str = "--out") -> None:
         raise ValueError(f"{flag} {out}: cannot write in {anc} (read-only or not permitted); pick another output")
 
 
+class OutputKind:
+    """What a seqpack output directory is, told by its own files: ``--overwrite`` replaces a
+    directory only when it is empty or one of these (`check_output_dir`).
+
+    ``markers``: ``(file, key, value)`` triples, any of which tells one (``manifest.json`` whose
+    ``kind`` is ``seqpack.packed_dataset``); ``inside``: a file whose presence in the parent
+    directory tells one (a stage's output inside a job's own work directory).
+
+    >>> import tempfile; d = Path(tempfile.mkdtemp())
+    >>> PACKED = OutputKind("packed dataset", ("manifest.json", "kind", "seqpack.packed_dataset"))
+    >>> PACKED.made(d)
+    False
+    >>> _ = (d / "manifest.json").write_text('{"kind": "seqpack.packed_dataset"}')
+    >>> PACKED.made(d)
+    True
+    """
+
+    __slots__ = ("inside", "markers", "what")
+
+    def __init__(self, what: str, *markers: tuple[str, str, str], inside: str | None = None) -> None:
+        self.what, self.markers, self.inside = what, markers, inside
+
+    def made(self, directory: Path) -> bool:
+        """Whether ``directory`` is one of these, as its own files say."""
+        if self.inside is not None and (directory.parent / self.inside).is_file():
+            return True
+        return any(_json_field(directory / name, key) == value for name, key, value in self.markers)
+
+    def __repr__(self) -> str:
+        return f"OutputKind({self.what!r})"
+
+
+#: the files whose ``kind`` (or ``format``) names what a seqpack directory is, for the line that
+#: refuses one of another kind
+MARKER_FILES = ("manifest.json", "meta.json", "shards.json", "config.json", ".seqpack-demo.json")
+#: a marker file read to tell a directory's kind is at most this large (a manifest lists its parts)
+_MARKER_BYTES = 256 * 2**20
+
+
+def _json_field(path: Path, key: str) -> Any:
+    """``path``'s JSON object's ``key``, or None (no such file, too large, not a JSON object)."""
+    try:
+        if not path.is_file() or path.stat().st_size > _MARKER_BYTES:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get(key) if isinstance(data, dict) else None
+
+
+def seqpack_kind(directory: Path) -> str | None:
+    """The kind a seqpack directory says it is (``seqpack.token_store``), or None."""
+    for name in MARKER_FILES:
+        for key in ("kind", "format"):
+            v = _json_field(directory / name, key)
+            if isinstance(v, str) and v.startswith("seqpack"):
+                return v
+    return None
+
+
 def check_output_dir(
-    path: str | os.PathLike[str], *, overwrite: bool, inputs: Iterable[str | os.PathLike[str] | None] = ()
+    path: str | os.PathLike[str],
+    *,
+    overwrite: bool,
+    kind: OutputKind,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
+    flag: str = "--out",
 ) -> Path:
-    """Refuse an existing non-empty ``path`` unless ``overwrite``, and any ``path`` that
-    `check_not_input` refuses (``inputs``: what the command reads)."""
-    check_not_input(path, inputs)
+    """The one rule over a directory a command writes: refuse it if `check_not_input` does
+    (``inputs``: what the command reads); a new or empty directory is written; an existing
+    ``kind`` (its own files say so) is replaced only with ``overwrite``; anything else (a home
+    directory, the working directory's parent, a folder of the user's files, a seqpack directory
+    of another kind) is refused whatever ``overwrite`` says: nothing seqpack did not make is
+    ever deleted.
+
+    >>> import tempfile; home = Path(tempfile.mkdtemp()); _ = (home / ".bashrc").write_text("x")
+    >>> check_output_dir(home, overwrite=True, kind=OutputKind("packed dataset"))
+    Traceback (most recent call last):
+    ...
+    FileExistsError: --out ...: holds files seqpack did not make (.bashrc); --overwrite replaces only an empty directory or a packed dataset: pick another --out
+    """
+    check_not_input(path, inputs, flag=flag)
     out = Path(path)
-    check_writable(out)
+    check_writable(out, flag=flag)
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out}: exists and is not empty; pass --overwrite to replace it")
-    return out
+        raise FileExistsError(f"{flag} {out}: exists and is not a directory; pick another {flag}")
+    if not out.is_dir():
+        return out
+    entries = sorted(os.listdir(out))
+    if not entries:
+        return out
+    if kind.made(out):
+        if not overwrite:
+            raise FileExistsError(f"{out}: holds a {kind.what}; pass --overwrite to replace it")
+        return out
+    raise FileExistsError(foreign_directory(out, entries, kind, flag=flag))
+
+
+def foreign_directory(out: Path, entries: list[str], kind: OutputKind, *, flag: str = "--out") -> str:
+    """The line that refuses to replace ``out``, a non-empty directory that is not a ``kind``."""
+    other = seqpack_kind(out)
+    if other is not None:
+        return f"{flag} {out}: holds a {other}, not a {kind.what}; pick another {flag}"
+    shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+    return (
+        f"{flag} {out}: holds files seqpack did not make ({shown}); --overwrite replaces only an empty "
+        f"directory or a {kind.what}: pick another {flag}"
+    )
+
+
+#: what an output file that ``--overwrite`` may replace starts with, by the format its flag writes
+#: (`check_outputs`); a JSON file must also say it is seqpack's (its ``kind`` or ``format``)
+FILE_FORMATS = {"json": b"{", "png": b"\x89PNG\r\n\x1a\n"}
+
+
+def made_file(path: Path, fmt: str) -> bool:
+    """Whether ``path`` is a file seqpack wrote in format ``fmt`` (`FILE_FORMATS`): so that
+    ``--overwrite`` replaces an earlier plan or plot, never a user's ``.bashrc``."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(FILE_FORMATS[fmt]))
+    except OSError:
+        return False
+    if head != FILE_FORMATS[fmt]:
+        return False
+    if fmt != "json":
+        return True
+    said = [_json_field(path, key) for key in ("kind", "format")]
+    return any(isinstance(v, str) and v.startswith("seqpack") for v in said)
 
 
 def check_outputs(
-    outputs: Mapping[str, tuple[str | os.PathLike[str] | None, bool]],
+    outputs: Mapping[str, tuple[str | os.PathLike[str] | None, str | None]],
     inputs: Iterable[str | os.PathLike[str] | None],
     *,
     overwrite: bool,
 ) -> None:
     """The one guard over a command's outputs, before any work: ``outputs`` maps a flag to (its path
-    or None, whether it names a file). No output is, holds or lies inside an input or another output;
-    each is writable; a file that exists is replaced only with ``overwrite`` (a directory's own rules,
-    such as a run's resume, stay with the command).
+    or None, the format of the file it names, or None for a directory). No output is, holds or lies
+    inside an input or another output; each is writable; a file that exists is replaced only with
+    ``overwrite``, and only if it is a file of that format seqpack wrote (`made_file`); a directory's
+    own rules (`check_output_dir`, a run's resume) stay with the command.
 
-    >>> check_outputs({"--out": ("h.npy", True)}, ["h.npy"], overwrite=True)
+    >>> check_outputs({"--out": ("h.npy", "json")}, ["h.npy"], overwrite=True)
     Traceback (most recent call last):
     ...
     ValueError: --out h.npy is the input h.npy; pick an output outside every input
     """
-    given = [(flag, path, is_file) for flag, (path, is_file) in outputs.items() if path not in (None, "", "-")]
+    given = [(flag, path, fmt) for flag, (path, fmt) in outputs.items() if path not in (None, "", "-")]
     inputs = list(inputs)
-    for i, (flag, path, is_file) in enumerate(given):
+    for i, (flag, path, fmt) in enumerate(given):
         assert path is not None
         check_not_input(path, inputs, flag=flag)
         for other, other_path, _ in given[:i]:
@@ -137,10 +254,17 @@ def check_outputs(
                 raise ValueError(f"{flag} {path} is also {other}; give each output its own path")
         out = Path(path)
         check_writable(out, flag=flag)
-        if is_file and out.is_dir():
+        if fmt is None:
+            continue
+        if out.is_dir():
             raise ValueError(f"{flag} {path}: is a directory; {flag} names a file")
-        if is_file and out.exists() and not overwrite:
+        if out.exists() and not overwrite:
             raise ValueError(f"{flag} {path}: exists; pass --overwrite to replace it")
+        if out.exists() and not made_file(out, fmt):
+            raise ValueError(
+                f"{flag} {path}: exists and is not a {fmt.upper()} file seqpack wrote; --overwrite replaces only "
+                f"those: pick another {flag}"
+            )
 
 
 def _umask() -> int:
@@ -242,21 +366,22 @@ def _release(fd: int, lock: str) -> None:
 
 
 @contextmanager
-def atomic_directory(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a fresh temp dir; on success it replaces ``path`` in one rename (under `output_lock`)."""
-    with output_lock(path), _atomic_directory(path, overwrite=overwrite) as tmp:
+def atomic_directory(path: str | os.PathLike[str], *, kind: OutputKind, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a fresh temp dir; on success it replaces ``path`` in one rename (under `output_lock`).
+    ``path`` must be new, empty, or (with ``overwrite``) a ``kind`` (`check_output_dir`)."""
+    with output_lock(path), _atomic_directory(path, kind=kind, overwrite=overwrite) as tmp:
         yield tmp
 
 
 @contextmanager
-def _atomic_directory(path: str | os.PathLike[str], *, overwrite: bool) -> Iterator[Path]:
-    out = check_output_dir(path, overwrite=overwrite)
+def _atomic_directory(path: str | os.PathLike[str], *, kind: OutputKind, overwrite: bool) -> Iterator[Path]:
+    out = check_output_dir(path, overwrite=overwrite, kind=kind)
     parent = out.resolve().parent
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
     try:
         with _naming(out):
             yield tmp
-            replace_directory(tmp, out)
+            replace_directory(tmp, out, kind=kind)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -274,10 +399,15 @@ def _naming(out: Path) -> Iterator[None]:
         raise OSError(f"{out}: writing failed ({e.strerror or e}){hint}") from e
 
 
-def replace_directory(src: Path, out: Path) -> None:
-    """Put the finished directory ``src`` at ``out`` (replacing it) in one rename."""
+def replace_directory(src: Path, out: Path, *, kind: OutputKind) -> None:
+    """Put the finished directory ``src`` at ``out`` in one rename, replacing ``out`` only if it is
+    empty or a ``kind`` (checked again here, at the last moment: nothing else is ever deleted)."""
     parent = out.resolve().parent
     os.chmod(src, 0o755)
+    if out.is_dir() and not out.is_symlink():
+        entries = sorted(os.listdir(out))
+        if entries and not kind.made(out):
+            raise FileExistsError(foreign_directory(out, entries, kind))
     if out.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=parent))
         os.rename(out, old / "x")

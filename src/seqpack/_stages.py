@@ -36,9 +36,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from seqpack._atomic import write_text_atomic
+from seqpack._atomic import OutputKind, write_text_atomic
 
 JOB = "job.json"
+#: a stage's output, inside its job's own work directory (which holds the job's ``JOB``)
+STAGE = OutputKind("stage output", inside=JOB)
 SUFFIX = ".stage.json"
 
 
@@ -126,6 +128,11 @@ def work_dir(out: Path, job: Mapping[str, Any]) -> Path:
         except (OSError, ValueError):
             same = False
         if not same:
+            if not (work / JOB).is_file() and any(work.iterdir()):  # a folder of that name seqpack did not make
+                raise FileExistsError(
+                    f"{work}: holds files seqpack did not make (no {JOB}); move it away: a job writing {out} "
+                    "keeps its unfinished work there"
+                )
             shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
     write_text_atomic(work / JOB, json.dumps(job, sort_keys=True, default=str))

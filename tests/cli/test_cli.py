@@ -57,7 +57,7 @@ def test_train_on_jsonl_and_human_output(capsys, tmp_path):
         (["train-tokenizer", "{bad}", "--vocab-size", "300", "--out", "{tmp}/o", "--errors", "strict"], "invalid UTF-8 at byte offset 3"),
         (["tokenize", "{bad}", "--tokenizer", "{tok}", "--out", "{tmp}/s", "--errors", "strict"], "invalid UTF-8 at byte offset 3"),
         (["train-tokenizer", "{empty}", "--vocab-size", "300", "--out", "{tmp}/o"], "corpus is empty"),
-        (["train-tokenizer", "{corpus}", "--vocab-size", "300", "--out", "{full}"], "not empty; pass --overwrite"),
+        (["train-tokenizer", "{corpus}", "--vocab-size", "300", "--out", "{full}"], "holds files seqpack did not make"),
         (["encode", "--tokenizer", "{tmp}/nope", "{corpus}"], "no such tokenizer directory"),
         (["decode", "--tokenizer", "{tok}", "{notids}"], "item 2 is 'x', expected an integer"),
         (["decode", "--tokenizer", "{tok}", "{bigid}"], "unknown token id 99999"),

@@ -75,7 +75,8 @@ def test_pack_errors_are_one_line(capsys, tmp_path, tokdir, store):
     assert "hash mismatch" in err(str(store), "--task", "clm", "--max-len", "64", "--tokenizer", str(other), "--out", str(tmp_path / "o"))
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "f").write_text("x")
-    assert "exists and is not empty; pass --overwrite" in err(str(store), "--task", "clm", "--max-len", "64", *base)
+    assert "did not make (f)" in err(str(store), "--task", "clm", "--max-len", "64", *base, "--overwrite")
+    (tmp_path / "o" / "f").unlink()
     (store / "shard-00000" / "tokens.bin").write_bytes(b"\x00")  # a corrupt shard names itself
     assert "tokens.bin" in err(str(store), "--task", "clm", "--max-len", "64", *base, "--overwrite")
 

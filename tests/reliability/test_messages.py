@@ -131,8 +131,13 @@ def test_small_manners(made: dict[str, Path], capsys) -> None:
     (r / "plan.json").write_text("mine")
     code, _, err = cli(capsys, "plan", "--histogram", str(made["h"]), "--max-len", "64", "--out", str(r / "plan.json"))
     assert one_line(code, err) and "pass --overwrite" in err and (r / "plan.json").read_text() == "mine"
-    assert cli(capsys, "plan", "--histogram", str(made["h"]), "--max-len", "64", "--out", str(r / "plan.json"),
-               "--overwrite")[0] == 0
+    code, _, err = cli(capsys, "plan", "--histogram", str(made["h"]), "--max-len", "64", "--out", str(r / "plan.json"),
+                       "--overwrite")  # not a plan seqpack wrote: kept
+    assert one_line(code, err) and "not a JSON file seqpack wrote" in err and (r / "plan.json").read_text() == "mine"
+    (r / "plan.json").unlink()
+    for _ in range(2):  # a plan seqpack wrote is replaced
+        assert cli(capsys, "plan", "--histogram", str(made["h"]), "--max-len", "64", "--out", str(r / "plan.json"),
+                   "--overwrite")[0] == 0
     code, out, _ = cli(capsys, "train-tokenizer", "/proc/self/status", "--vocab-size", "260", "--out", str(r / "pt"),
                        "--json")
     assert code == 0 and json.loads(out)["input_size"] > 0  # /proc files say 0 bytes, yet hold text

@@ -63,8 +63,7 @@ CASES = {
     "train inside its tokenizer": lambda m: ["train", "--data", str(m["corpus"]), "--stream", "--tokenizer", str(m["tok"]),
                                              "--max-len", "64", "--steps", "1", "--out", str(m["tok"] / "run")],
     "compare onto its data": lambda m: ["compare", "--data", str(m["store"]), "--out", str(m["store"] / "cmp")],
-    "demo into its corpus's directory": lambda m: ["demo", "--corpus", str(m["corpus"]), "--out", str(m["dir"]),
-                                                   "--overwrite"],
+    "demo into its corpus's directory": lambda m: ["demo", "--corpus", str(m["corpus"]), "--out", str(m["dir"])],
 }
 
 

@@ -45,24 +45,23 @@ def test_demo_refuses_a_directory_it_did_not_make(tmp_path: Path, capsys) -> Non
     corpus.write_text("a few words of text<|endoftext|>and some more words here" * 3)
     before = tree_hash(d)
     code, err = cli(capsys, "demo", "--corpus", str(corpus), "--out", str(d), "--vocab-size", "300")
-    assert one_line(code, err) and "did not make" in err and "--overwrite" in err
+    assert one_line(code, err) and "did not make" in err and "pick another --out" in err
     assert tree_hash(d) == before
 
 
 def test_demo_claims_new_empty_and_its_own_directories(tmp_path: Path) -> None:
     from seqpack.experiments.demo import MARKER, claim_output
 
-    claim_output(tmp_path / "new", overwrite=False)  # made, and marked
+    claim_output(tmp_path / "new")  # made, and marked
     assert (tmp_path / "new" / MARKER).is_file()
     (tmp_path / "new" / "store").mkdir()
-    claim_output(tmp_path / "new", overwrite=False)  # its own: reused
+    claim_output(tmp_path / "new")  # its own: reused
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("x")
     with pytest.raises(ValueError, match="did not make"):
-        claim_output(mine, overwrite=False)
-    claim_output(mine, overwrite=True)
-    assert (mine / "notes.txt").read_text() == "x" and (mine / MARKER).is_file()
+        claim_output(mine)
+    assert sorted(os.listdir(mine)) == ["notes.txt"]  # nothing written beside the user's files
 
 
 # ---- 2. a pack resume never reuses parts made from an older store ----------------------------------
@@ -435,7 +434,7 @@ def test_train_never_replaces_a_directory_that_is_not_a_run(made: dict[str, Path
     (out / "notes.txt").write_text("keep")
     code, err = cli(capsys, "train", "--data", str(made["clm"]), "--out", str(out), "--size", "tiny", "--steps", "1",
                     "--quiet")
-    assert one_line(code, err) and "not a seqpack run" in err and (out / "notes.txt").read_text() == "keep"
+    assert one_line(code, err) and "did not make (notes.txt)" in err and (out / "notes.txt").read_text() == "keep"
 
 
 @pytest.mark.parametrize("flags", [["--threads", "100000"], ["--max-position", "1000000000000"]])

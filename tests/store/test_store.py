@@ -69,10 +69,15 @@ def test_build_store_parallel_equals_serial(tmp_path):
 def test_refuses_existing_out(tmp_path):
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "x").write_text("keep")
-    with pytest.raises(FileExistsError, match="--overwrite"):
-        build_store(["a"], byte_tokenizer(), tmp_path / "s")
-    build_store(["a"], byte_tokenizer(), tmp_path / "s", overwrite=True)
-    assert len(TokenStore(tmp_path / "s")) == 1
+    for overwrite in (False, True):  # not a store: never replaced
+        with pytest.raises(FileExistsError, match="did not make"):
+            build_store(["a"], byte_tokenizer(), tmp_path / "s", overwrite=overwrite)
+    (tmp_path / "s" / "x").unlink()
+    build_store(["a"], byte_tokenizer(), tmp_path / "s")
+    with pytest.raises(FileExistsError, match="holds a token store; pass --overwrite"):
+        build_store(["a", "b"], byte_tokenizer(), tmp_path / "s")
+    build_store(["a", "b"], byte_tokenizer(), tmp_path / "s", overwrite=True)
+    assert len(TokenStore(tmp_path / "s")) == 2
 
 
 def test_error_mid_write_leaves_nothing(tmp_path):

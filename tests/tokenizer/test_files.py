@@ -67,11 +67,16 @@ def test_refuses_non_empty_out_unless_overwrite(tok, tmp_path):
     out = tmp_path / "t"
     out.mkdir()
     (out / "x").write_text("keep")
-    with pytest.raises(FileExistsError, match="--overwrite"):
+    for overwrite in (False, True):  # not a tokenizer: never replaced
+        with pytest.raises(FileExistsError, match="did not make"):
+            tok.save(out, overwrite=overwrite)
+    assert (out / "x").read_text() == "keep"
+    (out / "x").unlink()
+    tok.save(out)
+    with pytest.raises(FileExistsError, match="holds a tokenizer; pass --overwrite"):
         tok.save(out)
-    assert (out / "x").exists()
-    tok.save(out, overwrite=True)
-    assert not (out / "x").exists() and Tokenizer.load(out).vocab == tok.vocab
+    tok.save(out, overwrite=True)  # a tokenizer: replaced
+    assert Tokenizer.load(out).vocab == tok.vocab
     assert [p.name for p in tmp_path.iterdir()] == ["t"]  # no temp dirs left behind
 
 

@@ -97,7 +97,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", help="with --calibrate: write the fitted coefficients to this JSON file (--cost FILE)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.set_defaults(handler=run)
-    declare_paths(p, reads=("lengths",), files=("out",))
+    declare_paths(p, reads=("lengths",), files={"out": "json"})
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,11 +27,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads for training")
     p.add_argument("--budget", type=float, default=1.0, help="scale the training sequences (default 1.0)")
     p.add_argument("--fresh", action="store_true", help="re-run every stage (default: reuse finished ones)")
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="write into an --out that holds files the demo did not make (its folders of the same names are replaced)",
-    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
     declare_paths(p, reads=("corpus",), dirs=("out",))
@@ -52,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
         fresh=args.fresh,
         threads=args.threads,
         budget=args.budget,
-        overwrite=args.overwrite,
     )
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0

@@ -186,6 +186,7 @@ SUMMARY_KEYS = (
 
 def run(args: argparse.Namespace) -> int:
     from seqpack._atomic import check_output_dir
+    from seqpack.data.format import OUTPUT as PACKED_OUTPUT
     from seqpack.pipeline import PackConfig
     from seqpack.pipeline.config import COMMON
     from seqpack.tasks import get_task
@@ -205,7 +206,9 @@ def run(args: argparse.Namespace) -> int:
         context_parallel=args.context_parallel,
         **options,
     )
-    check_output_dir(args.out, overwrite=args.overwrite)  # against the inputs: seqpack.cli.paths, before
+    check_output_dir(
+        args.out, overwrite=args.overwrite, kind=PACKED_OUTPUT
+    )  # against the inputs: seqpack.cli.paths, before
     m = _pack_job(args, cfg)
     _report(args, m)
     return 0

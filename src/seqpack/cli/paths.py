@@ -13,19 +13,21 @@ if TYPE_CHECKING:
 
 
 def declare_paths(
-    p: Any, *, reads: tuple[str, ...] = (), files: tuple[str, ...] = (), dirs: tuple[str, ...] = ()
+    p: Any, *, reads: tuple[str, ...] = (), files: dict[str, str] | None = None, dirs: tuple[str, ...] = ()
 ) -> None:
-    """Say which options (by ``dest``) name what a command reads and what it writes (``files``,
-    ``dirs``).
+    """Say which options (by ``dest``) name what a command reads and what it writes: ``files`` maps
+    each file option to the format it writes (``json``, ``png``: an existing file is replaced only
+    if it is one seqpack wrote), ``dirs`` the directory options.
 
-        declare_paths(p, reads=("histogram",), files=("out", "plot"))
+        declare_paths(p, reads=("histogram",), files={"out": "json", "plot": "png"})
     """
+    files = files or {}
     p.set_defaults(paths_read=reads, paths_file=files, paths_dir=dirs)
 
 
 def check_paths(args: argparse.Namespace) -> None:
     """The one guard over the outputs `declare_paths` declared (`seqpack._atomic.check_outputs`)."""
-    files, dirs = getattr(args, "paths_file", ()), getattr(args, "paths_dir", ())
+    files, dirs = getattr(args, "paths_file", {}), getattr(args, "paths_dir", ())
     if not any(getattr(args, dest, None) for dest in (*files, *dirs)):
         return
     from seqpack._atomic import check_outputs
@@ -35,8 +37,8 @@ def check_paths(args: argparse.Namespace) -> None:
         return list(v) if isinstance(v, (list, tuple)) else [v]
 
     inputs = [v for dest in getattr(args, "paths_read", ()) for v in values(dest)]
-    outputs = {_flag(dest): (getattr(args, dest, None), True) for dest in files}
-    outputs |= {_flag(dest): (getattr(args, dest, None), False) for dest in dirs}
+    outputs = {_flag(dest): (getattr(args, dest, None), fmt) for dest, fmt in files.items()}
+    outputs |= {_flag(dest): (getattr(args, dest, None), None) for dest in dirs}
     check_outputs(outputs, inputs, overwrite=bool(getattr(args, "overwrite", False)))
 
 

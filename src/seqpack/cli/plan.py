@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
     add_balance_options(p)
     add_store_task_option(p)
     p.set_defaults(handler=run)
-    declare_paths(p, reads=("histogram", "cost"), files=("out", "plot"))
+    declare_paths(p, reads=("histogram", "cost"), files={"out": "json", "plot": "png"})
 
 
 def run(args: argparse.Namespace) -> int:

@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.corpus import expand_inputs, python_docs, read_documents
     from seqpack.corpus.readers import REPLACED, require_file
     from seqpack.pipeline import build_sharded_store
+    from seqpack.store.store import OUTPUT as STORE_OUTPUT
     from seqpack.tokenizer import open_tokenizer
 
     REPLACED.clear()  # this command's own count
@@ -70,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.shard_mb <= 2**20:  # also refuses inf and nan
         raise ValueError(f"--shard-mb must be > 0 and at most {2**20:,} (a TiB), got {args.shard_mb}")
     tok = open_tokenizer(args.tokenizer)
-    check_output_dir(args.out, overwrite=args.overwrite)  # against the inputs: seqpack.cli.paths, before
+    check_output_dir(
+        args.out, overwrite=args.overwrite, kind=STORE_OUTPUT
+    )  # against the inputs: seqpack.cli.paths, before
     args.inputs = expand_inputs(args.inputs, glob=args.glob)
     for path in args.inputs:  # every input checked before anything is written
         require_file(path)

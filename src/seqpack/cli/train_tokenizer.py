@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.cli.inputs import files, report_replacements
     from seqpack.corpus.readers import REPLACED, expand_inputs
     from seqpack.tokenizer import BPEConfig
+    from seqpack.tokenizer.files import OUTPUT as TOKENIZER_OUTPUT
     from seqpack.tokenizer.hf_export import CHATML_TEMPLATE, CHATML_TOKENS
     from seqpack.tokenizer.train import train_bpe_inputs
 
@@ -97,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
         errors=args.errors,
         progress=not args.json,
     )
-    check_output_dir(args.out, overwrite=args.overwrite)  # against the inputs: seqpack.cli.paths, before
+    check_output_dir(
+        args.out, overwrite=args.overwrite, kind=TOKENIZER_OUTPUT
+    )  # against the inputs: seqpack.cli.paths, before
     inputs = expand_inputs(args.inputs, glob=args.glob)
     result = train_bpe_inputs(inputs, config=config, text_field=args.text_field)
     tok = result.tokenizer()

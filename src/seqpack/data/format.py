@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from seqpack._atomic import atomic_directory, read_versioned_json
+from seqpack._atomic import OutputKind, atomic_directory, read_versioned_json
 from seqpack._parallel import default_workers
 from seqpack._stages import verify_file
 from seqpack._version import __version__
@@ -37,6 +37,8 @@ DERIVED_FORMAT_VERSION = 2
 READS = (FORMAT_VERSION, DERIVED_FORMAT_VERSION)
 KIND = "seqpack.packed_dataset"
 MANIFEST = "manifest.json"
+#: what a packed dataset directory is: `--overwrite` replaces only these
+OUTPUT = OutputKind("packed dataset", (MANIFEST, "kind", KIND))
 SCHEDULE = "schedule.npy"  # optional: balanced data-parallel steps (the manifest's "schedule")
 COMPRESSION = ("none", "snappy", "zstd", "lz4", "gzip")
 #: per-token columns: each row holds ``max_len`` of them
@@ -331,7 +333,7 @@ def write_packed(
     shards: list[dict[str, Any]] = [
         {"file": f"data/part-{i:05d}.parquet", "rows": hi - lo} for i, (lo, hi) in enumerate(bounds)
     ]
-    with atomic_directory(out, overwrite=overwrite) as tmp:
+    with atomic_directory(out, kind=OUTPUT, overwrite=overwrite) as tmp:
         (tmp / "data").mkdir()
         with ThreadPoolExecutor(max_workers=workers) as ex:
             jobs = [

@@ -15,13 +15,20 @@ setup), so the two take about the same number of optimiser steps and the packed 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from seqpack.train.checkpoint import read_metrics
+from seqpack._atomic import OutputKind
+from seqpack.train.checkpoint import CONFIG, RUN_KIND, read_metrics
 from seqpack.train.config import TrainConfig
 
 PAIRINGS = ("sequences", "packs")
+#: what a comparison's directory is: one of its two runs, finished or not, says so
+COMPARISON = OutputKind(
+    "comparison",
+    *((f"{d}/{CONFIG}", "kind", RUN_KIND) for d in ("padded", "packed", ".padded.partial", ".packed.partial")),
+)
 WARMUP_STEPS = 2
 
 
@@ -63,10 +70,13 @@ def compare(
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {'|'.join(PAIRINGS)}, got {pairing!r}")
     out = Path(cfg.out)
-    from seqpack._atomic import check_not_input, check_writable
+    from seqpack._atomic import check_not_input, check_writable, foreign_directory
 
     check_not_input(out, [cfg.data, cfg.hf_model])
     check_writable(out)
+    entries = sorted(os.listdir(out)) if out.is_dir() else []
+    if entries and not COMPARISON.made(out):  # its runs and plot go there: never beside what it did not make
+        raise ValueError(foreign_directory(out, entries, COMPARISON))
     if pairing == "packs":
         runs = {
             "padded": cfg.replace(padded=True, out=str(out / "padded"), match="packs", adjust_hparams=False),

@@ -22,11 +22,14 @@ machine's drift hit both arms alike; the stage functions live in `seqpack.experi
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from seqpack._atomic import OutputKind
 from seqpack._stages import StageLog, content_hash, corpus_hash
 from seqpack.experiments.demo_stages import CONVERGE, FINETUNE, REGIME
 
@@ -35,6 +38,8 @@ TOTAL_STAGES = 11
 MAX_BUDGET = 100.0
 #: the file that marks a directory as the demo's own: a later run may reuse and replace what is in it
 MARKER = ".seqpack-demo.json"
+DEMO_KIND = "seqpack.demo"
+DEMO = OutputKind("demo directory", (MARKER, "kind", DEMO_KIND))
 GOALS = {"regime_speedup": 1.85, "finetune_ratio": 0.8, "loss_gap": 0.01, "seconds": 180.0}  # accuracy: accuracy_points
 
 
@@ -67,27 +72,25 @@ class Stages:
         return result
 
 
-def claim_output(out: Path, *, overwrite: bool, inputs: Sequence[str] = ()) -> None:
-    """Make ``out`` the demo's directory, or refuse it: an empty or new directory, or one an earlier
-    demo marked (`MARKER`), is the demo's; a directory holding anything else is replaced only
-    with ``overwrite`` (the demo writes ``tokenizer/``, ``store/``, ``packed_*/``, ``runs/`` and
-    ``stages/`` there, replacing folders of those names)."""
-    from seqpack._atomic import check_not_input, check_writable, write_text_atomic
+def claim_output(out: Path, *, inputs: Sequence[str] = ()) -> None:
+    """Make ``out`` the demo's directory, or refuse it: a new or empty directory, or one an earlier
+    demo marked (`DEMO`), is the demo's; a directory holding anything else is refused (the demo
+    writes ``tokenizer/``, ``store/``, ``packed_*/``, ``runs/`` and ``stages/`` there, replacing
+    folders of those names)."""
+    from seqpack._atomic import check_not_input, check_writable, foreign_directory, write_text_atomic
 
     check_not_input(out, inputs)
     check_writable(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out}: exists and is not a directory; pick another --out")
+    entries = sorted(os.listdir(out)) if out.is_dir() else []
     # an earlier version's demo left no marker, only its stage records
-    ours = (out / MARKER).is_file() or any((out / "stages").glob("*.stage.json"))
-    if out.is_dir() and not ours and any(out.iterdir()) and not overwrite:
-        raise ValueError(
-            f"--out {out}: holds files seqpack demo did not make; pick another --out, or pass --overwrite "
-            "to let the demo replace its folders there (tokenizer/, store/, packed_*/, runs/, stages/)"
-        )
-    if not (out / MARKER).is_file():
+    ours = DEMO.made(out) or any((out / "stages").glob("*.stage.json"))
+    if entries and not ours:
+        raise ValueError(foreign_directory(out, entries, DEMO))
+    if not DEMO.made(out):
         out.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(out / MARKER, '{"kind": "seqpack.demo", "format_version": 1}\n')
+        write_text_atomic(out / MARKER, json.dumps({"kind": DEMO_KIND, "format_version": 1}) + "\n")
 
 
 def run_demo(
@@ -100,13 +103,12 @@ def run_demo(
     fresh: bool = False,
     threads: int | None = None,
     budget: float = 1.0,
-    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Run (or reuse) every stage; returns the summary `format_summary` prints.
 
     ``budget`` scales the training and timing work of each stage (1.0: the defaults in
     `seqpack.experiments.demo_stages`). ``out_dir`` must be new, empty or an earlier demo's
-    (`claim_output`); ``overwrite`` lets the demo write into any directory."""
+    (`claim_output`)."""
     if not 0 < budget <= MAX_BUDGET:  # nan and inf too: refused before any stage runs
         raise ValueError(f"budget must be > 0 and at most {MAX_BUDGET}, got {budget}")
     from seqpack._parallel import default_workers
@@ -124,7 +126,7 @@ def run_demo(
     docs = list(read_documents(corpus)) if corpus else python_docs()
     if not docs:
         raise ValueError("the corpus has no documents; pass --corpus FILE... with some text")
-    claim_output(out, overwrite=overwrite, inputs=corpus)
+    claim_output(out, inputs=corpus)
     stages = Stages(out, fresh=fresh, total=TOTAL_STAGES, echo=echo)
     key = content_hash(corpus_hash(docs), vocab_size)
     s: dict[str, Any] = {

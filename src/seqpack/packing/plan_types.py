@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 PLAN_FORMAT_VERSION = 1
+PLAN_KIND = "seqpack.plan"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -171,10 +172,10 @@ class PackingPlan:
             raise ValueError(f"malformed plan: missing or bad field {e}") from e
 
     def save(self, path: str | Path) -> None:
-        """Write the plan as JSON, atomically (temp file, then rename)."""
+        """Write the plan as JSON, atomically (temp file, then rename), saying what it is (its ``kind``)."""
         from seqpack._atomic import write_text_atomic
 
-        write_text_atomic(path, json.dumps(self.to_dict()))
+        write_text_atomic(path, json.dumps({"kind": PLAN_KIND, **self.to_dict()}))
 
     @classmethod
     def load(cls, path: str | Path) -> PackingPlan:

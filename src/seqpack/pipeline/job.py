@@ -49,6 +49,9 @@ from seqpack.data.format import (
     manifest_fields,
     parquet_column_specs,
 )
+from seqpack.data.format import (
+    OUTPUT as PACKED_OUTPUT,
+)
 from seqpack.data.sequences import COUNTED_INFO
 from seqpack.packing import pack_lengths
 from seqpack.packing.balance import packing_schedule
@@ -151,7 +154,7 @@ def run_job(
     preload(config.algorithm)  # the solver's imports, while the shards are read
     out = Path(out)
     with output_lock(out), small_pages():
-        check_output_dir(out, overwrite=output.overwrite)
+        check_output_dir(out, overwrite=output.overwrite, kind=PACKED_OUTPUT)
         job = {
             **key,
             "tokenizer": tokenizer.fingerprint(),
@@ -227,7 +230,7 @@ def run_job(
                 )
                 np.save(final / SCHEDULE, steps)
             manifest = _write_manifest(final, config, packing, meta["max_depth"], columns, extra, files, bounds, output)
-            replace_directory(final, out)
+            replace_directory(final, out, kind=PACKED_OUTPUT)
             shutil.rmtree(work)
     manifest["reused"] = reused
     manifest["redone"] = redone  # stages a previous run left, rebuilt: {name: "inputs changed" | "output changed"}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqpack._atomic import check_not_input, check_output_dir
+from seqpack.data.format import OUTPUT as PACKED_OUTPUT
 from seqpack.data.format import SCHEDULE, options_from_keywords, write_packed
 from seqpack.packing.balance import packing_schedule
 from seqpack.pipeline.config import OutputOptions, PackConfig
@@ -82,7 +83,7 @@ def build_packed_dataset(
         store = source if isinstance(source, ShardedTokenStore) else ShardedTokenStore(source)  # type: ignore[arg-type]  # a path here: a TokenStore was taken above
         m = pack_store_shards(store, tokenizer, out, config, output=output, engine=engine)
     else:
-        check_output_dir(out, overwrite=output.overwrite)
+        check_output_dir(out, overwrite=output.overwrite, kind=PACKED_OUTPUT)
         pc, extra = pack_task(source, tokenizer, config)
         arrays = {}
         if output.schedule is not None:

@@ -27,7 +27,7 @@ import numpy as np
 
 from seqpack import _native
 from seqpack._atomic import atomic_directory, atomic_file
-from seqpack._stages import StageLog, content_hash, file_fingerprint, file_sha256
+from seqpack._stages import STAGE, StageLog, content_hash, file_fingerprint, file_sha256
 from seqpack.data.columns import materialize, segment_dtype
 from seqpack.data.example_table import check_table, rebase, write_part
 from seqpack.data.format import write_parquet_groups
@@ -72,7 +72,7 @@ def sequences_stage(
             )
         except ValueError as e:  # "example i" counts within the shard: say which records it holds
             raise ValueError(f"examples {doc_base}..{doc_base + len(shard) - 1} of the file: {e}") from e
-    with atomic_directory(out, overwrite=True) as tmp:
+    with atomic_directory(out, kind=STAGE, overwrite=True) as tmp:
         np.save(tmp / "offsets.npy", seqs.offsets)
         np.save(tmp / "example_ids.npy", seqs.example_ids + doc_base)
         for name, v in seqs.token_fields.items():
@@ -163,7 +163,7 @@ def route_stage(
         if not np.array_equal(seqs.offsets, off):
             raise OSError(f"{shard}: the store shard changed while it was being packed; run the job again")
         made = seqs.token_fields
-    with atomic_directory(out, overwrite=True) as tmp:
+    with atomic_directory(out, kind=STAGE, overwrite=True) as tmp:
         for k in fields:
             with open(tmp / f"token.{k}.bin", "wb") as f:
                 write_in_order(f, made[k] if rebuild is not None else map_npy(d / f"token.{k}.npy"), off, order)

@@ -44,6 +44,7 @@ from seqpack.store.sharded import (
     shard_name,
     shards_manifest,
 )
+from seqpack.store.store import OUTPUT as STORE_OUTPUT
 from seqpack.tokenizer.pretokenize import doc_chunks
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def build_sharded_store(
     engine = engine or LocalEngine()
     out = Path(out)
     with output_lock(out):
-        check_output_dir(out, overwrite=overwrite)
+        check_output_dir(out, overwrite=overwrite, kind=STORE_OUTPUT)
         job = {"tokenizer_hash": tokenizer.fingerprint(), "shard_chars": shard_chars, "source": source}
         work = work_dir(out, job)
         with discard_on_rejection(work):
@@ -130,7 +131,7 @@ def build_sharded_store(
             log.clear()
             (work / JOB).unlink()
             (work / SHARDS).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            replace_directory(work, out)
+            replace_directory(work, out, kind=STORE_OUTPUT)
     store = ShardedTokenStore(out)
     store.reused = reused
     store.redone = redone

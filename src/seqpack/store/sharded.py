@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqpack._atomic import read_versioned_json
-from seqpack.store.store import StoreMeta, TokenStore
+from seqpack.store.store import SHARDED_KIND, SHARDS, StoreMeta, TokenStore
 
 if TYPE_CHECKING:
     from seqpack.tokenizer.types import AnyTokenizer
 
 FORMAT_VERSION = 1
-KIND = "seqpack.sharded_token_store"
-SHARDS = "shards.json"
+KIND = SHARDED_KIND
 DEFAULT_SHARD_CHARS = 64 << 20
 
 

@@ -22,11 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from seqpack._atomic import atomic_directory, read_versioned_json
+from seqpack._atomic import OutputKind, atomic_directory, read_versioned_json
 
 FORMAT_VERSION = 1
 KIND = "seqpack.token_store"
 TOKENS, OFFSETS, META = "tokens.bin", "offsets.idx", "meta.json"
+SHARDED_KIND, SHARDS = "seqpack.sharded_token_store", "shards.json"
+#: what a token store directory is (one store, or a sharded one): `--overwrite` replaces only these
+OUTPUT = OutputKind("token store", (META, "kind", KIND), (SHARDS, "kind", SHARDED_KIND))
 _FLUSH_OFFSETS = 1 << 16
 
 
@@ -75,7 +78,7 @@ class StoreWriter:
 
     def __enter__(self) -> StoreWriter:
         stack = ExitStack()
-        self._tmp = stack.enter_context(atomic_directory(self.path, overwrite=self.overwrite))
+        self._tmp = stack.enter_context(atomic_directory(self.path, kind=OUTPUT, overwrite=self.overwrite))
         self._tokens = stack.enter_context(open(self._tmp / TOKENS, "wb"))
         self._offsets = stack.enter_context(open(self._tmp / OFFSETS, "wb"))
         self._stack = stack

@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from pathlib import Path
 
-from seqpack._atomic import atomic_directory
+from seqpack._atomic import OutputKind, atomic_directory
 from seqpack._resources import collector_paused
 from seqpack.tokenizer.byte_unicode import (
     gpt2_strings,
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 FORMAT_VERSION = 1
 FILES = ("vocab.json", "merges.txt", "tokenizer.json", "meta.json")
+FORMAT = "seqpack-tokenizer"
+#: what a tokenizer directory is: `--overwrite` replaces only these
+OUTPUT = OutputKind("tokenizer", ("meta.json", "format", FORMAT))
 
 
 def _read_text(path: str | os.PathLike[str]) -> str:
@@ -169,14 +172,14 @@ def save_tokenizer(
     from seqpack.tokenizer.hf_export import hf_directory_files
 
     texts = tokenizer_file_texts(tok)
-    with atomic_directory(directory, overwrite=overwrite) as tmp:
+    with atomic_directory(directory, kind=OUTPUT, overwrite=overwrite) as tmp:
         if hf:
             for name, text in hf_directory_files(tok, chat_template=chat_template).items():
                 (tmp / name).write_text(text, encoding="utf-8")
         for name, data in texts.items():
             (tmp / name).write_bytes(data)
         meta = {
-            "format": "seqpack-tokenizer",
+            "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "vocab_size": tok.vocab_size,
             "num_merges": len(tok.merges),

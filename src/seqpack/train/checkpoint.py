@@ -16,13 +16,17 @@ from typing import Any
 
 import torch
 
-from seqpack._atomic import atomic_file
+from seqpack._atomic import OutputKind, atomic_file
 
 KIND = "seqpack.checkpoint"
 FORMAT_VERSION = 1
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
+CONFIG = "config.json"
+RUN_KIND = "seqpack.run"
+#: what a run directory is, as its ``config.json`` says: `--overwrite` replaces only these
+RUN = OutputKind("training run", (CONFIG, "kind", RUN_KIND))
 # options that may change between a run and its resumption without changing its result
 FREE_OPTIONS = (
     "out",

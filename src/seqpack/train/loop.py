@@ -16,6 +16,7 @@ import contextlib
 import gc
 import json
 import math
+import os
 import shutil
 import signal
 import sys
@@ -31,6 +32,7 @@ import torch
 from seqpack._atomic import (
     check_not_input,
     check_writable,
+    foreign_directory,
     output_lock,
     replace_directory,
     write_text_atomic,
@@ -42,7 +44,10 @@ from seqpack.nn.optim import adjust_betas
 from seqpack.tasks import trained_task
 from seqpack.train.checkpoint import (
     CHECKPOINT,
+    CONFIG,
     METRICS,
+    RUN,
+    RUN_KIND,
     SUMMARY,
     MetricsLog,
     data_identity,
@@ -166,17 +171,17 @@ def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
     check_writable(final)
     if final.exists() and not final.is_dir():
         raise ValueError(f"--out {final}: exists and is not a directory; pick another --out")
+    # the finished run replaces --out, and a new run empties its partial directory: never what it did not make
+    for d in (final, partial):
+        entries = sorted(os.listdir(d)) if d.is_dir() else []
+        if entries and not RUN.made(d):
+            raise ValueError(foreign_directory(d, entries, RUN))
     if not overwrite:
-        if (final / CHECKPOINT).exists() or (final / SUMMARY).exists():
+        if RUN.made(final):
             raise ValueError(f"{final} already holds a run; pass --resume to continue it, --overwrite to start again")
         if (partial / CHECKPOINT).exists():
             raise ValueError(
                 f"{final}: an unfinished run is in {partial}; pass --resume to continue it, --overwrite to start again"
-            )
-        if final.is_dir() and any(final.iterdir()):  # the finished run replaces --out: never what it did not make
-            raise ValueError(
-                f"--out {final}: holds files that are not a seqpack run; pick another --out, "
-                "or pass --overwrite to replace it"
             )
     return partial  # made afresh once every check has passed (_Run)
 
@@ -383,6 +388,7 @@ class _Run:
         from seqpack._version import __version__
 
         info = {
+            "kind": RUN_KIND,
             "seqpack_version": __version__,
             "train": self.cfg.to_dict(),
             "model": self.spec,
@@ -394,7 +400,7 @@ class _Run:
             "world_size": self.world.size,
             "balance": self.balance,
         }
-        (self.run_dir / "config.json").write_text(json.dumps(info, indent=1, default=str) + "\n", encoding="utf-8")
+        (self.run_dir / CONFIG).write_text(json.dumps(info, indent=1, default=str) + "\n", encoding="utf-8")
 
     def _micro_batches(self, step: int) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
         R = self.rows * self.cfg.accumulation
@@ -629,6 +635,6 @@ class _Run:
         if self.world.main:
             write_text_atomic(self.run_dir / SUMMARY, json.dumps(summary, indent=1) + "\n")
             if self.run_dir != self.final:  # the finished run replaces RUN in one rename
-                replace_directory(self.run_dir, self.final)
+                replace_directory(self.run_dir, self.final, kind=RUN)
         self.world.barrier()
         return summary
