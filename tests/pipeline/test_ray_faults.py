@@ -5,9 +5,10 @@ that a later command accepts, and the next run finishes it, byte-identical.
 
 The kill is deterministic: `FaultyEngine` is the Ray engine with each task wrapped in `_faulty`,
 which runs in the worker and kills that worker (``os.kill(os.getpid(), SIGKILL)``) when the task
-is one of the chosen stage's, at a chosen point: before the stage starts, just before its first
-finished temp file or directory is renamed into place (a half-done write left behind), or after
-the stage has returned (its work done and recorded, its result lost). Each kill first claims a
+is one of the chosen stage's, at a chosen point: before the stage starts (``start``), just
+before its first finished temp file or directory is renamed into place (``write``: a half-done
+write left behind), just before its record is (``record``: its outputs in place, not recorded), or
+after the stage has returned (``end``: its work done and recorded, its result lost). Each kill first claims a
 marker file in ``tmp_path`` (``O_CREAT | O_EXCL``), so a stage is killed exactly as many times as
 asked, whichever worker runs it, and the retried task runs undisturbed. The library has no hook.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from seqpack.data import load_packed
 from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset, build_sharded_store
 from seqpack.pipeline.engine import LocalEngine, RayEngine
 from seqpack.tokenizer.tokenizer import Tokenizer
@@ -75,15 +77,21 @@ def _faulty(
         return fn(*args)
     if point == "start":
         _die()
-    if point == "write":  # the first finished temp file or directory of the stage, never renamed into place
+    if point in ("write", "record"):  # a finished temp file or directory never renamed into place
         import os
 
-        def dying(*a: Any, **k: Any) -> None:
-            if ".tmp-" in os.path.basename(str(a[0])):
-                _die()
-            raise AssertionError(f"a rename before any temp file's: {a}")
+        real = {"rename": os.rename, "replace": os.replace}
 
-        os.rename = os.replace = dying  # this worker dies in the stage: nothing else ever sees the patch
+        def dying(name: str) -> Callable[..., Any]:
+            def rename(src: Any, dst: Any, *a: Any, **k: Any) -> Any:
+                base = os.path.basename(str(src))
+                if ".tmp-" in base and (point == "write" or ".stage.json.tmp-" in base):  # the first / the record
+                    _die()
+                return real[name](src, dst, *a, **k)
+
+            return rename
+
+        os.rename, os.replace = dying("rename"), dying("replace")  # this worker dies in the stage: nothing else sees it
     result = fn(*args)
     _die()  # "end": the stage's work done, its result lost
     return result
@@ -92,8 +100,9 @@ def _faulty(
 class FaultyEngine(RayEngine):
     """The Ray engine (on the Ray instance the tests started), its tasks run by `_faulty`."""
 
-    def __init__(self, markers: Path, **kills: tuple[str, int, str]) -> None:
+    def __init__(self, markers: Path, *, retries: int = RayEngine.retries, **kills: tuple[str, int, str]) -> None:
         super().__init__()
+        self.retries = retries
         self.markers = markers
         self.kills = kills
         markers.mkdir(parents=True, exist_ok=True)
@@ -219,8 +228,18 @@ def _left_beside(out: Path) -> list[str]:
     return sorted(p.name for p in out.parent.iterdir())
 
 
-@pytest.mark.parametrize("point", ["start", "write", "end"])
-@pytest.mark.parametrize("stage", ["sequences_stage", "route_stage", "packs_stage"])
+@pytest.mark.parametrize(
+    ("stage", "point"),
+    [
+        ("sequences_stage", "start"),
+        ("sequences_stage", "write"),
+        ("route_stage", "write"),
+        ("route_stage", "end"),
+        ("packs_stage", "write"),
+        ("packs_stage", "record"),
+        ("packs_stage", "end"),
+    ],
+)
 def test_a_worker_killed_during_pack_changes_no_byte(ray_cluster, tok, store, packed, tmp_path, stage, point):
     engine = FaultyEngine(tmp_path / "kills", **{stage: (point, 1, "")})
     m = build_packed_dataset(store, tok, tmp_path / "p", CFG, output=OUTPUT, engine=engine)
@@ -230,7 +249,7 @@ def test_a_worker_killed_during_pack_changes_no_byte(ray_cluster, tok, store, pa
     assert _left_beside(tmp_path / "p") == ["kills", "p"]  # no work directory, temp or lock left
 
 
-@pytest.mark.parametrize("point", ["start", "write", "end"])
+@pytest.mark.parametrize("point", ["start", "write", "record", "end"])
 def test_a_worker_killed_during_tokenize_changes_no_byte(ray_cluster, tok, docs, store, tmp_path, point):
     engine = FaultyEngine(tmp_path / "kills", **{TOKENIZE: (point, 1, "")})
     s = build_sharded_store(docs, tok, tmp_path / "s", shard_chars=SHARD_CHARS, engine=engine)
@@ -240,15 +259,76 @@ def test_a_worker_killed_during_tokenize_changes_no_byte(ray_cluster, tok, docs,
     assert _left_beside(tmp_path / "s") == ["kills", "s"]
 
 
-def test_workers_killed_in_every_stage_of_one_job(ray_cluster, tok, docs, store, packed, tmp_path):
-    """Two deaths in each stage of a tokenize job and a pack job (the stages' first two tasks: both in flight)."""
-    kills = {TOKENIZE: ("write", 2, "")}
-    engine = FaultyEngine(tmp_path / "kills", **kills)
-    build_sharded_store(docs, tok, tmp_path / "s", shard_chars=SHARD_CHARS, engine=engine)
-    assert_same_store(tmp_path / "s", store)
+def test_workers_killed_twice_in_every_stage_of_one_job(ray_cluster, tok, store, packed, tmp_path):
+    """The stages' first two tasks (both in flight at once) lose their workers."""
     kills = {stage: (point, 2, "") for stage, point in
              (("sequences_stage", "start"), ("route_stage", "write"), ("packs_stage", "end"))}
     engine = FaultyEngine(tmp_path / "kills", **kills)
-    build_packed_dataset(tmp_path / "s", tok, tmp_path / "p", CFG, output=OUTPUT, engine=engine)
-    assert len(engine.killed()) == 8
+    build_packed_dataset(store, tok, tmp_path / "p", CFG, output=OUTPUT, engine=engine)
+    assert len(engine.killed()) == 6
     assert_same_dataset(tmp_path / "p", packed)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    from seqpack.cli.main import main
+
+    code = main(list(argv))
+    return code, capsys.readouterr().err
+
+
+def _ray_engines(monkeypatch: pytest.MonkeyPatch, engine: RayEngine) -> None:
+    """``--engine ray`` gets ``engine``."""
+    from seqpack.pipeline import engine as engine_mod
+
+    real = engine_mod.get_engine
+    monkeypatch.setattr(engine_mod, "get_engine", lambda name="local", **kw: engine if name == "ray" else real(name, **kw))
+
+
+def _one_line_error(code: int, err: str) -> str:
+    lines = [x for x in err.splitlines() if "(raylet)" not in x]  # Ray's own notes, printed by its log monitor
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("seqpack: error: "), err
+    return lines[0]
+
+
+def test_a_pack_whose_task_loses_every_worker_fails_in_one_line_and_the_rerun_finishes(
+    ray_cluster, capsys, monkeypatch, tok, store, tmp_path
+):
+    tok.save(tmp_path / "tok")
+    argv = ["pack", str(store), "--task", "clm", "--max-len", "64", "--tokenizer", str(tmp_path / "tok"),
+            "--shard-packs", str(SHARD_PACKS)]
+    assert _cli(capsys, *argv, "--out", str(tmp_path / "want"))[0] == 0  # undisturbed, on the local engine
+    engine = FaultyEngine(tmp_path / "kills", retries=1, packs_stage=("write", 99, "part-00001"))
+    _ray_engines(monkeypatch, engine)
+    line = _one_line_error(*_cli(capsys, *argv, "--out", str(tmp_path / "p"), "--engine", "ray"))
+    assert "a Ray worker died running a task of this job, 2 times" in line and "run the same command again" in line
+    assert engine.killed() == ["packs_stage-0", "packs_stage-1"]  # part 1's task, and its one retry
+    assert not (tmp_path / "p").exists()  # nothing a later command takes for a dataset
+    with pytest.raises((OSError, ValueError)):
+        load_packed(tmp_path / "p")
+    assert (tmp_path / ".p.partial").is_dir()  # the finished stages, for the rerun
+    monkeypatch.undo()
+    assert _cli(capsys, *argv, "--out", str(tmp_path / "p"), "--engine", "ray")[0] == 0  # the rerun
+    assert_same_dataset(tmp_path / "p", tmp_path / "want")
+    assert _left_beside(tmp_path / "p") == ["kills", "p", "tok", "want"]
+
+
+def test_a_tokenize_whose_task_loses_every_worker_fails_in_one_line_and_the_rerun_finishes(
+    ray_cluster, capsys, monkeypatch, tok, docs, tmp_path
+):
+    tok.save(tmp_path / "tok")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(EOT.join(docs), encoding="utf-8")
+    argv = ["tokenize", str(corpus), "--tokenizer", str(tmp_path / "tok"), "--shard-mb", str(SHARD_CHARS / 2**20)]
+    assert _cli(capsys, *argv, "--out", str(tmp_path / "want"))[0] == 0
+    engine = FaultyEngine(tmp_path / "kills", retries=1, **{TOKENIZE: ("write", 99, "shard-00001")})
+    _ray_engines(monkeypatch, engine)
+    _one_line_error(*_cli(capsys, *argv, "--out", str(tmp_path / "s"), "--engine", "ray"))
+    assert engine.killed() == [f"{TOKENIZE}-0", f"{TOKENIZE}-1"]
+    assert not (tmp_path / "s").exists()
+    code, err = _cli(capsys, "pack", str(tmp_path / "s"), "--task", "clm", "--max-len", "64", "--tokenizer",
+                     str(tmp_path / "tok"), "--out", str(tmp_path / "p"))
+    assert code == 2 and not (tmp_path / "p").exists(), err  # no store to pack
+    monkeypatch.undo()
+    assert _cli(capsys, *argv, "--out", str(tmp_path / "s"), "--engine", "ray")[0] == 0
+    assert_same_store(tmp_path / "s", tmp_path / "want")
+    assert _left_beside(tmp_path / "s") == ["c.txt", "kills", "s", "tok", "want"]
