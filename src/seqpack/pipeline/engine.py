@@ -157,7 +157,8 @@ def _cancel(ray: Any, refs: list[Any], timeout: float = 30.0) -> None:
     for ref in refs:
         with contextlib.suppress(Exception):  # finished already, or its worker gone: nothing left to stop
             ray.cancel(ref, force=True)
-    ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    with contextlib.suppress(Exception):  # Ray shut down: nothing left running
+        ray.wait(refs, num_returns=len(refs), timeout=timeout)
 
 
 def _check_reachable(address: str, timeout: float = 3.0) -> None:
