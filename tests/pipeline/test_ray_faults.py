@@ -7,10 +7,11 @@ The kill is deterministic: `FaultyEngine` is the Ray engine with each task wrapp
 which runs in the worker and kills that worker (``os.kill(os.getpid(), SIGKILL)``) when the task
 is one of the chosen stage's, at a chosen point: before the stage starts (``start``), just
 before its first finished temp file or directory is renamed into place (``write``: a half-done
-write left behind), just before its record is (``record``: its outputs in place, not recorded), or
-after the stage has returned (``end``: its work done and recorded, its result lost). Each kill first claims a
-marker file in ``tmp_path`` (``O_CREAT | O_EXCL``), so a stage is killed exactly as many times as
-asked, whichever worker runs it, and the retried task runs undisturbed. The library has no hook.
+write left behind), just before its record is (``record``: its outputs in place, not recorded),
+or after the stage has returned (``end``: its work done and recorded, its result lost). Each
+kill first claims a marker file in ``tmp_path`` (``O_CREAT | O_EXCL``), so a stage is killed
+exactly as many times as asked, whichever worker runs it, and the retried task runs undisturbed.
+The library has no hook: `_faulty` reaches the workers by value (cloudpickle).
 """
 
 from __future__ import annotations
