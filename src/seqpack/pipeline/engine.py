@@ -66,9 +66,17 @@ class LocalEngine:
 
 
 class RayEngine:
-    """Stages as Ray tasks, on a local Ray instance or the cluster at ``address``."""
+    """Stages as Ray tasks, on a local Ray instance or the cluster at ``address``.
+
+    A task whose worker dies (killed, out of memory, its node lost) runs again, up to ``retries``
+    times: every stage writes its outputs whole or not at all and the same bytes each time, so the
+    job's output is the same. A task that loses its worker every time fails the job with a
+    `ChildProcessError` (one line); the tasks still in flight are cancelled, and the stages that
+    finished are kept for the next run of the same command."""
 
     name = "ray"
+    #: times a task whose worker died runs again (an error the task raises is never retried)
+    retries = 3
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None, window: int | None = None) -> None:
         try:
@@ -95,21 +103,31 @@ class RayEngine:
 
     def map(self, fn: Callable[..., Any], items: Iterable[tuple[Any, ...]]) -> Iterator[Any]:
         ray = self._ray
-        remote = ray.remote(_apply)
+        remote = ray.remote(max_retries=self.retries)(_apply)
+        lost = _lost_worker_errors(ray)
         pending: list[Any] = []
         it = iter(items)
-        while True:
-            while len(pending) < self.window:
-                item = next(it, None)
-                if item is None:
-                    break
-                pending.append(remote.remote(fn, *item))
-            if not pending:
-                return
-            try:
-                yield ray.get(pending.pop(0))
-            except ray.exceptions.RayTaskError as e:
-                raise e.as_instanceof_cause() from None
+        try:
+            while True:
+                while len(pending) < self.window:
+                    item = next(it, None)
+                    if item is None:
+                        break
+                    pending.append(remote.remote(fn, *item))
+                if not pending:
+                    return
+                try:
+                    yield ray.get(pending.pop(0))
+                except ray.exceptions.RayTaskError as e:
+                    raise e.as_instanceof_cause() from None
+                except lost as e:
+                    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                    raise ChildProcessError(
+                        f"a Ray worker died running a task of this job, {self.retries + 1} times ({first}); "
+                        "the stages that finished are kept: run the same command again to finish the job"
+                    ) from None
+        finally:  # the job stops here (an error, or its reader stopped): none of its tasks writes on behind it
+            _cancel(ray, pending)
 
     def close(self) -> None:
         if self._started:
@@ -122,6 +140,25 @@ Engine = LocalEngine | RayEngine
 
 def _apply(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
+
+
+def _lost_worker_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    """Ray's errors for a task whose worker, node or result was lost (each retried first)."""
+    names = ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "ObjectLostError", "LocalRayletDiedError")
+    return tuple(c for c in (getattr(ray.exceptions, n, None) for n in names) if isinstance(c, type))
+
+
+def _cancel(ray: Any, refs: list[Any], timeout: float = 30.0) -> None:
+    """Stop the tasks ``refs`` (a running one's worker is killed) and wait until they have stopped."""
+    if not refs:
+        return
+    import contextlib
+
+    for ref in refs:
+        with contextlib.suppress(Exception):  # finished already, or its worker gone: nothing left to stop
+            ray.cancel(ref, force=True)
+    with contextlib.suppress(Exception):  # Ray shut down: nothing left running
+        ray.wait(refs, num_returns=len(refs), timeout=timeout)
 
 
 def _check_reachable(address: str, timeout: float = 3.0) -> None:

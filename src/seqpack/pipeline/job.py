@@ -359,8 +359,6 @@ def _write_packs(
             reused.append(f)
         elif why:
             redone[f] = why
-    for stale in (final / "data").glob(".*.tmp-*"):  # a write a killed run left half done
-        stale.unlink()
     bin_dir = None
     if output.export_bin:
         bin_dir = final / "bin"
@@ -395,6 +393,8 @@ def _write_packs(
             iterable=engine.map(packs_stage, items), total=len(items), desc="pack: parts", unit="part", leave=False
         )
     )
+    for stale in (final / "data").glob(".*.tmp-*"):  # a write a killed worker left half done (its task ran again)
+        stale.unlink()
     return files, _column_specs(
         parquet_column_specs(final / files[0]), made[0], meta
     )  # the written files are the truth
