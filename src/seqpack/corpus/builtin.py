@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import sysconfig
+import threading
 from pathlib import Path
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~2 ms of a command's start-up)
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 
 _SKIP_PARTS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
 _VERSION = 1
+#: one build at a time in a process: CPython 3.11's ``ast.parse`` is not safe in two threads at once
+#: ("AST constructor recursion depth mismatch"), and a second caller then reads the first's cache
+_BUILDING = threading.Lock()
 
 
 def cache_dir() -> Path:
@@ -69,6 +73,11 @@ def extract_python_docs() -> list[str]:
 
 def _cached(name: str, build: Any, use_cache: bool) -> list[Any]:
     """``build()``, cached as JSON lines under `cache_dir` (keyed by Python version and stdlib path)."""
+    with _BUILDING:
+        return _cached_locked(name, build, use_cache)
+
+
+def _cached_locked(name: str, build: Any, use_cache: bool) -> list[Any]:
     if not use_cache:
         return build()
     stdlib = sysconfig.get_paths()["stdlib"]
