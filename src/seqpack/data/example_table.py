@@ -87,15 +87,29 @@ def check_entry(entry: Any, root: Path, bad: Any) -> None:
     """The manifest's ``example_table`` as `table_entry` writes it; ``bad(what)`` makes the error."""
     ok = isinstance(entry, dict) and entry.get("key") == KEY and isinstance(entry.get("parts"), list)
     ok = ok and all(
-        isinstance(p, dict) and isinstance(p.get("file"), str) and isinstance(p.get("rows"), int) and p["rows"] >= 0
+        isinstance(p, dict)
+        and isinstance(p.get("file"), str)
+        and isinstance(p.get("rows"), int)
+        and not isinstance(p["rows"], bool)
+        and p["rows"] >= 0
+        and isinstance(p.get("checksum", ""), str)
         for p in entry["parts"]
     )
+    cols = entry.get("columns", [KEY]) if isinstance(entry, dict) else None
+    ok = ok and isinstance(cols, list) and KEY in cols and all(isinstance(c, str) for c in cols)
     if not ok:
-        raise bad(f"example_table must name its key ({KEY!r}) and list its parts as {{file, rows}}")
+        raise bad(
+            f"example_table must name its key ({KEY!r}) among its columns and list its parts as {{file, rows, checksum}}"
+        )
     real = Path(os.path.realpath(root))
+    seen: set[Path] = set()
     for p in entry["parts"]:
-        if real not in Path(os.path.realpath(real / p["file"])).parents:
+        f = Path(os.path.realpath(real / p["file"]))
+        if real not in f.parents:
             raise bad(f"example table part {p['file']!r} lies outside the dataset")
+        if f in seen:
+            raise bad(f"it lists the example table part {p['file']!r} twice")
+        seen.add(f)
 
 
 class ExampleTable:
