@@ -82,7 +82,7 @@ EDITS_THAT_ADD_UP = {
 def test_an_edit_that_adds_up_is_refused_as_edited_by_hand(change: str, tmp_path: Path) -> None:
     d = copy(tmp_path)
     edit(d, EDITS_THAT_ADD_UP[change])
-    with pytest.raises(ValueError, match="manifest.json: edited by hand") as e:
+    with pytest.raises(ValueError, match=r"manifest\.json: edited by hand") as e:
         read_manifest(d)
     assert "\n" not in str(e.value)
 
@@ -121,7 +121,7 @@ PART_TWICE = {
 def test_a_part_listed_twice_is_refused(change: str, reseal: bool, tmp_path: Path, capsys) -> None:
     d = copy(tmp_path)
     edit(d, PART_TWICE[change], reseal=reseal)  # parts 0 and 1 both hold 20 rows: num_packs still adds up
-    with pytest.raises(ValueError, match="lists the part .*part-00000.parquet' twice"):
+    with pytest.raises(ValueError, match=r"lists the part .*part-00000\.parquet' twice"):
         read_manifest(d)
     from seqpack.data import load_packed
 
@@ -132,13 +132,13 @@ def test_a_part_listed_twice_is_refused(change: str, reseal: bool, tmp_path: Pat
 
 
 def test_an_example_table_part_listed_twice_is_refused(tmp_path: Path) -> None:
-    from tests.data.test_example_table import seqs_with_table
     from seqpack.data import pack_sequences, write_packed
+    from tests.data.test_example_table import seqs_with_table
 
     d = tmp_path / "p"
     write_packed(pack_sequences(seqs_with_table([3, 4, 2]), 8), d)
     edit(d, lambda m: m["example_table"]["parts"].append(m["example_table"]["parts"][0]), reseal=True)
-    with pytest.raises(ValueError, match="example table part 'examples/part-00000.parquet' twice"):
+    with pytest.raises(ValueError, match=r"example table part 'examples/part-00000\.parquet' twice"):
         read_manifest(d)
 
 
