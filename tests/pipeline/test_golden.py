@@ -14,6 +14,8 @@ they began to record each part's checksum: every other file was byte-identical t
 goldens', and every manifest equal to its previous one but for the new ``checksum`` entries.
 They were made again when manifests began to record ``seqpack_version`` and the ``bin/`` columns'
 ``bin_checksums``: every other file byte-identical, every manifest equal but for those keys.
+They were made again when manifests began to carry their own checksum (``manifest_checksum``, the
+last key): every other file byte-identical, every manifest equal but for that key.
 """
 
 from __future__ import annotations

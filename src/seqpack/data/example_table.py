@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,15 +87,47 @@ def check_entry(entry: Any, root: Path, bad: Any) -> None:
     """The manifest's ``example_table`` as `table_entry` writes it; ``bad(what)`` makes the error."""
     ok = isinstance(entry, dict) and entry.get("key") == KEY and isinstance(entry.get("parts"), list)
     ok = ok and all(
-        isinstance(p, dict) and isinstance(p.get("file"), str) and isinstance(p.get("rows"), int) and p["rows"] >= 0
+        isinstance(p, dict)
+        and isinstance(p.get("file"), str)
+        and isinstance(p.get("rows"), int)
+        and not isinstance(p["rows"], bool)
+        and p["rows"] >= 0
+        and isinstance(p.get("checksum", ""), str)
         for p in entry["parts"]
     )
+    cols = entry.get("columns", [KEY]) if isinstance(entry, dict) else None
+    ok = ok and isinstance(cols, list) and KEY in cols and all(isinstance(c, str) for c in cols)
     if not ok:
-        raise bad(f"example_table must name its key ({KEY!r}) and list its parts as {{file, rows}}")
+        raise bad(
+            f"example_table must name its key ({KEY!r}) among its columns and list its parts as {{file, rows, checksum}}"
+        )
     real = Path(os.path.realpath(root))
+    seen: set[Path] = set()
     for p in entry["parts"]:
-        if real not in Path(os.path.realpath(real / p["file"])).parents:
+        f = Path(os.path.realpath(real / p["file"]))
+        if real not in f.parents:
             raise bad(f"example table part {p['file']!r} lies outside the dataset")
+        if f in seen:
+            raise bad(f"it lists the example table part {p['file']!r} twice")
+        seen.add(f)
+
+
+def rows_example_ids(path: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Iterator[tuple[Path, np.ndarray]]:
+    """``(part, ids)`` for each Parquet part the manifest lists: the distinct example ids its rows
+    name (their ``example_ids``, padding left out), which the example table must hold."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for shard in manifest["shards"]:
+        f = Path(path) / shard["file"]
+        try:
+            col = pq.read_table(f, columns=["example_ids"]).column(0).combine_chunks()
+        except (pa.ArrowException, OSError, KeyError) as e:  # pyarrow's own error types, and the file system's
+            raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from e
+        while pa.types.is_fixed_size_list(col.type) or pa.types.is_list(col.type):
+            col = col.flatten()
+        ids = np.unique(col.to_numpy(zero_copy_only=False).astype(np.int64))
+        yield f, ids[ids >= 0]
 
 
 class ExampleTable:
@@ -124,6 +156,11 @@ class ExampleTable:
                 raise ValueError(f"{f}: missing or corrupt example table part ({e})") from e
             if got.size != part["rows"]:
                 raise ValueError(f"{f}: {got.size} examples, the manifest says {part['rows']}; re-run seqpack pack")
+            lacks = [c for c in self.columns if c not in pf.schema_arrow.names]
+            if lacks:
+                raise ValueError(
+                    f"{f}: no column {lacks[0]!r}, which the manifest's example table lists; re-run seqpack pack"
+                )
             sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
             starts.append(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
             self._files.append(f)
@@ -135,6 +172,15 @@ class ExampleTable:
         self._where = (np.concatenate(where) if where else np.zeros((0, 2), np.int64))[order]
         if np.any(np.diff(self._ids) == 0):
             raise ValueError(f"{self.path}: its example table holds an example id twice; re-run seqpack pack")
+        if "example_ids" in manifest.get("columns", {}):
+            for f, named in rows_example_ids(self.path, manifest):
+                at = np.minimum(np.searchsorted(self._ids, named), max(self._ids.size - 1, 0))
+                lost = named[self._ids[at] != named] if self._ids.size else named
+                if lost.size:
+                    raise ValueError(
+                        f"{f}: its rows name example {lost[0]}, which the example table lacks (a part of "
+                        f"{EXAMPLES}/ emptied, left out or from another dataset); re-run seqpack pack"
+                    )
         self._starts = starts
         self._open: dict[int, Any] = {}
         self._cache: OrderedDict[tuple[int, int], list[dict[str, Any]]] = OrderedDict()

@@ -13,6 +13,7 @@ The directory appears only complete: it is built in a temp dir and renamed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -39,6 +40,9 @@ KIND = "seqpack.packed_dataset"
 MANIFEST = "manifest.json"
 #: what a packed dataset directory is: `--overwrite` replaces only these
 OUTPUT = OutputKind("packed dataset", (MANIFEST, "kind", KIND))
+#: the manifest's own checksum, its last key (`manifest_checksum`): a manifest edited by hand is refused;
+#: one without it (written before manifests carried it) is read on the checks of its fields alone
+CHECKSUM = "manifest_checksum"
 SCHEDULE = "schedule.npy"  # optional: balanced data-parallel steps (the manifest's "schedule")
 COMPRESSION = ("none", "snappy", "zstd", "lz4", "gzip")
 #: per-token columns: each row holds ``max_len`` of them
@@ -121,6 +125,28 @@ def manifest_fields(
         "columns": columns,
         **({"derived_columns": dict(derived)} if derived else {}),
     }
+
+
+def manifest_checksum(m: Mapping[str, Any]) -> str:
+    """``"sha256:HEX"`` of the manifest's canonical JSON (keys sorted, no spaces), its own `CHECKSUM`
+    key left out: what a reader checks the manifest against, so that an edit (a histogram, a count, a
+    part) is refused, not read as if real.
+
+    >>> manifest_checksum({"b": [1, 2.5], "a": "x"}) == manifest_checksum({"a": "x", "b": [1, 2.5], CHECKSUM: "?"})
+    True
+    """
+    body = {k: v for k, v in m.items() if k != CHECKSUM}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_manifest(directory: Path, m: dict[str, Any]) -> dict[str, Any]:
+    """Write ``directory/manifest.json`` (`dump_manifest`) with its checksum (`manifest_checksum`) as
+    its last key, which ``m`` gains too; returns ``m``. Every writer of a packed dataset ends with this."""
+    m.pop(CHECKSUM, None)
+    m[CHECKSUM] = manifest_checksum(m)
+    (directory / MANIFEST).write_text(dump_manifest(m), encoding="utf-8")
+    return m
 
 
 def dump_manifest(m: dict[str, Any]) -> str:
@@ -359,7 +385,7 @@ def write_packed(
         manifest["bin"] = export_bin
         if export_bin:
             manifest["bin_checksums"] = bin_checksums(tmp, pc.columns)
-        (tmp / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
+        write_manifest(tmp, manifest)
     return manifest
 
 
@@ -449,6 +475,15 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     if not count(m.get("num_packs")) or not count(m.get("max_len")) or not m["max_len"]:
         raise bad("num_packs and max_len must be non-negative integers")
+    if not isinstance(m.get("task"), str) or not m["task"]:
+        raise bad("task must name the task that packed it")
+    for key in ("num_sequences", "num_tokens", "max_depth"):
+        if not count(m.get(key)):
+            raise bad(f"{key} must be a non-negative integer")
+    hist = m.get("histogram")
+    counts = hist.get("counts") if isinstance(hist, dict) else None
+    if not isinstance(counts, list) or len(counts) != m["max_len"] or not all(count(c) for c in counts):
+        raise bad(f"histogram must hold counts, one per length 1..max_len ({m['max_len']})")
     cols = m.get("columns")
     if not isinstance(cols, dict) or "input_ids" not in cols:
         raise bad("columns must name each column, input_ids among them")
@@ -475,19 +510,30 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     check_rules(derived, [c for c in cols if c not in derived], str(where))
     shards = m.get("shards")
     if not isinstance(shards, list) or not all(
-        isinstance(s, dict) and isinstance(s.get("file"), str) and count(s.get("rows")) for s in shards
+        isinstance(s, dict)
+        and isinstance(s.get("file"), str)
+        and count(s.get("rows"))
+        and isinstance(s.get("checksum", ""), str)
+        for s in shards
     ):
-        raise bad("shards must list {file, rows}")
+        raise bad("shards must list {file, rows, checksum}")
     if sum(s["rows"] for s in shards) != m["num_packs"]:
         raise bad(f"its shards hold {sum(s['rows'] for s in shards):,} rows, not num_packs={m['num_packs']:,}")
     root = Path(os.path.realpath(path))
+    seen: set[Path] = set()
     for s in shards:
-        if root not in Path(os.path.realpath(root / s["file"])).parents:
+        real = Path(os.path.realpath(root / s["file"]))
+        if root not in real.parents:
             raise bad(f"shard file {s['file']!r} lies outside the dataset")
+        if real in seen:
+            raise bad(f"it lists the part {s['file']!r} twice, which would read its rows twice")
+        seen.add(real)
     if "example_table" in m:
         from seqpack.data.example_table import check_entry
 
         check_entry(m["example_table"], root, bad)
+    if CHECKSUM in m and m[CHECKSUM] != manifest_checksum(m):  # last: the messages above say what is wrong
+        raise ValueError(f"{where}: edited by hand (its checksum does not match); re-run seqpack pack")
     return m
 
 

@@ -28,7 +28,7 @@ def hf_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
 
     m = read_manifest(path)
     verify_parts(path, m)  # the check every packed reader makes
-    files = sorted(str(p) for p in (Path(path) / "data").glob("*.parquet"))
+    files = [str(Path(path) / s["file"]) for s in m["shards"]]  # the manifest's parts, nothing else in data/
     ds = datasets.Dataset.from_parquet(files, cache_dir=None if cache_dir is None else str(cache_dir))
     if len(ds) != int(m["num_packs"]):
         raise ValueError(f"{path}: {len(ds)} rows in the Parquet shards, the manifest says {m['num_packs']}")

@@ -42,15 +42,14 @@ from seqpack._stages import StageLog, content_hash, discard_on_rejection, work_d
 from seqpack.corpus.records import iter_records, record_files
 from seqpack.data.columns import pack_depth
 from seqpack.data.format import (
-    MANIFEST,
-    SCHEDULE,
-    bin_checksums,
-    dump_manifest,
-    manifest_fields,
-    parquet_column_specs,
+    OUTPUT as PACKED_OUTPUT,
 )
 from seqpack.data.format import (
-    OUTPUT as PACKED_OUTPUT,
+    SCHEDULE,
+    bin_checksums,
+    manifest_fields,
+    parquet_column_specs,
+    write_manifest,
 )
 from seqpack.data.sequences import COUNTED_INFO
 from seqpack.packing import pack_lengths
@@ -438,8 +437,7 @@ def _write_manifest(
     manifest["bin"] = output.export_bin
     if output.export_bin:
         manifest["bin_checksums"] = bin_checksums(final, columns)
-    (final / MANIFEST).write_text(dump_manifest(manifest), encoding="utf-8")
-    return manifest
+    return write_manifest(final, manifest)
 
 
 def _example_table(final: Path, dirs: list[str]) -> dict[str, Any]:
