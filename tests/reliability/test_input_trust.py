@@ -1,0 +1,119 @@
+"""Inputs are read as the tools that wrote them read them: a tokenizer saved with truncation and
+padding encodes documents whole, a ``config.json`` holding ``{"__float__": "Infinity"}`` loads, a
+byte-order mark is not text, and the refusals about inputs name what to run instead."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pytest import CaptureFixture
+
+from tests.cli.test_cli import run
+from tests.hf_tokenizers import bpe_tokenizer_dir, texts, write_jsonl
+
+
+def one_line(code: int, err: str) -> bool:
+    return code == 2 and "Traceback" not in err and "internal error" not in err and err.count("\n") == 1
+
+
+# ---- 1. a tokenizer saved with truncation and padding ---------------------------------------------------
+
+PAD = "[PAD]"
+
+
+def released_tokenizer(clean: Path, out: Path) -> Path:
+    """``clean`` as released tokenizers often are: saved after a call with truncation (64 tokens) and
+    padding set, and a post-processor that puts a BOS before every text."""
+    import shutil
+
+    from tokenizers import AddedToken, Tokenizer, processors
+
+    shutil.copytree(clean, out)
+    tok = Tokenizer.from_file(str(clean / "tokenizer.json"))
+    tok.add_special_tokens([AddedToken(PAD, special=True)])
+    pad_id = tok.token_to_id(PAD)
+    tok.enable_truncation(max_length=64)
+    tok.enable_padding(length=64, pad_id=pad_id, pad_token=PAD)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", tok.token_to_id("<|endoftext|>"))]
+    )
+    tok.save(str(out / "tokenizer.json"))
+    return out
+
+
+@pytest.fixture
+def tokenizers(tmp_path: Path) -> dict[str, Path]:
+    clean = bpe_tokenizer_dir(tmp_path / "clean")
+    return {"clean": clean, "released": released_tokenizer(clean, tmp_path / "released")}
+
+
+def documents() -> list[str]:
+    return [" ".join(texts(60, seed=3)), *texts(30, seed=4)]  # one document of ~800 tokens, then short ones
+
+
+def test_a_saved_truncation_and_padding_do_not_cut_or_pad_documents(
+    tokenizers: dict[str, Path], tmp_path: Path, capsys: CaptureFixture[str]
+) -> None:
+    from tokenizers import Tokenizer
+
+    from seqpack.store import open_store
+    from seqpack.tokenizer import open_tokenizer
+
+    corpus = write_jsonl(tmp_path / "docs.jsonl", [{"text": t} for t in documents()])
+    clean = Tokenizer.from_file(str(tokenizers["clean"] / "tokenizer.json"))
+    want = [clean.encode(t, add_special_tokens=False).ids for t in documents()]
+    assert len(want[0]) > 700
+    pad_id = open_tokenizer(tokenizers["released"]).token_to_id(PAD)
+    summaries = {}
+    for name, tok in tokenizers.items():
+        code, _, err = run(capsys, "tokenize", str(corpus), "--tokenizer", str(tok), "--out", str(tmp_path / f"s-{name}"),
+                           "--workers", "1")
+        assert code == 0, err
+        store = open_store(tmp_path / f"s-{name}")
+        got = [store[i].tolist() for i in range(len(store))]
+        assert got == want  # whole, no BOS from the post-processor, no padding
+        assert pad_id not in {t for doc in got for t in doc}
+        code, out, err = run(capsys, "pack", str(tmp_path / f"s-{name}"), "--task", "clm", "--max-len", "1024",
+                             "--tokenizer", str(tok), "--out", str(tmp_path / f"p-{name}"), "--json")
+        assert code == 0, err
+        summaries[name] = json.loads(out)
+    r, c = summaries["released"], summaries["clean"]
+    assert (r["num_packs"], r["efficiency"]) == (c["num_packs"], c["efficiency"])
+    assert r["num_packs"] < len(want)  # several documents a pack, as their true lengths allow
+
+
+def test_the_fingerprint_names_the_tokenizer_as_it_encodes(tokenizers: dict[str, Path]) -> None:
+    from tokenizers import Tokenizer
+
+    from seqpack.tokenizer import HFTokenizer, open_tokenizer
+
+    tok = open_tokenizer(tokenizers["released"])
+    assert isinstance(tok, HFTokenizer)
+    first = tok.fingerprint()
+    tok.encode_batch(documents())
+    assert HFTokenizer.from_dir(tokenizers["released"]).fingerprint() == first  # the same on every load
+    assert first != open_tokenizer(tokenizers["clean"]).fingerprint()  # the added [PAD] and BOS template differ
+    given = Tokenizer.from_file(str(tokenizers["released"] / "tokenizer.json"))
+    HFTokenizer(given)
+    assert given.truncation is not None and given.padding is not None  # the caller's tokenizer is left as it was
+
+
+def test_a_processor_saved_with_truncation_is_read_without_it(tmp_path: Path) -> None:
+    pytest.importorskip("PIL")
+    from seqpack.experiments.tiny_vlm import tiny_processor
+    from seqpack.tasks.vision.processor import ProcessorTokenizer, load_processor
+
+    p = tiny_processor("llava")
+    p.tokenizer.backend_tokenizer.enable_truncation(max_length=8)
+    p.tokenizer.backend_tokenizer.enable_padding(length=8)
+    p.save_pretrained(tmp_path / "processor")
+    saved = json.loads((tmp_path / "processor" / "tokenizer.json").read_text())
+    assert saved["truncation"] and saved["padding"]
+    q = load_processor(tmp_path / "processor")
+    tok = ProcessorTokenizer(q)
+    first = tok.fingerprint()
+    text = " ".join(texts(5))
+    assert len(q.tokenizer(text, add_special_tokens=False)["input_ids"]) > 8
+    assert ProcessorTokenizer(q).fingerprint() == first  # the same before and after a call
