@@ -117,3 +117,60 @@ def test_a_processor_saved_with_truncation_is_read_without_it(tmp_path: Path) ->
     text = " ".join(texts(5))
     assert len(q.tokenizer(text, add_special_tokens=False)["input_ids"]) > 8
     assert ProcessorTokenizer(q).fingerprint() == first  # the same before and after a call
+
+
+# ---- 2. a config.json as transformers reads it ------------------------------------------------------------
+
+#: Nemotron-H as its released config.json writes it: ``time_step_limit``'s infinity as transformers encodes it
+NEMOTRON_H = {"model_type": "nemotron_h", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+              "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 64, "max_position_embeddings": 128,
+              "mamba_num_heads": 2, "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 1,
+              "hybrid_override_pattern": "M*", "time_step_limit": [0.0, {"__float__": "Infinity"}]}
+
+
+@pytest.fixture
+def packed(tmp_path: Path, capsys: CaptureFixture[str]) -> Path:
+    from seqpack.pipeline import build_sharded_store
+    from tests.store.test_store import byte_tokenizer
+    from tests.tasks.test_sequences import text_docs
+
+    tok = byte_tokenizer()
+    tok.save(tmp_path / "tok")
+    build_sharded_store(text_docs(40), tok, tmp_path / "store", shard_chars=500)
+    code, _, err = run(capsys, "pack", str(tmp_path / "store"), "--task", "clm", "--max-len", "64", "--tokenizer",
+                       str(tmp_path / "tok"), "--out", str(tmp_path / "packed"))
+    assert code == 0, err
+    return tmp_path / "packed"
+
+
+def test_a_config_holding_a_float_tag_is_read(tmp_path: Path) -> None:
+    from seqpack.train.models import read_config
+
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({**NEMOTRON_H, "text_config": {"limit": {"__float__": "-Infinity"}}}))
+    d = read_config(f)
+    assert d["time_step_limit"] == [0.0, float("inf")] and d["text_config"]["limit"] == float("-inf")
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_hybrid_config_with_infinity_is_refused_in_the_usual_line(
+    packed: Path, tmp_path: Path, capsys: CaptureFixture[str], padded: bool
+) -> None:
+    """Read, built, then refused for what it is (a layer that is not attention), naming what to run."""
+    (tmp_path / "nemotron").mkdir()
+    (tmp_path / "nemotron" / "config.json").write_text(json.dumps(NEMOTRON_H))
+    code, _, err = run(capsys, "train", "--data", str(packed), "--out", str(tmp_path / "run"), "--hf-model",
+                       str(tmp_path / "nemotron"), "--steps", "1", "--quiet", *(["--padded"] if padded else []))
+    assert one_line(code, err), err
+    assert "NemotronHForCausalLM has linear_attention layers" in err
+    assert "SFTTrainer with packing=False" in err and "run its rows unpacked" not in err
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_a_value_transformers_refuses_is_one_line(packed: Path, tmp_path: Path, capsys: CaptureFixture[str]) -> None:
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({**NEMOTRON_H, "time_step_limit": "forever"}))
+    code, _, err = run(capsys, "train", "--data", str(packed), "--out", str(tmp_path / "run"), "--hf-model", str(f),
+                       "--steps", "1", "--quiet")
+    assert one_line(code, err) and f"--hf-model {f}: transformers refuses this nemotron_h config" in err
+    assert "time_step_limit" in err
