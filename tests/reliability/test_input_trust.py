@@ -174,3 +174,77 @@ def test_a_value_transformers_refuses_is_one_line(packed: Path, tmp_path: Path, 
                        "--steps", "1", "--quiet")
     assert one_line(code, err) and f"--hf-model {f}: transformers refuses this nemotron_h config" in err
     assert "time_step_limit" in err
+
+
+# ---- 3. a byte-order mark ------------------------------------------------------------------------------
+
+BOM = "\ufeff"
+
+
+@pytest.mark.parametrize("kind", ["txt", "jsonl"])
+def test_a_byte_order_mark_is_not_part_of_the_first_document(tmp_path: Path, capsys: CaptureFixture[str], kind: str) -> None:
+    from seqpack.store import open_store
+    from seqpack.tokenizer import Tokenizer
+
+    code, _, err = run(capsys, "train-tokenizer", "--vocab-size", "300", "--out", str(tmp_path / "tok"), "--workers", "1")
+    assert code == 0, err
+    docs = ["first document", "second one"]
+    f = tmp_path / f"in.{kind}"
+    body = "<|endoftext|>".join(docs) if kind == "txt" else "".join(json.dumps({"text": d}) + "\n" for d in docs)
+    f.write_text(BOM + body, encoding="utf-8")
+    code, _, err = run(capsys, "tokenize", str(f), "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "s"))
+    assert code == 0, err
+    tok, store = Tokenizer.load(tmp_path / "tok"), open_store(tmp_path / "s")
+    assert [tok.decode(store[i].tolist()) for i in range(len(store))] == docs
+
+
+@pytest.mark.parametrize("size", ["small", "chunked"])
+def test_train_tokenizer_learns_no_token_of_a_byte_order_mark(tmp_path: Path, capsys: CaptureFixture[str], size: str) -> None:
+    from seqpack.tokenizer import Tokenizer
+    from seqpack.tokenizer.pretokenize import file_chunks
+
+    text = " ".join(texts(400 if size == "chunked" else 40, seed=1))
+    with_bom, without = tmp_path / "bom.txt", tmp_path / "plain.txt"
+    with_bom.write_text(BOM + text, encoding="utf-8")
+    without.write_text(text, encoding="utf-8")
+    target = 4096 if size == "chunked" else 1 << 20
+    chunks = list(file_chunks(with_bom, target))
+    assert chunks[0].start == 3 and chunks[-1].end == with_bom.stat().st_size
+    assert (len(chunks) > 1) == (size == "chunked")
+    made, counted = {}, {}
+    for name, f in (("bom", with_bom), ("plain", without)):
+        code, out, err = run(capsys, "train-tokenizer", str(f), "--vocab-size", "300", "--out", str(tmp_path / name),
+                             "--workers", "1", "--json")
+        assert code == 0, err
+        made[name] = Tokenizer.load(tmp_path / name)
+        counted[name] = {k: json.loads(out)[k] for k in ("num_words", "num_pretokens")}
+    assert counted["bom"] == counted["plain"]  # the mark is no pre-token
+    assert made["bom"].vocab == made["plain"].vocab
+    assert not any(BOM.encode("utf-8") in v for v in made["bom"].vocab.values())
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads a pipe by its /proc/self/fd path")
+def test_a_byte_order_mark_on_a_pipe_is_not_text(tmp_path: Path, capsys: CaptureFixture[str]) -> None:
+    """The stream path of train-tokenizer (standard input, a FIFO): the pipe is read as a file is."""
+    import os
+
+    from seqpack.tokenizer import Tokenizer
+
+    text = " ".join(texts(40, seed=1))
+    (tmp_path / "plain.txt").write_text(text, encoding="utf-8")
+    code, plain, _ = run(capsys, "train-tokenizer", str(tmp_path / "plain.txt"), "--vocab-size", "300", "--out",
+                         str(tmp_path / "plain"), "--workers", "1", "--json")
+    assert code == 0
+    data = (BOM + text).encode("utf-8")
+    assert len(data) < 16_384  # within a pipe's buffer: written whole before it is read
+    r, w = os.pipe()
+    try:
+        os.write(w, data)
+        os.close(w)
+        code, piped, err = run(capsys, "train-tokenizer", f"/proc/self/fd/{r}", "--vocab-size", "300", "--out",
+                               str(tmp_path / "piped"), "--workers", "1", "--json")
+    finally:
+        os.close(r)
+    assert code == 0, err
+    assert json.loads(piped)["num_pretokens"] == json.loads(plain)["num_pretokens"]  # the mark is no pre-token
+    assert Tokenizer.load(tmp_path / "piped").vocab == Tokenizer.load(tmp_path / "plain").vocab
