@@ -248,3 +248,20 @@ def test_a_byte_order_mark_on_a_pipe_is_not_text(tmp_path: Path, capsys: Capture
     assert code == 0, err
     assert json.loads(piped)["num_pretokens"] == json.loads(plain)["num_pretokens"]  # the mark is no pre-token
     assert Tokenizer.load(tmp_path / "piped").vocab == Tokenizer.load(tmp_path / "plain").vocab
+
+
+# ---- 4. a folder of files without the suffixes looked for -----------------------------------------------
+
+@pytest.mark.parametrize("command", ["tokenize", "train-tokenizer"])
+def test_a_folder_without_text_suffixes_names_glob(tmp_path: Path, capsys: CaptureFixture[str], command: str) -> None:
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"doc{i}.data").write_text(f"document number {i}", encoding="utf-8")
+    tok = tmp_path / "tok"
+    assert run(capsys, "train-tokenizer", "--vocab-size", "270", "--out", str(tok), "--workers", "1")[0] == 0
+    extra = ["--tokenizer", str(tok)] if command == "tokenize" else ["--vocab-size", "270"]
+    code, _, err = run(capsys, command, str(folder), *extra, "--out", str(tmp_path / "out"))
+    assert one_line(code, err) and "no input files in it (looked for .txt" in err and "--glob '*'" in err, err
+    code, _, err = run(capsys, command, str(folder), *extra, "--out", str(tmp_path / "out"), "--glob", "*")
+    assert code == 0, err  # what the message says to run works

@@ -96,7 +96,8 @@ def expand_inputs(
                     found.append(os.path.join(root, f))
         if not found:
             what = f"files matching --glob {glob!r}" if glob else f"{', '.join(suffixes)} files"
-            raise FileNotFoundError(f"{p}: a directory with no input files in it (looked for {what})")
+            hint = "" if glob else "; pass --glob '*' (glob='*') to read every file, or --glob '*.EXT' for one kind"
+            raise FileNotFoundError(f"{p}: a directory with no input files in it (looked for {what}){hint}")
         out += sorted(found)
     return out
 
