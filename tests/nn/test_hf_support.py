@@ -34,7 +34,7 @@ def test_a_window_a_model_stores_but_never_uses_is_not_asked() -> None:
 
 def test_refusals_are_one_line_and_say_what_would_work() -> None:
     nxt = transformers.Qwen3NextConfig(**SMALL, head_dim=16, layer_types=["linear_attention", "full_attention"])
-    with pytest.raises(ValueError, match="linear_attention layers.*run its rows unpacked"):
+    with pytest.raises(ValueError, match="linear_attention layers.*train it on unpacked rows outside seqpack"):
         check_packable(transformers.Qwen3NextForCausalLM(nxt))
     bert = transformers.BertLMHeadModel(transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1,
                                                                 num_attention_heads=2, intermediate_size=64))

@@ -130,7 +130,7 @@ def test_hf_model_refuses_a_hybrid_before_any_step(datasets, tmp_path):
     f.write_text(json.dumps({"model_type": "qwen3_next", "hidden_size": 32, "num_hidden_layers": 2,
                              "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 64,
                              "max_position_embeddings": 64, "layer_types": ["linear_attention", "full_attention"]}))
-    with pytest.raises(ValueError, match=r"has linear_attention layers.*run its rows unpacked") as e:
+    with pytest.raises(ValueError, match=r"has linear_attention layers.*train it on unpacked rows outside seqpack") as e:
         train(TrainConfig(data=str(datasets["clm"]), out=str(tmp_path / "run"), hf_model=str(f), steps=1, progress=False))
     assert "\n" not in str(e.value)
     assert not (tmp_path / "run" / "checkpoint.pt").exists()

@@ -96,7 +96,8 @@ def expand_inputs(
                     found.append(os.path.join(root, f))
         if not found:
             what = f"files matching --glob {glob!r}" if glob else f"{', '.join(suffixes)} files"
-            raise FileNotFoundError(f"{p}: a directory with no input files in it (looked for {what})")
+            hint = "" if glob else "; pass --glob '*' (glob='*') to read every file, or --glob '*.EXT' for one kind"
+            raise FileNotFoundError(f"{p}: a directory with no input files in it (looked for {what}){hint}")
         out += sorted(found)
     return out
 
@@ -169,7 +170,7 @@ def iter_decoded(
     """Decode a file (``None``: standard input) as UTF-8 in blocks.
 
     Invalid UTF-8 with ``errors="strict"`` raises ``ValueError`` naming the file
-    and the absolute byte offset.
+    and the absolute byte offset. A byte-order mark at the start is not text: it is dropped.
     """
     import sys
 
@@ -179,6 +180,7 @@ def iter_decoded(
     stream = sys.stdin.buffer if path is None else open(require_file(path), "rb")  # noqa: SIM115
     decoder = codecs.getincrementaldecoder("utf-8")(errors="seqpack.replace" if errors == "replace" else errors)
     consumed = 0
+    first = True  # the first text decoded: where a byte-order mark would be
     try:
         while True:
             block = stream.read(_BLOCK)
@@ -192,6 +194,9 @@ def iter_decoded(
             if _starts.found:
                 REPLACED.add(name, len(_starts.found), consumed - held + _starts.found[0])
             consumed += len(block)
+            if text and first:
+                first = False
+                text = text.removeprefix("\ufeff")
             if text:
                 yield text
             if final:
@@ -257,7 +262,7 @@ def iter_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
     import json
 
     p = require_file(path)
-    with open(p, encoding="utf-8") as f:
+    with open(p, encoding="utf-8-sig") as f:  # a byte-order mark at the start is not text
         try:
             for lineno, line in enumerate(f, start=1):
                 if not line.strip():

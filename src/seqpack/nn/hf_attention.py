@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from seqpack.nn.attention import AttentionPlan, LayerAttention, packed_attention
-from seqpack.nn.hf_support import check_packable, config_window
+from seqpack.nn.hf_support import UNPACKED, check_packable, config_window
 
 PACKED_IMPL = "seqpack_packed"
 
@@ -67,7 +67,7 @@ def layer_attention(module: torch.nn.Module, kwargs: dict[str, Any], *, causal: 
     if unknown:
         raise ValueError(
             f"{type(module).__name__} passes {', '.join(unknown)} to its attention, which seqpack's packed "
-            "attention does not compute; run this model's rows unpacked"
+            "attention does not compute; " + UNPACKED
         )
     layer_causal = kwargs.get("is_causal", getattr(module, "is_causal", True))
     if layer_causal is not None and bool(layer_causal) != causal:
@@ -82,7 +82,7 @@ def layer_attention(module: torch.nn.Module, kwargs: dict[str, Any], *, causal: 
     if kinds is not None and kind is None:
         raise ValueError(
             f"{type(module).__name__} has no layer_idx into its config's layer_types; seqpack cannot tell "
-            "whether it has a sliding window: run this model's rows unpacked"
+            "whether it has a sliding window: " + UNPACKED
         )
     window = kwargs.get("sliding_window")
     if window is None and config is not None:
@@ -137,7 +137,7 @@ def packed_attention_forward(
     if attention_mask is not None:  # transformers makes none for seqpack_packed: this one is the model's own
         raise ValueError(
             f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
-            "dynamic mask), which seqpack's packed attention does not compute; run this model's rows unpacked"
+            "dynamic mask), which seqpack's packed attention does not compute; " + UNPACKED
         )
     dv = value.shape[-1]
     query, key, value = same_head_dim(query, key, value, scaling)

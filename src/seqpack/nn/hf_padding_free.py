@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from seqpack.nn.hf_support import UNPACKED
 from seqpack.nn.masks import cu_seqlens, max_seqlen, position_ids, unpad_index
 
 VARLEN_IMPL = "seqpack_varlen"
@@ -124,7 +125,7 @@ def varlen_attention_forward(
     if attention_mask is not None and _PACKED_CALL.get():  # transformers makes none for it: the model's own
         raise ValueError(
             f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
-            "dynamic mask), which the padding-free form does not compute; run this model's rows unpacked"
+            "dynamic mask), which the padding-free form does not compute; " + UNPACKED
         )
     if cu is None or m is None:  # a plain batch: every row is one unpadded sequence (as flash_attention_2)
         cu, m = torch.arange(0, B * n + 1, n, device=query.device, dtype=torch.int32), n

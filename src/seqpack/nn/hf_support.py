@@ -13,8 +13,9 @@ every layer is checked against it when it runs.
 ``refusal``: why packed rows would not be exact, or None. A layer that is not attention carries
 state from one document into the next (a state-space model such as Mamba, linear attention, a
 short convolution over the sequence): seqpack cannot tell it where documents start, so such a
-model is refused, naming the layer, and its rows must be run unpacked. So is a model whose forward
-takes no ``position_ids`` (its positions could not restart at each document).
+model is refused, naming the layer, and its rows must be run unpacked, outside seqpack
+(`UNPACKED`). So is a model whose forward takes no ``position_ids`` (its positions could not restart
+at each document).
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+#: what a refusal tells the user to run: ``seqpack train`` (its ``--padded`` baseline included, which
+#: is evaluated on the packed rows) runs a transformers model through packed rows only
+UNPACKED = (
+    "train it on unpacked rows outside seqpack (TRL's SFTTrainer with packing=False, or transformers' Trainer); "
+    "seqpack runs a transformers model on packed rows only, seqpack train --padded included"
+)
 
 #: the layer types (a config's ``layer_types``) seqpack computes packed: softmax attention, whole,
 #: in a sliding window or in chunks; any other kind is refused
@@ -100,7 +108,7 @@ def _mixer_refusal(model: Any, config: Any) -> str | None:
     if other:
         return (
             f"{name} has {', '.join(other)} layers, which seqpack cannot compute packed (a layer that is not "
-            "attention carries state from one document into the next): run its rows unpacked (one sequence per row)"
+            "attention carries state from one document into the next): " + UNPACKED
         )
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
     decoder = decoder if isinstance(decoder, torch.nn.Module) else model
@@ -112,7 +120,7 @@ def _mixer_refusal(model: Any, config: Any) -> str | None:
             what = "a convolution over the sequence" if isinstance(module, torch.nn.Conv1d) else "a recurrent state"
             return (
                 f"{name}'s {kind} layers ({what}) carry state from one packed document into the next; seqpack "
-                "cannot tell them where documents start: run its rows unpacked (one sequence per row)"
+                "cannot tell them where documents start: " + UNPACKED
             )
     return None
 
@@ -128,12 +136,12 @@ def _attention_refusal(model: Any, config: Any) -> str | None:
         if getattr(config, key, None) is not None:
             return (
                 f"{name}'s attention adds a mask of its own making ({key}: chosen over the whole row), which "
-                "seqpack cannot keep inside each document: run its rows unpacked"
+                "seqpack cannot keep inside each document: " + UNPACKED
             )
     if not getattr(model, "_supports_attention_backend", False):
         return (
             f"{name} does not run its attention through transformers' attention interface, so seqpack cannot "
-            "give it packed attention or masks: run its rows unpacked"
+            "give it packed attention or masks: " + UNPACKED
         )
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
     decoder = decoder if isinstance(decoder, torch.nn.Module) else model
@@ -169,7 +177,7 @@ def packing_support(model: Any) -> Support:
     if refusal is None and "position_ids" not in inspect.signature(inner.forward).parameters:
         refusal = (
             f"{type(inner).__name__}'s forward takes no position_ids, so positions cannot restart at each packed "
-            "document: run its rows unpacked"
+            "document: " + UNPACKED
         )
     support = Support(needs=_needs(inner, config), refusal=refusal)
     _SUPPORT[inner] = (key, support)
@@ -189,6 +197,7 @@ __all__ = [
     "COMPUTED_MASK_KEYS",
     "POINTWISE_LAYERS",
     "STATE_PARAMETERS",
+    "UNPACKED",
     "builds_sliding_masks",
     "config_window",
     "Support",

@@ -7,7 +7,10 @@ gives it the interface seqpack's own `Tokenizer` has (``encode_batch``,
 ``encode_with_offsets``, ``token_to_id``, ``vocab_size``, ``fingerprint``...), so every task packs
 with either. Texts are encoded **without** the tokenizer's own post-processing (no automatic
 BOS/[CLS]): seqpack's tasks add their special tokens themselves, and a chat template writes its
-own (the transformers convention for ``apply_chat_template``).
+own (the transformers convention for ``apply_chat_template``). A ``tokenizer.json`` saved with
+``truncation`` or ``padding`` set is read with both turned off: a document is never cut or padded by
+the tokenizer (``--overflow`` decides what happens to a long one), and the fingerprint names the
+tokenizer as it encodes.
 
     tok = open_tokenizer("llama_tok/")       # HFTokenizer (tokenizer.json) or Tokenizer (seqpack's)
     tok.encode("Hello")                      # [15043]
@@ -49,13 +52,24 @@ def _read_json(path: Path) -> dict[str, Any]:
     return d
 
 
+def without_truncation_or_padding(hf: Any) -> Any:
+    """``hf`` (a ``tokenizers.Tokenizer``), or a copy of it with truncation and padding turned off
+    when it has either set; the tokenizer given is left as it was."""
+    if getattr(hf, "truncation", None) is None and getattr(hf, "padding", None) is None:
+        return hf
+    hf = type(hf).from_str(hf.to_str())
+    hf.no_truncation()
+    hf.no_padding()
+    return hf
+
+
 class HFTokenizer:
     """A ``tokenizers.Tokenizer`` plus the special tokens and chat template of its directory."""
 
     def __init__(
         self, hf: Any, config: dict[str, Any] | None = None, *, chat_template: str | None = None, name: str = ""
     ) -> None:
-        self.hf = hf
+        self.hf = without_truncation_or_padding(hf)
         self.config = dict(config or {})
         self.name = name
         template = chat_template if chat_template is not None else self.config.get("chat_template")

@@ -146,6 +146,10 @@ def _special_bytes_pattern(special_tokens: Sequence[str]) -> re.Pattern[bytes] |
     return re.compile(b"|".join(re.escape(s) for s in ordered))
 
 
+#: the UTF-8 byte-order mark some editors write at the start of a text file
+BOM = b"\xef\xbb\xbf"
+
+
 def file_chunks(
     path: str | os.PathLike[str], target_bytes: int, special_tokens: Sequence[str] = ()
 ) -> Iterator[FileChunk]:
@@ -155,14 +159,17 @@ def file_chunks(
     ``target_bytes`` after the target point, else at a safe newline or space (see
     `_SAFE_NEWLINE`, `_SAFE_SPACE`; neither where a special token contains
     that character); if the file has none, the chunk grows until one is found (or to the
-    end of the file).
+    end of the file). A UTF-8 byte-order mark at the start of the file is not text: the first
+    chunk starts after it.
     """
     path = os.fspath(path)
     size = os.path.getsize(path)
-    if size == 0:
+    with open(path, "rb") as f:
+        skip = len(BOM) if f.read(len(BOM)) == BOM else 0
+    if size <= skip:
         return
     if size <= target_bytes:
-        yield FileChunk(path, 0, size)
+        yield FileChunk(path, skip, size)
         return
     sp = _special_bytes_pattern(special_tokens)
     safe = [r for r, c in ((_SAFE_NEWLINE, "\n"), (_SAFE_SPACE, " ")) if not any(c in s for s in special_tokens)]
@@ -173,7 +180,8 @@ def file_chunks(
         starts = _special_starts(mm, size, sp, longest, literal) if sp is not None else None
         try:
             for start, end in _cut_points(mm, size, target_bytes, starts, safe):
-                yield FileChunk(path, start, end)
+                if end > max(start, skip):
+                    yield FileChunk(path, max(start, skip), end)
         finally:
             if starts is not None:
                 starts.close()

@@ -8,7 +8,6 @@ transformers model from a config file (through `seqpack.nn.hf_adapter`).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -88,12 +87,11 @@ def _hf_model(
     file = p / "config.json" if p.is_dir() else p
     if not file.is_file():
         raise ValueError(f"--hf-model {source}: no such config file (give a config.json or a directory holding one)")
-    try:
-        d = json.loads(file.read_text(encoding="utf-8"))
-        model_type = d.pop("model_type")
-    except (json.JSONDecodeError, KeyError) as e:
-        raise ValueError(f"--hf-model {file}: not a transformers config ({e})") from e
+    d = read_config(file)
+    model_type = d.pop("model_type")
     d["vocab_size"] = vocab  # trained from scratch on this dataset's tokenizer
+    if isinstance(d.get("text_config"), dict):  # a composite config: its text model's vocabulary
+        d["text_config"]["vocab_size"] = vocab
     named = d.get("attn_implementation")  # a config saved by to_json_file() usually names none
     d["attn_implementation"] = named or "sdpa"
     _register(d["attn_implementation"])
@@ -105,8 +103,9 @@ def _hf_model(
             + (f" (close: {', '.join(near)})" if near else "")
             + "; give the config.json of a model seqpack adapts (bert, llama, gpt2, ...)"
         )
-    config = transformers.AutoConfig.for_model(model_type, **d)
-    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    config = config_for(file, model_type, d)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    positions = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
     if positions is not None and need > positions:
         raise ValueError(
             f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
@@ -118,7 +117,7 @@ def _hf_model(
         if named is not None:
             raise
         # an architecture without sdpa (Gemma 2: soft-capping): built eager, then given seqpack's attention below
-        config = transformers.AutoConfig.for_model(model_type, **{**d, "attn_implementation": "eager"})
+        config = config_for(file, model_type, {**d, "attn_implementation": "eager"})
         model = task.hf_model(config, model_type, manifest, kind=kind)
     from seqpack.nn.hf_adapter import BIDIRECTIONAL, is_causal_lm, takes_plan
     from seqpack.nn.hf_attention import PACKED_IMPL
@@ -137,6 +136,33 @@ def _hf_model(
         _register(PACKED_IMPL)  # seqpack's packed attention unless the config names one (or needs dropout in it)
         model.set_attn_implementation(PACKED_IMPL)
     return model, {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
+
+
+def read_config(file: Path) -> dict[str, Any]:
+    """``file``'s config as transformers reads it (``{"__float__": "Infinity"}`` is ``inf``); a
+    ``ValueError`` when it is not a transformers config."""
+    import transformers
+
+    try:
+        d, _ = transformers.PretrainedConfig.get_config_dict(str(file), local_files_only=True)
+    except OSError as e:
+        raise ValueError(f"--hf-model {file}: not a transformers config ({e})") from e
+    if not isinstance(d, dict) or "model_type" not in d:
+        raise ValueError(f"--hf-model {file}: not a transformers config (no model_type)")
+    return dict(d)
+
+
+def config_for(file: Path, model_type: str, d: dict[str, Any]) -> Any:
+    """``AutoConfig.for_model(model_type, **d)``; a value transformers refuses is a ``ValueError``
+    naming the file."""
+    import transformers
+    from huggingface_hub.errors import StrictDataclassError
+
+    try:
+        return transformers.AutoConfig.for_model(model_type, **d)
+    except (StrictDataclassError, TypeError) as e:
+        why = " ".join(line.strip() for line in str(e).strip().splitlines()[:2])
+        raise ValueError(f"--hf-model {file}: transformers refuses this {model_type} config ({why})") from e
 
 
 #: where transformers configs keep the dropout on attention probabilities

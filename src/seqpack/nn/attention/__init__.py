@@ -213,7 +213,7 @@ def plan_attention(
     if needs & {"window", "chunk"} and not causal:
         raise ValueError(
             "a sliding window or a chunk is supported on causal attention only; this model's "
-            "bidirectional layers have one: run its rows unpacked"
+            "bidirectional layers have one: train it on unpacked rows outside seqpack (transformers' Trainer)"
         )
     positions = None
     if needs & {"window", "chunk"}:

@@ -49,7 +49,18 @@ def processor_class_name(path: str | os.PathLike[str]) -> str | None:
 def load_processor(path: str | os.PathLike[str]) -> Any:
     """The processor saved in the directory ``path`` (``save_pretrained``): ``AutoProcessor``'s, or,
     when its video processor can't be built, the same class with the image processor and tokenizer
-    only. A ``ValueError`` says what is missing when the directory holds no image processor."""
+    only. A ``ValueError`` says what is missing when the directory holds no image processor. Its
+    tokenizer's saved ``truncation`` and ``padding`` are turned off: a sample is never cut or padded
+    by the tokenizer, and its fingerprint is the same before and after the first call."""
+    processor = _load_processor(path)
+    backend = getattr(getattr(processor, "tokenizer", None), "backend_tokenizer", None)
+    if backend is not None:
+        backend.no_truncation()
+        backend.no_padding()
+    return processor
+
+
+def _load_processor(path: str | os.PathLike[str]) -> Any:
     import transformers
 
     if not Path(path, "tokenizer_config.json").is_file() and not Path(path, "tokenizer.json").is_file():
