@@ -205,7 +205,7 @@ def read_histogram(source: str, max_len: int, *, task: str = "clm") -> Any:
             t.store_lengths(open_store(source).lengths(), max_len, t.options_type()), max_len, hint=MAX_LEN_HINT
         )
     else:
-        hist = load_histogram(source)
+        hist = load_histogram(source, max_len, hint=MAX_LEN_HINT)
     return check_histogram(hist, max_len, hint=MAX_LEN_HINT)
 
 
