@@ -305,8 +305,8 @@ def _read_csv_histogram(p: Path, max_len: int | None, hint: str) -> np.ndarray:
             continue  # no sequences: nothing to lay out
         if max_len is not None and length > max_len:
             raise ValueError(
-                f"{p}:{lineno}: {count:,} sequences of length {length:,} exceed max_len={max_len}; "
-                + hint.format(longest=max(length, *lengths))
+                f"{p}:{lineno}: {count} sequences exceed max_len={max_len}; "
+                + hint.format(longest=max([length, *lengths]))
             )
         tokens += length * count
         if tokens > TOKENS_LIMIT:
