@@ -46,6 +46,8 @@ def token_ids(x: Any, *, what: str, vocab_size: int | None = None) -> np.ndarray
         raise ValueError(f"{what}: not a flat list of token ids (nested lists of different lengths)") from None
     if arr.ndim != 1:
         raise ValueError(f"{what}: not a flat list of token ids (an array of shape {arr.shape})")
+    if arr.dtype.kind == "f" and isinstance(x, (list, tuple)) and all(type(v) is int for v in x):
+        arr = np.asarray(x, dtype=object)  # ints past int64 beside small ones: numpy made floats of them
     if arr.size and arr.dtype == object:
         bad = next((v for v in arr if not isinstance(v, (int, np.integer)) or isinstance(v, bool)), None)
         if bad is None:  # integers all, but one outside numpy's int64 (Python ints have no bound)
