@@ -110,13 +110,13 @@ def add_balance_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument(
         "--world-size",
-        type=integer("--world-size", 1, 2**20),
+        type=integer("--world-size", 1, 2**31 - 1),
         default=None,
         help="data-parallel ranks: group the packs into steps whose ranks have even work (shuffled vs balanced)",
     )
     p.add_argument(
         "--micro-batch",
-        type=integer("--micro-batch", 1, 2**20),
+        type=integer("--micro-batch", 1, 2**31 - 1),
         default=default_of(ScheduleOptions, "micro_batch"),
         help="with --world-size: packs per rank per step",
     )

@@ -60,7 +60,7 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
         help="a transformers config.json (or its directory) instead",
     )
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=default_of(TrainConfig, "optimizer"))
-    p.add_argument("--lr", type=number("--lr", 0.0, 1e3, above=True), default=default_of(TrainConfig, "lr"))
+    p.add_argument("--lr", type=number("--lr", 0.0, 1e30, above=True), default=default_of(TrainConfig, "lr"))
     p.add_argument(
         "--weight-decay", type=number("--weight-decay", 0.0, 1e3), default=default_of(TrainConfig, "weight_decay")
     )
