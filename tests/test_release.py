@@ -65,3 +65,34 @@ def test_a_release_moves_unreleased_under_the_version(tmp_path) -> None:
         tool.release(old, root=root)
     with pytest.raises(ValueError, match="MAJOR.MINOR.PATCH"):
         tool.release("1.0", root=root)
+
+
+@pytest.mark.parametrize("version", ["0.\u0662.0", "0.02.0", "00.3.0", "1.0.0 ", "1.0.0\n", "v1.0.0", "1.0.0-rc1"])
+def test_a_version_is_ascii_digits_without_leading_zeros(tmp_path, version: str) -> None:
+    tool = _tool()
+    root = _copy(tmp_path, tool)
+    before = {rel: (root / rel).read_text() for rel in (tool.VERSION_FILE, tool.CHANGELOG, *tool.INSTALL_PAGES)}
+    with pytest.raises(ValueError, match="ASCII digits without leading zeros"):
+        tool.release(version, root=root)
+    assert {rel: (root / rel).read_text() for rel in before} == before
+
+
+@pytest.mark.parametrize("broken", ["missing page", "missing changelog", "page without the wheel", "no version line"])
+def test_a_release_that_cannot_finish_changes_nothing(tmp_path, broken: str) -> None:
+    tool = _tool()
+    root = _copy(tmp_path, tool)
+    page, vf = root / tool.INSTALL_PAGES[-1], root / tool.VERSION_FILE
+    if broken == "missing page":
+        page.unlink()
+    elif broken == "missing changelog":
+        (root / tool.CHANGELOG).unlink()
+    elif broken == "page without the wheel":
+        page.write_text(re.sub(r"seqpack-\d+\.\d+\.\d+-", "seqpack-X-", page.read_text()))
+    else:
+        vf.write_text(vf.read_text() + f'__version__ = "{tool.current_version(root)}"\n')  # two stamps
+    files = [root / rel for rel in (tool.VERSION_FILE, tool.CHANGELOG, *tool.INSTALL_PAGES)]
+    before = {p: p.read_text() for p in files if p.exists()}
+    major, minor, _ = map(int, tool.current_version(root).split("."))
+    with pytest.raises(ValueError, match="no such file|nothing was changed"):
+        tool.release(f"{major}.{minor + 1}.0", root=root, date="2026-12-01")
+    assert {p: p.read_text() for p in files if p.exists()} == before

@@ -5,8 +5,9 @@ install lines naming its wheel.
 
 It changes ``src/seqpack/_version.py``, ``CHANGELOG.md`` (what was under "Unreleased" goes under
 "0.2.0 (DATE)", and an empty "Unreleased" starts above it) and the wheel's name in the README and
-the getting-started page. It refuses a version that is not above the current one, and an empty
-"Unreleased" (a release says what changed).
+the getting-started page. It refuses a version that is not MAJOR.MINOR.PATCH in ASCII digits
+without leading zeros, or not above the current one, an empty "Unreleased" (a release says what
+changed), and a file missing or not holding what it replaces, before changing any file.
 """
 
 from __future__ import annotations
@@ -24,10 +25,18 @@ INSTALL_PAGES = (Path("README.md"), Path("docs/getting-started.md"))
 UNRELEASED = "## Unreleased"
 
 
+#: MAJOR.MINOR.PATCH in ASCII digits, no leading zeros: the one spelling the wheel, the README and
+#: the tag agree on (``\d`` takes other scripts' digits; ``0.02.0`` names the wheel ``0.2.0``)
+VERSION_RE = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)", re.ASCII)
+
+
 def _parse(version: str) -> tuple[int, ...]:
-    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
-        raise ValueError(f"a version is MAJOR.MINOR.PATCH, got {version!r}")
-    return tuple(int(x) for x in version.split("."))
+    m = VERSION_RE.fullmatch(version)
+    if not m:
+        raise ValueError(
+            f"a version is MAJOR.MINOR.PATCH in ASCII digits without leading zeros (e.g. 0.2.0), got {version!r}"
+        )
+    return tuple(int(x) for x in m.groups())
 
 
 def current_version(root: Path = ROOT) -> str:
@@ -37,7 +46,12 @@ def current_version(root: Path = ROOT) -> str:
 
 
 def release(version: str, *, root: Path = ROOT, date: str | None = None) -> list[Path]:
-    """Stamp ``version`` into the tree at ``root``; returns the files changed."""
+    """Stamp ``version`` into the tree at ``root``; returns the files changed. Every file is read and
+    checked first (present, holding what is replaced): a refusal leaves the tree as it was."""
+    _parse(version)
+    for rel in (VERSION_FILE, CHANGELOG, *INSTALL_PAGES):
+        if not (root / rel).is_file():
+            raise ValueError(f"{rel}: no such file; nothing was changed")
     old = current_version(root)
     if _parse(version) <= _parse(old):
         raise ValueError(f"version {version} is not above the current {old}")
@@ -48,19 +62,24 @@ def release(version: str, *, root: Path = ROOT, date: str | None = None) -> list
     body = rest.split("\n## ", 1)[0]
     if not body.strip():
         raise ValueError(f"{CHANGELOG}: '{UNRELEASED}' is empty; say what the release changes")
-    day = date or datetime.date.today().isoformat()
-    (root / CHANGELOG).write_text(f"{head}{UNRELEASED}\n\n## {version} ({day}){rest}")
     vf = root / VERSION_FILE
-    vf.write_text(vf.read_text().replace(f'__version__ = "{old}"', f'__version__ = "{version}"'))
-    changed = [root / CHANGELOG, vf]
+    stamp = f'__version__ = "{old}"'
+    if vf.read_text().count(stamp) != 1:
+        raise ValueError(f"{VERSION_FILE}: expected one line {stamp}; nothing was changed")
+    day = date or datetime.date.today().isoformat()
+    new_text = {
+        root / CHANGELOG: f"{head}{UNRELEASED}\n\n## {version} ({day}){rest}",
+        vf: vf.read_text().replace(stamp, f'__version__ = "{version}"'),
+    }
     for page in INSTALL_PAGES:
         p = root / page
         text = p.read_text()
-        new = text.replace(f"seqpack-{old}-", f"seqpack-{version}-")
-        if new != text:
-            p.write_text(new)
-            changed.append(p)
-    return changed
+        if f"seqpack-{old}-" not in text:
+            raise ValueError(f"{page}: names no wheel seqpack-{old}-*; nothing was changed")
+        new_text[p] = text.replace(f"seqpack-{old}-", f"seqpack-{version}-")
+    for p, text in new_text.items():  # every check passed: now the writes
+        p.write_text(text)
+    return list(new_text)
 
 
 def main(argv: list[str] | None = None) -> int:

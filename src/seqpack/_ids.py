@@ -14,6 +14,10 @@ numpy's "inhomogeneous shape" or torch's ``IndexError`` deep inside a model.
     Traceback (most recent call last):
     ...
     ValueError: the rollouts: token id 300 is past the model's vocabulary of 257 ids (0..256); use the model's own tokenizer
+    >>> token_ids([5, 2**64], what="prompt 0")
+    Traceback (most recent call last):
+    ...
+    ValueError: prompt 0: token id 18446744073709551616 is past any vocabulary (ids are stored as int64, at most 9223372036854775807); pass the ids your tokenizer gave
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
 
 def token_ids(x: Any, *, what: str, vocab_size: int | None = None) -> np.ndarray:
@@ -42,8 +46,15 @@ def token_ids(x: Any, *, what: str, vocab_size: int | None = None) -> np.ndarray
         raise ValueError(f"{what}: not a flat list of token ids (nested lists of different lengths)") from None
     if arr.ndim != 1:
         raise ValueError(f"{what}: not a flat list of token ids (an array of shape {arr.shape})")
+    if arr.dtype.kind == "f" and isinstance(x, (list, tuple)) and all(type(v) is int for v in x):
+        arr = np.asarray(x, dtype=object)  # ints past int64 beside small ones: numpy made floats of them
     if arr.size and arr.dtype == object:
-        bad = next(v for v in arr if not isinstance(v, (int, np.integer)) or isinstance(v, bool))
+        bad = next((v for v in arr if not isinstance(v, (int, np.integer)) or isinstance(v, bool)), None)
+        if bad is None:  # integers all, but one outside numpy's int64 (Python ints have no bound)
+            values = [int(v) for v in arr]
+            if min(values) < 0:
+                raise ValueError(f"{what}: holds a negative token id ({min(values)})")
+            _refuse_past_int64(max(values), what)
         raise ValueError(f"{what}: token ids are integers, got a {type(bad).__name__} ({bad!r})")
     if arr.size and (arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer)):
         if arr.dtype.kind == "f":
@@ -53,12 +64,25 @@ def token_ids(x: Any, *, what: str, vocab_size: int | None = None) -> np.ndarray
                 f"{what}: token ids are integers, got {arr.dtype} values ({shown:g}); pass the ids as ints"
             )
         raise ValueError(f"{what}: token ids are integers, got {arr.dtype} values")
+    if arr.size and arr.dtype == np.uint64 and int(arr.max()) > ID_MAX:
+        _refuse_past_int64(int(arr.max()), what)  # astype would wrap it to a negative id
     ids = arr.astype(np.int64, copy=False)
     if ids.size and int(ids.min()) < 0:
         raise ValueError(f"{what}: holds a negative token id ({int(ids.min())})")
     if vocab_size is not None and ids.size:
         check_vocab(int(ids.max()), vocab_size, what=what)
     return ids
+
+
+#: the largest id seqpack stores (int64); any vocabulary is far below it
+ID_MAX = int(np.iinfo(np.int64).max)
+
+
+def _refuse_past_int64(top: int, what: str) -> NoReturn:
+    raise ValueError(
+        f"{what}: token id {top} is past any vocabulary (ids are stored as int64, at most {ID_MAX}); "
+        "pass the ids your tokenizer gave"
+    )
 
 
 def check_vocab(top: int, vocab_size: int, *, what: str) -> None:

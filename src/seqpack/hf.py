@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from seqpack._ids import token_ids
 from seqpack.packing import ALGORITHMS, DEFAULT_ALGORITHM, StreamPacker, pack_lengths
 
 STRATEGIES = (*ALGORITHMS, *(f"{a}_split" for a in ALGORITHMS), "bfd", "bfd_split")
@@ -76,6 +77,13 @@ def pack_dataset(
             output_all_columns=fmt.get("output_all_columns", False),
         )
     return packed
+
+
+def _holds_ids(name: str) -> bool:
+    """A column of token ids (``input_ids``, TRL's ``prompt_input_ids``...): its values are checked
+    as ids (`seqpack._ids.token_ids`), the other list columns (masks, labels, per-token floats) are
+    packed as they are."""
+    return name.endswith("input_ids")
 
 
 def _list_columns(table: Any) -> tuple[list[Any], np.ndarray]:
@@ -135,6 +143,9 @@ def pack_table(
 
     cols, lengths = _list_columns(table)
     names = table.column_names
+    for name, col in zip(names, cols):
+        if _holds_ids(name):
+            token_ids(col.flatten().to_numpy(zero_copy_only=False), what=f"pack_dataset: column {name!r}")
     keep = lengths > 0
     cols = [c.filter(pa.array(keep)) for c in cols]
     lengths = lengths[keep]
@@ -180,8 +191,10 @@ def _pack_iterable(dataset: Any, seq_length: int, algorithm: str, split: bool, *
                 row["seq_lengths"] = [len(s[names[0]]) for s in seqs]
                 yield row
 
-        for example in dataset:
+        for i, example in enumerate(dataset):
             names = names or list(example)
+            for name in filter(_holds_ids, names):
+                token_ids(example[name], what=f"pack_dataset: column {name!r} of example {i}")
             n = len(example[names[0]])
             for lo in range(0, n, seq_length) if split else [0]:
                 piece = {c: list(example[c][lo : lo + seq_length]) for c in names}

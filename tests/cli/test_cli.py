@@ -61,7 +61,7 @@ def test_train_on_jsonl_and_human_output(capsys, tmp_path):
         (["encode", "--tokenizer", "{tmp}/nope", "{corpus}"], "no such tokenizer directory"),
         (["decode", "--tokenizer", "{tok}", "{notids}"], "item 2 is 'x', expected an integer"),
         (["decode", "--tokenizer", "{tok}", "{bigid}"], "unknown token id 99999"),
-        (["train-tokenizer", "--vocab-size", "x", "--out", "o"], "invalid int value"),
+        (["train-tokenizer", "--vocab-size", "x", "--out", "o"], "--vocab-size must be an integer, got 'x'"),
     ],
 )
 def test_bad_input_one_line_exit_2(capsys, tmp_path, corpus, argv, message):

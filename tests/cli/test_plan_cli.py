@@ -57,7 +57,7 @@ def test_stats(capsys, tmp_path, hist_file):
         ("len,n\n1,3\n", [], "header"),
         ("length,count\n600,3\n", [], "3 sequences exceed max_len=512; pass --max-len 600"),
         ("length,count\n1,0\n", [], "empty"),
-        ("length,count\n1,3\n", ["--max-depth", "0"], "max depth must be >= 1"),
+        ("length,count\n1,3\n", ["--max-depth", "0"], "--max-depth must be >= 1"),
         ("length,count\n1,3\n", ["--max-len", "x"], "--max-len must be an integer"),
     ],
 )

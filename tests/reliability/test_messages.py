@@ -53,10 +53,10 @@ def test_numbers_past_any_machine(made: dict[str, Path], capsys) -> None:
     r = made["root"]
     cases = [
         (["pack", str(made["store"]), "--task", "clm", "--max-len", str(10**20), "--tokenizer", str(made["tok"]),
-          "--out", str(r / "o")], "max_len must be <="),
+          "--out", str(r / "o")], "--max-len must be at most 2,147,483,647"),
         (["tokenize", str(made["corpus"]), "--tokenizer", str(made["tok"]), "--out", str(r / "o"), "--shard-mb", "inf"],
-         "--shard-mb must be > 0"),
-        (["train-tokenizer", str(made["corpus"]), "--vocab-size", str(10**20), "--out", str(r / "o")], "vocab_size="),
+         "--shard-mb must be >= 0.001 and <= 1,048,576, got inf"),
+        (["train-tokenizer", str(made["corpus"]), "--vocab-size", str(10**20), "--out", str(r / "o")], "--vocab-size must be at most 2,147,483,647"),
     ]
     for argv, msg in cases:
         code, _, err = cli(capsys, *argv)

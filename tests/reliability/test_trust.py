@@ -19,7 +19,10 @@ from tests.train.conftest import build_datasets
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
+    try:
+        code = main(list(argv))
+    except SystemExit as e:  # argparse refuses the option itself
+        code = int(e.code or 0)
     _, err = capsys.readouterr()
     return code, err
 

@@ -17,34 +17,6 @@ TOKENIZER_HELP = (
 MAX_LEN_HINT = "pass --max-len {longest} or more (the longest length)"
 
 
-def int_at_least(text: str, name: str, minimum: int, extra: str = "") -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{name} must be an integer{extra}, got {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}{extra}, got {value}")
-    return value
-
-
-def positive_int(text: str, name: str, extra: str = "") -> int:
-    return int_at_least(text, name, 1, extra)
-
-
-def nonneg(text: str) -> int:
-    return int_at_least(text, "value", 0)
-
-
-def depth(text: str) -> int | None:
-    if text.lower() in ("none", "max", "unlimited"):
-        return None
-    return positive_int(text, "max depth", " (or 'none' for no limit)")
-
-
-def max_len(text: str) -> int:
-    return positive_int(text, "--max-len")
-
-
 def _optional(parse: Any) -> Any:
     def f(text: str) -> Any:
         return None if text.lower() == "none" else parse(text)
@@ -52,14 +24,26 @@ def _optional(parse: Any) -> Any:
     return f
 
 
-def _parser_for(annotation: str) -> Any:
-    """An argparse ``type`` for a dataclass field annotation (``from __future__`` strings)."""
+def _parser_for(annotation: str, name: str = "value", bounds: tuple[float, float] | None = None) -> Any:
+    """An argparse ``type`` for a dataclass field annotation (``from __future__`` strings): a
+    number within ``bounds`` (the field's ``metadata["range"]``; default: a count, ``>= 0``, or a
+    finite float), refused in a line naming the option ``name``."""
+    from seqpack.cli.numbers import COUNT_LIMIT, integer, number
+
     kinds = [k.strip() for k in str(annotation).split("|")]
     base = next((k for k in kinds if k != "None"), "str")
-    parse = {"int": int, "float": float, "str": str}.get(base)
-    if parse is None:
+    parse: Any
+    if base == "int":
+        lo, hi = bounds or (0, COUNT_LIMIT)
+        parse = integer(name, int(lo), int(hi))
+    elif base == "float":
+        lo, hi = bounds or (-1e300, 1e300)
+        parse = number(name, lo, hi)
+    elif base == "str":
+        return str
+    else:
         raise TypeError(f"no CLI parser for a field of type {annotation}")
-    return _optional(parse) if "None" in kinds and base != "str" else parse
+    return _optional(parse) if "None" in kinds else parse
 
 
 def default_of(cls: type, name: str) -> Any:
@@ -84,6 +68,7 @@ def from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
 
 def add_engine_options(p: Any) -> None:
     """``--engine local|ray`` and ``--ray-address`` (one place for every sharded command)."""
+    from seqpack.cli.numbers import WORKERS_LIMIT, integer
     from seqpack.pipeline.engine import ENGINES
 
     p.add_argument(
@@ -100,7 +85,7 @@ def add_engine_options(p: Any) -> None:
     )
     p.add_argument(
         "--stages",
-        type=lambda t: positive_int(t, "--stages"),
+        type=integer("--stages", 1, WORKERS_LIMIT),
         default=None,
         help="local engine: shards processed at once (default: 2 on 2 or more cores, about 1.5-2x "
         "faster than 1 on 2 cores; memory grows with it)",
@@ -120,23 +105,24 @@ def engine_from_args(args: argparse.Namespace) -> Any:
 def add_balance_options(p: argparse.ArgumentParser) -> None:
     """``--world-size/--micro-batch/--hidden/--cost``: data-parallel steps balanced by a row cost
     (``seqpack plan`` reports them, ``seqpack pack`` writes them)."""
+    from seqpack.cli.numbers import integer
     from seqpack.packing.balance import DEFAULT_HIDDEN, ScheduleOptions
 
     p.add_argument(
         "--world-size",
-        type=lambda t: positive_int(t, "--world-size"),
+        type=integer("--world-size", 1, 2**31 - 1),
         default=None,
         help="data-parallel ranks: group the packs into steps whose ranks have even work (shuffled vs balanced)",
     )
     p.add_argument(
         "--micro-batch",
-        type=lambda t: positive_int(t, "--micro-batch"),
+        type=integer("--micro-batch", 1, 2**31 - 1),
         default=default_of(ScheduleOptions, "micro_batch"),
         help="with --world-size: packs per rank per step",
     )
     p.add_argument(
         "--hidden",
-        type=lambda t: positive_int(t, "--hidden"),
+        type=integer("--hidden", 1, 2**20),
         default=DEFAULT_HIDDEN,
         help="with --world-size: the model's hidden size (the FLOP cost model's attention share)",
     )
@@ -205,7 +191,7 @@ def read_histogram(source: str, max_len: int, *, task: str = "clm") -> Any:
             t.store_lengths(open_store(source).lengths(), max_len, t.options_type()), max_len, hint=MAX_LEN_HINT
         )
     else:
-        hist = load_histogram(source)
+        hist = load_histogram(source, max_len, hint=MAX_LEN_HINT)
     return check_histogram(hist, max_len, hint=MAX_LEN_HINT)
 
 

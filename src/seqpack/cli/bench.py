@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from seqpack.cli.args import default_of, from_args
-from seqpack.cli.args import max_len as _max_len
-from seqpack.cli.args import positive_int as _positive_int
+from seqpack.cli.numbers import COUNT_LIMIT, WORKERS_LIMIT, integer
+from seqpack.cli.numbers import max_len as _max_len
 from seqpack.cli.paths import declare_paths
 
 NAME = "bench"
@@ -22,7 +22,9 @@ def add_parser(sub: Any) -> None:
     from seqpack.nn.attention import BACKENDS
     from seqpack.nn.models.common import SIZES
 
-    pos = lambda name: lambda t: _positive_int(t, name)  # noqa: E731
+    def pos(name: str, maximum: int = 2**31 - 1) -> Any:
+        return integer(name, 1, maximum)
+
     p = sub.add_parser(
         NAME,
         help=HELP,
@@ -48,7 +50,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--sequences",
-        type=pos("--sequences"),
+        type=pos("--sequences", COUNT_LIMIT),
         default=default_of(BenchConfig, "sequences"),
         help="pool of sampled lengths",
     )
@@ -76,7 +78,7 @@ def add_parser(sub: Any) -> None:
         default=default_of(BenchConfig, "attention"),
         help="the packed run's attention backend",
     )
-    p.add_argument("--threads", type=pos("--threads"), default=default_of(BenchConfig, "threads"))
+    p.add_argument("--threads", type=pos("--threads", WORKERS_LIMIT), default=default_of(BenchConfig, "threads"))
     p.add_argument(
         "--device", choices=DEVICES, default=default_of(BenchConfig, "device"), help="where both runs execute"
     )

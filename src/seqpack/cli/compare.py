@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from seqpack.cli.args import positive_int as _positive_int
+from seqpack.cli.numbers import integer
 from seqpack.cli.paths import declare_paths
 from seqpack.cli.train import add_training_options, config_from_args
 
@@ -33,7 +33,7 @@ def add_parser(sub: Any) -> None:
         help="match: packed rows = batch / packing factor (paper's first setup); adjust: same rows, "
         "betas ** p (second setup)",
     )
-    p.add_argument("--evals", type=lambda t: _positive_int(t, "--evals"), default=10, help="evaluations per run")
+    p.add_argument("--evals", type=integer("--evals", 1, 10_000), default=10, help="evaluations per run")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)

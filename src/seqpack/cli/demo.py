@@ -15,6 +15,9 @@ DOCS = "docs/guides/demo.md"
 
 
 def add_parser(sub: Any) -> None:
+    from seqpack.cli.numbers import WORKERS_LIMIT, integer, number
+    from seqpack.experiments.demo import MAX_BUDGET
+
     p = sub.add_parser(
         NAME,
         help=HELP,
@@ -22,10 +25,17 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--corpus", nargs="+", default=[], metavar="PATH", help="your own text/.jsonl/.parquet files")
     p.add_argument("--out", default="demo_out", help="output directory (default demo_out)")
-    p.add_argument("--vocab-size", type=int, default=8192)
-    p.add_argument("--workers", type=int, default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads for training")
-    p.add_argument("--budget", type=float, default=1.0, help="scale the training sequences (default 1.0)")
+    p.add_argument("--vocab-size", type=integer("--vocab-size", 1, 2**31 - 1), default=8192)
+    p.add_argument("--workers", type=integer("--workers", 1, WORKERS_LIMIT), default=None)
+    p.add_argument(
+        "--threads", type=integer("--threads", 1, WORKERS_LIMIT), default=None, help="torch CPU threads for training"
+    )
+    p.add_argument(
+        "--budget",
+        type=number("--budget", 0.0, MAX_BUDGET, above=True),
+        default=1.0,
+        help="scale the training sequences (default 1.0)",
+    )
     p.add_argument("--fresh", action="store_true", help="re-run every stage (default: reuse finished ones)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)

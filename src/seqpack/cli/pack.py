@@ -11,15 +11,12 @@ from seqpack.cli.args import (
     add_balance_options,
     add_engine_options,
     default_of,
-    depth,
     engine_from_args,
-    max_len,
-    nonneg,
     option_name,
-    positive_int,
     schedule_from_args,
 )
 from seqpack.cli.inputs import files
+from seqpack.cli.numbers import TOKENS_PER_ROW, depth, integer, max_len, seed
 from seqpack.cli.paths import declare_paths
 
 NAME = "pack"
@@ -51,7 +48,7 @@ def add_task_options(g: Any) -> None:
         defaults = ", ".join(f"{task}: {f.default}" for task, f in uses)
         g.add_argument(
             option_name(name),
-            type=_parser_for(str(first.type)),
+            type=_parser_for(str(first.type), option_name(name), first.metadata.get("range")),
             default=argparse.SUPPRESS,
             help=f"{first.metadata.get('help', '')} (default {defaults})",
         )
@@ -101,19 +98,19 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--seed",
-        type=nonneg,
+        type=seed(),
         default=default_of(PackConfig, "seed"),
         help="seed of the assignment (and of mlm's pairs/masks)",
     )
     p.add_argument(
         "--position-offset",
-        type=nonneg,
+        type=integer("--position-offset", 0, TOKENS_PER_ROW),
         default=default_of(PackConfig, "position_offset"),
         help="first position id of a sequence (RoBERTa: 2)",
     )
     p.add_argument(
         "--context-parallel",
-        type=lambda t: positive_int(t, "--context-parallel"),
+        type=integer("--context-parallel", 1, 2**20),
         default=default_of(PackConfig, "context_parallel"),
         metavar="C",
         help="rows for C context-parallel ranks: each sequence's length is planned rounded up to a multiple "
@@ -143,20 +140,20 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--shard-packs",
-        type=lambda t: positive_int(t, "--shard-packs"),
+        type=integer("--shard-packs", 1, TOKENS_PER_ROW),
         default=None,
         help="packs per Parquet shard (default: about 16M tokens' worth, at most 50,000)",
     )
     p.add_argument(
         "--row-group-packs",
-        type=lambda t: positive_int(t, "--row-group-packs"),
+        type=integer("--row-group-packs", 1, TOKENS_PER_ROW),
         default=None,
         help="packs per Parquet row group, what a reader decodes to return any of its rows "
         "(default: about 1M tokens' worth, 512 packs at 2048)",
     )
     p.add_argument(
         "--shard-examples",
-        type=lambda t: positive_int(t, "--shard-examples"),
+        type=integer("--shard-examples", 1, TOKENS_PER_ROW),
         default=100_000,
         help="labelled examples per stage (classification, multilabel, qa; default 100,000)",
     )

@@ -14,8 +14,8 @@ from seqpack.cli.args import (
     require,
     schedule_from_args,
 )
-from seqpack.cli.args import depth as _depth
-from seqpack.cli.args import max_len as _max_len
+from seqpack.cli.numbers import depth as _depth
+from seqpack.cli.numbers import max_len as _max_len
 from seqpack.cli.paths import declare_paths
 
 NAME = "plan"

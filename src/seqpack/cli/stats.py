@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from seqpack.cli.args import HISTOGRAM_HELP, MAX_LEN_HINT, add_store_task_option, read_histogram
-from seqpack.cli.args import max_len as _max_len
+from seqpack.cli.numbers import max_len as _max_len
 
 NAME = "stats"
 HELP = "padding without packing"

@@ -9,6 +9,7 @@ from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, engine_from_args
 from seqpack.cli.inputs import add_input_options, files, report_replacements
+from seqpack.cli.numbers import WORKERS_LIMIT, integer, number
 from seqpack.cli.paths import declare_paths
 
 NAME = "tokenize"
@@ -34,7 +35,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)
     p.add_argument("--out", required=True, help="store directory to create")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    p.add_argument("--workers", type=int, default=None, help="encoding threads (default: all cores)")
+    p.add_argument(
+        "--workers",
+        type=integer("--workers", 1, WORKERS_LIMIT),
+        default=None,
+        help="encoding threads (default: all cores)",
+    )
     p.add_argument("--text-field", default="text", help="field of .jsonl/.parquet records")
     p.add_argument("--separator", default=DEFAULT_SEPARATOR, help="document separator in text files")
     p.add_argument("--one-per-line", action="store_true", help="text files hold one document per line")
@@ -47,7 +53,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--shard-mb",
-        type=float,
+        type=number("--shard-mb", MIN_SHARD_MB, 2**20),
         default=DEFAULT_SHARD_CHARS / 2**20,
         help=f"characters of input per shard, in MiB (default {DEFAULT_SHARD_CHARS // 2**20})",
     )
@@ -55,6 +61,28 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the store's shards.json")
     p.set_defaults(handler=run)
     declare_paths(p, reads=("inputs", "tokenizer"), dirs=("out",))
+
+
+#: the smallest --shard-mb: about a KiB of text per shard (a shard is a folder of three files)
+MIN_SHARD_MB = 0.001
+#: shards one run may cut its input into (each a folder and a stage): past this, --shard-mb is too small
+MAX_SHARDS = 10_000
+
+
+def check_shard_count(inputs: list[str], shard_mb: float) -> None:
+    """Refuse a ``--shard-mb`` that would cut the input files into more than `MAX_SHARDS` shards
+    (counted from the files' sizes; text is cut at document boundaries, so shards hold at least this)."""
+    import math
+    import os
+
+    size = sum(os.path.getsize(p) for p in inputs if os.path.isfile(p))
+    shards = size / (shard_mb * 2**20)
+    if shards > MAX_SHARDS:
+        least = math.ceil(size / MAX_SHARDS / 2**20 * 1000) / 1000
+        raise ValueError(
+            f"--shard-mb {shard_mb:g} would cut the {size / 2**20:,.1f} MiB of input into about {shards:,.0f} shards "
+            f"(at most {MAX_SHARDS:,}: each is a folder and a stage); pass --shard-mb {least:g} or more"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,10 +94,6 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.tokenizer import open_tokenizer
 
     REPLACED.clear()  # this command's own count
-    if args.workers is not None and args.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    if not 0 < args.shard_mb <= 2**20:  # also refuses inf and nan
-        raise ValueError(f"--shard-mb must be > 0 and at most {2**20:,} (a TiB), got {args.shard_mb}")
     tok = open_tokenizer(args.tokenizer)
     check_output_dir(
         args.out, overwrite=args.overwrite, kind=STORE_OUTPUT
@@ -77,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     args.inputs = expand_inputs(args.inputs, glob=args.glob)
     for path in args.inputs:  # every input checked before anything is written
         require_file(path)
+    check_shard_count(args.inputs, args.shard_mb)
     if args.inputs:
         docs = read_documents(
             args.inputs,

@@ -8,8 +8,7 @@ import os
 from typing import Any
 
 from seqpack.cli.args import default_of, from_args
-from seqpack.cli.args import int_at_least as _int_at_least
-from seqpack.cli.args import positive_int as _positive_int
+from seqpack.cli.numbers import COUNT_LIMIT, TOKENS_PER_ROW, WORKERS_LIMIT, integer, max_len, number, seed
 from seqpack.cli.paths import declare_paths
 
 NAME = "train"
@@ -18,16 +17,21 @@ EXAMPLE = "seqpack train --data packed/ --out runs/gpt --size small --steps 1000
 DOCS = "docs/guides/training.md"
 
 
-def pos(name: str) -> Any:
-    """An argparse type: an int >= 1, refused in a line naming ``name``."""
-    return lambda t: _positive_int(t, name)
+def pos(name: str, maximum: int = COUNT_LIMIT) -> Any:
+    """An argparse type: an int in ``1..maximum``, refused in a line naming ``name``."""
+    return integer(name, 1, maximum)
+
+
+#: a count of rows, sequences or examples one batch or buffer holds at most
+ROWS_LIMIT = 2**31 - 1
 
 
 def _betas(text: str) -> tuple[float, float]:
-    try:
-        b1, b2 = (float(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--betas takes two numbers like 0.9,0.999, got {text!r}") from None
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"--betas takes two numbers like 0.9,0.999, got {text!r}")
+    beta = number("--betas", 0.0, 1.0, below=True)
+    b1, b2 = (beta(x.strip()) for x in parts)
     return b1, b2
 
 
@@ -56,12 +60,14 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
         help="a transformers config.json (or its directory) instead",
     )
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=default_of(TrainConfig, "optimizer"))
-    p.add_argument("--lr", type=float, default=default_of(TrainConfig, "lr"))
-    p.add_argument("--weight-decay", type=float, default=default_of(TrainConfig, "weight_decay"))
+    p.add_argument("--lr", type=number("--lr", 0.0, 1e30, above=True), default=default_of(TrainConfig, "lr"))
+    p.add_argument(
+        "--weight-decay", type=number("--weight-decay", 0.0, 1e3), default=default_of(TrainConfig, "weight_decay")
+    )
     p.add_argument("--betas", type=_betas, default=default_of(TrainConfig, "betas"))
     p.add_argument(
         "--warmup",
-        type=float,
+        type=number("--warmup", 0.0, 2.0**53),
         default=default_of(TrainConfig, "warmup"),
         help="warm-up: a fraction of the steps (<1) or steps (>=1)",
     )
@@ -69,17 +75,20 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
         "--schedule", choices=SCHEDULES, default=default_of(TrainConfig, "schedule"), help="decay after warm-up"
     )
     p.add_argument(
-        "--clip", type=float, default=default_of(TrainConfig, "clip"), help="gradient norm clipping (0: none)"
+        "--clip",
+        type=number("--clip", 0.0, 1e30),
+        default=default_of(TrainConfig, "clip"),
+        help="gradient norm clipping (0: none)",
     )
     p.add_argument(
         "--batch-size",
-        type=pos("--batch-size"),
+        type=pos("--batch-size", ROWS_LIMIT),
         default=default_of(TrainConfig, "batch_size"),
         help="rows per micro-batch, all ranks together",
     )
     p.add_argument(
         "--accumulation",
-        type=pos("--accumulation"),
+        type=pos("--accumulation", ROWS_LIMIT),
         default=default_of(TrainConfig, "accumulation"),
         help="micro-batches per optimiser step",
     )
@@ -97,7 +106,7 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--eval-every",
-        type=lambda t: _int_at_least(t, "--eval-every", 0),
+        type=integer("--eval-every", 0),
         default=default_of(TrainConfig, "eval_every"),
         help="steps (0: at the end)",
     )
@@ -109,21 +118,23 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--eval-fraction",
-        type=float,
+        type=number("--eval-fraction", 0.0, 0.5, above=True, below=True),
         default=default_of(TrainConfig, "eval_fraction"),
         help="share of packs held out for evaluation",
     )
     p.add_argument(
         "--eval-tokens",
-        type=lambda t: _int_at_least(t, "--eval-tokens", 0),
+        type=integer("--eval-tokens", 0),
         default=default_of(TrainConfig, "eval_tokens"),
         help="an evaluation reads at most this many held-out tokens, a fixed sample (0: every held-out pack; "
         "default: a tenth of the tokens the run trains on, at most 262,144)",
     )
     p.add_argument(
-        "--eval-batch-size", type=pos("--eval-batch-size"), default=default_of(TrainConfig, "eval_batch_size")
+        "--eval-batch-size",
+        type=pos("--eval-batch-size", ROWS_LIMIT),
+        default=default_of(TrainConfig, "eval_batch_size"),
     )
-    p.add_argument("--seed", type=lambda t: _int_at_least(t, "--seed", 0), default=default_of(TrainConfig, "seed"))
+    p.add_argument("--seed", type=seed(), default=default_of(TrainConfig, "seed"))
     p.add_argument(
         "--reduction",
         choices=REDUCTIONS,
@@ -147,16 +158,22 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
         "(less memory, about a third more compute; the same gradients)",
     )
     p.add_argument(
-        "--dropout", type=float, default=default_of(TrainConfig, "dropout"), help="override the model's dropout"
+        "--dropout",
+        type=number("--dropout", 0.0, 1.0, below=True),
+        default=default_of(TrainConfig, "dropout"),
+        help="override the model's dropout",
     )
     p.add_argument(
         "--max-position",
-        type=pos("--max-position"),
+        type=pos("--max-position", TOKENS_PER_ROW),
         default=default_of(TrainConfig, "max_position"),
         help="the model's position table size",
     )
     p.add_argument(
-        "--threads", type=pos("--threads"), default=default_of(TrainConfig, "threads"), help="torch CPU threads"
+        "--threads",
+        type=pos("--threads", WORKERS_LIMIT),
+        default=default_of(TrainConfig, "threads"),
+        help="torch CPU threads",
     )
     from seqpack.nn.preference import LOSSES
 
@@ -167,16 +184,22 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
         help="preference data: sigmoid (DPO) | ipo | simpo | orpo | bt (a reward model: --model reward)",
     )
     p.add_argument(
-        "--beta", type=float, default=default_of(TrainConfig, "beta"), help="preference data: the loss's beta"
+        "--beta",
+        type=number("--beta", 0.0, 1e3, above=True),
+        default=default_of(TrainConfig, "beta"),
+        help="preference data: the loss's beta",
     )
     p.add_argument(
         "--label-smoothing",
-        type=float,
+        type=number("--label-smoothing", 0.0, 0.5, below=True),
         default=default_of(TrainConfig, "label_smoothing"),
         help="preference data: the share of pairs taken as mislabelled (sigmoid, simpo)",
     )
     p.add_argument(
-        "--simpo-gamma", type=float, default=default_of(TrainConfig, "simpo_gamma"), help="SimPO's target reward margin"
+        "--simpo-gamma",
+        type=number("--simpo-gamma", -1e3, 1e3),
+        default=default_of(TrainConfig, "simpo_gamma"),
+        help="SimPO's target reward margin",
     )
     p.add_argument(
         "--balance",
@@ -188,13 +211,13 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--balance-world",
-        type=pos("--balance-world"),
+        type=pos("--balance-world", 2**20),
         default=default_of(TrainConfig, "balance_world"),
         help="ranks to balance for (default: those running)",
     )
     p.add_argument(
         "--context-parallel",
-        type=pos("--context-parallel"),
+        type=pos("--context-parallel", 2**20),
         default=default_of(TrainConfig, "context_parallel"),
         metavar="C",
         help="split every row per document across C ranks (under torchrun: ranks = data-parallel "
@@ -234,11 +257,10 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--checkpoint-every",
-        type=lambda t: _int_at_least(t, "--checkpoint-every", 0),
+        type=integer("--checkpoint-every", 0),
         default=default_of(TrainConfig, "checkpoint_every"),
     )
     p.add_argument("--resume", action="store_true", help="continue RUN from its checkpoint")
-    from seqpack.cli.args import max_len
     from seqpack.tasks import TASKS
 
     g = p.add_argument_group(
@@ -265,7 +287,7 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--max-len", type=max_len, default=default_of(TrainConfig, "max_len"), help="tokens per packed row")
     g.add_argument(
         "--buffer-size",
-        type=pos("--buffer-size"),
+        type=pos("--buffer-size", ROWS_LIMIT),
         default=default_of(TrainConfig, "buffer_size"),
         help="sequences planned at once (fill within 0.1%% of a global plan at 10,000)",
     )

@@ -21,6 +21,7 @@ DOCS = "docs/guides/tokenizer.md"
 
 def add_parser(sub: Any) -> None:
     from seqpack.cli.inputs import add_input_options
+    from seqpack.cli.numbers import WORKERS_LIMIT, integer
     from seqpack.cli.paths import declare_paths
     from seqpack.corpus.readers import DEFAULT_ERRORS
 
@@ -32,7 +33,12 @@ def add_parser(sub: Any) -> None:
         "With no INPUT, trains on the built-in Python-documentation corpus.",
     )
     add_input_options(p)
-    p.add_argument("--vocab-size", type=int, required=True, help="final vocab size, specials included")
+    p.add_argument(
+        "--vocab-size",
+        type=integer("--vocab-size", 1, 2**31 - 1),
+        required=True,
+        help="final vocab size, specials included",
+    )
     p.add_argument(
         "--special-token",
         action="append",
@@ -42,7 +48,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    p.add_argument("--workers", type=int, default=None, help="threads for pre-tokenization (default: all cores)")
+    p.add_argument(
+        "--workers",
+        type=integer("--workers", 1, WORKERS_LIMIT),
+        default=None,
+        help="threads for pre-tokenization (default: all cores)",
+    )
     p.add_argument(
         "--errors",
         choices=("strict", "replace"),

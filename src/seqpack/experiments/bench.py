@@ -33,10 +33,10 @@ DEVICES = ("cpu", "cuda")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # half: autocast
 
 
-def bench_lengths(source: str) -> np.ndarray:
+def bench_lengths(source: str, max_len: int | None = None) -> np.ndarray:
     """The length histogram ``--lengths`` names (index = length - 1): ``wikipedia`` (shipped with
     the package), a ``.npy`` / ``.csv`` file (`seqpack.packing.load_histogram`), or a packed
-    dataset directory (its manifest's histogram)."""
+    dataset directory (its manifest's histogram); a file's length past ``max_len`` is refused as it is read."""
     from seqpack.packing import (
         BUILTIN_HISTOGRAMS,
         builtin_histogram,
@@ -55,7 +55,7 @@ def bench_lengths(source: str) -> np.ndarray:
         raise ValueError(
             f"--lengths {source}: give wikipedia, a .npy/.csv histogram (index = length - 1) or a packed dataset dir"
         )
-    return check_histogram(load_histogram(p))
+    return check_histogram(load_histogram(p, max_len, hint="raise --max-len to {longest} or more"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,7 +221,7 @@ def run_bench_model(
     """`run_bench` with the model shaped by ``shape``; also returns the packed model and the batches."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    hist = bench_lengths(cfg.lengths)
+    hist = bench_lengths(cfg.lengths, cfg.max_len)
     longest = int(np.flatnonzero(hist)[-1]) + 1
     if longest > cfg.max_len:
         n = int(hist[cfg.max_len :].sum())

@@ -25,6 +25,10 @@ OVERFLOW_HINT = "pass --overflow truncate|split|drop"
 MAX_LEN_LIMIT = 2**31 - 1
 
 
+#: the most tokens a histogram may hold: its sums are int64 (a count past this is no count of sequences)
+TOKENS_LIMIT = 2**62
+
+
 def check_max_len(max_len: object) -> int:
     if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)):
         raise TypeError(f"max_len must be an int, got {type(max_len).__name__}")
@@ -87,20 +91,34 @@ def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -
     arr = np.asarray(lengths)
     if arr.ndim != 1:
         raise ValueError(f"lengths must be 1-D, got shape {arr.shape}")
-    if (
-        arr.size
-        and not np.issubdtype(arr.dtype, np.integer)
-        and (not np.issubdtype(arr.dtype, np.floating) or not np.all(arr == np.round(arr)))
-    ):
+    if arr.size and arr.dtype == object:  # Python ints past int64 (numpy keeps them as objects)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in arr):
+            raise TypeError(f"lengths must be integers, got dtype {arr.dtype}")
+    elif arr.size and arr.dtype.kind == "f":
+        bad = arr[~np.isfinite(arr) | (arr != np.round(arr))]
+        if bad.size:
+            raise TypeError(f"lengths must be integers, got {bad[0]:g}")
+    elif arr.size and (arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer)):
         raise TypeError(f"lengths must be integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64, copy=False)
-    n_zero = int(np.count_nonzero(arr <= 0))
-    if n_zero:
-        raise ValueError(f"{n_zero} sequences have length <= 0; drop empty sequences before packing")
-    n_long = int(np.count_nonzero(arr > max_len))
-    if n_long:
-        raise ValueError(f"{n_long} sequences exceed max_len={max_len}; " + hint.format(longest=int(arr.max())))
-    return arr
+    if not arr.size:
+        return arr.astype(np.int64)
+    # compared before any cast to int64, which would wrap 2**64 - 1 to -1
+    if int(arr.min()) <= 0:
+        n_zero = int(np.count_nonzero(arr <= 0))
+        raise ValueError(
+            f"{n_zero} sequences have length <= 0 (the first: {int(arr[arr <= 0][0])}); drop empty sequences "
+            "before packing"
+        )
+    longest = int(arr.max())
+    if longest > max_len:
+        n_long = int(np.count_nonzero(arr > max_len))
+        if longest > MAX_LEN_LIMIT:
+            raise ValueError(
+                f"{n_long} sequences exceed max_len={max_len}, the longest of length {longest:,}: past any row "
+                f"seqpack packs ({MAX_LEN_LIMIT:,} tokens, positions are int32); check how the lengths were made"
+            )
+        raise ValueError(f"{n_long} sequences exceed max_len={max_len}; " + hint.format(longest=longest))
+    return arr.astype(np.int64)
 
 
 def histogram(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -> np.ndarray:
@@ -122,18 +140,30 @@ def check_histogram(
     arr = np.asarray(hist)
     if arr.ndim != 1:
         raise ValueError(f"histogram must be 1-D (counts indexed by length - 1), got shape {arr.shape}")
+    ints = arr.dtype == object and all(isinstance(v, int) and not isinstance(v, bool) for v in arr)
     if (
         arr.size
+        and not ints
         and not np.issubdtype(arr.dtype, np.integer)
         and (
             not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr))
         )
     ):
         raise TypeError(f"histogram counts must be integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
-    if np.any(arr < 0):
+    if arr.size and arr.min() < 0:
         n_neg = int(np.count_nonzero(arr < 0))
         raise ValueError(f"histogram has {n_neg} negative counts; counts must be >= 0")
+    if arr.size:  # checked before the cast to int64, which would wrap a count past it
+        lengths = np.arange(1, arr.size + 1, dtype=np.float64)
+        tokens = float(np.dot(arr.astype(np.float64), lengths))
+        if tokens > TOKENS_LIMIT:
+            top = int(np.argmax(arr.astype(np.float64) * lengths))
+            raise ValueError(
+                f"histogram holds about {tokens:.3g} tokens, past the {TOKENS_LIMIT:.3g} seqpack counts "
+                f"(int64; the largest share: {int(arr[top]):,} sequences of length {top + 1:,}); "
+                "counts are sequences, check how the histogram was made"
+            )
+    arr = arr.astype(np.int64)
     if max_len is not None:
         max_len = check_max_len_for(max_len, histogram_tokens(arr))  # before it is padded to max_len
         if arr.size > max_len:
@@ -221,8 +251,12 @@ def builtin_histogram(name: str) -> np.ndarray:
     return load_histogram(Path(__file__).parent / "data" / BUILTIN_HISTOGRAMS[name])
 
 
-def load_histogram(path: str | Path) -> np.ndarray:
-    """Read a histogram from ``.npy`` (counts indexed by length - 1) or ``.csv`` (header ``length,count``)."""
+def load_histogram(path: str | Path, max_len: int | None = None, *, hint: str = OVERFLOW_HINT) -> np.ndarray:
+    """Read a histogram from ``.npy`` (counts indexed by length - 1) or ``.csv`` (header ``length,count``).
+
+    A ``.csv`` row's length is checked before the histogram is laid out (an array as long as the
+    longest length): past ``max_len`` when it is given (``hint`` says what to do, ``{longest}``
+    filled in), past `MAX_LEN_LIMIT` in any case; the error names the file and the line."""
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"histogram file not found: {p}")
@@ -234,11 +268,11 @@ def load_histogram(path: str | Path) -> np.ndarray:
         except (TypeError, ValueError) as e:
             raise ValueError(f"{p}: {e}") from e
     if suffix == ".csv":
-        return _read_csv_histogram(p)
+        return _read_csv_histogram(p, max_len, hint)
     raise ValueError(f"{p}: unknown histogram format {suffix!r}; use .npy (counts) or .csv (length,count)")
 
 
-def _read_csv_histogram(p: Path) -> np.ndarray:
+def _read_csv_histogram(p: Path, max_len: int | None, hint: str) -> np.ndarray:
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -248,6 +282,7 @@ def _read_csv_histogram(p: Path) -> np.ndarray:
         raise ValueError(f"{p}: expected the header 'length,count' on line 1")
     lengths: list[int] = []
     counts: list[int] = []
+    tokens = 0
     for lineno, row in enumerate(rows[1:], start=2):
         if not row or all(not c.strip() for c in row):
             continue
@@ -261,6 +296,24 @@ def _read_csv_histogram(p: Path) -> np.ndarray:
             raise ValueError(f"{p}:{lineno}: length must be >= 1, got {length}")
         if count < 0:
             raise ValueError(f"{p}:{lineno}: count must be >= 0, got {count}")
+        if length > MAX_LEN_LIMIT:
+            raise ValueError(
+                f"{p}:{lineno}: length {length:,} is past any row seqpack packs ({MAX_LEN_LIMIT:,} tokens, "
+                "positions are int32); fix or drop the row"
+            )
+        if not count:
+            continue  # no sequences: nothing to lay out
+        if max_len is not None and length > max_len:
+            raise ValueError(
+                f"{p}:{lineno}: {count} sequences exceed max_len={max_len}; "
+                + hint.format(longest=max([length, *lengths]))
+            )
+        tokens += length * count
+        if tokens > TOKENS_LIMIT:
+            raise ValueError(
+                f"{p}:{lineno}: the rows up to here hold {tokens:.3g} tokens, past the {TOKENS_LIMIT:.3g} seqpack "
+                "counts (int64); counts are sequences, check how the file was made"
+            )
         lengths.append(length)
         counts.append(count)
     if not lengths:

@@ -24,7 +24,7 @@ import torch
 from seqpack.data.sequences import IGNORE_INDEX
 from seqpack.data.torch_dataset import to_tensors
 from seqpack.packing.plan import STREAM_ALGORITHM
-from seqpack.pipeline.streaming import PackedStream, StreamConfig
+from seqpack.pipeline.streaming import PackedStream, StreamConfig, require_reiterable
 
 
 class StreamingPackedDataset(torch.utils.data.IterableDataset):
@@ -53,6 +53,7 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):
         options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        require_reiterable(examples, "StreamingPackedDataset")
         self.examples, self.tokenizer = examples, tokenizer
         self.config = StreamConfig(
             max_len=max_len,

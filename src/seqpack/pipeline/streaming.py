@@ -185,6 +185,18 @@ class _Reader:
         return out
 
 
+def require_reiterable(examples: Any, what: str) -> None:
+    """Refuse a one-shot iterator (a generator, ``iter(list)``, a file object) where the input is
+    read again (each epoch, by every rank and dataloader worker): a second read of an iterator is
+    silently empty. A `PackedStream` read once may take one; `StreamingPackedDataset` may not."""
+    if isinstance(examples, Iterator):
+        raise ValueError(
+            f"{what} got a one-shot iterator ({type(examples).__name__}), which is empty when read again "
+            "(the next epoch, another worker, a resume); pass a list, or an object whose iter() starts "
+            "over each time (a class with __iter__, an HF IterableDataset)"
+        )
+
+
 class PackedStream:
     """Packed rows of one shard of a stream of examples; see the module.
 
@@ -204,6 +216,7 @@ class PackedStream:
         shards: int | None = None,
     ) -> None:
         self.examples, self.config, self.tokenizer = examples, config, tokenizer
+        self._read = False  # whether an iteration has started: a one-shot iterator is read once only
         self.shards = config.world_size if shards is None else shards
         self.shard = config.rank if shard is None else shard
         if not 0 <= self.shard < self.shards:
@@ -277,6 +290,9 @@ class PackedStream:
 
     # ---- iteration --------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        if self._read:
+            require_reiterable(self.examples, "PackedStream, read again,")
+        self._read = True
         s = self._state
         if self._ended_at_load:  # restored after its epoch's last row: the rest is empty
             self._ended_at_load = False

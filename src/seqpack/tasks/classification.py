@@ -252,7 +252,9 @@ class ClassificationOptions:
     text_field: str = field(default="text", metadata={"help": "the text column"})
     text_pair_field: str | None = field(default=None, metadata={"help": "a second text column (pairs)"})
     label_field: str = field(default="label", metadata={"help": "the label column (int or string)"})
-    num_labels: int | None = field(default=None, metadata={"help": "labels in all (default: from the data)"})
+    num_labels: int | None = field(
+        default=None, metadata={"help": "labels in all (default: from the data)", "range": (1, MAX_LABELS)}
+    )
     overflow: str = field(default="truncate", metadata={"help": "examples longer than max_len: truncate|drop|error"})
 
     def __post_init__(self) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from seqpack._resources import check_memory
 from seqpack.data.sequences import (
     IGNORE_INDEX,
     Sequences,
@@ -34,7 +35,7 @@ from seqpack.data.sequences import (
     label_dtype,
     offsets_of,
 )
-from seqpack.packing.histogram import check_max_len
+from seqpack.packing.histogram import MAX_LEN_LIMIT, check_max_len
 from seqpack.tasks._lm import add_lm_metrics, count_empty, lm_units
 from seqpack.tasks.base import Task, add_slot_metrics, slot_units
 from seqpack.tasks.examples import special_ids
@@ -44,6 +45,10 @@ if TYPE_CHECKING:
 
     from seqpack.store import TokenStore
     from seqpack.tokenizer.types import AnyTokenizer
+
+
+#: passes over the corpus at most (BERT made 10): the sequences, and the memory, grow with each
+MAX_DUPE_FACTOR = 1000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,8 +73,11 @@ class MLMConfig:
                 raise ValueError(f"{name} must be in [0, 1], got {v}")
         if self.max_predictions is not None and self.max_predictions < 1:
             raise ValueError(f"max_predictions must be >= 1, got {self.max_predictions}")
-        if self.dupe_factor < 1:
-            raise ValueError(f"dupe_factor must be >= 1, got {self.dupe_factor}")
+        if not 1 <= self.dupe_factor <= MAX_DUPE_FACTOR:
+            raise ValueError(
+                f"dupe_factor must be >= 1 and at most {MAX_DUPE_FACTOR:,} (each pass is another copy of the "
+                f"corpus, masked anew), got {self.dupe_factor:,}"
+            )
 
     @property
     def predictions(self) -> int:
@@ -111,6 +119,12 @@ def mlm_sequences(store: TokenStore, tokenizer: AnyTokenizer, config: MLMConfig)
     builder = _PairBuilder(tokens, offsets, ends, sent_off, config)
     rng = builder.rng
     ids_t, labels_t = id_dtype(vocab_size - 1), label_dtype(vocab_size - 1)
+    per_token = np.dtype(ids_t).itemsize + 1 + np.dtype(labels_t).itemsize  # ids, token types, labels
+    check_memory(
+        float(config.dupe_factor) * tokens.size * per_token,  # the passes' tokens alone: a lower bound
+        what=f"mlm's {config.dupe_factor:,} passes over the {tokens.size:,} tokens of the store",
+        hint="lower --dupe-factor",
+    )
     passes = []  # each pass over the corpus made compact before the next: memory grows by what it keeps
     for _ in range(config.dupe_factor):
         seqs, types, labels, nsp, ex = [], [], [], [], []
@@ -241,15 +255,24 @@ class _PairBuilder:
 
 @dataclass(frozen=True, kw_only=True)
 class MLMOptions:
-    mask_prob: float = field(default=0.15, metadata={"help": "share of tokens to predict"})
-    short_seq_prob: float = field(default=0.1, metadata={"help": "share of pairs with a shorter target length"})
+    mask_prob: float = field(default=0.15, metadata={"help": "share of tokens to predict", "range": (0.0, 1.0)})
+    short_seq_prob: float = field(
+        default=0.1, metadata={"help": "share of pairs with a shorter target length", "range": (0.0, 1.0)}
+    )
     random_next_prob: float = field(
-        default=0.5, metadata={"help": "share of pairs whose B is a random segment (NSP 1)"}
+        default=0.5, metadata={"help": "share of pairs whose B is a random segment (NSP 1)", "range": (0.0, 1.0)}
     )
     max_predictions: int | None = field(
-        default=None, metadata={"help": "masked tokens per sequence at most (default round(max_len * mask_prob))"}
+        default=None,
+        metadata={
+            "help": "masked tokens per sequence at most (default round(max_len * mask_prob))",
+            "range": (1, MAX_LEN_LIMIT),
+        },
     )
-    dupe_factor: int = field(default=1, metadata={"help": "passes over the corpus with new pairs and masks"})
+    dupe_factor: int = field(
+        default=1,
+        metadata={"help": "passes over the corpus with new pairs and masks", "range": (1, MAX_DUPE_FACTOR)},
+    )
 
     def __post_init__(self) -> None:
         MLMConfig(max_len=512, **dataclasses.asdict(self))  # the validation lives in MLMConfig

@@ -31,7 +31,7 @@ import numpy as np
 
 from seqpack.corpus.records import iter_records
 from seqpack.data.sequences import IGNORE_INDEX, Sequences, id_dtype, offsets_of
-from seqpack.packing.histogram import check_max_len
+from seqpack.packing.histogram import MAX_LEN_LIMIT, check_max_len
 from seqpack.tasks.base import Task, slot_units
 from seqpack.tasks.examples import get_field, special_ids
 
@@ -190,8 +190,12 @@ class QAOptions:
     answers_field: str = field(
         default="answers", metadata={"help": "SQuAD answers: {text: [...], answer_start: [...]}"}
     )
-    doc_stride: int = field(default=128, metadata={"help": "overlap of context windows, tokens"})
-    max_question_len: int = field(default=64, metadata={"help": "question tokens kept at most"})
+    doc_stride: int = field(
+        default=128, metadata={"help": "overlap of context windows, tokens", "range": (0, MAX_LEN_LIMIT)}
+    )
+    max_question_len: int = field(
+        default=64, metadata={"help": "question tokens kept at most", "range": (1, MAX_LEN_LIMIT)}
+    )
 
     def __post_init__(self) -> None:
         if self.doc_stride < 0 or self.max_question_len < 1:
