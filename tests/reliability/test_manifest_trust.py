@@ -96,12 +96,15 @@ def test_a_histogram_edited_by_hand_is_neither_reported_nor_planned(command: str
     assert one_line(code, err) and "manifest.json: edited by hand (its checksum does not match)" in err, err
 
 
-def test_a_manifest_written_before_its_checksum_is_read_on_its_fields(tmp_path: Path, capsys) -> None:
+def test_a_manifest_without_its_checksum_is_refused(tmp_path: Path, capsys) -> None:
+    """Deleting the checksum is no way around it: every manifest carries one."""
     d = copy(tmp_path)
     edit(d, lambda m: m.pop(CHECKSUM))
-    assert CHECKSUM not in read_manifest(d)
-    assert cli(capsys, *commands(d)["stats"])[0] == 0
-    edit(d, lambda m: m.pop("histogram"))  # its fields are still checked
+    with pytest.raises(ValueError, match=f"no {CHECKSUM}"):
+        read_manifest(d)
+    code, err = cli(capsys, *commands(d)["stats"])
+    assert one_line(code, err) and "re-run seqpack pack" in err
+    edit(d, lambda m: m.pop("histogram"))  # a missing field is named first
     code, err = cli(capsys, *commands(d)["stats"])
     assert one_line(code, err) and "histogram must hold counts" in err
 
@@ -241,7 +244,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], Any], str]] = {
         "examples/part-00001.parquet: changed since seqpack pack wrote it",
     ),
     "an example part emptied, no checksums": (
-        lambda d: (edit(d, _no_checksums), (d / "examples" / "part-00001.parquet").write_bytes(b"")),
+        lambda d: (edit(d, _no_checksums, reseal=True), (d / "examples" / "part-00001.parquet").write_bytes(b"")),
         "examples/part-00001.parquet: missing or corrupt example table part",
     ),
     "an example part truncated": (
@@ -255,7 +258,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], Any], str]] = {
         "which the example table lacks",
     ),
     "an example part's rows removed, no checksums": (
-        lambda d: (edit(d, _no_checksums), _rewrite_part(d, 1, lambda t: t.slice(0, 0))),
+        lambda d: (edit(d, _no_checksums, reseal=True), _rewrite_part(d, 1, lambda t: t.slice(0, 0))),
         "which the example table lacks",
     ),
     "an example part left out": (
@@ -279,7 +282,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], Any], str]] = {
         "examples/part-00000.parquet: changed since seqpack pack wrote it",
     ),
     "two example parts of other sizes swapped, no checksums": (
-        lambda d: (edit(d, _no_checksums), _swap(*_unequal_parts(d))),
+        lambda d: (edit(d, _no_checksums, reseal=True), _swap(*_unequal_parts(d))),
         "examples, the manifest says",
     ),
     "two token parts swapped": (

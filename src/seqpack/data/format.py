@@ -40,8 +40,8 @@ KIND = "seqpack.packed_dataset"
 MANIFEST = "manifest.json"
 #: what a packed dataset directory is: `--overwrite` replaces only these
 OUTPUT = OutputKind("packed dataset", (MANIFEST, "kind", KIND))
-#: the manifest's own checksum, its last key (`manifest_checksum`): a manifest edited by hand is refused;
-#: one without it (written before manifests carried it) is read on the checks of its fields alone
+#: the manifest's own checksum, its last key (`manifest_checksum`): a manifest edited by hand, or without
+#: it, is refused
 CHECKSUM = "manifest_checksum"
 SCHEDULE = "schedule.npy"  # optional: balanced data-parallel steps (the manifest's "schedule")
 COMPRESSION = ("none", "snappy", "zstd", "lz4", "gzip")
@@ -532,7 +532,12 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         from seqpack.data.example_table import check_entry
 
         check_entry(m["example_table"], root, bad)
-    if CHECKSUM in m and m[CHECKSUM] != manifest_checksum(m):  # last: the messages above say what is wrong
+    if CHECKSUM not in m:  # last: the messages above say what is wrong
+        raise ValueError(
+            f"{where}: no {CHECKSUM} (edited by hand, or written before manifests carried their own checksum); "
+            "re-run seqpack pack"
+        )
+    if m[CHECKSUM] != manifest_checksum(m):
         raise ValueError(f"{where}: edited by hand (its checksum does not match); re-run seqpack pack")
     return m
 
