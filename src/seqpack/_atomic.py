@@ -122,7 +122,7 @@ class OutputKind:
         """Whether ``directory`` is one of these, as its own files say."""
         if self.inside is not None and (directory.parent / self.inside).is_file():
             return True
-        return any(_json_field(directory / name, key) == value for name, key, value in self.markers)
+        return any(_json_object(directory / name).get(key) == value for name, key, value in self.markers)
 
     def __repr__(self) -> str:
         return f"OutputKind({self.what!r})"
@@ -135,25 +135,26 @@ MARKER_FILES = ("manifest.json", "meta.json", "shards.json", "config.json", ".se
 _MARKER_BYTES = 256 * 2**20
 
 
-def _json_field(path: Path, key: str) -> Any:
-    """``path``'s JSON object's ``key``, or None (no such file, too large, not a JSON object)."""
+def _json_object(path: Path) -> dict[str, Any]:
+    """``path``'s JSON object, or ``{}`` (no such file, too large, not a JSON object)."""
     try:
         if not path.is_file() or path.stat().st_size > _MARKER_BYTES:
-            return None
+            return {}
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    return data.get(key) if isinstance(data, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _said_kind(data: dict[str, Any]) -> str | None:
+    """The seqpack kind a JSON object says it is (its ``kind`` or ``format``), or None."""
+    said = [v for v in (data.get("kind"), data.get("format")) if isinstance(v, str) and v.startswith("seqpack")]
+    return said[0] if said else None
 
 
 def seqpack_kind(directory: Path) -> str | None:
     """The kind a seqpack directory says it is (``seqpack.token_store``), or None."""
-    for name in MARKER_FILES:
-        for key in ("kind", "format"):
-            v = _json_field(directory / name, key)
-            if isinstance(v, str) and v.startswith("seqpack"):
-                return v
-    return None
+    return next((k for name in MARKER_FILES if (k := _said_kind(_json_object(directory / name)))), None)
 
 
 def check_output_dir(
@@ -221,10 +222,7 @@ def made_file(path: Path, fmt: str) -> bool:
         return False
     if head != FILE_FORMATS[fmt]:
         return False
-    if fmt != "json":
-        return True
-    said = [_json_field(path, key) for key in ("kind", "format")]
-    return any(isinstance(v, str) and v.startswith("seqpack") for v in said)
+    return fmt != "json" or _said_kind(_json_object(path)) is not None
 
 
 def check_outputs(
@@ -276,6 +274,17 @@ def _umask() -> int:
 #: mode of written files, as open() would give them (mkstemp makes them 0600)
 FILE_MODE = 0o666 & ~_umask()
 
+
+def remove_leftovers(directory: Path, pattern: str) -> None:
+    """Remove what a killed write left in ``directory`` (``pattern``: the names seqpack gives its temp
+    files and directories, such as ``.NAME.tmp-*``), once no live job can own them."""
+    for stale in directory.glob(pattern):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
 _HELD: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth): a job may nest its own writes
 
 
@@ -318,8 +327,8 @@ def output_lock(path: str | os.PathLike[str]) -> Iterator[None]:
         os.close(fd)
     _HELD[lock] = (fd, 1)
     try:
-        for stale in [*parent.glob(f".{out.name}.tmp-*"), *parent.glob(f".{out.name}.old-*")]:
-            shutil.rmtree(stale, ignore_errors=True)
+        for pattern in (f".{out.name}.tmp-*", f".{out.name}.old-*"):
+            remove_leftovers(parent, pattern)
         yield
     finally:
         del _HELD[lock]

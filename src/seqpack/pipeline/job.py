@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seqpack._atomic import check_output_dir, output_lock, replace_directory
+from seqpack._atomic import check_output_dir, output_lock, remove_leftovers, replace_directory
 from seqpack._progress import progress_bar
 from seqpack._resources import small_pages
 from seqpack._stages import StageLog, content_hash, discard_on_rejection, work_dir
@@ -392,8 +392,7 @@ def _write_packs(
             iterable=engine.map(packs_stage, items), total=len(items), desc="pack: parts", unit="part", leave=False
         )
     )
-    for stale in (final / "data").glob(".*.tmp-*"):  # a write a killed worker left half done (its task ran again)
-        stale.unlink()
+    remove_leftovers(final / "data", ".*.tmp-*")  # a write a killed worker left half done (its task ran again)
     return files, _column_specs(
         parquet_column_specs(final / files[0]), made[0], meta
     )  # the written files are the truth

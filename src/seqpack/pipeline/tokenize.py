@@ -21,12 +21,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seqpack._atomic import check_output_dir, output_lock, replace_directory
+from seqpack._atomic import check_output_dir, output_lock, remove_leftovers, replace_directory
 from seqpack._progress import progress_bar
 from seqpack._stages import (
     JOB,
@@ -132,22 +131,12 @@ def build_sharded_store(
             log.clear()
             (work / JOB).unlink()
             (work / SHARDS).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            _sweep(work)
+            remove_leftovers(work, ".*")  # a killed worker's temp and lock files: a store's own names have no dot
             replace_directory(work, out, kind=STORE_OUTPUT)
     store = ShardedTokenStore(out)
     store.reused = reused
     store.redone = redone
     return store
-
-
-def _sweep(work: Path) -> None:
-    """Remove what a stage's worker, killed mid-write, left in ``work`` (its task ran again since): temp
-    files and directories, lock files. Their names start with a dot, a store's own never do."""
-    for stale in work.glob(".*"):
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            stale.unlink(missing_ok=True)
 
 
 def _reuse(meta: dict[str, Any]) -> dict[str, Any]:
