@@ -33,9 +33,10 @@ def test_a_window_a_model_stores_but_never_uses_is_not_asked() -> None:
 
 
 def test_refusals_are_one_line_and_say_what_would_work() -> None:
-    nxt = transformers.Qwen3NextConfig(**SMALL, head_dim=16, layer_types=["linear_attention", "full_attention"])
-    with pytest.raises(ValueError, match="linear_attention layers.*train it on unpacked rows outside seqpack"):
-        check_packable(transformers.Qwen3NextForCausalLM(nxt))
+    mystery = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMALL))
+    mystery.config.layer_types = ["mystery", "full_attention"]  # a kind that is not attention, and no state layer
+    with pytest.raises(ValueError, match=r"mystery layers, and seqpack finds no layer.*train it on unpacked rows"):
+        check_packable(mystery)
     bert = transformers.BertLMHeadModel(transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1,
                                                                 num_attention_heads=2, intermediate_size=64))
     with pytest.raises(ValueError, match="bidirectional"):
@@ -45,14 +46,30 @@ def test_refusals_are_one_line_and_say_what_would_work() -> None:
                                                                               n_head=2)))
 
 
-def test_attach_packed_attention_refuses_a_hybrid_before_any_call() -> None:
+def test_a_hybrid_names_its_state_layers() -> None:
+    nxt = transformers.Qwen3NextConfig(**SMALL, head_dim=16, layer_types=["linear_attention", "full_attention"])
+    support = check_packable(transformers.Qwen3NextForCausalLM(nxt))
+    assert support.refusal is None and support.mixers == ("Qwen3NextGatedDeltaNet",)
+
+
+def test_attach_packed_attention_runs_a_hybrid_per_document() -> None:
+    """The route for a model seqpack does not call: positions restarting at each document give the
+    attention its plan and the Gated DeltaNet layers their documents."""
     from seqpack.nn.hf_attention import attach_packed_attention
 
-    nxt = transformers.Qwen3NextConfig(**SMALL, head_dim=16, layer_types=["linear_attention", "full_attention"])
-    model = transformers.Qwen3NextForCausalLM(nxt)
-    with pytest.raises(ValueError, match="linear_attention"):
-        attach_packed_attention(model)
-    assert model.config._attn_implementation != "seqpack_packed"
+    nxt = transformers.Qwen3NextConfig(**SMALL, head_dim=16, layer_types=["linear_attention", "full_attention"],
+                                       linear_num_value_heads=2, linear_num_key_heads=1, linear_key_head_dim=16,
+                                       linear_value_head_dim=16)
+    torch.manual_seed(0)
+    model = transformers.Qwen3NextForCausalLM(nxt).eval()
+    docs = [[3, 9, 4, 7, 11], [6, 2, 13, 5]]
+    alone = [model(input_ids=torch.tensor([d]), use_cache=False).logits[0] for d in docs]
+    handle = attach_packed_attention(model)
+    pos = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]])
+    packed = model(input_ids=torch.tensor([docs[0] + docs[1]]), position_ids=pos, use_cache=False).logits[0]
+    handle.remove()
+    # float32, two layers of width 32: summation order only
+    assert torch.allclose(packed[:5], alone[0], atol=1e-5) and torch.allclose(packed[5:], alone[1], atol=1e-5)
 
 
 def test_unknown_attention_keywords_are_refused_by_name() -> None:

@@ -125,12 +125,19 @@ def test_hf_model_takes_windowed_models_with_seqpack_attention(datasets, tmp_pat
         assert set(s["attention"]["plans"]) == {"per_document"}
 
 
-def test_hf_model_refuses_a_hybrid_before_any_step(datasets, tmp_path):
+def test_hf_model_trains_a_hybrid(datasets, tmp_path):
+    """Gated DeltaNet layers run on each packed document (seqpack.nn.hf_mixers): --hf-model trains
+    a Qwen3-Next config as it trains any attention-only model."""
     f = tmp_path / "config.json"
     f.write_text(json.dumps({"model_type": "qwen3_next", "hidden_size": 32, "num_hidden_layers": 2,
                              "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 64,
-                             "max_position_embeddings": 64, "layer_types": ["linear_attention", "full_attention"]}))
-    with pytest.raises(ValueError, match=r"has linear_attention layers.*train it on unpacked rows outside seqpack") as e:
-        train(TrainConfig(data=str(datasets["clm"]), out=str(tmp_path / "run"), hf_model=str(f), steps=1, progress=False))
-    assert "\n" not in str(e.value)
-    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+                             "max_position_embeddings": 64, "layer_types": ["linear_attention", "full_attention"],
+                             "linear_num_value_heads": 2, "linear_num_key_heads": 1, "linear_key_head_dim": 16,
+                             "linear_value_head_dim": 16}))
+    s = train(TrainConfig(data=str(datasets["clm"]), out=str(tmp_path / "run"), hf_model=str(f), steps=1, batch_size=4,
+                          progress=False, eval_fraction=0.1))
+    assert s["attention"]["implementation"] == "seqpack_packed"
+    assert math.isfinite(s["eval"]["loss"])
+    assert (tmp_path / "run" / "checkpoint.pt").exists()
+
+

@@ -28,7 +28,7 @@ from seqpack.nn.hf_adapter import layer_masks, model_compute_dtype
 from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_causal_lm import HEAD_AT_TARGETS
 from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, packed_call, unflatten_tokens
-from seqpack.nn.hf_support import check_packable
+from seqpack.nn.hf_support import packed_documents, prepare_packed
 from seqpack.nn.masks import check_segment_ids, shares_prefix, split_branches
 
 
@@ -42,7 +42,7 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
     (B, T, ...) output, with the attention each implementation needs (see the module)."""
     seg, br = batch["segment_ids"], batch.get("branch_ids")
     check_segment_ids(seg)
-    needs = check_packable(model).needs
+    needs = prepare_packed(model).needs
     impl = str(getattr(model.config, "_attn_implementation", None) or "eager")
     if impl == PACKED_IMPL:  # seqpack's backends inside the model: the plan, no mask
         plan = plan_attention(
@@ -54,7 +54,10 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
             needs=needs,
             position_ids=batch["position_ids"],
         )
-        return run(input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan, use_cache=False)
+        with packed_documents(model, seg, branch_ids=br):
+            return run(
+                input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan, use_cache=False
+            )
     if impl in PADDING_FREE:
         if br is not None and shares_prefix(seg, br):
             raise ValueError(
@@ -66,8 +69,8 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
             "segment_ids": seg if br is None else split_branches(seg, br),
             "position_ids": batch["position_ids"],
         }
-        inputs, _ = flat_inputs(flat_batch)
-        with packed_call():
+        inputs, flat_seg = flat_inputs(flat_batch)
+        with packed_call(), packed_documents(model, flat_seg):
             return unflatten_tokens(run(**inputs, use_cache=False), flat_batch["segment_ids"])
     mask = layer_masks(
         model,
@@ -78,7 +81,10 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
         positions=batch["position_ids"],
         needs=needs,
     )
-    return run(input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"], use_cache=False)
+    with packed_documents(model, seg, branch_ids=br):
+        return run(
+            input_ids=batch["input_ids"], attention_mask=mask, position_ids=batch["position_ids"], use_cache=False
+        )
 
 
 def causal_states(

@@ -29,14 +29,15 @@ What the adapter does for you:
 * per-sequence losses (the paper's) or per-token ones (``reduction="token"``, HF's).
 
 Supported: every causal LM of transformers' causal-LM registry whose packed rows are exact
-(`seqpack.nn.hf_support.packing_support` reads its config and layers: sliding windows,
-chunks, soft-capping and sinks are computed; a layer that is not attention is refused in one line;
-the generated table is docs/models.md), and ``BertForPreTraining``, ``BertForMaskedLM``,
+(`seqpack.nn.hf_support` reads its config and layers: sliding windows, chunks, soft-capping and
+sinks are computed; layers that carry state along the sequence, in hybrid models, run on each
+document from a zero state; the generated table is docs/integrations/models.md), and ``BertForPreTraining``, ``BertForMaskedLM``,
 ``BertForSequenceClassification``, ``BertForQuestionAnswering``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,7 +54,7 @@ from seqpack.nn.hf_padding_free import (
     unflatten_slots,
     unflatten_tokens,
 )
-from seqpack.nn.hf_support import check_packable
+from seqpack.nn.hf_support import packed_documents, prepare_packed
 from seqpack.nn.losses import (
     IGNORE_INDEX,
     check_reduction,
@@ -123,32 +124,39 @@ def layer_masks(
     (``{"full_attention": ..., "sliding_attention": ...}``, which transformers' models take as
     they are).  # (B, 1, T, T) or a dict of them"""
     from seqpack.nn.attention.base import LayerAttention, band
-    from seqpack.nn.hf_support import text_config
+    from seqpack.nn.hf_support import ATTENTION_LAYERS, POINTWISE_LAYERS, config_window, state_layer_kinds, text_config
 
     if not needs & {"window", "chunk"}:
         return hf_attention_mask(model_or_config, segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
     base = hf_attention_mask(model_or_config, segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
     bool_base = base if base.dtype == torch.bool else base == 0
     config = text_config(model_or_config) if hasattr(model_or_config, "config") else model_or_config
+    owner = model_or_config if hasattr(model_or_config, "config") else None
     pos = position_ids(segment_ids) if positions is None else positions
-    window, chunk = getattr(config, "sliding_window", None), getattr(config, "attention_chunk_size", None)
-    layers = {
-        "full_attention": LayerAttention(),
-        "sliding_attention": LayerAttention(window=window),
-        "chunked_attention": LayerAttention(chunk=chunk),
-    }
+    chunk = getattr(config, "attention_chunk_size", None)
     kinds = [str(k) for k in getattr(config, "layer_types", None) or ()]
     if not kinds:  # one window on every layer (Mistral), or none
         kinds = ["sliding_attention" if "window" in needs else "full_attention"]
-    unknown = sorted(set(kinds) - set(layers))
+    # layers of another kind run on documents (seqpack.nn.hf_mixers) and read no mask, or attend inside
+    # the plain one; a kind that names a window or a chunk would need it narrowed: not made here
+    state = {k for k in state_layer_kinds(config) if "sliding" not in k and "chunk" not in k}
+    unknown = sorted(set(kinds) - ATTENTION_LAYERS - POINTWISE_LAYERS - state)
     if unknown:
         raise ValueError(
             f"no packed mask for layers of kind {', '.join(unknown)}; load the model with "
             "attn_implementation='seqpack_packed'"
         )
 
+    def layer(kind: str) -> LayerAttention:
+        if kind not in ATTENTION_LAYERS:
+            return LayerAttention()
+        window = config_window(config, kind, owner) if owner is not None else None
+        if window is None and owner is None and kind == "sliding_attention":
+            window = getattr(config, "sliding_window", None)
+        return LayerAttention(window=window, chunk=chunk if kind == "chunked_attention" else None)
+
     def made(kind: str) -> torch.Tensor:
-        narrowed = band(pos, layers[kind])
+        narrowed = band(pos, layer(kind))
         allowed = bool_base if narrowed is None else bool_base & narrowed
         if base.dtype == torch.bool:
             return allowed
@@ -230,7 +238,7 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
         pos = position_ids(seg)
     elif pos.shape != ids.shape:
         raise ValueError(f"position_ids has shape {tuple(pos.shape)} but input_ids is {tuple(ids.shape)}")
-    needs = check_packable(model).needs if causal else frozenset()
+    needs = prepare_packed(model).needs if causal else frozenset()
     if causal and _impl(model) == PACKED_IMPL:
         plan = plan_attention(
             seg, causal=True, dtype=model_compute_dtype(model), validate=False, needs=needs, position_ids=pos
@@ -271,7 +279,8 @@ def packed_forward(
     inputs = hf_inputs(model, batch)
     seg, labels = batch["segment_ids"], batch.get("labels")
     if causal or name == "BertForMaskedLM":
-        logits = model(**inputs).logits  # (B, T, V)
+        with packed_documents(model, seg) if causal else contextlib.nullcontext():
+            logits = model(**inputs).logits  # (B, T, V)
         out = PackedOutput(logits=logits)
         if labels is not None:
             shift = causal
@@ -299,12 +308,12 @@ def packed_forward(
 def _padding_free_causal(model: Any, batch: Mapping[str, torch.Tensor], reduction: str) -> PackedOutput:
     """A causal LM on the flattened real tokens (no padding, no mask); outputs back in (B, T) / (B, D)."""
     _require_columns(batch)
-    check_packable(model)
+    prepare_packed(model)
     seg, labels = batch["segment_ids"], batch.get("labels")
     check_segment_ids(seg)
     inputs, flat_seg = flat_inputs(batch)
-    with packed_call():
-        flat_logits = model(**inputs).logits  # (1, total, V)
+    with packed_call(), packed_documents(model, flat_seg):
+        flat_logits = model(**inputs, use_cache=False).logits  # (1, total, V)
     out = PackedOutput(logits=unflatten_tokens(flat_logits, seg))
     if labels is not None:
         flat_labels = flatten(labels, seg)

@@ -22,7 +22,8 @@ from typing import Any
 import torch
 
 from seqpack.nn.attention import AttentionPlan, LayerAttention, packed_attention
-from seqpack.nn.hf_support import UNPACKED, check_packable, config_window
+from seqpack.nn.hf_mixers import current_documents
+from seqpack.nn.hf_support import UNPACKED, config_window, prepare_packed, state_layer_kinds
 
 PACKED_IMPL = "seqpack_packed"
 
@@ -79,7 +80,8 @@ def layer_attention(module: torch.nn.Module, kwargs: dict[str, Any], *, causal: 
     kinds = getattr(config, "layer_types", None)
     idx = getattr(module, "layer_idx", None)
     kind = kinds[idx] if kinds is not None and isinstance(idx, int) and idx < len(kinds) else None
-    if kinds is not None and kind is None:
+    windowed = any(getattr(config, k, None) is not None for k in ("sliding_window", "attention_chunk_size"))
+    if kinds is not None and kind is None and windowed:  # a shared layer (Zamba's) has no kind: no window to read
         raise ValueError(
             f"{type(module).__name__} has no layer_idx into its config's layer_types; seqpack cannot tell "
             "whether it has a sliding window: " + UNPACKED
@@ -122,6 +124,13 @@ def packed_attention_forward(
             f"attn_implementation {PACKED_IMPL!r} needs seqpack_plan=plan_attention(segment_ids, ...) in the "
             "model call (seqpack.nn.hf_adapter.packed_forward passes it); to generate or call the model "
             "plainly, set model.config._attn_implementation = 'sdpa' first"
+        )
+    state = state_layer_kinds(getattr(module, "config", None))
+    if state and current_documents() is None:
+        raise ValueError(
+            f"{type(module).__name__}'s model also has {', '.join(state)} layers, which carry state from one "
+            "packed document into the next unless seqpack gives them their documents: run it through "
+            "seqpack.nn.hf_adapter.packed_forward, seqpack.rl or attach_packed_attention, not with a plan by hand"
         )
     if dropout and module.training:
         raise ValueError(f"{PACKED_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
@@ -173,7 +182,7 @@ def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> to
     """
     from seqpack.nn.attention import plan_attention
 
-    needs = check_packable(model).needs  # refused here, before any change, when packed rows can't be exact
+    needs = prepare_packed(model).needs  # refused here, before any change, when packed rows can't be exact
     register_packed_attention()
     hf: Any = model  # a transformers model: its config is read by name
     cfg = config if config is not None else hf.config.get_text_config()

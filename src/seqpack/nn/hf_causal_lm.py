@@ -42,7 +42,7 @@ from seqpack.nn.losses import IGNORE_INDEX
 
 #: transformers ``model_type``\\ s whose logits are exactly ``lm_head(last hidden state)`` (no scaling
 #: or soft-capping), so the head can run at the targets alone
-HEAD_AT_TARGETS = ("llama", "gpt2", "qwen2", "qwen3", "mistral")
+HEAD_AT_TARGETS = ("llama", "gpt2", "qwen2", "qwen3", "mistral", "qwen3_5_text", "qwen3_next", "nemotron_h", "lfm2")
 
 
 @dataclass

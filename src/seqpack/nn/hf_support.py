@@ -1,7 +1,13 @@
-"""What a transformers model needs to run packed rows exactly, read from its config and layers.
+"""The door: how a transformers model runs packed rows exactly, read once from its config and layers.
 
-    support = packing_support(model)       # Support(needs={'window'}, refusal=None)
-    check_packable(model)                  # raises the refusal, one line, before any work
+    support = packing_support(model)       # Support(needs={'window'}, refusal=None, mixers=())
+    prepare_packed(model)                  # refuses in one line before any work, or readies the model
+    with packed_documents(model, segment_ids, branch_ids=None):
+        model(input_ids, position_ids=..., seqpack_plan=plan)      # each entry point's own call
+
+Every packed entry point (`seqpack.nn.hf_adapter.packed_forward`, `seqpack.rl`, the preference
+forward, ``seqpack train --hf-model``, the TRL trainers, `attach_packed_attention`, context
+parallelism) asks this module, and nothing else, what a model needs:
 
 ``needs``: the layer arguments (`seqpack.nn.attention.FEATURES`) its attention layers use:
 a sliding window (``sliding_window`` on some or all layers: ``layer_types``, Qwen2's
@@ -10,22 +16,28 @@ soft-capping (``attn_logit_softcapping``), sinks (a ``sinks`` parameter in an at
 attention plan is made for them (`seqpack.nn.attention.plan_attention`'s ``needs``), and
 every layer is checked against it when it runs.
 
-``refusal``: why packed rows would not be exact, or None. A layer that is not attention carries
-state from one document into the next (a state-space model such as Mamba, linear attention, a
-short convolution over the sequence): seqpack cannot tell it where documents start, so such a
-model is refused, naming the layer, and its rows must be run unpacked, outside seqpack
-(`UNPACKED`). So is a model whose forward takes no ``position_ids`` (its positions could not restart
-at each document).
+``mixers``: its layers that carry state along the sequence (Gated DeltaNet, Mamba, Mamba2, short
+convolutions, lightning attention, RWKV's time mixing; `seqpack.nn.hf_mixers.find_mixers`).
+`prepare_packed` makes each run on the row's documents, each from a zero state, inside
+`packed_documents`: hybrid models are exact, gradients included.
+
+``refusal``: why packed rows would not be exact, or None: layers named by the config that are
+neither attention nor a state-carrying layer seqpack finds, attention that makes its own mask, or
+a model that attends but takes no ``position_ids`` (its positions could not restart at each
+document). Its rows must be run unpacked, outside seqpack (`UNPACKED`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from seqpack.nn.hf_mixers import STATE_PARAMETERS, documents, find_mixers, install_mixers
 
 #: what a refusal tells the user to run: ``seqpack train`` (its ``--padded`` baseline included, which
 #: is evaluated on the packed rows) runs a transformers model through packed rows only
@@ -53,25 +65,30 @@ def builds_sliding_masks(obj: Any) -> bool:
 def config_window(config: Any, kind: str | None, owner: Any) -> int | None:
     """The sliding window a layer of this kind (its ``layer_types`` entry; None: the config has no
     ``layer_types``) has by its config: ``sliding_window`` on ``sliding_attention`` layers, or on
-    every layer of a config without ``layer_types`` whose model makes sliding masks
-    (`builds_sliding_masks` of ``owner``), unless ``use_sliding_window`` is False."""
+    every attention layer of a config without ``layer_types``, or of a hybrid whose ``layer_types``
+    name no sliding layer, when its model makes sliding masks (`builds_sliding_masks` of ``owner``), unless
+    ``use_sliding_window`` is False."""
     window = getattr(config, "sliding_window", None)
     if window is None or getattr(config, "use_sliding_window", True) is False:
         return None
-    if kind == "sliding_attention" or (kind is None and builds_sliding_masks(owner)):
+    # a hybrid whose layer_types name state-carrying and attention layers but no sliding one (MiniMax)
+    # windows every attention layer, as a config without layer_types does
+    kinds = _layer_kinds(config)
+    every = kind is None or (
+        kind in ATTENTION_LAYERS and "sliding_attention" not in kinds and bool(state_layer_kinds(config))
+    )
+    if kind == "sliding_attention" or (every and builds_sliding_masks(owner)):
         return int(window)
     return None
-
-
-#: parameter names only a recurrent or state-space mixer has (Mamba's ``A_log`` and ``dt_bias``,
-#: RWKV's ``time_decay``, gated linear attention's ``A_log``)
-STATE_PARAMETERS = ("A_log", "dt_bias", "time_decay", "time_first")
 
 
 @dataclass(frozen=True)
 class Support:
     needs: frozenset[str]
     refusal: str | None = None
+    #: the classes of its layers that carry state along the sequence (`seqpack.nn.hf_mixers`), run
+    #: on each document from a zero state
+    mixers: tuple[str, ...] = ()
 
 
 def text_config(model: Any) -> Any:
@@ -102,27 +119,53 @@ def _needs(model: Any, config: Any) -> frozenset[str]:
     return frozenset(needs)
 
 
-def _mixer_refusal(model: Any, config: Any) -> str | None:
+def state_layer_kinds(config: Any) -> list[str]:
+    """The layer kinds of a config (``layer_types``) that are neither attention nor pointwise: the
+    kinds that carry state along the sequence (``linear_attention``, ``conv``, ``mamba``...)."""
+    return sorted({k for k in _layer_kinds(config) if k not in ATTENTION_LAYERS | POINTWISE_LAYERS}) if config else []
+
+
+def _mixers(model: Any, config: Any) -> tuple[tuple[str, ...], str | None]:
+    """The classes of the layers that carry state along the sequence (`find_mixers`), and a refusal
+    when the config names layers that are not attention and none of them is found."""
+    found = tuple(sorted({type(module).__name__ for _, module in find_mixers(model)}))
+    other = state_layer_kinds(config)
     name = type(getattr(model, "_orig_mod", model)).__name__
-    other = sorted({k for k in _layer_kinds(config) if k not in ATTENTION_LAYERS | POINTWISE_LAYERS})
-    if other:
-        return (
-            f"{name} has {', '.join(other)} layers, which seqpack cannot compute packed (a layer that is not "
-            "attention carries state from one document into the next): " + UNPACKED
+    windowed = [k for k in other if "sliding" in k or "chunk" in k]
+    if windowed:  # attention of a kind seqpack does not know, narrowed in a way it cannot read
+        return found, (
+            f"{name} has {', '.join(windowed)} layers, a kind of attention whose window or chunk seqpack "
+            "cannot read: " + UNPACKED
         )
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-    decoder = decoder if isinstance(decoder, torch.nn.Module) else model
-    for mname, module in decoder.named_modules():
-        own = [p for p, _ in module.named_parameters(recurse=False)]
-        if isinstance(module, torch.nn.Conv1d) or any(p in STATE_PARAMETERS for p in own):
-            owner = mname.rsplit(".", 1)[0] if "." in mname else mname
-            kind = type(decoder.get_submodule(owner)).__name__ if owner else type(module).__name__
-            what = "a convolution over the sequence" if isinstance(module, torch.nn.Conv1d) else "a recurrent state"
-            return (
-                f"{name}'s {kind} layers ({what}) carry state from one packed document into the next; seqpack "
-                "cannot tell them where documents start: " + UNPACKED
-            )
-    return None
+    if other and not found:
+        return found, (
+            f"{name} has {', '.join(other)} layers, and seqpack finds no layer that carries their state (a "
+            "state parameter, a token shift or a convolution over the sequence) to give documents to: " + UNPACKED
+        )
+    return found, None
+
+
+def _attends(model: Any) -> bool:
+    """Whether ``model`` has attention layers besides its state-carrying ones (a pure state-space
+    model such as Mamba has none, and reads no positions)."""
+    mixers = [module for _, module in find_mixers(model)]
+    return any(
+        "Attention" in type(m).__name__ and not any(m is x or _inside(m, x) for x in mixers) for m in model.modules()
+    )
+
+
+def _inside(module: Any, outer: Any) -> bool:
+    return any(module is m for m in outer.modules())
+
+
+def _attention_interface(model: Any) -> bool:
+    """``model`` runs its attention through transformers' attention interface: it says so, or its
+    modeling file calls ``ALL_ATTENTION_FUNCTIONS`` (hybrids that do not say it)."""
+    import sys
+
+    if getattr(model, "_supports_attention_backend", False):
+        return True
+    return hasattr(sys.modules.get(type(model).__module__), "ALL_ATTENTION_FUNCTIONS")
 
 
 #: config keys of attention that adds a mask of its own making to the one it is given (Doge's dynamic
@@ -138,7 +181,7 @@ def _attention_refusal(model: Any, config: Any) -> str | None:
                 f"{name}'s attention adds a mask of its own making ({key}: chosen over the whole row), which "
                 "seqpack cannot keep inside each document: " + UNPACKED
             )
-    if not getattr(model, "_supports_attention_backend", False):
+    if not _attention_interface(model) and (_attends(model) or not find_mixers(model)):
         return (
             f"{name} does not run its attention through transformers' attention interface, so seqpack cannot "
             "give it packed attention or masks: " + UNPACKED
@@ -173,13 +216,15 @@ def packing_support(model: Any) -> Support:
     cached = _SUPPORT.get(inner)
     if cached is not None and cached[0] == key:  # read once per model (and config), not every batch
         return cached[1]
-    refusal = _mixer_refusal(inner, config) or _attention_refusal(inner, config)
-    if refusal is None and "position_ids" not in inspect.signature(inner.forward).parameters:
+    mixers, refusal = _mixers(inner, config)
+    refusal = refusal or _attention_refusal(inner, config)
+    takes_positions = "position_ids" in inspect.signature(inner.forward).parameters
+    if refusal is None and not takes_positions and (_attends(inner) or not mixers):
         refusal = (
             f"{type(inner).__name__}'s forward takes no position_ids, so positions cannot restart at each packed "
             "document: " + UNPACKED
         )
-    support = Support(needs=_needs(inner, config), refusal=refusal)
+    support = Support(needs=_needs(inner, config), refusal=refusal, mixers=mixers)
     _SUPPORT[inner] = (key, support)
     return support
 
@@ -192,6 +237,25 @@ def check_packable(model: Any) -> Support:
     return support
 
 
+def prepare_packed(model: Any) -> Support:
+    """The door every packed entry point goes through: `check_packable`, then every layer that carries
+    state along the sequence reads the documents of each packed call (`seqpack.nn.hf_mixers`)."""
+    support = check_packable(model)
+    if support.mixers:
+        install_mixers(model)
+    return support
+
+
+def packed_documents(
+    model: Any, segment_ids: torch.Tensor, *, branch_ids: torch.Tensor | None = None
+) -> contextlib.AbstractContextManager[Any]:
+    """The context a packed call of ``model`` runs in: its mixers' documents (`seqpack.nn.hf_mixers.
+    documents`) when it has state-carrying layers, else nothing."""
+    if not packing_support(model).mixers:
+        return contextlib.nullcontext()
+    return documents(segment_ids, branch_ids=branch_ids)
+
+
 __all__ = [
     "ATTENTION_LAYERS",
     "COMPUTED_MASK_KEYS",
@@ -202,6 +266,9 @@ __all__ = [
     "config_window",
     "Support",
     "check_packable",
+    "packed_documents",
+    "prepare_packed",
+    "state_layer_kinds",
     "packing_support",
     "text_config",
 ]

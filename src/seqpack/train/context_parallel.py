@@ -101,6 +101,12 @@ def check_cp_model(model: torch.nn.Module) -> None:
     from seqpack.nn.hf_support import check_packable
 
     if is_transformers(model):
+        mixers = check_packable(model).mixers
+        if mixers:
+            raise ValueError(
+                f"--context-parallel splits each row across ranks, and {type(model).__name__}'s {', '.join(mixers)} "
+                "layers carry state along the whole row; train it without --context-parallel"
+            )
         impl = getattr(model.config, "_attn_implementation", None)
         if impl != PACKED_IMPL or not hasattr(model, "lm_head"):
             raise ValueError(

@@ -121,7 +121,7 @@ def _hf_model(
         model = task.hf_model(config, model_type, manifest, kind=kind)
     from seqpack.nn.hf_adapter import BIDIRECTIONAL, is_causal_lm, takes_plan
     from seqpack.nn.hf_attention import PACKED_IMPL
-    from seqpack.nn.hf_support import check_packable
+    from seqpack.nn.hf_support import prepare_packed
 
     if not task.hf_adapted:  # the task runs the model itself (its hf_forward), attention included
         return model, {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
@@ -131,7 +131,7 @@ def _hf_model(
             f"reward models (a score head) and {', '.join(BIDIRECTIONAL)}"
         )
     if takes_plan(model) or is_causal_lm(model):
-        check_packable(model)  # a layer that packed rows would make wrong: refused before any step
+        prepare_packed(model)  # a layer that packed rows would make wrong: refused before any step
     if named is None and takes_plan(model) and not attention_dropout(config):
         _register(PACKED_IMPL)  # seqpack's packed attention unless the config names one (or needs dropout in it)
         model.set_attn_implementation(PACKED_IMPL)

@@ -39,7 +39,7 @@ import trl
 from seqpack.data.format import read_manifest
 from seqpack.data.hf_rows import hf_dataset
 from seqpack.data.torch_dataset import to_tensors
-from seqpack.nn.hf_support import check_packable
+from seqpack.nn.hf_support import prepare_packed
 from seqpack.nn.preference import PreferenceLoss
 from seqpack.tasks import get_task
 from seqpack.tasks.preference import TASK as PREFERENCE
@@ -70,7 +70,7 @@ class PackedDPOTrainer(trl.DPOTrainer):
     ) -> None:
         check_trl()  # a TRL whose methods these overrides do not know: refused before any work
         if isinstance(model, torch.nn.Module):
-            check_packable(model)  # a layer packed rows would make wrong: refused before any work
+            prepare_packed(model)  # a layer packed rows would make wrong: refused before any work
         m = read_manifest(packed)
         if get_task(m["task"]) is not PREFERENCE:
             raise ValueError(

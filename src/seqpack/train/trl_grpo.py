@@ -31,7 +31,7 @@ import torch
 import trl
 
 from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
-from seqpack.nn.hf_support import check_packable
+from seqpack.nn.hf_support import prepare_packed
 from seqpack.rl.logprobs import rollout_logprobs, to_padded
 from seqpack.rl.rollouts import LAYOUTS, layout_name, pack_rollouts, row_length
 from seqpack.train.trl_support import check_trl
@@ -122,7 +122,7 @@ class PackedGRPOTrainer(trl.GRPOTrainer):
             raise ValueError(f"max_len must be >= 2 (tokens per packed row), got {max_len}")
         self.max_len, self.layout, self.attention = max_len, layout, attention
         super().__init__(*args, **kwargs)
-        check_packable(self.model)  # a layer packed rows would make wrong: refused before any step
+        prepare_packed(self.model)  # a layer packed rows would make wrong: refused before any step
         # the policy runs ``attention`` from now on (gradient checkpointing recomputes its layers in the
         # backward pass, after the log-probability pass has returned), its own only while it generates
         self._own_attention = _config(self.model)._attn_implementation

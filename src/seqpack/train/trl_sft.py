@@ -44,7 +44,7 @@ from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_causal_lm import add_target_head
 from seqpack.nn.hf_causal_lm import compile_blocks as compile_layers
 from seqpack.nn.hf_padding_free import VARLEN_IMPL
-from seqpack.nn.hf_support import check_packable
+from seqpack.nn.hf_support import prepare_packed
 from seqpack.train.trl_support import check_trl
 
 
@@ -78,7 +78,7 @@ class PackedSFTTrainer(trl.SFTTrainer):
         super().__init__(*args, **kwargs)
         hf: Any = self.model  # a transformers model (or a PEFT wrapper of one): read by name
         model = hf.get_base_model() if hasattr(hf, "get_base_model") else hf
-        needs = check_packable(model).needs  # a layer packed rows would make wrong: refused before any step
+        needs = prepare_packed(model).needs  # a layer packed rows would make wrong: refused before any step
         impl = getattr(model.config, "_attn_implementation", None)
         if "sinks" in needs and impl not in (PACKED_IMPL, VARLEN_IMPL):
             raise ValueError(
