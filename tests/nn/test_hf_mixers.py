@@ -109,6 +109,27 @@ def test_a_shared_prompt_hands_its_state_to_each_completion() -> None:
     assert torch.allclose(out[0, 5], second[3], atol=1e-6)
 
 
+class Rotated(Leaky):
+    """A mixer that also reads per-token tensors: rotary ``(cos, sin)`` and positions."""
+
+    def forward(self, hidden_states: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],
+                position_ids: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        cos, sin = position_embeddings
+        return super().forward(hidden_states * cos + sin) + position_ids[..., None]
+
+
+def test_per_token_keywords_are_gathered_with_the_hidden_states() -> None:
+    torch.manual_seed(0)
+    mixer = Rotated()
+    install_mixers(mixer)
+    x, pos = torch.randn(1, 5, 4), torch.tensor([[0, 1, 2, 0, 1]])
+    cos, sin = torch.randn(1, 5, 4), torch.randn(1, 5, 4)
+    with documents(torch.tensor([[1, 1, 1, 2, 2]])):
+        packed = mixer(x, position_embeddings=(cos, sin), position_ids=pos)
+    second = mixer(x[:, 3:], position_embeddings=(cos[:, 3:], sin[:, 3:]), position_ids=pos[:, 3:])
+    assert torch.allclose(packed[:, 3:], second, atol=1e-6)
+
+
 def test_restarting_positions_give_documents() -> None:
     assert restarting_segments(torch.tensor([[0, 1, 2, 3]])) is None
     assert restarting_segments(torch.tensor([[0, 1, 0, 0, 1]])).tolist() == [[1, 1, 2, 3, 3]]

@@ -171,7 +171,10 @@ def _packed_call(
         hidden = kwargs.pop("hidden_states")
     held = sorted(k for k in CACHES if kwargs.get(k) is not None)
     if held:
-        raise ValueError(f"{type(module).__name__} runs packed rows without a cache; got {', '.join(held)}")
+        raise ValueError(
+            f"{type(module).__name__} runs packed rows without a cache, and got {', '.join(held)}: call the model "
+            "with use_cache=False (a packed row's cache would hold its last document's state only)"
+        )
     if tuple(hidden.shape[:2]) != docs.shape:
         raise ValueError(
             f"{type(module).__name__} got rows of shape {tuple(hidden.shape[:2])} inside documents of rows "
@@ -183,9 +186,15 @@ def _packed_call(
     if bad:
         raise ValueError(f"{type(module).__name__} takes tensors by position; seqpack cannot tell which are per token")
     tokens = {k: _gather(v, docs.plan) for k, v in kwargs.items() if _per_token(v, docs.shape)}
+    pairs = {  # per-token tuples, such as rotary (cos, sin)
+        k: [_gather(x, docs.plan) for x in v]
+        for k, v in kwargs.items()
+        if isinstance(v, tuple) and v and all(_per_token(x, docs.shape) for x in v)
+    }
     outs: list[Any] = []
     for i, part in enumerate(_gather(hidden, docs.plan)):
         call = {**kwargs, **{k: parts[i] for k, parts in tokens.items()}}
+        call.update({k: tuple(parts[i] for parts in each) for k, each in pairs.items()})
         outs.append(original(part, *args, **call))
     first = outs[0]
     if isinstance(first, torch.Tensor):
