@@ -207,7 +207,10 @@ def packing_support(model: Any) -> Support:
     >>> cfg = transformers.MistralConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
     ...                                  num_attention_heads=2, num_key_value_heads=1, sliding_window=4)
     >>> packing_support(transformers.MistralForCausalLM(cfg))
-    Support(needs=frozenset({'window'}), refusal=None)
+    Support(needs=frozenset({'window'}), refusal=None, mixers=())
+    >>> mamba = transformers.MambaConfig(vocab_size=32, hidden_size=16, state_size=4, num_hidden_layers=1)
+    >>> packing_support(transformers.MambaForCausalLM(mamba))
+    Support(needs=frozenset(), refusal=None, mixers=('MambaMixer',))
     """
     config = text_config(model)
     inner = getattr(model, "_orig_mod", model)
