@@ -25,10 +25,9 @@ import torch
 
 from seqpack.nn.attention import plan_attention
 from seqpack.nn.hf_adapter import layer_masks, model_compute_dtype
-from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_causal_lm import HEAD_AT_TARGETS
-from seqpack.nn.hf_padding_free import PADDING_FREE, flat_inputs, packed_call, unflatten_tokens
-from seqpack.nn.hf_support import packed_documents, prepare_packed
+from seqpack.nn.hf_padding_free import flat_inputs, packed_call, unflatten_tokens
+from seqpack.nn.hf_support import attention_route, packed_documents, prepare_packed
 from seqpack.nn.masks import check_segment_ids, shares_prefix, split_branches
 
 
@@ -43,8 +42,8 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
     seg, br = batch["segment_ids"], batch.get("branch_ids")
     check_segment_ids(seg)
     needs = prepare_packed(model).needs
-    impl = str(getattr(model.config, "_attn_implementation", None) or "eager")
-    if impl == PACKED_IMPL:  # seqpack's backends inside the model: the plan, no mask
+    route = attention_route(model)
+    if route == "plan":  # seqpack's backends inside the model: the plan, no mask
         plan = plan_attention(
             seg,
             causal=True,
@@ -58,8 +57,9 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
             return run(
                 input_ids=batch["input_ids"], position_ids=batch["position_ids"], seqpack_plan=plan, use_cache=False
             )
-    if impl in PADDING_FREE:
+    if route == "padding-free":
         if br is not None and shares_prefix(seg, br):
+            impl = model.config._attn_implementation
             raise ValueError(
                 f"attn_implementation {impl} runs whole sequences and cannot share a prompt between "
                 'branches; load the model with seqpack_packed, sdpa or eager, or pack without a shared prefix (--layout pairs, layout="pairs")'

@@ -45,7 +45,6 @@ import torch
 
 from seqpack.nn.attention import plan_attention
 from seqpack.nn.heads import gather_slots, slot_count
-from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_padding_free import (
     PADDING_FREE,
     flat_inputs,
@@ -54,7 +53,7 @@ from seqpack.nn.hf_padding_free import (
     unflatten_slots,
     unflatten_tokens,
 )
-from seqpack.nn.hf_support import packed_documents, prepare_packed
+from seqpack.nn.hf_support import attention_route, packed_documents, prepare_packed
 from seqpack.nn.losses import (
     IGNORE_INDEX,
     check_reduction,
@@ -239,12 +238,13 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     elif pos.shape != ids.shape:
         raise ValueError(f"position_ids has shape {tuple(pos.shape)} but input_ids is {tuple(ids.shape)}")
     needs = prepare_packed(model).needs if causal else frozenset()
-    if causal and _impl(model) == PACKED_IMPL:
+    route = attention_route(model) if causal else "mask"
+    if route == "plan":
         plan = plan_attention(
             seg, causal=True, dtype=model_compute_dtype(model), validate=False, needs=needs, position_ids=pos
         )
         return {"input_ids": ids, "position_ids": pos, "seqpack_plan": plan, "use_cache": False}
-    if causal and _impl(model) == "flex_attention":  # transformers' own block mask from the restarting positions
+    if route == "flex":  # transformers' own block mask from the restarting positions
         if "sinks" in needs:
             raise ValueError(
                 f"{name} has attention sinks, which transformers' flex_attention masks do not keep inside "
@@ -274,7 +274,7 @@ def packed_forward(
     check_reduction(reduction)
     name = _name(model)
     causal = is_causal_lm(model)
-    if causal and _impl(model) in PADDING_FREE:
+    if causal and attention_route(model) == "padding-free":
         return _padding_free_causal(model, batch, reduction)
     inputs = hf_inputs(model, batch)
     seg, labels = batch["segment_ids"], batch.get("labels")

@@ -23,9 +23,7 @@ import torch
 
 from seqpack.nn.attention import AttentionPlan, LayerAttention, packed_attention
 from seqpack.nn.hf_mixers import current_documents
-from seqpack.nn.hf_support import UNPACKED, config_window, prepare_packed, state_layer_kinds
-
-PACKED_IMPL = "seqpack_packed"
+from seqpack.nn.hf_support import PACKED_IMPL, UNPACKED, config_window, prepare_packed, state_layer_kinds
 
 #: keywords transformers hands an attention function that change nothing it computes over one
 #: document in a packed row (positions, caches, document boundaries the plan already holds, flags for

@@ -27,12 +27,8 @@ from typing import Any
 
 import torch
 
-from seqpack.nn.hf_support import UNPACKED
+from seqpack.nn.hf_support import PADDING_FREE, UNPACKED, VARLEN_IMPL
 from seqpack.nn.masks import cu_seqlens, max_seqlen, position_ids, unpad_index
-
-VARLEN_IMPL = "seqpack_varlen"
-PADDING_FREE = ("flash_attention_2", "flash_attention_3", "flash_attention_4", VARLEN_IMPL)
-
 
 #: set while seqpack runs a model on the padding-free form: an attention call without
 #: ``cu_seq_lens_q`` then means the model dropped them on the way (it would attend across documents)

@@ -46,6 +46,29 @@ UNPACKED = (
     "seqpack runs a transformers model on packed rows only, seqpack train --padded included"
 )
 
+#: seqpack's attention implementations inside transformers models: its attention plan
+#: (`seqpack.nn.hf_attention`), and the padding-free varlen kernel (`seqpack.nn.hf_padding_free`)
+PACKED_IMPL = "seqpack_packed"
+VARLEN_IMPL = "seqpack_varlen"
+#: implementations that take the real tokens as one row with ``cu_seq_lens_q/k``
+PADDING_FREE = ("flash_attention_2", "flash_attention_3", "flash_attention_4", VARLEN_IMPL)
+#: how a packed call feeds a causal LM's attention (`attention_route`)
+ROUTES = ("plan", "padding-free", "flex", "mask")
+
+
+def attention_route(model: Any) -> str:
+    """How a packed call feeds this causal LM's attention, by its text config's ``attn_implementation``:
+    ``plan`` (``seqpack_packed``: seqpack's attention plan in the call), ``padding-free`` (the real
+    tokens as one row, `PADDING_FREE`), ``flex`` (transformers' block mask from restarting
+    positions), ``mask`` (seqpack's 4-D masks: ``sdpa``, ``eager``)."""
+    impl = str(getattr(text_config(model), "_attn_implementation", None) or "eager")
+    if impl == PACKED_IMPL:
+        return "plan"
+    if impl in PADDING_FREE:
+        return "padding-free"
+    return "flex" if impl == "flex_attention" else "mask"
+
+
 #: the layer types (a config's ``layer_types``) seqpack computes packed: softmax attention, whole,
 #: in a sliding window or in chunks; any other kind is refused
 ATTENTION_LAYERS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
@@ -260,6 +283,11 @@ def packed_documents(
 
 
 __all__ = [
+    "PACKED_IMPL",
+    "PADDING_FREE",
+    "ROUTES",
+    "VARLEN_IMPL",
+    "attention_route",
     "ATTENTION_LAYERS",
     "COMPUTED_MASK_KEYS",
     "POINTWISE_LAYERS",
