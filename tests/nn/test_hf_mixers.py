@@ -135,11 +135,11 @@ def test_restarting_positions_give_documents() -> None:
     assert restarting_segments(torch.tensor([[0, 1, 0, 0, 1]])).tolist() == [[1, 1, 2, 3, 3]]
 
 
-def _qwen35() -> torch.nn.Module:
+def _qwen35(layer_types: tuple[str, ...] = ("linear_attention", "full_attention")) -> torch.nn.Module:
     cfg = transformers.Qwen3_5TextConfig(
         vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
         num_key_value_heads=1, head_dim=16, linear_num_value_heads=2, linear_num_key_heads=1,
-        linear_key_head_dim=16, linear_value_head_dim=16, layer_types=["linear_attention", "full_attention"],
+        linear_key_head_dim=16, linear_value_head_dim=16, layer_types=list(layer_types),
     )
     torch.manual_seed(0)
     model = transformers.Qwen3_5ForCausalLM(cfg).float().eval()
@@ -194,6 +194,18 @@ def test_a_plan_by_hand_on_a_hybrid_refuses_at_the_first_call() -> None:
     with pytest.raises(ValueError, match=r"linear_attention layers.*not with a plan by hand") as e:
         model(input_ids=torch.tensor([[3, 4, 5, 6, 7]]), position_ids=torch.tensor([[0, 1, 2, 0, 1]]),
               seqpack_plan=plan, use_cache=False)
+    assert "\n" not in str(e.value)
+
+
+def test_padding_free_rows_on_an_unprepared_hybrid_refuse_at_the_first_call() -> None:
+    from seqpack.nn.hf_padding_free import register_varlen_attention
+
+    model = _qwen35(("full_attention", "linear_attention"))  # attention first: its call is the first to see the row
+    model.set_attn_implementation(register_varlen_attention())
+    cu = torch.tensor([0, 3, 5], dtype=torch.int32)
+    with pytest.raises(ValueError, match="prepare_packed") as e:
+        model(input_ids=torch.tensor([[3, 4, 5, 6, 7]]), position_ids=torch.tensor([[0, 1, 2, 0, 1]]),
+              cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=3, max_length_k=3, use_cache=False)
     assert "\n" not in str(e.value)
 
 
