@@ -307,6 +307,43 @@ __all__ = [
 ]
 
 
+# ---------------------------------------------------------------------------- pinned statuses
+
+
+def statuses(rows: list[Row]) -> dict[str, Any]:
+    """The pinned form of a matrix run: whether each architecture builds and each cell's status
+    (``exact`` or ``refused``; a ``wrong`` cell fails the matrix test before it is pinned).
+
+        {"transformers": "5.24.0", "torch": "2.9.0",
+         "architectures": {"llama": {"built": true, "cells": {"packed_forward": "exact", ...}}, ...}}
+    """
+    tf, pt = _versions()
+    archs = {
+        r.model_type: {"built": r.built, "cells": {e: r.cells[e].status for e in ENTRY_POINTS if e in r.cells}}
+        for r in sorted(rows, key=lambda r: r.model_type)
+    }
+    return {"transformers": tf, "torch": pt, "architectures": archs}
+
+
+def compare_statuses(pinned: dict[str, Any], now: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(changes, news) between a pinned `statuses` and a fresh one. A change is a cell whose status
+    differs (either way), a pinned cell gone, or an architecture that builds in one and not the other;
+    a news is an architecture only one of them has (a new or removed one in another transformers)."""
+    before, after = pinned["architectures"], now["architectures"]
+    changes: list[str] = []
+    news = [f"{t}: not pinned (new in transformers {now['transformers']})" for t in sorted(set(after) - set(before))]
+    news += [f"{t}: pinned, gone from transformers {now['transformers']}" for t in sorted(set(before) - set(after))]
+    for t in sorted(set(before) & set(after)):
+        b, a = before[t], after[t]
+        if b["built"] != a["built"]:
+            changes.append(f"{t}: {'built' if b['built'] else 'not built'} -> {'built' if a['built'] else 'not built'}")
+            continue
+        for e in sorted(set(b["cells"]) | set(a["cells"])):
+            if b["cells"].get(e) != a["cells"].get(e):
+                changes.append(f"{t} / {e}: {b['cells'].get(e, 'absent')} -> {a['cells'].get(e, 'absent')}")
+    return changes, news
+
+
 def _versions() -> tuple[str, str]:
     import torch
     import transformers
@@ -371,4 +408,4 @@ def render_markdown(rows: list[Row]) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ += ["render_markdown"]
+__all__ += ["compare_statuses", "render_markdown", "statuses"]
