@@ -234,6 +234,18 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 }
 
 
+#: model_type -> why the matrix does not build it tiny on the CPU
+NOT_BUILT: dict[str, str] = {
+    "gemma4_assistant": "a draft model for speculative decoding: its layers read the keys and values of its target Gemma 4",
+    "musicgen": "a text-to-audio decoder: each step predicts several audio codebooks (rows of codebooks x length)",
+    "musicgen_melody": "a text-to-audio decoder: each step predicts several audio codebooks (rows of codebooks x length)",
+    "xmod": "per-language adapters: every forward needs a language set on the model first (set_default_language)",
+    "blt": "bytes through an entropy patcher, local encoder and decoder and a global transformer: its config has no "
+    "single set of layer keys to shrink",
+    "phi4_multimodal": "its text model's config carries the vision and audio encoders (870M parameters by default)",
+}
+
+
 def _retype(layer_types: list[str], n: int) -> list[str]:
     """``n`` layer kinds holding every kind of ``layer_types``, in its order, then cycling."""
     kinds = list(dict.fromkeys(layer_types))
@@ -279,6 +291,8 @@ def causal_lm_class(model_type: str) -> Any:
 
 def tiny_config(model_type: str) -> Any:
     """A tiny random config of ``model_type`` (see the module); raises where one cannot be made."""
+    if model_type in NOT_BUILT:
+        raise ValueError(NOT_BUILT[model_type])
     cls, base, keys = _target(model_type)
     d = base.to_dict()
     kw = {k: v for k, v in _SET.items() if k in d}
@@ -316,4 +330,4 @@ def tiny_config(model_type: str) -> Any:
     return cfg
 
 
-__all__ = ["OVERRIDES", "VOCAB", "WINDOW", "causal_lm_class", "tiny_config"]
+__all__ = ["NOT_BUILT", "OVERRIDES", "VOCAB", "WINDOW", "causal_lm_class", "tiny_config"]
