@@ -4,9 +4,11 @@ CPU, run through each of seqpack's packed entry points, and compared with each d
     results = run_matrix()                    # one Row per architecture
     rows[0].cells["packed_forward"]           # Cell(status="exact", error=3e-07) / "refused" / "wrong"
 
-Each architecture gets a tiny random config (`tiny_config`): 32-wide, two heads (one key/value
-head), a few layers covering every layer kind its config names, sliding windows and chunks of
-`WINDOW` tokens (shorter than the documents, so that they matter), MoE with four experts. The
+Each architecture gets a tiny random config (`seqpack.experiments.tiny_configs`): 32-wide, two
+heads (one key/value head), a few layers covering every layer kind its family has (a hybrid keeps
+its linear attention, Mamba or convolution layers next to its attention layers), sliding windows
+and chunks of `WINDOW` tokens (shorter than the documents, so that they matter), MoE with four
+experts; a composite config (text and another modality) is built through its text model. The
 documents are `DOCUMENTS` long; the shared-prefix layout packs `GROUPS` (a prompt, then
 completions that share it). A cell is
 
@@ -15,8 +17,8 @@ completions that share it). A cell is
 - ``refused``: a one-line ``ValueError`` before any output;
 - ``wrong``: anything else. The matrix test fails on it.
 
-An architecture that does not build from a generic tiny config (it needs a vision tower, an
-encoder, a special tokenizer...) is listed as not built, with why.
+An architecture that does not build tiny on the CPU (it needs another model's cache, a language
+set at run time, a multimodal input...) is listed as not built, with why.
 """
 
 from __future__ import annotations
@@ -29,13 +31,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from seqpack.experiments.tiny_configs import VOCAB, WINDOW, causal_lm_class, tiny_config
+
 #: the documents of every packed row test, as the user's bug report had them
 DOCUMENTS: tuple[int, ...] = (20, 5, 33, 12)
 #: (prompt, completions) of the shared-prefix layout
 GROUPS: tuple[tuple[int, tuple[int, ...]], ...] = ((9, (6, 13)), (14, (4, 7, 10)))
-#: sliding windows and chunks of the tiny configs: shorter than three of the documents
-WINDOW = 8
-VOCAB = 96
 #: float32 forward over at most 60 tokens and 4 layers of width 32: the packed and the lone runs
 #: differ in summation order only (bucketed or masked kernels, MoE dispatch order), each op
 #: rounding at 2^-24 relative; the difference, relative to the largest log-prob (when above 1), is
@@ -66,129 +67,6 @@ class Row:
     why: str = ""  # not built: the error
     features: tuple[str, ...] = ()  # the layer arguments its layers use
     cells: dict[str, Cell] = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------------------- tiny configs
-
-_SET: dict[str, Any] = {
-    "vocab_size": VOCAB,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 16,
-    "max_position_embeddings": 128,
-    "n_positions": 128,
-    "n_embd": 32,
-    "n_head": 2,
-    "n_inner": 64,
-    "d_model": 32,
-    "ffn_dim": 64,
-    "n_ctx": 128,
-    "num_heads": 2,
-    "moe_intermediate_size": 32,
-    "shared_expert_intermediate_size": 32,
-    "num_experts": 4,
-    "num_local_experts": 4,
-    "n_routed_experts": 4,
-    "num_experts_per_tok": 2,
-    "n_shared_experts": 1,
-    "moe_num_experts": 4,
-    "first_k_dense_replace": 1,
-    "n_group": 1,
-    "topk_group": 1,
-    "sliding_window": WINDOW,
-    "attention_chunk_size": WINDOW,
-    "sliding_window_size": WINDOW,
-    "window_size": WINDOW,
-    "local_window_size": WINDOW,
-    "attention_dropout": 0.0,
-    "hidden_dropout": 0.0,
-    "attn_pdrop": 0.0,
-    "resid_pdrop": 0.0,
-    "embd_pdrop": 0.0,
-    "dropout": 0.0,
-    "attention_probs_dropout_prob": 0.0,
-    "hidden_dropout_prob": 0.0,
-    "q_lora_rank": 16,
-    "kv_lora_rank": 16,
-    "qk_rope_head_dim": 8,
-    "qk_nope_head_dim": 8,
-    "v_head_dim": 8,
-    "tie_word_embeddings": False,
-    "use_cache": False,
-    "pad_token_id": 0,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "mamba_d_state": 8,
-    "mamba_n_heads": 4,
-    "mamba_d_head": 16,
-    "mamba_n_groups": 1,
-    "mamba_expand": 2,
-    "ssm_state_size": 8,
-    "state_size": 8,
-    "n_groups": 1,
-    "expand": 2,
-    "conv_kernel": 4,
-    "linear_num_value_heads": 2,
-    "linear_num_key_heads": 1,
-    "linear_key_head_dim": 16,
-    "linear_value_head_dim": 16,
-    "rope_scaling": None,
-}
-#: hybrids whose default config names attention layers only: the kinds their modeling code also has
-_HYBRID_KINDS: dict[str, list[str]] = {
-    "lfm2": ["conv", "full_attention"],
-    "lfm2_moe": ["conv", "full_attention"],
-    "lfm3": ["conv", "sliding_attention", "full_attention"],
-}
-_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
-_LAYERS = 4
-
-
-def _retype(layer_types: list[str], n: int) -> list[str]:
-    """``n`` layer kinds holding every kind of ``layer_types``, in its order, then cycling."""
-    kinds = list(dict.fromkeys(layer_types))
-    return [kinds[i % len(kinds)] for i in range(max(n, len(kinds)))]
-
-
-def tiny_config(model_type: str) -> Any:
-    """A tiny random config of ``model_type`` (see the module); raises where one cannot be made."""
-    from transformers import CONFIG_MAPPING
-
-    cls = CONFIG_MAPPING[model_type]
-    base = cls()
-    if hasattr(base, "get_text_config") and base.get_text_config() is not base:
-        raise ValueError("a composite config (text + another modality)")
-    d = base.to_dict()
-    kw = {k: v for k, v in _SET.items() if k in d}
-    if "kv_lora_rank" in d:  # multi-head latent attention: rotary on qk_rope_head_dim, a key/value head per query head
-        kw["head_dim"] = _SET["qk_rope_head_dim"]
-        kw["num_key_value_heads"] = _SET["num_attention_heads"]
-    if "rotary_dim" in d:
-        kw["rotary_dim"] = 8
-    if "mamba_n_heads" in d or d.get("model_type") == "mamba2":
-        kw["num_heads"] = 4
-    kinds = d.get("layer_types")
-    n = _LAYERS
-    if "use_sliding_window" in d:  # Qwen2: layer_types follow use_sliding_window and max_window_layers
-        kw["use_sliding_window"] = True
-        kw["max_window_layers"] = 2
-    elif isinstance(kinds, list) and kinds and all(isinstance(x, str) for x in kinds):
-        kw["layer_types"] = _retype(_HYBRID_KINDS.get(model_type, kinds), _LAYERS)
-        n = len(kw["layer_types"])
-    for key in _LAYER_KEYS:
-        if key in d:
-            kw[key] = n
-    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if d.get(key) is not None:
-            kw[key] = 1.0 if key == "attn_logit_softcapping" else 30.0  # a small cap, so that it matters
-    if "attention_layers" in d:  # GPT-Neo: global and local layers
-        kw["attention_types"] = [[["global", "local"], n // 2]]
-    cfg = cls(**kw)
-    if "layer_types" in kw:
-        cfg.layer_types = kw["layer_types"]
-    return cfg
 
 
 # ---------------------------------------------------------------------------- the runs
@@ -347,16 +225,18 @@ def _quiet() -> Iterator[None]:
 def build(model_type: str) -> Any:
     """The tiny model of ``model_type`` in float32, eval mode, seeded."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     cfg = tiny_config(model_type)
+    cls = causal_lm_class(model_type)
     torch.manual_seed(0)
     cfg._attn_implementation = "eager"
-    with torch.device("meta"):  # count first: a config key the generic overrides miss can make it huge
-        size = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").parameters())
+    with torch.device(
+        "meta"
+    ):  # count first: a size key neither the generic keys nor the overrides set can make it huge
+        size = sum(p.numel() for p in cls._from_config(cfg, attn_implementation="eager").parameters())
     if size > MAX_PARAMETERS:
-        raise ValueError(f"the generic tiny config still has {size:,} parameters")
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+        raise ValueError(f"the tiny config still has {size:,} parameters")
+    model = cls._from_config(cfg, attn_implementation="eager").float().eval()
     with torch.no_grad():  # random weights large enough that every layer matters
         for p in model.parameters():
             if p.ndim >= 2:
@@ -427,6 +307,43 @@ __all__ = [
 ]
 
 
+# ---------------------------------------------------------------------------- pinned statuses
+
+
+def statuses(rows: list[Row]) -> dict[str, Any]:
+    """The pinned form of a matrix run: whether each architecture builds and each cell's status
+    (``exact`` or ``refused``; a ``wrong`` cell fails the matrix test before it is pinned).
+
+        {"transformers": "5.24.0", "torch": "2.9.0",
+         "architectures": {"llama": {"built": true, "cells": {"packed_forward": "exact", ...}}, ...}}
+    """
+    tf, pt = _versions()
+    archs = {
+        r.model_type: {"built": r.built, "cells": {e: r.cells[e].status for e in ENTRY_POINTS if e in r.cells}}
+        for r in sorted(rows, key=lambda r: r.model_type)
+    }
+    return {"transformers": tf, "torch": pt, "architectures": archs}
+
+
+def compare_statuses(pinned: dict[str, Any], now: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(changes, news) between a pinned `statuses` and a fresh one. A change is a cell whose status
+    differs (either way), a pinned cell gone, or an architecture that builds in one and not the other;
+    a news is an architecture only one of them has (a new or removed one in another transformers)."""
+    before, after = pinned["architectures"], now["architectures"]
+    changes: list[str] = []
+    news = [f"{t}: not pinned (new in transformers {now['transformers']})" for t in sorted(set(after) - set(before))]
+    news += [f"{t}: pinned, gone from transformers {now['transformers']}" for t in sorted(set(before) - set(after))]
+    for t in sorted(set(before) & set(after)):
+        b, a = before[t], after[t]
+        if b["built"] != a["built"]:
+            changes.append(f"{t}: {'built' if b['built'] else 'not built'} -> {'built' if a['built'] else 'not built'}")
+            continue
+        for e in sorted(set(b["cells"]) | set(a["cells"])):
+            if b["cells"].get(e) != a["cells"].get(e):
+                changes.append(f"{t} / {e}: {b['cells'].get(e, 'absent')} -> {a['cells'].get(e, 'absent')}")
+    return changes, news
+
+
 def _versions() -> tuple[str, str]:
     import torch
     import transformers
@@ -457,7 +374,7 @@ def render_markdown(rows: list[Row]) -> str:
         "",
         f"**{len(exact)}** architectures are exact on every entry point, **{len(some)}** on some (the others "
         f"refused), **{len(built) - len(exact) - len(some)}** refused on all; {len(rows) - len(built)} do not build "
-        "from a generic tiny config (listed at the end).",
+        "tiny on the CPU (listed at the end).",
         "",
         "The columns: `packed_forward` with `attn_implementation` `seqpack_packed` (seqpack's attention backends), "
         "`sdpa` (seqpack's 4-D masks, one per layer kind) and `seqpack_varlen` (the padding-free form); "
@@ -481,14 +398,14 @@ def render_markdown(rows: list[Row]) -> str:
         "",
         "## Not built by the matrix",
         "",
-        "A composite config (text and another modality) is covered by its text model's row where transformers "
-        "has one (`gemma3` by `gemma3_text`, `llama4` by `llama4_text`); for the others, the generic tiny "
-        "config does not fit. seqpack's entry points still read such a model's config and layers and refuse "
-        "what they cannot compute.",
+        "A composite config (text and another modality) is built through its text model and that model's causal "
+        "LM class (`qwen3_5` as `Qwen3_5ForCausalLM` on its text config). The architectures below do not build "
+        "tiny on the CPU; seqpack's entry points still read such a model's config and layers and refuse what they "
+        "cannot compute.",
         "",
     ]
     out += [f"- `{r.model_type}`: {r.why}" for r in rows if not r.built]
     return "\n".join(out) + "\n"
 
 
-__all__ += ["render_markdown"]
+__all__ += ["compare_statuses", "render_markdown", "statuses"]
