@@ -66,6 +66,7 @@ class Row:
     built: bool = True
     why: str = ""  # not built: the error
     features: tuple[str, ...] = ()  # the layer arguments its layers use
+    mixers: tuple[str, ...] = ()  # its layers that carry state along the sequence, run per document
     cells: dict[str, Cell] = field(default_factory=dict)
 
 
@@ -261,6 +262,7 @@ def run_row(model_type: str) -> Row:
     row.cls = type(model).__name__
     support = packing_support(model)
     row.features = tuple(sorted(support.needs))
+    row.mixers = support.mixers
     for name, run in _entry_points().items():
         try:
             with _quiet():
@@ -381,14 +383,19 @@ def render_markdown(rows: list[Row]) -> str:
         "`seqpack.rl.packed_logprobs` in the `pairs` and `shared-prefix` layouts under `seqpack_packed`, and `shared-prefix` "
         "under `eager` (a branch mask). `seqpack train --hf-model`, the TRL trainers and `attach_packed_attention` "
         "run these same paths and refuse what they refuse. Layer arguments: what the architecture's layers compute "
-        "beyond plain attention (a sliding `window`, a `chunk`, `softcap`, attention `sinks`).",
+        "beyond plain attention (a sliding `window`, a `chunk`, `softcap`, attention `sinks`). State layers: its layers "
+        "that carry state along the sequence (Gated DeltaNet, Mamba, short convolutions...), each run on every "
+        "document from a zero state ([Hybrid models](hybrids.md)).",
         "",
     ]
-    heads = ["model_type", "class", "layer arguments", *ENTRY_POINTS]
+    heads = ["model_type", "class", "layer arguments", "state layers", *ENTRY_POINTS]
     out += ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for r in built:
         cells = [r.cells[e].status for e in ENTRY_POINTS]
-        out.append("| " + " | ".join([f"`{r.model_type}`", f"`{r.cls}`", ", ".join(r.features) or "-", *cells]) + " |")
+        state = ", ".join(f"`{m}`" for m in r.mixers) or "-"
+        out.append(
+            "| " + " | ".join([f"`{r.model_type}`", f"`{r.cls}`", ", ".join(r.features) or "-", state, *cells]) + " |"
+        )
     out += ["", "## Why a cell is refused", ""]
     for r in built:
         reasons = dict.fromkeys(c.detail for c in r.cells.values() if c.status == "refused")

@@ -200,8 +200,15 @@ def _packed_call(
     if isinstance(first, torch.Tensor):
         return _scatter(outs, docs.plan, docs.shape)
     if isinstance(first, tuple) and first and isinstance(first[0], torch.Tensor):
-        # what comes beside the output (attention weights, a state) is per bucket, not per row: None
-        return (_scatter([o[0] for o in outs], docs.plan, docs.shape), *(None for _ in first[1:]))
+        # per-token outputs (Zaya's query, key and value) go back to the rows; anything else beside them
+        # (attention weights, a state) is per bucket, not per row: None
+        sizes = [(bk.n, bk.size) for bk in docs.plan.buckets]
+        return tuple(
+            _scatter([o[j] for o in outs], docs.plan, docs.shape)
+            if all(isinstance(o[j], torch.Tensor) and tuple(o[j].shape[:2]) == sz for o, sz in zip(outs, sizes))
+            else None
+            for j in range(len(first))
+        )
     raise ValueError(f"{type(module).__name__} returns {type(first).__name__}; seqpack cannot scatter it back")
 
 

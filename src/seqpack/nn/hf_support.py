@@ -112,6 +112,9 @@ class Support:
     #: the classes of its layers that carry state along the sequence (`seqpack.nn.hf_mixers`), run
     #: on each document from a zero state
     mixers: tuple[str, ...] = ()
+    #: layer kinds that attend in a way of their own, reading the 4-D mask (DeepSeek's indexer): the
+    #: model runs packed under ``sdpa`` or ``eager`` only
+    masked: tuple[str, ...] = ()
 
 
 def text_config(model: Any) -> Any:
@@ -148,24 +151,44 @@ def state_layer_kinds(config: Any) -> list[str]:
     return sorted({k for k in _layer_kinds(config) if k not in ATTENTION_LAYERS | POINTWISE_LAYERS}) if config else []
 
 
-def _mixers(model: Any, config: Any) -> tuple[tuple[str, ...], str | None]:
-    """The classes of the layers that carry state along the sequence (`find_mixers`), and a refusal
-    when the config names layers that are not attention and none of them is found."""
-    found = tuple(sorted({type(module).__name__ for _, module in find_mixers(model)}))
+def _mixers(model: Any, config: Any) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+    """The classes of the layers that carry state along the sequence (`find_mixers`); the layer kinds
+    that are neither attention, pointwise, nor hold such a layer (they attend in a way of their own,
+    reading the mask they are given: DeepSeek's indexer); and a refusal."""
+    mixers = find_mixers(model)
+    found = tuple(sorted({type(module).__name__ for _, module in mixers}))
     other = state_layer_kinds(config)
     name = type(getattr(model, "_orig_mod", model)).__name__
     windowed = [k for k in other if "sliding" in k or "chunk" in k]
     if windowed:  # attention of a kind seqpack does not know, narrowed in a way it cannot read
-        return found, (
-            f"{name} has {', '.join(windowed)} layers, a kind of attention whose window or chunk seqpack "
-            "cannot read: " + UNPACKED
+        return (
+            found,
+            (),
+            (
+                f"{name} has {', '.join(windowed)} layers, a kind of attention whose window or chunk seqpack "
+                "cannot read: " + UNPACKED
+            ),
         )
     if other and not found:
-        return found, (
-            f"{name} has {', '.join(other)} layers, and seqpack finds no layer that carries their state (a "
-            "state parameter, a token shift or a convolution over the sequence) to give documents to: " + UNPACKED
+        return (
+            found,
+            (),
+            (
+                f"{name} has {', '.join(other)} layers, and seqpack finds no layer that carries their state (a "
+                "state parameter, a token shift or a convolution over the sequence) to give documents to: " + UNPACKED
+            ),
         )
-    return found, None
+    return found, _kinds_without(model, _layer_kinds(config), other, [m for _, m in mixers]), None
+
+
+def _kinds_without(model: Any, kinds: list[str], other: list[str], mixers: list[Any]) -> tuple[str, ...]:
+    """The kinds of ``other`` whose layers (the model's list of ``len(kinds)`` layers) hold no mixer."""
+    layers = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == len(kinds)), None)
+    if layers is None:
+        return ()
+    ids = {id(x) for x in mixers}
+    holding = {kinds[i] for i, layer in enumerate(layers) if any(id(m) in ids for m in layer.modules())}
+    return tuple(k for k in other if k not in holding)
 
 
 def _attends(model: Any) -> bool:
@@ -242,7 +265,7 @@ def packing_support(model: Any) -> Support:
     cached = _SUPPORT.get(inner)
     if cached is not None and cached[0] == key:  # read once per model (and config), not every batch
         return cached[1]
-    mixers, refusal = _mixers(inner, config)
+    mixers, masked, refusal = _mixers(inner, config)
     refusal = refusal or _attention_refusal(inner, config)
     takes_positions = "position_ids" in inspect.signature(inner.forward).parameters
     if refusal is None and not takes_positions and (_attends(inner) or not mixers):
@@ -250,7 +273,7 @@ def packing_support(model: Any) -> Support:
             f"{type(inner).__name__}'s forward takes no position_ids, so positions cannot restart at each packed "
             "document: " + UNPACKED
         )
-    support = Support(needs=_needs(inner, config), refusal=refusal, mixers=mixers)
+    support = Support(needs=_needs(inner, config), refusal=refusal, mixers=mixers, masked=masked)
     _SUPPORT[inner] = (key, support)
     return support
 
@@ -267,6 +290,11 @@ def prepare_packed(model: Any) -> Support:
     """The door every packed entry point goes through: `check_packable`, then every layer that carries
     state along the sequence reads the documents of each packed call (`seqpack.nn.hf_mixers`)."""
     support = check_packable(model)
+    if support.masked and attention_route(model) != "mask":
+        raise ValueError(
+            f"{type(getattr(model, '_orig_mod', model)).__name__}'s {', '.join(support.masked)} layers read the "
+            "attention mask themselves; load the model with attn_implementation='sdpa' or 'eager'"
+        )
     if support.mixers:
         install_mixers(model)
     return support
