@@ -93,6 +93,22 @@ def test_packed_rows_equal_each_document_alone_gradients_included(rows: list[lis
     assert torch.allclose(packed_grad, x.grad, atol=TOLERANCE)  # padding: no output, no gradient
 
 
+def test_padded_rows_run_as_they_are() -> None:
+    """One document a row from its first token (``--padded``): no gather, the same outputs."""
+    torch.manual_seed(0)
+    model = Toy()
+    install_mixers(model)
+    seg = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    x = torch.randn(2, 4, 4)
+    with documents(seg) as docs:
+        out = model(x)
+    assert docs.plan is None
+    assert torch.allclose(out[0, :3], model(x[:1, :3])[0], atol=1e-6)
+    assert torch.allclose(out[1, :1], model(x[1:, :1])[0], atol=1e-6)
+    with documents(torch.tensor([[0, 1, 1, 0]])) as docs:  # left padding: gathered
+        assert docs.plan is not None
+
+
 def test_a_shared_prompt_hands_its_state_to_each_completion() -> None:
     """Prompt p p p, completions c c and r: each completion as after the prompt alone."""
     torch.manual_seed(0)

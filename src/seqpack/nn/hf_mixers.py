@@ -92,7 +92,11 @@ class Documents:
     """Where a packed row's documents are: the bucket plan of ``(B, T)`` rows (`plan_per_document`)."""
 
     shape: tuple[int, int]
-    plan: Any  # seqpack.nn.attention.per_document.BucketPlan
+    #: seqpack.nn.attention.per_document.BucketPlan; None when every row holds at most one document,
+    #: from its first token (padded rows): a causal layer then runs on the rows as they are
+    plan: Any
+    #: (B, T) bool, the real tokens, when ``plan`` is None: padding outputs are zeroed, as a gather gives them
+    real: torch.Tensor | None = None
 
 
 _CURRENT: contextvars.ContextVar[Documents | None] = contextvars.ContextVar("seqpack_documents", default=None)
@@ -116,8 +120,19 @@ def _make(segment_ids: torch.Tensor, branch_ids: torch.Tensor | None) -> Documen
 
     if branch_ids is not None and not shares_prefix(segment_ids, branch_ids):
         segment_ids, branch_ids = split_branches(segment_ids, branch_ids), None
-    plan = plan_per_document(segment_ids, causal=True, dtype=torch.float32, branch_ids=branch_ids)
-    return Documents(shape=(int(segment_ids.shape[0]), int(segment_ids.shape[1])), plan=plan)
+    shape = (int(segment_ids.shape[0]), int(segment_ids.shape[1]))
+    if branch_ids is None and _one_leading_document(segment_ids):
+        return Documents(shape=shape, plan=None, real=segment_ids > 0)
+    return Documents(
+        shape=shape, plan=plan_per_document(segment_ids, causal=True, dtype=torch.float32, branch_ids=branch_ids)
+    )
+
+
+def _one_leading_document(segment_ids: torch.Tensor) -> bool:
+    """Every row is one document from its first token, then padding (``[[1, 1, 0], [1, 0, 0]]``)."""
+    real = segment_ids > 0
+    same = (segment_ids == real.to(segment_ids.dtype)).all()
+    return bool(same and (real[:, 1:] <= real[:, :-1]).all())
 
 
 def current_documents() -> Documents | None:
@@ -182,6 +197,8 @@ def _packed_call(
         )
     if "attention_mask" in kwargs:
         kwargs["attention_mask"] = None  # a document has no padding; the row's mask is not its
+    if docs.plan is None:  # one document a row, then padding: causal, so the padding changes nothing before it
+        return _zero_padding(original(hidden, *args, **kwargs), docs)
     bad = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
     if bad:
         raise ValueError(f"{type(module).__name__} takes tensors by position; seqpack cannot tell which are per token")
@@ -210,6 +227,19 @@ def _packed_call(
             for j in range(len(first))
         )
     raise ValueError(f"{type(module).__name__} returns {type(first).__name__}; seqpack cannot scatter it back")
+
+
+def _zero_padding(out: Any, docs: Documents) -> Any:
+    """Per-token outputs with zeros at the padding (``docs.real``), as the gathered path gives."""
+    real = docs.real
+    assert real is not None
+
+    def zeroed(x: Any) -> Any:
+        if not _per_token(x, docs.shape):
+            return x
+        return x * real.view(*docs.shape, *([1] * (x.ndim - 2))).to(x.dtype)
+
+    return tuple(zeroed(x) for x in out) if isinstance(out, tuple) else zeroed(out)
 
 
 def _wrap(module: torch.nn.Module) -> None:
