@@ -27,6 +27,12 @@ completion's document is the prompt, then the completion; the prompt's outputs c
 first copy. Each completion thus starts from the prompt's own final state, as when it is run
 alone after its prompt.
 
+Rows that hold one document each from their first token (padded rows) need no gather: a mixer
+runs on them as they are, and its outputs at the padding are zeroed. A model call with
+``position_ids`` restarting inside a row and no cache (TRL's padding-free rows), once
+`install_mixers` has run, sets the documents from them. Activation checkpointing recomputes a
+mixer in the backward pass on the documents of its forward.
+
 Outside the context (generation, a plain call, a reference run) a mixer runs as it always does.
 A mixer called with a packed row's boundaries but no documents (``seqpack_plan``,
 ``cu_seq_lens_q``, ``seq_idx``) refuses in one line rather than leak state.
