@@ -322,6 +322,11 @@ def install_mixers(model: torch.nn.Module) -> tuple[str, ...]:
     return tuple(names)
 
 
+def prepared(model: torch.nn.Module) -> bool:
+    """`install_mixers` has run on ``model`` and found mixers (a set lookup: asked at every packed call)."""
+    return getattr(model, "_orig_mod", model) in _HOOKS
+
+
 def installed(model: torch.nn.Module) -> bool:
     """Every mixer of ``model`` reads its documents."""
     return all(module in _WRAPPED for _, module in find_mixers(model))
@@ -339,5 +344,6 @@ __all__ = [
     "find_mixers",
     "install_mixers",
     "installed",
+    "prepared",
     "restarting_segments",
 ]

@@ -1,6 +1,6 @@
 """The door: how a transformers model runs packed rows exactly, read once from its config and layers.
 
-    support = packing_support(model)       # Support(needs={'window'}, refusal=None, mixers=())
+    support = packing_support(model)       # .needs {'window'}, .mixers (), .refusal None
     prepare_packed(model)                  # refuses in one line before any work, or readies the model
     with packed_documents(model, segment_ids, branch_ids=None):
         model(input_ids, position_ids=..., seqpack_plan=plan)      # each entry point's own call
@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from seqpack.nn.hf_mixers import STATE_PARAMETERS, documents, find_mixers, install_mixers
+from seqpack.nn.hf_mixers import STATE_PARAMETERS, documents, find_mixers, install_mixers, prepared
 
 #: what a refusal tells the user to run: ``seqpack train`` (its ``--padded`` baseline included, which
 #: is evaluated on the packed rows) runs a transformers model through packed rows only
@@ -252,11 +252,12 @@ def packing_support(model: Any) -> Support:
     >>> import transformers
     >>> cfg = transformers.MistralConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
     ...                                  num_attention_heads=2, num_key_value_heads=1, sliding_window=4)
-    >>> packing_support(transformers.MistralForCausalLM(cfg))
-    Support(needs=frozenset({'window'}), refusal=None, mixers=())
+    >>> s = packing_support(transformers.MistralForCausalLM(cfg))
+    >>> s.needs, s.mixers, s.refusal
+    (frozenset({'window'}), (), None)
     >>> mamba = transformers.MambaConfig(vocab_size=32, hidden_size=16, state_size=4, num_hidden_layers=1)
-    >>> packing_support(transformers.MambaForCausalLM(mamba))
-    Support(needs=frozenset(), refusal=None, mixers=('MambaMixer',))
+    >>> packing_support(transformers.MambaForCausalLM(mamba)).mixers
+    ('MambaMixer',)
     """
     config = text_config(model)
     inner = getattr(model, "_orig_mod", model)
@@ -295,7 +296,7 @@ def prepare_packed(model: Any) -> Support:
             f"{type(getattr(model, '_orig_mod', model)).__name__}'s {', '.join(support.masked)} layers read the "
             "attention mask themselves; load the model with attn_implementation='sdpa' or 'eager'"
         )
-    if support.mixers:
+    if support.mixers and not prepared(model):
         install_mixers(model)
     return support
 
@@ -304,8 +305,8 @@ def packed_documents(
     model: Any, segment_ids: torch.Tensor, *, branch_ids: torch.Tensor | None = None
 ) -> contextlib.AbstractContextManager[Any]:
     """The context a packed call of ``model`` runs in: its mixers' documents (`seqpack.nn.hf_mixers.
-    documents`) when it has state-carrying layers, else nothing."""
-    if not packing_support(model).mixers:
+    documents`) when `prepare_packed` found state-carrying layers, else nothing."""
+    if not prepared(model):  # prepare_packed found no state layers (every entry point calls it first)
         return contextlib.nullcontext()
     return documents(segment_ids, branch_ids=branch_ids)
 
