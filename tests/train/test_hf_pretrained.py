@@ -229,3 +229,28 @@ def test_packed_rows_stay_exact_with_adapters(released):
                 total += float(model(ids, labels=ids).loss) * n
                 count += n
     assert math.isclose(float(packed.loss), total / count, rel_tol=1e-5)
+
+
+def test_lora_on_a_classifier_trains_its_new_head_whole(released, tmp_path):
+    """A classifier's head is the task's own: it trains whole beside the adapters (peft's SEQ_CLS),
+    and the adapter directory loads back onto the released model."""
+    peft = pytest.importorskip("peft")
+    _run(released["cls"], released["bert"], tmp_path / "run", lora_rank=2, lora_targets="query,value", lr=1e-2)
+    out = tmp_path / "run" / "model"
+    cfg = json.loads((out / "adapter_config.json").read_text())
+    assert set(cfg["target_modules"]) == {"query", "value"} and cfg["task_type"] == "SEQ_CLS"
+    base = transformers.BertForSequenceClassification.from_pretrained(released["bert"], local_files_only=True)
+    head = base.classifier.weight.detach().clone()
+    tuned = peft.PeftModel.from_pretrained(base, out)
+    assert not torch.equal(tuned.base_model.model.classifier.modules_to_save["default"].weight, head)
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"lora_rank": 4}, "pass --hf-model DIR too"),
+    ({"hf_model": "m", "lora_merge": True}, "pass --lora-rank R too"),
+    ({"hf_model": "m", "lora_rank": -1}, "lora_rank must be >= 0"),
+    ({"hf_model": "m", "lora_rank": 2, "lora_targets": " , "}, "module names like q_proj"),
+])
+def test_lora_options_are_checked(kw, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(data="d", out="o", **kw)
