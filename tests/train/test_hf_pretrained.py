@@ -254,3 +254,25 @@ def test_lora_on_a_classifier_trains_its_new_head_whole(released, tmp_path):
 def test_lora_options_are_checked(kw, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(data="d", out="o", **kw)
+
+
+@pytest.mark.parametrize("how", ["sharded", "bin"])
+def test_sharded_and_pytorch_bin_checkpoints_load(released, tmp_path, how):
+    """A checkpoint in shards (an index beside them) or as pytorch_model.bin loads as one file does."""
+    import shutil
+
+    model = transformers.LlamaForCausalLM.from_pretrained(released["llama"], local_files_only=True)
+    src = tmp_path / "src"
+    if how == "sharded":
+        model.save_pretrained(src, max_shard_size="20KB")
+        assert (src / "model.safetensors.index.json").is_file()
+    else:
+        src.mkdir()
+        model.config.save_pretrained(src)
+        torch.save(model.state_dict(), src / "pytorch_model.bin")
+    for f in released["llama"].glob("*token*"):
+        shutil.copy(f, src / f.name)
+    _run(released["clm"], src, tmp_path / "run", steps=1, lr=1e-12)
+    got, want = _weights(tmp_path / "run" / "model"), _weights(released["llama"])
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=2**-23, atol=1e-12 * 1.01, msg=k)

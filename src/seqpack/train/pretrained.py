@@ -181,15 +181,14 @@ def tokenizer_files(source: Path | None) -> dict[str, bytes]:
     tokenizer exported (``tokenizer.json`` and its configs); none when ``source`` holds neither."""
     if source is None or not source.is_dir():
         return {}
-    if (source / "tokenizer.json").is_file():
-        return {n: (source / n).read_bytes() for n in TOKENIZER_FILES if (source / n).is_file()}
+    out = {n: (source / n).read_bytes() for n in TOKENIZER_FILES if (source / n).is_file()}
     tok = tokenizer_of(source)
-    if tok is None or not hasattr(tok, "merges"):
-        return {}
-    from seqpack.tokenizer.hf_export import hf_directory_files, hf_tokenizer_json
+    if tok is not None and hasattr(tok, "merges") and "tokenizer_config.json" not in out:  # seqpack's own
+        from seqpack.tokenizer.hf_export import hf_directory_files, hf_tokenizer_json
 
-    files = {"tokenizer.json": hf_tokenizer_json(tok), **hf_directory_files(tok, chat_template=None)}
-    return {n: t.encode("utf-8") for n, t in files.items()}
+        files = {"tokenizer.json": hf_tokenizer_json(tok), **hf_directory_files(tok, chat_template=None)}
+        out = {n: t.encode("utf-8") for n, t in files.items()}
+    return out if "tokenizer.json" in out else {}
 
 
 @contextlib.contextmanager
