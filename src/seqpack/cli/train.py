@@ -57,7 +57,8 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
         "--hf-model",
         default=default_of(TrainConfig, "hf_model"),
         metavar="CONFIG",
-        help="a transformers config.json (or its directory) instead",
+        help="a transformers config.json (trained from scratch), or a checkpoint directory (its weights "
+        "fine-tuned); the run writes RUN/model/ for from_pretrained",
     )
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=default_of(TrainConfig, "optimizer"))
     p.add_argument("--lr", type=number("--lr", 0.0, 1e30, above=True), default=default_of(TrainConfig, "lr"))
@@ -297,6 +298,24 @@ def add_parser(sub: Any) -> None:
         default=default_of(TrainConfig, "eval_examples"),
         help="the stream's first examples, held out and packed once for evaluation (default: "
         "--eval-fraction of them, at most 1,000)",
+    )
+    g = p.add_argument_group("LoRA adapters on an --hf-model (peft); RUN/model/ holds the adapter")
+    g.add_argument(
+        "--lora-rank",
+        type=integer("--lora-rank", 0, 65_536),
+        default=default_of(TrainConfig, "lora_rank"),
+        metavar="R",
+        help="train rank-R adapters instead of every weight (0: none)",
+    )
+    g.add_argument(
+        "--lora-targets",
+        default=default_of(TrainConfig, "lora_targets"),
+        metavar="NAMES",
+        help="comma-separated module names the adapters go on (default: the architecture's attention "
+        "projections, as peft names them, e.g. q_proj,v_proj)",
+    )
+    g.add_argument(
+        "--lora-merge", action="store_true", help="also write the model with the adapters merged, in RUN/model/merged/"
     )
     p.add_argument("--overwrite", action="store_true", help="start again in a RUN that already holds a run")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

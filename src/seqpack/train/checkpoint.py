@@ -38,10 +38,11 @@ FREE_OPTIONS = (
     "eval_batch_size",
     "eval_tokens",
     "checkpoint_every",
-    "gradient_checkpointing",
-)  # recomputing activations gives the same gradients
+    "gradient_checkpointing",  # recomputing activations gives the same gradients
+    "lora_merge",  # what RUN/model/ holds beside the adapter
+)
 # options newer than some checkpoints: a checkpoint without one was trained with this value
-ADDED_OPTIONS: dict[str, Any] = {"dtype": "fp32"}
+ADDED_OPTIONS: dict[str, Any] = {"dtype": "fp32", "lora_rank": 0, "lora_targets": None, "lora_merge": False}
 
 
 def data_identity(manifest: dict[str, Any], padded: bool) -> dict[str, Any]:

@@ -105,7 +105,13 @@ class TrainConfig:
     eval_examples: int | None = None
     model: str | None = None  # None: from the task (mlm/classification -> bert, clm -> gpt)
     size: str = "tiny"
-    hf_model: str | None = None  # a transformers config.json (or a directory holding one)
+    hf_model: str | None = None  # a transformers config.json, or a directory holding one (its weights, if any, loaded)
+    # LoRA adapters (peft) on an --hf-model: their rank (0: none, every weight trains), the modules they go on
+    # (comma-separated names; None: peft's default for the architecture, its attention projections), and whether
+    # RUN/model/merged/ also gets the model with the adapters merged in
+    lora_rank: int = 0
+    lora_targets: str | None = None
+    lora_merge: bool = False
     padded: bool = False
     optimizer: str = "adamw"
     lr: float = 1e-3
@@ -232,7 +238,18 @@ class TrainConfig:
                 f"--context-parallel runs its own attention (keys and values gathered over the ranks); "
                 f"drop --attention {self.attention}"
             )
+        self._check_lora()
         self.preference()  # validates the preference loss's settings
+
+    def _check_lora(self) -> None:
+        if self.lora_rank < 0:
+            raise ValueError(f"lora_rank must be >= 0 (0: no adapters), got {self.lora_rank}")
+        if self.lora_rank and not self.hf_model:
+            raise ValueError("--lora-rank puts adapters on a transformers model: pass --hf-model DIR too")
+        if not self.lora_rank and (self.lora_targets is not None or self.lora_merge):
+            raise ValueError("--lora-targets and --lora-merge describe LoRA adapters: pass --lora-rank R too")
+        if self.lora_targets is not None and not [t for t in self.lora_targets.split(",") if t.strip()]:
+            raise ValueError(f"--lora-targets takes module names like q_proj,v_proj, got {self.lora_targets!r}")
 
     def _check_stream(self) -> None:
         given = [f"--{k.replace('_', '-')}" for k in ("task", "tokenizer", "max_len") if getattr(self, k) is not None]

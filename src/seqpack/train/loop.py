@@ -226,6 +226,18 @@ class _Run:
             enable_checkpointing(self.model)
         self.model.to(self.world.device)
         self.vocab = embedding_rows(self.model)
+        self.tokenizer_files = self._tokenizer_files() if cfg.hf_model and self.world.main else {}
+
+    def _tokenizer_files(self) -> dict[str, bytes]:
+        """What ``RUN/model/`` gets of the tokenizer: the --hf-model directory's (checked against the
+        data when the weights were loaded), else a stream's --tokenizer (seqpack's exported)."""
+        from seqpack.train.pretrained import tokenizer_files
+
+        hf = Path(str(self.cfg.hf_model))
+        files = tokenizer_files(hf) if hf.is_dir() else {}
+        if not files and self.cfg.tokenizer:
+            files = tokenizer_files(Path(self.cfg.tokenizer))
+        return files
 
     def _size_run(self) -> None:
         """Rows per micro-batch, data-parallel groups, steps and tokens; the evaluation sized to the run."""
@@ -517,6 +529,10 @@ class _Run:
                     **({"data_state": data_state} if data_state is not None else {}),
                 },
             )
+            if self.cfg.hf_model:  # RUN/model/: what transformers' from_pretrained (or peft's) loads
+                from seqpack.train.pretrained import write_model_dir
+
+                write_model_dir(self.model, self.run_dir, tokenizer=self.tokenizer_files, merge=self.cfg.lora_merge)
         self.world.barrier()
 
     def _eval_record(self) -> None:
@@ -546,10 +562,15 @@ class _Run:
         self.last_eval = {}
         desc = "padded" if cfg.padded else "packed"
         if cfg.progress and self.world.main:  # at once: a run in a log is never silent until its first step
+            model = self.spec["class"]
+            if cfg.hf_model:  # a checkpoint's weights, or a model initialised from its config
+                from seqpack.train.pretrained import describe
+
+                model = f"{model} ({describe(self.spec)})"
             print(
                 start_line(
                     desc,
-                    self.spec["class"],
+                    model,
                     attention=self.attention,
                     first=st["step"] + 1,
                     total=self.total,

@@ -33,7 +33,7 @@ def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn
     vocab = dataset_vocab_size(manifest)
     need = int(manifest["max_len"]) + int(manifest.get("position_offset", 0))
     if cfg.hf_model:
-        return _hf_model(cfg.hf_model, task, vocab, need, manifest, kind)
+        return _hf_model(cfg, task, vocab, need, manifest, kind)
     extra: dict[str, Any] = {"attention": cfg.attention}
     if cfg.dropout is not None:
         extra["dropout"] = cfg.dropout
@@ -79,19 +79,24 @@ def enable_checkpointing(model: torch.nn.Module) -> None:
 
 
 def _hf_model(
-    source: str, task: Trains, vocab: int, need: int, manifest: Mapping[str, Any], kind: str
+    cfg: TrainConfig, task: Trains, vocab: int, need: int, manifest: Mapping[str, Any], kind: str
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     import transformers
 
+    from seqpack.train.pretrained import check_vocabulary, has_weights, load_weights
+
+    source = str(cfg.hf_model)
+    pretrained = has_weights(source)  # a checkpoint: its weights are loaded, its vocabulary kept
     p = Path(source)
     file = p / "config.json" if p.is_dir() else p
     if not file.is_file():
         raise ValueError(f"--hf-model {source}: no such config file (give a config.json or a directory holding one)")
     d = read_config(file)
     model_type = d.pop("model_type")
-    d["vocab_size"] = vocab  # trained from scratch on this dataset's tokenizer
-    if isinstance(d.get("text_config"), dict):  # a composite config: its text model's vocabulary
-        d["text_config"]["vocab_size"] = vocab
+    if not pretrained:
+        d["vocab_size"] = vocab  # trained from scratch on this dataset's tokenizer
+        if isinstance(d.get("text_config"), dict):  # a composite config: its text model's vocabulary
+            d["text_config"]["vocab_size"] = vocab
     named = d.get("attn_implementation")  # a config saved by to_json_file() usually names none
     d["attn_implementation"] = named or "sdpa"
     _register(d["attn_implementation"])
@@ -111,20 +116,30 @@ def _hf_model(
             f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
             "raise max_position_embeddings in the config or re-pack with a smaller --max-len"
         )
+
+    def make(config: Any) -> Any:
+        build = lambda c: task.hf_model(c, model_type, manifest, kind=kind)  # noqa: E731
+        return load_weights(p, config, build) if pretrained else build(config)
+
     try:
-        model = task.hf_model(config, model_type, manifest, kind=kind)
+        model = make(config)
     except ValueError:
         if named is not None:
             raise
         # an architecture without sdpa (Gemma 2: soft-capping): built eager, then given seqpack's attention below
         config = config_for(file, model_type, {**d, "attn_implementation": "eager"})
-        model = task.hf_model(config, model_type, manifest, kind=kind)
+        model = make(config)
+    if pretrained:  # the data must be the model's tokens: refused here, before any step
+        check_vocabulary(model, manifest, source=source, data=cfg.data, vocab=vocab)
     from seqpack.nn.hf_adapter import BIDIRECTIONAL, is_causal_lm, takes_plan
     from seqpack.nn.hf_attention import PACKED_IMPL
     from seqpack.nn.hf_support import prepare_packed
 
+    spec: dict[str, Any] = {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
+    if pretrained:
+        spec["weights"] = "pretrained"
     if not task.hf_adapted:  # the task runs the model itself (its hf_forward), attention included
-        return model, {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
+        return _lora(model, spec, cfg, task.name), spec
     if not takes_plan(model) and type(model).__name__ not in BIDIRECTIONAL:
         raise ValueError(
             f"--hf-model builds {type(model).__name__}; the adapters take transformers' causal LMs, their "
@@ -135,7 +150,17 @@ def _hf_model(
     if named is None and takes_plan(model) and not attention_dropout(config):
         _register(PACKED_IMPL)  # seqpack's packed attention unless the config names one (or needs dropout in it)
         model.set_attn_implementation(PACKED_IMPL)
-    return model, {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
+    return _lora(model, spec, cfg, task.name), spec
+
+
+def _lora(model: Any, spec: dict[str, Any], cfg: TrainConfig, task: str) -> Any:
+    """``model`` with LoRA adapters when ``--lora-rank`` asks for them (recorded in ``spec``)."""
+    if not cfg.lora_rank:
+        return model
+    from seqpack.train.pretrained import add_lora
+
+    spec["lora"] = {"rank": cfg.lora_rank, "targets": cfg.lora_targets}
+    return add_lora(model, task, rank=cfg.lora_rank, targets=cfg.lora_targets)
 
 
 def read_config(file: Path) -> dict[str, Any]:
