@@ -106,6 +106,7 @@ class TrainConfig:
     model: str | None = None  # None: from the task (mlm/classification -> bert, clm -> gpt)
     size: str = "tiny"
     hf_model: str | None = None  # a transformers config.json (or a directory holding one)
+    init_from: str | None = None  # an earlier run (RUN): its weights wherever name and shape match; the head new
     padded: bool = False
     optimizer: str = "adamw"
     lr: float = 1e-3
@@ -223,6 +224,7 @@ class TrainConfig:
         if any(not 0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must be in [0, 1), got {self.betas}")
         self._check_stream()
+        self._check_init_from()
         if self.context_parallel < 1:
             raise ValueError(f"context_parallel must be >= 1, got {self.context_parallel}")
         if self.context_parallel > 1 and (self.padded or self.stream or self.match != "none"):
@@ -233,6 +235,17 @@ class TrainConfig:
                 f"drop --attention {self.attention}"
             )
         self.preference()  # validates the preference loss's settings
+
+    def _check_init_from(self) -> None:
+        if self.init_from is None:
+            return
+        if not self.init_from.strip():
+            raise ValueError("--init-from names an earlier run's directory (RUN), got an empty string")
+        if self.hf_model is not None:
+            raise ValueError(
+                "--init-from starts seqpack's BERT/GPT from an earlier seqpack run; --hf-model builds a "
+                "transformers model: drop one of them"
+            )
 
     def _check_stream(self) -> None:
         given = [f"--{k.replace('_', '-')}" for k in ("task", "tokenizer", "max_len") if getattr(self, k) is not None]
