@@ -1,7 +1,7 @@
 """``--init-from RUN``: a new run's seqpack model starts from an earlier run's weights.
 
     loaded = init_from("runs/mlm", model, spec, data_identity)   # before the run writes anything
-    loaded.text()   # '37 tensors from runs/mlm (head new: classifier)'
+    loaded.text()   # '31 tensors from runs/mlm (head new: classifier)'
 
 Every tensor whose name and shape match is copied (an MLM run's encoder under a classification,
 multi-label or QA head: the embeddings, the layers, the final norm, the pooler); the rest (the
