@@ -144,4 +144,5 @@ def test_a_resumed_run_keeps_where_its_first_weights_came_from(cls_data, mlm_run
         train(c, on_step=interrupt)
     train(c.replace(init_from=None), resume=True)
     recorded = json.loads((tmp_path / "cls" / "config.json").read_text())
-    assert recorded["train"]["init_from"] == str(mlm_run)
+    assert recorded["train"]["init_from"] == str(mlm_run) and recorded["init_from"]["new"] == ["classifier"]
+    assert json.loads((tmp_path / "cls" / "summary.json").read_text())["init_from"]["run"] == str(mlm_run)

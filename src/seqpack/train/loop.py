@@ -236,6 +236,8 @@ class _Run:
         if cfg.init_from is not None:
             identity = data_identity(self.data.manifest, cfg.padded)
             self.loaded = init_from(cfg.init_from, self.model, self.spec, identity)
+        # recorded in config.json and summary.json (a resumed run keeps its first run's)
+        self.init_record: dict[str, Any] | None = None if self.loaded is None else self.loaded.to_dict()
 
     def _size_run(self) -> None:
         """Rows per micro-batch, data-parallel groups, steps and tokens; the evaluation sized to the run."""
@@ -302,6 +304,8 @@ class _Run:
         if ck["options"].get("init_from"):  # the run's record keeps where its first weights came from
             self.cfg = self.cfg.replace(init_from=ck["options"]["init_from"])
             self.options["init_from"] = self.cfg.init_from
+            with contextlib.suppress(OSError, ValueError):  # what it loaded then, as the run's config said
+                self.init_record = json.loads((self.run_dir / CONFIG).read_text(encoding="utf-8")).get("init_from")
         if ck.get("data_state") is not None:  # a stream's position, one per rank
             self.data.load_state_dict(ck["data_state"][self.world.rank])
         self.saved_step = int(ck["state"]["step"])
@@ -412,7 +416,7 @@ class _Run:
             "betas": list(betas),
             "world_size": self.world.size,
             "balance": self.balance,
-            "init_from": None if self.loaded is None else self.loaded.to_dict(),
+            "init_from": self.init_record,
         }
         (self.run_dir / CONFIG).write_text(json.dumps(info, indent=1, default=str) + "\n", encoding="utf-8")
 
@@ -646,7 +650,7 @@ class _Run:
             "packing_factor": self.data.packing_factor,
             "eval": self.last_eval,
             "attention": {"implementation": self.attention, "plans": dict(self.ran)},
-            "init_from": None if self.loaded is None else self.loaded.to_dict(),
+            "init_from": self.init_record,
         }
         if self.world.main:
             write_text_atomic(self.run_dir / SUMMARY, json.dumps(summary, indent=1) + "\n")
