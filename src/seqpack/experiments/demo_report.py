@@ -84,7 +84,7 @@ def claims(s: dict[str, Any]) -> list[list[str]]:
             ),
         ],
         [
-            "fine-tuning accuracy (from the MLM stage), padded vs packed",
+            "fine-tuning accuracy from MLM, padded vs packed",
             accuracy_goal(ft),
             " / ".join("n/a" if a is None else f"{a:.1f}%" for a in acc.values()),
             "yes" if measured and abs((acc["padded"] or 0.0) - (acc["packed"] or 0.0)) <= accuracy_points(ft) else "no",
