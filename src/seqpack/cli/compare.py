@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
-    declare_paths(p, reads=("data", "hf_model", "balance_cost"), dirs=("out",))
+    declare_paths(p, reads=("data", "hf_model", "balance_cost", "init_from"), dirs=("out",))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -230,6 +230,13 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
         default=default_of(TrainConfig, "balance_cost"),
         help="with --balance compute: measured row costs (seqpack bench --calibrate --out FILE) instead of FLOPs",
     )
+    p.add_argument(
+        "--init-from",
+        default=default_of(TrainConfig, "init_from"),
+        metavar="RUN",
+        help="start from an earlier run's weights (RUN/checkpoint.pt) wherever name and shape match: an MLM run's "
+        "encoder under a new classification or QA head",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -320,7 +327,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true", help="start again in a RUN that already holds a run")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
-    declare_paths(p, reads=("data", "hf_model", "tokenizer", "balance_cost"), dirs=("out",))
+    declare_paths(p, reads=("data", "hf_model", "tokenizer", "balance_cost", "init_from"), dirs=("out",))
 
 
 def config_from_args(args: argparse.Namespace, **changes: Any) -> Any:

@@ -72,7 +72,7 @@ def compare(
     out = Path(cfg.out)
     from seqpack._atomic import check_not_input, check_writable, foreign_directory
 
-    check_not_input(out, [cfg.data, cfg.hf_model])
+    check_not_input(out, [cfg.data, cfg.hf_model, cfg.init_from])
     check_writable(out)
     entries = sorted(os.listdir(out)) if out.is_dir() else []
     if entries and not COMPARISON.made(out):  # its runs and plot go there: never beside what it did not make
@@ -113,6 +113,7 @@ def compare(
         "model": pak["model"],
         "match": match,
         "adjust_hparams": cfg.adjust_hparams,
+        "init_from": pak.get("init_from"),
         "packing_factor": pak["packing_factor"],
         "sequences": {"padded": pad["sequences"], "packed": pak["sequences"]},
         "steps": {"padded": pad["steps"], "packed": pak["steps"]},
@@ -195,5 +196,7 @@ def format_compare(r: dict[str, Any]) -> str:
         f"packed / padded: eval loss {r['relative_loss_gap']:+.2%}, training time {r['wall_time_ratio']:.2f}x "
         f"(packing factor {r['packing_factor']:.2f}, match={r['match']})"
     )
+    if r.get("init_from"):
+        lines.append(f"both runs started from {r['init_from']['run']} ({r['init_from']['tensors']} tensors)")
     lines.append(f"plot: {r['plot']}")
     return "\n".join(lines)

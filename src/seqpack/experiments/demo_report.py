@@ -84,7 +84,7 @@ def claims(s: dict[str, Any]) -> list[list[str]]:
             ),
         ],
         [
-            "fine-tuning accuracy, padded vs packed",
+            "fine-tuning accuracy from MLM, padded vs packed",
             accuracy_goal(ft),
             " / ".join("n/a" if a is None else f"{a:.1f}%" for a in acc.values()),
             "yes" if measured and abs((acc["padded"] or 0.0) - (acc["packed"] or 0.0)) <= accuracy_points(ft) else "no",
@@ -118,6 +118,14 @@ def accuracy_points(ft: dict[str, Any]) -> float:
     p = statistics.mean(a for a in ft["accuracy"].values() if a is not None) if any(ft["accuracy"].values()) else 0.5
     n = int(ft.get("eval_examples") or 0)
     return 100 * 2 * (p * (1 - p) / n) ** 0.5 if n else 1.0
+
+
+def _start(ft: dict[str, Any]) -> str:
+    """Where the fine-tuning runs started: the MLM stage's encoder (``--init-from``), or random weights."""
+    init = ft.get("init_from")
+    if not init:
+        return "from random weights"
+    return f"from the MLM stage's BERT ({init['tensors']} tensors of {init['run']}; head new)"
 
 
 def accuracy_goal(ft: dict[str, Any]) -> str:
@@ -302,7 +310,7 @@ def summary_text(s: dict[str, Any]) -> str:
         f"{reg['realized_speedup']:.2f}x of a packing factor {reg['packing_factor']:.3f}",
         "",
         f"Fine-tuning: which standard-library package a docstring comes from ({len(ft['classes'])} classes, "
-        f"{ft['examples']:,} examples), max_len {ft['max_len']}; accuracy padded {100 * (ft['accuracy']['padded'] or 0):.1f}% "
+        f"{ft['examples']:,} examples), max_len {ft['max_len']}, {_start(ft)}; accuracy padded {100 * (ft['accuracy']['padded'] or 0):.1f}% "
         f"/ packed {100 * (ft['accuracy']['packed'] or 0):.1f}%",
         "",
         "Training padded vs packed on the same sequences in the same optimiser steps (realised speed-up: steps timed "

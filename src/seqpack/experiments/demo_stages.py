@@ -10,7 +10,9 @@ Each returns a JSON-able dict. What each stage shows, and why its set-up is what
   Packing removes the body's padding work, not the vocabulary projection (its cost grows with real
   tokens), so the body must dominate for the realised speed-up to approach the packing factor.
 * `finetune`: a task with real labels from the built-in corpus (which standard-library
-  package a docstring comes from), at 128 tokens where most of a padded row is padding.
+  package a docstring comes from), at 128 tokens where most of a padded row is padding; both arms
+  start from the MLM stage's packed run (``--init-from``: its encoder, a new classification head),
+  as the paper fine-tunes the BERT it pre-trained.
 * `convergence`: padded and packed runs that take the same optimiser steps on the same
   sequences (``--padded --match packs``), so their losses agree to float rounding.
 
@@ -80,6 +82,9 @@ CONVERGE: dict[str, dict[str, Any]] = {
     },
 }
 
+
+#: the MLM convergence stage's run the fine-tuning stage starts from (under ``OUT/runs/mlm/``)
+PRETRAINED = "packed"
 
 TIMING_ROUNDS = (
     5  # rounds of alternating packed / padded steps (the same batches each round) behind each realised speed-up
@@ -183,7 +188,8 @@ def pack_finetune(out: Path, tokenizer_dir: Path) -> dict[str, Any]:
 
 
 def finetune(out: Path, threads: int | None, progress: bool, budget: float) -> dict[str, Any]:
-    """Classify docstrings by standard-library package, padded vs packed on the same steps."""
+    """Classify docstrings by standard-library package, padded vs packed on the same steps, both
+    from the MLM stage's BERT (`PRETRAINED`)."""
     from seqpack.experiments.compare import compare
     from seqpack.train import TrainConfig
 
@@ -195,6 +201,7 @@ def finetune(out: Path, threads: int | None, progress: bool, budget: float) -> d
         batch_size=f["batch_size"],
         sequences=max(1, round(f["sequences"] * budget)),
         lr=f["lr"],
+        init_from=str(out / "runs" / "mlm" / PRETRAINED),
         dropout=0.0,
         eval_fraction=f["eval_fraction"],
         eval_tokens=f["eval_tokens"],

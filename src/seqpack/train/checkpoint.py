@@ -40,6 +40,7 @@ FREE_OPTIONS = (
     "checkpoint_every",
     "gradient_checkpointing",  # recomputing activations gives the same gradients
     "lora_merge",  # what RUN/model/ holds beside the adapter
+    "init_from",  # where the first weights came from: a resume continues from its own checkpoint's
 )
 # options newer than some checkpoints: a checkpoint without one was trained with this value
 ADDED_OPTIONS: dict[str, Any] = {"dtype": "fp32", "lora_rank": 0, "lora_targets": None, "lora_merge": False}
@@ -119,6 +120,30 @@ def load_checkpoint(
         raise ValueError(
             f"--resume: no checkpoint in {run} (nothing to resume); run without --resume to start a new run"
         )
+    ck = read_checkpoint(path)
+    if ck["model"] != model:
+        diff = (
+            _diff(ck["model"].get("config", {}), model.get("config", {}))
+            or f"{ck['model']['class']} vs {model['class']}"
+        )
+        raise ValueError(
+            f"{path} was saved from another model config ({diff}); resume with the same --model/--size/--hf-model, "
+            "or use a new --out"
+        )
+    if ck["data"] != data:
+        raise ValueError(
+            f"{path} was trained on other data ({_diff(ck['data'], data)}); resume with the same --data and --padded"
+        )
+    mine = {k: v for k, v in options.items() if k not in FREE_OPTIONS}
+    theirs = {k: v for k, v in {**ADDED_OPTIONS, **ck["options"]}.items() if k not in FREE_OPTIONS}
+    if mine != theirs:
+        raise ValueError(f"{path} was trained with other options ({_diff(theirs, mine)}); resume with the same options")
+    return ck
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """``path`` (a ``checkpoint.pt``) loaded without running any of its code, checked: a seqpack
+    checkpoint, its state matching its digest, every weight finite."""
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)  # loading never runs the file's code
     except Exception as e:  # torch raises many types for a damaged file
@@ -140,23 +165,6 @@ def load_checkpoint(
             f"{path}: {bad[0]} holds NaN or inf values; resume from an earlier checkpoint, "
             "or start again with --overwrite"
         )
-    if ck["model"] != model:
-        diff = (
-            _diff(ck["model"].get("config", {}), model.get("config", {}))
-            or f"{ck['model']['class']} vs {model['class']}"
-        )
-        raise ValueError(
-            f"{path} was saved from another model config ({diff}); resume with the same --model/--size/--hf-model, "
-            "or use a new --out"
-        )
-    if ck["data"] != data:
-        raise ValueError(
-            f"{path} was trained on other data ({_diff(ck['data'], data)}); resume with the same --data and --padded"
-        )
-    mine = {k: v for k, v in options.items() if k not in FREE_OPTIONS}
-    theirs = {k: v for k, v in {**ADDED_OPTIONS, **ck["options"]}.items() if k not in FREE_OPTIONS}
-    if mine != theirs:
-        raise ValueError(f"{path} was trained with other options ({_diff(theirs, mine)}); resume with the same options")
     return ck
 
 

@@ -112,6 +112,7 @@ class TrainConfig:
     lora_rank: int = 0
     lora_targets: str | None = None
     lora_merge: bool = False
+    init_from: str | None = None  # an earlier run (RUN): its weights wherever name and shape match; the head new
     padded: bool = False
     optimizer: str = "adamw"
     lr: float = 1e-3
@@ -229,6 +230,7 @@ class TrainConfig:
         if any(not 0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must be in [0, 1), got {self.betas}")
         self._check_stream()
+        self._check_init_from()
         if self.context_parallel < 1:
             raise ValueError(f"context_parallel must be >= 1, got {self.context_parallel}")
         if self.context_parallel > 1 and (self.padded or self.stream or self.match != "none"):
@@ -250,6 +252,17 @@ class TrainConfig:
             raise ValueError("--lora-targets and --lora-merge describe LoRA adapters: pass --lora-rank R too")
         if self.lora_targets is not None and not [t for t in self.lora_targets.split(",") if t.strip()]:
             raise ValueError(f"--lora-targets takes module names like q_proj,v_proj, got {self.lora_targets!r}")
+
+    def _check_init_from(self) -> None:
+        if self.init_from is None:
+            return
+        if not self.init_from.strip():
+            raise ValueError("--init-from names an earlier run's directory (RUN), got an empty string")
+        if self.hf_model is not None:
+            raise ValueError(
+                "--init-from starts seqpack's BERT/GPT from an earlier seqpack run; --hf-model builds a "
+                "transformers model: drop one of them"
+            )
 
     def _check_stream(self) -> None:
         given = [f"--{k.replace('_', '-')}" for k in ("task", "tokenizer", "max_len") if getattr(self, k) is not None]

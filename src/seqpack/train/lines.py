@@ -39,13 +39,15 @@ def start_line(
     metrics: str,
     transformers: bool = False,
     train_tokens: int = 0,
+    init: str = "",
 ) -> str:
     """The run's first line: model, attention, steps, rows, its evaluations (and what one costs
-    beside the ~``train_tokens`` the run trains on) and where the metrics go."""
+    beside the ~``train_tokens`` the run trains on) and where the metrics go; ``init``: what
+    ``--init-from`` loaded (`seqpack.train.init_from.Loaded.text`)."""
     when = f"every {eval_every} steps and at the end" if eval_every else "at the end"
     share = f", {eval_tokens / train_tokens:.0%} of the ~{train_tokens:,} tokens trained on" if train_tokens else ""
     return (
-        f"{desc} {model}, {attention_text(attention, transformers=transformers)}: steps {first}-{total} of {rows} rows; "
+        f"{desc} {model}{f', {init}' if init else ''}, {attention_text(attention, transformers=transformers)}: steps {first}-{total} of {rows} rows; "
         f"eval {when} on {eval_packs:,} held-out pack{'s' if eval_packs != 1 else ''} ({eval_tokens:,} tokens{share}); "
         f"metrics in {metrics}"
     )

@@ -58,6 +58,7 @@ from seqpack.train.config import TrainConfig, run_eval_tokens
 from seqpack.train.context_parallel import CPGroups, CPTaskModule, check_cp_model, cp_groups, dp_size, shard_batch
 from seqpack.train.data import TrainData, Units
 from seqpack.train.distributed import World, close_world, init_world
+from seqpack.train.init_from import Loaded, init_from
 from seqpack.train.lines import start_line
 from seqpack.train.models import attention_of, build_model, enable_checkpointing, forward
 from seqpack.train.reference import (
@@ -119,6 +120,11 @@ def train(
     on_step: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run (or continue, with ``resume``) a training run; returns ``RUN/summary.json``'s content."""
+    if resume and cfg.init_from:
+        raise ValueError(
+            f"--init-from starts a new run from {cfg.init_from}'s weights; --resume continues {cfg.out} from its own "
+            "checkpoint: drop --init-from"
+        )
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     world = init_world()
@@ -167,7 +173,7 @@ def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
                 "Pass --overwrite to train it again, or a new --out"
             )
         return final  # a run from before runs were written aside, or nothing (load_checkpoint says so)
-    check_not_input(final, [cfg.data, cfg.hf_model])
+    check_not_input(final, [cfg.data, cfg.hf_model, cfg.init_from])
     check_writable(final)
     if final.exists() and not final.is_dir():
         raise ValueError(f"--out {final}: exists and is not a directory; pick another --out")
@@ -226,6 +232,12 @@ class _Run:
             enable_checkpointing(self.model)
         self.model.to(self.world.device)
         self.vocab = embedding_rows(self.model)
+        self.loaded: Loaded | None = None  # --init-from: what the earlier run's weights gave
+        if cfg.init_from is not None:
+            identity = data_identity(self.data.manifest, cfg.padded)
+            self.loaded = init_from(cfg.init_from, self.model, self.spec, identity)
+        # recorded in config.json and summary.json (a resumed run keeps its first run's)
+        self.init_record: dict[str, Any] | None = None if self.loaded is None else self.loaded.to_dict()
         self.tokenizer_files = self._tokenizer_files() if cfg.hf_model and self.world.main else {}
 
     def _tokenizer_files(self) -> dict[str, bytes]:
@@ -301,6 +313,11 @@ class _Run:
         self.model.load_state_dict(ck["model_state"])
         self.optimizer.load_state_dict(ck["optimizer_state"])
         self.state = ck["state"]
+        if ck["options"].get("init_from"):  # the run's record keeps where its first weights came from
+            self.cfg = self.cfg.replace(init_from=ck["options"]["init_from"])
+            self.options["init_from"] = self.cfg.init_from
+            with contextlib.suppress(OSError, ValueError):  # what it loaded then, as the run's config said
+                self.init_record = json.loads((self.run_dir / CONFIG).read_text(encoding="utf-8")).get("init_from")
         if ck.get("data_state") is not None:  # a stream's position, one per rank
             self.data.load_state_dict(ck["data_state"][self.world.rank])
         self.saved_step = int(ck["state"]["step"])
@@ -411,6 +428,7 @@ class _Run:
             "betas": list(betas),
             "world_size": self.world.size,
             "balance": self.balance,
+            "init_from": self.init_record,
         }
         (self.run_dir / CONFIG).write_text(json.dumps(info, indent=1, default=str) + "\n", encoding="utf-8")
 
@@ -581,6 +599,7 @@ class _Run:
                     train_tokens=self.train_tokens,
                     metrics=f"{self.final}/metrics.jsonl",
                     transformers=self.spec["library"] == "transformers",
+                    init="" if self.loaded is None else self.loaded.text(),
                 ),
                 file=sys.stderr,
                 flush=True,
@@ -652,6 +671,7 @@ class _Run:
             "packing_factor": self.data.packing_factor,
             "eval": self.last_eval,
             "attention": {"implementation": self.attention, "plans": dict(self.ran)},
+            "init_from": self.init_record,
         }
         if self.world.main:
             write_text_atomic(self.run_dir / SUMMARY, json.dumps(summary, indent=1) + "\n")
