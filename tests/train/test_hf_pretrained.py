@@ -23,13 +23,14 @@ BERT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "in
 
 @pytest.fixture(scope="module")
 def released(datasets, tmp_path_factory) -> dict[str, Path]:
-    """A seqpack tokenizer exported as a Hugging Face tokenizer directory, data packed with it (clm, and
-    classification), and a tiny Llama and BERT classifier saved with that tokenizer beside them."""
+    """A seqpack tokenizer exported as a Hugging Face tokenizer directory, data packed with it (clm,
+    classification, mlm, qa, multi-label), and a tiny Llama and BERTs (a classifier, a pre-training
+    checkpoint, a span head, a multi-label classifier) saved with that tokenizer beside them."""
     from seqpack.pipeline import PackConfig, build_packed_dataset
     from seqpack.store import build_store
     from seqpack.tokenizer import Tokenizer, open_tokenizer
     from seqpack.train.pretrained import tokenizer_files
-    from tests.train.conftest import synthetic_documents
+    from tests.train.conftest import qa_examples, synthetic_documents
 
     root = tmp_path_factory.mktemp("released")
     files = tokenizer_files(datasets["tokenizer"])  # seqpack's tokenizer, exported
@@ -45,16 +46,32 @@ def released(datasets, tmp_path_factory) -> dict[str, Path]:
     rng = np.random.default_rng(0)
     examples = [{"text": d.replace("\n", " "), "label": int(rng.integers(0, 2))} for d in docs]
     build_packed_dataset(examples, tok, root / "cls", PackConfig.for_task("classification", max_len=64))
-    cls_vocab = json.loads((root / "cls" / "manifest.json").read_text())["task_info"]["vocab_size"]
+    build_packed_dataset(store, tok, root / "mlm", PackConfig(task="mlm", max_len=64))
+    build_packed_dataset(qa_examples(docs[:60]), tok, root / "qa", PackConfig.for_task("qa", max_len=64, doc_stride=16))
+    tags = ["a", "b", "c"]
+    multi = [{"text": d.replace("\n", " "), "label": sorted({str(t) for t in rng.choice(tags, int(rng.integers(0, 3)))})}
+             for d in docs]
+    build_packed_dataset(multi, tok, root / "multi", PackConfig.for_task("multilabel", max_len=64))
+    info = {k: json.loads((root / k / "manifest.json").read_text())["task_info"] for k in ("cls", "mlm", "qa", "multi")}
     torch.manual_seed(0)
     llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(vocab_size=vocab, **LLAMA))
     llama.save_pretrained(root / "llama")
-    bert = transformers.BertForSequenceClassification(transformers.BertConfig(vocab_size=cls_vocab, num_labels=2, **BERT))
+    bert = transformers.BertForSequenceClassification(
+        transformers.BertConfig(vocab_size=info["cls"]["vocab_size"], num_labels=2, **BERT))
     bert.save_pretrained(root / "bert")
-    for d in ("llama", "bert"):
+    # a pre-training checkpoint, as BERT's are released: MLM and next-sentence heads (the mlm task trains both)
+    transformers.BertForPreTraining(transformers.BertConfig(vocab_size=info["mlm"]["vocab_size"], **BERT)).save_pretrained(
+        root / "bert_mlm")
+    transformers.BertForQuestionAnswering(
+        transformers.BertConfig(vocab_size=info["qa"]["vocab_size"], num_labels=2, **BERT)).save_pretrained(root / "bert_qa")
+    transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=info["multi"]["vocab_size"], num_labels=len(tags), problem_type="multi_label_classification", **BERT,
+    )).save_pretrained(root / "bert_multi")
+    models = ("llama", "bert", "bert_mlm", "bert_qa", "bert_multi")
+    for d in models:
         for name, data in files.items():
             (root / d / name).write_bytes(data)
-    return {"root": root, "clm": root / "clm", "cls": root / "cls", "llama": root / "llama", "bert": root / "bert"}
+    return {"root": root, **{k: root / k for k in ("clm", "cls", "mlm", "qa", "multi", *models)}}
 
 
 def _run(data: Path, model: Path, out: Path, **kw) -> dict:
@@ -71,6 +88,9 @@ def _weights(directory: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize(("data", "model", "auto"), [
     ("clm", "llama", "AutoModelForCausalLM"),
     ("cls", "bert", "AutoModelForSequenceClassification"),
+    ("mlm", "bert_mlm", "AutoModelForMaskedLM"),
+    ("qa", "bert_qa", "AutoModelForQuestionAnswering"),
+    ("multi", "bert_multi", "AutoModelForSequenceClassification"),
 ])
 def test_a_checkpoint_s_weights_are_loaded_and_written_back(released, tmp_path, capsys, data, model, auto):
     """A vanishing learning rate leaves RUN/model/ holding the checkpoint's weights: AdamW moves a
