@@ -22,8 +22,7 @@ from typing import Any
 import torch
 
 from seqpack.nn.attention import AttentionPlan, LayerAttention, packed_attention
-from seqpack.nn.hf_mixers import current_documents
-from seqpack.nn.hf_support import PACKED_IMPL, UNPACKED, config_window, prepare_packed, state_layer_kinds
+from seqpack.nn.hf_support import PACKED_IMPL, UNPACKED, config_window, prepare_packed, require_documents
 
 #: keywords transformers hands an attention function that change nothing it computes over one
 #: document in a packed row (positions, caches, document boundaries the plan already holds, flags for
@@ -123,13 +122,7 @@ def packed_attention_forward(
             "model call (seqpack.nn.hf_adapter.packed_forward passes it); to generate or call the model "
             "plainly, set model.config._attn_implementation = 'sdpa' first"
         )
-    state = state_layer_kinds(getattr(module, "config", None))
-    if state and current_documents() is None:
-        raise ValueError(
-            f"{type(module).__name__}'s model also has {', '.join(state)} layers, which carry state from one "
-            "packed document into the next unless seqpack gives them their documents: run it through "
-            "seqpack.nn.hf_adapter.packed_forward, seqpack.rl or attach_packed_attention, not with a plan by hand"
-        )
+    require_documents(module, route="or attach_packed_attention, not with a plan by hand")
     if dropout and module.training:
         raise ValueError(f"{PACKED_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
     dev = query.device.type

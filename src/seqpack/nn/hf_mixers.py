@@ -327,11 +327,6 @@ def prepared(model: torch.nn.Module) -> bool:
     return getattr(model, "_orig_mod", model) in _HOOKS
 
 
-def installed(model: torch.nn.Module) -> bool:
-    """Every mixer of ``model`` reads its documents."""
-    return all(module in _WRAPPED for _, module in find_mixers(model))
-
-
 __all__ = [
     "CACHES",
     "DECAY_BUFFERS",
@@ -343,7 +338,6 @@ __all__ = [
     "documents",
     "find_mixers",
     "install_mixers",
-    "installed",
     "prepared",
     "restarting_segments",
 ]

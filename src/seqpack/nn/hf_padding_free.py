@@ -27,8 +27,7 @@ from typing import Any
 
 import torch
 
-from seqpack.nn.hf_mixers import current_documents
-from seqpack.nn.hf_support import PADDING_FREE, UNPACKED, VARLEN_IMPL, state_layer_kinds
+from seqpack.nn.hf_support import PADDING_FREE, UNPACKED, VARLEN_IMPL, require_documents
 from seqpack.nn.masks import cu_seqlens, max_seqlen, position_ids, unpad_index
 
 #: set while seqpack runs a model on the padding-free form: an attention call without
@@ -124,13 +123,10 @@ def varlen_attention_forward(
             f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
             "dynamic mask), which the padding-free form does not compute; " + UNPACKED
         )
-    state = state_layer_kinds(getattr(module, "config", None))
-    if cu is not None and state and current_documents() is None:
-        raise ValueError(
-            f"{type(module).__name__}'s model also has {', '.join(state)} layers, which carry state from one "
-            "packed document into the next unless seqpack gives them their documents: run it through "
-            "seqpack.nn.hf_adapter.packed_forward or seqpack.rl, or call seqpack.nn.hf_support.prepare_packed(model) "
-            "once before training on padding-free rows"
+    if cu is not None:
+        require_documents(
+            module,
+            route="or call seqpack.nn.hf_support.prepare_packed(model) once before training on padding-free rows",
         )
     if cu is None or m is None:  # a plain batch: every row is one unpadded sequence (as flash_attention_2)
         cu, m = torch.arange(0, B * n + 1, n, device=query.device, dtype=torch.int32), n

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from seqpack.nn.hf_mixers import STATE_PARAMETERS, documents, find_mixers, install_mixers, prepared
+from seqpack.nn.hf_mixers import STATE_PARAMETERS, current_documents, documents, find_mixers, install_mixers, prepared
 
 #: what a refusal tells the user to run: ``seqpack train`` (its ``--padded`` baseline included, which
 #: is evaluated on the packed rows) runs a transformers model through packed rows only
@@ -151,11 +151,25 @@ def state_layer_kinds(config: Any) -> list[str]:
     return sorted({k for k in _layer_kinds(config) if k not in ATTENTION_LAYERS | POINTWISE_LAYERS}) if config else []
 
 
-def _mixers(model: Any, config: Any) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+def require_documents(module: Any, *, route: str) -> None:
+    """Refuse an attention call of a hybrid (its config names state layers) made without the
+    documents of a packed call: its state layers would carry state across documents. ``route``: the
+    way in to name (`seqpack.nn.hf_attention`'s plan by hand, `seqpack.nn.hf_padding_free`'s rows)."""
+    state = state_layer_kinds(getattr(module, "config", None))
+    if state and current_documents() is None:
+        raise ValueError(
+            f"{type(module).__name__}'s model also has {', '.join(state)} layers, which carry state from one "
+            "packed document into the next unless seqpack gives them their documents: run it through "
+            f"seqpack.nn.hf_adapter.packed_forward or seqpack.rl, {route}"
+        )
+
+
+def _mixers(
+    model: Any, config: Any, mixers: tuple[tuple[str, Any], ...]
+) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
     """The classes of the layers that carry state along the sequence (`find_mixers`); the layer kinds
     that are neither attention, pointwise, nor hold such a layer (they attend in a way of their own,
     reading the mask they are given: DeepSeek's indexer); and a refusal."""
-    mixers = find_mixers(model)
     found = tuple(sorted({type(module).__name__ for _, module in mixers}))
     other = state_layer_kinds(config)
     name = type(getattr(model, "_orig_mod", model)).__name__
@@ -191,17 +205,11 @@ def _kinds_without(model: Any, kinds: list[str], other: list[str], mixers: list[
     return tuple(k for k in other if k not in holding)
 
 
-def _attends(model: Any) -> bool:
-    """Whether ``model`` has attention layers besides its state-carrying ones (a pure state-space
-    model such as Mamba has none, and reads no positions)."""
-    mixers = [module for _, module in find_mixers(model)]
-    return any(
-        "Attention" in type(m).__name__ and not any(m is x or _inside(m, x) for x in mixers) for m in model.modules()
-    )
-
-
-def _inside(module: Any, outer: Any) -> bool:
-    return any(module is m for m in outer.modules())
+def _attends(model: Any, mixers: tuple[tuple[str, Any], ...]) -> bool:
+    """Whether ``model`` has attention layers besides its state-carrying ones ``mixers`` (a pure
+    state-space model such as Mamba has none, and reads no positions)."""
+    inside = {id(m) for _, x in mixers for m in x.modules()}
+    return any("Attention" in type(m).__name__ and id(m) not in inside for m in model.modules())
 
 
 def _attention_interface(model: Any) -> bool:
@@ -219,7 +227,7 @@ def _attention_interface(model: Any) -> bool:
 COMPUTED_MASK_KEYS = ("keep_window_size",)
 
 
-def _attention_refusal(model: Any, config: Any) -> str | None:
+def _attention_refusal(model: Any, config: Any, mixers: tuple[tuple[str, Any], ...]) -> str | None:
     name = type(model).__name__
     for key in COMPUTED_MASK_KEYS:
         if getattr(config, key, None) is not None:
@@ -227,7 +235,7 @@ def _attention_refusal(model: Any, config: Any) -> str | None:
                 f"{name}'s attention adds a mask of its own making ({key}: chosen over the whole row), which "
                 "seqpack cannot keep inside each document: " + UNPACKED
             )
-    if not _attention_interface(model) and (_attends(model) or not find_mixers(model)):
+    if not _attention_interface(model) and (_attends(model, mixers) or not mixers):
         return (
             f"{name} does not run its attention through transformers' attention interface, so seqpack cannot "
             "give it packed attention or masks: " + UNPACKED
@@ -266,10 +274,11 @@ def packing_support(model: Any) -> Support:
     cached = _SUPPORT.get(inner)
     if cached is not None and cached[0] == key:  # read once per model (and config), not every batch
         return cached[1]
-    mixers, masked, refusal = _mixers(inner, config)
-    refusal = refusal or _attention_refusal(inner, config)
+    found = find_mixers(inner)
+    mixers, masked, refusal = _mixers(inner, config, found)
+    refusal = refusal or _attention_refusal(inner, config, found)
     takes_positions = "position_ids" in inspect.signature(inner.forward).parameters
-    if refusal is None and not takes_positions and (_attends(inner) or not mixers):
+    if refusal is None and not takes_positions and (_attends(inner, found) or not mixers):
         refusal = (
             f"{type(inner).__name__}'s forward takes no position_ids, so positions cannot restart at each packed "
             "document: " + UNPACKED
@@ -328,6 +337,7 @@ __all__ = [
     "check_packable",
     "packed_documents",
     "prepare_packed",
+    "require_documents",
     "state_layer_kinds",
     "packing_support",
     "text_config",
