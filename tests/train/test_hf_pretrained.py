@@ -296,3 +296,64 @@ def test_sharded_and_pytorch_bin_checkpoints_load(released, tmp_path, how):
     got, want = _weights(tmp_path / "run" / "model"), _weights(released["llama"])
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=2**-23, atol=1e-12 * 1.01, msg=k)
+
+
+def test_a_base_checkpoint_gets_a_new_head_said_in_its_first_line(released, tmp_path, capsys):
+    """A pre-training checkpoint under a classifier (the paper's fine-tuning): the encoder's weights
+    are the checkpoint's, the classifier is new, the pre-training heads are left unused, and the first
+    line and the run's config say so (transformers' own load report is not printed)."""
+    _run(released["cls"], released["bert_mlm"], tmp_path / "run", lr=1e-12, progress=True)
+    err = capsys.readouterr().err
+    assert "LOAD REPORT" not in err
+    assert "(loaded weights; new: classifier; unused: cls.predictions, cls.seq_relationship)" in err.splitlines()[0]
+    spec = json.loads((tmp_path / "run" / "config.json").read_text())["model"]
+    assert spec["new"] == ["classifier"] and spec["resized"] == []
+    got, want = _weights(tmp_path / "run" / "model"), _weights(released["bert_mlm"])
+    for k in got:
+        if k.startswith("bert."):
+            torch.testing.assert_close(got[k], want[k], rtol=2**-23, atol=2 * 1e-12 * 1.01, msg=k)
+
+
+def test_a_head_of_another_size_is_refused_unless_started_anew(released, tmp_path, capsys):
+    """A three-label classifier on two named labels: refused in one line before any step; with
+    ``--ignore-mismatched-sizes`` its classifier starts anew, and ``RUN/model/``'s config names the
+    data's labels."""
+    from seqpack.cli.main import main
+    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.tokenizer import open_tokenizer
+
+    records = [{"text": f"a review number {i}", "label": "pos" if i % 3 else "neg"} for i in range(40)]
+    named = tmp_path / "named"
+    build_packed_dataset(records, open_tokenizer(released["root"] / "tok"), named,
+                         PackConfig.for_task("classification", max_len=64))
+    args = ["train", "--data", str(named), "--hf-model", str(released["bert_multi"]), "--steps", "1",
+            "--batch-size", "2", "--quiet", "--out"]
+    assert main([*args, str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "classifier.bias is (3,) in the checkpoint but (2,)" in err, err
+    assert "pass --ignore-mismatched-sizes" in err and not (tmp_path / "refused" / "checkpoint.pt").exists()
+    assert main([*args, str(tmp_path / "run"), "--ignore-mismatched-sizes"]) == 0
+    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    assert saved["id2label"] == {"0": "neg", "1": "pos"} and saved["label2id"] == {"neg": 0, "pos": 1}
+    spec = json.loads((tmp_path / "run" / "config.json").read_text())["model"]
+    assert spec["resized"] == ["classifier"]
+
+
+def test_lora_trains_a_head_new_to_the_checkpoint_whole(released, tmp_path):
+    """LoRA from a classifier checkpoint onto QA: the span head is new, so it trains whole beside the
+    adapters (not frozen at its random start) and is saved with the adapter."""
+    pytest.importorskip("peft")
+    _run(released["qa"], released["bert"], tmp_path / "run", lora_rank=2, lora_targets="query,value", lr=1e-2)
+    cfg = json.loads((tmp_path / "run" / "model" / "adapter_config.json").read_text())
+    assert "qa_outputs" in (cfg["modules_to_save"] or [])
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["model_state"]
+    trained = [k for k in state if "qa_outputs.modules_to_save" in k]
+    original = [k for k in state if "qa_outputs.original_module" in k]
+    assert trained and original
+    assert any(not torch.equal(state[k], state[k.replace("modules_to_save.default", "original_module")])
+               for k in trained)
+
+
+def test_ignore_mismatched_sizes_needs_a_checkpoint():
+    with pytest.raises(ValueError, match="pass --hf-model DIR too"):
+        TrainConfig(data="d", out="o", ignore_mismatched_sizes=True)

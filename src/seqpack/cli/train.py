@@ -60,6 +60,12 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
         help="a transformers config.json (trained from scratch), or a checkpoint directory (its weights "
         "fine-tuned); the run writes RUN/model/ for from_pretrained",
     )
+    p.add_argument(
+        "--ignore-mismatched-sizes",
+        action="store_true",
+        help="start anew the checkpoint's weights whose shape differs from the task's (a classifier of "
+        "another label count) instead of refusing",
+    )
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=default_of(TrainConfig, "optimizer"))
     p.add_argument("--lr", type=number("--lr", 0.0, 1e30, above=True), default=default_of(TrainConfig, "lr"))
     p.add_argument(

@@ -327,9 +327,20 @@ class ClassificationTask(Task):
         return BertForSequenceClassification(mc), mc
 
     def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
-        d["num_labels"] = num_labels(manifest)
-        if self.multilabel:
-            d["problem_type"] = "multi_label_classification"
+        """The label count and, for named labels, ``id2label``/``label2id`` the data's (so a pipeline
+        over ``RUN/model/`` answers with the data's label names; integer labels keep a checkpoint's
+        names of the same count)."""
+        n = num_labels(manifest)
+        names = (manifest.get("task_info") or {}).get("label_names")
+        d["num_labels"] = n
+        # the data's kind of labels, whatever a checkpoint's config said
+        d["problem_type"] = "multi_label_classification" if self.multilabel else "single_label_classification"
+        if names and len(names) == n:
+            d["id2label"] = {str(i): str(x) for i, x in enumerate(names)}
+            d["label2id"] = {str(x): i for i, x in enumerate(names)}
+        elif len(d.get("id2label") or ()) != n:  # a checkpoint's names of another label count
+            d.pop("id2label", None)
+            d.pop("label2id", None)
 
     def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
         import transformers

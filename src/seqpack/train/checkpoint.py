@@ -43,7 +43,13 @@ FREE_OPTIONS = (
     "init_from",  # where the first weights came from: a resume continues from its own checkpoint's
 )
 # options newer than some checkpoints: a checkpoint without one was trained with this value
-ADDED_OPTIONS: dict[str, Any] = {"dtype": "fp32", "lora_rank": 0, "lora_targets": None, "lora_merge": False}
+ADDED_OPTIONS: dict[str, Any] = {
+    "dtype": "fp32",
+    "lora_rank": 0,
+    "lora_targets": None,
+    "lora_merge": False,
+    "ignore_mismatched_sizes": False,
+}
 
 
 def data_identity(manifest: dict[str, Any], padded: bool) -> dict[str, Any]:

@@ -109,6 +109,9 @@ class TrainConfig:
     # LoRA adapters (peft) on an --hf-model: their rank (0: none, every weight trains), the modules they go on
     # (comma-separated names; None: peft's default for the architecture, its attention projections), and whether
     # RUN/model/merged/ also gets the model with the adapters merged in
+    # --hf-model checkpoint weights whose shape differs from the task's (a classifier of another label count):
+    # started anew rather than refused
+    ignore_mismatched_sizes: bool = False
     lora_rank: int = 0
     lora_targets: str | None = None
     lora_merge: bool = False
@@ -246,6 +249,8 @@ class TrainConfig:
     def _check_lora(self) -> None:
         if self.lora_rank < 0:
             raise ValueError(f"lora_rank must be >= 0 (0: no adapters), got {self.lora_rank}")
+        if self.ignore_mismatched_sizes and not self.hf_model:
+            raise ValueError("--ignore-mismatched-sizes concerns a checkpoint's weights: pass --hf-model DIR too")
         if self.lora_rank and not self.hf_model:
             raise ValueError("--lora-rank puts adapters on a transformers model: pass --hf-model DIR too")
         if not self.lora_rank and (self.lora_targets is not None or self.lora_merge):

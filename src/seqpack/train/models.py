@@ -117,9 +117,15 @@ def _hf_model(
             "raise max_position_embeddings in the config or re-pack with a smaller --max-len"
         )
 
+    parts: dict[str, list[str]] = {}
+
     def make(config: Any) -> Any:
         build = lambda c: task.hf_model(c, model_type, manifest, kind=kind)  # noqa: E731
-        return load_weights(p, config, build) if pretrained else build(config)
+        if not pretrained:
+            return build(config)
+        model, loaded = load_weights(p, config, build, resize=cfg.ignore_mismatched_sizes)
+        parts.update(loaded)
+        return model
 
     try:
         model = make(config)
@@ -137,7 +143,7 @@ def _hf_model(
 
     spec: dict[str, Any] = {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
     if pretrained:
-        spec["weights"] = "pretrained"
+        spec.update({"weights": "pretrained", **parts})
     if not task.hf_adapted:  # the task runs the model itself (its hf_forward), attention included
         return _lora(model, spec, cfg, task.name), spec
     if not takes_plan(model) and type(model).__name__ not in BIDIRECTIONAL:
@@ -160,7 +166,8 @@ def _lora(model: Any, spec: dict[str, Any], cfg: TrainConfig, task: str) -> Any:
     from seqpack.train.pretrained import add_lora
 
     spec["lora"] = {"rank": cfg.lora_rank, "targets": cfg.lora_targets}
-    return add_lora(model, task, rank=cfg.lora_rank, targets=cfg.lora_targets)
+    new = [*spec.get("new", ()), *spec.get("resized", ())]  # weights the checkpoint did not give: trained whole
+    return add_lora(model, task, rank=cfg.lora_rank, targets=cfg.lora_targets, train_whole=new)
 
 
 def read_config(file: Path) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 loaded, checked against the packed data's tokenizer, optionally wrapped in LoRA adapters (peft),
 and the run's model written back as a transformers directory (``RUN/model/``).
 
-    if has_weights(Path("llama/")): model = load_weights(Path("llama/"), config, build)
+    if has_weights(Path("llama/")): model, parts = load_weights(Path("llama/"), config, build)
     check_vocabulary(model, manifest, source="llama/")      # refused before any step
     write_model_dir(model, run_dir, tokenizer=Path("llama/"), merge=False)
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,34 +58,75 @@ def has_weights(source: str | None) -> bool:
 
 @contextlib.contextmanager
 def _quiet() -> Any:
-    """transformers' progress bars ("Loading weights", "Writing model shards") off: the run's own
-    lines say what happens."""
+    """transformers' progress bars ("Loading weights", "Writing model shards") and load report off:
+    the run's own lines say what happens (`loaded_parts`)."""
     from transformers.utils import logging
 
-    was = logging.is_progress_bar_enabled()
+    was, level = logging.is_progress_bar_enabled(), logging.get_verbosity()
     logging.disable_progress_bar()
+    logging.set_verbosity_error()
     try:
         yield
     finally:
+        logging.set_verbosity(level)
         if was:
             logging.enable_progress_bar()
 
 
-def load_weights(source: Path, config: Any, build: Callable[[Any], Any]) -> Any:
+def load_weights(
+    source: Path, config: Any, build: Callable[[Any], Any], *, resize: bool = False
+) -> tuple[Any, dict[str, list[str]]]:
     """The checkpoint in ``source`` (local files only), in float32 (the run's weights; ``--dtype
-    bf16`` autocasts over them), as the class ``build(config)`` makes for the task. The class is found
-    on the meta device (nothing is allocated); weights the checkpoint lacks (a new task head) are
-    initialised by transformers, seeded by the caller."""
+    bf16`` autocasts over them), as the class ``build(config)`` makes for the task, and what the
+    loading did by module (`loaded_parts`). The class is found on the meta device (nothing is
+    allocated); weights the checkpoint lacks (a new task head) are initialised by transformers,
+    seeded by the caller. A weight whose shape differs from the checkpoint's (a classifier of
+    another label count) is refused unless ``resize`` (``--ignore-mismatched-sizes``) starts it anew.
+
+        model, parts = load_weights(Path("bert-mlm/"), config, build)  # BertForSequenceClassification
+        parts  # {"new": ["classifier"], "unused": ["cls.predictions", "cls.seq_relationship"], "resized": []}
+    """
     with torch.device("meta"):
         shell = build(config)
     cls = type(shell)
     del shell
     try:
         with _quiet():
-            return cls.from_pretrained(str(source), config=config, local_files_only=True, dtype=torch.float32)
+            model, info = cls.from_pretrained(
+                str(source),
+                config=config,
+                local_files_only=True,
+                dtype=torch.float32,
+                ignore_mismatched_sizes=True,
+                output_loading_info=True,
+            )
     except (OSError, RuntimeError, ValueError, KeyError) as e:
         why = " ".join(str(e).split())[:300]
         raise ValueError(f"--hf-model {source}: transformers cannot load its weights as {cls.__name__} ({why})") from e
+    mismatched = sorted(info.get("mismatched_keys") or ())
+    if mismatched and not resize:
+        key, have, want = mismatched[0]
+        raise ValueError(
+            f"--hf-model {source}: {key} is {tuple(have)} in the checkpoint but {tuple(want)} for this data "
+            f"({cls.__name__}, {len(mismatched)} such weight(s)); pass --ignore-mismatched-sizes to start them anew"
+        )
+    parts = loaded_parts(info.get("missing_keys") or (), info.get("unexpected_keys") or (), [k for k, *_ in mismatched])
+    return model, parts
+
+
+def loaded_parts(missing: Any, unexpected: Any, resized: Any) -> dict[str, list[str]]:
+    """Weight names grouped by module (their first two name parts, parameter name dropped), sorted:
+    what a loading made ``new``, left ``unused`` and ``resized``.
+
+    >>> loaded_parts(["classifier.weight", "classifier.bias"], ["cls.predictions.bias",
+    ...              "cls.predictions.transform.dense.weight"], [])
+    {'new': ['classifier'], 'unused': ['cls.predictions'], 'resized': []}
+    """
+
+    def modules(keys: Any) -> list[str]:
+        return sorted({".".join(str(k).split(".")[:-1][:2]) or str(k) for k in keys})
+
+    return {"new": modules(missing), "unused": modules(unexpected), "resized": modules(resized)}
 
 
 def task_ids(manifest: Mapping[str, Any]) -> dict[str, int]:
@@ -139,10 +180,10 @@ def check_vocabulary(model: Any, manifest: Mapping[str, Any], *, source: str, da
         raise ValueError(f"--hf-model {source}: {data} was packed with another tokenizer than the model's; {fix}")
 
 
-def add_lora(model: Any, task: str, *, rank: int, targets: str | None) -> Any:
+def add_lora(model: Any, task: str, *, rank: int, targets: str | None, train_whole: Sequence[str] = ()) -> Any:
     """``model`` with LoRA adapters of ``rank`` on the modules named ``targets`` (comma-separated;
     None: peft's default for the architecture, its attention projections), every other weight frozen
-    (a task head that is new to the checkpoint, a classifier, trains whole). Returns the transformers
+    but the modules ``train_whole`` names and a classifier (a task head new to the checkpoint trains whole). Returns the transformers
     model itself (its layers now hold the adapters), so seqpack's packed forward reads its class and
     config as before; the ``peft.PeftModel`` that saves the adapter is kept on it (`PEFT`)."""
     try:
@@ -157,6 +198,7 @@ def add_lora(model: Any, task: str, *, rank: int, targets: str | None) -> Any:
         lora_dropout=0.0,
         target_modules=names,
         task_type=kinds.get(task),
+        modules_to_save=list(train_whole) or None,
     )
     try:
         wrapped = peft.get_peft_model(model, config)
@@ -239,8 +281,17 @@ def write_model_dir(model: Any, run_dir: Path, *, tokenizer: dict[str, bytes], m
 
 
 def describe(spec: Mapping[str, Any]) -> str:
-    """How a run's transformers model began, for its first line."""
+    """How a run's transformers model began, for its first line.
+
+    >>> describe({"weights": "pretrained", "new": ["classifier"], "unused": ["cls.predictions"]})
+    'loaded weights; new: classifier; unused: cls.predictions'
+    """
     if spec.get("weights") != "pretrained":
         return "initialised from the config"
     lora = spec.get("lora")
-    return "loaded weights" + (f", LoRA rank {lora['rank']}" if lora else "")
+    out = "loaded weights" + (f", LoRA rank {lora['rank']}" if lora else "")
+    for k, say in (("new", "new"), ("resized", "started anew (size)"), ("unused", "unused")):
+        names = list(spec.get(k) or ())
+        if names:
+            out += f"; {say}: " + ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return out
