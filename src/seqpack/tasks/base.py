@@ -266,6 +266,11 @@ class Trains(TaskBase, abc.ABC):
     def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
         """Task-specific fields of a transformers config dict (in place)."""
 
+    def hf_ready(self, model: Any) -> Any:
+        """A transformers model made ready for this task's forward once built or loaded from a
+        checkpoint (default: as it is; image-text: its text model's attention packed)."""
+        return model
+
     def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
         """A transformers model of ``config`` for this task (``kind``: the ``--model`` asked, e.g. reward)."""
         raise ValueError(

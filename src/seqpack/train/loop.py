@@ -242,13 +242,17 @@ class _Run:
 
     def _tokenizer_files(self) -> dict[str, bytes]:
         """What ``RUN/model/`` gets of the tokenizer: the --hf-model directory's (checked against the
-        data when the weights were loaded), else a stream's --tokenizer (seqpack's exported)."""
+        data when the weights were loaded), else a stream's --tokenizer (seqpack's exported), else the
+        processor saved beside image-text rows."""
+        from seqpack.tasks.vision.packed import PROCESSOR
         from seqpack.train.pretrained import tokenizer_files
 
         hf = Path(str(self.cfg.hf_model))
         files = tokenizer_files(hf) if hf.is_dir() else {}
         if not files and self.cfg.tokenizer:
             files = tokenizer_files(Path(self.cfg.tokenizer))
+        if not files:  # image-text rows keep the processor they were made with
+            files = tokenizer_files(Path(self.cfg.data) / PROCESSOR)
         return files
 
     def _size_run(self) -> None:

@@ -122,10 +122,10 @@ def _hf_model(
     def make(config: Any) -> Any:
         build = lambda c: task.hf_model(c, model_type, manifest, kind=kind)  # noqa: E731
         if not pretrained:
-            return build(config)
+            return task.hf_ready(build(config))
         model, loaded = load_weights(p, config, build, resize=cfg.ignore_mismatched_sizes)
         parts.update(loaded)
-        return model
+        return task.hf_ready(model)
 
     try:
         model = make(config)
@@ -136,7 +136,7 @@ def _hf_model(
         config = config_for(file, model_type, {**d, "attn_implementation": "eager"})
         model = make(config)
     if pretrained:  # the data must be the model's tokens: refused here, before any step
-        check_vocabulary(model, manifest, source=source, data=cfg.data, vocab=vocab)
+        check_vocabulary(model, manifest, source=source, data=cfg.data, vocab=vocab, opener=task.open_tokenizer)
     from seqpack.nn.hf_adapter import BIDIRECTIONAL, is_causal_lm, takes_plan
     from seqpack.nn.hf_attention import PACKED_IMPL
     from seqpack.nn.hf_support import prepare_packed

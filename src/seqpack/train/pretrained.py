@@ -27,8 +27,12 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
-#: files of a Hugging Face tokenizer directory copied into ``RUN/model/``
+#: files of a Hugging Face tokenizer or processor directory copied into ``RUN/model/``
 TOKENIZER_FILES = (
+    "processor_config.json",
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+    "chat_template.json",
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -146,23 +150,32 @@ def task_ids(manifest: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
-def tokenizer_of(source: Path) -> Any | None:
-    """The tokenizer saved beside a checkpoint (seqpack's or Hugging Face's), or None."""
+def tokenizer_of(source: Path, opener: Callable[[Path], Any] | None = None) -> Any | None:
+    """The tokenizer saved beside a checkpoint (seqpack's or Hugging Face's), opened by ``opener``
+    (the task's: image-text opens the processor; default `seqpack.tokenizer.open_tokenizer`), or None."""
     if not source.is_dir() or not ((source / "tokenizer.json").is_file() or (source / "meta.json").is_file()):
         return None
     from seqpack.tokenizer import open_tokenizer
 
     try:
-        return open_tokenizer(source)
+        return (opener or open_tokenizer)(source)
     except (ValueError, OSError):
         return None
 
 
-def check_vocabulary(model: Any, manifest: Mapping[str, Any], *, source: str, data: str, vocab: int) -> None:
+def check_vocabulary(
+    model: Any,
+    manifest: Mapping[str, Any],
+    *,
+    source: str,
+    data: str,
+    vocab: int,
+    opener: Callable[[Path], Any] | None = None,
+) -> None:
     """Refuse, before any step, packed data the loaded model cannot read: a tokenizer vocabulary
     larger than the model's embeddings, a task token id (pad, eos, [CLS]...) past them, or (when the
-    checkpoint's directory holds a tokenizer) data packed with another tokenizer. A loaded model's
-    embeddings are never resized."""
+    checkpoint's directory holds a tokenizer, opened by the task's ``opener``) data packed with
+    another tokenizer. A loaded model's embeddings are never resized."""
     rows = int(model.get_input_embeddings().num_embeddings)
     fix = f"re-pack {data} with --tokenizer {source} (the model's tokenizer)"
     if vocab > rows:
@@ -174,7 +187,7 @@ def check_vocabulary(model: Any, manifest: Mapping[str, Any], *, source: str, da
     if bad:
         k, i = next(iter(bad.items()))
         raise ValueError(f"--hf-model {source}: the data's {k} {i} is past the model's {rows:,} embeddings; {fix}")
-    tok = tokenizer_of(Path(source))
+    tok = tokenizer_of(Path(source), opener)
     have = manifest.get("tokenizer_hash")
     if tok is not None and have and tok.fingerprint() != have:
         raise ValueError(f"--hf-model {source}: {data} was packed with another tokenizer than the model's; {fix}")

@@ -196,9 +196,10 @@ class VisionTask(Task):
         return VisionBatches(path, manifest)
 
     def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
-        """The text model's vocabulary is the processor's; the image placeholder is the rows'."""
+        """The text model's vocabulary is the processor's (a model built from its config; a checkpoint
+        keeps its own, checked against the rows); the image placeholder is the rows'."""
         text = d.setdefault("text_config", {})
-        if isinstance(text, dict):
+        if isinstance(text, dict) and "vocab_size" in d:
             text["vocab_size"] = d["vocab_size"]
         d["image_token_id"] = int(manifest["task_info"]["image_token_id"])
         d.pop("image_token_index", None)  # an older name of the same id
@@ -206,14 +207,16 @@ class VisionTask(Task):
     def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
         import transformers
 
-        from seqpack.nn.hf_attention import attach_packed_attention
-
         if type(config) not in transformers.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING:
             raise ValueError(
                 f"--hf-model: a {model_type} config is not a vision-language model; give the config of "
                 "one transformers builds with AutoModelForImageTextToText (Qwen2-VL, Qwen2.5-VL, LLaVA, ...)"
             )
-        model = transformers.AutoModelForImageTextToText.from_config(config)
+        return transformers.AutoModelForImageTextToText.from_config(config)
+
+    def hf_ready(self, model: Any) -> Any:
+        from seqpack.nn.hf_attention import attach_packed_attention
+
         attach_packed_attention(model)  # the text model's attention: sum(l^2) work; the vision encoder keeps its own
         return model
 
