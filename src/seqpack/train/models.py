@@ -136,7 +136,10 @@ def _hf_model(
         config = config_for(file, model_type, {**d, "attn_implementation": "eager"})
         model = make(config)
     if pretrained:  # the data must be the model's tokens: refused here, before any step
-        check_vocabulary(model, manifest, source=source, data=cfg.data, vocab=vocab, opener=task.open_tokenizer)
+        from seqpack.tasks.base import PacksSequences
+
+        opener = task.open_tokenizer if isinstance(task, PacksSequences) else None  # as the data's task opened it
+        check_vocabulary(model, manifest, source=source, data=cfg.data, vocab=vocab, opener=opener)
     from seqpack.nn.hf_adapter import BIDIRECTIONAL, is_causal_lm, takes_plan
     from seqpack.nn.hf_attention import PACKED_IMPL
     from seqpack.nn.hf_support import prepare_packed
