@@ -78,22 +78,17 @@ def enable_checkpointing(model: torch.nn.Module) -> None:
         setattr(m, "checkpoint_blocks", True)  # noqa: B010 - a BlockStack's flag, set through nn.Module
 
 
-def _hf_model(
-    cfg: TrainConfig, task: Trains, vocab: int, need: int, manifest: Mapping[str, Any], kind: str
-) -> tuple[torch.nn.Module, dict[str, Any]]:
+def _hf_config(
+    file: Path, task: Trains, manifest: Mapping[str, Any], *, vocab: int | None, need: int
+) -> tuple[dict[str, Any], str, Any]:
+    """``(config dict, model_type, transformers config)`` of ``--hf-model``'s ``file``, with the
+    task's fields and, for a model trained from scratch (``vocab`` given), the data's vocabulary;
+    ``d["_named"]`` is the attention implementation the file names (None: sdpa, seqpack's later)."""
     import transformers
 
-    from seqpack.train.pretrained import check_vocabulary, has_weights, load_weights
-
-    source = str(cfg.hf_model)
-    pretrained = has_weights(source)  # a checkpoint: its weights are loaded, its vocabulary kept
-    p = Path(source)
-    file = p / "config.json" if p.is_dir() else p
-    if not file.is_file():
-        raise ValueError(f"--hf-model {source}: no such config file (give a config.json or a directory holding one)")
     d = read_config(file)
     model_type = d.pop("model_type")
-    if not pretrained:
+    if vocab is not None:
         d["vocab_size"] = vocab  # trained from scratch on this dataset's tokenizer
         if isinstance(d.get("text_config"), dict):  # a composite config: its text model's vocabulary
             d["text_config"]["vocab_size"] = vocab
@@ -116,6 +111,22 @@ def _hf_model(
             f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
             "raise max_position_embeddings in the config or re-pack with a smaller --max-len"
         )
+    return {**d, "_named": named}, model_type, config
+
+
+def _hf_model(
+    cfg: TrainConfig, task: Trains, vocab: int, need: int, manifest: Mapping[str, Any], kind: str
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    from seqpack.train.pretrained import check_vocabulary, has_weights, load_weights
+
+    source = str(cfg.hf_model)
+    pretrained = has_weights(source)  # a checkpoint: its weights are loaded, its vocabulary kept
+    p = Path(source)
+    file = p / "config.json" if p.is_dir() else p
+    if not file.is_file():
+        raise ValueError(f"--hf-model {source}: no such config file (give a config.json or a directory holding one)")
+    d, model_type, config = _hf_config(file, task, manifest, vocab=None if pretrained else vocab, need=need)
+    named = d.pop("_named")
 
     parts: dict[str, list[str]] = {}
 
