@@ -357,3 +357,16 @@ def test_lora_trains_a_head_new_to_the_checkpoint_whole(released, tmp_path):
 def test_ignore_mismatched_sizes_needs_a_checkpoint():
     with pytest.raises(ValueError, match="pass --hf-model DIR too"):
         TrainConfig(data="d", out="o", ignore_mismatched_sizes=True)
+
+
+def test_a_stream_tokenized_by_another_tokenizer_is_refused_with_its_own_fix(released, datasets, tmp_path):
+    """Examples read as a stream are tokenized by ``--tokenizer`` as they come: a tokenizer other than
+    the model's is refused before any step, and the fix is that option, not a re-pack."""
+    from tests.train.conftest import synthetic_documents
+
+    jsonl = tmp_path / "train.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in synthetic_documents(40)))
+    with pytest.raises(ValueError, match=r"is read with another tokenizer than the model's; pass --tokenizer .*llama"):
+        _run(jsonl, released["llama"], tmp_path / "run", stream=True, tokenizer=str(datasets["tokenizer"]), max_len=64)
+    _run(jsonl, released["llama"], tmp_path / "ok", stream=True, tokenizer=str(released["llama"]), max_len=64, steps=1)
+    assert (tmp_path / "ok" / "model" / "model.safetensors").is_file()

@@ -112,9 +112,19 @@ def test_refusals_are_one_line_before_any_step_and_write_nothing(datasets, cls_d
         "a missing path": (["--init-from", str(tmp_path / "nowhere")], "not a seqpack training run"),
         "with --hf-model": (["--init-from", str(mlm_run), "--hf-model", str(tmp_path / "hf")], "drop one of them"),
     }
+    damaged = tmp_path / "damaged"  # a copy of the MLM run whose weights were edited after saving
+    import shutil
+
+    shutil.copytree(mlm_run, damaged)
+    ck = torch.load(damaged / "checkpoint.pt", weights_only=True)
+    k = next(iter(ck["model_state"]))
+    ck["model_state"][k] = ck["model_state"][k] + 1
+    torch.save(ck, damaged / "checkpoint.pt")
+    cases["a damaged run"] = (["--init-from", str(damaged)], "edited); start from another run, or from an intact copy")
     for name, (extra, says) in cases.items():
         err = refused(capsys, *common, *extra)
         assert says in err, (name, err)
+        assert name == "with --resume" or "resume" not in err.split(";")[-1], (name, err)  # the fix is not a resume's
         assert not out.exists() and not any(p.name.startswith(".new") for p in tmp_path.iterdir()), name
 
 

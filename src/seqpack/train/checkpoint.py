@@ -147,9 +147,10 @@ def load_checkpoint(
     return ck
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
+def read_checkpoint(path: Path, *, remedy: str | None = None) -> dict[str, Any]:
     """``path`` (a ``checkpoint.pt``) loaded without running any of its code, checked: a seqpack
-    checkpoint, its state matching its digest, every weight finite."""
+    checkpoint, its state matching its digest, every weight finite. ``remedy``: what a refusal
+    tells the user to do (default: a resume's)."""
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)  # loading never runs the file's code
     except Exception as e:  # torch raises many types for a damaged file
@@ -159,7 +160,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     if "digest" in ck and ck["digest"] != state_digest(_digested(ck)):  # checkpoints before digests carry none
         raise ValueError(
             f"{path}: its weights or optimiser state do not match the digest saved with them (the file "
-            "was damaged or edited); resume from an intact copy, or start again with --overwrite"
+            "was damaged or edited); " + (remedy or "resume from an intact copy, or start again with --overwrite")
         )
     bad = [
         k
@@ -168,8 +169,8 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     ]
     if bad:
         raise ValueError(
-            f"{path}: {bad[0]} holds NaN or inf values; resume from an earlier checkpoint, "
-            "or start again with --overwrite"
+            f"{path}: {bad[0]} holds NaN or inf values; "
+            + (remedy or "resume from an earlier checkpoint, or start again with --overwrite")
         )
     return ck
 

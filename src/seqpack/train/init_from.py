@@ -69,7 +69,7 @@ def init_from(run: str, model: torch.nn.Module, spec: Mapping[str, Any], data: M
     if not (p / CHECKPOINT).is_file():
         raise ValueError(f"--init-from {run}: the run holds no {CHECKPOINT} (it has not finished a step)")
     try:
-        ck = read_checkpoint(p / CHECKPOINT)
+        ck = read_checkpoint(p / CHECKPOINT, remedy="start from another run, or from an intact copy of this one")
     except ValueError as e:
         raise ValueError(f"--init-from {run}: {e}") from e
     theirs, mine = ck["model"], dict(spec)

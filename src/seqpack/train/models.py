@@ -150,7 +150,7 @@ def _hf_model(
         from seqpack.tasks.base import PacksSequences
 
         opener = task.open_tokenizer if isinstance(task, PacksSequences) else None  # as the data's task opened it
-        check_vocabulary(model, manifest, source=source, data=cfg.data, vocab=vocab, opener=opener)
+        check_vocabulary(model, manifest, source=source, data=cfg.data, vocab=vocab, opener=opener, stream=cfg.stream)
     from seqpack.nn.hf_adapter import BIDIRECTIONAL, is_causal_lm, takes_plan
     from seqpack.nn.hf_attention import PACKED_IMPL
     from seqpack.nn.hf_support import prepare_packed

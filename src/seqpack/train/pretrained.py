@@ -171,13 +171,18 @@ def check_vocabulary(
     data: str,
     vocab: int,
     opener: Callable[[Path], Any] | None = None,
+    stream: bool = False,
 ) -> None:
     """Refuse, before any step, packed data the loaded model cannot read: a tokenizer vocabulary
     larger than the model's embeddings, a task token id (pad, eos, [CLS]...) past them, or (when the
     checkpoint's directory holds a tokenizer, opened by the task's ``opener``) data packed with
     another tokenizer. A loaded model's embeddings are never resized."""
     rows = int(model.get_input_embeddings().num_embeddings)
-    fix = f"re-pack {data} with --tokenizer {source} (the model's tokenizer)"
+    fix = (
+        f"pass --tokenizer {source} (the model's tokenizer)"
+        if stream  # examples read as a stream are tokenized by --tokenizer as they come
+        else f"re-pack {data} with --tokenizer {source} (the model's tokenizer)"
+    )
     if vocab > rows:
         raise ValueError(
             f"--hf-model {source}: its embeddings hold {rows:,} tokens, fewer than the {vocab:,} of the tokenizer "
@@ -190,7 +195,8 @@ def check_vocabulary(
     tok = tokenizer_of(Path(source), opener)
     have = manifest.get("tokenizer_hash")
     if tok is not None and have and tok.fingerprint() != have:
-        raise ValueError(f"--hf-model {source}: {data} was packed with another tokenizer than the model's; {fix}")
+        how = "is read with" if stream else "was packed with"
+        raise ValueError(f"--hf-model {source}: {data} {how} another tokenizer than the model's; {fix}")
 
 
 def add_lora(model: Any, task: str, *, rank: int, targets: str | None, train_whole: Sequence[str] = ()) -> Any:
