@@ -209,6 +209,10 @@ def add_lora(model: Any, task: str, *, rank: int, targets: str | None, train_who
         import peft
     except ImportError as e:
         raise ValueError("--lora-rank needs peft: pip install 'seqpack[hf]' (or pip install peft)") from e
+    import warnings
+
+    # peft reads transformers' renamed is_gradient_checkpointing at every step; the run's lines say the rest
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     kinds = {"clm": "CAUSAL_LM", "chat": "CAUSAL_LM", "classification": "SEQ_CLS", "multilabel": "SEQ_CLS"}
     names = [t.strip() for t in targets.split(",") if t.strip()] if targets else None
     config = peft.LoraConfig(
