@@ -150,6 +150,43 @@ def test_the_first_step_s_loss_is_transformers_own_loss_of_the_checkpoint(releas
     assert math.isclose(first["loss"], total / count, rel_tol=1e-5), (first["loss"], total / count)
 
 
+def test_a_classifier_s_first_loss_is_transformers_own_loss_of_the_checkpoint(released, tmp_path):
+    """The same for a released ``BertForSequenceClassification``: the first step's loss (the mean over
+    the step's texts) is the mean of transformers' own loss of the checkpoint on each text alone, its
+    token types and label (dropout is off in the checkpoint's config). ~10 float32 cross-entropies
+    of size ~0.7 summed in another order, each after a softmax over a row rather than the text alone:
+    relative error ~1e-6, so 1e-5 relative holds, while one token attending across texts moves a
+    loss by ~1e-2."""
+    from seqpack.pipeline import PackConfig, build_packed_dataset
+    from seqpack.tokenizer import open_tokenizer
+    from seqpack.train.data import TrainData
+
+    records = [{"text": " ".join(["a short review"] * (1 + i % 5)), "label": i % 2} for i in range(60)]
+    short = tmp_path / "short"  # texts of 4 to 16 tokens: several to a row
+    build_packed_dataset(records, open_tokenizer(released["root"] / "tok"), short,
+                         PackConfig.for_task("classification", max_len=64))
+    _run(short, released["bert"], tmp_path / "run", steps=1, lr=1e-12)
+    first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    data = TrainData(str(short), eval_fraction=0.1, eval_tokens=0)
+    b = data.batch(data.units_at(0, 0, 4))
+    model = transformers.BertForSequenceClassification.from_pretrained(released["bert"], local_files_only=True,
+                                                                        attn_implementation="eager").eval()
+    losses = []
+    with torch.no_grad():
+        for r in range(b["input_ids"].shape[0]):
+            seg = b["segment_ids"][r]
+            for k in seg.unique().tolist():
+                if k == 0:
+                    continue
+                sel = seg == k
+                out = model(b["input_ids"][r][sel][None].long(), token_type_ids=b["token_type_ids"][r][sel][None].long(),
+                            labels=b["labels"][r, k - 1][None].long())
+                losses.append(float(out.loss))
+    assert len(losses) > 4  # packed: more texts than the step's 4 rows
+    want = sum(losses) / len(losses)
+    assert math.isclose(first["loss"], want, rel_tol=1e-5), (first["loss"], want)
+
+
 def test_a_tokenizer_mismatch_is_refused_before_any_step(released, datasets, tmp_path):
     """Data packed with another tokenizer (seqpack's own, the same vocabulary but another fingerprint),
     or with more tokens than the model's embeddings, is refused in one line naming the fix; no
