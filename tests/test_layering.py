@@ -2,9 +2,7 @@
 
 Every ``import``/``from ... import`` of a ``seqpack`` module counts, function-local ones included;
 only imports under ``if TYPE_CHECKING:`` (never run) are left out. A package may import only
-packages below it in :data:`LAYERS`, and the graph of modules has no cycle. The one exception is
-:data:`SHIMS`: deprecated re-exports kept where users imported a name before it moved, each a
-module-level ``__getattr__`` that warns.
+packages below it in :data:`LAYERS`, and the graph of modules has no cycle, with no exception.
 """
 
 from __future__ import annotations
@@ -33,17 +31,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("integrations",),  # the transformers / datasets / TRL entry points, each from its own layer
     ("experiments",),
     ("cli",),
-    ("__init__", "__main__", "engine"),  # the package's own surface; engine: a deprecated shim
+    ("__init__", "__main__"),  # the package's own surface
 )
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
-
-#: (importing module, imported package): deprecated re-exports of names that moved up (issue 23)
-SHIMS = {
-    ("seqpack.data", "pipeline"),
-    ("seqpack.store", "pipeline"),
-    ("seqpack.engine", "pipeline"),
-}
-
 
 def _modules() -> dict[str, Path]:
     out = {}
@@ -109,22 +99,9 @@ def test_no_upward_import() -> None:
     for a, targets in import_graph().items():
         for b in targets:
             pa, pb = package_of(a), package_of(b)
-            if pa != pb and RANK[pb] > RANK[pa] and (a, pb) not in SHIMS:
+            if pa != pb and RANK[pb] > RANK[pa]:
                 bad.append(f"{a} -> {b}")
     assert not bad, "upward imports:\n" + "\n".join(sorted(bad))
-
-
-def test_shims_only_in_a_module_getattr() -> None:
-    """A deprecated re-export imports upward only inside a module-level ``__getattr__``."""
-    mods = _modules()
-    for module, pkg in SHIMS:
-        tree = ast.parse(mods[module].read_text(encoding="utf-8"))
-        for node in tree.body:
-            inner = [n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
-            names = [a.name for n in inner if isinstance(n, ast.Import) for a in n.names]
-            names += [n.module or "" for n in inner if isinstance(n, ast.ImportFrom)]
-            if any(x.startswith(f"seqpack.{pkg}") for x in names):
-                assert isinstance(node, ast.FunctionDef) and node.name == "__getattr__", module
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -135,8 +112,6 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         state[m] = 1
         stack.append(m)
         for t in sorted(graph.get(m, ())):
-            if (m, package_of(t)) in SHIMS:
-                continue
             if state.get(t) == 1:
                 return stack[stack.index(t):] + [t]
             if t not in state and (found := visit(t)):

@@ -31,32 +31,4 @@ def listing(namespace: dict[str, Any], names: Iterable[str]) -> list[str]:
     return sorted({*namespace, *names})
 
 
-def renamed(package: str, old: str, new: str, value: Any) -> Any:
-    """``value`` (``package.new``), reached by its old name ``old`` with a `DeprecationWarning`: a
-    name kept for one release after a rename (its package's ``__getattr__`` calls this)."""
-    import warnings
-
-    warnings.warn(
-        f"{package}.{old} is renamed {package}.{new}; the old name goes in the next release",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return value
-
-
-def renamed_names(namespace: dict[str, Any], names: dict[str, str]) -> Any:
-    """A module's ``__getattr__`` for names renamed within it (``old -> new``): an old name gives the
-    new one's value with `renamed`'s warning; any other is an ``AttributeError``.
-
-        __getattr__ = renamed_names(globals(), {"cp_layout": "cp_placement"})
-    """
-
-    def __getattr__(name: str) -> Any:
-        if name in names:
-            return renamed(namespace["__name__"], name, names[name], namespace[names[name]])
-        raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
-
-    return __getattr__
-
-
-__all__ = ["keep", "listing", "renamed", "renamed_names"]
+__all__ = ["keep", "listing"]

@@ -213,7 +213,7 @@ def test_killed_mid_write_leaves_nothing_complete(tmp_path):
         "def die(*a):\n"
         "    real(*a); os._exit(9)\n"
         "io.write_parquet_part = die\n"
-        f"io.write_packed(pc, {str(tmp_path / 'p')!r}, shard_packs=5, workers=1)\n"
+        f"io.write_packed(pc, {str(tmp_path / 'p')!r}, options=io.WriteOptions(shard_packs=5), workers=1)\n"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 9
     assert not (tmp_path / "p").exists()

@@ -1,5 +1,5 @@
 """The output options are one dataclass, validated once: the writer and the pack job take it, and
-the keywords they took before are accepted for one release with a DeprecationWarning."""
+nothing else (no keyword of its own beside it)."""
 
 from __future__ import annotations
 
@@ -27,19 +27,13 @@ def test_every_writer_refuses_the_same_bad_options(tmp_path, bad) -> None:
     for make in (WriteOptions, OutputOptions):
         with pytest.raises(ValueError, match=next(iter(bad))):
             make(**bad)
-    with pytest.raises(ValueError, match=next(iter(bad))), pytest.warns(DeprecationWarning):
-        write_packed(_pc(), tmp_path / "p", **bad)  # before, shard_packs=0 here meant the default
 
 
-def test_the_old_keywords_still_work_and_say_the_new_form(tmp_path) -> None:
-    with pytest.warns(DeprecationWarning, match=r"WriteOptions\(shard_packs=\.\.\.\)"):
-        old = write_packed(_pc(), tmp_path / "old", shard_packs=2)
-    new = write_packed(_pc(), tmp_path / "new", options=WriteOptions(shard_packs=2))
-    assert old == new == read_manifest(tmp_path / "new")
-    with pytest.raises(TypeError, match="not also as keywords"):
-        write_packed(_pc(), tmp_path / "x", options=WriteOptions(), shard_packs=2)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'shards'"):
-        write_packed(_pc(), tmp_path / "x", shards=2)
+def test_the_writers_take_their_options_alone(tmp_path) -> None:
+    m = write_packed(_pc(), tmp_path / "new", options=WriteOptions(shard_packs=2))
+    assert m == read_manifest(tmp_path / "new") and len(m["shards"]) > 1
+    with pytest.raises(TypeError, match="unexpected keyword argument 'shard_packs'"):
+        write_packed(_pc(), tmp_path / "x", shard_packs=2)  # type: ignore[call-arg]
 
 
 def test_build_packed_dataset_takes_output_options(tmp_path) -> None:
@@ -50,7 +44,6 @@ def test_build_packed_dataset_takes_output_options(tmp_path) -> None:
     build_store(["abc def", "ghijk", "l m", "nopqrs"], tok, tmp_path / "store", workers=1)
     store, cfg = TokenStore(tmp_path / "store"), PackConfig(task="clm", max_len=16)
     new = build_packed_dataset(store, tok, tmp_path / "new", cfg, output=OutputOptions(shard_packs=1))
-    with pytest.warns(DeprecationWarning, match=r"OutputOptions\(shard_packs=\.\.\.\)"):
-        old = build_packed_dataset(store, tok, tmp_path / "old", cfg, shard_packs=1)
     assert len(new["shards"]) == new["num_packs"] > 1
-    assert {k: v for k, v in old.items() if k != "created"} == {k: v for k, v in new.items() if k != "created"}
+    with pytest.raises(TypeError, match="unexpected keyword argument 'shard_packs'"):
+        build_packed_dataset(store, tok, tmp_path / "old", cfg, shard_packs=1)  # type: ignore[call-arg]

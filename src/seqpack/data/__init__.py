@@ -9,7 +9,6 @@ those two import torch on first use. The pack job that writes this format is
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from seqpack.data.columns import (
@@ -55,22 +54,10 @@ __all__ = [
     "WriteOptions",
 ]
 
-#: names that lived here before the pack job moved to `seqpack.pipeline` (issue 23)
-_MOVED = ("PackConfig", "build_packed_dataset", "build_sequences", "pack_task")
-
 
 def __getattr__(name: str) -> Any:
     if name in ("PackedDataset", "collate_packed"):
         from seqpack.data import torch_dataset
 
         return getattr(torch_dataset, name)
-    if name == "materialize_reference":  # renamed: the slow twins of fast paths are oracles
-        from seqpack._lazy import renamed
-
-        return renamed("seqpack.data", name, "materialize_oracle", materialize_oracle)
-    if name in _MOVED:
-        warnings.warn(f"seqpack.data.{name} moved to seqpack.pipeline.{name}", DeprecationWarning, stacklevel=2)
-        import seqpack.pipeline  # deprecated re-export (allowed upward import)
-
-        return getattr(seqpack.pipeline, name)
     raise AttributeError(f"module 'seqpack.data' has no attribute {name!r}")

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqpack._lazy import renamed_names
 from seqpack.data.padded import sequence_spans
 from seqpack.packing.histogram import round_up
 
@@ -198,7 +197,3 @@ __all__ = [
     "cp_shard_oracle",
     "doc_spans",
 ]
-
-
-#: the names these had before "layout" came to mean one thing (how continuations share a row)
-__getattr__ = renamed_names(globals(), {"CPLayout": "CPPlacement", "cp_layout": "cp_placement"})

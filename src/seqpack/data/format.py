@@ -18,7 +18,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -305,26 +305,6 @@ class WriteOptions:
         return self.row_group_packs or default_row_group_packs(max_len)
 
 
-def options_from_keywords(options: Any, flat: Mapping[str, Any], cls: type, where: str) -> Any:
-    """``options`` (a ``cls``), or one made from ``flat``: the keywords ``where`` took before it took
-    ``cls``, accepted for one release with a `DeprecationWarning`. Not both; no unknown keyword."""
-    if not flat:
-        return options if options is not None else cls()
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(flat) - names)
-    if unknown:
-        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
-    if options is not None:
-        raise TypeError(
-            f"{where}(): pass the options in {cls.__name__} alone, not also as keywords ({', '.join(flat)})"
-        )
-    import warnings
-
-    said = ", ".join(f"{k}=..." for k in flat)
-    warnings.warn(f"{where}({said}) is deprecated: pass {cls.__name__}({said})", DeprecationWarning, stacklevel=3)
-    return cls(**flat)
-
-
 def write_packed(
     pc: PackedColumns,
     out: str | os.PathLike[str],
@@ -335,16 +315,14 @@ def write_packed(
     arrays: dict[str, np.ndarray] | None = None,
     derived: Mapping[str, str] | None = None,
     beside: Callable[[Path], None] | None = None,
-    **flat: Any,
 ) -> dict[str, Any]:
     """Write ``pc`` to ``out`` (atomically, manifest last) as ``options`` say; returns the manifest.
     ``arrays``: more files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest
     names them). ``derived``: columns left out of the Parquet parts, ``name -> rule``
     (`seqpack.data.derived`). ``pc.examples``, when given, is written as the example table
     (`seqpack.data.example_table`); ``beside(directory)`` writes more files the rows' readers need
-    (a task's processor) into the dataset before its manifest. The keywords of `WriteOptions` are
-    still taken alone, deprecated."""
-    opts: WriteOptions = options_from_keywords(options, flat, WriteOptions, "write_packed")
+    (a task's processor) into the dataset before its manifest."""
+    opts = options if options is not None else WriteOptions()
     overwrite, export_bin, compression, encoding = opts.overwrite, opts.export_bin, opts.compression, opts.encoding
     workers = workers or default_workers()  # pyarrow writes shards without the GIL
     if workers < 1:

@@ -68,11 +68,3 @@ def trl_examples(path: str | os.PathLike[str], packs: Sequence[int] | np.ndarray
 
 
 __all__ = ["padding_free_examples", "trl_examples"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "pack_examples":  # renamed: TRL's pack_examples does the opposite (rows from examples)
-        from seqpack._lazy import renamed
-
-        return renamed("seqpack.data.trl", name, "padding_free_examples", padding_free_examples)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

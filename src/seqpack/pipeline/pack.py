@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from seqpack._atomic import check_not_input, check_output_dir
 from seqpack.data.format import OUTPUT as PACKED_OUTPUT
-from seqpack.data.format import SCHEDULE, options_from_keywords, write_packed
+from seqpack.data.format import SCHEDULE, write_packed
 from seqpack.packing.balance import packing_schedule
 from seqpack.pipeline.config import OutputOptions, PackConfig
 from seqpack.pipeline.in_memory import pack_task
@@ -42,7 +42,6 @@ def build_packed_dataset(
     engine: Engine | None = None,
     shard_examples: int = 100_000,
     glob: str | None = None,
-    **flat: Any,
 ) -> dict[str, Any]:
     """Build, pack and write; returns the manifest (also in ``out/manifest.json``).
 
@@ -61,13 +60,12 @@ def build_packed_dataset(
     written as ``schedule.npy`` (``(steps, world, micro_batch)`` pack indices) and described in the
     manifest's ``schedule`` (read by `seqpack.data.BalancedSampler`). The task's derived columns
     (``segment_ids``; ``clm``'s labels) are left out of the Parquet parts and rebuilt by every seqpack
-    reader (`seqpack.data.derived`); its ``write_derived`` stores them too. `OutputOptions`' fields
-    are still taken as keywords of their own, deprecated.
+    reader (`seqpack.data.derived`); its ``write_derived`` stores them too.
 
         >>> build_packed_dataset("chat.jsonl", tok, "packed/", PackConfig(task="chat", max_len=2048),
         ...                      output=OutputOptions(overwrite=True, compression="lz4"))  # doctest: +SKIP
     """
-    output = options_from_keywords(output, flat, OutputOptions, "build_packed_dataset")
+    output = output if output is not None else OutputOptions()
     task = get_task(config.task)
     source_path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "path", None)
     check_not_input(out, [source_path])  # --out must not replace or sit inside what it reads

@@ -23,7 +23,7 @@ from torch.utils.checkpoint import checkpoint
 from seqpack._ids import check_vocab
 from seqpack.nn.branch_states import causal_states
 from seqpack.nn.heads import embedding_rows
-from seqpack.rl.rollouts import PackedRollouts, pack_rollouts, row_length
+from seqpack.rl.rollouts import PackedRollouts, pack_rollouts
 
 #: positions whose logits are made at once: 2,048 x a 128K vocabulary in float32 is 1 GiB
 CHUNK = 2048
@@ -101,16 +101,14 @@ def packed_logprobs(
     prompt_ids: Sequence[Sequence[int]],
     completion_ids: Sequence[Sequence[Sequence[int]]],
     *,
-    max_len: int | None = None,
+    max_len: int,
     layout: str = "shared-prefix",
     temperature: float = 1.0,
-    max_tokens: int | None = None,
 ) -> list[list[torch.Tensor]]:
     """Per prompt, per completion, a 1-D float32 tensor of its tokens' log-probabilities under
     ``model`` (a transformers causal LM or seqpack's GPT), carrying gradients to it; the rollouts
     packed into rows of at most ``max_len`` tokens (`seqpack.rl.pack_rollouts`, ``layout``
     ``shared-prefix`` or ``pairs``), the model run once over them."""
-    max_len = row_length(max_len, max_tokens, "packed_logprobs")
     packed = pack_rollouts(prompt_ids, completion_ids, max_len=max_len, layout=layout)
     logps, _ = rollout_logprobs(model, packed, temperature=temperature)
     return split_completions(logps, packed)

@@ -38,19 +38,6 @@ from seqpack.packing import DEFAULT_ALGORITHM, pack_lengths
 from seqpack.packing.balance import DEFAULT_HIDDEN, RowCost, balanced_steps
 
 LAYOUTS = ("shared-prefix", "pairs")
-#: the layouts' old names, kept for one release (the preference task's words are the layouts' names)
-OLD_LAYOUTS = {"group": "shared-prefix", "flat": "pairs"}
-
-
-def layout_name(layout: str, where: str) -> str:
-    """``layout``, its old name (`OLD_LAYOUTS`) turned into the new one with a `DeprecationWarning`."""
-    if layout in OLD_LAYOUTS:
-        import warnings
-
-        new = OLD_LAYOUTS[layout]
-        warnings.warn(f"{where}: layout {layout!r} is renamed {new!r}", DeprecationWarning, stacklevel=3)
-        return new
-    return layout
 
 
 @dataclass(frozen=True)
@@ -74,13 +61,6 @@ class PackedRollouts:
     layout: str
     max_len: int
     squares: np.ndarray  # (R,) each row's attention work (sum of l^2, a shared prompt counted once)
-
-    @property
-    def max_tokens(self) -> int:
-        """Deprecated name of ``max_len`` (kept for one release)."""
-        from seqpack._lazy import renamed
-
-        return int(renamed("PackedRollouts", "max_tokens", "max_len", self.max_len))
 
     @property
     def num_rows(self) -> int:
@@ -269,39 +249,22 @@ def _refine(rows: list[list[int]], sizes: np.ndarray, costs: np.ndarray, max_len
     return rows
 
 
-def row_length(max_len: int | None, max_tokens: int | None, where: str) -> int:
-    """``max_len``, or its old name ``max_tokens`` (kept for one release, with a `DeprecationWarning`)."""
-    if max_tokens is not None:
-        if max_len is not None:
-            raise TypeError(f"{where}(): pass max_len alone (max_tokens is its old name)")
-        import warnings
-
-        warnings.warn(f"{where}(max_tokens=...) is renamed max_len=...", DeprecationWarning, stacklevel=3)
-        return max_tokens
-    if max_len is None:
-        raise TypeError(f"{where}() missing required keyword argument: 'max_len'")
-    return max_len
-
-
 def pack_rollouts(
     prompt_ids: Sequence[Sequence[int]],
     completion_ids: Sequence[Sequence[Sequence[int]]],
     *,
-    max_len: int | None = None,
+    max_len: int,
     layout: str = "shared-prefix",
     algorithm: str = DEFAULT_ALGORITHM,
     seed: int = 0,
     world_size: int = 1,
     cost: RowCost | None = None,
-    max_tokens: int | None = None,
 ) -> PackedRollouts:
     """Pack prompts (lists of token ids) and, per prompt, its completions into rows of at most
     ``max_len`` tokens (see the module): the fewest rows the ``algorithm`` finds; with
     ``world_size`` > 1, a multiple of that many rows of even ``cost`` (each unit's, by
     `RowCost`, default its FLOP model), so that every data-parallel
     rank gets as many rows and each micro-batch's ranks the same work (`PackedRollouts.rank_rows`)."""
-    max_len = row_length(max_len, max_tokens, "pack_rollouts")
-    layout = layout_name(layout, "pack_rollouts")
     prompts, groups = _check(prompt_ids, completion_ids, max_len, layout)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")

@@ -11,9 +11,6 @@
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
 from seqpack.store.build import build_store
 from seqpack.store.sharded import ShardedTokenStore, open_store
 from seqpack.store.store import FORMAT_VERSION, StoreWriter, TokenStore, token_dtype
@@ -27,18 +24,3 @@ __all__ = [
     "open_store",
     "token_dtype",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "build_sharded_store":  # the tokenize job moved to the pipeline layer (issue 23)
-        warnings.warn(
-            "seqpack.store.build_sharded_store moved to seqpack.pipeline.build_sharded_store",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from seqpack.pipeline.tokenize import (
-            build_sharded_store,  # deprecated re-export (allowed upward import)
-        )
-
-        return build_sharded_store
-    raise AttributeError(f"module 'seqpack.store' has no attribute {name!r}")

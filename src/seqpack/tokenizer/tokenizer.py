@@ -306,12 +306,6 @@ class Tokenizer:
         """
         return _pieces(text, size, self._specials_re, self._longest_special)
 
-    def encode_reference(self, text: str) -> list[int]:
-        """Deprecated name of `encode_oracle` (kept for one release)."""
-        from seqpack._lazy import renamed
-
-        return renamed("Tokenizer", "encode_reference", "encode_oracle", self.encode_oracle)(text)
-
     def encode_oracle(self, text: str) -> list[int]:
         """`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the oracle."""
         if not isinstance(text, str):

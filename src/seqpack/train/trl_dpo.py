@@ -134,11 +134,3 @@ class PackedDPOTrainer(trl.DPOTrainer):
 
 
 __all__ = ["PackedDPOTrainer", "collate_rows"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "packed_rows_dataset":  # one way from a packed directory to a datasets.Dataset
-        from seqpack._lazy import renamed
-
-        return renamed("seqpack.train.trl_dpo", name, "seqpack.data.hf_dataset", hf_dataset)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

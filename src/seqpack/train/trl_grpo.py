@@ -33,7 +33,7 @@ import trl
 from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
 from seqpack.nn.hf_support import prepare_packed
 from seqpack.rl.logprobs import rollout_logprobs, to_padded
-from seqpack.rl.rollouts import LAYOUTS, layout_name, pack_rollouts, row_length
+from seqpack.rl.rollouts import LAYOUTS, pack_rollouts
 from seqpack.train.trl_support import check_trl
 
 
@@ -109,13 +109,9 @@ class PackedGRPOTrainer(trl.GRPOTrainer):
         max_len: int | None = None,
         layout: str = "shared-prefix",
         attention: str | None = PACKED_IMPL,
-        max_tokens: int | None = None,
         **kwargs: Any,
     ) -> None:
         check_trl()  # a TRL whose methods these overrides do not know: refused before any work
-        if max_tokens is not None:  # the old name, kept for one release
-            max_len = row_length(max_len, max_tokens, "PackedGRPOTrainer")
-        layout = layout_name(layout, "PackedGRPOTrainer")
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
         if max_len is not None and max_len < 2:

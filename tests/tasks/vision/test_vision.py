@@ -196,8 +196,7 @@ def test_a_samples_positions_in_any_row_are_its_own():
 
 def test_rows_written_read_back_and_handed_to_datasets(tmp_path):
     """The pack job's rows read back as pack_vision makes them in memory, and through hf_dataset
-    (the packed columns, each row's images and grids joined from the example table); the deprecated
-    writer and reader give the same."""
+    (the packed columns, each row's images and grids joined from the example table)."""
     processor = tiny_processor("qwen2_vl")
     packs = pack_vision(vision_samples(records(), processor, max_len=512), max_len=512)
     m = write(records(), processor, tmp_path / "packs")
@@ -216,17 +215,6 @@ def test_rows_written_read_back_and_handed_to_datasets(tmp_path):
         assert want["images"] == got["images"] == hf["images"]
     stats = packs.stats()
     assert stats["tokens"] == int(packs.samples.lengths.sum()) == m["num_tokens"] and 0 <= stats["padding_fraction"] < 1
-    from seqpack.tasks.vision import vision_rows_dataset, write_vision_packs
-
-    with pytest.warns(DeprecationWarning, match="write_vision_packs is deprecated"):
-        write_vision_packs(packs, tmp_path / "old", processor=processor)
-    old = VisionRows(tmp_path / "old")
-    same = ("task", "token_labels", "float_labels", "causal_lm", "derived_columns", "task_info", "num_packs", "columns")
-    assert {k: old.manifest[k] for k in same} == {k: m[k] for k in same}
-    assert all(old[i]["images"] == rows[i]["images"] and np.array_equal(old[i]["input_ids"], rows[i]["input_ids"])
-               for i in range(len(rows)))
-    with pytest.warns(DeprecationWarning, match="vision_rows_dataset is deprecated"):
-        assert vision_rows_dataset(tmp_path / "old", cache_dir=tmp_path / "c2")[0]["images"] == ds[0]["images"]
 
 
 def test_sft_trainer_trains_on_the_packed_rows(tmp_path):

@@ -56,7 +56,6 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 
@@ -321,11 +320,3 @@ __all__ = [
     "plan_context_parallel",
     "oracle_attention",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "reference_attention":  # renamed: the slow twins of fast paths are oracles
-        from seqpack._lazy import renamed
-
-        return renamed("seqpack.nn.attention", name, "oracle_attention", oracle_attention)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

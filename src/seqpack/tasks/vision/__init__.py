@@ -7,7 +7,6 @@ packed dataset like any other, the images in its example table.
     loader = DataLoader(VisionRows("vlm-packs/"), batch_size=4, collate_fn=VisionCollator(processor))
 """
 
-from seqpack._lazy import renamed_names
 from seqpack.tasks.vision.collate import VisionBatches, VisionCollator
 from seqpack.tasks.vision.packed import (
     VisionPacks,
@@ -15,8 +14,6 @@ from seqpack.tasks.vision.packed import (
     pack_vision,
     vision_sequences,
 )
-from seqpack.tasks.vision.packed import vision_rows_dataset as vision_rows_dataset  # deprecated
-from seqpack.tasks.vision.packed import write_vision_packs as write_vision_packs  # deprecated
 from seqpack.tasks.vision.processor import ProcessorTokenizer, load_processor
 from seqpack.tasks.vision.rope import POSITION_SCHEMES, mrope_positions, position_scheme_of
 from seqpack.tasks.vision.samples import VisionSamples, vision_samples
@@ -35,7 +32,4 @@ __all__ = [
     "position_scheme_of",
     "vision_samples",
     "vision_sequences",
-]  # write_vision_packs and vision_rows_dataset: deprecated, importable for one release
-
-#: the names these had before "layout" came to mean one thing (how continuations share a row)
-__getattr__ = renamed_names(globals(), {"LAYOUTS": "POSITION_SCHEMES", "layout_of": "position_scheme_of"})
+]

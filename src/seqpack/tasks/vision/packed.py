@@ -33,8 +33,6 @@ PROCESSOR = "processor"  # the processor the rows were made with (save_pretraine
 TASK = "vision"
 #: the example table's columns of an image-text dataset (beside its key)
 IMAGE_COLUMNS = ("images", "image_grids")
-#: the task's facts (`seqpack.tasks.TaskBase.facts`) and derived columns, for `write_vision_packs`
-FACTS = {"token_labels": True, "float_labels": False, "causal_lm": False}
 #: the packed columns a row of images is read from
 ROW_COLUMNS = ("input_ids", "labels", "segment_ids", "example_ids", "num_sequences")
 
@@ -135,53 +133,6 @@ def pack_vision(
     return VisionPacks(samples, pack_lengths(samples.lengths, max_len, algorithm=algorithm, seed=seed), max_len)
 
 
-def write_vision_packs(
-    packs: VisionPacks,
-    path: str | os.PathLike[str],
-    *,
-    processor: Any = None,
-    overwrite: bool = False,
-    extra: dict[str, Any] | None = None,
-) -> Path:
-    """Deprecated: ``build_packed_dataset(records, ProcessorTokenizer(processor), path,
-    PackConfig.for_task("vision", max_len=...))`` writes the same packed dataset from the records.
-    This writes ``packs`` in that format (``processor``: saved in ``path/processor/``)."""
-    import warnings
-
-    from seqpack.data.columns import PackedColumns, materialize, pack_depth
-    from seqpack.data.format import WriteOptions, write_packed
-    from seqpack.tasks.vision.processor import ProcessorTokenizer
-
-    warnings.warn(
-        "write_vision_packs is deprecated: pack the records with seqpack.pipeline.build_packed_dataset(records, "
-        "ProcessorTokenizer(processor), out, PackConfig.for_task('vision', max_len=...))",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    tok = None if processor is None else ProcessorTokenizer(processor)
-    seqs = vision_sequences(packs.samples, vocab_size=None if tok is None else tok.vocab_size)
-    depth = pack_depth(packs.packing, None)
-    cols = materialize(seqs, packs.packing, max_len=packs.max_len, max_depth=depth)
-    pc = PackedColumns(TASK, cols, packs.packing, packs.max_len, depth, examples=seqs.examples)
-    info = {
-        "num_examples": seqs.num_examples,
-        "dropped": seqs.dropped,
-        "task_info": seqs.info,
-        "vocab_size": None if tok is None else tok.vocab_size,
-        **FACTS,
-        **(extra or {}),
-    }
-    write_packed(
-        pc,
-        path,
-        options=WriteOptions(overwrite=overwrite),
-        extra=info,
-        derived={"segment_ids": "segments"},
-        beside=None if tok is None else (lambda root: tok.save(root / PROCESSOR)),
-    )
-    return Path(path)
-
-
 def row_of(cols: Mapping[str, np.ndarray], b: int, examples: list[dict[str, Any]]) -> dict[str, Any]:
     """Pack ``b`` of the packed columns ``cols`` (`ROW_COLUMNS`) as an image-text row: its tokens
     without the padding, its samples' lengths and example ids, and the images of ``examples`` (its
@@ -262,18 +213,3 @@ def saved_processor(path: str | os.PathLike[str]) -> Any:
             "seqpack pack --task vision, or build_packed_dataset with a ProcessorTokenizer"
         )
     return load_processor(Path(path) / PROCESSOR)
-
-
-def vision_rows_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> Any:
-    """Deprecated: `seqpack.data.hf_dataset` gives every packed dataset as a ``datasets.Dataset``, an
-    image-text one with its rows' ``images`` and ``image_grids``."""
-    import warnings
-
-    from seqpack.data.hf_rows import hf_dataset
-
-    warnings.warn(
-        "vision_rows_dataset is deprecated: seqpack.data.hf_dataset reads every packed dataset, images included",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return hf_dataset(path, cache_dir=cache_dir)

@@ -23,8 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from seqpack._lazy import renamed_names
-
 
 def text_positions(lengths: np.ndarray) -> np.ndarray:
     """``0 .. n-1`` for each sample of ``lengths``, side by side.  # (S,) -> (sum,)
@@ -129,9 +127,3 @@ def position_scheme_of(processor: Any) -> PositionScheme:
     into a grid (the Qwen2-VL family), ``1d`` otherwise."""
     merge = getattr(getattr(processor, "image_processor", None), "merge_size", None)
     return POSITION_SCHEMES["mrope" if merge else "1d"]
-
-
-#: the names these had before "layout" came to mean one thing (how continuations share a row)
-__getattr__ = renamed_names(
-    globals(), {"Layout": "PositionScheme", "LAYOUTS": "POSITION_SCHEMES", "layout_of": "position_scheme_of"}
-)
