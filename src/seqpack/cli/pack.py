@@ -125,8 +125,6 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--encoding",
-        "--parquet-encoding",
-        dest="encoding",
         choices=ENCODINGS,
         default=default_of(OutputOptions, "encoding"),
         help="Parquet encoding of the numeric columns: byte_stream_split (smaller, faster to write; pyarrow >= 16 reads "

@@ -103,7 +103,7 @@ def test_every_job_option_packs_the_same_rows(packed, tmp_path):
     out = tmp_path / "opts"
     code = main(["pack", str(d / "train.jsonl"), "--task", "vision", "--max-len", "512", "--tokenizer",
                  str(d / "processor"), "--out", str(out), "--shard-examples", "7", "--stages", "2", "--shard-packs", "3",
-                 "--export-bin", "--compression", "lz4", "--parquet-encoding", "plain", "--write-derived", "--json"])
+                 "--export-bin", "--compression", "lz4", "--encoding", "plain", "--write-derived", "--json"])
     assert code == 0
     a, b = VisionRows(d / "packs"), VisionRows(out)
     parts = b.manifest["example_table"]["parts"]

@@ -133,9 +133,7 @@ def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype, needs: froz
     dense ``sdpa``: a packed row's dense mask sends SDPA to its materialising kernel, while each
     bucket runs the fused causal one. Measured
     (GPT small, 4096, one thread, forward + backward): 2 x 2048 documents 4.61 s dense, 2.00 s
-    per-document; 8 x 512 4.46 / 1.44 s; one 4096 document 2.96 / 2.98 s (the row cost calibration
-    of issue 27 found it: the earlier rule, under 40% of the dense work, sent rows of a few long
-    documents to the slow path).
+    per-document; 8 x 512 4.46 / 1.44 s; one 4096 document 2.96 / 2.98 s.
 
     With ``needs`` (a layer's window, chunk, soft-capping or sinks), the first of these that
     computes them all: on CUDA in half precision the varlen kernels (a window), then ``flex``
