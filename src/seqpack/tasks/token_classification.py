@@ -74,6 +74,9 @@ def _read(
         tags = get_field(row, tags_field, i, "--tags-field", list)
         if not all(isinstance(w, str) for w in words):
             raise ValueError(f"example {i}: field {tokens_field!r} must be a list of strings (the words)")
+        blank = next((k for k, w in enumerate(words) if not w.strip()), None)
+        if blank is not None:
+            raise ValueError(f"example {i}: word {blank} is blank; remove it and its tag")
         if len(tags) != len(words):
             raise ValueError(
                 f"example {i}: {len(words)} words in {tokens_field!r} but {len(tags)} tags in {tags_field!r}"
