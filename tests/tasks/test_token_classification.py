@@ -60,7 +60,7 @@ def test_overflow(tok):
     assert s.sequence(1)["labels"].tolist() == [-100, 0, -100, -100]
     d = token_classification_sequences(rows, tok, max_len=5, overflow="drop")
     assert d.num_sequences == 1 and d.dropped == {"too_long": 1} and d.example_ids.tolist() == [1]
-    with pytest.raises(ValueError, match="1 sequences exceed max_len=5; pass --overflow truncate|drop"):
+    with pytest.raises(ValueError, match=r"1 sequences exceed max_len=5; pass --overflow truncate\|drop"):
         token_classification_sequences(rows, tok, max_len=5, overflow="error")
 
 
@@ -169,3 +169,14 @@ def test_entity_counts_hand_computed():
     pred = ["B-PER", "I-PER", "O", "B-LOC", "O", "O", "B-MISC"]
     assert entity_counts(gold, pred) == (1, 3, 3)
     assert is_iob(["O", "B-PER", "I-PER"]) and not is_iob(["NOUN", "VERB"]) and not is_iob(None)
+
+
+def test_a_hugging_face_dataset_names_its_integer_tags(tok):
+    """``Sequence(ClassLabel)`` tags (CoNLL-2003 on the Hub): their names are the dataset's own."""
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
+                                  "ner_tags": datasets.Sequence(datasets.ClassLabel(names=["O", "B-PER", "I-PER"]))})
+    ds = datasets.Dataset.from_dict({"tokens": [["Al", "went"]], "ner_tags": [[1, 0]]}, features=features)
+    s = token_classification_sequences(ds, tok, max_len=16)
+    assert s.info["label_names"] == ["O", "B-PER", "I-PER"] and s.info["num_labels"] == 3
+    assert s.sequence(0)["labels"].tolist() == [-100, 1, -100, 0, -100, -100, -100, -100]

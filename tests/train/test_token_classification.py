@@ -141,3 +141,46 @@ def test_cli_packs_and_trains_token_classification(datasets, tmp_path, capsys):
     assert main(["pack", str(f), "--task", TASK, "--max-len", "48", "--tokenizer", str(datasets["tokenizer"]),
                  "--out", str(tmp_path / "q"), "--text-field", "x"]) == 2
     assert "--text-field does not apply to task token-classification" in capsys.readouterr().err
+
+
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+         "max_position_embeddings": 64, "vocab_size": 100, "num_labels": 3, "hidden_dropout_prob": 0.0,
+         "attention_probs_dropout_prob": 0.0}
+ENCODERS = {
+    "bert": SMALL, "roberta": SMALL, "xlm-roberta": SMALL, "electra": {**SMALL, "embedding_size": 32},
+    "albert": {**SMALL, "embedding_size": 16},
+    "distilbert": {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64, "max_position_embeddings": 64,
+                   "vocab_size": 100, "num_labels": 3, "dropout": 0.0, "attention_dropout": 0.0},
+    "modernbert": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+                   "max_position_embeddings": 64, "vocab_size": 100, "num_labels": 3, "pad_token_id": 0,
+                   "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1, "sep_token_id": 2},
+}
+
+
+@pytest.mark.parametrize("model_type", list(ENCODERS))
+def test_a_transformers_token_classifier_on_a_packed_row_is_each_sequence_alone(model_type):
+    """Two sequences and padding in one row: the token logits of each are the model's own on that
+    sequence alone (its own positions: RoBERTa's and XLM-R's from padding_idx + 1, as a dataset
+    packed with --position-offset 2 holds them). fp32 attention over another width reorders sums of
+    ~10^2 terms of size ~1: ~1e-7; 1e-5 is far below what one attended token of the other sequence
+    moves (~1e-1)."""
+    import transformers as tf
+
+    from seqpack.nn.masks import position_ids
+    from seqpack.tasks.token_forward import hf_token_forward
+
+    torch.manual_seed(0)
+    config = tf.AutoConfig.for_model(model_type, attn_implementation="sdpa", **ENCODERS[model_type])
+    model = tf.AutoModelForTokenClassification.from_config(config).eval()
+    a, b = torch.randint(5, 100, (7,)), torch.randint(5, 100, (5,))
+    ids = torch.cat([a, b, torch.zeros(4, dtype=torch.long)])[None]
+    seg = torch.tensor([[1] * 7 + [2] * 5 + [0] * 4])
+    offset = config.pad_token_id + 1 if model_type in ("roberta", "xlm-roberta") else 0
+    batch = {"input_ids": ids, "segment_ids": seg, "position_ids": (position_ids(seg) + offset) * (seg > 0),
+             "token_type_ids": torch.zeros_like(ids), "labels": torch.tensor([[0, 1, 2, -100, 1, 0, 2, 2, 1, 0, -100, 1] + [-100] * 4])}
+    with torch.no_grad():
+        out = hf_token_forward(model, batch, reduction="sequence")
+        alone = [model(x[None]).logits[0] for x in (a, b)]
+    torch.testing.assert_close(out.logits[0, :7], alone[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.logits[0, 7:12], alone[1], rtol=0, atol=1e-5)
+    assert out.present.tolist() == [[True, True]] and torch.isfinite(out.loss)
