@@ -353,6 +353,9 @@ class TokenClassificationTask(Task):
     def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
         import transformers
 
+        from seqpack.tasks.token_forward import check_token_classifier
+
+        check_token_classifier(model_type)
         return transformers.AutoModelForTokenClassification.from_config(config)
 
     def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:

@@ -24,6 +24,26 @@ if TYPE_CHECKING:
 
     from seqpack.nn.models.common import PackedOutput
 
+#: the transformers encoders whose token classifier is exact on packed rows through a 4-D mask and
+#: restarting positions (tested against each sequence alone); others are refused before any step
+EXACT_ENCODERS = ("bert", "roberta", "xlm-roberta", "electra", "albert", "distilbert")
+
+
+def check_token_classifier(model_type: str) -> None:
+    """Refuse, in one line, an encoder whose token classifier packed rows would make wrong.
+
+    >>> check_token_classifier("modernbert")
+    Traceback (most recent call last):
+    ...
+    ValueError: --hf-model: a modernbert token classifier is not exact on packed rows (its attention narrows or rebuilds the packed mask); token classification packs bert, roberta, xlm-roberta, electra, albert, distilbert
+    """
+    if model_type not in EXACT_ENCODERS:
+        raise ValueError(
+            f"--hf-model: a {model_type} token classifier is not exact on packed rows (its attention narrows or "
+            f"rebuilds the packed mask); token classification packs {', '.join(EXACT_ENCODERS)}"
+        )
+
+
 #: what ``out.extra`` holds the tag scheme under: ``(C, 2)`` prefix (an index of `PREFIXES`) and entity type
 SCHEME = "tag_scheme"
 PREFIXES = "OBIES"
@@ -129,4 +149,12 @@ def add_token_metrics(totals: Any, out: PackedOutput, batch: Mapping[str, torch.
     totals.add("entity_f1", 2 * right, n_pred + n_gold)
 
 
-__all__ = ["SCHEME", "add_token_metrics", "hf_token_forward", "tag_scheme", "with_tag_scheme"]
+__all__ = [
+    "EXACT_ENCODERS",
+    "SCHEME",
+    "check_token_classifier",
+    "add_token_metrics",
+    "hf_token_forward",
+    "tag_scheme",
+    "with_tag_scheme",
+]
