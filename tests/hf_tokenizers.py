@@ -110,3 +110,53 @@ def preference_records(n: int, seed: int = 0, *, prompt_words: tuple[int, int] =
         if c != r:
             out.append({"prompt": "Q: " + say(prompt_words), "chosen": c, "rejected": r})
     return out
+
+
+ENCODER_WORDS = ("the a cat dog sat on mat Paris London Alice Bob went to lives in visited yesterday "
+                 "unbelievable reorganisation naïve café").split()
+
+
+def _encoder_texts(n: int = 200, seed: int = 1) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choices(ENCODER_WORDS, k=rng.randint(3, 15))) for _ in range(n)]
+
+
+def bert_tokenizer_dir(path: Path, *, vocab_size: int = 120) -> Path:
+    """A WordPiece tokenizer with BERT's post-processor (``[CLS] A [SEP] B [SEP]``, B of type 1) and
+    specials, saved with transformers: ``tokenizer(text)`` adds ``[CLS]``/``[SEP]`` itself."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(_encoder_texts(), trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]")
+    fast.save_pretrained(str(path))
+    return path
+
+
+def roberta_tokenizer_dir(path: Path, *, vocab_size: int = 400, mask: bool = True) -> Path:
+    """A byte-level BPE with RoBERTa's post-processor (``<s> A </s></s> B </s>``) and specials
+    ``<s>``, ``<pad>``, ``</s>``, ``<unk>``, ``<mask>`` (ids 0..4), saved with transformers;
+    ``mask=False`` declares no mask token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_encoder_texts(), trainer)
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    named = {"bos_token": "<s>", "eos_token": "</s>", "cls_token": "<s>", "sep_token": "</s>", "unk_token": "<unk>",
+             "pad_token": "<pad>", **({"mask_token": "<mask>"} if mask else {})}
+    PreTrainedTokenizerFast(tokenizer_object=tok, **named).save_pretrained(str(path))
+    return path

@@ -36,10 +36,28 @@ def qa_records(n: int, seed: int = 0) -> list[dict[str, Any]]:
     return out
 
 
+def ner_records(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Sentences as words with a tag each (IOB2, CoNLL style): people and places among other words."""
+    rng = random.Random(seed)
+    people, places = ["Alice", "Bob", "Ada", "Lovelace"], ["Paris", "London", "New", "York"]
+    other = "the a went to visited lives in on with yesterday and".split()
+    out = []
+    for _ in range(n):
+        words, tags = [], []
+        for _ in range(rng.randint(3, 12)):
+            kind = rng.choice(["O", "O", "O", "PER", "LOC"])
+            pool = {"O": other, "PER": people, "LOC": places}[kind]
+            run = [rng.choice(pool) for _ in range(1 if kind == "O" else rng.randint(1, 2))]
+            words += run
+            tags += ["O"] * len(run) if kind == "O" else [f"B-{kind}"] + [f"I-{kind}"] * (len(run) - 1)
+        out.append({"tokens": words, "ner_tags": tags})
+    return out
+
+
 def make_workdir(root: Path) -> Path:
     """``my_corpus/`` (20 ``.txt`` files and one ``.jsonl``: the Python docs that ship with the
-    interpreter), ``corpus.txt``, ``chat.jsonl``, ``prefs.jsonl``, ``train.jsonl`` (labelled texts)
-    and ``squad.jsonl`` (SQuAD-style questions)."""
+    interpreter), ``corpus.txt``, ``chat.jsonl``, ``prefs.jsonl``, ``train.jsonl`` (labelled texts),
+    ``squad.jsonl`` (SQuAD-style questions) and ``ner.jsonl`` (words with a tag each, IOB2)."""
     from seqpack.corpus import python_docs
 
     docs = [d for d in python_docs() if 200 <= len(d) <= 20_000][:140]
@@ -53,4 +71,5 @@ def make_workdir(root: Path) -> Path:
     _jsonl(root / "prefs.jsonl", preference_records(40, seed=5))
     _jsonl(root / "train.jsonl", classification_records(80, seed=6))
     _jsonl(root / "squad.jsonl", qa_records(30, seed=7))
+    _jsonl(root / "ner.jsonl", ner_records(60, seed=8))
     return root

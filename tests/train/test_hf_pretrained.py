@@ -23,7 +23,7 @@ BERT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "in
 
 @pytest.fixture(scope="module")
 def released(datasets, tmp_path_factory) -> dict[str, Path]:
-    """A seqpack tokenizer exported as a Hugging Face tokenizer directory, data packed with it (clm,
+    """A seqpack tokenizer (with [CLS], [SEP] and [MASK]) exported as a Hugging Face tokenizer directory, data packed with it (clm,
     classification, mlm, qa, multi-label), and a tiny Llama and BERTs (a classifier, a pre-training
     checkpoint, a span head, a multi-label classifier) saved with that tokenizer beside them."""
     from seqpack.pipeline import PackConfig, build_packed_dataset
@@ -33,13 +33,15 @@ def released(datasets, tmp_path_factory) -> dict[str, Path]:
     from tests.train.conftest import qa_examples, synthetic_documents
 
     root = tmp_path_factory.mktemp("released")
-    files = tokenizer_files(datasets["tokenizer"])  # seqpack's tokenizer, exported
+    base = Tokenizer.load(datasets["tokenizer"])  # seqpack's tokenizer with BERT's specials, exported (cls/sep/mask)
+    Tokenizer(base.vocab, base.merges, [*base.special_tokens, "[CLS]", "[SEP]", "[MASK]"]).save(root / "own")
+    files = tokenizer_files(root / "own")
     (root / "tok").mkdir()
     for name, data in files.items():
         (root / "tok" / name).write_bytes(data)
     tok = open_tokenizer(root / "tok")
     assert type(tok).__name__ == "HFTokenizer"
-    vocab = Tokenizer.load(datasets["tokenizer"]).vocab_size
+    vocab = tok.vocab_size
     docs = synthetic_documents(120)
     store = build_store(docs, tok, root / "store", workers=1)
     build_packed_dataset(store, tok, root / "clm", PackConfig(task="clm", max_len=64))

@@ -46,6 +46,11 @@ def add_task_options(g: Any) -> None:
     for name, uses in task_option_fields().items():
         first = uses[0][1]
         defaults = ", ".join(f"{task}: {f.default}" for task, f in uses)
+        if str(first.type) == "bool":  # a switch: given, it is on
+            g.add_argument(
+                option_name(name), action="store_true", default=argparse.SUPPRESS, help=first.metadata.get("help")
+            )
+            continue
         g.add_argument(
             option_name(name),
             type=_parser_for(str(first.type), option_name(name), first.metadata.get("range")),

@@ -9,16 +9,16 @@ sequences, model hooks, losses and metrics) plus one entry in ``REGISTRY`` below
 elsewhere (a plugin, a test) joins with `register_task`.
 
     >>> sorted(REGISTRY)
-    ['chat', 'classification', 'clm', 'mlm', 'multilabel', 'preference', 'qa', 'vision']
+    ['chat', 'classification', 'clm', 'mlm', 'multilabel', 'preference', 'qa', 'token-classification', 'vision']
     >>> get_task("ner")
     Traceback (most recent call last):
     ...
-    ValueError: unknown task 'ner'; known: clm|mlm|classification|multilabel|qa|chat|preference|vision
+    ValueError: unknown task 'ner'; known: clm|mlm|classification|multilabel|qa|token-classification|chat|preference|vision
 """
 
 from __future__ import annotations
 
-from seqpack.tasks import chat, classification, clm, mlm, multilabel, preference, qa
+from seqpack.tasks import chat, classification, clm, mlm, multilabel, preference, qa, token_classification
 from seqpack.tasks.base import COMPONENTS, PacksSequences, Task, TaskBase, Trains
 from seqpack.tasks.vision import task as vision
 
@@ -30,6 +30,7 @@ REGISTRY: dict[str, TaskBase] = {
         classification.TASK,
         multilabel.TASK,
         qa.TASK,
+        token_classification.TASK,
         chat.TASK,
         preference.TASK,
         vision.TASK,

@@ -1,6 +1,7 @@
 """``classification``: one label per text (or text pair), read from labelled examples.
 
-Sequence classification and multi-label: ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` + label(s).
+Sequence classification and multi-label: ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` + label(s)
+(a pretrained tokenizer's own template and specials: `seqpack.tasks.specials`).
 
     >>> from seqpack.tokenizer.tokenizer import Tokenizer
     >>> tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
@@ -32,7 +33,8 @@ from seqpack.data.sequences import (
 )
 from seqpack.packing.histogram import check_max_len
 from seqpack.tasks.base import Task, add_slot_metrics, num_labels, slot_units
-from seqpack.tasks.examples import get_field, special_ids
+from seqpack.tasks.examples import get_field
+from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
@@ -197,8 +199,8 @@ def classification_sequences(
     """
     check_max_len(max_len)
     check_overflow(overflow, allowed=OVERFLOW)
-    specials, vocab_size = special_ids(tokenizer)
-    cls, sep = specials["[CLS]"], specials["[SEP]"]
+    specials = task_specials(tokenizer, "multilabel" if multilabel else "classification")
+    template = specials.pair if text_pair_field else specials.single
     texts, pairs, raw, keep_ids, n_examples, dropped = _read(
         examples, text_field, text_pair_field, label_field, multilabel
     )
@@ -206,9 +208,9 @@ def classification_sequences(
     enc_a = tokenizer.encode_batch(texts)
     enc_b = tokenizer.encode_batch([p or "" for p in pairs]) if text_pair_field else [[] for _ in texts]
     seqs, types, keep = [], [], []
-    budget = max_len - (3 if text_pair_field else 2)
+    budget = max_len - template.added
     if budget < 1:
-        raise ValueError(f"max_len={max_len} leaves no room for text after [CLS]/[SEP]; raise --max-len")
+        raise ValueError(f"max_len={max_len} leaves no room for text after the special tokens; raise --max-len")
     too_long = sum(len(a) + len(b) > budget for a, b in zip(enc_a, enc_b))
     if too_long and overflow == "error":
         raise overflow_error(too_long, max_len, OVERFLOW)
@@ -217,10 +219,9 @@ def classification_sequences(
             if overflow == "drop":
                 continue
             a, b = truncate_pair(a, b, budget)
-        head = [cls, *a, sep]
-        tail = [*b, sep] if text_pair_field else []
-        seqs.append(head + tail)
-        types.append([0] * len(head) + [1] * len(tail))
+        ids, kinds, _ = template.build(a, b if text_pair_field else None)
+        seqs.append(ids)
+        types.append(kinds)
         keep.append(k)
     if too_long and overflow == "drop":
         dropped["too_long"] = too_long
@@ -232,13 +233,12 @@ def classification_sequences(
         task="multilabel" if multilabel else "classification",
         offsets=offsets_of(lengths),
         example_ids=np.asarray(keep_ids, dtype=np.int64)[kept] if kept.size else np.zeros(0, np.int64),
-        token_fields={"input_ids": flat.astype(id_dtype(vocab_size - 1)), "token_type_ids": tt},
+        token_fields={"input_ids": flat.astype(id_dtype(specials.vocab_size - 1)), "token_type_ids": tt},
         seq_fields={"labels": labels[kept] if kept.size else labels[:0]},
         num_examples=n_examples,
         dropped=dropped,
         info={
-            "special_ids": specials,
-            "vocab_size": vocab_size,
+            **specials.info(),
             "label_names": names,
             "num_labels": n_classes,
             "overflow": overflow,

@@ -10,7 +10,8 @@ BERT pre-training data (MLM + NSP), from a token store, as Devlin et al. build i
    ``random_next_prob`` (and always for a single sentence), a random span of another
    document (``next_sentence_label`` 1; the unused sentences are reused). The pair is
    trimmed to fit, one token at a time from the longer side, front or back at random.
-3. ``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0 then 1, and masking: ``mask_prob``
+3. ``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0 then 1 (a pretrained tokenizer's own pair
+   template, specials and mask token: `seqpack.tasks.specials`), and masking: ``mask_prob``
    of the non-special tokens (at most ``max_predictions``) get a label; of those 80 %
    become ``[MASK]``, 10 % a random token, 10 % stay. ``labels`` is -100 elsewhere.
 
@@ -38,7 +39,7 @@ from seqpack.data.sequences import (
 from seqpack.packing.histogram import MAX_LEN_LIMIT, check_max_len
 from seqpack.tasks._lm import add_lm_metrics, count_empty, lm_units
 from seqpack.tasks.base import Task, add_slot_metrics, slot_units
-from seqpack.tasks.examples import special_ids
+from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
@@ -109,14 +110,21 @@ def sentence_ends(
 
 def mlm_sequences(store: TokenStore, tokenizer: AnyTokenizer, config: MLMConfig) -> Sequences:
     """Sentence pairs with NSP labels and 80/10/10 masking, from every document of ``store``."""
-    specials, vocab_size = special_ids(tokenizer)
-    cls, sep, mask = specials["[CLS]"], specials["[SEP]"], specials["[MASK]"]
+    specials = task_specials(tokenizer, "mlm", mask=True)
+    assert specials.mask is not None  # task_specials refuses a tokenizer without one
+    (pre, mid, post), (a_type, b_type) = specials.pair.pieces()
+    vocab_size = specials.vocab_size
     tokens = np.asarray(store.tokens)
     offsets = np.asarray(store.offsets)
     ends = sentence_ends(tokens, offsets, sentence_tables(tokenizer))
     # sentences of document d: ends[sent_off[d]:sent_off[d + 1]]
     sent_off = np.searchsorted(ends, offsets, side="right")
-    builder = _PairBuilder(tokens, offsets, ends, sent_off, config)
+    room = config.max_len - specials.pair.added
+    if room < 2:
+        raise ValueError(
+            f"max_len={config.max_len} leaves {room} tokens for a pair after the special tokens; raise --max-len"
+        )
+    builder = _PairBuilder(tokens, offsets, ends, sent_off, config, room)
     rng = builder.rng
     ids_t, labels_t = id_dtype(vocab_size - 1), label_dtype(vocab_size - 1)
     per_token = np.dtype(ids_t).itemsize + 1 + np.dtype(labels_t).itemsize  # ids, token types, labels
@@ -130,18 +138,23 @@ def mlm_sequences(store: TokenStore, tokenizer: AnyTokenizer, config: MLMConfig)
         seqs, types, labels, nsp, ex = [], [], [], [], []
         for d in range(len(store)):
             for a, b, is_random in builder.pairs(d):
-                ids = np.concatenate([[cls], a, [sep], b, [sep]]).astype(np.int64)
-                lab = _mask(ids, rng, config, mask, tokenizer.vocab_size, 2 + a.size)
+                ids = np.concatenate([pre[0], a, mid[0], b, post[0]]).astype(np.int64)
+                at = np.cumsum([len(pre[0]), a.size, len(mid[0]), b.size])
+                special = np.r_[0 : at[0], at[1] : at[2], at[3] : ids.size]
+                lab = _mask(ids, rng, config, specials.mask, tokenizer.vocab_size, special)
                 seqs.append(ids)
                 labels.append(lab)
-                types.append(a.size + 2)
+                types.append(
+                    np.concatenate([pre[1], np.full(a.size, a_type), mid[1], np.full(b.size, b_type), post[1]]).astype(
+                        np.uint8
+                    )
+                )
                 nsp.append(is_random)
                 ex.append(d)
         lengths = np.array([s.size for s in seqs], dtype=np.int64)
-        starts = offsets_of(lengths)[:-1]
         flat = np.concatenate(seqs).astype(ids_t) if seqs else np.zeros(0, ids_t)
         del seqs
-        tt = (np.arange(flat.size) - np.repeat(starts, lengths) >= np.repeat(types, lengths)).astype(np.uint8)
+        tt = np.concatenate(types).astype(np.uint8) if types else np.zeros(0, np.uint8)
         lab_flat = np.concatenate(labels).astype(labels_t) if labels else np.zeros(0, labels_t)
         passes.append((lengths, flat, tt, lab_flat, np.asarray(nsp, dtype=np.int8), np.asarray(ex, dtype=np.int64)))
         del labels
@@ -156,8 +169,7 @@ def mlm_sequences(store: TokenStore, tokenizer: AnyTokenizer, config: MLMConfig)
         num_examples=len(store),
         dropped=dict(builder.dropped),
         info={
-            "special_ids": specials,
-            "vocab_size": vocab_size,
+            **specials.info(),
             "mask_prob": config.mask_prob,
             "short_seq_prob": config.short_seq_prob,
             "random_next_prob": config.random_next_prob,
@@ -169,11 +181,12 @@ def mlm_sequences(store: TokenStore, tokenizer: AnyTokenizer, config: MLMConfig)
 
 
 def _mask(
-    ids: np.ndarray, rng: np.random.Generator, cfg: MLMConfig, mask_id: int, vocab: int, sep_a: int
+    ids: np.ndarray, rng: np.random.Generator, cfg: MLMConfig, mask_id: int, vocab: int, special: np.ndarray
 ) -> np.ndarray:
-    """Mask ``ids`` in place; returns the labels (-100 except at predicted positions)."""
+    """Mask ``ids`` in place, never at the ``special`` positions; returns the labels (-100 except
+    at predicted positions)."""
     n = ids.size
-    cand = np.delete(np.arange(n), [0, sep_a - 1, n - 1])
+    cand = np.delete(np.arange(n), special)
     k = min(cfg.predictions, max(1, round(cand.size * cfg.mask_prob)), cand.size)
     pos = np.sort(rng.choice(cand, size=k, replace=False))
     labels = np.full(n, IGNORE_INDEX, dtype=np.int64)
@@ -189,8 +202,15 @@ class _PairBuilder:
     """Google's ``create_instances_from_document``, on token arrays."""
 
     def __init__(
-        self, tokens: np.ndarray, offsets: np.ndarray, ends: np.ndarray, sent_off: np.ndarray, cfg: MLMConfig
+        self,
+        tokens: np.ndarray,
+        offsets: np.ndarray,
+        ends: np.ndarray,
+        sent_off: np.ndarray,
+        cfg: MLMConfig,
+        room: int,
     ) -> None:
+        self.room = room  # tokens of A and B together
         self.tokens, self.offsets, self.ends, self.sent_off, self.cfg = tokens, offsets, ends, sent_off, cfg
         self.rng = np.random.default_rng(cfg.seed)
         self.n_docs = offsets.size - 1
@@ -205,7 +225,7 @@ class _PairBuilder:
 
     def pairs(self, d: int) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
         rng, cfg = self.rng, self.cfg
-        max_tokens = cfg.max_len - 3
+        max_tokens = self.room
         target = max_tokens if rng.random() >= cfg.short_seq_prob else int(rng.integers(2, max_tokens + 1))
         sents = self.sentences(d)
         chunk: list[tuple[int, int]] = []

@@ -33,7 +33,8 @@ from seqpack.corpus.records import iter_records
 from seqpack.data.sequences import IGNORE_INDEX, Sequences, id_dtype, offsets_of
 from seqpack.packing.histogram import MAX_LEN_LIMIT, check_max_len
 from seqpack.tasks.base import Task, slot_units
-from seqpack.tasks.examples import get_field, special_ids
+from seqpack.tasks.examples import get_field
+from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
@@ -128,8 +129,8 @@ def qa_sequences(
 ) -> Sequences:
     """QA examples -> one sequence per context window, with ``start/end_positions``."""
     check_max_len(max_len)
-    specials, vocab_size = special_ids(tokenizer)
-    cls, sep = specials["[CLS]"], specials["[SEP]"]
+    specials = task_specials(tokenizer, "qa")
+    (pre, mid, post), (q_type, c_type) = specials.pair.pieces()
     rows, dropped, n_examples = _read_rows(examples, question_field, context_field, answers_field)
     q_ids = tokenizer.encode_batch([r[1] for r in rows])
     c_enc = tokenizer.encode_with_offsets([r[2] for r in rows])
@@ -137,10 +138,11 @@ def qa_sequences(
     fields: dict[str, list[int]] = {
         k: [] for k in ("start_positions", "end_positions", "context_start", "window_start")
     }
-    example_ids, n_types = [], []
+    example_ids: list[int] = []
+    types: list[list[int]] = []
     for (i, _q, context, ans), qi, (c_arr, c_spans) in zip(rows, q_ids, c_enc):
         qi, ci = qi[:max_question_len], c_arr.tolist()
-        room = max_len - len(qi) - 3
+        room = max_len - len(qi) - specials.pair.added
         if room <= doc_stride:
             raise ValueError(
                 f"max_len={max_len} leaves {room} context tokens after the question, not more than doc_stride={doc_stride}; raise --max-len or lower --doc-stride"
@@ -148,9 +150,9 @@ def qa_sequences(
         span = None if ans is None else answer_tokens(context, c_spans, ans[0], ans[1], i)
         for w in windows(len(ci), room, doc_stride):
             piece = ci[w : w + room]
-            head = [cls, *qi, sep]
-            seqs.append(head + piece + [sep])
-            n_types.append(len(head))
+            head = [*pre[0], *qi, *mid[0]]
+            seqs.append(head + piece + post[0])
+            types.append([*pre[1], *[q_type] * len(qi), *mid[1], *[c_type] * len(piece), *post[1]])
             first, last = span if span is not None else (-1, -1)
             inside = span is not None and w <= first and last < w + len(piece)
             fields["start_positions"].append(first - w + len(head) if inside else 0)
@@ -161,22 +163,19 @@ def qa_sequences(
     lengths = np.array([len(s) for s in seqs], dtype=np.int64)
     total = int(lengths.sum())
     flat = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=total)
-    tt = (np.arange(total) - np.repeat(offsets_of(lengths)[:-1], lengths) >= np.repeat(n_types, lengths)).astype(
-        np.uint8
-    )
+    tt = np.fromiter((t for s in types for t in s), dtype=np.uint8, count=total)
     pos_dt = np.int16 if max_len < 1 << 15 else np.int32
     return Sequences(
         task="qa",
         offsets=offsets_of(lengths),
         example_ids=np.asarray(example_ids, dtype=np.int64),
-        token_fields={"input_ids": flat.astype(id_dtype(vocab_size - 1)), "token_type_ids": tt},
+        token_fields={"input_ids": flat.astype(id_dtype(specials.vocab_size - 1)), "token_type_ids": tt},
         seq_fields={k: np.asarray(v, dtype=pos_dt if k != "window_start" else np.int32) for k, v in fields.items()},
         position_fields=("start_positions", "end_positions", "context_start"),
         num_examples=n_examples,
         dropped=dropped,
         info={
-            "special_ids": specials,
-            "vocab_size": vocab_size,
+            **specials.info(),
             "doc_stride": doc_stride,
             "max_question_len": max_question_len,
         },

@@ -156,10 +156,14 @@ def hf_special_tokens(special_tokens: list[str]) -> dict[str, str]:
     """``bos_token``, ``eos_token`` and ``pad_token`` of an exported directory, from the special tokens.
 
     ``<|endoftext|>`` (GPT-2's one token) is bos and pad; eos is ``<|im_end|>`` when there is one (a chat
-    model stops at the end of its turn), else ``<|endoftext|>``, else the first special token.
+    model stops at the end of its turn), else ``<|endoftext|>``, else the first special token. BERT's
+    ``[CLS]``, ``[SEP]`` and ``[MASK]``, when trained in, are its cls, sep and mask tokens (the encoder
+    tasks write them: `seqpack.tasks.specials`).
 
     >>> hf_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     {'bos_token': '<|endoftext|>', 'eos_token': '<|im_end|>', 'pad_token': '<|endoftext|>'}
+    >>> hf_special_tokens(["<|endoftext|>", "[CLS]", "[SEP]"])["cls_token"]
+    '[CLS]'
     """
     if not special_tokens:
         raise ValueError(
@@ -167,7 +171,12 @@ def hf_special_tokens(special_tokens: list[str]) -> dict[str, str]:
         )
     text = "<|endoftext|>" if "<|endoftext|>" in special_tokens else special_tokens[0]
     eos = "<|im_end|>" if "<|im_end|>" in special_tokens else text
-    return {"bos_token": text, "eos_token": eos, "pad_token": text}
+    bert = {
+        k: t
+        for k, t in (("cls_token", "[CLS]"), ("sep_token", "[SEP]"), ("mask_token", "[MASK]"))
+        if t in special_tokens
+    }
+    return {"bos_token": text, "eos_token": eos, "pad_token": text, **bert}
 
 
 def hf_directory_files(tok: Tokenizer, *, chat_template: str | None) -> dict[str, str]:

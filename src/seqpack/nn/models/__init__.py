@@ -8,6 +8,7 @@ from seqpack.nn.models.bert import (
     BertForPreTraining,
     BertForQuestionAnswering,
     BertForSequenceClassification,
+    BertForTokenClassification,
 )
 from seqpack.nn.models.common import SIZES, PackedOutput
 from seqpack.nn.models.gpt import GPT, GPTConfig, GPTReward
@@ -19,6 +20,7 @@ __all__ = [
     "BertForPreTraining",
     "BertForQuestionAnswering",
     "BertForSequenceClassification",
+    "BertForTokenClassification",
     "GPTConfig",
     "GPTReward",
     "PackedOutput",

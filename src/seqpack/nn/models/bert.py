@@ -22,11 +22,14 @@ from seqpack.nn.heads import MLMHead, PackedPooler, slot_count
 from seqpack.nn.losses import (
     IGNORE_INDEX,
     check_reduction,
+    mean_over,
     multilabel_loss,
     qa_logits,
     qa_loss,
+    sequence_token_losses,
     slot_cross_entropy,
     target_loss,
+    token_loss,
 )
 from seqpack.nn.models.common import PackedOutput, check_batch, sized
 from seqpack.nn.models.layers import (
@@ -233,4 +236,50 @@ class BertForQuestionAnswering(nn.Module):
         if start_positions is not None and end_positions is not None:
             out.loss, out.per_sequence = qa_loss(s_slots, e_slots, start_positions, end_positions)
             out.present = start_positions != IGNORE_INDEX
+        return out
+
+
+def token_class_output(
+    logits: torch.Tensor, labels: torch.Tensor | None, segment_ids: torch.Tensor, reduction: str
+) -> PackedOutput:
+    """A per-token classifier's output: ``logits`` (B, T, C) and, with ``labels`` (B, T; -100 where
+    a token has no tag), the cross-entropy of each sequence's tagged tokens (``per_sequence``,
+    ``present``: (B, D)) reduced per sequence or over all tagged tokens (``reduction``)."""
+    check_reduction(reduction)
+    out = PackedOutput(logits=logits)
+    if labels is not None:
+        out.per_sequence, out.present = sequence_token_losses(logits, labels, segment_ids)
+        if reduction == "sequence":
+            out.loss = mean_over(out.per_sequence, out.present)
+        else:
+            out.loss = token_loss(logits, labels, segment_ids, reduction="token")
+    return out
+
+
+class BertForTokenClassification(nn.Module):
+    """A tag per token of every packed sequence: ``logits`` (B, T, num_labels); ``labels`` (B, T),
+    -100 where a token has no tag (padding, specials, a word's later sub-tokens)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = Bert(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.hidden, config.num_labels)
+        init_weights(self.classifier)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        segment_ids: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        reduction: str = "sequence",
+    ) -> PackedOutput:
+        check_batch(input_ids, segment_ids, labels=labels)
+        h = self.bert(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
+        out = token_class_output(self.classifier(self.dropout(h)), labels, segment_ids, reduction)
+        out.hidden = h
         return out

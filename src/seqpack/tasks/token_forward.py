@@ -1,0 +1,160 @@
+"""The torch side of ``token-classification``: a transformers token classifier on packed rows, the
+tag scheme the entity metrics read, and the evaluation metrics (imported where they run: the tasks
+import no torch at module level).
+
+A transformers ``*ForTokenClassification`` model runs on the whole packed row with a 4-D mask that
+keeps its sequences apart (`seqpack.nn.hf_adapter.hf_attention_mask`: bool for ``sdpa``, additive
+for ``eager``), each sequence's own restarting ``position_ids`` and its token types: every token
+sees only its own sequence, at its own positions, so its logits are those of the sequence alone.
+A model whose forward takes no ``position_ids`` counts positions along the row; it is refused on a
+row holding more than one sequence.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.tasks.entities import entity_counts, is_iob
+
+if TYPE_CHECKING:
+    import torch
+
+    from seqpack.nn.models.common import PackedOutput
+
+#: the transformers encoders whose token classifier is exact on packed rows through a 4-D mask and
+#: restarting positions (tested against each sequence alone); others are refused before any step
+EXACT_ENCODERS = ("bert", "roberta", "xlm-roberta", "electra", "albert", "distilbert")
+
+
+def check_token_classifier(model_type: str) -> None:
+    """Refuse, in one line, an encoder whose token classifier packed rows would make wrong.
+
+    >>> check_token_classifier("modernbert")
+    Traceback (most recent call last):
+    ...
+    ValueError: --hf-model: a modernbert token classifier is not exact on packed rows (its attention narrows or rebuilds the packed mask); token classification packs bert, roberta, xlm-roberta, electra, albert, distilbert
+    """
+    if model_type not in EXACT_ENCODERS:
+        raise ValueError(
+            f"--hf-model: a {model_type} token classifier is not exact on packed rows (its attention narrows or "
+            f"rebuilds the packed mask); token classification packs {', '.join(EXACT_ENCODERS)}"
+        )
+
+
+#: what ``out.extra`` holds the tag scheme under: ``(C, 2)`` prefix (an index of `PREFIXES`) and entity type
+SCHEME = "tag_scheme"
+PREFIXES = "OBIES"
+
+
+def tag_scheme(names: Sequence[str] | None) -> torch.Tensor | None:
+    """IOB tag names as a ``(C, 2)`` tensor of (prefix, type index); ``None`` when they are not IOB.
+
+    >>> tag_scheme(["O", "B-PER", "I-PER", "B-LOC"]).tolist()
+    [[0, 0], [1, 1], [2, 1], [1, 0]]
+    """
+    import torch
+
+    if names is None or not is_iob(names):
+        return None
+    types = sorted({n[2:] for n in names if n != "O"})
+    rows = [[0, 0] if n == "O" else [PREFIXES.index(n[0]), types.index(n[2:])] for n in names]
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def with_tag_scheme(out: PackedOutput, names: Sequence[str] | None) -> PackedOutput:
+    """``out`` with the scheme of tag ``names`` in ``out.extra`` (when they are IOB)."""
+    scheme = tag_scheme(names)
+    if scheme is not None:
+        out.extra[SCHEME] = scheme
+    return out
+
+
+def _model_inputs(inner: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """The keywords a transformers token classifier takes for a packed batch."""
+    from seqpack.nn.hf_adapter import hf_attention_mask, model_compute_dtype
+    from seqpack.nn.masks import check_segment_ids, position_ids
+
+    ids, seg = batch["input_ids"], batch["segment_ids"]
+    check_segment_ids(seg)
+    takes = inspect.signature(inner.forward).parameters
+    kw: dict[str, Any] = {"input_ids": ids}
+    kw["attention_mask"] = hf_attention_mask(inner, seg, causal=False, dtype=model_compute_dtype(inner))
+    if "position_ids" in takes:
+        pos = batch.get("position_ids")
+        kw["position_ids"] = position_ids(seg) if pos is None else pos
+    elif seg.numel() and int(seg.max()) > 1:
+        raise ValueError(
+            f"{type(inner).__name__} takes no position_ids: it would number the positions along a packed row, "
+            "across its sequences; train it on --padded rows, or pick a model that takes position_ids"
+        )
+    if "token_type_ids" in takes and "token_type_ids" in batch:
+        kw["token_type_ids"] = batch["token_type_ids"]
+    return kw
+
+
+def hf_token_forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str) -> PackedOutput:
+    """A transformers ``*ForTokenClassification`` model on a packed batch: its logits ``(B, T, C)``
+    and, with ``labels``, the loss reduced per sequence or per token (``reduction``)."""
+    from seqpack.nn.models.bert import token_class_output
+
+    inner = getattr(model, "module", model)  # DistributedDataParallel wraps it; the call goes through the wrapper
+    inner = getattr(inner, "_orig_mod", inner)
+    logits = model(**_model_inputs(inner, batch)).logits  # (B, T, C)
+    out = token_class_output(logits, batch.get("labels"), batch["segment_ids"], reduction)
+    id2label = getattr(inner.config, "id2label", None) or {}
+    names = (
+        [str(id2label[i]) for i in range(len(id2label))] if all(i in id2label for i in range(len(id2label))) else None
+    )
+    return with_tag_scheme(out, names)
+
+
+def _tags(ids: list[int], scheme: list[list[int]]) -> list[str]:
+    return ["O" if scheme[i][0] == 0 else f"{PREFIXES[scheme[i][0]]}-{scheme[i][1]}" for i in ids]
+
+
+def add_token_metrics(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+    """``cls_loss`` (each sequence's mean over its tagged tokens, averaged over sequences),
+    ``cls_token_loss`` and ``token_accuracy`` (over tagged tokens) and, when the tags are IOB,
+    ``entity_precision``, ``entity_recall`` and ``entity_f1`` (conlleval's, `seqpack.tasks.entities`)."""
+    import torch.nn.functional as F
+
+    labels = batch.get("labels")
+    if labels is None or out.per_sequence is None or out.present is None or out.logits is None:
+        return
+    totals.add("cls_loss", float(out.per_sequence[out.present].sum()), float(out.present.sum()))
+    tagged = labels != IGNORE_INDEX
+    logits, gold = out.logits[tagged], labels[tagged]
+    pred = logits.argmax(-1)
+    totals.add("cls_token_loss", float(F.cross_entropy(logits.float(), gold.long(), reduction="sum")), gold.numel())
+    totals.add("token_accuracy", float((pred == gold).sum()), gold.numel())
+    scheme = out.extra.get(SCHEME)
+    if scheme is None:
+        return
+    table = scheme.tolist()
+    rows, _cols = tagged.nonzero(as_tuple=True)
+    keys = (rows * (int(batch["segment_ids"].max()) + 1) + batch["segment_ids"][tagged]).tolist()
+    right = n_pred = n_gold = 0
+    g_all, p_all = gold.tolist(), pred.tolist()
+    start = 0
+    for k in range(1, len(keys) + 1):
+        if k == len(keys) or keys[k] != keys[start]:  # one sequence's tagged tokens, in order
+            r, p, g = entity_counts(_tags(g_all[start:k], table), _tags(p_all[start:k], table))
+            right, n_pred, n_gold = right + r, n_pred + p, n_gold + g
+            start = k
+    totals.add("entity_precision", right, n_pred)
+    totals.add("entity_recall", right, n_gold)
+    totals.add("entity_f1", 2 * right, n_pred + n_gold)
+
+
+__all__ = [
+    "EXACT_ENCODERS",
+    "SCHEME",
+    "check_token_classifier",
+    "add_token_metrics",
+    "hf_token_forward",
+    "tag_scheme",
+    "with_tag_scheme",
+]
