@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "seqpack"
 
 #: lowest first; a package imports only packages of a lower layer (or itself)
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_atomic", "_ids", "_lazy", "_parallel", "_progress", "_native", "_resources", "_stages", "_version"),  # helpers of every layer
+    ("_atomic", "_ids", "_lazy", "_parallel", "_progress", "_native", "_resources", "_stages", "_version", "errors"),  # helpers of every layer
     ("corpus",),
     ("tokenizer",),
     ("store",),

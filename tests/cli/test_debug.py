@@ -58,6 +58,34 @@ def test_an_internal_error_prints_its_traceback_and_asks_for_a_report(capsys, tm
     assert "this is a bug in seqpack" in err.splitlines()[-1]
 
 
+@pytest.mark.parametrize(("raised", "code"), [
+    (ValueError("bad index 3"), 1),  # a ValueError of seqpack's own code or a library's: a bug
+    (TypeError("unsupported operand"), 1),
+    ("user", 2),  # seqpack.errors.UserError: one line, exit 2
+    (FileNotFoundError(2, "No such file or directory", "x.npy"), 2),  # the system's: one line too
+])
+def test_errors_by_kind(capsys, tmp_path, monkeypatch, raised, code) -> None:
+    """Only what a user can fix is one line: a `UserError` or the system's `OSError`; a plain
+    ValueError or TypeError is a bug and shows its traceback."""
+    import seqpack.cli.paths
+    from seqpack.errors import UserError
+
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    error = UserError("3 sequences exceed max_len=8; pass --overflow truncate") if raised == "user" else raised
+
+    def failing(args):
+        raise error
+
+    monkeypatch.setattr(seqpack.cli.paths, "check_paths", failing)
+    got = main(["stats", "--lengths", str(tmp_path / "x.npy"), "--max-len", "8"])
+    err = capsys.readouterr().err
+    assert got == code, err
+    if code == 2:
+        assert err.count("\n") == 1 and err.startswith("seqpack: error: ") and "Traceback" not in err
+    else:
+        assert "Traceback" in err and "this is a bug in seqpack" in err.splitlines()[-1]
+
+
 def test_debug_off_when_the_variable_says_0(monkeypatch) -> None:
     from seqpack.cli.main import debugging
 

@@ -1,6 +1,7 @@
 """``seqpack`` command line: one module per subcommand; handlers parse and call the library.
 
-User errors (bad options, missing or malformed files) print one line
+User errors (`seqpack.errors.UserError`: bad options, malformed or damaged inputs, data that does
+not fit the model) and the system's (`OSError`: a missing file, a full disk) print one line
 ``seqpack: error: ...`` to stderr and exit with code 2, without a traceback. Any other exception is
 a bug in seqpack: its traceback is printed, then one line asking for a report, and the exit code
 is 1. ``--debug`` (anywhere on the line) or ``SEQPACK_DEBUG=1`` prints a user error's traceback
@@ -17,6 +18,8 @@ import sys
 import warnings
 from collections.abc import Sequence
 from typing import TextIO
+
+from seqpack.errors import UserError
 
 #: the subcommands, as ``seqpack --help`` lists them: name -> its module in ``seqpack.cli`` (which has
 #: ``NAME``, ``HELP`` and ``add_parser``). A command imports its own module only: the others' imports
@@ -121,7 +124,7 @@ def _show_warning(
 #: the environment variable that turns ``--debug`` on
 DEBUG_ENV = "SEQPACK_DEBUG"
 #: what a user error is: one line and exit code 2 (any other exception is a bug)
-USER_ERRORS = (ValueError, TypeError, OSError, OverflowError, FloatingPointError)
+USER_ERRORS = (UserError, OSError)
 
 
 def debugging(argv: Sequence[str]) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from seqpack.errors import UserError
 from seqpack.tokenizer.hf_tokenizer import HFTokenizer
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class Template:
                 continue
             text = a if what == "A" else b
             if text is None:
-                raise ValueError("this template takes a pair of texts")
+                raise UserError("this template takes a pair of texts")
             starts[what] = len(ids)
             ids.extend(text)
             types.extend([kind] * len(text))
@@ -148,16 +149,16 @@ def _declared(tok: HFTokenizer, keys: tuple[str, ...]) -> tuple[str, int] | None
             continue
         i = tok.token_to_id(token)
         if i is None:
-            raise ValueError(
+            raise UserError(
                 f"the tokenizer's {key} {token!r} is not in its vocabulary; name a token it holds in {_where(tok)}"
             )
         return token, i
     return None
 
 
-def _missing(tok: HFTokenizer, task: str, keys: tuple[str, ...], example: str, why: str) -> ValueError:
+def _missing(tok: HFTokenizer, task: str, keys: tuple[str, ...], example: str, why: str) -> UserError:
     named = keys[0] + (f" (nor a {' or '.join(keys[1:])})" if keys[1:] else "")
-    return ValueError(
+    return UserError(
         f'task {task}: the tokenizer declares no {named}, which {why}; add "{keys[0]}": "{example}" (a token of '
         f"its vocabulary) to {_where(tok)} (a pretrained tokenizer is never given new ids)"
     )

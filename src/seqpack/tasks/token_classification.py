@@ -31,6 +31,7 @@ import numpy as np
 from seqpack.corpus.records import iter_records
 from seqpack.data.sequences import IGNORE_INDEX, Sequences, check_overflow, id_dtype, label_dtype, offsets_of
 from seqpack.data.sequences import overflow_error as _overflow_error
+from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
 from seqpack.tasks._lm import lm_units
 from seqpack.tasks.base import Task, num_labels
@@ -57,7 +58,7 @@ def parse_names(text: str | None) -> list[str] | None:
         return None
     names = [n.strip() for n in text.split(",")]
     if not all(names) or len(set(names)) != len(names):
-        raise ValueError(f"--tag-names {text!r}: give distinct, non-empty names separated by commas")
+        raise UserError(f"--tag-names {text!r}: give distinct, non-empty names separated by commas")
     return names
 
 
@@ -73,16 +74,16 @@ def _read(
         words = get_field(row, tokens_field, i, "--tokens-field", list)
         tags = get_field(row, tags_field, i, "--tags-field", list)
         if not all(isinstance(w, str) for w in words):
-            raise ValueError(f"example {i}: field {tokens_field!r} must be a list of strings (the words)")
+            raise UserError(f"example {i}: field {tokens_field!r} must be a list of strings (the words)")
         blank = next((k for k, w in enumerate(words) if not w.strip()), None)
         if blank is not None:
-            raise ValueError(f"example {i}: word {blank} is blank; remove it and its tag")
+            raise UserError(f"example {i}: word {blank} is blank; remove it and its tag")
         if len(tags) != len(words):
-            raise ValueError(
+            raise UserError(
                 f"example {i}: {len(words)} words in {tokens_field!r} but {len(tags)} tags in {tags_field!r}"
             )
         if any(isinstance(t, bool) or not isinstance(t, (int, str)) for t in tags):
-            raise ValueError(f"example {i}: field {tags_field!r} must be a list of ints or strings")
+            raise UserError(f"example {i}: field {tags_field!r} must be a list of ints or strings")
         if not words:
             dropped["empty"] = dropped.get("empty", 0) + 1
             continue
@@ -97,20 +98,20 @@ def tag_ids(
     it; integer tags must be below its length), else string tags' sorted set (integer tags: none)."""
     kinds = {type(t) for _, _, tags in rows for t in tags}
     if len(kinds) > 1:
-        raise ValueError(f"tags in field {field!r} mix int and str; use all ints or all strings")
+        raise UserError(f"tags in field {field!r} mix int and str; use all ints or all strings")
     if kinds == {str}:
         names = names if names is not None else sorted({t for _, _, tags in rows for t in tags})
         index = {n: k for k, n in enumerate(names)}
         for i, _, tags in rows:
             unknown = next((t for t in tags if t not in index), None)
             if unknown is not None:
-                raise ValueError(f"example {i}: tag {unknown!r} is not one of --tag-names")
+                raise UserError(f"example {i}: tag {unknown!r} is not one of --tag-names")
         return [[index[t] for t in tags] for _, _, tags in rows], names
     for i, _, tags in rows:
         bad = next((t for t in tags if t < 0 or (names is not None and t >= len(names))), None)
         if bad is not None:
             have = f"below the {len(names)} --tag-names" if names is not None else ">= 0"
-            raise ValueError(f"example {i}: tag {bad} in field {field!r}; integer tags must be {have}")
+            raise UserError(f"example {i}: tag {bad} in field {field!r}; integer tags must be {have}")
     return [list(tags) for _, _, tags in rows], names
 
 
@@ -180,7 +181,7 @@ def token_classification_sequences(
     specials = task_specials(tokenizer, NAME)
     budget = max_len - specials.single.added
     if budget < 1:
-        raise ValueError(f"max_len={max_len} leaves no room for words after the special tokens; raise --max-len")
+        raise UserError(f"max_len={max_len} leaves no room for words after the special tokens; raise --max-len")
     rows, n_examples, dropped = _read(examples, tokens_field, tags_field)
     given = tag_names if tag_names is not None else _features_names(examples, tags_field)
     ids_of_tags, names = tag_ids(rows, tags_field, given)
@@ -198,7 +199,7 @@ def token_classification_sequences(
     for (i, words, _), p, tags, n in zip(rows, pieces, ids_of_tags, lengths):
         empty = next((j for j, w in enumerate(p) if not w), None)
         if empty is not None:
-            raise ValueError(f"example {i}: word {empty} ({words[empty]!r}) has no token; remove it and its tag")
+            raise UserError(f"example {i}: word {empty} ({words[empty]!r}) has no token; remove it and its tag")
         if n > budget and overflow == "drop":
             continue
         flat, tagged = _tagged(p, tags, later)
@@ -260,7 +261,7 @@ def tag_space(
             elif isinstance(t, int) and not isinstance(t, bool):
                 top = max(top, t)
     if strings and top >= 0:
-        raise ValueError(f"tags in field {tags_field!r} mix int and str; use all ints or all strings")
+        raise UserError(f"tags in field {tags_field!r} mix int and str; use all ints or all strings")
     if names is None and strings:
         names = sorted(strings)
     return names, check_label_count(len(names) if names is not None else top + 1, tags_field)
@@ -324,7 +325,7 @@ class TokenClassificationTask(Task):
         """A stream cannot be read ahead for its tag set: ``tag_names`` names it."""
         names = parse_names(config.options.tag_names)
         if names is None:
-            raise ValueError(
+            raise UserError(
                 f"a stream of {self.name} examples needs tag_names: its tag set cannot be read ahead; "
                 "pass options={'tag_names': 'O,B-PER,I-PER,...'}"
             )

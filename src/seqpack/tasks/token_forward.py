@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.errors import UserError
 from seqpack.tasks.entities import entity_counts, is_iob
 
 if TYPE_CHECKING:
@@ -35,10 +36,10 @@ def check_token_classifier(model_type: str) -> None:
     >>> check_token_classifier("modernbert")
     Traceback (most recent call last):
     ...
-    ValueError: --hf-model: a modernbert token classifier is not exact on packed rows (its attention narrows or rebuilds the packed mask); token classification packs bert, roberta, xlm-roberta, electra, albert, distilbert
+    seqpack.errors.UserError: --hf-model: a modernbert token classifier is not exact on packed rows (its attention narrows or rebuilds the packed mask); token classification packs bert, roberta, xlm-roberta, electra, albert, distilbert
     """
     if model_type not in EXACT_ENCODERS:
-        raise ValueError(
+        raise UserError(
             f"--hf-model: a {model_type} token classifier is not exact on packed rows (its attention narrows or "
             f"rebuilds the packed mask); token classification packs {', '.join(EXACT_ENCODERS)}"
         )
@@ -86,7 +87,7 @@ def _model_inputs(inner: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, An
         pos = batch.get("position_ids")
         kw["position_ids"] = position_ids(seg) if pos is None else pos
     elif seg.numel() and int(seg.max()) > 1:
-        raise ValueError(
+        raise UserError(
             f"{type(inner).__name__} takes no position_ids: it would number the positions along a packed row, "
             "across its sequences; train it on --padded rows, or pick a model that takes position_ids"
         )

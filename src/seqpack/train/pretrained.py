@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from seqpack._atomic import OutputKind, remove_leftovers, replace_directory
+from seqpack.errors import UserError
 
 #: files that hold a transformers checkpoint's weights (one of them, or a sharded index)
 WEIGHT_FILES = (
@@ -106,11 +107,11 @@ def load_weights(
             )
     except (OSError, RuntimeError, ValueError, KeyError) as e:
         why = " ".join(str(e).split())[:300]
-        raise ValueError(f"--hf-model {source}: transformers cannot load its weights as {cls.__name__} ({why})") from e
+        raise UserError(f"--hf-model {source}: transformers cannot load its weights as {cls.__name__} ({why})") from e
     mismatched = sorted(info.get("mismatched_keys") or ())
     if mismatched and not resize:
         key, have, want = mismatched[0]
-        raise ValueError(
+        raise UserError(
             f"--hf-model {source}: {key} is {tuple(have)} in the checkpoint but {tuple(want)} for this data "
             f"({cls.__name__}, {len(mismatched)} such weight(s)); pass --ignore-mismatched-sizes to start them anew"
         )
@@ -184,19 +185,19 @@ def check_vocabulary(
         else f"re-pack {data} with --tokenizer {source} (the model's tokenizer)"
     )
     if vocab > rows:
-        raise ValueError(
+        raise UserError(
             f"--hf-model {source}: its embeddings hold {rows:,} tokens, fewer than the {vocab:,} of the tokenizer "
             f"{data} was packed with; {fix}"
         )
     bad = {k: i for k, i in task_ids(manifest).items() if not 0 <= i < rows}
     if bad:
         k, i = next(iter(bad.items()))
-        raise ValueError(f"--hf-model {source}: the data's {k} {i} is past the model's {rows:,} embeddings; {fix}")
+        raise UserError(f"--hf-model {source}: the data's {k} {i} is past the model's {rows:,} embeddings; {fix}")
     tok = tokenizer_of(Path(source), opener)
     have = manifest.get("tokenizer_hash")
     if tok is not None and have and tok.fingerprint() != have:
         how = "is read with" if stream else "was packed with"
-        raise ValueError(f"--hf-model {source}: {data} {how} another tokenizer than the model's; {fix}")
+        raise UserError(f"--hf-model {source}: {data} {how} another tokenizer than the model's; {fix}")
 
 
 def add_lora(model: Any, task: str, *, rank: int, targets: str | None, train_whole: Sequence[str] = ()) -> Any:
@@ -208,7 +209,7 @@ def add_lora(model: Any, task: str, *, rank: int, targets: str | None, train_who
     try:
         import peft
     except ImportError as e:
-        raise ValueError("--lora-rank needs peft: pip install 'seqpack[hf]' (or pip install peft)") from e
+        raise UserError("--lora-rank needs peft: pip install 'seqpack[hf]' (or pip install peft)") from e
     import warnings
 
     # peft reads transformers' renamed is_gradient_checkpointing at every step; the run's lines say the rest
@@ -227,7 +228,7 @@ def add_lora(model: Any, task: str, *, rank: int, targets: str | None, train_who
         wrapped = peft.get_peft_model(model, config)
     except ValueError as e:
         why = " ".join(str(e).split())[:300]
-        raise ValueError(
+        raise UserError(
             f"--lora-targets: peft cannot place adapters on {type(model).__name__} ({why}); name its modules, "
             "e.g. --lora-targets q_proj,v_proj"
         ) from e
