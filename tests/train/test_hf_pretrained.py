@@ -265,7 +265,7 @@ def test_packed_rows_stay_exact_with_adapters(released):
     from seqpack.train.pretrained import add_lora
 
     model = transformers.LlamaForCausalLM.from_pretrained(released["llama"], local_files_only=True)
-    model = add_lora(model, "clm", rank=4, targets="q_proj,k_proj,v_proj,o_proj")
+    model = add_lora(model, "CAUSAL_LM", rank=4, targets="q_proj,k_proj,v_proj,o_proj")
     torch.manual_seed(1)
     for name, p in model.named_parameters():
         if "lora_B" in name:

@@ -12,6 +12,7 @@ from seqpack.cli.args import (
     add_engine_options,
     default_of,
     engine_from_args,
+    from_args,
     option_name,
     schedule_from_args,
 )
@@ -64,7 +65,7 @@ def add_parser(sub: Any) -> None:
     from seqpack.data.format import COMPRESSION, ENCODINGS
     from seqpack.packing import ALGORITHMS
     from seqpack.pipeline import PackConfig
-    from seqpack.pipeline.config import OutputOptions
+    from seqpack.pipeline.config import SHARD_EXAMPLES, OutputOptions
     from seqpack.tasks import REGISTRY, TASKS
 
     store = "/".join(t for t in TASKS if REGISTRY[t].reads_store)
@@ -158,8 +159,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--shard-examples",
         type=integer("--shard-examples", 1, TOKENS_PER_ROW),
-        default=100_000,
-        help="labelled examples per stage (classification, multilabel, qa; default 100,000)",
+        default=SHARD_EXAMPLES,
+        help=f"labelled examples per stage (classification, multilabel, qa; default {SHARD_EXAMPLES:,})",
     )
     add_engine_options(p)
     add_balance_options(
@@ -231,16 +232,7 @@ def _pack_job(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
             engine=engine,
             shard_examples=args.shard_examples,
             glob=args.glob,
-            output=OutputOptions(
-                overwrite=args.overwrite,
-                schedule=schedule,
-                export_bin=args.export_bin,
-                compression=args.compression,
-                shard_packs=args.shard_packs,
-                row_group_packs=args.row_group_packs,
-                write_derived=args.write_derived,
-                encoding=args.encoding,
-            ),
+            output=from_args(OutputOptions, args, schedule=schedule),
         )
     finally:
         engine.close()

@@ -18,6 +18,8 @@ from seqpack.packing.histogram import check_max_len, round_up
 from seqpack.packing.plan import ALGORITHMS, DEFAULT_ALGORITHM, check_max_depth
 from seqpack.tasks import get_task
 
+#: labelled examples per stage of the sharded pack job (classification, multilabel, qa, ...)
+SHARD_EXAMPLES = 100_000
 COMMON = ("task", "max_len", "algorithm", "max_depth", "seed", "position_offset", "context_parallel")
 
 

@@ -56,7 +56,7 @@ from seqpack.errors import UserError
 from seqpack.packing import pack_lengths
 from seqpack.packing.balance import packing_schedule
 from seqpack.packing.plan import preload
-from seqpack.pipeline.config import OutputOptions, PackConfig
+from seqpack.pipeline.config import SHARD_EXAMPLES, OutputOptions, PackConfig
 from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline.in_memory import manifest_extra
 from seqpack.pipeline.stages import (
@@ -105,7 +105,7 @@ def pack_example_shards(
     *,
     output: OutputOptions = OutputOptions(),
     engine: Engine | None = None,
-    shard_examples: int = 100_000,
+    shard_examples: int = SHARD_EXAMPLES,
     glob: str | None = None,
 ) -> dict[str, Any]:
     """Pack labelled examples (``.jsonl``/``.parquet``, or a folder of them: `seqpack.corpus.record_files`,

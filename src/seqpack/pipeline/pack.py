@@ -20,7 +20,7 @@ from seqpack._atomic import check_not_input, check_output_dir
 from seqpack.data.format import OUTPUT as PACKED_OUTPUT
 from seqpack.data.format import SCHEDULE, write_packed
 from seqpack.packing.balance import packing_schedule
-from seqpack.pipeline.config import OutputOptions, PackConfig
+from seqpack.pipeline.config import SHARD_EXAMPLES, OutputOptions, PackConfig
 from seqpack.pipeline.in_memory import pack_task
 from seqpack.pipeline.job import pack_example_shards, pack_store_shards
 from seqpack.store.sharded import SHARDS, ShardedTokenStore
@@ -40,7 +40,7 @@ def build_packed_dataset(
     *,
     output: OutputOptions | None = None,
     engine: Engine | None = None,
-    shard_examples: int = 100_000,
+    shard_examples: int = SHARD_EXAMPLES,
     glob: str | None = None,
 ) -> dict[str, Any]:
     """Build, pack and write; returns the manifest (also in ``out/manifest.json``).

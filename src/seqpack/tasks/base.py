@@ -250,6 +250,8 @@ class Trains(TaskBase, abc.ABC):
     #: a step may leave part of the model unused (a batch with no image: the vision encoder), which
     #: ``DistributedDataParallel`` must be told (``find_unused_parameters``)
     partial_graph: ClassVar[bool] = False
+    #: the peft task type of its transformers model (LoRA: which head peft keeps trainable), or None
+    lora_task_type: ClassVar[str | None] = None
 
     @abc.abstractmethod
     def seqpack_model(

@@ -268,6 +268,7 @@ class ClassificationOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class ClassificationTask(Task):
+    lora_task_type: ClassVar[str | None] = "SEQ_CLS"
     options_type: ClassVar[type] = ClassificationOptions
     multilabel: bool = False
 

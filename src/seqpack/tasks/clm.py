@@ -226,6 +226,7 @@ class CLMOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class CLMTask(Task):
+    lora_task_type: ClassVar[str | None] = "CAUSAL_LM"
     options_type: ClassVar[type] = CLMOptions
     derived_fields: ClassVar[tuple[str, ...]] = ("labels",)
     tokens_from_store: ClassVar[bool] = True  # the store's tokens and an EOS a document: a compiled copy

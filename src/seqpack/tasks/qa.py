@@ -204,6 +204,7 @@ class QAOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class QATask(Task):
+    lora_task_type: ClassVar[str | None] = "QUESTION_ANS"
     options_type: ClassVar[type] = QAOptions
 
     def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:

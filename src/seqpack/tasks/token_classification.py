@@ -292,6 +292,7 @@ TAG_NAMES = "tag_names"
 
 @dataclass(frozen=True, kw_only=True)
 class TokenClassificationTask(Task):
+    lora_task_type: ClassVar[str | None] = "TOKEN_CLS"
     options_type: ClassVar[type] = TokenClassificationOptions
     #: its transformers models run through `hf_forward` (a per-token head over the packed mask)
     hf_adapted: ClassVar[bool] = False

@@ -160,7 +160,7 @@ def _hf_model(
     if pretrained:
         spec.update({"weights": "pretrained", **parts})
     if not task.hf_adapted:  # the task runs the model itself (its hf_forward), attention included
-        return _lora(model, spec, cfg, task.name), spec
+        return _lora(model, spec, cfg, task.lora_task_type), spec
     if not takes_plan(model) and type(model).__name__ not in BIDIRECTIONAL:
         raise UserError(
             f"--hf-model builds {type(model).__name__}; the adapters take transformers' causal LMs, their "
@@ -171,10 +171,10 @@ def _hf_model(
     if named is None and takes_plan(model) and not attention_dropout(config):
         _register(PACKED_IMPL)  # seqpack's packed attention unless the config names one (or needs dropout in it)
         model.set_attn_implementation(PACKED_IMPL)
-    return _lora(model, spec, cfg, task.name), spec
+    return _lora(model, spec, cfg, task.lora_task_type), spec
 
 
-def _lora(model: Any, spec: dict[str, Any], cfg: TrainConfig, task: str) -> Any:
+def _lora(model: Any, spec: dict[str, Any], cfg: TrainConfig, task_type: str | None) -> Any:
     """``model`` with LoRA adapters when ``--lora-rank`` asks for them (recorded in ``spec``)."""
     if not cfg.lora_rank:
         return model
@@ -182,7 +182,7 @@ def _lora(model: Any, spec: dict[str, Any], cfg: TrainConfig, task: str) -> Any:
 
     spec["lora"] = {"rank": cfg.lora_rank, "targets": cfg.lora_targets}
     new = [*spec.get("new", ()), *spec.get("resized", ())]  # weights the checkpoint did not give: trained whole
-    return add_lora(model, task, rank=cfg.lora_rank, targets=cfg.lora_targets, train_whole=new)
+    return add_lora(model, task_type, rank=cfg.lora_rank, targets=cfg.lora_targets, train_whole=new)
 
 
 def read_config(file: Path) -> dict[str, Any]:

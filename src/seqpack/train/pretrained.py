@@ -200,7 +200,9 @@ def check_vocabulary(
         raise UserError(f"--hf-model {source}: {data} {how} another tokenizer than the model's; {fix}")
 
 
-def add_lora(model: Any, task: str, *, rank: int, targets: str | None, train_whole: Sequence[str] = ()) -> Any:
+def add_lora(
+    model: Any, task_type: str | None, *, rank: int, targets: str | None, train_whole: Sequence[str] = ()
+) -> Any:
     """``model`` with LoRA adapters of ``rank`` on the modules named ``targets`` (comma-separated;
     None: peft's default for the architecture, its attention projections), every other weight frozen
     but the modules ``train_whole`` names and a classifier (a task head new to the checkpoint trains whole). Returns the transformers
@@ -214,14 +216,13 @@ def add_lora(model: Any, task: str, *, rank: int, targets: str | None, train_who
 
     # peft reads transformers' renamed is_gradient_checkpointing at every step; the run's lines say the rest
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-    kinds = {"clm": "CAUSAL_LM", "chat": "CAUSAL_LM", "classification": "SEQ_CLS", "multilabel": "SEQ_CLS"}
     names = [t.strip() for t in targets.split(",") if t.strip()] if targets else None
     config = peft.LoraConfig(
         r=rank,
         lora_alpha=2 * rank,
         lora_dropout=0.0,
         target_modules=names,
-        task_type=kinds.get(task),
+        task_type=task_type,
         modules_to_save=list(train_whole) or None,
     )
     try:
