@@ -34,7 +34,7 @@ from typing import Any
 from seqpack.errors import UserError
 from seqpack.experiments.tiny_configs import VOCAB, WINDOW, causal_lm_class, tiny_config
 
-#: the documents of every packed row test, as the user's bug report had them
+#: the documents of every packed row test: several to a row, of unequal lengths
 DOCUMENTS: tuple[int, ...] = (20, 5, 33, 12)
 #: (prompt, completions) of the shared-prefix layout
 GROUPS: tuple[tuple[int, tuple[int, ...]], ...] = ((9, (6, 13)), (14, (4, 7, 10)))
