@@ -124,6 +124,7 @@ class Units(abc.ABC):
 
     task: str  # the task's registered name
     manifest: dict[str, Any]  # the packed directory's manifest (a stream: the one it would write)
+    facts: DatasetFacts  # what the rows' task makes of them (per-token labels, a causal LM's rows)
     by_pack: bool = False  # a padded run that reads the packed run's packs, each as its sequences
     #: per-pack columns added at read time (a reference model's log-probabilities), or None
     pack_columns: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
@@ -136,7 +137,7 @@ class Units(abc.ABC):
     eval_packs: np.ndarray
     eval_tokens: int
     eval_sequences: int
-    _pack_fill: np.ndarray  # real tokens of each pack (indexed by pack)
+    pack_fill: np.ndarray  # real tokens of each pack (indexed by pack): what a run's size is reckoned from
     _pack_nseq: np.ndarray  # sequences of each pack
 
     @property
@@ -149,7 +150,7 @@ class Units(abc.ABC):
     def size_eval(self, max_tokens: int) -> None:
         """An evaluation reads a seeded sample of the held-out packs of at most ``max_tokens`` real
         tokens (`eval_sample`; 0: all of them)."""
-        fill, nseq = self._pack_fill, self._pack_nseq
+        fill, nseq = self.pack_fill, self._pack_nseq
         self.eval_packs = eval_sample(self.held_out_packs, fill, max_tokens)
         self.eval_tokens = int(fill[self.eval_packs].sum())
         self.eval_sequences = int(nseq[self.eval_packs].sum())
@@ -281,7 +282,7 @@ class TrainData(Units):
                 span_parts.append(sp)
         _check_counts(path, self.manifest, nseq, fill)
         self.held_out_packs = self.eval_packs  # out of training; an evaluation reads eval_packs of them
-        self._pack_fill, self._pack_nseq = fill, nseq
+        self.pack_fill, self._pack_nseq = fill, nseq
         self.size_eval(eval_tokens)
         self.by_pack = bool(padded and by_pack)
         if padded:

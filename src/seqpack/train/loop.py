@@ -13,6 +13,7 @@ micro-batch (see `seqpack.train.data`); gradients are averaged by
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import math
@@ -41,7 +42,6 @@ from seqpack._stages import partial_dir
 from seqpack.errors import UserError
 from seqpack.nn.heads import embedding_rows
 from seqpack.nn.models.common import PackedOutput
-from seqpack.nn.optim import adjust_betas
 from seqpack.tasks import trained_task
 from seqpack.train.checkpoint import (
     CHECKPOINT,
@@ -55,13 +55,14 @@ from seqpack.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from seqpack.train.config import TrainConfig, run_eval_tokens
-from seqpack.train.context_parallel import CPGroups, CPTaskModule, check_cp_model, cp_groups, dp_size, shard_batch
+from seqpack.train.config import TrainConfig
+from seqpack.train.context_parallel import CPGroups, CPTaskModule, check_cp_model, cp_groups, shard_batch
 from seqpack.train.data import TrainData, Units
 from seqpack.train.distributed import World, close_world, init_world
 from seqpack.train.init_from import Loaded, init_from
 from seqpack.train.lines import start_line
 from seqpack.train.models import attention_of, build_model, enable_checkpointing, forward
+from seqpack.train.plan import plan_run
 from seqpack.train.reference import (
     load_reference,
     reference_columns,
@@ -73,8 +74,6 @@ from seqpack.train.steps import (
     lr_at,
     make_optimizer,
     precision,
-    rows_per_batch,
-    total_steps,
 )
 from seqpack.train.stream_data import StreamTrainData
 
@@ -211,17 +210,20 @@ class _Run:
         self.task = data.task
         self.final = Path(cfg.out)
         self.run_dir = run_directory(cfg, resume=resume, overwrite=overwrite)
+        #: how far the run is; a resume restores it
+        self.state: dict[str, Any] = {"step": 0, "sequences": 0, "tokens": 0, "train_seconds": 0.0}
+        self.saved_step: int | None = None  # the step of the last checkpoint written or resumed from
+        self.log: MetricsLog | None = None  # the metrics log (the first rank's)
         self._build_model()
-        self._size_run()
-        self._record_options()
-        betas = self._build_optimizer()
+        self.plan = plan_run(cfg, data, world_size=world.size, model_config=self.spec["config"])
+        self.optimizer = make_optimizer(self.model, cfg, self.plan.betas)
         self._build_objective()
         reference = self._reference(resume)
         if resume:
             self._restore()
         self.wrapped = self._wrap()
         if world.main:
-            self._prepare_directory(resume, betas, reference)
+            self._prepare_directory(resume, reference)
 
     def _build_model(self) -> None:
         """The model, seeded, checkpointed if asked, on the device."""
@@ -256,52 +258,6 @@ class _Run:
             files = tokenizer_files(Path(self.cfg.data) / PROCESSOR)
         return files
 
-    def _size_run(self) -> None:
-        """Rows per micro-batch, data-parallel groups, steps and tokens; the evaluation sized to the run."""
-        cfg, data, world = self.cfg, self.data, self.world
-        self.rows = rows_per_batch(cfg, data)
-        if self.rows * cfg.accumulation > data.num_units:
-            unit = "sequences" if cfg.padded and not data.by_pack else "packs"
-            raise UserError(
-                f"{self.rows * cfg.accumulation:,} rows per step (--batch-size x --accumulation) is more than "
-                f"the {data.num_units:,} training {unit} of {cfg.data}; pass --batch-size "
-                f"{max(1, data.num_units // cfg.accumulation):,} or less"
-            )
-        self.dp = dp_size(world.size, cfg.context_parallel)  # data-parallel groups (of context_parallel ranks each)
-        if self.rows < self.dp:
-            raise UserError(
-                f"{self.rows} rows per micro-batch cannot be shared by {self.dp} data-parallel ranks; "
-                "raise --batch-size"
-            )
-        self.total = total_steps(cfg, data, self.rows)
-        per_unit = float(data.unit_tokens.mean()) if data.unit_tokens.size else float(data._pack_fill.mean())
-        self.train_tokens = int(self.total * self.rows * cfg.accumulation * per_unit)  # about: what the first line says
-        if cfg.eval_tokens is None:  # sized to the run: a tenth of what it trains on
-            data.size_eval(run_eval_tokens(self.train_tokens))
-
-    def _record_options(self) -> None:
-        """The balance report, and what a resume must match: the options, with a cost file's
-        coefficients in place of its path, and the dataset's schedule itself when training its steps
-        (a re-pack may have changed it)."""
-        cfg, data = self.cfg, self.data
-        self.balance = self._balance(cfg, data, self.world)
-        self.options = {
-            **cfg.to_dict(),
-            **({"balance_cost": self.balance["cost"]} if cfg.balance_cost and self.balance else {}),
-            **({"schedule": data.manifest["schedule"]} if data.schedule_shape else {}),
-        }
-        self.eval_every = max(1, self.total // cfg.evals) if cfg.evals else cfg.eval_every
-
-    def _build_optimizer(self) -> tuple[float, float]:
-        """The optimizer (its betas adjusted to the packing factor if asked); returns the betas."""
-        cfg = self.cfg
-        betas = adjust_betas(cfg.betas, self.data.packing_factor) if cfg.adjust_hparams else cfg.betas
-        self.optimizer = make_optimizer(self.model, cfg, betas)
-        self.state: dict[str, Any] = {"step": 0, "sequences": 0, "tokens": 0, "train_seconds": 0.0}
-        self.saved_step: int | None = None  # the step of the last checkpoint written or resumed from
-        self.identity = data_identity(self.data.manifest, cfg.padded)
-        return betas
-
     def _build_objective(self) -> None:
         """The task's objective (a preference loss, say; None: the model's own loss)."""
         task = trained_task(self.task)
@@ -314,13 +270,13 @@ class _Run:
 
     def _restore(self) -> None:
         """The weights, optimizer, counters, data position and random state of the run's checkpoint."""
-        ck = load_checkpoint(self.run_dir, model=self.spec, data=self.identity, options=self.options)
+        ck = load_checkpoint(self.run_dir, model=self.spec, data=self.plan.identity, options=self.plan.options)
         self.model.load_state_dict(ck["model_state"])
         self.optimizer.load_state_dict(ck["optimizer_state"])
         self.state = ck["state"]
         if ck["options"].get("init_from"):  # the run's record keeps where its first weights came from
             self.cfg = self.cfg.replace(init_from=ck["options"]["init_from"])
-            self.options["init_from"] = self.cfg.init_from
+            self.plan = dataclasses.replace(self.plan, options={**self.plan.options, "init_from": self.cfg.init_from})
             with contextlib.suppress(OSError, ValueError):  # what it loaded then, as the run's config said
                 self.init_record = json.loads((self.run_dir / CONFIG).read_text(encoding="utf-8")).get("init_from")
         if ck.get("data_state") is not None:  # a stream's position, one per rank
@@ -347,13 +303,13 @@ class _Run:
             )
         return wrapped
 
-    def _prepare_directory(self, resume: bool, betas: tuple[float, float], reference: np.ndarray | None) -> None:
+    def _prepare_directory(self, resume: bool, reference: np.ndarray | None) -> None:
         """The run directory (the first rank's): emptied for a new run, its metrics log, config and reference."""
         if not resume:  # a new run: nothing of an earlier one in its directory
             shutil.rmtree(self.run_dir, ignore_errors=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log = MetricsLog(self.run_dir / METRICS, keep_until=self.state["step"] if resume else None)
-        self._write_config(betas)
+        self._write_config()
         if reference is not None and not resume:
             save_reference(self.run_dir, reference)
 
@@ -371,34 +327,6 @@ class _Run:
             raise UserError(f"--context-parallel trains causal-LM rows (clm, chat); {cfg.data} holds {data.task} rows")
         check_cp_model(self.model)
         return cp_groups(world, cfg.context_parallel)
-
-    def _balance(self, cfg: TrainConfig, data: Units, world: World) -> dict[str, Any] | None:
-        """With ``balance="compute"``: packs dealt so every rank's step costs the same (a calibrated
-        cost file, or the FLOP model of this model)."""
-        if cfg.balance == "none":
-            return None
-        data.check_balance()
-        if data.schedule_shape is not None:
-            W, B = data.schedule_shape
-            if (cfg.balance_world or self.dp) != W or self.rows != W * B:
-                raise UserError(
-                    f"{cfg.data}: its schedule has steps of {W} ranks x {B} packs; train on {W} ranks "
-                    f"(or --balance-world {W}) with --batch-size {W * B} (rows per micro-batch, all ranks), "
-                    "or re-pack with this run's --world-size/--micro-batch"
-                )
-            return {**data.manifest["schedule"], "cost_source": "the dataset's schedule"}
-        from seqpack.packing.balance import RowCost, load_row_cost
-
-        if cfg.balance_cost:
-            cost = load_row_cost(cfg.balance_cost)
-        else:
-            c = self.spec["config"]
-            hidden = c.get("hidden") or c.get("hidden_size") or c.get("n_embd")
-            layers = c.get("layers") or c.get("num_hidden_layers") or c.get("n_layer") or 1
-            ffn = c.get("intermediate_size") or c.get("n_inner") or c.get("intermediate") or None
-            cost = RowCost.from_flops(hidden=int(hidden), layers=int(layers), ffn=ffn)
-        report = data.balance(cost, world=cfg.balance_world or self.dp, rows=self.rows)  # data-parallel ranks
-        return {**report, "cost": cost.to_dict(), "cost_source": cfg.balance_cost or "flops"}
 
     def _reference(self, resume: bool) -> np.ndarray | None:
         """The reference model's log-probabilities when the objective needs them: the initial
@@ -418,7 +346,7 @@ class _Run:
         self.data.pack_columns = reference_columns(ref)
         return ref
 
-    def _write_config(self, betas: tuple[float, float]) -> None:
+    def _write_config(self) -> None:
         from seqpack._version import __version__
 
         info = {
@@ -427,22 +355,24 @@ class _Run:
             "train": self.cfg.to_dict(),
             "model": self.spec,
             "attention": self.attention,
-            "data": {**self.data.describe(), **self.identity},
-            "rows_per_batch": self.rows,
-            "total_steps": self.total,
-            "betas": list(betas),
+            "data": {**self.data.describe(), **self.plan.identity},
+            "rows_per_batch": self.plan.rows,
+            "total_steps": self.plan.total,
+            "betas": list(self.plan.betas),
             "world_size": self.world.size,
-            "balance": self.balance,
+            "balance": self.plan.balance,
+            # the plan's sizes (its options and data identity are the train and data entries)
+            "plan": {k: v for k, v in self.plan.to_dict().items() if k not in ("options", "identity")},
             "init_from": self.init_record,
         }
         (self.run_dir / CONFIG).write_text(json.dumps(info, indent=1, default=str) + "\n", encoding="utf-8")
 
     def _micro_batches(self, step: int) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
-        R = self.rows * self.cfg.accumulation
+        R = self.plan.rows * self.cfg.accumulation
         units = self.data.units_at(self.cfg.seed, step * R, R)
         for m in range(self.cfg.accumulation):
             dp_rank = self.world.rank if self.cpg is None else self.cpg.dp_rank  # a CP group shares its rows
-            mine = units[m * self.rows : (m + 1) * self.rows][dp_rank :: self.dp]
+            mine = units[m * self.plan.rows : (m + 1) * self.plan.rows][dp_rank :: self.plan.dp]
             batch = self._checked(self.data.batch(mine))
             yield mine, {k: v.to(self.world.device) for k, v in batch.items()}
 
@@ -458,7 +388,7 @@ class _Run:
 
     def _step(self, step: int) -> dict[str, Any]:
         cfg, world = self.cfg, self.world
-        lr = lr_at(step, cfg, self.total)
+        lr = lr_at(step, cfg, self.plan.total)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.model.train()
@@ -543,8 +473,8 @@ class _Run:
                 self.run_dir,
                 {
                     "model": self.spec,
-                    "data": self.identity,
-                    "options": self.options,
+                    "data": self.plan.identity,
+                    "options": self.plan.options,
                     "state": dict(self.state),
                     "model_state": self.model.state_dict(),
                     "optimizer_state": self.optimizer.state_dict(),
@@ -559,7 +489,7 @@ class _Run:
         self.world.barrier()
 
     def _eval_record(self) -> None:
-        if self.world.main:
+        if self.log is not None:  # the first rank evaluates and logs
             ev = self.evaluate()
             self.log.write(
                 {
@@ -596,12 +526,12 @@ class _Run:
                     model,
                     attention=self.attention,
                     first=st["step"] + 1,
-                    total=self.total,
-                    rows=self.rows,
-                    eval_every=self.eval_every,
+                    total=self.plan.total,
+                    rows=self.plan.rows,
+                    eval_every=self.plan.eval_every,
                     eval_packs=len(self.data.eval_packs),
                     eval_tokens=self.data.eval_tokens,
-                    train_tokens=self.train_tokens,
+                    train_tokens=self.plan.train_tokens,
                     metrics=f"{self.final}/metrics.jsonl",
                     transformers=self.spec["library"] == "transformers",
                     init="" if self.loaded is None else self.loaded.text(),
@@ -614,14 +544,14 @@ class _Run:
         bar = progress_bar(
             cfg.progress and self.world.main,
             lines=LOG_INTERVAL,
-            total=self.total,
+            total=self.plan.total,
             initial=st["step"],
             desc=desc,
             unit="step",
             dynamic_ncols=True,
         )
         with _Interrupt() as stop:
-            while st["step"] < self.total:
+            while st["step"] < self.plan.total:
                 t0 = time.perf_counter()
                 rec = self._step(st["step"])
                 dt = time.perf_counter() - t0
@@ -640,14 +570,14 @@ class _Run:
                     "tokens_per_s": rec["step_tokens"] / dt,
                     "sequences_per_s": rec["step_sequences"] / dt,
                 }
-                if self.world.main:
+                if self.log is not None:  # the first rank's
                     self.log.write(rec)
                 bar.set_postfix(loss=f"{rec['loss']:.3f}", refresh=False)  # before the update that shows it
                 bar.update(1)
                 if on_step is not None:
                     on_step(st["step"], rec)
-                last = st["step"] == self.total
-                if (self.eval_every and st["step"] % self.eval_every == 0) or last:
+                last = st["step"] == self.plan.total
+                if (self.plan.eval_every and st["step"] % self.plan.eval_every == 0) or last:
                     self._eval_record()
                 if (cfg.checkpoint_every and st["step"] % cfg.checkpoint_every == 0) or last or stop.hit:
                     self._checkpoint()
@@ -672,7 +602,7 @@ class _Run:
             "train_seconds": st["train_seconds"],
             "tokens_per_s": st["tokens"] / max(st["train_seconds"], 1e-9),
             "sequences_per_s": st["sequences"] / max(st["train_seconds"], 1e-9),
-            "rows_per_batch": self.rows,
+            "rows_per_batch": self.plan.rows,
             "packing_factor": self.data.packing_factor,
             "eval": self.last_eval,
             "attention": {"implementation": self.attention, "plans": dict(self.ran)},

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from seqpack.data.format import DatasetFacts
 from seqpack.errors import UserError
 from seqpack.train.config import EVAL_EXAMPLES_CAP, TrainConfig
 from seqpack.train.data import Units
@@ -104,7 +105,7 @@ class StreamTrainData(Units):
                 f"{cfg.data}: its first {self.eval_examples:,} examples (held out for evaluation) make no row"
             )
         self.eval_rows = [{k: v for k, v in r.items() if k != "example_ids"} for r in held]
-        self._pack_fill = np.array([int((r["segment_ids"] != 0).sum()) for r in self.eval_rows], dtype=np.int64)
+        self.pack_fill = np.array([int((r["segment_ids"] != 0).sum()) for r in self.eval_rows], dtype=np.int64)
         self._pack_nseq = np.array([int(r["num_sequences"]) for r in self.eval_rows], dtype=np.int64)
         self.held_out_packs = np.arange(len(self.eval_rows))
         self.size_eval(cfg.eval_tokens or 0)
@@ -113,6 +114,9 @@ class StreamTrainData(Units):
         self._counts: dict[int, tuple[int, int]] = {}
         self._read = np.zeros(2, np.int64)  # rows and sequences this rank has trained on
         self.float_labels = task.float_labels
+        self.facts = DatasetFacts(
+            token_labels=task.token_labels, float_labels=task.float_labels, causal_lm=task.causal_lm
+        )
         #: what a resume must find again: the task, the row length, the stream's settings, each input's checksum
         self.manifest: dict[str, Any] = {
             "task": self.task,
