@@ -124,7 +124,7 @@ def generated_corpus(megabytes: int = 200, *, seed: int = 0) -> Path:
             "st", "ing", "ion", "er", "y", "ch", "ou", "ä", "ñ", "ph", "th", "gr", "ble", "ous"]
     greek, cjk = "αβγδεζηθικλμνξοπρστυφχψω", "的一是不了人我在有他这中大来上国个到说们为子和地出道"
     words = []
-    for i in range(400_000):
+    for _i in range(400_000):
         kind = rng.random()
         if kind < 0.05:
             words.append(str(rng.integers(0, 10 ** rng.integers(1, 7))))

@@ -34,8 +34,8 @@ from _common import scratch_dir  # type: ignore[import-not-found]
 
 
 def build(out: Path, *, n: int = 6000, max_len: int = 4096, seed: int = 0) -> None:
-    from seqpack.data.format import write_packed
     from seqpack.data.columns import pack_sequences
+    from seqpack.data.format import write_packed
     from seqpack.data.sequences import from_lists
 
     rng = np.random.default_rng(seed)

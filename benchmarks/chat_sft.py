@@ -172,7 +172,7 @@ def training_rows(sft: Path, steps: int, rounds: int, packed_rows: int) -> list[
                     times[name].append(time.perf_counter() - t0)
                     tokens[name].append(int((b["segment_ids"] > 0).sum()))
     out = []
-    for name, (data, rows, _) in variants.items():
+    for name, (_, rows, _) in variants.items():
         tps = [t / s for t, s in zip(tokens[name], times[name])]
         out.append({"variant": name, "rows_per_step": rows, "tokens_per_s": statistics.median(tps),
                     "step_seconds": statistics.median(times[name]), "steps_timed": len(tps),

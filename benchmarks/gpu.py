@@ -12,6 +12,7 @@ in rounds after a warm-up round, the device synchronised around each step; media
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -24,10 +25,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import wikipedia_lengths  # type: ignore[import-not-found]  # noqa: E402
+from _common import wikipedia_lengths  # type: ignore[import-not-found]
 
-from seqpack.experiments.bench import BenchConfig, make_batches, run_bench  # noqa: E402
-from seqpack.nn.attention import packed_attention, plan_attention  # noqa: E402
+from seqpack.experiments.bench import BenchConfig, make_batches, run_bench
+from seqpack.nn.attention import packed_attention, plan_attention
 
 BACKENDS = ("sdpa", "per_document", "varlen", "flex")
 
@@ -64,7 +65,7 @@ def attention_alone(T: int, rows: int, causal: bool, reps: int) -> dict[str, Any
         for b in backends:
             plan = plan_attention(seg, causal=causal, backend=b, dtype=torch.bfloat16)
 
-            def step(plan: Any = plan) -> None:
+            def step(plan: Any = plan, q: Any = q, k: Any = k, v: Any = v, grad: Any = grad) -> None:
                 packed_attention(q, k, v, plan).transpose(1, 2).reshape(rows, T, -1).backward(grad, retain_graph=True)
 
             res[f"{name}_{b}_ms"] = 1e3 * cuda_time(step, reps)
@@ -90,10 +91,10 @@ def varlen_profile(reps: int) -> dict[str, Any]:
     for name, n, cu, m in (("unpadded", total, cu_real, m_real), ("rows", 16 * 2048, plan.cu_seqlens, plan.max_seqlen)):
         q, k, v = (torch.randn(n, 12, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
         g = torch.randn_like(q)
+        fwd = functools.partial(fn, q, k, v, cu, cu, m, m, window_size=(-1, 0))
         with torch.no_grad():
-            res[f"kernel_{name}_fwd_ms"] = 1e3 * cuda_time(lambda: fn(q, k, v, cu, cu, m, m, window_size=(-1, 0)), reps)
-        res[f"kernel_{name}_fwd_bwd_ms"] = 1e3 * cuda_time(
-            lambda: fn(q, k, v, cu, cu, m, m, window_size=(-1, 0)).backward(g), reps)
+            res[f"kernel_{name}_fwd_ms"] = 1e3 * cuda_time(fwd, reps)
+        res[f"kernel_{name}_fwd_bwd_ms"] = 1e3 * cuda_time(lambda fwd=fwd, g=g: fwd().backward(g), reps)
     full = [torch.randn(16, 12, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
     with torch.no_grad():
         res["flash_full_rows_fwd_ms"] = 1e3 * cuda_time(lambda: torch.nn.functional.scaled_dot_product_attention(*full, is_causal=True), reps)
@@ -300,12 +301,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True  # throughput runs: the usual training setting
     cases = set(args.cases.split(","))
-    out = open(args.out, "a", encoding="utf-8")
 
-    def emit(r: dict[str, Any]) -> None:
+    def emit(r: dict[str, Any]) -> None:  # each result appended as it comes (a crash keeps the earlier ones)
         r = {**r, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
-        out.write(json.dumps(r, default=str) + "\n")
-        out.flush()
+        with open(args.out, "a", encoding="utf-8") as out:
+            out.write(json.dumps(r, default=str) + "\n")
         print(json.dumps(r, default=str), flush=True)
 
     if "attention" in cases:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result  # noqa: E402
+from _common import write_result
 
 T, VOCAB = 2048, 2048
 SHAPE = {"vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,

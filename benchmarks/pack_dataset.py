@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 from _common import RESULTS, compare_arms, wikipedia_lengths, write_result  # type: ignore[import-not-found]
 
-from seqpack.data.format import WriteOptions, write_packed
 from seqpack.data.columns import materialize, pack_sequences
+from seqpack.data.format import WriteOptions, write_packed
 from seqpack.packing import pack_lengths
 from seqpack.tasks.clm import clm_sequences
 

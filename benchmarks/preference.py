@@ -39,6 +39,7 @@ import json
 import shutil
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -291,6 +292,24 @@ def main() -> None:
                                "mix": {"name": args.mix, **{k: {"median": m, "sigma": sg} for k, (m, sg) in MIXES[args.mix].items()}}}
     if args.only:
         results = json.loads(args.out.read_text())
+
+    def arms_of(records: list[dict[str, str]], paths: dict[str, Path]) -> dict[str, Callable[[], dict[str, Any]]]:
+        """Each arm on one max_len's pairs and packed datasets."""
+        return {
+            "llama/trl": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup),
+            "llama/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json", setup),
+            "llama/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, work / "llama.json",
+                                                       setup),
+            "llama/trl_default_checkpointing": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup, True),
+            "llama/pairs_checkpointing": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json",
+                                                             setup, True),
+            "llama/shared-prefix_checkpointing": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps,
+                                                                     work / "llama.json", setup, True),
+            "gpt/padded": lambda: gpt_padded_arm(records, tok_dir, args.pairs, steps),
+            "gpt/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, None, setup),
+            "gpt/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, None, setup),
+        }
+
     for max_len in (int(x) for x in args.max_lens.split(",")):
         records = pairs_data(n, max_len, mix=args.mix)
         r: dict[str, Any] = {"pairs": len(records), "tokens": {"trl": trl_tokens(records, tok_dir, args.pairs)}}
@@ -303,20 +322,7 @@ def main() -> None:
             r["tokens"][layout] = packed_tokens(paths[layout])
         runs: dict[str, list[dict]] = {}
         for _ in range(args.rounds):
-            arms = {
-                "llama/trl": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup),
-                "llama/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json", setup),
-                "llama/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, work / "llama.json",
-                                                           setup),
-                "llama/trl_default_checkpointing": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup, True),
-                "llama/pairs_checkpointing": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json",
-                                                                 setup, True),
-                "llama/shared-prefix_checkpointing": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps,
-                                                                         work / "llama.json", setup, True),
-                "gpt/padded": lambda: gpt_padded_arm(records, tok_dir, args.pairs, steps),
-                "gpt/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, None, setup),
-                "gpt/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, None, setup),
-            }
+            arms = arms_of(records, paths)
             for name, fn in arms.items():
                 if (args.only and name not in args.only) or name.split("/")[0] not in models:
                     continue

@@ -34,6 +34,7 @@ fused head and seqpack's; ``--profile`` writes the top kernels of 3 steps of eac
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -63,8 +64,8 @@ def prepare(out: Path, conversations: int, max_len: int) -> dict[str, Any]:
     tok = open_tokenizer(tokenizer_dir(out, records))
     seqs = build_sequences(records, tok, PackConfig.for_task("chat", max_len=max_len))
     o = seqs.offsets
-    ids = [seqs.token_fields["input_ids"][a:b].astype(np.int32).tolist() for a, b in zip(o[:-1], o[1:])]
-    labels = [seqs.token_fields["labels"][a:b].astype(np.int32).tolist() for a, b in zip(o[:-1], o[1:])]
+    ids = [seqs.token_fields["input_ids"][a:b].astype(np.int32).tolist() for a, b in itertools.pairwise(o)]
+    labels = [seqs.token_fields["labels"][a:b].astype(np.int32).tolist() for a, b in itertools.pairwise(o)]
     ds = datasets.Dataset.from_dict({"input_ids": ids, "labels": labels})
     pq.write_table(pa.table({"input_ids": ids, "labels": labels}), out / "ids.parquet")
     info: dict[str, Any] = {"conversations": len(ids), "max_len": max_len, "tokens": int(seqs.lengths.sum()),
@@ -265,17 +266,17 @@ def loss_check(data: Path, model_name: str, rows: int, info: dict[str, Any]) -> 
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     res: dict[str, Any] = {"tokens": int(labels.numel()), "targets": int((labels[:, 1:] != -100).sum())}
     grads: dict[str, torch.Tensor] = {}
-    runs = {
-        "hf_full_logits": lambda: model(**inputs, labels=labels, use_cache=False).loss,
-        "trl_fused_head": lambda: model(**inputs, labels=labels, fused_lm_head=True).loss,
-        "seqpack": lambda: causal_lm_loss(model, batch).loss,
-        "seqpack_compiled": lambda: causal_lm_loss(model, batch).loss,  # after compile_blocks (below)
+    runs = {  # each takes the model (deleted below, after the runs)
+        "hf_full_logits": lambda m: m(**inputs, labels=labels, use_cache=False).loss,
+        "trl_fused_head": lambda m: m(**inputs, labels=labels, fused_lm_head=True).loss,
+        "seqpack": lambda m: causal_lm_loss(m, batch).loss,
+        "seqpack_compiled": lambda m: causal_lm_loss(m, batch).loss,  # after compile_blocks (below)
     }
     for name, fn in runs.items():
         if name == "seqpack_compiled":
             compile_blocks(model)  # forward and backward compiled here, as the trainer's steps will use them
         with torch.autocast(DEVICE, dtype=torch.bfloat16):
-            loss = fn()
+            loss = fn(model)
         loss.backward()
         res[f"{name}_loss"] = float(loss)
         grads[name] = torch.cat([p.grad.float().flatten() for p in model.parameters()])
@@ -304,19 +305,22 @@ def profile_arms(data: Path, model_name: str, rows: int, info: dict[str, Any], o
         import transformers as tf
 
         class CB(tf.TrainerCallback):  # type: ignore[misc]
+            def __init__(self, state: dict[str, Any]) -> None:
+                self.state = state
+
             def on_step_begin(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
                 if st.global_step == 3:
                     _sync()
-                    state["prof"] = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-                    state["prof"].__enter__()
-                    state["t0"] = time.perf_counter()
+                    self.state["prof"] = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                    self.state["prof"].__enter__()
+                    self.state["t0"] = time.perf_counter()
 
             def on_train_end(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
                 _sync()
-                state["wall"] = (time.perf_counter() - state["t0"]) / 3
-                state["prof"].__exit__(None, None, None)
+                self.state["wall"] = (time.perf_counter() - self.state["t0"]) / 3
+                self.state["prof"].__exit__(None, None, None)
 
-        trainer.add_callback(CB())
+        trainer.add_callback(CB(state))
         trainer.train()
         ev = state["prof"].key_averages()
         kernels = sorted((e for e in ev if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda e: -e.self_device_time_total)

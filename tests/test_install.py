@@ -85,11 +85,13 @@ def test_the_sdist_holds_the_sources_and_the_wheel_the_compiled_core(dists: dict
     import tarfile
     import zipfile
 
-    names = tarfile.open(dists["sdist"]).getnames()  # (`python -m build` makes the wheel from the sdist: all it needs)
+    with tarfile.open(dists["sdist"]) as sdist:
+        names = sdist.getnames()  # (`python -m build` makes the wheel from the sdist: all it needs)
     assert any(n.endswith("/LICENSE") for n in names)
     assert any(n.endswith("csrc/module.cpp") for n in names) and any(n.endswith("seqpack/packing/data/wikipedia_len512.csv")
                                                                       for n in names)
-    inside = zipfile.ZipFile(dists["wheel"]).namelist()
+    with zipfile.ZipFile(dists["wheel"]) as wheel:
+        inside = wheel.namelist()
     assert any(n.startswith("seqpack/_native") and n.endswith(".so") for n in inside)
     assert "seqpack/packing/data/wikipedia_len512.csv" in inside and "seqpack/py.typed" in inside
     assert "seqpack/_native.pyi" in inside  # the compiled core's types, for a user's type checker

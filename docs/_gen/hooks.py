@@ -105,7 +105,7 @@ def runs_page() -> str:
         "| result | machine | date | command | versions |", "|---|---|---|---|---|", *rows, ""])
 
 
-def on_files(files: Files, config) -> Files:  # noqa: ANN001 (mkdocs' own signature)
+def on_files(files: Files, config) -> Files:
     pages = {"reference/cli.md": cli_reference(), "benchmarks/runs.md": runs_page()}
     pages.update({f"reference/api/{name}.md": api_page(pkg) for name, pkg in API.items()})
     for uri, content in pages.items():
@@ -140,7 +140,7 @@ class _DoctestFences:
         return out
 
 
-def _doctest_extension():  # noqa: ANN202
+def _doctest_extension():
     from markdown.extensions import Extension
     from markdown.preprocessors import Preprocessor
 
@@ -148,13 +148,13 @@ def _doctest_extension():  # noqa: ANN202
         run = _DoctestFences.run
 
     class DoctestFences(Extension):
-        def extendMarkdown(self, md):  # noqa: N802, ANN001 (Python-Markdown's name)
+        def extendMarkdown(self, md):
             md.preprocessors.register(Pre(md), "seqpack_doctests", 40)  # before fenced code (25)
 
     return DoctestFences()
 
 
-def on_config(config):  # noqa: ANN001, ANN201
+def on_config(config):
     config.markdown_extensions.append(_doctest_extension())
     return config
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from seqpack.data.context_parallel import (
     causal_pairs,
-    cp_placement,
     cp_lengths,
+    cp_placement,
     cp_shard,
     cp_shard_index,
     cp_shard_oracle,

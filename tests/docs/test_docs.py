@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.blocks import NOT_RUN, RUN, SHOWN, ROOT, blocks, pages
+from tests.docs.blocks import NOT_RUN, ROOT, RUN, SHOWN, blocks, pages
 
 PAGES = pages()
 RUNNABLE = [p for p in PAGES if any(b.lang in RUN and b.not_run is None for b in blocks(p))]

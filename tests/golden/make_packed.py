@@ -71,7 +71,7 @@ def records(task: str) -> list[dict[str, Any]]:
         return out
     if task == "chat":
         out = []
-        for i in range(25):
+        for _ in range(25):
             turns = int(rng.integers(1, 4))
             msgs = []
             for _ in range(turns):

@@ -161,7 +161,7 @@ def test_cp_ranks_equal_the_unsplit_rows(tmp_path, size):
             assert c["grads"].keys() == c["full_grads"].keys()
             for k, want in c["full_grads"].items():
                 torch.testing.assert_close(c["grads"][k], want, rtol=1e-4, atol=1e-6 * float(want.abs().max()) + 1e-9,
-                                           msg=lambda m, k=k: f"{kind} {reduction} {k}: {m}")
+                                           msg=lambda m, k=k, kind=kind, reduction=reduction: f"{kind} {reduction} {k}: {m}")
 
 
 def test_one_rank_without_a_process_group_is_the_unsplit_pass():

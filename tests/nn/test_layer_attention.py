@@ -13,9 +13,9 @@ from seqpack.nn.attention import (
     REGISTRY,
     LayerAttention,
     backends_for,
+    oracle_attention,
     packed_attention,
     plan_attention,
-    oracle_attention,
 )
 from seqpack.nn.attention.base import band
 from tests.nn._packs import packs, segment_rows, spans

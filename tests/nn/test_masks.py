@@ -145,7 +145,7 @@ def test_bad_segment_shapes_and_dtypes() -> None:
         attention_mask(torch.tensor([1, 1, 0]))
     with pytest.raises(ValueError, match="must hold integers"):
         position_ids(torch.ones(2, 3))
-    with pytest.raises(TypeError, match="torch.Tensor"):
+    with pytest.raises(TypeError, match=r"torch\.Tensor"):
         check_segment_ids([[1, 1]])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="bool or a float"):
         attention_mask(torch.tensor([[1, 1]]), dtype=torch.int32)

@@ -69,7 +69,7 @@ def test_split_branches_runs_the_pairs_layout_on_any_backend() -> None:
 @pytest.mark.parametrize("backend", ["varlen", "flash_varlen"])
 def test_a_shared_prefix_is_refused_by_backends_that_cannot_mask_it(backend: str) -> None:
     b = batch_of(pairs(3), "shared-prefix")
-    with pytest.raises(ValueError, match="sdpa|eager|flex"):
+    with pytest.raises(ValueError, match=r"sdpa|eager|flex"):
         plan_attention(b["segment_ids"], causal=True, backend=backend, branch_ids=b["branch_ids"])
 
 
@@ -212,7 +212,7 @@ def test_losses_by_hand() -> None:
 
 
 def test_loss_options_are_checked() -> None:
-    with pytest.raises(ValueError, match="sigmoid|ipo"):
+    with pytest.raises(ValueError, match=r"sigmoid|ipo"):
         PreferenceLoss(kind="kto")
     with pytest.raises(ValueError, match="beta"):
         PreferenceLoss(beta=0)

@@ -27,7 +27,7 @@ def test_pack_costs_equal_a_loop() -> None:
     packing = pack_lengths(lengths, 256)
     cost = RowCost(per_token=2.0, per_square=0.5, per_sequence=7.0)
     got = pack_costs(lengths, packing.pack_offsets, packing.sequence_index, cost)
-    want = [sum(2.0 * l + 0.5 * l * l + 7.0 for l in packing.lengths_of(p).tolist()) for p in range(packing.num_packs)]
+    want = [sum(2.0 * n + 0.5 * n * n + 7.0 for n in packing.lengths_of(p).tolist()) for p in range(packing.num_packs)]
     np.testing.assert_allclose(got, want, rtol=1e-12)  # float64 sums of integers < 2^53: exact up to order
 
 

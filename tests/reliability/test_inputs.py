@@ -136,7 +136,7 @@ def test_an_edited_bin_column_is_refused(made: dict[str, Path], tmp_path: Path, 
     data = bytearray(f.read_bytes())
     data[0] ^= 1
     f.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match="input_ids.bin: changed since seqpack pack wrote it"):
+    with pytest.raises(ValueError, match=r"input_ids\.bin: changed since seqpack pack wrote it"):
         load_packed(tmp_path / "packed")
 
 

@@ -12,9 +12,9 @@ import pytest
 
 from seqpack._stages import partial_dir
 from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset, build_sharded_store
-from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline import job as job_mod
 from seqpack.pipeline import tokenize as tokenize_mod
+from seqpack.pipeline.engine import LocalEngine
 from tests.store.test_store import byte_tokenizer
 from tests.tasks.test_sequences import text_docs
 

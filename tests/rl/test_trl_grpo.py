@@ -182,7 +182,7 @@ def test_masked_out_completions_score_zero_and_the_rest_match_trl(root: Path) ->
 def test_token_ids_past_the_vocabulary_are_one_line(root: Path) -> None:
     """An id past the model's embedding rows is refused naming the id and the vocabulary, not
     torch's ``IndexError`` inside the model; float ids are refused, not cast."""
-    from seqpack.rl import packed_logprobs, pack_rollouts
+    from seqpack.rl import pack_rollouts, packed_logprobs
     from seqpack.train.trl_grpo import PackedGRPOTrainer
 
     packed = make(PackedGRPOTrainer, root)

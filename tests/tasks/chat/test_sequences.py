@@ -132,13 +132,13 @@ def test_template_error_names_the_record(tok: Tokenizer) -> None:
     t = ChatTemplate("{% if messages[0].role != 'system' %}{{ raise_exception('needs a system prompt') }}{% endif %}"
                      "{% for m in messages %}{{ m.content }}{% endfor %}", name="strict.jinja")
     ok = {"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}]}
-    with pytest.raises(ValueError, match="example 1: the chat template strict.jinja failed to render: needs a system prompt"):
+    with pytest.raises(ValueError, match=r"example 1: the chat template strict\.jinja failed to render: needs a system prompt"):
         chat_sequences([ok, conv("q", "a")], tok, template=t, max_len=64)
 
 
 def test_task_resolves_and_checks_the_template(tok: Tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
     plain = Tokenizer({i: bytes([i]) for i in range(256)}, [])
-    with pytest.raises(ValueError, match="lacks as special tokens.*--special-token"):
+    with pytest.raises(ValueError, match=r"lacks as special tokens.*--special-token"):
         build_sequences([conv("q", "a")], plain, PackConfig.for_task("chat", max_len=64))
     s = build_sequences([conv("q", "a")], tok, PackConfig.for_task("chat", max_len=64))
     assert s.info["chat_template"] == "chatml"

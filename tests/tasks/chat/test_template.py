@@ -65,7 +65,7 @@ def test_same_mask_as_transformers(tmp_path) -> None:  # type: ignore[no-untyped
 def test_template_that_rewrites_turns_is_refused() -> None:
     last_only = "{% for m in messages %}{% if loop.last %}{{ m.content }}{% endif %}{% endfor %}"
     msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "r"}]
-    with pytest.raises(ValueError, match="rewrites earlier turns.*generation"):
+    with pytest.raises(ValueError, match=r"rewrites earlier turns.*generation"):
         ChatTemplate(last_only).render_with_spans(msgs)
     with pytest.raises(ValueError, match="line 1"):
         ChatTemplate("{% for m in messages %}")

@@ -97,5 +97,5 @@ def test_wrong_combinations_are_one_line(capsys, data, tmp_path):  # type: ignor
                            (["--model", "reward"], "--preference-loss bt"),
                            (["--padded"], "--padded is not offered"),
                            (["--model", "bert"], "does not train a preference dataset")):
-        code, out, err = run(capsys, *base, *extra)
+        code, _out, err = run(capsys, *base, *extra)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (extra, err)

@@ -247,7 +247,7 @@ def test_packed_dpo_trainer(setup: dict[str, Any]) -> None:
     # TRL's configs turn on bf16 autocast by default, even on a CPU
     assert abs(got - want) <= 1e-5 * want, (got, want)
     assert trainer.ref_model is None and np.isfinite(got)
-    with pytest.raises(ValueError, match="sigmoid|ipo"):
+    with pytest.raises(ValueError, match=r"sigmoid|ipo"):
         PackedDPOTrainer(copy.deepcopy(policy), path, args=trl.DPOConfig(output_dir=str(setup["root"] / "x"), loss_type=["hinge"],
                                                                          report_to=[], use_cpu=True), processing_class=tok)
 
@@ -294,7 +294,7 @@ def test_pair_outputs_are_keyed_by_record(setup: dict[str, Any], layout: str) ->
     _, _, _, inputs = trl_dpo(setup, policy, ref, (torch.zeros(N), torch.zeros(N)))
     with torch.no_grad():
         want_c, want_r = padded_logps(as_sdpa(policy), inputs)
-        ref_c, ref_r = padded_logps(as_sdpa(ref), inputs)
+        ref_c, _ref_r = padded_logps(as_sdpa(ref), inputs)
     for i in range(N):
         assert abs(rows[i]["chosen_logps"] - float(want_c[i])) <= 1e-5 * abs(float(want_c[i]))
         assert abs(rows[i]["rejected_logps"] - float(want_r[i])) <= 1e-5 * abs(float(want_r[i]))

@@ -18,8 +18,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("PIL")
 torch = pytest.importorskip("torch")
 
-from seqpack.experiments.tiny_vlm import FAMILIES, synthetic_records, tiny_processor, tiny_vlm  # noqa: E402
 from seqpack.data import hf_dataset  # noqa: E402
+from seqpack.experiments.tiny_vlm import FAMILIES, synthetic_records, tiny_processor, tiny_vlm  # noqa: E402
 from seqpack.pipeline import PackConfig, build_packed_dataset  # noqa: E402
 from seqpack.tasks.vision import (  # noqa: E402
     POSITION_SCHEMES,
@@ -272,7 +272,7 @@ def test_a_long_sample_is_cut_between_turns_never_inside_an_image():
         assert one["input_ids"][-1] == processor.tokenizer.convert_tokens_to_ids("<|im_end|>")  # a whole turn
         image_tokens = int((one["input_ids"] == processor.image_token_id).sum())
         assert image_tokens == int(one["grids"].prod(axis=1).sum()) // 4  # whole images, and only theirs
-    with pytest.raises(ValueError, match="exceed max_len=100; pass --overflow truncate|drop"):
+    with pytest.raises(ValueError, match=r"exceed max_len=100; pass --overflow truncate\|drop"):
         vision_samples([rec], processor, max_len=100, overflow="error")
     assert vision_samples([rec], processor, max_len=n - 1, overflow="drop").dropped == {"too_long": 1}
 
