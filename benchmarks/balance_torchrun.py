@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _common import scratch_dir  # type: ignore[import-not-found]
+from _common import scratch_dir
 
 
 def build(out: Path, *, n: int = 6000, max_len: int = 4096, seed: int = 0) -> None:

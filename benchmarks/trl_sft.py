@@ -50,8 +50,8 @@ def prepare(out: Path, conversations: int, max_len: int) -> dict[str, Any]:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from chat_sft import conversations as make_conversations  # type: ignore[import-not-found]
-    from chat_sft import tokenizer_dir  # type: ignore[import-not-found]
+    from chat_sft import conversations as make_conversations
+    from chat_sft import tokenizer_dir
     from trl.data_utils import pack_dataset as trl_pack
 
     from seqpack.hf import pack_dataset
@@ -104,7 +104,7 @@ def pack_times(data: Path, repeats: int) -> dict[str, Any]:
     return out
 
 
-MODELS = {
+MODELS: dict[str, dict[str, Any]] = {
     # Llama-3.2-1B's shape (1.24B parameters, 262M of them the tied 128,256-token embedding)
     "llama1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                     num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, tie_word_embeddings=True),
@@ -143,7 +143,7 @@ def llama(name: str, max_len: int):  # type: ignore[no-untyped-def]
     from seqpack.nn.hf_padding_free import register_varlen_attention
 
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(**MODELS[name], max_position_embeddings=max_len, attn_implementation=register_varlen_attention())
+    cfg = tf.LlamaConfig(**MODELS[name], max_position_embeddings=max_len, attn_implementation=register_varlen_attention())  # type: ignore[call-arg]  # every config takes it
     with torch.device(DEVICE):
         return tf.LlamaForCausalLM(cfg)
 
@@ -188,7 +188,7 @@ class _Clock:
         self.first, self.t0, self.t1, self.steps = first, None, None, 0
         clock = self
 
-        class CB(tf.TrainerCallback):  # type: ignore[misc]
+        class CB(tf.TrainerCallback):
             def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
                 clock.steps = state.global_step
                 if state.global_step == clock.first:
@@ -304,21 +304,21 @@ def profile_arms(data: Path, model_name: str, rows: int, info: dict[str, Any], o
         state: dict[str, Any] = {}
         import transformers as tf
 
-        class CB(tf.TrainerCallback):  # type: ignore[misc]
-            def __init__(self, state: dict[str, Any]) -> None:
-                self.state = state
+        class CB(tf.TrainerCallback):
+            def __init__(self, out: dict[str, Any]) -> None:
+                self.out = out
 
-            def on_step_begin(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
-                if st.global_step == 3:
+            def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                if state.global_step == 3:
                     _sync()
-                    self.state["prof"] = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-                    self.state["prof"].__enter__()
-                    self.state["t0"] = time.perf_counter()
+                    self.out["prof"] = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                    self.out["prof"].__enter__()
+                    self.out["t0"] = time.perf_counter()
 
-            def on_train_end(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
+            def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
                 _sync()
-                self.state["wall"] = (time.perf_counter() - self.state["t0"]) / 3
-                self.state["prof"].__exit__(None, None, None)
+                self.out["wall"] = (time.perf_counter() - self.out["t0"]) / 3
+                self.out["prof"].__exit__(None, None, None)
 
         trainer.add_callback(CB(state))
         trainer.train()

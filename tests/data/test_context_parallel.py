@@ -35,7 +35,7 @@ def positions(seg: np.ndarray) -> np.ndarray:
 
 
 @st.composite
-def cp_rows(draw):  # type: ignore[no-untyped-def]
+def cp_rows(draw):
     cp = draw(st.sampled_from([1, 2, 3, 4, 8]))
     max_len = 2 * cp * draw(st.integers(1, 12))
     lengths: list[int] = []

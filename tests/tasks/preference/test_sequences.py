@@ -71,7 +71,7 @@ def test_bad_records_are_named(tok: Path, record: dict, message: str) -> None:
         read_pairs([{"prompt": "Q: fine", "chosen": " a", "rejected": " b"}, record], open_tokenizer(tok))
 
 
-def test_bad_input_is_one_line_exit_2(capsys, tmp_path, tok):  # type: ignore[no-untyped-def]
+def test_bad_input_is_one_line_exit_2(capsys, tmp_path, tok):
     data = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "Q: x", "chosen": " same", "rejected": " same"}])
     code, _, err = run(capsys, "pack", str(data), "--task", "preference", "--tokenizer", str(tok), "--max-len", "64",
                          "--out", str(tmp_path / "o"))
@@ -105,7 +105,7 @@ def test_overflow_keeps_the_prompt_and_counts(layout: str) -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 12), st.integers(1, 12), st.integers(1, 12)), min_size=1, max_size=40),
        st.sampled_from(["shared-prefix", "pairs"]), st.sampled_from(["best", "lpfhp", "spfhp"]))
-def test_every_pair_lands_whole_in_one_row_once(lengths, layout, algorithm) -> None:  # type: ignore[no-untyped-def]
+def test_every_pair_lands_whole_in_one_row_once(lengths, layout, algorithm) -> None:
     """Each pair packed exactly once, its tokens contiguous in one row, positions as it has alone."""
     p = _pairs(lengths)
     s = preference_sequences(p, layout=layout, max_len=64)
