@@ -10,7 +10,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -300,6 +300,6 @@ def compare_arms(arms: Mapping[str, tuple[str, str, str | None]], *, rounds: int
     return {k: {**summary(v), "info": info[k]} for k, v in times.items()}
 
 
-def summary(times: list[float]) -> dict[str, object]:
+def summary(times: list[float]) -> dict[str, Any]:
     """The median, min and max of timed runs, and the runs themselves (what every result stores)."""
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "runs_s": times}
