@@ -8,9 +8,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -124,7 +128,7 @@ def generated_corpus(megabytes: int = 200, *, seed: int = 0) -> Path:
             "st", "ing", "ion", "er", "y", "ch", "ou", "ä", "ñ", "ph", "th", "gr", "ble", "ous"]
     greek, cjk = "αβγδεζηθικλμνξοπρστυφχψω", "的一是不了人我在有他这中大来上国个到说们为子和地出道"
     words = []
-    for i in range(400_000):
+    for _i in range(400_000):
         kind = rng.random()
         if kind < 0.05:
             words.append(str(rng.integers(0, 10 ** rng.integers(1, 7))))
@@ -154,11 +158,11 @@ def generated_corpus(megabytes: int = 200, *, seed: int = 0) -> Path:
     return out
 
 
-def median_time(fn, repeats: int):  # type: ignore[no-untyped-def]
+def median_time(fn: Callable[[], T], repeats: int) -> tuple[T, float]:
     """``(last result, median seconds)`` of ``repeats`` calls of ``fn``."""
     import time
 
-    out, times = None, []
+    times: list[float] = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         out = fn()
@@ -174,7 +178,7 @@ def result_meta(packages: tuple[str, ...] = ()) -> dict:
     import os
     import platform
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in ("seqpack", "numpy", *packages):
         try:
             versions[name] = importlib.metadata.version(name)
@@ -267,7 +271,7 @@ def concurrent_arm(setup: str, body: str, *, copies: int = 2, seconds: float = 1
     return times
 
 
-def compare_arms(arms: dict[str, tuple[str, str, str]], *, rounds: int = 3, repeats: int = 1,
+def compare_arms(arms: Mapping[str, tuple[str, str, str | None]], *, rounds: int = 3, repeats: int = 1,
                  threads: int | None = None) -> dict[str, dict]:
     """The benchmark harness: every arm in a fresh interpreter of its own (so no arm carries another's
     imports), the same thread settings, a warm-up call then ``repeats`` timed calls per process, the
@@ -289,13 +293,13 @@ def compare_arms(arms: dict[str, tuple[str, str, str]], *, rounds: int = 3, repe
     times: dict[str, list[float]] = {k: [] for k in arms}
     info: dict[str, object] = {}
     for r in range(rounds):
-        for name in (list(arms) if r % 2 == 0 else list(reversed(arms))):
+        for name in (list(arms) if r % 2 == 0 else list(reversed(list(arms)))):
             got = run_child(code[name], env=env)
             times[name] += got["times"]
             info[name] = got["info"]
     return {k: {**summary(v), "info": info[k]} for k, v in times.items()}
 
 
-def summary(times: list[float]) -> dict[str, object]:
+def summary(times: list[float]) -> dict[str, Any]:
     """The median, min and max of timed runs, and the runs themselves (what every result stores)."""
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "runs_s": times}

@@ -30,12 +30,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _common import scratch_dir  # type: ignore[import-not-found]
+from _common import scratch_dir
 
 
 def build(out: Path, *, n: int = 6000, max_len: int = 4096, seed: int = 0) -> None:
-    from seqpack.data.format import write_packed
     from seqpack.data.columns import pack_sequences
+    from seqpack.data.format import write_packed
     from seqpack.data.sequences import from_lists
 
     rng = np.random.default_rng(seed)

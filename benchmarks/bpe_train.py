@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
+from typing import Any
 
 from _common import (
     EOT,
@@ -109,7 +109,7 @@ def compare(name: str, path: str, vocab: int, specials: tuple[str, ...], runs: i
         order = list(code) if i % 2 == 0 else list(reversed(code))
         for k in order:
             res[k].append(run_child(code[k]))
-    out = {"corpus": name, "bytes": os.path.getsize(path), "vocab_size": vocab, "runs": runs}
+    out: dict[str, Any] = {"corpus": name, "bytes": os.path.getsize(path), "vocab_size": vocab, "runs": runs}
     for k, rs in res.items():
         assert rs[0]["vocab"] == vocab, (k, rs[0]["vocab"])
         out[f"{k}_wall"] = round(median([r["wall"] for r in rs]), 3)
@@ -171,4 +171,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -27,14 +27,16 @@ sequences.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from _common import median_time, scratch_dir  # type: ignore[import-not-found]
+from _common import median_time, scratch_dir
 
 from seqpack.packing import pack_lengths
 from seqpack.pipeline import PackConfig, build_packed_dataset, build_sequences
@@ -108,9 +110,9 @@ def packing_rows(records: list[dict], tok, max_len: int, repeats: int) -> list[d
     lengths = seqs.lengths
     real = int(lengths.sum())
     lists = [seqs.token_fields["input_ids"][a:b].astype(np.int64).tolist() for a, b in zip(seqs.offsets[:-1], seqs.offsets[1:])]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for algo in ("best", "lpfhp", "spfhp"):
-        plan, s = median_time(lambda a=algo: pack_lengths(lengths, max_len, algorithm=a), repeats)
+        plan, s = median_time(functools.partial(pack_lengths, lengths, max_len, algorithm=algo), repeats)
         rows.append({"max_len": max_len, "packer": f"seqpack {algo}", "packs": int(plan.num_packs), "seconds": s})
     times = [seqpack_hf(lists, max_len) for _ in range(repeats)]
     rows.append({"max_len": max_len, "packer": "seqpack.hf.pack_dataset (best)", "packs": times[0][0],
@@ -131,7 +133,7 @@ def llama(vocab: int, max_len: int) -> torch.nn.Module:
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
                                    num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=max_len,
-                                   attn_implementation="sdpa")
+                                   attn_implementation="sdpa")  # type: ignore[call-arg]  # every config takes it; its typed signature does not list it
     return transformers.LlamaForCausalLM(cfg).train()
 
 
@@ -165,22 +167,22 @@ def training_rows(sft: Path, steps: int, rounds: int, packed_rows: int) -> list[
             bs = batches(data, rows, steps + 2, seed=r, dynamic=dynamic)
             for i, b in enumerate(bs):
                 t0 = time.perf_counter()
-                packed_forward(model, b, reduction="token").loss.backward()
+                packed_forward(model, b, reduction="token").loss.backward()  # type: ignore[union-attr]  # PackedOutput.loss: set when the batch has targets
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 if i >= 2:  # two warm-up steps per variant and round are not timed
                     times[name].append(time.perf_counter() - t0)
                     tokens[name].append(int((b["segment_ids"] > 0).sum()))
-    out = []
-    for name, (data, rows, _) in variants.items():
+    out: list[dict[str, Any]] = []
+    for name, (_, rows, _) in variants.items():
         tps = [t / s for t, s in zip(tokens[name], times[name])]
         out.append({"variant": name, "rows_per_step": rows, "tokens_per_s": statistics.median(tps),
                     "step_seconds": statistics.median(times[name]), "steps_timed": len(tps),
                     "packing_factor": packed.packing_factor})
     base = {r["variant"]: r["tokens_per_s"] for r in out}
-    for r in out:
-        r["speedup_vs_padded"] = r["tokens_per_s"] / base["padded"]
-        r["speedup_vs_dynamic"] = r["tokens_per_s"] / base["dynamic"]
+    for row in out:
+        row["speedup_vs_padded"] = row["tokens_per_s"] / base["padded"]
+        row["speedup_vs_dynamic"] = row["tokens_per_s"] / base["dynamic"]
     return out
 
 

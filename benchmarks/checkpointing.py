@@ -15,7 +15,7 @@ import argparse
 import json
 import statistics
 
-from _common import PEAK_MB, RESULTS, run_child, write_result  # type: ignore[import-not-found]
+from _common import PEAK_MB, RESULTS, run_child, write_result
 
 CHILD = PEAK_MB + """
 import json, statistics, time, torch, numpy as np

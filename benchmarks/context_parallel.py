@@ -28,9 +28,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from _common import ROOT, write_result  # type: ignore[import-not-found]
+from _common import ROOT, write_result
 
 from seqpack.data.context_parallel import cp_lengths
 from seqpack.packing import pack_lengths
@@ -95,7 +96,7 @@ def one(lengths: np.ndarray, max_len: int, rows_at_1: int | None, cp: int) -> di
     packing = pack_lengths(lengths, max_len, algorithm="lpfhp", round_to=2 * cp if cp > 1 else 1)
     planned = cp_lengths(lengths, cp) if cp > 1 else lengths
     rows = [packing.lengths_of(i) for i in range(packing.num_packs)]
-    out = {"rows": packing.num_packs, "padding": float(1 - lengths.sum() / planned.sum()),
+    out: dict[str, Any] = {"rows": packing.num_packs, "padding": float(1 - lengths.sum() / planned.sum()),
            "extra_rows": 0.0 if rows_at_1 is None else packing.num_packs / rows_at_1 - 1}
     if cp > 1:
         out["seqpack"] = imbalance([balanced_pairs(r.astype(np.int64), cp) for r in rows])
@@ -109,7 +110,7 @@ def layouts(tokens: int) -> dict:
         for L in LENS:
             lengths = split(raw, L)
             base = one(lengths, L, None, 1)
-            cell = {"sequences": int(lengths.size), "tokens": int(lengths.sum()), "1": base}
+            cell: dict[str, Any] = {"sequences": int(lengths.size), "tokens": int(lengths.sum()), "1": base}
             for cp in CPS[1:]:
                 cell[str(cp)] = one(lengths, L, base["rows"], cp)
             result[f"{name}@{L}"] = cell
@@ -139,7 +140,7 @@ def step_time(steps: int, rounds: int) -> dict:
         build_packed_dataset(store, tok, root / "packed", PackConfig.for_task("clm", max_len=2048, context_parallel=2))
         opts = ["--data", str(root / "packed"), "--steps", str(steps), "--batch-size", "2", "--size", "tiny", "--threads", "1",
                 "--eval-tokens", "4096", "--quiet", "--json"]
-        arms = (("1 process", [sys.executable, "-m", "seqpack.cli.main"], []),
+        arms: tuple[tuple[str, list[str], list[str]], ...] = (("1 process", [sys.executable, "-m", "seqpack.cli.main"], []),
                 ("CP 2 on 2 ranks", [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                                      "-m", "seqpack.cli.main"], ["--context-parallel", "2"]))
         rates: dict[str, list[float]] = {name: [] for name, _, _ in arms}

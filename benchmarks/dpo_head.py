@@ -16,7 +16,7 @@ import argparse
 import json
 import statistics
 
-from _common import PEAK_MB, RESULTS, run_child, scratch_dir, write_result  # type: ignore[import-not-found]
+from _common import PEAK_MB, RESULTS, run_child, scratch_dir, write_result
 
 CHILD = PEAK_MB + """
 import json, statistics, sys, time, torch
@@ -57,7 +57,7 @@ def main() -> None:
     args = ap.parse_args()
     from pathlib import Path
 
-    from preference import pairs_data, word_tokenizer  # type: ignore[import-not-found]
+    from preference import pairs_data, word_tokenizer
 
     from seqpack.pipeline import PackConfig, build_packed_dataset
     from seqpack.tokenizer import open_tokenizer

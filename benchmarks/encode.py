@@ -97,7 +97,7 @@ def mixed(limit: int = 1_200_000) -> dict[str, str]:
             f = LOCALE / lang / "LC_MESSAGES" / f"{cat}.mo"
             if f.is_file():
                 with open(f, "rb") as fh:
-                    msgs = [v for k, v in gettext.GNUTranslations(fh)._catalog.items() if k and isinstance(v, str)]
+                    msgs = [v for k, v in gettext.GNUTranslations(fh)._catalog.items() if k and isinstance(v, str)]  # type: ignore[attr-defined]  # gettext's catalog: private, untyped
                 foreign += ["\n".join(msgs[i : i + 20]) for i in range(0, len(msgs), 20)]
     # interleave the scripts, so that a byte limit keeps some of each
     kinds["non-Latin"] = take(foreign[::2] + foreign[1::2])

@@ -12,6 +12,7 @@ in rounds after a warm-up round, the device synchronised around each step; media
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -24,10 +25,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import wikipedia_lengths  # type: ignore[import-not-found]  # noqa: E402
+from _common import wikipedia_lengths
 
-from seqpack.experiments.bench import BenchConfig, make_batches, run_bench  # noqa: E402
-from seqpack.nn.attention import packed_attention, plan_attention  # noqa: E402
+from seqpack.experiments.bench import BenchConfig, make_batches, run_bench
+from seqpack.nn.attention import packed_attention, plan_attention
 
 BACKENDS = ("sdpa", "per_document", "varlen", "flex")
 
@@ -64,7 +65,7 @@ def attention_alone(T: int, rows: int, causal: bool, reps: int) -> dict[str, Any
         for b in backends:
             plan = plan_attention(seg, causal=causal, backend=b, dtype=torch.bfloat16)
 
-            def step(plan: Any = plan) -> None:
+            def step(plan: Any = plan, q: Any = q, k: Any = k, v: Any = v, grad: Any = grad) -> None:
                 packed_attention(q, k, v, plan).transpose(1, 2).reshape(rows, T, -1).backward(grad, retain_graph=True)
 
             res[f"{name}_{b}_ms"] = 1e3 * cuda_time(step, reps)
@@ -75,14 +76,16 @@ def varlen_profile(reps: int) -> dict[str, Any]:
     """Where varlen attention's time goes (16 x 2048, causal): the kernel on already-unpadded tokens
     (fwd, fwd+bwd), the kernel on the rows as they are (padding as runs of its own), flash SDPA on
     full rows, and the whole backend call."""
-    from seqpack.nn.attention.varlen import torch_varlen
+    from seqpack.nn.attention.varlen import VarlenPlan, torch_varlen
     from seqpack.nn.masks import cu_seqlens, max_seqlen
 
     fn = torch_varlen()
+    assert fn is not None, "this torch has no varlen attention (2.10+)"
     lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
     data = make_batches(lengths, 2048, 16, 1, seed=0, vocab=100, causal=True)
     seg = data["packed"][0]["segment_ids"].cuda()
     plan = plan_attention(seg, causal=True, backend="varlen", dtype=torch.bfloat16)
+    assert isinstance(plan, VarlenPlan)
     cu_real, m_real = cu_seqlens(seg), max_seqlen(seg)
     total = int(cu_real[-1])
     res: dict[str, Any] = {"case": "varlen_profile", "tokens": total, "sequences": int(cu_real.numel() - 1),
@@ -90,17 +93,21 @@ def varlen_profile(reps: int) -> dict[str, Any]:
     for name, n, cu, m in (("unpadded", total, cu_real, m_real), ("rows", 16 * 2048, plan.cu_seqlens, plan.max_seqlen)):
         q, k, v = (torch.randn(n, 12, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
         g = torch.randn_like(q)
+        fwd = functools.partial(fn, q, k, v, cu, cu, m, m, window_size=(-1, 0))
         with torch.no_grad():
-            res[f"kernel_{name}_fwd_ms"] = 1e3 * cuda_time(lambda: fn(q, k, v, cu, cu, m, m, window_size=(-1, 0)), reps)
-        res[f"kernel_{name}_fwd_bwd_ms"] = 1e3 * cuda_time(
-            lambda: fn(q, k, v, cu, cu, m, m, window_size=(-1, 0)).backward(g), reps)
-    full = [torch.randn(16, 12, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+            res[f"kernel_{name}_fwd_ms"] = 1e3 * cuda_time(fwd, reps)
+
+        def fwd_bwd(fwd: Callable[[], torch.Tensor] = fwd, g: torch.Tensor = g) -> None:
+            fwd().backward(g)
+
+        res[f"kernel_{name}_fwd_bwd_ms"] = 1e3 * cuda_time(fwd_bwd, reps)
+    qf, kf, vf = (torch.randn(16, 12, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     with torch.no_grad():
-        res["flash_full_rows_fwd_ms"] = 1e3 * cuda_time(lambda: torch.nn.functional.scaled_dot_product_attention(*full, is_causal=True), reps)
-    gf = torch.randn_like(full[0])
+        res["flash_full_rows_fwd_ms"] = 1e3 * cuda_time(lambda: torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=True), reps)
+    gf = torch.randn_like(qf)
     res["flash_full_rows_fwd_bwd_ms"] = 1e3 * cuda_time(
-        lambda: torch.nn.functional.scaled_dot_product_attention(*full, is_causal=True).backward(gf), reps)
-    res["backend_fwd_bwd_ms"] = 1e3 * cuda_time(lambda: packed_attention(*full, plan).backward(gf), reps)
+        lambda: torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=True).backward(gf), reps)
+    res["backend_fwd_bwd_ms"] = 1e3 * cuda_time(lambda: packed_attention(qf, kf, vf, plan).backward(gf), reps)
     res["plan_ms"] = 1e3 * cuda_time(lambda: plan_attention(seg, causal=True, backend="varlen", dtype=torch.bfloat16), reps)
     return res
 
@@ -215,9 +222,9 @@ def llama(T: int, rows: int, steps: int, repeats: int) -> dict[str, Any]:
     models = {}
     for key, (_, impl) in variants.items():
         torch.manual_seed(0)
-        cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+        cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,  # type: ignore[call-arg]  # attn_implementation: every config takes it, its typed signature does not list it
                              num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=T, attn_implementation=impl)
-        models[key] = tf.LlamaForCausalLM(cfg).cuda().train()
+        models[key] = tf.LlamaForCausalLM(cfg).cuda().train()  # type: ignore[call-arg]  # transformers' typed wrapper of Module.cuda
     batches = {k: [{n: x.cuda() for n, x in b.items()} for b in data[layout]] for k, (layout, _) in variants.items()}
     times: dict[str, list[float]] = {k: [] for k in variants}
     peak: dict[str, float] = {}
@@ -229,7 +236,7 @@ def llama(T: int, rows: int, steps: int, repeats: int) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     loss = packed_forward(m, b).loss
-                loss.backward()
+                loss.backward()  # type: ignore[union-attr]  # PackedOutput.loss: set when the batch has targets
                 m.zero_grad(set_to_none=True)
                 torch.cuda.synchronize()
                 if r:
@@ -237,7 +244,7 @@ def llama(T: int, rows: int, steps: int, repeats: int) -> dict[str, Any]:
             peak[key] = torch.cuda.max_memory_allocated() / 2**30
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):  # same weights: same loss?
         b = batches["packed_sdpa"][0]
-        check = {k: float(packed_forward(models[k], b).loss) for k in ("packed_sdpa", "packed_varlen")}
+        check = {k: float(packed_forward(models[k], b).loss) for k in ("packed_sdpa", "packed_varlen")}  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
     step_s = {k: statistics.median(v) for k, v in times.items()}
     per_row = {k: data[f"{variants[k][0]}_tokens_per_row"] for k in variants}
     tok = {k: per_row[k] * rows / step_s[k] for k in variants}
@@ -275,14 +282,14 @@ def compiled_throughput(steps: int) -> dict[str, Any]:
         fn = torch.compile(model) if name == "compiled" else model
         t0 = time.perf_counter()
         for b in batches[:4]:
-            step(fn, b, "targets", False, "bf16")
+            step(fn, b, "targets", False, "bf16")  # type: ignore[arg-type]  # torch.compile's wrapper of the module
         torch.cuda.synchronize()
         res[f"{name}_warmup_s"] = time.perf_counter() - t0
         ts = []
         for b in batches[4:]:
             torch.cuda.synchronize()
             t1 = time.perf_counter()
-            step(fn, b, "targets", False, "bf16")
+            step(fn, b, "targets", False, "bf16")  # type: ignore[arg-type]  # torch.compile's wrapper of the module
             torch.cuda.synchronize()
             ts.append(time.perf_counter() - t1)
         res[f"{name}_step_s"] = statistics.median(ts)
@@ -300,12 +307,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True  # throughput runs: the usual training setting
     cases = set(args.cases.split(","))
-    out = open(args.out, "a", encoding="utf-8")
 
-    def emit(r: dict[str, Any]) -> None:
+    def emit(r: dict[str, Any]) -> None:  # each result appended as it comes (a crash keeps the earlier ones)
         r = {**r, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
-        out.write(json.dumps(r, default=str) + "\n")
-        out.flush()
+        with open(args.out, "a", encoding="utf-8") as out:
+            out.write(json.dumps(r, default=str) + "\n")
         print(json.dumps(r, default=str), flush=True)
 
     if "attention" in cases:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from typing import Any
 
-from _common import RESULTS, SHARED, run_child, scratch_dir, write_result  # type: ignore[import-not-found]
+from _common import RESULTS, SHARED, run_child, scratch_dir, write_result
 
 CHILD = """
 import json, os, statistics, time
@@ -46,7 +47,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(RESULTS / "helpers.json"))
     args = ap.parse_args()
-    from encode import mixed  # type: ignore[import-not-found]
+    from encode import mixed
 
     docs = [p for p in "\n\n".join(mixed().values()).split("\n\n") if p]
     batches = {"4 texts of 11 bytes": ["hello world"] * 4, **{f"{n} mixed documents": docs[1000 : 1000 + n] for n in (64, 256)}}
@@ -61,7 +62,7 @@ def main() -> None:
             for threads in (1, 2):
                 code = CHILD.format(path=str(path), cs=str(SHARED / "cs336"), threads=threads)
                 runs[threads].append(run_child(code, env=env))
-        row = {"bytes": sum(len(t.encode()) for t in texts)}
+        row: dict[str, Any] = {"bytes": sum(len(t.encode()) for t in texts)}
         for gap in ("0", "0.001", "0.01"):
             one = statistics.median(r[gap] for r in runs[1])
             two = statistics.median(r[gap] for r in runs[2])

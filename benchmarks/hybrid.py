@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result  # noqa: E402
+from _common import write_result
 
 T, VOCAB = 512, 2048
 COMMON = {"vocab_size": VOCAB, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
@@ -92,7 +92,7 @@ def build(name: str) -> Any:
 
     config_name, cls_name, extra = MODELS[name]
     torch.manual_seed(0)
-    config = getattr(tf, config_name)(**{k: v for k, v in COMMON.items()}, **extra)
+    config = getattr(tf, config_name)(**COMMON, **extra)
     config._attn_implementation = "eager"
     m = getattr(tf, cls_name)(config).float()
     register_packed_attention()

@@ -25,13 +25,14 @@ import argparse
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result  # noqa: E402
+from _common import write_result
 
 T, VOCAB = 2048, 2048
 SHAPE = {"vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
@@ -100,7 +101,7 @@ def step(m: Any, b: dict[str, Any], backend: str = "auto") -> tuple[float, str]:
     if backend != "auto":
         inputs["seqpack_plan"] = plan_attention(b["segment_ids"], causal=True, backend=backend,
                                                 needs=packing_support(m).needs, position_ids=inputs["position_ids"])
-        ran = {backend: 1}
+        ran = Counter({backend: 1})
     with torch.enable_grad():
         per, present = sequence_token_losses(m(**inputs).logits, b["labels"], b["segment_ids"], shift=True)
         (per * present).sum().backward()

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import PEAK_MB, RESULTS, run_child, scratch_dir, write_result  # type: ignore[import-not-found]
+from _common import PEAK_MB, RESULTS, run_child, scratch_dir, write_result
 
 READ = PEAK_MB + """
 import json, time

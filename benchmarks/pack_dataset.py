@@ -23,10 +23,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, compare_arms, wikipedia_lengths, write_result  # type: ignore[import-not-found]
+from _common import RESULTS, compare_arms, wikipedia_lengths, write_result
 
-from seqpack.data.format import WriteOptions, write_packed
 from seqpack.data.columns import materialize, pack_sequences
+from seqpack.data.format import WriteOptions, write_packed
 from seqpack.packing import pack_lengths
 from seqpack.tasks.clm import clm_sequences
 
@@ -116,7 +116,7 @@ def main() -> None:
             + ", ".join(f"{t:.2f}" for t in all_t) + ")"
         )
         result[f"pack_{algo}"] = {"median_s": t_pack[algo], "runs_s": all_t, "packs": pc.num_packs}
-    def ids_only() -> np.ndarray:  # what TRL's output holds: packed input_ids (+ lengths)
+    def ids_only() -> dict[str, np.ndarray]:  # what TRL's output holds: packed input_ids (+ lengths)
         p = pack_lengths(seqs.lengths, MAX_LEN, algorithm="lpfhp", seed=0)
         return materialize(replace(seqs, token_fields={"input_ids": seqs.token_fields["input_ids"]}, seq_fields={}), p, max_len=MAX_LEN)
 

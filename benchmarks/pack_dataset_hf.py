@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from _common import RESULTS, compare_arms, write_result  # type: ignore[import-not-found]
+from _common import RESULTS, compare_arms, write_result
 
 SEQ_LENGTH = 2048
 SETUP = """

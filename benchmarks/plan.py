@@ -11,7 +11,7 @@ import argparse
 import time
 
 import numpy as np
-from _common import RESULTS, compare_arms, write_result  # type: ignore[import-not-found]
+from _common import RESULTS, compare_arms, write_result
 
 from seqpack.packing import StreamPacker, builtin_histogram, plan
 
@@ -50,7 +50,7 @@ def table1(h: np.ndarray, quick: bool) -> dict:
 
 def assignment() -> dict:
     print("\n## pack_lengths: 1,000,000 lengths sampled from the histogram (harness: 3 processes x 2 calls)")
-    arms = {}
+    arms: dict[str, tuple[str, str, str | None]] = {}
     for algorithm in ("lpfhp", "best", "spfhp"):
         arms[f"pack_lengths {algorithm}"] = (SETUP, f"return pack_lengths(lengths, 512, algorithm={algorithm!r})",
                                              "[out.num_packs, out.plan.efficiency]")
@@ -95,7 +95,7 @@ def other_shapes() -> dict:
         t0 = time.perf_counter()
         b = plan(h, max_len)
         tb = time.perf_counter() - t0
-        lb = b.info["lp_bound"]
+        lb = int(b.info["lp_bound"])  # type: ignore[call-overload]  # the plan's info values are untyped
         t0 = time.perf_counter()
         d3 = plan(h, max_len, max_depth=3)
         t3 = time.perf_counter() - t0
@@ -106,7 +106,7 @@ def other_shapes() -> dict:
             f"({t3:.2f}s, LP bound {d3.info['lp_bound']:,}) spfhp {greedy['spfhp']:,} lpfhp {greedy['lpfhp']:,}"
         )
         out[name] = {"best": b.num_packs, "lp_bound": int(lb), "gap_percent": 100 * (b.num_packs - lb) / lb,
-                     "best_s_one_run": tb, "best_depth3": d3.num_packs, "lp_bound_depth3": int(d3.info["lp_bound"]),
+                     "best_s_one_run": tb, "best_depth3": d3.num_packs, "lp_bound_depth3": int(d3.info["lp_bound"]),  # type: ignore[call-overload]
                      "spfhp_depth3": greedy["spfhp"], "lpfhp_depth3": greedy["lpfhp"]}
     return out
 

@@ -39,14 +39,15 @@ import json
 import shutil
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from _common import scratch_dir  # type: ignore[import-not-found]
+from _common import scratch_dir
 
-LLAMAS = {  # "1b": TinyLlama's shape (22 layers of 2048, 32 heads / 4 kv heads): ~0.97B parameters besides embeddings
+LLAMAS: dict[str, dict[str, Any]] = {  # "1b": TinyLlama's shape (22 layers of 2048, 32 heads / 4 kv heads): ~0.97B parameters besides embeddings
     "small": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
               "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 4096},
     "1b": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
@@ -68,7 +69,7 @@ class Setup:
     def measure(self, arm: Any) -> dict[str, Any]:
         """``arm()``'s result, with its peak GPU memory (GiB) on CUDA."""
         if self.device != "cuda":
-            return arm()  # type: ignore[no-any-return]
+            return arm()
         import gc
 
         gc.collect()
@@ -78,7 +79,7 @@ class Setup:
 
 
 #: (median tokens, sigma) of the lognormal lengths of prompt, chosen and rejected, by --mix
-MIXES = {
+MIXES: dict[str, dict[str, tuple[float, float]]] = {
     "ultrafeedback": {"prompt": (120, 0.9), "chosen": (260, 0.7), "rejected": (220, 0.8)},
     "long-answers": {"prompt": (40, 0.6), "chosen": (420, 0.5), "rejected": (400, 0.5)},
 }
@@ -87,12 +88,15 @@ MIXES = {
 def pairs_data(n: int, max_len: int, seed: int = 0, mix: str = "ultrafeedback") -> list[dict[str, str]]:
     rng = np.random.default_rng(seed)
     shape = MIXES[mix]
-    out = []
+    out: list[dict[str, str]] = []
+
+    def words(k: int) -> str:
+        return " ".join(f"w{i}" for i in rng.integers(0, 2000, k))
+
     while len(out) < n:
         p, c, r = (max(1, int(rng.lognormal(np.log(shape[k][0]), shape[k][1]))) for k in ("prompt", "chosen", "rejected"))
         if 2 * p + c + r + 2 > max_len:  # + the EOS of each response
             continue
-        words = lambda k: " ".join(f"w{i}" for i in rng.integers(0, 2000, k))  # noqa: E731
         chosen, rejected = " " + words(c), " " + words(r)
         if chosen != rejected:
             out.append({"prompt": words(p), "chosen": chosen, "rejected": rejected})
@@ -142,7 +146,7 @@ def trl_arm(records: list[dict], tok_dir: Path, pairs: int, steps: int, work: Pa
     tok = tf.AutoTokenizer.from_pretrained(str(tok_dir))
     torch.manual_seed(0)
     setup = setup or Setup()
-    cfg = tf.LlamaConfig(**{k: v for k, v in setup.llama.items() if k != "model_type"}, vocab_size=len(tok),
+    cfg = tf.LlamaConfig(**{k: v for k, v in setup.llama.items() if k != "model_type"}, vocab_size=len(tok),  # type: ignore[call-arg]  # attn_implementation: every config takes it
                          attn_implementation="sdpa")
     model = tf.LlamaForCausalLM(cfg)
     timer = StepTimer()
@@ -214,6 +218,7 @@ def gpt_padded_arm(records: list[dict], tok_dir: Path, pairs: int, steps: int) -
     model = GPT(GPTConfig.of_size("small", vocab_size=t.vocab_size, max_position=4096, attention="sdpa"))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     eos = t.token_to_id("<eos>")
+    assert eos is not None, "the word tokenizer has <eos>"
     rows = []
     for r in records:
         p = t.encode_batch([r["prompt"]])[0]
@@ -291,6 +296,24 @@ def main() -> None:
                                "mix": {"name": args.mix, **{k: {"median": m, "sigma": sg} for k, (m, sg) in MIXES[args.mix].items()}}}
     if args.only:
         results = json.loads(args.out.read_text())
+
+    def arms_of(records: list[dict[str, str]], paths: dict[str, Path]) -> dict[str, Callable[[], dict[str, Any]]]:
+        """Each arm on one max_len's pairs and packed datasets."""
+        return {
+            "llama/trl": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup),
+            "llama/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json", setup),
+            "llama/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, work / "llama.json",
+                                                       setup),
+            "llama/trl_default_checkpointing": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup, True),
+            "llama/pairs_checkpointing": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json",
+                                                             setup, True),
+            "llama/shared-prefix_checkpointing": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps,
+                                                                     work / "llama.json", setup, True),
+            "gpt/padded": lambda: gpt_padded_arm(records, tok_dir, args.pairs, steps),
+            "gpt/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, None, setup),
+            "gpt/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, None, setup),
+        }
+
     for max_len in (int(x) for x in args.max_lens.split(",")):
         records = pairs_data(n, max_len, mix=args.mix)
         r: dict[str, Any] = {"pairs": len(records), "tokens": {"trl": trl_tokens(records, tok_dir, args.pairs)}}
@@ -303,20 +326,7 @@ def main() -> None:
             r["tokens"][layout] = packed_tokens(paths[layout])
         runs: dict[str, list[dict]] = {}
         for _ in range(args.rounds):
-            arms = {
-                "llama/trl": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup),
-                "llama/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json", setup),
-                "llama/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, work / "llama.json",
-                                                           setup),
-                "llama/trl_default_checkpointing": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup, True),
-                "llama/pairs_checkpointing": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json",
-                                                                 setup, True),
-                "llama/shared-prefix_checkpointing": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps,
-                                                                         work / "llama.json", setup, True),
-                "gpt/padded": lambda: gpt_padded_arm(records, tok_dir, args.pairs, steps),
-                "gpt/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, None, setup),
-                "gpt/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, None, setup),
-            }
+            arms = arms_of(records, paths)
             for name, fn in arms.items():
                 if (args.only and name not in args.only) or name.split("/")[0] not in models:
                     continue

@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from _common import scratch_dir, write_result  # type: ignore[import-not-found]
+from _common import scratch_dir, write_result
 
 VOCAB = 2048
-LLAMA = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8,
+LLAMA: dict[str, Any] = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8,
          "num_key_value_heads": 4, "max_position_embeddings": 8192}
 
 
@@ -66,14 +66,17 @@ def trl_trainer(root: Path, impl: str) -> Any:
     tok_dir = root / "tok"
     if not tok_dir.exists():
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from preference import word_tokenizer  # type: ignore[import-not-found]
+        from preference import word_tokenizer
 
         word_tokenizer(tok_dir)
     tok = tf.AutoTokenizer.from_pretrained(str(tok_dir))
     args = trl.GRPOConfig(output_dir=str(root / "out"), per_device_train_batch_size=8, num_generations=8, report_to=[],
                           use_cpu=True, bf16=False, save_strategy="no", disable_tqdm=True,
                           model_init_kwargs={"attn_implementation": impl, "dtype": torch.float32})
-    return trl.GRPOTrainer(model=str(path), reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
+    def no_reward(completions: list[Any], **kw: Any) -> list[float | None]:
+        return [0.0] * len(completions)
+
+    return trl.GRPOTrainer(model=str(path), reward_funcs=no_reward, args=args,
                            train_dataset=datasets.Dataset.from_dict({"prompt": ["x"] * 8}), processing_class=tok)
 
 

@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from _common import EOT, RESULTS, SHARED, run_child, scratch_dir, write_result
 from scale import corpus, run
@@ -83,16 +84,16 @@ def main() -> None:
                 got[r].setdefault(k, []).append(v)
     rows = []
     for r in sizes:
-        row = {"row_group_packs": r, **{k: round(statistics.median(v), 3) for k, v in got[r].items() if k != "wall"},
+        row: dict[str, Any] = {"row_group_packs": r, **{k: round(statistics.median(v), 3) for k, v in got[r].items() if k != "wall"},
                "rounds": args.rounds, "pack_s_runs": [round(x, 2) for x in got[r]["pack_s"]]}
         rows.append(row)
         print(json.dumps(row), flush=True)
     subprocess.run(["rm", "-rf", str(work)], check=True)
     write_result(args.out or None, rows)
     print("row group packs | pack s | pack peak MB | sequential M tokens/s | random single-pack read ms | decoded group MB")
-    for r in rows:
-        print(f"{r['row_group_packs']} | {r['pack_s']} | {r['pack_peak_mb']:.0f} | {r['sequential_mtok_s']:.1f} | "
-              f"{r['random_ms']:.0f} | {r['group_mb']:.1f}")
+    for row in rows:
+        print(f"{row['row_group_packs']} | {row['pack_s']} | {row['pack_peak_mb']:.0f} | {row['sequential_mtok_s']:.1f} | "
+              f"{row['random_ms']:.0f} | {row['group_mb']:.1f}")
 
 
 if __name__ == "__main__":

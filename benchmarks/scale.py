@@ -142,10 +142,11 @@ def one(size: int, engine: str, tok: Path, work: Path, limit_gb: float | None = 
 def single_process_packs(store: Path) -> int:
     """The one-process plan on the same sequences: every length at once, no shards."""
     from seqpack.packing import pack_lengths
-    from seqpack.store import open_store
+    from seqpack.store import ShardedTokenStore, open_store
     from seqpack.tasks.clm import clm_sequences
 
     s = open_store(store)
+    assert isinstance(s, ShardedTokenStore), "the scale run writes a sharded store"
     lengths = []
     for shard in s.shards:
         seqs = clm_sequences(np.asarray(shard.tokens), np.asarray(shard.offsets), max_len=2048, eos_id=50256,

@@ -26,11 +26,13 @@ Throughput, one core (the process pinned to CPU 0), median of ``--repeats``:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
+from typing import Any
 
 import numpy as np
-from _common import median_time, write_result  # type: ignore[import-not-found]
+from _common import median_time, write_result
 
 from seqpack.packing import pack_lengths
 from seqpack.packing.histogram import builtin_histogram
@@ -57,7 +59,7 @@ def chat(n: int, seed: int = 0) -> np.ndarray:
 def split(lengths: np.ndarray, max_len: int) -> np.ndarray:
     """Every sequence longer than max_len cut into pieces (the clm rule), in stream order."""
     pieces = [np.full(int(n) // max_len, max_len) for n in lengths] + [None]
-    out = []
+    out: list[np.ndarray] = []
     for n, full in zip(lengths.tolist(), pieces):
         out.extend(full.tolist() if full is not None else [])
         if n % max_len:
@@ -120,7 +122,7 @@ def trl_rows(lengths: np.ndarray, max_len: int) -> int:
 def tokenized(repeats: int) -> dict:
     """clm over texts: Shakespeare's works cut into ~2 KB documents, a byte-level BPE (8K) trained on
     them, the stream tokenizing each document once per pass (nothing repeated, so no cache helps)."""
-    from _common import EOT, shakespeare_file  # type: ignore[import-not-found]
+    from _common import EOT, shakespeare_file
 
     from seqpack.tokenizer import Tokenizer, train_bpe
 
@@ -145,11 +147,11 @@ def mix(name: str, lengths: np.ndarray, max_len: int, repeats: int, buffers: tup
     tokens = int(pieces.sum())
     fill = lambda rows: tokens / (rows * max_len)  # noqa: E731
     glob = pack_lengths(pieces, max_len, algorithm="best").num_packs
-    out = {"mix": name, "max_len": max_len, "sequences": int(pieces.size), "tokens": tokens,
+    out: dict[str, Any] = {"mix": name, "max_len": max_len, "sequences": int(pieces.size), "tokens": tokens,
            "rows": {"global plan (best)": glob, "trl bfd (1,000-row windows)": trl_rows(pieces, max_len),
                     "greedy (torchtitan)": greedy_rows(pieces, max_len)}, "throughput": {}}
     for b in buffers:
-        rows, secs = median_time(lambda b=b: planned(pieces, max_len, b), repeats)
+        rows, secs = median_time(functools.partial(planned, pieces, max_len, b), repeats)
         out["rows"][f"seqpack stream, buffer {b:,}"] = stream_rows(pieces, max_len, b)
         assert rows[0] == out["rows"][f"seqpack stream, buffer {b:,}"], "the plan-only loop and PackedStream disagree"
         out["throughput"][f"planned, buffer {b:,}"] = tokens / secs
@@ -171,7 +173,7 @@ def main() -> None:
         args.sequences, args.repeats = 20_000, 1
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, the compiled kernels too
     buffers = tuple(b for b in BUFFERS if b <= args.sequences)
-    result = {"seed": 0, "one_core": True, "mixes": []}
+    result: dict[str, Any] = {"seed": 0, "one_core": True, "mixes": []}
     for name, lengths, max_len in (("wikipedia", wikipedia(args.sequences), 512),
                                    ("chat", chat(args.sequences // 4), 2048)):
         m = mix(name, lengths, max_len, args.repeats, buffers)

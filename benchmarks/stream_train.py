@@ -22,8 +22,9 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from _common import write_result  # type: ignore[import-not-found]
+from _common import write_result
 
 from seqpack.corpus import python_docs
 from seqpack.pipeline import PackConfig, build_packed_dataset
@@ -48,7 +49,7 @@ def prepare(root: Path) -> tuple[Path, Path]:
 
 
 def run_arm(name: str, records: Path, tok: Path, packed: Path, out: Path, steps: int) -> dict:
-    common = dict(out=str(out), steps=steps, batch_size=BATCH, progress=False, threads=2, size="tiny", eval_tokens=8192)
+    common: dict[str, Any] = dict(out=str(out), steps=steps, batch_size=BATCH, progress=False, threads=2, size="tiny", eval_tokens=8192)
     if name == "stream":
         cfg = TrainConfig(data=str(records), stream=True, tokenizer=str(tok), max_len=MAX_LEN, eval_examples=200, **common)
     else:

@@ -39,10 +39,11 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
-from _common import RESULTS, wikipedia_lengths, write_result  # type: ignore[import-not-found]
+from _common import RESULTS, wikipedia_lengths, write_result
 
 from seqpack.experiments.bench import make_batches, step_times
 from seqpack.nn.attention import packed_attention, plan_attention
@@ -64,7 +65,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     if name == "bert":
         T, batch, causal = 512, args.batch, False
-        make = lambda attn: BertForPreTraining(  # noqa: E731
+        make: Callable[[str], torch.nn.Module] = lambda attn: BertForPreTraining(  # noqa: E731
             BertConfig(vocab_size=VOCAB, hidden=256, layers=4, heads=4, max_position=T, dropout=0.0, attention=attn))
     else:
         T, batch, causal = 2048, max(1, args.batch // 4), True

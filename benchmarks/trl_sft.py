@@ -34,6 +34,7 @@ fused head and seqpack's; ``--profile`` writes the top kernels of 3 steps of eac
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -49,8 +50,8 @@ def prepare(out: Path, conversations: int, max_len: int) -> dict[str, Any]:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from chat_sft import conversations as make_conversations  # type: ignore[import-not-found]
-    from chat_sft import tokenizer_dir  # type: ignore[import-not-found]
+    from chat_sft import conversations as make_conversations
+    from chat_sft import tokenizer_dir
     from trl.data_utils import pack_dataset as trl_pack
 
     from seqpack.hf import pack_dataset
@@ -63,8 +64,8 @@ def prepare(out: Path, conversations: int, max_len: int) -> dict[str, Any]:
     tok = open_tokenizer(tokenizer_dir(out, records))
     seqs = build_sequences(records, tok, PackConfig.for_task("chat", max_len=max_len))
     o = seqs.offsets
-    ids = [seqs.token_fields["input_ids"][a:b].astype(np.int32).tolist() for a, b in zip(o[:-1], o[1:])]
-    labels = [seqs.token_fields["labels"][a:b].astype(np.int32).tolist() for a, b in zip(o[:-1], o[1:])]
+    ids = [seqs.token_fields["input_ids"][a:b].astype(np.int32).tolist() for a, b in itertools.pairwise(o)]
+    labels = [seqs.token_fields["labels"][a:b].astype(np.int32).tolist() for a, b in itertools.pairwise(o)]
     ds = datasets.Dataset.from_dict({"input_ids": ids, "labels": labels})
     pq.write_table(pa.table({"input_ids": ids, "labels": labels}), out / "ids.parquet")
     info: dict[str, Any] = {"conversations": len(ids), "max_len": max_len, "tokens": int(seqs.lengths.sum()),
@@ -103,7 +104,7 @@ def pack_times(data: Path, repeats: int) -> dict[str, Any]:
     return out
 
 
-MODELS = {
+MODELS: dict[str, dict[str, Any]] = {
     # Llama-3.2-1B's shape (1.24B parameters, 262M of them the tied 128,256-token embedding)
     "llama1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                     num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, tie_word_embeddings=True),
@@ -142,7 +143,7 @@ def llama(name: str, max_len: int):  # type: ignore[no-untyped-def]
     from seqpack.nn.hf_padding_free import register_varlen_attention
 
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(**MODELS[name], max_position_embeddings=max_len, attn_implementation=register_varlen_attention())
+    cfg = tf.LlamaConfig(**MODELS[name], max_position_embeddings=max_len, attn_implementation=register_varlen_attention())  # type: ignore[call-arg]  # every config takes it
     with torch.device(DEVICE):
         return tf.LlamaForCausalLM(cfg)
 
@@ -187,7 +188,7 @@ class _Clock:
         self.first, self.t0, self.t1, self.steps = first, None, None, 0
         clock = self
 
-        class CB(tf.TrainerCallback):  # type: ignore[misc]
+        class CB(tf.TrainerCallback):
             def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
                 clock.steps = state.global_step
                 if state.global_step == clock.first:
@@ -265,17 +266,17 @@ def loss_check(data: Path, model_name: str, rows: int, info: dict[str, Any]) -> 
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     res: dict[str, Any] = {"tokens": int(labels.numel()), "targets": int((labels[:, 1:] != -100).sum())}
     grads: dict[str, torch.Tensor] = {}
-    runs = {
-        "hf_full_logits": lambda: model(**inputs, labels=labels, use_cache=False).loss,
-        "trl_fused_head": lambda: model(**inputs, labels=labels, fused_lm_head=True).loss,
-        "seqpack": lambda: causal_lm_loss(model, batch).loss,
-        "seqpack_compiled": lambda: causal_lm_loss(model, batch).loss,  # after compile_blocks (below)
+    runs = {  # each takes the model (deleted below, after the runs)
+        "hf_full_logits": lambda m: m(**inputs, labels=labels, use_cache=False).loss,
+        "trl_fused_head": lambda m: m(**inputs, labels=labels, fused_lm_head=True).loss,
+        "seqpack": lambda m: causal_lm_loss(m, batch).loss,
+        "seqpack_compiled": lambda m: causal_lm_loss(m, batch).loss,  # after compile_blocks (below)
     }
     for name, fn in runs.items():
         if name == "seqpack_compiled":
             compile_blocks(model)  # forward and backward compiled here, as the trainer's steps will use them
         with torch.autocast(DEVICE, dtype=torch.bfloat16):
-            loss = fn()
+            loss = fn(model)
         loss.backward()
         res[f"{name}_loss"] = float(loss)
         grads[name] = torch.cat([p.grad.float().flatten() for p in model.parameters()])
@@ -303,20 +304,23 @@ def profile_arms(data: Path, model_name: str, rows: int, info: dict[str, Any], o
         state: dict[str, Any] = {}
         import transformers as tf
 
-        class CB(tf.TrainerCallback):  # type: ignore[misc]
-            def on_step_begin(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
-                if st.global_step == 3:
+        class CB(tf.TrainerCallback):
+            def __init__(self, out: dict[str, Any]) -> None:
+                self.out = out
+
+            def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                if state.global_step == 3:
                     _sync()
-                    state["prof"] = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-                    state["prof"].__enter__()
-                    state["t0"] = time.perf_counter()
+                    self.out["prof"] = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                    self.out["prof"].__enter__()
+                    self.out["t0"] = time.perf_counter()
 
-            def on_train_end(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
+            def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
                 _sync()
-                state["wall"] = (time.perf_counter() - state["t0"]) / 3
-                state["prof"].__exit__(None, None, None)
+                self.out["wall"] = (time.perf_counter() - self.out["t0"]) / 3
+                self.out["prof"].__exit__(None, None, None)
 
-        trainer.add_callback(CB())
+        trainer.add_callback(CB(state))
         trainer.train()
         ev = state["prof"].key_averages()
         kernels = sorted((e for e in ev if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda e: -e.self_device_time_total)

@@ -35,10 +35,11 @@ import copy
 import io
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 import torch
-from _common import write_result  # type: ignore[import-not-found]
+from _common import write_result
 
 from seqpack.experiments.tiny_vlm import synthetic_records, tiny_processor, tiny_vlm
 from seqpack.nn.hf_attention import attach_packed_attention
@@ -74,7 +75,7 @@ def packing(samples, records) -> dict:  # type: ignore[no-untyped-def]
     packs = pack_vision(samples, max_len=MAX_LEN)
     plan_s = time.perf_counter() - t0
     tokens = int(lengths.sum())
-    out = {"samples": int(lengths.size), "tokens": tokens, "images": len(samples.images),
+    out: dict[str, Any] = {"samples": int(lengths.size), "tokens": tokens, "images": len(samples.images),
            "image_tokens": [int(x) for x in np.percentile(samples.grids.prod(axis=1) // 4, [0, 50, 100])],
            "sample_tokens": [int(x) for x in np.percentile(lengths, [0, 50, 100])],
            "rows": {"seqpack best": packs.num_rows, "trl bfd (1,000-row windows)": trl_rows(lengths, 1000),
@@ -160,9 +161,9 @@ def training(records, steps: int, rounds: int) -> dict:  # type: ignore[no-untyp
     factor = padded_slots(lengths, order) / int(lengths.sum())
     med = {k: statistics.median(v) for k, v in rates.items()}
     model_med = {k: statistics.median(v) for k, v in model_rates.items()}
-    spent = {k: sum(v) for k, v in collate_s.items()}  # collator seconds over the timed steps
+    collate = {k: sum(v) for k, v in collate_s.items()}  # collator seconds over the timed steps
     return {"samples": len(recs), "steps": steps, "rounds": rounds, "samples_per_s": med, "rounds_samples_per_s": rates,
-            "collate_seconds": spent, "model_samples_per_s": model_med,
+            "collate_seconds": collate, "model_samples_per_s": model_med,
             "model_speedup": model_med["packed"] / model_med["padded"],
             "speedup": med["packed"] / med["padded"], "packing_factor": factor,
             "speedup_over_factor": med["packed"] / med["padded"] / factor}
@@ -182,7 +183,7 @@ def cli_loop(records, steps: int, rounds: int) -> dict:  # type: ignore[no-untyp
     processor = tiny_processor("qwen2_vl", max_pixels=MAX_PIXELS)
     recs = records[:(steps * rounds + 1) * BATCH]  # the records the other arms train on
     with tempfile.TemporaryDirectory() as d:
-        build_packed_dataset(recs, ProcessorTokenizer(processor), Path(d, "packs"),
+        build_packed_dataset(recs, ProcessorTokenizer(processor), Path(d, "packs"),  # type: ignore[arg-type]  # the annotation (AnyTokenizer) does not name the vision processor
                              PackConfig.for_task("vision", max_len=MAX_LEN))
         tiny_config("qwen2_vl", processor, hidden=128, layers=4).save_pretrained(Path(d, "model"))
         n = steps * rounds + 1
@@ -211,7 +212,7 @@ def main() -> None:
     t0 = time.perf_counter()
     samples = vision_samples(records, processor, max_len=MAX_LEN)
     build_s = time.perf_counter() - t0
-    result = {"seed": 0, "max_len": MAX_LEN, "build_seconds": build_s, "packing": packing(samples, records),
+    result: dict[str, Any] = {"seed": 0, "max_len": MAX_LEN, "build_seconds": build_s, "packing": packing(samples, records),
               "storage": storage(records, processor)}
     p = result["packing"]
     print(f"{p['samples']:,} samples, {p['images']:,} images, {p['tokens']:,} tokens (sample tokens min/median/max "

@@ -37,7 +37,7 @@ def make_trainer(data: str, out: str, *, steps: int, batch_size: int, lr: float,
     dataset = PackedDataset(data, columns=COLUMNS)
     if dataset.task != "mlm":
         raise SystemExit(f"{data} is a {dataset.task} dataset; this example trains masked-LM (seqpack pack --task mlm)")
-    config = transformers.BertConfig(
+    config = transformers.BertConfig(  # type: ignore[call-arg]  # attn_implementation: a keyword of every config, not in its typed signature
         vocab_size=dataset_vocab_size(dataset.manifest), hidden_size=hidden, num_hidden_layers=2,
         num_attention_heads=2, intermediate_size=4 * hidden, max_position_embeddings=dataset.manifest["max_len"],
         attn_implementation="sdpa",
@@ -45,7 +45,7 @@ def make_trainer(data: str, out: str, *, steps: int, batch_size: int, lr: float,
     model = transformers.BertForMaskedLM(config)
 
     class PackedTrainer(transformers.Trainer):
-        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, **kw: Any) -> Any:
+        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
             out = packed_forward(model, inputs, reduction=reduction)
             return (out.loss, {"logits": out.logits}) if return_outputs else out.loss
 

@@ -78,7 +78,7 @@ def wordpiece_tokenizer_dir(path: Path) -> Path:
     return path
 
 
-LLAMA = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+LLAMA: dict[str, Any] = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024}
 
 
@@ -104,7 +104,7 @@ def preference_records(n: int, seed: int = 0, *, prompt_words: tuple[int, int] =
     """String pairs ``{"prompt", "chosen", "rejected"}`` (chosen != rejected)."""
     rng = random.Random(seed)
     say = lambda lo_hi: " ".join(rng.choices(WORDS, k=rng.randint(*lo_hi)))  # noqa: E731
-    out = []
+    out: list[dict[str, Any]] = []
     while len(out) < n:
         c, r = " " + say(response_words), " " + say(response_words)
         if c != r:

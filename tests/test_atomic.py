@@ -13,10 +13,9 @@ TEST = OutputKind("test output", ("made.json", "kind", "seqpack.test"))
 def test_atomic_file_replaces_in_one_rename(tmp_path) -> None:
     target = tmp_path / "sub" / "state.json"
     write_text_atomic(target, "one")
-    with pytest.raises(RuntimeError):
-        with atomic_file(target) as tmp:
-            tmp.write_text("half", encoding="utf-8")
-            raise RuntimeError("killed mid-write")
+    with pytest.raises(RuntimeError), atomic_file(target) as tmp:
+        tmp.write_text("half", encoding="utf-8")
+        raise RuntimeError("killed mid-write")
     assert target.read_text(encoding="utf-8") == "one"  # the old content survives a failed write
     assert [p.name for p in target.parent.iterdir()] == ["state.json"]  # no temp file left
     write_text_atomic(target, "two")
@@ -25,17 +24,15 @@ def test_atomic_file_replaces_in_one_rename(tmp_path) -> None:
 
 def test_atomic_directory_is_complete_or_absent(tmp_path) -> None:
     out = tmp_path / "out"
-    with pytest.raises(RuntimeError):
-        with atomic_directory(out, kind=TEST) as tmp:
-            (tmp / "a").write_text("x", encoding="utf-8")
-            raise RuntimeError("killed")
+    with pytest.raises(RuntimeError), atomic_directory(out, kind=TEST) as tmp:
+        (tmp / "a").write_text("x", encoding="utf-8")
+        raise RuntimeError("killed")
     assert not out.exists() and list(tmp_path.iterdir()) == []
     with atomic_directory(out, kind=TEST) as tmp:
         (tmp / "a").write_text("x", encoding="utf-8")
     assert (out / "a").read_text(encoding="utf-8") == "x"
-    with pytest.raises(FileExistsError, match="--overwrite"):
-        with atomic_directory(out, kind=TEST):
-            pass
+    with pytest.raises(FileExistsError, match="--overwrite"), atomic_directory(out, kind=TEST):
+        pass
 
 
 def test_a_second_job_on_the_same_output_refuses(tmp_path):

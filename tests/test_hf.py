@@ -5,9 +5,13 @@ first padding-free step on it has the loss of the same step on TRL's packing."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 datasets = pytest.importorskip("datasets")
 trl = pytest.importorskip("trl")
@@ -15,7 +19,7 @@ trl = pytest.importorskip("trl")
 from seqpack.hf import pack_dataset  # noqa: E402
 
 
-def random_dataset(n: int, *, seed: int = 0, longest: int = 300) -> "datasets.Dataset":
+def random_dataset(n: int, *, seed: int = 0, longest: int = 300) -> Dataset:
     rng = np.random.default_rng(seed)
     lengths = np.minimum(rng.lognormal(4.0, 0.9, n).astype(int) + 1, longest)
     ids = [rng.integers(3, 390, k).tolist() for k in lengths]
@@ -23,7 +27,7 @@ def random_dataset(n: int, *, seed: int = 0, longest: int = 300) -> "datasets.Da
     return datasets.Dataset.from_dict({"input_ids": ids, "labels": labels})
 
 
-def sequences(packed: "datasets.Dataset") -> Counter[tuple[tuple[int, ...], tuple[int, ...]]]:
+def sequences(packed: Dataset) -> Counter[tuple[tuple[int, ...], tuple[int, ...]]]:
     """The multiset of (input_ids, labels) sequences a packed dataset holds, cut at ``seq_lengths``."""
     out: Counter[tuple[tuple[int, ...], tuple[int, ...]]] = Counter()
     for row in packed:
@@ -64,7 +68,7 @@ def test_iterable_dataset_and_formats_and_dict() -> None:
 
 def test_bad_input_says_how_to_fix_it() -> None:
     ds = datasets.Dataset.from_dict({"input_ids": [[1, 2]], "source": ["a"]})
-    with pytest.raises(ValueError, match="column 'source' is not a list column.*remove_columns"):
+    with pytest.raises(ValueError, match=r"column 'source' is not a list column.*remove_columns"):
         pack_dataset(ds, 8)
     with pytest.raises(ValueError, match="unknown packing strategy 'wrapped'"):
         pack_dataset(ds.remove_columns("source"), 8, strategy="wrapped")

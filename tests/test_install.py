@@ -85,11 +85,13 @@ def test_the_sdist_holds_the_sources_and_the_wheel_the_compiled_core(dists: dict
     import tarfile
     import zipfile
 
-    names = tarfile.open(dists["sdist"]).getnames()  # (`python -m build` makes the wheel from the sdist: all it needs)
+    with tarfile.open(dists["sdist"]) as sdist:
+        names = sdist.getnames()  # (`python -m build` makes the wheel from the sdist: all it needs)
     assert any(n.endswith("/LICENSE") for n in names)
     assert any(n.endswith("csrc/module.cpp") for n in names) and any(n.endswith("seqpack/packing/data/wikipedia_len512.csv")
                                                                       for n in names)
-    inside = zipfile.ZipFile(dists["wheel"]).namelist()
+    with zipfile.ZipFile(dists["wheel"]) as wheel:
+        inside = wheel.namelist()
     assert any(n.startswith("seqpack/_native") and n.endswith(".so") for n in inside)
     assert "seqpack/packing/data/wikipedia_len512.csv" in inside and "seqpack/py.typed" in inside
     assert "seqpack/_native.pyi" in inside  # the compiled core's types, for a user's type checker
@@ -105,7 +107,7 @@ def test_a_fresh_venv_without_torch_prepares_data(dists: dict[str, Path], tmp_pa
     exe = env_dir / "bin" / "seqpack"
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(("the quick brown fox jumps over the lazy dog. " * 30 + "<|endoftext|>") * 20, encoding="utf-8")
-    steps = [
+    steps: list[list[str | Path]] = [
         [exe, "train-tokenizer", corpus, "--vocab-size", "300", "--out", tmp_path / "tok"],
         [exe, "tokenize", corpus, "--tokenizer", tmp_path / "tok", "--out", tmp_path / "store"],
         [exe, "stats", "--histogram", str(tmp_path / "h.npy"), "--max-len", "64"],
@@ -139,8 +141,12 @@ def test_the_extras_keep_the_torch_already_installed(what: str, request: pytest.
 
 
 def test_the_torch_extra_admits_the_builds_users_have() -> None:
-    import tomllib
     from packaging.requirements import Requirement
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: tomllib's predecessor
+        tomllib = pytest.importorskip("tomli")
 
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert not any(Requirement(r).name == "torch" for r in meta["dependencies"])  # the core needs none

@@ -15,7 +15,7 @@ import seqpack.integrations as integrations
 def test_each_name_is_its_homes_object(name) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    if name.startswith("Packed") and "Trainer" in name or name == "TRL_RANGE":
+    if (name.startswith("Packed") and "Trainer" in name) or name == "TRL_RANGE":
         pytest.importorskip("trl")
     assert getattr(integrations, name) is not None
 

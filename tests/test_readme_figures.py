@@ -138,7 +138,7 @@ def test_the_pages_hold_measurement_tables():
 @pytest.mark.parametrize("where,files,row", _rows(), ids=lambda x: x if isinstance(x, str) and ".md:" in x else "")
 def test_every_figure_is_in_its_result(where, files, row):
     pool = [x for f in files for x in _evidence(f)]
-    cells = [c for c in row.strip().strip("|").split("|")][1:]
+    cells = row.strip().strip("|").split("|")[1:]
     missing = [printed for cell in cells for printed, value, decimals, percent in _figures(cell)
                if not _found(value, decimals, percent, pool)]
     assert not missing, f"{where}: {missing} not found in {files}: {row[:120]}"

@@ -63,7 +63,7 @@ def test_a_release_moves_unreleased_under_the_version(tmp_path) -> None:
         tool.release(f"{major}.{minor + 2}.0", root=root)
     with pytest.raises(ValueError, match="not above"):
         tool.release(old, root=root)
-    with pytest.raises(ValueError, match="MAJOR.MINOR.PATCH"):
+    with pytest.raises(ValueError, match=r"MAJOR\.MINOR\.PATCH"):
         tool.release("1.0", root=root)
 
 
@@ -93,6 +93,6 @@ def test_a_release_that_cannot_finish_changes_nothing(tmp_path, broken: str) -> 
     files = [root / rel for rel in (tool.VERSION_FILE, tool.CHANGELOG, *tool.INSTALL_PAGES)]
     before = {p: p.read_text() for p in files if p.exists()}
     major, minor, _ = map(int, tool.current_version(root).split("."))
-    with pytest.raises(ValueError, match="no such file|nothing was changed"):
+    with pytest.raises(ValueError, match=r"no such file|nothing was changed"):
         tool.release(f"{major}.{minor + 1}.0", root=root, date="2026-12-01")
     assert {p: p.read_text() for p in files if p.exists()} == before

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from mkdocs.structure.files import File, Files
 
@@ -38,7 +39,7 @@ def cli_reference() -> str:
              "```text", build_parser("").format_help().rstrip(), "```", ""]  # "": as `seqpack --help` builds it
     for name in COMMANDS:
         try:
-            sub = build_parser(name)._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+            sub = build_parser(name)._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr,index]  # argparse's private parts
         except ModuleNotFoundError as e:  # the docs extra alone: this command's options need an extra
             parts += [f"## seqpack {name}", "", f"Its options are built from `{e.name}`, which this site was built "
                       f"without: `pip install 'seqpack[torch]'` and `seqpack {name} --help` prints them.", ""]
@@ -80,7 +81,7 @@ def _machine(d: dict) -> str:
 
 
 def _record(name: str, d: dict) -> tuple[str, str, str, str]:
-    meta = d.get("meta") if isinstance(d.get("meta"), dict) else {}
+    meta: dict[str, Any] = d["meta"] if isinstance(d.get("meta"), dict) else {}
     command = meta.get("command") or d.get("command") or ""
     versions = meta.get("versions") or {k: d[k] for k in ("torch", "transformers", "trl") if isinstance(d.get(k), str)}
     vs = ", ".join(f"{k} {v}" for k, v in versions.items())
@@ -105,7 +106,7 @@ def runs_page() -> str:
         "| result | machine | date | command | versions |", "|---|---|---|---|---|", *rows, ""])
 
 
-def on_files(files: Files, config) -> Files:  # noqa: ANN001 (mkdocs' own signature)
+def on_files(files: Files, config: Any) -> Files:
     pages = {"reference/cli.md": cli_reference(), "benchmarks/runs.md": runs_page()}
     pages.update({f"reference/api/{name}.md": api_page(pkg) for name, pkg in API.items()})
     for uri, content in pages.items():
@@ -140,7 +141,7 @@ class _DoctestFences:
         return out
 
 
-def _doctest_extension():  # noqa: ANN202
+def _doctest_extension() -> Any:
     from markdown.extensions import Extension
     from markdown.preprocessors import Preprocessor
 
@@ -148,15 +149,15 @@ def _doctest_extension():  # noqa: ANN202
         run = _DoctestFences.run
 
     class DoctestFences(Extension):
-        def extendMarkdown(self, md):  # noqa: N802, ANN001 (Python-Markdown's name)
+        def extendMarkdown(self, md: Any) -> None:
             md.preprocessors.register(Pre(md), "seqpack_doctests", 40)  # before fenced code (25)
 
     return DoctestFences()
 
 
-def on_config(config):  # noqa: ANN001, ANN201
+def on_config(config: Any) -> Any:
     config.markdown_extensions.append(_doctest_extension())
     return config
 
 
-on_config.mkdocs_priority = 100  # before mkdocstrings copies the extensions for docstrings
+on_config.mkdocs_priority = 100  # type: ignore[attr-defined]  # mkdocs reads it off the function; before mkdocstrings copies the extensions for docstrings

@@ -54,7 +54,7 @@ def test_every_command_is_its_module_and_runs_without_the_others() -> None:
     from seqpack.cli.main import COMMANDS
 
     for name, module in COMMANDS.items():
-        assert importlib.import_module(f"seqpack.cli.{module}").NAME == name
+        assert name == importlib.import_module(f"seqpack.cli.{module}").NAME
     code = ("import sys\nfrom seqpack.cli.main import build_parser\nbuild_parser('encode')\n"
             "print(sorted(m for m in sys.modules if m.startswith('seqpack.cli.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -230,7 +230,7 @@ def test_a_missing_extra_is_named_before_any_work(capsys, tmp_path, corpus, monk
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a))
     argv = [a.format(tmp=tmp_path, corpus=corpus) for a in argv]
-    code, out, err = run(capsys, *argv)
+    code, _out, err = run(capsys, *argv)
     assert code == 2 and extra in err and len(err.strip().splitlines()) == 1, err
     assert not any(p.name.startswith("demo") for p in tmp_path.iterdir())
 

@@ -20,7 +20,7 @@ HINT = re.compile(r"[Pp]ass (--[a-z][a-z0-9-]*)")
 
 
 def _options(name: str) -> set[str]:
-    parser = build_parser(name)._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+    parser = build_parser(name)._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr,index]  # argparse's private parts
     return {s for a in parser._actions for s in a.option_strings}
 
 

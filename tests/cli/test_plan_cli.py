@@ -66,9 +66,9 @@ def test_plan_bad_input(capsys, tmp_path, content, args, match):
     f.write_text(content)
     argv = ["plan", "--histogram", str(f)] + (args if "--max-len" in args else ["--max-len", "512"] + args)
     try:
-        code, out, err = run(capsys, *argv)
+        code, _, err = run(capsys, *argv)
     except SystemExit as e:  # argparse rejects the option itself
-        code, (out, err) = e.code, capsys.readouterr()
+        code, (_, err) = e.code, capsys.readouterr()
     assert code == 2 and match in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from seqpack.data.context_parallel import (
     causal_pairs,
-    cp_placement,
     cp_lengths,
+    cp_placement,
     cp_shard,
     cp_shard_index,
     cp_shard_oracle,
@@ -35,7 +35,7 @@ def positions(seg: np.ndarray) -> np.ndarray:
 
 
 @st.composite
-def cp_rows(draw):  # type: ignore[no-untyped-def]
+def cp_rows(draw):
     cp = draw(st.sampled_from([1, 2, 3, 4, 8]))
     max_len = 2 * cp * draw(st.integers(1, 12))
     lengths: list[int] = []

@@ -79,7 +79,7 @@ def _edit_manifest(d: Path, **changes: object) -> None:
 def test_manifests_that_cannot_be_rebuilt_are_refused(tmp_path: Path) -> None:
     build("clm-store", tmp_path / "p", tmp_path / "w")
     _edit_manifest(tmp_path / "p", derived_columns={"labels": "shifted_by_two"})
-    with pytest.raises(ValueError, match="rule 'shifted_by_two', which this seqpack does not know.*upgrade"):
+    with pytest.raises(ValueError, match=r"rule 'shifted_by_two', which this seqpack does not know.*upgrade"):
         load_packed(tmp_path / "p")
     _edit_manifest(tmp_path / "p", derived_columns={"labels": "lm_labels"}, format_version=1)
     with pytest.raises(ValueError, match="derived_columns needs format_version 2"):

@@ -32,5 +32,5 @@ def test_it_refuses_a_damaged_part(tmp_path) -> None:
     data = bytearray(part.read_bytes())
     data[len(data) // 2] ^= 0xFF
     part.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match="checksum|changed|corrupt"):
+    with pytest.raises(ValueError, match=r"checksum|changed|corrupt"):
         hf_dataset(tmp_path / "p", cache_dir=tmp_path / "hf")

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqpack.data import (
-    WriteOptions,
     IGNORE_INDEX,
     Sequences,
+    WriteOptions,
     load_packed,
     materialize,
     materialize_oracle,
@@ -219,7 +219,7 @@ def test_killed_mid_write_leaves_nothing_complete(tmp_path):
     assert not (tmp_path / "p").exists()
     leftovers = [d for d in tmp_path.iterdir() if d.is_dir()]  # and the dead job's .p.lock (unlocked)
     assert leftovers and all(not (d / "manifest.json").exists() for d in leftovers)
-    with pytest.raises(ValueError, match="manifest.json: missing"):
+    with pytest.raises(ValueError, match=r"manifest\.json: missing"):
         read_manifest(leftovers[0])
 
 
@@ -227,7 +227,7 @@ def test_corrupt_shard_is_named(tmp_path):
     pc = pack_sequences(random_sequences(np.random.default_rng(0), 20, 8), 8)
     write_packed(pc, tmp_path / "p")
     (tmp_path / "p" / "data" / "part-00000.parquet").write_bytes(b"junk")
-    with pytest.raises(ValueError, match="part-00000.parquet: missing or corrupt"):
+    with pytest.raises(ValueError, match=r"part-00000\.parquet: missing or corrupt"):
         load_packed(tmp_path / "p")
 
 

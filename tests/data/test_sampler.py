@@ -116,7 +116,7 @@ def test_unscheduled_dataset_says_how_to_get_one(tmp_path: Path) -> None:
         read_schedule(tmp_path / "p")
 
 
-def test_pack_command_writes_a_schedule_on_every_path(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_pack_command_writes_a_schedule_on_every_path(capsys, tmp_path: Path) -> None:
     """The sharded store path and the in-memory path write the same schedule for the same packing."""
     from seqpack.store import build_store
 

@@ -47,7 +47,7 @@ def test_one_sft_trainer_step_has_seqpack_trainers_loss(chat: dict[str, Path], t
     torch.manual_seed(cfg.seed)
     model, _ = build_model(data.manifest, cfg)  # the weights seqpack's run starts from (same seed)
     initial = copy.deepcopy(model)
-    initial.config._attn_implementation = "sdpa"  # TRL calls the model plainly (seqpack's run: seqpack_packed)
+    initial.config._attn_implementation = "sdpa"  # type: ignore[union-attr]  # TRL calls the model plainly (seqpack's run: seqpack_packed)
     steps: list[dict] = []
     train(cfg, on_step=lambda step, rec: steps.append(rec))
     packs = data.train_packs[data.units_at(cfg.seed, 0, 8)]  # the rows of seqpack's first step

@@ -15,11 +15,13 @@ import traceback
 
 def main(path: str) -> int:
     namespace: dict = {"__name__": "__main__"}
-    for block in json.load(open(path, encoding="utf-8")):
+    with open(path, encoding="utf-8") as f:
+        page = json.load(f)
+    for block in page:
         print(f"--- {block['where']} ({block['lang']}) at {time.perf_counter():.1f} s", flush=True)
         if block["lang"] == "python":
             try:
-                exec(compile(block["code"], block["where"], "exec"), namespace)  # noqa: S102 (our own docs)
+                exec(compile(block["code"], block["where"], "exec"), namespace)
             except BaseException:  # noqa: BLE001 (any failure of a block fails the page)
                 traceback.print_exc()
                 print(f"FAILED {block['where']}", flush=True)

@@ -11,10 +11,11 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
-from tests.docs.blocks import NOT_RUN, RUN, SHOWN, ROOT, blocks, pages
+from tests.docs.blocks import NOT_RUN, ROOT, RUN, SHOWN, blocks, pages
 
 PAGES = pages()
 RUNNABLE = [p for p in PAGES if any(b.lang in RUN and b.not_run is None for b in blocks(p))]
@@ -65,8 +66,8 @@ def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     and imports, so two share this machine's two cores): page -> a future of its completed process."""
     from concurrent.futures import ThreadPoolExecutor
 
-    selected = [item.callspec.params["page"] for item in request.session.items
-                if getattr(item, "callspec", None) and "page" in item.callspec.params]
+    selected = [cast(Path, item.callspec.params["page"]) for item in request.session.items
+                if isinstance(item, pytest.Function) and hasattr(item, "callspec") and "page" in item.callspec.params]
     if importlib.util.find_spec("trl") is None:
         selected = []  # each test skips: the pages use every extra
     pool = ThreadPoolExecutor(max_workers=2)
@@ -144,7 +145,7 @@ def _user_texts() -> list[tuple[str, str]]:
             parser = build_parser(name)
         except ModuleNotFoundError:  # an extra this environment lacks
             continue
-        texts.append((f"seqpack {name} --help", parser._subparsers._group_actions[0].choices[name].format_help()))
+        texts.append((f"seqpack {name} --help", parser._subparsers._group_actions[0].choices[name].format_help()))  # type: ignore[union-attr,index]  # argparse's private parts
     return texts
 
 

@@ -18,7 +18,7 @@ def test_bench_json_has_the_table_columns(tmp_path, capsys):
     code = main(["bench", "--lengths", str(f), "--max-len", "32", "--model", "gpt", "--size", "tiny", "--vocab-size", "50",
                  "--sequences", "200", "--batch-size", "4", "--steps", "1", "--repeats", "1", "--json"])
     r = json.loads(capsys.readouterr().out)
-    assert code == 0 and KEYS <= set(r)
+    assert code == 0 and set(r) >= KEYS
     # the realised speed-up is a timing (one step a side, any value on a busy machine): only its sign
     # and how overhead is derived from it are checked, never a range
     assert r["realized_speedup"] > 0 and r["packing_factor"] > 1.5

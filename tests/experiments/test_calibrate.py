@@ -23,7 +23,7 @@ def test_designs_fit_and_span_the_squares(max_len: int) -> None:
     assert np.linalg.matrix_rank(stats) == 3  # the three coefficients are identifiable
 
 
-def test_calibrate_writes_the_fit_of_its_own_times(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_calibrate_writes_the_fit_of_its_own_times(tmp_path, capsys) -> None:
     out = tmp_path / "cost.json"
     args = ["bench", "--calibrate", "--model", "gpt", "--size", "tiny", "--max-len", "64", "--vocab-size", "64",
             "--batch-size", "2", "--steps", "1", "--repeats", "1", "--threads", "1", "--json", "--out", str(out)]
@@ -31,14 +31,15 @@ def test_calibrate_writes_the_fit_of_its_own_times(tmp_path, capsys) -> None:  #
     r = json.loads(capsys.readouterr().out)
     cost = load_row_cost(out)
     stats = np.array([[d["tokens"], d["squares"], d["sequences"]] for d in r["designs"]], float)
-    refit, fit = fit_row_cost(*stats.T, np.array([d["measured_s"] for d in r["designs"]]))
+    tokens, squares, sequences = stats.T
+    refit, fit = fit_row_cost(tokens, squares, sequences, np.array([d["measured_s"] for d in r["designs"]]))
     assert cost == refit and fit == r["fit"]  # the same numbers through the same arithmetic
     assert main(args) == 2  # never replaced silently
     assert "--overwrite" in capsys.readouterr().err
     assert main(["bench", "--out", str(tmp_path / "x.json")]) == 2
 
 
-def test_plan_and_train_read_a_cost_file(tmp_path, capsys, datasets) -> None:  # type: ignore[no-untyped-def]
+def test_plan_and_train_read_a_cost_file(tmp_path, capsys, datasets) -> None:
     from pathlib import Path
 
     from seqpack.packing.balance import RowCost

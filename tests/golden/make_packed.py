@@ -25,10 +25,8 @@ SPECIALS = ["<|endoftext|>", "[CLS]", "[SEP]", "[MASK]", "<|im_start|>", "<|im_e
 
 
 def _api() -> tuple[Any, Any]:
-    try:  # the pack job's home since the layering of issue 23
-        from seqpack.pipeline import PackConfig, build_packed_dataset
-    except ImportError:
-        from seqpack.data import PackConfig, build_packed_dataset
+    from seqpack.pipeline import PackConfig, build_packed_dataset
+
     return PackConfig, build_packed_dataset
 
 
@@ -62,16 +60,15 @@ def records(task: str) -> list[dict[str, Any]]:
     if task == "multilabel":
         return [{"text": text(1, 6), "label": sorted({str(w) for w in rng.choice(words, int(rng.integers(0, 3)))})}
                 for i in range(30)]
+    out: list[dict[str, Any]] = []
     if task == "qa":
-        out = []
         for i in range(20):
             ctx = text(3, 16) + f" answer{i} end."
             out.append({"question": f"where is {i}?", "context": ctx,
                         "answers": {"text": [f"answer{i}"], "answer_start": [ctx.index(f"answer{i}")]}})
         return out
     if task == "chat":
-        out = []
-        for i in range(25):
+        for _ in range(25):
             turns = int(rng.integers(1, 4))
             msgs = []
             for _ in range(turns):
@@ -101,12 +98,8 @@ CASES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
 
 
 def source_of(kind: str, task: str, work: Path, tok: Any) -> Any:
+    from seqpack.pipeline import build_sharded_store
     from seqpack.store import build_store
-
-    try:
-        from seqpack.pipeline import build_sharded_store
-    except ImportError:  # before the layering of issue 23
-        from seqpack.store import build_sharded_store
 
     if kind == "store":
         return build_store(text_docs(), tok, work / "store").path

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 
 @st.composite
-def packs(draw, *, max_rows: int = 3, max_len: int = 24, max_depth: int = 4, min_len: int = 1):  # type: ignore[no-untyped-def]
+def packs(draw, *, max_rows: int = 3, max_len: int = 24, max_depth: int = 4, min_len: int = 1):
     """``(T, rows)`` where each row is a list of sequence lengths summing to <= T."""
     T = draw(st.integers(max(4, min_len), max_len))
     rows = []

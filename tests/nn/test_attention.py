@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 
 from seqpack.nn import attention_mask, choose_backend, packed_attention, plan_attention
+from seqpack.nn.attention import MaskPlan
 from tests.nn._packs import packs, segment_rows, spans
 
 CPU_BACKENDS = ("sdpa", "eager", "per_document")
@@ -35,7 +36,7 @@ def alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> to
 
 @settings(max_examples=30, deadline=None)
 @given(packs(max_len=40, max_depth=6))
-def test_every_backend_equals_each_sequence_alone(pack) -> None:  # type: ignore[no-untyped-def]
+def test_every_backend_equals_each_sequence_alone(pack) -> None:
     T, rows = pack
     seg = segment_rows(T, rows)
     torch.manual_seed(T)
@@ -56,7 +57,7 @@ def test_every_backend_equals_each_sequence_alone(pack) -> None:  # type: ignore
 
 @settings(max_examples=15, deadline=None)
 @given(packs(max_len=32, max_depth=5))
-def test_gradients_agree_across_backends(pack) -> None:  # type: ignore[no-untyped-def]
+def test_gradients_agree_across_backends(pack) -> None:
     T, rows = pack
     seg = segment_rows(T, rows)
     torch.manual_seed(1)
@@ -65,11 +66,11 @@ def test_gradients_agree_across_backends(pack) -> None:  # type: ignore[no-untyp
     grads = {}
     for backend in (*CPU_BACKENDS, VARLEN_ON_CPU):
         qkv = [x.clone().requires_grad_() for x in base]
-        (attend(backend, *qkv, seg, True) * w).sum().backward()
+        (attend(backend, qkv[0], qkv[1], qkv[2], seg, True) * w).sum().backward()
         grads[backend] = [x.grad for x in qkv]
     for backend in ("sdpa", "per_document", VARLEN_ON_CPU):  # padding gets no gradient from real tokens
         for g, ref in zip(grads[backend], grads["eager"]):
-            assert (g - ref).abs().max() <= 1e-5
+            assert (g - ref).abs().max() <= 1e-5  # type: ignore[operator]  # x.grad: backward() set it
 
 
 def _varlen_on_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -91,8 +92,10 @@ def test_auto_backend_rule() -> None:
     short = torch.tensor([[1, 1, 2, 2]])
     assert plan_attention(short).backend == "sdpa"
     padded = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
-    assert plan_attention(padded).mask.shape == (2, 1, 1, 4)  # key padding only
-    assert plan_attention(padded, causal=True).mask is None  # plain is_causal
+    plan, causal_plan = plan_attention(padded), plan_attention(padded, causal=True)
+    assert isinstance(plan, MaskPlan) and isinstance(causal_plan, MaskPlan)
+    assert plan.mask is not None and plan.mask.shape == (2, 1, 1, 4)  # key padding only
+    assert causal_plan.mask is None  # plain is_causal
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

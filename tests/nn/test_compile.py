@@ -47,11 +47,11 @@ def compile_run(kind: str, backend: str, *, device: str, compiler: str, layouts:
     for i, rows in enumerate(layouts):
         batch = on(make_batch(T, rows, seed=i), torch.device(device))
         with torch.autocast(device, dtype=autocast or torch.float32, enabled=autocast is not None):
-            le, lc = run(eager, kind, batch).loss, run(fn, kind, batch).loss
+            le, lc = run(eager, kind, batch).loss, run(fn, kind, batch).loss  # type: ignore[arg-type]  # torch.compile's wrapper of the module
         le.backward()
         lc.backward()
         # largest gradient difference in units of the exactness suite's tolerance (1e-5 + 1e-4 * scale)
-        diff = max(float((p.grad - q.grad).abs().max() / (1e-5 + 1e-4 * p.grad.abs().max()))
+        diff = max(float((p.grad - q.grad).abs().max() / (1e-5 + 1e-4 * p.grad.abs().max()))  # type: ignore[operator]  # p.grad, q.grad: backward() set it
                    for p, q in zip(eager.parameters(), compiled.parameters()) if p.grad is not None)
         eager.zero_grad()
         compiled.zero_grad()
@@ -104,8 +104,8 @@ def compile_hf_run(kind: str, *, device: str, compiler: str) -> dict[str, Any]:
     for i, rows in enumerate(LAYOUTS):
         x = on(make_batch(T, rows, seed=i), torch.device(device))
         with torch.no_grad():
-            out["eager"].append(float(packed_forward(eager, packed_batch(kind, x)).loss))
-            out["compiled"].append(float(packed_forward(fn, packed_batch(kind, x)).loss))
+            out["eager"].append(float(packed_forward(eager, packed_batch(kind, x)).loss))  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
+            out["compiled"].append(float(packed_forward(fn, packed_batch(kind, x)).loss))  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
         out["graphs_after"].append(len(graphs))
     return out
 

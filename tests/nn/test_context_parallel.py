@@ -59,12 +59,12 @@ def shard(cols: dict[str, np.ndarray], cp: int, rank: int) -> tuple[dict[str, to
     return {k: torch.from_numpy(np.stack([p[k] for p in parts])) for k in keep}, np.stack(srcs)
 
 
-def gpt_pass(model, cols, plan=None):  # type: ignore[no-untyped-def]
+def gpt_pass(model, cols, plan=None):
     h = model(cols["input_ids"], cols["segment_ids"], position_ids=cols["position_ids"], plan=plan, logits=False).hidden
     return model.token_logits(h)
 
 
-def llama_pass(model, cols, plan=None):  # type: ignore[no-untyped-def]
+def llama_pass(model, cols, plan=None):
     from seqpack.nn.attention import plan_attention
 
     if plan is None:
@@ -83,7 +83,7 @@ def build(kind: str) -> torch.nn.Module:
     from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
 
     register_packed_attention()
-    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,  # type: ignore[call-arg]  # attn_implementation: every config takes it, its typed signature does not list it
                       num_key_value_heads=2, max_position_embeddings=T, attn_implementation=PACKED_IMPL)
     return LlamaForCausalLM(cfg).float()
 
@@ -161,7 +161,7 @@ def test_cp_ranks_equal_the_unsplit_rows(tmp_path, size):
             assert c["grads"].keys() == c["full_grads"].keys()
             for k, want in c["full_grads"].items():
                 torch.testing.assert_close(c["grads"][k], want, rtol=1e-4, atol=1e-6 * float(want.abs().max()) + 1e-9,
-                                           msg=lambda m, k=k: f"{kind} {reduction} {k}: {m}")
+                                           msg=lambda m, k=k, kind=kind, reduction=reduction: f"{kind} {reduction} {k}: {m}")
 
 
 def test_one_rank_without_a_process_group_is_the_unsplit_pass():

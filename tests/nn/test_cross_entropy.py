@@ -45,10 +45,10 @@ def test_fused_kernel_equals_the_definition(dtype: torch.dtype, N: int, V: int, 
     assert (loss.double() - ref).abs().max() <= 1e-5 + 1e-6 * ref.abs().max()
     # gradient softmax - onehot: each entry within 3e-6 (the log-sum-exp's error) before rounding to the
     # logits' dtype; bfloat16 adds half an ulp (2^-9 relative) of each entry
-    err = (x.grad.double() - ref_x.grad).abs()  # type: ignore[union-attr]
+    err = (x.grad.double() - ref_x.grad).abs()  # type: ignore[union-attr,operator]
     rel = 2.0**-8 if dtype == torch.bfloat16 else 0.0
     assert bool((err <= 1e-5 + rel * ref_x.grad.abs()).all()), float(err.max())  # type: ignore[union-attr]
-    assert x.grad.dtype == dtype and bool((x.grad[::3] == 0).all())  # type: ignore[union-attr]
+    assert x.grad.dtype == dtype and bool((x.grad[::3] == 0).all())  # type: ignore[union-attr,index]
 
 
 # --- the head and its loss in one step (linear_cross_entropy) ---------------------------------------
@@ -60,7 +60,7 @@ from seqpack.nn.cross_entropy import (  # noqa: E402
 
 
 def _head_case(N: int, V: int, H: int, *, bias: bool, dtype: torch.dtype = torch.float64, device: str = "cpu",
-               seed: int = 0) -> tuple[torch.Tensor, ...]:
+               seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     g = torch.Generator(device=device).manual_seed(seed)
     h = torch.randn(N, H, device=device, generator=g, dtype=dtype)
     w = torch.randn(V, H, device=device, generator=g, dtype=dtype) / H**0.5
@@ -71,7 +71,7 @@ def _head_case(N: int, V: int, H: int, *, bias: bool, dtype: torch.dtype = torch
     return h, w, b, t, rw
 
 
-def _loss_and_grads(fn, h, w, b, t, rw, **kw):  # type: ignore[no-untyped-def]
+def _loss_and_grads(fn, h, w, b, t, rw, **kw):
     leaves = [x.detach().clone().requires_grad_() for x in (h, w) + ((b,) if b is not None else ())]
     loss, top1 = fn(leaves[0], leaves[1], t, rw, bias=leaves[2] if b is not None else None, **kw)
     loss.backward()
@@ -108,7 +108,8 @@ def test_linear_cross_entropy_under_bf16_autocast_adds_no_error_beyond_bf16() ->
     """On CPU autocast: the products in bf16 like ``F.linear`` under autocast; against float64, the
     fused step's error is that of the plain bf16 path (same roundings, other summation orders)."""
     h, w, b, t, rw = _head_case(64, 300, 32, bias=False, dtype=torch.float32)
-    truth, _, truth_grads = _loss_and_grads(linear_cross_entropy_oracle, *(x.double() if x is not None and x.is_floating_point() else x for x in (h, w, b)), t, rw.double())
+    h64, w64, b64 = (x.double() if x is not None and x.is_floating_point() else x for x in (h, w, b))
+    truth, _, truth_grads = _loss_and_grads(linear_cross_entropy_oracle, h64, w64, b64, t, rw.double())
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got, _, grads = _loss_and_grads(linear_cross_entropy, h, w, b, t, rw, chunk_rows=16)
         plain, _, plain_grads = _loss_and_grads(linear_cross_entropy_oracle, h, w, b, t, rw)

@@ -43,7 +43,7 @@ def test_model_loss_on_collated_batch_is_seqpacks_token_loss(sft: Path, impl: st
     batch = {k: v for k, v in collate_packed(rows).items() if k not in ("example_ids", "num_sequences")}
     ours = packed_forward(model, batch, reduction="token").loss
     # the same terms summed in another order (fp32): 1e-5 relative
-    assert abs(float(theirs) - float(ours)) <= 1e-5 * abs(float(ours))
+    assert abs(float(theirs) - float(ours)) <= 1e-5 * abs(float(ours))  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
 
 
 def test_trainer_step_with_the_collator(sft: Path, tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_trainer_step_with_the_collator(sft: Path, tmp_path: Path) -> None:
     model = llama("sdpa", int(ds.manifest["vocab_size"]))
     batch = {k: v for k, v in collate_packed([ds[i] for i in range(8)]).items() if k not in ("example_ids", "num_sequences")}
     with torch.no_grad():
-        want = float(packed_forward(model, batch, reduction="token").loss)
+        want = float(packed_forward(model, batch, reduction="token").loss)  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
     args = tf.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=1, logging_steps=1,
                                 report_to=[], save_strategy="no", use_cpu=True, remove_unused_columns=False)
     trainer = tf.Trainer(model=model, args=args, train_dataset=rows, data_collator=PackedCollator())
@@ -78,7 +78,7 @@ def test_sft_trainer_with_the_collator(sft: Path, tmp_path: Path) -> None:
     model = llama("sdpa", int(ds.manifest["vocab_size"]))
     batch = {k: v for k, v in collate_packed([ds[i] for i in range(8)]).items() if k not in ("example_ids", "num_sequences")}
     with torch.no_grad():
-        want = float(packed_forward(model, batch, reduction="token").loss)
+        want = float(packed_forward(model, batch, reduction="token").loss)  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
     rows = datasets.Dataset.from_parquet(sorted(str(p) for p in (sft / "data").glob("*.parquet"))).select(range(8))
     args = trl.SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=1, logging_steps=1,
                          report_to=[], save_strategy="no", use_cpu=True, max_length=None, remove_unused_columns=False,

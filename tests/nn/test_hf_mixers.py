@@ -81,7 +81,7 @@ def test_packed_rows_equal_each_document_alone_gradients_included(rows: list[lis
     with documents(seg):
         out = model(x)
     out.sum().backward()
-    packed_grad = x.grad.clone()
+    packed_grad = x.grad.clone()  # type: ignore[union-attr]  # x.grad: backward() set it
     x.grad = None
     for b, lengths in enumerate(rows):
         at = 0
@@ -90,7 +90,7 @@ def test_packed_rows_equal_each_document_alone_gradients_included(rows: list[lis
             assert torch.allclose(out[b, at : at + n], alone[0], atol=TOLERANCE)
             alone.sum().backward()
             at += n
-    assert torch.allclose(packed_grad, x.grad, atol=TOLERANCE)  # padding: no output, no gradient
+    assert torch.allclose(packed_grad, x.grad, atol=TOLERANCE)  # type: ignore[arg-type]  # padding: no output, no gradient
 
 
 def test_padded_rows_run_as_they_are() -> None:
@@ -128,8 +128,8 @@ def test_a_shared_prompt_hands_its_state_to_each_completion() -> None:
 class Rotated(Leaky):
     """A mixer that also reads per-token tensors: rotary ``(cos, sin)`` and positions."""
 
-    def forward(self, hidden_states: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],
-                position_ids: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, hidden_states: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
+                position_ids: torch.Tensor) -> torch.Tensor:
         cos, sin = position_embeddings
         return super().forward(hidden_states * cos + sin) + position_ids[..., None]
 
@@ -148,7 +148,7 @@ def test_per_token_keywords_are_gathered_with_the_hidden_states() -> None:
 
 def test_restarting_positions_give_documents() -> None:
     assert restarting_segments(torch.tensor([[0, 1, 2, 3]])) is None
-    assert restarting_segments(torch.tensor([[0, 1, 0, 0, 1]])).tolist() == [[1, 1, 2, 3, 3]]
+    assert restarting_segments(torch.tensor([[0, 1, 0, 0, 1]])).tolist() == [[1, 1, 2, 3, 3]]  # type: ignore[union-attr]  # None: no row restarts
 
 
 def _qwen35(layer_types: tuple[str, ...] = ("linear_attention", "full_attention")) -> torch.nn.Module:
@@ -185,11 +185,11 @@ def test_qwen35_packed_forward_is_each_document_alone(impl: str) -> None:
     model = _qwen35()
     ids = torch.tensor([[t for d in DOCS for t in d]])
     seg = torch.repeat_interleave(torch.arange(1, 4), torch.tensor([len(d) for d in DOCS]))[None]
-    model.set_attn_implementation(impl)
+    model.set_attn_implementation(impl)  # type: ignore[operator]  # a transformers model's method
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        logits = packed_forward(model, {"input_ids": ids, "segment_ids": seg}).logits[0]
-    model.set_attn_implementation("eager")
+        logits = packed_forward(model, {"input_ids": ids, "segment_ids": seg}).logits[0]  # type: ignore[index]  # PackedOutput.logits: asked for
+    model.set_attn_implementation("eager")  # type: ignore[operator]  # a transformers model's method
     at = 0
     for d in DOCS:
         got = logits[at : at + len(d)].log_softmax(-1)[torch.arange(len(d) - 1), torch.tensor(d[1:])]
@@ -204,7 +204,7 @@ def test_a_plan_by_hand_on_a_hybrid_refuses_at_the_first_call() -> None:
 
     register_packed_attention()
     model = _qwen35()
-    model.set_attn_implementation("seqpack_packed")
+    model.set_attn_implementation("seqpack_packed")  # type: ignore[operator]  # a transformers model's method
     seg = torch.tensor([[1, 1, 1, 2, 2]])
     plan = plan_attention(seg, causal=True)
     with pytest.raises(ValueError, match=r"linear_attention layers.*not with a plan by hand") as e:
@@ -217,7 +217,7 @@ def test_padding_free_rows_on_an_unprepared_hybrid_refuse_at_the_first_call() ->
     from seqpack.nn.hf_padding_free import register_varlen_attention
 
     model = _qwen35(("full_attention", "linear_attention"))  # attention first: its call is the first to see the row
-    model.set_attn_implementation(register_varlen_attention())
+    model.set_attn_implementation(register_varlen_attention())  # type: ignore[operator]  # a transformers model's method
     cu = torch.tensor([0, 3, 5], dtype=torch.int32)
     with pytest.raises(ValueError, match="prepare_packed") as e:
         model(input_ids=torch.tensor([[3, 4, 5, 6, 7]]), position_ids=torch.tensor([[0, 1, 2, 0, 1]]),
@@ -253,11 +253,11 @@ def test_checkpointed_layers_recompute_on_their_documents() -> None:
     grads = []
     for checkpointing in (False, True):
         if checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})  # type: ignore[operator]  # a transformers model's method
         model.zero_grad(set_to_none=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            packed_forward(model, batch).loss.backward()
+            packed_forward(model, batch).loss.backward()  # type: ignore[union-attr]  # PackedOutput.loss: set when the batch has targets
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     for n, g in grads[0].items():
         assert torch.allclose(g, grads[1][n], atol=1e-6), n
@@ -269,7 +269,7 @@ def test_context_parallel_refuses_a_hybrid() -> None:
 
     register_packed_attention()
     model = _qwen35()
-    model.set_attn_implementation("seqpack_packed")
+    model.set_attn_implementation("seqpack_packed")  # type: ignore[operator]  # a transformers model's method
     with pytest.raises(ValueError, match="Qwen3_5GatedDeltaNet layers carry state along the whole row"):
         check_cp_model(model)
 
@@ -282,7 +282,7 @@ def test_the_sft_trainers_head_at_targets_loss_on_a_hybrid_is_each_document_alon
     from seqpack.nn.hf_support import prepare_packed
 
     model = _qwen35()
-    model.set_attn_implementation(register_varlen_attention())
+    model.set_attn_implementation(register_varlen_attention())  # type: ignore[operator]  # a transformers model's method
     prepare_packed(model)
     add_target_head(model)
     ids = torch.tensor([[t for d in DOCS for t in d]])
@@ -294,6 +294,6 @@ def test_the_sft_trainers_head_at_targets_loss_on_a_hybrid_is_each_document_alon
         m = max(len(d) for d in DOCS)  # TRL's padding-free collator's keywords
         got = model(input_ids=ids, position_ids=pos, labels=labels, target_head=True, cu_seq_lens_q=cu,
                     cu_seq_lens_k=cu, max_length_q=m, max_length_k=m).loss
-        model.set_attn_implementation("eager")
+        model.set_attn_implementation("eager")  # type: ignore[operator]  # a transformers model's method
         want = -torch.cat([_alone_logprobs(model, d) for d in DOCS]).mean()
     assert abs(float(got) - float(want)) <= TOLERANCE

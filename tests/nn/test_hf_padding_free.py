@@ -24,7 +24,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("kind", ("GPT2LMHeadModel", "LlamaForCausalLM"))
 @settings(max_examples=4, deadline=None)
 @given(pack=packs(max_rows=2, max_len=20, max_depth=3, min_len=2))
-def test_padding_free_equals_model_run_alone(kind: str, pack) -> None:  # type: ignore[no-untyped-def]
+def test_padding_free_equals_model_run_alone(kind: str, pack) -> None:
     register_varlen_attention()
     check_adapter(kind, VARLEN_IMPL, *pack)
 
@@ -45,7 +45,7 @@ def test_padding_free_refuses_attention_dropout() -> None:
     import transformers as tf
 
     register_varlen_attention()
-    cfg = tf.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+    cfg = tf.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,  # type: ignore[call-arg]  # attn_implementation: every config takes it, its typed signature does not list it
                          num_key_value_heads=1, max_position_embeddings=64, attention_dropout=0.1, attn_implementation=VARLEN_IMPL)
     model = tf.LlamaForCausalLM(cfg).train()
     with pytest.raises(ValueError, match="has no attention dropout"):
@@ -62,9 +62,9 @@ def test_padding_free_equals_the_sdpa_model(kind: str) -> None:
     x = make_batch(18, [[5, 9, 4], [18]], seed=3)
     flat, dense = packed_forward(build(kind, VARLEN_IMPL), packed_batch(kind, x)), packed_forward(build(kind, "sdpa"), packed_batch(kind, x))
     real = x["segment_ids"] > 0
-    assert (flat.logits - dense.logits)[real].abs().max() <= 1e-5
-    assert abs(float(flat.loss) - float(dense.loss)) <= 1e-5 * max(1.0, abs(float(dense.loss)))
-    assert torch.equal(flat.present, dense.present)
+    assert (flat.logits - dense.logits)[real].abs().max() <= 1e-5  # type: ignore[operator]  # PackedOutput.logits: asked for
+    assert abs(float(flat.loss) - float(dense.loss)) <= 1e-5 * max(1.0, abs(float(dense.loss)))  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
+    assert torch.equal(flat.present, dense.present)  # type: ignore[arg-type]  # present: set with the loss
 
 
 def test_flex_attention_forward_on_cpu() -> None:
@@ -81,7 +81,7 @@ def test_flex_attention_forward_on_cpu() -> None:
         out = packed_forward(model, packed_batch("LlamaForCausalLM", x))
         for b, k, at, n in spans(rows):
             ref = hf_alone(model, "LlamaForCausalLM", alone(x, b, k, at, n))
-            assert (out.logits[b, at : at + n] - ref.logits[0]).abs().max() <= 1e-5
+            assert (out.logits[b, at : at + n] - ref.logits[0]).abs().max() <= 1e-5  # type: ignore[index]  # PackedOutput.logits: asked for
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="flash_attention_2/3 need a CUDA device")
@@ -102,7 +102,7 @@ def test_flash_attention_equals_the_reference_on_gpu(impl: str) -> None:
     for name in (impl, VARLEN_IMPL):
         model = build("LlamaForCausalLM", name).cuda().to(torch.bfloat16).eval()
         with torch.no_grad():
-            outs.append(packed_forward(model, packed_batch("LlamaForCausalLM", x)).logits.float())
+            outs.append(packed_forward(model, packed_batch("LlamaForCausalLM", x)).logits.float())  # type: ignore[union-attr]  # PackedOutput.logits: asked for
     real = x["segment_ids"] > 0
     scale = float(outs[1][real].abs().max())
     assert (outs[0] - outs[1])[real].abs().max() <= 4 * 2.0**-8 * scale  # a few bf16 roundings (u = 2**-8)
@@ -121,10 +121,10 @@ def test_grouped_query_attention_on_cuda_adds_no_error_beyond_bf16() -> None:
     batch = {k: v.cuda() for k, v in packed_batch("LlamaForCausalLM", x).items()}
     real = batch["segment_ids"] > 0
     flat_model, dense_model = build("LlamaForCausalLM", VARLEN_IMPL).cuda(), build("LlamaForCausalLM", "sdpa").cuda()
-    truth = packed_forward(dense_model, batch).logits.float()
+    truth = packed_forward(dense_model, batch).logits.float()  # type: ignore[union-attr]  # PackedOutput.logits: asked for
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        flat = packed_forward(flat_model, batch).logits.float()
-        dense = packed_forward(dense_model, batch).logits.float()
+        flat = packed_forward(flat_model, batch).logits.float()  # type: ignore[union-attr]  # PackedOutput.logits: asked for
+        dense = packed_forward(dense_model, batch).logits.float()  # type: ignore[union-attr]  # PackedOutput.logits: asked for
     u = 2.0**-8
     err, base = (flat - truth)[real].abs().max(), (dense - truth)[real].abs().max()
     assert err <= 2 * base + 2 * u * truth[real].abs().max(), (float(err), float(base))

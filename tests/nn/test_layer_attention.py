@@ -13,9 +13,9 @@ from seqpack.nn.attention import (
     REGISTRY,
     LayerAttention,
     backends_for,
+    oracle_attention,
     packed_attention,
     plan_attention,
-    oracle_attention,
 )
 from seqpack.nn.attention.base import band
 from tests.nn._packs import packs, segment_rows, spans
@@ -53,7 +53,7 @@ def alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: LayerAttenti
 
 @settings(max_examples=20, deadline=None)
 @given(packs(max_len=36, max_depth=5))
-def test_every_backend_computes_its_layer_arguments_exactly(pack) -> None:  # type: ignore[no-untyped-def]
+def test_every_backend_computes_its_layer_arguments_exactly(pack) -> None:
     T, rows = pack
     seg = segment_rows(T, rows)
     torch.manual_seed(T)

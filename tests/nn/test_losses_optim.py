@@ -114,7 +114,7 @@ def test_hyperparameter_helpers() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(packs(max_len=24), st.booleans(), st.floats(0.0, 1.0), st.integers(0, 2**16))
-def test_dense_and_gathered_token_losses_agree(pack, shift: bool, density: float, seed: int) -> None:  # type: ignore[no-untyped-def]
+def test_dense_and_gathered_token_losses_agree(pack, shift: bool, density: float, seed: int) -> None:
     """The two ways of :func:`sequence_token_losses` (every position's cross-entropy, or only the
     targets' gathered first) give the same per-sequence losses and the same logit gradients."""
     from seqpack.nn.losses import _dense_token_losses, _gathered_token_losses

@@ -162,7 +162,7 @@ def check_packed_equals_unpacked(kind: str, backend: str, T: int, rows: list[lis
 @pytest.mark.parametrize("kind", KINDS)
 @settings(max_examples=6, deadline=None)
 @given(pack=packs(max_rows=2, max_len=20, max_depth=4, min_len=2))
-def test_packed_equals_unpacked(kind: str, backend: str, pack) -> None:  # type: ignore[no-untyped-def]
+def test_packed_equals_unpacked(kind: str, backend: str, pack) -> None:
     check_packed_equals_unpacked(kind, backend, *pack)
 
 
@@ -170,7 +170,7 @@ def test_packed_equals_unpacked(kind: str, backend: str, pack) -> None:  # type:
 @pytest.mark.parametrize("kind", KINDS)
 @settings(max_examples=5, deadline=None)
 @given(pack=packs(max_rows=2, max_len=20, max_depth=4, min_len=2))
-def test_no_cross_contamination(kind: str, backend: str, pack) -> None:  # type: ignore[no-untyped-def]
+def test_no_cross_contamination(kind: str, backend: str, pack) -> None:
     T, rows = pack
     model = build(kind, backend).eval()
     batch = make_batch(T, rows, seed=1)

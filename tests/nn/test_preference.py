@@ -69,7 +69,7 @@ def test_split_branches_runs_the_pairs_layout_on_any_backend() -> None:
 @pytest.mark.parametrize("backend", ["varlen", "flash_varlen"])
 def test_a_shared_prefix_is_refused_by_backends_that_cannot_mask_it(backend: str) -> None:
     b = batch_of(pairs(3), "shared-prefix")
-    with pytest.raises(ValueError, match="sdpa|eager|flex"):
+    with pytest.raises(ValueError, match=r"sdpa|eager|flex"):
         plan_attention(b["segment_ids"], causal=True, backend=backend, branch_ids=b["branch_ids"])
 
 
@@ -163,7 +163,7 @@ def test_shared_prefix_gradients_equal_the_reference(backend: str) -> None:
         (lp.chosen.sum() - 0.5 * lp.rejected.sum()).backward()
         grads[name] = {n: p.grad for n, p in model.named_parameters()}
     for n, g in grads["eager"].items():  # sums of ~100 log-probabilities: fp32, 1e-5 of the largest entry
-        torch.testing.assert_close(grads[backend][n], g, rtol=0.0, atol=1e-5 * float(g.abs().max()) + 1e-8, msg=n)
+        torch.testing.assert_close(grads[backend][n], g, rtol=0.0, atol=1e-5 * float(g.abs().max()) + 1e-8, msg=n)  # type: ignore[union-attr]  # p.grad: backward() set it
 
 
 def test_dense_mask_matches_its_diagram() -> None:
@@ -212,7 +212,7 @@ def test_losses_by_hand() -> None:
 
 
 def test_loss_options_are_checked() -> None:
-    with pytest.raises(ValueError, match="sigmoid|ipo"):
+    with pytest.raises(ValueError, match=r"sigmoid|ipo"):
         PreferenceLoss(kind="kto")
     with pytest.raises(ValueError, match="beta"):
         PreferenceLoss(beta=0)

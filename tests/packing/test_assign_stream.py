@@ -76,7 +76,7 @@ def test_stream_bounded_buffer_and_keys():
         assert len(sp._lengths) < 8
     out += sp.flush()
     assert sorted(k for p in out for k in p) == sorted(f"s{i}" for i in range(1000))
-    with pytest.raises(ValueError, match="outside 1..max_len=10"):
+    with pytest.raises(ValueError, match=r"outside 1\.\.max_len=10"):
         sp.add(11)
     with pytest.raises(ValueError, match="buffer_size"):
         StreamPacker(10, buffer_size=0)

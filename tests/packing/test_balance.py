@@ -27,14 +27,14 @@ def test_pack_costs_equal_a_loop() -> None:
     packing = pack_lengths(lengths, 256)
     cost = RowCost(per_token=2.0, per_square=0.5, per_sequence=7.0)
     got = pack_costs(lengths, packing.pack_offsets, packing.sequence_index, cost)
-    want = [sum(2.0 * l + 0.5 * l * l + 7.0 for l in packing.lengths_of(p).tolist()) for p in range(packing.num_packs)]
+    want = [sum(2.0 * n + 0.5 * n * n + 7.0 for n in packing.lengths_of(p).tolist()) for p in range(packing.num_packs)]
     np.testing.assert_allclose(got, want, rtol=1e-12)  # float64 sums of integers < 2^53: exact up to order
 
 
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.floats(0.0, 1e6), min_size=0, max_size=120), st.integers(1, 9), st.integers(1, 4),
        st.sampled_from([balanced_steps, greedy_batch_steps]))
-def test_every_pack_in_exactly_one_slot(costs, world, micro, rule) -> None:  # type: ignore[no-untyped-def]
+def test_every_pack_in_exactly_one_slot(costs, world, micro, rule) -> None:
     c = np.array(costs)
     if 0 < len(costs) < world * micro:  # not one step could be filled: refused (its arrays would follow the arguments)
         with pytest.raises(ValueError, match="no step could be filled"):
@@ -86,7 +86,7 @@ def test_plan_costs_are_the_packed_rows_costs() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-12)  # the same integers summed: float64, exact up to order
 
 
-def test_plan_command_reports_the_balance(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_plan_command_reports_the_balance(capsys) -> None:
     import json
     from pathlib import Path
 
@@ -121,7 +121,7 @@ def test_fit_recovers_exact_coefficients_and_matches_nnls() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)  # two exact solvers, float64 rounding apart
 
 
-def test_cost_file_round_trip_and_bad_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cost_file_round_trip_and_bad_files(tmp_path) -> None:
     from seqpack.packing.balance import fit_row_cost, load_row_cost
 
     c = RowCost(per_token=1e-4, per_square=3e-9, per_sequence=2e-5)

@@ -25,7 +25,7 @@ def test_local_stages_on_threads_keep_the_order():
 
 
 def test_bad_engine_choices_say_how_to_fix():
-    with pytest.raises(ValueError, match="local|ray"):
+    with pytest.raises(ValueError, match=r"local|ray"):
         get_engine("spark")
     with pytest.raises(ValueError, match="--ray-address needs --engine ray"):
         get_engine("local", address="auto")
@@ -39,7 +39,7 @@ def test_ray_missing_says_how_to_install(monkeypatch):
 
 def test_an_address_that_does_not_answer_fails_fast():
     pytest.importorskip("ray")
-    with pytest.raises(ValueError, match="cannot reach a Ray cluster at 127.0.0.1:9"):
+    with pytest.raises(ValueError, match=r"cannot reach a Ray cluster at 127\.0\.0\.1:9"):
         get_engine("ray", address="127.0.0.1:9")
 
 

@@ -217,7 +217,7 @@ def test_a_bad_example_names_its_shard(tok, tmp_path):
     rows = [{"text": "alpha beta", "label": "x"} for _ in range(20)]
     cfg = PackConfig.for_task("classification", max_len=32)
     rows[13] = {"text": "alpha"}  # no label: found by the first pass, with the file's index
-    with pytest.raises(ValueError, match="example 13: .*label"):
+    with pytest.raises(ValueError, match=r"example 13: .*label"):
         build_packed_dataset(_write_jsonl(tmp_path / "ex.jsonl", rows), tok, tmp_path / "o", cfg, shard_examples=5)
     rows[13] = {"label": "x"}  # no text: found in its shard, which names its records
     with pytest.raises(ValueError, match=r"examples 10\.\.14 of the file: example 3: .*text"):

@@ -265,5 +265,5 @@ def test_each_iteration_is_an_epoch_of_every_example():
     s = PackedStream(d, config=StreamConfig(max_len=256, buffer_size=16, chunk=4))
     for epoch in range(2):
         rows = list(s)
-        assert sorted(set(e for r in rows for e in r["example_ids"].tolist())) == list(range(120))
+        assert sorted({e for r in rows for e in r["example_ids"].tolist()}) == list(range(120))
         assert s.state_dict()["epoch"] == epoch

@@ -64,7 +64,7 @@ def test_a_failed_job_leaves_no_store_and_the_rerun_reuses_finished_shards(tmp_p
 def test_a_corrupt_shard_names_itself(tmp_path):
     build_sharded_store(_docs(), byte_tokenizer(), tmp_path / "s", shard_chars=100)
     (tmp_path / "s" / "shard-00001" / "offsets.idx").write_bytes(b"\x00" * 8)
-    with pytest.raises(ValueError, match="shard-00001/offsets.idx"):
+    with pytest.raises(ValueError, match=r"shard-00001/offsets\.idx"):
         ShardedTokenStore(tmp_path / "s")
 
 

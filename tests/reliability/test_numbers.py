@@ -206,7 +206,7 @@ def test_a_one_shot_iterator_is_refused_where_it_would_be_read_again() -> None:
     def gen():
         yield from ([5, 6, 7], [1, 2], [3, 4, 5, 6])
 
-    with pytest.raises(ValueError, match="one-shot iterator .*pass a list"):
+    with pytest.raises(ValueError, match=r"one-shot iterator .*pass a list"):
         StreamingPackedDataset(gen(), max_len=16, buffer_size=4)
     ds = StreamingPackedDataset([[5, 6, 7], [1, 2], [3, 4, 5, 6]], max_len=16, buffer_size=4)
     assert len(list(ds)) == len(list(ds)) == 1  # a list: every epoch the same rows

@@ -12,9 +12,9 @@ import pytest
 
 from seqpack._stages import partial_dir
 from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset, build_sharded_store
-from seqpack.pipeline.engine import LocalEngine
 from seqpack.pipeline import job as job_mod
 from seqpack.pipeline import tokenize as tokenize_mod
+from seqpack.pipeline.engine import LocalEngine
 from tests.store.test_store import byte_tokenizer
 from tests.tasks.test_sequences import text_docs
 
@@ -44,8 +44,8 @@ def _same_size_edit(doc: str) -> str:
 
 def test_tokenize_re_encodes_a_shard_whose_documents_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     docs, tok = text_docs(60), byte_tokenizer()
-    with monkeypatch.context() as m:
-        _fail_at(m, tokenize_mod, "encode_shard", "shard-00003")
+    with monkeypatch.context() as mp:
+        _fail_at(mp, tokenize_mod, "encode_shard", "shard-00003")
         with pytest.raises(OSError, match="killed"):
             build_sharded_store(docs, tok, tmp_path / "s", shard_chars=500, engine=LocalEngine(1))  # one shard at a time
     edited = [_same_size_edit(docs[0]), *docs[1:]]  # same size: only the content tells
@@ -59,8 +59,8 @@ def test_tokenize_re_encodes_a_shard_whose_documents_changed(tmp_path: Path, mon
 
 def test_tokenize_rebuilds_a_finished_shard_whose_files_were_altered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     docs, tok = text_docs(60), byte_tokenizer()
-    with monkeypatch.context() as m:
-        _fail_at(m, tokenize_mod, "encode_shard", "shard-00003")
+    with monkeypatch.context() as mp:
+        _fail_at(mp, tokenize_mod, "encode_shard", "shard-00003")
         with pytest.raises(OSError):
             build_sharded_store(docs, tok, tmp_path / "s", shard_chars=500, engine=LocalEngine(1))  # one shard at a time
     f = partial_dir(tmp_path / "s") / "shard-00001" / "tokens.bin"
@@ -86,8 +86,8 @@ def test_pack_rebuilds_after_the_store_was_re_tokenized(store: Path, tmp_path: P
                                                          task: str) -> None:
     tok = byte_tokenizer()
     cfg = PackConfig.for_task(task, max_len=64, seed=2)
-    with monkeypatch.context() as m:
-        _fail_at(m, job_mod, "packs_stage", "part-00002.parquet")
+    with monkeypatch.context() as mp:
+        _fail_at(mp, job_mod, "packs_stage", "part-00002.parquet")
         with pytest.raises(OSError):
             build_packed_dataset(store, tok, tmp_path / "p", cfg, output=OutputOptions(shard_packs=7))
     edited = [_same_size_edit(d) if d else d for d in text_docs(60)]  # same shape: only the content differs
@@ -105,8 +105,8 @@ def test_pack_resume_is_byte_identical_and_rebuilds_altered_work_files(
     tok = byte_tokenizer()
     cfg = PackConfig.for_task(task, max_len=64, seed=2)
     build_packed_dataset(store, tok, tmp_path / "fresh", cfg, output=OutputOptions(shard_packs=7))
-    with monkeypatch.context() as m:
-        _fail_at(m, job_mod, "packs_stage", "part-00003.parquet")
+    with monkeypatch.context() as mp:
+        _fail_at(mp, job_mod, "packs_stage", "part-00003.parquet")
         with pytest.raises(OSError):
             build_packed_dataset(store, tok, tmp_path / "p", cfg, output=OutputOptions(shard_packs=7))
     work = partial_dir(tmp_path / "p")
@@ -126,8 +126,8 @@ def test_pack_resume_is_byte_identical_and_rebuilds_altered_work_files(
 def test_pack_rebuilds_an_altered_finished_part(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tok = byte_tokenizer()
     cfg = PackConfig.for_task("clm", max_len=64)
-    with monkeypatch.context() as m:
-        _fail_at(m, job_mod, "packs_stage", "part-00002.parquet")
+    with monkeypatch.context() as mp:
+        _fail_at(mp, job_mod, "packs_stage", "part-00002.parquet")
         with pytest.raises(OSError):
             build_packed_dataset(store, tok, tmp_path / "p", cfg, output=OutputOptions(shard_packs=7))
     part = partial_dir(tmp_path / "p") / "dataset" / "data" / "part-00001.parquet"

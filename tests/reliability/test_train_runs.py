@@ -36,7 +36,7 @@ def fail_metrics_at(monkeypatch: pytest.MonkeyPatch, step: int, err: OSError) ->
     """The run's metrics log raises ``err`` when it writes step ``step`` (a disk that fills or fails)."""
     real = checkpoint_mod.MetricsLog.write
 
-    def failing(self, record):  # type: ignore[no-untyped-def]
+    def failing(self, record):
         if record.get("step") == step and "eval" not in record:
             raise err
         return real(self, record)

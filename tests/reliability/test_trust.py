@@ -179,7 +179,7 @@ def test_a_diverging_run_stops_at_the_step_in_one_line(made: dict[str, Path], tm
 def test_non_finite_options_are_refused(option: dict, made: dict[str, Path], tmp_path: Path) -> None:
     from seqpack.train import TrainConfig
 
-    with pytest.raises(ValueError, match="finite|must be"):
+    with pytest.raises(ValueError, match=r"finite|must be"):
         TrainConfig(data=str(made["clm"]), out=str(tmp_path / "r"), **option)
 
 
@@ -212,7 +212,7 @@ def test_a_damaged_checkpoint_is_refused(made: dict[str, Path], tmp_path: Path) 
         b = bytearray(raw)
         b[off : off + 64] = bytes(x ^ 0xFF for x in b[off : off + 64])
         (run / "checkpoint.pt").write_bytes(bytes(b))
-        with pytest.raises(ValueError, match="not a readable checkpoint|digest|NaN|not a seqpack"):
+        with pytest.raises(ValueError, match=r"not a readable checkpoint|digest|NaN|not a seqpack"):
             load_checkpoint(run, **want)
         refused += 1
     assert refused == 10
@@ -242,7 +242,7 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line(tmp_path: Path, monke
                            "file write failed")
 
     monkeypatch.setattr(torch, "save", full)
-    with pytest.raises(OSError, match="writing the checkpoint failed.*--resume"):
+    with pytest.raises(OSError, match=r"writing the checkpoint failed.*--resume"):
         save_checkpoint(tmp_path, {"model_state": {}})
     assert list(tmp_path.iterdir()) == []
 
@@ -300,7 +300,7 @@ def test_reward_loss_takes_the_margins_of_the_batchs_depth(tmp_path: Path) -> No
     from seqpack.data.torch_dataset import to_tensors
     from seqpack.nn.models import GPTConfig, GPTReward
     from seqpack.nn.preference import PreferenceLoss, bradley_terry
-    from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
+    from seqpack.pipeline import PackConfig, build_packed_dataset
     from seqpack.tasks.preference.forward import preference_forward
     from seqpack.tokenizer import open_tokenizer
     from tests.hf_tokenizers import bpe_tokenizer_dir, preference_records
@@ -319,7 +319,7 @@ def test_reward_loss_takes_the_margins_of_the_batchs_depth(tmp_path: Path) -> No
     out = preference_forward(model, batch, PreferenceLoss(kind="bt"))
     d = int(depth[row])
     want = bradley_terry(out.extra["chosen_rewards"], out.extra["rejected_rewards"], batch["margin"][:, :d]).mean()
-    assert torch.allclose(out.loss, want)
+    assert torch.allclose(out.loss, want)  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
 
 
 # ---- 7. line endings ---------------------------------------------------------------------------------
@@ -368,14 +368,12 @@ def test_balancing_arguments_past_the_packs_are_refused(flags: list[str], tmp_pa
 
 
 def test_mlm_passes_are_each_made_compact_and_give_the_same_sequences() -> None:
-    from seqpack.store import TokenStore  # noqa: F401
-    from seqpack.tasks.mlm import MLMConfig, mlm_sequences
-    from tests.tasks.test_sequences import text_docs
-
     import tempfile
 
     from seqpack.store import build_store
+    from seqpack.tasks.mlm import MLMConfig, mlm_sequences
     from seqpack.tokenizer.tokenizer import Tokenizer
+    from tests.tasks.test_sequences import text_docs
 
     tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], special_tokens=["<|endoftext|>", "[CLS]", "[SEP]", "[MASK]"])
     store = build_store(text_docs(40), tok, Path(tempfile.mkdtemp()) / "s")

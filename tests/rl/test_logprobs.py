@@ -55,9 +55,9 @@ def alone(model: torch.nn.Module, prompt: list[int], completion: list[int]) -> t
     ids = torch.tensor([prompt + completion])
     if type(model).__module__.startswith("transformers"):
         ref = model
-        if model.config._attn_implementation not in ("sdpa", "eager"):
+        if model.config._attn_implementation not in ("sdpa", "eager"):  # type: ignore[union-attr,operator]  # a transformers model's config
             ref = copy.deepcopy(model)
-            ref.config._attn_implementation = "sdpa"  # the model's standard attention, one sequence, no mask
+            ref.config._attn_implementation = "sdpa"  # type: ignore[union-attr]  # the model's standard attention, one sequence, no mask
         logits = ref(input_ids=ids, use_cache=False).logits[0]
     else:
         logits = model(ids, torch.ones_like(ids)).logits[0]

@@ -182,7 +182,7 @@ def test_masked_out_completions_score_zero_and_the_rest_match_trl(root: Path) ->
 def test_token_ids_past_the_vocabulary_are_one_line(root: Path) -> None:
     """An id past the model's embedding rows is refused naming the id and the vocabulary, not
     torch's ``IndexError`` inside the model; float ids are refused, not cast."""
-    from seqpack.rl import packed_logprobs, pack_rollouts
+    from seqpack.rl import pack_rollouts, packed_logprobs
     from seqpack.train.trl_grpo import PackedGRPOTrainer
 
     packed = make(PackedGRPOTrainer, root)
@@ -190,9 +190,9 @@ def test_token_ids_past_the_vocabulary_are_one_line(root: Path) -> None:
     with pytest.raises(ValueError, match=f"token id {vocab + 5} is past the model's vocabulary of {vocab} ids"):
         packed_logprobs(packed.model, [[3, 4]], [[[5, vocab + 5]]], max_len=8)
     with pytest.raises(ValueError, match=r"completion 0 of prompt 0: token ids are integers, got float64 values \(5\)"):
-        pack_rollouts([[3, 4]], [[[5.0, 6.0]]], max_len=8)
+        pack_rollouts([[3, 4]], [[[5.0, 6.0]]], max_len=8)  # type: ignore[list-item]  # the wrong type under test
     with pytest.raises(ValueError, match="prompt 0: not a flat list of token ids"):
-        pack_rollouts([[3, [4, 5]]], [[[5, 6]]], max_len=8)
+        pack_rollouts([[3, [4, 5]]], [[[5, 6]]], max_len=8)  # type: ignore[list-item]  # the wrong type under test
 
 
 @pytest.mark.parametrize(("loss_type", "beta", "masked"), [("dapo", 0.0, True), ("grpo", 0.04, False)])

@@ -102,7 +102,7 @@ def test_killed_mid_write_leaves_no_store(tmp_path):
     left = [d for d in tmp_path.iterdir() if d.is_dir()]
     assert left  # the abandoned temp dir (the lock died with the process)
     for d in left:  # is not a store
-        with pytest.raises(ValueError, match="meta.json"):
+        with pytest.raises(ValueError, match=r"meta\.json"):
             TokenStore(d)
     build_store(["abc"], byte_tokenizer(), tmp_path / "s")  # the next job removes it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]

@@ -35,7 +35,7 @@ def test_every_task_owns_its_options(name: str) -> None:
 def test_options_validate_and_stay_apart() -> None:
     assert PackConfig.for_task("clm", max_len=8, overflow="drop").options.overflow == "drop"
     assert PackConfig.for_task("classification", max_len=8).options.overflow == "truncate"
-    with pytest.raises(ValueError, match="overflow must be one of truncate|drop|error"):
+    with pytest.raises(ValueError, match=r"overflow must be one of truncate\|drop\|error"):
         PackConfig.for_task("classification", max_len=8, overflow="split")
     with pytest.raises(ValueError, match="mask_prob must be in"):
         PackConfig.for_task("mlm", max_len=8, mask_prob=2.0)

@@ -106,7 +106,7 @@ def test_classification_labels_pairs_and_overflow(tok):
     assert len(long) == 20 and long.count(ord("x")) == 8 and long.count(ord("y")) == 9  # longest first
     d = classification_sequences(rows, tok, max_len=20, text_field="a", text_pair_field="b", label_field="y", overflow="drop")
     assert d.dropped == {"empty": 1, "too_long": 1}
-    with pytest.raises(ValueError, match="1 sequences exceed max_len=20; pass --overflow truncate|drop"):
+    with pytest.raises(ValueError, match=r"1 sequences exceed max_len=20; pass --overflow truncate\|drop"):
         classification_sequences(rows, tok, max_len=20, text_field="a", text_pair_field="b", label_field="y", overflow="error")
 
 
@@ -253,7 +253,7 @@ def test_hf_dataset_and_parquet_examples(tok, tmp_path):
         got = classification_sequences(source, tok, max_len=16)
         assert np.array_equal(got.token_fields["input_ids"], want.token_fields["input_ids"])
         assert got.seq_fields["labels"].tolist() == want.seq_fields["labels"].tolist()
-    with pytest.raises(ValueError, match="must be .jsonl or .parquet"):
+    with pytest.raises(ValueError, match=r"must be \.jsonl or \.parquet"):
         classification_sequences(_touch(tmp_path / "ex.csv"), tok, max_len=16)
 
 

@@ -195,6 +195,6 @@ def test_bad_constructor_arguments():
     with pytest.raises(ValueError, match="missing from the vocab"):
         Tokenizer(vocab, [(b"a", b"b")])
     with pytest.raises(TypeError):
-        Tokenizer(vocab, []).encode(b"bytes")  # type: ignore[arg-type]
+        Tokenizer(vocab, []).encode(b"bytes")
     with pytest.raises(ValueError, match="backend"):
         Tokenizer(vocab, []).encode_batch(["x"], backend="nope")

@@ -164,7 +164,7 @@ def test_missing_file(tmp_path: Path):
 
 def test_config_validation():
     with pytest.raises(TypeError):
-        BPEConfig(vocab_size="300")  # type: ignore[arg-type]
+        BPEConfig(vocab_size="300")
     with pytest.raises(ValueError, match="workers"):
         BPEConfig(vocab_size=300, workers=0)
     with pytest.raises(ValueError, match="distinct"):

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,7 +100,7 @@ def test_hf_model_runs_packed_attention_unless_named_and_records_it(datasets, tm
 
 #: a sliding window of 4 on every layer (Mistral), on alternate layers (Gemma 2, with soft-capping), in
 #: chunks (Llama 4's text model): rows of 64 tokens hold documents longer than each
-WINDOWED = [
+WINDOWED: list[dict[str, Any]] = [
     {"model_type": "mistral", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
      "intermediate_size": 64, "max_position_embeddings": 64, "sliding_window": 4},
     {"model_type": "gemma2", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,

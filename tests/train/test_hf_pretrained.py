@@ -116,7 +116,7 @@ def test_a_checkpoint_s_weights_are_loaded_and_written_back(released, tmp_path, 
     assert 0 < delta < 0.05  # two steps of at most ~lr each
     m = getattr(transformers, auto).from_pretrained(tmp_path / "moved" / "model", local_files_only=True)
     assert m.config._attn_implementation in ("sdpa", "eager")
-    assert torch.equal(m.get_input_embeddings().weight, moved[next(k for k in moved if "embed" in k and "word" in k
+    assert torch.equal(m.get_input_embeddings().weight, moved[next(k for k in moved if ("embed" in k and "word" in k)
                                                                      or k.endswith("embed_tokens.weight"))])
     transformers.AutoTokenizer.from_pretrained(tmp_path / "moved" / "model")
 
@@ -193,7 +193,7 @@ def test_a_tokenizer_mismatch_is_refused_before_any_step(released, datasets, tmp
     """Data packed with another tokenizer (seqpack's own, the same vocabulary but another fingerprint),
     or with more tokens than the model's embeddings, is refused in one line naming the fix; no
     checkpoint is written."""
-    with pytest.raises(ValueError, match="packed with another tokenizer.*re-pack .* --tokenizer"):
+    with pytest.raises(ValueError, match=r"packed with another tokenizer.*re-pack .* --tokenizer"):
         _run(datasets["clm"], released["llama"], tmp_path / "a")
     small = released["root"] / "small"
     torch.manual_seed(0)

@@ -60,7 +60,7 @@ def chat_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "tok": tok_dir, "sft": root / "sft", "pref": root / "pref", "llama": root / "llama"}
 
 
-def _run(data: Path, model: Path, out: Path, **kw: object) -> dict:  # type: ignore[type-arg]
+def _run(data: Path, model: Path, out: Path, **kw: object) -> dict:
     opts = {"steps": 1, "batch_size": 4, "progress": False, "eval_fraction": 0.1, "lr": 1e-12, **kw}
     return train(TrainConfig(data=str(data), out=str(out), hf_model=str(model), **opts))  # type: ignore[arg-type]
 

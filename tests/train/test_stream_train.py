@@ -101,7 +101,7 @@ def test_resume_refuses_other_inputs_and_other_stream_settings(corpus, tmp_path)
 
     with pytest.raises(KeyboardInterrupt):
         train(cfg(corpus, run), on_step=interrupt)
-    with pytest.raises(ValueError, match="options.*buffer_size"):
+    with pytest.raises(ValueError, match=r"options.*buffer_size"):
         train(cfg(corpus, run, buffer_size=50), resume=True)
     other = tmp_path / "other.jsonl"
     lines = (corpus / "docs.jsonl").read_text(encoding="utf-8").splitlines()

@@ -16,7 +16,7 @@ from seqpack.nn.hf_padding_free import register_varlen_attention  # noqa: E402
 from seqpack.train.trl_sft import PackedSFTTrainer  # noqa: E402
 
 
-def _tokenizer(tmp_path):  # type: ignore[no-untyped-def]
+def _tokenizer(tmp_path):
     from tokenizers import Tokenizer, models
 
     vocab = {f"t{i}": i for i in range(61)}
@@ -36,7 +36,7 @@ def _packed() -> object:
     return pack_dataset(datasets.Dataset.from_dict({"input_ids": ids, "labels": labels}), seq_length=32)
 
 
-def _run(cls, tmp_path, ds, **kw):  # type: ignore[no-untyped-def]
+def _run(cls, tmp_path, ds, **kw):
     torch.manual_seed(0)
     cfg = tf.LlamaConfig(vocab_size=61, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, max_position_embeddings=64, attn_implementation=register_varlen_attention())
@@ -73,7 +73,7 @@ def test_a_packed_directory_is_taken_as_the_dpo_trainer_takes_one(tmp_path) -> N
 
     m = build("chat-records", tmp_path / "sft", tmp_path / "w")
 
-    def run(**how):  # type: ignore[no-untyped-def]
+    def run(**how):
         torch.manual_seed(0)
         cfg = tf.LlamaConfig(vocab_size=int(m["vocab_size"]), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ def hf_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"tok": bpe_tokenizer_dir(root / "tok"), "bare": bpe_tokenizer_dir(root / "bare", chat_template=None)}
 
 
-def test_pack_chat_then_train_a_llama(capsys, tmp_path, hf_dirs):  # type: ignore[no-untyped-def]
+def test_pack_chat_then_train_a_llama(capsys, tmp_path, hf_dirs):
     data = write_jsonl(tmp_path / "chat.jsonl", conversations(80, seed=2))
     code, out, err = run(capsys, "pack", str(data), "--task", "chat", "--tokenizer", str(hf_dirs["tok"]), "--max-len", "1024",
                          "--out", str(tmp_path / "sft"))
@@ -48,7 +49,7 @@ def test_pack_chat_then_train_a_llama(capsys, tmp_path, hf_dirs):  # type: ignor
     assert len(losses) == 20 and losses[-1] < losses[0]  # it learns
 
 
-def test_pack_chat_with_seqpacks_own_gpt(capsys, tmp_path, hf_dirs):  # type: ignore[no-untyped-def]
+def test_pack_chat_with_seqpacks_own_gpt(capsys, tmp_path, hf_dirs):
     data = write_jsonl(tmp_path / "chat.jsonl", conversations(40, seed=3))
     assert run(capsys, "pack", str(data), "--task", "chat", "--tokenizer", str(hf_dirs["tok"]), "--max-len", "512",
                "--train-on", "last", "--out", str(tmp_path / "sft"))[0] == 0
@@ -57,7 +58,7 @@ def test_pack_chat_with_seqpacks_own_gpt(capsys, tmp_path, hf_dirs):  # type: ig
     assert code == 0, err and "packed GPT" in out
 
 
-BAD = [
+BAD: list[tuple[dict[str, Any], list[str], str]] = [
     ({"text": "hi"}, [], "example 0: no field 'messages'"),
     ({"messages": [{"role": "bot", "content": "x"}]}, [], "example 0: message 0 has role 'bot'"),
     ({"messages": [{"role": "user"}]}, [], r"example 0: message 0 \(user\) has no content"),
@@ -65,7 +66,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("record, extra, match", BAD)
-def test_bad_records_get_one_line(capsys, tmp_path, hf_dirs, record, extra, match):  # type: ignore[no-untyped-def]
+def test_bad_records_get_one_line(capsys, tmp_path, hf_dirs, record, extra, match):
     data = write_jsonl(tmp_path / "chat.jsonl", [record])
     code, _, err = run(capsys, "pack", str(data), "--task", "chat", "--tokenizer", str(hf_dirs["tok"]), "--max-len", "64",
                        "--out", str(tmp_path / "o"), *extra)
@@ -73,7 +74,7 @@ def test_bad_records_get_one_line(capsys, tmp_path, hf_dirs, record, extra, matc
     assert pytest.importorskip("re").search(match, err), err
 
 
-def test_template_errors_and_missing_template(capsys, tmp_path, hf_dirs):  # type: ignore[no-untyped-def]
+def test_template_errors_and_missing_template(capsys, tmp_path, hf_dirs):
     data = write_jsonl(tmp_path / "chat.jsonl", conversations(3, seed=1))
     code, _, err = run(capsys, "pack", str(data), "--task", "chat", "--tokenizer", str(hf_dirs["bare"]), "--max-len", "64",
                        "--out", str(tmp_path / "o"))
@@ -89,7 +90,7 @@ def test_template_errors_and_missing_template(capsys, tmp_path, hf_dirs):  # typ
     assert code == 2 and "example 2: the chat template" in err and "no system prompts" in err
 
 
-def test_no_assistant_turn_is_counted_and_warned(capsys, tmp_path, hf_dirs):  # type: ignore[no-untyped-def]
+def test_no_assistant_turn_is_counted_and_warned(capsys, tmp_path, hf_dirs):
     records = conversations(5, seed=4) + [{"messages": [{"role": "user", "content": "anyone?"}]}] * 2
     data = write_jsonl(tmp_path / "chat.jsonl", records)
     code, out, err = run(capsys, "pack", str(data), "--task", "chat", "--tokenizer", str(hf_dirs["tok"]), "--max-len", "512",

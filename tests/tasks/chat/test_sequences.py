@@ -34,12 +34,12 @@ def conv(*turns: str) -> dict[str, list[dict[str, str]]]:
     return {"messages": [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]}
 
 
-def seqs(tok: Tokenizer, records: list[dict], **kw: object):  # type: ignore[no-untyped-def]
+def seqs(tok: Tokenizer, records: list[dict], **kw: object):
     kw.setdefault("max_len", 512)
     return chat_sequences(records, tok, template=ChatTemplate(CHATML, name="chatml"), **kw)  # type: ignore[arg-type]
 
 
-def targets(s, i: int = 0) -> list[int]:  # type: ignore[no-untyped-def]
+def targets(s, i: int = 0) -> list[int]:
     lab = s.sequence(i)["labels"]
     return [int(x) for x in lab if x != IGNORE_INDEX]
 
@@ -102,7 +102,7 @@ def test_truncate_tokens_keeps_the_first_max_len_tokens_as_trl_does(tok: Tokeniz
     assert short.num_sequences == 0 and short.dropped == {"no_target": 1}
 
 
-def test_no_assistant_turn_is_dropped_with_one_warning(tok: Tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_no_assistant_turn_is_dropped_with_one_warning(tok: Tokenizer, tmp_path) -> None:
     records = [conv("q"), conv("q", "a"), {"messages": [{"role": "system", "content": "s"}]}] * 3
     s = seqs(tok, records)
     assert s.num_sequences == 3 and s.dropped == {"no_assistant": 6} and s.example_ids.tolist() == [1, 4, 7]
@@ -132,13 +132,13 @@ def test_template_error_names_the_record(tok: Tokenizer) -> None:
     t = ChatTemplate("{% if messages[0].role != 'system' %}{{ raise_exception('needs a system prompt') }}{% endif %}"
                      "{% for m in messages %}{{ m.content }}{% endfor %}", name="strict.jinja")
     ok = {"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}]}
-    with pytest.raises(ValueError, match="example 1: the chat template strict.jinja failed to render: needs a system prompt"):
+    with pytest.raises(ValueError, match=r"example 1: the chat template strict\.jinja failed to render: needs a system prompt"):
         chat_sequences([ok, conv("q", "a")], tok, template=t, max_len=64)
 
 
-def test_task_resolves_and_checks_the_template(tok: Tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_task_resolves_and_checks_the_template(tok: Tokenizer, tmp_path) -> None:
     plain = Tokenizer({i: bytes([i]) for i in range(256)}, [])
-    with pytest.raises(ValueError, match="lacks as special tokens.*--special-token"):
+    with pytest.raises(ValueError, match=r"lacks as special tokens.*--special-token"):
         build_sequences([conv("q", "a")], plain, PackConfig.for_task("chat", max_len=64))
     s = build_sequences([conv("q", "a")], tok, PackConfig.for_task("chat", max_len=64))
     assert s.info["chat_template"] == "chatml"
@@ -167,14 +167,14 @@ def test_targets_are_the_kept_assistant_turns(tok: Tokenizer, turns: list[str], 
         assert s.dropped == {"too_long": 1}
         return
     ids = s.sequence(0)["input_ids"].tolist()
-    assert len(ids) <= max_len and whole[: len(ids)] == ids
+    assert whole is not None and len(ids) <= max_len and whole[: len(ids)] == ids
     answers = turns[1::2]
     kept = bytes(tok.decode(ids).encode()).count(b"<|im_start|>assistant")
     want = [t for a in answers[:kept] for t in [*b(a), E]]
     assert kept >= 1 and targets(s) == want
 
 
-def test_parquet_and_hf_dataset_give_the_same_sequences(tok: Tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_parquet_and_hf_dataset_give_the_same_sequences(tok: Tokenizer, tmp_path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 

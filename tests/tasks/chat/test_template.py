@@ -41,7 +41,7 @@ def test_generation_blocks_and_incremental_rendering_agree(msgs: list[dict[str, 
     assert [tagged[0][a:b] for a, b in tagged[1]] == [m["content"] + "<|im_end|>" for m in msgs if m["role"] == "assistant"]
 
 
-def test_same_mask_as_transformers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_same_mask_as_transformers(tmp_path) -> None:
     """Our target tokens == transformers' ``assistant_masks`` for a template with generation blocks."""
     pytest.importorskip("transformers")
     from seqpack.tasks.chat.sequences import target_mask
@@ -58,14 +58,14 @@ def test_same_mask_as_transformers(tmp_path) -> None:  # type: ignore[no-untyped
                                          return_assistant_tokens_mask=True)
         text, spans = ChatTemplate(CHATML).render_with_spans(rec["messages"])
         (ids, tok_spans), = ours.encode_with_offsets([text])
-        assert ids.tolist() == list(out["input_ids"])
-        assert target_mask(tok_spans, spans).astype(int).tolist() == list(out["assistant_masks"])
+        assert ids.tolist() == list(out["input_ids"])  # type: ignore[call-overload,index]  # return_dict=True: a mapping
+        assert target_mask(tok_spans, spans).astype(int).tolist() == list(out["assistant_masks"])  # type: ignore[call-overload,index]  # return_dict=True: a mapping
 
 
 def test_template_that_rewrites_turns_is_refused() -> None:
     last_only = "{% for m in messages %}{% if loop.last %}{{ m.content }}{% endif %}{% endfor %}"
     msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "r"}]
-    with pytest.raises(ValueError, match="rewrites earlier turns.*generation"):
+    with pytest.raises(ValueError, match=r"rewrites earlier turns.*generation"):
         ChatTemplate(last_only).render_with_spans(msgs)
     with pytest.raises(ValueError, match="line 1"):
         ChatTemplate("{% for m in messages %}")
@@ -84,7 +84,7 @@ def test_check_message(messages: object, match: str) -> None:
         check_message(messages, 7)
 
 
-def test_resolve_template(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_resolve_template(tmp_path) -> None:
     ours = Tokenizer({i: bytes([i]) for i in range(256)}, [])
     assert resolve_template(None, ours) == (CHATML, "chatml")
     assert resolve_template("chatml", ours) == (CHATML, "chatml")

@@ -33,13 +33,13 @@ def chat(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"sft": sft, "tok": tok, "llama": llama_config(root / "llama.json"), "gpt2": root / "gpt2.json"}
 
 
-def model_for(chat: dict[str, Path], which: str, impl: str) -> tuple[Any, dict]:  # type: ignore[type-arg]
+def model_for(chat: dict[str, Path], which: str, impl: str) -> tuple[Any, dict]:
     manifest = PackedDataset(chat["sft"]).manifest
     hf = None if which == "gpt" else str(chat[which])
     torch.manual_seed(0)
     model, _ = build_model(manifest, TrainConfig(data=str(chat["sft"]), out="x", hf_model=hf, dropout=0.0 if hf is None else None))
     if hf is not None:
-        model.config._attn_implementation = impl
+        model.config._attn_implementation = impl  # type: ignore[union-attr]  # a transformers model's config
     return model, manifest
 
 
@@ -72,7 +72,7 @@ def test_packed_chat_equals_each_conversation_alone(chat: dict[str, Path], which
     batch = collate_packed([PackedDataset(chat["sft"])[i] for i in range(3)])
     batch = {k: v for k, v in batch.items() if k not in ("example_ids", "num_sequences")}
     out = forward(model, batch, task="chat", reduction="sequence")
-    out.loss.backward()
+    out.loss.backward()  # type: ignore[union-attr]  # PackedOutput.loss: set when the batch has targets
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()
     losses = []
@@ -84,8 +84,8 @@ def test_packed_chat_equals_each_conversation_alone(chat: dict[str, Path], which
             assert (logits_of(out, batch, b, k) - logits_of(ref, one, 0, 1)).abs().max() <= 1e-5
             assert (one["labels"] != IGNORE_INDEX).any(), "a packed conversation without targets"
             losses.append(ref.loss)
-    want = torch.stack(losses).mean()  # the mean of each conversation's own mean over its target tokens
-    assert abs(float(out.loss) - float(want)) <= 1e-5 * max(1.0, abs(float(want)))
+    want = torch.stack(losses).mean()  # type: ignore[arg-type]  # the mean of each conversation's own mean over its target tokens
+    assert abs(float(out.loss) - float(want)) <= 1e-5 * max(1.0, abs(float(want)))  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
     want.backward()
     for name, p in model.named_parameters():
         if name in grads:
@@ -113,7 +113,7 @@ def test_perturbing_one_conversation_changes_no_other(chat: dict[str, Path], whi
                 assert diff > 1e-2  # the perturbed one did change
             else:  # the others see only their own tokens: equal up to fp32 reordering; a leak moves them O(0.1)
                 assert diff <= 1e-5, (b, k)
-    assert torch.allclose(before.per_sequence[1:], after.per_sequence[1:], atol=1e-5)
+    assert torch.allclose(before.per_sequence[1:], after.per_sequence[1:], atol=1e-5)  # type: ignore[index]  # per_sequence: asked for
 
 
 @pytest.mark.parametrize("which", ["gpt", "llama"])

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqpack.data.format import load_packed
 from seqpack.data.columns import pack_sequences
+from seqpack.data.format import load_packed
 from seqpack.pipeline import PackConfig, build_packed_dataset
 from seqpack.tasks.preference.records import Pairs, read_pairs
 from seqpack.tasks.preference.sequences import fit_responses, preference_sequences
@@ -71,13 +71,13 @@ def test_bad_records_are_named(tok: Path, record: dict, message: str) -> None:
         read_pairs([{"prompt": "Q: fine", "chosen": " a", "rejected": " b"}, record], open_tokenizer(tok))
 
 
-def test_bad_input_is_one_line_exit_2(capsys, tmp_path, tok):  # type: ignore[no-untyped-def]
+def test_bad_input_is_one_line_exit_2(capsys, tmp_path, tok):
     data = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "Q: x", "chosen": " same", "rejected": " same"}])
-    code, out, err = run(capsys, "pack", str(data), "--task", "preference", "--tokenizer", str(tok), "--max-len", "64",
+    code, _, err = run(capsys, "pack", str(data), "--task", "preference", "--tokenizer", str(tok), "--max-len", "64",
                          "--out", str(tmp_path / "o"))
     assert code == 2 and "example 0: chosen and rejected are identical" in err and len(err.strip().splitlines()) == 1
     data = write_jsonl(tmp_path / "long.jsonl", preference_records(20, prompt_words=(30, 40), response_words=(30, 40)))
-    code, out, err = run(capsys, "pack", str(data), "--task", "preference", "--tokenizer", str(tok), "--max-len", "96",
+    code, _out, err = run(capsys, "pack", str(data), "--task", "preference", "--tokenizer", str(tok), "--max-len", "96",
                          "--overflow", "error", "--out", str(tmp_path / "o"))
     assert code == 2 and "exceed max_len=96" in err and len(err.strip().splitlines()) == 1
 
@@ -105,7 +105,7 @@ def test_overflow_keeps_the_prompt_and_counts(layout: str) -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 12), st.integers(1, 12), st.integers(1, 12)), min_size=1, max_size=40),
        st.sampled_from(["shared-prefix", "pairs"]), st.sampled_from(["best", "lpfhp", "spfhp"]))
-def test_every_pair_lands_whole_in_one_row_once(lengths, layout, algorithm) -> None:  # type: ignore[no-untyped-def]
+def test_every_pair_lands_whole_in_one_row_once(lengths, layout, algorithm) -> None:
     """Each pair packed exactly once, its tokens contiguous in one row, positions as it has alone."""
     p = _pairs(lengths)
     s = preference_sequences(p, layout=layout, max_len=64)

@@ -91,11 +91,11 @@ def test_resume_reuses_the_reference(data: dict[str, Path], tmp_path: Path) -> N
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_wrong_combinations_are_one_line(capsys, data, tmp_path):  # type: ignore[no-untyped-def]
+def test_wrong_combinations_are_one_line(capsys, data, tmp_path):
     base = ["train", "--data", str(data["pairs"]), "--out", str(tmp_path / "x"), "--steps", "1", "--quiet"]
     for extra, message in ((["--preference-loss", "bt"], "pass --model reward"),
                            (["--model", "reward"], "--preference-loss bt"),
                            (["--padded"], "--padded is not offered"),
                            (["--model", "bert"], "does not train a preference dataset")):
-        code, out, err = run(capsys, *base, *extra)
+        code, _out, err = run(capsys, *base, *extra)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (extra, err)

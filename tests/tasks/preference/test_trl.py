@@ -126,12 +126,12 @@ def test_dpo_matches_trl(setup: dict[str, Any], layout: str, loss_type: str, imp
     model = copy.deepcopy(policy)
     model.train()
     out = preference_forward(model, batch, PreferenceLoss(kind=loss_type))
-    out.loss.backward()
-    assert abs(float(out.loss) - trl_loss) <= 1e-5 * abs(trl_loss), (float(out.loss), trl_loss)
+    out.loss.backward()  # type: ignore[union-attr]  # PackedOutput.loss: set when the batch has targets
+    assert abs(float(out.loss) - trl_loss) <= 1e-5 * abs(trl_loss), (float(out.loss), trl_loss)  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
     if loss_type == "sigmoid":  # rewards beta * (policy - reference): off by what their log-probabilities are
         for key, which in (("rewards/chosen", "chosen"), ("rewards/rejected", "rejected")):
             tol = 1e-5 * 0.1 * float(out.extra[f"{which}_logps"][out.present].abs().mean())
-            got = float(by_example(out.extra[f"{which}_rewards"], out.present, ex).mean())
+            got = float(by_example(out.extra[f"{which}_rewards"], out.present, ex).mean())  # type: ignore[arg-type]  # out.present: set for preference batches
             assert abs(got - metrics[key]) <= tol, (key, got, metrics[key])
     scale = max(float(g.abs().max()) for g in trl_grads.values())
     for name, p in model.named_parameters():  # gradients relative to the largest entry (1e-5, as above)
@@ -152,9 +152,9 @@ def test_gpt_packed_equals_unpacked(setup: dict[str, Any]) -> None:
     rows = []  # TRL's layout: prompt+chosen rows, then prompt+rejected rows
     for kind in ("chosen", "rejected"):
         for rec in setup["records"]:
-            p = tok.encode_batch([rec["prompt"]])[0]
+            prompt = tok.encode_batch([rec["prompt"]])[0]
             full = tok.encode_batch([rec["prompt"] + rec[kind] + "<|im_end|>"])[0]
-            rows.append((full, len(p)))
+            rows.append((full, len(prompt)))
     T = max(len(f) for f, _ in rows)
     ids = torch.zeros(len(rows), T, dtype=torch.long)
     seg = torch.zeros_like(ids)
@@ -174,7 +174,7 @@ def test_gpt_packed_equals_unpacked(setup: dict[str, Any]) -> None:
     pc, pr = unpacked(policy)
     want = -torch.nn.functional.logsigmoid(0.1 * ((pc - rc) - (pr - rr))).mean()
     want.backward()
-    want_grads = {n: p.grad.clone() for n, p in policy.named_parameters()}
+    want_grads = {n: p.grad.clone() for n, p in policy.named_parameters()}  # type: ignore[union-attr]  # p.grad: backward() set it
     for layout in LAYOUTS:
         batch, ex = packed_batch(setup["root"] / layout)
         with torch.no_grad():
@@ -185,8 +185,8 @@ def test_gpt_packed_equals_unpacked(setup: dict[str, Any]) -> None:
         model = copy.deepcopy(policy)
         model.zero_grad()
         out = preference_forward(model, batch, PreferenceLoss())
-        out.loss.backward()
-        assert abs(float(out.loss) - float(want)) <= 1e-5 * float(want)
+        out.loss.backward()  # type: ignore[union-attr]  # PackedOutput.loss: set when the batch has targets
+        assert abs(float(out.loss) - float(want)) <= 1e-5 * float(want)  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
         scale = max(float(g.abs().max()) for g in want_grads.values())
         for name, p in model.named_parameters():
             torch.testing.assert_close(p.grad, want_grads[name], rtol=0.0, atol=1e-5 * scale, msg=name)
@@ -213,9 +213,9 @@ def test_reward_model_matches_trl(setup: dict[str, Any], layout: str) -> None:
     mine = copy.deepcopy(model)
     mine.train()
     out = preference_forward(mine, batch, PreferenceLoss(kind="bt"))
-    out.loss.backward()
-    assert abs(float(out.loss) - float(trl_loss)) <= 1e-5 * abs(float(trl_loss))
-    assert abs(float(by_example(out.extra["chosen_rewards"] - out.extra["rejected_rewards"], out.present, ex).mean())
+    out.loss.backward()  # type: ignore[union-attr]  # PackedOutput.loss: set when the batch has targets
+    assert abs(float(out.loss) - float(trl_loss)) <= 1e-5 * abs(float(trl_loss))  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
+    assert abs(float(by_example(out.extra["chosen_rewards"] - out.extra["rejected_rewards"], out.present, ex).mean())  # type: ignore[arg-type]  # out.present: set for preference batches
                - trainer._metrics["train"]["margin"][-1]) <= 1e-5 + 1e-5 * abs(trainer._metrics["train"]["margin"][-1])
     scale = max(float(g.abs().max()) for g in trl_grads.values())
     for name, p in mine.named_parameters():
@@ -234,7 +234,7 @@ def test_packed_dpo_trainer(setup: dict[str, Any]) -> None:
     with torch.no_grad():
         r = policy_logps(ref, batch)
         batch["ref_chosen_logps"], batch["ref_rejected_logps"] = r.chosen, r.rejected
-        want = float(preference_forward(copy.deepcopy(policy), batch, PreferenceLoss()).loss)
+        want = float(preference_forward(copy.deepcopy(policy), batch, PreferenceLoss()).loss)  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
     P = batch["input_ids"].shape[0]
     args = trl.DPOConfig(output_dir=str(setup["root"] / "packed-trl"), per_device_train_batch_size=P, max_steps=1, bf16=False,
                          logging_steps=1, report_to=[], use_cpu=True, save_strategy="no", beta=0.1)
@@ -247,7 +247,7 @@ def test_packed_dpo_trainer(setup: dict[str, Any]) -> None:
     # TRL's configs turn on bf16 autocast by default, even on a CPU
     assert abs(got - want) <= 1e-5 * want, (got, want)
     assert trainer.ref_model is None and np.isfinite(got)
-    with pytest.raises(ValueError, match="sigmoid|ipo"):
+    with pytest.raises(ValueError, match=r"sigmoid|ipo"):
         PackedDPOTrainer(copy.deepcopy(policy), path, args=trl.DPOConfig(output_dir=str(setup["root"] / "x"), loss_type=["hinge"],
                                                                          report_to=[], use_cpu=True), processing_class=tok)
 
@@ -294,7 +294,7 @@ def test_pair_outputs_are_keyed_by_record(setup: dict[str, Any], layout: str) ->
     _, _, _, inputs = trl_dpo(setup, policy, ref, (torch.zeros(N), torch.zeros(N)))
     with torch.no_grad():
         want_c, want_r = padded_logps(as_sdpa(policy), inputs)
-        ref_c, ref_r = padded_logps(as_sdpa(ref), inputs)
+        ref_c, _ref_r = padded_logps(as_sdpa(ref), inputs)
     for i in range(N):
         assert abs(rows[i]["chosen_logps"] - float(want_c[i])) <= 1e-5 * abs(float(want_c[i]))
         assert abs(rows[i]["rejected_logps"] - float(want_r[i])) <= 1e-5 * abs(float(want_r[i]))
@@ -302,7 +302,7 @@ def test_pair_outputs_are_keyed_by_record(setup: dict[str, Any], layout: str) ->
         tol = 1e-5 * 0.1 * (abs(float(want_c[i])) + abs(float(ref_c[i])))
         assert abs(rows[i]["chosen_rewards"] - 0.1 * float(want_c[i] - ref_c[i])) <= tol
     train_loss = preference_forward(policy, batch, PreferenceLoss()).loss
-    assert float(out.loss) == float(train_loss) and out.loss.requires_grad
+    assert float(out.loss) == float(train_loss) and out.loss.requires_grad  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
     with pytest.raises(ValueError, match="no example_ids column"):
         pair_outputs(policy, {k: v for k, v in batch.items() if k != "example_ids"})
     # PackedDPOTrainer's batches keep example_ids, so its model's outputs map to records the same way
@@ -310,7 +310,7 @@ def test_pair_outputs_are_keyed_by_record(setup: dict[str, Any], layout: str) ->
                          use_cpu=True, save_strategy="no", bf16=False)
     trainer = PackedDPOTrainer(copy.deepcopy(policy), setup["root"] / layout, ref_model=copy.deepcopy(ref), args=args,
                                processing_class=tok)
-    assert "example_ids" in trainer.train_dataset.column_names
+    assert "example_ids" in trainer.train_dataset.column_names  # type: ignore[union-attr]  # the trainer's packed dataset
     got = {}
     for b in trainer.get_train_dataloader():
         got.update(pair_outputs(trainer.model, b, trainer.objective).by_record())

@@ -18,8 +18,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("PIL")
 torch = pytest.importorskip("torch")
 
-from seqpack.experiments.tiny_vlm import FAMILIES, synthetic_records, tiny_processor, tiny_vlm  # noqa: E402
 from seqpack.data import hf_dataset  # noqa: E402
+from seqpack.experiments.tiny_vlm import FAMILIES, synthetic_records, tiny_processor, tiny_vlm  # noqa: E402
 from seqpack.pipeline import PackConfig, build_packed_dataset  # noqa: E402
 from seqpack.tasks.vision import (  # noqa: E402
     POSITION_SCHEMES,
@@ -41,7 +41,7 @@ def records(seed: int = 0) -> list[dict]:
 
 def write(recs: list[dict], processor, out, max_len: int = 512) -> dict:
     """The pack job on records in memory: a packed dataset, its images in the example table."""
-    return build_packed_dataset(recs, ProcessorTokenizer(processor), out, PackConfig.for_task("vision", max_len=max_len))
+    return build_packed_dataset(recs, ProcessorTokenizer(processor), out, PackConfig.for_task("vision", max_len=max_len))  # type: ignore[arg-type]  # build_packed_dataset's annotation (AnyTokenizer) does not name the vision processor
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -272,7 +272,7 @@ def test_a_long_sample_is_cut_between_turns_never_inside_an_image():
         assert one["input_ids"][-1] == processor.tokenizer.convert_tokens_to_ids("<|im_end|>")  # a whole turn
         image_tokens = int((one["input_ids"] == processor.image_token_id).sum())
         assert image_tokens == int(one["grids"].prod(axis=1).sum()) // 4  # whole images, and only theirs
-    with pytest.raises(ValueError, match="exceed max_len=100; pass --overflow truncate|drop"):
+    with pytest.raises(ValueError, match=r"exceed max_len=100; pass --overflow truncate\|drop"):
         vision_samples([rec], processor, max_len=100, overflow="error")
     assert vision_samples([rec], processor, max_len=n - 1, overflow="drop").dropped == {"too_long": 1}
 

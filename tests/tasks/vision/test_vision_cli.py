@@ -28,8 +28,8 @@ from seqpack.tasks.vision import VisionCollator, VisionRows, pack_vision, vision
 from seqpack.tasks.vision.processor import load_processor  # noqa: E402
 from seqpack.train import TrainConfig, train  # noqa: E402
 from seqpack.train.checkpoint import read_metrics  # noqa: E402
-from seqpack.train.models import build_model  # noqa: E402
 from seqpack.train.data import TrainData  # noqa: E402
+from seqpack.train.models import build_model  # noqa: E402
 
 ATOL = 1e-5  # see the module docstring
 TIMING = ("step_seconds", "compute_seconds", "data_seconds", "train_seconds", "tokens_per_s", "sequences_per_s")
@@ -77,7 +77,7 @@ def test_saved_processors_load_without_a_video_processor(tmp_path):
 def test_pack_cli_writes_the_librarys_rows(packed):
     """The command's rows are those of vision_samples + pack_vision on the same records, and the
     directory keeps the processor they were made with."""
-    family, d, recs = packed
+    _family, d, recs = packed
     rows = VisionRows(d / "packs")
     processor = load_processor(d / "packs" / "processor")
     want = pack_vision(vision_samples(recs, processor, max_len=512), max_len=512)
@@ -99,7 +99,7 @@ def test_every_job_option_packs_the_same_rows(packed, tmp_path):
     name the examples the example table holds."""
     import pyarrow.parquet as pq
 
-    family, d, recs = packed
+    _family, d, recs = packed
     out = tmp_path / "opts"
     code = main(["pack", str(d / "train.jsonl"), "--task", "vision", "--max-len", "512", "--tokenizer",
                  str(d / "processor"), "--out", str(out), "--shard-examples", "7", "--stages", "2", "--shard-packs", "3",
@@ -113,7 +113,8 @@ def test_every_job_option_packs_the_same_rows(packed, tmp_path):
         x, y = a[i], b[i]
         assert x["images"] == y["images"] and all(np.array_equal(x[k], y[k]) for k in x if k != "images"), i
     ids = sorted(pq.read_table(out / p["file"]).column("example_id").to_pylist() for p in parts)
-    assert sum(ids, []) == sorted(sum(ids, [])) == list(range(len(recs)))
+    flat = [i for part in ids for i in part]
+    assert flat == sorted(flat) == list(range(len(recs)))
 
 
 def test_train_batch_losses_are_each_samples_own(packed):
@@ -153,7 +154,7 @@ def test_train_batch_losses_are_each_samples_own(packed):
 def test_train_cli_runs_and_resumes_exactly(packed, tmp_path):
     """`seqpack train --hf-model` on the rows; a run cut at step 2 and resumed ends with the weights
     and metrics of the uninterrupted one (the same sums in the same order: equal bits)."""
-    family, d, _ = packed
+    _family, d, _ = packed
     base = dict(data=str(d / "packs"), hf_model=str(d / "model"), steps=4, batch_size=2, progress=False,
                 eval_fraction=0.2, eval_batch_size=2, threads=2, dropout=None)
     whole = tmp_path / "whole"
@@ -176,7 +177,7 @@ def test_train_cli_runs_and_resumes_exactly(packed, tmp_path):
 
 
 def test_train_cli_prints_its_summary(packed, tmp_path, capsys):
-    family, d, _ = packed
+    _family, d, _ = packed
     code = main(["train", "--data", str(d / "packs"), "--hf-model", str(d / "model"), "--out", str(tmp_path / "run"),
                  "--steps", "1", "--batch-size", "2", "--eval-fraction", "0.2", "--quiet", "--reduction", "token"])
     out = capsys.readouterr().out
@@ -190,7 +191,7 @@ def test_train_cli_prints_its_summary(packed, tmp_path, capsys):
     (["--hf-model", "LLAMA"], "not a vision-language model"),
 ])
 def test_train_refusals_are_one_line(packed, tmp_path, capsys, args, message):
-    family, d, _ = packed
+    _family, d, _ = packed
     if "LLAMA" in args:
         from transformers import LlamaConfig
 
@@ -211,7 +212,7 @@ def test_train_refusals_are_one_line(packed, tmp_path, capsys, args, message):
     (["--tokenizer-is-a-file"], "task vision reads the model's processor"),
 ])
 def test_pack_refusals_are_one_line_and_write_nothing(packed, tmp_path, capsys, extra, message):
-    family, d, _ = packed
+    _family, d, _ = packed
     tok = str(d / "processor")
     if extra == ["--tokenizer-is-a-file"]:
         tok, extra = str(d / "train.jsonl.missing"), []
@@ -229,7 +230,7 @@ def test_two_cpu_ranks_agree_with_one_process(packed, tmp_path):
     (:func:`tests.train.conftest.assert_adam_weights_close`)."""
     from tests.train.conftest import assert_adam_weights_close, torchrun_train
 
-    family, d, _ = packed
+    _family, d, _ = packed
     opts = ["--hf-model", str(d / "model"), "--steps", "3", "--batch-size", "4", "--eval-fraction", "0.2", "--threads", "1"]
     torchrun_train(d / "packs", tmp_path / "two", *opts, "--quiet")
     main(["train", "--data", str(d / "packs"), "--out", str(tmp_path / "one"), *opts, "--quiet"])
@@ -244,7 +245,7 @@ def test_the_processor_travels_to_other_processes_by_its_directory(packed):
     only does not pickle) and keeps its fingerprint; the copy saved beside the rows has the same one."""
     import pickle
 
-    family, d, _ = packed
+    _family, d, _ = packed
     tok = get_task("vision").open_tokenizer(d / "processor")
     again = pickle.loads(pickle.dumps(tok))
     assert again.processor is not tok.processor and again.vocab_size == tok.vocab_size
@@ -254,7 +255,7 @@ def test_the_processor_travels_to_other_processes_by_its_directory(packed):
 def test_a_stream_of_image_text_records_is_refused_in_one_line(packed):
     from seqpack.pipeline.streaming import PackedStream, StreamConfig
 
-    family, d, recs = packed
+    _family, d, recs = packed
     tok = get_task("vision").open_tokenizer(d / "processor")
     with pytest.raises(ValueError, match="task vision is not streamed") as e:
         PackedStream(recs, config=StreamConfig(task="vision", max_len=512), tokenizer=tok)
@@ -268,7 +269,7 @@ def test_ray_workers_pack_the_same_rows(packed, tmp_path):
     from seqpack.pipeline import PackConfig, build_packed_dataset
     from seqpack.pipeline.engine import get_engine
 
-    family, d, recs = packed
+    family, d, _recs = packed
     if family != "qwen2_vl":
         pytest.skip("one family is enough for the engine")
     tok, engine = get_task("vision").open_tokenizer(d / "processor"), get_engine("ray", num_cpus=1)
