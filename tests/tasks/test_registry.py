@@ -69,7 +69,7 @@ def _task_names_spelled(tree: ast.AST, names: set[str]) -> list[int]:
                 if k is not None:
                     found |= strings(k)
         if found & names:
-            out.append(n.lineno)
+            out.append(getattr(n, "lineno", 0))
     return out
 
 

@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from seqpack.errors import UserError  # noqa: E402
-from seqpack.train import TrainConfig, train  # noqa: E402
-from seqpack.train.data import TrainData  # noqa: E402
-from seqpack.train.plan import RunPlan, plan_run  # noqa: E402
+from seqpack.errors import UserError
+from seqpack.train import TrainConfig, train
+from seqpack.train.data import TrainData
+from seqpack.train.plan import RunPlan, plan_run
 
 GPT = {"hidden": 64, "layers": 2}
 
