@@ -25,6 +25,11 @@ convolutions, lightning attention, RWKV's time mixing; `seqpack.nn.hf_mixers.fin
 neither attention nor a state-carrying layer seqpack finds, attention that makes its own mask, or
 a model that attends but takes no ``position_ids`` (its positions could not restart at each
 document). Its rows must be run unpacked, outside seqpack (`UNPACKED`).
+
+Encoders (`is_encoder`: BERT, RoBERTa, DeBERTa, ModernBERT... with a task head) have a door of
+their own, `encoder_support`: how the model reads the mask that keeps documents apart, how its
+positions count, its sliding-window layers, its token types, and what it cannot run packed
+(`seqpack.nn.hf_encoder` runs them).
 """
 
 from __future__ import annotations
@@ -426,6 +431,8 @@ def _module_of(obj: Any) -> Any:
 
 def _encoder_refusal(model: Any, base: Any, config: Any) -> str | None:
     name = type(_inner(model)).__name__
+    if base is _inner(model):
+        return f"{name} has no encoder of its own (base_model) for seqpack to run once over the packed rows"
     params = inspect.signature(base.forward).parameters
     if "attention_mask" not in params:
         return (
