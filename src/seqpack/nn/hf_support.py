@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import weakref
 from dataclasses import dataclass
@@ -391,13 +392,24 @@ def _base(model: Any) -> Any:
 
 def encoder_task(model: Any) -> str | None:
     """The task of an encoder's head by transformers' registries (`ENCODER_TASKS`), or None."""
+    return _class_task(type(_inner(model)).__name__)
+
+
+@functools.cache
+def _class_task(name: str) -> str | None:
     from transformers.models.auto import modeling_auto
 
-    name = type(_inner(model)).__name__
     for task, registry in ENCODER_TASKS:
         if name in set(getattr(modeling_auto, registry).values()):
             return task
     return None
+
+
+@functools.cache
+def _causal_lm_class(name: str) -> bool:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return name in set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
 
 
 def _inner(model: Any) -> Any:
@@ -409,16 +421,13 @@ def is_encoder(model: Any) -> bool:
     """A bidirectional encoder with a task head: its ``model_type`` has a masked LM in transformers
     (an encoder family), its class is one of `ENCODER_TASKS`' registries, and its config is neither a
     decoder (``is_decoder``: BERT as a causal LM) nor an encoder-decoder."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     inner = _inner(model)
     config = getattr(inner, "config", None)
     if config is None or getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False):
         return False
-    if type(inner).__name__ in set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()):
+    if _causal_lm_class(type(inner).__name__):
         return False
     return getattr(config, "model_type", None) in MODEL_FOR_MASKED_LM_MAPPING_NAMES and encoder_task(model) is not None
 
