@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from seqpack.errors import UserError
 from seqpack.experiments.model_matrix import GRAD_TOLERANCE_RATIO, MAX_PARAMETERS, TOLERANCE, Cell, _quiet, _versions
 from seqpack.experiments.tiny_configs import ENCODER_NOT_BUILT, NOT_BUILT, VOCAB, tiny_encoder_config
 
@@ -94,7 +95,7 @@ def build(model_type: str, head: str, impl: str = "eager") -> Any:
     with torch.device("meta"):
         size = sum(p.numel() for p in cls._from_config(cfg, attn_implementation=impl).parameters())
     if size > MAX_PARAMETERS:
-        raise ValueError(f"the tiny config still has {size:,} parameters")
+        raise UserError(f"the tiny config still has {size:,} parameters")
     torch.manual_seed(0)
     model = cls._from_config(cfg, attn_implementation=impl).float().eval()
     with torch.no_grad():  # random weights large enough that every layer matters
@@ -274,7 +275,7 @@ def run_row(model_type: str) -> EncoderRow:
                 with _quiet():
                     refusal = encoder_support(model).refusal if is_encoder(model) else None
                     if refusal is not None:
-                        raise ValueError(refusal)
+                        raise UserError(refusal)
                     err = run_cell(model, head)
             except ValueError as e:
                 line = str(e)

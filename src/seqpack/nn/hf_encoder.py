@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
 from seqpack.nn.heads import slot_count
 from seqpack.nn.hf_support import EncoderSupport, check_encoder
 from seqpack.nn.losses import (
@@ -370,7 +371,7 @@ def _pretraining(run: _Run, batch: Mapping[str, torch.Tensor], reduction: str, d
     if pair is None:
         pair = getattr(res, "sop_logits", None)
     if pair is None:
-        raise ValueError(f"{type(run.model).__name__}'s pre-training output has no sentence-pair logits")
+        raise UserError(f"{type(run.model).__name__}'s pre-training output has no sentence-pair logits")
     D = slot_count(seg, nsp, max_depth=depth)
     slot_logits = run.docs.scatter(run.per_document(pair), D)
     out = PackedOutput(hidden=run.states, logits=logits, slot_logits=slot_logits)
@@ -413,16 +414,16 @@ def encoder_forward(
     assert support.task is not None  # check_encoder refused a model without a head
     for key in ("input_ids", "segment_ids"):
         if key not in batch:
-            raise ValueError(f"the packed batch has no {key!r} column")
+            raise UserError(f"the packed batch has no {key!r} column")
     ids, seg = batch["input_ids"], batch["segment_ids"]
     if ids.shape != seg.shape:
-        raise ValueError(f"segment_ids has shape {tuple(seg.shape)} but input_ids is {tuple(ids.shape)}")
+        raise UserError(f"segment_ids has shape {tuple(seg.shape)} but input_ids is {tuple(ids.shape)}")
     check_segment_ids(seg)
     docs = Documents.of(seg)
     if padded is None:
         padded = docs.one_per_row
     elif padded and not docs.one_per_row:
-        raise ValueError("padded=True needs rows of one document each, from their first column")
+        raise UserError("padded=True needs rows of one document each, from their first column")
     run: _Run = _Padded(model, batch, support, docs) if padded else _Packed(model, batch, support, docs)
     return HEADS[support.task](run, batch, reduction, max_depth)
 
