@@ -1,5 +1,5 @@
-"""Regenerate docs/integrations/models.md and the pinned statuses from one model matrix run:
-``python docs/_gen/models.py``.
+"""Regenerate docs/integrations/models.md and the pinned statuses from one run of the model matrix
+and the encoder matrix: ``python docs/_gen/models.py``.
 
 Both are outputs, never edited by hand. ``tests/nn/test_model_matrix.py`` checks the page against a
 fresh run when the installed transformers is the one it names, and fails when any architecture's
@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from seqpack.experiments.encoder_matrix import encoder_statuses, render_encoders, run_encoder_matrix
 from seqpack.experiments.model_matrix import render_markdown, run_matrix, statuses
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,15 +21,20 @@ STATUS = ROOT / "tests" / "nn" / "model_matrix_status.json"
 
 
 def dump(pinned: dict[str, Any]) -> str:
-    """The statuses as JSON with one architecture a line, so that a change reads as a one-line diff."""
-    archs = pinned["architectures"]
-    lines = [f"  {json.dumps(t)}: {json.dumps(archs[t])}" for t in archs]
-    head = {k: v for k, v in pinned.items() if k != "architectures"}
-    return json.dumps(head)[:-1] + ', "architectures": {\n' + ",\n".join(lines) + "\n}}\n"
+    """The statuses as JSON with one architecture (or encoder) a line, so that a change reads as a
+    one-line diff."""
+    blocks = [k for k in ("architectures", "encoders") if k in pinned]
+    head = {k: v for k, v in pinned.items() if k not in blocks}
+    parts = []
+    for key in blocks:
+        lines = [f"  {json.dumps(t)}: {json.dumps(v)}" for t, v in pinned[key].items()]
+        parts.append(f"{json.dumps(key)}: {{\n" + ",\n".join(lines) + "\n}")
+    return json.dumps(head)[:-1] + ", " + ", ".join(parts) + "}\n"
 
 
 if __name__ == "__main__":
     rows = run_matrix()
-    PAGE.write_text(render_markdown(rows), encoding="utf-8")
-    STATUS.write_text(dump(statuses(rows)), encoding="utf-8")
+    encoders = run_encoder_matrix()
+    PAGE.write_text(render_markdown(rows) + "\n" + render_encoders(encoders), encoding="utf-8")
+    STATUS.write_text(dump({**statuses(rows), "encoders": encoder_statuses(encoders)}), encoding="utf-8")
     print(f"wrote {PAGE} and {STATUS}")

@@ -1,7 +1,8 @@
 """The model matrix (seqpack.experiments.model_matrix): every causal LM architecture of the
-installed transformers, through every packed entry point, exact or refused in one line; and the
-"Supported models" page and the pinned statuses (model_matrix_status.json) generated from the same
-run by ``python docs/_gen/models.py``."""
+installed transformers, through every packed entry point, exact or refused in one line; the encoder
+matrix (seqpack.experiments.encoder_matrix): every encoder family with each of its heads, the same;
+and the "Supported models" page and the pinned statuses (model_matrix_status.json) generated from
+the same runs by ``python docs/_gen/models.py``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from seqpack.experiments.encoder_matrix import (
+    HEADS,
+    EncoderRow,
+    encoder_statuses,
+    encoder_types,
+    render_encoders,
+    run_encoder_matrix,
+)
 from seqpack.experiments.model_matrix import (
     ENTRY_POINTS,
     Row,
@@ -56,6 +65,12 @@ HYBRIDS: dict[str, set[str]] = {
 @pytest.fixture(scope="module")
 def matrix() -> dict[str, Row]:
     return {r.model_type: r for r in run_matrix()}
+
+
+@pytest.fixture(scope="module")
+def encoders() -> dict[str, EncoderRow]:
+    """Every encoder family with each head, each tiny model built once (~15 s on one core)."""
+    return {r.model_type: r for r in run_encoder_matrix()}
 
 
 @pytest.mark.parametrize("model_type", architectures())
@@ -111,7 +126,7 @@ def test_a_dropped_window_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert row.cells["logprobs pairs"].status == "wrong"
 
 
-def test_the_supported_models_page_is_the_matrix(matrix: dict[str, Row]) -> None:
+def test_the_supported_models_page_is_the_matrix(matrix: dict[str, Row], encoders: dict[str, EncoderRow]) -> None:
     import transformers
 
     text = PAGE.read_text(encoding="utf-8")
@@ -120,7 +135,8 @@ def test_the_supported_models_page_is_the_matrix(matrix: dict[str, Row]) -> None
             f"the page was made with another transformers than {transformers.__version__}: "
             "regenerate it with python docs/_gen/models.py"
         )
-    assert text == render_markdown(list(matrix.values())), "regenerate it: python docs/_gen/models.py"
+    page = render_markdown(list(matrix.values())) + "\n" + render_encoders(list(encoders.values()))
+    assert text == page, "regenerate it: python docs/_gen/models.py"
 
 
 @pytest.mark.parametrize("model_type", sorted(HYBRIDS))
@@ -130,11 +146,19 @@ def test_a_hybrids_tiny_config_keeps_each_layer_kind(model_type: str) -> None:
     assert len(kinds) <= 6, (model_type, kinds)
 
 
-def test_every_status_is_the_pinned_one(matrix: dict[str, Row]) -> None:
-    """Each architecture builds (or not) and each cell is exact or refused as pinned: a cell that
-    turns from exact to refused fails as loudly as one that turns wrong. An architecture of another
-    transformers that the file does not have is reported, not failed."""
-    changes, news = compare_statuses(json.loads(STATUS.read_text(encoding="utf-8")), statuses(list(matrix.values())))
+def test_every_status_is_the_pinned_one(matrix: dict[str, Row], encoders: dict[str, EncoderRow]) -> None:
+    """Each architecture and encoder builds (or not) and each cell is exact or refused as pinned: a
+    cell that turns from exact to refused fails as loudly as one that turns wrong. An architecture of
+    another transformers that the file does not have is reported, not failed."""
+    pinned = json.loads(STATUS.read_text(encoding="utf-8"))
+    now = statuses(list(matrix.values()))
+    changes, news = compare_statuses(pinned, now)
+    more, later = compare_statuses(
+        {**pinned, "architectures": pinned.get("encoders", {})},
+        {**now, "architectures": encoder_statuses(list(encoders.values()))},
+    )
+    changes += [f"encoder {c}" for c in more]
+    news += [f"encoder {n}" for n in later]
     for line in news:
         warnings.warn(f"model matrix: {line}; pin it with python docs/_gen/models.py", stacklevel=1)
     assert not changes, (
@@ -155,3 +179,58 @@ def test_a_status_change_is_caught_and_a_new_architecture_reported() -> None:
     changes, news = compare_statuses(pinned, now)
     assert changes == ["llama / logprobs pairs: exact -> refused", "mamba: built -> not built"]
     assert news == ["newcomer: not pinned (new in transformers x)"]
+
+
+# ---------------------------------------------------------------------------- encoders
+
+
+@pytest.mark.parametrize("model_type", encoder_types())
+def test_every_encoder_is_exact_or_refused_on_each_head(encoders: dict[str, EncoderRow], model_type: str) -> None:
+    row = encoders[model_type]
+    if not row.built:
+        pytest.skip(f"not built tiny on the CPU: {row.why}")
+    assert set(row.cells) == set(HEADS)
+    for head, cell in row.cells.items():
+        assert cell.status in ("exact", "refused", "absent"), f"{model_type} {head}: {cell.status} {cell.detail}"
+        if cell.status == "refused":
+            assert cell.detail and "\n" not in cell.detail
+
+
+#: the encoders users fine-tune: absolute, from-padding_idx, rotary, relative and windowed positions
+ENCODERS_EXACT = ("bert", "roberta", "xlm-roberta", "camembert", "data2vec-text", "electra", "distilbert", "albert",
+                  "deberta", "deberta-v2", "modernbert", "ernie", "megatron-bert", "mpnet", "esm", "eurobert", "gte",
+                  "nomic_bert")
+
+
+def test_the_encoders_users_fine_tune_are_exact_on_every_head(encoders: dict[str, EncoderRow]) -> None:
+    for t in ENCODERS_EXACT:
+        cells = {h: c.status for h, c in encoders[t].cells.items() if c.status != "absent"}
+        assert cells and set(cells.values()) == {"exact"}, (t, cells)
+    assert "local windows" in encoders["modernbert"].positions
+    assert encoders["roberta"].positions == "from padding_idx + 1"
+    assert encoders["deberta-v2"].positions.startswith("relative buckets")
+    for t in ("fnet", "convbert", "big_bird", "roformer", "nystromformer", "longformer", "funnel"):
+        assert {c.status for c in encoders[t].cells.values()} <= {"refused", "absent"}, t
+
+
+def test_what_the_encoder_matrix_would_catch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The encoder matrix fails where it should: a dropped window (ModernBERT), positions from 0 where
+    RoBERTa counts from padding_idx + 1, and a classifier pooling the row's first token instead of
+    each document's are wrong cells."""
+    import contextlib
+    import dataclasses
+
+    import seqpack.nn.hf_encoder as enc
+    from seqpack.experiments.encoder_matrix import run_row as run_encoder
+
+    with monkeypatch.context() as m:
+        m.setattr(enc, "_windows", lambda base: contextlib.nullcontext())
+        assert {c.status for c in run_encoder("modernbert").cells.values()} == {"wrong"}
+    real = enc._document_positions
+    with monkeypatch.context() as m:
+        m.setattr(enc, "_document_positions", lambda ids, seg, padding_idx: real(ids, seg, None))
+        assert {c.status for c in run_encoder("roberta").cells.values()} == {"wrong"}
+    unpack = enc.Documents.unpack
+    with monkeypatch.context() as m:
+        m.setattr(enc.Documents, "unpack", lambda self, x, w: unpack(dataclasses.replace(self, start=self.start * 0), x, w))
+        assert run_encoder("electra").cells["sequence classification"].status == "wrong"

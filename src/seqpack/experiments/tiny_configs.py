@@ -236,6 +236,65 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 }
 
 
+#: encoder model_type -> keys on top of the generic ones and `OVERRIDES` (the encoder matrix,
+#: `seqpack.experiments.encoder_matrix`): sizes the generic keys miss, and the layer kinds and
+#: position schemes of the family's released checkpoints, so that the matrix tests what they run
+ENCODER_OVERRIDES: dict[str, dict[str, Any]] = {
+    # its width and feed-forward have keys of their own
+    "distilbert": {"dim": 32, "hidden_dim": 64, "n_heads": 2},
+    # local attention in windows of 8 tokens (|i - j| <= 4) on every other layer; each document's
+    # mean pooled (cls pooling is every other family's)
+    "modernbert": {"local_attention": WINDOW, "global_attn_every_n_layers": 2, "classifier_pooling": "mean"},
+    # relative attention (content-to-position and position-to-content) in log buckets, no absolute
+    # positions, as deberta-v3's checkpoints have them; 16 buckets, fewer than the documents' distances
+    "deberta-v2": {
+        "relative_attention": True,
+        "pos_att_type": ["p2c", "c2p"],
+        "position_biased_input": False,
+        "position_buckets": 16,
+        "max_relative_positions": -1,
+        "norm_rel_ebd": "layer_norm",
+        "share_att_key": True,
+    },
+    "deberta": {"relative_attention": True, "pos_att_type": ["p2c", "c2p"], "position_biased_input": False},
+    # its bottleneck and embedding widths (128 by default) sized to the width
+    "mobilebert": {"embedding_size": 32, "true_hidden_size": 32, "intra_bottleneck_size": 32},
+    "squeezebert": {"embedding_size": 32},
+    # two blocks of one layer, 16-wide heads
+    "funnel": {"block_sizes": [1, 1], "block_repeats": [1, 1], "d_head": 16, "d_inner": 64, "num_decoder_layers": 1},
+    # the entity vocabulary (500k x 256 by default)
+    "luke": {"entity_vocab_size": 16, "entity_emb_size": 8},
+    "flaubert": {"emb_dim": 32, "n_heads": 2},
+    # an encoder (the causal matrix builds it as a decoder)
+    "reformer": {"is_decoder": False},
+    "perceiver": {
+        "num_latents": 8,
+        "d_latents": 32,
+        "num_self_attends_per_block": 1,
+        "num_self_attention_heads": 2,
+        "num_cross_attention_heads": 2,
+    },
+}
+
+
+def tiny_encoder_config(model_type: str) -> Any:
+    """A tiny random config of the encoder ``model_type`` (`tiny_config` and `ENCODER_OVERRIDES`)."""
+    cfg = tiny_config(model_type)
+    for key, value in ENCODER_OVERRIDES.get(model_type, {}).items():
+        setattr(cfg, key, value)
+    if model_type == "modernbert":  # its layer kinds and window follow from the keys just set
+        d = {k: v for k, v in cfg.to_dict().items() if k not in ("layer_types", "sliding_window")}
+        cfg = type(cfg)(**d)
+    return cfg
+
+
+#: encoder model_type -> why the encoder matrix does not build it tiny on the CPU
+ENCODER_NOT_BUILT: dict[str, str] = {
+    "modernvbert": "a vision-language encoder (image patches and text in one row); its text model is modernbert's row",
+    "ultravbert": "a vision-language encoder (image patches and text in one row); its text model is ultrabert's row",
+    "esmc": "its config validator refuses every architecture the tiny config can name (ESM C's are fixed sizes)",
+}
+
 #: model_type -> why the matrix does not build it tiny on the CPU
 NOT_BUILT: dict[str, str] = {
     "gemma4_assistant": "a draft model for speculative decoding: its layers read the keys and values of its target Gemma 4",
@@ -332,4 +391,14 @@ def tiny_config(model_type: str) -> Any:
     return cfg
 
 
-__all__ = ["NOT_BUILT", "OVERRIDES", "VOCAB", "WINDOW", "causal_lm_class", "tiny_config"]
+__all__ = [
+    "ENCODER_NOT_BUILT",
+    "ENCODER_OVERRIDES",
+    "NOT_BUILT",
+    "OVERRIDES",
+    "VOCAB",
+    "WINDOW",
+    "causal_lm_class",
+    "tiny_config",
+    "tiny_encoder_config",
+]

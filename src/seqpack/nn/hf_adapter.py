@@ -17,27 +17,28 @@ What the adapter does for you:
   ``flash_attention_2/3/4`` and ``seqpack_varlen`` go
   padding-free instead: the real tokens as one row with ``cu_seq_lens_q/k``
   (`seqpack.nn.hf_padding_free`, the form of ``DataCollatorWithFlattening``);
-* bidirectional models (BERT) need a 4-D ``(B, 1, T, T)`` mask that keeps the row's sequences
-  apart: **bool for ``sdpa``, additive float for ``eager``**. A bool 4-D mask given to an
-  eager model is added to the scores as 0/1 and silently attends across sequences, so
-  `hf_attention_mask` picks the dtype from ``config._attn_implementation`` and
-  `check_hf_mask` refuses a mismatch. (5.x passes any 4-D mask through untouched and
-  rejects 3-D ones.)
+* encoders (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT, ALBERT, DeBERTa, ModernBERT and every other
+  family the door finds exact, `seqpack.nn.hf_encoder`) get a 4-D ``(B, 1, T, T)`` mask that keeps
+  the row's documents apart: **bool for ``sdpa``, additive float for ``eager``** (a bool 4-D mask given
+  to an eager model is added to the scores as 0/1 and silently attends across documents, so
+  `hf_attention_mask` picks the dtype from ``config._attn_implementation`` and `check_hf_mask`
+  refuses a mismatch); positions as the family counts them for each document alone; and their
+  heads run through the model's own modules on each document (its own ``[CLS]``/``<s>``, pooler,
+  mean, span and token heads);
 * ``position_ids`` that restart at every sequence (from ``segment_ids`` when the batch has none);
-* heads that read each sequence's own [CLS] (NSP, classification) or unpack span logits per
-  sequence with ``-inf`` outside it (QA), through the model's own modules and weights;
 * per-sequence losses (the paper's) or per-token ones (``reduction="token"``, HF's).
 
 Supported: every causal LM of transformers' causal-LM registry whose packed rows are exact
 (`seqpack.nn.hf_support` reads its config and layers: sliding windows, chunks, soft-capping and
 sinks are computed; layers that carry state along the sequence, in hybrid models, run on each
-document from a zero state; the generated table is docs/integrations/models.md), and ``BertForPreTraining``, ``BertForMaskedLM``,
-``BertForSequenceClassification``, ``BertForQuestionAnswering``.
+document from a zero state; the generated table is docs/integrations/models.md), their reward models (a score head), and every
+encoder family of transformers' masked-LM registry whose packed rows are exact, with a masked-LM,
+sequence-classification, question-answering, token-classification or pre-training head
+(`seqpack.nn.hf_support.encoder_support`; the encoder section of the same page).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,7 +46,7 @@ import torch
 
 from seqpack.errors import UserError
 from seqpack.nn.attention import plan_attention
-from seqpack.nn.heads import gather_slots, slot_count
+from seqpack.nn.hf_encoder import encoder_forward, encoder_inputs
 from seqpack.nn.hf_padding_free import (
     PADDING_FREE,
     flat_inputs,
@@ -54,24 +55,11 @@ from seqpack.nn.hf_padding_free import (
     unflatten_slots,
     unflatten_tokens,
 )
-from seqpack.nn.hf_support import attention_route, packed_documents, prepare_packed
-from seqpack.nn.losses import (
-    IGNORE_INDEX,
-    check_reduction,
-    mean_over,
-    multilabel_loss,
-    qa_logits,
-    qa_loss,
-    sequence_token_losses,
-    slot_cross_entropy,
-    token_loss,
-)
+from seqpack.nn.hf_support import attention_route, check_encoder, is_encoder, packed_documents, prepare_packed
+from seqpack.nn.losses import check_reduction, mean_over, sequence_token_losses, token_loss
 from seqpack.nn.masks import attention_mask, check_segment_ids, position_ids
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.models.layers import compute_dtype
-
-#: the BERT heads this adapter runs on each sequence's own [CLS] and spans (their modules by name)
-BIDIRECTIONAL = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification", "BertForQuestionAnswering")
 
 
 def _name(model: Any) -> str:
@@ -98,7 +86,7 @@ def is_reward_model(model: Any) -> bool:
     return (
         kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
         and _name(model) == MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.get(str(kind))
-        and _name(model) not in BIDIRECTIONAL
+        and not is_encoder(model)
     )
 
 
@@ -218,28 +206,38 @@ def _require_columns(batch: Mapping[str, torch.Tensor]) -> None:
 
 
 def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-    """``model(**inputs)`` keywords: ``input_ids`` and restarting ``position_ids``; for BERT the 4-D
-    ``attention_mask`` and ``token_type_ids``; for a causal LM under ``sdpa``/``eager``/``flex_attention``
-    no mask (transformers derives it from ``position_ids``) and ``use_cache=False``."""
+    """``model(**inputs)`` keywords: ``input_ids`` and restarting ``position_ids``; for an encoder the
+    4-D ``attention_mask``, its family's positions and ``token_type_ids``; for a causal LM under
+    ``sdpa``/``eager``/``flex_attention`` no mask (transformers derives it from ``position_ids``) and
+    ``use_cache=False``."""
     name = _name(model)
     causal = is_causal_lm(model)
-    if not causal and name not in BIDIRECTIONAL:
+    encoder = not causal and is_encoder(model)
+    if not causal and not encoder:
         raise UserError(
             f"no packed adapter for {name}; it takes transformers' causal LMs (AutoModelForCausalLM) "
-            f"and {', '.join(BIDIRECTIONAL)}"
+            "and encoders with a masked-LM, classification, question-answering or pre-training head"
         )
     _require_columns(batch)
     ids, seg = batch["input_ids"], batch["segment_ids"]
     if ids.shape != seg.shape:
         raise UserError(f"segment_ids has shape {tuple(seg.shape)} but input_ids is {tuple(ids.shape)}")
     check_segment_ids(seg)
+    if encoder:
+        support = check_encoder(model)
+        if support.windows or support.mask != "4d" or support.embeddings_mask is not None:
+            raise UserError(
+                f"{name} needs more than model(**inputs) for packed rows (its sliding windows, or embeddings "
+                "that read the mask as 2-D); run it through seqpack.nn.hf_adapter.packed_forward"
+            )
+        return encoder_inputs(model, batch, support)
     pos = batch.get("position_ids")
     if pos is None:
         pos = position_ids(seg)
     elif pos.shape != ids.shape:
         raise UserError(f"position_ids has shape {tuple(pos.shape)} but input_ids is {tuple(ids.shape)}")
-    needs = prepare_packed(model).needs if causal else frozenset()
-    route = attention_route(model) if causal else "mask"
+    needs = prepare_packed(model).needs
+    route = attention_route(model)
     if route == "plan":
         plan = plan_attention(
             seg, causal=True, dtype=model_compute_dtype(model), validate=False, needs=needs, position_ids=pos
@@ -252,58 +250,36 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
                 "each packed document; load it with attn_implementation='seqpack_packed' or 'eager'"
             )
         return {"input_ids": ids, "position_ids": pos, "use_cache": False}
-    mask = layer_masks(model, seg, causal=causal, dtype=model_compute_dtype(model), positions=pos, needs=needs)
-    out: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
-    if causal:
-        out["use_cache"] = False
-    if name in BIDIRECTIONAL:
-        out["token_type_ids"] = batch.get("token_type_ids", torch.zeros_like(ids))
-    return out
-
-
-def _pooled(model: Any, hidden: torch.Tensor, seg: torch.Tensor, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The model's own pooler (dense + tanh) on every sequence's [CLS].  # (B, D, H)"""
-    cls, present = gather_slots(hidden, seg, depth)
-    pooler = model.bert.pooler
-    return pooler.activation(pooler.dense(cls)), present
+    mask = layer_masks(model, seg, causal=True, dtype=model_compute_dtype(model), positions=pos, needs=needs)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False}
 
 
 def packed_forward(
-    model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str = "sequence", max_depth: int | None = None
+    model: Any,
+    batch: Mapping[str, torch.Tensor],
+    *,
+    reduction: str = "sequence",
+    max_depth: int | None = None,
+    padded: bool | None = None,
 ) -> PackedOutput:
-    """Run a supported transformers model on a packed batch; see the module docstring."""
+    """Run a supported transformers model on a packed batch; see the module. ``padded`` (encoders):
+    rows of one document each run the model's own padded forward, an ordinary 2-D mask (None: when
+    the rows are so; `seqpack.nn.hf_encoder.encoder_forward`)."""
     check_reduction(reduction)
-    name = _name(model)
     causal = is_causal_lm(model)
+    if not causal and is_encoder(model):
+        return encoder_forward(model, batch, reduction=reduction, max_depth=max_depth, padded=padded)
     if causal and attention_route(model) == "padding-free":
         return _padding_free_causal(model, batch, reduction)
     inputs = hf_inputs(model, batch)
     seg, labels = batch["segment_ids"], batch.get("labels")
-    if causal or name == "BertForMaskedLM":
-        with packed_documents(model, seg) if causal else contextlib.nullcontext():
-            logits = model(**inputs).logits  # (B, T, V)
-        out = PackedOutput(logits=logits)
-        if labels is not None:
-            shift = causal
-            out.per_sequence, out.present = sequence_token_losses(logits, labels, seg, shift=shift)
-            out.loss = _token_reduce(logits, labels, seg, out.per_sequence, out.present, reduction, shift)
-        return out
-    hidden = model.bert(**inputs).last_hidden_state  # (B, T, H)
-    if name == "BertForQuestionAnswering":
-        logits = model.qa_outputs(hidden)  # (B, T, 2)
-        if logits.shape[-1] != 2:
-            raise UserError(f"BertForQuestionAnswering needs num_labels=2 (start, end), got {logits.shape[-1]}")
-        start, end = logits.unbind(dim=-1)
-        sp, ep = batch.get("start_positions"), batch.get("end_positions")
-        s_slots, e_slots = qa_logits(start, end, seg, slot_count(seg, sp, max_depth=max_depth))
-        out = PackedOutput(hidden=hidden, extra={"start_logits": s_slots, "end_logits": e_slots})
-        if sp is not None and ep is not None:
-            out.loss, out.per_sequence = qa_loss(s_slots, e_slots, sp, ep)
-            out.present = sp != IGNORE_INDEX
-        return out
-    if name == "BertForSequenceClassification":
-        return _classify(model, hidden, seg, labels, max_depth)
-    return _pretraining(model, hidden, seg, labels, batch.get("next_sentence_label"), reduction, max_depth)
+    with packed_documents(model, seg):
+        logits = model(**inputs).logits  # (B, T, V)
+    out = PackedOutput(logits=logits)
+    if labels is not None:
+        out.per_sequence, out.present = sequence_token_losses(logits, labels, seg, shift=True)
+        out.loss = _token_reduce(logits, labels, seg, out.per_sequence, out.present, reduction, True)
+    return out
 
 
 def _padding_free_causal(model: Any, batch: Mapping[str, torch.Tensor], reduction: str) -> PackedOutput:
@@ -336,43 +312,3 @@ def _token_reduce(
     if reduction == "sequence":
         return mean_over(per, present)
     return token_loss(logits, labels, seg, reduction=reduction, shift=shift)
-
-
-def _classify(
-    model: Any, hidden: torch.Tensor, seg: torch.Tensor, labels: torch.Tensor | None, max_depth: int | None
-) -> PackedOutput:
-    pooled, present = _pooled(model, hidden, seg, slot_count(seg, labels, max_depth=max_depth))
-    logits = model.classifier(model.dropout(pooled))  # (B, D, C)
-    out = PackedOutput(hidden=hidden, slot_logits=logits, present=present)
-    if labels is not None:
-        if model.config.problem_type == "multi_label_classification" or labels.ndim == 3:
-            out.loss, out.per_sequence = multilabel_loss(logits, labels.to(logits.dtype))
-        else:
-            out.loss, out.per_sequence = slot_cross_entropy(logits, labels)
-    return out
-
-
-def _pretraining(
-    model: Any,
-    hidden: torch.Tensor,
-    seg: torch.Tensor,
-    labels: torch.Tensor | None,
-    nsp_labels: torch.Tensor | None,
-    reduction: str,
-    max_depth: int | None,
-) -> PackedOutput:
-    logits = model.cls.predictions(hidden)  # (B, T, V)
-    pooled, _ = _pooled(model, hidden, seg, slot_count(seg, nsp_labels, max_depth=max_depth))
-    slot_logits = model.cls.seq_relationship(pooled)
-    out = PackedOutput(hidden=hidden, logits=logits, slot_logits=slot_logits)
-    losses = []
-    if labels is not None:
-        out.per_sequence, out.present = sequence_token_losses(logits, labels, seg)
-        out.extra["mlm_loss"] = _token_reduce(logits, labels, seg, out.per_sequence, out.present, reduction, False)
-        losses.append(out.extra["mlm_loss"])
-    if nsp_labels is not None:
-        out.extra["nsp_loss"], out.extra["nsp_per_sequence"] = slot_cross_entropy(slot_logits, nsp_labels)
-        losses.append(out.extra["nsp_loss"])
-    if losses:
-        out.loss = sum(losses[1:], losses[0])
-    return out

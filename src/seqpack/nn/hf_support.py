@@ -25,11 +25,18 @@ convolutions, lightning attention, RWKV's time mixing; `seqpack.nn.hf_mixers.fin
 neither attention nor a state-carrying layer seqpack finds, attention that makes its own mask, or
 a model that attends but takes no ``position_ids`` (its positions could not restart at each
 document). Its rows must be run unpacked, outside seqpack (`UNPACKED`).
+
+Encoders (`is_encoder`: BERT, RoBERTa, DeBERTa, ModernBERT... with a task head) have a door of
+their own, `encoder_support`: how the model reads the mask that keeps documents apart, how its
+positions count, its sliding-window layers, its token types, and what it cannot run packed
+(`seqpack.nn.hf_encoder` runs them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import inspect
 import weakref
 from dataclasses import dataclass
@@ -321,7 +328,258 @@ def packed_documents(
     return documents(segment_ids, branch_ids=branch_ids)
 
 
+# ---------------------------------------------------------------------------- encoders
+
+#: the heads of an encoder seqpack runs on packed rows, by task, and transformers' registry of each
+#: (``AutoModelFor...``'s classes): the first registry naming the model's class gives its task
+ENCODER_TASKS: tuple[tuple[str, str], ...] = (
+    ("masked-lm", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+    ("sequence-classification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+    ("question-answering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"),
+    ("token-classification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"),
+    ("pretraining", "MODEL_FOR_PRETRAINING_MAPPING_NAMES"),
+)
+
+#: config keys of an encoder whose layers reach across the whole row in a way no mask keeps inside
+#: one document, or that read inputs packed rows do not carry (each: the value that does, or None for
+#: any value, and why)
+ROW_WIDE_KEYS: tuple[tuple[str, Any, str], ...] = (
+    ("num_landmarks", None, "approximates attention through landmarks averaged over the whole row (Nystrom)"),
+    ("attention_window", None, "attends in windows and to global tokens of its own making, from a 2-D mask"),
+    ("num_latents", None, "cross-attends a set of latents to the whole row"),
+    ("attention_type", "block_sparse", "attends to random blocks of the whole row (block_sparse attention)"),
+    ("token_dropout", True, "rescales its embeddings by the share of mask tokens in the whole row (token_dropout)"),
+    ("trigram_input", True, "embeds each token with its neighbours' embeddings (trigram_input), across documents"),
+)
+#: encoder inputs beside the tokens that packed rows do not carry: a config key (or a parameter of
+#: the encoder's forward) and why
+OTHER_INPUTS: tuple[tuple[str, str], ...] = (
+    ("type_vocab_sizes", "reads a table's structure from token type ids of several kinds (TAPAS)"),
+    ("entity_ids", "attends across the words and entities of its whole input (entity_ids)"),
+)
+
+#: attention implementations an encoder's packed rows run under: seqpack's 4-D masks (bool for sdpa,
+#: additive for eager), or the model's own attention that reads a 0/1 mask (DeBERTa's)
+ENCODER_IMPLS = ("sdpa", "eager")
+
+
+@dataclass(frozen=True)
+class EncoderSupport:
+    """How an encoder runs packed rows exactly (`encoder_support`)."""
+
+    #: its head's task (`ENCODER_TASKS`), None when it has none seqpack runs
+    task: str | None
+    #: how it reads the mask that keeps documents apart: ``4d`` (a ``(B, 1, T, T)`` mask that
+    #: transformers' mask functions pass through: bool for sdpa, additive for eager) or ``deberta``
+    #: (DeBERTa's own attention: a 0/1 ``(B, 1, T, T)`` mask, its embeddings a 2-D one)
+    mask: str = "4d"
+    #: its position ids count from ``padding_idx + 1`` (RoBERTa's family): the pad id, else None
+    padding_idx: int | None = None
+    #: its embeddings' parameter that takes the attention mask as 2-D (ESM's ``attention_mask``,
+    #: DeBERTa's ``mask``): handed the real tokens' mask, or None
+    embeddings_mask: str | None = None
+    #: some layers attend in a sliding window (``layer_types``): their masks are narrowed to it
+    windows: bool = False
+    #: it reads ``token_type_ids`` (a config of one token type reads none)
+    token_types: bool = False
+    refusal: str | None = None
+
+
+def _base(model: Any) -> Any:
+    inner = getattr(model, "_orig_mod", model)
+    inner = getattr(inner, "module", inner)
+    return getattr(inner, "base_model", inner)
+
+
+def encoder_task(model: Any) -> str | None:
+    """The task of an encoder's head by transformers' registries (`ENCODER_TASKS`), or None."""
+    return _class_task(type(_inner(model)).__name__)
+
+
+@functools.cache
+def _class_task(name: str) -> str | None:
+    from transformers.models.auto import modeling_auto
+
+    for task, registry in ENCODER_TASKS:
+        if name in set(getattr(modeling_auto, registry).values()):
+            return task
+    return None
+
+
+@functools.cache
+def _causal_lm_class(name: str) -> bool:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return name in set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+
+
+def _inner(model: Any) -> Any:
+    inner = getattr(model, "_orig_mod", model)
+    return getattr(inner, "module", inner)
+
+
+def is_encoder(model: Any) -> bool:
+    """A bidirectional encoder with a task head: its ``model_type`` has a masked LM in transformers
+    (an encoder family), its class is one of `ENCODER_TASKS`' registries, and its config is neither a
+    decoder (``is_decoder``: BERT as a causal LM) nor an encoder-decoder."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    inner = _inner(model)
+    config = getattr(inner, "config", None)
+    if config is None or getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False):
+        return False
+    if _causal_lm_class(type(inner).__name__):
+        return False
+    return getattr(config, "model_type", None) in MODEL_FOR_MASKED_LM_MAPPING_NAMES and encoder_task(model) is not None
+
+
+def _module_of(obj: Any) -> Any:
+    import sys
+
+    return sys.modules.get(type(obj).__module__)
+
+
+def _encoder_refusal(model: Any, base: Any, config: Any) -> str | None:
+    name = type(_inner(model)).__name__
+    if base is _inner(model):
+        return f"{name} has no encoder of its own (base_model) for seqpack to run once over the packed rows"
+    params = inspect.signature(base.forward).parameters
+    if "attention_mask" not in params:
+        return (
+            f"{name} takes no attention mask: its layers mix the tokens of the whole row (a Fourier transform, a "
+            "pooling), which nothing keeps inside each packed document"
+        )
+    if "position_ids" not in params:
+        return f"{name}'s forward takes no position_ids, so its positions cannot restart at each packed document"
+    for key, why in OTHER_INPUTS:
+        if key in params or getattr(config, key, None) is not None:
+            return f"{name} {why}: seqpack's packed rows carry tokens, segments and two token types only"
+    for key, value, why in ROW_WIDE_KEYS:
+        have = getattr(config, key, None)
+        if have is not None and have is not False and (value is None or have == value):
+            return f"{name} {why}: packed documents would see each other"
+    for module in base.modules():
+        if isinstance(module, torch.nn.Conv1d) and module.kernel_size[0] > 1:
+            return (
+                f"{name} has a convolution over the sequence ({type(module).__name__}, kernel "
+                f"{module.kernel_size[0]}), which mixes the tokens of neighbouring packed documents"
+            )
+    return None
+
+
+def _mask_reader(base: Any) -> str | None:
+    """How an encoder reads its attention mask: ``4d`` (its modeling file makes masks with transformers'
+    ``create_bidirectional_mask``, which passes a 4-D mask through), ``deberta`` (DeBERTa's encoder
+    reads a 0/1 mask of its own through ``get_attention_mask`` next to relative positions), or None."""
+    if hasattr(_module_of(base), "create_bidirectional_mask"):
+        return "4d"
+    encoder = getattr(base, "encoder", None)
+    if encoder is not None and hasattr(encoder, "get_attention_mask") and hasattr(encoder, "get_rel_pos"):
+        return "deberta"
+    return None
+
+
+def encoder_support(model: Any) -> EncoderSupport:
+    """How an encoder (`is_encoder`) runs packed rows exactly, read from its config and layers, or why not.
+
+    A packed row's documents are kept apart by a block-diagonal mask, so every layer must read it:
+    attention through transformers' mask functions or DeBERTa's own; positions restart at every
+    document (counting from ``padding_idx + 1`` where the embeddings make them so, as RoBERTa's do);
+    relative positions (DeBERTa's buckets, MPNet's bias) need nothing more, a document's distances
+    being the row's; sliding windows (ModernBERT's local layers) narrow each layer kind's mask. A model
+    whose layers reach across the row otherwise (no mask at all, landmarks, latents, random blocks, a
+    convolution over the sequence, a mask of its own making) is refused in one line.
+
+    >>> import transformers
+    >>> cfg = transformers.RobertaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+    ...                                  intermediate_size=32)
+    >>> s = encoder_support(transformers.RobertaForSequenceClassification(cfg))
+    >>> s.task, s.mask, s.padding_idx, s.refusal
+    ('sequence-classification', '4d', 1, None)
+    """
+    inner = _inner(model)
+    config = text_config(model)
+    key = hash(config.to_json_string(use_diff=False)) if hasattr(config, "to_json_string") else id(config)
+    cached = _ENCODER_SUPPORT.get(inner)
+    if cached is not None and cached[0] == key:  # read once per model (and config), not every batch
+        support = cached[1]
+    else:
+        support = _read_encoder(inner, config)
+        _ENCODER_SUPPORT[inner] = (key, support)
+    impl = str(getattr(config, "_attn_implementation", None) or "eager")
+    if support.refusal is None and support.mask == "4d" and impl not in ENCODER_IMPLS:
+        why = (
+            f"{type(inner).__name__} runs attn_implementation {impl!r}, which takes no 4-D mask; load it with "
+            "attn_implementation='sdpa' (or 'eager') for packed rows"
+        )
+        return dataclasses.replace(support, refusal=why)
+    return support
+
+
+_ENCODER_SUPPORT: weakref.WeakKeyDictionary[Any, tuple[int, EncoderSupport]] = weakref.WeakKeyDictionary()
+
+
+def _read_encoder(model: Any, config: Any) -> EncoderSupport:
+    name = type(model).__name__
+    base = _base(model)
+    task = encoder_task(model)
+    if task is None:
+        return EncoderSupport(task=None, refusal=f"{name} has no head seqpack runs on packed rows")
+    refusal = _encoder_refusal(model, base, config)
+    mask = _mask_reader(base)
+    if refusal is None and mask is None:
+        refusal = (
+            f"{name} makes its attention mask itself from a 2-D padding mask, so it cannot be given one that keeps "
+            "packed documents apart"
+        )
+    kinds = _layer_kinds(config)
+    try:
+        window = getattr(config, "sliding_window", None)
+    except Exception:  # noqa: BLE001 - a window set per layer (NeoMME's per_layer_config): read by each layer's mask
+        window = True
+    windows = "sliding_attention" in kinds and window is not None
+    unknown = sorted(set(kinds) - {"full_attention", "sliding_attention"})
+    if refusal is None and unknown:
+        refusal = f"{name} has {', '.join(unknown)} layers, a kind seqpack makes no packed encoder mask for"
+    if refusal is None and windows and not hasattr(_module_of(base), "create_bidirectional_sliding_window_mask"):
+        refusal = f"{name}'s sliding-window layers make their windows in a way seqpack cannot narrow to each document"
+    emb = getattr(base, "embeddings", None)
+    padding_idx = embeddings_mask = None
+    counts = "create_position_ids_from_input_ids"
+    if emb is not None and (hasattr(type(emb), counts) or hasattr(_module_of(emb), counts)):
+        pad = getattr(emb, "padding_idx", None)
+        padding_idx = int(pad if pad is not None else getattr(config, "pad_token_id", None) or 0)
+    if emb is not None:
+        takes = inspect.signature(emb.forward).parameters
+        embeddings_mask = next((k for k in ("attention_mask", "mask") if k in takes), None)
+    types = int(getattr(config, "type_vocab_size", 0) or 0)
+    token_types = "token_type_ids" in inspect.signature(base.forward).parameters and types > 1
+    return EncoderSupport(
+        task=task,
+        mask=mask or "4d",
+        padding_idx=padding_idx,
+        embeddings_mask=embeddings_mask,
+        windows=windows,
+        token_types=token_types,
+        refusal=refusal,
+    )
+
+
+def check_encoder(model: Any) -> EncoderSupport:
+    """`encoder_support`, raising its refusal (a ``ValueError``, one line)."""
+    support = encoder_support(model)
+    if support.refusal is not None:
+        raise UserError(support.refusal)
+    return support
+
+
 __all__ = [
+    "ENCODER_TASKS",
+    "EncoderSupport",
+    "check_encoder",
+    "encoder_support",
+    "encoder_task",
+    "is_encoder",
     "PACKED_IMPL",
     "PADDING_FREE",
     "ROUTES",

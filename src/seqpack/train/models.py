@@ -105,6 +105,8 @@ def _hf_config(
             + "; give the config.json of a model seqpack adapts (bert, llama, gpt2, ...)"
         )
     config = config_for(file, model_type, d)
+    if vocab is not None and not isinstance(d.get("text_config"), dict) and _own_special_ids(d, config, vocab):
+        config = config_for(file, model_type, d)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     positions = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
     if positions is not None and need > positions:
@@ -152,26 +154,61 @@ def _hf_model(
 
         opener = task.open_tokenizer if isinstance(task, PacksSequences) else None  # as the data's task opened it
         check_vocabulary(model, manifest, source=source, data=cfg.data, vocab=vocab, opener=opener, stream=cfg.stream)
-    from seqpack.nn.hf_adapter import BIDIRECTIONAL, is_causal_lm, takes_plan
+    from seqpack.nn.hf_adapter import is_causal_lm, takes_plan
     from seqpack.nn.hf_attention import PACKED_IMPL
-    from seqpack.nn.hf_support import prepare_packed
+    from seqpack.nn.hf_support import check_encoder, is_encoder, prepare_packed
 
     spec: dict[str, Any] = {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
     if pretrained:
         spec.update({"weights": "pretrained", **parts})
     if not task.hf_adapted:  # the task runs the model itself (its hf_forward), attention included
         return _lora(model, spec, cfg, task.lora_task_type), spec
-    if not takes_plan(model) and type(model).__name__ not in BIDIRECTIONAL:
+    encoder = is_encoder(model)
+    if not takes_plan(model) and not encoder:
         raise UserError(
             f"--hf-model builds {type(model).__name__}; the adapters take transformers' causal LMs, their "
-            f"reward models (a score head) and {', '.join(BIDIRECTIONAL)}"
+            "reward models (a score head) and encoders with a masked-LM, classification, question-answering, "
+            "token-classification or pre-training head"
         )
+    if encoder:  # packed rows that would not be exact: refused before any step
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        positions = getattr(text, "max_position_embeddings", None)
+        offset = check_encoder(model).padding_idx
+        if offset is not None and positions is not None and need + offset + 1 > positions:
+            raise UserError(
+                f"the dataset's rows need {need} positions, which {type(model).__name__} counts from its pad id "
+                f"{offset} + 1: {need + offset + 1} > {file}'s max_position_embeddings {positions}; raise it or "
+                "re-pack with a smaller --max-len"
+            )
     if takes_plan(model) or is_causal_lm(model):
         prepare_packed(model)  # a layer that packed rows would make wrong: refused before any step
     if named is None and takes_plan(model) and not attention_dropout(config):
         _register(PACKED_IMPL)  # seqpack's packed attention unless the config names one (or needs dropout in it)
         model.set_attn_implementation(PACKED_IMPL)
     return _lora(model, spec, cfg, task.lora_task_type), spec
+
+
+#: a config's token ids that name tokens of its tokenizer (a model trained from scratch on another one)
+SPECIAL_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id", "mask_token_id")
+
+
+def _own_special_ids(d: dict[str, Any], config: Any, vocab: int) -> bool:
+    """A config trained from scratch on a dataset's ``vocab`` tokens keeps no token id past them (``d``
+    changed in place; True when it was): a pad id past them (ModernBERT's 50283, an embedding row that
+    no longer exists) becomes a pad of its own, one more row (``vocab``) that no data token is, so
+    that the model's own positions and padding row never touch a real token; another special id past
+    them (its tokenizer's ``[CLS]``) is dropped (None), the data's rows holding their own."""
+    changed = False
+    for key in SPECIAL_IDS:
+        v = getattr(config, key, None)
+        if not isinstance(v, int) or isinstance(v, bool) or v < vocab:
+            continue
+        changed = True
+        if key == "pad_token_id":
+            d["pad_token_id"], d["vocab_size"] = vocab, vocab + 1
+        else:
+            d[key] = None
+    return changed
 
 
 def _lora(model: Any, spec: dict[str, Any], cfg: TrainConfig, task_type: str | None) -> Any:
