@@ -294,8 +294,6 @@ TAG_NAMES = "tag_names"
 class TokenClassificationTask(Task):
     lora_task_type: ClassVar[str | None] = "TOKEN_CLS"
     options_type: ClassVar[type] = TokenClassificationOptions
-    #: its transformers models run through `hf_forward` (a per-token head over the packed mask)
-    hf_adapted: ClassVar[bool] = False
 
     def _sequences(self, source: Any, tokenizer: Any, config: Any, context: Mapping[str, Any]) -> Sequences:
         o: TokenClassificationOptions = config.options
@@ -355,9 +353,6 @@ class TokenClassificationTask(Task):
     def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
         import transformers
 
-        from seqpack.tasks.token_forward import check_token_classifier
-
-        check_token_classifier(model_type)
         return transformers.AutoModelForTokenClassification.from_config(config)
 
     def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:

@@ -2,48 +2,24 @@
 tag scheme the entity metrics read, and the evaluation metrics (imported where they run: the tasks
 import no torch at module level).
 
-A transformers ``*ForTokenClassification`` model runs on the whole packed row with a 4-D mask that
-keeps its sequences apart (`seqpack.nn.hf_adapter.hf_attention_mask`: bool for ``sdpa``, additive
-for ``eager``), each sequence's own restarting ``position_ids`` and its token types: every token
-sees only its own sequence, at its own positions, so its logits are those of the sequence alone.
-A model whose forward takes no ``position_ids`` counts positions along the row; it is refused on a
-row holding more than one sequence.
+A transformers ``*ForTokenClassification`` model runs through the encoder door
+(`seqpack.nn.hf_adapter.packed_forward`): each document's own mask, positions (RoBERTa's from
+``padding_idx + 1``), token types and local windows, the model's own head on every token, so its
+logits are those of each sequence alone; an encoder packed rows cannot keep exact is refused there.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from seqpack.data.sequences import IGNORE_INDEX
-from seqpack.errors import UserError
 from seqpack.tasks.entities import entity_counts, is_iob
 
 if TYPE_CHECKING:
     import torch
 
     from seqpack.nn.models.common import PackedOutput
-
-#: the transformers encoders whose token classifier is exact on packed rows through a 4-D mask and
-#: restarting positions (tested against each sequence alone); others are refused before any step
-EXACT_ENCODERS = ("bert", "roberta", "xlm-roberta", "electra", "albert", "distilbert")
-
-
-def check_token_classifier(model_type: str) -> None:
-    """Refuse, in one line, an encoder whose token classifier packed rows would make wrong.
-
-    >>> check_token_classifier("modernbert")
-    Traceback (most recent call last):
-    ...
-    seqpack.errors.UserError: --hf-model: a modernbert token classifier is not exact on packed rows (its attention narrows or rebuilds the packed mask); token classification packs bert, roberta, xlm-roberta, electra, albert, distilbert
-    """
-    if model_type not in EXACT_ENCODERS:
-        raise UserError(
-            f"--hf-model: a {model_type} token classifier is not exact on packed rows (its attention narrows or "
-            f"rebuilds the packed mask); token classification packs {', '.join(EXACT_ENCODERS)}"
-        )
-
 
 #: what ``out.extra`` holds the tag scheme under: ``(C, 2)`` prefix (an index of `PREFIXES`) and entity type
 SCHEME = "tag_scheme"
@@ -73,39 +49,15 @@ def with_tag_scheme(out: PackedOutput, names: Sequence[str] | None) -> PackedOut
     return out
 
 
-def _model_inputs(inner: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-    """The keywords a transformers token classifier takes for a packed batch."""
-    from seqpack.nn.hf_adapter import hf_attention_mask, model_compute_dtype
-    from seqpack.nn.masks import check_segment_ids, position_ids
-
-    ids, seg = batch["input_ids"], batch["segment_ids"]
-    check_segment_ids(seg)
-    takes = inspect.signature(inner.forward).parameters
-    kw: dict[str, Any] = {"input_ids": ids}
-    kw["attention_mask"] = hf_attention_mask(inner, seg, causal=False, dtype=model_compute_dtype(inner))
-    if "position_ids" in takes:
-        pos = batch.get("position_ids")
-        kw["position_ids"] = position_ids(seg) if pos is None else pos
-    elif seg.numel() and int(seg.max()) > 1:
-        raise UserError(
-            f"{type(inner).__name__} takes no position_ids: it would number the positions along a packed row, "
-            "across its sequences; train it on --padded rows, or pick a model that takes position_ids"
-        )
-    if "token_type_ids" in takes and "token_type_ids" in batch:
-        kw["token_type_ids"] = batch["token_type_ids"]
-    return kw
-
-
 def hf_token_forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str) -> PackedOutput:
-    """A transformers ``*ForTokenClassification`` model on a packed batch: its logits ``(B, T, C)``
-    and, with ``labels``, the loss reduced per sequence or per token (``reduction``)."""
-    from seqpack.nn.models.bert import token_class_output
+    """A transformers ``*ForTokenClassification`` model on a packed batch (`packed_forward`): its
+    logits ``(B, T, C)`` and, with ``labels``, the loss reduced per sequence or per token
+    (``reduction``), the tag scheme of its ``id2label`` beside them."""
+    from seqpack.nn.hf_adapter import packed_forward
 
-    inner = getattr(model, "module", model)  # DistributedDataParallel wraps it; the call goes through the wrapper
-    inner = getattr(inner, "_orig_mod", inner)
-    logits = model(**_model_inputs(inner, batch)).logits  # (B, T, C)
-    out = token_class_output(logits, batch.get("labels"), batch["segment_ids"], reduction)
-    id2label = getattr(inner.config, "id2label", None) or {}
+    out = packed_forward(model, {k: v for k, v in batch.items() if k != "num_sequences"}, reduction=reduction)
+    inner = getattr(model, "module", model)  # DistributedDataParallel wraps it
+    id2label = getattr(getattr(inner, "_orig_mod", inner).config, "id2label", None) or {}
     names = (
         [str(id2label[i]) for i in range(len(id2label))] if all(i in id2label for i in range(len(id2label))) else None
     )
@@ -151,9 +103,7 @@ def add_token_metrics(totals: Any, out: PackedOutput, batch: Mapping[str, torch.
 
 
 __all__ = [
-    "EXACT_ENCODERS",
     "SCHEME",
-    "check_token_classifier",
     "add_token_metrics",
     "hf_token_forward",
     "tag_scheme",
