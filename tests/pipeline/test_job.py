@@ -142,7 +142,7 @@ def test_a_pack_killed_mid_stage_is_finished_by_the_next_run_and_a_second_job_re
     code = (
         "import os\n"
         "import seqpack.pipeline.job as m\n"
-        "from seqpack.pipeline import PackConfig, build_packed_dataset\n"
+        "from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset\n"
         "from seqpack.pipeline.engine import LocalEngine\n"
         "from seqpack.tokenizer.tokenizer import Tokenizer\n"
         "real = m.packs_stage\n"
@@ -152,7 +152,8 @@ def test_a_pack_killed_mid_stage_is_finished_by_the_next_run_and_a_second_job_re
         "    return real(path, *a)\n"
         "m.packs_stage = killer\n"
         "tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], special_tokens=['<|endoftext|>'])\n"
-        f"build_packed_dataset({str(stores['many'])!r}, tok, {str(tmp_path / 'b')!r}, PackConfig.for_task('clm', max_len=64), shard_packs=7, "
+        f"build_packed_dataset({str(stores['many'])!r}, tok, {str(tmp_path / 'b')!r}, PackConfig.for_task('clm', max_len=64), "
+        "output=OutputOptions(shard_packs=7), "
         "engine=LocalEngine(1))\n"  # one part at a time: parts 0 and 1 are finished when part 2 starts
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 9

@@ -106,7 +106,9 @@ def _balance(
         layers = c.get("layers") or c.get("num_hidden_layers") or c.get("n_layer") or 1
         ffn = c.get("intermediate_size") or c.get("n_inner") or c.get("intermediate") or None
         if hidden is None:
-            raise UserError("--balance compute: the model's config names no hidden size; pass --balance-cost FILE")
+            raise UserError(
+                "--balance compute: the model's config names no hidden size; pass --cost FILE (a calibration: seqpack bench --calibrate)"
+            )
         cost = RowCost.from_flops(hidden=int(hidden), layers=int(layers), ffn=ffn)
     report = data.balance(cost, world=cfg.balance_world or dp, rows=rows)  # data-parallel ranks
     return {**report, "cost": cost.to_dict(), "cost_source": cfg.balance_cost or "flops"}
