@@ -74,7 +74,7 @@ class PackedColumns:
         return sum(int(c.nbytes) for c in self.columns.values())
 
 
-def _layout(seqs: Sequences, packing: Packing) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _placement(seqs: Sequences, packing: Packing) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pack of each slot, slot index within its pack, first column of each slot (packed order)."""
     depth = np.diff(packing.pack_offsets)
     slot_pack = np.repeat(np.arange(packing.num_packs), depth)
@@ -106,7 +106,7 @@ def _dtypes(seqs: Sequences, max_len: int, depth: int, position_offset: int) -> 
 def _seq_columns(
     seqs: Sequences, packing: Packing, depth: int, cols: dict[str, np.ndarray], dts: dict[str, np.dtype]
 ) -> None:
-    slot_pack, within, col_start = _layout(seqs, packing)
+    slot_pack, within, col_start = _placement(seqs, packing)
     order = packing.sequence_index
     P = packing.num_packs
     ex = np.full((P, depth), -1, dtype=dts["example_ids"])

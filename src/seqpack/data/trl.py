@@ -1,7 +1,7 @@
 """A packed dataset as TRL's padding-free examples: seqpack's global plan, TRL's collator.
 
 TRL's ``SFTTrainer`` with ``padding_free=True`` flattens each batch with its own collator,
-which reads per example ``input_ids``, ``labels`` and ``seq_lengths`` (the layout its ``bfd``
+which reads per example ``input_ids``, ``labels`` and ``seq_lengths`` (the form its ``bfd``
 packing writes). `trl_examples` writes a seqpack pack in that layout: the pack's real
 tokens, their labels and the length of each sequence in it. Hand the result to TRL with
 ``dataset_kwargs={"skip_prepare_dataset": True}`` so that it is used as is::

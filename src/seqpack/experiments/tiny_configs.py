@@ -6,7 +6,7 @@ matrix (`seqpack.experiments.model_matrix`).
 
 One generic set of keys (`_SET`: 32 wide, two heads, one key/value head, windows and chunks of
 `WINDOW` tokens, four experts) fits most configs. Where it does not (a key the generic set misses,
-a validator, a layout the family needs), `OVERRIDES` adds a few keys for that ``model_type``, each
+a validator, a shape the family needs), `OVERRIDES` adds a few keys for that ``model_type``, each
 with why. A composite config (text and another modality) is built through its text config and the
 text model's causal LM class.
 

@@ -166,7 +166,7 @@ def _zero_trailing_pad(
     idx = torch.arange(T, device=input_ids.device).expand_as(input_ids)
     last_real = torch.where(not_pad, idx, torch.full_like(idx, -1)).max(dim=1, keepdim=True).values
     trailing = idx > last_real
-    if after is not None:  # EOS layout: padding only counts after the final EOS
+    if after is not None:  # rows ending in EOS: padding only counts after the final EOS
         last_eos = torch.where(after, idx, torch.full_like(idx, -1)).max(dim=1, keepdim=True).values
         trailing &= last_eos == last_real
     return torch.where(trailing, torch.zeros_like(seg), seg)

@@ -86,7 +86,7 @@ def split_completions(values: torch.Tensor, packed: PackedRollouts) -> list[list
 def to_padded(
     values: torch.Tensor, packed: PackedRollouts, *, width: int | None = None, fill: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(N,)`` values in rollout order -> TRL's right-padded ``(C, width)`` layout and its mask."""
+    """``(N,)`` values in rollout order -> TRL's right-padded ``(C, width)`` form and its mask."""
     completion, column = (torch.from_numpy(x).to(values.device) for x in packed.padded_index())
     width = int(packed.completion_lengths.max()) if width is None else width
     out = values.new_full((packed.completion_lengths.size, width), fill)

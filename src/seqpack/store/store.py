@@ -1,6 +1,6 @@
 """Token store files, a streaming writer and a memory-mapped reader.
 
-Layout of a store directory::
+What a store directory holds::
 
     tokens.bin    all documents' tokens back to back      uint16 if vocab_size <= 65536, else uint32
     offsets.idx   document boundaries, int64, num_documents + 1 entries, offsets[0] == 0

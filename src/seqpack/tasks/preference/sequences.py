@@ -11,7 +11,7 @@ positions continue from the prompt's end, as if it followed the prompt alone::
     labels        -  -  -  c0 c1 r0 r1 r2      (-: -100; no loss on the prompt)
 
 ``pairs``: ``prompt + chosen`` then ``prompt + rejected``, two sequences in one unit (branch 1
-and 2, positions restarting), the layout TRL's ``DPOTrainer`` feeds, without its padding.
+and 2, positions restarting), the form TRL's ``DPOTrainer`` feeds, without its padding.
 
     >>> from seqpack.tasks.preference.records import Pairs
     >>> pairs = Pairs([np.array([5, 6])], [np.array([7])], [np.array([8, 9])], np.array([0]), None, 1)
