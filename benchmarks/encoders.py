@@ -137,7 +137,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     out: dict[str, Any] = {
         "threads": a.threads, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "note": "one thread (OMP_NUM_THREADS=1): the machine's 2 cores were shared with another job's tests",
+        "load_average": list(os.getloadavg()),  # other work on the machine while it ran
         "shape": COMMON, "models": {k: {"config": v[0], "attn_implementation": v[1], **v[2]} for k, v in MODELS.items()},
         "distributions": {}, "results": {},
     }
