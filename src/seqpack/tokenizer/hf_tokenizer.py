@@ -128,16 +128,25 @@ class HFTokenizer:
             out.append((ids, spans))
         return out
 
-    def encode_flat(self, documents: Sequence[str], workers: int) -> tuple[np.ndarray, np.ndarray]:
-        """One batch as flat ``uint32`` ids and ``int64`` offsets (the token store's layout)."""
+    def encode_batch_flat(self, texts: Iterable[str], *, workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`encode_batch` as flat ``uint32`` ids and ``int64`` offsets (the token store's layout):
+        text ``i``'s ids are ``ids[offsets[i]:offsets[i + 1]]`` (``workers``: the ``tokenizers`` pool's)."""
         import numpy as np
 
-        encs = self.encode_batch(documents)
+        encs = self.encode_batch(texts)
         lengths = np.fromiter((len(e) for e in encs), dtype=np.int64, count=len(encs))
         offsets = np.zeros(len(encs) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         flat = np.fromiter((t for e in encs for t in e), dtype=np.uint32, count=int(offsets[-1]))
         return flat, offsets
+
+    def encode_flat(self, documents: Sequence[str], workers: int) -> tuple[np.ndarray, np.ndarray]:
+        """Deprecated name of `encode_batch_flat` (kept for one release)."""
+        from seqpack._lazy import renamed
+
+        return renamed("HFTokenizer", "encode_flat", "encode_batch_flat", self.encode_batch_flat)(
+            documents, workers=workers
+        )
 
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
         """Ids of the concatenated text (read whole: a cut could change a pretrained tokenizer's ids)."""
