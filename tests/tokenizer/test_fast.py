@@ -1,5 +1,5 @@
 """The corpus encoder (`seqpack.tokenizer.fast`): batches of flat ids equal to each document encoded
-by the oracle, on one thread and on several (a batch encoded while the next is drawn)."""
+by the oracle, on one thread and on several (the next batch drawn while one is encoded)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqpack.tokenizer import BPEConfig, Tokenizer, train_bpe_corpus
-from seqpack.tokenizer.fast import _one_ahead, encode_batches, encode_documents
+from seqpack.tokenizer.fast import _drawn_ahead, encode_batches, encode_documents
 
 EOT = "<|endoftext|>"
 
@@ -22,37 +22,37 @@ def small() -> Tokenizer:
     return Tokenizer(r.vocab, r.merges, [EOT])
 
 
-def test_one_ahead_runs_one_item_at_a_time_in_order():
-    running, most, lock = [0], [0], threading.Lock()
+def test_drawn_ahead_gives_the_items_in_order_at_most_two_ahead():
+    drawn = []
 
-    def square(x: int) -> int:
-        with lock:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        try:
-            return x * x
-        finally:
-            with lock:
-                running[0] -= 1
+    def items():
+        for i in range(50):
+            drawn.append(i)
+            yield i
 
-    assert list(_one_ahead(square, iter(range(50)))) == [x * x for x in range(50)]
-    assert most[0] == 1
-    assert list(_one_ahead(square, [])) == []
+    got = []
+    for x in _drawn_ahead(items()):
+        assert len(drawn) <= x + 3  # this one, one waiting, one being drawn
+        got.append(x)
+    assert got == list(range(50))
+    assert list(_drawn_ahead(iter([]))) == []
 
 
-def test_one_ahead_raises_in_the_failing_items_place_and_leaves_no_thread():
-    def inverse(x: int) -> float:
-        return 1 / x
+def test_drawn_ahead_raises_in_the_failing_items_place_and_leaves_no_thread():
+    def items():
+        yield 1
+        yield 2
+        raise ZeroDivisionError
 
     got = []
     with pytest.raises(ZeroDivisionError):
-        for y in _one_ahead(inverse, iter([1, 2, 0, 4])):
+        for y in _drawn_ahead(items()):
             got.append(y)
-    assert got == [1.0, 0.5]
-    it = _one_ahead(inverse, iter([1, 2, 4, 8]))
-    assert next(it) == 1.0
-    it.close()  # stopped early: the item in flight is waited for
-    assert not [t for t in threading.enumerate() if t.name == "seqpack-encode"]
+    assert got == [1, 2]
+    it = _drawn_ahead(iter(range(10**6)))
+    assert next(it) == 0
+    it.close()  # stopped early: the drawing stops too
+    assert not [t for t in threading.enumerate() if t.name == "seqpack-draw"]
 
 
 @settings(max_examples=40, deadline=None)
