@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqpack.tokenizer import BPEConfig, Tokenizer, train_bpe_corpus
-from seqpack.tokenizer.fast import _drawn_ahead, encode_batches, encode_documents
+from seqpack.tokenizer.fast import _DrawnAhead, encode_batches, encode_documents
 
 EOT = "<|endoftext|>"
 
@@ -31,11 +31,12 @@ def test_drawn_ahead_gives_the_items_in_order_at_most_two_ahead():
             yield i
 
     got = []
-    for x in _drawn_ahead(items()):
+    for x in _DrawnAhead(items()):
         assert len(drawn) <= x + 3  # this one, one waiting, one being drawn
         got.append(x)
     assert got == list(range(50))
-    assert list(_drawn_ahead(iter([]))) == []
+    assert list(_DrawnAhead(iter([]))) == []
+    _DrawnAhead(iter(range(10**6))).close()  # never read: closing stops the drawing
 
 
 def test_drawn_ahead_raises_in_the_failing_items_place_and_leaves_no_thread():
@@ -46,10 +47,10 @@ def test_drawn_ahead_raises_in_the_failing_items_place_and_leaves_no_thread():
 
     got = []
     with pytest.raises(ZeroDivisionError):
-        for y in _drawn_ahead(items()):
+        for y in _DrawnAhead(items()):
             got.append(y)
     assert got == [1, 2]
-    it = _drawn_ahead(iter(range(10**6)))
+    it = iter(_DrawnAhead(iter(range(10**6))))
     assert next(it) == 0
     it.close()  # stopped early: the drawing stops too
     assert not [t for t in threading.enumerate() if t.name == "seqpack-draw"]
