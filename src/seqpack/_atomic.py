@@ -24,6 +24,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from seqpack.errors import UserError
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~2 ms of a command's start-up)
 if TYPE_CHECKING:
     from typing import Any
@@ -39,7 +41,7 @@ def check_not_input(
     >>> check_not_input("data/store", ["data/store/shard-00000"])
     Traceback (most recent call last):
     ...
-    ValueError: --out data/store contains the input data/store/shard-00000; pick an output outside every input
+    seqpack.errors.UserError: --out data/store contains the input data/store/shard-00000; pick an output outside every input
     """
     out = Path(os.path.realpath(path))
     for item in inputs:
@@ -54,10 +56,10 @@ def check_not_input(
             what = "lies inside"
         else:
             continue
-        raise ValueError(f"{flag} {path} {what} the input {item}; pick an output outside every input")
+        raise UserError(f"{flag} {path} {what} the input {item}; pick an output outside every input")
     cwd = Path(os.path.realpath(os.getcwd()))
     if out == cwd or out in cwd.parents:
-        raise ValueError(f"{flag} {path} holds the working directory; pick an output directory beside it")
+        raise UserError(f"{flag} {path} holds the working directory; pick an output directory beside it")
 
 
 def check_path(out: str | os.PathLike[str], *, flag: str = "--out") -> None:
@@ -69,18 +71,18 @@ def check_path(out: str | os.PathLike[str], *, flag: str = "--out") -> None:
     >>> check_path(d / "out")
     Traceback (most recent call last):
     ...
-    ValueError: --out ... is a symbolic link (to ...elsewhere); give the directory itself (or a new path): the output is put in place by a rename, which would replace the link
+    seqpack.errors.UserError: --out ... is a symbolic link (to ...elsewhere); give the directory itself (or a new path): the output is put in place by a rename, which would replace the link
     """
     p = Path(out)
     if p.is_symlink():
-        raise ValueError(
+        raise UserError(
             f"{flag} {out} is a symbolic link (to {os.readlink(p)}); give the directory itself (or a new "
             "path): the output is put in place by a rename, which would replace the link"
         )
     try:
         p.resolve()
     except (RuntimeError, OSError) as e:  # RuntimeError before Python 3.13, OSError (ELOOP) after
-        raise ValueError(
+        raise UserError(
             f"{flag} {out}: its path runs through a loop of symbolic links ({e}); pick another output"
         ) from e
 
@@ -93,7 +95,7 @@ def check_writable(out: Path, *, flag: str = "--out") -> None:
     while not anc.exists():
         anc = anc.parent
     if not anc.is_dir() or not os.access(anc, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {out}: cannot write in {anc} (read-only or not permitted); pick another output")
+        raise UserError(f"{flag} {out}: cannot write in {anc} (read-only or not permitted); pick another output")
 
 
 class OutputKind:
@@ -240,7 +242,7 @@ def check_outputs(
     >>> check_outputs({"--out": ("h.npy", "json")}, ["h.npy"], overwrite=True)
     Traceback (most recent call last):
     ...
-    ValueError: --out h.npy is the input h.npy; pick an output outside every input
+    seqpack.errors.UserError: --out h.npy is the input h.npy; pick an output outside every input
     """
     given = [(flag, path, fmt) for flag, (path, fmt) in outputs.items() if path not in (None, "", "-")]
     inputs = list(inputs)
@@ -249,17 +251,17 @@ def check_outputs(
         check_not_input(path, inputs, flag=flag)
         for other, other_path, _ in given[:i]:
             if os.path.realpath(path) == os.path.realpath(other_path):
-                raise ValueError(f"{flag} {path} is also {other}; give each output its own path")
+                raise UserError(f"{flag} {path} is also {other}; give each output its own path")
         out = Path(path)
         check_writable(out, flag=flag)
         if fmt is None:
             continue
         if out.is_dir():
-            raise ValueError(f"{flag} {path}: is a directory; {flag} names a file")
+            raise UserError(f"{flag} {path}: is a directory; {flag} names a file")
         if out.exists() and not overwrite:
-            raise ValueError(f"{flag} {path}: exists; pass --overwrite to replace it")
+            raise UserError(f"{flag} {path}: exists; pass --overwrite to replace it")
         if out.exists() and not made_file(out, fmt):
-            raise ValueError(
+            raise UserError(
                 f"{flag} {path}: exists and is not a {fmt.upper()} file seqpack wrote; --overwrite replaces only "
                 f"those: pick another {flag}"
             )
@@ -470,11 +472,11 @@ def read_versioned_json(
         raise FileNotFoundError(f"{directory}: no such {what} directory ({hint})")
     path = directory / name
     if not path.is_file():
-        raise ValueError(f"{path}: missing; {directory} is not a complete {what}")
+        raise UserError(f"{path}: missing; {directory} is not a complete {what}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: corrupt ({e})") from e
+        raise UserError(f"{path}: corrupt ({e})") from e
     if not isinstance(data, dict) or data.get("kind") != kind:
         other = data.get("kind") if isinstance(data, dict) else None
         said = (
@@ -482,9 +484,9 @@ def read_versioned_json(
             if isinstance(other, str) and other.startswith("seqpack")
             else ""
         )
-        raise ValueError(f"{path}: not a seqpack {what}{said}")
+        raise UserError(f"{path}: not a seqpack {what}{said}")
     versions = version if isinstance(version, tuple) else (version,)
     if data.get("format_version") not in versions:
         reads = " or ".join(map(str, versions))
-        raise ValueError(f"{path}: format version {data.get('format_version')}, this seqpack reads {reads}")
+        raise UserError(f"{path}: format version {data.get('format_version')}, this seqpack reads {reads}")
     return data

@@ -9,20 +9,22 @@ numpy's "inhomogeneous shape" or torch's ``IndexError`` deep inside a model.
     >>> token_ids([5, 6.5], what="prompt 0")
     Traceback (most recent call last):
     ...
-    ValueError: prompt 0: token ids are integers, got float64 values (6.5); pass the ids as ints
+    seqpack.errors.UserError: prompt 0: token ids are integers, got float64 values (6.5); pass the ids as ints
     >>> check_vocab(300, 257, what="the rollouts")
     Traceback (most recent call last):
     ...
-    ValueError: the rollouts: token id 300 is past the model's vocabulary of 257 ids (0..256); use the model's own tokenizer
+    seqpack.errors.UserError: the rollouts: token id 300 is past the model's vocabulary of 257 ids (0..256); use the model's own tokenizer
     >>> token_ids([5, 2**64], what="prompt 0")
     Traceback (most recent call last):
     ...
-    ValueError: prompt 0: token id 18446744073709551616 is past any vocabulary (ids are stored as int64, at most 9223372036854775807); pass the ids your tokenizer gave
+    seqpack.errors.UserError: prompt 0: token id 18446744073709551616 is past any vocabulary (ids are stored as int64, at most 9223372036854775807); pass the ids your tokenizer gave
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from seqpack.errors import UserError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ def token_ids(x: Any, *, what: str, vocab_size: int | None = None) -> np.ndarray
     """``x`` as int64 ids ``(n,)``, refused in one line naming ``what`` unless it is a flat run of
     integers (a list, tuple, numpy or torch vector), none negative, each below ``vocab_size``."""
     if isinstance(x, (str, bytes)):
-        raise ValueError(
+        raise UserError(
             f"{what}: got text ({type(x).__name__}) where token ids belong; encode it first, or pass a tokenizer"
         )
     if hasattr(x, "detach"):  # a torch tensor
@@ -43,9 +45,9 @@ def token_ids(x: Any, *, what: str, vocab_size: int | None = None) -> np.ndarray
     try:
         arr = np.asarray(x)
     except ValueError:  # numpy's "inhomogeneous shape": ragged nesting
-        raise ValueError(f"{what}: not a flat list of token ids (nested lists of different lengths)") from None
+        raise UserError(f"{what}: not a flat list of token ids (nested lists of different lengths)") from None
     if arr.ndim != 1:
-        raise ValueError(f"{what}: not a flat list of token ids (an array of shape {arr.shape})")
+        raise UserError(f"{what}: not a flat list of token ids (an array of shape {arr.shape})")
     if arr.dtype.kind == "f" and isinstance(x, (list, tuple)) and all(type(v) is int for v in x):
         arr = np.asarray(x, dtype=object)  # ints past int64 beside small ones: numpy made floats of them
     if arr.size and arr.dtype == object:
@@ -53,22 +55,20 @@ def token_ids(x: Any, *, what: str, vocab_size: int | None = None) -> np.ndarray
         if bad is None:  # integers all, but one outside numpy's int64 (Python ints have no bound)
             values = [int(v) for v in arr]
             if min(values) < 0:
-                raise ValueError(f"{what}: holds a negative token id ({min(values)})")
+                raise UserError(f"{what}: holds a negative token id ({min(values)})")
             _refuse_past_int64(max(values), what)
-        raise ValueError(f"{what}: token ids are integers, got a {type(bad).__name__} ({bad!r})")
+        raise UserError(f"{what}: token ids are integers, got a {type(bad).__name__} ({bad!r})")
     if arr.size and (arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer)):
         if arr.dtype.kind == "f":
             bad = arr[arr != np.round(arr)] if np.isfinite(arr).all() else arr[~np.isfinite(arr)]
             shown = bad[0] if bad.size else arr[0]
-            raise ValueError(
-                f"{what}: token ids are integers, got {arr.dtype} values ({shown:g}); pass the ids as ints"
-            )
-        raise ValueError(f"{what}: token ids are integers, got {arr.dtype} values")
+            raise UserError(f"{what}: token ids are integers, got {arr.dtype} values ({shown:g}); pass the ids as ints")
+        raise UserError(f"{what}: token ids are integers, got {arr.dtype} values")
     if arr.size and arr.dtype == np.uint64 and int(arr.max()) > ID_MAX:
         _refuse_past_int64(int(arr.max()), what)  # astype would wrap it to a negative id
     ids = arr.astype(np.int64, copy=False)
     if ids.size and int(ids.min()) < 0:
-        raise ValueError(f"{what}: holds a negative token id ({int(ids.min())})")
+        raise UserError(f"{what}: holds a negative token id ({int(ids.min())})")
     if vocab_size is not None and ids.size:
         check_vocab(int(ids.max()), vocab_size, what=what)
     return ids
@@ -79,7 +79,7 @@ ID_MAX = int(np.iinfo(np.int64).max)
 
 
 def _refuse_past_int64(top: int, what: str) -> NoReturn:
-    raise ValueError(
+    raise UserError(
         f"{what}: token id {top} is past any vocabulary (ids are stored as int64, at most {ID_MAX}); "
         "pass the ids your tokenizer gave"
     )
@@ -88,7 +88,7 @@ def _refuse_past_int64(top: int, what: str) -> NoReturn:
 def check_vocab(top: int, vocab_size: int, *, what: str) -> None:
     """Refuse a largest id ``top`` at or past ``vocab_size`` (the model's embedding rows)."""
     if top >= vocab_size:
-        raise ValueError(
+        raise UserError(
             f"{what}: token id {top} is past the model's vocabulary of {vocab_size} ids (0..{vocab_size - 1}); "
             "use the model's own tokenizer"
         )

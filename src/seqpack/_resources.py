@@ -10,6 +10,8 @@ import gc
 import os
 from collections.abc import Iterator
 
+from seqpack.errors import UserError
+
 
 def cgroup_limit_files(proc_cgroup: str | None = None) -> list[str]:
     """The memory-limit files that bind this process: its own cgroup's and every ancestor's, for
@@ -61,7 +63,7 @@ def check_memory(nbytes: float, *, what: str, hint: str, share: float = 0.5) -> 
     """Refuse when ``what`` would take more than ``share`` of `machine_memory`."""
     limit = machine_memory() * share
     if nbytes > limit:
-        raise ValueError(
+        raise UserError(
             f"{what} would take about {nbytes / 2**30:,.1f} GiB, more than {share:.0%} of this machine's "
             f"{machine_memory() / 2**30:,.1f} GiB; {hint}"
         )

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from seqpack._atomic import OutputKind, write_text_atomic
+from seqpack.errors import UserError
 
 JOB = "job.json"
 #: a stage's output, inside its job's own work directory (which holds the job's ``JOB``)
@@ -239,6 +240,6 @@ def verify_file(f: Path, checksum: str | None) -> None:
     (`seqpack.data.format.check_part`, `seqpack.data.format.bin_column`, the example table): an edit, even with its mtime restored, is
     refused in one line."""
     if checksum is not None and file_checksum(f) != checksum:
-        raise ValueError(
+        raise UserError(
             f"{f}: changed since seqpack pack wrote it (checksum mismatch with manifest.json); re-run seqpack pack"
         )

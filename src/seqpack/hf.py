@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from seqpack._ids import token_ids
+from seqpack.errors import UserError
 from seqpack.packing import ALGORITHMS, DEFAULT_ALGORITHM, StreamPacker, pack_lengths
 
 STRATEGIES = (*ALGORITHMS, *(f"{a}_split" for a in ALGORITHMS), "bfd", "bfd_split")
@@ -41,7 +42,7 @@ _ALIASES = {"bfd": "lpfhp"}  # best fit decreasing is seqpack's lpfhp, here over
 def _strategy(strategy: str) -> tuple[str, bool]:
     """``(algorithm, split)`` of a strategy name."""
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown packing strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        raise UserError(f"unknown packing strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     split = strategy.endswith("_split")
     base = strategy[: -len("_split")] if split else strategy
     return _ALIASES.get(base, base), split
@@ -55,7 +56,7 @@ def pack_dataset(
     import datasets
 
     if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 1:
-        raise ValueError(f"seq_length must be an int >= 1, got {seq_length!r}")
+        raise UserError(f"seq_length must be an int >= 1, got {seq_length!r}")
     algorithm, split = _strategy(strategy)
     kw = dict(map_kwargs or {})
     if isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
@@ -95,17 +96,17 @@ def _list_columns(table: Any) -> tuple[list[Any], np.ndarray]:
     for name, col in zip(table.column_names, table.columns):
         arr = col.chunks[0] if col.num_chunks else pa.array([], type=col.type)
         if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
-            raise ValueError(
+            raise UserError(
                 f"column {name!r} is not a list column; pack_dataset packs sequences (lists) only, "
                 "drop it first with dataset.remove_columns"
             )
         cols.append(arr)
     if not cols:
-        raise ValueError("the dataset has no columns to pack")
+        raise UserError("the dataset has no columns to pack")
     lengths = [_lengths(c) for c in cols]
     for name, n in zip(table.column_names[1:], lengths[1:]):
         if not np.array_equal(n, lengths[0]):
-            raise ValueError(
+            raise UserError(
                 f"column {name!r} holds lists of other lengths than {table.column_names[0]!r}; "
                 "every list column of a row must have one entry per token"
             )

@@ -11,6 +11,8 @@ import argparse
 import dataclasses
 from typing import Any
 
+from seqpack.errors import UserError
+
 TOKENIZER_HELP = (
     "a directory written by seqpack train-tokenizer, or a Hugging Face tokenizer directory (tokenizer.json)"
 )
@@ -53,7 +55,7 @@ def default_of(cls: type, name: str) -> Any:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
-    raise ValueError(f"{cls.__name__}.{name} has no default")
+    raise UserError(f"{cls.__name__}.{name} has no default")
 
 
 def option_name(field_name: str) -> str:
@@ -96,7 +98,7 @@ def engine_from_args(args: argparse.Namespace) -> Any:
     from seqpack.pipeline.engine import get_engine
 
     if args.stages is not None and args.engine != "local":
-        raise ValueError("--stages applies to --engine local (Ray runs as many stages as it has CPUs)")
+        raise UserError("--stages applies to --engine local (Ray runs as many stages as it has CPUs)")
     if args.engine == "ray":
         require("ray")
     return get_engine(args.engine, address=args.ray_address, stages=args.stages)
@@ -140,7 +142,7 @@ def schedule_from_args(args: argparse.Namespace, *, seed: int = 0) -> Any:
 
     if not args.world_size:
         if args.cost:
-            raise ValueError("--cost prices packs for --world-size W; pass --world-size too")
+            raise UserError("--cost prices packs for --world-size W; pass --world-size too")
         return None
     cost = load_row_cost(args.cost) if args.cost else RowCost.from_flops(hidden=args.hidden, layers=1)
     return ScheduleOptions(world_size=args.world_size, micro_batch=args.micro_batch, cost=cost, seed=seed)

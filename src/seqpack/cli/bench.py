@@ -10,6 +10,7 @@ from seqpack.cli.args import default_of, from_args
 from seqpack.cli.numbers import COUNT_LIMIT, WORKERS_LIMIT, integer
 from seqpack.cli.numbers import max_len as _max_len
 from seqpack.cli.paths import declare_paths
+from seqpack.errors import UserError
 
 NAME = "bench"
 HELP = "padded vs packed training throughput, side by side"
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = from_args(BenchConfig, args)
     if args.out and not args.calibrate:
-        raise ValueError("--out writes a calibration; pass --calibrate too (or --json to capture a bench)")
+        raise UserError("--out writes a calibration; pass --calibrate too (or --json to capture a bench)")
     if args.calibrate:
         return _calibrate(cfg, args)
     r = run_bench(cfg)

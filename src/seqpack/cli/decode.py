@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP
+from seqpack.errors import UserError
 
 NAME = "decode"
 HELP = "token ids -> text"
@@ -20,7 +21,7 @@ def parse_ids(text: str, source: str) -> list[int]:
         try:
             ids.append(int(word))
         except ValueError:
-            raise ValueError(f"{source}: item {n} is {word!r}, expected an integer token id") from None
+            raise UserError(f"{source}: item {n} is {word!r}, expected an integer token id") from None
     return ids
 
 

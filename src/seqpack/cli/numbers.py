@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from seqpack.errors import UserError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,7 +35,7 @@ def int_at_least(text: str, name: str, minimum: int, extra: str = "", maximum: i
     """``text`` as an int in ``minimum..maximum``, refused in a line naming the option ``name``."""
     try:
         if not text.isascii():  # int() reads other scripts' digits too ("١٢")
-            raise ValueError(text)
+            raise UserError(text)
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{name} must be an integer{extra}, got {text!r}") from None
@@ -60,7 +62,7 @@ def number(name: str, low: float, high: float, *, above: bool = False, below: bo
     def parse(text: str) -> float:
         try:
             if not text.isascii():
-                raise ValueError(text)
+                raise UserError(text)
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None

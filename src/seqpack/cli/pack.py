@@ -18,6 +18,7 @@ from seqpack.cli.args import (
 from seqpack.cli.inputs import files
 from seqpack.cli.numbers import TOKENS_PER_ROW, depth, integer, max_len, seed
 from seqpack.cli.paths import declare_paths
+from seqpack.errors import UserError
 
 NAME = "pack"
 HELP = "token store or labelled examples -> packed dataset"
@@ -189,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     from seqpack.tasks import get_task
 
     if args.glob is not None and get_task(args.task).reads_store:
-        raise ValueError(
+        raise UserError(
             f"--glob picks files in a folder of examples; task {args.task} reads a token store (drop --glob)"
         )
     options = {k: v for k, v in vars(args).items() if k not in COMMON and k in task_option_fields()}

@@ -11,6 +11,7 @@ from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, engine_from_arg
 from seqpack.cli.inputs import add_input_options, files, report_replacements
 from seqpack.cli.numbers import WORKERS_LIMIT, integer, number
 from seqpack.cli.paths import declare_paths
+from seqpack.errors import UserError
 
 NAME = "tokenize"
 HELP = "corpus -> token store"
@@ -79,7 +80,7 @@ def check_shard_count(inputs: list[str], shard_mb: float) -> None:
     shards = size / (shard_mb * 2**20)
     if shards > MAX_SHARDS:
         least = math.ceil(size / MAX_SHARDS / 2**20 * 1000) / 1000
-        raise ValueError(
+        raise UserError(
             f"--shard-mb {shard_mb:g} would cut the {size / 2**20:,.1f} MiB of input into about {shards:,.0f} shards "
             f"(at most {MAX_SHARDS:,}: each is a folder and a stage); pass --shard-mb {least:g} or more"
         )

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from seqpack.errors import UserError
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~2 ms of a command's start-up)
 if TYPE_CHECKING:
     from typing import Any
@@ -92,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
     specials = tuple(args.special_tokens) if args.special_tokens else (DEFAULT_SPECIAL,)
     template = None
     if args.chat_template and not args.hf:
-        raise ValueError("--chat-template is written by --hf; pass both")
+        raise UserError("--chat-template is written by --hf; pass both")
     if args.hf:
         if args.chat_template:
             p = Path(args.chat_template)
             if not p.is_file():
-                raise ValueError(f"--chat-template {p}: no such file (give a Jinja template)")
+                raise UserError(f"--chat-template {p}: no such file (give a Jinja template)")
             template = p.read_text(encoding="utf-8")
         else:  # ChatML writes its own tokens: they must be special tokens, not text
             template = CHATML_TEMPLATE

@@ -13,6 +13,8 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 
+from seqpack.errors import UserError
+
 # json and pathlib are imported where used: a training run needs only readable_file, and these
 # (with typing) were ~12 ms of its start-up
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
@@ -190,7 +192,7 @@ def iter_decoded(
             try:
                 text = decoder.decode(block, final=final)
             except UnicodeDecodeError as e:
-                raise ValueError(f"{name}: invalid UTF-8 at byte offset {consumed - held + e.start}; {hint}") from e
+                raise UserError(f"{name}: invalid UTF-8 at byte offset {consumed - held + e.start}; {hint}") from e
             if _starts.found:
                 REPLACED.add(name, len(_starts.found), consumed - held + _starts.found[0])
             consumed += len(block)
@@ -226,7 +228,7 @@ def read_text(
     """
     sep = "\n" if one_per_line else separator
     if sep == "":
-        raise ValueError("separator must not be empty")
+        raise UserError("separator must not be empty")
     k = 0 if sep is None else len(sep) - 1  # a separator may start in a block's last k characters
     pending: list[str] = []  # the current document so far, in pieces that hold no separator
     edge = ""  # the last k characters read, which may begin a separator
@@ -270,9 +272,9 @@ def iter_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
                 try:
                     yield lineno, json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{p}: line {lineno}: not valid JSON ({e.msg})") from e
+                    raise UserError(f"{p}: line {lineno}: not valid JSON ({e.msg})") from e
         except UnicodeDecodeError as e:
-            raise ValueError(f"{p}: invalid UTF-8 ({e.reason})") from e
+            raise UserError(f"{p}: invalid UTF-8 ({e.reason})") from e
 
 
 def read_jsonl(path: str | os.PathLike[str], *, text_field: str = "text") -> Iterator[str]:
@@ -283,13 +285,13 @@ def read_jsonl(path: str | os.PathLike[str], *, text_field: str = "text") -> Ite
 
 def _field(obj: Any, field: str, where: str) -> str:
     if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        raise UserError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     if field not in obj:
         keys = ", ".join(sorted(map(str, obj))[:8])
-        raise ValueError(f"{where}: no field {field!r} (fields: {keys}); pass --text-field NAME")
+        raise UserError(f"{where}: no field {field!r} (fields: {keys}); pass --text-field NAME")
     value = obj[field]
     if not isinstance(value, str):
-        raise ValueError(f"{where}: field {field!r} is {type(value).__name__}, expected a string")
+        raise UserError(f"{where}: field {field!r} is {type(value).__name__}, expected a string")
     return value
 
 
@@ -302,14 +304,14 @@ def read_parquet(path: str | os.PathLike[str], *, text_field: str = "text") -> I
     try:
         pf = pq.ParquetFile(p)
     except (pa.ArrowException, OSError) as e:  # pyarrow's own error types, and the file system's
-        raise ValueError(f"{p}: not a readable Parquet file ({e})") from e
+        raise UserError(f"{p}: not a readable Parquet file ({e})") from e
     names = pf.schema_arrow.names
     if text_field not in names:
-        raise ValueError(f"{p}: no column {text_field!r} (columns: {', '.join(names)}); pass --text-field NAME")
+        raise UserError(f"{p}: no column {text_field!r} (columns: {', '.join(names)}); pass --text-field NAME")
     for batch in pf.iter_batches(columns=[text_field], batch_size=4096):
         for i, value in enumerate(batch.column(0).to_pylist()):
             if not isinstance(value, str):
-                raise ValueError(f"{p}: column {text_field!r} row {i} is {type(value).__name__}, expected a string")
+                raise UserError(f"{p}: column {text_field!r} row {i} is {type(value).__name__}, expected a string")
             yield value
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from seqpack.corpus.readers import expand_inputs, iter_json_lines, require_file
+from seqpack.errors import UserError
 
 RECORD_SUFFIXES = (".jsonl", ".ndjson", ".parquet")
 
@@ -66,13 +67,13 @@ def iter_records(
     elif suffix == ".parquet":
         yield from _parquet(p)
     else:
-        raise ValueError(f"{p}: examples must be .jsonl or .parquet (got {suffix or 'no suffix'})")
+        raise UserError(f"{p}: examples must be .jsonl or .parquet (got {suffix or 'no suffix'})")
 
 
 def _jsonl(p: Path) -> Iterator[dict[str, Any]]:
     for lineno, obj in iter_json_lines(p):
         if not isinstance(obj, dict):
-            raise ValueError(f"{p}: line {lineno}: expected a JSON object, got {type(obj).__name__}")
+            raise UserError(f"{p}: line {lineno}: expected a JSON object, got {type(obj).__name__}")
         yield obj
 
 
@@ -83,6 +84,6 @@ def _parquet(p: Path) -> Iterator[dict[str, Any]]:
     try:
         pf = pq.ParquetFile(p)
     except (pa.ArrowException, OSError) as e:  # pyarrow's own error types, and the file system's
-        raise ValueError(f"{p}: not a readable Parquet file ({e})") from e
+        raise UserError(f"{p}: not a readable Parquet file ({e})") from e
     for batch in pf.iter_batches(batch_size=4096):
         yield from batch.to_pylist()

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from seqpack.data.sequences import IGNORE_INDEX, Sequences
+from seqpack.errors import UserError
 from seqpack.packing import DEFAULT_ALGORITHM, Packing, pack_lengths
 from seqpack.packing.histogram import check_max_len
 
@@ -206,7 +207,7 @@ def materialize_oracle(
 def pack_depth(packing: Packing, max_depth: int | None) -> int:
     used = int(np.diff(packing.pack_offsets).max()) if packing.num_packs else 1
     if max_depth is not None and max_depth < used:
-        raise ValueError(f"packing holds up to {used} sequences per pack, more than max_depth={max_depth}")
+        raise UserError(f"packing holds up to {used} sequences per pack, more than max_depth={max_depth}")
     return max_depth if max_depth is not None else used
 
 
@@ -224,9 +225,9 @@ def pack_sequences(
     assign, and build every column."""
     check_max_len(max_len)
     if isinstance(position_offset, bool) or not isinstance(position_offset, int) or position_offset < 0:
-        raise ValueError(f"position_offset must be an int >= 0, got {position_offset!r}")
+        raise UserError(f"position_offset must be an int >= 0, got {position_offset!r}")
     if seqs.num_sequences == 0:
-        raise ValueError("no sequences to pack (every document or example was empty or dropped)")
+        raise UserError("no sequences to pack (every document or example was empty or dropped)")
     packing = pack_lengths(
         seqs.lengths, max_len, algorithm=algorithm, max_depth=max_depth, seed=seed, round_to=round_to
     )

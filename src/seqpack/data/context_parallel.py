@@ -26,6 +26,7 @@ import numpy as np
 
 from seqpack._lazy import renamed_names
 from seqpack.data.padded import sequence_spans
+from seqpack.errors import UserError
 from seqpack.packing.histogram import round_up
 
 #: what a column holds where the placement pads (a column not named here pads with 0)
@@ -34,7 +35,7 @@ PAD_VALUES = {"labels": -100, "targets": -100}
 
 def check_cp(cp: int) -> None:
     if isinstance(cp, bool) or not isinstance(cp, (int, np.integer)) or cp < 1:
-        raise ValueError(f"context-parallel size must be an int >= 1, got {cp!r}")
+        raise UserError(f"context-parallel size must be an int >= 1, got {cp!r}")
 
 
 def cp_lengths(lengths: np.ndarray, cp: int) -> np.ndarray:
@@ -77,7 +78,7 @@ def cp_placement(seg: np.ndarray, *, cp: int) -> CPPlacement:
     seg = np.asarray(seg)
     L = seg.size
     if L % (2 * cp):
-        raise ValueError(
+        raise UserError(
             f"a row of {L} tokens does not split into 2C = {2 * cp} equal chunks; pack with a max_len "
             f"divisible by {2 * cp}"
         )
@@ -85,7 +86,7 @@ def cp_placement(seg: np.ndarray, *, cp: int) -> CPPlacement:
     rounded = cp_lengths(lengths, cp)
     used = int(rounded.sum())
     if used > L:
-        raise ValueError(
+        raise UserError(
             f"the row's documents rounded to multiples of {2 * cp} need {used} tokens, more than its {L}; "
             f"pack it for this context-parallel size (seqpack pack --context-parallel {cp})"
         )
@@ -105,11 +106,11 @@ def cp_shard_index(spans: np.ndarray, *, cp: int, rank: int) -> np.ndarray:
     padding that ends each rounded document falls on each rank in turn), spans in order.  # (S, 2) -> (L / cp,)"""
     check_cp(cp)
     if not 0 <= rank < cp:
-        raise ValueError(f"rank must be in 0..{cp - 1}, got {rank}")
+        raise UserError(f"rank must be in 0..{cp - 1}, got {rank}")
     parts = []
     for s, (a, n) in enumerate(np.asarray(spans, dtype=np.int64).tolist()):
         if n % (2 * cp):
-            raise ValueError(
+            raise UserError(
                 f"a span of {n} tokens does not split into 2C = {2 * cp} chunks; lay the row out for cp={cp}"
             )
         c, r = (

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.errors import UserError
 
 
 def lm_labels(cols: Mapping[str, np.ndarray], dtype: Any, position_offset: int) -> np.ndarray:
@@ -79,13 +80,13 @@ def check_rules(derived: Mapping[str, str], stored: list[str], where: str) -> No
     """Refuse a manifest whose derived columns name an unknown rule, or need a column not stored."""
     for name, rule in derived.items():
         if rule not in RULES:
-            raise ValueError(
+            raise UserError(
                 f"{where}: column {name!r} is derived by rule {rule!r}, which this seqpack does not know "
                 f"(it knows {', '.join(RULES)}); upgrade seqpack"
             )
         missing = [c for c in RULES[rule].needs if c not in stored]
         if missing:
-            raise ValueError(f"{where}: derived column {name!r} needs {missing[0]!r}, which is not stored")
+            raise UserError(f"{where}: derived column {name!r} needs {missing[0]!r}, which is not stored")
 
 
 def stored_needed(names: list[str], derived: Mapping[str, str]) -> list[str]:

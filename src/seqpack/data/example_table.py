@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from seqpack.errors import UserError
+
 EXAMPLES = "examples"  # the folder of the table's parts
 KEY = "example_id"  # the column that keys it (the ids of the rows' example_ids column)
 ROW_GROUP = 256  # examples per Parquet row group: what one lookup decodes
@@ -49,7 +51,7 @@ def check_table(table: Any, where: str) -> None:
         raise TypeError(f"{where}: the example table's {KEY!r} column must hold integers")
     ids = table.column(KEY).to_numpy()
     if np.unique(ids).size != ids.size:
-        raise ValueError(f"{where}: the example table holds an example id twice")
+        raise UserError(f"{where}: the example table holds an example id twice")
 
 
 def rebase(table: Any, base: int) -> Any:
@@ -123,7 +125,7 @@ def rows_example_ids(path: str | os.PathLike[str], manifest: Mapping[str, Any]) 
         try:
             col = pq.read_table(f, columns=["example_ids"]).column(0).combine_chunks()
         except (pa.ArrowException, OSError, KeyError) as e:  # pyarrow's own error types, and the file system's
-            raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from e
+            raise UserError(f"{f}: missing or corrupt Parquet shard ({e})") from e
         while pa.types.is_fixed_size_list(col.type) or pa.types.is_list(col.type):
             col = col.flatten()
         ids = np.unique(col.to_numpy(zero_copy_only=False).astype(np.int64))
@@ -143,7 +145,7 @@ class ExampleTable:
         self.path = Path(path)
         entry = manifest.get("example_table")
         if entry is None:
-            raise ValueError(f"{self.path}: holds no example table (its task keeps nothing beside its token columns)")
+            raise UserError(f"{self.path}: holds no example table (its task keeps nothing beside its token columns)")
         self.columns: list[str] = list(entry.get("columns", [KEY]))
         self._files, ids, where, starts = [], [], [], []
         for k, part in enumerate(entry["parts"]):
@@ -153,12 +155,12 @@ class ExampleTable:
                 pf = pq.ParquetFile(f)
                 got = pf.read(columns=[KEY]).column(0).to_numpy().astype(np.int64)
             except (pa.ArrowException, OSError) as e:  # pyarrow's own error types, and the file system's
-                raise ValueError(f"{f}: missing or corrupt example table part ({e})") from e
+                raise UserError(f"{f}: missing or corrupt example table part ({e})") from e
             if got.size != part["rows"]:
-                raise ValueError(f"{f}: {got.size} examples, the manifest says {part['rows']}; re-run seqpack pack")
+                raise UserError(f"{f}: {got.size} examples, the manifest says {part['rows']}; re-run seqpack pack")
             lacks = [c for c in self.columns if c not in pf.schema_arrow.names]
             if lacks:
-                raise ValueError(
+                raise UserError(
                     f"{f}: no column {lacks[0]!r}, which the manifest's example table lists; re-run seqpack pack"
                 )
             sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
@@ -171,13 +173,13 @@ class ExampleTable:
         self._ids = all_ids[order]
         self._where = (np.concatenate(where) if where else np.zeros((0, 2), np.int64))[order]
         if np.any(np.diff(self._ids) == 0):
-            raise ValueError(f"{self.path}: its example table holds an example id twice; re-run seqpack pack")
+            raise UserError(f"{self.path}: its example table holds an example id twice; re-run seqpack pack")
         if "example_ids" in manifest.get("columns", {}):
             for f, named in rows_example_ids(self.path, manifest):
                 at = np.minimum(np.searchsorted(self._ids, named), max(self._ids.size - 1, 0))
                 lost = named[self._ids[at] != named] if self._ids.size else named
                 if lost.size:
-                    raise ValueError(
+                    raise UserError(
                         f"{f}: its rows name example {lost[0]}, which the example table lacks (a part of "
                         f"{EXAMPLES}/ emptied, left out or from another dataset); re-run seqpack pack"
                     )

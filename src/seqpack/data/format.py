@@ -30,6 +30,7 @@ from seqpack._stages import verify_file
 from seqpack._version import __version__
 from seqpack.data.columns import PackedColumns
 from seqpack.data.derived import check_rules, derive_columns, stored_needed
+from seqpack.errors import UserError
 
 FORMAT_VERSION = 1
 #: the version of a dataset whose Parquet parts leave out derived columns (``derived_columns``,
@@ -276,7 +277,7 @@ class WriteOptions:
     >>> WriteOptions(shard_packs=0)
     Traceback (most recent call last):
     ...
-    ValueError: shard_packs must be >= 1, got 0
+    seqpack.errors.UserError: shard_packs must be >= 1, got 0
     """
 
     overwrite: bool = False
@@ -288,13 +289,13 @@ class WriteOptions:
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSION:
-            raise ValueError(f"compression must be one of {'|'.join(COMPRESSION)}, got {self.compression!r}")
+            raise UserError(f"compression must be one of {'|'.join(COMPRESSION)}, got {self.compression!r}")
         if self.encoding not in ENCODINGS:
-            raise ValueError(f"encoding must be one of {'|'.join(ENCODINGS)}, got {self.encoding!r}")
+            raise UserError(f"encoding must be one of {'|'.join(ENCODINGS)}, got {self.encoding!r}")
         for name in ("shard_packs", "row_group_packs"):
             v = getattr(self, name)
             if v is not None and v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
+                raise UserError(f"{name} must be >= 1, got {v}")
 
     def parts(self, *, max_len: int) -> int:
         """Packs per Parquet part."""
@@ -348,7 +349,7 @@ def write_packed(
     overwrite, export_bin, compression, encoding = opts.overwrite, opts.export_bin, opts.compression, opts.encoding
     workers = workers or default_workers()  # pyarrow writes shards without the GIL
     if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+        raise UserError(f"workers must be >= 1, got {workers}")
     shard_packs, row_group_packs = opts.parts(max_len=pc.max_len), opts.row_groups(max_len=pc.max_len)
     derived = dict(derived or {})
     check_rules(derived, [c for c in pc.columns if c not in derived], "write_packed")
@@ -468,7 +469,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     where = Path(path) / MANIFEST
 
     def bad(what: str) -> ValueError:
-        return ValueError(f"{where}: {what} (edited or damaged); re-run seqpack pack")
+        return UserError(f"{where}: {what} (edited or damaged); re-run seqpack pack")
 
     def count(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and v >= 0
@@ -533,12 +534,12 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
 
         check_entry(m["example_table"], root, bad)
     if CHECKSUM not in m:  # last: the messages above say what is wrong
-        raise ValueError(
+        raise UserError(
             f"{where}: no {CHECKSUM} (edited by hand, or written before manifests carried their own checksum); "
             "re-run seqpack pack"
         )
     if m[CHECKSUM] != manifest_checksum(m):
-        raise ValueError(f"{where}: edited by hand (its checksum does not match); re-run seqpack pack")
+        raise UserError(f"{where}: edited by hand (its checksum does not match); re-run seqpack pack")
     return m
 
 
@@ -546,13 +547,13 @@ def check_part(f: Path, meta: Any, shard: Mapping[str, Any], m: Mapping[str, Any
     """A Parquet part against the manifest: its row count, and each of ``names`` (stored columns)
     present with the manifest's dtype and shape. ``meta``: the part's ``pyarrow`` file metadata."""
     if meta.num_rows != shard["rows"]:
-        raise ValueError(f"{f}: {meta.num_rows} rows, manifest says {shard['rows']}")
+        raise UserError(f"{f}: {meta.num_rows} rows, manifest says {shard['rows']}")
     import pyarrow as pa
 
     schema = meta.schema.to_arrow_schema()
     for name in names:
         if name not in schema.names:
-            raise ValueError(
+            raise UserError(
                 f"{f}: no column {name!r}, which the manifest lists as stored (an edited manifest, "
                 "or derived_columns that lost it); re-run seqpack pack"
             )
@@ -562,7 +563,7 @@ def check_part(f: Path, meta: Any, shard: Mapping[str, Any], m: Mapping[str, Any
             t = t.value_type
         spec = m["columns"][name]
         if shape != list(spec["shape"]) or numpy_dtype(t) != np.dtype(spec["dtype"]):
-            raise ValueError(
+            raise UserError(
                 f"{f}: column {name!r} is {numpy_dtype(t).name} {shape}, the manifest says "
                 f"{spec['dtype']} {spec['shape']} (edited or from another dataset); re-run seqpack pack"
             )
@@ -583,7 +584,7 @@ def load_packed(
     names = list(m["columns"]) if columns is None else columns
     unknown = [c for c in names if c not in m["columns"]]
     if unknown:
-        raise ValueError(f"{p}: no column {unknown[0]!r} (columns: {', '.join(m['columns'])})")
+        raise UserError(f"{p}: no column {unknown[0]!r} (columns: {', '.join(m['columns'])})")
     P = int(m["num_packs"])
     if m.get("bin") and mmap:
         return m, {c: bin_column(p, c, m["columns"][c], P, checksum=m.get("bin_checksums", {}).get(c)) for c in names}
@@ -617,7 +618,7 @@ def bin_column(p: Path, name: str, spec: dict[str, Any], P: int, *, checksum: st
     shape = (P, *spec["shape"])
     want = int(np.prod(shape)) * dt.itemsize
     if not path.is_file() or path.stat().st_size != want:
-        raise ValueError(f"{path}: missing or truncated (expected {want:,} bytes)")
+        raise UserError(f"{path}: missing or truncated (expected {want:,} bytes)")
     verify_file(path, checksum)
     return np.memmap(path, dtype=dt, mode="r", shape=shape) if want else np.zeros(shape, dt)
 
@@ -632,12 +633,12 @@ def _parquet_columns(p: Path, m: dict[str, Any], names: list[str]) -> dict[str, 
         try:
             meta = pq.ParquetFile(f).metadata
         except (pa.ArrowException, OSError) as e:  # pyarrow's own error types, and the file system's
-            raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from e
+            raise UserError(f"{f}: missing or corrupt Parquet shard ({e})") from e
         check_part(f, meta, shard, m, names)
         try:
             table = pq.read_table(f, columns=names, memory_map=True)
         except (pa.ArrowException, OSError) as e:  # pyarrow's own error types, and the file system's
-            raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from e
+            raise UserError(f"{f}: missing or corrupt Parquet shard ({e})") from e
         for c in names:
             spec = m["columns"][c]
             flat = table.column(c).combine_chunks()

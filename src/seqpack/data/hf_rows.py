@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from seqpack.data.format import add_derived_columns, read_manifest, verify_parts
+from seqpack.errors import UserError
 
 
 def hf_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> Any:
@@ -31,7 +32,7 @@ def hf_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
     files = [str(Path(path) / s["file"]) for s in m["shards"]]  # the manifest's parts, nothing else in data/
     ds = datasets.Dataset.from_parquet(files, cache_dir=None if cache_dir is None else str(cache_dir))
     if len(ds) != int(m["num_packs"]):
-        raise ValueError(f"{path}: {len(ds)} rows in the Parquet shards, the manifest says {m['num_packs']}")
+        raise UserError(f"{path}: {len(ds)} rows in the Parquet shards, the manifest says {m['num_packs']}")
     if m.get("derived_columns"):
         ds = ds.map(add_derived_columns(path), batched=True, desc=None)
     if m.get("example_table"):

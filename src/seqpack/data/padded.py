@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.errors import UserError
 
 TOKEN_COLUMNS = ("input_ids", "segment_ids", "position_ids", "token_type_ids")
 
@@ -39,7 +40,7 @@ def sequence_spans(segment_ids: np.ndarray, *, chunk: int = 65_536) -> np.ndarra
     """
     seg = np.asarray(segment_ids)
     if seg.ndim != 2:
-        raise ValueError(f"segment_ids must be (packs, max_len), got shape {seg.shape}")
+        raise UserError(f"segment_ids must be (packs, max_len), got shape {seg.shape}")
     P, _L = seg.shape
     parts = []
     for lo in range(0, P, chunk):

@@ -22,6 +22,7 @@ import numpy as np
 
 from seqpack.data.derived import derive_columns, stored_needed
 from seqpack.data.format import bin_column, check_part, read_manifest
+from seqpack.errors import UserError
 
 
 class PackedRows:
@@ -41,7 +42,7 @@ class PackedRows:
         self.names = list(specs) if columns is None else list(columns)
         unknown = [c for c in self.names if c not in specs]
         if unknown:
-            raise ValueError(f"{self.path}: no column {unknown[0]!r} (columns: {', '.join(specs)})")
+            raise UserError(f"{self.path}: no column {unknown[0]!r} (columns: {', '.join(specs)})")
         self.num_rows = int(self.manifest["num_packs"])
         self.cache_groups = max(1, cache_groups)
         self._bin = None
@@ -61,7 +62,7 @@ class PackedRows:
             try:
                 meta = pq.ParquetFile(f).metadata
             except (pa.ArrowException, OSError) as e:  # pyarrow's own error types, and the file system's
-                raise ValueError(f"{f}: missing or corrupt Parquet shard ({e})") from e
+                raise UserError(f"{f}: missing or corrupt Parquet shard ({e})") from e
             check_part(f, meta, shard, self.manifest, self._stored)
             files.append(f)
             for g in range(meta.num_row_groups):
@@ -95,7 +96,7 @@ class PackedRows:
                 self._open[k] = pq.ParquetFile(self._files[k], memory_map=True)
             table = self._open[k].read_row_group(g, columns=self._stored)
         except (pa.ArrowException, OSError) as e:  # a corrupt zstd page, a truncated file: name the file
-            raise ValueError(
+            raise UserError(
                 f"{self._files[k]}: row group {g} cannot be read ({type(e).__name__}: {e}); "
                 "the file is damaged, re-run seqpack pack"
             ) from e

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from seqpack.data.format import SCHEDULE, read_manifest
+from seqpack.errors import UserError
 
 
 def read_schedule(path: str | os.PathLike[str]) -> np.ndarray:
@@ -34,7 +35,7 @@ def read_schedule(path: str | os.PathLike[str]) -> np.ndarray:
     m = read_manifest(path)
     info = m.get("schedule")
     if not info:
-        raise ValueError(
+        raise UserError(
             f"{path}: the dataset has no balanced schedule; re-pack it with seqpack pack --world-size W "
             "--micro-batch B (or use a DistributedSampler)"
         )
@@ -46,7 +47,7 @@ def read_schedule(path: str | os.PathLike[str]) -> np.ndarray:
         used = steps[steps >= 0]
         ok = used.size == P and np.array_equal(np.sort(used), np.arange(P))
     if not ok:
-        raise ValueError(
+        raise UserError(
             f"{path}/{SCHEDULE}: not the schedule its manifest describes (every pack once in "
             f"{shape}); re-pack the dataset"
         )
@@ -79,14 +80,14 @@ class BalancedSampler:
     ) -> None:
         steps = schedule if isinstance(schedule, np.ndarray) else read_schedule(schedule)
         if steps.ndim != 3:
-            raise ValueError(f"a schedule is (steps, world, micro_batch), got shape {steps.shape}")
+            raise UserError(f"a schedule is (steps, world, micro_batch), got shape {steps.shape}")
         if world_size != steps.shape[1]:
-            raise ValueError(
+            raise UserError(
                 f"the schedule balances {steps.shape[1]} ranks, not {world_size}; re-pack with "
                 f"seqpack pack --world-size {world_size}"
             )
         if not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+            raise UserError(f"rank must be in [0, {world_size}), got {rank}")
         full = (steps >= 0).all(axis=(1, 2))
         self.steps = steps[full]
         self.last = None if drop_last or full.all() else steps[~full][0]
@@ -101,7 +102,7 @@ class BalancedSampler:
 
     def _checked_start(self, start: int) -> int:
         if not 0 <= start <= self.num_steps:
-            raise ValueError(f"start_step must be in [0, {self.num_steps}], got {start}")
+            raise UserError(f"start_step must be in [0, {self.num_steps}], got {start}")
         return start
 
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:

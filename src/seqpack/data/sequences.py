@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from seqpack.errors import UserError
+
 IGNORE_INDEX = -100
 #: ``Sequences.info`` entries that count things: summed when shards are combined
 COUNTED_INFO = ("split_documents", "truncated_documents", "truncated_tokens", "truncated", "target_tokens", "images")
@@ -137,10 +139,10 @@ def from_lists(
 
 def check_overflow(overflow: str, *, allowed: tuple[str, ...] = OVERFLOW) -> str:
     if overflow not in allowed:
-        raise ValueError(f"overflow must be one of {'|'.join(allowed)}, got {overflow!r}")
+        raise UserError(f"overflow must be one of {'|'.join(allowed)}, got {overflow!r}")
     return overflow
 
 
 def overflow_error(count: int, max_len: int, allowed: tuple[str, ...]) -> ValueError:
     others = "|".join(o for o in allowed if o != "error")
-    return ValueError(f"{count:,} sequences exceed max_len={max_len}; pass --overflow {others}")
+    return UserError(f"{count:,} sequences exceed max_len={max_len}; pass --overflow {others}")

@@ -19,6 +19,7 @@ import torch
 
 from seqpack.data.format import DatasetFacts
 from seqpack.data.rows import PackedRows
+from seqpack.errors import UserError
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:
@@ -70,5 +71,5 @@ class PackedDataset(torch.utils.data.Dataset):
 def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """Stack a list of items into batch tensors: ``(B, L)``, ``(B, D)``, ``(B,)``..."""
     if not batch:
-        raise ValueError("collate_packed got an empty batch")
+        raise UserError("collate_packed got an empty batch")
     return {k: torch.stack([torch.as_tensor(item[k]) for item in batch]) for k in batch[0]}

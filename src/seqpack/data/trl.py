@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.errors import UserError
 
 
 def padding_free_examples(rows: dict[str, np.ndarray]) -> list[dict[str, list[int]]]:
@@ -56,7 +57,7 @@ def trl_examples(path: str | os.PathLike[str], packs: Sequence[int] | np.ndarray
 
     rows = PackedRows(path, columns=["input_ids", "labels", "segment_ids"])
     if not DatasetFacts.of(rows.manifest).causal_lm:
-        raise ValueError(
+        raise UserError(
             f"{path}: a {rows.manifest.get('task')} dataset; TRL's SFTTrainer trains causal-LM datasets "
             "(packed by a task whose model is a causal LM, such as clm or chat)"
         )

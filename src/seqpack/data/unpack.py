@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from seqpack.errors import UserError
+
 REDUCE = ("error", "mean", "max", "list")
 
 
@@ -39,22 +41,22 @@ def unpack_predictions(
 ) -> Any:
     """Outputs in example order: ``(num_examples, ...)`` (or a list with ``reduce="list"``)."""
     if reduce not in REDUCE:
-        raise ValueError(f"reduce must be one of {'|'.join(REDUCE)}, got {reduce!r}")
+        raise UserError(f"reduce must be one of {'|'.join(REDUCE)}, got {reduce!r}")
     preds, ex = _numpy(predictions), _numpy(example_ids).astype(np.int64)
     if preds.shape[: ex.ndim] != ex.shape:
-        raise ValueError(f"predictions {preds.shape} must start with the shape of example_ids {ex.shape} (P, D)")
+        raise UserError(f"predictions {preds.shape} must start with the shape of example_ids {ex.shape} (P, D)")
     valid = ex >= 0
     ids, vals = ex[valid], preds[valid]
     n = int(num_examples) if num_examples is not None else int(ids.max(initial=-1)) + 1
     if ids.size and ids.max() >= n:
-        raise ValueError(f"example id {int(ids.max())} >= num_examples={n}")
+        raise UserError(f"example id {int(ids.max())} >= num_examples={n}")
     counts = np.bincount(ids, minlength=n)
     if reduce == "list":
         order = np.argsort(ids, kind="stable")
         return np.split(vals[order], np.cumsum(counts)[:-1])
     if reduce == "error" and np.any(counts > 1):
         first = int(np.flatnonzero(counts > 1)[0])
-        raise ValueError(
+        raise UserError(
             f"example {first} has {counts[first]} slots (split or windowed); pass reduce='mean'|'max'|'list'"
         )
     dtype = np.result_type(vals.dtype, np.float32) if np.isnan(fill) or reduce == "mean" else vals.dtype

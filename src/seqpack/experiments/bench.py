@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from seqpack._resources import check_memory
+from seqpack.errors import UserError
 
 HEADS = ("targets", "all")
 DEVICES = ("cpu", "cuda")
@@ -52,7 +53,7 @@ def bench_lengths(source: str, max_len: int | None = None) -> np.ndarray:
 
         return manifest_histogram(p)
     if p.suffix not in (".npy", ".csv") or not p.is_file():
-        raise ValueError(
+        raise UserError(
             f"--lengths {source}: give wikipedia, a .npy/.csv histogram (index = length - 1) or a packed dataset dir"
         )
     return check_histogram(load_histogram(p, max_len, hint="raise --max-len to {longest} or more"))
@@ -78,18 +79,18 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         if self.model not in ("bert", "gpt"):
-            raise ValueError(f"model must be bert|gpt, got {self.model!r}")
+            raise UserError(f"model must be bert|gpt, got {self.model!r}")
         if self.device not in DEVICES:
-            raise ValueError(f"device must be one of {'|'.join(DEVICES)}, got {self.device!r}")
+            raise UserError(f"device must be one of {'|'.join(DEVICES)}, got {self.device!r}")
         if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {'|'.join(DTYPES)}, got {self.dtype!r}")
+            raise UserError(f"dtype must be one of {'|'.join(DTYPES)}, got {self.dtype!r}")
         if self.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("--device cuda: no CUDA device is visible to torch; use --device cpu")
+            raise UserError("--device cuda: no CUDA device is visible to torch; use --device cpu")
         if self.head not in HEADS:
-            raise ValueError(f"head must be one of {'|'.join(HEADS)}, got {self.head!r}")
+            raise UserError(f"head must be one of {'|'.join(HEADS)}, got {self.head!r}")
         for name in ("max_len", "vocab_size", "sequences", "steps", "repeats"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
 
     @property
     def rows(self) -> int:
@@ -225,7 +226,7 @@ def run_bench_model(
     longest = int(np.flatnonzero(hist)[-1]) + 1
     if longest > cfg.max_len:
         n = int(hist[cfg.max_len :].sum())
-        raise ValueError(
+        raise UserError(
             f"{n:,} sequences in {cfg.lengths} exceed --max-len {cfg.max_len} (up to {longest}); raise --max-len"
         )
     _check_memory(cfg, hist)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from seqpack._atomic import OutputKind
+from seqpack.errors import UserError
 from seqpack.train.checkpoint import CONFIG, RUN_KIND, read_metrics
 from seqpack.train.config import TrainConfig
 
@@ -42,7 +43,7 @@ def _refuse_held(out: Path, runs: list[str]) -> None:
     ]
     held += [str(out / f) for f in ("compare.json", "compare.png") if (out / f).exists()]
     if held:
-        raise ValueError(
+        raise UserError(
             f"{out} already holds a comparison ({held[0]}); pass --overwrite to run it again, or a new --out"
         )
 
@@ -68,7 +69,7 @@ def compare(
     from seqpack.train.loop import train
 
     if pairing not in PAIRINGS:
-        raise ValueError(f"pairing must be one of {'|'.join(PAIRINGS)}, got {pairing!r}")
+        raise UserError(f"pairing must be one of {'|'.join(PAIRINGS)}, got {pairing!r}")
     out = Path(cfg.out)
     from seqpack._atomic import check_not_input, check_writable, foreign_directory
 
@@ -76,7 +77,7 @@ def compare(
     check_writable(out)
     entries = sorted(os.listdir(out)) if out.is_dir() else []
     if entries and not COMPARISON.made(out):  # its runs and plot go there: never beside what it did not make
-        raise ValueError(foreign_directory(out, entries, COMPARISON))
+        raise UserError(foreign_directory(out, entries, COMPARISON))
     if pairing == "packs":
         runs = {
             "padded": cfg.replace(padded=True, out=str(out / "padded"), match="packs", adjust_hparams=False),

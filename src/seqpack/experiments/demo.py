@@ -32,6 +32,7 @@ from typing import Any
 
 from seqpack._atomic import OutputKind
 from seqpack._stages import StageLog, content_hash, corpus_hash
+from seqpack.errors import UserError
 from seqpack.experiments.demo_stages import CONVERGE, FINETUNE, REGIME
 
 TOTAL_STAGES = 11
@@ -83,12 +84,12 @@ def claim_output(out: Path, *, inputs: Sequence[str] = ()) -> None:
     check_not_input(out, inputs)
     check_writable(out)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: exists and is not a directory; pick another --out")
+        raise UserError(f"--out {out}: exists and is not a directory; pick another --out")
     entries = sorted(os.listdir(out)) if out.is_dir() else []
     # an earlier version's demo left no marker, only its stage records
     ours = DEMO.made(out) or any((out / "stages").glob("*.stage.json"))
     if entries and not ours:
-        raise ValueError(foreign_directory(out, entries, DEMO))
+        raise UserError(foreign_directory(out, entries, DEMO))
     if not DEMO.made(out):
         out.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out / MARKER, json.dumps({"kind": DEMO_KIND, "format_version": 1}) + "\n")
@@ -111,13 +112,13 @@ def run_demo(
     `seqpack.experiments.demo_stages`). ``out_dir`` must be new, empty or an earlier demo's
     (`claim_output`)."""
     if not 0 < budget <= MAX_BUDGET:  # nan and inf too: refused before any stage runs
-        raise ValueError(f"budget must be > 0 and at most {MAX_BUDGET}, got {budget}")
+        raise UserError(f"budget must be > 0 and at most {MAX_BUDGET}, got {budget}")
     from seqpack._parallel import default_workers
 
     if (
         threads is not None and not 1 <= threads <= default_workers()
     ):  # the training stages' TrainConfig would refuse it
-        raise ValueError(f"threads must be between 1 and this machine's {default_workers()} cores, got {threads}")
+        raise UserError(f"threads must be between 1 and this machine's {default_workers()} cores, got {threads}")
     from seqpack.corpus import python_docs, read_documents
     from seqpack.experiments import demo_stages as ds
 
@@ -126,7 +127,7 @@ def run_demo(
     t0 = time.perf_counter()
     docs = list(read_documents(corpus)) if corpus else python_docs()
     if not docs:
-        raise ValueError("the corpus has no documents; pass --corpus FILE... with some text")
+        raise UserError("the corpus has no documents; pass --corpus FILE... with some text")
     claim_output(out, inputs=corpus)
     stages = Stages(out, fresh=fresh, total=TOTAL_STAGES, echo=echo)
     key = content_hash(corpus_hash(docs), vocab_size)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from seqpack.errors import UserError
 from seqpack.experiments.tiny_configs import VOCAB, WINDOW, causal_lm_class, tiny_config
 
 #: the documents of every packed row test, as the user's bug report had them
@@ -236,7 +237,7 @@ def build(model_type: str) -> Any:
     ):  # count first: a size key neither the generic keys nor the overrides set can make it huge
         size = sum(p.numel() for p in cls._from_config(cfg, attn_implementation="eager").parameters())
     if size > MAX_PARAMETERS:
-        raise ValueError(f"the tiny config still has {size:,} parameters")
+        raise UserError(f"the tiny config still has {size:,} parameters")
     model = cls._from_config(cfg, attn_implementation="eager").float().eval()
     with torch.no_grad():  # random weights large enough that every layer matters
         for p in model.parameters():

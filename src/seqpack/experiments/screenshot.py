@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from seqpack.errors import UserError
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chrome")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -41,10 +43,10 @@ def screenshot(page: Path, png: Path, *, width: int = 1280, height: int = 12000,
     """Render ``page`` to ``png`` (cropped to the content)."""
     browser = find_browser()
     if browser is None:
-        raise ValueError("no Chromium on PATH; install Debian's chromium package (apt-get install chromium)")
+        raise UserError("no Chromium on PATH; install Debian's chromium package (apt-get install chromium)")
     page, png = Path(page).resolve(), Path(png).resolve()
     if not page.is_file():
-        raise ValueError(f"{page}: no such page")
+        raise UserError(f"{page}: no such page")
     with tempfile.TemporaryDirectory(prefix="seqpack-chromium-") as profile:
         cmd = [
             browser,

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from seqpack.errors import UserError
+
 #: sliding windows and chunks of the tiny configs: shorter than three of the matrix's documents
 WINDOW = 8
 #: token ids 0-2 are pad, bos and eos; the rest are drawn at random
@@ -286,13 +288,13 @@ def causal_lm_class(model_type: str) -> Any:
         return cls
     if keys[0] in names:
         return getattr(transformers, names[keys[0]])
-    raise ValueError(f"a composite config whose text model ({keys[0]}) has no causal LM class")
+    raise UserError(f"a composite config whose text model ({keys[0]}) has no causal LM class")
 
 
 def tiny_config(model_type: str) -> Any:
     """A tiny random config of ``model_type`` (see the module); raises where one cannot be made."""
     if model_type in NOT_BUILT:
-        raise ValueError(NOT_BUILT[model_type])
+        raise UserError(NOT_BUILT[model_type])
     cls, base, keys = _target(model_type)
     d = base.to_dict()
     kw = {k: v for k, v in _SET.items() if k in d}

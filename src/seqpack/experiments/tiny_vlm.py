@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from seqpack.errors import UserError
+
 QWEN_SPECIALS = (
     "<|endoftext|>",
     "<|im_start|>",
@@ -61,7 +63,7 @@ def tiny_processor(family: str, *, max_pixels: int = 448 * 448, min_pixels: int 
     """The processor of ``family`` (see the module); ``max_pixels``/``min_pixels`` bound an image's
     size for the Qwen families (so its tokens: pixels / 28²)."""
     if family not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+        raise UserError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
     if family == "llava":
         from transformers import LlavaProcessor
         from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
 from seqpack.nn.attention import plan_attention
 from seqpack.nn.hf_adapter import layer_masks, model_compute_dtype
 from seqpack.nn.hf_causal_lm import HEAD_AT_TARGETS
@@ -60,7 +61,7 @@ def hf_branch_states(model: Any, batch: Mapping[str, torch.Tensor], run: Callabl
     if route == "padding-free":
         if br is not None and shares_prefix(seg, br):
             impl = model.config._attn_implementation
-            raise ValueError(
+            raise UserError(
                 f"attn_implementation {impl} runs whole sequences and cannot share a prompt between "
                 'branches; load the model with seqpack_packed, sdpa or eager, or pack without a shared prefix (--layout pairs, layout="pairs")'
             )

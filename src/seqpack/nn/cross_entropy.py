@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.errors import UserError
 
 _BLOCK = 4096  # columns per step of a row's loop
 
@@ -228,15 +229,13 @@ def linear_cross_entropy(
     """
     N, V = hidden.shape[0], weight.shape[0]
     if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[1]:
-        raise ValueError(
-            f"hidden must be (N, H) and weight (V, H), got {tuple(hidden.shape)} and {tuple(weight.shape)}"
-        )
+        raise UserError(f"hidden must be (N, H) and weight (V, H), got {tuple(hidden.shape)} and {tuple(weight.shape)}")
     if targets.shape != (N,) or row_weights.shape != (N,):
-        raise ValueError(
+        raise UserError(
             f"targets and row_weights must be ({N},), got {tuple(targets.shape)} and {tuple(row_weights.shape)}"
         )
     if chunk_rows is not None and chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+        raise UserError(f"chunk_rows must be >= 1, got {chunk_rows}")
     dev = hidden.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else hidden.dtype
     if chunk_rows is None:

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqpack.errors import UserError
 from seqpack.nn.masks import check_depth, sequence_starts
 
 
@@ -27,7 +28,7 @@ def embedding_rows(model: nn.Module) -> int:
 def gather_slots(hidden: torch.Tensor, segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each sequence's first token (its [CLS]): ``(B, D, H)`` and ``present`` ``(B, D)``."""
     if hidden.shape[:2] != segment_ids.shape:
-        raise ValueError(f"hidden {tuple(hidden.shape)} must be (B, T, H) for segment_ids {tuple(segment_ids.shape)}")
+        raise UserError(f"hidden {tuple(hidden.shape)} must be (B, T, H) for segment_ids {tuple(segment_ids.shape)}")
     starts, present = sequence_starts(segment_ids, max_depth)  # (B, D)
     idx = starts[..., None].expand(-1, -1, hidden.shape[-1])
     return hidden.gather(1, idx), present
@@ -40,7 +41,7 @@ def slot_count(segment_ids: torch.Tensor, *labels: torch.Tensor | None, max_dept
     for lab in labels:
         if lab is not None:
             if lab.ndim < 2 or lab.shape[0] != segment_ids.shape[0]:
-                raise ValueError(f"per-sequence labels must be (B, D[, C]), got {tuple(lab.shape)}")
+                raise UserError(f"per-sequence labels must be (B, D[, C]), got {tuple(lab.shape)}")
             return int(lab.shape[1])
     return check_depth(segment_ids, None)
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
 from seqpack.nn.attention import plan_attention
 from seqpack.nn.heads import gather_slots, slot_count
 from seqpack.nn.hf_padding_free import (
@@ -141,7 +142,7 @@ def layer_masks(
     state = {k for k in state_layer_kinds(config) if "sliding" not in k and "chunk" not in k}
     unknown = sorted(set(kinds) - ATTENTION_LAYERS - POINTWISE_LAYERS - state)
     if unknown:
-        raise ValueError(
+        raise UserError(
             f"no packed mask for layers of kind {', '.join(unknown)}; load the model with "
             "attn_implementation='seqpack_packed'"
         )
@@ -186,7 +187,7 @@ def hf_attention_mask(
         return attention_mask(segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
     if impl in ("sdpa", "flex_attention"):
         return attention_mask(segment_ids, causal=causal, branch_ids=branch_ids)
-    raise ValueError(
+    raise UserError(
         f"attn_implementation {impl!r} takes no 4-D mask here; load the model with "
         f"attn_implementation='sdpa' (or 'eager'), or a padding-free one for causal LMs: {', '.join(PADDING_FREE)}"
     )
@@ -196,9 +197,9 @@ def check_hf_mask(model_or_config: Any, mask: torch.Tensor) -> None:
     """Refuse a 4-D mask whose dtype the model's attention would misread."""
     impl = _impl(model_or_config)
     if mask.ndim != 4:
-        raise ValueError(f"attention_mask must be 4-D (B, 1, T, T) for packed rows, got shape {tuple(mask.shape)}")
+        raise UserError(f"attention_mask must be 4-D (B, 1, T, T) for packed rows, got shape {tuple(mask.shape)}")
     if impl == "eager" and mask.dtype == torch.bool:
-        raise ValueError(
+        raise UserError(
             "a bool 4-D mask is added as 0/1 by eager attention and silently attends across sequences; "
             "pass an additive float mask: hf_attention_mask(model, segment_ids, causal=...)"
         )
@@ -213,7 +214,7 @@ def model_compute_dtype(model: Any) -> torch.dtype:
 def _require_columns(batch: Mapping[str, torch.Tensor]) -> None:
     for key in ("input_ids", "segment_ids"):
         if key not in batch:
-            raise ValueError(f"the packed batch has no {key!r} column")
+            raise UserError(f"the packed batch has no {key!r} column")
 
 
 def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
@@ -223,20 +224,20 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     name = _name(model)
     causal = is_causal_lm(model)
     if not causal and name not in BIDIRECTIONAL:
-        raise ValueError(
+        raise UserError(
             f"no packed adapter for {name}; it takes transformers' causal LMs (AutoModelForCausalLM) "
             f"and {', '.join(BIDIRECTIONAL)}"
         )
     _require_columns(batch)
     ids, seg = batch["input_ids"], batch["segment_ids"]
     if ids.shape != seg.shape:
-        raise ValueError(f"segment_ids has shape {tuple(seg.shape)} but input_ids is {tuple(ids.shape)}")
+        raise UserError(f"segment_ids has shape {tuple(seg.shape)} but input_ids is {tuple(ids.shape)}")
     check_segment_ids(seg)
     pos = batch.get("position_ids")
     if pos is None:
         pos = position_ids(seg)
     elif pos.shape != ids.shape:
-        raise ValueError(f"position_ids has shape {tuple(pos.shape)} but input_ids is {tuple(ids.shape)}")
+        raise UserError(f"position_ids has shape {tuple(pos.shape)} but input_ids is {tuple(ids.shape)}")
     needs = prepare_packed(model).needs if causal else frozenset()
     route = attention_route(model) if causal else "mask"
     if route == "plan":
@@ -246,7 +247,7 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
         return {"input_ids": ids, "position_ids": pos, "seqpack_plan": plan, "use_cache": False}
     if route == "flex":  # transformers' own block mask from the restarting positions
         if "sinks" in needs:
-            raise ValueError(
+            raise UserError(
                 f"{name} has attention sinks, which transformers' flex_attention masks do not keep inside "
                 "each packed document; load it with attn_implementation='seqpack_packed' or 'eager'"
             )
@@ -291,7 +292,7 @@ def packed_forward(
     if name == "BertForQuestionAnswering":
         logits = model.qa_outputs(hidden)  # (B, T, 2)
         if logits.shape[-1] != 2:
-            raise ValueError(f"BertForQuestionAnswering needs num_labels=2 (start, end), got {logits.shape[-1]}")
+            raise UserError(f"BertForQuestionAnswering needs num_labels=2 (start, end), got {logits.shape[-1]}")
         start, end = logits.unbind(dim=-1)
         sp, ep = batch.get("start_positions"), batch.get("end_positions")
         s_slots, e_slots = qa_logits(start, end, seg, slot_count(seg, sp, max_depth=max_depth))

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
 from seqpack.nn.attention import AttentionPlan, LayerAttention, packed_attention
 from seqpack.nn.hf_support import PACKED_IMPL, UNPACKED, config_window, prepare_packed, require_documents
 
@@ -63,13 +64,13 @@ def layer_attention(module: torch.nn.Module, kwargs: dict[str, Any], *, causal: 
         and not k.startswith(("cu_seq_lens", "max_length"))
     )
     if unknown:
-        raise ValueError(
+        raise UserError(
             f"{type(module).__name__} passes {', '.join(unknown)} to its attention, which seqpack's packed "
             "attention does not compute; " + UNPACKED
         )
     layer_causal = kwargs.get("is_causal", getattr(module, "is_causal", True))
     if layer_causal is not None and bool(layer_causal) != causal:
-        raise ValueError(
+        raise UserError(
             f"{type(module).__name__} is {'causal' if layer_causal else 'bidirectional'} but the packed "
             f"attention plan is {'causal' if causal else 'bidirectional'}"
         )
@@ -79,7 +80,7 @@ def layer_attention(module: torch.nn.Module, kwargs: dict[str, Any], *, causal: 
     kind = kinds[idx] if kinds is not None and isinstance(idx, int) and idx < len(kinds) else None
     windowed = any(getattr(config, k, None) is not None for k in ("sliding_window", "attention_chunk_size"))
     if kinds is not None and kind is None and windowed:  # a shared layer (Zamba's) has no kind: no window to read
-        raise ValueError(
+        raise UserError(
             f"{type(module).__name__} has no layer_idx into its config's layer_types; seqpack cannot tell "
             "whether it has a sliding window: " + UNPACKED
         )
@@ -117,14 +118,14 @@ def packed_attention_forward(
     """transformers attention function: q ``(B, Hq, T, d)``, k/v ``(B, Hkv, T, d)`` -> ``(B, T, Hq, d)``."""
     plan = kwargs.get("seqpack_plan")
     if not isinstance(plan, AttentionPlan):
-        raise ValueError(
+        raise UserError(
             f"attn_implementation {PACKED_IMPL!r} needs seqpack_plan=plan_attention(segment_ids, ...) in the "
             "model call (seqpack.nn.hf_adapter.packed_forward passes it); to generate or call the model "
             "plainly, set model.config._attn_implementation = 'sdpa' first"
         )
     require_documents(module, route="or attach_packed_attention, not with a plan by hand")
     if dropout and module.training:
-        raise ValueError(f"{PACKED_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
+        raise UserError(f"{PACKED_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
     dev = query.device.type
     if torch.is_autocast_enabled(dev) and query.dtype != torch.get_autocast_dtype(dev):
         # rotary embeddings in float32 promote q and k out of autocast's dtype; the plan (and a
@@ -135,7 +136,7 @@ def packed_attention_forward(
     if key.shape[1] != Hq:  # grouped-query attention: share each kv head across its query group
         key, value = (x.repeat_interleave(Hq // x.shape[1], dim=1) for x in (key, value))
     if attention_mask is not None:  # transformers makes none for seqpack_packed: this one is the model's own
-        raise ValueError(
+        raise UserError(
             f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
             "dynamic mask), which seqpack's packed attention does not compute; " + UNPACKED
         )
@@ -155,7 +156,7 @@ def same_head_dim(
     if d == dv:
         return q, k, v
     if scaling is None:
-        raise ValueError("queries and values of different widths need the layer's scaling")
+        raise UserError("queries and values of different widths need the layer's scaling")
     if dv < d:
         return q, k, torch.nn.functional.pad(v, (0, d - dv))
     return torch.nn.functional.pad(q, (0, dv - d)), torch.nn.functional.pad(k, (0, dv - d)), v
@@ -183,7 +184,7 @@ def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> to
         if kwargs.get("seqpack_plan") is None:
             pos = kwargs.get("position_ids")
             if pos is None:
-                raise ValueError(
+                raise UserError(
                     f"{PACKED_IMPL} attention reads where samples start from position_ids; pass them "
                     "(restarting at 0 at each sample)"
                 )

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
 from seqpack.nn.cross_entropy import linear_cross_entropy
 from seqpack.nn.losses import IGNORE_INDEX
 
@@ -69,18 +70,18 @@ def _check_head(model: Any) -> Any:  # the model's lm_head: a Linear, or a modul
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     kind = getattr(config, "model_type", None)
     if kind not in HEAD_AT_TARGETS:
-        raise ValueError(
+        raise UserError(
             f"the head-at-targets loss takes {', '.join(HEAD_AT_TARGETS)} models (logits = lm_head(hidden)); "
             f"{type(model).__name__} is {kind!r}: use its own loss"
         )
     for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
         if getattr(config, name, None) not in (None, 1, 1.0):
-            raise ValueError(
+            raise UserError(
                 f"{type(model).__name__}'s config sets {name}; the head-at-targets loss assumes plain logits"
             )
     head = model.get_output_embeddings()
     if head is None:
-        raise ValueError(f"{type(model).__name__} has no output embeddings (lm_head)")
+        raise UserError(f"{type(model).__name__} has no output embeddings (lm_head)")
     return head
 
 
@@ -97,7 +98,7 @@ def causal_lm_loss(
     (``input_ids`` (1, total), ``position_ids``, ``cu_seq_lens_q/k``...) or padded ones."""
     head = _check_head(model)
     if "labels" not in inputs:
-        raise ValueError("the batch has no 'labels' column")
+        raise UserError("the batch has no 'labels' column")
     labels = inputs["labels"]
     kw = {k: v for k, v in inputs.items() if k not in ("labels", "num_items_in_batch", "shift_labels")}
     kw["use_cache"] = False
@@ -138,7 +139,7 @@ def compile_blocks(model: Any, *, dynamic: bool = True) -> int:
     layers = getattr(inner, "layers", None)
     parts = ("input_layernorm", "mlp", "post_attention_layernorm")
     if layers is None or not all(hasattr(layer, p) for layer in layers for p in parts):
-        raise ValueError(
+        raise UserError(
             f"compile_blocks takes Llama-style decoder layers (model.model.layers[i].{', .'.join(parts)}); "
             f"{type(model).__name__} has none"
         )

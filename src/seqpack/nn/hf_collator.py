@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from seqpack.data.derived import lm_labels, segments
+from seqpack.errors import UserError
 from seqpack.nn.hf_padding_free import flat_inputs, flatten
 from seqpack.nn.losses import IGNORE_INDEX
 from seqpack.nn.masks import position_ids
@@ -54,7 +55,7 @@ class PackedCollator:
 
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if not rows:
-            raise ValueError("PackedCollator got an empty batch")
+            raise UserError("PackedCollator got an empty batch")
         batch = self._columns(rows)
         seg = batch["segment_ids"]
         labels = batch.get("labels", torch.where(seg > 0, batch["input_ids"], IGNORE_INDEX))
@@ -83,7 +84,7 @@ class PackedCollator:
         derivable = {"position_ids", "num_sequences"} <= have
         missing = {"input_ids", "segment_ids"} - have - ({"segment_ids"} if derivable else set())
         if missing:
-            raise ValueError(
+            raise UserError(
                 f"rows lack {', '.join(sorted(missing))}: give items of seqpack.data.PackedDataset; under "
                 "transformers' Trainer or TRL's SFTTrainer pass remove_unused_columns=False in its "
                 "arguments, which otherwise drops the columns the model's forward does not name"

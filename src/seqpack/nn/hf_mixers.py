@@ -50,6 +50,8 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
+
 #: parameters that only a recurrent or state-space layer owns: Mamba's and gated linear attention's
 #: ``A_log`` and ``dt_bias``, RWKV's ``time_decay`` and ``time_first``
 STATE_PARAMETERS = ("A_log", "dt_bias", "time_decay", "time_first")
@@ -173,7 +175,7 @@ def _scatter(parts: list[torch.Tensor], plan: Any, shape: tuple[int, int]) -> to
 def _refuse_boundaries(module: torch.nn.Module, kwargs: dict[str, Any]) -> None:
     given = [k for k in ROW_BOUNDARIES if kwargs.get(k) is not None]
     if given:
-        raise ValueError(
+        raise UserError(
             f"{type(module).__name__} carries state along the sequence and was called on a packed row "
             f"({', '.join(given)}) without its documents; run the model through seqpack "
             "(seqpack.nn.hf_adapter.packed_forward, seqpack.rl, attach_packed_attention), which gives every "
@@ -192,12 +194,12 @@ def _packed_call(
         hidden = kwargs.pop("hidden_states")
     held = sorted(k for k in CACHES if kwargs.get(k) is not None)
     if held:
-        raise ValueError(
+        raise UserError(
             f"{type(module).__name__} runs packed rows without a cache, and got {', '.join(held)}: call the model "
             "with use_cache=False (a packed row's cache would hold its last document's state only)"
         )
     if tuple(hidden.shape[:2]) != docs.shape:
-        raise ValueError(
+        raise UserError(
             f"{type(module).__name__} got rows of shape {tuple(hidden.shape[:2])} inside documents of rows "
             f"{docs.shape}: a packed call must give the documents of the rows the model runs"
         )
@@ -207,7 +209,7 @@ def _packed_call(
         return _zero_padding(original(hidden, *args, **kwargs), docs)
     bad = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
     if bad:
-        raise ValueError(f"{type(module).__name__} takes tensors by position; seqpack cannot tell which are per token")
+        raise UserError(f"{type(module).__name__} takes tensors by position; seqpack cannot tell which are per token")
     tokens = {k: _gather(v, docs.plan) for k, v in kwargs.items() if _per_token(v, docs.shape)}
     pairs = {  # per-token tuples, such as rotary (cos, sin)
         k: [_gather(x, docs.plan) for x in v]
@@ -232,7 +234,7 @@ def _packed_call(
             else None
             for j in range(len(first))
         )
-    raise ValueError(f"{type(module).__name__} returns {type(first).__name__}; seqpack cannot scatter it back")
+    raise UserError(f"{type(module).__name__} returns {type(first).__name__}; seqpack cannot scatter it back")
 
 
 def _zero_padding(out: Any, docs: Documents) -> Any:

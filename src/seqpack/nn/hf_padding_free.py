@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
 from seqpack.nn.hf_support import PADDING_FREE, UNPACKED, VARLEN_IMPL, require_documents
 from seqpack.nn.masks import cu_seqlens, max_seqlen, position_ids, unpad_index
 
@@ -114,12 +115,12 @@ def varlen_attention_forward(
     B, Hq, n, d = query.shape
     cu, m = kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q")
     if (cu is None or m is None) and _PACKED_CALL.get():
-        raise ValueError(
+        raise UserError(
             f"{type(module).__name__} does not hand cu_seq_lens_q to its attention, so the padding-free "
             "form would attend across documents; load the model with attn_implementation='sdpa' or 'eager'"
         )
     if attention_mask is not None and _PACKED_CALL.get():  # transformers makes none for it: the model's own
-        raise ValueError(
+        raise UserError(
             f"{type(module).__name__} hands its attention a mask of its own making (a computed bias or "
             "dynamic mask), which the padding-free form does not compute; " + UNPACKED
         )
@@ -131,7 +132,7 @@ def varlen_attention_forward(
     if cu is None or m is None:  # a plain batch: every row is one unpadded sequence (as flash_attention_2)
         cu, m = torch.arange(0, B * n + 1, n, device=query.device, dtype=torch.int32), n
     if dropout and module.training:
-        raise ValueError(f"{VARLEN_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
+        raise UserError(f"{VARLEN_IMPL} has no attention dropout; set attention_dropout=0 in the model config")
     causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
     scale = d**-0.5 if scaling is None else float(scaling)
     from seqpack.nn.hf_attention import layer_attention
@@ -148,7 +149,7 @@ def varlen_attention_forward(
     half = query.dtype in (torch.float16, torch.bfloat16) or (query.is_cuda and torch.is_autocast_enabled("cuda"))
     fast = query.is_cuda and half and fn is not None
     if fast and layer.features() - {"window"}:
-        raise ValueError(
+        raise UserError(
             f"{VARLEN_IMPL}'s kernel cannot compute this layer's {' and '.join(sorted(layer.features() - {'window'}))}; "
             "load the model with attn_implementation='seqpack_packed'"
         )

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
 from seqpack.nn.hf_mixers import STATE_PARAMETERS, current_documents, documents, find_mixers, install_mixers, prepared
 
 #: what a refusal tells the user to run: ``seqpack train`` (its ``--padded`` baseline included, which
@@ -157,7 +158,7 @@ def require_documents(module: Any, *, route: str) -> None:
     way in to name (`seqpack.nn.hf_attention`'s plan by hand, `seqpack.nn.hf_padding_free`'s rows)."""
     state = state_layer_kinds(getattr(module, "config", None))
     if state and current_documents() is None:
-        raise ValueError(
+        raise UserError(
             f"{type(module).__name__}'s model also has {', '.join(state)} layers, which carry state from one "
             "packed document into the next unless seqpack gives them their documents: run it through "
             f"seqpack.nn.hf_adapter.packed_forward or seqpack.rl, {route}"
@@ -292,7 +293,7 @@ def check_packable(model: Any) -> Support:
     """`packing_support`, raising its refusal (a ``ValueError``, one line)."""
     support = packing_support(model)
     if support.refusal is not None:
-        raise ValueError(support.refusal)
+        raise UserError(support.refusal)
     return support
 
 
@@ -301,7 +302,7 @@ def prepare_packed(model: Any) -> Support:
     state along the sequence reads the documents of each packed call (`seqpack.nn.hf_mixers`)."""
     support = check_packable(model)
     if support.masked and attention_route(model) != "mask":
-        raise ValueError(
+        raise UserError(
             f"{type(getattr(model, '_orig_mod', model)).__name__}'s {', '.join(support.masked)} layers read the "
             "attention mask themselves; load the model with attn_implementation='sdpa' or 'eager'"
         )

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.errors import UserError
 from seqpack.nn.cross_entropy import token_cross_entropy
 from seqpack.nn.masks import check_depth
 
@@ -32,12 +33,12 @@ PADDING_TARGET = "labels has a target (not -100) on a padding token (segment 0)"
 
 def check_reduction(reduction: str) -> None:
     if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {'|'.join(REDUCTIONS)}, got {reduction!r}")
+        raise UserError(f"reduction must be one of {'|'.join(REDUCTIONS)}, got {reduction!r}")
 
 
 def _check_same(a: torch.Tensor, an: str, b: torch.Tensor, bn: str, dims: int) -> None:
     if tuple(a.shape[:dims]) != tuple(b.shape[:dims]):
-        raise ValueError(f"{an} {tuple(a.shape)} and {bn} {tuple(b.shape)} must agree in their first {dims} dims")
+        raise UserError(f"{an} {tuple(a.shape)} and {bn} {tuple(b.shape)} must agree in their first {dims} dims")
 
 
 def _binned(losses: torch.Tensor, slots: torch.Tensor, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,7 +118,7 @@ def _aligned_slot_sums(
     B, T = target.shape
     has = target != IGNORE_INDEX
     if bool((has & (seg == 0)).any()):
-        raise ValueError(PADDING_TARGET)
+        raise UserError(PADDING_TARGET)
     ce = token_cross_entropy(logits.reshape(B * T, -1), target.reshape(-1))  # (B*T,) float32, 0 where no target
     rows = torch.arange(B, device=target.device)[:, None]
     slots = torch.where(has, rows * D + seg - 1, B * D).reshape(-1)
@@ -136,7 +137,7 @@ def _token_slot_losses(
     """Logits already gathered at the N target tokens: (N, V), targets (N,), rows/segs (N,)."""
     D = check_depth(segment_ids, max_depth)
     if segs.numel() and int(segs.min()) < 1:
-        raise ValueError(PADDING_TARGET)
+        raise UserError(PADDING_TARGET)
     ce = token_cross_entropy(logits, targets)  # (N,) float32
     total, count = _binned(ce, rows * D + segs - 1, batch * D)
     present = count > 0
@@ -198,7 +199,7 @@ def slot_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torc
     """Classification / NSP over slots: ``logits`` (B, D, C), ``labels`` (B, D) with -100 in
     empty slots. Returns ``(mean loss over real slots, per-slot loss (B, D))``."""
     if logits.ndim != 3 or labels.shape != logits.shape[:2]:
-        raise ValueError(
+        raise UserError(
             f"logits must be (B, D, C) and labels (B, D); got {tuple(logits.shape)} and {tuple(labels.shape)}"
         )
     per = F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none")
@@ -210,7 +211,7 @@ def multilabel_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.
     slots. Mean over real sequences x labels; also returns the per-slot mean (B, D), 0 in
     empty slots."""
     if logits.shape != targets.shape or logits.ndim != 3:
-        raise ValueError(
+        raise UserError(
             f"logits and targets must both be (B, D, C); got {tuple(logits.shape)} and {tuple(targets.shape)}"
         )
     present = (targets != IGNORE_INDEX).all(dim=-1)  # (B, D)
@@ -227,7 +228,7 @@ def qa_logits(
     other sequences' tokens, a known pitfall)."""
     for name, x in (("start_logits", start_logits), ("end_logits", end_logits)):
         if x.shape != segment_ids.shape:
-            raise ValueError(f"{name} {tuple(x.shape)} must have the shape of segment_ids {tuple(segment_ids.shape)}")
+            raise UserError(f"{name} {tuple(x.shape)} must have the shape of segment_ids {tuple(segment_ids.shape)}")
     check_depth(segment_ids, max_depth)
     slot = torch.arange(1, max_depth + 1, device=segment_ids.device)
     inside = segment_ids[:, None, :] == slot[None, :, None]  # (B, D, T)
@@ -244,7 +245,7 @@ def qa_loss(
     """SQuAD loss per slot, ``(CE(start) + CE(end)) / 2``, positions in row coordinates
     (B, D) with -100 in empty slots. Returns ``(mean over real slots, per slot (B, D))``."""
     if start_positions.shape != start_slots.shape[:2] or end_positions.shape != start_positions.shape:
-        raise ValueError(
+        raise UserError(
             f"start/end_positions {tuple(start_positions.shape)}/{tuple(end_positions.shape)} must be (B, D) "
             f"of the slot logits {tuple(start_slots.shape)}"
         )

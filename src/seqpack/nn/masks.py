@@ -28,14 +28,16 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
+
 
 def _check_2d(x: torch.Tensor, name: str) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor (B, T), got {type(x).__name__}")
     if x.ndim != 2:
-        raise ValueError(f"{name} must be 2-D (B, T), got shape {tuple(x.shape)}")
+        raise UserError(f"{name} must be 2-D (B, T), got shape {tuple(x.shape)}")
     if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integers, got dtype {x.dtype}")
+        raise UserError(f"{name} must hold integers, got dtype {x.dtype}")
 
 
 def check_segment_ids(segment_ids: torch.Tensor, *, name: str = "segment_ids") -> None:
@@ -45,7 +47,7 @@ def check_segment_ids(segment_ids: torch.Tensor, *, name: str = "segment_ids") -
     >>> check_segment_ids(torch.tensor([[1, 0, 2, 2]]))
     Traceback (most recent call last):
     ...
-    ValueError: segment_ids row 0 is not contiguous runs 1..k followed by 0s: position 2 goes from 0 to 2
+    seqpack.errors.UserError: segment_ids row 0 is not contiguous runs 1..k followed by 0s: position 2 goes from 0 to 2
     """
     _check_2d(segment_ids, name)
     if segment_ids.shape[1] == 0:
@@ -58,7 +60,7 @@ def check_segment_ids(segment_ids: torch.Tensor, *, name: str = "segment_ids") -
     if bool(bad.any()):
         b, t = (int(v) for v in bad.nonzero()[0])
         what = f"starts at {int(s[b, 0])}" if t == 0 else f"goes from {int(s[b, t - 1])} to {int(s[b, t])}"
-        raise ValueError(f"{name} row {b} is not contiguous runs 1..k followed by 0s: position {t} {what}")
+        raise UserError(f"{name} row {b} is not contiguous runs 1..k followed by 0s: position {t} {what}")
 
 
 def position_ids(segment_ids: torch.Tensor, *, start: int = 0) -> torch.Tensor:
@@ -116,7 +118,7 @@ def attention_mask(
     if dtype == torch.bool:
         return allowed
     if not dtype.is_floating_point:
-        raise ValueError(f"attention_mask dtype must be torch.bool or a float dtype, got {dtype}")
+        raise UserError(f"attention_mask dtype must be torch.bool or a float dtype, got {dtype}")
     zero = torch.zeros((), dtype=dtype, device=s.device)
     return torch.where(allowed, zero, torch.finfo(dtype).min)
 
@@ -232,7 +234,7 @@ def row_runs(segment_ids: torch.Tensor, *, pad_block: int = PAD_BLOCK) -> torch.
     """
     _check_2d(segment_ids, "segment_ids")
     if pad_block < 1:
-        raise ValueError(f"pad_block must be at least 1, got {pad_block}")
+        raise UserError(f"pad_block must be at least 1, got {pad_block}")
     s = segment_ids
     B, T = s.shape
     if B * T == 0:
@@ -260,7 +262,7 @@ def check_depth(segment_ids: torch.Tensor, max_depth: int | None) -> int:
     if max_depth is None:
         return depth
     if depth > max_depth:
-        raise ValueError(
+        raise UserError(
             f"segment_ids has a row with {depth} sequences but the head has max_depth={max_depth} slots; "
             "pack with a smaller --max-depth or build the head with more slots"
         )
@@ -313,7 +315,7 @@ def block_mask(
 
     seg, br = segment_ids, branch_ids
     if (window is not None or chunk is not None) and positions is None:
-        raise ValueError("block_mask: a window or a chunk needs the tokens' positions")
+        raise UserError("block_mask: a window or a chunk needs the tokens' positions")
     pos = positions if positions is not None else segment_ids  # read only under a window or a chunk
 
     def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:

@@ -25,13 +25,15 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from seqpack.errors import UserError
+
 LR_RULES = ("none", "linear", "sqrt")
 
 
 def _check_factor(packing_factor: float) -> float:
     p = float(packing_factor)
     if not math.isfinite(p) or p < 1.0:
-        raise ValueError(f"packing_factor must be a finite number >= 1 (sequences per pack), got {packing_factor}")
+        raise UserError(f"packing_factor must be a finite number >= 1 (sequences per pack), got {packing_factor}")
     return p
 
 
@@ -41,7 +43,7 @@ def adjust_betas(betas: tuple[float, float], packing_factor: float) -> tuple[flo
     b1, b2 = betas
     for name, b in (("beta1", b1), ("beta2", b2)):
         if not 0.0 <= b < 1.0:
-            raise ValueError(f"{name} must be in [0, 1), got {b}")
+            raise UserError(f"{name} must be in [0, 1), got {b}")
     return (b1**p, b2**p)
 
 
@@ -49,7 +51,7 @@ def packed_learning_rate(lr: float, packing_factor: float, *, rule: str = "none"
     """``lr`` unchanged (the paper's advice), ``* p`` (linear) or ``* sqrt(p)``."""
     p = _check_factor(packing_factor)
     if rule not in LR_RULES:
-        raise ValueError(f"rule must be one of {'|'.join(LR_RULES)}, got {rule!r}")
+        raise UserError(f"rule must be one of {'|'.join(LR_RULES)}, got {rule!r}")
     return lr * {"none": 1.0, "linear": p, "sqrt": math.sqrt(p)}[rule]
 
 
@@ -57,7 +59,7 @@ def packed_accumulation(accumulation: int, packing_factor: float) -> int:
     """Accumulation steps that keep the sequences per optimiser step on average (>= 1)."""
     p = _check_factor(packing_factor)
     if accumulation < 1:
-        raise ValueError(f"accumulation must be >= 1, got {accumulation}")
+        raise UserError(f"accumulation must be >= 1, got {accumulation}")
     return max(1, round(accumulation / p))
 
 
@@ -81,14 +83,14 @@ class Lamb(torch.optim.Optimizer):
         max_trust: float = 10.0,
     ) -> None:
         if lr <= 0:
-            raise ValueError(f"lr must be > 0, got {lr}")
+            raise UserError(f"lr must be > 0, got {lr}")
         if eps <= 0:
-            raise ValueError(f"eps must be > 0, got {eps}")
+            raise UserError(f"eps must be > 0, got {eps}")
         if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+            raise UserError(f"weight_decay must be >= 0, got {weight_decay}")
         for i, b in enumerate(betas):
             if not 0.0 <= b < 1.0:
-                raise ValueError(f"betas[{i}] must be in [0, 1), got {b}")
+                raise UserError(f"betas[{i}] must be in [0, 1), got {b}")
         defaults = {
             "lr": lr,
             "betas": betas,
@@ -111,7 +113,7 @@ class Lamb(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 if p.grad.is_sparse:
-                    raise ValueError("Lamb does not take sparse gradients")
+                    raise UserError("Lamb does not take sparse gradients")
                 state = self.state[p]
                 if not state:
                     state["step"] = 0

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from seqpack.errors import UserError
 from seqpack.nn.losses import IGNORE_INDEX
 
 CHOSEN, REJECTED = 1, 2
@@ -144,13 +145,13 @@ class PreferenceLoss:
 
     def __post_init__(self) -> None:
         if self.kind not in LOSSES:
-            raise ValueError(f"preference loss must be one of {'|'.join(LOSSES)}, got {self.kind!r}")
+            raise UserError(f"preference loss must be one of {'|'.join(LOSSES)}, got {self.kind!r}")
         if not (self.beta > 0 and math.isfinite(self.beta)):
-            raise ValueError(f"beta must be a finite number > 0, got {self.beta}")
+            raise UserError(f"beta must be a finite number > 0, got {self.beta}")
         if not math.isfinite(self.gamma):
-            raise ValueError(f"gamma must be a finite number, got {self.gamma}")
+            raise UserError(f"gamma must be a finite number, got {self.gamma}")
         if not 0.0 <= self.label_smoothing < 0.5:
-            raise ValueError(f"label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
+            raise UserError(f"label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
 
     @property
     def needs_reference(self) -> bool:
@@ -170,7 +171,7 @@ class PreferenceLoss:
         b, ls = self.beta, self.label_smoothing
         if self.needs_reference:
             if reference is None:
-                raise ValueError(
+                raise UserError(
                     f"the {self.kind} loss needs the reference model's log-probabilities "
                     "(ref_chosen_logps / ref_rejected_logps)"
                 )
@@ -195,7 +196,7 @@ class PreferenceLoss:
             log_odds = (mc - mr) - (torch.log1p(-torch.exp(mc)) - torch.log1p(-torch.exp(mr)))
             loss = -mc - b * F.logsigmoid(log_odds)
         else:
-            raise ValueError(f"the {self.kind} loss scores responses with a reward head; call bradley_terry")
+            raise UserError(f"the {self.kind} loss scores responses with a reward head; call bradley_terry")
         return loss, b * mc.detach(), b * mr.detach()
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqpack.errors import UserError
 from seqpack.packing.histogram import check_lengths, check_max_len_for, round_up
 from seqpack.packing.plan import DEFAULT_ALGORITHM, check_max_depth, plan
 from seqpack.packing.plan_types import PackingPlan
@@ -74,12 +75,12 @@ def assign(p: PackingPlan, lengths: np.ndarray, *, seed: int = 0) -> Packing:
     within = np.arange(offsets[-1]) - offsets[slot_pack]
     slot_len = flat[strat_start[pack_strategy[slot_pack]] + within]
     if slot_len.size != lengths.size:
-        raise ValueError(f"plan holds {slot_len.size} sequences, lengths has {lengths.size}")
+        raise UserError(f"plan holds {slot_len.size} sequences, lengths has {lengths.size}")
     shuffled = rng.permutation(lengths.size)  # random order among equal lengths
     seq_order = shuffled[np.argsort(_sort_key(lengths[shuffled]), kind="stable")]
     slot_order = np.argsort(_sort_key(slot_len), kind="stable")
     if not np.array_equal(slot_len[slot_order], lengths[seq_order]):
-        raise ValueError("the plan does not cover these lengths exactly (was it made from their histogram?)")
+        raise UserError("the plan does not cover these lengths exactly (was it made from their histogram?)")
     sequence_index = np.empty(lengths.size, dtype=np.int64)
     sequence_index[slot_order] = seq_order
     return Packing(offsets.astype(np.int64), sequence_index, lengths, p)
@@ -104,10 +105,10 @@ def pack_lengths(
     """
     arr = check_lengths(lengths, max_len)
     if not arr.size:
-        raise ValueError("no sequences to pack (lengths is empty)")
+        raise UserError("no sequences to pack (lengths is empty)")
     depth = check_max_depth(max_depth)
     if isinstance(round_to, bool) or not isinstance(round_to, (int, np.integer)) or round_to < 1 or max_len % round_to:
-        raise ValueError(f"round_to must be an int >= 1 dividing max_len={max_len}, got {round_to!r}")
+        raise UserError(f"round_to must be an int >= 1 dividing max_len={max_len}, got {round_to!r}")
     planned = arr if round_to == 1 else round_up(arr, round_to).astype(arr.dtype)
     check_max_len_for(max_len, int(planned.sum()))  # before the max_len-sized histogram
     h = np.bincount(planned - 1, minlength=max_len).astype(np.int64)

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from seqpack.errors import UserError
+
 
 @dataclass(frozen=True, kw_only=True)
 class RowCost:
@@ -41,7 +43,7 @@ class RowCost:
 
     def __post_init__(self) -> None:
         if min(self.per_token, self.per_square, self.per_sequence) < 0:
-            raise ValueError("RowCost coefficients must be >= 0")
+            raise UserError("RowCost coefficients must be >= 0")
 
     @classmethod
     def from_flops(
@@ -90,11 +92,11 @@ def load_row_cost(path: str | os.PathLike[str]) -> RowCost:
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(
+        raise UserError(
             f"--cost {path}: cannot read a cost file ({e}); write one with seqpack bench --calibrate --out FILE"
         ) from e
     if not isinstance(doc, dict) or doc.get("format") != COST_FORMAT:
-        raise ValueError(f"--cost {path}: not a seqpack cost file; write one with seqpack bench --calibrate --out FILE")
+        raise UserError(f"--cost {path}: not a seqpack cost file; write one with seqpack bench --calibrate --out FILE")
     return RowCost(
         per_token=float(doc["per_token"]),
         per_square=float(doc["per_square"]),
@@ -119,7 +121,7 @@ def fit_row_cost(
     X = np.stack([np.asarray(a, np.float64) for a in (tokens, squares, sequences)], axis=1)  # (R, 3)
     y = np.asarray(seconds, np.float64)
     if X.shape[0] < 3 or (y <= 0).any():
-        raise ValueError("fit_row_cost needs at least 3 rows with positive times")
+        raise UserError("fit_row_cost needs at least 3 rows with positive times")
     w = 1.0 / y  # relative error: each row's residual divided by its own time
     best: tuple[float, np.ndarray] | None = None
     for mask in range(1, 8):
@@ -165,9 +167,9 @@ def _check(world: int, micro_batch: int, packs: int | None = None) -> None:
     as large as the packs, whatever the arguments."""
     for name, v in (("world", world), ("micro_batch", micro_batch)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            raise UserError(f"{name} must be an int >= 1, got {v!r}")
     if packs and world * micro_batch > packs:  # (no packs: no steps, nothing made)
-        raise ValueError(
+        raise UserError(
             f"{world:,} ranks x {micro_batch:,} packs a step is more than the {packs:,} packs there are: "
             "no step could be filled; lower --world-size or --micro-batch"
         )
@@ -268,7 +270,7 @@ class ScheduleOptions:
     def __post_init__(self) -> None:
         _check(self.world_size, self.micro_batch)
         if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+            raise UserError(f"seed must be >= 0, got {self.seed}")
 
 
 def packing_schedule(

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from seqpack.errors import UserError
+
 OVERFLOW_HINT = "pass --overflow truncate|split|drop"
 
 
@@ -33,9 +35,9 @@ def check_max_len(max_len: object) -> int:
     if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)):
         raise TypeError(f"max_len must be an int, got {type(max_len).__name__}")
     if max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
+        raise UserError(f"max_len must be >= 1, got {max_len}")
     if max_len > MAX_LEN_LIMIT:
-        raise ValueError(f"max_len must be <= {MAX_LEN_LIMIT:,} (positions are int32), got {max_len:,}")
+        raise UserError(f"max_len must be <= {MAX_LEN_LIMIT:,} (positions are int32), got {max_len:,}")
     return int(max_len)
 
 
@@ -54,11 +56,11 @@ def check_max_len_for(max_len: int, tokens: int) -> int:
     >>> check_max_len_for(10**9, 5_000)
     Traceback (most recent call last):
     ...
-    ValueError: --max-len 1,000,000,000 is more than the 5,000 tokens of the whole input (rows would be mostly padding, and memory would grow with --max-len); pass --max-len 5,000 or less
+    seqpack.errors.UserError: --max-len 1,000,000,000 is more than the 5,000 tokens of the whole input (rows would be mostly padding, and memory would grow with --max-len); pass --max-len 5,000 or less
     """
     max_len = check_max_len(max_len)
     if max_len > FREE_MAX_LEN and max_len > tokens:
-        raise ValueError(
+        raise UserError(
             f"--max-len {max_len:,} is more than the {tokens:,} tokens of the whole input (rows would be "
             f"mostly padding, and memory would grow with --max-len); pass --max-len {max(tokens, 1):,} or less"
         )
@@ -90,7 +92,7 @@ def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -
     max_len = check_max_len(max_len)
     arr = np.asarray(lengths)
     if arr.ndim != 1:
-        raise ValueError(f"lengths must be 1-D, got shape {arr.shape}")
+        raise UserError(f"lengths must be 1-D, got shape {arr.shape}")
     if arr.size and arr.dtype == object:  # Python ints past int64 (numpy keeps them as objects)
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in arr):
             raise TypeError(f"lengths must be integers, got dtype {arr.dtype}")
@@ -105,7 +107,7 @@ def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -
     # compared before any cast to int64, which would wrap 2**64 - 1 to -1
     if int(arr.min()) <= 0:
         n_zero = int(np.count_nonzero(arr <= 0))
-        raise ValueError(
+        raise UserError(
             f"{n_zero} sequences have length <= 0 (the first: {int(arr[arr <= 0][0])}); drop empty sequences "
             "before packing"
         )
@@ -113,11 +115,11 @@ def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -
     if longest > max_len:
         n_long = int(np.count_nonzero(arr > max_len))
         if longest > MAX_LEN_LIMIT:
-            raise ValueError(
+            raise UserError(
                 f"{n_long} sequences exceed max_len={max_len}, the longest of length {longest:,}: past any row "
                 f"seqpack packs ({MAX_LEN_LIMIT:,} tokens, positions are int32); check how the lengths were made"
             )
-        raise ValueError(f"{n_long} sequences exceed max_len={max_len}; " + hint.format(longest=longest))
+        raise UserError(f"{n_long} sequences exceed max_len={max_len}; " + hint.format(longest=longest))
     return arr.astype(np.int64)
 
 
@@ -139,7 +141,7 @@ def check_histogram(
     """
     arr = np.asarray(hist)
     if arr.ndim != 1:
-        raise ValueError(f"histogram must be 1-D (counts indexed by length - 1), got shape {arr.shape}")
+        raise UserError(f"histogram must be 1-D (counts indexed by length - 1), got shape {arr.shape}")
     ints = arr.dtype == object and all(isinstance(v, int) and not isinstance(v, bool) for v in arr)
     if (
         arr.size
@@ -152,13 +154,13 @@ def check_histogram(
         raise TypeError(f"histogram counts must be integers, got dtype {arr.dtype}")
     if arr.size and arr.min() < 0:
         n_neg = int(np.count_nonzero(arr < 0))
-        raise ValueError(f"histogram has {n_neg} negative counts; counts must be >= 0")
+        raise UserError(f"histogram has {n_neg} negative counts; counts must be >= 0")
     if arr.size:  # checked before the cast to int64, which would wrap a count past it
         lengths = np.arange(1, arr.size + 1, dtype=np.float64)
         tokens = float(np.dot(arr.astype(np.float64), lengths))
         if tokens > TOKENS_LIMIT:
             top = int(np.argmax(arr.astype(np.float64) * lengths))
-            raise ValueError(
+            raise UserError(
                 f"histogram holds about {tokens:.3g} tokens, past the {TOKENS_LIMIT:.3g} seqpack counts "
                 f"(int64; the largest share: {int(arr[top]):,} sequences of length {top + 1:,}); "
                 "counts are sequences, check how the histogram was made"
@@ -170,12 +172,12 @@ def check_histogram(
             over = int(arr[max_len:].sum())
             if over:
                 longest = int(np.flatnonzero(arr)[-1]) + 1
-                raise ValueError(f"{over} sequences exceed max_len={max_len}; " + hint.format(longest=longest))
+                raise UserError(f"{over} sequences exceed max_len={max_len}; " + hint.format(longest=longest))
             arr = arr[:max_len]
         elif arr.size < max_len:
             arr = np.concatenate([arr, np.zeros(max_len - arr.size, dtype=np.int64)])
     if not allow_empty and not arr.sum():
-        raise ValueError("histogram is empty (no sequences to pack)")
+        raise UserError("histogram is empty (no sequences to pack)")
     return arr
 
 
@@ -224,15 +226,15 @@ def load_npy_1d(path: str | Path, what: str) -> np.ndarray:
     """Read a 1-D ``.npy`` array; errors name the file and say what was expected."""
     p = Path(path)
     if p.is_dir():
-        raise ValueError(f"{p}: a directory; give a .npy file of {what}")
+        raise UserError(f"{p}: a directory; give a .npy file of {what}")
     if not p.is_file():
-        raise ValueError(f"{what.split(' ')[0]} file not found: {p}")
+        raise UserError(f"{what.split(' ')[0]} file not found: {p}")
     try:
         arr = np.load(p, allow_pickle=False)
     except (ValueError, OSError) as e:
-        raise ValueError(f"{p}: not a readable .npy file ({e})") from e
+        raise UserError(f"{p}: not a readable .npy file ({e})") from e
     if arr.ndim != 1:
-        raise ValueError(f"{p}: expected a 1-D array of {what}, got shape {arr.shape}")
+        raise UserError(f"{p}: expected a 1-D array of {what}, got shape {arr.shape}")
     return arr
 
 
@@ -247,7 +249,7 @@ def builtin_histogram(name: str) -> np.ndarray:
     (16279552, 512)
     """
     if name not in BUILTIN_HISTOGRAMS:
-        raise ValueError(f"no built-in histogram {name!r}; built in: {', '.join(BUILTIN_HISTOGRAMS)}")
+        raise UserError(f"no built-in histogram {name!r}; built in: {', '.join(BUILTIN_HISTOGRAMS)}")
     return load_histogram(Path(__file__).parent / "data" / BUILTIN_HISTOGRAMS[name])
 
 
@@ -259,27 +261,27 @@ def load_histogram(path: str | Path, max_len: int | None = None, *, hint: str = 
     filled in), past `MAX_LEN_LIMIT` in any case; the error names the file and the line."""
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"histogram file not found: {p}")
+        raise UserError(f"histogram file not found: {p}")
     suffix = p.suffix.lower()
     if suffix == ".npy":
         arr = load_npy_1d(p, "histogram counts indexed by length - 1")
         try:
             return check_histogram(arr, allow_empty=True)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{p}: {e}") from e
+            raise UserError(f"{p}: {e}") from e
     if suffix == ".csv":
         return _read_csv_histogram(p, max_len, hint)
-    raise ValueError(f"{p}: unknown histogram format {suffix!r}; use .npy (counts) or .csv (length,count)")
+    raise UserError(f"{p}: unknown histogram format {suffix!r}; use .npy (counts) or .csv (length,count)")
 
 
 def _read_csv_histogram(p: Path, max_len: int | None, hint: str) -> np.ndarray:
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"{p}: not a UTF-8 text file") from None
+        raise UserError(f"{p}: not a UTF-8 text file") from None
     rows = list(csv.reader(io.StringIO(text)))
     if not rows or [c.strip().lower() for c in rows[0]] != ["length", "count"]:
-        raise ValueError(f"{p}: expected the header 'length,count' on line 1")
+        raise UserError(f"{p}: expected the header 'length,count' on line 1")
     lengths: list[int] = []
     counts: list[int] = []
     tokens = 0
@@ -287,30 +289,30 @@ def _read_csv_histogram(p: Path, max_len: int | None, hint: str) -> np.ndarray:
         if not row or all(not c.strip() for c in row):
             continue
         if len(row) != 2:
-            raise ValueError(f"{p}:{lineno}: expected 2 fields 'length,count', got {len(row)}")
+            raise UserError(f"{p}:{lineno}: expected 2 fields 'length,count', got {len(row)}")
         try:
             length, count = int(row[0]), int(row[1])
         except ValueError:
-            raise ValueError(f"{p}:{lineno}: length and count must be integers, got {row!r}") from None
+            raise UserError(f"{p}:{lineno}: length and count must be integers, got {row!r}") from None
         if length < 1:
-            raise ValueError(f"{p}:{lineno}: length must be >= 1, got {length}")
+            raise UserError(f"{p}:{lineno}: length must be >= 1, got {length}")
         if count < 0:
-            raise ValueError(f"{p}:{lineno}: count must be >= 0, got {count}")
+            raise UserError(f"{p}:{lineno}: count must be >= 0, got {count}")
         if length > MAX_LEN_LIMIT:
-            raise ValueError(
+            raise UserError(
                 f"{p}:{lineno}: length {length:,} is past any row seqpack packs ({MAX_LEN_LIMIT:,} tokens, "
                 "positions are int32); fix or drop the row"
             )
         if not count:
             continue  # no sequences: nothing to lay out
         if max_len is not None and length > max_len:
-            raise ValueError(
+            raise UserError(
                 f"{p}:{lineno}: {count} sequences exceed max_len={max_len}; "
                 + hint.format(longest=max([length, *lengths]))
             )
         tokens += length * count
         if tokens > TOKENS_LIMIT:
-            raise ValueError(
+            raise UserError(
                 f"{p}:{lineno}: the rows up to here hold {tokens:.3g} tokens, past the {TOKENS_LIMIT:.3g} seqpack "
                 "counts (int64); counts are sequences, check how the file was made"
             )

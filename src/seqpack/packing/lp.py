@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from seqpack.errors import UserError
 from seqpack.packing import solvers
 from seqpack.packing.pricing import price_packs
 
@@ -225,7 +226,7 @@ def maximal_patterns(lengths: np.ndarray, max_len: int, depth: int) -> list[tupl
                 out.append((big, small))
         return out
     if depth != 3:
-        raise ValueError("maximal_patterns enumerates depth <= 3")
+        raise UserError("maximal_patterns enumerates depth <= 3")
     ia, ib = np.triu_indices(len(ls))  # ia <= ib: a = ls[ib] >= b = ls[ia]
     a, b = ls[ib], ls[ia]
     ok = a + b <= max_len

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from seqpack.errors import UserError
 from seqpack.packing import solvers
 
 NNLS_WEIGHT = 0.09
@@ -55,11 +56,11 @@ def nnlshp_packs(hist: np.ndarray, max_len: int, depth: int = 3) -> list[tuple[t
     from scipy.optimize import nnls
 
     if not 1 <= depth <= 3:
-        raise ValueError(f"nnlshp enumerates strategies of at most 3 sequences; got max_depth={depth} (use 'best')")
+        raise UserError(f"nnlshp enumerates strategies of at most 3 sequences; got max_depth={depth} (use 'best')")
     h = np.asarray(hist, dtype=np.int64)
     strategies = exact_sum_strategies(max_len, depth)
     if len(strategies) * max_len > MAX_MATRIX_ENTRIES:
-        raise ValueError(
+        raise UserError(
             f"nnlshp at max_len={max_len}, depth {depth} needs a {max_len}x{len(strategies)} matrix; "
             "use --algorithm best (faster and at least as good)"
         )

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from seqpack.errors import UserError
 from seqpack.packing import solvers
 from seqpack.packing.best import best_packs
 from seqpack.packing.heuristics import lpfhp_packs, spfhp_packs
@@ -45,7 +46,7 @@ def check_max_depth(max_depth: object) -> int | None:
     if isinstance(max_depth, bool) or not isinstance(max_depth, (int, np.integer)):
         raise TypeError(f"max_depth must be an int or None, got {type(max_depth).__name__}")
     if max_depth < 1:
-        raise ValueError(f"max_depth must be >= 1 (or None for no limit), got {max_depth}")
+        raise UserError(f"max_depth must be >= 1 (or None for no limit), got {max_depth}")
     return int(max_depth)
 
 
@@ -69,7 +70,7 @@ def plan(
     sequences over ``max_depth``): no plan has fewer packs (``lp_stop``: "counting bound met").
     """
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+        raise UserError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     depth = check_max_depth(max_depth)
     h = check_histogram(histogram, max_len)  # refuses a max_len that would outgrow the data
     t0 = time.perf_counter()

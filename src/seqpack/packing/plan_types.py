@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from seqpack.errors import UserError
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from typing import Any
@@ -49,18 +51,18 @@ class PackingPlan:
         object.__setattr__(self, "counts", counts)
         object.__setattr__(self, "strategies", strategies)
         if len(strategies) != counts.size:
-            raise ValueError(f"{len(strategies)} strategies but {counts.size} counts")
+            raise UserError(f"{len(strategies)} strategies but {counts.size} counts")
         if counts.size and counts.min() <= 0:
-            raise ValueError("every strategy count must be >= 1")
+            raise UserError("every strategy count must be >= 1")
         if self.max_depth is not None and self.max_depth < 1:
-            raise ValueError(f"max_depth must be >= 1 or None, got {self.max_depth}")
+            raise UserError(f"max_depth must be >= 1 or None, got {self.max_depth}")
         for s in strategies:
             if not s or s[-1] < 1:
-                raise ValueError(f"strategy {s} must hold lengths >= 1")
+                raise UserError(f"strategy {s} must hold lengths >= 1")
             if sum(s) > self.max_len:
-                raise ValueError(f"strategy {s} sums to {sum(s)} > max_len={self.max_len}")
+                raise UserError(f"strategy {s} sums to {sum(s)} > max_len={self.max_len}")
             if self.max_depth is not None and len(s) > self.max_depth:
-                raise ValueError(f"strategy {s} holds {len(s)} sequences > max_depth={self.max_depth}")
+                raise UserError(f"strategy {s} holds {len(s)} sequences > max_depth={self.max_depth}")
 
     # -- sizes -------------------------------------------------------------------------
     @property
@@ -157,7 +159,7 @@ class PackingPlan:
     def from_dict(cls, d: dict[str, Any]) -> PackingPlan:
         version = d.get("format_version")
         if version != PLAN_FORMAT_VERSION:
-            raise ValueError(f"unsupported plan format_version {version!r} (this seqpack reads {PLAN_FORMAT_VERSION})")
+            raise UserError(f"unsupported plan format_version {version!r} (this seqpack reads {PLAN_FORMAT_VERSION})")
         try:
             return cls(
                 strategies=tuple(tuple(s) for s in d["strategies"]),
@@ -169,7 +171,7 @@ class PackingPlan:
                 info=dict(d.get("info", {})),
             )
         except (KeyError, TypeError) as e:
-            raise ValueError(f"malformed plan: missing or bad field {e}") from e
+            raise UserError(f"malformed plan: missing or bad field {e}") from e
 
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON, atomically (temp file, then rename), saying what it is (its ``kind``)."""
@@ -183,7 +185,7 @@ class PackingPlan:
         try:
             d = json.loads(p.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
-            raise ValueError(f"{p}: not a JSON plan ({e})") from e
+            raise UserError(f"{p}: not a JSON plan ({e})") from e
         return cls.from_dict(d)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from seqpack.errors import UserError
 from seqpack.packing.assign import assign
 from seqpack.packing.histogram import check_max_len
 from seqpack.packing.plan import STREAM_ALGORITHM, check_max_depth, plan
@@ -38,9 +39,9 @@ class StreamPacker:
         seed: int = 0,
     ) -> None:
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
-            raise ValueError(f"buffer_size must be an int >= 1, got {buffer_size!r}")
+            raise UserError(f"buffer_size must be an int >= 1, got {buffer_size!r}")
         if not 0.0 <= carry < 1.0:
-            raise ValueError(f"carry must be in [0, 1), got {carry}")
+            raise UserError(f"carry must be in [0, 1), got {carry}")
         max_len = check_max_len(max_len)
         self.max_len, self.buffer_size, self.carry = max_len, buffer_size, carry
         self.max_depth = check_max_depth(max_depth)
@@ -55,7 +56,7 @@ class StreamPacker:
         """Buffer one sequence (key defaults to its position in the stream); return finished packs."""
         length = int(length)
         if not 1 <= length <= self.max_len:
-            raise ValueError(
+            raise UserError(
                 f"sequence length {length} is outside 1..max_len={self.max_len}; pass --overflow truncate|split|drop"
             )
         self._keys.append(self._count if key is None else key)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from seqpack.data.format import WriteOptions
+from seqpack.errors import UserError
 from seqpack.packing.balance import ScheduleOptions
 from seqpack.packing.histogram import check_max_len, round_up
 from seqpack.packing.plan import ALGORITHMS, DEFAULT_ALGORITHM, check_max_depth
@@ -44,15 +45,15 @@ class PackConfig:
         t = get_task(self.task)
         check_max_len(self.max_len)
         if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {'|'.join(ALGORITHMS)}, got {self.algorithm!r}")
+            raise UserError(f"algorithm must be one of {'|'.join(ALGORITHMS)}, got {self.algorithm!r}")
         check_max_depth(self.max_depth)
         if self.position_offset < 0:
-            raise ValueError(f"position_offset must be >= 0, got {self.position_offset}")
+            raise UserError(f"position_offset must be >= 0, got {self.position_offset}")
         cp = self.context_parallel
         if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
-            raise ValueError(f"context_parallel must be an int >= 1, got {cp!r}")
+            raise UserError(f"context_parallel must be an int >= 1, got {cp!r}")
         if self.max_len % (2 * cp) and cp > 1:
-            raise ValueError(
+            raise UserError(
                 f"--context-parallel {cp} splits each row into 2C = {2 * cp} chunks per document: pass a "
                 f"--max-len divisible by {2 * cp} (e.g. {self.max_len - self.max_len % (2 * cp)})"
             )
@@ -117,7 +118,7 @@ class OutputOptions(WriteOptions):
     >>> OutputOptions(compression="brotli")
     Traceback (most recent call last):
     ...
-    ValueError: compression must be one of none|snappy|zstd|lz4|gzip, got 'brotli'
+    seqpack.errors.UserError: compression must be one of none|snappy|zstd|lz4|gzip, got 'brotli'
     """
 
     schedule: ScheduleOptions | None = None

@@ -17,6 +17,7 @@ from itertools import islice
 from typing import Any
 
 from seqpack._parallel import default_workers
+from seqpack.errors import UserError
 
 ENGINES = ("local", "ray")
 
@@ -37,10 +38,10 @@ class LocalEngine:
     def __init__(self, stages: int | None = None) -> None:
         stages = default_stages() if stages is None else stages
         if stages < 1:
-            raise ValueError(f"stages must be >= 1, got {stages}")
+            raise UserError(f"stages must be >= 1, got {stages}")
         cores = default_workers()
         if stages > max(cores, 2):  # each stage in flight holds a shard: memory grows with stages, speed with cores
-            raise ValueError(
+            raise UserError(
                 f"--stages {stages}: more stages than this machine's {cores} core(s) add no speed and "
                 f"hold one shard each in memory; pass --stages {max(cores, 2)} or less"
             )
@@ -82,7 +83,7 @@ class RayEngine:
         try:
             import ray
         except ImportError:
-            raise ValueError("--engine ray needs Ray: pip install 'seqpack[ray]' (or pip install ray)") from None
+            raise UserError("--engine ray needs Ray: pip install 'seqpack[ray]' (or pip install ray)") from None
         self._ray = ray
         self._started = False
         if not ray.is_initialized():
@@ -95,7 +96,7 @@ class RayEngine:
                     ray.init(num_cpus=num_cpus, log_to_driver=False, include_dashboard=False)
             except Exception as e:  # ConnectionError, TimeoutError, ray's own
                 where = f"Ray cluster at {address}" if address else "a local Ray instance"
-                raise ValueError(
+                raise UserError(
                     f"cannot connect to {where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
                 ) from e
             self._started = True
@@ -173,7 +174,7 @@ def _check_reachable(address: str, timeout: float = 3.0) -> None:
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
     except (OSError, ValueError):
-        raise ValueError(
+        raise UserError(
             f"cannot reach a Ray cluster at {address} (no answer within {timeout:.0f} s); "
             "check --ray-address, or leave it out to start a local Ray instance"
         ) from None
@@ -185,8 +186,8 @@ def get_engine(
     """``local`` or ``ray`` (``address``: an existing cluster, e.g. ``ray://head:10001`` or ``auto``)."""
     if name == "local":
         if address:
-            raise ValueError("--ray-address needs --engine ray")
+            raise UserError("--ray-address needs --engine ray")
         return LocalEngine(stages)
     if name == "ray":
         return RayEngine(address, num_cpus=num_cpus)
-    raise ValueError(f"engine must be one of {'|'.join(ENGINES)}, got {name!r}")
+    raise UserError(f"engine must be one of {'|'.join(ENGINES)}, got {name!r}")

@@ -52,6 +52,7 @@ from seqpack.data.format import (
     write_manifest,
 )
 from seqpack.data.sequences import COUNTED_INFO
+from seqpack.errors import UserError
 from seqpack.packing import pack_lengths
 from seqpack.packing.balance import packing_schedule
 from seqpack.packing.plan import preload
@@ -115,7 +116,7 @@ def pack_example_shards(
     ``shard_examples`` is one stage.
     """
     if shard_examples < 1:
-        raise ValueError(f"shard_examples must be >= 1, got {shard_examples}")
+        raise UserError(f"shard_examples must be >= 1, got {shard_examples}")
     files = record_files(source, glob=glob)
     context = sequence_task(config.task).shard_context(files, config)
 
@@ -248,7 +249,7 @@ def _plan(
         np.concatenate([np.diff(np.load(Path(d) / "offsets.npy")) for d in dirs]) if dirs else np.zeros(0, np.int64)
     )
     if lengths.size == 0:
-        raise ValueError("no sequences to pack (every document or example was empty or dropped)")
+        raise UserError("no sequences to pack (every document or example was empty or dropped)")
     packing = pack_lengths(
         lengths,
         config.max_len,

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from seqpack.errors import UserError
+
 
 class Mixture:
     """``sources`` (name -> iterable of examples) mixed by ``weights`` (name -> weight > 0; default equal)."""
@@ -26,14 +28,14 @@ class Mixture:
         self, sources: Mapping[str, Iterable[Any]], *, weights: Mapping[str, float] | None = None, seed: int = 0
     ) -> None:
         if not sources:
-            raise ValueError("a Mixture needs at least one source")
+            raise UserError("a Mixture needs at least one source")
         weights = dict(weights or dict.fromkeys(sources, 1.0))
         unknown = sorted(set(weights) ^ set(sources))
         if unknown:
-            raise ValueError(f"weights and sources must name the same sources; {unknown[0]!r} is in only one")
+            raise UserError(f"weights and sources must name the same sources; {unknown[0]!r} is in only one")
         bad = [k for k, w in weights.items() if not (isinstance(w, (int, float)) and w > 0)]
         if bad:
-            raise ValueError(f"weight of source {bad[0]!r} must be a number > 0, got {weights[bad[0]]!r}")
+            raise UserError(f"weight of source {bad[0]!r} must be a number > 0, got {weights[bad[0]]!r}")
         self.names = tuple(sources)
         self.sources = [sources[n] for n in self.names]
         self.weights = np.array([float(weights[n]) for n in self.names])

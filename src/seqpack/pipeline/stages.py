@@ -32,6 +32,7 @@ from seqpack.data.columns import materialize, segment_dtype
 from seqpack.data.example_table import check_table, rebase, write_part
 from seqpack.data.format import write_parquet_groups
 from seqpack.data.sequences import Sequences, offsets_of
+from seqpack.errors import UserError
 from seqpack.packing import Packing
 from seqpack.store import TokenStore
 from seqpack.tasks import sequence_task
@@ -71,7 +72,7 @@ def sequences_stage(
                 task.build_shard(shard, tokenizer, config, context or {}), task.derived_fields
             )
         except ValueError as e:  # "example i" counts within the shard: say which records it holds
-            raise ValueError(f"examples {doc_base}..{doc_base + len(shard) - 1} of the file: {e}") from e
+            raise UserError(f"examples {doc_base}..{doc_base + len(shard) - 1} of the file: {e}") from e
     with atomic_directory(out, kind=STAGE, overwrite=True) as tmp:
         np.save(tmp / "offsets.npy", seqs.offsets)
         np.save(tmp / "example_ids.npy", seqs.example_ids + doc_base)

@@ -33,6 +33,7 @@ import numpy as np
 
 from seqpack.data.columns import materialize, pack_depth
 from seqpack.data.sequences import Sequences, concat_ranges, offsets_of
+from seqpack.errors import UserError
 from seqpack.packing import ALGORITHMS, STREAM_ALGORITHM, Packing
 from seqpack.packing.assign import assign
 from seqpack.packing.plan import plan
@@ -66,13 +67,13 @@ class StreamConfig:
         for name in ("buffer_size", "world_size", "chunk"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+                raise UserError(f"{name} must be an int >= 1, got {v!r}")
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank must be an int in 0..world_size-1 = 0..{self.world_size - 1}, got {self.rank!r}")
+            raise UserError(f"rank must be an int in 0..world_size-1 = 0..{self.world_size - 1}, got {self.rank!r}")
         if not 0.0 <= self.carry < 1.0:
-            raise ValueError(f"carry must be in [0, 1), got {self.carry}")
+            raise UserError(f"carry must be in [0, 1), got {self.carry}")
         if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {'|'.join(ALGORITHMS)}, got {self.algorithm!r}")
+            raise UserError(f"algorithm must be one of {'|'.join(ALGORITHMS)}, got {self.algorithm!r}")
         self.pack_config()  # the task and its options, checked now
 
     def pack_config(self) -> PackConfig:
@@ -190,7 +191,7 @@ def require_reiterable(examples: Any, what: str) -> None:
     read again (each epoch, by every rank and dataloader worker): a second read of an iterator is
     silently empty. A `PackedStream` read once may take one; `StreamingPackedDataset` may not."""
     if isinstance(examples, Iterator):
-        raise ValueError(
+        raise UserError(
             f"{what} got a one-shot iterator ({type(examples).__name__}), which is empty when read again "
             "(the next epoch, another worker, a resume); pass a list, or an object whose iter() starts "
             "over each time (a class with __iter__, an HF IterableDataset)"
@@ -220,7 +221,7 @@ class PackedStream:
         self.shards = config.world_size if shards is None else shards
         self.shard = config.rank if shard is None else shard
         if not 0 <= self.shard < self.shards:
-            raise ValueError(f"shard {self.shard} is outside 0..{self.shards - 1}")
+            raise UserError(f"shard {self.shard} is outside 0..{self.shards - 1}")
         self.task = sequence_task(config.task)
         self.pack_config = config.pack_config()
         self.context = self.task.stream_context(self.pack_config)
@@ -264,19 +265,19 @@ class PackedStream:
         """Continue from ``state`` (made by `state_dict` of a stream with the same configuration
         and shard); the next iteration yields the rows that followed it."""
         if not isinstance(state, Mapping) or state.get("kind") != STATE_KIND:
-            raise ValueError("not a seqpack stream state (save one with state_dict())")
+            raise UserError("not a seqpack stream state (save one with state_dict())")
         if state.get("format_version") != STATE_VERSION:
-            raise ValueError(f"stream state format {state.get('format_version')}, this seqpack reads {STATE_VERSION}")
+            raise UserError(f"stream state format {state.get('format_version')}, this seqpack reads {STATE_VERSION}")
         mine, saved = self.config.fingerprint(), state.get("config", {})
         diff = sorted(k for k in mine if saved.get(k) != mine[k])
         if diff:
             k = diff[0]
-            raise ValueError(
+            raise UserError(
                 f"the state was saved with {k}={saved.get(k)!r}, this stream has {k}={mine[k]!r}; "
                 "resume with the configuration it was saved with"
             )
         if (state["shard"], state["shards"]) != (self.shard, self.shards):
-            raise ValueError(
+            raise UserError(
                 f"the state is shard {state['shard']} of {state['shards']}, this stream is shard "
                 f"{self.shard} of {self.shards}; resume with the same ranks and dataloader workers"
             )
@@ -339,7 +340,7 @@ class PackedStream:
         at = {} if built is None else {(int(e), int(p)): j for j, (e, p) in enumerate(zip(built.example_ids, pieces))}
         idx = np.array([at.get((int(e), int(p)), -1) for e, p in keys.tolist()], dtype=np.int64)
         if built is None or (idx < 0).any() or not np.array_equal(built.lengths[idx], np.asarray(s["carried_lengths"])):
-            raise ValueError(
+            raise UserError(
                 "the stream's examples are not those the state was saved from (the sequences its buffer "
                 "held differ); resume on the same input"
             )

@@ -35,6 +35,7 @@ from seqpack._stages import (
     discard_on_rejection,
     work_dir,
 )
+from seqpack.errors import UserError
 from seqpack.pipeline.engine import LocalEngine
 from seqpack.store.build import build_store
 from seqpack.store.sharded import (
@@ -91,11 +92,11 @@ def build_sharded_store(
     held in memory only while it is being encoded (``2 x`` the engine's window at most).
     """
     if shard_chars < 1:
-        raise ValueError(f"shard_chars must be >= 1, got {shard_chars}")
+        raise UserError(f"shard_chars must be >= 1, got {shard_chars}")
     documents = iter(documents)
     first = next(documents, None)  # nothing at all to read: refused before any output, as train-tokenizer and pack do
     if first is None:
-        raise ValueError(f"{source or 'the input'}: no documents to tokenize (empty input); give files that hold text")
+        raise UserError(f"{source or 'the input'}: no documents to tokenize (empty input); give files that hold text")
     documents = itertools.chain([first], documents)
     engine = engine or LocalEngine()
     out = Path(out)

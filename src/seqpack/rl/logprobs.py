@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from seqpack._ids import check_vocab
+from seqpack.errors import UserError
 from seqpack.nn.branch_states import causal_states
 from seqpack.nn.heads import embedding_rows
 from seqpack.rl.rollouts import PackedRollouts, pack_rollouts, row_length
@@ -54,7 +55,7 @@ def rollout_logprobs(
     """Each completion token's log-probability under ``model`` (and the entropy of the distribution
     that predicts it), in rollout order.  # (N,), (N,) or None"""
     if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+        raise UserError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
     if packed.input_ids.size:  # an id past the embedding table: one line, not torch's IndexError inside the model
         check_vocab(int(packed.input_ids.max()), embedding_rows(model), what="the rollouts")

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from seqpack.errors import UserError
+
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
 
 
@@ -45,13 +47,11 @@ class GRPOLoss:
     def __post_init__(self) -> None:
         if self.loss_type not in LOSS_TYPES:
             hint = "; vespo runs through PackedGRPOTrainer (TRL's own loss)" if self.loss_type == "vespo" else ""
-            raise ValueError(f"loss_type must be one of {'|'.join(LOSS_TYPES)}, got {self.loss_type!r}{hint}")
+            raise UserError(f"loss_type must be one of {'|'.join(LOSS_TYPES)}, got {self.loss_type!r}{hint}")
         if self.importance_sampling_level not in ("token", "sequence"):
-            raise ValueError(
-                f"importance_sampling_level must be token|sequence, got {self.importance_sampling_level!r}"
-            )
+            raise UserError(f"importance_sampling_level must be token|sequence, got {self.importance_sampling_level!r}")
         if self.beta < 0 or self.epsilon < 0 or self.max_completion_length < 1:
-            raise ValueError("beta and epsilon must be >= 0 and max_completion_length >= 1")
+            raise UserError("beta and epsilon must be >= 0 and max_completion_length >= 1")
 
 
 def grpo_loss(
@@ -94,7 +94,7 @@ def grpo_loss(
         per_token = -torch.min(capped * adv, clipped * adv)
     if o.beta != 0.0:
         if ref_logps is None:
-            raise ValueError("beta != 0 needs the reference model's per-token log-probabilities (ref_logps)")
+            raise UserError("beta != 0 needs the reference model's per-token log-probabilities (ref_logps)")
         d = ref_logps - logps
         kl = torch.exp(d) - d - 1
         per_token = per_token + o.beta * (kl * ratio if o.use_bias_correction_kl else kl)
@@ -108,7 +108,7 @@ def grpo_loss(
     if o.loss_type == "luspo":
         return masked.sum(-1).mean() / accumulation
     if num_items_in_batch is None:
-        raise ValueError(
+        raise UserError(
             f"loss_type {o.loss_type} normalises by num_items_in_batch (the generation batch's completion tokens)"
         )
     normalizer = max(float(num_items_in_batch), 1.0) / num_processes * accumulation / steps_per_generation
@@ -124,15 +124,15 @@ def _check_shapes(
 ) -> None:
     """Side data that does not match the log-probabilities' ``(B, T)``: one line naming it."""
     if logps.dim() != 2:
-        raise ValueError(
+        raise UserError(
             f"logps must be (B, T) (TRL's padded completions; seqpack.rl.to_padded), got {tuple(logps.shape)}"
         )
     shape = tuple(logps.shape)
     for name, t in (("mask", mask), ("old_logps", old), ("ref_logps", ref)):
         if t is not None and tuple(t.shape) != shape:
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, logps {shape}; give one value per completion token")
+            raise UserError(f"{name} has shape {tuple(t.shape)}, logps {shape}; give one value per completion token")
     if tuple(advantages.shape) not in ((shape[0],), shape):
-        raise ValueError(
+        raise UserError(
             f"advantages has shape {tuple(advantages.shape)}; give ({shape[0]},), one per completion, "
             f"or {shape}, one per token"
         )

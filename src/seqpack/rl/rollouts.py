@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqpack._ids import token_ids
+from seqpack.errors import UserError
 from seqpack.packing import DEFAULT_ALGORITHM, pack_lengths
 from seqpack.packing.balance import DEFAULT_HIDDEN, RowCost, balanced_steps
 
@@ -113,7 +114,7 @@ class PackedRollouts:
             (2, 2)
         """
         if self.num_rows % world:
-            raise ValueError(
+            raise UserError(
                 f"{self.num_rows} rows cannot be shared evenly by {world} ranks; pack with world_size={world}"
             )
         return balanced_steps(self.row_costs(cost), world=world, micro_batch=1, seed=seed)[:, :, 0]
@@ -130,29 +131,29 @@ def _check(
     prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[Sequence[int]]], max_len: int, layout: str
 ) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
+        raise UserError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2:
-        raise ValueError(f"max_len must be an int >= 2, got {max_len!r}")
+        raise UserError(f"max_len must be an int >= 2, got {max_len!r}")
     if len(prompt_ids) != len(completion_ids):
-        raise ValueError(
+        raise UserError(
             f"{len(prompt_ids)} prompts but {len(completion_ids)} lists of completions; give one list per prompt"
         )
     if not prompt_ids:
-        raise ValueError("no rollouts to pack (no prompts)")
+        raise UserError("no rollouts to pack (no prompts)")
     prompts, groups = [], []
     for i, (p, group) in enumerate(zip(prompt_ids, completion_ids)):
         pa = token_ids(p, what=f"prompt {i}")
         if pa.size == 0:
-            raise ValueError(f"prompt {i} is empty")
+            raise UserError(f"prompt {i} is empty")
         if len(group) == 0:
-            raise ValueError(f"prompt {i} has no completions (an empty group); drop it or give its completions")
+            raise UserError(f"prompt {i} has no completions (an empty group); drop it or give its completions")
         comps = []
         for j, c in enumerate(group):
             ca = token_ids(c, what=f"completion {j} of prompt {i}")
             if ca.size == 0:
-                raise ValueError(f"completion {j} of prompt {i} is empty")
+                raise UserError(f"completion {j} of prompt {i} is empty")
             if pa.size + ca.size > max_len:
-                raise ValueError(
+                raise UserError(
                     f"completion {j} of prompt {i} ({ca.size} tokens) with its prompt ({pa.size}) is "
                     f"{pa.size + ca.size} tokens, over max_len={max_len}; raise max_len or "
                     "truncate the completion"
@@ -193,7 +194,7 @@ def _balanced_rows(sizes: np.ndarray, costs: np.ndarray, max_len: int, rows: int
     cheapest row with token room (LPT under the cap), starting from the fewest multiple of ``world``
     at or above ``rows`` (the token plan's count) and adding ``world`` rows while a unit finds no room."""
     if sizes.size < world:
-        raise ValueError(
+        raise UserError(
             f"{sizes.size} packing units cannot fill a row on each of world_size={world} ranks; "
             "give more rollouts or use fewer ranks"
         )
@@ -213,7 +214,7 @@ def _balanced_rows(sizes: np.ndarray, costs: np.ndarray, max_len: int, rows: int
         else:
             if all(out):
                 return _refine(out, sizes, costs, max_len)
-            raise ValueError(
+            raise UserError(
                 f"{sizes.size} packing units cannot fill {k} rows, one per rank and micro-batch; "
                 "give more rollouts or use fewer ranks"
             )
@@ -304,7 +305,7 @@ def pack_rollouts(
     layout = layout_name(layout, "pack_rollouts")
     prompts, groups = _check(prompt_ids, completion_ids, max_len, layout)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+        raise UserError(f"world_size must be an int >= 1, got {world_size!r}")
     units = _units(prompts, groups, max_len, layout)
     sizes = np.array([prompts[i].size + sum(groups[i][j].size for j in js) for i, js in units], dtype=np.int64)
     packing = pack_lengths(sizes, max_len, algorithm=algorithm, seed=seed)

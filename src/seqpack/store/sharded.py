@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqpack._atomic import read_versioned_json
+from seqpack.errors import UserError
 from seqpack.store.store import SHARDED_KIND, SHARDS, StoreMeta, TokenStore
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class ShardedTokenStore(StoreMeta):
         )
         names = [s.get("name") if isinstance(s, dict) else None for s in self.meta.get("shards", [])]
         if names != [shard_name(i) for i in range(len(names))]:  # each once, in order, inside the store
-            raise ValueError(
+            raise UserError(
                 f"{self.path / SHARDS}: the shards must be listed once each, in order, as "
                 f"shard-00000, shard-00001, ... (found {', '.join(map(str, names[:4]))}"
                 f"{', ...' if len(names) > 4 else ''}); re-run seqpack tokenize"
@@ -99,7 +100,7 @@ class ShardedTokenStore(StoreMeta):
         self.shards = [TokenStore(self.path / s["name"]) for s in self.meta["shards"]]
         for s, spec in zip(self.shards, self.meta["shards"]):
             if len(s) != spec["num_documents"] or s.num_tokens != spec["num_tokens"]:
-                raise ValueError(f"{s.path}: does not match {self.path / SHARDS} (corrupt or replaced shard)")
+                raise UserError(f"{s.path}: does not match {self.path / SHARDS} (corrupt or replaced shard)")
         self.document_bases = np.concatenate([[0], np.cumsum([len(s) for s in self.shards])]).astype(np.int64)
         self.reused: list[str] = []  # shards a resumed job took from its work directory
         self.redone: dict[str, str] = {}  # shards it found there but rebuilt: {name: why}

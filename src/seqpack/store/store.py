@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from seqpack._atomic import OutputKind, atomic_directory, read_versioned_json
+from seqpack.errors import UserError
 
 FORMAT_VERSION = 1
 KIND = "seqpack.token_store"
@@ -36,7 +37,7 @@ _FLUSH_OFFSETS = 1 << 16
 def token_dtype(vocab_size: int) -> np.dtype:
     """The smallest unsigned dtype that holds ids ``0 .. vocab_size - 1``."""
     if vocab_size < 1:
-        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+        raise UserError(f"vocab_size must be >= 1, got {vocab_size}")
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
@@ -96,7 +97,7 @@ class StoreWriter:
         if arr.ndim != 1 or arr.dtype.kind not in "iu":
             raise TypeError(f"a document must be a 1-D array of integer ids, got {arr.dtype} {arr.shape}")
         if int(arr.max()) >= self.vocab_size or int(arr.min()) < 0:
-            raise ValueError(f"document {self.num_documents} has ids outside 0..{self.vocab_size - 1}")
+            raise UserError(f"document {self.num_documents} has ids outside 0..{self.vocab_size - 1}")
         self._write(TOKENS, arr.astype(self.dtype, copy=False).tobytes())
         self.num_tokens += int(arr.size)
         self.num_documents += 1
@@ -117,14 +118,14 @@ class StoreWriter:
         if ids.ndim != 1 or ids.dtype.kind not in "iu" or offsets.ndim != 1 or offsets.size == 0:
             raise TypeError("add_batch takes 1-D integer ids and 1-D offsets (one more than documents)")
         if offsets[0] != 0 or offsets[-1] != ids.size or np.any(np.diff(offsets) < 0):
-            raise ValueError("offsets must rise from 0 to len(ids)")
+            raise UserError("offsets must rise from 0 to len(ids)")
         lengths = np.diff(offsets)
         kept = lengths[lengths > 0]
         self.empty_documents += int(lengths.size - kept.size)
         if kept.size == 0:
             return
         if int(ids.max()) >= self.vocab_size or (ids.dtype.kind == "i" and int(ids.min()) < 0):
-            raise ValueError(f"a document from {self.num_documents} on has ids outside 0..{self.vocab_size - 1}")
+            raise UserError(f"a document from {self.num_documents} on has ids outside 0..{self.vocab_size - 1}")
         self._write(TOKENS, np.ascontiguousarray(ids.astype(self.dtype, copy=False)).data.cast("B"))  # no bytes copy
         self._pending.extend((self.num_tokens + np.cumsum(kept)).tolist())
         self.num_tokens += int(ids.size)
@@ -189,7 +190,7 @@ class StoreMeta:
     def check_tokenizer(self, tokenizer_hash: str) -> None:
         """Raise unless the store was made by the tokenizer with this fingerprint."""
         if tokenizer_hash != self.tokenizer_hash:
-            raise ValueError(
+            raise UserError(
                 f"{self.path}: made with tokenizer {self.tokenizer_hash[:12]}, not the given "
                 f"{tokenizer_hash[:12]} (hash mismatch); pass the tokenizer that made it or re-run seqpack tokenize"
             )
@@ -211,7 +212,7 @@ class TokenStore(StoreMeta):
         self.offsets = _mapped(self.path / OFFSETS, np.dtype(np.int64), n_docs + 1)
         self.tokens = _mapped(self.path / TOKENS, self.dtype, n_tok)
         if n_docs and (self.offsets[0] != 0 or self.offsets[-1] != n_tok or np.any(np.diff(self.offsets) <= 0)):
-            raise ValueError(f"{self.path / OFFSETS}: corrupt (offsets must rise from 0 to {n_tok})")
+            raise UserError(f"{self.path / OFFSETS}: corrupt (offsets must rise from 0 to {n_tok})")
 
     def __len__(self) -> int:
         return int(self.meta["num_documents"])
@@ -227,7 +228,7 @@ class TokenStore(StoreMeta):
             return False
         for name in (TOKENS, OFFSETS):
             if file_checksum(self.path / name) != sums.get(name):
-                raise ValueError(
+                raise UserError(
                     f"{self.path / name}: its bytes changed since seqpack tokenize wrote it (checksum "
                     f"mismatch with {META}); re-run seqpack tokenize to rebuild the store"
                 )
@@ -255,18 +256,18 @@ def _read_meta(path: Path) -> dict[str, Any]:
     )
     for key in ("dtype", "vocab_size", "tokenizer_hash", "num_documents", "num_tokens"):
         if key not in meta:
-            raise ValueError(f"{meta_path}: corrupt (no {key!r})")
+            raise UserError(f"{meta_path}: corrupt (no {key!r})")
     if meta["dtype"] not in ("uint16", "uint32"):
-        raise ValueError(f"{meta_path}: corrupt (dtype {meta['dtype']!r})")
+        raise UserError(f"{meta_path}: corrupt (dtype {meta['dtype']!r})")
     return meta
 
 
 def _mapped(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
     if not path.is_file():
-        raise ValueError(f"{path}: missing from the store")
+        raise UserError(f"{path}: missing from the store")
     size = path.stat().st_size
     if size != count * dtype.itemsize:
-        raise ValueError(f"{path}: {size:,} bytes, expected {count * dtype.itemsize:,} (truncated or corrupt store)")
+        raise UserError(f"{path}: {size:,} bytes, expected {count * dtype.itemsize:,} (truncated or corrupt store)")
     if count == 0:
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r", shape=(count,))

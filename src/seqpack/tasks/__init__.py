@@ -13,11 +13,12 @@ elsewhere (a plugin, a test) joins with `register_task`.
     >>> get_task("ner")
     Traceback (most recent call last):
     ...
-    ValueError: unknown task 'ner'; known: clm|mlm|classification|multilabel|qa|chat|preference|vision
+    seqpack.errors.UserError: unknown task 'ner'; known: clm|mlm|classification|multilabel|qa|chat|preference|vision
 """
 
 from __future__ import annotations
 
+from seqpack.errors import UserError
 from seqpack.tasks import chat, classification, clm, mlm, multilabel, preference, qa
 from seqpack.tasks.base import COMPONENTS, PacksSequences, Task, TaskBase, Trains
 from seqpack.tasks.vision import task as vision
@@ -41,7 +42,7 @@ TASKS: tuple[str, ...] = tuple(REGISTRY)
 def get_task(name: str) -> TaskBase:
     """The registered task ``name``; a ``ValueError`` listing the known tasks otherwise."""
     if name not in REGISTRY:
-        raise ValueError(f"unknown task {name!r}; known: {'|'.join(REGISTRY)}")
+        raise UserError(f"unknown task {name!r}; known: {'|'.join(REGISTRY)}")
     return REGISTRY[name]
 
 
@@ -51,7 +52,7 @@ def sequence_task(name: str) -> PacksSequences:
     task = get_task(name)
     if isinstance(task, PacksSequences):
         return task
-    raise ValueError(f"task {name} has no sequence builder (seqpack.tasks.PacksSequences); the pack job cannot pack it")
+    raise UserError(f"task {name} has no sequence builder (seqpack.tasks.PacksSequences); the pack job cannot pack it")
 
 
 def trained_task(name: str) -> Trains:
@@ -59,7 +60,7 @@ def trained_task(name: str) -> Trains:
     task = get_task(name)
     if isinstance(task, Trains):
         return task
-    raise ValueError(f"task {name} has no model to train (seqpack.tasks.Trains)")
+    raise UserError(f"task {name} has no model to train (seqpack.tasks.Trains)")
 
 
 def register_task(task: TaskBase) -> TaskBase:
@@ -68,7 +69,7 @@ def register_task(task: TaskBase) -> TaskBase:
     if not isinstance(task, TaskBase):
         raise TypeError(f"register_task takes a seqpack.tasks.Task, got {type(task).__name__}")
     if task.name in REGISTRY:
-        raise ValueError(f"task {task.name!r} is already registered")
+        raise UserError(f"task {task.name!r} is already registered")
     REGISTRY[task.name] = task
     return task
 

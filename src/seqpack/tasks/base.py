@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.errors import UserError
 
 if TYPE_CHECKING:
     import torch
@@ -69,7 +70,7 @@ class TaskBase:
         if extra:
             flag = lambda n: "--" + n.replace("_", "-")  # noqa: E731
             have = ", ".join(flag(n) for n in sorted(names)) or "none"
-            raise ValueError(
+            raise UserError(
                 f"{', '.join(flag(n) for n in extra)} does not apply to task {self.name} (its options: {have})"
             )
         return self.options_type(**kw)
@@ -94,7 +95,7 @@ class TaskBase:
         must be this task's."""
 
         def refuse(what: str) -> ValueError:
-            return ValueError(
+            return UserError(
                 f"{where}: the manifest says task {self.name}, but {what} (the manifest was edited); "
                 "re-run seqpack pack with --task " + self.name
             )
@@ -132,13 +133,13 @@ class TaskBase:
         elif isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
             store = TokenStore(source)
         else:
-            raise ValueError(
+            raise UserError(
                 f"task {self.name} reads a token store directory, got {source!r}; make one with seqpack tokenize"
             )
         store.check_tokenizer(tokenizer.fingerprint())
         top = int(store.tokens.max()) if store.num_tokens else -1
         if top >= tokenizer.vocab_size:
-            raise ValueError(
+            raise UserError(
                 f"{store.path}: holds token id {top}, past the tokenizer's {tokenizer.vocab_size} ids "
                 "(a damaged store); re-run seqpack tokenize"
             )
@@ -150,7 +151,7 @@ class TaskBase:
         from seqpack.store.store import META
 
         if isinstance(source, (str, os.PathLike)) and any((Path(source) / f).is_file() for f in (META, SHARDS)):
-            raise ValueError(
+            raise UserError(
                 f"{source} is a token store; task {self.name} reads labelled examples "
                 "(.jsonl or .parquet files, or a folder of them)"
             )
@@ -159,7 +160,7 @@ class TaskBase:
         kind = asked or (self.models[0] if self.models else "bert")
         if kind not in self.models:
             hint = f"use --model {self.models[0]}" if self.models else "seqpack train does not train this task yet"
-            raise ValueError(f"--model {kind} does not train a {self.name} dataset; {hint}")
+            raise UserError(f"--model {kind} does not train a {self.name} dataset; {hint}")
         return kind
 
 
@@ -178,7 +179,7 @@ class PacksSequences(TaskBase, abc.ABC):
         """The lengths of the sequences ``seqpack pack`` makes of a token store's documents
         (``lengths``, ``(n,)``) at ``max_len``: what ``seqpack plan``/``stats`` plan for a store.
         Default: not offered (the task's sequences are not a function of the documents' lengths)."""
-        raise ValueError(
+        raise UserError(
             f"task {self.name}'s sequences are not the store's document lengths; pack the store with "
             f"seqpack pack --task {self.name}, then plan the packed dataset (--histogram PACKED_DIR)"
         )
@@ -236,7 +237,7 @@ class PacksSequences(TaskBase, abc.ABC):
         """The sequences of one chunk of a stream's examples, ``example_ids`` local to the chunk
         (default: `build_shard`: the offline job's sequences of those examples)."""
         if tokenizer is None:
-            raise ValueError(f"task {self.name} tokenizes its examples: pass tokenizer=...")
+            raise UserError(f"task {self.name} tokenizes its examples: pass tokenizer=...")
         return self.build_shard(records, tokenizer, config, context)
 
 
@@ -268,7 +269,7 @@ class Trains(TaskBase, abc.ABC):
 
     def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
         """A transformers model of ``config`` for this task (``kind``: the ``--model`` asked, e.g. reward)."""
-        raise ValueError(
+        raise UserError(
             f"task {self.name} trains seqpack's own models (--model {'|'.join(self.models) or '...'}), not --hf-model"
         )
 
@@ -341,7 +342,7 @@ def num_labels(manifest: Mapping[str, Any]) -> int:
         or cfg.get("num_labels")
     )
     if not n:
-        raise ValueError("the dataset's manifest records no num_labels; re-pack it with --num-labels N")
+        raise UserError("the dataset's manifest records no num_labels; re-pack it with --num-labels N")
     return int(n)
 
 

@@ -30,6 +30,7 @@ from seqpack.data.sequences import (
     offsets_of,
     overflow_error,
 )
+from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
 from seqpack.tasks.base import Task, add_slot_metrics, num_labels, slot_units
 from seqpack.tasks.examples import get_field, special_ids
@@ -68,10 +69,10 @@ def check_label_count(count: int, field: str) -> int:
     >>> check_label_count(10**12, "label")
     Traceback (most recent call last):
     ...
-    ValueError: 1,000,000,000,000 labels (from the ids in field 'label' or --num-labels) is more than 1,048,576, the most one classifier takes; number the labels 0..N-1, or use strings
+    seqpack.errors.UserError: 1,000,000,000,000 labels (from the ids in field 'label' or --num-labels) is more than 1,048,576, the most one classifier takes; number the labels 0..N-1, or use strings
     """
     if count > MAX_LABELS:
-        raise ValueError(
+        raise UserError(
             f"{count:,} labels (from the ids in field {field!r} or --num-labels) is more than {MAX_LABELS:,}, "
             "the most one classifier takes; number the labels 0..N-1, or use strings"
         )
@@ -93,19 +94,19 @@ def label_space(
                 strings.add(x)
             elif isinstance(x, int) and not isinstance(x, bool):
                 if x < 0:
-                    raise ValueError(
+                    raise UserError(
                         f"example {i}: label in field {field!r} is negative; labels must be ints >= 0 or strings"
                     )
                 top = max(top, x)
     if len(kinds) > 1:
-        raise ValueError(
+        raise UserError(
             f"labels in field {field!r} mix {' and '.join(sorted(k.__name__ for k in kinds))}; use all ints or all strings"
         )
     names = sorted(strings) if strings else None
     have = len(names) if names is not None else top + 1
     count = num_labels if num_labels is not None else have
     if have > count:
-        raise ValueError(f"a label id is {have - 1} but num_labels={count}; pass a larger --num-labels")
+        raise UserError(f"a label id is {have - 1} but num_labels={count}; pass a larger --num-labels")
     return names, check_label_count(count, field)
 
 
@@ -124,19 +125,19 @@ def _labels(
         ids = flat
         if any(x < 0 for x in ids):
             i = next(k for k, r in enumerate(raw) if any(x < 0 for x in (r if multilabel else [r])))
-            raise ValueError(f"example {i}: label in field {field!r} is negative; labels must be ints >= 0 or strings")
+            raise UserError(f"example {i}: label in field {field!r} is negative; labels must be ints >= 0 or strings")
     elif kinds <= {str}:
         names = given if given is not None else sorted(set(flat))
         index = {n: k for k, n in enumerate(names)}
         ids = [index[x] for x in flat]
     else:
-        raise ValueError(
+        raise UserError(
             f"labels in field {field!r} mix {' and '.join(sorted(k.__name__ for k in kinds))}; use all ints or all strings"
         )
     top = max(ids, default=-1) + 1 if names is None else len(names)
     c = num_labels if num_labels is not None else top
     if top > c:
-        raise ValueError(f"a label id is {top - 1} but num_labels={c}; pass a larger --num-labels")
+        raise UserError(f"a label id is {top - 1} but num_labels={c}; pass a larger --num-labels")
     check_label_count(c, field)
     if not multilabel:
         return np.asarray(ids, dtype=np.int16 if c < 1 << 15 else np.int64), names, c
@@ -167,7 +168,7 @@ def _read(
         pair = get_field(row, text_pair_field, i, "--text-pair-field") if text_pair_field else None
         label = get_field(row, label_field, i, "--label-field", label_kind)
         if multilabel and not all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in label):
-            raise ValueError(f"example {i}: field {label_field!r} must be a list of ints or strings")
+            raise UserError(f"example {i}: field {label_field!r} must be a list of ints or strings")
         if not text.strip() and not (pair or "").strip():
             dropped["empty"] = dropped.get("empty", 0) + 1
             continue
@@ -208,7 +209,7 @@ def classification_sequences(
     seqs, types, keep = [], [], []
     budget = max_len - (3 if text_pair_field else 2)
     if budget < 1:
-        raise ValueError(f"max_len={max_len} leaves no room for text after [CLS]/[SEP]; raise --max-len")
+        raise UserError(f"max_len={max_len} leaves no room for text after [CLS]/[SEP]; raise --max-len")
     too_long = sum(len(a) + len(b) > budget for a, b in zip(enc_a, enc_b))
     if too_long and overflow == "error":
         raise overflow_error(too_long, max_len, OVERFLOW)
@@ -260,7 +261,7 @@ class ClassificationOptions:
     def __post_init__(self) -> None:
         check_overflow(self.overflow, allowed=("truncate", "drop", "error"))
         if self.num_labels is not None and self.num_labels < 1:
-            raise ValueError(f"num_labels must be >= 1, got {self.num_labels}")
+            raise UserError(f"num_labels must be >= 1, got {self.num_labels}")
         if self.num_labels is not None:
             check_label_count(self.num_labels, self.label_field)
 
@@ -295,7 +296,7 @@ class ClassificationTask(Task):
         """A stream cannot be read ahead for its label set: integer labels and ``num_labels``."""
         o: ClassificationOptions = config.options
         if o.num_labels is None:
-            raise ValueError(
+            raise UserError(
                 f"a stream of {self.name} examples needs num_labels (integer labels): its label set "
                 "cannot be read ahead; pass options={'num_labels': N}"
             )

@@ -38,6 +38,7 @@ from seqpack.data.sequences import (
     offsets_of,
     overflow_error,
 )
+from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
 from seqpack.tasks._lm import add_lm_metrics, count_empty, lm_units
 from seqpack.tasks.base import Task
@@ -191,7 +192,7 @@ def clm_oracle(
             continue
         if len(ids) > max_len:
             if overflow == "error":
-                raise ValueError("too long")
+                raise UserError("too long")
             if overflow == "drop":
                 continue
             if overflow == "truncate":
@@ -205,7 +206,7 @@ def clm_oracle(
 def _token_list(doc: Any, i: int) -> np.ndarray:
     """A document of token ids, checked (`seqpack._ids.token_ids`); a text asks for a tokenizer."""
     if isinstance(doc, (str, bytes)):
-        raise ValueError(
+        raise UserError(
             f"example {i}: a clm stream without a tokenizer reads lists of token ids, got "
             f"{type(doc).__name__}; pass tokenizer=... for texts"
         )
@@ -268,13 +269,13 @@ class CLMTask(Task):
         """The store, and `clm_sequences`'s options."""
         o: CLMOptions = config.options
         if config.max_len < 2:  # each sequence's first token has no target: one token per row learns nothing
-            raise ValueError(f"--max-len {config.max_len} leaves a causal LM no target; pass --max-len 2 or more")
+            raise UserError(f"--max-len {config.max_len} leaves a causal LM no target; pass --max-len 2 or more")
         store = self.open_store(source, tokenizer)
         eos = None
         if o.eos_token:
             eos = tokenizer.token_to_id(o.eos_token)
             if eos is None:
-                raise ValueError(
+                raise UserError(
                     f"tokenizer has no token {o.eos_token!r}; pass --eos-token TOKEN, or --eos-token '' for none"
                 )
         return store, {
@@ -298,7 +299,7 @@ class CLMTask(Task):
             texts = [r if isinstance(r, str) else r.get("text") if isinstance(r, Mapping) else None for r in records]
             bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
             if bad is not None:
-                raise ValueError(
+                raise UserError(
                     f"example {bad}: a clm stream with a tokenizer reads strings or records with a 'text' "
                     f"string, got {type(records[bad]).__name__}"
                 )
@@ -306,7 +307,7 @@ class CLMTask(Task):
             if o.eos_token:
                 eos = tokenizer.token_to_id(o.eos_token)
                 if eos is None:
-                    raise ValueError(
+                    raise UserError(
                         f"tokenizer has no token {o.eos_token!r}; pass options={{'eos_token': ''}} for none"
                     )
         lens = np.array([d.size for d in docs], dtype=np.int64)

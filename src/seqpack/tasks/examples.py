@@ -5,13 +5,15 @@
 >>> get_field({"text": 3}, "text", 4, "--text-field")
 Traceback (most recent call last):
 ...
-ValueError: example 4: field 'text' is int, expected str
+seqpack.errors.UserError: example 4: field 'text' is int, expected str
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+
+from seqpack.errors import UserError
 
 if TYPE_CHECKING:
     from seqpack.tokenizer.types import AnyTokenizer
@@ -23,12 +25,12 @@ def get_field(row: dict[str, Any], name: str, i: int, option: str, kind: type | 
     """``row[name]``, or a ``ValueError`` naming example ``i`` and the option that picks the field."""
     if name not in row:
         keys = ", ".join(sorted(map(str, row))[:8])
-        raise ValueError(f"example {i}: no field {name!r} (fields: {keys}); pass {option} NAME")
+        raise UserError(f"example {i}: no field {name!r} (fields: {keys}); pass {option} NAME")
     v = row[name]
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(v, kinds) or (isinstance(v, bool) and bool not in kinds):
         want = " or ".join(k.__name__ for k in kinds)
-        raise ValueError(f"example {i}: field {name!r} is {type(v).__name__}, expected {want}")
+        raise UserError(f"example {i}: field {name!r} is {type(v).__name__}, expected {want}")
     return v
 
 

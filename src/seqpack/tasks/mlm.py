@@ -35,6 +35,7 @@ from seqpack.data.sequences import (
     label_dtype,
     offsets_of,
 )
+from seqpack.errors import UserError
 from seqpack.packing.histogram import MAX_LEN_LIMIT, check_max_len
 from seqpack.tasks._lm import add_lm_metrics, count_empty, lm_units
 from seqpack.tasks.base import Task, add_slot_metrics, slot_units
@@ -66,15 +67,15 @@ class MLMConfig:
     def __post_init__(self) -> None:
         check_max_len(self.max_len)
         if self.max_len < 5:
-            raise ValueError(f"max_len={self.max_len} is too small for [CLS] A [SEP] B [SEP]; use >= 5")
+            raise UserError(f"max_len={self.max_len} is too small for [CLS] A [SEP] B [SEP]; use >= 5")
         for name in ("mask_prob", "short_seq_prob", "random_next_prob"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {v}")
+                raise UserError(f"{name} must be in [0, 1], got {v}")
         if self.max_predictions is not None and self.max_predictions < 1:
-            raise ValueError(f"max_predictions must be >= 1, got {self.max_predictions}")
+            raise UserError(f"max_predictions must be >= 1, got {self.max_predictions}")
         if not 1 <= self.dupe_factor <= MAX_DUPE_FACTOR:
-            raise ValueError(
+            raise UserError(
                 f"dupe_factor must be >= 1 and at most {MAX_DUPE_FACTOR:,} (each pass is another copy of the "
                 f"corpus, masked anew), got {self.dupe_factor:,}"
             )
@@ -288,7 +289,7 @@ class MLMTask(Task):
         return count_empty(store, mlm_sequences(store, tokenizer, mcfg))
 
     def stream_sequences(self, records: list[Any], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
-        raise ValueError(
+        raise UserError(
             "mlm does not stream: its next-sentence pairs draw segments from the whole corpus; "
             "pack it with seqpack pack (or stream task='clm')"
         )

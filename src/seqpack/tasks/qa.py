@@ -31,6 +31,7 @@ import numpy as np
 
 from seqpack.corpus.records import iter_records
 from seqpack.data.sequences import IGNORE_INDEX, Sequences, id_dtype, offsets_of
+from seqpack.errors import UserError
 from seqpack.packing.histogram import MAX_LEN_LIMIT, check_max_len
 from seqpack.tasks.base import Task, slot_units
 from seqpack.tasks.examples import get_field, special_ids
@@ -46,7 +47,7 @@ def first_answer(answers: Any, i: int, field: str) -> tuple[str, int] | None:
     if isinstance(answers, dict):
         texts, starts = answers.get("text"), answers.get("answer_start")
         if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
-            raise ValueError(f"example {i}: field {field!r} needs lists 'text' and 'answer_start' of equal length")
+            raise UserError(f"example {i}: field {field!r} needs lists 'text' and 'answer_start' of equal length")
         if not texts:
             return None
         text, start = texts[0], starts[0]
@@ -55,12 +56,12 @@ def first_answer(answers: Any, i: int, field: str) -> tuple[str, int] | None:
             return None
         a = answers[0]
         if not isinstance(a, dict) or "text" not in a or "answer_start" not in a:
-            raise ValueError(f"example {i}: each answer in {field!r} needs 'text' and 'answer_start'")
+            raise UserError(f"example {i}: each answer in {field!r} needs 'text' and 'answer_start'")
         text, start = a["text"], a["answer_start"]
     else:
-        raise ValueError(f"example {i}: field {field!r} is {type(answers).__name__}, expected a dict or list")
+        raise UserError(f"example {i}: field {field!r} is {type(answers).__name__}, expected a dict or list")
     if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
-        raise ValueError(f"example {i}: answer text must be a string and answer_start an int")
+        raise UserError(f"example {i}: answer text must be a string and answer_start an int")
     return text, start
 
 
@@ -72,15 +73,15 @@ def answer_tokens(context: str, spans: np.ndarray, text: str, start: int, i: int
     (1, 2)
     """
     if start < 0 or start + len(text) > len(context) or not text:
-        raise ValueError(
+        raise UserError(
             f"example {i}: answer at characters {start}..{start + len(text)} is outside the context ({len(context)} characters)"
         )
     if context[start : start + len(text)] != text:
-        raise ValueError(f"example {i}: answer {text[:40]!r} is not at character {start} of the context")
+        raise UserError(f"example {i}: answer {text[:40]!r} is not at character {start} of the context")
     end = start + len(text)
     overlap = np.flatnonzero((spans[:, 0] < end) & (spans[:, 1] > start))
     if overlap.size == 0:
-        raise ValueError(f"example {i}: no token of the context covers the answer {text[:40]!r}")
+        raise UserError(f"example {i}: no token of the context covers the answer {text[:40]!r}")
     return int(overlap[0]), int(overlap[-1])
 
 
@@ -142,7 +143,7 @@ def qa_sequences(
         qi, ci = qi[:max_question_len], c_arr.tolist()
         room = max_len - len(qi) - 3
         if room <= doc_stride:
-            raise ValueError(
+            raise UserError(
                 f"max_len={max_len} leaves {room} context tokens after the question, not more than doc_stride={doc_stride}; raise --max-len or lower --doc-stride"
             )
         span = None if ans is None else answer_tokens(context, c_spans, ans[0], ans[1], i)
@@ -199,7 +200,7 @@ class QAOptions:
 
     def __post_init__(self) -> None:
         if self.doc_stride < 0 or self.max_question_len < 1:
-            raise ValueError("doc_stride must be >= 0 and max_question_len >= 1")
+            raise UserError("doc_stride must be >= 0 and max_question_len >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from itertools import accumulate
 
+from seqpack.errors import UserError
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from typing import Any
@@ -104,7 +106,7 @@ def string_ids(strings: dict[int, str], vocab: dict[int, bytes], file: str) -> d
         first: dict[str, int] = {}
         for i, key in strings.items():
             if key in first:
-                raise ValueError(
+                raise UserError(
                     f"token {vocab[i]!r} appears twice in the vocab (ids {first[key]} and {i}); "
                     f"{file} cannot hold duplicates"
                 )

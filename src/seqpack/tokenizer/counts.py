@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from seqpack._parallel import map_threads
 from seqpack.corpus.readers import decode_replacing
+from seqpack.errors import UserError
 from seqpack.tokenizer.pretokenize import Chunk, DocChunk, FileChunk, chunk_view
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
@@ -100,7 +101,7 @@ def _add_chunk(counter: Any, chunk: Chunk, errors: str) -> int:
         bad = counter.add_bytes(data)
         if bad >= 0:
             if errors != "replace":
-                raise ValueError(
+                raise UserError(
                     f"{chunk.path}: invalid UTF-8 at byte offset {chunk.start + bad}; "
                     "pass --errors replace (errors='replace') to substitute U+FFFD"
                 )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from seqpack._atomic import OutputKind, atomic_directory
 from seqpack._resources import collector_paused
+from seqpack.errors import UserError
 from seqpack.tokenizer.byte_unicode import (
     gpt2_strings,
     str_to_bytes,
@@ -40,14 +41,14 @@ def _read_text(path: str | os.PathLike[str]) -> str:
     try:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{p}: invalid UTF-8 at byte offset {e.start}") from e
+        raise UserError(f"{p}: invalid UTF-8 at byte offset {e.start}") from e
 
 
 def _decode_token(text: str, where: str) -> bytes:
     try:
         return str_to_bytes(text)
     except KeyError as e:
-        raise ValueError(f"{where}: {text!r} holds {e.args[0]!r}, which is not in GPT-2's byte-to-unicode map") from e
+        raise UserError(f"{where}: {text!r} holds {e.args[0]!r}, which is not in GPT-2's byte-to-unicode map") from e
 
 
 def _decode_tokens(texts: list[str], where: Callable[[int], str]) -> list[bytes]:
@@ -67,19 +68,19 @@ def read_vocab(path: str | os.PathLike[str]) -> dict[int, bytes]:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from e
+        raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from e
     if not isinstance(raw, dict) or not raw:
-        raise ValueError(f"{path}: expected a non-empty JSON object {{token: id}}")
+        raise UserError(f"{path}: expected a non-empty JSON object {{token: id}}")
     ids = list(raw.values())
     if not all(type(i) is int and i >= 0 for i in ids):
         tok, idx = next((t, i) for t, i in raw.items() if type(i) is not int or i < 0)
-        raise ValueError(f"{path}: token {tok!r} has id {idx!r}; ids must be ints >= 0")
+        raise UserError(f"{path}: token {tok!r} has id {idx!r}; ids must be ints >= 0")
     tokens = list(raw)
     vocab = dict(zip(ids, _decode_tokens(tokens, lambda k: f"{path}: token")))
     if len(vocab) < len(ids):
         seen: set[int] = set()
         idx = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]  # set.add returns None: the idiom finds the first repeat
-        raise ValueError(f"{path}: id {idx} is used twice")
+        raise UserError(f"{path}: id {idx} is used twice")
     return vocab
 
 
@@ -92,7 +93,7 @@ def read_merges(path: str | os.PathLike[str]) -> list[tuple[bytes, bytes]]:
     pairs = [lines[n].rstrip("\r").split(" ") for n in numbers]
     for n, parts in zip(numbers, pairs):
         if len(parts) != 2 or not parts[0] or not parts[1]:
-            raise ValueError(
+            raise UserError(
                 f"{path}: line {n + 1}: expected two tokens separated by one space, got {lines[n].rstrip(chr(13))!r}"
             )
     halves = _decode_tokens([h for parts in pairs for h in parts], lambda k: f"{path}: line {numbers[k // 2] + 1}")
@@ -207,7 +208,7 @@ def read_tokenizer_dir(
             expected = meta.get("fingerprint")
             version = int(meta["format_version"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{meta_path}: malformed ({e})") from e
+            raise UserError(f"{meta_path}: malformed ({e})") from e
         if version > FORMAT_VERSION:
-            raise ValueError(f"{meta_path}: format_version {version} is newer than this seqpack reads")
+            raise UserError(f"{meta_path}: format_version {version} is newer than this seqpack reads")
     return read_vocab(d / "vocab.json"), read_merges(d / "merges.txt"), specials, expected

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from seqpack.errors import UserError
 from seqpack.tokenizer.byte_unicode import gpt2_strings, string_ids
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~2 ms of a command's start-up)
@@ -162,7 +163,7 @@ def hf_special_tokens(special_tokens: list[str]) -> dict[str, str]:
     {'bos_token': '<|endoftext|>', 'eos_token': '<|im_end|>', 'pad_token': '<|endoftext|>'}
     """
     if not special_tokens:
-        raise ValueError(
+        raise UserError(
             "a Hugging Face tokenizer directory needs a special token for eos/pad; pass --special-token '<|endoftext|>'"
         )
     text = "<|endoftext|>" if "<|endoftext|>" in special_tokens else special_tokens[0]

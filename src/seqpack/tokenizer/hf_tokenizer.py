@@ -27,6 +27,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from seqpack.errors import UserError
+
 if TYPE_CHECKING:  # numpy is imported where arrays are made: `seqpack encode` needs none (~45 ms)
     import numpy as np
 
@@ -46,9 +48,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from e
+        raise UserError(f"{path}: not valid JSON ({e})") from e
     if not isinstance(d, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        raise UserError(f"{path}: expected a JSON object")
     return d
 
 
@@ -91,14 +93,14 @@ class HFTokenizer:
         d = Path(directory)
         path = d / "tokenizer.json"
         if not path.is_file():
-            raise ValueError(
+            raise UserError(
                 f"{d}: no tokenizer.json; give a directory written by seqpack train-tokenizer or a "
                 "Hugging Face tokenizer directory (tokenizer.save_pretrained(DIR))"
             )
         try:
             hf = RustTokenizer.from_file(str(path))
         except Exception as e:  # tokenizers raises plain Exception on a malformed file
-            raise ValueError(f"{path}: not a tokenizers file ({e})") from e
+            raise UserError(f"{path}: not a tokenizers file ({e})") from e
         config: dict[str, Any] = {}
         for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the config wins
             if (d / name).is_file():
@@ -156,7 +158,7 @@ class HFTokenizer:
         ids = list(ids)
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
-            raise ValueError(f"unknown token id {bad[0]} (vocab has {self.vocab_size} ids)")
+            raise UserError(f"unknown token id {bad[0]} (vocab has {self.vocab_size} ids)")
         return str(self.hf.decode(ids, skip_special_tokens=False))
 
     # ------------------------------------------------------------------ identity
@@ -226,7 +228,7 @@ def open_tokenizer(directory: str | os.PathLike[str]) -> Tokenizer | HFTokenizer
         return HFTokenizer.from_dir(d)
     if (d / "vocab.json").is_file() and (d / "merges.txt").is_file():
         return Tokenizer.load(d)
-    raise ValueError(
+    raise UserError(
         f"{d}: neither a seqpack tokenizer (meta.json, vocab.json, merges.txt) nor a Hugging Face one "
         "(tokenizer.json); make one with seqpack train-tokenizer or tokenizer.save_pretrained(DIR)"
     )

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from seqpack._parallel import default_workers
 from seqpack._resources import collector_paused
+from seqpack.errors import UserError
 from seqpack.tokenizer.pretokenize import doc_chunks, special_pattern, split_words
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~2 ms of a command's start-up)
@@ -185,7 +186,7 @@ class Tokenizer:
             self.special_ids[s] = self._id_of[b]
         missing = [i for i in range(256) if bytes([i]) not in self._id_of]
         if missing:
-            raise ValueError(
+            raise UserError(
                 f"vocab lacks {len(missing)} of the 256 single bytes (e.g. byte {missing[0]}); "
                 "a byte-level BPE vocab must contain every byte"
             )
@@ -208,7 +209,7 @@ class Tokenizer:
         if None in left or None in right or None in made:
             rank = next(r for r in range(len(made)) if None in (left[r], right[r], made[r]))
             a, b = self.merges[rank]
-            raise ValueError(f"merge {rank} ({a!r}, {b!r}) refers to a token missing from the vocab")
+            raise UserError(f"merge {rank} ({a!r}, {b!r}) refers to a token missing from the vocab")
         return left, right, made  # type: ignore[return-value]  # checked above: no None is left
 
     @cached_property
@@ -363,7 +364,7 @@ class Tokenizer:
         try:
             data = b"".join(vocab[i] for i in flat.tolist())
         except KeyError as e:
-            raise ValueError(f"unknown token id {e.args[0]} (vocab has {len(vocab)} ids)") from e
+            raise UserError(f"unknown token id {e.args[0]} (vocab has {len(vocab)} ids)") from e
         return data.decode("utf-8", errors="replace")
 
     # --------------------------------------------------------------- fast path
@@ -394,7 +395,7 @@ class Tokenizer:
         if backend == "python":
             return [self.encode_oracle(t) for t in texts]
         if backend != "native":
-            raise ValueError(f"backend must be 'native', 'python' or 'hf', got {backend!r}")
+            raise UserError(f"backend must be 'native', 'python' or 'hf', got {backend!r}")
         threads, out = workers or default_workers(), []
         if isinstance(texts, (list, tuple)):  # one call: its ids take less memory than the lists made of them
             return self.native.encode_lists(texts, threads)
@@ -542,7 +543,7 @@ class Tokenizer:
             if isinstance(template, str) and template.strip():
                 tok.chat_template = template
         if expected is not None and tok.fingerprint() != expected:
-            raise ValueError(
+            raise UserError(
                 f"{directory}: vocab.json/merges.txt do not match the fingerprint in meta.json (edited or truncated)"
             )
         return tok

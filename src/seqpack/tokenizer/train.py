@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from seqpack._parallel import default_workers
 from seqpack._resources import collector_paused
 from seqpack.corpus.readers import DEFAULT_ERRORS
+from seqpack.errors import UserError
 from seqpack.tokenizer.counts import WordCounts, count_into
 from seqpack.tokenizer.pretokenize import doc_chunks, file_chunks
 
@@ -73,26 +74,26 @@ class BPEConfig:
         object.__setattr__(self, "special_tokens", specials)
         for s in specials:
             if not isinstance(s, str) or not s:
-                raise ValueError(f"special tokens must be non-empty strings, got {s!r}")
+                raise UserError(f"special tokens must be non-empty strings, got {s!r}")
         if len(set(specials)) != len(specials):
-            raise ValueError(f"special tokens must be distinct, got {list(specials)}")
+            raise UserError(f"special tokens must be distinct, got {list(specials)}")
         minimum = 256 + len(specials)
         if self.vocab_size > MAX_VOCAB:
-            raise ValueError(
+            raise UserError(
                 f"vocab_size={self.vocab_size:,} is more than {MAX_VOCAB:,} (token ids are int32); "
                 "pass a smaller --vocab-size"
             )
         if self.vocab_size < minimum:
-            raise ValueError(
+            raise UserError(
                 f"vocab_size={self.vocab_size} is too small: the minimum is {minimum} "
                 f"(256 bytes + {len(specials)} special tokens)"
             )
         if self.workers is not None and self.workers < 1:
-            raise ValueError(f"workers must be >= 1, got {self.workers}")
+            raise UserError(f"workers must be >= 1, got {self.workers}")
         if self.errors not in ("strict", "replace"):
-            raise ValueError(f"errors must be 'strict' or 'replace', got {self.errors!r}")
+            raise UserError(f"errors must be 'strict' or 'replace', got {self.errors!r}")
         if self.chunk_bytes is not None and self.chunk_bytes < 1:
-            raise ValueError(f"chunk_bytes must be >= 1, got {self.chunk_bytes}")
+            raise UserError(f"chunk_bytes must be >= 1, got {self.chunk_bytes}")
 
 
 @dataclass(frozen=True)
@@ -292,7 +293,7 @@ def train_bpe_corpus(
     counts, size = _count_corpus(files, documents, config=config)
     t1 = time.perf_counter()
     if not len(counts):
-        raise ValueError("the corpus is empty: no text to train on (after removing special tokens)")
+        raise UserError("the corpus is empty: no text to train on (after removing special tokens)")
     num_merges = config.vocab_size - 256 - len(config.special_tokens)
     with collector_paused():  # the merges' pairs and the vocab: many containers, no cycle
         specials = len(config.special_tokens)

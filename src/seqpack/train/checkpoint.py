@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from seqpack._atomic import OutputKind, atomic_file
+from seqpack.errors import UserError
 
 KIND = "seqpack.checkpoint"
 FORMAT_VERSION = 1
@@ -117,7 +118,7 @@ def load_checkpoint(
     """The checkpoint in ``run``, checked against what this run builds."""
     path = run / CHECKPOINT
     if not path.is_file():
-        raise ValueError(
+        raise UserError(
             f"--resume: no checkpoint in {run} (nothing to resume); run without --resume to start a new run"
         )
     ck = read_checkpoint(path)
@@ -126,18 +127,18 @@ def load_checkpoint(
             _diff(ck["model"].get("config", {}), model.get("config", {}))
             or f"{ck['model']['class']} vs {model['class']}"
         )
-        raise ValueError(
+        raise UserError(
             f"{path} was saved from another model config ({diff}); resume with the same --model/--size/--hf-model, "
             "or use a new --out"
         )
     if ck["data"] != data:
-        raise ValueError(
+        raise UserError(
             f"{path} was trained on other data ({_diff(ck['data'], data)}); resume with the same --data and --padded"
         )
     mine = {k: v for k, v in options.items() if k not in FREE_OPTIONS}
     theirs = {k: v for k, v in {**ADDED_OPTIONS, **ck["options"]}.items() if k not in FREE_OPTIONS}
     if mine != theirs:
-        raise ValueError(f"{path} was trained with other options ({_diff(theirs, mine)}); resume with the same options")
+        raise UserError(f"{path} was trained with other options ({_diff(theirs, mine)}); resume with the same options")
     return ck
 
 
@@ -147,11 +148,11 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)  # loading never runs the file's code
     except Exception as e:  # torch raises many types for a damaged file
-        raise ValueError(f"{path}: not a readable checkpoint ({e})") from e
+        raise UserError(f"{path}: not a readable checkpoint ({e})") from e
     if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: not a seqpack checkpoint (format {FORMAT_VERSION})")
+        raise UserError(f"{path}: not a seqpack checkpoint (format {FORMAT_VERSION})")
     if "digest" in ck and ck["digest"] != state_digest(_digested(ck)):  # checkpoints before digests carry none
-        raise ValueError(
+        raise UserError(
             f"{path}: its weights or optimiser state do not match the digest saved with them (the file "
             "was damaged or edited); resume from an intact copy, or start again with --overwrite"
         )
@@ -161,7 +162,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())
     ]
     if bad:
-        raise ValueError(
+        raise UserError(
             f"{path}: {bad[0]} holds NaN or inf values; resume from an earlier checkpoint, "
             "or start again with --overwrite"
         )
@@ -194,5 +195,5 @@ class MetricsLog:
 def read_metrics(run: str | os.PathLike[str]) -> list[dict[str, Any]]:
     p = Path(run) / METRICS
     if not p.is_file():
-        raise ValueError(f"{run}: no {METRICS} (not a seqpack training run)")
+        raise UserError(f"{run}: no {METRICS} (not a seqpack training run)")
     return [json.loads(ln) for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seqpack._parallel import default_workers
+from seqpack.errors import UserError
 from seqpack.nn.attention import BACKENDS
 from seqpack.nn.losses import REDUCTIONS
 from seqpack.nn.models.common import SIZES
@@ -165,14 +166,14 @@ class TrainConfig:
     def __post_init__(self) -> None:
         def one_of(name: str, allowed: tuple[str, ...]) -> None:
             if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {'|'.join(allowed)}, got {getattr(self, name)!r}")
+                raise UserError(f"{name} must be one of {'|'.join(allowed)}, got {getattr(self, name)!r}")
 
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             _check_type(f.name, v, str(f.type))
             for x in v if isinstance(v, tuple) else (v,):  # every number an option takes: finite (nan/inf train to NaN)
                 if isinstance(x, float) and not math.isfinite(x):
-                    raise ValueError(f"{f.name} must be a finite number, got {x}")
+                    raise UserError(f"{f.name} must be a finite number, got {x}")
         if self.model is not None:
             one_of("model", MODELS)
         for name, allowed in (
@@ -188,55 +189,55 @@ class TrainConfig:
             one_of(name, allowed)
         for name in ("batch_size", "accumulation", "eval_batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("steps", "sequences", "threads", "max_position", "balance_world"):
             v = getattr(self, name)
             if v is not None and v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
+                raise UserError(f"{name} must be >= 1, got {v}")
         if self.balance_cost is not None and self.balance != "compute":
-            raise ValueError(
+            raise UserError(
                 "--cost is what --balance compute balances by; pass --balance compute too "
                 "(--balance schedule trains the steps the dataset was packed with)"
             )
         if self.threads is not None and self.threads > default_workers():  # torch's pool of 10^5 threads crashes
-            raise ValueError(f"threads must be at most this machine's {default_workers()} cores, got {self.threads}")
+            raise UserError(f"threads must be at most this machine's {default_workers()} cores, got {self.threads}")
         if self.steps is not None and self.sequences is not None:
-            raise ValueError("give --steps or --sequences, not both")
+            raise UserError("give --steps or --sequences, not both")
         if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+            raise UserError(f"lr must be > 0, got {self.lr}")
         if self.weight_decay < 0 or self.clip < 0 or self.warmup < 0:
-            raise ValueError("weight_decay, clip and warmup must be >= 0")
+            raise UserError("weight_decay, clip and warmup must be >= 0")
         if not 0.0 < self.eval_fraction < 0.5:
-            raise ValueError(f"eval_fraction must be in (0, 0.5), got {self.eval_fraction}")
+            raise UserError(f"eval_fraction must be in (0, 0.5), got {self.eval_fraction}")
         if self.evals is not None and (self.evals < 1 or self.eval_every):
-            raise ValueError("evals must be >= 1, and is given instead of eval_every, not with it")
+            raise UserError("evals must be >= 1, and is given instead of eval_every, not with it")
         if self.eval_tokens is not None and self.eval_tokens < 0:
-            raise ValueError(f"eval_tokens must be >= 0 (0: every held-out pack), got {self.eval_tokens}")
+            raise UserError(f"eval_tokens must be >= 0 (0: every held-out pack), got {self.eval_tokens}")
         if self.eval_every < 0 or self.checkpoint_every < 0:
-            raise ValueError("eval_every and checkpoint_every must be >= 0 (0: at the end only)")
+            raise UserError("eval_every and checkpoint_every must be >= 0 (0: at the end only)")
         if self.match != "none" and self.adjust_hparams:
-            raise ValueError("--match sequences and --adjust-hparams are two alternatives; pick one")
+            raise UserError("--match sequences and --adjust-hparams are two alternatives; pick one")
         if self.padded and (self.match == "sequences" or self.adjust_hparams):
-            raise ValueError(
+            raise UserError(
                 "--match sequences / --adjust-hparams adjust the packed run; the padded run is the baseline "
                 "(--match packs pairs a padded run with the packed run step by step)"
             )
         if self.match == "packs" and not self.padded:
-            raise ValueError(
+            raise UserError(
                 "--match packs is for the padded run: it reads the packed run's packs, one sequence per row"
             )
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
         if any(not 0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"betas must be in [0, 1), got {self.betas}")
+            raise UserError(f"betas must be in [0, 1), got {self.betas}")
         self._check_stream()
         self._check_init_from()
         if self.context_parallel < 1:
-            raise ValueError(f"context_parallel must be >= 1, got {self.context_parallel}")
+            raise UserError(f"context_parallel must be >= 1, got {self.context_parallel}")
         if self.context_parallel > 1 and (self.padded or self.stream or self.match != "none"):
-            raise ValueError("--context-parallel trains on packed rows: drop --padded, --stream and --match")
+            raise UserError("--context-parallel trains on packed rows: drop --padded, --stream and --match")
         if self.context_parallel > 1 and self.attention not in ("auto", "context_parallel"):
-            raise ValueError(
+            raise UserError(
                 f"--context-parallel runs its own attention (keys and values gathered over the ranks); "
                 f"drop --attention {self.attention}"
             )
@@ -245,21 +246,21 @@ class TrainConfig:
 
     def _check_lora(self) -> None:
         if self.lora_rank < 0:
-            raise ValueError(f"lora_rank must be >= 0 (0: no adapters), got {self.lora_rank}")
+            raise UserError(f"lora_rank must be >= 0 (0: no adapters), got {self.lora_rank}")
         if self.lora_rank and not self.hf_model:
-            raise ValueError("--lora-rank puts adapters on a transformers model: pass --hf-model DIR too")
+            raise UserError("--lora-rank puts adapters on a transformers model: pass --hf-model DIR too")
         if not self.lora_rank and (self.lora_targets is not None or self.lora_merge):
-            raise ValueError("--lora-targets and --lora-merge describe LoRA adapters: pass --lora-rank R too")
+            raise UserError("--lora-targets and --lora-merge describe LoRA adapters: pass --lora-rank R too")
         if self.lora_targets is not None and not [t for t in self.lora_targets.split(",") if t.strip()]:
-            raise ValueError(f"--lora-targets takes module names like q_proj,v_proj, got {self.lora_targets!r}")
+            raise UserError(f"--lora-targets takes module names like q_proj,v_proj, got {self.lora_targets!r}")
 
     def _check_init_from(self) -> None:
         if self.init_from is None:
             return
         if not self.init_from.strip():
-            raise ValueError("--init-from names an earlier run's directory (RUN), got an empty string")
+            raise UserError("--init-from names an earlier run's directory (RUN), got an empty string")
         if self.hf_model is not None:
-            raise ValueError(
+            raise UserError(
                 "--init-from starts seqpack's BERT/GPT from an earlier seqpack run; --hf-model builds a "
                 "transformers model: drop one of them"
             )
@@ -268,19 +269,19 @@ class TrainConfig:
         given = [f"--{k.replace('_', '-')}" for k in ("task", "tokenizer", "max_len") if getattr(self, k) is not None]
         if not self.stream:
             if given:
-                raise ValueError(
+                raise UserError(
                     f"{', '.join(given)} describe examples read as a stream; pass --stream too (a packed "
                     "dataset records its own task, tokenizer and max_len)"
                 )
             return
         if self.max_len is None or self.max_len < 2:
-            raise ValueError("--stream packs rows as it reads: pass --max-len L (tokens per row, 2 or more)")
+            raise UserError("--stream packs rows as it reads: pass --max-len L (tokens per row, 2 or more)")
         if self.steps is None:
-            raise ValueError("--stream: a stream's length is not known before it is read; pass --steps N")
+            raise UserError("--stream: a stream's length is not known before it is read; pass --steps N")
         if self.buffer_size < 1 or (self.eval_examples is not None and self.eval_examples < 1):
-            raise ValueError("--buffer-size and --eval-examples must be >= 1")
+            raise UserError("--buffer-size and --eval-examples must be >= 1")
         if self.padded or self.match != "none" or self.adjust_hparams or self.balance != "none":
-            raise ValueError(
+            raise UserError(
                 "--stream trains the rows as they are packed; drop --padded, --match, --adjust-hparams and "
                 "--balance (they need the whole packed dataset)"
             )

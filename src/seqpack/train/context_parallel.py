@@ -20,6 +20,7 @@ import torch
 
 from seqpack.data.context_parallel import cp_shard
 from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.errors import UserError
 from seqpack.nn.models.common import PackedOutput
 from seqpack.train.distributed import World
 
@@ -39,7 +40,7 @@ class CPGroups:
 def dp_size(world_size: int, cp: int) -> int:
     """Data-parallel groups of ``cp`` ranks in ``world_size`` ranks; a ``ValueError`` when ``cp`` does not divide them."""
     if world_size % cp:
-        raise ValueError(
+        raise UserError(
             f"--context-parallel {cp} does not divide the {world_size} ranks; run a multiple of {cp} "
             "ranks (ranks = data-parallel groups x context-parallel size)"
         )
@@ -103,25 +104,25 @@ def check_cp_model(model: torch.nn.Module) -> None:
     if is_transformers(model):
         mixers = check_packable(model).mixers
         if mixers:
-            raise ValueError(
+            raise UserError(
                 f"--context-parallel splits each row across ranks, and {type(model).__name__}'s {', '.join(mixers)} "
                 "layers carry state along the whole row; train it without --context-parallel"
             )
         impl = getattr(model.config, "_attn_implementation", None)
         if impl != PACKED_IMPL or not hasattr(model, "lm_head"):
-            raise ValueError(
+            raise UserError(
                 f"--context-parallel runs a transformers model through seqpack's attention, and "
                 f"{type(model).__name__} runs {impl}: give a causal LM config that names no "
                 "attn_implementation and no attention dropout"
             )
         missing = sorted(check_packable(model).needs - REGISTRY["context_parallel"].features)
         if missing:
-            raise ValueError(
+            raise UserError(
                 f"--context-parallel's attention cannot compute {type(model).__name__}'s "
                 f"{' and '.join(missing)}; train it without --context-parallel"
             )
     elif not hasattr(model, "token_logits"):
-        raise ValueError(
+        raise UserError(
             f"--context-parallel trains seqpack's GPT or a transformers causal LM, not {type(model).__name__}"
         )
 

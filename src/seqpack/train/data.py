@@ -35,6 +35,7 @@ from seqpack.data.format import DatasetFacts, read_manifest
 from seqpack.data.padded import padded_rows, sequence_spans
 from seqpack.data.rows import PackedRows
 from seqpack.data.torch_dataset import to_tensors
+from seqpack.errors import UserError
 from seqpack.tasks import trained_task
 
 SPLIT_SEED = 20_240_101
@@ -87,7 +88,7 @@ def _split_schedule(path: str | os.PathLike[str], eval_fraction: float) -> tuple
     n_full = int(full.sum())
     n_eval = max(1, round(n_full * eval_fraction))
     if n_full - n_eval < 1:
-        raise ValueError(
+        raise UserError(
             f"{path}: its schedule has {n_full} full step(s); --balance schedule needs at least 2 "
             "(one to train on, one to evaluate); re-pack with a smaller --world-size or --micro-batch"
         )
@@ -106,7 +107,7 @@ def _check_counts(path: str | os.PathLike[str], m: dict[str, Any], nseq: np.ndar
         if want is None:
             continue
         if (value > want) if key == "max_depth" else (value != want):
-            raise ValueError(
+            raise UserError(
                 f"{path}: its rows hold {key} {value:,}, its manifest says {want:,} (the manifest was edited, "
                 "or the rows are another dataset's); re-run seqpack pack"
             )
@@ -214,7 +215,7 @@ def split_packs(num_packs: int, eval_fraction: float, where: str) -> tuple[np.nd
     """
     n_eval = max(1, round(num_packs * eval_fraction))
     if num_packs - n_eval < 1:
-        raise ValueError(f"{where}: only {num_packs} pack(s); need at least 2 (one to train on, one to evaluate)")
+        raise UserError(f"{where}: only {num_packs} pack(s); need at least 2 (one to train on, one to evaluate)")
     perm = np.random.default_rng(SPLIT_SEED).permutation(num_packs)
     return np.sort(perm[:n_eval]), np.sort(perm[n_eval:])
 
@@ -239,7 +240,7 @@ class TrainData(Units):
         #: the task's own batches of the packs' columns (image-text: rows with their images), or None
         self.make_batch = task.batch_maker(path, manifest)
         if self.make_batch is not None and padded:
-            raise ValueError(
+            raise UserError(
                 f"{path}: --padded is not offered for task {task.name}; its padded baseline is TRL's "
                 "(benchmarks/vision.py runs it beside the packed rows)"
             )
@@ -259,7 +260,7 @@ class TrainData(Units):
         self._schedule: np.ndarray | None = None  # (steps, world, micro_batch) training units, with by_schedule
         if by_schedule:
             if padded:
-                raise ValueError(
+                raise UserError(
                     "--balance schedule trains the dataset's packs; a --padded run has sequences as its units"
                 )
             self.eval_packs, self.train_packs, self._schedule = _split_schedule(path, eval_fraction)
@@ -311,9 +312,9 @@ class TrainData(Units):
         from seqpack.packing.balance import balance_report
 
         if self.padded:
-            raise ValueError("--balance compute orders packs; a --padded run has sequences as its units")
+            raise UserError("--balance compute orders packs; a --padded run has sequences as its units")
         if rows % world:
-            raise ValueError(f"--balance compute needs rows per micro-batch ({rows}) divisible by the {world} ranks")
+            raise UserError(f"--balance compute needs rows per micro-batch ({rows}) divisible by the {world} ranks")
         costs = cost.of(*self.pack_stats[self.train_packs].T)
         self._balance = (costs, world, rows // world)
         self._perms = {}  # epochs ordered before are ordered anew

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
 from seqpack.train.checkpoint import CHECKPOINT, RUN, read_checkpoint
 
 #: the fields of a seqpack model's config that fix the encoder's tensors (vocab_size is said apart)
@@ -57,7 +58,7 @@ def encoder_prefix(model: torch.nn.Module) -> str:
     for name, m in model.named_modules():
         if isinstance(m, torch.nn.Embedding):
             return name.split(".")[0] + "."
-    raise ValueError(f"{type(model).__name__} holds no embeddings")
+    raise UserError(f"{type(model).__name__} holds no embeddings")
 
 
 def init_from(run: str, model: torch.nn.Module, spec: Mapping[str, Any], data: Mapping[str, Any]) -> Loaded:
@@ -65,26 +66,26 @@ def init_from(run: str, model: torch.nn.Module, spec: Mapping[str, Any], data: M
     ``data``, `seqpack.train.checkpoint.data_identity`) where names and shapes match."""
     p = Path(run)
     if not RUN.made(p):
-        raise ValueError(f"--init-from {run}: not a seqpack training run (no run's config.json there)")
+        raise UserError(f"--init-from {run}: not a seqpack training run (no run's config.json there)")
     if not (p / CHECKPOINT).is_file():
-        raise ValueError(f"--init-from {run}: the run holds no {CHECKPOINT} (it has not finished a step)")
+        raise UserError(f"--init-from {run}: the run holds no {CHECKPOINT} (it has not finished a step)")
     try:
         ck = read_checkpoint(p / CHECKPOINT)
     except ValueError as e:
-        raise ValueError(f"--init-from {run}: {e}") from e
+        raise UserError(f"--init-from {run}: {e}") from e
     theirs, mine = ck["model"], dict(spec)
     if theirs.get("library") != "seqpack" or mine.get("library") != "seqpack":
-        raise ValueError(f"--init-from starts seqpack's BERT/GPT from an earlier seqpack run; {run} trained another")
+        raise UserError(f"--init-from starts seqpack's BERT/GPT from an earlier seqpack run; {run} trained another")
     a, b = family(theirs["class"]), family(mine["class"])
     if a != b:
-        raise ValueError(
+        raise UserError(
             f"--init-from {run}: its model is {_named(theirs['class'])}, this run builds {_named(mine['class'])}; "
             f"start a {b} run from a {b} run"
         )
     tc, mc = theirs.get("config", {}), mine.get("config", {})
     sized = [f"{k} {tc.get(k)} vs {mc.get(k)}" for k in SHAPE_FIELDS if tc.get(k) != mc.get(k)]
     if sized:
-        raise ValueError(
+        raise UserError(
             f"--init-from {run}: its model is another size ({', '.join(sized)}); train with its --size "
             "(and --max-position)"
         )
@@ -96,9 +97,7 @@ def init_from(run: str, model: torch.nn.Module, spec: Mapping[str, Any], data: M
             if tc.get("vocab_size") != mc.get("vocab_size")
             else "another tokenizer"
         )
-        raise ValueError(
-            f"--init-from {run}: its vocabulary differs ({what}); re-pack with the earlier run's tokenizer"
-        )
+        raise UserError(f"--init-from {run}: its vocabulary differs ({what}); re-pack with the earlier run's tokenizer")
     state = model.state_dict()
     copied = {
         k: v
@@ -108,7 +107,7 @@ def init_from(run: str, model: torch.nn.Module, spec: Mapping[str, Any], data: M
     prefix = encoder_prefix(model)
     missing = [k for k in state if k.startswith(prefix) and k not in copied]
     if not copied or missing:
-        raise ValueError(
+        raise UserError(
             f"--init-from {run}: {len(missing) or 'none'} of this model's encoder tensors have no match there"
             + (f" (first: {missing[0]})" if missing else "")
             + "; nothing but a head would be left to copy"

@@ -38,6 +38,7 @@ from seqpack._atomic import (
     write_text_atomic,
 )
 from seqpack._stages import partial_dir
+from seqpack.errors import UserError
 from seqpack.nn.heads import embedding_rows
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.optim import adjust_betas
@@ -121,7 +122,7 @@ def train(
 ) -> dict[str, Any]:
     """Run (or continue, with ``resume``) a training run; returns ``RUN/summary.json``'s content."""
     if resume and cfg.init_from:
-        raise ValueError(
+        raise UserError(
             f"--init-from starts a new run from {cfg.init_from}'s weights; --resume continues {cfg.out} from its own "
             "checkpoint: drop --init-from"
         )
@@ -168,7 +169,7 @@ def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
         if (partial / CHECKPOINT).is_file():
             return partial
         if (final / SUMMARY).is_file():
-            raise ValueError(
+            raise UserError(
                 f"{final} is a finished run ({SUMMARY} written); nothing to resume. "
                 "Pass --overwrite to train it again, or a new --out"
             )
@@ -176,17 +177,17 @@ def run_directory(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
     check_not_input(final, [cfg.data, cfg.hf_model, cfg.init_from])
     check_writable(final)
     if final.exists() and not final.is_dir():
-        raise ValueError(f"--out {final}: exists and is not a directory; pick another --out")
+        raise UserError(f"--out {final}: exists and is not a directory; pick another --out")
     # the finished run replaces --out, and a new run empties its partial directory: never what it did not make
     for d in (final, partial):
         entries = sorted(os.listdir(d)) if d.is_dir() else []
         if entries and not RUN.made(d):
-            raise ValueError(foreign_directory(d, entries, RUN))
+            raise UserError(foreign_directory(d, entries, RUN))
     if not overwrite:
         if RUN.made(final):
-            raise ValueError(f"{final} already holds a run; pass --resume to continue it, --overwrite to start again")
+            raise UserError(f"{final} already holds a run; pass --resume to continue it, --overwrite to start again")
         if (partial / CHECKPOINT).exists():
-            raise ValueError(
+            raise UserError(
                 f"{final}: an unfinished run is in {partial}; pass --resume to continue it, --overwrite to start again"
             )
     return partial  # made afresh once every check has passed (_Run)
@@ -257,14 +258,14 @@ class _Run:
         self.rows = rows_per_batch(cfg, data)
         if self.rows * cfg.accumulation > data.num_units:
             unit = "sequences" if cfg.padded and not data.by_pack else "packs"
-            raise ValueError(
+            raise UserError(
                 f"{self.rows * cfg.accumulation:,} rows per step (--batch-size x --accumulation) is more than "
                 f"the {data.num_units:,} training {unit} of {cfg.data}; pass --batch-size "
                 f"{max(1, data.num_units // cfg.accumulation):,} or less"
             )
         self.dp = dp_size(world.size, cfg.context_parallel)  # data-parallel groups (of context_parallel ranks each)
         if self.rows < self.dp:
-            raise ValueError(
+            raise UserError(
                 f"{self.rows} rows per micro-batch cannot be shared by {self.dp} data-parallel ranks; "
                 "raise --batch-size"
             )
@@ -302,7 +303,7 @@ class _Run:
         task = trained_task(self.task)
         self.objective = task.objective(self.cfg, task.model_kind(self.cfg.model))
         if self.objective is not None and self.cfg.padded:
-            raise ValueError(
+            raise UserError(
                 f"{self.cfg.data}: --padded is not offered for {self.task} data; its padded baseline is TRL "
                 "(benchmarks/preference.py runs it beside seqpack's packed layouts)"
             )
@@ -358,12 +359,12 @@ class _Run:
             return None
         packed_for = int((data.manifest.get("config") or {}).get("context_parallel", 1))
         if packed_for != cfg.context_parallel:
-            raise ValueError(
+            raise UserError(
                 f"{cfg.data} was packed for --context-parallel {packed_for}; its rows split per document only "
                 f"for that size: re-pack it with seqpack pack --context-parallel {cfg.context_parallel}"
             )
         if not data.facts.causal_lm:
-            raise ValueError(f"--context-parallel trains causal-LM rows (clm, chat); {cfg.data} holds {data.task} rows")
+            raise UserError(f"--context-parallel trains causal-LM rows (clm, chat); {cfg.data} holds {data.task} rows")
         check_cp_model(self.model)
         return cp_groups(world, cfg.context_parallel)
 
@@ -376,7 +377,7 @@ class _Run:
         if data.schedule_shape is not None:
             W, B = data.schedule_shape
             if (cfg.balance_world or self.dp) != W or self.rows != W * B:
-                raise ValueError(
+                raise UserError(
                     f"{cfg.data}: its schedule has steps of {W} ranks x {B} packs; train on {W} ranks "
                     f"(or --balance-world {W}) with --batch-size {W * B} (rows per micro-batch, all ranks), "
                     "or re-pack with this run's --world-size/--micro-batch"
@@ -444,7 +445,7 @@ class _Run:
     def _checked(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         top = int(batch["input_ids"].max()) if batch["input_ids"].numel() else -1
         if top >= self.vocab:  # an embedding lookup past the table would fail deep inside the model
-            raise ValueError(
+            raise UserError(
                 f"{self.cfg.data}: a batch holds token id {top}, past the model's {self.vocab} embeddings "
                 "(a damaged dataset, or an --hf-model with a smaller vocab_size); re-pack the data "
                 "or give the model a vocab_size above it"

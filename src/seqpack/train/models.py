@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
 from seqpack.nn.models.common import PackedOutput
 from seqpack.tasks import Trains, trained_task
 from seqpack.train.config import TrainConfig
@@ -22,7 +23,7 @@ from seqpack.train.config import TrainConfig
 def dataset_vocab_size(manifest: Mapping[str, Any]) -> int:
     v = manifest.get("task_info", {}).get("vocab_size") or manifest.get("vocab_size")
     if not v:
-        raise ValueError("the dataset's manifest records no vocab_size; re-pack it with this version of seqpack pack")
+        raise UserError("the dataset's manifest records no vocab_size; re-pack it with this version of seqpack pack")
     return int(v)
 
 
@@ -50,7 +51,7 @@ def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn
         extra["max_position"] = cfg.max_position
     model, mc = task.seqpack_model(kind, cfg.size, vocab, manifest, extra)
     if need > mc.max_position:
-        raise ValueError(
+        raise UserError(
             f"the dataset's rows need {need} positions, more than the model's max_position="
             f"{mc.max_position}; pass --max-position {need} or re-pack with a smaller --max-len"
         )
@@ -64,7 +65,7 @@ def enable_checkpointing(model: torch.nn.Module) -> None:
     hf: Any = model  # a transformers model's methods are read by name
     if hasattr(hf, "gradient_checkpointing_enable"):
         if not getattr(hf, "supports_gradient_checkpointing", False):
-            raise ValueError(
+            raise UserError(
                 f"{type(model).__name__} does not support gradient checkpointing; drop --gradient-checkpointing"
             )
         if hasattr(hf, "activation_checkpointing_enable"):  # transformers 5.x's name for it
@@ -90,7 +91,7 @@ def _hf_model(
     p = Path(source)
     file = p / "config.json" if p.is_dir() else p
     if not file.is_file():
-        raise ValueError(f"--hf-model {source}: no such config file (give a config.json or a directory holding one)")
+        raise UserError(f"--hf-model {source}: no such config file (give a config.json or a directory holding one)")
     d = read_config(file)
     model_type = d.pop("model_type")
     if not pretrained:
@@ -103,7 +104,7 @@ def _hf_model(
     task.hf_config(d, manifest)
     if model_type not in transformers.CONFIG_MAPPING:
         near = sorted(t for t in transformers.CONFIG_MAPPING if t[:3] == str(model_type)[:3])[:5]
-        raise ValueError(
+        raise UserError(
             f"--hf-model {file}: transformers knows no model_type {model_type!r}"
             + (f" (close: {', '.join(near)})" if near else "")
             + "; give the config.json of a model seqpack adapts (bert, llama, gpt2, ...)"
@@ -112,7 +113,7 @@ def _hf_model(
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     positions = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
     if positions is not None and need > positions:
-        raise ValueError(
+        raise UserError(
             f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
             "raise max_position_embeddings in the config or re-pack with a smaller --max-len"
         )
@@ -141,7 +142,7 @@ def _hf_model(
     if not task.hf_adapted:  # the task runs the model itself (its hf_forward), attention included
         return _lora(model, spec, cfg, task.name), spec
     if not takes_plan(model) and type(model).__name__ not in BIDIRECTIONAL:
-        raise ValueError(
+        raise UserError(
             f"--hf-model builds {type(model).__name__}; the adapters take transformers' causal LMs, their "
             f"reward models (a score head) and {', '.join(BIDIRECTIONAL)}"
         )
@@ -171,9 +172,9 @@ def read_config(file: Path) -> dict[str, Any]:
     try:
         d, _ = transformers.PretrainedConfig.get_config_dict(str(file), local_files_only=True)
     except OSError as e:
-        raise ValueError(f"--hf-model {file}: not a transformers config ({e})") from e
+        raise UserError(f"--hf-model {file}: not a transformers config ({e})") from e
     if not isinstance(d, dict) or "model_type" not in d:
-        raise ValueError(f"--hf-model {file}: not a transformers config (no model_type)")
+        raise UserError(f"--hf-model {file}: not a transformers config (no model_type)")
     return dict(d)
 
 
@@ -187,7 +188,7 @@ def config_for(file: Path, model_type: str, d: dict[str, Any]) -> Any:
         return transformers.AutoConfig.for_model(model_type, **d)
     except (StrictDataclassError, TypeError) as e:
         why = " ".join(line.strip() for line in str(e).strip().splitlines()[:2])
-        raise ValueError(f"--hf-model {file}: transformers refuses this {model_type} config ({why})") from e
+        raise UserError(f"--hf-model {file}: transformers refuses this {model_type} config ({why})") from e
 
 
 #: where transformers configs keep the dropout on attention probabilities

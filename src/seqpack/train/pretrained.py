@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from seqpack._atomic import OutputKind, remove_leftovers, replace_directory
+from seqpack.errors import UserError
 
 #: files that hold a transformers checkpoint's weights (one of them, or a sharded index)
 WEIGHT_FILES = (
@@ -85,7 +86,7 @@ def load_weights(source: Path, config: Any, build: Callable[[Any], Any]) -> Any:
             return cls.from_pretrained(str(source), config=config, local_files_only=True, dtype=torch.float32)
     except (OSError, RuntimeError, ValueError, KeyError) as e:
         why = " ".join(str(e).split())[:300]
-        raise ValueError(f"--hf-model {source}: transformers cannot load its weights as {cls.__name__} ({why})") from e
+        raise UserError(f"--hf-model {source}: transformers cannot load its weights as {cls.__name__} ({why})") from e
 
 
 def task_ids(manifest: Mapping[str, Any]) -> dict[str, int]:
@@ -125,18 +126,18 @@ def check_vocabulary(model: Any, manifest: Mapping[str, Any], *, source: str, da
     rows = int(model.get_input_embeddings().num_embeddings)
     fix = f"re-pack {data} with --tokenizer {source} (the model's tokenizer)"
     if vocab > rows:
-        raise ValueError(
+        raise UserError(
             f"--hf-model {source}: its embeddings hold {rows:,} tokens, fewer than the {vocab:,} of the tokenizer "
             f"{data} was packed with; {fix}"
         )
     bad = {k: i for k, i in task_ids(manifest).items() if not 0 <= i < rows}
     if bad:
         k, i = next(iter(bad.items()))
-        raise ValueError(f"--hf-model {source}: the data's {k} {i} is past the model's {rows:,} embeddings; {fix}")
+        raise UserError(f"--hf-model {source}: the data's {k} {i} is past the model's {rows:,} embeddings; {fix}")
     tok = tokenizer_of(Path(source))
     have = manifest.get("tokenizer_hash")
     if tok is not None and have and tok.fingerprint() != have:
-        raise ValueError(f"--hf-model {source}: {data} was packed with another tokenizer than the model's; {fix}")
+        raise UserError(f"--hf-model {source}: {data} was packed with another tokenizer than the model's; {fix}")
 
 
 def add_lora(model: Any, task: str, *, rank: int, targets: str | None) -> Any:
@@ -148,7 +149,7 @@ def add_lora(model: Any, task: str, *, rank: int, targets: str | None) -> Any:
     try:
         import peft
     except ImportError as e:
-        raise ValueError("--lora-rank needs peft: pip install 'seqpack[hf]' (or pip install peft)") from e
+        raise UserError("--lora-rank needs peft: pip install 'seqpack[hf]' (or pip install peft)") from e
     kinds = {"clm": "CAUSAL_LM", "chat": "CAUSAL_LM", "classification": "SEQ_CLS", "multilabel": "SEQ_CLS"}
     names = [t.strip() for t in targets.split(",") if t.strip()] if targets else None
     config = peft.LoraConfig(
@@ -162,7 +163,7 @@ def add_lora(model: Any, task: str, *, rank: int, targets: str | None) -> Any:
         wrapped = peft.get_peft_model(model, config)
     except ValueError as e:
         why = " ".join(str(e).split())[:300]
-        raise ValueError(
+        raise UserError(
             f"--lora-targets: peft cannot place adapters on {type(model).__name__} ({why}); name its modules, "
             "e.g. --lora-targets q_proj,v_proj"
         ) from e

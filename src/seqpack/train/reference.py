@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from seqpack.data.torch_dataset import to_tensors
+from seqpack.errors import UserError
 from seqpack.train.data import TrainData
 
 REFERENCE = "reference_logps.npy"
@@ -85,11 +86,9 @@ def save_reference(run_dir: Path, ref: np.ndarray) -> None:
 def load_reference(run_dir: Path, data: TrainData) -> np.ndarray:
     path = run_dir / REFERENCE
     if not path.is_file():
-        raise ValueError(f"{run_dir}: the run has no {REFERENCE}; start it again with --overwrite")
+        raise UserError(f"{run_dir}: the run has no {REFERENCE}; start it again with --overwrite")
     ref = np.load(path, allow_pickle=False)
     want = (int(data.manifest["num_packs"]), int(data.manifest["max_depth"]), 2)
     if ref.shape != want:
-        raise ValueError(
-            f"{path} has shape {ref.shape}, the dataset needs {want}; start the run again with --overwrite"
-        )
+        raise UserError(f"{path} has shape {ref.shape}, the dataset needs {want}; start the run again with --overwrite")
     return ref

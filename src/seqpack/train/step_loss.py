@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import torch
 
+from seqpack.errors import UserError
 from seqpack.nn.models.common import PackedOutput
 from seqpack.tasks import COMPONENTS, trained_task
 
@@ -43,7 +44,7 @@ def step_loss(
     """``sum_c mean_c * local_c / total_c * world`` (DDP averages gradients over ``world``)."""
     parts = [m * (float(local[c]) / max(float(total[c]), 1.0) * world) for c, m in enumerate(means) if m is not None]
     if not parts:
-        raise ValueError("the model returned no loss for this batch; does the dataset have labels?")
+        raise UserError("the model returned no loss for this batch; does the dataset have labels?")
     return torch.stack(parts).sum()
 
 

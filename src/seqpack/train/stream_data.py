@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from seqpack.errors import UserError
 from seqpack.train.config import EVAL_EXAMPLES_CAP, TrainConfig
 from seqpack.train.data import Units
 
@@ -56,7 +57,7 @@ def held_out_examples(files: list[str], cfg: TrainConfig, where: str) -> int:
         else min(EVAL_EXAMPLES_CAP, max(1, int(seen * cfg.eval_fraction)))
     )
     if n >= seen:
-        raise ValueError(
+        raise UserError(
             f"{where}: --eval-examples {n:,} holds out every one of its {seen:,} examples, leaving none to "
             f"train on; pass --eval-examples {max(1, seen // 20):,} (or fewer)"
         )
@@ -79,7 +80,7 @@ class StreamTrainData(Units):
 
         assert cfg.stream and cfg.max_len is not None
         if cfg.tokenizer is None:
-            raise ValueError("--stream reads records and tokenizes them: pass --tokenizer DIR")
+            raise UserError("--stream reads records and tokenizes them: pass --tokenizer DIR")
         self.task: str = cfg.task or DEFAULT_TASK
         task = get_task(self.task)
         files = record_files(cfg.data)
@@ -99,7 +100,7 @@ class StreamTrainData(Units):
         self.eval_examples = held_out_examples(files, cfg, str(cfg.data))
         held = list(PackedStream(_Records(files, 0, self.eval_examples), config=config(0, 1), tokenizer=tok))
         if not held:
-            raise ValueError(
+            raise UserError(
                 f"{cfg.data}: its first {self.eval_examples:,} examples (held out for evaluation) make no row"
             )
         self.eval_rows = [{k: v for k, v in r.items() if k != "example_ids"} for r in held]
@@ -155,7 +156,7 @@ class StreamTrainData(Units):
             if row is not None:
                 return row
             self._rows = None
-        raise ValueError(
+        raise UserError(
             f"the stream holds no training example for shard {self.source.shard} of {self.source.shards} "
             "(past the held-out ones); pass fewer --eval-examples or give more examples"
         )

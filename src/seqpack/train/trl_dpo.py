@@ -39,6 +39,7 @@ import trl
 from seqpack.data.format import read_manifest
 from seqpack.data.hf_rows import hf_dataset
 from seqpack.data.torch_dataset import to_tensors
+from seqpack.errors import UserError
 from seqpack.nn.hf_support import prepare_packed
 from seqpack.nn.preference import PreferenceLoss
 from seqpack.tasks import get_task
@@ -73,14 +74,14 @@ class PackedDPOTrainer(trl.DPOTrainer):
             prepare_packed(model)  # a layer packed rows would make wrong: refused before any work
         m = read_manifest(packed)
         if get_task(m["task"]) is not PREFERENCE:
-            raise ValueError(
+            raise UserError(
                 f"{packed} holds a {m['task']} dataset; pack preference pairs with seqpack pack --task preference"
             )
         kinds = list(args.loss_type)
         if len(kinds) != 1 or kinds[0] not in SUPPORTED_LOSSES:
-            raise ValueError(f"PackedDPOTrainer supports loss_type {'|'.join(SUPPORTED_LOSSES)} (one), got {kinds}")
+            raise UserError(f"PackedDPOTrainer supports loss_type {'|'.join(SUPPORTED_LOSSES)} (one), got {kinds}")
         if args.precompute_ref_log_probs:
-            raise ValueError(
+            raise UserError(
                 "PackedDPOTrainer computes the reference log-probabilities itself (packed, once); "
                 "leave precompute_ref_log_probs=False"
             )

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import trl
 
+from seqpack.errors import UserError
 from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
 from seqpack.nn.hf_support import prepare_packed
 from seqpack.rl.logprobs import rollout_logprobs, to_padded
@@ -60,7 +61,7 @@ def unpad_rollouts(
         comp_keep = keep[cut:]
         n = sum(comp_keep)
         if comp_keep[:n] != [True] * n:
-            raise ValueError(
+            raise UserError(
                 f"row {r}: the completion mask is not a run of ones then padding; PackedGRPOTrainer takes "
                 "right-padded completions (TRL's form)"
             )
@@ -117,9 +118,9 @@ class PackedGRPOTrainer(trl.GRPOTrainer):
             max_len = row_length(max_len, max_tokens, "PackedGRPOTrainer")
         layout = layout_name(layout, "PackedGRPOTrainer")
         if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
+            raise UserError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
         if max_len is not None and max_len < 2:
-            raise ValueError(f"max_len must be >= 2 (tokens per packed row), got {max_len}")
+            raise UserError(f"max_len must be >= 2 (tokens per packed row), got {max_len}")
         self.max_len, self.layout, self.attention = max_len, layout, attention
         super().__init__(*args, **kwargs)
         prepare_packed(self.model)  # a layer packed rows would make wrong: refused before any step
@@ -145,7 +146,7 @@ class PackedGRPOTrainer(trl.GRPOTrainer):
         **multimodal: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         if compute_aux_loss or any(v is not None for v in multimodal.values()):
-            raise ValueError(
+            raise UserError(
                 "PackedGRPOTrainer packs text rollouts; a mixture-of-experts auxiliary loss or image "
                 "inputs run through trl.GRPOTrainer"
             )

@@ -40,6 +40,7 @@ import torch
 import trl
 
 from seqpack.data.trl import trl_examples
+from seqpack.errors import UserError
 from seqpack.nn.hf_attention import PACKED_IMPL
 from seqpack.nn.hf_causal_lm import add_target_head
 from seqpack.nn.hf_causal_lm import compile_blocks as compile_layers
@@ -53,9 +54,9 @@ def _packed_directory(packed: str | os.PathLike[str], args: tuple[Any, ...], kwa
     and a copy of the ``SFTConfig`` that reads them as they are (padding-free, no truncation, the
     dataset not prepared again)."""
     if "train_dataset" in kwargs:
-        raise ValueError("PackedSFTTrainer: pass packed= (a packed directory) or train_dataset=, not both")
+        raise UserError("PackedSFTTrainer: pass packed= (a packed directory) or train_dataset=, not both")
     if len(args) > 1 or "args" not in kwargs:
-        raise ValueError("PackedSFTTrainer(model, packed=DIR, args=trl.SFTConfig(...)): pass args by name")
+        raise UserError("PackedSFTTrainer(model, packed=DIR, args=trl.SFTConfig(...)): pass args by name")
     cfg = copy.copy(kwargs["args"])  # the caller's config stays as it was
     cfg.padding_free, cfg.max_length = True, None
     cfg.dataset_kwargs = {**(cfg.dataset_kwargs or {}), "skip_prepare_dataset": True}
@@ -81,7 +82,7 @@ class PackedSFTTrainer(trl.SFTTrainer):
         needs = prepare_packed(model).needs  # a layer packed rows would make wrong: refused before any step
         impl = getattr(model.config, "_attn_implementation", None)
         if "sinks" in needs and impl not in (PACKED_IMPL, VARLEN_IMPL):
-            raise ValueError(
+            raise UserError(
                 f"{type(model).__name__} has attention sinks, which transformers' {impl} masks do not keep "
                 "inside each packed document; load it with attn_implementation='seqpack_varlen'"
             )

@@ -11,10 +11,12 @@ each step with TRL's own trainer).
     >>> check_trl("1.12.0")
     Traceback (most recent call last):
     ...
-    ValueError: seqpack's TRL trainers work with trl>=1.13,<1.17; this is trl 1.12.0: pip install 'trl>=1.13,<1.17'
+    seqpack.errors.UserError: seqpack's TRL trainers work with trl>=1.13,<1.17; this is trl 1.12.0: pip install 'trl>=1.13,<1.17'
 """
 
 from __future__ import annotations
+
+from seqpack.errors import UserError
 
 #: the oldest TRL the trainers work with, and the first they do not yet know
 TRL_MIN, TRL_BELOW = "1.13", "1.17"
@@ -30,7 +32,7 @@ def check_trl(version: str | None = None) -> None:
 
         version = trl.__version__
     if not Version(TRL_MIN) <= Version(version) < Version(TRL_BELOW):
-        raise ValueError(
+        raise UserError(
             f"seqpack's TRL trainers work with {TRL_RANGE}; this is trl {version}: pip install '{TRL_RANGE}'"
         )
 

@@ -46,7 +46,7 @@ finite, and nothing reads them (no real token attends to padding).
     >>> get_backend("dense")
     Traceback (most recent call last):
     ...
-    ValueError: unknown attention backend 'dense'; known: auto|sdpa|eager|per_document|flash_varlen|varlen|flex|context_parallel
+    seqpack.errors.UserError: unknown attention backend 'dense'; known: auto|sdpa|eager|per_document|flash_varlen|varlen|flex|context_parallel
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from typing import Any
 
 import torch
 
+from seqpack.errors import UserError
 from seqpack.nn.attention.base import (
     FEATURES,
     PLAIN,
@@ -101,7 +102,7 @@ SHARED_PREFIX: tuple[str, ...] = ("sdpa", "eager", "per_document", "flex")
 def get_backend(name: str) -> Backend:
     """The registry entry of ``name``; a ``ValueError`` listing the known names otherwise."""
     if name not in REGISTRY:
-        raise ValueError(f"unknown attention backend {name!r}; known: {'|'.join(BACKENDS)}")
+        raise UserError(f"unknown attention backend {name!r}; known: {'|'.join(BACKENDS)}")
     return REGISTRY[name]
 
 
@@ -113,7 +114,7 @@ def backends_for(needs: frozenset[str] | set[str]) -> tuple[str, ...]:
     """
     unknown = set(needs) - set(FEATURES)
     if unknown:
-        raise ValueError(f"unknown attention arguments {sorted(unknown)}; known: {'|'.join(FEATURES)}")
+        raise UserError(f"unknown attention arguments {sorted(unknown)}; known: {'|'.join(FEATURES)}")
     return tuple(name for name, b in REGISTRY.items() if set(needs) <= b.features)
 
 
@@ -207,11 +208,11 @@ def plan_attention(
         get_backend(backend)
     missing = needs - set(FEATURES)
     if missing:
-        raise ValueError(f"unknown attention arguments {sorted(missing)}; known: {'|'.join(FEATURES)}")
+        raise UserError(f"unknown attention arguments {sorted(missing)}; known: {'|'.join(FEATURES)}")
     if validate:
         check_segment_ids(segment_ids)
     if needs & {"window", "chunk"} and not causal:
-        raise ValueError(
+        raise UserError(
             "a sliding window or a chunk is supported on causal attention only; this model's "
             "bidirectional layers have one: train it on unpacked rows outside seqpack (transformers' Trainer)"
         )
@@ -219,12 +220,12 @@ def plan_attention(
     if needs & {"window", "chunk"}:
         positions = position_ids if position_ids is not None else restarting_positions(segment_ids)
         if positions.shape != segment_ids.shape:
-            raise ValueError(f"position_ids has shape {tuple(positions.shape)}, segment_ids {tuple(segment_ids.shape)}")
+            raise UserError(f"position_ids has shape {tuple(positions.shape)}, segment_ids {tuple(segment_ids.shape)}")
         # padding far before every real position: no window or chunk reaches it, whatever the mask's form
         positions = torch.where(segment_ids > 0, positions.long(), -(2**40))
     if branch_ids is not None:
         if branch_ids.shape != segment_ids.shape:
-            raise ValueError(f"branch_ids has shape {tuple(branch_ids.shape)}, segment_ids {tuple(segment_ids.shape)}")
+            raise UserError(f"branch_ids has shape {tuple(branch_ids.shape)}, segment_ids {tuple(segment_ids.shape)}")
         if shares_prefix(segment_ids, branch_ids):
             plan = _shared_prefix_plan(
                 segment_ids, branch_ids, causal=causal, backend=backend, dtype=dtype, needs=needs
@@ -236,7 +237,7 @@ def plan_attention(
     entry = _entry(backend, needs)
     reason = entry.unavailable(segment_ids, dtype)
     if reason is not None:
-        raise ValueError(reason)
+        raise UserError(reason)
     return _counted(_with_positions(entry.plan(segment_ids, causal=causal, dtype=dtype), positions))
 
 
@@ -244,7 +245,7 @@ def _entry(backend: str, needs: frozenset[str]) -> Backend:
     entry = REGISTRY[backend]
     missing = sorted(needs - entry.features)
     if missing:
-        raise ValueError(
+        raise UserError(
             f"attention backend {backend} cannot compute this model's {' and '.join(missing)}; "
             f"use --attention auto or one of {'|'.join(backends_for(needs))}"
         )
@@ -269,14 +270,14 @@ def _shared_prefix_plan(
         if not _able(backend, needs):
             backend = "eager"
     if backend not in SHARED_PREFIX:
-        raise ValueError(
+        raise UserError(
             f"attention backend {backend} runs whole sequences and cannot share a prompt between two "
             f"responses; use --attention {'|'.join(SHARED_PREFIX)}, or pack with --layout pairs"
         )
     entry = _entry(backend, needs)
     reason = entry.unavailable(segment_ids, dtype)
     if reason is not None:
-        raise ValueError(reason)
+        raise UserError(reason)
     return entry.plan(segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
 
 

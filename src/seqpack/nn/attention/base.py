@@ -20,6 +20,8 @@ from typing import TypedDict
 
 import torch
 
+from seqpack.errors import UserError
+
 #: the arguments of a layer's attention a backend may compute (`LayerAttention`'s fields)
 FEATURES: tuple[str, ...] = ("window", "chunk", "softcap", "sinks")
 
@@ -51,9 +53,9 @@ class LayerAttention:
         for name in ("window", "chunk"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"attention {name} must be a positive int, got {value!r}")
+                raise UserError(f"attention {name} must be a positive int, got {value!r}")
         if self.softcap is not None and not self.softcap > 0:
-            raise ValueError(f"attention softcap must be > 0, got {self.softcap!r}")
+            raise UserError(f"attention softcap must be > 0, got {self.softcap!r}")
 
     def features(self) -> frozenset[str]:
         """The names of the fields set."""
@@ -96,12 +98,12 @@ def check_layer(backend: Backend, layer: LayerAttention, plan: AttentionPlan) ->
     """Refuse, in one line naming the argument, a layer this backend would compute wrongly."""
     missing = sorted(layer.features() - backend.features)
     if missing:
-        raise ValueError(
+        raise UserError(
             f"attention backend {backend.name} cannot compute this layer's {' and '.join(missing)}; make "
             "the plan with plan_attention(..., needs=...) (auto picks a backend that can: backends_for)"
         )
     if (layer.window is not None or layer.chunk is not None) and plan.positions is None:
-        raise ValueError(
+        raise UserError(
             "this layer has a sliding window or a chunk, but the attention plan holds no positions; "
             "make it with plan_attention(..., needs=..., position_ids=...)"
         )
@@ -187,11 +189,11 @@ def half_precision(dtype: torch.dtype) -> bool:
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttentionPlan) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim != 4:
-            raise ValueError(f"{name} must be (B, H, T, d), got shape {tuple(x.shape)}")
+            raise UserError(f"{name} must be (B, H, T, d), got shape {tuple(x.shape)}")
     if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} disagree; expected (B, H, T, d)")
+        raise UserError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} disagree; expected (B, H, T, d)")
     if (q.shape[0], q.shape[2]) != (plan.batch, plan.length) or k.shape[2] != plan.length:
-        raise ValueError(
+        raise UserError(
             f"q has (B, T) = ({q.shape[0]}, {q.shape[2]}) but the attention plan was built for "
             f"segment_ids of shape ({plan.batch}, {plan.length})"
         )

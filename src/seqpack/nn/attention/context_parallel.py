@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from seqpack.errors import UserError
 from seqpack.nn.attention.base import PLAIN, AttentionPlan, Backend, LayerAttention, band, common
 
 
@@ -108,7 +109,7 @@ def plan_context_parallel(
     ids as in the whole row); gathers every rank's ids and positions once (a collective: every
     rank of ``group`` calls it together)."""
     if segment_ids.shape != position_ids.shape or segment_ids.ndim != 2:
-        raise ValueError(
+        raise UserError(
             f"segment_ids {tuple(segment_ids.shape)} and position_ids {tuple(position_ids.shape)} must "
             "both be (B, T_local)"
         )
@@ -128,7 +129,7 @@ def plan_context_parallel(
 
 
 def _refuse_plan(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, **_: Any) -> CPPlan:
-    raise ValueError(_WHY)
+    raise UserError(_WHY)
 
 
 _WHY = (

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from seqpack.errors import UserError
 from seqpack.nn.attention.base import (
     PLAIN,
     AttentionPlan,
@@ -70,7 +71,7 @@ def attend_sdpa(
 ) -> torch.Tensor:
     assert isinstance(plan, MaskPlan)
     if plan.mask is not None and plan.mask.dtype != torch.bool and plan.mask.dtype != q.dtype:
-        raise ValueError(f"an additive mask must have the dtype of q ({q.dtype}), got {plan.mask.dtype}")
+        raise UserError(f"an additive mask must have the dtype of q ({q.dtype}), got {plan.mask.dtype}")
     mask = layer_mask(plan, layer)
     is_causal = plan.causal and mask is None
     if q.is_cuda and mask is not None and q.shape[-2] % 128:
@@ -103,7 +104,7 @@ def eager_attention(
     Rows with no allowed key (padding) return 0, as SDPA does.
     """
     if mask is not None and not mask.dtype.is_floating_point:
-        raise ValueError(
+        raise UserError(
             f"eager attention needs an additive float mask (0 / finfo.min), got dtype {mask.dtype}; "
             "build it with attention_mask(segment_ids, dtype=q.dtype)"
         )

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from seqpack.errors import UserError
 from seqpack.nn.attention.base import (
     PLAIN,
     AttentionPlan,
@@ -174,7 +175,7 @@ def varlen_kwargs(
     params = varlen_params(fn)
     kw: dict[str, Any] = {}
     if window is not None and not (causal and "window_size" in params):
-        raise ValueError(
+        raise UserError(
             "this torch's varlen_attn takes no sliding window; use backend='flex', 'sdpa' or 'per_document'"
         )
     if "window_size" in params:
@@ -182,11 +183,11 @@ def varlen_kwargs(
     elif "is_causal" in params:
         kw["is_causal"] = causal
     elif causal:
-        raise ValueError("this torch's varlen_attn has no causal option; use backend='flex' or 'per_document'")
+        raise UserError("this torch's varlen_attn has no causal option; use backend='flex' or 'per_document'")
     if "scale" in params:
         kw["scale"] = scale
     elif abs(scale - d**-0.5) > 1e-12:
-        raise ValueError("this torch's varlen_attn takes no scale; only the default 1/sqrt(d) is supported")
+        raise UserError("this torch's varlen_attn takes no scale; only the default 1/sqrt(d) is supported")
     return kw
 
 

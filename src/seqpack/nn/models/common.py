@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from seqpack.errors import UserError
+
 SIZES: dict[str, dict[str, int]] = {
     "tiny": {"hidden": 128, "layers": 2, "heads": 2},
     "small": {"hidden": 256, "layers": 4, "heads": 4},
@@ -17,7 +19,7 @@ SIZES: dict[str, dict[str, int]] = {
 def sized(size: str, overrides: dict[str, object]) -> dict[str, object]:
     """Keyword arguments of a named size, with ``overrides`` on top."""
     if size not in SIZES:
-        raise ValueError(f"size must be one of {'|'.join(SIZES)}, got {size!r}")
+        raise UserError(f"size must be one of {'|'.join(SIZES)}, got {size!r}")
     return {**SIZES[size], **overrides}
 
 
@@ -37,9 +39,9 @@ class PackedOutput:
 def check_batch(input_ids: torch.Tensor, segment_ids: torch.Tensor, **others: torch.Tensor | None) -> None:
     """Every per-token tensor must be ``(B, T)`` like ``input_ids``."""
     if input_ids.ndim != 2:
-        raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
+        raise UserError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
     for name, x in {"segment_ids": segment_ids, **others}.items():
         if x is not None and x.shape != input_ids.shape:
-            raise ValueError(
+            raise UserError(
                 f"{name} has shape {tuple(x.shape)} but input_ids is {tuple(input_ids.shape)}; expected (B, T)"
             )

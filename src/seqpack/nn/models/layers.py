@@ -9,6 +9,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
+from seqpack.errors import UserError
 from seqpack.nn.attention import (
     BACKENDS,
     AttentionPlan,
@@ -28,7 +29,7 @@ class SelfAttention(nn.Module):
     def __init__(self, hidden: int, heads: int, *, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
         if hidden % heads:
-            raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
+            raise UserError(f"hidden={hidden} must be divisible by heads={heads}")
         self.heads = heads
         self.qkv = nn.Linear(hidden, 3 * hidden, bias=bias)
         self.out = nn.Linear(hidden, hidden, bias=bias)
@@ -100,14 +101,14 @@ def check_config(cfg: _ModelShape, positive: tuple[str, ...]) -> None:
     """Shared validation of model configs (``ValueError`` naming the field)."""
     for name in positive:
         if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+            raise UserError(f"{name} must be >= 1, got {getattr(cfg, name)}")
     hidden, heads = cfg.hidden, cfg.heads
     if hidden % heads:
-        raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
+        raise UserError(f"hidden={hidden} must be divisible by heads={heads}")
     if not 0.0 <= cfg.dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
+        raise UserError(f"dropout must be in [0, 1), got {cfg.dropout}")
     if cfg.attention not in BACKENDS:
-        raise ValueError(f"attention must be one of {'|'.join(BACKENDS)}, got {cfg.attention!r}")
+        raise UserError(f"attention must be one of {'|'.join(BACKENDS)}, got {cfg.attention!r}")
 
 
 @torch.compiler.disable  # data-dependent metadata, built eagerly once per batch; the body compiles
@@ -126,7 +127,7 @@ def positions_and_plan(
     if position_ids is None:
         position_ids = make_position_ids(segment_ids)
     if position_ids.numel() and int(position_ids.max()) >= max_position:
-        raise ValueError(f"position_ids reach {int(position_ids.max())} but max_position={max_position}")
+        raise UserError(f"position_ids reach {int(position_ids.max())} but max_position={max_position}")
     if plan is None:
         plan = plan_attention(
             segment_ids,

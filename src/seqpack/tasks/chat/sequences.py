@@ -40,6 +40,7 @@ from seqpack.data.sequences import (
     offsets_of,
     overflow_error,
 )
+from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
 from seqpack.tasks.chat.template import ChatTemplate, check_message
 from seqpack.tasks.examples import get_field
@@ -83,7 +84,7 @@ def chat_sequences(
     check_max_len(max_len)
     check_overflow(overflow, allowed=CHAT_OVERFLOW)
     if train_on not in TRAIN_ON:
-        raise ValueError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {train_on!r}")
+        raise UserError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {train_on!r}")
     texts, turns, keep_ids, n_examples, dropped = _render_all(
         examples, template, messages_field, need_turns=train_on != "all"
     )
@@ -154,7 +155,7 @@ def _render_all(
         except ValueError:
             raise
         except Exception as e:  # jinja2's errors, and whatever a template's own code raises
-            raise ValueError(f"example {i}: the chat template {template.name} failed to render: {e}") from e
+            raise UserError(f"example {i}: the chat template {template.name} failed to render: {e}") from e
         if need_turns and not spans:
             dropped["no_assistant"] = dropped.get("no_assistant", 0) + 1
             continue

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from seqpack.data.sequences import check_overflow
+from seqpack.errors import UserError
 from seqpack.tasks.base import Task
 from seqpack.tasks.chat.sequences import CHAT_OVERFLOW, TRAIN_ON, chat_sequences
 from seqpack.tasks.chat.template import (
@@ -51,7 +52,7 @@ class ChatOptions:
     def __post_init__(self) -> None:
         check_overflow(self.overflow, allowed=CHAT_OVERFLOW)
         if self.train_on not in TRAIN_ON:
-            raise ValueError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {self.train_on!r}")
+            raise UserError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {self.train_on!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +67,7 @@ class ChatTask(CLMTask):
         if source == CHATML:
             missing = [s for s in CHATML_SPECIALS if s not in tokenizer.special_tokens]
             if missing:
-                raise ValueError(
+                raise UserError(
                     f"the chatml template writes {' and '.join(missing)}, which the tokenizer lacks as special tokens; "
                     "train it with --special-token '<|im_start|>' --special-token '<|im_end|>', or pass --chat-template FILE"
                 )

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from seqpack.errors import UserError
 from seqpack.tokenizer.hf_export import CHATML_TEMPLATE, CHATML_TOKENS
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -81,7 +82,7 @@ class ChatTemplate:
         try:
             self._template = _environment().from_string(source)
         except TemplateSyntaxError as e:
-            raise ValueError(f"chat template {self.name}: line {e.lineno}: {e.message}") from e
+            raise UserError(f"chat template {self.name}: line {e.lineno}: {e.message}") from e
         self.has_generation = "generation" in source and "endgeneration" in source
 
     def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = False) -> str:
@@ -105,7 +106,7 @@ class ChatTemplate:
             before = self.render(messages[:k], add_generation_prompt=True)
             through = self.render(messages[: k + 1]).rstrip()
             if not (text.startswith(before) and text.startswith(through) and len(through) >= len(before)):
-                raise ValueError(
+                raise UserError(
                     f"chat template {self.name} rewrites earlier turns, so assistant turn {k} cannot be located; "
                     "wrap each assistant turn in {% generation %}...{% endgeneration %} (the transformers convention)"
                 )
@@ -157,12 +158,12 @@ def resolve_template(option: str | None, tokenizer: Any) -> tuple[str, str]:
     if option:
         p = Path(option)
         if not p.is_file():
-            raise ValueError(f"--chat-template {option}: no such file (give a Jinja file, or 'chatml' for the default)")
+            raise UserError(f"--chat-template {option}: no such file (give a Jinja file, or 'chatml' for the default)")
         return p.read_text(encoding="utf-8"), str(p)
     if tokenizer.chat_template:
         return tokenizer.chat_template, "the tokenizer's chat_template"
     if isinstance(tokenizer, HFTokenizer):
-        raise ValueError(
+        raise UserError(
             f"tokenizer {tokenizer.name} has no chat_template; pass --chat-template FILE "
             "(or --chat-template chatml for seqpack's default)"
         )
@@ -172,21 +173,19 @@ def resolve_template(option: str | None, tokenizer: Any) -> tuple[str, str]:
 def check_message(messages: Any, i: int) -> list[dict[str, Any]]:
     """``messages`` of example ``i``, checked: a non-empty list of ``{"role", "content": str}``."""
     if not isinstance(messages, list) or not messages:
-        raise ValueError(f"example {i}: messages must be a non-empty list of {{'role', 'content'}} objects")
+        raise UserError(f"example {i}: messages must be a non-empty list of {{'role', 'content'}} objects")
     for j, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise ValueError(
-                f"example {i}: message {j} is {type(m).__name__}, expected an object with role and content"
-            )
+            raise UserError(f"example {i}: message {j} is {type(m).__name__}, expected an object with role and content")
         role = m.get("role")
         if role not in ROLES:
-            raise ValueError(f"example {i}: message {j} has role {role!r}; roles: {'|'.join(ROLES)}")
+            raise UserError(f"example {i}: message {j} has role {role!r}; roles: {'|'.join(ROLES)}")
         content = m.get("content")
         if not isinstance(content, str):
             what = "no content" if content is None else f"content of type {type(content).__name__}"
-            raise ValueError(f"example {i}: message {j} ({role}) has {what}; content must be a string")
+            raise UserError(f"example {i}: message {j} ({role}) has {what}; content must be a string")
         if _OPEN in content or _CLOSE in content:
-            raise ValueError(f"example {i}: message {j} holds U+FDD0/U+FDD1, which seqpack reserves; remove them")
+            raise UserError(f"example {i}: message {j} holds U+FDD0/U+FDD1, which seqpack reserves; remove them")
     return messages
 
 

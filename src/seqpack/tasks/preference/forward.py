@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from seqpack.errors import UserError
 from seqpack.nn.branch_states import causal_states, hf_branch_states, is_transformers
 from seqpack.nn.models.common import PackedOutput
 from seqpack.nn.preference import (
@@ -120,7 +121,7 @@ def pair_outputs(model: Any, batch: Mapping[str, torch.Tensor], objective: Prefe
         out.by_record()                                        # {17: {"chosen_rewards": ..., ...}, ...}
     """
     if "example_ids" not in batch:
-        raise ValueError(
+        raise UserError(
             "the batch has no example_ids column (which record each pair is); read every column of the "
             "packed rows (seqpack.data.PackedDataset, or PackedDPOTrainer's batches)"
         )

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqpack.corpus.records import iter_records
+from seqpack.errors import UserError
 from seqpack.tasks.chat.template import check_message
 from seqpack.tasks.examples import get_field
 
@@ -77,23 +78,23 @@ def _texts(
     chosen = get_field(row, cf, i, "--chosen-field", (str, list))
     rejected = get_field(row, rf, i, "--rejected-field", (str, list))
     if type(chosen) is not type(rejected):
-        raise ValueError(f"example {i}: {cf!r} and {rf!r} must both be strings or both message lists")
+        raise UserError(f"example {i}: {cf!r} and {rf!r} must both be strings or both message lists")
     if pf in row and row[pf] is not None:
         prompt = get_field(row, pf, i, "--prompt-field", (str, list))
     else:
         prompt, chosen, rejected = split_implicit(chosen, rejected)
     if isinstance(chosen, str):
         if not isinstance(prompt, str):
-            raise ValueError(
+            raise UserError(
                 f"example {i}: the prompt is a message list but the responses are strings; give both in one form"
             )
         if eos:
             chosen, rejected = (r if r.endswith(eos) else r + eos for r in (chosen, rejected))
         return prompt, prompt + chosen, prompt + rejected
     if not isinstance(prompt, list) or not prompt:
-        raise ValueError(f"example {i}: empty prompt; every pair needs a prompt both responses answer")
+        raise UserError(f"example {i}: empty prompt; every pair needs a prompt both responses answer")
     if template is None:
-        raise ValueError(f"example {i}: conversational pairs need a chat template; pass --chat-template FILE|chatml")
+        raise UserError(f"example {i}: conversational pairs need a chat template; pass --chat-template FILE|chatml")
     check_message(prompt + chosen, i)
     check_message(prompt + rejected, i)
     try:
@@ -105,7 +106,7 @@ def _texts(
     except ValueError:
         raise
     except Exception as e:  # jinja2's errors, and whatever a template's own code raises
-        raise ValueError(f"example {i}: the chat template {template.name} failed to render: {e}") from e
+        raise UserError(f"example {i}: the chat template {template.name} failed to render: {e}") from e
 
 
 def read_pairs(
@@ -126,27 +127,25 @@ def read_pairs(
         if margin_field in row and row[margin_field] is not None:
             margin = float(get_field(row, margin_field, i, "--margin-field", (int, float)))
             if not math.isfinite(margin):  # a reward model would train to NaN on it
-                raise ValueError(f"example {i}: {margin_field!r} is {margin}; a margin must be a finite number")
+                raise UserError(f"example {i}: {margin_field!r} is {margin}; a margin must be a finite number")
             margins.append(margin)
         elif margins:
-            raise ValueError(
-                f"example {i}: no {margin_field!r} but earlier examples have one; give every pair a margin"
-            )
+            raise UserError(f"example {i}: no {margin_field!r} but earlier examples have one; give every pair a margin")
         n = i + 1
     if margins and len(margins) != n:
-        raise ValueError(f"only {len(margins)} of {n} examples have a {margin_field!r}; give every pair a margin")
+        raise UserError(f"only {len(margins)} of {n} examples have a {margin_field!r}; give every pair a margin")
     ids = tokenizer.encode_batch(texts)
     prompt, chosen, rejected = [], [], []
     for i in range(n):
         p, pc, pr = (np.asarray(x, dtype=np.int64) for x in ids[3 * i : 3 * i + 3])
         k = min(common_prefix(p, pc), common_prefix(p, pr))
         if k == 0:
-            raise ValueError(f"example {i}: empty prompt (no tokens before the responses); every pair needs a prompt")
+            raise UserError(f"example {i}: empty prompt (no tokens before the responses); every pair needs a prompt")
         c, r = pc[k:], pr[k:]
         if c.size == 0 or r.size == 0:
-            raise ValueError(f"example {i}: the {'chosen' if c.size == 0 else 'rejected'} response is empty")
+            raise UserError(f"example {i}: the {'chosen' if c.size == 0 else 'rejected'} response is empty")
         if np.array_equal(c, r):
-            raise ValueError(f"example {i}: chosen and rejected are identical, so the pair prefers nothing; remove it")
+            raise UserError(f"example {i}: chosen and rejected are identical, so the pair prefers nothing; remove it")
         prompt.append(p[:k])
         chosen.append(c)
         rejected.append(r)

@@ -40,6 +40,7 @@ from seqpack.data.sequences import (
     offsets_of,
     overflow_error,
 )
+from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
 from seqpack.tasks.preference.records import Pairs
 
@@ -84,7 +85,7 @@ def preference_sequences(
     check_max_len(max_len)
     check_overflow(overflow, allowed=PREFERENCE_OVERFLOW)
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
+        raise UserError(f"layout must be one of {'|'.join(LAYOUTS)}, got {layout!r}")
     copies = 1 if layout == "shared-prefix" else 2
     parts: list[tuple[np.ndarray, ...]] = []
     keep: list[int] = []

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from seqpack.data.sequences import check_overflow
+from seqpack.errors import UserError
 from seqpack.tasks.base import Task
 from seqpack.tasks.preference.records import read_pairs
 from seqpack.tasks.preference.sequences import (
@@ -65,13 +66,13 @@ class PreferenceOptions:
     def __post_init__(self) -> None:
         check_overflow(self.overflow, allowed=PREFERENCE_OVERFLOW)
         if self.layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {'|'.join(LAYOUTS)}, got {self.layout!r}")
+            raise UserError(f"layout must be one of {'|'.join(LAYOUTS)}, got {self.layout!r}")
 
 
 def _eos(tokenizer: Any, option: str | None) -> str | None:
     if option is not None:
         if option and tokenizer.token_to_id(option) is None:
-            raise ValueError(f"tokenizer has no token {option!r}; pass --eos-token TOKEN, or --eos-token '' for none")
+            raise UserError(f"tokenizer has no token {option!r}; pass --eos-token TOKEN, or --eos-token '' for none")
         return option or None
     own = getattr(tokenizer, "special_map", {}).get("eos_token")
     if own:
@@ -158,9 +159,9 @@ class PreferenceTask(Task):
         """``options.preference()`` (a `PreferenceLoss`), checked against the model kind."""
         loss = options.preference()
         if loss.reward_model and kind != "reward":
-            raise ValueError(f"--preference-loss {loss.kind} trains a reward model; pass --model reward")
+            raise UserError(f"--preference-loss {loss.kind} trains a reward model; pass --model reward")
         if kind == "reward" and not loss.reward_model:
-            raise ValueError(f"--model reward is trained with --preference-loss bt, not {loss.kind}")
+            raise UserError(f"--model reward is trained with --preference-loss bt, not {loss.kind}")
         return loss
 
     # ---- loss and metrics -------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from seqpack.errors import UserError
 from seqpack.tasks.vision.images import open_image
 from seqpack.tasks.vision.rope import PositionScheme, image_token_of, merge_of, position_scheme_of
 
@@ -60,7 +61,7 @@ class VisionCollator:
         if "image_grid_thw" in got:
             made = got["image_grid_thw"].numpy().reshape(-1, 3)
             if not np.array_equal(made, grids):
-                raise ValueError(
+                raise UserError(
                     "the processor makes other image grids than the rows were packed with "
                     f"({made[:3].tolist()} vs {grids[:3].tolist()}); pack again with this processor"
                 )

@@ -16,7 +16,7 @@ processor turns them into pixels when a row is read.
     >>> image_bytes("missing.png", example=4, k=1)
     Traceback (most recent call last):
     ...
-    ValueError: example 4: image 1: no such file missing.png
+    seqpack.errors.UserError: example 4: image 1: no such file missing.png
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from seqpack.errors import UserError
 
 
 def image_path(value: Any, root: str | os.PathLike[str] | None = None) -> Path | None:
@@ -52,13 +54,13 @@ def image_bytes(value: Any, *, example: int, k: int, root: str | os.PathLike[str
         elif value.get("path") is not None:
             value = value["path"]
         else:
-            raise ValueError(f"{where}: a dict with neither 'bytes' nor 'path'")
+            raise UserError(f"{where}: a dict with neither 'bytes' nor 'path'")
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     path = image_path(value, root)
     if path is not None:
         if not path.is_file():
-            raise ValueError(f"{where}: no such file {path}")
+            raise UserError(f"{where}: no such file {path}")
         return path.read_bytes()
     try:
         from PIL import Image
@@ -68,7 +70,7 @@ def image_bytes(value: Any, *, example: int, k: int, root: str | os.PathLike[str
         buf = io.BytesIO()
         value.save(buf, format="PNG")
         return buf.getvalue()
-    raise ValueError(
+    raise UserError(
         f"{where}: is {type(value).__name__}; give a file path, encoded bytes, "
         "a {'bytes', 'path'} dict or a PIL image"
     )
@@ -82,5 +84,5 @@ def open_image(data: bytes, *, example: int, k: int) -> Any:
         img = Image.open(io.BytesIO(data))
         img.load()
     except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise ValueError(f"example {example}: image {k}: not a readable image ({type(e).__name__}: {e})") from e
+        raise UserError(f"example {example}: image {k}: not a readable image ({type(e).__name__}: {e})") from e
     return img.convert("RGB")

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from seqpack.data.sequences import Sequences, id_dtype, label_dtype
+from seqpack.errors import UserError
 from seqpack.packing import DEFAULT_ALGORITHM, Packing, pack_lengths
 from seqpack.tasks.vision.samples import VisionSamples
 
@@ -126,9 +127,9 @@ def pack_vision(
     """One packing plan over every sample (``algorithm``: a `seqpack.packing.ALGORITHMS` name): the
     plan the pack job makes of the same samples."""
     if samples.num_samples == 0:
-        raise ValueError("no samples to pack: every record was dropped (see samples.dropped)")
+        raise UserError("no samples to pack: every record was dropped (see samples.dropped)")
     if int(samples.lengths.max()) > max_len:
-        raise ValueError(
+        raise UserError(
             f"a sample has {int(samples.lengths.max())} tokens, more than max_len={max_len}; "
             "build the samples with the same max_len"
         )
@@ -219,7 +220,7 @@ class VisionRows:
         self._rows = PackedRows(self.path, columns=list(ROW_COLUMNS))
         self.manifest = self._rows.manifest
         if self.manifest["task"] != TASK or "example_table" not in self.manifest:
-            raise ValueError(
+            raise UserError(
                 f"{self.path}: a packed {self.manifest['task']} dataset, not image-text rows; "
                 "read it with seqpack.data.PackedDataset"
             )
@@ -257,7 +258,7 @@ def saved_processor(path: str | os.PathLike[str]) -> Any:
     from seqpack.tasks.vision.processor import load_processor
 
     if not (Path(path) / PROCESSOR).is_dir():
-        raise ValueError(
+        raise UserError(
             f"{path}: holds no {PROCESSOR}/ (written without its processor); pack it again with "
             "seqpack pack --task vision, or build_packed_dataset with a ProcessorTokenizer"
         )

@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from seqpack.errors import UserError
+
 CONFIG_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
 
 
@@ -64,7 +66,7 @@ def _load_processor(path: str | os.PathLike[str]) -> Any:
     import transformers
 
     if not Path(path, "tokenizer_config.json").is_file() and not Path(path, "tokenizer.json").is_file():
-        raise ValueError(
+        raise UserError(
             f"{path}: no processor here (no tokenizer files); give the directory a vision-language "
             "model's processor was saved to (processor.save_pretrained(DIR))"
         )
@@ -77,7 +79,7 @@ def _load_processor(path: str | os.PathLike[str]) -> Any:
     name = processor_class_name(path)
     base = getattr(transformers, name, None) if name else None
     if base is None:
-        raise ValueError(
+        raise UserError(
             f"{path}: holds no image-text processor (processor_class {name!r}); give the directory of a "
             "vision-language model's processor (Qwen2-VL, Qwen2.5-VL, LLaVA, ...)"
         )

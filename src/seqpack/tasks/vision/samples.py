@@ -24,6 +24,7 @@ import numpy as np
 
 from seqpack.corpus.records import iter_records, record_files
 from seqpack.data.sequences import IGNORE_INDEX, check_overflow, offsets_of, overflow_error
+from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
 from seqpack.tasks.chat.sequences import TRAIN_ON, target_mask, turn_ends
 from seqpack.tasks.chat.template import ROLES, ChatTemplate
@@ -94,23 +95,23 @@ def image_root_of(files: list[str]) -> str | None:
 def check_vision_messages(messages: Any, i: int) -> int:
     """Check example ``i``'s messages (TRL's vision format); the number of image parts they hold."""
     if not isinstance(messages, list) or not messages:
-        raise ValueError(f"example {i}: messages must be a non-empty list of {{'role', 'content'}} objects")
+        raise UserError(f"example {i}: messages must be a non-empty list of {{'role', 'content'}} objects")
     n = 0
     for j, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise ValueError(f"example {i}: message {j} must be an object with a role ({'|'.join(ROLES)}) and content")
+            raise UserError(f"example {i}: message {j} must be an object with a role ({'|'.join(ROLES)}) and content")
         content = m.get("content")
         if isinstance(content, str):
             continue
         if not isinstance(content, list):
-            raise ValueError(
+            raise UserError(
                 f"example {i}: message {j} has content of type {type(content).__name__}; "
                 "give a string or a list of {'type': 'text'|'image'} parts"
             )
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
             if kind not in ("text", "image"):
-                raise ValueError(
+                raise UserError(
                     f"example {i}: message {j} has a part {part!r}; parts are "
                     "{'type': 'text', 'text': ...} or {'type': 'image'}"
                 )
@@ -135,7 +136,7 @@ def vision_samples(
     check_max_len(max_len)
     check_overflow(overflow, allowed=VISION_OVERFLOW)
     if train_on not in TRAIN_ON:
-        raise ValueError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {train_on!r}")
+        raise UserError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {train_on!r}")
     template = _template(processor)
     if image_root is None and isinstance(examples, (str, os.PathLike)):
         image_root = image_root_of(record_files(examples))
@@ -148,11 +149,11 @@ def vision_samples(
         n_parts = check_vision_messages(messages, i)
         values = row.get(images_field) or []
         if not isinstance(values, list):
-            raise ValueError(
+            raise UserError(
                 f"example {i}: field {images_field!r} is {type(values).__name__}, expected a list of images"
             )
         if len(values) != n_parts:
-            raise ValueError(
+            raise UserError(
                 f"example {i}: its messages hold {n_parts} image placeholder(s) but {images_field!r} "
                 f"has {len(values)} image(s); give one image per {{'type': 'image'}} part"
             )
@@ -165,7 +166,7 @@ def vision_samples(
         ids, turn, ends, grids, tokens = enc.encode(text, turns, pil, i)
         big = np.flatnonzero(tokens > max_len)
         if big.size:
-            raise ValueError(
+            raise UserError(
                 f"example {i}: image {int(big[0])} alone becomes {int(tokens[big[0]]):,} tokens, more than "
                 f"max_len={max_len}; raise --max-len or lower the processor's image size (max_pixels)"
             )
@@ -203,7 +204,7 @@ def _template(processor: Any) -> ChatTemplate:
         getattr(processor, "tokenizer", None), "chat_template", None
     )
     if not source:
-        raise ValueError(
+        raise UserError(
             "the processor has no chat_template; give one (processor.chat_template = ...) to render the messages"
         )
     return ChatTemplate(source, name="the processor's chat_template")
@@ -243,13 +244,13 @@ class _Encoder:
         reps = np.ones(pids.size, dtype=np.int64)
         slots = np.flatnonzero(pids == self.image_token_id)
         if slots.size != tokens.size:
-            raise ValueError(
+            raise UserError(
                 f"example {i}: the rendered text holds {slots.size} image token(s) for {tokens.size} image(s); "
                 "the chat template must write one image token per {'type': 'image'} part"
             )
         reps[slots] = tokens
         if int(reps.sum()) != ids.size or not np.array_equal(np.repeat(pids, reps), ids):
-            raise ValueError(
+            raise UserError(
                 f"example {i}: the processor's tokens are not the text's with each image token repeated "
                 "(seqpack packs processors that expand one placeholder per image)"
             )

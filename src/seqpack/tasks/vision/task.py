@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from seqpack.data.sequences import check_overflow
+from seqpack.errors import UserError
 from seqpack.tasks._lm import add_lm_metrics, lm_units
 from seqpack.tasks.base import Task
 from seqpack.tasks.chat.sequences import TRAIN_ON
@@ -58,11 +59,11 @@ class VisionOptions:
     def __post_init__(self) -> None:
         check_overflow(self.overflow, allowed=VISION_OVERFLOW)
         if self.train_on not in TRAIN_ON:
-            raise ValueError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {self.train_on!r}")
+            raise UserError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {self.train_on!r}")
 
 
 def _refuse_seqpack_model() -> ValueError:
-    return ValueError(
+    return UserError(
         "image-text data trains a transformers vision-language model: pass --hf-model CONFIG "
         "(the config.json of a Qwen2-VL, Qwen2.5-VL or LLaVA model, or its directory)"
     )
@@ -86,7 +87,7 @@ class VisionTask(Task):
         rows are not split across context-parallel ranks."""
         for name, flag in (("position_offset", "--position-offset"), ("context_parallel", "--context-parallel")):
             if getattr(config, name) != type(config).__dataclass_fields__[name].default:
-                raise ValueError(
+                raise UserError(
                     f"{flag} is not taken by task vision (its samples keep the positions they have alone, "
                     "one padding-free row per micro-batch); drop it"
                 )
@@ -96,7 +97,7 @@ class VisionTask(Task):
         from seqpack.tasks.vision.processor import ProcessorTokenizer, load_processor
 
         if not Path(path).is_dir():
-            raise ValueError(
+            raise UserError(
                 f"--tokenizer {path}: task vision reads the model's processor; give the directory "
                 "it was saved to (processor.save_pretrained(DIR))"
             )
@@ -112,7 +113,7 @@ class VisionTask(Task):
         from seqpack.tasks.vision.processor import ProcessorTokenizer
 
         if not isinstance(tokenizer, ProcessorTokenizer):
-            raise ValueError(
+            raise UserError(
                 "task vision makes its samples with the model's processor: pass ProcessorTokenizer(processor) "
                 "(seqpack.tasks.vision), or --tokenizer PROCESSOR_DIR"
             )
@@ -148,7 +149,7 @@ class VisionTask(Task):
         return self._sequences(records, tokenizer, config, context.get("image_root"))
 
     def stream_context(self, config: Any) -> dict[str, Any]:
-        raise ValueError(
+        raise UserError(
             "task vision is not streamed: its images go in the packed dataset's example table; "
             "pack the records with seqpack pack --task vision and train on the directory"
         )
@@ -209,7 +210,7 @@ class VisionTask(Task):
         from seqpack.nn.hf_attention import attach_packed_attention
 
         if type(config) not in transformers.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING:
-            raise ValueError(
+            raise UserError(
                 f"--hf-model: a {model_type} config is not a vision-language model; give the config of "
                 "one transformers builds with AutoModelForImageTextToText (Qwen2-VL, Qwen2.5-VL, LLaVA, ...)"
             )
