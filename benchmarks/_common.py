@@ -227,48 +227,81 @@ def thread_env(threads: int | None) -> dict[str, str]:
             "OPENBLAS_NUM_THREADS": "1"}
 
 
-CONCURRENT_ARM = """
+def _cpu_ticks() -> tuple[int, int]:
+    """(all, idle) jiffies of every core since boot (/proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3] + v[4]
+
+
+SCHEDULED_ARM = """
 import json, time, os
 {setup}
 def _run():
 {body}
 out = _run()  # the warm-up call, not timed
-late = time.time() > {start}
-while time.time() < {start}:  # every copy starts together ...
-    time.sleep(0.0005)
-times = []
-while time.time() < {end}:  # ... and calls until the same moment, so the copies overlap throughout
-    out = None
-    t0 = time.perf_counter()
-    out = _run()
-    times.append(time.perf_counter() - t0)
-print(json.dumps({{"times": times, "late": late}}))
+late = time.time() > {windows}[0][0]
+got = []
+for start, end in {windows}:  # this process's windows: it sleeps through the others'
+    while time.time() < start:
+        time.sleep(0.0005)
+    times, cpu = [], time.process_time()
+    while time.time() < end:
+        out = None
+        t0 = time.perf_counter()
+        out = _run()
+        times.append(time.perf_counter() - t0)
+    got.append({{"times": times, "cpu_s": time.process_time() - cpu}})
+print(json.dumps({{"windows": got, "late": late}}))
 """
 
 
-def concurrent_arm(setup: str, body: str, *, copies: int = 2, seconds: float = 1.5, threads: int | None = None) -> list[float]:
-    """One arm (as in :func:`compare_arms`) in ``copies`` processes at once, each timing calls over the
-    same ``seconds`` (they start together once all have set up): the times of every call of every
-    copy. Set against the arm alone, this is what the machine gives work that shares nothing (the
-    ceiling of a speed-up from 1 thread to ``copies``)."""
+def interleaved_windows(kinds: dict[str, tuple[str, str, int]], *, rounds: int, seconds: float = 0.6,
+                        gap: float = 0.25, lead: float = 6.0, threads: int | None = None) -> dict[str, list[dict]]:
+    """Arms timed in turn in short windows: ``kinds`` maps a name to ``(setup, body, copies)`` (as in
+    `compare_arms`), each kind's ``copies`` processes started once; round ``r`` gives each kind one
+    window of ``seconds`` (in order, reversed every other round), ``gap`` apart (a call begun in a
+    window ends in the gap). Windows this short and this close see the same load from other processes,
+    which on a shared machine the minutes between whole processes of `compare_arms` do not.
+
+    Returns per kind its windows: ``times`` (every call of every copy), ``cpu_s`` (the copies' CPU
+    over the window), ``calls`` and ``machine_busy_cores`` (every process's, from /proc/stat)."""
     import os
     import textwrap
     import time
 
     compile_bytecode()
     env = {**os.environ, **thread_env(threads)}
-    start = time.time() + 5.0  # time enough for every copy's set-up (imports, input, warm-up call)
-    code = CONCURRENT_ARM.format(setup=textwrap.dedent(setup), body=textwrap.indent(textwrap.dedent(body), "    "),
-                                 start=start, end=start + seconds)
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env) for _ in range(copies)]
-    times: list[float] = []
-    for p in procs:
-        out, _ = p.communicate()
-        assert p.returncode == 0, f"a concurrent copy failed ({p.returncode})"
-        got = json.loads(out.strip().splitlines()[-1])
-        assert not got["late"], "a copy set up too slowly to start with the others"
-        times += got["times"]
-    return times
+    first = time.time() + lead  # time enough for every process's set-up (imports, input, warm-up call)
+    order = [k for r in range(rounds) for k in (list(kinds) if r % 2 == 0 else list(reversed(kinds)))]
+    spans = [(first + i * (seconds + gap), first + i * (seconds + gap) + seconds) for i in range(len(order))]
+    procs: dict[str, list[subprocess.Popen]] = {}
+    for k, (setup, body, copies) in kinds.items():
+        mine = [w for w, kk in zip(spans, order) if kk == k]
+        code = SCHEDULED_ARM.format(setup=textwrap.dedent(setup), body=textwrap.indent(textwrap.dedent(body), "    "),
+                                    windows=repr(mine))
+        procs[k] = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+                    for _ in range(copies)]
+    busy = []
+    for start, end in spans:
+        time.sleep(max(0.0, start - time.time()))
+        t0, i0 = _cpu_ticks()
+        time.sleep(max(0.0, end - time.time()))
+        t1, i1 = _cpu_ticks()
+        busy.append((os.cpu_count() or 1) * (1 - (i1 - i0) / max(1, t1 - t0)))
+    out: dict[str, list[dict]] = {}
+    for k, ps in procs.items():
+        wins = [w for w, kk in zip(busy, order) if kk == k]
+        got = []
+        for p in ps:
+            text, _ = p.communicate()
+            assert p.returncode == 0, f"a process of {k} failed ({p.returncode})"
+            res = json.loads(text.strip().splitlines()[-1])
+            assert not res["late"], f"a process of {k} set up too slowly for its first window"
+            got.append(res["windows"])
+        out[k] = [{"times": [t for g in got for t in g[i]["times"]], "cpu_s": sum(g[i]["cpu_s"] for g in got),
+                   "calls": sum(len(g[i]["times"]) for g in got), "machine_busy_cores": wins[i]} for i in range(len(wins))]
+    return out
 
 
 def compare_arms(arms: Mapping[str, tuple[str, str, str | None]], *, rounds: int = 3, repeats: int = 1,

@@ -15,32 +15,46 @@ arms never import seqpack), a warm-up call then ``--repeats`` timed calls, arms 
   cleared before each call; warm: kept) vs tiktoken ``encode_ordinary`` vs HF ``encode``;
 - a batch of documents on 2 threads, a list of lists: seqpack ``Tokenizer.encode_batch(workers=2)``
   vs tiktoken ``encode_ordinary_batch(num_threads=2)`` vs HF ``encode_batch`` (2 rayon threads);
-  and seqpack's ``encode_batch`` on 1 thread, for its scaling from 1 thread to 2, set against the
-  **machine ceiling**: that 1-thread arm in two processes at once (:func:`machine_ceiling`);
 - the mixed set in **small batches** (``--batch-size``, 64 documents: ~11 KB, what a data loader
   hands over), a call a batch: seqpack ``encode_batch`` on 1 and 2 threads, tiktoken
-  ``encode_ordinary_batch`` and HF ``encode_batch`` on 2 (per-call overhead and thread start-up);
-- seqpack's corpus encoder ``encode_batches`` (flat numpy ids + offsets, what ``seqpack tokenize``
-  uses) on 1 and 2 threads: it has no counterpart in the others, so it is reported apart.
+  ``encode_ordinary_batch`` and HF ``encode_batch`` on 2 (per-call overhead and thread start-up).
+
+**Thread scaling** (:func:`scaling`), per set, of seqpack's ``encode_batch`` (lists) and of its
+corpus encoder ``encode_batches`` (flat numpy ids + offsets through ``Tokenizer.encode_batch_flat``,
+what ``seqpack tokenize`` runs), cold, in ``--scaling-rounds`` rounds of three windows of
+``--scaling-seconds`` each: the 1-thread arm, the 2-thread arm, and the **machine ceiling**, the
+1-thread arm in two processes at once (what 2 cores give work that shares nothing; no 1 -> 2 thread
+speed-up can beat it here). The processes are started once and take turns, so the three kinds of
+window see the same load from the machine's other processes. Reported: the speed-up and the ceiling
+over every window, and per round (their medians), with **of ceiling**, the speed-up over the ceiling:
+per round it compares the 2-thread window with the ceiling's beside it alone (2 threads in one process
+against 2 processes of one), the figure least moved by other work. Each window also records its
+processes' CPU time (the 2-thread call's CPU over the 1-thread call's is the **work inflation**: what a
+second thread costs in extra work, whatever the machine gives) and how many cores other processes took
+meanwhile (/proc/stat); the load average is recorded with each set. On a machine shared with other
+work the wall-clock figures mean little without them.
 
 MB/s is the corpus's UTF-8 size over the median call; "per core" divides by the threads.
 
-    python benchmarks/encode.py [--rounds 3] [--repeats 2] [--out results/encode.json]
+    python benchmarks/encode.py [--rounds 3] [--repeats 2] [--sets mixed shakespeare] [--out results/encode.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 from _common import (
     EOT,
     RESULTS,
     SHARED,
     compare_arms,
-    concurrent_arm,
+    interleaved_windows,
     scratch_dir,
     shakespeare_file,
     summary,
@@ -137,13 +151,21 @@ def arms(docs_path: Path, hf_path: Path) -> dict[str, tuple[str, str, str]]:
         "seqpack encode, per document, 1 thread, warm": (seqpack, "return [tok.encode(d) for d in docs]", HASH),
         "tiktoken encode_ordinary, per document, 1 thread": (tiktoken, "return [enc.encode_ordinary(d) for d in docs]", HASH),
         "HF encode, per document, 1 thread": (hf, "return [hf.encode(d, add_special_tokens=False).ids for d in docs]", HASH),
-        "seqpack encode_batch, 1 thread, cold": (seqpack, "tok.clear_cache()\nreturn tok.encode_batch(docs, workers=1)", HASH),
         "seqpack encode_batch, 2 threads, cold": (seqpack, "tok.clear_cache()\nreturn tok.encode_batch(docs, workers=2)", HASH),
         "tiktoken encode_ordinary_batch, 2 threads": (tiktoken, "return enc.encode_ordinary_batch(docs, num_threads=2)", HASH),
         "HF encode_batch, 2 threads": (hf2, "return [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]", HASH),
-        "seqpack corpus encoder, 1 thread, cold": (enc_batches, "tok.clear_cache()\nreturn list(encode_batches(tok, docs, workers=1))", FLAT),
         "seqpack corpus encoder, 2 threads, cold": (enc_batches, "tok.clear_cache()\nreturn list(encode_batches(tok, docs, workers=2))", FLAT),
     }
+
+
+def scaling_arms(base: dict[str, tuple[str, str, str]]) -> dict[str, tuple[str, str, str]]:
+    """``what -> (setup, 1-thread body, 2-thread body)``, cold (caches cleared before each call), from `arms`."""
+    seqpack = base["seqpack encode, per document, 1 thread, cold"][0]
+    enc_batches = base["seqpack corpus encoder, 2 threads, cold"][0]
+    lists = "tok.clear_cache()\nreturn tok.encode_batch(docs, workers={})"
+    flat = "tok.clear_cache()\nreturn list(encode_batches(tok, docs, workers={}))"
+    return {"encode_batch": (seqpack, lists.format(1), lists.format(2)),
+            "corpus encoder": (enc_batches, flat.format(1), flat.format(2))}
 
 
 def small_batch_arms(docs_path: Path, hf_path: Path, size: int) -> dict[str, tuple[str, str, str]]:
@@ -164,23 +186,81 @@ def small_batch_arms(docs_path: Path, hf_path: Path, size: int) -> dict[str, tup
     }
 
 
-SCALING_ARM = "seqpack encode_batch, 1 thread, cold"
+PER_DOCUMENT = ("seqpack encode, per document, 1 thread, cold", "seqpack encode, per document, 1 thread, warm",
+                "tiktoken encode_ordinary, per document, 1 thread")
 
 
-def machine_ceiling(arm: tuple[str, str, str], rounds: int) -> dict:
-    """What 2 cores give this work when nothing is shared: the 1-thread ``encode_batch`` arm in one
-    process, then in two processes at once (:func:`_common.concurrent_arm`), alternating over
-    ``rounds``. The speed-up is 2 x (median call alone) / (median call of the two at once): on an
-    ideal machine 2.0; shared caches, memory bandwidth and (on a VM) the host's other tenants take
-    their part. No 1 -> 2 thread scaling of this work can beat it here."""
-    setup, body, _ = arm
-    alone: list[float] = []
-    both: list[float] = []
-    for _ in range(rounds):
-        alone += concurrent_arm(setup, body, copies=1, threads=2)
-        both += concurrent_arm(setup, body, copies=2, threads=2)
-    a, b = ({k: v for k, v in summary(t).items() if k != "runs_s"} | {"calls": len(t)} for t in (alone, both))
-    return {"alone": a, "two_at_once": b, "speedup": 2 * a["median_s"] / b["median_s"]}
+def per_document(all_arms: dict[str, tuple[str, str, str]], rounds: int, seconds: float, gap: float) -> dict:
+    """seqpack's ``encode`` per document (cold, warm) against tiktoken's ``encode_ordinary``, in
+    windows that take turns (:func:`_common.interleaved_windows`), so that each round's three see the
+    same load: the ratios over every window's calls, and the median of the rounds' ratios."""
+    kinds = {k: (all_arms[k][0], all_arms[k][1], 1) for k in PER_DOCUMENT}
+    got = interleaved_windows(kinds, rounds=rounds, seconds=seconds, gap=gap, threads=1)
+    cold, warm, tiktoken = PER_DOCUMENT
+
+    def ratios(w: dict[str, list[dict]]) -> dict[str, float]:
+        med = {k: statistics.median([t for x in v for t in x["times"]]) for k, v in w.items()}
+        return {"cold_vs_tiktoken": med[tiktoken] / med[cold], "warm_vs_tiktoken": med[tiktoken] / med[warm],
+                **{f"median_s, {k}": v for k, v in med.items()}}
+
+    out: dict[str, Any] = dict(ratios(got))
+    per_round = [ratios({k: [v[r]] for k, v in got.items()}) for r in range(rounds)]
+    out["rounds_"] = per_round
+    for k in ("cold_vs_tiktoken", "warm_vs_tiktoken"):
+        out[f"{k}_median_of_rounds"] = statistics.median(r[k] for r in per_round)
+    out["others_cores"] = {k: [round(x["machine_busy_cores"] - x["cpu_s"] / seconds, 2) for x in v] for k, v in got.items()}
+    return out
+
+
+#: other processes' cores under which a window counts as quiet
+QUIET = 0.15
+
+
+def scaling(arm: tuple[str, str, str], rounds: int, seconds: float) -> dict:
+    """1 thread, 2 threads, and the machine ceiling (the 1-thread arm in two processes at once), in
+    windows of ``seconds`` that alternate ``rounds`` times (:func:`_common.interleaved_windows`: they
+    see the same load from this machine's other processes).
+
+    ``speedup``: the 1-thread median call over the 2-thread one; ``ceiling``: 2 x (1-thread median
+    alone) / (its median two at once): on an idle ideal machine 2.0, less where caches, memory
+    bandwidth, the host's other tenants or this machine's other processes take their part;
+    ``of_ceiling``: their ratio. ``work_inflation``: the 2-thread call's CPU time over the 1-thread
+    call's (what the second thread costs in extra work: duplicated first-seen words, thread start).
+    ``others_cores``: per window, the cores other processes kept busy. Per round too (``rounds_``)."""
+    setup, one_body, two_body = arm
+    kinds = {"1 thread": (setup, one_body, 1), "2 threads": (setup, two_body, 1), "ceiling": (setup, one_body, 2)}
+    got = interleaved_windows(kinds, rounds=rounds, seconds=seconds, threads=2)
+
+    def ratios(w: dict[str, list[dict]]) -> dict[str, float]:
+        med = {k: statistics.median([t for x in v for t in x["times"]]) for k, v in w.items()}
+        cpu = {k: sum(x["cpu_s"] for x in v) / sum(x["calls"] for x in v) for k, v in w.items()}
+        speedup, ceiling = med["1 thread"] / med["2 threads"], 2 * med["1 thread"] / med["ceiling"]
+        return {"speedup": speedup, "ceiling": ceiling, "of_ceiling": speedup / ceiling,
+                "work_inflation": cpu["2 threads"] / cpu["1 thread"], "median_1_thread_s": med["1 thread"],
+                "median_2_threads_s": med["2 threads"], "median_ceiling_s": med["ceiling"],
+                "cpu_1_thread_s": cpu["1 thread"], "cpu_2_threads_s": cpu["2 threads"]}
+
+    out: dict[str, Any] = dict(ratios(got))
+    per_round = [ratios({k: [v[r]] for k, v in got.items()}) for r in range(rounds)]
+    out["rounds_"] = per_round
+    # per round, of_ceiling needs only the 2-thread window and the ceiling's beside it (the 1-thread
+    # window cancels): 2 threads in one process against 2 processes of 1 thread, under the same load
+    for k in ("speedup", "ceiling", "of_ceiling", "work_inflation"):
+        out[f"{k}_median_of_rounds"] = statistics.median(r[k] for r in per_round)
+    out["others_cores"] = {k: [round(x["machine_busy_cores"] - x["cpu_s"] / seconds, 2) for x in v] for k, v in got.items()}
+    # the rounds in which other processes took under QUIET cores in each of the three windows: what
+    # the machine gives when it is ours
+    quiet = [r for i, r in enumerate(per_round) if all(v[i] < QUIET for v in out["others_cores"].values())]
+    out["quiet_rounds"] = len(quiet)
+    if quiet:
+        for k in ("speedup", "ceiling", "of_ceiling"):
+            out[f"{k}_median_of_quiet_rounds"] = statistics.median(r[k] for r in quiet)
+    # each window's summary (its calls' median, min, max and count), not every call: a window of the CS336
+    # set holds hundreds
+    out["windows"] = {k: [{**{s: t for s, t in summary(x["times"]).items() if s != "runs_s"}, "calls": x["calls"],
+                           "cpu_s": x["cpu_s"], "machine_busy_cores": x["machine_busy_cores"]} for x in v]
+                      for k, v in got.items()}
+    return out
 
 
 LONG_LINE = """
@@ -239,6 +319,56 @@ def long_line(work: Path, mb: int) -> dict[str, dict]:
     return out
 
 
+PAIRS = {
+    "per document, cold, vs tiktoken": ("seqpack encode, per document, 1 thread, cold", "tiktoken encode_ordinary, per document, 1 thread"),
+    "per document, warm, vs tiktoken": ("seqpack encode, per document, 1 thread, warm", "tiktoken encode_ordinary, per document, 1 thread"),
+    "batch, 2 threads, vs tiktoken": ("seqpack encode_batch, 2 threads, cold", "tiktoken encode_ordinary_batch, 2 threads"),
+    "per document vs HF": ("seqpack encode, per document, 1 thread, cold", "HF encode, per document, 1 thread"),
+    "batch, 2 threads, vs HF": ("seqpack encode_batch, 2 threads, cold", "HF encode_batch, 2 threads"),
+}
+
+
+def measure_set(name: str, docs: list[str], work: Path, args: argparse.Namespace) -> dict:
+    """One corpus: every arm (per document and batches against tiktoken and HF), then the thread scaling."""
+    (work / "docs.json").write_text(json.dumps(docs), encoding="utf-8")
+    mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
+    repeats = args.repeats * (10 if mb < 1 else 1)  # a call on the 0.14 MB corpus takes ~3 ms
+    load_before = os.getloadavg()
+    got = compare_arms(arms(work / "docs.json", work / "tokenizer.json"), rounds=args.rounds, repeats=repeats, threads=2)
+    hashes = {r["info"] for r in got.values()}
+    assert len(hashes) == 1, f"the encoders disagree on {name}: {hashes}"
+    print(f"## {name}: {len(docs):,} documents, {mb:.2f} MB; MB/s (per core) over the median call; ids identical; "
+          f"load average {load_before[0]:.2f}")
+    for arm, r in got.items():
+        threads = 2 if "2 threads" in arm else 1
+        r["mb_per_s"] = mb / r["median_s"]
+        r["mb_per_s_per_core"] = r["mb_per_s"] / threads
+        print(f"  {arm:<50} {r['mb_per_s']:8.2f} ({r['mb_per_s_per_core']:.2f})  [{r['min_s']:.3f}-{r['max_s']:.3f} s]")
+    ratios = {k: got[b]["median_s"] / got[a]["median_s"] for k, (a, b) in PAIRS.items()}
+    for k, v in ratios.items():
+        print(f"  speed-up, {k}: {v:.2f}x")
+    all_arms = arms(work / "docs.json", work / "tokenizer.json")
+    slowest = got[PER_DOCUMENT[2]]["median_s"]  # tiktoken's call: a window holds two, a gap one
+    doc = per_document(all_arms, args.scaling_rounds, max(args.scaling_seconds, 2.2 * slowest), gap=max(0.25, 1.5 * slowest))
+    print(f"  per document, windows taking turns: cold {doc['cold_vs_tiktoken']:.2f}x tiktoken, warm {doc['warm_vs_tiktoken']:.2f}x "
+          f"(medians of the rounds: {doc['cold_vs_tiktoken_median_of_rounds']:.2f}x, {doc['warm_vs_tiktoken_median_of_rounds']:.2f}x)")
+    scale = {}
+    for what, scaled in scaling_arms(all_arms).items():
+        scale[what] = s = scaling(scaled, args.scaling_rounds, args.scaling_seconds)
+        print(f"  {what}, 1 -> 2 threads: {s['speedup']:.2f}x, machine ceiling {s['ceiling']:.2f}x, {s['of_ceiling']:.0%} "
+              f"of it (medians of the rounds: {s['speedup_median_of_rounds']:.2f}x, {s['ceiling_median_of_rounds']:.2f}x, "
+              f"{s['of_ceiling_median_of_rounds']:.0%}); work inflation {s['work_inflation']:.2f}x; "
+              f"1 thread {mb / s['median_1_thread_s']:.1f} MB/s, 2 threads {mb / s['median_2_threads_s']:.1f} MB/s")
+        for k, v in s["others_cores"].items():
+            print(f"    other processes' cores, {k} windows: {' '.join(f'{x:.2f}' for x in v)}")
+        if s["quiet_rounds"]:
+            print(f"    the {s['quiet_rounds']} quiet rounds (other processes under {QUIET} cores in each window): "
+                  f"{s['speedup_median_of_quiet_rounds']:.2f}x, ceiling {s['ceiling_median_of_quiet_rounds']:.2f}x")
+    load_after = os.getloadavg()
+    return {"documents": len(docs), "mb": mb, "rounds": args.rounds, "repeats": repeats, "arms": got, "speedups": ratios,
+            "per_document": doc, "scaling": scale, "load_average": {"before": load_before, "after": load_after}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -246,6 +376,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "encode.json"))
     ap.add_argument("--batch-size", type=int, default=64, help="the mixed set in batches of this many documents (0: not run)")
     ap.add_argument("--long-line-mb", type=int, default=150, help="a single line of this size, encoded whole (0: none)")
+    ap.add_argument("--sets", nargs="+", help="only these corpora (default: all)")
+    ap.add_argument("--scaling-rounds", type=int, default=10, help="windows of each kind in the thread scaling")
+    ap.add_argument("--scaling-seconds", type=float, default=0.4, help="each scaling window's length")
     args = ap.parse_args()
     from seqpack.tokenizer import Tokenizer
 
@@ -254,34 +387,9 @@ def main() -> None:
     results = {}
     sets = corpora()
     for name, docs in sets.items():
-        (work / "docs.json").write_text(json.dumps(docs), encoding="utf-8")
-        mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
-        repeats = args.repeats * (10 if mb < 1 else 1)  # a call on the 0.14 MB corpus takes ~3 ms
-        got = compare_arms(arms(work / "docs.json", work / "tokenizer.json"), rounds=args.rounds, repeats=repeats, threads=2)
-        hashes = {r["info"] for r in got.values()}
-        assert len(hashes) == 1, f"the encoders disagree on {name}: {hashes}"
-        print(f"## {name}: {len(docs):,} documents, {mb:.2f} MB; MB/s (per core) over the median call; ids identical")
-        for arm, r in got.items():
-            threads = 2 if "2 threads" in arm else 1
-            r["mb_per_s"] = mb / r["median_s"]
-            r["mb_per_s_per_core"] = r["mb_per_s"] / threads
-            print(f"  {arm:<50} {r['mb_per_s']:8.2f} ({r['mb_per_s_per_core']:.2f})  [{r['min_s']:.3f}-{r['max_s']:.3f} s]")
-        pairs = {
-            "per document, cold, vs tiktoken": ("seqpack encode, per document, 1 thread, cold", "tiktoken encode_ordinary, per document, 1 thread"),
-            "per document, warm, vs tiktoken": ("seqpack encode, per document, 1 thread, warm", "tiktoken encode_ordinary, per document, 1 thread"),
-            "batch, 2 threads, vs tiktoken": ("seqpack encode_batch, 2 threads, cold", "tiktoken encode_ordinary_batch, 2 threads"),
-            "per document vs HF": ("seqpack encode, per document, 1 thread, cold", "HF encode, per document, 1 thread"),
-            "batch, 2 threads, vs HF": ("seqpack encode_batch, 2 threads, cold", "HF encode_batch, 2 threads"),
-        }
-        pairs["encode_batch, 2 threads vs 1"] = ("seqpack encode_batch, 2 threads, cold", "seqpack encode_batch, 1 thread, cold")
-        pairs["corpus encoder, 2 threads vs 1"] = ("seqpack corpus encoder, 2 threads, cold", "seqpack corpus encoder, 1 thread, cold")
-        ratios = {k: got[b]["median_s"] / got[a]["median_s"] for k, (a, b) in pairs.items()}
-        ceiling = machine_ceiling(arms(work / "docs.json", work / "tokenizer.json")[SCALING_ARM], args.rounds)
-        ratios["machine ceiling, 2 processes vs 1"] = ceiling["speedup"]
-        for k, v in ratios.items():
-            print(f"  speed-up, {k}: {v:.2f}x")
-        results[name] = {"documents": len(docs), "mb": mb, "rounds": args.rounds, "repeats": repeats, "arms": got,
-                         "speedups": ratios, "machine_ceiling": ceiling}
+        if args.sets and name not in args.sets:
+            continue
+        results[name] = measure_set(name, docs, work, args)
     if args.batch_size:
         docs = sets["mixed"]
         (work / "docs.json").write_text(json.dumps(docs), encoding="utf-8")

@@ -39,6 +39,8 @@ def test_same_ids_as_transformers(bpe_dir: Path, wp_dir: Path) -> None:
         want = [theirs(t, add_special_tokens=False)["input_ids"] for t in sample]
         assert ours.encode_batch(sample) == want
         assert [ours.encode(t) for t in sample] == want
+        ids, offsets = ours.encode_batch_flat(sample)
+        assert [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(sample))] == want
         assert ours.vocab_size == len(theirs)
 
 

@@ -182,6 +182,49 @@ def test_encode_batch_parallel_on_corpus(gpt2, cs336):
     assert gpt2.encode_batch(docs[:20], backend="hf") == got[:20]
 
 
+def _flat_oracle(tok: Tokenizer, texts: list[str]) -> tuple[list[int], list[int]]:
+    """`Tokenizer.encode_batch_flat` the slow, obvious way: each text by the oracle, the ids joined,
+    the offsets the running total of their lengths."""
+    ids: list[int] = []
+    offsets = [0]
+    for t in texts:
+        ids += tok.encode_oracle(t)
+        offsets.append(len(ids))
+    return ids, offsets
+
+
+def test_encode_batch_flat_golden():
+    tok = Tokenizer({i: bytes([i]) for i in range(256)} | {256: b"ab"}, [(b"a", b"b")], ["<|eot|>"])
+    ids, offsets = tok.encode_batch_flat(["ab", "", "cab<|eot|>"])
+    assert ids.dtype == "uint32" and offsets.dtype == "int64"
+    assert ids.tolist() == [256, 99, 256, 257] and offsets.tolist() == [0, 1, 1, 4]
+    ids, offsets = tok.encode_batch_flat([])
+    assert ids.tolist() == [] and offsets.tolist() == [0]
+    with pytest.raises(TypeError, match="list of texts"):
+        tok.encode_batch_flat("ab")
+
+
+@settings(max_examples=60, deadline=None)
+@given(texts=st.lists(st.text(max_size=40) | st.sampled_from([EOT, f"a{EOT}b", "don't  stop\n\n"]), max_size=12),
+       workers=st.sampled_from([1, 2, 3]), as_iter=st.booleans())
+def test_encode_batch_flat_equals_each_text_encoded(small, texts, workers, as_iter):
+    ids, offsets = small.encode_batch_flat(iter(texts) if as_iter else texts, workers=workers)
+    assert (ids.tolist(), offsets.tolist()) == _flat_oracle(small, texts)
+
+
+def test_encode_batch_flat_on_threads_equals_each_text_encoded(gpt2, cs336):
+    """A corpus over the 32 KB a thread (so on 2 threads, its long documents cut), and read as an
+    iterable in several calls (4M characters a call)."""
+    text = (cs336 / "corpus.en").read_text(encoding="utf-8")
+    docs = [text[i : i + 5000] for i in range(0, len(text), 5000)] + [text] * 3
+    want_ids, want_offsets = _flat_oracle(gpt2, docs)
+    for texts in (docs, iter(docs * 12)):
+        ids, offsets = gpt2.encode_batch_flat(texts, workers=2)
+        n = len(docs)
+        assert offsets[: n + 1].tolist() == want_offsets and ids[: want_offsets[-1]].tolist() == want_ids
+    assert len(offsets) == 12 * n + 1 and offsets[-1] == 12 * want_offsets[-1]
+
+
 @settings(max_examples=100, deadline=None)
 @given(text=st.text(max_size=100))
 def test_hf_backend_equals_reference_on_unicode(small, text):

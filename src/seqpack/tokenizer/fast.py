@@ -42,7 +42,7 @@ def encode_batches(
     """
     threads = workers or default_workers()
     for chunk in doc_chunks(documents, batch_chars):
-        yield tok.encode_flat(chunk.documents, threads)
+        yield tok.encode_batch_flat(chunk.documents, workers=threads)
 
 
 def encode_documents(

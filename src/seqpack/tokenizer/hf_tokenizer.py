@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,11 +130,12 @@ class HFTokenizer:
             out.append((ids, spans))
         return out
 
-    def encode_flat(self, documents: Sequence[str], workers: int) -> tuple[np.ndarray, np.ndarray]:
-        """One batch as flat ``uint32`` ids and ``int64`` offsets (the token store's layout)."""
+    def encode_batch_flat(self, texts: Iterable[str], *, workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`encode_batch` as flat ``uint32`` ids and ``int64`` offsets (the token store's layout):
+        text ``i``'s ids are ``ids[offsets[i]:offsets[i + 1]]`` (``workers``: the ``tokenizers`` pool's)."""
         import numpy as np
 
-        encs = self.encode_batch(documents)
+        encs = self.encode_batch(texts)
         lengths = np.fromiter((len(e) for e in encs), dtype=np.int64, count=len(encs))
         offsets = np.zeros(len(encs) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])

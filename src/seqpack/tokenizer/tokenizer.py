@@ -397,9 +397,34 @@ class Tokenizer:
             out += self.native.encode_lists(chunk.documents, threads)
         return out
 
-    def encode_flat(self, documents: Sequence[str], workers: int) -> tuple[np.ndarray, np.ndarray]:
-        """One batch as flat ``uint32`` ids and ``int64`` offsets, in the compiled core on ``workers`` threads."""
-        return self.native.encode_batch(documents, workers)
+    def encode_batch_flat(self, texts: Iterable[str], *, workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Encode many texts into one array: ``(ids, offsets)``, text ``i``'s ids being
+        ``ids[offsets[i]:offsets[i + 1]]`` (``ids`` ``uint32``, ``offsets`` ``int64`` of ``len(texts) + 1``).
+
+        The same ids as `encode_batch`, on the same threads, without a Python list per text: the
+        compiled core writes every id into one buffer (what the token store keeps), so the call
+        costs no list made and none freed.
+
+        >>> tok = Tokenizer({i: bytes([i]) for i in range(256)} | {256: b"ab"}, [(b"a", b"b")])
+        >>> ids, offsets = tok.encode_batch_flat(["ab", "cab", ""])
+        >>> ids.tolist(), offsets.tolist()
+        ([256, 99, 256], [0, 1, 3, 3])
+        """
+        if isinstance(texts, (str, bytes)):  # a str is an iterable of characters: never what was meant
+            raise TypeError(
+                f"encode_batch_flat takes a list of texts, got one {type(texts).__name__}; use encode(text)"
+            )
+        threads = workers or default_workers()
+        if isinstance(texts, (list, tuple)):
+            return self.native.encode_batch(texts, threads)
+        import numpy as np
+
+        parts = [self.native.encode_batch(c.documents, threads) for c in doc_chunks(texts, 1 << 22)]
+        if not parts:
+            return np.zeros(0, np.uint32), np.zeros(1, np.int64)
+        starts = np.cumsum([0] + [len(ids) for ids, _ in parts[:-1]])
+        offsets = np.concatenate([parts[0][1][:1]] + [o[1:] + s for (_, o), s in zip(parts, starts)])
+        return np.concatenate([ids for ids, _ in parts]), offsets
 
     def encode_with_offsets(self, texts: Iterable[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: ids ``(n,)`` and each token's character span ``(n, 2)``; a token that ends
