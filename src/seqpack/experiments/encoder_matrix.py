@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seqpack.errors import UserError
-from seqpack.experiments.model_matrix import GRAD_TOLERANCE_RATIO, MAX_PARAMETERS, TOLERANCE, Cell, _quiet, _versions
+from seqpack.experiments.model_matrix import MAX_PARAMETERS, TOLERANCE, Cell, _quiet, _versions, gradient_error
 from seqpack.experiments.tiny_configs import ENCODER_NOT_BUILT, NOT_BUILT, VOCAB, tiny_encoder_config
 
 #: the documents of each packed row, in a row of `LENGTH` tokens (the last ones padding)
@@ -202,15 +202,7 @@ def run_cell(model: Any, head: str) -> float:
     total = sum(losses[1:], losses[0]) / len(losses)
     err = max(err, abs(float(out.loss) - float(total)) / max(1.0, abs(float(total))))
     total.backward()
-    missing = sorted(set(packed) ^ {n for n, p in model.named_parameters() if p.grad is not None})
-    if missing:
-        raise RuntimeError(f"gradients reach different parameters: {missing[:3]}")
-    scale = max(float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None) + 1e-30
-    for n, p in model.named_parameters():
-        if p.grad is not None:
-            err = max(err, float((packed[n] - p.grad).abs().max()) / scale * GRAD_TOLERANCE_RATIO)
-    model.zero_grad(set_to_none=True)
-    return err
+    return max(err, gradient_error(model, packed))
 
 
 def _positions(model: Any) -> str:

@@ -74,6 +74,23 @@ class Row:
 # ---------------------------------------------------------------------------- the runs
 
 
+def gradient_error(model: Any, packed: dict[str, Any]) -> float:
+    """How far ``model``'s gradients (each document alone, just back-propagated) are from the packed
+    run's ``packed`` ones (name -> gradient), on the tolerance's scale: relative to the model's
+    largest gradient (a tensor whose exact gradient is ~0 holds rounding only), times
+    `GRAD_TOLERANCE_RATIO`. Different parameters reached is a bug; the gradients are cleared."""
+    missing = sorted(set(packed) ^ {n for n, p in model.named_parameters() if p.grad is not None})
+    if missing:
+        raise RuntimeError(f"gradients reach different parameters: {missing[:3]}")
+    scale = max(float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None) + 1e-30
+    err = 0.0
+    for n, p in model.named_parameters():
+        if p.grad is not None:
+            err = max(err, float((packed[n] - p.grad).abs().max()) / scale * GRAD_TOLERANCE_RATIO)
+    model.zero_grad(set_to_none=True)
+    return err
+
+
 def _documents(seed: int = 0) -> list[list[int]]:
     import torch
 
@@ -176,15 +193,7 @@ def _entry_points() -> dict[str, Callable[[Any], float]]:
                     total = total + want.sum()
             if grad:
                 total.backward()
-                missing = sorted(set(packed) ^ {n for n, p in model.named_parameters() if p.grad is not None})
-                if missing:
-                    raise RuntimeError(f"gradients reach different parameters: {missing[:3]}")
-                # relative to the model's largest gradient: a tensor whose exact gradient is ~0 holds rounding only
-                scale = max(float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None) + 1e-30
-                for n, p in model.named_parameters():
-                    if p.grad is not None:
-                        err = max(err, float((packed[n] - p.grad).abs().max()) / scale * GRAD_TOLERANCE_RATIO)
-                model.zero_grad(set_to_none=True)
+                err = max(err, gradient_error(model, packed))
             return err
 
         return run
