@@ -79,6 +79,12 @@ def enable_checkpointing(model: torch.nn.Module) -> None:
         setattr(m, "checkpoint_blocks", True)  # noqa: B010 - a BlockStack's flag, set through nn.Module
 
 
+def max_positions(config: Any) -> int | None:
+    """The positions a transformers config's (text) model embeds, or None when it names none."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
+
+
 def _hf_config(
     file: Path, task: Trains, manifest: Mapping[str, Any], *, vocab: int | None, need: int
 ) -> tuple[dict[str, Any], str, Any]:
@@ -107,8 +113,7 @@ def _hf_config(
     config = config_for(file, model_type, d)
     if vocab is not None and not isinstance(d.get("text_config"), dict) and _own_special_ids(d, config, vocab):
         config = config_for(file, model_type, d)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    positions = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
+    positions = max_positions(config)
     if positions is not None and need > positions:
         raise UserError(
             f"the dataset's rows need {need} positions, more than {file}'s {positions}; "
@@ -171,8 +176,7 @@ def _hf_model(
             "token-classification or pre-training head"
         )
     if encoder:  # packed rows that would not be exact: refused before any step
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        positions = getattr(text, "max_position_embeddings", None)
+        positions = max_positions(config)
         offset = check_encoder(model).padding_idx
         if offset is not None and positions is not None and need + offset + 1 > positions:
             raise UserError(
