@@ -409,3 +409,22 @@ def test_a_stream_tokenized_by_another_tokenizer_is_refused_with_its_own_fix(rel
         _run(jsonl, released["llama"], tmp_path / "run", stream=True, tokenizer=str(datasets["tokenizer"]), max_len=64)
     _run(jsonl, released["llama"], tmp_path / "ok", stream=True, tokenizer=str(released["llama"]), max_len=64, steps=1)
     assert (tmp_path / "ok" / "model" / "model.safetensors").is_file()
+
+
+def test_run_model_never_replaces_a_folder_seqpack_did_not_make(released, tmp_path):
+    """``RUN/model/`` is replaced only inside a run directory: a ``model/`` folder of the user's
+    beside no run is refused and survives, files included; in a run it is replaced whole."""
+    from seqpack.train.pretrained import write_model_dir
+
+    model = transformers.LlamaForCausalLM.from_pretrained(released["llama"], local_files_only=True)
+    mine = tmp_path / "mine"
+    (mine / "model").mkdir(parents=True)
+    (mine / "model" / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError):
+        write_model_dir(model, mine, tokenizer={}, merge=False)
+    assert (mine / "model" / "notes.txt").read_text() == "keep me"
+    assert sorted(p.name for p in mine.iterdir()) == ["model"]  # nothing left beside it
+    run = tmp_path / "run"
+    _run(released["clm"], released["llama"], run, steps=1)
+    write_model_dir(model, run, tokenizer={}, merge=False)
+    assert (run / "model" / "model.safetensors").is_file()
