@@ -18,13 +18,11 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.h csrc/*.cpp)
 demo: $(STAMP)
 	$(BIN)/seqpack demo
 
-# the static checks (pyproject.toml): ruff lints the package and the code around it (tests, tools,
-# benchmarks, examples, the docs generators) and mypy type-checks the same; the formatter's check is
-# on src/ alone (the rest keeps its hand layout: formatting it would rewrite thousands of lines)
-LINTED := src tests tools benchmarks examples docs/_gen
+# the static checks (pyproject.toml), on every Python file of the repository: ruff lints and checks
+# the format, mypy type-checks
 lint: $(STAMP)
-	$(BIN)/ruff check $(LINTED)
-	$(BIN)/ruff format --check src
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # the whole suite, every tier, after the static checks: two workers (a file's tests on one, so its

@@ -3,7 +3,7 @@
 from glob import glob
 
 from pybind11.setup_helpers import Pybind11Extension, build_ext
-from setuptools import setup
+from setuptools import setup  # type: ignore[import-untyped]
 
 #: per compiler family: optimise, and no FMA contraction (the pricing DP must round exactly as the
 #: Python reference does); MSVC contracts only under /fp:contract, which /fp:precise leaves off

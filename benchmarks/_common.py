@@ -65,7 +65,10 @@ def run_child(code: str, env: dict[str, str] | None = None) -> dict:
     compile_bytecode()
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
         env={**os.environ, **(env or {})},
     )
     wall = time.perf_counter() - t0
@@ -124,8 +127,36 @@ def generated_corpus(megabytes: int = 200, *, seed: int = 0) -> Path:
     if out.exists() and out.stat().st_size >= megabytes * 10**6:
         return out
     rng = np.random.default_rng(seed)
-    syll = ["ka", "to", "ri", "men", "sa", "lo", "vel", "qu", "an", "tor", "é", "ü", "ß", "pre",
-            "st", "ing", "ion", "er", "y", "ch", "ou", "ä", "ñ", "ph", "th", "gr", "ble", "ous"]
+    syll = [
+        "ka",
+        "to",
+        "ri",
+        "men",
+        "sa",
+        "lo",
+        "vel",
+        "qu",
+        "an",
+        "tor",
+        "é",
+        "ü",
+        "ß",
+        "pre",
+        "st",
+        "ing",
+        "ion",
+        "er",
+        "y",
+        "ch",
+        "ou",
+        "ä",
+        "ñ",
+        "ph",
+        "th",
+        "gr",
+        "ble",
+        "ous",
+    ]
     greek, cjk = "αβγδεζηθικλμνξοπρστυφχψω", "的一是不了人我在有他这中大来上国个到说们为子和地出道"
     words = []
     for _i in range(400_000):
@@ -184,17 +215,26 @@ def result_meta(packages: tuple[str, ...] = ()) -> dict:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
-    return {"command": " ".join([Path(sys.executable).name, *sys.argv]), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                        "cpus": os.cpu_count(), "python": platform.python_version()},
-            "versions": versions}
+    return {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "versions": versions,
+    }
 
 
 def write_result(path: Path | str | None, results: object, packages: tuple[str, ...] = ()) -> None:
     """``{"meta": result_meta(...), "results": results}`` as JSON at ``path`` (nothing when None)."""
     if path is None:
         return
-    Path(path).write_text(json.dumps({"meta": result_meta(packages), "results": results}, indent=1) + "\n", encoding="utf-8")
+    Path(path).write_text(
+        json.dumps({"meta": result_meta(packages), "results": results}, indent=1) + "\n", encoding="utf-8"
+    )
 
 
 ARM = """
@@ -223,8 +263,10 @@ def thread_env(threads: int | None) -> dict[str, str]:
     """
     if not threads:
         return {}
-    return {**{k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")},
-            "OPENBLAS_NUM_THREADS": "1"}
+    return {
+        **{k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")},
+        "OPENBLAS_NUM_THREADS": "1",
+    }
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -256,8 +298,15 @@ print(json.dumps({{"windows": got, "late": late}}))
 """
 
 
-def interleaved_windows(kinds: dict[str, tuple[str, str, int]], *, rounds: int, seconds: float = 0.6,
-                        gap: float = 0.25, lead: float = 6.0, threads: int | None = None) -> dict[str, list[dict]]:
+def interleaved_windows(
+    kinds: dict[str, tuple[str, str, int]],
+    *,
+    rounds: int,
+    seconds: float = 0.6,
+    gap: float = 0.25,
+    lead: float = 6.0,
+    threads: int | None = None,
+) -> dict[str, list[dict]]:
     """Arms timed in turn in short windows: ``kinds`` maps a name to ``(setup, body, copies)`` (as in
     `compare_arms`), each kind's ``copies`` processes started once; round ``r`` gives each kind one
     window of ``seconds`` (in order, reversed every other round), ``gap`` apart (a call begun in a
@@ -278,10 +327,13 @@ def interleaved_windows(kinds: dict[str, tuple[str, str, int]], *, rounds: int, 
     procs: dict[str, list[subprocess.Popen]] = {}
     for k, (setup, body, copies) in kinds.items():
         mine = [w for w, kk in zip(spans, order) if kk == k]
-        code = SCHEDULED_ARM.format(setup=textwrap.dedent(setup), body=textwrap.indent(textwrap.dedent(body), "    "),
-                                    windows=repr(mine))
-        procs[k] = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
-                    for _ in range(copies)]
+        code = SCHEDULED_ARM.format(
+            setup=textwrap.dedent(setup), body=textwrap.indent(textwrap.dedent(body), "    "), windows=repr(mine)
+        )
+        procs[k] = [
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+            for _ in range(copies)
+        ]
     busy = []
     for start, end in spans:
         time.sleep(max(0.0, start - time.time()))
@@ -299,13 +351,21 @@ def interleaved_windows(kinds: dict[str, tuple[str, str, int]], *, rounds: int, 
             res = json.loads(text.strip().splitlines()[-1])
             assert not res["late"], f"a process of {k} set up too slowly for its first window"
             got.append(res["windows"])
-        out[k] = [{"times": [t for g in got for t in g[i]["times"]], "cpu_s": sum(g[i]["cpu_s"] for g in got),
-                   "calls": sum(len(g[i]["times"]) for g in got), "machine_busy_cores": wins[i]} for i in range(len(wins))]
+        out[k] = [
+            {
+                "times": [t for g in got for t in g[i]["times"]],
+                "cpu_s": sum(g[i]["cpu_s"] for g in got),
+                "calls": sum(len(g[i]["times"]) for g in got),
+                "machine_busy_cores": wins[i],
+            }
+            for i in range(len(wins))
+        ]
     return out
 
 
-def compare_arms(arms: Mapping[str, tuple[str, str, str | None]], *, rounds: int = 3, repeats: int = 1,
-                 threads: int | None = None) -> dict[str, dict]:
+def compare_arms(
+    arms: Mapping[str, tuple[str, str, str | None]], *, rounds: int = 3, repeats: int = 1, threads: int | None = None
+) -> dict[str, dict]:
     """The benchmark harness: every arm in a fresh interpreter of its own (so no arm carries another's
     imports), the same thread settings, a warm-up call then ``repeats`` timed calls per process, the
     arms alternating over ``rounds`` processes each (forward, then reversed, ...).
@@ -320,13 +380,19 @@ def compare_arms(arms: Mapping[str, tuple[str, str, str | None]], *, rounds: int
 
     env = thread_env(threads)
     env["TOKENIZERS_PARALLELISM"] = os.environ.get("TOKENIZERS_PARALLELISM", "false")
-    code = {name: ARM.format(setup=textwrap.dedent(setup), body=textwrap.indent(textwrap.dedent(body), "    "),
-                             repeats=repeats, info=info or "None")
-            for name, (setup, body, info) in arms.items()}
+    code = {
+        name: ARM.format(
+            setup=textwrap.dedent(setup),
+            body=textwrap.indent(textwrap.dedent(body), "    "),
+            repeats=repeats,
+            info=info or "None",
+        )
+        for name, (setup, body, info) in arms.items()
+    }
     times: dict[str, list[float]] = {k: [] for k in arms}
     info: dict[str, object] = {}
     for r in range(rounds):
-        for name in (list(arms) if r % 2 == 0 else list(reversed(list(arms)))):
+        for name in list(arms) if r % 2 == 0 else list(reversed(list(arms))):
             got = run_child(code[name], env=env)
             times[name] += got["times"]
             info[name] = got["info"]

@@ -48,7 +48,11 @@ def mixes(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     sft = np.minimum(MAX_LEN, np.ceil(rng.lognormal(np.log(600), 1.2, n)))
     short = np.minimum(MAX_LEN, np.ceil(rng.lognormal(np.log(300), 0.8, n)))
     bimodal = np.where(rng.random(n) < 0.1, rng.integers(4096, MAX_LEN + 1, n), short)
-    return {"wikipedia-x16": wiki.astype(np.int64), "long-sft": sft.astype(np.int64), "bimodal": bimodal.astype(np.int64)}
+    return {
+        "wikipedia-x16": wiki.astype(np.int64),
+        "long-sft": sft.astype(np.int64),
+        "bimodal": bimodal.astype(np.int64),
+    }
 
 
 def main() -> None:
@@ -68,8 +72,15 @@ def main() -> None:
         for model, cost in models.items():
             costs = pack_costs(lengths, packing.pack_offsets, packing.sequence_index, cost)
             key = name if model == "flops" else f"{name} ({model})"
-            results[key] = simulate(costs, {"packs": packing.num_packs, "pack_seconds": pack_seconds,
-                                            "cost_max_over_mean": float(costs.max() / costs.mean()), "by_world": {}})
+            results[key] = simulate(
+                costs,
+                {
+                    "packs": packing.num_packs,
+                    "pack_seconds": pack_seconds,
+                    "cost_max_over_mean": float(costs.max() / costs.mean()),
+                    "by_world": {},
+                },
+            )
             print(key, json.dumps(results[key], indent=1), flush=True)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
@@ -84,10 +95,13 @@ def simulate(costs: np.ndarray, r: dict) -> dict:
             t1 = time.perf_counter()
             bal = balanced_steps(costs, world=world, micro_batch=micro)
             r["by_world"][f"W={world},B={micro}"] = {
-                "sequential": imbalance(costs, seq), "greedy_per_batch": imbalance(costs, greedy),
-                "balanced": imbalance(costs, bal), "balance_seconds": time.perf_counter() - t1,
+                "sequential": imbalance(costs, seq),
+                "greedy_per_batch": imbalance(costs, greedy),
+                "balanced": imbalance(costs, bal),
+                "balance_seconds": time.perf_counter() - t1,
                 "saving_vs_sequential": step_time_saving(costs, seq, bal),
-                "saving_vs_greedy": step_time_saving(costs, greedy, bal)}
+                "saving_vs_greedy": step_time_saving(costs, greedy, bal),
+            }
     return r
 
 

@@ -49,20 +49,73 @@ def build(out: Path, *, n: int = 6000, max_len: int = 4096, seed: int = 0) -> No
 
 
 def run(data: Path, out: Path, balance: str, steps: int | None, cost: Path | None = None) -> list[dict]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "seqpack.cli.main",
-           "train", "--data", str(data), "--out", str(out), "--model", "gpt", "--size", "small",
-           "--batch-size", "2", "--threads", "1", "--eval-fraction", "0.01", "--max-position", "4096", "--balance", balance,
-           "--eval-every", "0", "--quiet", "--overwrite", *(["--steps", str(steps)] if steps else []),
-           *(["--cost", str(cost)] if cost else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "seqpack.cli.main",
+        "train",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--model",
+        "gpt",
+        "--size",
+        "small",
+        "--batch-size",
+        "2",
+        "--threads",
+        "1",
+        "--eval-fraction",
+        "0.01",
+        "--max-position",
+        "4096",
+        "--balance",
+        balance,
+        "--eval-every",
+        "0",
+        "--quiet",
+        "--overwrite",
+        *(["--steps", str(steps)] if steps else []),
+        *(["--cost", str(cost)] if cost else []),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 def calibrate(out: Path) -> dict:
     """``seqpack bench --calibrate`` on the model the runs train, one thread as each rank has."""
-    cmd = [sys.executable, "-m", "seqpack.cli.main", "bench", "--calibrate", "--model", "gpt", "--size", "small",
-           "--max-len", "4096", "--vocab-size", "512", "--threads", "1", "--batch-size", "1", "--steps", "1",
-           "--repeats", "3", "--json", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "seqpack.cli.main",
+        "bench",
+        "--calibrate",
+        "--model",
+        "gpt",
+        "--size",
+        "small",
+        "--max-len",
+        "4096",
+        "--vocab-size",
+        "512",
+        "--threads",
+        "1",
+        "--batch-size",
+        "1",
+        "--steps",
+        "1",
+        "--repeats",
+        "3",
+        "--json",
+        "--out",
+        str(out),
+    ]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
@@ -95,11 +148,19 @@ def main() -> None:
     res["steps"] = n
     for balance in ("none", "compute"):
         recs = [r for r in run(work / "data", work / balance, balance, args.steps or None) if "eval" not in r]
-        evals = [r["eval"] for r in (json.loads(x) for x in (work / balance / "metrics.jsonl").read_text().splitlines()) if "eval" in r]
-        res[balance] = {"step_seconds": statistics.median(r["step_seconds"] for r in recs[1:]),
-                        "step_times": [r["step_seconds"] for r in recs], "total_seconds": sum(r["step_seconds"] for r in recs),
-                        "loss": [r["loss"] for r in recs], "final_eval": evals[-1],
-                        "config": json.loads((work / balance / "config.json").read_text())["balance"]}
+        evals = [
+            r["eval"]
+            for r in (json.loads(x) for x in (work / balance / "metrics.jsonl").read_text().splitlines())
+            if "eval" in r
+        ]
+        res[balance] = {
+            "step_seconds": statistics.median(r["step_seconds"] for r in recs[1:]),
+            "step_times": [r["step_seconds"] for r in recs],
+            "total_seconds": sum(r["step_seconds"] for r in recs),
+            "loss": [r["loss"] for r in recs],
+            "final_eval": evals[-1],
+            "config": json.loads((work / balance / "config.json").read_text())["balance"],
+        }
         print(balance, res[balance]["step_seconds"], res[balance]["total_seconds"], flush=True)
     res["measured_saving"] = 1 - res["compute"]["total_seconds"] / res["none"]["total_seconds"]
     for name, cost in costs_by.items():  # each cost model's step cost (slowest rank) of the very steps each run took
@@ -114,8 +175,9 @@ def main() -> None:
         res[f"predicted_saving_{name}"] = 1 - step_cost["compute"] / step_cost["none"]
         if name == "calibrated":  # seconds: the predicted epoch time of each run
             res["predicted_total_seconds"] = step_cost
-        res[f"predicted_saving_whole_epoch_{name}"] = step_time_saving(costs, sequential_steps(len(costs), world=2),
-                                                                       balanced_steps(costs, world=2))
+        res[f"predicted_saving_whole_epoch_{name}"] = step_time_saving(
+            costs, sequential_steps(len(costs), world=2), balanced_steps(costs, world=2)
+        )
     print(json.dumps({k: v for k, v in res.items() if "saving" in k or k == "predicted_total_seconds"}, indent=1))
     if args.out:
         args.out.write_text(json.dumps(res, indent=1) + "\n")

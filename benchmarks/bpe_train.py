@@ -36,15 +36,20 @@ from _common import (
     write_result,
 )
 
-SEQPACK = PEAK_MB + """
+SEQPACK = (
+    PEAK_MB
+    + """
 import json
 from seqpack.tokenizer import BPEConfig, train_bpe_corpus
 r = train_bpe_corpus([{path!r}], config=BPEConfig(vocab_size={vocab}, special_tokens={specials!r}))
 print(json.dumps({{"vocab": len(r.vocab), "pretokenize": r.pretokenize_seconds,
                   "merges": r.merge_seconds, "peak_mb": peak_mb()}}))
 """
+)
 
-RUSTBPE = PEAK_MB + """
+RUSTBPE = (
+    PEAK_MB
+    + """
 import json, rustbpe
 def docs():
     if {specials!r}:
@@ -57,8 +62,11 @@ tok = rustbpe.Tokenizer()
 tok.train_from_iterator(docs(), {vocab} - len({specials!r}), pattern={pattern!r})
 print(json.dumps({{"vocab": tok.vocab_size + len({specials!r}), "peak_mb": peak_mb()}}))
 """
+)
 
-HF = PEAK_MB + """
+HF = (
+    PEAK_MB
+    + """
 import json
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 tok = Tokenizer(models.BPE())
@@ -70,10 +78,13 @@ trainer = trainers.BpeTrainer(vocab_size={vocab}, special_tokens=list({specials!
 tok.train([{path!r}], trainer)
 print(json.dumps({{"vocab": tok.get_vocab_size(), "peak_mb": peak_mb()}}))
 """
+)
 
 # the command a user types: it also writes the tokenizer (vocab.json, merges.txt, tokenizer.json,
 # meta.json), which no other arm does
-CLI = PEAK_MB + """
+CLI = (
+    PEAK_MB
+    + """
 import json, subprocess, sys, tempfile, time
 from pathlib import Path
 exe = str(Path(sys.executable).with_name("seqpack"))
@@ -86,6 +97,7 @@ seconds = time.perf_counter() - t0
 vocab = len(json.load(open(out + "/vocab.json")))
 print(json.dumps({{"vocab": vocab, "seconds": seconds, "peak_mb": peak_mb()}}))
 """
+)
 
 CS336 = """
 import json, time
@@ -102,8 +114,12 @@ def compare(name: str, path: str, vocab: int, specials: tuple[str, ...], runs: i
     )
 
     fill = {"path": path, "vocab": vocab, "specials": specials, "eot": EOT, "pattern": GPT2_PATTERN}
-    code = {"seqpack": SEQPACK.format(**fill), "rustbpe": RUSTBPE.format(**fill), "hf": HF.format(**fill),
-            "seqpack_cli": CLI.format(**fill)}
+    code = {
+        "seqpack": SEQPACK.format(**fill),
+        "rustbpe": RUSTBPE.format(**fill),
+        "hf": HF.format(**fill),
+        "seqpack_cli": CLI.format(**fill),
+    }
     res: dict[str, list[dict]] = {k: [] for k in code}
     for i in range(runs):
         order = list(code) if i % 2 == 0 else list(reversed(code))
@@ -129,14 +145,20 @@ def compare(name: str, path: str, vocab: int, specials: tuple[str, ...], runs: i
 
 def show(r: dict) -> None:
     print(f"{r['corpus']}: {r['bytes'] / 1e6:.1f} MB, vocab {r['vocab_size']}, median of {r['runs']} runs")
-    print(f"  seqpack  {r['seqpack_wall']:.3f} s  (pre-tokenize {r['seqpack_pretokenize']:.3f} s, "
-          f"merges {r['seqpack_merges']:.3f} s)  peak {r['seqpack_peak_mb']} MB")
-    print(f"  seqpack train-tokenizer (CLI, writes the tokenizer)  {r['seqpack_cli_wall']:.3f} s  "
-          f"({r['seqpack_cli_over_rustbpe']:.3f}x rustbpe)")
+    print(
+        f"  seqpack  {r['seqpack_wall']:.3f} s  (pre-tokenize {r['seqpack_pretokenize']:.3f} s, "
+        f"merges {r['seqpack_merges']:.3f} s)  peak {r['seqpack_peak_mb']} MB"
+    )
+    print(
+        f"  seqpack train-tokenizer (CLI, writes the tokenizer)  {r['seqpack_cli_wall']:.3f} s  "
+        f"({r['seqpack_cli_over_rustbpe']:.3f}x rustbpe)"
+    )
     print(f"  rustbpe  {r['rustbpe_wall']:.3f} s  peak {r['rustbpe_peak_mb']} MB")
     print(f"  HF       {r['hf_wall']:.3f} s  peak {r['hf_peak_mb']} MB")
-    print(f"  seqpack / rustbpe = {r['seqpack_over_rustbpe']:.3f}; seqpack / HF = {r['seqpack_over_hf']:.3f}; "
-          f"peak / HF's = {r['peak_over_hf']}")
+    print(
+        f"  seqpack / rustbpe = {r['seqpack_over_rustbpe']:.3f}; seqpack / HF = {r['seqpack_over_hf']:.3f}; "
+        f"peak / HF's = {r['peak_over_hf']}"
+    )
 
 
 def main() -> None:
@@ -147,7 +169,11 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=10_000, help="for Shakespeare")
     ap.add_argument("--big-vocab-size", type=int, default=32_000, help="for the generated corpus (issue 28: 32K)")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--out", default=str(RESULTS / "bpe_train.json"), help="the results (with the command, machine and versions) as JSON")
+    ap.add_argument(
+        "--out",
+        default=str(RESULTS / "bpe_train.json"),
+        help="the results (with the command, machine and versions) as JSON",
+    )
     args = ap.parse_args()
     results = [compare("shakespeare", str(shakespeare_file()), args.vocab_size, (EOT,), args.runs)]
     if args.big_mb:
@@ -155,10 +181,12 @@ def main() -> None:
         results.append(compare(f"generated-{args.big_mb}mb", big, args.big_vocab_size, (), args.big_runs))
     corpus_en = str(SHARED / "cs336" / "corpus.en")
     cs = [run_child(CS336.format(path=corpus_en, eot=EOT)) for _ in range(args.runs)]
-    speed = {"corpus": "cs336 corpus.en, vocab 500, new process",
-             "wall": round(median([r["wall"] for r in cs]), 3),
-             "in_process": round(median([r["in_process"] for r in cs]), 3),
-             "walls": [round(r["wall"], 3) for r in cs]}
+    speed = {
+        "corpus": "cs336 corpus.en, vocab 500, new process",
+        "wall": round(median([r["wall"] for r in cs]), 3),
+        "in_process": round(median([r["in_process"] for r in cs]), 3),
+        "walls": [round(r["wall"], 3) for r in cs],
+    }
     results.append(speed)
     write_result(args.out, results, ("rustbpe", "tokenizers"))
     if args.json:
@@ -166,8 +194,10 @@ def main() -> None:
         return
     for r in results[:-1]:
         show(r)
-    print(f"CS336 speed case (limit 1.5 s): {speed['wall']:.3f} s whole process "
-          f"({speed['in_process']:.3f} s from import to result)")
+    print(
+        f"CS336 speed case (limit 1.5 s): {speed['wall']:.3f} s whole process "
+        f"({speed['in_process']:.3f} s from import to result)"
+    )
 
 
 if __name__ == "__main__":

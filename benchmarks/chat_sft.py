@@ -42,9 +42,11 @@ from seqpack.packing import pack_lengths
 from seqpack.pipeline import PackConfig, build_packed_dataset, build_sequences
 from seqpack.tokenizer import open_tokenizer
 
-WORDS = ("the a of to and in is was for on with as that this it be are by from at or an not can will you we they "
-         "code python function value list return error file data model train loss token sequence batch "
-         "please explain why how what example result step first then finally").split()
+WORDS = (
+    "the a of to and in is was for on with as that this it be are by from at or an not can will you we they "
+    "code python function value list return error file data model train loss token sequence batch "
+    "please explain why how what example result step first then finally"
+).split()
 
 
 def conversations(n: int, seed: int = 0) -> list[dict]:
@@ -74,10 +76,18 @@ def tokenizer_dir(root: Path, records: list[dict]) -> Path:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     texts = [m["content"] for r in records[:2000] for m in r["messages"]]
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=4096, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                            chat_template=CHATML).save_pretrained(str(root / "tok"))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=4096,
+            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHATML
+    ).save_pretrained(str(root / "tok"))
     return root / "tok"
 
 
@@ -109,21 +119,41 @@ def packing_rows(records: list[dict], tok, max_len: int, repeats: int) -> list[d
     seqs = build_sequences(records, tok, PackConfig.for_task("chat", max_len=max_len))
     lengths = seqs.lengths
     real = int(lengths.sum())
-    lists = [seqs.token_fields["input_ids"][a:b].astype(np.int64).tolist() for a, b in zip(seqs.offsets[:-1], seqs.offsets[1:])]
+    lists = [
+        seqs.token_fields["input_ids"][a:b].astype(np.int64).tolist()
+        for a, b in zip(seqs.offsets[:-1], seqs.offsets[1:])
+    ]
     rows: list[dict[str, Any]] = []
     for algo in ("best", "lpfhp", "spfhp"):
         plan, s = median_time(functools.partial(pack_lengths, lengths, max_len, algorithm=algo), repeats)
         rows.append({"max_len": max_len, "packer": f"seqpack {algo}", "packs": int(plan.num_packs), "seconds": s})
     times = [seqpack_hf(lists, max_len) for _ in range(repeats)]
-    rows.append({"max_len": max_len, "packer": "seqpack.hf.pack_dataset (best)", "packs": times[0][0],
-                 "seconds": statistics.median(t for _, t in times)})
+    rows.append(
+        {
+            "max_len": max_len,
+            "packer": "seqpack.hf.pack_dataset (best)",
+            "packs": times[0][0],
+            "seconds": statistics.median(t for _, t in times),
+        }
+    )
     for whole in (False, True):
         times = [trl_bfd(lists, max_len, whole) for _ in range(repeats)]
-        rows.append({"max_len": max_len, "packer": f"TRL bfd ({'whole table' if whole else '1,000-row chunks'})",
-                     "packs": times[0][0], "seconds": statistics.median(t for _, t in times)})
+        rows.append(
+            {
+                "max_len": max_len,
+                "packer": f"TRL bfd ({'whole table' if whole else '1,000-row chunks'})",
+                "packs": times[0][0],
+                "seconds": statistics.median(t for _, t in times),
+            }
+        )
     for r in rows:
-        r.update(sequences=int(lengths.size), tokens=real, efficiency=real / (r["packs"] * max_len),
-                 factor=lengths.size / r["packs"], truncated=int(seqs.info["truncated"]))
+        r.update(
+            sequences=int(lengths.size),
+            tokens=real,
+            efficiency=real / (r["packs"] * max_len),
+            factor=lengths.size / r["packs"],
+            truncated=int(seqs.info["truncated"]),
+        )
     return rows
 
 
@@ -131,9 +161,16 @@ def llama(vocab: int, max_len: int) -> torch.nn.Module:
     import transformers
 
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                                   num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=max_len,
-                                   attn_implementation="sdpa")  # type: ignore[call-arg]  # every config takes it; its typed signature does not list it
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=max_len,
+        attn_implementation="sdpa",
+    )  # type: ignore[call-arg]  # every config takes it; its typed signature does not list it
     return transformers.LlamaForCausalLM(cfg).train()
 
 
@@ -157,7 +194,11 @@ def training_rows(sft: Path, steps: int, rounds: int, packed_rows: int) -> list[
     torch.set_num_threads(2)
     packed, padded = TrainData(sft), TrainData(sft, padded=True)
     per_step = max(1, round(packed_rows * packed.packing_factor))  # conversations per step, padded variants
-    variants = {"packed": (packed, packed_rows, False), "padded": (padded, per_step, False), "dynamic": (padded, per_step, True)}
+    variants = {
+        "packed": (packed, packed_rows, False),
+        "padded": (padded, per_step, False),
+        "dynamic": (padded, per_step, True),
+    }
     model = llama(int(packed.manifest["vocab_size"]), packed.max_len)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -176,9 +217,16 @@ def training_rows(sft: Path, steps: int, rounds: int, packed_rows: int) -> list[
     out: list[dict[str, Any]] = []
     for name, (_, rows, _) in variants.items():
         tps = [t / s for t, s in zip(tokens[name], times[name])]
-        out.append({"variant": name, "rows_per_step": rows, "tokens_per_s": statistics.median(tps),
-                    "step_seconds": statistics.median(times[name]), "steps_timed": len(tps),
-                    "packing_factor": packed.packing_factor})
+        out.append(
+            {
+                "variant": name,
+                "rows_per_step": rows,
+                "tokens_per_s": statistics.median(tps),
+                "step_seconds": statistics.median(times[name]),
+                "steps_timed": len(tps),
+                "packing_factor": packed.packing_factor,
+            }
+        )
     base = {r["variant"]: r["tokens_per_s"] for r in out}
     for row in out:
         row["speedup_vs_padded"] = row["tokens_per_s"] / base["padded"]
@@ -206,7 +254,9 @@ def main() -> None:
     for max_len in (1024, 4096):
         for r in packing_rows(records, tok, max_len, args.repeats):
             result["packing"].append(r)
-            print(f"{max_len:>7}  {r['packer']:<30} {r['packs']:>8,} {r['efficiency']:>10.4%} {r['factor']:>7.2f} {r['seconds']:>8.3f}")
+            print(
+                f"{max_len:>7}  {r['packer']:<30} {r['packs']:>8,} {r['efficiency']:>10.4%} {r['factor']:>7.2f} {r['seconds']:>8.3f}"
+            )
     if args.no_training:
         if args.out:
             Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
@@ -214,12 +264,16 @@ def main() -> None:
     sft = root / "sft"
     n_train = min(len(records), 4000)
     build_packed_dataset(records[:n_train], tok, sft, PackConfig.for_task("chat", max_len=1024))
-    print(f"\ntraining at 1024 on {n_train:,} conversations (small Llama, sdpa, fp32, 2 threads; median real tokens/s):")
+    print(
+        f"\ntraining at 1024 on {n_train:,} conversations (small Llama, sdpa, fp32, 2 threads; median real tokens/s):"
+    )
     for r in training_rows(sft, args.steps, args.rounds, packed_rows=2):
         result["training"].append(r)
-        print(f"  {r['variant']:<8} {r['rows_per_step']:>3} rows/step  {r['tokens_per_s']:>9,.0f} tokens/s  "
-              f"x{r['speedup_vs_padded']:.2f} vs padded, x{r['speedup_vs_dynamic']:.2f} vs dynamic padding  "
-              f"(packing factor {r['packing_factor']:.2f})")
+        print(
+            f"  {r['variant']:<8} {r['rows_per_step']:>3} rows/step  {r['tokens_per_s']:>9,.0f} tokens/s  "
+            f"x{r['speedup_vs_padded']:.2f} vs padded, x{r['speedup_vs_dynamic']:.2f} vs dynamic padding  "
+            f"(packing factor {r['packing_factor']:.2f})"
+        )
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
 

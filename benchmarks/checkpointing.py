@@ -17,7 +17,9 @@ import statistics
 
 from _common import PEAK_MB, RESULTS, run_child, write_result
 
-CHILD = PEAK_MB + """
+CHILD = (
+    PEAK_MB
+    + """
 import json, statistics, time, torch, numpy as np
 torch.set_num_threads(2)
 from seqpack.experiments.bench import make_batches
@@ -44,6 +46,7 @@ for b in batches[1:]:
     t0 = time.perf_counter(); step(b); times.append(time.perf_counter() - t0)
 print(json.dumps({{"step_s": statistics.median(times), "times": times, "peak_mb": peak_mb(), "base_mb": round(base, 1)}}))
 """
+)
 
 MODELS = {  # name: (hidden, layers, heads, T, rows)
     "gpt-small-2048": (256, 4, 4, 2048, 4),
@@ -62,18 +65,41 @@ def main() -> None:
         runs: dict[bool, list[dict]] = {False: [], True: []}
         for _ in range(args.rounds):
             for on in (False, True):
-                r = run_child(CHILD.format(T=T, rows=rows, steps=args.steps, hidden=hidden, layers=layers, heads=heads, on=on))
+                r = run_child(
+                    CHILD.format(T=T, rows=rows, steps=args.steps, hidden=hidden, layers=layers, heads=heads, on=on)
+                )
                 r["activations_mb"] = round(r["peak_mb"] - r["base_mb"], 1)
                 runs[on].append(r)
-                print(name, "checkpointing" if on else "plain", json.dumps({k: r[k] for k in ("step_s", "peak_mb", "base_mb")}),
-                      flush=True)
-        arms = {("checkpointing" if on else "plain"): {
-            "step_s": statistics.median(r["step_s"] for r in v), "activations_mb": statistics.median(r["activations_mb"] for r in v),
-            "peak_mb": statistics.median(r["peak_mb"] for r in v), "runs": v} for on, v in runs.items()}
+                print(
+                    name,
+                    "checkpointing" if on else "plain",
+                    json.dumps({k: r[k] for k in ("step_s", "peak_mb", "base_mb")}),
+                    flush=True,
+                )
+        arms = {
+            ("checkpointing" if on else "plain"): {
+                "step_s": statistics.median(r["step_s"] for r in v),
+                "activations_mb": statistics.median(r["activations_mb"] for r in v),
+                "peak_mb": statistics.median(r["peak_mb"] for r in v),
+                "runs": v,
+            }
+            for on, v in runs.items()
+        }
         p, c = arms["plain"], arms["checkpointing"]
-        results[name] = {"hidden": hidden, "layers": layers, "T": T, "rows": rows, **arms,
-                         "time_ratio": c["step_s"] / p["step_s"], "activation_ratio": c["activations_mb"] / p["activations_mb"]}
-        print(name, json.dumps({k: v for k, v in results[name].items() if k not in ("plain", "checkpointing")}), flush=True)
+        results[name] = {
+            "hidden": hidden,
+            "layers": layers,
+            "T": T,
+            "rows": rows,
+            **arms,
+            "time_ratio": c["step_s"] / p["step_s"],
+            "activation_ratio": c["activations_mb"] / p["activations_mb"],
+        }
+        print(
+            name,
+            json.dumps({k: v for k, v in results[name].items() if k not in ("plain", "checkpointing")}),
+            flush=True,
+        )
     write_result(args.out, results, packages=("torch",))
 
 

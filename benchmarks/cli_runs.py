@@ -21,8 +21,10 @@ from _common import RESULTS, SHARED, scratch_dir, write_result
 
 BENCH = ["bench", "--lengths", "wikipedia", "--threads", "2"]
 RUNS = {
-    "bench_bert": [[*BENCH, "--max-len", "512", "--model", "bert", "--head", "all"],
-                   [*BENCH, "--max-len", "512", "--model", "bert", "--head", "targets"]],
+    "bench_bert": [
+        [*BENCH, "--max-len", "512", "--model", "bert", "--head", "all"],
+        [*BENCH, "--max-len", "512", "--model", "bert", "--head", "targets"],
+    ],
     "bench_gpt": [[*BENCH, "--max-len", "2048", "--model", "gpt", "--head", "all"]],
     "demo": [["demo", "--out", "{work}/demo", "--fresh"]],
 }
@@ -30,10 +32,34 @@ RUNS = {
 COMPARE_PREP = [
     ["train-tokenizer", "{text}", "--vocab-size", "8000", "--out", "{work}/tok"],
     ["tokenize", "{text}", "--tokenizer", "{work}/tok", "--out", "{work}/store", "--separator", "\n\n"],
-    ["pack", "{work}/store", "--task", "mlm", "--max-len", "128", "--tokenizer", "{work}/tok", "--out", "{work}/packed"],
+    [
+        "pack",
+        "{work}/store",
+        "--task",
+        "mlm",
+        "--max-len",
+        "128",
+        "--tokenizer",
+        "{work}/tok",
+        "--out",
+        "{work}/packed",
+    ],
 ]
-COMPARE = ["compare", "--data", "{work}/packed", "--size", "tiny", "--sequences", "60000", "--batch-size", "32",
-           "--threads", "2", "--out", "{work}/cmp"]
+COMPARE = [
+    "compare",
+    "--data",
+    "{work}/packed",
+    "--size",
+    "tiny",
+    "--sequences",
+    "60000",
+    "--batch-size",
+    "32",
+    "--threads",
+    "2",
+    "--out",
+    "{work}/cmp",
+]
 
 
 def seqpack(args: list[str], fill: dict[str, str]) -> tuple[str, str, float]:
@@ -42,7 +68,9 @@ def seqpack(args: list[str], fill: dict[str, str]) -> tuple[str, str, float]:
     typed = " ".join(["seqpack", *args])
     print("$", typed, flush=True)
     t0 = time.perf_counter()
-    proc = subprocess.run([str(Path(sys.executable).with_name("seqpack")), *args], check=True, capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("seqpack")), *args], check=True, capture_output=True, text=True
+    )
     return typed, proc.stdout, time.perf_counter() - t0
 
 
@@ -60,7 +88,9 @@ def main() -> None:
             if not src.is_dir():
                 sys.exit(f"compare needs {src} (the shared data folder)")
             fill["text"] = str(Path(work) / "shakespeare.txt")
-            Path(fill["text"]).write_text("\n\n".join(p.read_text(encoding="utf-8") for p in sorted(src.glob("*.txt"))), encoding="utf-8")
+            Path(fill["text"]).write_text(
+                "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(src.glob("*.txt"))), encoding="utf-8"
+            )
             for prep in COMPARE_PREP:
                 seqpack(prep, fill)
             commands = [COMPARE]

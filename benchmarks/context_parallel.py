@@ -47,8 +47,12 @@ def mixes(tokens: int, seed: int = 0) -> dict[str, np.ndarray]:
     wiki = rng.choice(np.arange(1, h.size + 1), size=tokens // 230, p=h / h.sum())
     n = tokens // 450
     turns = np.minimum(6, rng.geometric(0.45, size=n))
-    sft = np.array([int(rng.lognormal(np.log(33), 0.9, size=t).sum() + rng.lognormal(np.log(120), 1.1, size=t).sum())
-                    + 4 * t for t in turns.tolist()])
+    sft = np.array(
+        [
+            int(rng.lognormal(np.log(33), 0.9, size=t).sum() + rng.lognormal(np.log(120), 1.1, size=t).sum()) + 4 * t
+            for t in turns.tolist()
+        ]
+    )
     long = np.exp(rng.uniform(np.log(1024), np.log(131072), size=max(8, tokens // 30000))).astype(np.int64)
     return {"wikipedia": wiki, "sft": np.maximum(sft, 1), "long": long}
 
@@ -72,7 +76,9 @@ def balanced_pairs(lengths: np.ndarray, cp: int) -> np.ndarray:
     c = R // (2 * cp)
     rank = np.arange(cp)[:, None]
     r = (rank + np.arange(lengths.size)[None, :]) % cp  # the chunk pair rank `rank` takes of each document
-    return (chunk_pairs(lengths, r * c, (r + 1) * c) + chunk_pairs(lengths, (2 * cp - 1 - r) * c, (2 * cp - r) * c)).sum(1)
+    return (
+        chunk_pairs(lengths, r * c, (r + 1) * c) + chunk_pairs(lengths, (2 * cp - 1 - r) * c, (2 * cp - r) * c)
+    ).sum(1)
 
 
 def contiguous_pairs(lengths: np.ndarray, max_len: int, cp: int) -> np.ndarray:
@@ -96,8 +102,11 @@ def one(lengths: np.ndarray, max_len: int, rows_at_1: int | None, cp: int) -> di
     packing = pack_lengths(lengths, max_len, algorithm="lpfhp", round_to=2 * cp if cp > 1 else 1)
     planned = cp_lengths(lengths, cp) if cp > 1 else lengths
     rows = [packing.lengths_of(i) for i in range(packing.num_packs)]
-    out: dict[str, Any] = {"rows": packing.num_packs, "padding": float(1 - lengths.sum() / planned.sum()),
-           "extra_rows": 0.0 if rows_at_1 is None else packing.num_packs / rows_at_1 - 1}
+    out: dict[str, Any] = {
+        "rows": packing.num_packs,
+        "padding": float(1 - lengths.sum() / planned.sum()),
+        "extra_rows": 0.0 if rows_at_1 is None else packing.num_packs / rows_at_1 - 1,
+    }
     if cp > 1:
         out["seqpack"] = imbalance([balanced_pairs(r.astype(np.int64), cp) for r in rows])
         out["contiguous"] = imbalance([contiguous_pairs(r.astype(np.int64), max_len, cp) for r in rows])
@@ -115,9 +124,12 @@ def layouts(tokens: int) -> dict:
                 cell[str(cp)] = one(lengths, L, base["rows"], cp)
             result[f"{name}@{L}"] = cell
             worst = cell[str(CPS[-1])]
-            print(f"{name:<9} {L:>6}: {lengths.size:>7,} seqs; CP 16 padding {worst['padding']:.2%}, rows +{worst['extra_rows']:.2%}, "
-                  f"rank work max/mean seqpack {worst['seqpack']['mean']:.4f} (worst {worst['seqpack']['worst']:.4f}) vs "
-                  f"contiguous {worst['contiguous']['mean']:.3f} (worst {worst['contiguous']['worst']:.3f})", flush=True)
+            print(
+                f"{name:<9} {L:>6}: {lengths.size:>7,} seqs; CP 16 padding {worst['padding']:.2%}, rows +{worst['extra_rows']:.2%}, "
+                f"rank work max/mean seqpack {worst['seqpack']['mean']:.4f} (worst {worst['seqpack']['worst']:.4f}) vs "
+                f"contiguous {worst['contiguous']['mean']:.3f} (worst {worst['contiguous']['worst']:.3f})",
+                flush=True,
+            )
     return result
 
 
@@ -134,27 +146,64 @@ def step_time(steps: int, rounds: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         docs = python_docs()
-        res = train_bpe_corpus(documents=docs, config=BPEConfig(vocab_size=2000, special_tokens=("<|endoftext|>",), workers=2))
+        res = train_bpe_corpus(
+            documents=docs, config=BPEConfig(vocab_size=2000, special_tokens=("<|endoftext|>",), workers=2)
+        )
         tok = Tokenizer(res.vocab, res.merges, list(res.special_tokens))
         store = build_store(docs, tok, root / "store", workers=2)
         build_packed_dataset(store, tok, root / "packed", PackConfig.for_task("clm", max_len=2048, context_parallel=2))
-        opts = ["--data", str(root / "packed"), "--steps", str(steps), "--batch-size", "2", "--size", "tiny", "--threads", "1",
-                "--eval-tokens", "4096", "--quiet", "--json"]
-        arms: tuple[tuple[str, list[str], list[str]], ...] = (("1 process", [sys.executable, "-m", "seqpack.cli.main"], []),
-                ("CP 2 on 2 ranks", [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                                     "-m", "seqpack.cli.main"], ["--context-parallel", "2"]))
+        opts = [
+            "--data",
+            str(root / "packed"),
+            "--steps",
+            str(steps),
+            "--batch-size",
+            "2",
+            "--size",
+            "tiny",
+            "--threads",
+            "1",
+            "--eval-tokens",
+            "4096",
+            "--quiet",
+            "--json",
+        ]
+        arms: tuple[tuple[str, list[str], list[str]], ...] = (
+            ("1 process", [sys.executable, "-m", "seqpack.cli.main"], []),
+            (
+                "CP 2 on 2 ranks",
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc-per-node",
+                    "2",
+                    "-m",
+                    "seqpack.cli.main",
+                ],
+                ["--context-parallel", "2"],
+            ),
+        )
         rates: dict[str, list[float]] = {name: [] for name, _, _ in arms}
         for k in range(rounds):  # interleaved rounds
             for name, prefix, extra in arms:
                 run = root / f"{name.replace(' ', '-')}-{k}"
-                subprocess.run([*prefix, "train", *opts, "--out", str(run), *extra], check=True, cwd=ROOT,
-                               capture_output=True, text=True)
+                subprocess.run(
+                    [*prefix, "train", *opts, "--out", str(run), *extra],
+                    check=True,
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                )
                 recs = [r for r in read_metrics(run) if "eval" not in r and r["step"] > 1]
                 rates[name].append(statistics.median(r["tokens_per_s"] for r in recs))
         for name, got in rates.items():
             out[name] = {"tokens_per_s": statistics.median(got), "rounds": got}
-            print(f"  {name:<16} {out[name]['tokens_per_s']:>9,.0f} tokens/s (rounds {', '.join(f'{x:,.0f}' for x in got)})",
-                  flush=True)
+            print(
+                f"  {name:<16} {out[name]['tokens_per_s']:>9,.0f} tokens/s (rounds {', '.join(f'{x:,.0f}' for x in got)})",
+                flush=True,
+            )
     out["ratio"] = out["CP 2 on 2 ranks"]["tokens_per_s"] / out["1 process"]["tokens_per_s"]
     return out
 

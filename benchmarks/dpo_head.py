@@ -18,7 +18,9 @@ import statistics
 
 from _common import PEAK_MB, RESULTS, run_child, scratch_dir, write_result
 
-CHILD = PEAK_MB + """
+CHILD = (
+    PEAK_MB
+    + """
 import json, statistics, sys, time, torch
 sys.path.insert(0, {bench!r})
 torch.set_num_threads(2)
@@ -47,6 +49,7 @@ for s in range({steps} + 1):
     times.append(time.perf_counter() - t0)
 print(json.dumps({{"step_s": statistics.median(times[1:]), "times": times, "peak_mb": peak_mb()}}))
 """
+)
 
 
 def main() -> None:
@@ -64,17 +67,29 @@ def main() -> None:
 
     work = scratch_dir("seqpack-dpo-head-")
     tok = word_tokenizer(work / "tok")
-    build_packed_dataset(pairs_data(400, 2048), open_tokenizer(tok), work / "pairs",
-                         PackConfig.for_task("preference", max_len=2048, layout="pairs"))
+    build_packed_dataset(
+        pairs_data(400, 2048),
+        open_tokenizer(tok),
+        work / "pairs",
+        PackConfig.for_task("preference", max_len=2048, layout="pairs"),
+    )
     bench = str(Path(__file__).resolve().parent)
     runs: dict[str, list[dict]] = {"full logits": [], "head at targets": []}
     for _ in range(args.rounds):
         for arm, got in runs.items():
-            r = run_child(CHILD.format(bench=bench, full=arm == "full logits", data=str(work / "pairs"), steps=args.steps))
+            r = run_child(
+                CHILD.format(bench=bench, full=arm == "full logits", data=str(work / "pairs"), steps=args.steps)
+            )
             got.append(r)
             print(arm, json.dumps({k: r[k] for k in ("step_s", "peak_mb")}), flush=True)
-    res = {arm: {"step_s": statistics.median(r["step_s"] for r in v), "peak_mb": statistics.median(r["peak_mb"] for r in v),
-                 "runs": v} for arm, v in runs.items()}
+    res = {
+        arm: {
+            "step_s": statistics.median(r["step_s"] for r in v),
+            "peak_mb": statistics.median(r["peak_mb"] for r in v),
+            "runs": v,
+        }
+        for arm, v in runs.items()
+    }
     res["time_ratio"] = res["head at targets"]["step_s"] / res["full logits"]["step_s"]
     res["peak_saved_mb"] = res["full logits"]["peak_mb"] - res["head at targets"]["peak_mb"]
     print(json.dumps({k: v for k, v in res.items() if not isinstance(v, dict)}))

@@ -101,8 +101,12 @@ def mixed(limit: int = 1_200_000) -> dict[str, str]:
     kinds = {
         "prose": take(list(pydoc_data.topics.topics.values())),
         "code": take([f.read_text(encoding="utf-8", errors="replace") for f in sorted(STDLIB.glob("*.py"))]),
-        "e-mail": take([f.read_text(encoding="utf-8", errors="replace")
-                        for f in sorted((STDLIB / "test" / "test_email" / "data").glob("msg_*.txt"))]),
+        "e-mail": take(
+            [
+                f.read_text(encoding="utf-8", errors="replace")
+                for f in sorted((STDLIB / "test" / "test_email" / "data").glob("msg_*.txt"))
+            ]
+        ),
         "markup": take(list(reversed(python_docs()))),
     }
     foreign = [f.read_text(encoding="utf-8") for f in sorted((STDLIB / "test" / "cjkencodings").glob("*-utf8.txt"))]
@@ -139,22 +143,54 @@ def corpora() -> dict[str, list[str]]:
 
 def arms(docs_path: Path, hf_path: Path) -> dict[str, tuple[str, str, str]]:
     load = f"docs = json.load(open({str(docs_path)!r}, encoding='utf-8'))\n"
-    seqpack = load + (f"from seqpack.tokenizer import Tokenizer\n"
-                      f"tok = Tokenizer.from_files({str(CS / 'gpt2_vocab.json')!r}, {str(CS / 'gpt2_merges.txt')!r}, [{EOT!r}])\n")
-    tiktoken = load + (f"os.environ['TIKTOKEN_CACHE_DIR'] = {str(SHARED / 'tiktoken_cache')!r}\n"
-                       "import tiktoken\nenc = tiktoken.get_encoding('gpt2')\n")
+    seqpack = load + (
+        f"from seqpack.tokenizer import Tokenizer\n"
+        f"tok = Tokenizer.from_files({str(CS / 'gpt2_vocab.json')!r}, {str(CS / 'gpt2_merges.txt')!r}, [{EOT!r}])\n"
+    )
+    tiktoken = load + (
+        f"os.environ['TIKTOKEN_CACHE_DIR'] = {str(SHARED / 'tiktoken_cache')!r}\n"
+        "import tiktoken\nenc = tiktoken.get_encoding('gpt2')\n"
+    )
     hf = load + f"from tokenizers import Tokenizer\nhf = Tokenizer.from_file({str(hf_path)!r})\n"
     hf2 = "os.environ['TOKENIZERS_PARALLELISM'] = 'true'\n" + hf
     enc_batches = seqpack + "from seqpack.tokenizer.fast import encode_batches\n"
     return {
-        "seqpack encode, per document, 1 thread, cold": (seqpack, "tok.clear_cache()\nreturn [tok.encode(d) for d in docs]", HASH),
+        "seqpack encode, per document, 1 thread, cold": (
+            seqpack,
+            "tok.clear_cache()\nreturn [tok.encode(d) for d in docs]",
+            HASH,
+        ),
         "seqpack encode, per document, 1 thread, warm": (seqpack, "return [tok.encode(d) for d in docs]", HASH),
-        "tiktoken encode_ordinary, per document, 1 thread": (tiktoken, "return [enc.encode_ordinary(d) for d in docs]", HASH),
-        "HF encode, per document, 1 thread": (hf, "return [hf.encode(d, add_special_tokens=False).ids for d in docs]", HASH),
-        "seqpack encode_batch, 2 threads, cold": (seqpack, "tok.clear_cache()\nreturn tok.encode_batch(docs, workers=2)", HASH),
-        "tiktoken encode_ordinary_batch, 2 threads": (tiktoken, "return enc.encode_ordinary_batch(docs, num_threads=2)", HASH),
-        "HF encode_batch, 2 threads": (hf2, "return [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]", HASH),
-        "seqpack corpus encoder, 2 threads, cold": (enc_batches, "tok.clear_cache()\nreturn list(encode_batches(tok, docs, workers=2))", FLAT),
+        "tiktoken encode_ordinary, per document, 1 thread": (
+            tiktoken,
+            "return [enc.encode_ordinary(d) for d in docs]",
+            HASH,
+        ),
+        "HF encode, per document, 1 thread": (
+            hf,
+            "return [hf.encode(d, add_special_tokens=False).ids for d in docs]",
+            HASH,
+        ),
+        "seqpack encode_batch, 2 threads, cold": (
+            seqpack,
+            "tok.clear_cache()\nreturn tok.encode_batch(docs, workers=2)",
+            HASH,
+        ),
+        "tiktoken encode_ordinary_batch, 2 threads": (
+            tiktoken,
+            "return enc.encode_ordinary_batch(docs, num_threads=2)",
+            HASH,
+        ),
+        "HF encode_batch, 2 threads": (
+            hf2,
+            "return [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]",
+            HASH,
+        ),
+        "seqpack corpus encoder, 2 threads, cold": (
+            enc_batches,
+            "tok.clear_cache()\nreturn list(encode_batches(tok, docs, workers=2))",
+            FLAT,
+        ),
     }
 
 
@@ -164,8 +200,10 @@ def scaling_arms(base: dict[str, tuple[str, str, str]]) -> dict[str, tuple[str, 
     enc_batches = base["seqpack corpus encoder, 2 threads, cold"][0]
     lists = "tok.clear_cache()\nreturn tok.encode_batch(docs, workers={})"
     flat = "tok.clear_cache()\nreturn list(encode_batches(tok, docs, workers={}))"
-    return {"encode_batch": (seqpack, lists.format(1), lists.format(2)),
-            "corpus encoder": (enc_batches, flat.format(1), flat.format(2))}
+    return {
+        "encode_batch": (seqpack, lists.format(1), lists.format(2)),
+        "corpus encoder": (enc_batches, flat.format(1), flat.format(2)),
+    }
 
 
 def small_batch_arms(docs_path: Path, hf_path: Path, size: int) -> dict[str, tuple[str, str, str]]:
@@ -174,20 +212,44 @@ def small_batch_arms(docs_path: Path, hf_path: Path, size: int) -> dict[str, tup
     ``encode_ordinary_batch`` and HF's ``encode_batch`` on 2."""
     base = arms(docs_path, hf_path)
     split = f"batches = [docs[i : i + {size}] for i in range(0, len(docs), {size})]\n"
-    seqpack, tiktoken, hf2 = (base[k][0] + split for k in (
-        "seqpack encode, per document, 1 thread, cold", "tiktoken encode_ordinary, per document, 1 thread",
-        "HF encode_batch, 2 threads"))
+    seqpack, tiktoken, hf2 = (
+        base[k][0] + split
+        for k in (
+            "seqpack encode, per document, 1 thread, cold",
+            "tiktoken encode_ordinary, per document, 1 thread",
+            "HF encode_batch, 2 threads",
+        )
+    )
     every = "return [ids for b in batches for ids in {}]"
     return {
-        "seqpack encode_batch, 1 thread, cold": (seqpack, "tok.clear_cache()\n" + every.format("tok.encode_batch(b, workers=1)"), HASH),
-        "seqpack encode_batch, 2 threads, cold": (seqpack, "tok.clear_cache()\n" + every.format("tok.encode_batch(b, workers=2)"), HASH),
-        "tiktoken encode_ordinary_batch, 2 threads": (tiktoken, every.format("enc.encode_ordinary_batch(b, num_threads=2)"), HASH),
-        "HF encode_batch, 2 threads": (hf2, every.format("[e.ids for e in hf.encode_batch(b, add_special_tokens=False)]"), HASH),
+        "seqpack encode_batch, 1 thread, cold": (
+            seqpack,
+            "tok.clear_cache()\n" + every.format("tok.encode_batch(b, workers=1)"),
+            HASH,
+        ),
+        "seqpack encode_batch, 2 threads, cold": (
+            seqpack,
+            "tok.clear_cache()\n" + every.format("tok.encode_batch(b, workers=2)"),
+            HASH,
+        ),
+        "tiktoken encode_ordinary_batch, 2 threads": (
+            tiktoken,
+            every.format("enc.encode_ordinary_batch(b, num_threads=2)"),
+            HASH,
+        ),
+        "HF encode_batch, 2 threads": (
+            hf2,
+            every.format("[e.ids for e in hf.encode_batch(b, add_special_tokens=False)]"),
+            HASH,
+        ),
     }
 
 
-PER_DOCUMENT = ("seqpack encode, per document, 1 thread, cold", "seqpack encode, per document, 1 thread, warm",
-                "tiktoken encode_ordinary, per document, 1 thread")
+PER_DOCUMENT = (
+    "seqpack encode, per document, 1 thread, cold",
+    "seqpack encode, per document, 1 thread, warm",
+    "tiktoken encode_ordinary, per document, 1 thread",
+)
 
 
 def per_document(all_arms: dict[str, tuple[str, str, str]], rounds: int, seconds: float, gap: float) -> dict:
@@ -200,15 +262,20 @@ def per_document(all_arms: dict[str, tuple[str, str, str]], rounds: int, seconds
 
     def ratios(w: dict[str, list[dict]]) -> dict[str, float]:
         med = {k: statistics.median([t for x in v for t in x["times"]]) for k, v in w.items()}
-        return {"cold_vs_tiktoken": med[tiktoken] / med[cold], "warm_vs_tiktoken": med[tiktoken] / med[warm],
-                **{f"median_s, {k}": v for k, v in med.items()}}
+        return {
+            "cold_vs_tiktoken": med[tiktoken] / med[cold],
+            "warm_vs_tiktoken": med[tiktoken] / med[warm],
+            **{f"median_s, {k}": v for k, v in med.items()},
+        }
 
     out: dict[str, Any] = dict(ratios(got))
     per_round = [ratios({k: [v[r]] for k, v in got.items()}) for r in range(rounds)]
     out["rounds_"] = per_round
     for k in ("cold_vs_tiktoken", "warm_vs_tiktoken"):
         out[f"{k}_median_of_rounds"] = statistics.median(r[k] for r in per_round)
-    out["others_cores"] = {k: [round(x["machine_busy_cores"] - x["cpu_s"] / seconds, 2) for x in v] for k, v in got.items()}
+    out["others_cores"] = {
+        k: [round(x["machine_busy_cores"] - x["cpu_s"] / seconds, 2) for x in v] for k, v in got.items()
+    }
     return out
 
 
@@ -235,10 +302,17 @@ def scaling(arm: tuple[str, str, str], rounds: int, seconds: float) -> dict:
         med = {k: statistics.median([t for x in v for t in x["times"]]) for k, v in w.items()}
         cpu = {k: sum(x["cpu_s"] for x in v) / sum(x["calls"] for x in v) for k, v in w.items()}
         speedup, ceiling = med["1 thread"] / med["2 threads"], 2 * med["1 thread"] / med["ceiling"]
-        return {"speedup": speedup, "ceiling": ceiling, "of_ceiling": speedup / ceiling,
-                "work_inflation": cpu["2 threads"] / cpu["1 thread"], "median_1_thread_s": med["1 thread"],
-                "median_2_threads_s": med["2 threads"], "median_ceiling_s": med["ceiling"],
-                "cpu_1_thread_s": cpu["1 thread"], "cpu_2_threads_s": cpu["2 threads"]}
+        return {
+            "speedup": speedup,
+            "ceiling": ceiling,
+            "of_ceiling": speedup / ceiling,
+            "work_inflation": cpu["2 threads"] / cpu["1 thread"],
+            "median_1_thread_s": med["1 thread"],
+            "median_2_threads_s": med["2 threads"],
+            "median_ceiling_s": med["ceiling"],
+            "cpu_1_thread_s": cpu["1 thread"],
+            "cpu_2_threads_s": cpu["2 threads"],
+        }
 
     out: dict[str, Any] = dict(ratios(got))
     per_round = [ratios({k: [v[r]] for k, v in got.items()}) for r in range(rounds)]
@@ -247,7 +321,9 @@ def scaling(arm: tuple[str, str, str], rounds: int, seconds: float) -> dict:
     # window cancels): 2 threads in one process against 2 processes of 1 thread, under the same load
     for k in ("speedup", "ceiling", "of_ceiling", "work_inflation"):
         out[f"{k}_median_of_rounds"] = statistics.median(r[k] for r in per_round)
-    out["others_cores"] = {k: [round(x["machine_busy_cores"] - x["cpu_s"] / seconds, 2) for x in v] for k, v in got.items()}
+    out["others_cores"] = {
+        k: [round(x["machine_busy_cores"] - x["cpu_s"] / seconds, 2) for x in v] for k, v in got.items()
+    }
     # the rounds in which other processes took under QUIET cores in each of the three windows: what
     # the machine gives when it is ours
     quiet = [r for i, r in enumerate(per_round) if all(v[i] < QUIET for v in out["others_cores"].values())]
@@ -257,9 +333,18 @@ def scaling(arm: tuple[str, str, str], rounds: int, seconds: float) -> dict:
             out[f"{k}_median_of_quiet_rounds"] = statistics.median(r[k] for r in quiet)
     # each window's summary (its calls' median, min, max and count), not every call: a window of the CS336
     # set holds hundreds
-    out["windows"] = {k: [{**{s: t for s, t in summary(x["times"]).items() if s != "runs_s"}, "calls": x["calls"],
-                           "cpu_s": x["cpu_s"], "machine_busy_cores": x["machine_busy_cores"]} for x in v]
-                      for k, v in got.items()}
+    out["windows"] = {
+        k: [
+            {
+                **{s: t for s, t in summary(x["times"]).items() if s != "runs_s"},
+                "calls": x["calls"],
+                "cpu_s": x["cpu_s"],
+                "machine_busy_cores": x["machine_busy_cores"],
+            }
+            for x in v
+        ]
+        for k, v in got.items()
+    }
     return out
 
 
@@ -303,26 +388,41 @@ def long_line(work: Path, mb: int) -> dict[str, dict]:
     path = work / f"line-{mb}mb.txt"
     base = " ".join(d.replace("\n", " ") for d in python_docs())
     path.write_text((base * (mb * 10**6 // len(base) + 1))[: mb * 10**6], encoding="utf-8")
-    seqpack = (f"from seqpack.tokenizer import Tokenizer\n"
-               f"ENCODE = Tokenizer.from_files({str(CS / 'gpt2_vocab.json')!r}, {str(CS / 'gpt2_merges.txt')!r}).encode\n")
-    tiktoken = (f"import os; os.environ['TIKTOKEN_CACHE_DIR'] = {str(SHARED / 'tiktoken_cache')!r}\n"
-                "import tiktoken\nENCODE = tiktoken.get_encoding('gpt2').encode_ordinary\n")
+    seqpack = (
+        f"from seqpack.tokenizer import Tokenizer\n"
+        f"ENCODE = Tokenizer.from_files({str(CS / 'gpt2_vocab.json')!r}, {str(CS / 'gpt2_merges.txt')!r}).encode\n"
+    )
+    tiktoken = (
+        f"import os; os.environ['TIKTOKEN_CACHE_DIR'] = {str(SHARED / 'tiktoken_cache')!r}\n"
+        "import tiktoken\nENCODE = tiktoken.get_encoding('gpt2').encode_ordinary\n"
+    )
     out = {}
     for name, setup in (("seqpack encode", seqpack), ("tiktoken encode_ordinary", tiktoken)):
         code = LONG_LINE.replace("SETUP", setup)
         out[name] = run_child(code.replace("sys.argv[1]", repr(str(path))))
         r = out[name]
-        print(f"  {mb} MB line, {name:<26} {r['seconds']:.2f} s, {r['ids']:,} ids, peak +{r['peak_over_input_mb']:.0f} MB "
-              f"(list {r['list_mb']:.0f} MB, working {r['working_mb']:.0f} MB)")
+        print(
+            f"  {mb} MB line, {name:<26} {r['seconds']:.2f} s, {r['ids']:,} ids, peak +{r['peak_over_input_mb']:.0f} MB "
+            f"(list {r['list_mb']:.0f} MB, working {r['working_mb']:.0f} MB)"
+        )
     assert len({r["hash"] for r in out.values()}) == 1, "the encoders disagree on the long line"
     path.unlink()
     return out
 
 
 PAIRS = {
-    "per document, cold, vs tiktoken": ("seqpack encode, per document, 1 thread, cold", "tiktoken encode_ordinary, per document, 1 thread"),
-    "per document, warm, vs tiktoken": ("seqpack encode, per document, 1 thread, warm", "tiktoken encode_ordinary, per document, 1 thread"),
-    "batch, 2 threads, vs tiktoken": ("seqpack encode_batch, 2 threads, cold", "tiktoken encode_ordinary_batch, 2 threads"),
+    "per document, cold, vs tiktoken": (
+        "seqpack encode, per document, 1 thread, cold",
+        "tiktoken encode_ordinary, per document, 1 thread",
+    ),
+    "per document, warm, vs tiktoken": (
+        "seqpack encode, per document, 1 thread, warm",
+        "tiktoken encode_ordinary, per document, 1 thread",
+    ),
+    "batch, 2 threads, vs tiktoken": (
+        "seqpack encode_batch, 2 threads, cold",
+        "tiktoken encode_ordinary_batch, 2 threads",
+    ),
     "per document vs HF": ("seqpack encode, per document, 1 thread, cold", "HF encode, per document, 1 thread"),
     "batch, 2 threads, vs HF": ("seqpack encode_batch, 2 threads, cold", "HF encode_batch, 2 threads"),
 }
@@ -334,11 +434,15 @@ def measure_set(name: str, docs: list[str], work: Path, args: argparse.Namespace
     mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
     repeats = args.repeats * (10 if mb < 1 else 1)  # a call on the 0.14 MB corpus takes ~3 ms
     load_before = os.getloadavg()
-    got = compare_arms(arms(work / "docs.json", work / "tokenizer.json"), rounds=args.rounds, repeats=repeats, threads=2)
+    got = compare_arms(
+        arms(work / "docs.json", work / "tokenizer.json"), rounds=args.rounds, repeats=repeats, threads=2
+    )
     hashes = {r["info"] for r in got.values()}
     assert len(hashes) == 1, f"the encoders disagree on {name}: {hashes}"
-    print(f"## {name}: {len(docs):,} documents, {mb:.2f} MB; MB/s (per core) over the median call; ids identical; "
-          f"load average {load_before[0]:.2f}")
+    print(
+        f"## {name}: {len(docs):,} documents, {mb:.2f} MB; MB/s (per core) over the median call; ids identical; "
+        f"load average {load_before[0]:.2f}"
+    )
     for arm, r in got.items():
         threads = 2 if "2 threads" in arm else 1
         r["mb_per_s"] = mb / r["median_s"]
@@ -349,24 +453,41 @@ def measure_set(name: str, docs: list[str], work: Path, args: argparse.Namespace
         print(f"  speed-up, {k}: {v:.2f}x")
     all_arms = arms(work / "docs.json", work / "tokenizer.json")
     slowest = got[PER_DOCUMENT[2]]["median_s"]  # tiktoken's call: a window holds two, a gap one
-    doc = per_document(all_arms, args.scaling_rounds, max(args.scaling_seconds, 2.2 * slowest), gap=max(0.25, 1.5 * slowest))
-    print(f"  per document, windows taking turns: cold {doc['cold_vs_tiktoken']:.2f}x tiktoken, warm {doc['warm_vs_tiktoken']:.2f}x "
-          f"(medians of the rounds: {doc['cold_vs_tiktoken_median_of_rounds']:.2f}x, {doc['warm_vs_tiktoken_median_of_rounds']:.2f}x)")
+    doc = per_document(
+        all_arms, args.scaling_rounds, max(args.scaling_seconds, 2.2 * slowest), gap=max(0.25, 1.5 * slowest)
+    )
+    print(
+        f"  per document, windows taking turns: cold {doc['cold_vs_tiktoken']:.2f}x tiktoken, warm {doc['warm_vs_tiktoken']:.2f}x "
+        f"(medians of the rounds: {doc['cold_vs_tiktoken_median_of_rounds']:.2f}x, {doc['warm_vs_tiktoken_median_of_rounds']:.2f}x)"
+    )
     scale = {}
     for what, scaled in scaling_arms(all_arms).items():
         scale[what] = s = scaling(scaled, args.scaling_rounds, args.scaling_seconds)
-        print(f"  {what}, 1 -> 2 threads: {s['speedup']:.2f}x, machine ceiling {s['ceiling']:.2f}x, {s['of_ceiling']:.0%} "
-              f"of it (medians of the rounds: {s['speedup_median_of_rounds']:.2f}x, {s['ceiling_median_of_rounds']:.2f}x, "
-              f"{s['of_ceiling_median_of_rounds']:.0%}); work inflation {s['work_inflation']:.2f}x; "
-              f"1 thread {mb / s['median_1_thread_s']:.1f} MB/s, 2 threads {mb / s['median_2_threads_s']:.1f} MB/s")
+        print(
+            f"  {what}, 1 -> 2 threads: {s['speedup']:.2f}x, machine ceiling {s['ceiling']:.2f}x, {s['of_ceiling']:.0%} "
+            f"of it (medians of the rounds: {s['speedup_median_of_rounds']:.2f}x, {s['ceiling_median_of_rounds']:.2f}x, "
+            f"{s['of_ceiling_median_of_rounds']:.0%}); work inflation {s['work_inflation']:.2f}x; "
+            f"1 thread {mb / s['median_1_thread_s']:.1f} MB/s, 2 threads {mb / s['median_2_threads_s']:.1f} MB/s"
+        )
         for k, v in s["others_cores"].items():
             print(f"    other processes' cores, {k} windows: {' '.join(f'{x:.2f}' for x in v)}")
         if s["quiet_rounds"]:
-            print(f"    the {s['quiet_rounds']} quiet rounds (other processes under {QUIET} cores in each window): "
-                  f"{s['speedup_median_of_quiet_rounds']:.2f}x, ceiling {s['ceiling_median_of_quiet_rounds']:.2f}x")
+            print(
+                f"    the {s['quiet_rounds']} quiet rounds (other processes under {QUIET} cores in each window): "
+                f"{s['speedup_median_of_quiet_rounds']:.2f}x, ceiling {s['ceiling_median_of_quiet_rounds']:.2f}x"
+            )
     load_after = os.getloadavg()
-    return {"documents": len(docs), "mb": mb, "rounds": args.rounds, "repeats": repeats, "arms": got, "speedups": ratios,
-            "per_document": doc, "scaling": scale, "load_average": {"before": load_before, "after": load_after}}
+    return {
+        "documents": len(docs),
+        "mb": mb,
+        "rounds": args.rounds,
+        "repeats": repeats,
+        "arms": got,
+        "speedups": ratios,
+        "per_document": doc,
+        "scaling": scale,
+        "load_average": {"before": load_before, "after": load_after},
+    }
 
 
 def main() -> None:
@@ -374,7 +495,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", default=str(RESULTS / "encode.json"))
-    ap.add_argument("--batch-size", type=int, default=64, help="the mixed set in batches of this many documents (0: not run)")
+    ap.add_argument(
+        "--batch-size", type=int, default=64, help="the mixed set in batches of this many documents (0: not run)"
+    )
     ap.add_argument("--long-line-mb", type=int, default=150, help="a single line of this size, encoded whole (0: none)")
     ap.add_argument("--sets", nargs="+", help="only these corpora (default: all)")
     ap.add_argument("--scaling-rounds", type=int, default=10, help="windows of each kind in the thread scaling")
@@ -383,7 +506,9 @@ def main() -> None:
     from seqpack.tokenizer import Tokenizer
 
     work = scratch_dir("seqpack-encode-")
-    Tokenizer.from_files(CS / "gpt2_vocab.json", CS / "gpt2_merges.txt", [EOT]).to_hf().save(str(work / "tokenizer.json"))
+    Tokenizer.from_files(CS / "gpt2_vocab.json", CS / "gpt2_merges.txt", [EOT]).to_hf().save(
+        str(work / "tokenizer.json")
+    )
     results = {}
     sets = corpora()
     for name, docs in sets.items():
@@ -394,21 +519,34 @@ def main() -> None:
         docs = sets["mixed"]
         (work / "docs.json").write_text(json.dumps(docs), encoding="utf-8")
         mb = sum(len(d.encode("utf-8")) for d in docs) / 1e6
-        print(f"## mixed in batches of {args.batch_size} documents, a call a batch; MB/s over the median pass; ids identical")
-        got = compare_arms(small_batch_arms(work / "docs.json", work / "tokenizer.json", args.batch_size),
-                           rounds=args.rounds, repeats=args.repeats, threads=2)
+        print(
+            f"## mixed in batches of {args.batch_size} documents, a call a batch; MB/s over the median pass; ids identical"
+        )
+        got = compare_arms(
+            small_batch_arms(work / "docs.json", work / "tokenizer.json", args.batch_size),
+            rounds=args.rounds,
+            repeats=args.repeats,
+            threads=2,
+        )
         assert len({r["info"] for r in got.values()}) == 1, "the encoders disagree on the batches"
         for arm, r in got.items():
             r["mb_per_s"] = mb / r["median_s"]
             print(f"  {arm:<50} {r['mb_per_s']:8.2f}  [{r['min_s']:.3f}-{r['max_s']:.3f} s]")
         one, two = got["seqpack encode_batch, 1 thread, cold"], got["seqpack encode_batch, 2 threads, cold"]
-        ratios = {"2 threads vs tiktoken": got["tiktoken encode_ordinary_batch, 2 threads"]["median_s"] / two["median_s"],
-                  "2 threads vs HF": got["HF encode_batch, 2 threads"]["median_s"] / two["median_s"],
-                  "2 threads vs 1": one["median_s"] / two["median_s"]}
+        ratios = {
+            "2 threads vs tiktoken": got["tiktoken encode_ordinary_batch, 2 threads"]["median_s"] / two["median_s"],
+            "2 threads vs HF": got["HF encode_batch, 2 threads"]["median_s"] / two["median_s"],
+            "2 threads vs 1": one["median_s"] / two["median_s"],
+        }
         for k, v in ratios.items():
             print(f"  speed-up, {k}: {v:.2f}x")
-        results[f"mixed, batches of {args.batch_size}"] = {"documents": len(docs), "mb": mb, "batch_size": args.batch_size,
-                                                           "arms": got, "speedups": ratios}
+        results[f"mixed, batches of {args.batch_size}"] = {
+            "documents": len(docs),
+            "mb": mb,
+            "batch_size": args.batch_size,
+            "arms": got,
+            "speedups": ratios,
+        }
     if args.long_line_mb:
         print(f"## one {args.long_line_mb} MB line (no newline), one call, fresh processes")
         results[f"{args.long_line_mb} MB line"] = long_line(work, args.long_line_mb)

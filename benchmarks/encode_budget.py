@@ -44,9 +44,7 @@ def build_driver(work: Path) -> Path:
     """``encode_passes`` compiled against ``csrc/`` with the flags of ``setup.py``."""
     cxx = shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
-        raise SystemExit(
-            "encode_budget.py needs a C++ compiler (g++ or clang++) for its compiled arm"
-        )
+        raise SystemExit("encode_budget.py needs a C++ compiler (g++ or clang++) for its compiled arm")
     exe = work / "encode_passes"
     subprocess.run(
         [
@@ -71,16 +69,11 @@ def write_tokenizer(tok: Tokenizer, path: Path) -> None:
         *tok._merge_ids,
     ]  # the columns Tokenizer.native passes (rank order)
     with open(path, "wb") as f:
-        f.writelines(
-            struct.pack("<I", len(a)) + np.asarray(a, dtype="<u4").tobytes()
-            for a in parts
-        )
+        f.writelines(struct.pack("<I", len(a)) + np.asarray(a, dtype="<u4").tobytes() for a in parts)
         f.write(struct.pack("<I", len(tok.special_tokens)))
         for s in tok.special_tokens:
             b = s.encode("utf-8")
-            f.write(
-                struct.pack("<I", len(b)) + b + struct.pack("<I", tok.special_ids[s])
-            )
+            f.write(struct.pack("<I", len(b)) + b + struct.pack("<I", tok.special_ids[s]))
 
 
 def compiled(
@@ -114,12 +107,8 @@ def compiled(
         ).stdout
         runs.append(json.loads(out))
     got = np.fromfile(work / "ids.bin", dtype="<u4")
-    want = np.concatenate(
-        [np.asarray([len(ids), *ids], dtype="<u4") for ids in map(tok.encode, docs)]
-    )
-    assert np.array_equal(got, want), (
-        "the compiled driver's ids differ from Tokenizer.encode's"
-    )
+    want = np.concatenate([np.asarray([len(ids), *ids], dtype="<u4") for ids in map(tok.encode, docs)])
+    assert np.array_equal(got, want), "the compiled driver's ids differ from Tokenizer.encode's"
     return {
         "cold_s": statistics.median(r["cold_s"] for r in runs),
         "warm_s": statistics.median(r["warm_s"] for r in runs),
@@ -156,9 +145,7 @@ def parts(got: dict[str, dict], native: dict) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", default=str(RESULTS / "encode_budget.json"))
@@ -180,24 +167,14 @@ def main() -> None:
             repeats=repeats,
             threads=1,
         )
-        assert len({r["info"] for r in got.values()}) == 1, (
-            f"the encoders disagree on {name}"
-        )
+        assert len({r["info"] for r in got.values()}) == 1, f"the encoders disagree on {name}"
         native = compiled(exe, tok, docs, work, rounds=args.rounds)
         p = parts(got, native)
-        ms = ", ".join(
-            f"{k.removesuffix('_s')} {v * 1e3:.2f}"
-            for k, v in p.items()
-            if k.endswith("_s")
-        )
+        ms = ", ".join(f"{k.removesuffix('_s')} {v * 1e3:.2f}" for k, v in p.items() if k.endswith("_s"))
         print(f"## {name}: {len(docs):,} documents, {mb:.2f} MB; ms a pass: {ms}")
         print(
             f"  vs tiktoken: cold {p['vs_tiktoken_cold']:.2f}x, warm {p['vs_tiktoken_warm']:.2f}x; times the budget: "
-            + ", ".join(
-                f"{k.removesuffix('_over_budget')} {v:.2f}"
-                for k, v in p.items()
-                if k.endswith("_over_budget")
-            )
+            + ", ".join(f"{k.removesuffix('_over_budget')} {v:.2f}" for k, v in p.items() if k.endswith("_over_budget"))
         )
         results[name] = {
             "documents": len(docs),

@@ -42,15 +42,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import wikipedia_lengths, write_result
 
 VOCAB, LABELS = 2048, 3
-COMMON = {"vocab_size": VOCAB, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
-          "num_hidden_layers": 4, "max_position_embeddings": 512, "num_labels": LABELS}
+COMMON = {
+    "vocab_size": VOCAB,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 4,
+    "max_position_embeddings": 512,
+    "num_labels": LABELS,
+}
 MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "modernbert": ("ModernBertConfig", "sdpa", {
-        "local_attention": 128, "global_attn_every_n_layers": 2, "classifier_pooling": "cls", "pad_token_id": 0}),
-    "deberta-v3": ("DebertaV2Config", "eager", {
-        "relative_attention": True, "pos_att_type": ["p2c", "c2p"], "position_biased_input": False,
-        "position_buckets": 64, "max_relative_positions": -1, "norm_rel_ebd": "layer_norm", "share_att_key": True,
-        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "pooler_dropout": 0.0}),
+    "modernbert": (
+        "ModernBertConfig",
+        "sdpa",
+        {"local_attention": 128, "global_attn_every_n_layers": 2, "classifier_pooling": "cls", "pad_token_id": 0},
+    ),
+    "deberta-v3": (
+        "DebertaV2Config",
+        "eager",
+        {
+            "relative_attention": True,
+            "pos_att_type": ["p2c", "c2p"],
+            "position_biased_input": False,
+            "position_buckets": 64,
+            "max_relative_positions": -1,
+            "norm_rel_ebd": "layer_norm",
+            "share_att_key": True,
+            "hidden_dropout_prob": 0.0,
+            "attention_probs_dropout_prob": 0.0,
+            "pooler_dropout": 0.0,
+        },
+    ),
 }
 #: distribution -> (row length, sequences, sequences in --quick)
 DISTRIBUTIONS: dict[str, tuple[int, int, int]] = {"wikipedia": (512, 64, 16), "glue": (128, 256, 64)}
@@ -87,8 +109,11 @@ def batches(lens: np.ndarray, T: int) -> dict[str, dict[str, Any]]:
                 seg[r, at : at + lens[i]] = k + 1
                 lab[r, k] = labels[i]
                 at += int(lens[i])
-        return {"input_ids": torch.from_numpy(ids), "segment_ids": torch.from_numpy(seg),
-                "labels": torch.from_numpy(lab)}
+        return {
+            "input_ids": torch.from_numpy(ids),
+            "segment_ids": torch.from_numpy(seg),
+            "labels": torch.from_numpy(lab),
+        }
 
     assert D >= 1
     return {"packed": make([list(r) for r in rows]), "padded": make([[i] for r in rows for i in r])}
@@ -136,36 +161,49 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     warnings.simplefilter("ignore")
     out: dict[str, Any] = {
-        "threads": a.threads, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "threads": a.threads,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "load_average": list(os.getloadavg()),  # other work on the machine while it ran
-        "shape": COMMON, "models": {k: {"config": v[0], "attn_implementation": v[1], **v[2]} for k, v in MODELS.items()},
-        "distributions": {}, "results": {},
+        "shape": COMMON,
+        "models": {k: {"config": v[0], "attn_implementation": v[1], **v[2]} for k, v in MODELS.items()},
+        "distributions": {},
+        "results": {},
     }
     for dist, (T, n_full, n_quick) in DISTRIBUTIONS.items():
         lens = lengths(dist, n_quick if a.quick else n_full)
         bs = batches(lens, T)
         real = int(lens.sum())
         out["distributions"][dist] = {
-            "row_length": T, "sequences": len(lens), "real_tokens": real, "mean_length": float(lens.mean()),
+            "row_length": T,
+            "sequences": len(lens),
+            "real_tokens": real,
+            "mean_length": float(lens.mean()),
             "rows": {k: int(b["input_ids"].shape[0]) for k, b in bs.items()},
             "packing_factor": len(lens) / int(bs["packed"]["input_ids"].shape[0]),
         }
         for name in MODELS:
             m = build(name)
             outs = {k: step(m, b)[1] for k, b in bs.items()}  # warm-up
-            diff = float(np.abs(per_sequence(outs["packed"], bs["packed"]) - per_sequence(outs["padded"], bs["padded"])).max())
+            diff = float(
+                np.abs(per_sequence(outs["packed"], bs["packed"]) - per_sequence(outs["padded"], bs["padded"])).max()
+            )
             times: dict[str, list[float]] = {k: [] for k in bs}
             for _ in range(rounds):
                 for k, b in bs.items():
                     times[k].append(step(m, b)[0])
             med = {k: statistics.median(ts) for k, ts in times.items()}
             out["results"][f"{name}/{dist}"] = {
-                "seconds": times, "median_seconds": med, "tokens_per_second": {k: real / s for k, s in med.items()},
-                "padded_over_packed": med["padded"] / med["packed"], "max_per_sequence_loss_difference": diff,
+                "seconds": times,
+                "median_seconds": med,
+                "tokens_per_second": {k: real / s for k, s in med.items()},
+                "padded_over_packed": med["padded"] / med["packed"],
+                "max_per_sequence_loss_difference": diff,
             }
-            print(f"{name:10s} {dist:9s} packed {med['packed']:6.2f} s ({real / med['packed']:7,.0f} tok/s)   padded "
-                  f"{med['padded']:6.2f} s ({real / med['padded']:7,.0f} tok/s)   packed x{med['padded'] / med['packed']:.2f}"
-                  f"   |loss diff| {diff:.1e}")
+            print(
+                f"{name:10s} {dist:9s} packed {med['packed']:6.2f} s ({real / med['packed']:7,.0f} tok/s)   padded "
+                f"{med['padded']:6.2f} s ({real / med['padded']:7,.0f} tok/s)   packed x{med['padded'] / med['packed']:.2f}"
+                f"   |loss diff| {diff:.1e}"
+            )
     write_result(a.out, out, packages=("torch", "transformers"))
 
 

@@ -31,7 +31,19 @@ from _common import RESULTS, ROOT, summary, write_result
 COMMANDS = {
     "train-tokenizer": ["train-tokenizer", "--vocab-size", "2000", "--out", "tok", "--overwrite"],
     "tokenize": ["tokenize", "--tokenizer", "tok", "--out", "store", "--overwrite"],
-    "pack": ["pack", "store", "--task", "clm", "--max-len", "512", "--tokenizer", "tok", "--out", "packed", "--overwrite"],
+    "pack": [
+        "pack",
+        "store",
+        "--task",
+        "clm",
+        "--max-len",
+        "512",
+        "--tokenizer",
+        "tok",
+        "--out",
+        "packed",
+        "--overwrite",
+    ],
 }
 
 
@@ -46,7 +58,10 @@ def once(commands: dict[str, list[str]]) -> dict[str, tuple[float, float]]:
     work = Path(tempfile.mkdtemp(prefix="seqpack-first-"))
     # the cold run writes the bytecode the warm run reads, as on a machine without
     # PYTHONDONTWRITEBYTECODE (this one sets it)
-    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "SEQPACK_CACHE_DIR": str(work / "cache")}
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        "SEQPACK_CACHE_DIR": str(work / "cache"),
+    }
     for d in (ROOT / "src" / "seqpack").rglob("__pycache__"):
         shutil.rmtree(d)
     out = {name: (run(cmd, work, env), run(cmd, work, env)) for name, cmd in commands.items()}
@@ -65,7 +80,9 @@ def main() -> None:
         commands["demo"] = ["demo", "--out", "demo", "--fresh"]
     runs = [once(commands) for _ in range(args.runs)]
     results = {}
-    print(f"first command after install (fresh process each; cold = no __pycache__, empty seqpack cache); median of {args.runs}")
+    print(
+        f"first command after install (fresh process each; cold = no __pycache__, empty seqpack cache); median of {args.runs}"
+    )
     for name in commands:
         r = {}
         for i, kind in enumerate(("cold", "warm")):

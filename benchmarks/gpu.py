@@ -55,9 +55,17 @@ def attention_alone(T: int, rows: int, causal: bool, reps: int) -> dict[str, Any
     model never has)."""
     lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
     data = make_batches(lengths, T, rows, 1, seed=0, vocab=100, causal=causal)
-    res: dict[str, Any] = {"case": "attention", "T": T, "rows": rows, "causal": causal, "packing_factor": data["packing_factor"]}
-    for name, seg, backends in (("padded", data["padded"][0]["segment_ids"], ("sdpa",)),
-                                ("packed", data["packed"][0]["segment_ids"], BACKENDS)):
+    res: dict[str, Any] = {
+        "case": "attention",
+        "T": T,
+        "rows": rows,
+        "causal": causal,
+        "packing_factor": data["packing_factor"],
+    }
+    for name, seg, backends in (
+        ("padded", data["padded"][0]["segment_ids"], ("sdpa",)),
+        ("packed", data["packed"][0]["segment_ids"], BACKENDS),
+    ):
         seg = seg.cuda()
         qkv = torch.randn(rows, T, 3, 12, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, H, T, d) views, as in layers.Attention
@@ -88,8 +96,13 @@ def varlen_profile(reps: int) -> dict[str, Any]:
     assert isinstance(plan, VarlenPlan)
     cu_real, m_real = cu_seqlens(seg), max_seqlen(seg)
     total = int(cu_real[-1])
-    res: dict[str, Any] = {"case": "varlen_profile", "tokens": total, "sequences": int(cu_real.numel() - 1),
-                           "runs": int(plan.cu_seqlens.numel() - 1), "row_tokens": 16 * 2048}
+    res: dict[str, Any] = {
+        "case": "varlen_profile",
+        "tokens": total,
+        "sequences": int(cu_real.numel() - 1),
+        "runs": int(plan.cu_seqlens.numel() - 1),
+        "row_tokens": 16 * 2048,
+    }
     for name, n, cu, m in (("unpadded", total, cu_real, m_real), ("rows", 16 * 2048, plan.cu_seqlens, plan.max_seqlen)):
         q, k, v = (torch.randn(n, 12, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
         g = torch.randn_like(q)
@@ -101,32 +114,60 @@ def varlen_profile(reps: int) -> dict[str, Any]:
             fwd().backward(g)
 
         res[f"kernel_{name}_fwd_bwd_ms"] = 1e3 * cuda_time(fwd_bwd, reps)
-    qf, kf, vf = (torch.randn(16, 12, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    qf, kf, vf = (
+        torch.randn(16, 12, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)
+    )
     with torch.no_grad():
-        res["flash_full_rows_fwd_ms"] = 1e3 * cuda_time(lambda: torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=True), reps)
+        res["flash_full_rows_fwd_ms"] = 1e3 * cuda_time(
+            lambda: torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=True), reps
+        )
     gf = torch.randn_like(qf)
     res["flash_full_rows_fwd_bwd_ms"] = 1e3 * cuda_time(
-        lambda: torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=True).backward(gf), reps)
+        lambda: torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=True).backward(gf), reps
+    )
     res["backend_fwd_bwd_ms"] = 1e3 * cuda_time(lambda: packed_attention(qf, kf, vf, plan).backward(gf), reps)
-    res["plan_ms"] = 1e3 * cuda_time(lambda: plan_attention(seg, causal=True, backend="varlen", dtype=torch.bfloat16), reps)
+    res["plan_ms"] = 1e3 * cuda_time(
+        lambda: plan_attention(seg, causal=True, backend="varlen", dtype=torch.bfloat16), reps
+    )
     return res
 
 
-def profile_steps(model: str, size: str, T: int, rows: int, attention: str, head: str, out_dir: str | None,
-                  steps: int = 5) -> dict[str, Any]:
+def profile_steps(
+    model: str, size: str, T: int, rows: int, attention: str, head: str, out_dir: str | None, steps: int = 5
+) -> dict[str, Any]:
     """torch.profiler over ``steps`` training steps of the padded and the packed model: wall time and
     GPU kernel time per step, and the kernels that take the most (their table goes to ``out_dir``)."""
     from torch.profiler import ProfilerActivity, profile
 
     from seqpack.experiments.bench import bench_model, step
 
-    cfg = BenchConfig(lengths="wikipedia", max_len=T, model=model, size=size, batch_size=rows, steps=steps, repeats=1,
-                      head=head, attention=attention, device="cuda", dtype="bf16", sequences=20_000)
+    cfg = BenchConfig(
+        lengths="wikipedia",
+        max_len=T,
+        model=model,
+        size=size,
+        batch_size=rows,
+        steps=steps,
+        repeats=1,
+        head=head,
+        attention=attention,
+        device="cuda",
+        dtype="bf16",
+        sequences=20_000,
+    )
     causal = model == "gpt"
     lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
     data = make_batches(lengths, T, rows, steps + 2, seed=0, vocab=cfg.vocab_size, causal=causal)
-    res: dict[str, Any] = {"case": "profile", "model": model, "size": size, "T": T, "rows": rows, "attention": attention,
-                           "head": head, "packing_factor": data["packing_factor"]}
+    res: dict[str, Any] = {
+        "case": "profile",
+        "model": model,
+        "size": size,
+        "T": T,
+        "rows": rows,
+        "attention": attention,
+        "head": head,
+        "packing_factor": data["packing_factor"],
+    }
     for arm, backend in (("padded", "sdpa"), ("packed", attention)):
         torch.manual_seed(0)
         m = bench_model(cfg, backend).cuda()
@@ -141,17 +182,21 @@ def profile_steps(model: str, size: str, T: int, rows: int, attention: str, head
             torch.cuda.synchronize()
             wall = (time.perf_counter() - t0) / steps
         ev = prof.key_averages()
-        kernels = sorted((e for e in ev if e.device_type == torch.autograd.DeviceType.CUDA),
-                         key=lambda e: -e.self_device_time_total)
+        kernels = sorted(
+            (e for e in ev if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda e: -e.self_device_time_total
+        )
         gpu_ms = sum(e.self_device_time_total for e in kernels) / 1e3 / steps
         res[f"{arm}_wall_ms"] = 1e3 * wall
         res[f"{arm}_gpu_kernel_ms"] = gpu_ms
-        res[f"{arm}_top"] = [(e.key[:90], round(e.self_device_time_total / 1e3 / steps, 3), e.count // steps)
-                             for e in kernels[:25]]
+        res[f"{arm}_top"] = [
+            (e.key[:90], round(e.self_device_time_total / 1e3 / steps, 3), e.count // steps) for e in kernels[:25]
+        ]
         if out_dir:  # one file for all cases (the GPU machine hands back few files)
             with open(Path(out_dir, "profiles.txt"), "a", encoding="utf-8") as f:
-                f.write(f"\n== {model} {size} {rows} x {T}, {arm} ({backend}), head={head}: wall {1e3 * wall:.2f} ms/step, "
-                        f"kernels {gpu_ms:.2f} ms/step\n")
+                f.write(
+                    f"\n== {model} {size} {rows} x {T}, {arm} ({backend}), head={head}: wall {1e3 * wall:.2f} ms/step, "
+                    f"kernels {gpu_ms:.2f} ms/step\n"
+                )
                 f.write(ev.table(sort_by="self_device_time_total", row_limit=45, max_name_column_width=90))
         del m
     return res
@@ -194,16 +239,37 @@ def head_at_targets(steps: int, repeats: int, profile_dir: str | None) -> list[d
         out.append(profile_steps("gpt", "base", 2048, 16, "varlen", "targets", profile_dir))
     b, h = out[0], out[1]
     extra = (h["packed_head_ms"] - h["padded_head_ms"]) / 1e3
-    out.append({"case": "head_at_targets_bound", "realised_over_factor": b["realized_speedup"] / b["packing_factor"],
-                "padded_step_s": b["padded_step_s"], "packed_step_s": b["packed_step_s"], "extra_head_s": extra,
-                "bound_over_factor": b["padded_step_s"] / (b["padded_step_s"] + extra),
-                "packed_step_minus_bound_s": b["packed_step_s"] - (b["padded_step_s"] + extra)})
+    out.append(
+        {
+            "case": "head_at_targets_bound",
+            "realised_over_factor": b["realized_speedup"] / b["packing_factor"],
+            "padded_step_s": b["padded_step_s"],
+            "packed_step_s": b["packed_step_s"],
+            "extra_head_s": extra,
+            "bound_over_factor": b["padded_step_s"] / (b["padded_step_s"] + extra),
+            "packed_step_minus_bound_s": b["packed_step_s"] - (b["padded_step_s"] + extra),
+        }
+    )
     return out
 
 
-def throughput(model: str, size: str, T: int, rows: int, attention: str, steps: int, repeats: int, head: str = "targets") -> dict[str, Any]:
-    cfg = BenchConfig(lengths="wikipedia", max_len=T, model=model, size=size, batch_size=rows, steps=steps,
-                      repeats=repeats, head=head, attention=attention, device="cuda", dtype="bf16", sequences=20_000)
+def throughput(
+    model: str, size: str, T: int, rows: int, attention: str, steps: int, repeats: int, head: str = "targets"
+) -> dict[str, Any]:
+    cfg = BenchConfig(
+        lengths="wikipedia",
+        max_len=T,
+        model=model,
+        size=size,
+        batch_size=rows,
+        steps=steps,
+        repeats=repeats,
+        head=head,
+        attention=attention,
+        device="cuda",
+        dtype="bf16",
+        sequences=20_000,
+    )
     return {"case": "bench", **run_bench(cfg)}
 
 
@@ -218,12 +284,24 @@ def llama(T: int, rows: int, steps: int, repeats: int) -> dict[str, Any]:
     impl_varlen = register_varlen_attention()
     lengths = wikipedia_lengths(20_000, np.random.default_rng(0))
     data = make_batches(lengths, T, rows, steps * (repeats + 1), seed=0, vocab=32000, causal=True)
-    variants = {"padded_sdpa": ("padded", "sdpa"), "packed_sdpa": ("packed", "sdpa"), "packed_varlen": ("packed", impl_varlen)}
+    variants = {
+        "padded_sdpa": ("padded", "sdpa"),
+        "packed_sdpa": ("packed", "sdpa"),
+        "packed_varlen": ("packed", impl_varlen),
+    }
     models = {}
     for key, (_, impl) in variants.items():
         torch.manual_seed(0)
-        cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,  # type: ignore[call-arg]  # attn_implementation: every config takes it, its typed signature does not list it
-                             num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=T, attn_implementation=impl)
+        cfg = tf.LlamaConfig(
+            vocab_size=32000,
+            hidden_size=1024,
+            intermediate_size=2816,
+            num_hidden_layers=12,  # type: ignore[call-arg]  # attn_implementation: every config takes it, its typed signature does not list it
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            max_position_embeddings=T,
+            attn_implementation=impl,
+        )
         models[key] = tf.LlamaForCausalLM(cfg).cuda().train()  # type: ignore[call-arg]  # transformers' typed wrapper of Module.cuda
     batches = {k: [{n: x.cuda() for n, x in b.items()} for b in data[layout]] for k, (layout, _) in variants.items()}
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -248,9 +326,19 @@ def llama(T: int, rows: int, steps: int, repeats: int) -> dict[str, Any]:
     step_s = {k: statistics.median(v) for k, v in times.items()}
     per_row = {k: data[f"{variants[k][0]}_tokens_per_row"] for k in variants}
     tok = {k: per_row[k] * rows / step_s[k] for k in variants}
-    return {"case": "llama", "T": T, "rows": rows, "packing_factor": data["packing_factor"], "step_s": step_s,
-            "tokens_per_s": tok, "speedup_vs_padded": {k: tok[k] / tok["padded_sdpa"] for k in variants},
-            "peak_memory_gib": peak, "layers": 12, "hidden": 1024, "first_batch_loss": check}
+    return {
+        "case": "llama",
+        "T": T,
+        "rows": rows,
+        "packing_factor": data["packing_factor"],
+        "step_s": step_s,
+        "tokens_per_s": tok,
+        "speedup_vs_padded": {k: tok[k] / tok["padded_sdpa"] for k in variants},
+        "peak_memory_gib": peak,
+        "layers": 12,
+        "hidden": 1024,
+        "first_batch_loss": check,
+    }
 
 
 def compile_counts() -> list[dict[str, Any]]:
@@ -261,9 +349,17 @@ def compile_counts() -> list[dict[str, Any]]:
     for kind, backend in (("gpt", "sdpa"), ("pretrain", "sdpa"), ("gpt", "per_document"), ("gpt", "flex")):
         t0 = time.perf_counter()
         r = compile_run(kind, backend, device="cuda", compiler="inductor")
-        out.append({"case": "compile", "kind": kind, "backend": backend, "graphs_after_each_batch": r["graphs_after"],
-                    "max_loss_diff": max(abs(a - b) for a, b in zip(r["eager"], r["compiled"])),
-                    "max_grad_diff": max(r["grad_diff"]), "seconds": time.perf_counter() - t0})
+        out.append(
+            {
+                "case": "compile",
+                "kind": kind,
+                "backend": backend,
+                "graphs_after_each_batch": r["graphs_after"],
+                "max_loss_diff": max(abs(a - b) for a, b in zip(r["eager"], r["compiled"])),
+                "max_grad_diff": max(r["grad_diff"]),
+                "seconds": time.perf_counter() - t0,
+            }
+        )
     return out
 
 
@@ -278,7 +374,11 @@ def compiled_throughput(steps: int) -> dict[str, Any]:
     res: dict[str, Any] = {"case": "compiled_throughput", "model": "bert base", "rows": 64}
     for name in ("eager", "compiled"):
         torch.manual_seed(0)
-        model = BertForPreTraining(BertConfig.of_size("base", vocab_size=30522, dropout=0.0, attention="varlen")).cuda().train()
+        model = (
+            BertForPreTraining(BertConfig.of_size("base", vocab_size=30522, dropout=0.0, attention="varlen"))
+            .cuda()
+            .train()
+        )
         fn = torch.compile(model) if name == "compiled" else model
         t0 = time.perf_counter()
         for b in batches[:4]:
@@ -362,8 +462,17 @@ def main() -> None:
 
             t0 = time.perf_counter()
             r = compile_run(kind, "varlen", device="cuda", compiler="inductor", autocast=torch.bfloat16)
-            emit({"case": "compile", "kind": kind, "backend": "varlen", "dtype": "bf16", "graphs_after_each_batch": r["graphs_after"],
-                  "max_loss_diff": max(abs(a - b) for a, b in zip(r["eager"], r["compiled"])), "seconds": time.perf_counter() - t0})
+            emit(
+                {
+                    "case": "compile",
+                    "kind": kind,
+                    "backend": "varlen",
+                    "dtype": "bf16",
+                    "graphs_after_each_batch": r["graphs_after"],
+                    "max_loss_diff": max(abs(a - b) for a, b in zip(r["eager"], r["compiled"])),
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
     if "compiled" in cases:
         emit(compiled_throughput(args.steps))
 

@@ -50,7 +50,10 @@ def main() -> None:
     from encode import mixed
 
     docs = [p for p in "\n\n".join(mixed().values()).split("\n\n") if p]
-    batches = {"4 texts of 11 bytes": ["hello world"] * 4, **{f"{n} mixed documents": docs[1000 : 1000 + n] for n in (64, 256)}}
+    batches = {
+        "4 texts of 11 bytes": ["hello world"] * 4,
+        **{f"{n} mixed documents": docs[1000 : 1000 + n] for n in (64, 256)},
+    }
     work = scratch_dir("seqpack-helpers-")
     env = {"OPENBLAS_NUM_THREADS": "1"}
     results = {}

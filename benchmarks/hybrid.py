@@ -31,17 +31,43 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_result
 
 T, VOCAB = 512, 2048
-COMMON = {"vocab_size": VOCAB, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
-          "num_key_value_heads": 2, "head_dim": 32, "max_position_embeddings": T, "attention_dropout": 0.0,
-          "use_cache": False}
+COMMON = {
+    "vocab_size": VOCAB,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "max_position_embeddings": T,
+    "attention_dropout": 0.0,
+    "use_cache": False,
+}
 MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", {
-        "num_hidden_layers": 4, "layer_types": ["linear_attention", "full_attention"] * 2,
-        "linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 32,
-        "linear_value_head_dim": 32}),
-    "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM", {
-        "num_hidden_layers": 4, "hybrid_override_pattern": "M*M-", "mamba_num_heads": 4, "mamba_head_dim": 32,
-        "ssm_state_size": 16, "n_groups": 1, "chunk_size": 64}),
+    "qwen3_5": (
+        "Qwen3_5TextConfig",
+        "Qwen3_5ForCausalLM",
+        {
+            "num_hidden_layers": 4,
+            "layer_types": ["linear_attention", "full_attention"] * 2,
+            "linear_num_value_heads": 4,
+            "linear_num_key_heads": 2,
+            "linear_key_head_dim": 32,
+            "linear_value_head_dim": 32,
+        },
+    ),
+    "nemotron_h": (
+        "NemotronHConfig",
+        "NemotronHForCausalLM",
+        {
+            "num_hidden_layers": 4,
+            "hybrid_override_pattern": "M*M-",
+            "mamba_num_heads": 4,
+            "mamba_head_dim": 32,
+            "ssm_state_size": 16,
+            "n_groups": 1,
+            "chunk_size": 64,
+        },
+    ),
 }
 
 
@@ -68,8 +94,11 @@ def packed_batch(seqs: list[np.ndarray]) -> dict[str, Any]:
             seg[r, at : at + lengths[i]] = k
             at += int(lengths[i])
     labels = np.where(seg > 0, ids, -100)
-    return {"input_ids": torch.from_numpy(ids), "segment_ids": torch.from_numpy(seg).int(),
-            "labels": torch.from_numpy(labels)}
+    return {
+        "input_ids": torch.from_numpy(ids),
+        "segment_ids": torch.from_numpy(seg).int(),
+        "labels": torch.from_numpy(labels),
+    }
 
 
 def padded_batch(seqs: list[np.ndarray]) -> dict[str, Any]:
@@ -80,8 +109,11 @@ def padded_batch(seqs: list[np.ndarray]) -> dict[str, Any]:
     for r, s in enumerate(seqs):
         ids[r, : len(s)], seg[r, : len(s)] = s, 1
     labels = np.where(seg > 0, ids, -100)
-    return {"input_ids": torch.from_numpy(ids), "segment_ids": torch.from_numpy(seg).int(),
-            "labels": torch.from_numpy(labels)}
+    return {
+        "input_ids": torch.from_numpy(ids),
+        "segment_ids": torch.from_numpy(seg).int(),
+        "labels": torch.from_numpy(labels),
+    }
 
 
 def build(name: str) -> Any:
@@ -128,10 +160,16 @@ def main() -> None:
     seqs = sequences(n)
     batches = {"packed": packed_batch(seqs), "padded": padded_batch(seqs)}
     real = sum(len(s) for s in seqs)
-    out: dict[str, Any] = {"sequences": n, "row_length": T, "real_tokens": real,
-                           "rows": {k: int(b["input_ids"].shape[0]) for k, b in batches.items()},
-                           "packing_factor": n / int(batches["packed"]["input_ids"].shape[0]),
-                           "shape": COMMON, "models": {k: v[2] for k, v in MODELS.items()}, "results": {}}
+    out: dict[str, Any] = {
+        "sequences": n,
+        "row_length": T,
+        "real_tokens": real,
+        "rows": {k: int(b["input_ids"].shape[0]) for k, b in batches.items()},
+        "packing_factor": n / int(batches["packed"]["input_ids"].shape[0]),
+        "shape": COMMON,
+        "models": {k: v[2] for k, v in MODELS.items()},
+        "results": {},
+    }
     for name in MODELS:
         m = build(name)
         for b in batches.values():
@@ -141,11 +179,16 @@ def main() -> None:
             for k, b in batches.items():
                 times[k].append(step(m, b))
         med = {k: statistics.median(ts) for k, ts in times.items()}
-        out["results"][name] = {"seconds": times, "median_seconds": med,
-                                "tokens_per_second": {k: real / s for k, s in med.items()},
-                                "padded_over_packed": med["padded"] / med["packed"]}
-        print(f"{name:11s} packed {med['packed']:6.2f} s ({real / med['packed']:7,.0f} tok/s)   padded "
-              f"{med['padded']:6.2f} s ({real / med['padded']:7,.0f} tok/s)   packed x{med['padded'] / med['packed']:.2f}")
+        out["results"][name] = {
+            "seconds": times,
+            "median_seconds": med,
+            "tokens_per_second": {k: real / s for k, s in med.items()},
+            "padded_over_packed": med["padded"] / med["packed"],
+        }
+        print(
+            f"{name:11s} packed {med['packed']:6.2f} s ({real / med['packed']:7,.0f} tok/s)   padded "
+            f"{med['padded']:6.2f} s ({real / med['padded']:7,.0f} tok/s)   packed x{med['padded'] / med['packed']:.2f}"
+        )
     write_result(a.out, out, packages=("torch", "transformers"))
 
 

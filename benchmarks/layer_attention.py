@@ -35,20 +35,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_result
 
 T, VOCAB = 2048, 2048
-SHAPE = {"vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
-         "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": T, "attention_dropout": 0.0}
+SHAPE = {
+    "vocab_size": VOCAB,
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": T,
+    "attention_dropout": 0.0,
+}
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "llama": ("LlamaForCausalLM", {}),
     "mistral": ("MistralForCausalLM", {"sliding_window": 256}),
-    "llama4": ("Llama4ForCausalLM", {"attention_chunk_size": 256, "head_dim": 32, "intermediate_size_mlp": 688,
-                                     "num_local_experts": 1, "layer_types": ["chunked_attention", "full_attention"] * 2}),
+    "llama4": (
+        "Llama4ForCausalLM",
+        {
+            "attention_chunk_size": 256,
+            "head_dim": 32,
+            "intermediate_size_mlp": 688,
+            "num_local_experts": 1,
+            "layer_types": ["chunked_attention", "full_attention"] * 2,
+        },
+    ),
     "gemma2": ("Gemma2ForCausalLM", {"sliding_window": 256, "attn_logit_softcapping": 50.0, "head_dim": 32}),
     "gemma2_eager": ("Gemma2ForCausalLM", {"sliding_window": 256, "attn_logit_softcapping": 50.0, "head_dim": 32}),
 }
 #: arms whose plan is made with this backend instead of ``auto``
 FORCED = {"gemma2_eager": "eager"}
-CONFIGS = {"LlamaForCausalLM": "LlamaConfig", "MistralForCausalLM": "MistralConfig",
-           "Llama4ForCausalLM": "Llama4TextConfig", "Gemma2ForCausalLM": "Gemma2Config"}
+CONFIGS = {
+    "LlamaForCausalLM": "LlamaConfig",
+    "MistralForCausalLM": "MistralConfig",
+    "Llama4ForCausalLM": "Llama4TextConfig",
+    "Gemma2ForCausalLM": "Gemma2Config",
+}
 
 
 def batch(rows: int) -> dict[str, Any]:
@@ -67,8 +87,11 @@ def batch(rows: int) -> dict[str, Any]:
             at += int(lengths[i])
     ids = rng.integers(2, VOCAB, size=(rows, T))
     labels = np.where(seg > 0, ids, -100)
-    return {"input_ids": torch.from_numpy(ids), "segment_ids": torch.from_numpy(seg).int(),
-            "labels": torch.from_numpy(labels)}
+    return {
+        "input_ids": torch.from_numpy(ids),
+        "segment_ids": torch.from_numpy(seg).int(),
+        "labels": torch.from_numpy(labels),
+    }
 
 
 def model(name: str) -> Any:
@@ -99,8 +122,13 @@ def step(m: Any, b: dict[str, Any], backend: str = "auto") -> tuple[float, str]:
     with count_backends() as ran:
         inputs = hf_inputs(m, b)
     if backend != "auto":
-        inputs["seqpack_plan"] = plan_attention(b["segment_ids"], causal=True, backend=backend,
-                                                needs=packing_support(m).needs, position_ids=inputs["position_ids"])
+        inputs["seqpack_plan"] = plan_attention(
+            b["segment_ids"],
+            causal=True,
+            backend=backend,
+            needs=packing_support(m).needs,
+            position_ids=inputs["position_ids"],
+        )
         ran = Counter({backend: 1})
     with torch.enable_grad():
         per, present = sequence_token_losses(m(**inputs).logits, b["labels"], b["segment_ids"], shift=True)
@@ -129,12 +157,22 @@ def main() -> None:
         for name, m in models.items():
             times[name].append(step(m, b, FORCED.get(name, "auto"))[0])
     med = {name: statistics.median(ts) for name, ts in times.items()}
-    out = {"rows": rows, "row_length": T, "real_tokens": real, "shape": SHAPE, "arms": {n: ARMS[n][1] for n in ARMS},
-           "backend": backends, "seconds": times, "median_seconds": med,
-           "tokens_per_second": {n: real / s for n, s in med.items()},
-           "relative_to_llama": {n: med[n] / med["llama"] for n in med}}
+    out = {
+        "rows": rows,
+        "row_length": T,
+        "real_tokens": real,
+        "shape": SHAPE,
+        "arms": {n: ARMS[n][1] for n in ARMS},
+        "backend": backends,
+        "seconds": times,
+        "median_seconds": med,
+        "tokens_per_second": {n: real / s for n, s in med.items()},
+        "relative_to_llama": {n: med[n] / med["llama"] for n in med},
+    }
     for n in ARMS:
-        print(f"{n:12s} {backends[n]:14s} {med[n]:7.2f} s  {real / med[n]:9,.0f} tokens/s  x{med[n] / med['llama']:.2f}")
+        print(
+            f"{n:12s} {backends[n]:14s} {med[n]:7.2f} s  {real / med[n]:9,.0f} tokens/s  x{med[n] / med['llama']:.2f}"
+        )
     write_result(a.out, out, packages=("torch", "transformers"))
 
 

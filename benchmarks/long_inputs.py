@@ -21,7 +21,9 @@ from pathlib import Path
 
 from _common import PEAK_MB, RESULTS, run_child, scratch_dir, write_result
 
-READ = PEAK_MB + """
+READ = (
+    PEAK_MB
+    + """
 import json, time
 from seqpack.corpus.readers import iter_decoded, read_text
 def previous(path, sep="<|endoftext|>"):
@@ -37,6 +39,7 @@ t0 = time.perf_counter()
 n = sum(len(d) for d in ({fn})({path!r}))
 print(json.dumps({{"seconds": time.perf_counter() - t0, "chars": n, "peak_mb": peak_mb()}}))
 """
+)
 
 
 def read_rounds(work: Path, rounds: int) -> dict[str, dict[str, object]]:
@@ -49,8 +52,14 @@ def read_rounds(work: Path, rounds: int) -> dict[str, dict[str, object]]:
         for _ in range(rounds):
             for arm, fn in arms.items():
                 runs[arm].append(run_child(READ.format(fn=fn, path=str(path))))
-        out[f"{mb} MB"] = {arm: {"median_s": statistics.median(r["seconds"] for r in rs), "runs_s": [r["seconds"] for r in rs],
-                                 "peak_mb": max(r["peak_mb"] for r in rs)} for arm, rs in runs.items()}
+        out[f"{mb} MB"] = {
+            arm: {
+                "median_s": statistics.median(r["seconds"] for r in rs),
+                "runs_s": [r["seconds"] for r in rs],
+                "peak_mb": max(r["peak_mb"] for r in rs),
+            }
+            for arm, rs in runs.items()
+        }
         path.unlink()
     return out
 
@@ -58,25 +67,44 @@ def read_rounds(work: Path, rounds: int) -> dict[str, dict[str, object]]:
 def command_peak(argv: list[str]) -> dict[str, float]:
     """Wall seconds and peak resident MB of one seqpack command (GNU time's %M: the process's own)."""
     t0 = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "seqpack", *argv],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "seqpack", *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return {"seconds": time.perf_counter() - t0, "peak_mb": int(proc.stderr.strip().splitlines()[-1]) / 1024}
 
 
 def runs_of_one(work: Path) -> dict[str, dict[str, object]]:
     corpus = work / "words.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 2000, encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "seqpack", "train-tokenizer", str(corpus), "--vocab-size", "300",
-                    "--out", str(work / "tok")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "seqpack",
+            "train-tokenizer",
+            str(corpus),
+            "--vocab-size",
+            "300",
+            "--out",
+            str(work / "tok"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     out: dict[str, dict[str, object]] = {}
     for name, ch in (("one letter", "a"), ("spaces", " "), ("NUL bytes", "\x00")):
         path = work / "run.txt"
         path.write_text(ch * (200 << 20), encoding="utf-8")
         out[name] = {
-            "tokenize": command_peak(["tokenize", str(path), "--tokenizer", str(work / "tok"), "--out", str(work / "s"),
-                                      "--overwrite"]),
-            "train-tokenizer": command_peak(["train-tokenizer", str(path), "--vocab-size", "300", "--out",
-                                             str(work / "t"), "--overwrite"]),
+            "tokenize": command_peak(
+                ["tokenize", str(path), "--tokenizer", str(work / "tok"), "--out", str(work / "s"), "--overwrite"]
+            ),
+            "train-tokenizer": command_peak(
+                ["train-tokenizer", str(path), "--vocab-size", "300", "--out", str(work / "t"), "--overwrite"]
+            ),
         }
         path.unlink()
     return out
@@ -88,7 +116,10 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "long_inputs.json"))
     args = ap.parse_args()
     work = scratch_dir("seqpack-long-")
-    results = {"read_text, no separator": read_rounds(work, args.rounds), "200 MB runs of one character": runs_of_one(work)}
+    results = {
+        "read_text, no separator": read_rounds(work, args.rounds),
+        "200 MB runs of one character": runs_of_one(work),
+    }
     for k, v in results.items():
         print(k)
         for case, r in v.items():

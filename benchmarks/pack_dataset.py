@@ -69,7 +69,9 @@ def head_to_head(n: int) -> dict[str, tuple[str, str, str]]:
     """seqpack's packers and TRL's ``pack_dataset`` as harness arms: each in processes of its own
     (none imports the other's package), the same sequences from the same seed, timed alike."""
     setup = SETUP.format(bench=str(Path(__file__).parent), n=n)
-    ours = setup + """
+    ours = (
+        setup
+        + """
 from dataclasses import replace
 from seqpack.tasks.clm import clm_sequences
 from seqpack.data.columns import materialize, pack_sequences
@@ -77,19 +79,30 @@ from seqpack.packing import pack_lengths
 seqs = clm_sequences(tokens, offsets, max_len=MAX_LEN, eos_id=None, vocab_size=VOCAB)
 ids = replace(seqs, token_fields={"input_ids": seqs.token_fields["input_ids"]}, seq_fields={})
 """
-    theirs = setup + """
+    )
+    theirs = (
+        setup
+        + """
 import datasets
 from trl.data_utils import pack_dataset
 datasets.disable_progress_bars()
 ds = datasets.Dataset.from_dict({"input_ids": [a.tolist() for a in np.split(tokens.astype(np.int32), offsets[1:-1])]})
 """
+    )
     return {
         "seqpack lpfhp, all columns": (ours, "return pack_sequences(seqs, MAX_LEN, algorithm='lpfhp', seed=0)", EFF),
         "seqpack best, all columns": (ours, "return pack_sequences(seqs, MAX_LEN, algorithm='best', seed=0)", EFF),
-        "seqpack lpfhp, ids only": (ours, "return materialize(ids, pack_lengths(seqs.lengths, MAX_LEN, algorithm='lpfhp', seed=0), "
-                                    "max_len=MAX_LEN)", "[len(out['input_ids']), int(offsets[-1]) / (len(out['input_ids']) * MAX_LEN)]"),
+        "seqpack lpfhp, ids only": (
+            ours,
+            "return materialize(ids, pack_lengths(seqs.lengths, MAX_LEN, algorithm='lpfhp', seed=0), max_len=MAX_LEN)",
+            "[len(out['input_ids']), int(offsets[-1]) / (len(out['input_ids']) * MAX_LEN)]",
+        ),
         "trl chunks": (theirs, "return pack_dataset(ds, MAX_LEN, strategy='bfd')", TRL_EFF),
-        "trl whole table": (theirs, "return pack_dataset(ds, MAX_LEN, strategy='bfd', map_kwargs={'batch_size': len(ds)})", TRL_EFF),
+        "trl whole table": (
+            theirs,
+            "return pack_dataset(ds, MAX_LEN, strategy='bfd', map_kwargs={'batch_size': len(ds)})",
+            TRL_EFF,
+        ),
     }
 
 
@@ -98,7 +111,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--quick", action="store_true", help="100,000 sequences, 2 runs")
     ap.add_argument("--no-trl", action="store_true")
-    ap.add_argument("--out", default=str(RESULTS / "pack_dataset.json"), help="the results (with the command, machine and versions) as JSON")
+    ap.add_argument(
+        "--out",
+        default=str(RESULTS / "pack_dataset.json"),
+        help="the results (with the command, machine and versions) as JSON",
+    )
     args = ap.parse_args()
     n, runs = (100_000, 2) if args.quick else (args.n, 5)
     tokens, offsets = sample(n)
@@ -113,12 +130,16 @@ def main() -> None:
         print(
             f"pack {algo:<5} plan+assign+columns      {t_pack[algo]:7.3f} s  ({pc.num_packs:,} packs, "
             f"efficiency {pc.packing.plan.efficiency:.4%}, {pc.nbytes / 1e9:.2f} GB of columns; runs "
-            + ", ".join(f"{t:.2f}" for t in all_t) + ")"
+            + ", ".join(f"{t:.2f}" for t in all_t)
+            + ")"
         )
         result[f"pack_{algo}"] = {"median_s": t_pack[algo], "runs_s": all_t, "packs": pc.num_packs}
+
     def ids_only() -> dict[str, np.ndarray]:  # what TRL's output holds: packed input_ids (+ lengths)
         p = pack_lengths(seqs.lengths, MAX_LEN, algorithm="lpfhp", seed=0)
-        return materialize(replace(seqs, token_fields={"input_ids": seqs.token_fields["input_ids"]}, seq_fields={}), p, max_len=MAX_LEN)
+        return materialize(
+            replace(seqs, token_fields={"input_ids": seqs.token_fields["input_ids"]}, seq_fields={}), p, max_len=MAX_LEN
+        )
 
     pc = None
     _, t_ids, _ = timed(ids_only, runs)
@@ -128,27 +149,45 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="seqpack-bench-")
 
     for comp in ("zstd", "snappy", "none"):
+
         def write(c: str = comp) -> None:
             write_packed(pc, f"{tmp}/out", options=WriteOptions(overwrite=True, compression=c))
 
         _, t_write, _ = timed(write, max(2, runs // 2))
         size = sum(f.stat().st_size for f in Path(tmp, "out").rglob("*")) / 1e6
-        print(f"write Parquet {comp:<6} + manifest        {t_write:7.3f} s  = {pc.nbytes / 1e6 / t_write:,.0f} MB/s of columns ({size:,.0f} MB on disk)")
-        result[f"write_{comp}"] = {"median_s": t_write, "mb_per_s": pc.nbytes / 1e6 / t_write, "mb_on_disk": size,
-                                   "columns_gb": pc.nbytes / 1e9}
+        print(
+            f"write Parquet {comp:<6} + manifest        {t_write:7.3f} s  = {pc.nbytes / 1e6 / t_write:,.0f} MB/s of columns ({size:,.0f} MB on disk)"
+        )
+        result[f"write_{comp}"] = {
+            "median_s": t_write,
+            "mb_per_s": pc.nbytes / 1e6 / t_write,
+            "mb_on_disk": size,
+            "columns_gb": pc.nbytes / 1e9,
+        }
     shutil.rmtree(tmp, ignore_errors=True)
     if args.no_trl:
         write_result(args.out, result)
         return
     result["arms"] = arms = compare_arms(head_to_head(n), rounds=3, repeats=max(1, runs // 2))
     for name, a in arms.items():
-        print(f"{name:<28} median {a['median_s']:7.3f} s (min {a['min_s']:.3f}, max {a['max_s']:.3f}; "
-              f"{len(a['runs_s'])} calls in 3 processes) {a['info']}")
-    result["speedups"] = {f"{trl} / {k}": arms[trl]["median_s"] / arms[k]["median_s"]
-                          for trl in ("trl chunks", "trl whole table") for k in arms if k.startswith("seqpack")}
+        print(
+            f"{name:<28} median {a['median_s']:7.3f} s (min {a['min_s']:.3f}, max {a['max_s']:.3f}; "
+            f"{len(a['runs_s'])} calls in 3 processes) {a['info']}"
+        )
+    result["speedups"] = {
+        f"{trl} / {k}": arms[trl]["median_s"] / arms[k]["median_s"]
+        for trl in ("trl chunks", "trl whole table")
+        for k in arms
+        if k.startswith("seqpack")
+    }
     for trl in ("trl chunks", "trl whole table"):
-        print(f"{trl}: seqpack is " + " / ".join(f"{arms[trl]['median_s'] / arms[k]['median_s']:.1f}x ({k})"
-                                                for k in arms if k.startswith("seqpack")) + " faster")
+        print(
+            f"{trl}: seqpack is "
+            + " / ".join(
+                f"{arms[trl]['median_s'] / arms[k]['median_s']:.1f}x ({k})" for k in arms if k.startswith("seqpack")
+            )
+            + " faster"
+        )
     write_result(args.out, result, ("trl", "datasets"))
 
 

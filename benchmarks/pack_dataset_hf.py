@@ -43,17 +43,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(RESULTS / "pack_dataset_hf.json"))
     args = ap.parse_args()
-    result: dict = {"seq_length": SEQ_LENGTH, "lengths": "lognormal, median 300, sigma 1, clipped to 10-2000",
-                    "by_rows": {}}
+    result: dict = {
+        "seq_length": SEQ_LENGTH,
+        "lengths": "lognormal, median 300, sigma 1, clipped to 10-2000",
+        "by_rows": {},
+    }
     for n in args.sizes:
         got = compare_arms(arms(n), rounds=args.rounds, repeats=2)
         trl = got["trl bfd"]
-        ratios = {k: {"time_over_trl": v["median_s"] / trl["median_s"], "rows_minus_trl": v["info"] - trl["info"]}
-                  for k, v in got.items()}
+        ratios = {
+            k: {"time_over_trl": v["median_s"] / trl["median_s"], "rows_minus_trl": v["info"] - trl["info"]}
+            for k, v in got.items()
+        }
         result["by_rows"][str(n)] = {"arms": got, "vs_trl": ratios}
         for k, v in got.items():
-            print(f"{n:>8,} rows  {k:<13} {v['info']:>7,} packed rows  median {v['median_s']:.3f} s "
-                  f"(min {v['min_s']:.3f}, max {v['max_s']:.3f})  {ratios[k]['time_over_trl']:.2f}x TRL's time")
+            print(
+                f"{n:>8,} rows  {k:<13} {v['info']:>7,} packed rows  median {v['median_s']:.3f} s "
+                f"(min {v['min_s']:.3f}, max {v['max_s']:.3f})  {ratios[k]['time_over_trl']:.2f}x TRL's time"
+            )
     write_result(args.out, result, ("trl", "datasets"))
 
 

@@ -34,8 +34,14 @@ def table1(h: np.ndarray, quick: bool) -> dict:
     rows += [("best", d) for d in (2, 3, 4, 8, 16, None)]
     if not quick:
         rows.insert(8, ("nnlshp", 3))
-    arms = {f"{a} depth {d or 'max'}": (SETUP, f"return plan(h, 512, algorithm={a!r}, max_depth={d})",
-                                           "[out.num_packs, out.efficiency]") for a, d in rows}
+    arms = {
+        f"{a} depth {d or 'max'}": (
+            SETUP,
+            f"return plan(h, 512, algorithm={a!r}, max_depth={d})",
+            "[out.num_packs, out.efficiency]",
+        )
+        for a, d in rows
+    }
     got = compare_arms(arms, rounds=3)
     print(f"{'plan':<16} {'packs':>12} {'efficiency':>10} {'vs LP bound':>11} {'median s':>9}")
     for (name, r), (_, depth) in zip(got.items(), rows):
@@ -52,10 +58,16 @@ def assignment() -> dict:
     print("\n## pack_lengths: 1,000,000 lengths sampled from the histogram (harness: 3 processes x 2 calls)")
     arms: dict[str, tuple[str, str, str | None]] = {}
     for algorithm in ("lpfhp", "best", "spfhp"):
-        arms[f"pack_lengths {algorithm}"] = (SETUP, f"return pack_lengths(lengths, 512, algorithm={algorithm!r})",
-                                             "[out.num_packs, out.plan.efficiency]")
-    arms["assign alone (lpfhp plan)"] = (SETUP + "p = pack_lengths(lengths, 512, algorithm='lpfhp').plan\n",
-                                         "return assign(p, lengths)", None)
+        arms[f"pack_lengths {algorithm}"] = (
+            SETUP,
+            f"return pack_lengths(lengths, 512, algorithm={algorithm!r})",
+            "[out.num_packs, out.plan.efficiency]",
+        )
+    arms["assign alone (lpfhp plan)"] = (
+        SETUP + "p = pack_lengths(lengths, 512, algorithm='lpfhp').plan\n",
+        "return assign(p, lengths)",
+        None,
+    )
     got = compare_arms(arms, rounds=3, repeats=2)
     for name, r in got.items():
         print(f"{name:<28} median {r['median_s']:.3f}s (min {r['min_s']:.3f}, max {r['max_s']:.3f}) {r['info'] or ''}")
@@ -70,7 +82,9 @@ def stream(h: np.ndarray) -> dict:
         sp = StreamPacker(512, buffer_size=buffer)
         t0 = time.perf_counter()
         n = sum(1 for _ in sp.pack(lengths))
-        print(f"buffer {buffer:>6}: {n:,} packs, efficiency {100 * sp.efficiency:.3f}%, {time.perf_counter() - t0:.2f}s")
+        print(
+            f"buffer {buffer:>6}: {n:,} packs, efficiency {100 * sp.efficiency:.3f}%, {time.perf_counter() - t0:.2f}s"
+        )
         out[buffer] = {"packs": n, "efficiency_percent": 100 * sp.efficiency}
     return out
 
@@ -84,7 +98,10 @@ def other_shapes() -> dict:
     shapes = {
         "short skewed (lognormal), L=128": (clip(rng.lognormal(3.0, 0.6, 60_000), 128), 128),
         "QA-like (normal 160+-60), L=384": (clip(rng.normal(160, 60, 80_000), 384), 384),
-        "bimodal 20 / 900, L=1024": (np.concatenate([clip(rng.normal(20, 5, 50_000), 1024), clip(rng.normal(900, 60, 20_000), 1024)]), 1024),
+        "bimodal 20 / 900, L=1024": (
+            np.concatenate([clip(rng.normal(20, 5, 50_000), 1024), clip(rng.normal(900, 60, 20_000), 1024)]),
+            1024,
+        ),
         "long tail (pareto), L=2048": (clip(rng.pareto(1.2, 100_000) * 40 + 5, 2048), 2048),
         "chat (geometric mean 250), L=4096": (clip(rng.geometric(1 / 250, 200_000), 4096), 4096),
     }
@@ -105,9 +122,16 @@ def other_shapes() -> dict:
             f"lpfhp {plan(h, max_len, algorithm='lpfhp').num_packs:,}); depth 3: best {d3.num_packs:,} "
             f"({t3:.2f}s, LP bound {d3.info['lp_bound']:,}) spfhp {greedy['spfhp']:,} lpfhp {greedy['lpfhp']:,}"
         )
-        out[name] = {"best": b.num_packs, "lp_bound": int(lb), "gap_percent": 100 * (b.num_packs - lb) / lb,
-                     "best_s_one_run": tb, "best_depth3": d3.num_packs, "lp_bound_depth3": int(d3.info["lp_bound"]),  # type: ignore[call-overload]
-                     "spfhp_depth3": greedy["spfhp"], "lpfhp_depth3": greedy["lpfhp"]}
+        out[name] = {
+            "best": b.num_packs,
+            "lp_bound": int(lb),
+            "gap_percent": 100 * (b.num_packs - lb) / lb,
+            "best_s_one_run": tb,
+            "best_depth3": d3.num_packs,
+            "lp_bound_depth3": int(d3.info["lp_bound"]),  # type: ignore[call-overload]
+            "spfhp_depth3": greedy["spfhp"],
+            "lpfhp_depth3": greedy["lpfhp"],
+        }
     return out
 
 
@@ -117,8 +141,12 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "plan.json"))
     args = parser.parse_args()
     h = builtin_histogram("wikipedia")  # the paper's histogram, shipped in the package
-    results = {"table1": table1(h, args.quick), "pack_lengths": assignment(), "stream": stream(h),
-               "other_shapes": other_shapes()}
+    results = {
+        "table1": table1(h, args.quick),
+        "pack_lengths": assignment(),
+        "stream": stream(h),
+        "other_shapes": other_shapes(),
+    }
     write_result(args.out, results)
 
 

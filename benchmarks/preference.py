@@ -47,11 +47,27 @@ import numpy as np
 import torch
 from _common import scratch_dir
 
-LLAMAS: dict[str, dict[str, Any]] = {  # "1b": TinyLlama's shape (22 layers of 2048, 32 heads / 4 kv heads): ~0.97B parameters besides embeddings
-    "small": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
-              "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 4096},
-    "1b": {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
-           "num_attention_heads": 32, "num_key_value_heads": 4, "max_position_embeddings": 4096},
+LLAMAS: dict[
+    str, dict[str, Any]
+] = {  # "1b": TinyLlama's shape (22 layers of 2048, 32 heads / 4 kv heads): ~0.97B parameters besides embeddings
+    "small": {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 688,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 4096,
+    },
+    "1b": {
+        "model_type": "llama",
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "num_hidden_layers": 22,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 4096,
+    },
 }
 
 
@@ -94,7 +110,9 @@ def pairs_data(n: int, max_len: int, seed: int = 0, mix: str = "ultrafeedback") 
         return " ".join(f"w{i}" for i in rng.integers(0, 2000, k))
 
     while len(out) < n:
-        p, c, r = (max(1, int(rng.lognormal(np.log(shape[k][0]), shape[k][1]))) for k in ("prompt", "chosen", "rejected"))
+        p, c, r = (
+            max(1, int(rng.lognormal(np.log(shape[k][0]), shape[k][1]))) for k in ("prompt", "chosen", "rejected")
+        )
         if 2 * p + c + r + 2 > max_len:  # + the EOS of each response
             continue
         chosen, rejected = " " + words(c), " " + words(r)
@@ -137,8 +155,15 @@ class StepTimer:
         return _CB()
 
 
-def trl_arm(records: list[dict], tok_dir: Path, pairs: int, steps: int, work: Path, setup: Setup | None = None,
-            checkpointing: bool = False) -> dict[str, float]:
+def trl_arm(
+    records: list[dict],
+    tok_dir: Path,
+    pairs: int,
+    steps: int,
+    work: Path,
+    setup: Setup | None = None,
+    checkpointing: bool = False,
+) -> dict[str, float]:
     import datasets
     import transformers as tf
     import trl
@@ -146,16 +171,37 @@ def trl_arm(records: list[dict], tok_dir: Path, pairs: int, steps: int, work: Pa
     tok = tf.AutoTokenizer.from_pretrained(str(tok_dir))
     torch.manual_seed(0)
     setup = setup or Setup()
-    cfg = tf.LlamaConfig(**{k: v for k, v in setup.llama.items() if k != "model_type"}, vocab_size=len(tok),  # type: ignore[call-arg]  # attn_implementation: every config takes it
-                         attn_implementation="sdpa")
+    cfg = tf.LlamaConfig(
+        **{k: v for k, v in setup.llama.items() if k != "model_type"},
+        vocab_size=len(tok),  # type: ignore[call-arg]  # attn_implementation: every config takes it
+        attn_implementation="sdpa",
+    )
     model = tf.LlamaForCausalLM(cfg)
     timer = StepTimer()
-    args = trl.DPOConfig(output_dir=str(work / "trl"), per_device_train_batch_size=pairs, max_steps=steps, report_to=[],
-                         use_cpu=setup.device == "cpu", bf16=setup.dtype == "bf16", max_length=None, save_strategy="no", precompute_ref_log_probs=True,
-                         learning_rate=1e-4, logging_steps=10_000, disable_tqdm=True, dataloader_num_workers=0,
-                         gradient_checkpointing=checkpointing)  # TRL's default is on; the plain arms do not recompute
-    trainer = trl.DPOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, processing_class=tok,
-                             train_dataset=datasets.Dataset.from_list(records), callbacks=[timer.hook()])
+    args = trl.DPOConfig(
+        output_dir=str(work / "trl"),
+        per_device_train_batch_size=pairs,
+        max_steps=steps,
+        report_to=[],
+        use_cpu=setup.device == "cpu",
+        bf16=setup.dtype == "bf16",
+        max_length=None,
+        save_strategy="no",
+        precompute_ref_log_probs=True,
+        learning_rate=1e-4,
+        logging_steps=10_000,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        gradient_checkpointing=checkpointing,
+    )  # TRL's default is on; the plain arms do not recompute
+    trainer = trl.DPOTrainer(
+        model=model,
+        ref_model=copy.deepcopy(model),
+        args=args,
+        processing_class=tok,
+        train_dataset=datasets.Dataset.from_list(records),
+        callbacks=[timer.hook()],
+    )
     trainer.train()
     t = statistics.median(timer.times[1:])
     return {"step_s": t, "pairs_per_s": pairs / t, "pairs_per_step": pairs}
@@ -177,28 +223,54 @@ def trl_tokens(records: list[dict], tok_dir: Path, pairs: int) -> dict[str, floa
         w = max(max(a, b) for a, b in batch)
         width += w * 2 * len(batch)
         rows += 2 * len(batch)
-    return {"tokens_per_pair": width / len(lens), "rows_per_1000_pairs": 1000 * rows / len(lens),
-            "real_tokens_per_pair": float(np.mean([a + b for a, b in lens]))}
+    return {
+        "tokens_per_pair": width / len(lens),
+        "rows_per_1000_pairs": 1000 * rows / len(lens),
+        "real_tokens_per_pair": float(np.mean([a + b for a, b in lens])),
+    }
 
 
 def packed_tokens(path: Path) -> dict[str, float]:
     m = json.loads((path / "manifest.json").read_text())
     n, P, L = int(m["num_sequences"]), int(m["num_packs"]), int(m["max_len"])
-    return {"tokens_per_pair": P * L / n, "rows_per_1000_pairs": 1000 * P / n, "pairs_per_row": n / P,
-            "real_tokens_per_pair": float(m["num_tokens"]) / n if "num_tokens" in m else float("nan")}
+    return {
+        "tokens_per_pair": P * L / n,
+        "rows_per_1000_pairs": 1000 * P / n,
+        "pairs_per_row": n / P,
+        "real_tokens_per_pair": float(m["num_tokens"]) / n if "num_tokens" in m else float("nan"),
+    }
 
 
-def seqpack_arm(path: Path, work: Path, pairs: int, steps: int, hf_model: Path | None, setup: Setup | None = None,
-                checkpointing: bool = False) -> dict[str, float]:
+def seqpack_arm(
+    path: Path,
+    work: Path,
+    pairs: int,
+    steps: int,
+    hf_model: Path | None,
+    setup: Setup | None = None,
+    checkpointing: bool = False,
+) -> dict[str, float]:
     from seqpack.train import TrainConfig, train
 
     m = json.loads((path / "manifest.json").read_text())
     per_row = int(m["num_sequences"]) / int(m["num_packs"])
     rows = max(1, round(pairs / per_row))
     out = work / f"run-{path.name}-{time.monotonic_ns()}"
-    cfg = TrainConfig(data=str(path), out=str(out), steps=steps, batch_size=rows, lr=1e-4, progress=False, threads=2,
-                      eval_fraction=0.02, hf_model=str(hf_model) if hf_model else None, size="small", max_position=4096,
-                      dtype=(setup or Setup()).dtype, gradient_checkpointing=checkpointing)
+    cfg = TrainConfig(
+        data=str(path),
+        out=str(out),
+        steps=steps,
+        batch_size=rows,
+        lr=1e-4,
+        progress=False,
+        threads=2,
+        eval_fraction=0.02,
+        hf_model=str(hf_model) if hf_model else None,
+        size="small",
+        max_position=4096,
+        dtype=(setup or Setup()).dtype,
+        gradient_checkpointing=checkpointing,
+    )
     train(cfg)
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     shutil.rmtree(out)  # a 1B model's checkpoint is ~12 GB: a run's arms would fill a 64 GB disk
@@ -267,16 +339,30 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None, help="optimiser steps per arm (default 5, --quick 3)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast over fp32 weights, every arm")
+    ap.add_argument(
+        "--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast over fp32 weights, every arm"
+    )
     ap.add_argument("--llama", choices=tuple(LLAMAS), default="small", help="the Llama's size (1b: TinyLlama's shape)")
-    ap.add_argument("--models", default="llama,gpt", help="which models' arms run (llama: TRL and seqpack; gpt: seqpack)")
+    ap.add_argument(
+        "--models", default="llama,gpt", help="which models' arms run (llama: TRL and seqpack; gpt: seqpack)"
+    )
     ap.add_argument("--max-lens", default="1024,4096")
-    ap.add_argument("--mix", choices=tuple(MIXES), default="ultrafeedback", help="the pairs' length distribution (see above)")
+    ap.add_argument(
+        "--mix", choices=tuple(MIXES), default="ultrafeedback", help="the pairs' length distribution (see above)"
+    )
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--checkpointing", action="store_true",
-                    help="also the Llama arms with gradient checkpointing (TRL's default, seqpack's --gradient-checkpointing)")
-    ap.add_argument("--only", nargs="*", default=None, metavar="ARM",
-                    help="re-run only these arms (e.g. llama/trl) and update their entries in --out")
+    ap.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="also the Llama arms with gradient checkpointing (TRL's default, seqpack's --gradient-checkpointing)",
+    )
+    ap.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        metavar="ARM",
+        help="re-run only these arms (e.g. llama/trl) and update their entries in --out",
+    )
     args = ap.parse_args()
     if args.device == "cpu":
         torch.set_num_threads(2)
@@ -290,10 +376,17 @@ def main() -> None:
     (work / "llama.json").write_text(json.dumps(packed_llama(args.llama)))
     n, steps = (200, 3) if args.quick else (600, 5)
     steps = args.steps or steps
-    results: dict[str, Any] = {"pairs_per_step": args.pairs, "rounds": args.rounds, "steps": steps, "by_max_len": {},
-                               "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-                               "dtype": args.dtype, "llama": {**LLAMAS[args.llama]}, "torch": torch.__version__,
-                               "mix": {"name": args.mix, **{k: {"median": m, "sigma": sg} for k, (m, sg) in MIXES[args.mix].items()}}}
+    results: dict[str, Any] = {
+        "pairs_per_step": args.pairs,
+        "rounds": args.rounds,
+        "steps": steps,
+        "by_max_len": {},
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "dtype": args.dtype,
+        "llama": {**LLAMAS[args.llama]},
+        "torch": torch.__version__,
+        "mix": {"name": args.mix, **{k: {"median": m, "sigma": sg} for k, (m, sg) in MIXES[args.mix].items()}},
+    }
     if args.only:
         results = json.loads(args.out.read_text())
 
@@ -302,13 +395,16 @@ def main() -> None:
         return {
             "llama/trl": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup),
             "llama/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json", setup),
-            "llama/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, work / "llama.json",
-                                                       setup),
+            "llama/shared-prefix": lambda: seqpack_arm(
+                paths["shared-prefix"], work, args.pairs, steps, work / "llama.json", setup
+            ),
             "llama/trl_default_checkpointing": lambda: trl_arm(records, tok_dir, args.pairs, steps, work, setup, True),
-            "llama/pairs_checkpointing": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, work / "llama.json",
-                                                             setup, True),
-            "llama/shared-prefix_checkpointing": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps,
-                                                                     work / "llama.json", setup, True),
+            "llama/pairs_checkpointing": lambda: seqpack_arm(
+                paths["pairs"], work, args.pairs, steps, work / "llama.json", setup, True
+            ),
+            "llama/shared-prefix_checkpointing": lambda: seqpack_arm(
+                paths["shared-prefix"], work, args.pairs, steps, work / "llama.json", setup, True
+            ),
             "gpt/padded": lambda: gpt_padded_arm(records, tok_dir, args.pairs, steps),
             "gpt/pairs": lambda: seqpack_arm(paths["pairs"], work, args.pairs, steps, None, setup),
             "gpt/shared-prefix": lambda: seqpack_arm(paths["shared-prefix"], work, args.pairs, steps, None, setup),
@@ -321,8 +417,12 @@ def main() -> None:
         paths = {}
         for layout in ("pairs", "shared-prefix"):
             paths[layout] = work / f"{layout}-{max_len}"
-            build_packed_dataset(records, open_tokenizer(tok_dir), paths[layout],
-                                 PackConfig.for_task("preference", max_len=max_len, layout=layout))
+            build_packed_dataset(
+                records,
+                open_tokenizer(tok_dir),
+                paths[layout],
+                PackConfig.for_task("preference", max_len=max_len, layout=layout),
+            )
             r["tokens"][layout] = packed_tokens(paths[layout])
         runs: dict[str, list[dict]] = {}
         for _ in range(args.rounds):
@@ -334,23 +434,38 @@ def main() -> None:
                     continue
                 runs.setdefault(name, []).append(setup.measure(fn))
                 print(f"max_len {max_len} {name}: {runs[name][-1]}", flush=True)
-        r["throughput"] = {**old.get("throughput", {}), **{k: {"pairs_per_s": statistics.median(x["pairs_per_s"] for x in v),
-                               "runs": [x["pairs_per_s"] for x in v], "pairs_per_step": v[0]["pairs_per_step"],
-                               **({"peak_gib": max(x["peak_gib"] for x in v)} if "peak_gib" in v[0] else {})}
-                           for k, v in runs.items()}}
+        r["throughput"] = {
+            **old.get("throughput", {}),
+            **{
+                k: {
+                    "pairs_per_s": statistics.median(x["pairs_per_s"] for x in v),
+                    "runs": [x["pairs_per_s"] for x in v],
+                    "pairs_per_step": v[0]["pairs_per_step"],
+                    **({"peak_gib": max(x["peak_gib"] for x in v)} if "peak_gib" in v[0] else {}),
+                }
+                for k, v in runs.items()
+            },
+        }
         for model, base in (("llama", "trl"), ("gpt", "padded")):
             if f"{model}/{base}" not in r["throughput"]:
                 continue
             for layout in ("pairs", "shared-prefix"):
-                speed = r["throughput"][f"{model}/{layout}"]["pairs_per_s"] / r["throughput"][f"{model}/{base}"]["pairs_per_s"]
+                speed = (
+                    r["throughput"][f"{model}/{layout}"]["pairs_per_s"]
+                    / r["throughput"][f"{model}/{base}"]["pairs_per_s"]
+                )
                 tokens = r["tokens"]["trl"]["tokens_per_pair"] / r["tokens"][layout]["tokens_per_pair"]
-                r.setdefault("ratios", {})[f"{model}/{layout}"] = {"speedup": speed, "token_ratio": tokens,
-                                                                   "realised_over_tokens": speed / tokens}
+                r.setdefault("ratios", {})[f"{model}/{layout}"] = {
+                    "speedup": speed,
+                    "token_ratio": tokens,
+                    "realised_over_tokens": speed / tokens,
+                }
         tp, ck = r["throughput"], "llama/trl_default_checkpointing"
         for layout in ("pairs", "shared-prefix"):  # both sides recompute their layers
             if ck in tp and f"llama/{layout}_checkpointing" in tp:
                 r.setdefault("ratios", {})[f"llama/{layout}_checkpointing vs trl_default_checkpointing"] = {
-                    "speedup": tp[f"llama/{layout}_checkpointing"]["pairs_per_s"] / tp[ck]["pairs_per_s"]}
+                    "speedup": tp[f"llama/{layout}_checkpointing"]["pairs_per_s"] / tp[ck]["pairs_per_s"]
+                }
         results["by_max_len"][str(max_len)] = r
         print(json.dumps(r.get("ratios"), indent=1), flush=True)
         if args.out:  # after each max_len: a run cut short keeps what it finished

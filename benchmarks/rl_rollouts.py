@@ -39,15 +39,23 @@ import torch
 from _common import scratch_dir, write_result
 
 VOCAB = 2048
-LLAMA: dict[str, Any] = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8,
-         "num_key_value_heads": 4, "max_position_embeddings": 8192}
+LLAMA: dict[str, Any] = {
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 8192,
+}
 
 
 def rollouts(prompts: int, g: int, seed: int = 0) -> tuple[list[list[int]], list[list[list[int]]]]:
     rng = np.random.default_rng(seed)
     p = [rng.integers(3, VOCAB, int(n)).tolist() for n in rng.integers(100, 1501, prompts)]
-    c = [[rng.integers(3, VOCAB, int(n)).tolist() for n in np.clip(rng.lognormal(np.log(300), 1.0, g), 20, 3000)]
-         for _ in range(prompts)]
+    c = [
+        [rng.integers(3, VOCAB, int(n)).tolist() for n in np.clip(rng.lognormal(np.log(300), 1.0, g), 20, 3000)]
+        for _ in range(prompts)
+    ]
     return p, c
 
 
@@ -62,7 +70,9 @@ def trl_trainer(root: Path, impl: str) -> Any:
     path = root / f"llama-{impl}"
     if not path.exists():
         torch.manual_seed(0)
-        tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=VOCAB, **LLAMA, pad_token_id=0, eos_token_id=1)).save_pretrained(path)
+        tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=VOCAB, **LLAMA, pad_token_id=0, eos_token_id=1)).save_pretrained(
+            path
+        )
     tok_dir = root / "tok"
     if not tok_dir.exists():
         sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,17 +80,33 @@ def trl_trainer(root: Path, impl: str) -> Any:
 
         word_tokenizer(tok_dir)
     tok = tf.AutoTokenizer.from_pretrained(str(tok_dir))
-    args = trl.GRPOConfig(output_dir=str(root / "out"), per_device_train_batch_size=8, num_generations=8, report_to=[],
-                          use_cpu=True, bf16=False, save_strategy="no", disable_tqdm=True,
-                          model_init_kwargs={"attn_implementation": impl, "dtype": torch.float32})
+    args = trl.GRPOConfig(
+        output_dir=str(root / "out"),
+        per_device_train_batch_size=8,
+        num_generations=8,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+        model_init_kwargs={"attn_implementation": impl, "dtype": torch.float32},
+    )
+
     def no_reward(completions: list[Any], **kw: Any) -> list[float | None]:
         return [0.0] * len(completions)
 
-    return trl.GRPOTrainer(model=str(path), reward_funcs=no_reward, args=args,
-                           train_dataset=datasets.Dataset.from_dict({"prompt": ["x"] * 8}), processing_class=tok)
+    return trl.GRPOTrainer(
+        model=str(path),
+        reward_funcs=no_reward,
+        args=args,
+        train_dataset=datasets.Dataset.from_dict({"prompt": ["x"] * 8}),
+        processing_class=tok,
+    )
 
 
-def padded_batches(prompts: list[list[int]], comps: list[list[list[int]]]) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+def padded_batches(
+    prompts: list[list[int]], comps: list[list[list[int]]]
+) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
     """TRL's micro-batches: one group each, prompts left-padded, completions right-padded."""
     out = []
     for p, group in zip(prompts, comps):
@@ -117,16 +143,24 @@ def balance(prompts: int, max_len: int) -> dict[str, Any]:
     from seqpack.rl import pack_rollouts
 
     p, c = rollouts(prompts, 8, seed=1)
-    cost = RowCost.from_flops(hidden=LLAMA["hidden_size"], layers=LLAMA["num_hidden_layers"],
-                              ffn=LLAMA["intermediate_size"] * 3 // 2, vocab=VOCAB)
+    cost = RowCost.from_flops(
+        hidden=LLAMA["hidden_size"],
+        layers=LLAMA["num_hidden_layers"],
+        ffn=LLAMA["intermediate_size"] * 3 // 2,
+        vocab=VOCAB,
+    )
     out: dict[str, Any] = {"fewest_rows": pack_rollouts(p, c, max_len=max_len).num_rows}
     for world in (8, 64):
         r = pack_rollouts(p, c, max_len=max_len, world_size=world, cost=cost)
         steps = r.rank_rows(world, cost=cost)
         per = rank_costs(r.row_costs(cost), steps[:, :, None])
         ratio = per.max(axis=1) / per.mean(axis=1)
-        out[str(world)] = {"rows": r.num_rows, "micro_batches_per_rank": int(steps.shape[0]),
-                           "imbalance_mean": float(ratio.mean()), "imbalance_max": float(ratio.max())}
+        out[str(world)] = {
+            "rows": r.num_rows,
+            "micro_batches_per_rank": int(steps.shape[0]),
+            "imbalance_mean": float(ratio.mean()),
+            "imbalance_max": float(ratio.max()),
+        }
         print(f"balance at {world} ranks: {out[str(world)]}", flush=True)
     return out
 
@@ -151,14 +185,21 @@ def main() -> None:
     adv = torch.from_numpy(np.random.default_rng(2).normal(size=8 * args.prompts)).float()
     batches = padded_batches(prompts, comps)
     layouts = {k: pack_rollouts(prompts, comps, max_len=args.max_len, layout=k) for k in ("pairs", "shared-prefix")}
-    shape = {"trl": {"rows": sum(b[0].shape[0] for b in batches), "tokens": sum(b[0].numel() for b in batches)},
-             **{k: {"rows": v.num_rows, "tokens": int(v.input_ids.size), "real_tokens": v.num_tokens} for k, v in layouts.items()}}
+    shape = {
+        "trl": {"rows": sum(b[0].shape[0] for b in batches), "tokens": sum(b[0].numel() for b in batches)},
+        **{
+            k: {"rows": v.num_rows, "tokens": int(v.input_ids.size), "real_tokens": v.num_tokens}
+            for k, v in layouts.items()
+        },
+    }
     real = sum(len(p) + len(c) for p, g in zip(prompts, comps) for c in g)
     shape["trl"]["real_tokens"] = real
     print(f"rows and tokens: {shape}", flush=True)
-    arms = {"trl": lambda: trl_arm(trl_t, batches, adv),
-            "pairs": lambda: seqpack_arm(packed_t.model, layouts["pairs"], adv),
-            "shared-prefix": lambda: seqpack_arm(packed_t.model, layouts["shared-prefix"], adv)}
+    arms = {
+        "trl": lambda: trl_arm(trl_t, batches, adv),
+        "pairs": lambda: seqpack_arm(packed_t.model, layouts["pairs"], adv),
+        "shared-prefix": lambda: seqpack_arm(packed_t.model, layouts["shared-prefix"], adv),
+    }
     times: dict[str, list[float]] = {k: [] for k in arms}
     for r in range(args.rounds + 1):
         for name, fn in arms.items():
@@ -169,10 +210,20 @@ def main() -> None:
                 times[name].append(t)
             print(f"round {r} {name}: {t:.2f} s", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
-    result = {"prompts": args.prompts, "g": 8, "max_len": args.max_len, "vocab": VOCAB, "llama": LLAMA,
-              "rounds": args.rounds, "shape": shape, "seconds": times, "median_seconds": med,
-              "speedup_vs_trl": {k: med["trl"] / med[k] for k in ("pairs", "shared-prefix")},
-              "balance": balance(args.balance_prompts, 16384), "torch": torch.__version__}
+    result = {
+        "prompts": args.prompts,
+        "g": 8,
+        "max_len": args.max_len,
+        "vocab": VOCAB,
+        "llama": LLAMA,
+        "rounds": args.rounds,
+        "shape": shape,
+        "seconds": times,
+        "median_seconds": med,
+        "speedup_vs_trl": {k: med["trl"] / med[k] for k in ("pairs", "shared-prefix")},
+        "balance": balance(args.balance_prompts, 16384),
+        "torch": torch.__version__,
+    }
     print(result["speedup_vs_trl"], flush=True)
     write_result(args.out, result, packages=("torch", "transformers", "trl"))
 

@@ -77,23 +77,47 @@ def main() -> None:
     for _ in range(args.rounds):
         for r in sizes:
             out = work / f"packed-{r}"
-            p = run([exe, "pack", str(store), "--task", "clm", "--max-len", "2048", "--tokenizer", str(tok), "--out", str(out),
-                     "--overwrite", "--row-group-packs", str(r)])
+            p = run(
+                [
+                    exe,
+                    "pack",
+                    str(store),
+                    "--task",
+                    "clm",
+                    "--max-len",
+                    "2048",
+                    "--tokenizer",
+                    str(tok),
+                    "--out",
+                    str(out),
+                    "--overwrite",
+                    "--row-group-packs",
+                    str(r),
+                ]
+            )
             read = run_child(READ.format(path=str(out), random=args.random))
             for k, v in {"pack_s": p["wall"], "pack_peak_mb": p["peak_mb"], **read}.items():
                 got[r].setdefault(k, []).append(v)
     rows = []
     for r in sizes:
-        row: dict[str, Any] = {"row_group_packs": r, **{k: round(statistics.median(v), 3) for k, v in got[r].items() if k != "wall"},
-               "rounds": args.rounds, "pack_s_runs": [round(x, 2) for x in got[r]["pack_s"]]}
+        row: dict[str, Any] = {
+            "row_group_packs": r,
+            **{k: round(statistics.median(v), 3) for k, v in got[r].items() if k != "wall"},
+            "rounds": args.rounds,
+            "pack_s_runs": [round(x, 2) for x in got[r]["pack_s"]],
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
     subprocess.run(["rm", "-rf", str(work)], check=True)
     write_result(args.out or None, rows)
-    print("row group packs | pack s | pack peak MB | sequential M tokens/s | random single-pack read ms | decoded group MB")
+    print(
+        "row group packs | pack s | pack peak MB | sequential M tokens/s | random single-pack read ms | decoded group MB"
+    )
     for row in rows:
-        print(f"{row['row_group_packs']} | {row['pack_s']} | {row['pack_peak_mb']:.0f} | {row['sequential_mtok_s']:.1f} | "
-              f"{row['random_ms']:.0f} | {row['group_mb']:.1f}")
+        print(
+            f"{row['row_group_packs']} | {row['pack_s']} | {row['pack_peak_mb']:.0f} | {row['sequential_mtok_s']:.1f} | "
+            f"{row['random_ms']:.0f} | {row['group_mb']:.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -99,7 +99,7 @@ def run(cmd: list[str], limit_gb: float | None = None) -> dict:
     done.set()
     th.join()
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err.strip().splitlines()[-1:] }")
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err.strip().splitlines()[-1:]}")
     return {"wall": time.perf_counter() - t0, "peak_mb": peak[0] / 2**20, "peak_sum_mb": peak[1] / 2**20, "stdout": out}
 
 
@@ -110,20 +110,48 @@ def one(size: int, engine: str, tok: Path, work: Path, limit_gb: float | None = 
     eng = ["--engine", engine]
     ts, ps = [], []
     for _ in range(repeats):
-        ts.append(run([exe, "tokenize", str(src), "--tokenizer", str(tok), "--out", str(store), "--overwrite", *eng], limit_gb))
-        ps.append(run([exe, "pack", str(store), "--task", "clm", "--max-len", "2048", "--tokenizer", str(tok), "--out",
-                       str(packed), "--overwrite", "--json", *eng], limit_gb))
+        ts.append(
+            run(
+                [exe, "tokenize", str(src), "--tokenizer", str(tok), "--out", str(store), "--overwrite", *eng], limit_gb
+            )
+        )
+        ps.append(
+            run(
+                [
+                    exe,
+                    "pack",
+                    str(store),
+                    "--task",
+                    "clm",
+                    "--max-len",
+                    "2048",
+                    "--tokenizer",
+                    str(tok),
+                    "--out",
+                    str(packed),
+                    "--overwrite",
+                    "--json",
+                    *eng,
+                ],
+                limit_gb,
+            )
+        )
     summary = json.loads(ps[-1]["stdout"].strip().splitlines()[-1])
     mb = src.stat().st_size / 1e6
     t_s, p_s = statistics.median(t["wall"] for t in ts), statistics.median(p["wall"] for p in ps)
     row = {
-        "size_mb": round(mb, 1), "engine": engine, "limit_gb": limit_gb,
-        "tokenize_s": round(t_s, 2), "pack_s": round(p_s, 2),
+        "size_mb": round(mb, 1),
+        "engine": engine,
+        "limit_gb": limit_gb,
+        "tokenize_s": round(t_s, 2),
+        "pack_s": round(p_s, 2),
         "mb_per_s": round(mb / (t_s + p_s), 2),
         "peak_rss_mb": round(max(max(t["peak_mb"], p["peak_mb"]) for t, p in zip(ts, ps)), 1),
-        "peak_rss_mb_tokenize": round(max(t["peak_mb"] for t in ts), 1), "peak_rss_mb_pack": round(max(p["peak_mb"] for p in ps), 1),
+        "peak_rss_mb_tokenize": round(max(t["peak_mb"] for t in ts), 1),
+        "peak_rss_mb_pack": round(max(p["peak_mb"] for p in ps), 1),
         "peak_rss_sum_mb": round(max(max(t["peak_sum_mb"], p["peak_sum_mb"]) for t, p in zip(ts, ps)), 1),
-        "num_packs": summary["num_packs"], "num_sequences": summary["num_sequences"],
+        "num_packs": summary["num_packs"],
+        "num_sequences": summary["num_sequences"],
         "efficiency": round(summary["efficiency"], 6),
     }
     if repeats > 1:
@@ -149,8 +177,9 @@ def single_process_packs(store: Path) -> int:
     assert isinstance(s, ShardedTokenStore), "the scale run writes a sharded store"
     lengths = []
     for shard in s.shards:
-        seqs = clm_sequences(np.asarray(shard.tokens), np.asarray(shard.offsets), max_len=2048, eos_id=50256,
-                             vocab_size=s.vocab_size)
+        seqs = clm_sequences(
+            np.asarray(shard.tokens), np.asarray(shard.offsets), max_len=2048, eos_id=50256, vocab_size=s.vocab_size
+        )
         lengths.append(seqs.lengths)
     return pack_lengths(np.concatenate(lengths), 2048).num_packs
 
@@ -180,7 +209,10 @@ def main() -> None:
             print(json.dumps(row), flush=True)
         if args.limit_gb and size / 1000 > args.limit_gb:
             row = one(size, "local", tok, work, limit_gb=args.limit_gb)
-            free = next((r for r in rows if r["size_mb"] == row["size_mb"] and r["engine"] == "local" and not r["limit_gb"]), None)
+            free = next(
+                (r for r in rows if r["size_mb"] == row["size_mb"] and r["engine"] == "local" and not r["limit_gb"]),
+                None,
+            )
             if free:  # the goal: at least half the unconstrained speed
                 row["speed_vs_unlimited"] = round(row["mb_per_s"] / free["mb_per_s"], 3)
             rows.append(row)
@@ -189,13 +221,17 @@ def main() -> None:
             subprocess.run(["rm", "-rf", str(p)], check=True)
     write_result(args.out or None, rows, packages=("ray",))
     if not args.json:
-        print("size MB | engine | tokenize s | pack s | pack / tokenize | MB/s end to end | peak RSS (largest process) MB | packs | "
-              "single-process packs | efficiency")
+        print(
+            "size MB | engine | tokenize s | pack s | pack / tokenize | MB/s end to end | peak RSS (largest process) MB | packs | "
+            "single-process packs | efficiency"
+        )
         for r in rows:
             lim = f" (memory cgroup {r['limit_gb']} GB)" if r["limit_gb"] else ""
-            print(f"{r['size_mb']} | {r['engine']}{lim} | {r['tokenize_s']} | {r['pack_s']} | {r.get('pack_over_tokenize', '-')} | "
-                  f"{r['mb_per_s']} | "
-                  f"{r['peak_rss_mb']} | {r['num_packs']:,} | {r.get('single_process_packs', '-')} | {r['efficiency']:.4%}")
+            print(
+                f"{r['size_mb']} | {r['engine']}{lim} | {r['tokenize_s']} | {r['pack_s']} | {r.get('pack_over_tokenize', '-')} | "
+                f"{r['mb_per_s']} | "
+                f"{r['peak_rss_mb']} | {r['num_packs']:,} | {r.get('single_process_packs', '-')} | {r['efficiency']:.4%}"
+            )
 
 
 if __name__ == "__main__":

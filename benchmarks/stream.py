@@ -52,7 +52,9 @@ def chat(n: int, seed: int = 0) -> np.ndarray:
     turns = np.minimum(6, rng.geometric(0.45, size=n))
     out = np.empty(n, dtype=np.int64)
     for i, t in enumerate(turns.tolist()):
-        out[i] = int(rng.lognormal(np.log(33), 0.9, size=t).sum() + rng.lognormal(np.log(120), 1.1, size=t).sum()) + 4 * t
+        out[i] = (
+            int(rng.lognormal(np.log(33), 0.9, size=t).sum() + rng.lognormal(np.log(120), 1.1, size=t).sum()) + 4 * t
+        )
     return np.maximum(out, 1)
 
 
@@ -84,7 +86,7 @@ def planned(lengths: np.ndarray, max_len: int, buffer: int, chunk: int = 256) ->
         take = 0
         while pool.size + take < buffer and at + take < lengths.size:
             take = min(take + chunk, lengths.size - at)
-        pool = np.concatenate([pool, lengths[at:at + take]])
+        pool = np.concatenate([pool, lengths[at : at + take]])
         at += take
         final = at >= lengths.size
         if not pool.size:
@@ -130,13 +132,17 @@ def tokenized(repeats: int) -> dict:
     vocab, merges = train_bpe(path, 8000, [EOT])
     tok = Tokenizer(vocab, merges, special_tokens=[EOT])
     text = path.read_text(encoding="utf-8").replace(EOT, "\n")
-    texts = [text[a:a + 2048] for a in range(0, len(text), 2048)]
+    texts = [text[a : a + 2048] for a in range(0, len(text), 2048)]
     tokens = sum(len(tok.encode(t)) + 1 for t in texts)
 
     def run() -> int:
         fresh = Tokenizer(vocab, merges, special_tokens=[EOT])  # a cold cache each pass
-        return sum(1 for _ in PackedStream(texts, config=StreamConfig(max_len=2048, buffer_size=10_000, chunk=256),
-                                           tokenizer=fresh))
+        return sum(
+            1
+            for _ in PackedStream(
+                texts, config=StreamConfig(max_len=2048, buffer_size=10_000, chunk=256), tokenizer=fresh
+            )
+        )
 
     _, seconds = median_time(run, repeats)
     return {"documents": len(texts), "tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
@@ -147,9 +153,18 @@ def mix(name: str, lengths: np.ndarray, max_len: int, repeats: int, buffers: tup
     tokens = int(pieces.sum())
     fill = lambda rows: tokens / (rows * max_len)  # noqa: E731
     glob = pack_lengths(pieces, max_len, algorithm="best").num_packs
-    out: dict[str, Any] = {"mix": name, "max_len": max_len, "sequences": int(pieces.size), "tokens": tokens,
-           "rows": {"global plan (best)": glob, "trl bfd (1,000-row windows)": trl_rows(pieces, max_len),
-                    "greedy (torchtitan)": greedy_rows(pieces, max_len)}, "throughput": {}}
+    out: dict[str, Any] = {
+        "mix": name,
+        "max_len": max_len,
+        "sequences": int(pieces.size),
+        "tokens": tokens,
+        "rows": {
+            "global plan (best)": glob,
+            "trl bfd (1,000-row windows)": trl_rows(pieces, max_len),
+            "greedy (torchtitan)": greedy_rows(pieces, max_len),
+        },
+        "throughput": {},
+    }
     for b in buffers:
         rows, secs = median_time(functools.partial(planned, pieces, max_len, b), repeats)
         out["rows"][f"seqpack stream, buffer {b:,}"] = stream_rows(pieces, max_len, b)
@@ -174,13 +189,17 @@ def main() -> None:
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, the compiled kernels too
     buffers = tuple(b for b in BUFFERS if b <= args.sequences)
     result: dict[str, Any] = {"seed": 0, "one_core": True, "mixes": []}
-    for name, lengths, max_len in (("wikipedia", wikipedia(args.sequences), 512),
-                                   ("chat", chat(args.sequences // 4), 2048)):
+    for name, lengths, max_len in (
+        ("wikipedia", wikipedia(args.sequences), 512),
+        ("chat", chat(args.sequences // 4), 2048),
+    ):
         m = mix(name, lengths, max_len, args.repeats, buffers)
         result["mixes"].append(m)
         print(f"{name} at {max_len}: {m['sequences']:,} sequences, {m['tokens']:,} tokens")
         for k, rows in m["rows"].items():
-            print(f"  {k:<32} {rows:>8,} rows  fill {m['fill'][k]:.3%}  ({100 * m['fill_below_global'][k]:+.3f} points below the plan)")
+            print(
+                f"  {k:<32} {rows:>8,} rows  fill {m['fill'][k]:.3%}  ({100 * m['fill_below_global'][k]:+.3f} points below the plan)"
+            )
         for k, v in m["throughput"].items():
             print(f"  {k:<32} {v / 1e6:>8.1f} M tokens/s")
     result["tokenized"] = t = tokenized(args.repeats)

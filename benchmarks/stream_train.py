@@ -40,7 +40,9 @@ BATCH = 8
 
 def prepare(root: Path) -> tuple[Path, Path]:
     docs = python_docs()
-    res = train_bpe_corpus(documents=docs, config=BPEConfig(vocab_size=2000, special_tokens=("<|endoftext|>",), workers=2))
+    res = train_bpe_corpus(
+        documents=docs, config=BPEConfig(vocab_size=2000, special_tokens=("<|endoftext|>",), workers=2)
+    )
     Tokenizer(res.vocab, res.merges, list(res.special_tokens)).save(root / "tok")
     with open(root / "docs.jsonl", "w", encoding="utf-8") as f:
         for d in docs:
@@ -49,16 +51,23 @@ def prepare(root: Path) -> tuple[Path, Path]:
 
 
 def run_arm(name: str, records: Path, tok: Path, packed: Path, out: Path, steps: int) -> dict:
-    common: dict[str, Any] = dict(out=str(out), steps=steps, batch_size=BATCH, progress=False, threads=2, size="tiny", eval_tokens=8192)
+    common: dict[str, Any] = dict(
+        out=str(out), steps=steps, batch_size=BATCH, progress=False, threads=2, size="tiny", eval_tokens=8192
+    )
     if name == "stream":
-        cfg = TrainConfig(data=str(records), stream=True, tokenizer=str(tok), max_len=MAX_LEN, eval_examples=200, **common)
+        cfg = TrainConfig(
+            data=str(records), stream=True, tokenizer=str(tok), max_len=MAX_LEN, eval_examples=200, **common
+        )
     else:
         cfg = TrainConfig(data=str(packed), **common)
     train(cfg)
     recs = [r for r in read_metrics(out) if "eval" not in r and r["step"] > 1]
     fill = sum(r["step_tokens"] for r in recs) / (len(recs) * BATCH * MAX_LEN)
-    return {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in recs),
-            "data_share": sum(r["data_seconds"] for r in recs) / sum(r["step_seconds"] for r in recs), "fill": fill}
+    return {
+        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in recs),
+        "data_share": sum(r["data_seconds"] for r in recs) / sum(r["step_seconds"] for r in recs),
+        "fill": fill,
+    }
 
 
 def main() -> None:
@@ -82,15 +91,25 @@ def main() -> None:
         for r in range(args.rounds):
             for name in runs:
                 runs[name].append(run_arm(name, records, tok, root / "packed", root / f"{name}-{r}", args.steps))
-    result = {"max_len": MAX_LEN, "batch": BATCH, "steps": args.steps, "rounds": args.rounds, "pack_seconds": pack_s,
-              "packed_efficiency": m["efficiency"], "num_tokens": m["num_tokens"], "runs": runs}
+    result = {
+        "max_len": MAX_LEN,
+        "batch": BATCH,
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "pack_seconds": pack_s,
+        "packed_efficiency": m["efficiency"],
+        "num_tokens": m["num_tokens"],
+        "runs": runs,
+    }
     for name, rs in runs.items():
         result[name] = {k: statistics.median(x[k] for x in rs) for k in ("tokens_per_s", "data_share", "fill")}
     result["stream_over_packed"] = result["stream"]["tokens_per_s"] / result["packed"]["tokens_per_s"]
     print(f"tokenize + pack: {pack_s:.1f} s for {m['num_tokens']:,} tokens (efficiency {m['efficiency']:.2%})")
     for name in runs:
         x = result[name]
-        print(f"  {name:<7} {x['tokens_per_s']:>9,.0f} tokens/s  batches {x['data_share']:.1%} of step time  fill {x['fill']:.2%}")
+        print(
+            f"  {name:<7} {x['tokens_per_s']:>9,.0f} tokens/s  batches {x['data_share']:.1%} of step time  fill {x['fill']:.2%}"
+        )
     print(f"stream / packed tokens/s: {result['stream_over_packed']:.3f}")
     write_result(args.out, result, packages=("torch",))
 

@@ -39,7 +39,6 @@ import argparse
 import json
 import statistics
 import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -65,18 +64,35 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     if name == "bert":
         T, batch, causal = 512, args.batch, False
-        make: Callable[[str], torch.nn.Module] = lambda attn: BertForPreTraining(  # noqa: E731
-            BertConfig(vocab_size=VOCAB, hidden=256, layers=4, heads=4, max_position=T, dropout=0.0, attention=attn))
     else:
         T, batch, causal = 2048, max(1, args.batch // 4), True
-        make = lambda attn: GPT(GPTConfig(vocab_size=VOCAB, hidden=256, layers=4, heads=4, max_position=T, attention=attn))  # noqa: E731
+
+    def make(attn: str) -> torch.nn.Module:
+        if name == "bert":
+            config = BertConfig(
+                vocab_size=VOCAB, hidden=256, layers=4, heads=4, max_position=T, dropout=0.0, attention=attn
+            )
+            return BertForPreTraining(config)
+        return GPT(GPTConfig(vocab_size=VOCAB, hidden=256, layers=4, heads=4, max_position=T, attention=attn))
+
     lengths = wikipedia_lengths(args.sequences, np.random.default_rng(0))
     per = args.steps
     data = make_batches(lengths, T, batch, per * (args.repeats + 1), seed=0, vocab=VOCAB, causal=causal)
-    result: dict = {"case": name, "T": T, "batch_rows": batch, "steps": per, "repeats": args.repeats,
-                    "packing_factor": data["packing_factor"], "efficiency": data["efficiency"]}
+    result: dict = {
+        "case": name,
+        "T": T,
+        "batch_rows": batch,
+        "steps": per,
+        "repeats": args.repeats,
+        "packing_factor": data["packing_factor"],
+        "efficiency": data["efficiency"],
+    }
     for head in args.heads:
-        models = {"padded": make("sdpa").train(), "sdpa": make("sdpa").train(), "per_document": make("per_document").train()}
+        models = {
+            "padded": make("sdpa").train(),
+            "sdpa": make("sdpa").train(),
+            "per_document": make("per_document").train(),
+        }
         times: dict[str, list[list[float]]] = {k: [] for k in models}
         for r in range(args.repeats + 1):  # interleaved rounds, so that drift hits every variant alike
             for k, m in models.items():
@@ -84,12 +100,16 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
                 t = step_times(m, chunk, head, causal)
                 if r:  # round 0 warms up
                     times[k].append(t)
+
         def rate(k: str, ts: list[float]) -> float:  # real tokens per row (whole pool) x rows / step time
             row = data["padded_tokens_per_row" if k == "padded" else "packed_tokens_per_row"]
             return row * batch / statistics.median(ts)
+
         flat = {k: [x for t in v for x in t] for k, v in times.items()}
-        res: dict = {"padded_tokens_per_s": rate("padded", flat["padded"]),
-                     "padded_step_s": statistics.median(flat["padded"])}
+        res: dict = {
+            "padded_tokens_per_s": rate("padded", flat["padded"]),
+            "padded_step_s": statistics.median(flat["padded"]),
+        }
         for backend in ("sdpa", "per_document"):
             speedup = rate(backend, flat[backend]) / res["padded_tokens_per_s"]
             rounds = [rate(backend, q) / rate("padded", p) for p, q in zip(times["padded"], times[backend])]
@@ -139,8 +159,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="rows per step at T=512 (GPT at T=2048 uses a quarter)")
     ap.add_argument("--sequences", type=int, default=20000, help="pool of sampled lengths")
     ap.add_argument("--case", choices=("attention", "bert", "gpt", "all"), default="all")
-    ap.add_argument("--head", choices=("all", "targets", "both"), default="both",
-                    help="vocabulary projection at every position (HF) or only at target tokens")
+    ap.add_argument(
+        "--head",
+        choices=("all", "targets", "both"),
+        default="both",
+        help="vocabulary projection at every position (HF) or only at target tokens",
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=str(RESULTS / "throughput.json"), help="the result file ('' for none)")
     args = ap.parse_args()
@@ -156,23 +180,33 @@ def main() -> None:
         return
     for r in results:
         if r["case"] == "attention":
-            print(f"attention alone, fwd+bwd, {r['rows']} rows x T={r['T']}, {r['documents_per_row']} documents per row:")
+            print(
+                f"attention alone, fwd+bwd, {r['rows']} rows x T={r['T']}, {r['documents_per_row']} documents per row:"
+            )
             for kind in ("causal", "bidirectional"):
                 x = r[kind]
-                print(f"  {kind:13s} dense sdpa {x['sdpa'] * 1e3:6.1f} ms, per-document {x['per_document'] * 1e3:6.1f} ms: "
-                      f"{x['speedup']:.2f}x")
+                print(
+                    f"  {kind:13s} dense sdpa {x['sdpa'] * 1e3:6.1f} ms, per-document {x['per_document'] * 1e3:6.1f} ms: "
+                    f"{x['speedup']:.2f}x"
+                )
             continue
-        print(f"\n{r['case']}: T={r['T']}, {r['batch_rows']} rows/step, packing factor {r['packing_factor']:.3f} "
-              f"(efficiency {r['efficiency']:.3%}), {r['repeats']} rounds x {r['steps']} steps")
+        print(
+            f"\n{r['case']}: T={r['T']}, {r['batch_rows']} rows/step, packing factor {r['packing_factor']:.3f} "
+            f"(efficiency {r['efficiency']:.3%}), {r['repeats']} rounds x {r['steps']} steps"
+        )
         for head in args.heads:
             h = r[f"head_{head}"]
-            print(f" head={head}: padded {h['padded_tokens_per_s']:7.0f} real tokens/s ({h['padded_step_s']:.2f} s/step)")
+            print(
+                f" head={head}: padded {h['padded_tokens_per_s']:7.0f} real tokens/s ({h['padded_step_s']:.2f} s/step)"
+            )
             for backend in ("sdpa", "per_document"):
                 x = h[backend]
                 rounds = " ".join(f"{v:.2f}" for v in x["speedup_per_round"])
-                print(f"  packed {backend:12s} {x['packed_tokens_per_s']:7.0f} real tokens/s ({x['packed_step_s']:.2f} s/step)  "
-                      f"speed-up {x['realized_speedup']:.3f}x (rounds {rounds})  overhead {x['overhead']:+.2%}  "
-                      f"plan {x['plan_s'] * 1e3:.1f} ms ({x['plan_share_of_step']:.2%} of a step)")
+                print(
+                    f"  packed {backend:12s} {x['packed_tokens_per_s']:7.0f} real tokens/s ({x['packed_step_s']:.2f} s/step)  "
+                    f"speed-up {x['realized_speedup']:.3f}x (rounds {rounds})  overhead {x['overhead']:+.2%}  "
+                    f"plan {x['plan_s'] * 1e3:.1f} ms ({x['plan_share_of_step']:.2%} of a step)"
+                )
 
 
 if __name__ == "__main__":

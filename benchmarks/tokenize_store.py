@@ -22,7 +22,9 @@ from _common import (
     write_result,
 )
 
-SETUP = PEAK_MB + """
+SETUP = (
+    PEAK_MB
+    + """
 import tempfile
 from seqpack.store import build_store
 from seqpack.tokenizer import Tokenizer
@@ -33,6 +35,7 @@ def gen():
         yield from docs
 tok = Tokenizer.from_files({vocab!r}, {merges!r}, ["<|endoftext|>"])
 """
+)
 # the word cache is cleared before each call: a cold run, as in a fresh `seqpack tokenize`
 BODY = """
 tok.clear_cache()
@@ -52,14 +55,23 @@ def main() -> None:
     print(f"{'arm':<22} {'MB':>7} {'documents':>10} {'tokens':>11} {'MB/s':>6} {'peak RSS MB':>11}")
     results = {}
     for copies in (1, 8):
-        arms = {f"x{copies}, {w} thread{'s' * (w > 1)}": (SETUP.format(path=str(path), copies=copies, vocab=str(cs / "gpt2_vocab.json"), merges=str(cs / "gpt2_merges.txt")),
-                BODY.format(workers=w), INFO.format())
-                for w in (1, 2)}
+        arms = {
+            f"x{copies}, {w} thread{'s' * (w > 1)}": (
+                SETUP.format(
+                    path=str(path), copies=copies, vocab=str(cs / "gpt2_vocab.json"), merges=str(cs / "gpt2_merges.txt")
+                ),
+                BODY.format(workers=w),
+                INFO.format(),
+            )
+            for w in (1, 2)
+        }
         got = compare_arms(arms, rounds=args.rounds, repeats=2, threads=2)
         for name, r in got.items():
             i = r["info"]
             r["mb_per_s"] = i["mb"] / r["median_s"]
-            print(f"{name:<22} {i['mb']:>7.1f} {i['docs']:>10,} {i['tokens']:>11,} {r['mb_per_s']:>6.1f} {i['peak_mb']:>11.0f}")
+            print(
+                f"{name:<22} {i['mb']:>7.1f} {i['docs']:>10,} {i['tokens']:>11,} {r['mb_per_s']:>6.1f} {i['peak_mb']:>11.0f}"
+            )
         results.update(got)
     write_result(args.out, results)
 

@@ -30,7 +30,6 @@ compares the losses of one batch with the same weights: the model's own (full lo
 fused head and seqpack's; ``--profile`` writes the top kernels of 3 steps of each arm.
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -68,10 +67,17 @@ def prepare(out: Path, conversations: int, max_len: int) -> dict[str, Any]:
     labels = [seqs.token_fields["labels"][a:b].astype(np.int32).tolist() for a, b in itertools.pairwise(o)]
     ds = datasets.Dataset.from_dict({"input_ids": ids, "labels": labels})
     pq.write_table(pa.table({"input_ids": ids, "labels": labels}), out / "ids.parquet")
-    info: dict[str, Any] = {"conversations": len(ids), "max_len": max_len, "tokens": int(seqs.lengths.sum()),
-                            "truncated": int(seqs.info["truncated"]), "vocab": tok.vocab_size}
-    for name, fn in (("seqpack", lambda: pack_dataset(ds, seq_length=max_len)),
-                     ("trl", lambda: trl_pack(ds, max_len, strategy="bfd"))):
+    info: dict[str, Any] = {
+        "conversations": len(ids),
+        "max_len": max_len,
+        "tokens": int(seqs.lengths.sum()),
+        "truncated": int(seqs.info["truncated"]),
+        "vocab": tok.vocab_size,
+    }
+    for name, fn in (
+        ("seqpack", lambda: pack_dataset(ds, seq_length=max_len)),
+        ("trl", lambda: trl_pack(ds, max_len, strategy="bfd")),
+    ):
         t0 = time.perf_counter()
         packed = fn()
         info[f"{name}_pack_s"] = time.perf_counter() - t0
@@ -93,8 +99,10 @@ def pack_times(data: Path, repeats: int) -> dict[str, Any]:
     info = json.loads((data / "prepare.json").read_text())
     ds = datasets.Dataset(pq.read_table(data / "ids.parquet"))
     out: dict[str, Any] = {"repeats": repeats}
-    for name, fn in (("seqpack", lambda: pack_dataset(ds, seq_length=info["max_len"])),
-                     ("trl", lambda: trl_pack(ds, info["max_len"], strategy="bfd"))):
+    for name, fn in (
+        ("seqpack", lambda: pack_dataset(ds, seq_length=info["max_len"])),
+        ("trl", lambda: trl_pack(ds, info["max_len"], strategy="bfd")),
+    ):
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -106,14 +114,36 @@ def pack_times(data: Path, repeats: int) -> dict[str, Any]:
 
 MODELS: dict[str, dict[str, Any]] = {
     # Llama-3.2-1B's shape (1.24B parameters, 262M of them the tied 128,256-token embedding)
-    "llama1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                    num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, tie_word_embeddings=True),
+    "llama1b": dict(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        rope_theta=500000.0,
+        tie_word_embeddings=True,
+    ),
     # the earlier harness's model (~150M with a 32,000-token embedding)
-    "llama150m": dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
-                      num_attention_heads=16, num_key_value_heads=4, tie_word_embeddings=False),
+    "llama150m": dict(
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        tie_word_embeddings=False,
+    ),
 }
-MODELS["tiny"] = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, tie_word_embeddings=True)  # --model tiny --device cpu: a smoke test of the harness
+MODELS["tiny"] = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    tie_word_embeddings=True,
+)  # --model tiny --device cpu: a smoke test of the harness
 ARMS = ("trl", "seqpack", "seqpack_compiled")
 DEVICE = "cuda"
 
@@ -143,7 +173,9 @@ def llama(name: str, max_len: int):  # type: ignore[no-untyped-def]
     from seqpack.nn.hf_padding_free import register_varlen_attention
 
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(**MODELS[name], max_position_embeddings=max_len, attn_implementation=register_varlen_attention())  # type: ignore[call-arg]  # every config takes it
+    cfg = tf.LlamaConfig(
+        **MODELS[name], max_position_embeddings=max_len, attn_implementation=register_varlen_attention()
+    )  # type: ignore[call-arg]  # every config takes it
     with torch.device(DEVICE):
         return tf.LlamaForCausalLM(cfg)
 
@@ -152,13 +184,27 @@ def sft_args(data: Path, arm: str, rows: int, info: dict[str, Any], max_steps: i
     import trl
 
     packs_itself = arm == "trl"
-    return trl.SFTConfig(output_dir=str(data / f"run-{arm}"), padding_free=True, packing=packs_itself,
-                         max_length=info["max_len"] if packs_itself else None, bf16=DEVICE == "cuda", use_cpu=DEVICE != "cuda",
-                         optim="adamw_torch_fused" if DEVICE == "cuda" else "adamw_torch",
-                         per_device_train_batch_size=rows, num_train_epochs=1, max_steps=max_steps, learning_rate=1e-4,
-                         warmup_steps=5, report_to=[], save_strategy="no", logging_steps=10**9, disable_tqdm=True,
-                         seed=0, dataloader_drop_last=False,
-                         dataset_kwargs=None if packs_itself else {"skip_prepare_dataset": True})
+    return trl.SFTConfig(
+        output_dir=str(data / f"run-{arm}"),
+        padding_free=True,
+        packing=packs_itself,
+        max_length=info["max_len"] if packs_itself else None,
+        bf16=DEVICE == "cuda",
+        use_cpu=DEVICE != "cuda",
+        optim="adamw_torch_fused" if DEVICE == "cuda" else "adamw_torch",
+        per_device_train_batch_size=rows,
+        num_train_epochs=1,
+        max_steps=max_steps,
+        learning_rate=1e-4,
+        warmup_steps=5,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=10**9,
+        disable_tqdm=True,
+        seed=0,
+        dataloader_drop_last=False,
+        dataset_kwargs=None if packs_itself else {"skip_prepare_dataset": True},
+    )
 
 
 def make_trainer(data: Path, arm: str, model: Any, rows: int, info: dict[str, Any], max_steps: int = -1) -> Any:
@@ -175,8 +221,9 @@ def make_trainer(data: Path, arm: str, model: Any, rows: int, info: dict[str, An
     args = sft_args(data, arm, rows, info, max_steps)
     if arm == "trl":
         return trl.SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
-    return PackedSFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
-                            compile_blocks=arm == "seqpack_compiled")
+    return PackedSFTTrainer(
+        model=model, args=args, train_dataset=ds, processing_class=tok, compile_blocks=arm == "seqpack_compiled"
+    )
 
 
 class _Clock:
@@ -221,7 +268,9 @@ def _release() -> float:
     return torch.cuda.memory_allocated() / 2**30
 
 
-def train_arm(data: Path, arm: str, model_name: str, rows: int, info: dict[str, Any], max_steps: int = -1) -> dict[str, Any]:
+def train_arm(
+    data: Path, arm: str, model_name: str, rows: int, info: dict[str, Any], max_steps: int = -1
+) -> dict[str, Any]:
     left = _release()
     model = llama(model_name, info["max_len"])
     t0 = time.perf_counter()
@@ -237,10 +286,20 @@ def train_arm(data: Path, arm: str, model_name: str, rows: int, info: dict[str, 
     wall = time.perf_counter() - t0
     ds = trainer.train_dataset
     real = sum(sum(x) for x in ds["seq_lengths"])
-    res = {"arm": arm, "rows": len(ds), "steps": int(out.global_step), "epoch_s": wall, "setup_s": setup,
-           "step_s": clock.per_step(), "real_tokens": real, "tokens_per_s": real / wall,
-           "train_loss": float(out.training_loss), "peak_memory_gib": _peak_gib(),
-           "compiled_modules": getattr(trainer, "compiled_blocks", 0), "allocated_before_gib": left}
+    res = {
+        "arm": arm,
+        "rows": len(ds),
+        "steps": int(out.global_step),
+        "epoch_s": wall,
+        "setup_s": setup,
+        "step_s": clock.per_step(),
+        "real_tokens": real,
+        "tokens_per_s": real / wall,
+        "train_loss": float(out.training_loss),
+        "peak_memory_gib": _peak_gib(),
+        "compiled_modules": getattr(trainer, "compiled_blocks", 0),
+        "allocated_before_gib": left,
+    }
     trainer.accelerator.free_memory()
     del trainer, model, out
     return res
@@ -323,13 +382,20 @@ def profile_arms(data: Path, model_name: str, rows: int, info: dict[str, Any], o
         trainer.add_callback(CB(state))
         trainer.train()
         ev = state["prof"].key_averages()
-        kernels = sorted((e for e in ev if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda e: -e.self_device_time_total)
+        kernels = sorted(
+            (e for e in ev if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda e: -e.self_device_time_total
+        )
         gpu_ms = sum(e.self_device_time_total for e in kernels) / 1e3 / 3
-        res[arm] = {"wall_ms": 1e3 * state["wall"], "gpu_kernel_ms": gpu_ms,
-                    "top": [(e.key[:90], round(e.self_device_time_total / 1e3 / 3, 3), e.count // 3) for e in kernels[:20]]}
+        res[arm] = {
+            "wall_ms": 1e3 * state["wall"],
+            "gpu_kernel_ms": gpu_ms,
+            "top": [(e.key[:90], round(e.self_device_time_total / 1e3 / 3, 3), e.count // 3) for e in kernels[:20]],
+        }
         with open(out_file, "a", encoding="utf-8") as f:
-            f.write(f"\n== {model_name} {rows} x {info['max_len']}, {arm}: wall {1e3 * state['wall']:.1f} ms/step, "
-                    f"kernels {gpu_ms:.1f} ms/step\n")
+            f.write(
+                f"\n== {model_name} {rows} x {info['max_len']}, {arm}: wall {1e3 * state['wall']:.1f} ms/step, "
+                f"kernels {gpu_ms:.1f} ms/step\n"
+            )
             f.write(ev.table(sort_by="self_device_time_total", row_limit=40, max_name_column_width=90))
         trainer.accelerator.free_memory()
         del trainer, model, state
@@ -337,17 +403,34 @@ def profile_arms(data: Path, model_name: str, rows: int, info: dict[str, Any], o
     return res
 
 
-def train(data: Path, model_name: str, rows: int, rounds: int, warmup_steps: int, arms: tuple[str, ...],
-          check: bool, profile_file: Path | None, emit: Any) -> dict[str, Any]:
+def train(
+    data: Path,
+    model_name: str,
+    rows: int,
+    rounds: int,
+    warmup_steps: int,
+    arms: tuple[str, ...],
+    check: bool,
+    profile_file: Path | None,
+    emit: Any,
+) -> dict[str, Any]:
     import torch
     import transformers
     import trl
 
     info = json.loads((data / "prepare.json").read_text())
-    res: dict[str, Any] = {"prepare": info, "model": model_name, "model_config": MODELS[model_name], "rows_per_step": rows,
-                           "rounds": rounds, "warmup_steps": warmup_steps,
-                           "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
-                           "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
+    res: dict[str, Any] = {
+        "prepare": info,
+        "model": model_name,
+        "model_config": MODELS[model_name],
+        "rows_per_step": rows,
+        "rounds": rounds,
+        "warmup_steps": warmup_steps,
+        "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+    }
     if check:
         res["loss_check"] = loss_check(data, model_name, rows, info)
         emit({"loss_check": res["loss_check"]})
@@ -362,11 +445,15 @@ def train(data: Path, model_name: str, rows: int, rounds: int, warmup_steps: int
             runs[arm].append(train_arm(data, arm, model_name, rows, info))
             emit(runs[arm][-1])
     keys = ("epoch_s", "step_s", "tokens_per_s", "peak_memory_gib", "train_loss")
-    res["median"] = {arm: {k: statistics.median(r[k] for r in rs if r[k] is not None) for k in keys} for arm, rs in runs.items()}
+    res["median"] = {
+        arm: {k: statistics.median(r[k] for r in rs if r[k] is not None) for k in keys} for arm, rs in runs.items()
+    }
     if "trl" in arms:
         base = res["median"]["trl"]
-        res["speedup_over_trl"] = {arm: {"tokens_per_s": m["tokens_per_s"] / base["tokens_per_s"],
-                                         "step_s": base["step_s"] / m["step_s"]} for arm, m in res["median"].items()}
+        res["speedup_over_trl"] = {
+            arm: {"tokens_per_s": m["tokens_per_s"] / base["tokens_per_s"], "step_s": base["step_s"] / m["step_s"]}
+            for arm, m in res["median"].items()
+        }
     if profile_file is not None:
         res["profile"] = profile_arms(data, model_name, rows, info, profile_file)
         emit({"profile": {a: {k: v for k, v in p.items() if k != "top"} for a, p in res["profile"].items()}})

@@ -62,7 +62,9 @@ def trl_rows(lengths: np.ndarray, window: int | None) -> int:
 
 def padded_slots(lengths: np.ndarray, order: np.ndarray) -> int:
     """Token slots of batches of BATCH samples in ``order``, each padded to its longest (TRL's collator)."""
-    return sum(int(lengths[order[a:a + BATCH]].max()) * len(order[a:a + BATCH]) for a in range(0, lengths.size, BATCH))
+    return sum(
+        int(lengths[order[a : a + BATCH]].max()) * len(order[a : a + BATCH]) for a in range(0, lengths.size, BATCH)
+    )
 
 
 def padded_fraction(lengths: np.ndarray, seed: int = 0) -> float:
@@ -75,12 +77,21 @@ def packing(samples, records) -> dict:  # type: ignore[no-untyped-def]
     packs = pack_vision(samples, max_len=MAX_LEN)
     plan_s = time.perf_counter() - t0
     tokens = int(lengths.sum())
-    out: dict[str, Any] = {"samples": int(lengths.size), "tokens": tokens, "images": len(samples.images),
-           "image_tokens": [int(x) for x in np.percentile(samples.grids.prod(axis=1) // 4, [0, 50, 100])],
-           "sample_tokens": [int(x) for x in np.percentile(lengths, [0, 50, 100])],
-           "rows": {"seqpack best": packs.num_rows, "trl bfd (1,000-row windows)": trl_rows(lengths, 1000),
-                    "trl bfd (whole set)": trl_rows(lengths, None), "lower bound": -(-tokens // MAX_LEN)},
-           "plan_seconds": plan_s, "padding_fraction_trl_batches": padded_fraction(lengths)}
+    out: dict[str, Any] = {
+        "samples": int(lengths.size),
+        "tokens": tokens,
+        "images": len(samples.images),
+        "image_tokens": [int(x) for x in np.percentile(samples.grids.prod(axis=1) // 4, [0, 50, 100])],
+        "sample_tokens": [int(x) for x in np.percentile(lengths, [0, 50, 100])],
+        "rows": {
+            "seqpack best": packs.num_rows,
+            "trl bfd (1,000-row windows)": trl_rows(lengths, 1000),
+            "trl bfd (whole set)": trl_rows(lengths, None),
+            "lower bound": -(-tokens // MAX_LEN),
+        },
+        "plan_seconds": plan_s,
+        "padding_fraction_trl_batches": padded_fraction(lengths),
+    }
     out["fill"] = {k: tokens / (v * MAX_LEN) for k, v in out["rows"].items()}
     return out
 
@@ -96,8 +107,13 @@ def storage(records, processor, n: int = 40) -> dict:  # type: ignore[no-untyped
         pixels += got["pixel_values"].nbytes
     seconds = time.perf_counter() - t0
     stored = sum(len(b) for b in data)
-    return {"images": len(data), "stored_bytes_per_image": stored / len(data), "pixel_bytes_per_image": pixels / len(data),
-            "ratio": pixels / stored, "decode_and_process_ms_per_image": 1000 * seconds / len(data)}
+    return {
+        "images": len(data),
+        "stored_bytes_per_image": stored / len(data),
+        "pixel_bytes_per_image": pixels / len(data),
+        "ratio": pixels / stored,
+        "decode_and_process_ms_per_image": 1000 * seconds / len(data),
+    }
 
 
 def step_fn(model, collate, batches, collate_s: list[float]):  # type: ignore[no-untyped-def]
@@ -132,17 +148,27 @@ def training(records, steps: int, rounds: int) -> dict:  # type: ignore[no-untyp
     trl = DataCollatorForVisionLanguageModeling(processor, assistant_only_loss=True)
 
     def trl_collate(items):  # type: ignore[no-untyped-def]
-        return trl([{"messages": r["messages"], "images": [Image.open(io.BytesIO(b)).convert("RGB") for b in r["images"]]}
-                    for r in items])
+        return trl(
+            [
+                {"messages": r["messages"], "images": [Image.open(io.BytesIO(b)).convert("RGB") for b in r["images"]]}
+                for r in items
+            ]
+        )
 
     order = np.random.default_rng(2).permutation(len(recs))
-    padded_batches = [([recs[j] for j in order[a:a + BATCH]], len(order[a:a + BATCH])) for a in range(0, len(recs), BATCH)]
-    packed_batches = [(rows[a:a + 2], sum(len(r["seq_lengths"]) for r in rows[a:a + 2])) for a in range(0, len(rows), 2)]
+    padded_batches = [
+        ([recs[j] for j in order[a : a + BATCH]], len(order[a : a + BATCH])) for a in range(0, len(recs), BATCH)
+    ]
+    packed_batches = [
+        (rows[a : a + 2], sum(len(r["seq_lengths"]) for r in rows[a : a + 2])) for a in range(0, len(rows), 2)
+    ]
     padded_model, packed_model = copy.deepcopy(base), copy.deepcopy(base)
     attach_packed_attention(packed_model)
     collate_s: dict[str, list[float]] = {"padded": [], "packed": []}
-    arms = {"padded": step_fn(padded_model, trl_collate, padded_batches * 4, collate_s["padded"]),
-            "packed": step_fn(packed_model, VisionCollator(processor), packed_batches * 4, collate_s["packed"])}
+    arms = {
+        "padded": step_fn(padded_model, trl_collate, padded_batches * 4, collate_s["padded"]),
+        "packed": step_fn(packed_model, VisionCollator(processor), packed_batches * 4, collate_s["packed"]),
+    }
     for fn in arms.values():
         fn()  # warm-up
     for v in collate_s.values():
@@ -162,11 +188,19 @@ def training(records, steps: int, rounds: int) -> dict:  # type: ignore[no-untyp
     med = {k: statistics.median(v) for k, v in rates.items()}
     model_med = {k: statistics.median(v) for k, v in model_rates.items()}
     collate = {k: sum(v) for k, v in collate_s.items()}  # collator seconds over the timed steps
-    return {"samples": len(recs), "steps": steps, "rounds": rounds, "samples_per_s": med, "rounds_samples_per_s": rates,
-            "collate_seconds": collate, "model_samples_per_s": model_med,
-            "model_speedup": model_med["packed"] / model_med["padded"],
-            "speedup": med["packed"] / med["padded"], "packing_factor": factor,
-            "speedup_over_factor": med["packed"] / med["padded"] / factor}
+    return {
+        "samples": len(recs),
+        "steps": steps,
+        "rounds": rounds,
+        "samples_per_s": med,
+        "rounds_samples_per_s": rates,
+        "collate_seconds": collate,
+        "model_samples_per_s": model_med,
+        "model_speedup": model_med["packed"] / model_med["padded"],
+        "speedup": med["packed"] / med["padded"],
+        "packing_factor": factor,
+        "speedup_over_factor": med["packed"] / med["padded"] / factor,
+    }
 
 
 def cli_loop(records, steps: int, rounds: int) -> dict:  # type: ignore[no-untyped-def]
@@ -181,15 +215,31 @@ def cli_loop(records, steps: int, rounds: int) -> dict:  # type: ignore[no-untyp
     from seqpack.train.checkpoint import read_metrics
 
     processor = tiny_processor("qwen2_vl", max_pixels=MAX_PIXELS)
-    recs = records[:(steps * rounds + 1) * BATCH]  # the records the other arms train on
+    recs = records[: (steps * rounds + 1) * BATCH]  # the records the other arms train on
     with tempfile.TemporaryDirectory() as d:
-        build_packed_dataset(recs, ProcessorTokenizer(processor), Path(d, "packs"),  # type: ignore[arg-type]  # the annotation (AnyTokenizer) does not name the vision processor
-                             PackConfig.for_task("vision", max_len=MAX_LEN))
+        build_packed_dataset(
+            recs,
+            ProcessorTokenizer(processor),  # type: ignore[arg-type]  # the annotation (AnyTokenizer) does not name the vision processor
+            Path(d, "packs"),
+            PackConfig.for_task("vision", max_len=MAX_LEN),
+        )
         tiny_config("qwen2_vl", processor, hidden=128, layers=4).save_pretrained(Path(d, "model"))
         n = steps * rounds + 1
-        train(TrainConfig(data=str(Path(d, "packs")), out=str(Path(d, "run")), hf_model=str(Path(d, "model")),
-                          steps=n, batch_size=2, eval_fraction=0.02, eval_tokens=MAX_LEN, progress=False, threads=2,
-                          lr=1e-4, warmup=0.0))
+        train(
+            TrainConfig(
+                data=str(Path(d, "packs")),
+                out=str(Path(d, "run")),
+                hf_model=str(Path(d, "model")),
+                steps=n,
+                batch_size=2,
+                eval_fraction=0.02,
+                eval_tokens=MAX_LEN,
+                progress=False,
+                threads=2,
+                lr=1e-4,
+                warmup=0.0,
+            )
+        )
         recs_ = [r for r in read_metrics(Path(d, "run")) if "eval" not in r and r["step"] > 1]
     rates = [r["sequences_per_s"] for r in recs_]
     return {"steps": len(rates), "samples_per_s": statistics.median(rates), "steps_samples_per_s": rates}
@@ -206,32 +256,46 @@ def main() -> None:
     if args.quick:
         args.samples, args.steps, args.rounds = 200, 1, 1
     torch.set_num_threads(2)
-    records = synthetic_records(args.samples, seed=0, images=(0, 2), image_tokens=(50, 1500), words=(3, 90),
-                                turns=(1, 1), fmt="JPEG")
+    records = synthetic_records(
+        args.samples, seed=0, images=(0, 2), image_tokens=(50, 1500), words=(3, 90), turns=(1, 1), fmt="JPEG"
+    )
     processor = tiny_processor("qwen2_vl", max_pixels=MAX_PIXELS)
     t0 = time.perf_counter()
     samples = vision_samples(records, processor, max_len=MAX_LEN)
     build_s = time.perf_counter() - t0
-    result: dict[str, Any] = {"seed": 0, "max_len": MAX_LEN, "build_seconds": build_s, "packing": packing(samples, records),
-              "storage": storage(records, processor)}
+    result: dict[str, Any] = {
+        "seed": 0,
+        "max_len": MAX_LEN,
+        "build_seconds": build_s,
+        "packing": packing(samples, records),
+        "storage": storage(records, processor),
+    }
     p = result["packing"]
-    print(f"{p['samples']:,} samples, {p['images']:,} images, {p['tokens']:,} tokens (sample tokens min/median/max "
-          f"{p['sample_tokens']}; image tokens {p['image_tokens']}); built in {build_s:.1f} s")
+    print(
+        f"{p['samples']:,} samples, {p['images']:,} images, {p['tokens']:,} tokens (sample tokens min/median/max "
+        f"{p['sample_tokens']}; image tokens {p['image_tokens']}); built in {build_s:.1f} s"
+    )
     for k, v in p["rows"].items():
         print(f"  {k:<30} {v:>6,} rows  fill {p['fill'][k]:.2%}")
     print(f"  TRL unpacked batches of {BATCH}: {p['padding_fraction_trl_batches']:.1%} padding")
     s = result["storage"]
-    print(f"storage: {s['stored_bytes_per_image'] / 1e3:.1f} KB stored vs {s['pixel_bytes_per_image'] / 1e6:.2f} MB of "
-          f"float32 pixels per image (x{s['ratio']:.0f}); decode + process {s['decode_and_process_ms_per_image']:.1f} ms/image")
+    print(
+        f"storage: {s['stored_bytes_per_image'] / 1e3:.1f} KB stored vs {s['pixel_bytes_per_image'] / 1e6:.2f} MB of "
+        f"float32 pixels per image (x{s['ratio']:.0f}); decode + process {s['decode_and_process_ms_per_image']:.1f} ms/image"
+    )
     result["training"] = t = training(records, args.steps, args.rounds)
-    print(f"training (CPU, 2 threads): padded {t['samples_per_s']['padded']:.2f} samples/s, packed "
-          f"{t['samples_per_s']['packed']:.2f} samples/s: x{t['speedup']:.2f} (packing factor {t['packing_factor']:.2f}, "
-          f"{t['speedup_over_factor']:.2f} of it); collators {t['collate_seconds']['padded']:.1f} s vs "
-          f"{t['collate_seconds']['packed']:.1f} s of the timed steps; without them x{t['model_speedup']:.2f}")
+    print(
+        f"training (CPU, 2 threads): padded {t['samples_per_s']['padded']:.2f} samples/s, packed "
+        f"{t['samples_per_s']['packed']:.2f} samples/s: x{t['speedup']:.2f} (packing factor {t['packing_factor']:.2f}, "
+        f"{t['speedup_over_factor']:.2f} of it); collators {t['collate_seconds']['padded']:.1f} s vs "
+        f"{t['collate_seconds']['packed']:.1f} s of the timed steps; without them x{t['model_speedup']:.2f}"
+    )
     result["cli_loop"] = c = cli_loop(records, args.steps, args.rounds)
     c["against_packed_step"] = c["samples_per_s"] / t["samples_per_s"]["packed"]
-    print(f"seqpack train --hf-model loop: {c['samples_per_s']:.2f} samples/s ({c['against_packed_step']:.2f} of the "
-          f"bare packed step, {c['samples_per_s'] / t['samples_per_s']['padded']:.2f}x TRL padded)")
+    print(
+        f"seqpack train --hf-model loop: {c['samples_per_s']:.2f} samples/s ({c['against_packed_step']:.2f} of the "
+        f"bare packed step, {c['samples_per_s'] / t['samples_per_s']['padded']:.2f}x TRL padded)"
+    )
     write_result(args.out, result, packages=("torch", "transformers", "trl", "pillow"))
 
 

@@ -27,7 +27,9 @@ def packed_collator(items: list[dict[str, Any]]) -> dict[str, Any]:
     return collate_packed(items)
 
 
-def make_trainer(data: str, out: str, *, steps: int, batch_size: int, lr: float, reduction: str, hidden: int = 128) -> Any:
+def make_trainer(
+    data: str, out: str, *, steps: int, batch_size: int, lr: float, reduction: str, hidden: int = 128
+) -> Any:
     import transformers
 
     from seqpack.data import PackedDataset
@@ -38,21 +40,36 @@ def make_trainer(data: str, out: str, *, steps: int, batch_size: int, lr: float,
     if dataset.task != "mlm":
         raise SystemExit(f"{data} is a {dataset.task} dataset; this example trains masked-LM (seqpack pack --task mlm)")
     config = transformers.BertConfig(  # type: ignore[call-arg]  # attn_implementation: a keyword of every config, not in its typed signature
-        vocab_size=dataset_vocab_size(dataset.manifest), hidden_size=hidden, num_hidden_layers=2,
-        num_attention_heads=2, intermediate_size=4 * hidden, max_position_embeddings=dataset.manifest["max_len"],
+        vocab_size=dataset_vocab_size(dataset.manifest),
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=dataset.manifest["max_len"],
         attn_implementation="sdpa",
     )
     model = transformers.BertForMaskedLM(config)
 
     class PackedTrainer(transformers.Trainer):
-        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
+        def compute_loss(
+            self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+        ) -> Any:
             out = packed_forward(model, inputs, reduction=reduction)
             return (out.loss, {"logits": out.logits}) if return_outputs else out.loss
 
     args = transformers.TrainingArguments(
-        output_dir=out, max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=lr,
-        warmup_steps=max(1, steps // 10), logging_steps=max(1, steps // 10), save_strategy="no", report_to=[],
-        remove_unused_columns=False, use_cpu=True, dataloader_num_workers=0, seed=0,
+        output_dir=out,
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=lr,
+        warmup_steps=max(1, steps // 10),
+        logging_steps=max(1, steps // 10),
+        save_strategy="no",
+        report_to=[],
+        remove_unused_columns=False,
+        use_cpu=True,
+        dataloader_num_workers=0,
+        seed=0,
     )
     return PackedTrainer(model=model, args=args, train_dataset=dataset, data_collator=packed_collator)
 
@@ -66,11 +83,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--reduction", choices=("sequence", "token"), default="sequence")
     args = ap.parse_args(argv)
-    trainer = make_trainer(args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                           reduction=args.reduction)
+    trainer = make_trainer(
+        args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr, reduction=args.reduction
+    )
     result = trainer.train()
-    summary = {"steps": result.global_step, "train_loss": result.training_loss,
-               "log": [h for h in trainer.state.log_history if "loss" in h]}
+    summary = {
+        "steps": result.global_step,
+        "train_loss": result.training_loss,
+        "log": [h for h in trainer.state.log_history if "loss" in h],
+    }
     print(json.dumps(summary))
     return summary
 

@@ -7,11 +7,14 @@ import random
 from pathlib import Path
 from typing import Any
 
-WORDS = ("the a cat dog sat on mat why how what is are you I we they can help with code python "
-         "élan naïve café über straße").split()
+WORDS = (
+    "the a cat dog sat on mat why how what is are you I we they can help with code python élan naïve café über straße"
+).split()
 #: ChatML as most chat tokenizers ship it: no generation blocks
-PLAIN_CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-                "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+PLAIN_CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
 def texts(n: int = 200, seed: int = 0) -> list[str]:
@@ -45,11 +48,15 @@ def bpe_tokenizer_dir(path: Path, *, chat_template: str | None = PLAIN_CHATML, v
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts(), trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   chat_template=chat_template)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=chat_template
+    )
     fast.save_pretrained(str(path))
     return path
 
@@ -70,16 +77,31 @@ def wordpiece_tokenizer_dir(path: Path) -> Path:
     tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator([t.upper() for t in texts()], trainers.WordPieceTrainer(
-        vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]")
+    tok.train_from_iterator(
+        [t.upper() for t in texts()],
+        trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]),
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
     fast.save_pretrained(str(path))
     return path
 
 
-LLAMA: dict[str, Any] = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024}
+LLAMA: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 1024,
+}
 
 
 def llama_config(path: Path) -> Path:
@@ -99,8 +121,9 @@ def chat_dataset(root: Path, *, n: int = 120, max_len: int = 256, seed: int = 0)
     return root / "sft", tok_dir
 
 
-def preference_records(n: int, seed: int = 0, *, prompt_words: tuple[int, int] = (3, 20),
-                       response_words: tuple[int, int] = (1, 15)) -> list[dict[str, Any]]:
+def preference_records(
+    n: int, seed: int = 0, *, prompt_words: tuple[int, int] = (3, 20), response_words: tuple[int, int] = (1, 15)
+) -> list[dict[str, Any]]:
     """String pairs ``{"prompt", "chosen", "rejected"}`` (chosen != rejected)."""
     rng = random.Random(seed)
     say = lambda lo_hi: " ".join(rng.choices(WORDS, k=rng.randint(*lo_hi)))  # noqa: E731
@@ -112,8 +135,10 @@ def preference_records(n: int, seed: int = 0, *, prompt_words: tuple[int, int] =
     return out
 
 
-ENCODER_WORDS = ("the a cat dog sat on mat Paris London Alice Bob went to lives in visited yesterday "
-                 "unbelievable reorganisation naïve café").split()
+ENCODER_WORDS = (
+    "the a cat dog sat on mat Paris London Alice Bob went to lives in visited yesterday "
+    "unbelievable reorganisation naïve café"
+).split()
 
 
 def _encoder_texts(n: int = 200, seed: int = 1) -> list[str]:
@@ -135,9 +160,16 @@ def bert_tokenizer_dir(path: Path, *, vocab_size: int = 120) -> Path:
     tok.train_from_iterator(_encoder_texts(), trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials))
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]")
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
     fast.save_pretrained(str(path))
     return path
 
@@ -152,11 +184,21 @@ def roberta_tokenizer_dir(path: Path, *, vocab_size: int = 400, mask: bool = Tru
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(_encoder_texts(), trainer)
     tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    named = {"bos_token": "<s>", "eos_token": "</s>", "cls_token": "<s>", "sep_token": "</s>", "unk_token": "<unk>",
-             "pad_token": "<pad>", **({"mask_token": "<mask>"} if mask else {})}
+    named = {
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "cls_token": "<s>",
+        "sep_token": "</s>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
+        **({"mask_token": "<mask>"} if mask else {}),
+    }
     PreTrainedTokenizerFast(tokenizer_object=tok, **named).save_pretrained(str(path))
     return path

@@ -39,8 +39,9 @@ def sequences(packed: Dataset) -> Counter[tuple[tuple[int, ...], tuple[int, ...]
     return out
 
 
-@pytest.mark.parametrize("strategy, trl_strategy", [("best", "bfd"), ("bfd", "bfd"), ("best_split", "bfd_split"),
-                                                    ("bfd_split", "bfd_split")])
+@pytest.mark.parametrize(
+    "strategy, trl_strategy", [("best", "bfd"), ("bfd", "bfd"), ("best_split", "bfd_split"), ("bfd_split", "bfd_split")]
+)
 def test_same_sequences_as_trl_in_no_more_rows(strategy: str, trl_strategy: str) -> None:
     ds = random_dataset(3000)
     seq_length = 256
@@ -92,9 +93,19 @@ def test_sft_trainer_first_step_loss_equals_trl_packing(tmp_path) -> None:
         torch.manual_seed(0)
         cfg = {k: v for k, v in LLAMA.items() if k != "model_type"}
         model = tf.LlamaForCausalLM(tf.LlamaConfig(**{**cfg, "vocab_size": 512}))
-        args = trl.SFTConfig(output_dir=str(tmp_path / name), padding_free=True, max_length=None, max_steps=1,
-                             per_device_train_batch_size=64, logging_steps=1, report_to=[], save_strategy="no",
-                             use_cpu=True, learning_rate=1e-3, dataset_kwargs={"skip_prepare_dataset": True})
+        args = trl.SFTConfig(
+            output_dir=str(tmp_path / name),
+            padding_free=True,
+            max_length=None,
+            max_steps=1,
+            per_device_train_batch_size=64,
+            logging_steps=1,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            learning_rate=1e-3,
+            dataset_kwargs={"skip_prepare_dataset": True},
+        )
         trainer = trl.SFTTrainer(model=model, args=args, train_dataset=packed, processing_class=tok)
         trainer.train()
         losses[name] = next(r["loss"] for r in trainer.state.log_history if "loss" in r)

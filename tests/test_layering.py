@@ -17,7 +17,18 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "seqpack"
 
 #: lowest first; a package imports only packages of a lower layer (or itself)
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_atomic", "_ids", "_lazy", "_parallel", "_progress", "_native", "_resources", "_stages", "_version", "errors"),  # helpers of every layer
+    (
+        "_atomic",
+        "_ids",
+        "_lazy",
+        "_parallel",
+        "_progress",
+        "_native",
+        "_resources",
+        "_stages",
+        "_version",
+        "errors",
+    ),  # helpers of every layer
     ("corpus",),
     ("tokenizer",),
     ("store",),
@@ -34,6 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "__main__"),  # the package's own surface
 )
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+
 
 def _modules() -> dict[str, Path]:
     out = {}
@@ -113,7 +125,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(m)
         for t in sorted(graph.get(m, ())):
             if state.get(t) == 1:
-                return stack[stack.index(t):] + [t]
+                return stack[stack.index(t) :] + [t]
             if t not in state and (found := visit(t)):
                 return found
         stack.pop()
@@ -131,11 +143,14 @@ def test_no_import_circle() -> None:
     assert found is None, "import circle: " + " -> ".join(found or [])
 
 
-@pytest.mark.parametrize("graph, circle", [
-    ({"a": {"b"}, "b": {"a"}}, True),
-    ({"a": {"b"}, "b": {"c"}, "c": set()}, False),
-    ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, True),
-])
+@pytest.mark.parametrize(
+    "graph, circle",
+    [
+        ({"a": {"b"}, "b": {"a"}}, True),
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, False),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, True),
+    ],
+)
 def test_the_circle_check_finds_circles(graph: dict[str, set[str]], circle: bool) -> None:
     assert (_cycle(graph) is not None) == circle
 

@@ -139,8 +139,12 @@ def test_the_pages_hold_measurement_tables():
 def test_every_figure_is_in_its_result(where, files, row):
     pool = [x for f in files for x in _evidence(f)]
     cells = row.strip().strip("|").split("|")[1:]
-    missing = [printed for cell in cells for printed, value, decimals, percent in _figures(cell)
-               if not _found(value, decimals, percent, pool)]
+    missing = [
+        printed
+        for cell in cells
+        for printed, value, decimals, percent in _figures(cell)
+        if not _found(value, decimals, percent, pool)
+    ]
     assert not missing, f"{where}: {missing} not found in {files}: {row[:120]}"
 
 
@@ -152,7 +156,11 @@ def test_the_check_can_fail():
     assert _found(14.2, 1, True, pool) and not _found(14.3, 1, True, pool)
     assert _found(8143852, 0, False, pool) and not _found(8143853, 0, False, pool)
     assert [f[:3] for f in _figures("**8,143,852 packs** in 0.48 s, `--max-len 512`, issue 30, 1.9x, 14.2%")] == [
-        ("8,143,852", 8143852.0, 0), ("0.48", 0.48, 2), ("1.9", 1.9, 1), ("14.2", 14.2, 1)]
+        ("8,143,852", 8143852.0, 0),
+        ("0.48", 0.48, 2),
+        ("1.9", 1.9, 1),
+        ("14.2", 14.2, 1),
+    ]
     assert [f[1:3] for f in _figures("217K -> 18.3K")] == [(217000.0, -3), (18300.0, -2)]
     ((_, value, decimals, _),) = _figures("33.2M tokens/s")
     assert value == pytest.approx(33.2e6) and decimals == -5

@@ -73,8 +73,19 @@ def test_corpus_hash_is_the_reference_digest(texts):
 
 def test_corpus_hash_tells_order_boundaries_and_content():
     base = corpus_hash(["ab", "cd"])
-    assert len({base, corpus_hash(["cd", "ab"]), corpus_hash(["a", "bcd"]), corpus_hash(["abcd"]),
-                corpus_hash(["ab", "cd", ""]), corpus_hash(["ab", "ce"])}) == 6
+    assert (
+        len(
+            {
+                base,
+                corpus_hash(["cd", "ab"]),
+                corpus_hash(["a", "bcd"]),
+                corpus_hash(["abcd"]),
+                corpus_hash(["ab", "cd", ""]),
+                corpus_hash(["ab", "ce"]),
+            }
+        )
+        == 6
+    )
     # pinned: the keys of work a run left stay valid across seqpack versions as long as this holds
     assert corpus_hash([]) == "6a09e667f3bcc908bb67ae8584caa73b"
     assert corpus_hash(["ab"]) == "269e183d940b078c5b8e0faad1cb816b"

@@ -29,20 +29,41 @@ def figure_data() -> list[dict]:
     """One bar per comparison: the measured speed-up, and where packing sets it, the padding removed
     (the packing factor, the most that removing padding can give)."""
     bert = _one(_jsonl("gpu_h200_bert.jsonl"), size="base", attention="varlen")
-    gpt = _one(_jsonl("gpu_h100_varlen.jsonl"), stage="3 + fused cross-entropy (Triton)", model="gpt",
-               head="all", attention="varlen")
+    gpt = _one(
+        _jsonl("gpu_h100_varlen.jsonl"),
+        stage="3 + fused cross-entropy (Triton)",
+        model="gpt",
+        head="all",
+        attention="varlen",
+    )
     dpo = json.loads((RESULTS / "preference_h200.json").read_text(encoding="utf-8"))["by_max_len"]["4096"]["ratios"]
     sft = json.loads((RESULTS / "trl_sft_h200_1b.json").read_text(encoding="utf-8"))["speedup_over_trl"]
     r = lambda x: round(float(x), 3)  # noqa: E731
     return [
-        {"label": "BERT-base, Wikipedia lengths at 512 (H200)\npacked vs padded", "speedup": r(bert["realized_speedup"]),
-         "factor": r(bert["packing_factor"]), "source": "gpu_h200_bert.jsonl"},
-        {"label": "GPT (768/12), 2048, ~8 documents a row (H100)\npacked vs padded", "speedup": r(gpt["realized_speedup"]),
-         "factor": r(gpt["packing_factor"]), "source": "gpu_h100_varlen.jsonl"},
-        {"label": "DPO, ~1B Llama, 4096 (H200)\nshared prompt vs TRL DPOTrainer",
-         "speedup": r(dpo["llama/shared-prefix"]["speedup"]), "factor": None, "source": "preference_h200.json"},
-        {"label": "Chat SFT, ~1B Llama, 2048 (H200)\nPackedSFTTrainer vs TRL's own packing",
-         "speedup": r(sft["seqpack_compiled"]["tokens_per_s"]), "factor": None, "source": "trl_sft_h200_1b.json"},
+        {
+            "label": "BERT-base, Wikipedia lengths at 512 (H200)\npacked vs padded",
+            "speedup": r(bert["realized_speedup"]),
+            "factor": r(bert["packing_factor"]),
+            "source": "gpu_h200_bert.jsonl",
+        },
+        {
+            "label": "GPT (768/12), 2048, ~8 documents a row (H100)\npacked vs padded",
+            "speedup": r(gpt["realized_speedup"]),
+            "factor": r(gpt["packing_factor"]),
+            "source": "gpu_h100_varlen.jsonl",
+        },
+        {
+            "label": "DPO, ~1B Llama, 4096 (H200)\nshared prompt vs TRL DPOTrainer",
+            "speedup": r(dpo["llama/shared-prefix"]["speedup"]),
+            "factor": None,
+            "source": "preference_h200.json",
+        },
+        {
+            "label": "Chat SFT, ~1B Llama, 2048 (H200)\nPackedSFTTrainer vs TRL's own packing",
+            "speedup": r(sft["seqpack_compiled"]["tokens_per_s"]),
+            "factor": None,
+            "source": "trl_sft_h200_1b.json",
+        },
     ]
 
 
@@ -61,7 +82,9 @@ def draw(data: list[dict], out: Path) -> None:
         if d["factor"]:
             ax.plot([d["factor"]], [y], marker="|", markersize=22, color="#d2691e", mew=2.5)
         ax.text(max(d["speedup"], d["factor"] or 0) + 0.1, y, f"{d['speedup']:.2f}x", va="center", fontsize=9)
-    ax.plot([], [], marker="|", markersize=12, color="#d2691e", mew=2.5, ls="", label="padding removed (packing factor)")
+    ax.plot(
+        [], [], marker="|", markersize=12, color="#d2691e", mew=2.5, ls="", label="padding removed (packing factor)"
+    )
     ax.set_yticks(ys, [d["label"] for d in data], fontsize=8)
     ax.axvline(1.0, color="#888", lw=0.8)
     ax.set_xlabel("times as fast (1 = the baseline)")

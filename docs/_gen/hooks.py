@@ -22,10 +22,22 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
 #: the API pages: page name -> package (each rendered from its ``__all__``)
-API = {"seqpack": "seqpack", "corpus": "seqpack.corpus", "tokenizer": "seqpack.tokenizer", "store": "seqpack.store",
-       "packing": "seqpack.packing", "tasks": "seqpack.tasks", "vision": "seqpack.tasks.vision", "pipeline": "seqpack.pipeline",
-       "data": "seqpack.data", "nn": "seqpack.nn", "rl": "seqpack.rl", "train": "seqpack.train", "hf": "seqpack.hf",
-       "integrations": "seqpack.integrations"}
+API = {
+    "seqpack": "seqpack",
+    "corpus": "seqpack.corpus",
+    "tokenizer": "seqpack.tokenizer",
+    "store": "seqpack.store",
+    "packing": "seqpack.packing",
+    "tasks": "seqpack.tasks",
+    "vision": "seqpack.tasks.vision",
+    "pipeline": "seqpack.pipeline",
+    "data": "seqpack.data",
+    "nn": "seqpack.nn",
+    "rl": "seqpack.rl",
+    "train": "seqpack.train",
+    "hf": "seqpack.hf",
+    "integrations": "seqpack.integrations",
+}
 
 
 def cli_reference() -> str:
@@ -33,16 +45,28 @@ def cli_reference() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: the page must not depend on it
     from seqpack.cli.main import COMMANDS, build_parser
 
-    parts = ["# CLI reference", "",
-             "Generated from the command's own parsers when the site is built (`seqpack COMMAND --help` "
-             "prints the same). User errors print one line `seqpack: error: ...` and exit with code 2.", "",
-             "```text", build_parser("").format_help().rstrip(), "```", ""]  # "": as `seqpack --help` builds it
+    parts = [
+        "# CLI reference",
+        "",
+        "Generated from the command's own parsers when the site is built (`seqpack COMMAND --help` "
+        "prints the same). User errors print one line `seqpack: error: ...` and exit with code 2.",
+        "",
+        "```text",
+        build_parser("").format_help().rstrip(),
+        "```",
+        "",
+    ]  # "": as `seqpack --help` builds it
     for name in COMMANDS:
         try:
             sub = build_parser(name)._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr,index]  # argparse's private parts
         except ModuleNotFoundError as e:  # the docs extra alone: this command's options need an extra
-            parts += [f"## seqpack {name}", "", f"Its options are built from `{e.name}`, which this site was built "
-                      f"without: `pip install 'seqpack[torch]'` and `seqpack {name} --help` prints them.", ""]
+            parts += [
+                f"## seqpack {name}",
+                "",
+                f"Its options are built from `{e.name}`, which this site was built "
+                f"without: `pip install 'seqpack[torch]'` and `seqpack {name} --help` prints them.",
+                "",
+            ]
             continue
         parts += [f"## seqpack {name}", "", "```text", sub.format_help().rstrip(), "```", ""]
     return "\n".join(parts)
@@ -93,17 +117,29 @@ def runs_page() -> str:
     rows = []
     for path in sorted(RESULTS.glob("*.json*")):
         text = path.read_text(encoding="utf-8")
-        docs = [json.loads(ln) for ln in text.splitlines() if ln.strip()] if path.suffix == ".jsonl" else [json.loads(text)]
+        docs = (
+            [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+            if path.suffix == ".jsonl"
+            else [json.loads(text)]
+        )
         d = docs[0] if isinstance(docs[0], dict) else {}
         machine, date, command, versions = _record(path.name, d)
         n = f"{len(docs)} records" if path.suffix == ".jsonl" else ""
         rows.append(f"| `{path.name}` | {machine} | {date} | {command} | {versions} {n} |")
-    return "\n".join([
-        "# Every stored run", "",
-        "Each figure in these pages comes from a file in `benchmarks/results/`; this table, generated from those "
-        "files when the site is built, says where and how each was made. A text file beside them holds a "
-        "profile. The files keep every raw repetition, not only the medians.", "",
-        "| result | machine | date | command | versions |", "|---|---|---|---|---|", *rows, ""])
+    return "\n".join(
+        [
+            "# Every stored run",
+            "",
+            "Each figure in these pages comes from a file in `benchmarks/results/`; this table, generated from those "
+            "files when the site is built, says where and how each was made. A text file beside them holds a "
+            "profile. The files keep every raw repetition, not only the medians.",
+            "",
+            "| result | machine | date | command | versions |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
 
 
 def on_files(files: Files, config: Any) -> Files:
@@ -130,7 +166,7 @@ class _DoctestFences:
                 indent = line[: len(line) - len(stripped)]
                 block = []
                 while i < len(lines) and lines[i].strip():
-                    block.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
+                    block.append(lines[i][len(indent) :] if lines[i].startswith(indent) else lines[i].lstrip())
                     i += 1
                 out += ["", f"{indent}```pycon", *[indent + b for b in block], f"{indent}```", ""]
                 continue

@@ -14,11 +14,17 @@ def defaults(argv: list[str]) -> dict:
     return vars(build_parser().parse_args(argv))
 
 
-@pytest.mark.parametrize("argv,cls_path", [
-    (["train", "--data", "d", "--out", "o"], "seqpack.train.config:TrainConfig"),
-    (["bench"], "seqpack.experiments.bench:BenchConfig"),
-    (["pack", "s", "--task", "clm", "--max-len", "8", "--tokenizer", "t", "--out", "o"], "seqpack.pipeline.pack:PackConfig"),
-])
+@pytest.mark.parametrize(
+    "argv,cls_path",
+    [
+        (["train", "--data", "d", "--out", "o"], "seqpack.train.config:TrainConfig"),
+        (["bench"], "seqpack.experiments.bench:BenchConfig"),
+        (
+            ["pack", "s", "--task", "clm", "--max-len", "8", "--tokenizer", "t", "--out", "o"],
+            "seqpack.pipeline.pack:PackConfig",
+        ),
+    ],
+)
 def test_cli_defaults_are_the_dataclass_defaults(argv: list[str], cls_path: str) -> None:
     import importlib
 
@@ -55,8 +61,10 @@ def test_every_command_is_its_module_and_runs_without_the_others() -> None:
 
     for name, module in COMMANDS.items():
         assert name == importlib.import_module(f"seqpack.cli.{module}").NAME
-    code = ("import sys\nfrom seqpack.cli.main import build_parser\nbuild_parser('encode')\n"
-            "print(sorted(m for m in sys.modules if m.startswith('seqpack.cli.')))")
+    code = (
+        "import sys\nfrom seqpack.cli.main import build_parser\nbuild_parser('encode')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('seqpack.cli.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['seqpack.cli.args', 'seqpack.cli.encode', 'seqpack.cli.main']"
     helps = build_parser().format_help()
@@ -70,9 +78,11 @@ def test_tokenize_imports_neither_the_tasks_nor_the_packed_format() -> None:
     import subprocess
     import sys
 
-    code = ("import json, sys\nfrom seqpack.cli.main import build_parser\nbuild_parser('tokenize')\n"
-            "from seqpack.pipeline import build_sharded_store, get_engine\n"
-            "print(json.dumps(sorted({m.split('.')[1] for m in sys.modules if m.startswith('seqpack.') and m.count('.') > 1})))")
+    code = (
+        "import json, sys\nfrom seqpack.cli.main import build_parser\nbuild_parser('tokenize')\n"
+        "from seqpack.pipeline import build_sharded_store, get_engine\n"
+        "print(json.dumps(sorted({m.split('.')[1] for m in sys.modules if m.startswith('seqpack.') and m.count('.') > 1})))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(json.loads(out))  # the seqpack packages it loaded modules of
     assert not loaded & {"tasks", "data", "packing"}, loaded
@@ -90,9 +100,11 @@ def test_encode_loads_a_tokenizer_and_encodes_without_numpy(tmp_path) -> None:
     r = train_bpe_corpus(documents=["low lower newest widest"] * 20, config=BPEConfig(vocab_size=270, workers=1))
     Tokenizer(r.vocab, r.merges, []).save(tmp_path / "tok")
     (tmp_path / "text.txt").write_text("low lower", encoding="utf-8")
-    code = ("import json, sys\nfrom seqpack.cli.main import main\n"
-            f"main(['encode', '--tokenizer', {str(tmp_path / 'tok')!r}, {str(tmp_path / 'text.txt')!r}])\n"
-            "print(json.dumps('numpy' in sys.modules), file=sys.stderr)")
+    code = (
+        "import json, sys\nfrom seqpack.cli.main import main\n"
+        f"main(['encode', '--tokenizer', {str(tmp_path / 'tok')!r}, {str(tmp_path / 'text.txt')!r}])\n"
+        "print(json.dumps('numpy' in sys.modules), file=sys.stderr)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(done.stderr.strip().splitlines()[-1]) is False
     assert done.stdout.strip()  # the ids were printed
@@ -112,8 +124,10 @@ def test_only_the_program_leaves_its_objects_to_the_os(tmp_path) -> None:
     before = gc.get_freeze_count()
     assert main(argv) == 0 and gc.get_freeze_count() == before
     argv[-2] = str(tmp_path / "b")
-    code = (f"import gc, sys\nsys.argv = ['seqpack', *{argv!r}]\nfrom seqpack.cli.main import main\n"
-            "assert main() == 0\nprint(gc.get_freeze_count() > 0, file=sys.stderr)")
+    code = (
+        f"import gc, sys\nsys.argv = ['seqpack', *{argv!r}]\nfrom seqpack.cli.main import main\n"
+        "assert main() == 0\nprint(gc.get_freeze_count() > 0, file=sys.stderr)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stderr.strip().splitlines()[-1] == "True"
     assert (tmp_path / "b" / "tokenizer.json").read_bytes() == (tmp_path / "a" / "tokenizer.json").read_bytes()

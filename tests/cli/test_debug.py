@@ -58,12 +58,15 @@ def test_an_internal_error_prints_its_traceback_and_asks_for_a_report(capsys, tm
     assert "this is a bug in seqpack" in err.splitlines()[-1]
 
 
-@pytest.mark.parametrize(("raised", "code"), [
-    (ValueError("bad index 3"), 1),  # a ValueError of seqpack's own code or a library's: a bug
-    (TypeError("unsupported operand"), 1),
-    ("user", 2),  # seqpack.errors.UserError: one line, exit 2
-    (FileNotFoundError(2, "No such file or directory", "x.npy"), 2),  # the system's: one line too
-])
+@pytest.mark.parametrize(
+    ("raised", "code"),
+    [
+        (ValueError("bad index 3"), 1),  # a ValueError of seqpack's own code or a library's: a bug
+        (TypeError("unsupported operand"), 1),
+        ("user", 2),  # seqpack.errors.UserError: one line, exit 2
+        (FileNotFoundError(2, "No such file or directory", "x.npy"), 2),  # the system's: one line too
+    ],
+)
 def test_errors_by_kind(capsys, tmp_path, monkeypatch, raised, code) -> None:
     """Only what a user can fix is one line: a `UserError` or the system's `OSError`; a plain
     ValueError or TypeError is a bug and shows its traceback."""

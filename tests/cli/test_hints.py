@@ -27,8 +27,11 @@ def _options(name: str) -> set[str]:
 def test_every_hint_in_the_source_names_a_real_flag():
     pytest.importorskip("torch")  # train's and bench's options are built with torch
     every = set().union(*(_options(n) for n in COMMANDS))
-    hints = {m.group(1): str(p.relative_to(ROOT)) for p in (ROOT / "src" / "seqpack").rglob("*.py")
-             for m in HINT.finditer(p.read_text(encoding="utf-8"))}
+    hints = {
+        m.group(1): str(p.relative_to(ROOT))
+        for p in (ROOT / "src" / "seqpack").rglob("*.py")
+        for m in HINT.finditer(p.read_text(encoding="utf-8"))
+    }
     assert len(hints) >= 10
     unknown = {flag: where for flag, where in hints.items() if flag not in every}
     assert not unknown, f"hints naming flags no command has: {unknown}"
@@ -49,7 +52,10 @@ SCENARIOS = [  # (command line, a word the message must hold)
     ("plan --histogram {t}/store --max-len 8 --task mlm", "--histogram"),
     ("train-tokenizer {t}/corpus.txt --vocab-size 300 --out {t}/tok", "--overwrite"),
     ("tokenize {t}/bad.txt --tokenizer {t}/tok --out {t}/s2 --errors strict", "--errors"),
-    ("pack {t}/cls.jsonl --task classification --max-len 16 --tokenizer {t}/tok --out {t}/p --overflow error", "--overflow"),
+    (
+        "pack {t}/cls.jsonl --task classification --max-len 16 --tokenizer {t}/tok --out {t}/p --overflow error",
+        "--overflow",
+    ),
     ("pack {t}/store --task clm --max-len 16 --tokenizer {t}/tok --out {t}/p --overflow error", "--overflow"),
     ("pack {t}/store --task clm --max-len 4096 --tokenizer {t}/tok --out {t}/store", "--out"),
 ]
@@ -58,7 +64,9 @@ SCENARIOS = [  # (command line, a word the message must hold)
 def test_every_flag_a_message_names_is_the_commands_own(capsys, files):
     t = files
     assert run(capsys, "train-tokenizer", str(t / "corpus.txt"), "--vocab-size", "300", "--out", str(t / "tok"))[0] == 0
-    assert run(capsys, "tokenize", str(t / "corpus.txt"), "--tokenizer", str(t / "tok"), "--out", str(t / "store"))[0] == 0
+    assert (
+        run(capsys, "tokenize", str(t / "corpus.txt"), "--tokenizer", str(t / "tok"), "--out", str(t / "store"))[0] == 0
+    )
     for line, word in SCENARIOS:
         argv = line.format(t=t).split()
         code, _, err = run(capsys, *argv)

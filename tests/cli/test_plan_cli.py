@@ -8,8 +8,18 @@ import pytest
 from tests.cli.test_cli import run
 
 KEYS = {
-    "algorithm", "max_len", "max_depth", "packs", "sequences", "tokens", "efficiency", "packing_factor",
-    "lower_bound", "gap_to_lower_bound", "theoretical_speedup", "seconds",
+    "algorithm",
+    "max_len",
+    "max_depth",
+    "packs",
+    "sequences",
+    "tokens",
+    "efficiency",
+    "packing_factor",
+    "lower_bound",
+    "gap_to_lower_bound",
+    "theoretical_speedup",
+    "seconds",
 }
 
 
@@ -21,8 +31,21 @@ def hist_file(tmp_path):
 
 
 def test_plan_json_plot_and_out(capsys, tmp_path, hist_file):
-    code, out, _ = run(capsys, "plan", "--histogram", str(hist_file), "--max-len", "128", "--json",
-                       "--plot", str(tmp_path / "p.png"), "--out", str(tmp_path / "plan.json"), "--max-depth", "3")
+    code, out, _ = run(
+        capsys,
+        "plan",
+        "--histogram",
+        str(hist_file),
+        "--max-len",
+        "128",
+        "--json",
+        "--plot",
+        str(tmp_path / "p.png"),
+        "--out",
+        str(tmp_path / "plan.json"),
+        "--max-depth",
+        "3",
+    )
     assert code == 0
     d = json.loads(out)
     assert set(d) == KEYS and d["max_depth"] == 3 and d["sequences"] == 3000
@@ -102,11 +125,24 @@ def test_plan_and_stats_take_the_builtin_histogram_and_a_store(capsys, tmp_path)
     assert code == 0 and (d["sequences"], d["tokens"], d["packs"]) == (3, 18, 2)  # {10}, {3, 5}
     code, out, _ = run(capsys, "stats", "--histogram", str(tmp_path / "store"), "--max-len", "8", "--json")
     assert code == 0 and (json.loads(out)["sequences"], json.loads(out)["tokens"]) == (4, 18)  # 10 -> 8 + 2
-    code, _, _ = run(capsys, "pack", str(tmp_path / "store"), "--task", "clm", "--max-len", "8", "--tokenizer",
-                     str(tmp_path / "tok"), "--out", str(tmp_path / "packed"))
+    code, _, _ = run(
+        capsys,
+        "pack",
+        str(tmp_path / "store"),
+        "--task",
+        "clm",
+        "--max-len",
+        "8",
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--out",
+        str(tmp_path / "packed"),
+    )
     packed = json.loads((tmp_path / "packed" / "manifest.json").read_text())
     code, out, _ = run(capsys, "stats", "--histogram", str(tmp_path / "packed"), "--max-len", "8", "--json")
     assert code == 0 and (json.loads(out)["sequences"], json.loads(out)["tokens"]) == (4, 18) == (
-        packed["num_sequences"], packed["num_tokens"])
+        packed["num_sequences"],
+        packed["num_tokens"],
+    )
     code, _, err = run(capsys, "stats", "--histogram", str(tmp_path / "store"), "--max-len", "8", "--task", "mlm")
     assert code == 2 and "pack the store with seqpack pack --task mlm, then plan the packed dataset" in err

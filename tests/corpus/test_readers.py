@@ -114,8 +114,12 @@ def test_python_docstrings_are_labelled_by_package() -> None:
 
 
 @settings(max_examples=120, deadline=None)
-@given(text=st.text(alphabet="ab\r\n<|é", max_size=60), sep=st.sampled_from(["<|", "\n", "a", "<|a|<", EOT]),
-       block=st.integers(1, 9), per_line=st.booleans())
+@given(
+    text=st.text(alphabet="ab\r\n<|é", max_size=60),
+    sep=st.sampled_from(["<|", "\n", "a", "<|a|<", EOT]),
+    block=st.integers(1, 9),
+    per_line=st.booleans(),
+)
 def test_read_text_splits_as_str_split_for_any_blocks(tmp_path_factory, text, sep, block, per_line) -> None:
     """Whatever the block size (a separator may straddle any number of blocks), the documents are
     ``str.split``'s, less a trailing empty one; per line, less each line's final ``\\r`` and blank lines."""

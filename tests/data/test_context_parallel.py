@@ -80,8 +80,12 @@ def test_causal_work_per_rank_is_balanced(case):
 
 def test_columns_travel_with_their_tokens_and_padding_is_masked():
     seg = row_of([3, 5], 16)
-    cols = {"input_ids": np.arange(100, 116), "labels": np.arange(200, 216), "segment_ids": seg,
-            "position_ids": positions(seg)}
+    cols = {
+        "input_ids": np.arange(100, 116),
+        "labels": np.arange(200, 216),
+        "segment_ids": seg,
+        "position_ids": positions(seg),
+    }
     out = [cp_shard(cols, seg, cp=2, rank=r) for r in range(2)]
     for o in out:
         real = o["segment_ids"] != 0
@@ -93,10 +97,13 @@ def test_columns_travel_with_their_tokens_and_padding_is_masked():
     assert out[1]["position_ids"][out[1]["segment_ids"] == 2].tolist() == [0, 1]
 
 
-@pytest.mark.parametrize("lengths, max_len, cp, message", [
-    ([3, 5], 10, 2, "does not split into 2C = 4 equal chunks"),
-    ([3, 5, 5], 16, 2, "pack it for this context-parallel size"),
-])
+@pytest.mark.parametrize(
+    "lengths, max_len, cp, message",
+    [
+        ([3, 5], 10, 2, "does not split into 2C = 4 equal chunks"),
+        ([3, 5, 5], 16, 2, "pack it for this context-parallel size"),
+    ],
+)
 def test_rows_not_packed_for_cp_are_refused(lengths, max_len, cp, message):
     with pytest.raises(ValueError, match=message):
         cp_placement(row_of(lengths, max_len), cp=cp)

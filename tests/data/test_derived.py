@@ -20,10 +20,17 @@ from tests.golden.make_packed import CASES, build
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.integers(0, 30), min_size=1, max_size=25), st.integers(2, 24), st.booleans(), st.integers(0, 3),
-       st.sampled_from([0, 1, 2]), st.sampled_from(["best", "spfhp"]))
-def test_the_rules_rebuild_the_clm_columns(doc_lens: list[int], max_len: int, eos: bool, seed: int, offset: int,
-                                           algorithm: str) -> None:
+@given(
+    st.lists(st.integers(0, 30), min_size=1, max_size=25),
+    st.integers(2, 24),
+    st.booleans(),
+    st.integers(0, 3),
+    st.sampled_from([0, 1, 2]),
+    st.sampled_from(["best", "spfhp"]),
+)
+def test_the_rules_rebuild_the_clm_columns(
+    doc_lens: list[int], max_len: int, eos: bool, seed: int, offset: int, algorithm: str
+) -> None:
     """The rules rebuild exactly the labels clm builds (first token of every sequence and padding
     -100) and the segment ids of the layout, whatever the split pieces, empty documents, packs
     (full ones, and padded ones) and position offset."""
@@ -55,7 +62,9 @@ def test_every_tasks_rules_rebuild_what_it_would_store(case: str, tmp_path: Path
     for name, rule in task.derived_columns:
         assert np.array_equal(RULES[rule].make(cols, cols[name].dtype, full["position_offset"]), cols[name]), name
     _, got = load_packed(tmp_path / "lean", mmap=False)
-    assert list(got) == list(cols) and all(np.array_equal(got[c], cols[c]) and got[c].dtype == cols[c].dtype for c in cols)
+    assert list(got) == list(cols) and all(
+        np.array_equal(got[c], cols[c]) and got[c].dtype == cols[c].dtype for c in cols
+    )
     rows = PackedRows(tmp_path / "lean", cache_groups=1)
     idx = np.arange(len(rows))[::-1]
     taken = rows.take(idx)

@@ -21,8 +21,13 @@ def seqs_with_table(lengths: list[int], ids: list[int] | None = None):
     """Sequences of ``lengths`` whose examples each hold a word and a list of numbers of their own."""
     ids = list(range(len(lengths))) if ids is None else ids
     s = from_lists([[i + 1] * n for i, n in enumerate(lengths)], example_ids=ids, task="clm")
-    table = pa.table({"example_id": pa.array(ids, pa.int64()), "word": [f"w{e}" for e in ids],
-                      "nums": [list(range(e % 3)) for e in ids]})
+    table = pa.table(
+        {
+            "example_id": pa.array(ids, pa.int64()),
+            "word": [f"w{e}" for e in ids],
+            "nums": [list(range(e % 3)) for e in ids],
+        }
+    )
     return dataclasses.replace(s, examples=table)
 
 

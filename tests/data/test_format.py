@@ -51,7 +51,12 @@ def test_plain_encoding_for_any_parquet_reader(case: str, tmp_path: Path) -> Non
 
     def encodings(d: Path) -> set[str]:
         md = pq.ParquetFile(next((d / "data").glob("*.parquet"))).metadata
-        return {e for g in range(md.num_row_groups) for c in range(md.num_columns) for e in md.row_group(g).column(c).encodings}
+        return {
+            e
+            for g in range(md.num_row_groups)
+            for c in range(md.num_columns)
+            for e in md.row_group(g).column(c).encodings
+        }
 
     plain = build(case, tmp_path / "plain", tmp_path / "w1", encoding="plain")
     build(case, tmp_path / "bss", tmp_path / "w2")
@@ -61,7 +66,20 @@ def test_plain_encoding_for_any_parquet_reader(case: str, tmp_path: Path) -> Non
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
-DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bool"]
+DTYPES = [
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "bool",
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -73,8 +91,14 @@ def test_arrow_columns_without_pandas_equal_pyarrows_own(dtype: str) -> None:
 
     a = (np.arange(24) % 5).astype(dtype).reshape(2, 3, 4)[:, ::-1]  # not contiguous
     col = _arrow_column(a)
-    assert col.type == pa.list_(pa.field("element", pa.list_(pa.field("element", pa.from_numpy_dtype(np.dtype(dtype)),
-                                                                       nullable=False), 4), nullable=False), 3)
+    assert col.type == pa.list_(
+        pa.field(
+            "element",
+            pa.list_(pa.field("element", pa.from_numpy_dtype(np.dtype(dtype)), nullable=False), 4),
+            nullable=False,
+        ),
+        3,
+    )
     assert col.flatten().flatten().equals(pa.array(np.ascontiguousarray(a).reshape(-1)))
     t = col.type.value_type.value_type
     assert numpy_dtype(t) == np.dtype(t.to_pandas_dtype()) == np.dtype(dtype)
@@ -85,12 +109,14 @@ def test_writing_a_packed_part_imports_no_pandas(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    code = ("import json, sys\nimport numpy as np\nfrom pathlib import Path\n"
-            "from seqpack.data.format import parquet_column_specs, write_parquet_part\n"
-            f"p = Path({str(tmp_path / 'part.parquet')!r})\n"
-            "write_parquet_part(p, {'input_ids': np.ones((4, 8), np.uint16), 'num_sequences': np.ones(4, np.uint8)}, 0, 4, 2, 'zstd')\n"
-            "specs = parquet_column_specs(p)\n"
-            "print(json.dumps(['pandas' in sys.modules, specs]))")
+    code = (
+        "import json, sys\nimport numpy as np\nfrom pathlib import Path\n"
+        "from seqpack.data.format import parquet_column_specs, write_parquet_part\n"
+        f"p = Path({str(tmp_path / 'part.parquet')!r})\n"
+        "write_parquet_part(p, {'input_ids': np.ones((4, 8), np.uint16), 'num_sequences': np.ones(4, np.uint8)}, 0, 4, 2, 'zstd')\n"
+        "specs = parquet_column_specs(p)\n"
+        "print(json.dumps(['pandas' in sys.modules, specs]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     pandas_loaded, specs = json.loads(out)
     assert not pandas_loaded

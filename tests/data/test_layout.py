@@ -45,11 +45,20 @@ def test_ranges():
     assert concat_ranges(np.array([], np.int64), np.array([], np.int64)).tolist() == []
 
 
-@given(docs=docs_st, max_len=st.integers(1, 50), overflow=st.sampled_from(["split", "truncate", "drop"]), eos=st.sampled_from([None, 0]))
+@given(
+    docs=docs_st,
+    max_len=st.integers(1, 50),
+    overflow=st.sampled_from(["split", "truncate", "drop"]),
+    eos=st.sampled_from([None, 0]),
+)
 def test_clm_matches_reference(docs, max_len, overflow, eos):
     s = clm_sequences(*flat(docs), max_len=max_len, eos_id=eos, overflow=overflow)
     ref = clm_oracle(docs, max_len=max_len, eos_id=eos, overflow=overflow)
-    got = [(int(s.example_ids[i]), q["input_ids"].tolist(), q["labels"].tolist()) for i in range(s.num_sequences) for q in [s.sequence(i)]]
+    got = [
+        (int(s.example_ids[i]), q["input_ids"].tolist(), q["labels"].tolist())
+        for i in range(s.num_sequences)
+        for q in [s.sequence(i)]
+    ]
     assert got == ref
     assert s.num_examples == len(docs)
     n = [len(d) + (eos is not None) for d in docs]
@@ -58,7 +67,9 @@ def test_clm_matches_reference(docs, max_len, overflow, eos):
     assert s.dropped.get("empty", 0) == n.count(0)
 
 
-@given(docs=docs_st, dtype=st.sampled_from([np.uint8, np.uint16, np.uint32]), eos=st.sampled_from([0, 255, 300, 70_000]))
+@given(
+    docs=docs_st, dtype=st.sampled_from([np.uint8, np.uint16, np.uint32]), eos=st.sampled_from([0, 255, 300, 70_000])
+)
 def test_append_eos_matches_reference(docs, dtype, eos):
     # the compiled copy against the numpy rule, eos ids that need a wider dtype than the tokens' included
     toks, off = flat([[t % 250 for t in d] for d in docs])
@@ -76,7 +87,12 @@ def test_append_eos_refuses_offsets_outside_the_tokens():
         _append_eos(np.arange(4, dtype=np.uint16), np.array([0, 3, 2, 4]), 0)
 
 
-@given(docs=docs_st, max_len=st.integers(1, 50), overflow=st.sampled_from(["split", "truncate", "drop"]), vocab=st.sampled_from([None, 40_000]))
+@given(
+    docs=docs_st,
+    max_len=st.integers(1, 50),
+    overflow=st.sampled_from(["split", "truncate", "drop"]),
+    vocab=st.sampled_from([None, 40_000]),
+)
 def test_clm_inputs_are_the_sequences_without_labels(docs, max_len, overflow, vocab):
     s = clm_sequences(*flat(docs), max_len=max_len, eos_id=0, overflow=overflow, vocab_size=vocab)
     inputs, labels_dtype = clm_inputs(*flat(docs), max_len=max_len, eos_id=0, overflow=overflow, vocab_size=vocab)
@@ -99,17 +115,28 @@ def random_sequences(rng, n, max_len, depth_field=True):
     seq_fields["start"] = rng.integers(0, lengths).astype(np.int16)
     seq_fields["start"][::3] = IGNORE_INDEX
     return Sequences(
-        task="custom", offsets=off, example_ids=rng.permutation(n).astype(np.int64),
-        token_fields={"input_ids": rng.integers(0, 60000, T).astype(np.uint16),
-                      "labels": rng.integers(-100, 30000, T).astype(np.int16),
-                      "token_type_ids": rng.integers(0, 2, T).astype(np.uint8)},
-        seq_fields=seq_fields, position_fields=("start",), num_examples=n,
+        task="custom",
+        offsets=off,
+        example_ids=rng.permutation(n).astype(np.int64),
+        token_fields={
+            "input_ids": rng.integers(0, 60000, T).astype(np.uint16),
+            "labels": rng.integers(-100, 30000, T).astype(np.int16),
+            "token_type_ids": rng.integers(0, 2, T).astype(np.uint8),
+        },
+        seq_fields=seq_fields,
+        position_fields=("start",),
+        num_examples=n,
     )
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 60), max_len=st.integers(1, 40),
-       algorithm=st.sampled_from(["spfhp", "lpfhp", "best"]), offset=st.sampled_from([0, 2]))
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 60),
+    max_len=st.integers(1, 40),
+    algorithm=st.sampled_from(["spfhp", "lpfhp", "best"]),
+    offset=st.sampled_from([0, 2]),
+)
 def test_fast_columns_equal_reference(seed, n, max_len, algorithm, offset):
     s = random_sequences(np.random.default_rng(seed), n, max_len)
     p = pack_lengths(s.lengths, max_len, algorithm=algorithm, seed=seed)
@@ -129,12 +156,16 @@ def unpack_rows(cols, token_fields=("input_ids",)):
     out = []
     for p in range(cols["segment_ids"].shape[0]):
         seg = cols["segment_ids"][p]
-        assert np.all(np.diff(seg[seg > 0].astype(int)) >= 0) and np.all(seg[np.argmax(seg == 0):] == 0 if (seg == 0).any() else True)
+        assert np.all(np.diff(seg[seg > 0].astype(int)) >= 0) and np.all(
+            seg[np.argmax(seg == 0) :] == 0 if (seg == 0).any() else True
+        )
         for k in range(1, int(seg.max()) + 1):
             where = seg == k
             idx = np.flatnonzero(where)
             assert idx.size and np.all(np.diff(idx) == 1), "a sequence must be one contiguous run in one row"
-            out.append((int(cols["example_ids"][p, k - 1]), tuple(tuple(cols[f][p, where].tolist()) for f in token_fields)))
+            out.append(
+                (int(cols["example_ids"][p, k - 1]), tuple(tuple(cols[f][p, where].tolist()) for f in token_fields))
+            )
         assert int(cols["num_sequences"][p]) == int(seg.max())
     return out
 
@@ -145,8 +176,11 @@ def test_every_sequence_exactly_once_with_its_tokens(docs, max_len, seed):
     s = clm_sequences(*flat(docs), max_len=max_len, eos_id=0)
     pc = pack_sequences(s, max_len, algorithm="best", seed=seed)
     got = Counter(unpack_rows(pc.columns, ("input_ids", "labels")))
-    want = Counter((int(s.example_ids[i]), (tuple(q["input_ids"].tolist()), tuple(q["labels"].tolist())))
-                   for i in range(s.num_sequences) for q in [s.sequence(i)])
+    want = Counter(
+        (int(s.example_ids[i]), (tuple(q["input_ids"].tolist()), tuple(q["labels"].tolist())))
+        for i in range(s.num_sequences)
+        for q in [s.sequence(i)]
+    )
     assert got == want
     pos = pc.columns["position_ids"]
     seg = pc.columns["segment_ids"]
@@ -157,7 +191,9 @@ def test_hand_golden():
     s = clm_sequences(np.array([1, 2, 3, 4, 5, 6]), np.array([0, 3, 4, 6]), max_len=4, eos_id=None)
     pc = pack_sequences(s, 4, algorithm="lpfhp", seed=0)
     c = pc.columns
-    rows = sorted(zip(c["input_ids"].tolist(), c["segment_ids"].tolist(), c["position_ids"].tolist(), c["example_ids"].tolist()))
+    rows = sorted(
+        zip(c["input_ids"].tolist(), c["segment_ids"].tolist(), c["position_ids"].tolist(), c["example_ids"].tolist())
+    )
     assert rows == [
         ([1, 2, 3, 4], [1, 1, 1, 2], [0, 1, 2, 0], [0, 1]),
         ([5, 6, 0, 0], [1, 1, 0, 0], [0, 1, 0, 0], [2, -1]),
@@ -165,9 +201,15 @@ def test_hand_golden():
 
 
 def test_position_fields_are_shifted():
-    s = Sequences(task="qa", offsets=np.array([0, 3, 5]), example_ids=np.array([0, 1]),
-                  token_fields={"input_ids": np.arange(5, dtype=np.uint16)},
-                  seq_fields={"start_positions": np.array([2, 1], np.int16)}, position_fields=("start_positions",), num_examples=2)
+    s = Sequences(
+        task="qa",
+        offsets=np.array([0, 3, 5]),
+        example_ids=np.array([0, 1]),
+        token_fields={"input_ids": np.arange(5, dtype=np.uint16)},
+        seq_fields={"start_positions": np.array([2, 1], np.int16)},
+        position_fields=("start_positions",),
+        num_examples=2,
+    )
     pc = pack_sequences(s, 5, algorithm="lpfhp")
     (row,) = range(pc.num_packs)
     ids, starts = pc.columns["input_ids"][row], pc.columns["start_positions"][row]
@@ -180,7 +222,9 @@ def test_write_load_roundtrip(tmp_path):
     m = write_packed(pc, tmp_path / "p", extra={"note": "x"}, options=WriteOptions(shard_packs=37, export_bin=True))
     assert len(m["shards"]) == -(-pc.num_packs // 37) and m["note"] == "x"
     assert read_manifest(tmp_path / "p") == m
-    assert m["num_packs"] == pc.num_packs and m["histogram"]["counts"] == np.bincount(s.lengths - 1, minlength=32).tolist()
+    assert (
+        m["num_packs"] == pc.num_packs and m["histogram"]["counts"] == np.bincount(s.lengths - 1, minlength=32).tolist()
+    )
     for mmap in (True, False):
         _, cols = load_packed(tmp_path / "p", mmap=mmap)
         for k, v in pc.columns.items():
@@ -196,7 +240,9 @@ def test_write_load_roundtrip(tmp_path):
 def test_same_inputs_same_bytes(tmp_path):
     s = random_sequences(np.random.default_rng(0), 500, 64)
     for name in ("a", "b"):
-        write_packed(pack_sequences(s, 64, seed=3), tmp_path / name, options=WriteOptions(shard_packs=50, export_bin=True))
+        write_packed(
+            pack_sequences(s, 64, seed=3), tmp_path / name, options=WriteOptions(shard_packs=50, export_bin=True)
+        )
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert len(files) > 5
     for f in files:
@@ -235,8 +281,9 @@ def test_hf_datasets_loads_it(tmp_path):
     datasets = pytest.importorskip("datasets")
     pc = pack_sequences(random_sequences(np.random.default_rng(0), 100, 16), 16)
     write_packed(pc, tmp_path / "p", options=WriteOptions(shard_packs=10))
-    ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "p" / "data" / "*.parquet"), split="train",
-                               cache_dir=str(tmp_path / "hf"))
+    ds = datasets.load_dataset(
+        "parquet", data_files=str(tmp_path / "p" / "data" / "*.parquet"), split="train", cache_dir=str(tmp_path / "hf")
+    )
     assert len(ds) == pc.num_packs
     ds.set_format("numpy")
     for k in ("input_ids", "segment_ids", "example_ids", "multi"):

@@ -10,9 +10,14 @@ from tests.data.test_layout import random_sequences
 
 
 def test_hand_golden():
-    cols = {"input_ids": np.array([[7, 8, 9, 5], [3, 4, 0, 0]]), "segment_ids": np.array([[1, 1, 1, 2], [1, 1, 0, 0]]),
-            "position_ids": np.array([[0, 1, 2, 0], [0, 1, 0, 0]]), "labels": np.array([[-100, 8, -100, 5], [3, -100, -100, -100]]),
-            "next_sentence_label": np.array([[1, 0], [0, -100]]), "num_sequences": np.array([2, 1])}
+    cols = {
+        "input_ids": np.array([[7, 8, 9, 5], [3, 4, 0, 0]]),
+        "segment_ids": np.array([[1, 1, 1, 2], [1, 1, 0, 0]]),
+        "position_ids": np.array([[0, 1, 2, 0], [0, 1, 0, 0]]),
+        "labels": np.array([[-100, 8, -100, 5], [3, -100, -100, -100]]),
+        "next_sentence_label": np.array([[1, 0], [0, -100]]),
+        "num_sequences": np.array([2, 1]),
+    }
     spans = sequence_spans(cols["segment_ids"])
     assert spans.tolist() == [[0, 0, 3, 0], [0, 3, 1, 1], [1, 0, 2, 0]]
     rows = padded_rows(cols, spans[[1, 2]], token_labels=True)
@@ -24,7 +29,9 @@ def test_hand_golden():
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 50), max_len=st.integers(1, 30), chunk=st.sampled_from([1, 3, 65536]))
+@given(
+    seed=st.integers(0, 10_000), n=st.integers(1, 50), max_len=st.integers(1, 30), chunk=st.sampled_from([1, 3, 65536])
+)
 def test_padded_rows_are_the_sequences_fast_equals_reference(seed, n, max_len, chunk):
     s = random_sequences(np.random.default_rng(seed), n, max_len)
     pc = pack_sequences(s, max_len, algorithm="best", seed=seed)

@@ -34,8 +34,12 @@ def scheduled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lengths = _lengths()
     seqs = from_lists([np.arange(n) % 50 for n in lengths], task="clm")
     pc = pack_sequences(seqs, 128, algorithm="best", seed=0)
-    steps, info = packing_schedule(pc.packing.lengths, pc.packing.pack_offsets, pc.packing.sequence_index,
-                                   ScheduleOptions(world_size=WORLD, micro_batch=MICRO))
+    steps, info = packing_schedule(
+        pc.packing.lengths,
+        pc.packing.pack_offsets,
+        pc.packing.sequence_index,
+        ScheduleOptions(world_size=WORLD, micro_batch=MICRO),
+    )
     write_packed(pc, out, extra={"schedule": info}, arrays={SCHEDULE: steps})
     return out
 
@@ -124,21 +128,64 @@ def test_pack_command_writes_a_schedule_on_every_path(capsys, tmp_path: Path) ->
     tok = Tokenizer.load(tmp_path / "tok")
     docs = [f"Doc {i}. " + "Some words here. " * (i % 13) for i in range(80)]
     (tmp_path / "c.txt").write_text(EOT.join(docs), encoding="utf-8")
-    code, _, err = run(capsys, "tokenize", str(tmp_path / "c.txt"), "--tokenizer", str(tmp_path / "tok"), "--out",
-                       str(tmp_path / "s"), "--workers", "1")
+    code, _, err = run(
+        capsys,
+        "tokenize",
+        str(tmp_path / "c.txt"),
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--out",
+        str(tmp_path / "s"),
+        "--workers",
+        "1",
+    )
     assert code == 0, err
-    code, out, err = run(capsys, "pack", str(tmp_path / "s"), "--task", "clm", "--max-len", "256", "--tokenizer",
-                         str(tmp_path / "tok"), "--out", str(tmp_path / "p"), "--world-size", "2", "--micro-batch", "2")
+    code, out, err = run(
+        capsys,
+        "pack",
+        str(tmp_path / "s"),
+        "--task",
+        "clm",
+        "--max-len",
+        "256",
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--out",
+        str(tmp_path / "p"),
+        "--world-size",
+        "2",
+        "--micro-batch",
+        "2",
+    )
     assert code == 0, err
     assert "schedule:" in out and "balanced" in out
     sharded = read_schedule(tmp_path / "p")
     store = build_store(docs, tok, tmp_path / "plain", workers=1)  # one plain store: packed in memory
-    build_packed_dataset(store, tok, tmp_path / "q", PackConfig(task="clm", max_len=256), output=OutputOptions(schedule=ScheduleOptions(world_size=2, micro_batch=2)))
+    build_packed_dataset(
+        store,
+        tok,
+        tmp_path / "q",
+        PackConfig(task="clm", max_len=256),
+        output=OutputOptions(schedule=ScheduleOptions(world_size=2, micro_batch=2)),
+    )
     np.testing.assert_array_equal(read_schedule(tmp_path / "q"), sharded)
     m = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert m["schedule"]["cost"] == RowCost.from_flops(hidden=1024, layers=1).to_dict()
-    code, _, err = run(capsys, "pack", str(tmp_path / "s"), "--task", "clm", "--max-len", "256", "--tokenizer",
-                       str(tmp_path / "tok"), "--out", str(tmp_path / "r"), "--cost", str(tmp_path / "none.json"))
+    code, _, err = run(
+        capsys,
+        "pack",
+        str(tmp_path / "s"),
+        "--task",
+        "clm",
+        "--max-len",
+        "256",
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--out",
+        str(tmp_path / "r"),
+        "--cost",
+        str(tmp_path / "none.json"),
+    )
     assert code == 2 and "--world-size" in err
 
 

@@ -41,8 +41,15 @@ def test_examples_hold_the_packs(chat: dict[str, Path]) -> None:
 
 
 def test_one_sft_trainer_step_has_seqpack_trainers_loss(chat: dict[str, Path], tmp_path: Path) -> None:
-    cfg = TrainConfig(data=str(chat["sft"]), out=str(tmp_path / "seqpack"), hf_model=str(chat["llama"]), steps=1,
-                      batch_size=8, reduction="token", progress=False)
+    cfg = TrainConfig(
+        data=str(chat["sft"]),
+        out=str(tmp_path / "seqpack"),
+        hf_model=str(chat["llama"]),
+        steps=1,
+        batch_size=8,
+        reduction="token",
+        progress=False,
+    )
     data = TrainData(chat["sft"])
     torch.manual_seed(cfg.seed)
     model, _ = build_model(data.manifest, cfg)  # the weights seqpack's run starts from (same seed)
@@ -52,11 +59,25 @@ def test_one_sft_trainer_step_has_seqpack_trainers_loss(chat: dict[str, Path], t
     train(cfg, on_step=lambda step, rec: steps.append(rec))
     packs = data.train_packs[data.units_at(cfg.seed, 0, 8)]  # the rows of seqpack's first step
 
-    args = trl.SFTConfig(output_dir=str(tmp_path / "trl"), padding_free=True, per_device_train_batch_size=8,
-                         max_steps=1, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,
-                         max_length=None, dataset_kwargs={"skip_prepare_dataset": True}, learning_rate=1e-3)
-    trainer = trl.SFTTrainer(model=initial, args=args, train_dataset=trl_examples(chat["sft"], packs),
-                             processing_class=tf.AutoTokenizer.from_pretrained(str(chat["tok"])))
+    args = trl.SFTConfig(
+        output_dir=str(tmp_path / "trl"),
+        padding_free=True,
+        per_device_train_batch_size=8,
+        max_steps=1,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        max_length=None,
+        dataset_kwargs={"skip_prepare_dataset": True},
+        learning_rate=1e-3,
+    )
+    trainer = trl.SFTTrainer(
+        model=initial,
+        args=args,
+        train_dataset=trl_examples(chat["sft"], packs),
+        processing_class=tf.AutoTokenizer.from_pretrained(str(chat["tok"])),
+    )
     trainer.train()
     trl_loss = next(r["loss"] for r in trainer.state.log_history if "loss" in r)
     ours = steps[0]["loss"]

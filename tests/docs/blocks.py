@@ -50,6 +50,5 @@ def blocks(path: Path) -> list[Block]:
         before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
         mark = MARK.search(before)
         body = textwrap.dedent(m.group("body")) if m.group("indent") else m.group("body")
-        out.append(Block(str(path.relative_to(ROOT)), line, m.group("lang"), body,
-                         mark.group("why") if mark else None))
+        out.append(Block(str(path.relative_to(ROOT)), line, m.group("lang"), body, mark.group("why") if mark else None))
     return out

@@ -50,14 +50,29 @@ def _run_page(page: Path, root: Path) -> subprocess.CompletedProcess:
 
     work = make_workdir(root / "work")
     cuda = importlib.util.find_spec("torch") is not None and _cuda()
-    todo = [{"where": b.where, "lang": "python" if b.lang == "python" else "sh", "code": b.code}
-            for b in blocks(page) if b.lang in RUN and (b.not_run is None or (b.not_run == "needs a GPU" and cuda))]
+    todo = [
+        {"where": b.where, "lang": "python" if b.lang == "python" else "sh", "code": b.code}
+        for b in blocks(page)
+        if b.lang in RUN and (b.not_run is None or (b.not_run == "needs a GPU" and cuda))
+    ]
     (root / "blocks.json").write_text(json.dumps(todo), encoding="utf-8")
     bindir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}", "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "tests.docs.runner", str(root / "blocks.json")], cwd=work,
-                          env=env, capture_output=True, text=True, timeout=900)
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "MPLBACKEND": "Agg",
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "tests.docs.runner", str(root / "blocks.json")],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -66,8 +81,11 @@ def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     and imports, so two share this machine's two cores): page -> a future of its completed process."""
     from concurrent.futures import ThreadPoolExecutor
 
-    selected = [cast(Path, item.callspec.params["page"]) for item in request.session.items
-                if isinstance(item, pytest.Function) and hasattr(item, "callspec") and "page" in item.callspec.params]
+    selected = [
+        cast(Path, item.callspec.params["page"])
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and hasattr(item, "callspec") and "page" in item.callspec.params
+    ]
     if importlib.util.find_spec("trl") is None:
         selected = []  # each test skips: the pages use every extra
     pool = ThreadPoolExecutor(max_workers=2)
@@ -106,8 +124,25 @@ def test_the_site_builds_strictly(tmp_path: Path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NO_MKDOCS_2_WARNING": "1"}
     block = "; ".join(f"sys.modules[{m!r}] = None" for m in NOT_IN_THE_DOCS_EXTRA)
     code = f"import sys; {block}; from mkdocs.__main__ import cli; sys.exit(cli())"
-    p = subprocess.run([sys.executable, "-c", code, "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
-                        "-d", str(tmp_path / "site")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "build",
+            "--strict",
+            "-q",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-6000:]
     site = tmp_path / "site"
     cli = (site / "reference" / "cli.html").read_text(encoding="utf-8")
@@ -124,7 +159,10 @@ def test_the_site_builds_strictly(tmp_path: Path):
         # links between pages name files (page.html), never directories (page/), which a browser
         # opening the site from disk shows as a listing
         hrefs = re.findall(r'href="(?!https?:|#|mailto:)([^"]+)"', text)
-        assert not [h for h in hrefs if h.split("#")[0].endswith("/")], (html, [h for h in hrefs if h.endswith("/")][:3])
+        assert not [h for h in hrefs if h.split("#")[0].endswith("/")], (
+            html,
+            [h for h in hrefs if h.endswith("/")][:3],
+        )
 
 
 # "issue 23", "issues 12 and 14", "session 4", "stop 58", "PR 7", "#41", and a numbered log's
@@ -132,7 +170,8 @@ def test_the_site_builds_strictly(tmp_path: Path):
 WORK_LOG = re.compile(
     r"(?i)(\b(issues?|sessions?|stops?|PRs?|tickets?)\s*#?\d+"
     r"|(?<![\w/])#\d+\b"
-    r"|\b(run|call|round|attempt)\s+#?\d+\s*[:(])")
+    r"|\b(run|call|round|attempt)\s+#?\d+\s*[:(])"
+)
 
 
 def _user_texts() -> list[tuple[str, str]]:
@@ -195,8 +234,9 @@ def test_the_readme_links_resolve():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     links = re.findall(r"\]\(([^)\s]+)\)", text)
     assert len(links) >= 10
-    broken = [ln for ln in links if not ln.startswith(("http://", "https://", "#"))
-              and not (ROOT / ln.split("#")[0]).exists()]
+    broken = [
+        ln for ln in links if not ln.startswith(("http://", "https://", "#")) and not (ROOT / ln.split("#")[0]).exists()
+    ]
     assert not broken, broken
 
 

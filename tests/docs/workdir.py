@@ -18,8 +18,10 @@ def _jsonl(path: Path, records: list[dict[str, Any]]) -> None:
 def classification_records(n: int, seed: int = 0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     words = "good great fine bad awful poor the film was plot acting music".split()
-    return [{"text": " ".join(rng.choices(words, k=rng.randint(3, 30))), "label": rng.choice(["neg", "pos"])}
-            for _ in range(n)]
+    return [
+        {"text": " ".join(rng.choices(words, k=rng.randint(3, 30))), "label": rng.choice(["neg", "pos"])}
+        for _ in range(n)
+    ]
 
 
 def qa_records(n: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -30,9 +32,10 @@ def qa_records(n: int, seed: int = 0) -> list[dict[str, Any]]:
         start = rng.randrange(0, max(1, len(context) - 10))
         start = context.rfind(" ", 0, start) + 1
         end = context.find(" ", start)
-        answer = context[start:end if end > 0 else None]
-        out.append({"question": "what is it?", "context": context,
-                    "answers": {"text": [answer], "answer_start": [start]}})
+        answer = context[start : end if end > 0 else None]
+        out.append(
+            {"question": "what is it?", "context": context, "answers": {"text": [answer], "answer_start": [start]}}
+        )
     return out
 
 

@@ -25,8 +25,29 @@ def test_designs_fit_and_span_the_squares(max_len: int) -> None:
 
 def test_calibrate_writes_the_fit_of_its_own_times(tmp_path, capsys) -> None:
     out = tmp_path / "cost.json"
-    args = ["bench", "--calibrate", "--model", "gpt", "--size", "tiny", "--max-len", "64", "--vocab-size", "64",
-            "--batch-size", "2", "--steps", "1", "--repeats", "1", "--threads", "1", "--json", "--out", str(out)]
+    args = [
+        "bench",
+        "--calibrate",
+        "--model",
+        "gpt",
+        "--size",
+        "tiny",
+        "--max-len",
+        "64",
+        "--vocab-size",
+        "64",
+        "--batch-size",
+        "2",
+        "--steps",
+        "1",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     r = json.loads(capsys.readouterr().out)
     cost = load_row_cost(out)
@@ -47,13 +68,40 @@ def test_plan_and_train_read_a_cost_file(tmp_path, capsys, datasets) -> None:
 
     RowCost(per_token=1e-4, per_square=1e-6).save(tmp_path / "c.json")
     csv = Path(__file__).resolve().parents[2] / "src" / "seqpack" / "packing" / "data" / "wikipedia_len512.csv"
-    assert main(["plan", "--histogram", str(csv), "--max-len", "512", "--algorithm", "lpfhp", "--world-size", "4",
-                 "--cost", str(tmp_path / "c.json"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--histogram",
+                str(csv),
+                "--max-len",
+                "512",
+                "--algorithm",
+                "lpfhp",
+                "--world-size",
+                "4",
+                "--cost",
+                str(tmp_path / "c.json"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     b = json.loads(capsys.readouterr().out)["balance"]
     assert b["cost"]["per_square"] == 1e-6 and b["cost_source"] == str(tmp_path / "c.json")
     assert main(["plan", "--histogram", str(csv), "--max-len", "512", "--cost", str(tmp_path / "c.json")]) == 2
-    cfg = TrainConfig(data=str(datasets["clm"]), out=str(tmp_path / "run"), steps=2, batch_size=4, eval_fraction=0.1,
-                      threads=1, progress=False, balance="compute", balance_world=2, balance_cost=str(tmp_path / "c.json"))
+    cfg = TrainConfig(
+        data=str(datasets["clm"]),
+        out=str(tmp_path / "run"),
+        steps=2,
+        batch_size=4,
+        eval_fraction=0.1,
+        threads=1,
+        progress=False,
+        balance="compute",
+        balance_world=2,
+        balance_cost=str(tmp_path / "c.json"),
+    )
     train(cfg)
     info = json.loads((tmp_path / "run" / "config.json").read_text())["balance"]
     assert info["cost"]["per_square"] == 1e-6 and info["cost_source"] == str(tmp_path / "c.json")

@@ -17,8 +17,11 @@ from seqpack.experiments.screenshot import (
 
 def page(tmp_path: Path) -> Path:
     img = plot_speedups({"paper regime": (1.93, 2.0), "fine-tune": (2.9, 3.25)}, tmp_path / "s.png", title="t")
-    return write_html(tmp_path / "report.html", "demo", [("What", [["claim", "met"], ["x", "yes"]]), ("Plot", img),
-                                                          ("Why", "because")])
+    return write_html(
+        tmp_path / "report.html",
+        "demo",
+        [("What", [["claim", "met"], ["x", "yes"]]), ("Plot", img), ("Why", "because")],
+    )
 
 
 def test_missing_images_finds_broken_ones(tmp_path: Path) -> None:

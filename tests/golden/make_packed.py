@@ -41,8 +41,10 @@ def text_docs(n: int = 40, seed: int = 0) -> list[str]:
     words = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
     docs = []
     for _ in range(n):
-        sents = [" ".join(rng.choice(words, rng.integers(1, 12))).capitalize() + str(rng.choice([".", "!", "?"]))
-                 for _ in range(rng.integers(1, 6))]
+        sents = [
+            " ".join(rng.choice(words, rng.integers(1, 12))).capitalize() + str(rng.choice([".", "!", "?"]))
+            for _ in range(rng.integers(1, 6))
+        ]
         docs.append(" ".join(sents))
     docs[3] = ""  # an empty document is counted, not packed
     return docs
@@ -58,14 +60,21 @@ def records(task: str) -> list[dict[str, Any]]:
     if task == "classification":
         return [{"text": text(1, 8), "text_pair": text(1, 4), "label": ["neg", "pos", "mid"][i % 3]} for i in range(30)]
     if task == "multilabel":
-        return [{"text": text(1, 6), "label": sorted({str(w) for w in rng.choice(words, int(rng.integers(0, 3)))})}
-                for i in range(30)]
+        return [
+            {"text": text(1, 6), "label": sorted({str(w) for w in rng.choice(words, int(rng.integers(0, 3)))})}
+            for i in range(30)
+        ]
     out: list[dict[str, Any]] = []
     if task == "qa":
         for i in range(20):
             ctx = text(3, 16) + f" answer{i} end."
-            out.append({"question": f"where is {i}?", "context": ctx,
-                        "answers": {"text": [f"answer{i}"], "answer_start": [ctx.index(f"answer{i}")]}})
+            out.append(
+                {
+                    "question": f"where is {i}?",
+                    "context": ctx,
+                    "answers": {"text": [f"answer{i}"], "answer_start": [ctx.index(f"answer{i}")]},
+                }
+            )
         return out
     if task == "chat":
         for _ in range(25):
@@ -82,18 +91,31 @@ def records(task: str) -> list[dict[str, Any]]:
 CASES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
     "clm-store": ("clm", "store", {"max_len": 64}, {"shard_packs": 20}),
     "clm-sharded": ("clm", "sharded", {"max_len": 64}, {"shard_packs": 20}),
-    "clm-sharded-bin": ("clm", "sharded", {"max_len": 48, "algorithm": "lpfhp"}, {"shard_packs": 30, "export_bin": True}),
+    "clm-sharded-bin": (
+        "clm",
+        "sharded",
+        {"max_len": 48, "algorithm": "lpfhp"},
+        {"shard_packs": 30, "export_bin": True},
+    ),
     "mlm-store": ("mlm", "store", {"max_len": 64, "seed": 3}, {}),
     "mlm-sharded": ("mlm", "sharded", {"max_len": 64, "seed": 3}, {"shard_packs": 30}),
     "classification-records": ("classification", "records", {"max_len": 48, "text_pair_field": "text_pair"}, {}),
-    "classification-jsonl": ("classification", "jsonl", {"max_len": 48, "text_pair_field": "text_pair"},
-                             {"shard_examples": 7, "shard_packs": 4}),
+    "classification-jsonl": (
+        "classification",
+        "jsonl",
+        {"max_len": 48, "text_pair_field": "text_pair"},
+        {"shard_examples": 7, "shard_packs": 4},
+    ),
     "multilabel-jsonl": ("multilabel", "jsonl", {"max_len": 24}, {"shard_examples": 9}),
     "qa-records": ("qa", "records", {"max_len": 128, "doc_stride": 32}, {}),
     "qa-jsonl": ("qa", "jsonl", {"max_len": 128, "doc_stride": 32}, {"shard_examples": 6}),
     "chat-records": ("chat", "records", {"max_len": 160, "chat_template": "chatml"}, {}),
-    "chat-jsonl": ("chat", "jsonl", {"max_len": 112, "chat_template": "chatml", "overflow": "truncate"},
-                   {"shard_examples": 8, "shard_packs": 3}),
+    "chat-jsonl": (
+        "chat",
+        "jsonl",
+        {"max_len": 112, "chat_template": "chatml", "overflow": "truncate"},
+        {"shard_examples": 8, "shard_packs": 3},
+    ),
 }
 
 

@@ -14,7 +14,9 @@ CPU_BACKENDS = ("sdpa", "eager", "per_document")
 VARLEN_ON_CPU = "varlen (reference kernel)"
 
 
-def attend(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg: torch.Tensor, causal: bool) -> torch.Tensor:
+def attend(
+    backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg: torch.Tensor, causal: bool
+) -> torch.Tensor:
     """``packed_attention`` with ``backend``; ``VARLEN_ON_CPU``: the varlen backends' own plan and
     flattening (the rows as they are) with the per-run SDPA reference in place of the CUDA kernel,
     so that only the kernel is left to the GPU suite."""
@@ -22,7 +24,9 @@ def attend(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg:
         return packed_attention(q, k, v, plan_attention(seg, causal=causal, backend=backend))
     from seqpack.nn.attention.varlen import VARLEN, attend_runs, varlen_oracle
 
-    return attend_runs(q, k, v, VARLEN.plan(seg, causal=causal, dtype=q.dtype), 1 / math.sqrt(q.shape[-1]), varlen_oracle)
+    return attend_runs(
+        q, k, v, VARLEN.plan(seg, causal=causal, dtype=q.dtype), 1 / math.sqrt(q.shape[-1]), varlen_oracle
+    )
 
 
 def alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:

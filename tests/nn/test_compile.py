@@ -18,8 +18,15 @@ from tests.nn.test_models import build, make_batch, on, run
 
 T = 32
 # every batch is 2 rows of T=32; the number of sequences per row changes each time
-LAYOUTS = [[[10, 22], [32]], [[5, 5, 5, 17], [16, 16]], [[32], [31]], [[8, 8, 8, 8], [16, 16]],
-           [[3, 29], [30]], [[1, 1, 30], [32]], [[4, 4, 4, 4], [2, 30]]]
+LAYOUTS = [
+    [[10, 22], [32]],
+    [[5, 5, 5, 17], [16, 16]],
+    [[32], [31]],
+    [[8, 8, 8, 8], [16, 16]],
+    [[3, 29], [30]],
+    [[1, 1, 30], [32]],
+    [[4, 4, 4, 4], [2, 30]],
+]
 STEADY = 3  # batches after which nothing new may compile
 
 
@@ -34,8 +41,15 @@ def counting_backend(compiler: str) -> tuple[list[int], Any]:
     return graphs, counting
 
 
-def compile_run(kind: str, backend: str, *, device: str, compiler: str, layouts: list[Any] = LAYOUTS,
-                autocast: torch.dtype | None = None) -> dict[str, Any]:
+def compile_run(
+    kind: str,
+    backend: str,
+    *,
+    device: str,
+    compiler: str,
+    layouts: list[Any] = LAYOUTS,
+    autocast: torch.dtype | None = None,
+) -> dict[str, Any]:
     """Eager and compiled losses (and the largest gradient difference) per batch, and how many
     graphs had been compiled after each batch (``autocast``: run both under it, e.g. bf16)."""
     torch._dynamo.reset()
@@ -51,8 +65,11 @@ def compile_run(kind: str, backend: str, *, device: str, compiler: str, layouts:
         le.backward()
         lc.backward()
         # largest gradient difference in units of the exactness suite's tolerance (1e-5 + 1e-4 * scale)
-        diff = max(float((p.grad - q.grad).abs().max() / (1e-5 + 1e-4 * p.grad.abs().max()))  # type: ignore[operator]  # p.grad, q.grad: backward() set it
-                   for p, q in zip(eager.parameters(), compiled.parameters()) if p.grad is not None)
+        diff = max(
+            float((p.grad - q.grad).abs().max() / (1e-5 + 1e-4 * p.grad.abs().max()))  # type: ignore[operator]  # p.grad, q.grad: backward() set it
+            for p, q in zip(eager.parameters(), compiled.parameters())
+            if p.grad is not None
+        )
         eager.zero_grad()
         compiled.zero_grad()
         out["eager"].append(float(le.detach()))

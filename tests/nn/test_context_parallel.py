@@ -51,7 +51,9 @@ def batch() -> dict[str, np.ndarray]:
 def shard(cols: dict[str, np.ndarray], cp: int, rank: int) -> tuple[dict[str, torch.Tensor], np.ndarray]:
     """Rank ``rank``'s share of every row (B, T / cp), and where each of its slots reads from (-1: padding)."""
     keep = ("input_ids", "segment_ids", "position_ids", "targets")
-    parts = [cp_shard({k: cols[k][b] for k in keep}, cols["segment_ids"][b], cp=cp, rank=rank) for b in range(len(ROWS))]
+    parts = [
+        cp_shard({k: cols[k][b] for k in keep}, cols["segment_ids"][b], cp=cp, rank=rank) for b in range(len(ROWS))
+    ]
     srcs = []
     for b in range(len(ROWS)):
         lay = cp_placement(cols["segment_ids"][b], cp=cp)
@@ -83,8 +85,16 @@ def build(kind: str) -> torch.nn.Module:
     from seqpack.nn.hf_attention import PACKED_IMPL, register_packed_attention
 
     register_packed_attention()
-    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,  # type: ignore[call-arg]  # attn_implementation: every config takes it, its typed signature does not list it
-                      num_key_value_heads=2, max_position_embeddings=T, attn_implementation=PACKED_IMPL)
+    cfg = LlamaConfig(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,  # type: ignore[call-arg]  # attn_implementation: every config takes it, its typed signature does not list it
+        num_key_value_heads=2,
+        max_position_embeddings=T,
+        attn_implementation=PACKED_IMPL,
+    )
     return LlamaForCausalLM(cfg).float()
 
 
@@ -95,8 +105,10 @@ def _worker(rank: int, size: int, init: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=size)
     torch.set_num_threads(1)
     try:
-        torch.save({f"{kind}-{reduction}": _case(rank, size, kind, reduction) for kind, reduction in CASES},
-                   Path(out) / f"{rank}.pt")
+        torch.save(
+            {f"{kind}-{reduction}": _case(rank, size, kind, reduction) for kind, reduction in CASES},
+            Path(out) / f"{rank}.pt",
+        )
     finally:
         dist.destroy_process_group()
 
@@ -126,8 +138,14 @@ def _case(rank: int, size: int, kind: str, reduction: str) -> dict:
     real = torch.from_numpy(src >= 0)
     b, j = real.nonzero(as_tuple=True)
     want = logits.detach()[b, torch.from_numpy(src)[b, j]]
-    return {"logit_diff": float((local.detach()[b, j] - want).abs().max()), "loss": float(total),
-            "full_loss": float(full_loss), "grads": grads, "full_grads": full_grads, "tokens": int(real.sum())}
+    return {
+        "logit_diff": float((local.detach()[b, j] - want).abs().max()),
+        "loss": float(total),
+        "full_loss": float(full_loss),
+        "grads": grads,
+        "full_grads": full_grads,
+        "tokens": int(real.sum()),
+    }
 
 
 def _unsplit_loss(logits: torch.Tensor, cols: dict[str, torch.Tensor], reduction: str) -> torch.Tensor:
@@ -160,8 +178,13 @@ def test_cp_ranks_equal_the_unsplit_rows(tmp_path, size):
             assert abs(c["loss"] - c["full_loss"]) < 1e-5, (kind, reduction)  # the ranks' parts sum to the unsplit loss
             assert c["grads"].keys() == c["full_grads"].keys()
             for k, want in c["full_grads"].items():
-                torch.testing.assert_close(c["grads"][k], want, rtol=1e-4, atol=1e-6 * float(want.abs().max()) + 1e-9,
-                                           msg=lambda m, k=k, kind=kind, reduction=reduction: f"{kind} {reduction} {k}: {m}")
+                torch.testing.assert_close(
+                    c["grads"][k],
+                    want,
+                    rtol=1e-4,
+                    atol=1e-6 * float(want.abs().max()) + 1e-9,
+                    msg=lambda m, k=k, kind=kind, reduction=reduction: f"{kind} {reduction} {k}: {m}",
+                )
 
 
 def test_one_rank_without_a_process_group_is_the_unsplit_pass():

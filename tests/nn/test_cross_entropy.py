@@ -59,8 +59,9 @@ from seqpack.nn.cross_entropy import (  # noqa: E402
 )
 
 
-def _head_case(N: int, V: int, H: int, *, bias: bool, dtype: torch.dtype = torch.float64, device: str = "cpu",
-               seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+def _head_case(
+    N: int, V: int, H: int, *, bias: bool, dtype: torch.dtype = torch.float64, device: str = "cpu", seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     g = torch.Generator(device=device).manual_seed(seed)
     h = torch.randn(N, H, device=device, generator=g, dtype=dtype)
     w = torch.randn(V, H, device=device, generator=g, dtype=dtype) / H**0.5
@@ -128,7 +129,9 @@ def test_linear_cross_entropy_under_bf16_autocast_adds_no_error_beyond_bf16() ->
 def test_linear_cross_entropy_on_cuda_adds_no_error_beyond_bf16(N: int, V: int, H: int) -> None:
     pytest.importorskip("triton")
     h, w, b, t, rw = _head_case(N, V, H, bias=False, dtype=torch.float32, device="cuda")
-    truth, truth_top1, truth_grads = _loss_and_grads(linear_cross_entropy_oracle, h.double(), w.double(), None, t, rw.double())
+    truth, truth_top1, truth_grads = _loss_and_grads(
+        linear_cross_entropy_oracle, h.double(), w.double(), None, t, rw.double()
+    )
     with torch.autocast("cuda", dtype=torch.bfloat16):
         got, top1, grads = _loss_and_grads(linear_cross_entropy, h, w, b, t, rw, chunk_rows=max(1, N // 3))
         plain, _, plain_grads = _loss_and_grads(linear_cross_entropy_oracle, h, w, b, t, rw)
@@ -167,6 +170,12 @@ def test_the_kernels_under_the_triton_interpreter() -> None:
     import os
 
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
-                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]

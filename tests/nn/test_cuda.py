@@ -72,7 +72,9 @@ def _outputs(kind: str, out: Any, b: int, k: int, at: int, n: int, packed: bool)
             got.append((x[b, k, at : at + n] if packed else x[0, 0]).float())
         else:
             got.append((x[b, k] if packed else x[0, 0]).float())
-    if out.per_sequence is not None and (out.present is None or bool(out.present[b if packed else 0, k if packed else 0])):
+    if out.per_sequence is not None and (
+        out.present is None or bool(out.present[b if packed else 0, k if packed else 0])
+    ):
         got.append(out.per_sequence[b, k].float().reshape(1) if packed else out.per_sequence[0, 0].float().reshape(1))
     return got
 
@@ -94,8 +96,11 @@ def test_bf16_packing_adds_no_error(kind: str, backend: str, case: int) -> None:
             ref = run(reference, kind, x)
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 single = run(reference, kind, x)  # the same sequence alone, in bf16
-            for p, s, r in zip(_outputs(kind, packed, b, k, at, n, True), _outputs(kind, single, b, k, at, n, False),
-                               _outputs(kind, ref, b, k, at, n, False)):
+            for p, s, r in zip(
+                _outputs(kind, packed, b, k, at, n, True),
+                _outputs(kind, single, b, k, at, n, False),
+                _outputs(kind, ref, b, k, at, n, False),
+            ):
                 finite = torch.isfinite(r)
                 err_packed = float((p - r)[finite].abs().max())
                 err_alone = float((s - r)[finite].abs().max())
@@ -128,6 +133,9 @@ def test_sdpa_backward_with_a_packed_mask_is_finite(T):
     seg = torch.tensor([[1] * (T // 2) + [2] * (T // 4) + [0] * (T - T // 2 - T // 4)] * 2, device="cuda")
     plan = plan_attention(seg, causal=True, backend="sdpa", dtype=torch.bfloat16)
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(2, 4, T, 64, device="cuda", dtype=torch.bfloat16, generator=g).mul(3).requires_grad_() for _ in range(3))
+    q, k, v = (
+        torch.randn(2, 4, T, 64, device="cuda", dtype=torch.bfloat16, generator=g).mul(3).requires_grad_()
+        for _ in range(3)
+    )
     packed_attention(q, k, v, plan).float().square().sum().backward()
     assert all(torch.isfinite(x.grad).all() for x in (q, k, v))

@@ -16,8 +16,15 @@ from tests.nn.test_models import V, alone, f, make_batch
 tf = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-KINDS = ("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification-single",
-         "BertForSequenceClassification-multi", "BertForQuestionAnswering", "GPT2LMHeadModel", "LlamaForCausalLM")
+KINDS = (
+    "BertForPreTraining",
+    "BertForMaskedLM",
+    "BertForSequenceClassification-single",
+    "BertForSequenceClassification-multi",
+    "BertForQuestionAnswering",
+    "GPT2LMHeadModel",
+    "LlamaForCausalLM",
+)
 
 
 def build(kind: str, impl: str) -> Any:
@@ -25,18 +32,46 @@ def build(kind: str, impl: str) -> Any:
     if kind.startswith("Bert"):
         problem = "multi_label_classification" if kind.endswith("multi") else "single_label_classification"
         cfg = tf.BertConfig(
-            vocab_size=V, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-            max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-            num_labels=2 if kind.endswith("Answering") else 3, problem_type=problem, attn_implementation=impl,
+            vocab_size=V,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=64,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            num_labels=2 if kind.endswith("Answering") else 3,
+            problem_type=problem,
+            attn_implementation=impl,
         )
         return getattr(tf, kind.split("-")[0])(cfg)
     if kind == "GPT2LMHeadModel":
-        cfg = tf.GPT2Config(vocab_size=V, n_embd=16, n_layer=2, n_head=2, n_positions=64, resid_pdrop=0.0,
-                            embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0, attn_implementation=impl)
+        cfg = tf.GPT2Config(
+            vocab_size=V,
+            n_embd=16,
+            n_layer=2,
+            n_head=2,
+            n_positions=64,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            bos_token_id=0,
+            eos_token_id=0,
+            attn_implementation=impl,
+        )
         return tf.GPT2LMHeadModel(cfg)
-    cfg = tf.LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=1, max_position_embeddings=64, bos_token_id=0, eos_token_id=0,
-                         attn_implementation=impl)
+    cfg = tf.LlamaConfig(
+        vocab_size=V,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation=impl,
+    )
     return tf.LlamaForCausalLM(cfg)
 
 
@@ -145,7 +180,9 @@ def test_adapter_bad_inputs() -> None:
     with pytest.raises(ValueError, match="no 'segment_ids' column"):
         packed_forward(model, {"input_ids": torch.zeros(1, 4, dtype=torch.long)})
     with pytest.raises(ValueError, match="segment_ids has shape"):
-        packed_forward(model, {"input_ids": torch.zeros(1, 4, dtype=torch.long), "segment_ids": torch.ones(1, 3, dtype=torch.long)})
+        packed_forward(
+            model, {"input_ids": torch.zeros(1, 4, dtype=torch.long), "segment_ids": torch.ones(1, 3, dtype=torch.long)}
+        )
     model.config._attn_implementation = "flash_attention_2"
     with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
         hf_attention_mask(model, torch.ones(1, 3, dtype=torch.long), causal=True)

@@ -22,8 +22,14 @@ def pair(kind: str) -> tuple[torch.nn.Module, torch.nn.Module]:
     register_packed_attention()
     torch.manual_seed(0)
     if kind == "llama":
-        kw = {"vocab_size": 50, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2}
+        kw = {
+            "vocab_size": 50,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+        }
         make = lambda impl: tf.LlamaForCausalLM(tf.LlamaConfig(**kw, attn_implementation=impl))  # noqa: E731
     else:
         kw = {"vocab_size": 50, "n_embd": 32, "n_layer": 2, "n_head": 2, "bos_token_id": 0, "eos_token_id": 0}
@@ -39,8 +45,9 @@ def test_shared_prefix_plan_equals_the_dense_mask(kind: str, backend: str) -> No
     dense, packed = pair(kind)
     ids = torch.randint(1, 50, SEG.shape, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        want = dense(ids, attention_mask=attention_mask(SEG, causal=True, branch_ids=BRANCH), position_ids=POS,
-                     use_cache=False).logits
+        want = dense(
+            ids, attention_mask=attention_mask(SEG, causal=True, branch_ids=BRANCH), position_ids=POS, use_cache=False
+        ).logits
         plan = plan_attention(SEG, causal=True, backend=backend, branch_ids=BRANCH)
         got = packed(ids, position_ids=POS, seqpack_plan=plan, use_cache=False).logits
     real = SEG > 0

@@ -22,8 +22,17 @@ from seqpack.nn.hf_padding_free import register_varlen_attention  # noqa: E402
 
 def tiny_llama(attn: str = "sdpa", *, tie: bool = True) -> torch.nn.Module:
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=64, attn_implementation=attn, tie_word_embeddings=tie)
+    cfg = tf.LlamaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation=attn,
+        tie_word_embeddings=tie,
+    )
     return tf.LlamaForCausalLM(cfg).double()
 
 
@@ -38,8 +47,15 @@ def padding_free_batch(lengths: list[int], seed: int = 0) -> dict[str, torch.Ten
     labels[0, 2:4] = -100
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
     m = max(lengths)
-    return {"input_ids": ids, "position_ids": pos, "labels": labels, "cu_seq_lens_q": cu, "cu_seq_lens_k": cu,
-            "max_length_q": m, "max_length_k": m}
+    return {
+        "input_ids": ids,
+        "position_ids": pos,
+        "labels": labels,
+        "cu_seq_lens_q": cu,
+        "cu_seq_lens_k": cu,
+        "max_length_q": m,
+        "max_length_k": m,
+    }
 
 
 def grads(model: torch.nn.Module) -> list[torch.Tensor]:

@@ -25,7 +25,9 @@ def sft(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def llama(impl: str, vocab: int) -> torch.nn.Module:
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"}, vocab_size=vocab, attn_implementation=impl)
+    cfg = tf.LlamaConfig(
+        **{k: v for k, v in LLAMA.items() if k != "model_type"}, vocab_size=vocab, attn_implementation=impl
+    )
     return tf.LlamaForCausalLM(cfg)
 
 
@@ -51,11 +53,21 @@ def test_trainer_step_with_the_collator(sft: Path, tmp_path: Path) -> None:
     ds = PackedDataset(sft)
     rows = torch.utils.data.Subset(ds, range(8))
     model = llama("sdpa", int(ds.manifest["vocab_size"]))
-    batch = {k: v for k, v in collate_packed([ds[i] for i in range(8)]).items() if k not in ("example_ids", "num_sequences")}
+    batch = {
+        k: v for k, v in collate_packed([ds[i] for i in range(8)]).items() if k not in ("example_ids", "num_sequences")
+    }
     with torch.no_grad():
         want = float(packed_forward(model, batch, reduction="token").loss)  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
-    args = tf.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=1, logging_steps=1,
-                                report_to=[], save_strategy="no", use_cpu=True, remove_unused_columns=False)
+    args = tf.TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        max_steps=1,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        remove_unused_columns=False,
+    )
     trainer = tf.Trainer(model=model, args=args, train_dataset=rows, data_collator=PackedCollator())
     trainer.train()
     got = next(r["loss"] for r in trainer.state.log_history if "loss" in r)
@@ -76,15 +88,28 @@ def test_sft_trainer_with_the_collator(sft: Path, tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
     ds = PackedDataset(sft)
     model = llama("sdpa", int(ds.manifest["vocab_size"]))
-    batch = {k: v for k, v in collate_packed([ds[i] for i in range(8)]).items() if k not in ("example_ids", "num_sequences")}
+    batch = {
+        k: v for k, v in collate_packed([ds[i] for i in range(8)]).items() if k not in ("example_ids", "num_sequences")
+    }
     with torch.no_grad():
         want = float(packed_forward(model, batch, reduction="token").loss)  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
     rows = datasets.Dataset.from_parquet(sorted(str(p) for p in (sft / "data").glob("*.parquet"))).select(range(8))
-    args = trl.SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=1, logging_steps=1,
-                         report_to=[], save_strategy="no", use_cpu=True, max_length=None, remove_unused_columns=False,
-                         dataset_kwargs={"skip_prepare_dataset": True})
+    args = trl.SFTConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        max_steps=1,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        max_length=None,
+        remove_unused_columns=False,
+        dataset_kwargs={"skip_prepare_dataset": True},
+    )
     tok = tf.AutoTokenizer.from_pretrained(str(sft.parent / "tok"))
-    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=rows, data_collator=PackedCollator(), processing_class=tok)
+    trainer = trl.SFTTrainer(
+        model=model, args=args, train_dataset=rows, data_collator=PackedCollator(), processing_class=tok
+    )
     trainer.train()
     got = next(r["loss"] for r in trainer.state.log_history if "loss" in r)
     assert abs(got - want) <= 1e-5 * abs(want)  # one flattened row vs 8 rows: fp32 order only
@@ -101,7 +126,9 @@ def test_parquet_rows_collate_like_packed_dataset_items(tmp_path: Path, offset: 
 
     tok = tokenizer()
     store = build_store(text_docs(), tok, tmp_path / "store")
-    build_packed_dataset(store.path, tok, tmp_path / "p", PackConfig.for_task("clm", max_len=48, position_offset=offset))
+    build_packed_dataset(
+        store.path, tok, tmp_path / "p", PackConfig.for_task("clm", max_len=48, position_offset=offset)
+    )
     ds = PackedDataset(tmp_path / "p")
     hf = datasets.load_dataset("parquet", data_files=str(tmp_path / "p" / "data" / "*.parquet"), split="train")
     assert "labels" not in hf.column_names and "segment_ids" not in hf.column_names

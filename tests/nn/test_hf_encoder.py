@@ -23,28 +23,67 @@ tf = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 V = 40
-SMALL = {"vocab_size": V, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32,
-         "max_position_embeddings": 64, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+SMALL = {
+    "vocab_size": V,
+    "hidden_size": 16,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 32,
+    "max_position_embeddings": 64,
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+}
 CONFIGS: dict[str, Any] = {
     "roberta": lambda: tf.RobertaConfig(**SMALL, pad_token_id=1, type_vocab_size=1),  # as its checkpoints
-    "distilbert": lambda: tf.DistilBertConfig(vocab_size=V, dim=16, n_layers=2, n_heads=2, hidden_dim=32,
-                                              max_position_embeddings=64, dropout=0.0, attention_dropout=0.0),
+    "distilbert": lambda: tf.DistilBertConfig(
+        vocab_size=V,
+        dim=16,
+        n_layers=2,
+        n_heads=2,
+        hidden_dim=32,
+        max_position_embeddings=64,
+        dropout=0.0,
+        attention_dropout=0.0,
+    ),
     "albert": lambda: tf.AlbertConfig(**SMALL, embedding_size=8),
-    "deberta-v2": lambda: tf.DebertaV2Config(**SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"],
-                                             position_biased_input=False, position_buckets=8,
-                                             norm_rel_ebd="layer_norm"),
+    "deberta-v2": lambda: tf.DebertaV2Config(
+        **SMALL,
+        relative_attention=True,
+        pos_att_type=["p2c", "c2p"],
+        position_biased_input=False,
+        position_buckets=8,
+        norm_rel_ebd="layer_norm",
+    ),
     # local layers in windows of 4 (|i - j| <= 2), shorter than the documents
-    "modernbert-mean": lambda: tf.ModernBertConfig(vocab_size=V, hidden_size=16, num_hidden_layers=2,
-                                                   num_attention_heads=2, intermediate_size=32, local_attention=4,
-                                                   global_attn_every_n_layers=2, classifier_pooling="mean",
-                                                   pad_token_id=0),
-    "modernbert-cls": lambda: tf.ModernBertConfig(vocab_size=V, hidden_size=16, num_hidden_layers=2,
-                                                  num_attention_heads=2, intermediate_size=32, local_attention=4,
-                                                  global_attn_every_n_layers=2, classifier_pooling="cls",
-                                                  pad_token_id=0),
+    "modernbert-mean": lambda: tf.ModernBertConfig(
+        vocab_size=V,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        local_attention=4,
+        global_attn_every_n_layers=2,
+        classifier_pooling="mean",
+        pad_token_id=0,
+    ),
+    "modernbert-cls": lambda: tf.ModernBertConfig(
+        vocab_size=V,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        local_attention=4,
+        global_attn_every_n_layers=2,
+        classifier_pooling="cls",
+        pad_token_id=0,
+    ),
 }
-AUTO = {"sequence-classification": "AutoModelForSequenceClassification", "masked-lm": "AutoModelForMaskedLM",
-        "question-answering": "AutoModelForQuestionAnswering", "token-classification": "AutoModelForTokenClassification"}
+AUTO = {
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "masked-lm": "AutoModelForMaskedLM",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "token-classification": "AutoModelForTokenClassification",
+}
 C = 3
 
 
@@ -90,8 +129,11 @@ def make(T: int, rows: list[list[int]], task: str, seed: int) -> dict[str, torch
 def alone(model: Any, task: str, batch: dict[str, torch.Tensor], b: int, k: int, at: int, n: int) -> tuple[Any, Any]:
     kw: dict[str, Any] = {"input_ids": batch["input_ids"][b : b + 1, at : at + n]}
     if task == "question-answering":
-        out = model(**kw, start_positions=batch["start_positions"][b, k : k + 1] - at,
-                    end_positions=batch["end_positions"][b, k : k + 1] - at)
+        out = model(
+            **kw,
+            start_positions=batch["start_positions"][b, k : k + 1] - at,
+            end_positions=batch["end_positions"][b, k : k + 1] - at,
+        )
         return (out.start_logits[0], out.end_logits[0]), out.loss
     if task == "sequence-classification":
         out = model(**kw, labels=batch["labels"][b, k : k + 1])
@@ -109,8 +151,11 @@ def got(out: Any, task: str, b: int, k: int, at: int, n: int) -> tuple[torch.Ten
 
 
 CASES = [(f, t) for f in CONFIGS for t in AUTO if not (f.startswith("modernbert") and t != "sequence-classification")]
-CASES += [("modernbert-cls", "masked-lm"), ("modernbert-cls", "question-answering"),
-          ("modernbert-cls", "token-classification")]
+CASES += [
+    ("modernbert-cls", "masked-lm"),
+    ("modernbert-cls", "question-answering"),
+    ("modernbert-cls", "token-classification"),
+]
 
 
 @pytest.mark.parametrize(("family", "task"), CASES)
@@ -175,7 +220,13 @@ def test_robertas_positions_are_what_it_makes_for_each_document_alone() -> None:
 def test_the_door_reads_each_family() -> None:
     r = encoder_support(build("roberta", "sequence-classification"))
     assert (r.task, r.mask, r.padding_idx, r.windows, r.token_types, r.refusal) == (
-        "sequence-classification", "4d", 1, False, False, None)  # one token type: none passed
+        "sequence-classification",
+        "4d",
+        1,
+        False,
+        False,
+        None,
+    )  # one token type: none passed
     d = encoder_support(build("deberta-v2", "masked-lm"))
     assert (d.mask, d.embeddings_mask, d.padding_idx) == ("deberta", "mask", None)
     m = encoder_support(build("modernbert-mean", "token-classification"))
@@ -185,24 +236,36 @@ def test_the_door_reads_each_family() -> None:
     assert is_encoder(tf.RobertaForSequenceClassification(CONFIGS["roberta"]()))
     assert not is_reward_model(tf.RobertaForSequenceClassification(CONFIGS["roberta"]()))  # was refused as one
     assert not is_encoder(tf.BertLMHeadModel(tf.BertConfig(**SMALL, is_decoder=True)))
-    llama = tf.LlamaForSequenceClassification(tf.LlamaConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1,
-                                                             num_attention_heads=2, intermediate_size=32))
+    llama = tf.LlamaForSequenceClassification(
+        tf.LlamaConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    )
     assert is_reward_model(llama) and not is_encoder(llama)
     assert {t for t, _ in ENCODER_TASKS} == set(HEADS)
 
 
-@pytest.mark.parametrize(("model", "match"), [
-    (lambda: tf.FNetForMaskedLM(tf.FNetConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1,
-                                               intermediate_size=32)), "takes no attention mask"),
-    (lambda: tf.ConvBertForSequenceClassification(tf.ConvBertConfig(**SMALL, embedding_size=16)),
-     "convolution over the sequence"),
-    (lambda: tf.BigBirdForMaskedLM(tf.BigBirdConfig(**SMALL)), "random blocks"),
-    (lambda: tf.RoFormerForMaskedLM(tf.RoFormerConfig(**SMALL, embedding_size=16)), "takes no position_ids"),
-    (lambda: tf.NystromformerForMaskedLM(tf.NystromformerConfig(**SMALL)), "landmarks"),
-    (lambda: tf.XLMForSequenceClassification(tf.XLMConfig(vocab_size=V, emb_dim=16, n_layers=1, n_heads=2)),
-     "makes its attention mask itself"),
-    (lambda: tf.BertModel(tf.BertConfig(**SMALL)), "no packed adapter for BertModel"),
-])
+@pytest.mark.parametrize(
+    ("model", "match"),
+    [
+        (
+            lambda: tf.FNetForMaskedLM(
+                tf.FNetConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1, intermediate_size=32)
+            ),
+            "takes no attention mask",
+        ),
+        (
+            lambda: tf.ConvBertForSequenceClassification(tf.ConvBertConfig(**SMALL, embedding_size=16)),
+            "convolution over the sequence",
+        ),
+        (lambda: tf.BigBirdForMaskedLM(tf.BigBirdConfig(**SMALL)), "random blocks"),
+        (lambda: tf.RoFormerForMaskedLM(tf.RoFormerConfig(**SMALL, embedding_size=16)), "takes no position_ids"),
+        (lambda: tf.NystromformerForMaskedLM(tf.NystromformerConfig(**SMALL)), "landmarks"),
+        (
+            lambda: tf.XLMForSequenceClassification(tf.XLMConfig(vocab_size=V, emb_dim=16, n_layers=1, n_heads=2)),
+            "makes its attention mask itself",
+        ),
+        (lambda: tf.BertModel(tf.BertConfig(**SMALL)), "no packed adapter for BertModel"),
+    ],
+)
 def test_what_cannot_be_exact_is_refused_in_one_line(model, match) -> None:
     m = model()
     batch = {"input_ids": torch.ones(1, 6, dtype=torch.long), "segment_ids": torch.tensor([[1, 1, 1, 2, 2, 0]])}

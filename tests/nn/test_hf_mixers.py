@@ -128,8 +128,12 @@ def test_a_shared_prompt_hands_its_state_to_each_completion() -> None:
 class Rotated(Leaky):
     """A mixer that also reads per-token tensors: rotary ``(cos, sin)`` and positions."""
 
-    def forward(self, hidden_states: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
-                position_ids: torch.Tensor) -> torch.Tensor:
+    def forward(  # type: ignore[override]
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        position_ids: torch.Tensor,
+    ) -> torch.Tensor:
         cos, sin = position_embeddings
         return super().forward(hidden_states * cos + sin) + position_ids[..., None]
 
@@ -153,9 +157,18 @@ def test_restarting_positions_give_documents() -> None:
 
 def _qwen35(layer_types: tuple[str, ...] = ("linear_attention", "full_attention")) -> torch.nn.Module:
     cfg = transformers.Qwen3_5TextConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, linear_num_value_heads=2, linear_num_key_heads=1,
-        linear_key_head_dim=16, linear_value_head_dim=16, layer_types=list(layer_types),
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        linear_num_value_heads=2,
+        linear_num_key_heads=1,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        layer_types=list(layer_types),
     )
     torch.manual_seed(0)
     model = transformers.Qwen3_5ForCausalLM(cfg).float().eval()
@@ -208,8 +221,12 @@ def test_a_plan_by_hand_on_a_hybrid_refuses_at_the_first_call() -> None:
     seg = torch.tensor([[1, 1, 1, 2, 2]])
     plan = plan_attention(seg, causal=True)
     with pytest.raises(ValueError, match=r"linear_attention layers.*not with a plan by hand") as e:
-        model(input_ids=torch.tensor([[3, 4, 5, 6, 7]]), position_ids=torch.tensor([[0, 1, 2, 0, 1]]),
-              seqpack_plan=plan, use_cache=False)
+        model(
+            input_ids=torch.tensor([[3, 4, 5, 6, 7]]),
+            position_ids=torch.tensor([[0, 1, 2, 0, 1]]),
+            seqpack_plan=plan,
+            use_cache=False,
+        )
     assert "\n" not in str(e.value)
 
 
@@ -220,8 +237,15 @@ def test_padding_free_rows_on_an_unprepared_hybrid_refuse_at_the_first_call() ->
     model.set_attn_implementation(register_varlen_attention())  # type: ignore[operator]  # a transformers model's method
     cu = torch.tensor([0, 3, 5], dtype=torch.int32)
     with pytest.raises(ValueError, match="prepare_packed") as e:
-        model(input_ids=torch.tensor([[3, 4, 5, 6, 7]]), position_ids=torch.tensor([[0, 1, 2, 0, 1]]),
-              cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=3, max_length_k=3, use_cache=False)
+        model(
+            input_ids=torch.tensor([[3, 4, 5, 6, 7]]),
+            position_ids=torch.tensor([[0, 1, 2, 0, 1]]),
+            cu_seq_lens_q=cu,
+            cu_seq_lens_k=cu,
+            max_length_q=3,
+            max_length_k=3,
+            use_cache=False,
+        )
     assert "\n" not in str(e.value)
 
 
@@ -292,8 +316,16 @@ def test_the_sft_trainers_head_at_targets_loss_on_a_hybrid_is_each_document_alon
         warnings.simplefilter("ignore")
         cu = torch.tensor([0, *torch.tensor([len(d) for d in DOCS]).cumsum(0).tolist()], dtype=torch.int32)
         m = max(len(d) for d in DOCS)  # TRL's padding-free collator's keywords
-        got = model(input_ids=ids, position_ids=pos, labels=labels, target_head=True, cu_seq_lens_q=cu,
-                    cu_seq_lens_k=cu, max_length_q=m, max_length_k=m).loss
+        got = model(
+            input_ids=ids,
+            position_ids=pos,
+            labels=labels,
+            target_head=True,
+            cu_seq_lens_q=cu,
+            cu_seq_lens_k=cu,
+            max_length_q=m,
+            max_length_k=m,
+        ).loss
         model.set_attn_implementation("eager")  # type: ignore[operator]  # a transformers model's method
         want = -torch.cat([_alone_logprobs(model, d) for d in DOCS]).mean()
     assert abs(float(got) - float(want)) <= TOLERANCE

@@ -45,11 +45,22 @@ def test_padding_free_refuses_attention_dropout() -> None:
     import transformers as tf
 
     register_varlen_attention()
-    cfg = tf.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,  # type: ignore[call-arg]  # attn_implementation: every config takes it, its typed signature does not list it
-                         num_key_value_heads=1, max_position_embeddings=64, attention_dropout=0.1, attn_implementation=VARLEN_IMPL)
+    cfg = tf.LlamaConfig(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,  # type: ignore[call-arg]  # attn_implementation: every config takes it, its typed signature does not list it
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        attention_dropout=0.1,
+        attn_implementation=VARLEN_IMPL,
+    )
     model = tf.LlamaForCausalLM(cfg).train()
     with pytest.raises(ValueError, match="has no attention dropout"):
-        packed_forward(model, {"input_ids": torch.ones(1, 4, dtype=torch.long), "segment_ids": torch.ones(1, 4, dtype=torch.long)})
+        packed_forward(
+            model, {"input_ids": torch.ones(1, 4, dtype=torch.long), "segment_ids": torch.ones(1, 4, dtype=torch.long)}
+        )
 
 
 @pytest.mark.parametrize("kind", ("GPT2LMHeadModel", "LlamaForCausalLM"))
@@ -60,7 +71,10 @@ def test_padding_free_equals_the_sdpa_model(kind: str) -> None:
 
     register_varlen_attention()
     x = make_batch(18, [[5, 9, 4], [18]], seed=3)
-    flat, dense = packed_forward(build(kind, VARLEN_IMPL), packed_batch(kind, x)), packed_forward(build(kind, "sdpa"), packed_batch(kind, x))
+    flat, dense = (
+        packed_forward(build(kind, VARLEN_IMPL), packed_batch(kind, x)),
+        packed_forward(build(kind, "sdpa"), packed_batch(kind, x)),
+    )
     real = x["segment_ids"] > 0
     assert (flat.logits - dense.logits)[real].abs().max() <= 1e-5  # type: ignore[operator]  # PackedOutput.logits: asked for
     assert abs(float(flat.loss) - float(dense.loss)) <= 1e-5 * max(1.0, abs(float(dense.loss)))  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets

@@ -10,14 +10,21 @@ import transformers
 
 from seqpack.nn.hf_support import check_packable, packing_support
 
-SMALL: dict[str, Any] = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-         "num_attention_heads": 2, "num_key_value_heads": 1}
+SMALL: dict[str, Any] = {
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
 
 
 def test_needs_are_read_per_layer_kind() -> None:
     assert packing_support(transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMALL))).needs == frozenset()
-    assert packing_support(transformers.MistralForCausalLM(transformers.MistralConfig(**SMALL, sliding_window=8))
-                           ).needs == {"window"}
+    assert packing_support(
+        transformers.MistralForCausalLM(transformers.MistralConfig(**SMALL, sliding_window=8))
+    ).needs == {"window"}
     off = transformers.Qwen2Config(**SMALL, sliding_window=8, use_sliding_window=False)
     assert packing_support(transformers.Qwen2ForCausalLM(off)).needs == frozenset()  # the window is unused
     gemma = transformers.Gemma2Config(**SMALL, head_dim=16, sliding_window=8, attn_logit_softcapping=1.0)
@@ -39,13 +46,17 @@ def test_refusals_are_one_line_and_say_what_would_work() -> None:
     mystery.config.layer_types = ["mystery", "full_attention"]  # a kind that is not attention, and no state layer
     with pytest.raises(ValueError, match=r"mystery layers, and seqpack finds no layer.*train it on unpacked rows"):
         check_packable(mystery)
-    bert = transformers.BertLMHeadModel(transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1,
-                                                                num_attention_heads=2, intermediate_size=64))
+    bert = transformers.BertLMHeadModel(
+        transformers.BertConfig(
+            vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+        )
+    )
     with pytest.raises(ValueError, match="bidirectional"):
         check_packable(bert)
     with pytest.raises(ValueError, match="attention interface"):
-        check_packable(transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=64, hidden_size=32, n_layer=1,
-                                                                              n_head=2)))
+        check_packable(
+            transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=64, hidden_size=32, n_layer=1, n_head=2))
+        )
 
 
 def test_a_hybrid_names_its_state_layers() -> None:
@@ -59,9 +70,15 @@ def test_attach_packed_attention_runs_a_hybrid_per_document() -> None:
     attention its plan and the Gated DeltaNet layers their documents."""
     from seqpack.nn.hf_attention import attach_packed_attention
 
-    nxt = transformers.Qwen3NextConfig(**SMALL, head_dim=16, layer_types=["linear_attention", "full_attention"],
-                                       linear_num_value_heads=2, linear_num_key_heads=1, linear_key_head_dim=16,
-                                       linear_value_head_dim=16)
+    nxt = transformers.Qwen3NextConfig(
+        **SMALL,
+        head_dim=16,
+        layer_types=["linear_attention", "full_attention"],
+        linear_num_value_heads=2,
+        linear_num_key_heads=1,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+    )
     torch.manual_seed(0)
     model = transformers.Qwen3NextForCausalLM(nxt).eval()
     docs = [[3, 9, 4, 7, 11], [6, 2, 13, 5]]
@@ -96,8 +113,9 @@ def test_latent_attention_values_narrower_than_queries_are_exact() -> None:
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 4)
     seg = torch.tensor([[1, 1, 1, 2, 2, 2]])
-    out, _ = packed_attention_forward(torch.nn.Module(), q, k, v, None, scaling=0.3,
-                                      seqpack_plan=plan_attention(seg, causal=True))
+    out, _ = packed_attention_forward(
+        torch.nn.Module(), q, k, v, None, scaling=0.3, seqpack_plan=plan_attention(seg, causal=True)
+    )
     allowed = (seg[:, :, None] == seg[:, None, :]) & torch.ones(6, 6, dtype=torch.bool).tril()
     want = oracle_attention(q, k, v, allowed[:, None], scale=0.3)  # (1, 2, 6, 4)
     assert out.shape == (1, 6, 2, 4)

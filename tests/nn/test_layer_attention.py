@@ -107,7 +107,9 @@ def test_shared_prefix_branches_keep_each_completions_positions() -> None:
     q, k, v = (torch.randn(1, 2, 12, 8) for _ in range(3))
     layer = LayerAttention(window=3, chunk=6)
     for backend in CPU:
-        plan = plan_attention(seg, causal=True, backend=backend, branch_ids=br, needs=layer.features(), position_ids=pos)
+        plan = plan_attention(
+            seg, causal=True, backend=backend, branch_ids=br, needs=layer.features(), position_ids=pos
+        )
         out = packed_attention(q, k, v, plan, layer=layer)
         for cols in ([0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 3, 8, 9, 10, 11]):
             want = alone(q[0][:, cols], k[0][:, cols], v[0][:, cols], layer)

@@ -97,8 +97,24 @@ def test_the_families_users_fine_tune_are_exact_everywhere_they_run(matrix: dict
 
 
 #: the hybrids users fine-tune: Gated DeltaNet, Mamba2, Mamba, short convolutions, lightning attention
-HYBRIDS_EXACT = ("qwen3_5", "qwen3_5_moe", "qwen3_next", "olmo_hybrid", "kimi_linear", "nemotron_h", "granitemoehybrid",
-                 "bamba", "falcon_h1", "zamba2", "jamba", "zamba", "lfm2", "lfm2_moe", "minimax", "rwkv")
+HYBRIDS_EXACT = (
+    "qwen3_5",
+    "qwen3_5_moe",
+    "qwen3_next",
+    "olmo_hybrid",
+    "kimi_linear",
+    "nemotron_h",
+    "granitemoehybrid",
+    "bamba",
+    "falcon_h1",
+    "zamba2",
+    "jamba",
+    "zamba",
+    "lfm2",
+    "lfm2_moe",
+    "minimax",
+    "rwkv",
+)
 
 
 def test_hybrids_are_exact_on_every_entry_point(matrix: dict[str, Row]) -> None:
@@ -197,9 +213,26 @@ def test_every_encoder_is_exact_or_refused_on_each_head(encoders: dict[str, Enco
 
 
 #: the encoders users fine-tune: absolute, from-padding_idx, rotary, relative and windowed positions
-ENCODERS_EXACT = ("bert", "roberta", "xlm-roberta", "camembert", "data2vec-text", "electra", "distilbert", "albert",
-                  "deberta", "deberta-v2", "modernbert", "ernie", "megatron-bert", "mpnet", "esm", "eurobert", "gte",
-                  "nomic_bert")
+ENCODERS_EXACT = (
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "camembert",
+    "data2vec-text",
+    "electra",
+    "distilbert",
+    "albert",
+    "deberta",
+    "deberta-v2",
+    "modernbert",
+    "ernie",
+    "megatron-bert",
+    "mpnet",
+    "esm",
+    "eurobert",
+    "gte",
+    "nomic_bert",
+)
 
 
 def test_the_encoders_users_fine_tune_are_exact_on_every_head(encoders: dict[str, EncoderRow]) -> None:
@@ -232,5 +265,7 @@ def test_what_the_encoder_matrix_would_catch(monkeypatch: pytest.MonkeyPatch) ->
         assert {c.status for c in run_encoder("roberta").cells.values()} == {"wrong"}
     unpack = enc.Documents.unpack
     with monkeypatch.context() as m:
-        m.setattr(enc.Documents, "unpack", lambda self, x, w: unpack(dataclasses.replace(self, start=self.start * 0), x, w))
+        m.setattr(
+            enc.Documents, "unpack", lambda self, x, w: unpack(dataclasses.replace(self, start=self.start * 0), x, w)
+        )
         assert run_encoder("electra").cells["sequence classification"].status == "wrong"

@@ -32,8 +32,16 @@ def heads_for(backend: str) -> int:
 
 
 def bert_cfg(backend: str, heads: int | None = None, **kw: Any) -> BertConfig:
-    return BertConfig(vocab_size=V, hidden=16, layers=2, heads=heads or heads_for(backend), max_position=64, dropout=0.0,
-                      attention=backend, **kw)
+    return BertConfig(
+        vocab_size=V,
+        hidden=16,
+        layers=2,
+        heads=heads or heads_for(backend),
+        max_position=64,
+        dropout=0.0,
+        attention=backend,
+        **kw,
+    )
 
 
 def make_batch(T: int, rows: list[list[int]], seed: int, *, num_labels: int = 3) -> dict[str, torch.Tensor]:
@@ -55,8 +63,16 @@ def make_batch(T: int, rows: list[list[int]], seed: int, *, num_labels: int = 3)
         nsp[b, k] = int(torch.randint(0, 2, (1,), generator=g))
         multi[b, k] = torch.randint(0, 2, (num_labels,), generator=g).float()
     return {
-        "input_ids": ids, "segment_ids": seg, "token_type_ids": torch.randint(0, 2, (B, T), generator=g) * real,
-        "mlm": mlm, "clm": clm, "start": start, "end": end, "cls": cls, "nsp": nsp, "multi": multi,
+        "input_ids": ids,
+        "segment_ids": seg,
+        "token_type_ids": torch.randint(0, 2, (B, T), generator=g) * real,
+        "mlm": mlm,
+        "clm": clm,
+        "start": start,
+        "end": end,
+        "cls": cls,
+        "nsp": nsp,
+        "multi": multi,
     }
 
 
@@ -64,7 +80,11 @@ def alone(batch: dict[str, torch.Tensor], b: int, k: int, at: int, n: int) -> di
     """Sequence ``(b, k)`` as a batch of its own: (1, n), one slot, positions in its own frame."""
     out = {}
     for key, x in batch.items():
-        if x.dim() >= 2 and x.shape[1] == batch["segment_ids"].shape[1] and key not in ("start", "end", "cls", "nsp", "multi"):
+        if (
+            x.dim() >= 2
+            and x.shape[1] == batch["segment_ids"].shape[1]
+            and key not in ("start", "end", "cls", "nsp", "multi")
+        ):
             out[key] = x[b : b + 1, at : at + n].clone()
         else:
             out[key] = x[b : b + 1, k : k + 1].clone()
@@ -76,7 +96,14 @@ def alone(batch: dict[str, torch.Tensor], b: int, k: int, at: int, n: int) -> di
 def run(model: torch.nn.Module, kind: str, x: dict[str, torch.Tensor], reduction: str = "sequence") -> Any:
     common = {"token_type_ids": x["token_type_ids"]}
     if kind == "pretrain":
-        return model(x["input_ids"], x["segment_ids"], labels=x["mlm"], next_sentence_label=x["nsp"], reduction=reduction, **common)
+        return model(
+            x["input_ids"],
+            x["segment_ids"],
+            labels=x["mlm"],
+            next_sentence_label=x["nsp"],
+            reduction=reduction,
+            **common,
+        )
     if kind == "classify":
         return model(x["input_ids"], x["segment_ids"], labels=x["cls"], **common)
     if kind == "multilabel":
@@ -110,8 +137,10 @@ def slot_outputs(kind: str, out: Any) -> list[torch.Tensor]:
 
 def expected_loss(kind: str, alones: list[Any]) -> torch.Tensor:
     """The unpacked loss: mean over sequences of each sequence's own loss."""
+
     def mean(xs: list[torch.Tensor]) -> torch.Tensor:
         return torch.stack(xs).mean() if xs else torch.zeros(())
+
     if kind == "pretrain":
         mlm = [a.per_sequence[0, 0] for a in alones if bool(a.present[0, 0])]
         return mean(mlm) + mean([a.extra["nsp_per_sequence"][0, 0] for a in alones])
@@ -127,7 +156,9 @@ def on(x: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tens
     return {k: v.to(device) for k, v in x.items()}
 
 
-def check_packed_equals_unpacked(kind: str, backend: str, T: int, rows: list[list[int]], *, device: str = "cpu") -> None:
+def check_packed_equals_unpacked(
+    kind: str, backend: str, T: int, rows: list[list[int]], *, device: str = "cpu"
+) -> None:
     """Every sequence's outputs, loss and the gradients of a packed batch equal the sequences run alone."""
     dev = torch.device(device)
     model = build(kind, backend).to(dev)
@@ -201,7 +232,9 @@ def test_mlm_token_reduction_is_the_hf_mean() -> None:
     gpt = build("gpt", "sdpa")
     tok = run(gpt, "gpt", batch, reduction="token").loss
     logits = gpt(batch["input_ids"], batch["segment_ids"]).logits
-    hf = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V), batch["clm"][:, 1:].reshape(-1), ignore_index=-100)
+    hf = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, V), batch["clm"][:, 1:].reshape(-1), ignore_index=-100
+    )
     assert abs(f(tok) - f(hf)) <= 1e-5
 
 

@@ -33,8 +33,14 @@ pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without to
 def pairs(n: int, seed: int = 0) -> Pairs:
     rng = np.random.default_rng(seed)
     draw = lambda lo, hi: rng.integers(1, V, rng.integers(lo, hi))  # noqa: E731
-    return Pairs([draw(2, 9) for _ in range(n)], [draw(1, 7) for _ in range(n)], [draw(1, 7) for _ in range(n)],
-                 np.arange(n), None, n)
+    return Pairs(
+        [draw(2, 9) for _ in range(n)],
+        [draw(1, 7) for _ in range(n)],
+        [draw(1, 7) for _ in range(n)],
+        np.arange(n),
+        None,
+        n,
+    )
 
 
 def batch_of(p: Pairs, layout: str, max_len: int = 48) -> dict[str, torch.Tensor]:
@@ -94,8 +100,12 @@ def test_no_contamination(layout: str, backend: str) -> None:
 
     def logits(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         with torch.no_grad():
-            return model(batch["input_ids"], batch["segment_ids"], position_ids=batch["position_ids"],
-                         branch_ids=batch["branch_ids"]).logits
+            return model(
+                batch["input_ids"],
+                batch["segment_ids"],
+                position_ids=batch["position_ids"],
+                branch_ids=batch["branch_ids"],
+            ).logits
 
     base = logits(b)
     changed = dict(b)
@@ -145,7 +155,9 @@ def test_shared_prefix_backends_equal_the_reference(backend: str) -> None:
 
     def logits(name: str) -> torch.Tensor:
         with torch.no_grad():
-            return gpt(name)(b["input_ids"], b["segment_ids"], position_ids=b["position_ids"], branch_ids=b["branch_ids"]).logits
+            return gpt(name)(
+                b["input_ids"], b["segment_ids"], position_ids=b["position_ids"], branch_ids=b["branch_ids"]
+            ).logits
 
     real = b["segment_ids"] > 0
     # the same masked softmax, other kernels and key orders: fp32 rounding of 16-wide dot products
@@ -169,8 +181,14 @@ def test_shared_prefix_gradients_equal_the_reference(backend: str) -> None:
 def test_dense_mask_matches_its_diagram() -> None:
     seg, br = torch.tensor([[1, 1, 1, 1, 1, 1]]), torch.tensor([[0, 0, 1, 1, 2, 2]])
     m = attention_mask(seg, causal=True, branch_ids=br)[0, 0].int().tolist()
-    assert m == [[1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0],
-                 [1, 1, 0, 0, 1, 0], [1, 1, 0, 0, 1, 1]]
+    assert m == [
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0],
+        [1, 1, 0, 0, 1, 0],
+        [1, 1, 0, 0, 1, 1],
+    ]
 
 
 def test_response_ends() -> None:
@@ -189,7 +207,10 @@ def _logps(c: float, r: float, nc: int = 4, nr: int = 2) -> ResponseLogps:
 
 
 def test_losses_by_hand() -> None:
-    pol, ref = _logps(-3.0, -5.0), (torch.tensor([[-4.0]], dtype=torch.float64), torch.tensor([[-4.5]], dtype=torch.float64))
+    pol, ref = (
+        _logps(-3.0, -5.0),
+        (torch.tensor([[-4.0]], dtype=torch.float64), torch.tensor([[-4.5]], dtype=torch.float64)),
+    )
     ls, b = 0.1, 0.5
     d = b * ((-3.0 + 4.0) - (-5.0 + 4.5))  # 0.75
     sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
@@ -206,8 +227,11 @@ def test_losses_by_hand() -> None:
     assert math.isclose(float(loss), -mc - b * math.log(sig(odds)), rel_tol=1e-12)
     with pytest.raises(ValueError, match="reference"):
         PreferenceLoss()(pol, None)
-    bt = bradley_terry(torch.tensor([[1.0]], dtype=torch.float64), torch.tensor([[0.25]], dtype=torch.float64),
-                       torch.tensor([[0.5]], dtype=torch.float64))
+    bt = bradley_terry(
+        torch.tensor([[1.0]], dtype=torch.float64),
+        torch.tensor([[0.25]], dtype=torch.float64),
+        torch.tensor([[0.5]], dtype=torch.float64),
+    )
     assert math.isclose(float(bt), -math.log(sig(0.25)), rel_tol=1e-12)
 
 
@@ -225,12 +249,17 @@ def test_gpt_logits_only_where_needed_equal_full_logits() -> None:
     model = gpt()
     with torch.no_grad():
         lp = policy_logps(model, b)
-        full = model(b["input_ids"], b["segment_ids"], position_ids=b["position_ids"], branch_ids=b["branch_ids"]).logits
+        full = model(
+            b["input_ids"], b["segment_ids"], position_ids=b["position_ids"], branch_ids=b["branch_ids"]
+        ).logits
     pred = predictor_index(b["segment_ids"], b["branch_ids"])
     rows, cols = (b["labels"] != -100).nonzero(as_tuple=True)
     tok = F.log_softmax(full[rows, pred[rows, cols]], -1).gather(1, b["labels"][rows, cols][:, None]).squeeze(1)
-    want = torch.zeros_like(lp.chosen).index_put_((rows, b["segment_ids"][rows, cols] - 1),
-                                                  torch.where(b["branch_ids"][rows, cols] == 1, tok, 0.0), accumulate=True)
+    want = torch.zeros_like(lp.chosen).index_put_(
+        (rows, b["segment_ids"][rows, cols] - 1),
+        torch.where(b["branch_ids"][rows, cols] == 1, tok, 0.0),
+        accumulate=True,
+    )
     torch.testing.assert_close(lp.chosen, want, rtol=1e-6, atol=1e-6)  # the same numbers, summed in another order
 
 

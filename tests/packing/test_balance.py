@@ -32,8 +32,12 @@ def test_pack_costs_equal_a_loop() -> None:
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.floats(0.0, 1e6), min_size=0, max_size=120), st.integers(1, 9), st.integers(1, 4),
-       st.sampled_from([balanced_steps, greedy_batch_steps]))
+@given(
+    st.lists(st.floats(0.0, 1e6), min_size=0, max_size=120),
+    st.integers(1, 9),
+    st.integers(1, 4),
+    st.sampled_from([balanced_steps, greedy_batch_steps]),
+)
 def test_every_pack_in_exactly_one_slot(costs, world, micro, rule) -> None:
     c = np.array(costs)
     if 0 < len(costs) < world * micro:  # not one step could be filled: refused (its arrays would follow the arguments)
@@ -93,8 +97,25 @@ def test_plan_command_reports_the_balance(capsys) -> None:
     from seqpack.cli.main import main
 
     csv = Path(__file__).resolve().parents[2] / "src" / "seqpack" / "packing" / "data" / "wikipedia_len512.csv"
-    assert main(["plan", "--histogram", str(csv), "--max-len", "512", "--algorithm", "lpfhp", "--world-size", "8",
-                 "--micro-batch", "2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--histogram",
+                str(csv),
+                "--max-len",
+                "512",
+                "--algorithm",
+                "lpfhp",
+                "--world-size",
+                "8",
+                "--micro-batch",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     b = json.loads(capsys.readouterr().out)["balance"]
     assert b["world"] == 8 and b["micro_batch"] == 2 and 1.0 <= b["imbalance_balanced"] < b["imbalance_sequential"]
 

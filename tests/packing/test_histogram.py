@@ -80,5 +80,10 @@ def test_packing_imports_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, seqpack.packing; from seqpack.packing import plan; plan([1, 2], 2); print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    code = (
+        "import sys, seqpack.packing; from seqpack.packing import plan; plan([1, 2], 2); print('torch' in sys.modules)"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )

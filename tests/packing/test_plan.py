@@ -162,7 +162,13 @@ def test_deterministic():
     [
         ("short skewed", lambda r: np.clip(r.lognormal(3.0, 0.6, 20000).astype(int), 1, 128), 128),
         ("normal", lambda r: np.clip(r.normal(160, 60, 20000).astype(int), 1, 384), 384),
-        ("bimodal", lambda r: np.concatenate([np.clip(r.normal(20, 5, 8000), 1, 1024), np.clip(r.normal(900, 60, 3000), 1, 1024)]).astype(int), 1024),
+        (
+            "bimodal",
+            lambda r: np.concatenate(
+                [np.clip(r.normal(20, 5, 8000), 1, 1024), np.clip(r.normal(900, 60, 3000), 1, 1024)]
+            ).astype(int),
+            1024,
+        ),
         ("long tail", lambda r: np.clip((r.pareto(1.2, 60000) * 40 + 5).astype(int), 1, 2048), 2048),
     ],
 )
@@ -203,8 +209,16 @@ def test_round_lp_never_uses_a_pack_a_negative_number_of_times() -> None:
     from seqpack.packing.best import round_lp
     from seqpack.packing.lp import LPResult
 
-    lp = LPResult(patterns=[(1,), (3, 2), (1, 1)], x=np.array([-1e-8, 2.0, 1.0]), value=3.0, lower=3.0, optimal=True,
-                  iterations=1, seconds=0.0, master=None)  # type: ignore[arg-type]  # no re-solve is needed
+    lp = LPResult(
+        patterns=[(1,), (3, 2), (1, 1)],
+        x=np.array([-1e-8, 2.0, 1.0]),
+        value=3.0,
+        lower=3.0,
+        optimal=True,
+        iterations=1,
+        seconds=0.0,
+        master=None,  # type: ignore[arg-type]  # no re-solve is needed
+    )
     packs = round_lp(lp, np.array([2, 2, 2]), max_len=5, max_depth=None)
     assert sorted(packs) == [((1, 1), 1), ((3, 2), 2)]
 

@@ -45,8 +45,10 @@ def test_pricing_golden():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.lists(st.integers(1, 12), min_size=1, max_size=5), st.integers(1, 6)), max_size=8),
-       st.lists(st.integers(0, 9), min_size=1, max_size=12))
+@given(
+    st.lists(st.tuples(st.lists(st.integers(1, 12), min_size=1, max_size=5), st.integers(1, 6)), max_size=8),
+    st.lists(st.integers(0, 9), min_size=1, max_size=12),
+)
 def test_fill_templates_kernel_is_the_reference(templates: list, hist: list[int]) -> None:
     """The compiled template fill gives the reference's packs, in its order, and its residual."""
     from seqpack.packing.best import fill_templates, fill_templates_oracle

@@ -25,7 +25,9 @@ def test_unknown_builtin_histogram() -> None:
         builtin_histogram("books")
 
 
-@pytest.mark.parametrize("depth,packs", [(2, 10_101_683), (3, 9_094_695), (4, 8_658_996), (8, 8_224_673), (16, 8_166_708)])
+@pytest.mark.parametrize(
+    "depth,packs", [(2, 10_101_683), (3, 9_094_695), (4, 8_658_996), (8, 8_224_673), (16, 8_166_708)]
+)
 def test_spfhp_table1(wiki, depth, packs):
     assert plan(wiki, 512, algorithm="spfhp", max_depth=depth).num_packs == packs
 

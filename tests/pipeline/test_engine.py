@@ -60,5 +60,7 @@ def test_more_stages_than_cores_is_refused():
     n = max(default_workers(), 2)
     assert get_engine("local", stages=n).stages == n
     assert get_engine("local").stages == min(2, default_workers())  # the default: two stages where two cores are
-    with pytest.raises(ValueError, match=rf"--stages 1000: more stages than this machine's .*pass --stages {n} or less"):
+    with pytest.raises(
+        ValueError, match=rf"--stages 1000: more stages than this machine's .*pass --stages {n} or less"
+    ):
         get_engine("local", stages=1000)

@@ -49,8 +49,12 @@ def _row_group_sizes(path: Path) -> list[int]:
 @pytest.mark.parametrize(("shards", "row_group_packs"), [("one", None), ("few", None), ("many", None), ("many", 3)])
 def test_clm_from_shards_is_byte_identical_to_one_store(tok, stores, tmp_path, shards, row_group_packs, algorithm):
     cfg = PackConfig.for_task("clm", max_len=64, algorithm=algorithm)
-    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=7, row_group_packs=row_group_packs))
-    m = build_packed_dataset(stores[shards], tok, tmp_path / "b", cfg, output=OutputOptions(shard_packs=7, row_group_packs=row_group_packs))
+    build_packed_dataset(
+        stores["single"], tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=7, row_group_packs=row_group_packs)
+    )
+    m = build_packed_dataset(
+        stores[shards], tok, tmp_path / "b", cfg, output=OutputOptions(shard_packs=7, row_group_packs=row_group_packs)
+    )
     assert _same_dataset(tmp_path / "a", tmp_path / "b")  # same plan, packs, bytes, manifest
     assert m["reused"] == [] and len(m["shards"]) > 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no work dir or lock left
@@ -77,7 +81,9 @@ def test_mlm_from_one_shard_equals_one_store_and_every_sequence_packs_once(tok, 
 
 def test_bin_columns_equal_the_parquet_ones(tok, stores, tmp_path):
     cfg = PackConfig.for_task("clm", max_len=64)
-    build_packed_dataset(stores["single"], tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=7, export_bin=True))
+    build_packed_dataset(
+        stores["single"], tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=7, export_bin=True)
+    )
     build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, output=OutputOptions(shard_packs=7, export_bin=True))
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
     _, mm = load_packed(tmp_path / "b")
@@ -108,8 +114,22 @@ def test_a_failed_job_leaves_no_dataset_and_the_rerun_reuses_its_work(tok, store
 
 def test_local_stages_on_threads_write_the_same_bytes(tok, stores, tmp_path):
     cfg = PackConfig.for_task("mlm", max_len=64)
-    build_packed_dataset(stores["many"], tok, tmp_path / "a", cfg, engine=get_engine("local", stages=1), output=OutputOptions(shard_packs=5))
-    build_packed_dataset(stores["many"], tok, tmp_path / "b", cfg, engine=get_engine("local", stages=2), output=OutputOptions(shard_packs=5))
+    build_packed_dataset(
+        stores["many"],
+        tok,
+        tmp_path / "a",
+        cfg,
+        engine=get_engine("local", stages=1),
+        output=OutputOptions(shard_packs=5),
+    )
+    build_packed_dataset(
+        stores["many"],
+        tok,
+        tmp_path / "b",
+        cfg,
+        engine=get_engine("local", stages=2),
+        output=OutputOptions(shard_packs=5),
+    )
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
 
 
@@ -119,7 +139,9 @@ def test_ray_engine_writes_the_same_bytes(tok, stores, tmp_path):
     try:
         cfg = PackConfig.for_task("clm", max_len=64)
         build_packed_dataset(stores["few"], tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=7))
-        build_packed_dataset(stores["few"], tok, tmp_path / "b", cfg, engine=engine, output=OutputOptions(shard_packs=7))
+        build_packed_dataset(
+            stores["few"], tok, tmp_path / "b", cfg, engine=engine, output=OutputOptions(shard_packs=7)
+        )
         assert _same_dataset(tmp_path / "a", tmp_path / "b")
         docs = text_docs(60)
         a = build_sharded_store(docs, tok, tmp_path / "s1", shard_chars=700)
@@ -166,9 +188,27 @@ def test_a_pack_killed_mid_stage_is_finished_by_the_next_run_and_a_second_job_re
     # a second job on an output another job is writing refuses, in one line, exit 2
     tok.save(tmp_path / "tok")
     with output_lock(tmp_path / "c"):
-        r = subprocess.run([sys.executable, "-m", "seqpack.cli.main", "pack", str(stores["many"]), "--task", "clm",
-                            "--max-len", "64", "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "c")],
-                           cwd=root, capture_output=True, text=True, check=False)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "seqpack.cli.main",
+                "pack",
+                str(stores["many"]),
+                "--task",
+                "clm",
+                "--max-len",
+                "64",
+                "--tokenizer",
+                str(tmp_path / "tok"),
+                "--out",
+                str(tmp_path / "c"),
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     assert r.returncode == 2 and "another seqpack job is writing it" in r.stderr and r.stderr.count("\n") == 1
 
 
@@ -189,8 +229,10 @@ def test_examples_in_shards_equal_examples_in_memory(tok, tmp_path, task):
     if task == "chat":  # counts in task_info (target tokens, truncations) are summed over shards
         rows = conversations(60, seed=5)
         template = tmp_path / "plain.jinja"
-        template.write_text("{% for m in messages %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}"
-                            "{{ m.content }}.{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}")
+        template.write_text(
+            "{% for m in messages %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}"
+            "{{ m.content }}.{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}"
+        )
         kw = {"max_len": 128, "chat_template": str(template)}
     elif task == "qa":
         rows = qa_rows() * 7
@@ -208,7 +250,9 @@ def test_examples_in_shards_equal_examples_in_memory(tok, tmp_path, task):
     cfg = PackConfig.for_task(task, **kw)
     # a list: packed in memory; in row groups of 4 packs (2 a part: each gathers its sequences' fields)
     build_packed_dataset(rows, tok, tmp_path / "a", cfg, output=OutputOptions(shard_packs=6, row_group_packs=4))
-    m = build_packed_dataset(src, tok, tmp_path / "b", cfg, shard_examples=8, output=OutputOptions(shard_packs=6, row_group_packs=4))
+    m = build_packed_dataset(
+        src, tok, tmp_path / "b", cfg, shard_examples=8, output=OutputOptions(shard_packs=6, row_group_packs=4)
+    )
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
     assert _row_group_sizes(tmp_path / "b")[:2] == [4, 2]
     assert m["num_examples"] == len(rows) and len(m["shards"]) > 1
@@ -248,5 +292,12 @@ def test_clm_saves_no_tokens_between_stages_and_a_store_changed_mid_job_is_refus
     other = sorted(p for p in Path(stores["many"]).iterdir() if p.is_dir())[0]  # a shard of other documents
     cfg = PackConfig.for_task("clm", max_len=64)
     with pytest.raises(OSError, match="changed while it was being packed"):
-        route_stage(str(work / "sequences-00000"), str(tmp_path / "r"), np.arange(3), np.array([0, 3]), ["input_ids"],
-                    "k", rebuild=(str(other), tok, cfg))
+        route_stage(
+            str(work / "sequences-00000"),
+            str(tmp_path / "r"),
+            np.arange(3),
+            np.array([0, 3]),
+            ["input_ids"],
+            "k",
+            rebuild=(str(other), tok, cfg),
+        )

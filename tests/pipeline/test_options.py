@@ -22,7 +22,9 @@ def test_output_options_extend_the_write_options_in_their_order() -> None:
     assert OutputOptions(compression="lz4", shard_packs=3).write() == WriteOptions(compression="lz4", shard_packs=3)
 
 
-@pytest.mark.parametrize("bad", [{"shard_packs": 0}, {"row_group_packs": 0}, {"compression": "brotli"}, {"encoding": "x"}])
+@pytest.mark.parametrize(
+    "bad", [{"shard_packs": 0}, {"row_group_packs": 0}, {"compression": "brotli"}, {"encoding": "x"}]
+)
 def test_every_writer_refuses_the_same_bad_options(tmp_path, bad) -> None:
     for make in (WriteOptions, OutputOptions):
         with pytest.raises(ValueError, match=next(iter(bad))):

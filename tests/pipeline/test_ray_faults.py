@@ -62,9 +62,7 @@ def _claim(markers: str, stage: str, times: int) -> bool:
     return False
 
 
-def _faulty(
-    fn: Callable[..., Any], kills: dict[str, tuple[str, int, str]], markers: str, *args: Any
-) -> Any:
+def _faulty(fn: Callable[..., Any], kills: dict[str, tuple[str, int, str]], markers: str, *args: Any) -> Any:
     """``fn(*args)`` in a Ray worker that kills itself when the stage is one of ``kills``
     (``{stage: (point, times, only)}``: ``only``, a part of the task's output path it must hold)."""
     stage, shown = fn.__name__, args
@@ -269,8 +267,10 @@ def test_a_worker_killed_during_tokenize_changes_no_byte(ray_cluster, tok, docs,
 
 def test_workers_killed_twice_in_every_stage_of_one_job(ray_cluster, tok, store, packed, tmp_path):
     """The stages' first two tasks (both in flight at once) lose their workers."""
-    kills = {stage: (point, 2, "") for stage, point in
-             (("sequences_stage", "start"), ("route_stage", "write"), ("packs_stage", "end"))}
+    kills = {
+        stage: (point, 2, "")
+        for stage, point in (("sequences_stage", "start"), ("route_stage", "write"), ("packs_stage", "end"))
+    }
     engine = FaultyEngine(tmp_path / "kills", **kills)
     build_packed_dataset(store, tok, tmp_path / "p", CFG, output=OUTPUT, engine=engine)
     assert len(engine.killed()) == 6
@@ -291,7 +291,9 @@ def _ray_engines(monkeypatch: pytest.MonkeyPatch, engine: RayEngine) -> None:
     from seqpack.pipeline import engine as engine_mod
 
     real = engine_mod.get_engine
-    monkeypatch.setattr(engine_mod, "get_engine", lambda name="local", **kw: engine if name == "ray" else real(name, **kw))
+    monkeypatch.setattr(
+        engine_mod, "get_engine", lambda name="local", **kw: engine if name == "ray" else real(name, **kw)
+    )
 
 
 def _one_line_error(code: int, err: str) -> str:
@@ -304,8 +306,18 @@ def test_a_pack_whose_task_loses_every_worker_fails_in_one_line_and_the_rerun_fi
     ray_cluster, capsys, monkeypatch, tok, store, tmp_path
 ):
     tok.save(tmp_path / "tok")
-    argv = ["pack", str(store), "--task", "clm", "--max-len", "64", "--tokenizer", str(tmp_path / "tok"),
-            "--shard-packs", str(SHARD_PACKS)]
+    argv = [
+        "pack",
+        str(store),
+        "--task",
+        "clm",
+        "--max-len",
+        "64",
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--shard-packs",
+        str(SHARD_PACKS),
+    ]
     assert _cli(capsys, *argv, "--out", str(tmp_path / "want"))[0] == 0  # undisturbed, on the local engine
     engine = FaultyEngine(tmp_path / "kills", retries=1, packs_stage=("write", 99, "part-00001"))
     _ray_engines(monkeypatch, engine)
@@ -336,8 +348,19 @@ def test_a_tokenize_whose_task_loses_every_worker_fails_in_one_line_and_the_reru
     _one_line_error(*_cli(capsys, *argv, "--out", str(tmp_path / "s"), "--engine", "ray"))
     assert engine.killed() == [f"{TOKENIZE}-0", f"{TOKENIZE}-1"]
     assert not (tmp_path / "s").exists()
-    code, err = _cli(capsys, "pack", str(tmp_path / "s"), "--task", "clm", "--max-len", "64", "--tokenizer",
-                     str(tmp_path / "tok"), "--out", str(tmp_path / "p"))
+    code, err = _cli(
+        capsys,
+        "pack",
+        str(tmp_path / "s"),
+        "--task",
+        "clm",
+        "--max-len",
+        "64",
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--out",
+        str(tmp_path / "p"),
+    )
     assert code == 2 and not (tmp_path / "p").exists(), err  # no store to pack
     monkeypatch.undo()
     code, said = _cli(capsys, *argv, "--out", str(tmp_path / "s"), "--engine", "ray")

@@ -27,7 +27,9 @@ def batches(loader, n: int | None = None) -> list[dict]:
 
 
 def same(a: list[dict], b: list[dict]) -> bool:
-    return len(a) == len(b) and all(x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) for x, y in zip(a, b)
+    )
 
 
 def test_two_ranks_two_workers_read_every_example_once():
@@ -92,12 +94,30 @@ def test_a_transformers_trainer_resumes_on_the_same_rows(tmp_path):
 
     def trainer(out, steps):
         torch.manual_seed(0)
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, attn_implementation="sdpa"))
-        args = transformers.TrainingArguments(output_dir=str(out), max_steps=steps, per_device_train_batch_size=2,
-                                              save_strategy="steps", save_steps=3, logging_steps=1, report_to=[],
-                                              use_cpu=True, learning_rate=1e-3, seed=0, disable_tqdm=True)
+        model = transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(
+                vocab_size=256,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                attn_implementation="sdpa",
+            )
+        )
+        args = transformers.TrainingArguments(
+            output_dir=str(out),
+            max_steps=steps,
+            per_device_train_batch_size=2,
+            save_strategy="steps",
+            save_steps=3,
+            logging_steps=1,
+            report_to=[],
+            use_cpu=True,
+            learning_rate=1e-3,
+            seed=0,
+            disable_tqdm=True,
+        )
         ds = StreamingPackedDataset(d, max_len=128, buffer_size=16, chunk=4)
         return transformers.Trainer(model=model, args=args, train_dataset=ds, data_collator=collate)
 

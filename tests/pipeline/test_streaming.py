@@ -41,26 +41,48 @@ def records(task: str, n: int, seed: int = 0) -> list:
     if task == "clm":
         return [text(rng, 1, 80) for _ in range(n)]
     if task == "chat":
-        return [{"messages": [{"role": "user", "content": text(rng, 1, 20)},
-                              {"role": "assistant", "content": text(rng, 1, 40)}]} for _ in range(n)]
+        return [
+            {
+                "messages": [
+                    {"role": "user", "content": text(rng, 1, 20)},
+                    {"role": "assistant", "content": text(rng, 1, 40)},
+                ]
+            }
+            for _ in range(n)
+        ]
     if task == "preference":
-        return [{"prompt": text(rng, 1, 20), "chosen": " " + text(rng, 1, 30), "rejected": " " + text(rng, 1, 30)}
-                for _ in range(n)]
+        return [
+            {"prompt": text(rng, 1, 20), "chosen": " " + text(rng, 1, 30), "rejected": " " + text(rng, 1, 30)}
+            for _ in range(n)
+        ]
     if task in ("classification", "multilabel"):
-        return [{"text": text(rng, 1, 40), "label": rng.randrange(3) if task == "classification" else [rng.randrange(3)]}
-                for _ in range(n)]
+        return [
+            {"text": text(rng, 1, 40), "label": rng.randrange(3) if task == "classification" else [rng.randrange(3)]}
+            for _ in range(n)
+        ]
     if task == "qa":
         out = []
         for i in range(n):
             ctx = text(rng, 5, 60) + f" answer{i} end."
-            out.append({"question": f"where is {i}?", "context": ctx,
-                        "answers": {"text": [f"answer{i}"], "answer_start": [ctx.index(f"answer{i}")]}})
+            out.append(
+                {
+                    "question": f"where is {i}?",
+                    "context": ctx,
+                    "answers": {"text": [f"answer{i}"], "answer_start": [ctx.index(f"answer{i}")]},
+                }
+            )
         return out
     raise AssertionError(task)
 
 
-OPTIONS = {"clm": {}, "chat": {}, "preference": {}, "classification": {"num_labels": 3}, "multilabel": {"num_labels": 3},
-           "qa": {"doc_stride": 32}}
+OPTIONS = {
+    "clm": {},
+    "chat": {},
+    "preference": {},
+    "classification": {"num_labels": 3},
+    "multilabel": {"num_labels": 3},
+    "qa": {"doc_stride": 32},
+}
 
 
 def expected_rows(stream_rows: list[dict], offline, max_len: int, position_offset: int = 0) -> list[dict]:
@@ -81,13 +103,21 @@ def expected_rows(stream_rows: list[dict], offline, max_len: int, position_offse
             members.append(match[0])
         packs.append(members)
     assert all(not v for v in where.values()), "the offline builder made sequences the stream never yielded"
-    packing = Packing(offsets_of(np.array([len(p) for p in packs])), np.array([j for p in packs for j in p], dtype=np.int64),
-                      offline.lengths, None)  # type: ignore[arg-type]
-    cols = materialize(offline, packing, max_len=max_len, max_depth=pack_depth(packing, None), position_offset=position_offset)
+    packing = Packing(
+        offsets_of(np.array([len(p) for p in packs])),
+        np.array([j for p in packs for j in p], dtype=np.int64),
+        offline.lengths,
+        None,  # type: ignore[arg-type]
+    )
+    cols = materialize(
+        offline, packing, max_len=max_len, max_depth=pack_depth(packing, None), position_offset=position_offset
+    )
     counts = [len(p) for p in packs]
     per_token = set(offline.token_fields) | {"segment_ids", "position_ids"}
-    return [{k: (v[r] if k in per_token or v.ndim == 1 else v[r][: counts[r]]) for k, v in cols.items()}
-            for r in range(len(packs))]
+    return [
+        {k: (v[r] if k in per_token or v.ndim == 1 else v[r][: counts[r]]) for k, v in cols.items()}
+        for r in range(len(packs))
+    ]
 
 
 def assert_rows_equal(got: list[dict], want: list[dict]) -> None:
@@ -115,12 +145,15 @@ def test_every_tasks_rows_equal_the_offline_builders(tok, task):
 def test_token_lists_are_documents_as_they_are_and_positions_restart():
     d = [[5, 6, 7], [8], [9, 10, 11, 12, 13]]
     rows = list(PackedStream(d, config=StreamConfig(max_len=4, buffer_size=8)))
-    seen = sorted(tuple(r["input_ids"][r["segment_ids"] == k + 1].tolist()) for r in rows
-                  for k in range(int(r["num_sequences"])))
+    seen = sorted(
+        tuple(r["input_ids"][r["segment_ids"] == k + 1].tolist()) for r in rows for k in range(int(r["num_sequences"]))
+    )
     assert seen == [(5, 6, 7), (8,), (9, 10, 11, 12), (13,)]  # a long document split (overflow "split")
     for r in rows:
         for k in range(int(r["num_sequences"])):
-            assert r["position_ids"][r["segment_ids"] == k + 1].tolist() == list(range(int((r["segment_ids"] == k + 1).sum())))
+            assert r["position_ids"][r["segment_ids"] == k + 1].tolist() == list(
+                range(int((r["segment_ids"] == k + 1).sum()))
+            )
 
 
 def test_clm_texts_with_a_tokenizer_equal_the_offline_clm_of_the_same_texts(tok):
@@ -130,8 +163,13 @@ def test_clm_texts_with_a_tokenizer_equal_the_offline_clm_of_the_same_texts(tok)
     cfg = StreamConfig(max_len=64, buffer_size=16, chunk=8)
     rows = list(PackedStream(texts, config=cfg, tokenizer=tok))
     ids = [np.asarray(tok.encode(t)) for t in texts]
-    offline = clm_sequences(np.concatenate(ids), offsets_of(np.array([x.size for x in ids])), max_len=64,
-                            eos_id=tok.token_to_id("<|endoftext|>"), vocab_size=tok.vocab_size)
+    offline = clm_sequences(
+        np.concatenate(ids),
+        offsets_of(np.array([x.size for x in ids])),
+        max_len=64,
+        eos_id=tok.token_to_id("<|endoftext|>"),
+        vocab_size=tok.vocab_size,
+    )
     assert_rows_equal(rows, expected_rows(rows, offline, 64))
 
 
@@ -143,8 +181,14 @@ def test_every_example_once_across_ranks_and_workers_and_the_same_seed_the_same_
     d = docs(400, seed=2)
     cfg = StreamConfig(max_len=256, buffer_size=24, chunk=4, seed=7)
     per_shard = run_all(d, cfg, shards=4)  # 2 ranks x 2 workers
-    tokens = sorted((int(e), int(n)) for rows in per_shard for r in rows
-                    for e, n in zip(r["example_ids"].tolist(), np.bincount(r["segment_ids"], minlength=int(r["num_sequences"]) + 1)[1:].tolist()))
+    tokens = sorted(
+        (int(e), int(n))
+        for rows in per_shard
+        for r in rows
+        for e, n in zip(
+            r["example_ids"].tolist(), np.bincount(r["segment_ids"], minlength=int(r["num_sequences"]) + 1)[1:].tolist()
+        )
+    )
     per_doc: dict[int, int] = {}
     for e, n in tokens:
         per_doc[e] = per_doc.get(e, 0) + n
@@ -157,7 +201,12 @@ def test_every_example_once_across_ranks_and_workers_and_the_same_seed_the_same_
 
 
 @settings(max_examples=25, deadline=None)
-@given(stop=st.integers(0, 10_000), shard=st.integers(0, 3), buffer=st.sampled_from([8, 24, 64]), chunk=st.sampled_from([1, 4, 16]))
+@given(
+    stop=st.integers(0, 10_000),
+    shard=st.integers(0, 3),
+    buffer=st.sampled_from([8, 24, 64]),
+    chunk=st.sampled_from([1, 4, 16]),
+)
 def test_a_resume_at_any_row_yields_exactly_the_rows_that_followed(stop, shard, buffer, chunk):
     d = docs(160, seed=4)
     cfg = StreamConfig(max_len=200, buffer_size=buffer, chunk=chunk, seed=1)
@@ -172,7 +221,7 @@ def test_a_resume_at_any_row_yields_exactly_the_rows_that_followed(stop, shard, 
     rest = []
     for r in resumed:
         rest.append(r)
-    assert_rows_equal(rest, rows[k + 1:] if k + 1 < len(rows) else [])  # after the last row: the epoch is over
+    assert_rows_equal(rest, rows[k + 1 :] if k + 1 < len(rows) else [])  # after the last row: the epoch is over
     assert resumed.state_dict()["rows"] == len(rows)
 
 
@@ -185,8 +234,20 @@ def test_a_state_is_small_and_holds_no_tokens():
             break
     state = s.state_dict()
     assert len(json.dumps(state)) < 40 * cfg.buffer_size  # keys and lengths of at most the buffer's carried part
-    assert set(state) == {"kind", "format_version", "config", "shard", "shards", "epoch", "new_from", "carried",
-                          "carried_lengths", "drain", "yielded", "rows"}
+    assert set(state) == {
+        "kind",
+        "format_version",
+        "config",
+        "shard",
+        "shards",
+        "epoch",
+        "new_from",
+        "carried",
+        "carried_lengths",
+        "drain",
+        "yielded",
+        "rows",
+    }
 
 
 def test_a_state_from_another_configuration_shard_or_input_is_refused_in_one_line():
@@ -252,7 +313,9 @@ def test_tasks_that_cannot_stream_say_why():
     with pytest.raises(ValueError, match="mlm does not stream"):
         list(PackedStream([[1, 2]], config=StreamConfig(max_len=8, task="mlm")))
     with pytest.raises(ValueError, match="needs num_labels"):
-        StreamConfig(max_len=8, task="classification") and PackedStream([], config=StreamConfig(max_len=8, task="classification"))
+        StreamConfig(max_len=8, task="classification") and PackedStream(
+            [], config=StreamConfig(max_len=8, task="classification")
+        )
     with pytest.raises(ValueError, match="chat tokenizes its examples: pass tokenizer"):
         list(PackedStream([{"messages": []}], config=StreamConfig(max_len=8, task="chat")))
     with pytest.raises(ValueError, match="rank must be"):

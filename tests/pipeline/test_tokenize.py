@@ -22,7 +22,9 @@ def test_sharded_store_holds_the_same_documents(tmp_path, shard_chars):
     docs, tok = _docs(), byte_tokenizer()
     one = build_store(docs, tok, tmp_path / "one")
     s = build_sharded_store(iter(docs), tok, tmp_path / "s", shard_chars=shard_chars)
-    assert isinstance(open_store(tmp_path / "s"), ShardedTokenStore) and isinstance(open_store(tmp_path / "one"), TokenStore)
+    assert isinstance(open_store(tmp_path / "s"), ShardedTokenStore) and isinstance(
+        open_store(tmp_path / "one"), TokenStore
+    )
     assert len(s) == len(one) and s.num_tokens == one.num_tokens
     assert np.array_equal(s.lengths(), one.lengths())
     assert all(np.array_equal(s[i], one[i]) for i in range(len(one)))
@@ -79,7 +81,19 @@ def test_empty_input_is_refused_before_any_output(tmp_path, capsys):
     assert not (tmp_path / "s").exists()
     (tmp_path / "empty.txt").write_text("")
     byte_tokenizer().save(tmp_path / "tok")
-    assert main(["tokenize", str(tmp_path / "empty.txt"), "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "s")]) == 2
+    assert (
+        main(
+            [
+                "tokenize",
+                str(tmp_path / "empty.txt"),
+                "--tokenizer",
+                str(tmp_path / "tok"),
+                "--out",
+                str(tmp_path / "s"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "empty.txt: no documents to tokenize" in err and err.count("\n") == 1 and not (tmp_path / "s").exists()
 

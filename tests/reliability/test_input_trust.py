@@ -68,15 +68,36 @@ def test_a_saved_truncation_and_padding_do_not_cut_or_pad_documents(
     pad_id = open_tokenizer(tokenizers["released"]).token_to_id(PAD)
     summaries = {}
     for name, tok in tokenizers.items():
-        code, _, err = run(capsys, "tokenize", str(corpus), "--tokenizer", str(tok), "--out", str(tmp_path / f"s-{name}"),
-                           "--workers", "1")
+        code, _, err = run(
+            capsys,
+            "tokenize",
+            str(corpus),
+            "--tokenizer",
+            str(tok),
+            "--out",
+            str(tmp_path / f"s-{name}"),
+            "--workers",
+            "1",
+        )
         assert code == 0, err
         store = open_store(tmp_path / f"s-{name}")
         got = [store[i].tolist() for i in range(len(store))]
         assert got == want  # whole, no BOS from the post-processor, no padding
         assert pad_id not in {t for doc in got for t in doc}
-        code, out, err = run(capsys, "pack", str(tmp_path / f"s-{name}"), "--task", "clm", "--max-len", "1024",
-                             "--tokenizer", str(tok), "--out", str(tmp_path / f"p-{name}"), "--json")
+        code, out, err = run(
+            capsys,
+            "pack",
+            str(tmp_path / f"s-{name}"),
+            "--task",
+            "clm",
+            "--max-len",
+            "1024",
+            "--tokenizer",
+            str(tok),
+            "--out",
+            str(tmp_path / f"p-{name}"),
+            "--json",
+        )
         assert code == 0, err
         summaries[name] = json.loads(out)
     r, c = summaries["released"], summaries["clean"]
@@ -122,10 +143,22 @@ def test_a_processor_saved_with_truncation_is_read_without_it(tmp_path: Path) ->
 # ---- 2. a config.json as transformers reads it ------------------------------------------------------------
 
 #: Nemotron-H as its released config.json writes it: ``time_step_limit``'s infinity as transformers encodes it
-NEMOTRON_H = {"model_type": "nemotron_h", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-              "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 64, "max_position_embeddings": 128,
-              "mamba_num_heads": 2, "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 1,
-              "hybrid_override_pattern": "M*", "time_step_limit": [0.0, {"__float__": "Infinity"}]}
+NEMOTRON_H = {
+    "model_type": "nemotron_h",
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+    "intermediate_size": 64,
+    "max_position_embeddings": 128,
+    "mamba_num_heads": 2,
+    "mamba_head_dim": 16,
+    "ssm_state_size": 8,
+    "n_groups": 1,
+    "hybrid_override_pattern": "M*",
+    "time_step_limit": [0.0, {"__float__": "Infinity"}],
+}
 
 
 @pytest.fixture
@@ -137,8 +170,19 @@ def packed(tmp_path: Path, capsys: CaptureFixture[str]) -> Path:
     tok = byte_tokenizer()
     tok.save(tmp_path / "tok")
     build_sharded_store(text_docs(40), tok, tmp_path / "store", shard_chars=500)
-    code, _, err = run(capsys, "pack", str(tmp_path / "store"), "--task", "clm", "--max-len", "64", "--tokenizer",
-                       str(tmp_path / "tok"), "--out", str(tmp_path / "packed"))
+    code, _, err = run(
+        capsys,
+        "pack",
+        str(tmp_path / "store"),
+        "--task",
+        "clm",
+        "--max-len",
+        "64",
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--out",
+        str(tmp_path / "packed"),
+    )
     assert code == 0, err
     return tmp_path / "packed"
 
@@ -160,8 +204,20 @@ def test_a_hybrid_config_with_infinity_is_read_and_trained(
     on each document."""
     (tmp_path / "nemotron").mkdir()
     (tmp_path / "nemotron" / "config.json").write_text(json.dumps(NEMOTRON_H))
-    code, _, err = run(capsys, "train", "--data", str(packed), "--out", str(tmp_path / "run"), "--hf-model",
-                       str(tmp_path / "nemotron"), "--steps", "1", "--quiet", *(["--padded"] if padded else []))
+    code, _, err = run(
+        capsys,
+        "train",
+        "--data",
+        str(packed),
+        "--out",
+        str(tmp_path / "run"),
+        "--hf-model",
+        str(tmp_path / "nemotron"),
+        "--steps",
+        "1",
+        "--quiet",
+        *(["--padded"] if padded else []),
+    )
     assert code == 0, err
     assert (tmp_path / "run" / "checkpoint.pt").exists()
 
@@ -169,8 +225,19 @@ def test_a_hybrid_config_with_infinity_is_read_and_trained(
 def test_a_value_transformers_refuses_is_one_line(packed: Path, tmp_path: Path, capsys: CaptureFixture[str]) -> None:
     f = tmp_path / "config.json"
     f.write_text(json.dumps({**NEMOTRON_H, "time_step_limit": "forever"}))
-    code, _, err = run(capsys, "train", "--data", str(packed), "--out", str(tmp_path / "run"), "--hf-model", str(f),
-                       "--steps", "1", "--quiet")
+    code, _, err = run(
+        capsys,
+        "train",
+        "--data",
+        str(packed),
+        "--out",
+        str(tmp_path / "run"),
+        "--hf-model",
+        str(f),
+        "--steps",
+        "1",
+        "--quiet",
+    )
     assert one_line(code, err) and f"--hf-model {f}: transformers refuses this nemotron_h config" in err
     assert "time_step_limit" in err
 
@@ -181,11 +248,15 @@ BOM = "\ufeff"
 
 
 @pytest.mark.parametrize("kind", ["txt", "jsonl"])
-def test_a_byte_order_mark_is_not_part_of_the_first_document(tmp_path: Path, capsys: CaptureFixture[str], kind: str) -> None:
+def test_a_byte_order_mark_is_not_part_of_the_first_document(
+    tmp_path: Path, capsys: CaptureFixture[str], kind: str
+) -> None:
     from seqpack.store import open_store
     from seqpack.tokenizer import Tokenizer
 
-    code, _, err = run(capsys, "train-tokenizer", "--vocab-size", "300", "--out", str(tmp_path / "tok"), "--workers", "1")
+    code, _, err = run(
+        capsys, "train-tokenizer", "--vocab-size", "300", "--out", str(tmp_path / "tok"), "--workers", "1"
+    )
     assert code == 0, err
     docs = ["first document", "second one"]
     f = tmp_path / f"in.{kind}"
@@ -198,7 +269,9 @@ def test_a_byte_order_mark_is_not_part_of_the_first_document(tmp_path: Path, cap
 
 
 @pytest.mark.parametrize("size", ["small", "chunked"])
-def test_train_tokenizer_learns_no_token_of_a_byte_order_mark(tmp_path: Path, capsys: CaptureFixture[str], size: str) -> None:
+def test_train_tokenizer_learns_no_token_of_a_byte_order_mark(
+    tmp_path: Path, capsys: CaptureFixture[str], size: str
+) -> None:
     from seqpack.tokenizer import Tokenizer
     from seqpack.tokenizer.pretokenize import file_chunks
 
@@ -212,8 +285,18 @@ def test_train_tokenizer_learns_no_token_of_a_byte_order_mark(tmp_path: Path, ca
     assert (len(chunks) > 1) == (size == "chunked")
     made, counted = {}, {}
     for name, f in (("bom", with_bom), ("plain", without)):
-        code, out, err = run(capsys, "train-tokenizer", str(f), "--vocab-size", "300", "--out", str(tmp_path / name),
-                             "--workers", "1", "--json")
+        code, out, err = run(
+            capsys,
+            "train-tokenizer",
+            str(f),
+            "--vocab-size",
+            "300",
+            "--out",
+            str(tmp_path / name),
+            "--workers",
+            "1",
+            "--json",
+        )
         assert code == 0, err
         made[name] = Tokenizer.load(tmp_path / name)
         counted[name] = {k: json.loads(out)[k] for k in ("num_words", "num_pretokens")}
@@ -231,8 +314,18 @@ def test_a_byte_order_mark_on_a_pipe_is_not_text(tmp_path: Path, capsys: Capture
 
     text = " ".join(texts(40, seed=1))
     (tmp_path / "plain.txt").write_text(text, encoding="utf-8")
-    code, plain, _ = run(capsys, "train-tokenizer", str(tmp_path / "plain.txt"), "--vocab-size", "300", "--out",
-                         str(tmp_path / "plain"), "--workers", "1", "--json")
+    code, plain, _ = run(
+        capsys,
+        "train-tokenizer",
+        str(tmp_path / "plain.txt"),
+        "--vocab-size",
+        "300",
+        "--out",
+        str(tmp_path / "plain"),
+        "--workers",
+        "1",
+        "--json",
+    )
     assert code == 0
     data = (BOM + text).encode("utf-8")
     assert len(data) < 16_384  # within a pipe's buffer: written whole before it is read
@@ -240,8 +333,18 @@ def test_a_byte_order_mark_on_a_pipe_is_not_text(tmp_path: Path, capsys: Capture
     try:
         os.write(w, data)
         os.close(w)
-        code, piped, err = run(capsys, "train-tokenizer", f"/proc/self/fd/{r}", "--vocab-size", "300", "--out",
-                               str(tmp_path / "piped"), "--workers", "1", "--json")
+        code, piped, err = run(
+            capsys,
+            "train-tokenizer",
+            f"/proc/self/fd/{r}",
+            "--vocab-size",
+            "300",
+            "--out",
+            str(tmp_path / "piped"),
+            "--workers",
+            "1",
+            "--json",
+        )
     finally:
         os.close(r)
     assert code == 0, err
@@ -250,6 +353,7 @@ def test_a_byte_order_mark_on_a_pipe_is_not_text(tmp_path: Path, capsys: Capture
 
 
 # ---- 4. a folder of files without the suffixes looked for -----------------------------------------------
+
 
 @pytest.mark.parametrize("command", ["tokenize", "train-tokenizer"])
 def test_a_folder_without_text_suffixes_names_glob(tmp_path: Path, capsys: CaptureFixture[str], command: str) -> None:

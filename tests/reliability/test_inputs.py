@@ -29,8 +29,19 @@ def made(tmp_path: Path) -> dict[str, Path]:
 
 
 def pack(capsys: CaptureFixture[str], made: dict[str, Path], task: str, out: Path) -> tuple[int, str]:
-    code, _, err = run(capsys, "pack", str(made["store"]), "--task", task, "--max-len", "64", "--tokenizer",
-                       str(made["tok"]), "--out", str(out))
+    code, _, err = run(
+        capsys,
+        "pack",
+        str(made["store"]),
+        "--task",
+        task,
+        "--max-len",
+        "64",
+        "--tokenizer",
+        str(made["tok"]),
+        "--out",
+        str(out),
+    )
     return code, err
 
 
@@ -39,7 +50,9 @@ def one_line(code: int, err: str) -> bool:
 
 
 @pytest.mark.parametrize("task", ["clm", "mlm"])
-def test_a_store_holding_ids_past_the_vocab_is_refused(made: dict[str, Path], tmp_path: Path, capsys, task: str) -> None:
+def test_a_store_holding_ids_past_the_vocab_is_refused(
+    made: dict[str, Path], tmp_path: Path, capsys, task: str
+) -> None:
     f = made["store"] / "shard-00001" / "tokens.bin"
     ids = np.fromfile(f, dtype=np.uint16)
     ids[3] = 4000  # the byte tokenizer has 257 ids
@@ -76,8 +89,19 @@ def test_training_on_ids_past_the_model_vocab_is_one_line(made: dict[str, Path],
     m["vocab_size"] = 100  # the model is built with 100 ids; the data holds bytes up to 256
     write_manifest(d, m)  # as a writer would record it: its own checksum agrees
     before = tree_hash(d)
-    code, _, err = run(capsys, "train", "--data", str(d), "--out", str(tmp_path / "run"), "--steps", "2",
-                       "--batch-size", "4", "--quiet")
+    code, _, err = run(
+        capsys,
+        "train",
+        "--data",
+        str(d),
+        "--out",
+        str(tmp_path / "run"),
+        "--steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--quiet",
+    )
     assert one_line(code, err) and "past the model's 100 embeddings" in err
     assert tree_hash(d) == before and not (tmp_path / "run").exists()
     assert load_packed(d)[0]["num_packs"] > 0
@@ -96,8 +120,11 @@ def edit_part_in_place(d: Path) -> Path:
     table = pq.read_table(f)
     ids = table.column("input_ids").to_pylist()
     ids[0][0] = (ids[0][0] + 1) % 200
-    table = table.set_column(table.schema.get_field_index("input_ids"), table.schema.field("input_ids"),
-                             pa.array(ids, type=table.schema.field("input_ids").type))
+    table = table.set_column(
+        table.schema.get_field_index("input_ids"),
+        table.schema.field("input_ids"),
+        pa.array(ids, type=table.schema.field("input_ids").type),
+    )
     pq.write_table(table, f)
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
     return f
@@ -112,7 +139,9 @@ READERS = {
 
 
 @pytest.mark.parametrize("reader", list(READERS))
-def test_every_reader_refuses_a_part_edited_in_place(made: dict[str, Path], tmp_path: Path, capsys, reader: str) -> None:
+def test_every_reader_refuses_a_part_edited_in_place(
+    made: dict[str, Path], tmp_path: Path, capsys, reader: str
+) -> None:
     assert pack(capsys, made, "clm", tmp_path / "packed")[0] == 0
     f = edit_part_in_place(tmp_path / "packed")
     with pytest.raises(ValueError, match=f"{f.name}: changed since seqpack pack wrote it"):
@@ -122,14 +151,37 @@ def test_every_reader_refuses_a_part_edited_in_place(made: dict[str, Path], tmp_
 def test_a_fresh_train_refuses_a_part_edited_in_place(made: dict[str, Path], tmp_path: Path, capsys) -> None:
     assert pack(capsys, made, "clm", tmp_path / "packed")[0] == 0
     edit_part_in_place(tmp_path / "packed")
-    code, _, err = run(capsys, "train", "--data", str(tmp_path / "packed"), "--out", str(tmp_path / "run"),
-                       "--steps", "1", "--batch-size", "4", "--quiet")
+    code, _, err = run(
+        capsys,
+        "train",
+        "--data",
+        str(tmp_path / "packed"),
+        "--out",
+        str(tmp_path / "run"),
+        "--steps",
+        "1",
+        "--batch-size",
+        "4",
+        "--quiet",
+    )
     assert one_line(code, err) and "changed since seqpack pack wrote it" in err and not (tmp_path / "run").exists()
 
 
 def test_an_edited_bin_column_is_refused(made: dict[str, Path], tmp_path: Path, capsys) -> None:
-    code, _, err = run(capsys, "pack", str(made["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
-                       str(made["tok"]), "--out", str(tmp_path / "packed"), "--export-bin")
+    code, _, err = run(
+        capsys,
+        "pack",
+        str(made["store"]),
+        "--task",
+        "clm",
+        "--max-len",
+        "64",
+        "--tokenizer",
+        str(made["tok"]),
+        "--out",
+        str(tmp_path / "packed"),
+        "--export-bin",
+    )
     assert code == 0, err
     assert "bin_checksums" in json.loads((tmp_path / "packed" / "manifest.json").read_text())
     f = tmp_path / "packed" / "bin" / "input_ids.bin"
@@ -142,8 +194,11 @@ def test_an_edited_bin_column_is_refused(made: dict[str, Path], tmp_path: Path, 
 
 TOKEN_ID_ENTRY_POINTS = {
     "pack_rollouts": lambda ids: __import__("seqpack.rl", fromlist=["x"]).pack_rollouts([[3, 4]], [[ids]], max_len=64),
-    "StreamingPackedDataset": lambda ids: list(__import__("seqpack.pipeline.stream_dataset", fromlist=["x"])
-                                                .StreamingPackedDataset([[5, 6, 7], ids], max_len=16, buffer_size=4)),
+    "StreamingPackedDataset": lambda ids: list(
+        __import__("seqpack.pipeline.stream_dataset", fromlist=["x"]).StreamingPackedDataset(
+            [[5, 6, 7], ids], max_len=16, buffer_size=4
+        )
+    ),
 }
 BAD_IDS = {
     "float ids": ([5.0, 6.0], r"token ids are integers, got float64 values \(5\)"),

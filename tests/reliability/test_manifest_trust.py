@@ -59,6 +59,7 @@ def shifted_histogram(m: dict[str, Any]) -> None:
 
 # ---- 1. the manifest carries its own checksum ------------------------------------------------------------
 
+
 def test_every_writer_seals_the_manifest_last(tmp_path: Path) -> None:
     m = read_manifest(CLM)  # the pack job's
     assert list(m)[-1] == CHECKSUM and m[CHECKSUM] == manifest_checksum(m)
@@ -175,6 +176,7 @@ def test_a_field_missing_or_mistyped_is_one_line(change: str, reseal: bool, tmp_
 
 # ---- 4. hf_dataset reads exactly the manifest's parts ------------------------------------------------------
 
+
 def test_hf_dataset_reads_the_manifests_parts_not_every_file_beside_them(tmp_path: Path) -> None:
     pytest.importorskip("datasets")
     from seqpack.data import hf_dataset
@@ -187,6 +189,7 @@ def test_hf_dataset_reads_the_manifests_parts_not_every_file_beside_them(tmp_pat
 
 
 # ---- 5. damaged image-text datasets ------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def vision(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -203,8 +206,25 @@ def vision(tmp_path_factory: pytest.TempPathFactory) -> Path:
     processor.save_pretrained(d / "processor")
     tiny_config("llava", processor).save_pretrained(d / "model")
     jsonl, _ = write_records(d, n=18)  # parts of 4 examples, the last of 2
-    code = main(["pack", str(jsonl), "--task", "vision", "--max-len", "256", "--tokenizer", str(d / "processor"),
-                 "--out", str(d / "packs"), "--shard-examples", "4", "--shard-packs", "2", "--json"])
+    code = main(
+        [
+            "pack",
+            str(jsonl),
+            "--task",
+            "vision",
+            "--max-len",
+            "256",
+            "--tokenizer",
+            str(d / "processor"),
+            "--out",
+            str(d / "packs"),
+            "--shard-examples",
+            "4",
+            "--shard-packs",
+            "2",
+            "--json",
+        ]
+    )
     assert code == 0
     m = read_manifest(d / "packs")
     assert len(m["shards"]) >= 3 and len(m["example_table"]["parts"]) >= 3
@@ -311,18 +331,43 @@ def _plus(col: Any, k: int) -> Any:
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_a_damaged_image_text_dataset_is_refused_in_one_line(damage: str, vision: Path, tmp_path: Path,
-                                                             capsys) -> None:
+def test_a_damaged_image_text_dataset_is_refused_in_one_line(damage: str, vision: Path, tmp_path: Path, capsys) -> None:
     d = copy(tmp_path, vision / "packs")
     make, message = DAMAGE[damage]
     make(d)
-    code, err = cli(capsys, "train", "--data", str(d), "--hf-model", str(vision / "model"), "--out",
-                    str(tmp_path / "run"), "--steps", "1", "--batch-size", "2", "--quiet")
+    code, err = cli(
+        capsys,
+        "train",
+        "--data",
+        str(d),
+        "--hf-model",
+        str(vision / "model"),
+        "--out",
+        str(tmp_path / "run"),
+        "--steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--quiet",
+    )
     assert one_line(code, err) and message in err, err
     assert not (tmp_path / "run").exists()
 
 
 def test_the_undamaged_image_text_dataset_trains(vision: Path, tmp_path: Path, capsys) -> None:
-    code, err = cli(capsys, "train", "--data", str(vision / "packs"), "--hf-model", str(vision / "model"), "--out",
-                    str(tmp_path / "run"), "--steps", "1", "--batch-size", "2", "--quiet")
+    code, err = cli(
+        capsys,
+        "train",
+        "--data",
+        str(vision / "packs"),
+        "--hf-model",
+        str(vision / "model"),
+        "--out",
+        str(tmp_path / "run"),
+        "--steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--quiet",
+    )
     assert code == 0, err

@@ -27,8 +27,15 @@ def _cap() -> None:
 
 def seqpack(*argv: str, cwd: Path) -> tuple[int, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    p = subprocess.run([sys.executable, "-m", "seqpack", *argv], cwd=cwd, capture_output=True, text=True,
-                       timeout=300, preexec_fn=_cap, env=env)
+    p = subprocess.run(
+        [sys.executable, "-m", "seqpack", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_cap,
+        env=env,
+    )
     return p.returncode, p.stderr
 
 
@@ -39,7 +46,10 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     corpus.write_text(("the quick brown fox jumps over the lazy dog. " * 40 + "<|endoftext|>") * 8, encoding="utf-8")
     assert seqpack("train-tokenizer", str(corpus), "--vocab-size", "270", "--out", "tok", cwd=d)[0] == 0
     assert seqpack("tokenize", str(corpus), "--tokenizer", "tok", "--out", "store", cwd=d)[0] == 0
-    assert seqpack("pack", "store", "--task", "clm", "--max-len", "64", "--tokenizer", "tok", "--out", "packed", cwd=d)[0] == 0
+    assert (
+        seqpack("pack", "store", "--task", "clm", "--max-len", "64", "--tokenizer", "tok", "--out", "packed", cwd=d)[0]
+        == 0
+    )
     h = np.zeros(512, np.int64)
     h[[9, 99, 511]] = [5, 3, 2]
     np.save(d / "h.npy", h)
@@ -49,22 +59,37 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 CASES = {
-    "pack clm, --max-len 1e9": (["pack", "store", "--task", "clm", "--max-len", "1000000000", "--tokenizer", "tok",
-                                 "--out", "o"], "more than the"),
-    "pack mlm, --max-len 1e9": (["pack", "store", "--task", "mlm", "--max-len", "1000000000", "--tokenizer", "tok",
-                                 "--out", "o"], "more than the"),
-    "plan, --max-len 1e9": (["plan", "--histogram", "h.npy", "--max-len", "1000000000", "--out", "plan.json"], "more than the"),
+    "pack clm, --max-len 1e9": (
+        ["pack", "store", "--task", "clm", "--max-len", "1000000000", "--tokenizer", "tok", "--out", "o"],
+        "more than the",
+    ),
+    "pack mlm, --max-len 1e9": (
+        ["pack", "store", "--task", "mlm", "--max-len", "1000000000", "--tokenizer", "tok", "--out", "o"],
+        "more than the",
+    ),
+    "plan, --max-len 1e9": (
+        ["plan", "--histogram", "h.npy", "--max-len", "1000000000", "--out", "plan.json"],
+        "more than the",
+    ),
     "stats, --max-len 1e9": (["stats", "--histogram", "h.npy", "--max-len", "1000000000"], "more than the"),
     "bench, --batch-size 100000": (["bench", "--size", "tiny", "--batch-size", "100000"], "would take about"),
     "bench, --sequences 1e9": (["bench", "--size", "tiny", "--sequences", "1000000000"], "would take about"),
-    "train, --batch-size past the data": (["train", "--data", "packed", "--out", "run", "--batch-size", "100000",
-                                           "--quiet"], "is more than the"),
-    "classification, a label of 1e12": (["pack", "big_label.jsonl", "--task", "classification", "--max-len", "16",
-                                         "--tokenizer", "tok", "--out", "o"], "the most one classifier takes"),
-    "multilabel, a label of 5e9": (["pack", "big_multi.jsonl", "--task", "multilabel", "--max-len", "16",
-                                    "--tokenizer", "tok", "--out", "o"], "the most one classifier takes"),
-    "pack, --stages 1000": (["pack", "store", "--task", "clm", "--max-len", "64", "--tokenizer", "tok", "--out", "o",
-                             "--stages", "1000"], "--stages 1000"),
+    "train, --batch-size past the data": (
+        ["train", "--data", "packed", "--out", "run", "--batch-size", "100000", "--quiet"],
+        "is more than the",
+    ),
+    "classification, a label of 1e12": (
+        ["pack", "big_label.jsonl", "--task", "classification", "--max-len", "16", "--tokenizer", "tok", "--out", "o"],
+        "the most one classifier takes",
+    ),
+    "multilabel, a label of 5e9": (
+        ["pack", "big_multi.jsonl", "--task", "multilabel", "--max-len", "16", "--tokenizer", "tok", "--out", "o"],
+        "the most one classifier takes",
+    ),
+    "pack, --stages 1000": (
+        ["pack", "store", "--task", "clm", "--max-len", "64", "--tokenizer", "tok", "--out", "o", "--stages", "1000"],
+        "--stages 1000",
+    ),
 }
 
 

@@ -133,7 +133,12 @@ def test_stats_lengths_file_of_uint64_says_its_value(tmp_path: Path, capsys) -> 
 
 # ---- token ids ----------------------------------------------------------------------------------
 
-BIG_IDS = {"2**64 - 1": [5, 2**64 - 1], "2**64": [5, 2**64], "2**63": [2**63], "uint64": np.array([5, 2**63], np.uint64)}
+BIG_IDS = {
+    "2**64 - 1": [5, 2**64 - 1],
+    "2**64": [5, 2**64],
+    "2**63": [2**63],
+    "uint64": np.array([5, 2**63], np.uint64),
+}
 
 
 def _entry_points() -> dict[str, object]:
@@ -174,8 +179,21 @@ def test_pack_dataset_refuses_float_ids() -> None:
 def test_a_duplication_factor_past_its_bound_is_refused(tmp_path: Path, capsys) -> None:
     from seqpack.tasks.mlm import MAX_DUPE_FACTOR, MLMConfig
 
-    code, err = cli(capsys, "pack", "s", "--task", "mlm", "--max-len", "64", "--tokenizer", "t", "--out", "o",
-                    "--dupe-factor", str(10**12))
+    code, err = cli(
+        capsys,
+        "pack",
+        "s",
+        "--task",
+        "mlm",
+        "--max-len",
+        "64",
+        "--tokenizer",
+        "t",
+        "--out",
+        "o",
+        "--dupe-factor",
+        str(10**12),
+    )
     assert one_line(code, err) and f"--dupe-factor must be at most {MAX_DUPE_FACTOR:,}" in err
     with pytest.raises(ValueError, match="dupe_factor must be >= 1 and at most 1,000"):
         MLMConfig(max_len=64, dupe_factor=10**12)
@@ -190,8 +208,21 @@ def test_a_duplication_past_memory_is_refused_before_the_first_pass(tmp_path: Pa
     tok.save(tmp_path / "tok")
     build_sharded_store(text_docs(40), tok, tmp_path / "store", shard_chars=500)
     monkeypatch.setattr(_resources, "machine_memory", lambda: 2**20)  # a machine of one MiB
-    code, err = cli(capsys, "pack", str(tmp_path / "store"), "--task", "mlm", "--max-len", "64", "--tokenizer",
-                    str(tmp_path / "tok"), "--out", str(tmp_path / "o"), "--dupe-factor", "1000")
+    code, err = cli(
+        capsys,
+        "pack",
+        str(tmp_path / "store"),
+        "--task",
+        "mlm",
+        "--max-len",
+        "64",
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--out",
+        str(tmp_path / "o"),
+        "--dupe-factor",
+        "1000",
+    )
     assert one_line(code, err) and "mlm's 1,000 passes over the" in err and "lower --dupe-factor" in err
     assert not (tmp_path / "o").exists()
 
@@ -224,7 +255,16 @@ def test_a_shard_size_that_would_cut_thousands_of_shards_is_refused(tmp_path: Pa
     tok.save(tmp_path / "tok")
     corpus = tmp_path / "big.txt"
     corpus.write_text(("word " * 200 + "\n") * 11_000)  # ~11 MiB: 11,000 shards of a KiB
-    code, err = cli(capsys, "tokenize", str(corpus), "--tokenizer", str(tmp_path / "tok"), "--out",
-                    str(tmp_path / "s"), "--shard-mb", "0.001")
+    code, err = cli(
+        capsys,
+        "tokenize",
+        str(corpus),
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--out",
+        str(tmp_path / "s"),
+        "--shard-mb",
+        "0.001",
+    )
     assert one_line(code, err) and "--shard-mb 0.001 would cut the" in err and "pass --shard-mb 0.002 or more" in err
     assert not (tmp_path / "s").exists()

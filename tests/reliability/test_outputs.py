@@ -31,7 +31,9 @@ def made(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> dict[str, Path]:
     corpus = d / "corpus.txt"
     corpus.write_text(("the quick brown fox jumps over the lazy dog. " * 20 + EOT) * 6, encoding="utf-8")
     tok, store = tmp_path / "tok", tmp_path / "store"
-    assert run(capsys, "train-tokenizer", str(corpus), "--vocab-size", "270", "--out", str(tok), "--workers", "1")[0] == 0
+    assert (
+        run(capsys, "train-tokenizer", str(corpus), "--vocab-size", "270", "--out", str(tok), "--workers", "1")[0] == 0
+    )
     assert run(capsys, "tokenize", str(corpus), "--tokenizer", str(tok), "--out", str(store))[0] == 0
     lengths = d / "h.npy"
     np.save(lengths, np.array([0, 3, 5, 2] + [0] * 61, dtype=np.int64))  # a histogram of lengths up to 64
@@ -39,29 +41,126 @@ def made(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> dict[str, Path]:
 
 
 CASES = {
-    "pack onto its store": lambda m: ["pack", str(m["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
-                                      str(m["tok"]), "--out", str(m["store"]), "--overwrite"],
-    "pack inside its store": lambda m: ["pack", str(m["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
-                                        str(m["tok"]), "--out", str(m["store"] / "packed")],
-    "pack onto its tokenizer": lambda m: ["pack", str(m["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
-                                          str(m["tok"]), "--out", str(m["tok"]), "--overwrite"],
-    "tokenize into its corpus's directory": lambda m: ["tokenize", str(m["corpus"]), "--tokenizer", str(m["tok"]),
-                                                       "--out", str(m["dir"]), "--overwrite"],
-    "tokenize onto its tokenizer": lambda m: ["tokenize", str(m["corpus"]), "--tokenizer", str(m["tok"]),
-                                              "--out", str(m["tok"]), "--overwrite"],
-    "train-tokenizer into its corpus's directory": lambda m: ["train-tokenizer", str(m["corpus"]), "--vocab-size", "270",
-                                                              "--out", str(m["dir"]), "--overwrite"],
-    "train-tokenizer onto its corpus": lambda m: ["train-tokenizer", str(m["corpus"]), "--vocab-size", "270",
-                                                  "--out", str(m["corpus"]), "--overwrite"],
-    "bench --calibrate onto its lengths": lambda m: ["bench", "--calibrate", "--lengths", str(m["lengths"]), "--max-len",
-                                                     "64", "--out", str(m["lengths"]), "--overwrite"],
-    "plan onto its histogram": lambda m: ["plan", "--histogram", str(m["lengths"]), "--max-len", "64",
-                                          "--out", str(m["lengths"]), "--overwrite"],
-    "plan's plot onto its histogram": lambda m: ["plan", "--histogram", str(m["lengths"]), "--max-len", "64",
-                                                 "--plot", str(m["lengths"]), "--overwrite"],
+    "pack onto its store": lambda m: [
+        "pack",
+        str(m["store"]),
+        "--task",
+        "clm",
+        "--max-len",
+        "64",
+        "--tokenizer",
+        str(m["tok"]),
+        "--out",
+        str(m["store"]),
+        "--overwrite",
+    ],
+    "pack inside its store": lambda m: [
+        "pack",
+        str(m["store"]),
+        "--task",
+        "clm",
+        "--max-len",
+        "64",
+        "--tokenizer",
+        str(m["tok"]),
+        "--out",
+        str(m["store"] / "packed"),
+    ],
+    "pack onto its tokenizer": lambda m: [
+        "pack",
+        str(m["store"]),
+        "--task",
+        "clm",
+        "--max-len",
+        "64",
+        "--tokenizer",
+        str(m["tok"]),
+        "--out",
+        str(m["tok"]),
+        "--overwrite",
+    ],
+    "tokenize into its corpus's directory": lambda m: [
+        "tokenize",
+        str(m["corpus"]),
+        "--tokenizer",
+        str(m["tok"]),
+        "--out",
+        str(m["dir"]),
+        "--overwrite",
+    ],
+    "tokenize onto its tokenizer": lambda m: [
+        "tokenize",
+        str(m["corpus"]),
+        "--tokenizer",
+        str(m["tok"]),
+        "--out",
+        str(m["tok"]),
+        "--overwrite",
+    ],
+    "train-tokenizer into its corpus's directory": lambda m: [
+        "train-tokenizer",
+        str(m["corpus"]),
+        "--vocab-size",
+        "270",
+        "--out",
+        str(m["dir"]),
+        "--overwrite",
+    ],
+    "train-tokenizer onto its corpus": lambda m: [
+        "train-tokenizer",
+        str(m["corpus"]),
+        "--vocab-size",
+        "270",
+        "--out",
+        str(m["corpus"]),
+        "--overwrite",
+    ],
+    "bench --calibrate onto its lengths": lambda m: [
+        "bench",
+        "--calibrate",
+        "--lengths",
+        str(m["lengths"]),
+        "--max-len",
+        "64",
+        "--out",
+        str(m["lengths"]),
+        "--overwrite",
+    ],
+    "plan onto its histogram": lambda m: [
+        "plan",
+        "--histogram",
+        str(m["lengths"]),
+        "--max-len",
+        "64",
+        "--out",
+        str(m["lengths"]),
+        "--overwrite",
+    ],
+    "plan's plot onto its histogram": lambda m: [
+        "plan",
+        "--histogram",
+        str(m["lengths"]),
+        "--max-len",
+        "64",
+        "--plot",
+        str(m["lengths"]),
+        "--overwrite",
+    ],
     "train onto its data": lambda m: ["train", "--data", str(m["store"]), "--out", str(m["store"]), "--overwrite"],
-    "train inside its tokenizer": lambda m: ["train", "--data", str(m["corpus"]), "--stream", "--tokenizer", str(m["tok"]),
-                                             "--max-len", "64", "--steps", "1", "--out", str(m["tok"] / "run")],
+    "train inside its tokenizer": lambda m: [
+        "train",
+        "--data",
+        str(m["corpus"]),
+        "--stream",
+        "--tokenizer",
+        str(m["tok"]),
+        "--max-len",
+        "64",
+        "--steps",
+        "1",
+        "--out",
+        str(m["tok"] / "run"),
+    ],
     "compare onto its data": lambda m: ["compare", "--data", str(m["store"]), "--out", str(m["store"] / "cmp")],
     "demo into its corpus's directory": lambda m: ["demo", "--corpus", str(m["corpus"]), "--out", str(m["dir"])],
 }
@@ -69,7 +168,9 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_an_output_over_an_input_is_refused_and_the_inputs_stay(
-    case: str, made: dict[str, Path], capsys: pytest.CaptureFixture[str],
+    case: str,
+    made: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     before = tree_hash(made["dir"], made["tok"], made["store"])
     code, _, err = run(capsys, *CASES[case](made))
@@ -80,29 +181,49 @@ def test_an_output_over_an_input_is_refused_and_the_inputs_stay(
     assert leftovers == []  # no .partial, .lock, .tmp-* or .old-* left anywhere
 
 
-def test_out_dot_is_refused(made: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_out_dot_is_refused(
+    made: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     work = made["dir"].parent / "work"
     work.mkdir()
     (work / "keep.txt").write_text("mine")
     monkeypatch.chdir(work)
-    code, _, err = run(capsys, "tokenize", str(made["corpus"]), "--tokenizer", str(made["tok"]), "--out", ".", "--overwrite")
+    code, _, err = run(
+        capsys, "tokenize", str(made["corpus"]), "--tokenizer", str(made["tok"]), "--out", ".", "--overwrite"
+    )
     assert code == 2 and "holds the working directory" in err
-    assert sorted(os.listdir(work)) == ["keep.txt"] and sorted(p.name for p in work.parent.iterdir() if p.name.startswith(".")) == []
+    assert (
+        sorted(os.listdir(work)) == ["keep.txt"]
+        and sorted(p.name for p in work.parent.iterdir() if p.name.startswith(".")) == []
+    )
 
 
 def test_a_link_to_an_input_is_the_input(made: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     link = made["dir"].parent / "alias"
     link.symlink_to(made["store"], target_is_directory=True)
     before = tree_hash(made["store"])
-    code, _, err = run(capsys, "pack", str(made["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
-                       str(made["tok"]), "--out", str(link), "--overwrite")
+    code, _, err = run(
+        capsys,
+        "pack",
+        str(made["store"]),
+        "--task",
+        "clm",
+        "--max-len",
+        "64",
+        "--tokenizer",
+        str(made["tok"]),
+        "--out",
+        str(link),
+        "--overwrite",
+    )
     assert code == 2 and "is the input" in err and tree_hash(made["store"]) == before
 
 
 def test_two_outputs_on_one_path_are_refused(made: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     out = made["dir"].parent / "plan.json"
-    code, _, err = run(capsys, "plan", "--histogram", str(made["lengths"]), "--max-len", "64", "--out", str(out),
-                       "--plot", str(out))
+    code, _, err = run(
+        capsys, "plan", "--histogram", str(made["lengths"]), "--max-len", "64", "--out", str(out), "--plot", str(out)
+    )
     assert code == 2 and "--plot" in err and "is also --out" in err and not out.exists()
 
 

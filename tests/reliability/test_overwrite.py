@@ -54,28 +54,114 @@ def unrelated(parent: Path) -> Path:
 
 #: each command, writing its output to ``out`` with --overwrite (a file output: ``out/.bashrc``)
 COMMANDS: dict[str, Callable[[dict[str, Path], Path], list[str]]] = {
-    "pack": lambda m, out: ["pack", str(m["store"]), "--task", "clm", "--max-len", "64", "--tokenizer",
-                            str(m["tokenizer"]), "--out", str(out), "--overwrite"],
-    "tokenize": lambda m, out: ["tokenize", str(m["corpus"]), "--tokenizer", str(m["tokenizer"]), "--out", str(out),
-                                "--overwrite"],
-    "train-tokenizer": lambda m, out: ["train-tokenizer", str(m["corpus"]), "--vocab-size", "270", "--workers", "1",
-                                       "--out", str(out), "--overwrite"],
-    "train": lambda m, out: ["train", "--data", str(m["clm"]), "--size", "tiny", "--steps", "1", "--batch-size", "2",
-                             "--quiet", "--out", str(out), "--overwrite"],
-    "compare": lambda m, out: ["compare", "--data", str(m["clm"]), "--size", "tiny", "--steps", "1", "--batch-size",
-                               "2", "--out", str(out), "--overwrite"],
+    "pack": lambda m, out: [
+        "pack",
+        str(m["store"]),
+        "--task",
+        "clm",
+        "--max-len",
+        "64",
+        "--tokenizer",
+        str(m["tokenizer"]),
+        "--out",
+        str(out),
+        "--overwrite",
+    ],
+    "tokenize": lambda m, out: [
+        "tokenize",
+        str(m["corpus"]),
+        "--tokenizer",
+        str(m["tokenizer"]),
+        "--out",
+        str(out),
+        "--overwrite",
+    ],
+    "train-tokenizer": lambda m, out: [
+        "train-tokenizer",
+        str(m["corpus"]),
+        "--vocab-size",
+        "270",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+        "--overwrite",
+    ],
+    "train": lambda m, out: [
+        "train",
+        "--data",
+        str(m["clm"]),
+        "--size",
+        "tiny",
+        "--steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--quiet",
+        "--out",
+        str(out),
+        "--overwrite",
+    ],
+    "compare": lambda m, out: [
+        "compare",
+        "--data",
+        str(m["clm"]),
+        "--size",
+        "tiny",
+        "--steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--out",
+        str(out),
+        "--overwrite",
+    ],
     "demo": lambda m, out: ["demo", "--corpus", str(m["corpus"]), "--vocab-size", "300", "--out", str(out)],
-    "plan --out": lambda m, out: ["plan", "--histogram", str(m["lengths"]), "--max-len", "64", "--out",
-                                  str(out / ".bashrc"), "--overwrite"],
-    "plan --plot": lambda m, out: ["plan", "--histogram", str(m["lengths"]), "--max-len", "64", "--plot",
-                                   str(out / ".bashrc"), "--overwrite"],
-    "bench --calibrate": lambda m, out: ["bench", "--calibrate", "--lengths", str(m["lengths"]), "--max-len", "64",
-                                         "--out", str(out / ".bashrc"), "--overwrite"],
+    "plan --out": lambda m, out: [
+        "plan",
+        "--histogram",
+        str(m["lengths"]),
+        "--max-len",
+        "64",
+        "--out",
+        str(out / ".bashrc"),
+        "--overwrite",
+    ],
+    "plan --plot": lambda m, out: [
+        "plan",
+        "--histogram",
+        str(m["lengths"]),
+        "--max-len",
+        "64",
+        "--plot",
+        str(out / ".bashrc"),
+        "--overwrite",
+    ],
+    "bench --calibrate": lambda m, out: [
+        "bench",
+        "--calibrate",
+        "--lengths",
+        str(m["lengths"]),
+        "--max-len",
+        "64",
+        "--out",
+        str(out / ".bashrc"),
+        "--overwrite",
+    ],
 }
 
 #: the input each command reads whose parent directory a typo may name
-READS = {"pack": "store", "tokenize": "corpus", "train-tokenizer": "corpus", "train": "clm", "compare": "clm",
-         "demo": "corpus", "plan --out": "lengths", "plan --plot": "lengths", "bench --calibrate": "lengths"}
+READS = {
+    "pack": "store",
+    "tokenize": "corpus",
+    "train-tokenizer": "corpus",
+    "train": "clm",
+    "compare": "clm",
+    "demo": "corpus",
+    "plan --out": "lengths",
+    "plan --plot": "lengths",
+    "bench --calibrate": "lengths",
+}
 
 #: where a typo points --out: each made in a fresh parent (or chosen among the inputs)
 TARGETS: dict[str, Callable[[Path, dict[str, Path], str], Path]] = {
@@ -89,7 +175,11 @@ TARGETS: dict[str, Callable[[Path, dict[str, Path], str], Path]] = {
 @pytest.mark.parametrize("target", list(TARGETS))
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_overwrite_never_deletes_what_seqpack_did_not_make(
-    command: str, target: str, made: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    command: str,
+    target: str,
+    made: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     watched = TARGETS[target](tmp_path, made, command)
@@ -115,7 +205,10 @@ def test_overwrite_never_deletes_what_seqpack_did_not_make(
     ],
 )
 def test_a_seqpack_directory_of_another_kind_is_not_replaced(
-    make: Callable[[dict[str, Path]], Path], refused: str, made: dict[str, Path], tmp_path: Path,
+    make: Callable[[dict[str, Path]], Path],
+    refused: str,
+    made: dict[str, Path],
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     other = tmp_path / "other"
@@ -141,8 +234,23 @@ def test_an_output_of_the_same_kind_is_replaced_with_overwrite_only(
     plan = tmp_path / "plan.json"
     plot = tmp_path / "plan.png"
     for _ in range(2):  # a plan and a plot seqpack wrote are replaced
-        assert main(["plan", "--histogram", str(made["lengths"]), "--max-len", "64", "--out", str(plan), "--plot",
-                     str(plot), "--overwrite"]) == 0
+        assert (
+            main(
+                [
+                    "plan",
+                    "--histogram",
+                    str(made["lengths"]),
+                    "--max-len",
+                    "64",
+                    "--out",
+                    str(plan),
+                    "--plot",
+                    str(plot),
+                    "--overwrite",
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
 
 

@@ -47,7 +47,9 @@ def test_tokenize_re_encodes_a_shard_whose_documents_changed(tmp_path: Path, mon
     with monkeypatch.context() as mp:
         _fail_at(mp, tokenize_mod, "encode_shard", "shard-00003")
         with pytest.raises(OSError, match="killed"):
-            build_sharded_store(docs, tok, tmp_path / "s", shard_chars=500, engine=LocalEngine(1))  # one shard at a time
+            build_sharded_store(
+                docs, tok, tmp_path / "s", shard_chars=500, engine=LocalEngine(1)
+            )  # one shard at a time
     edited = [_same_size_edit(docs[0]), *docs[1:]]  # same size: only the content tells
     assert len(edited[0]) == len(docs[0]) and edited[0] != docs[0]
     s = build_sharded_store(edited, tok, tmp_path / "s", shard_chars=500)
@@ -57,12 +59,16 @@ def test_tokenize_re_encodes_a_shard_whose_documents_changed(tmp_path: Path, mon
     assert tok.decode(s[0].tolist()) == edited[0]
 
 
-def test_tokenize_rebuilds_a_finished_shard_whose_files_were_altered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tokenize_rebuilds_a_finished_shard_whose_files_were_altered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     docs, tok = text_docs(60), byte_tokenizer()
     with monkeypatch.context() as mp:
         _fail_at(mp, tokenize_mod, "encode_shard", "shard-00003")
         with pytest.raises(OSError):
-            build_sharded_store(docs, tok, tmp_path / "s", shard_chars=500, engine=LocalEngine(1))  # one shard at a time
+            build_sharded_store(
+                docs, tok, tmp_path / "s", shard_chars=500, engine=LocalEngine(1)
+            )  # one shard at a time
     f = partial_dir(tmp_path / "s") / "shard-00001" / "tokens.bin"
     data = bytearray(f.read_bytes())
     data[0] ^= 1  # one changed value
@@ -70,7 +76,9 @@ def test_tokenize_rebuilds_a_finished_shard_whose_files_were_altered(tmp_path: P
     g = partial_dir(tmp_path / "s") / "shard-00002" / "offsets.idx"
     g.write_bytes(g.read_bytes()[:-3])  # cut short
     s = build_sharded_store(docs, tok, tmp_path / "s", shard_chars=500)
-    assert s.redone == {"shard-00001": "output changed", "shard-00002": "output changed"} and s.reused == ["shard-00000"]
+    assert s.redone == {"shard-00001": "output changed", "shard-00002": "output changed"} and s.reused == [
+        "shard-00000"
+    ]
     fresh = build_sharded_store(docs, tok, tmp_path / "fresh", shard_chars=500)
     assert all(np.array_equal(s[i], fresh[i]) for i in range(len(fresh)))
 
@@ -82,8 +90,9 @@ def store(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("task", ["clm", "mlm"])
-def test_pack_rebuilds_after_the_store_was_re_tokenized(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         task: str) -> None:
+def test_pack_rebuilds_after_the_store_was_re_tokenized(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str
+) -> None:
     tok = byte_tokenizer()
     cfg = PackConfig.for_task(task, max_len=64, seed=2)
     with monkeypatch.context() as mp:
@@ -100,7 +109,10 @@ def test_pack_rebuilds_after_the_store_was_re_tokenized(store: Path, tmp_path: P
 
 @pytest.mark.parametrize("task", ["clm", "mlm"])
 def test_pack_resume_is_byte_identical_and_rebuilds_altered_work_files(
-    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str,
+    store: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    task: str,
 ) -> None:
     tok = byte_tokenizer()
     cfg = PackConfig.for_task(task, max_len=64, seed=2)

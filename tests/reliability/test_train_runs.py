@@ -53,8 +53,9 @@ def test_resume_of_a_finished_run_is_refused_and_changes_nothing(data: Path, tmp
     assert tree_hash(run) == before
 
 
-def test_a_full_disk_during_overwrite_keeps_the_finished_run(data: Path, tmp_path: Path, capsys,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_during_overwrite_keeps_the_finished_run(
+    data: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = tmp_path / "run"
     assert cli(capsys, *base(data, run))[0] == 0
     before = tree_hash(run)
@@ -65,8 +66,9 @@ def test_a_full_disk_during_overwrite_keeps_the_finished_run(data: Path, tmp_pat
     assert not (tmp_path / ".run.lock").exists()
 
 
-def test_an_interrupted_run_is_not_at_run_until_resumed(data: Path, tmp_path: Path, capsys,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupted_run_is_not_at_run_until_resumed(
+    data: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = tmp_path / "run"
     real = checkpoint_mod.MetricsLog.write
     fail_metrics_at(monkeypatch, 3, OSError(errno.EIO, "I/O error"))
@@ -81,12 +83,21 @@ def test_an_interrupted_run_is_not_at_run_until_resumed(data: Path, tmp_path: Pa
 
 def test_a_second_train_to_the_same_out_is_refused(data: Path, tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\n"
-        "from seqpack._atomic import output_lock\n"
-        f"with output_lock({str(run)!r}):\n"
-        "    print('held', flush=True)\n"
-        "    time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\n"
+                "from seqpack._atomic import output_lock\n"
+                f"with output_lock({str(run)!r}):\n"
+                "    print('held', flush=True)\n"
+                "    time.sleep(60)\n"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         t0 = time.monotonic()

@@ -39,6 +39,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 # ---- 1. demo --out never replaces folders it did not make ----------------------------------------
 
+
 def test_demo_refuses_a_directory_it_did_not_make(tmp_path: Path, capsys) -> None:
     d = tmp_path / "d"
     (d / "store").mkdir(parents=True)
@@ -68,6 +69,7 @@ def test_demo_claims_new_empty_and_its_own_directories(tmp_path: Path) -> None:
 
 
 # ---- 2. a pack resume never reuses parts made from an older store ----------------------------------
+
 
 def test_a_store_edited_in_place_is_refused_by_a_resumed_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset, build_sharded_store
@@ -110,6 +112,7 @@ def test_the_store_records_its_checksums_and_verifies_them(tmp_path: Path) -> No
 
 # ---- 3. train --resume never continues on other data ------------------------------------------------
 
+
 def _interrupted_run(data: Path, out: Path) -> None:
     from seqpack.train import TrainConfig, train
 
@@ -118,8 +121,12 @@ def _interrupted_run(data: Path, out: Path) -> None:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train(TrainConfig(data=str(data), out=str(out), steps=4, batch_size=4, checkpoint_every=1, progress=False,
-                          size="tiny"), on_step=stop)
+        train(
+            TrainConfig(
+                data=str(data), out=str(out), steps=4, batch_size=4, checkpoint_every=1, progress=False, size="tiny"
+            ),
+            on_step=stop,
+        )
 
 
 def test_resume_refuses_a_repack_with_other_tokens(made: dict[str, Path], tmp_path: Path) -> None:
@@ -141,9 +148,18 @@ def test_resume_refuses_a_repack_with_other_tokens(made: dict[str, Path], tmp_pa
 
     with StoreWriter(other, vocab_size=store.vocab_size, tokenizer_hash=store.tokenizer_hash, overwrite=True) as w:
         w.add_batch(swapped, np.asarray(store.offsets))
-    build_packed_dataset(TokenStore(other), tok, data, PackConfig(task="clm", max_len=64), output=OutputOptions(overwrite=True))
-    cfg = TrainConfig(data=str(data), out=str(tmp_path / "run"), steps=4, batch_size=4, checkpoint_every=1, progress=False,
-                      size="tiny")
+    build_packed_dataset(
+        TokenStore(other), tok, data, PackConfig(task="clm", max_len=64), output=OutputOptions(overwrite=True)
+    )
+    cfg = TrainConfig(
+        data=str(data),
+        out=str(tmp_path / "run"),
+        steps=4,
+        batch_size=4,
+        checkpoint_every=1,
+        progress=False,
+        size="tiny",
+    )
     with pytest.raises(ValueError, match="trained on other data"):
         train(cfg, resume=True)
 
@@ -158,24 +174,59 @@ def test_resume_refuses_rows_edited_after_packing(made: dict[str, Path], tmp_pat
     raw = bytearray(part.read_bytes())
     raw[len(raw) // 2] ^= 1  # the manifest untouched
     part.write_bytes(bytes(raw))
-    cfg = TrainConfig(data=str(data), out=str(tmp_path / "run"), steps=4, batch_size=4, checkpoint_every=1, progress=False,
-                      size="tiny")
+    cfg = TrainConfig(
+        data=str(data),
+        out=str(tmp_path / "run"),
+        steps=4,
+        batch_size=4,
+        checkpoint_every=1,
+        progress=False,
+        size="tiny",
+    )
     with pytest.raises(ValueError, match="changed since seqpack pack"):
         train(cfg, resume=True)
 
 
 # ---- 4. nothing non-finite ends with exit 0 -----------------------------------------------------------
 
+
 def test_a_diverging_run_stops_at_the_step_in_one_line(made: dict[str, Path], tmp_path: Path, capsys) -> None:
-    code, err = cli(capsys, "train", "--data", str(made["clm"]), "--out", str(tmp_path / "run"), "--size", "tiny",
-                    "--steps", "6", "--batch-size", "4", "--lr", "1e30", "--warmup", "0", "--quiet")
+    code, err = cli(
+        capsys,
+        "train",
+        "--data",
+        str(made["clm"]),
+        "--out",
+        str(tmp_path / "run"),
+        "--size",
+        "tiny",
+        "--steps",
+        "6",
+        "--batch-size",
+        "4",
+        "--lr",
+        "1e30",
+        "--warmup",
+        "0",
+        "--quiet",
+    )
     assert one_line(code, err) and "step " in err and ("loss is nan" in err or "gradient norm is" in err)
     assert not (tmp_path / "run").exists()  # nothing that looks finished
 
 
-@pytest.mark.parametrize("option", [{"weight_decay": math.nan}, {"lr": math.inf}, {"clip": math.nan},
-                                    {"warmup": math.inf}, {"betas": (math.nan, 0.99)}, {"beta": math.inf},
-                                    {"simpo_gamma": math.nan}, {"label_smoothing": math.nan}])
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"weight_decay": math.nan},
+        {"lr": math.inf},
+        {"clip": math.nan},
+        {"warmup": math.inf},
+        {"betas": (math.nan, 0.99)},
+        {"beta": math.inf},
+        {"simpo_gamma": math.nan},
+        {"label_smoothing": math.nan},
+    ],
+)
 def test_non_finite_options_are_refused(option: dict, made: dict[str, Path], tmp_path: Path) -> None:
     from seqpack.train import TrainConfig
 
@@ -183,8 +234,10 @@ def test_non_finite_options_are_refused(option: dict, made: dict[str, Path], tmp
         TrainConfig(data=str(made["clm"]), out=str(tmp_path / "r"), **option)
 
 
-@pytest.mark.parametrize("option", [{"steps": 10.5}, {"batch_size": 4.0}, {"padded": "no"}, {"lr": "1e-3"},
-                                    {"betas": (0.9, "0.99")}, {"seed": True}])
+@pytest.mark.parametrize(
+    "option",
+    [{"steps": 10.5}, {"batch_size": 4.0}, {"padded": "no"}, {"lr": "1e-3"}, {"betas": (0.9, "0.99")}, {"seed": True}],
+)
 def test_options_of_the_wrong_type_are_refused(option: dict, tmp_path: Path) -> None:
     from seqpack.train import TrainConfig
 
@@ -227,7 +280,9 @@ def test_a_checkpoint_with_nan_weights_is_refused(made: dict[str, Path], tmp_pat
     ck = torch.load(run / "checkpoint.pt", weights_only=True)
     name = next(k for k, v in ck["model_state"].items() if v.is_floating_point())
     ck["model_state"][name][0] = math.nan
-    save_checkpoint(run, {k: v for k, v in ck.items() if k not in ("kind", "format_version", "digest")})  # a valid digest
+    save_checkpoint(
+        run, {k: v for k, v in ck.items() if k not in ("kind", "format_version", "digest")}
+    )  # a valid digest
     with pytest.raises(ValueError, match="NaN or inf"):
         load_checkpoint(run, model=ck["model"], data=ck["data"], options=ck["options"])
 
@@ -238,8 +293,10 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line(tmp_path: Path, monke
     from seqpack.train.checkpoint import save_checkpoint
 
     def full(*a: object, **k: object) -> None:
-        raise RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file data/3: "
-                           "file write failed")
+        raise RuntimeError(
+            "[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file data/3: "
+            "file write failed"
+        )
 
     monkeypatch.setattr(torch, "save", full)
     with pytest.raises(OSError, match=r"writing the checkpoint failed.*--resume"):
@@ -254,8 +311,9 @@ def test_a_nan_margin_is_refused_when_packing(tmp_path: Path) -> None:
 
     records = [{"prompt": "p", "chosen": " yes", "rejected": " no", "margin": m} for m in (1.0, math.nan)]
     with pytest.raises(ValueError, match="example 1: 'margin' is nan"):
-        build_sequences(records, open_tokenizer(bpe_tokenizer_dir(tmp_path / "tok")),
-                        PackConfig.for_task("preference", max_len=64))
+        build_sequences(
+            records, open_tokenizer(bpe_tokenizer_dir(tmp_path / "tok")), PackConfig.for_task("preference", max_len=64)
+        )
 
 
 # ---- 5. hand-edited manifests ---------------------------------------------------------------------------
@@ -283,13 +341,25 @@ def test_an_edited_manifest_is_refused_in_one_line(edit: str, made: dict[str, Pa
     m = json.loads((data / "manifest.json").read_text())
     EDITS[edit](m)
     (data / "manifest.json").write_text(json.dumps(m))
-    code, err = cli(capsys, "train", "--data", str(data), "--out", str(tmp_path / "run"), "--size", "tiny", "--steps", "1",
-                    "--quiet")
+    code, err = cli(
+        capsys,
+        "train",
+        "--data",
+        str(data),
+        "--out",
+        str(tmp_path / "run"),
+        "--size",
+        "tiny",
+        "--steps",
+        "1",
+        "--quiet",
+    )
     assert one_line(code, err), err
     assert not (tmp_path / "run").exists()
 
 
 # ---- 6. a reward model on pairs with a margin column ---------------------------------------------------
+
 
 def test_reward_loss_takes_the_margins_of_the_batchs_depth(tmp_path: Path) -> None:
     """A batch whose rows hold fewer pairs than the dataset's deepest row: its margins are cut to its
@@ -324,6 +394,7 @@ def test_reward_loss_takes_the_margins_of_the_batchs_depth(tmp_path: Path) -> No
 
 # ---- 7. line endings ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("ending", ["\n", "\r\n"])
 def test_one_per_line_reads_every_line_ending(ending: str, tmp_path: Path) -> None:
     from seqpack.corpus.readers import read_text
@@ -334,6 +405,7 @@ def test_one_per_line_reads_every_line_ending(ending: str, tmp_path: Path) -> No
 
 
 # ---- 8. memory follows the data, not the arguments -------------------------------------------------------
+
 
 def test_a_long_run_reaches_bpe_in_pieces_of_at_most_a_mebibyte() -> None:
     from seqpack import _native
@@ -357,7 +429,9 @@ def test_training_on_a_long_run_costs_what_its_pieces_cost(tmp_path: Path) -> No
     assert res.merges == same.merges and len(res.merges) == 14
 
 
-@pytest.mark.parametrize("flags", [["--world-size", "1000000000"], ["--world-size", "4", "--micro-batch", "1000000000"]])
+@pytest.mark.parametrize(
+    "flags", [["--world-size", "1000000000"], ["--world-size", "4", "--micro-batch", "1000000000"]]
+)
 def test_balancing_arguments_past_the_packs_are_refused(flags: list[str], tmp_path: Path, capsys) -> None:
     h = tmp_path / "h.npy"
     counts = np.zeros(512, np.int64)
@@ -375,7 +449,9 @@ def test_mlm_passes_are_each_made_compact_and_give_the_same_sequences() -> None:
     from seqpack.tokenizer.tokenizer import Tokenizer
     from tests.tasks.test_sequences import text_docs
 
-    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], special_tokens=["<|endoftext|>", "[CLS]", "[SEP]", "[MASK]"])
+    tok = Tokenizer(
+        {i: bytes([i]) for i in range(256)}, [], special_tokens=["<|endoftext|>", "[CLS]", "[SEP]", "[MASK]"]
+    )
     store = build_store(text_docs(40), tok, Path(tempfile.mkdtemp()) / "s")
     one = mlm_sequences(store, tok, MLMConfig(max_len=64, seed=3))
     three = mlm_sequences(store, tok, MLMConfig(max_len=64, seed=3, dupe_factor=3))
@@ -390,17 +466,24 @@ def test_the_memory_limit_is_the_process_own_cgroups() -> None:
     from seqpack._resources import cgroup_limit_files
 
     v1 = "12:cpu,cpuacct:/x\n4:memory:/slurm/uid_1/job_7\n0::/"
-    assert cgroup_limit_files(v1)[:2] == ["/sys/fs/cgroup/memory/slurm/uid_1/job_7/memory.limit_in_bytes",
-                                          "/sys/fs/cgroup/memory/slurm/uid_1/memory.limit_in_bytes"]
+    assert cgroup_limit_files(v1)[:2] == [
+        "/sys/fs/cgroup/memory/slurm/uid_1/job_7/memory.limit_in_bytes",
+        "/sys/fs/cgroup/memory/slurm/uid_1/memory.limit_in_bytes",
+    ]
     assert cgroup_limit_files("0::/system.slice/run.scope")[0] == "/sys/fs/cgroup/system.slice/run.scope/memory.max"
 
 
 # ---- 9. every output path form -----------------------------------------------------------------------------
 
+
 def _link_forms(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "target").mkdir()
-    forms = {"dangling": tmp_path / "dangling", "to a directory": tmp_path / "link", "a loop": tmp_path / "loop1",
-             "through a loop": tmp_path / "loop1" / "sub"}
+    forms = {
+        "dangling": tmp_path / "dangling",
+        "to a directory": tmp_path / "link",
+        "a loop": tmp_path / "loop1",
+        "through a loop": tmp_path / "loop1" / "sub",
+    }
     forms["dangling"].symlink_to(tmp_path / "nowhere")
     forms["to a directory"].symlink_to(tmp_path / "target", target_is_directory=True)
     (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
@@ -410,8 +493,9 @@ def _link_forms(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.mark.parametrize("form", ["dangling", "to a directory", "a loop", "through a loop"])
 @pytest.mark.parametrize("command", ["pack", "tokenize", "train-tokenizer", "train"])
-def test_a_linked_output_is_refused_before_any_work(form: str, command: str, made: dict[str, Path], tmp_path: Path,
-                                                    capsys) -> None:
+def test_a_linked_output_is_refused_before_any_work(
+    form: str, command: str, made: dict[str, Path], tmp_path: Path, capsys
+) -> None:
     out = _link_forms(tmp_path)[form]
     corpus = tmp_path / "c.txt"
     corpus.write_text("some words<|endoftext|>more words")
@@ -433,20 +517,35 @@ def test_train_never_replaces_a_directory_that_is_not_a_run(made: dict[str, Path
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep")
-    code, err = cli(capsys, "train", "--data", str(made["clm"]), "--out", str(out), "--size", "tiny", "--steps", "1",
-                    "--quiet")
+    code, err = cli(
+        capsys, "train", "--data", str(made["clm"]), "--out", str(out), "--size", "tiny", "--steps", "1", "--quiet"
+    )
     assert one_line(code, err) and "did not make (notes.txt)" in err and (out / "notes.txt").read_text() == "keep"
 
 
 @pytest.mark.parametrize("flags", [["--threads", "100000"], ["--max-position", "1000000000000"]])
-def test_train_arguments_that_set_memory_or_threads_are_refused(flags: list[str], made: dict[str, Path], tmp_path: Path,
-                                                               capsys) -> None:
-    code, err = cli(capsys, "train", "--data", str(made["clm"]), "--out", str(tmp_path / "r"), "--size", "tiny",
-                    "--steps", "1", "--quiet", *flags)
+def test_train_arguments_that_set_memory_or_threads_are_refused(
+    flags: list[str], made: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    code, err = cli(
+        capsys,
+        "train",
+        "--data",
+        str(made["clm"]),
+        "--out",
+        str(tmp_path / "r"),
+        "--size",
+        "tiny",
+        "--steps",
+        "1",
+        "--quiet",
+        *flags,
+    )
     assert one_line(code, err) and not (tmp_path / "r").exists()  # (10^5 threads crashed torch; the table took 1.9 PiB)
 
 
 # ---- 11. hints that name the command's own flags; numbers refused before work --------------------------------
+
 
 def test_stats_names_its_own_flag_for_long_lengths(tmp_path: Path, capsys) -> None:
     np.save(tmp_path / "l.npy", np.array([10, 2000, 30]))

@@ -38,8 +38,16 @@ def hf_model(kind: str, impl: str) -> torch.nn.Module:
 
     register_packed_attention()
     torch.manual_seed(0)
-    shape = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=1024, attn_implementation=impl)
+    shape = dict(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        attn_implementation=impl,
+    )
     config = tf.LlamaConfig(**shape) if kind == "llama" else tf.Qwen2Config(**shape)
     model = (tf.LlamaForCausalLM if kind == "llama" else tf.Qwen2ForCausalLM)(config)
     return model.float().eval()
@@ -131,8 +139,9 @@ def test_padded_layout_entropies_and_temperature():
         logits = model(input_ids=ids, use_cache=False).logits[0, len(prompts[0]) - 1 : -1].float() / 0.7
         lp = torch.log_softmax(logits, -1)
         n = len(comps[0][1])
-        torch.testing.assert_close(values[1, :n], lp.gather(1, torch.tensor(comps[0][1])[:, None]).squeeze(1),
-                                   rtol=0.0, atol=ATOL)
+        torch.testing.assert_close(
+            values[1, :n], lp.gather(1, torch.tensor(comps[0][1])[:, None]).squeeze(1), rtol=0.0, atol=ATOL
+        )
         ent, _ = to_padded(ents, packed)
         torch.testing.assert_close(ent[1, :n], -(lp.exp() * lp).sum(-1), rtol=0.0, atol=ATOL)
         assert not mask[1, n:].any() and (values[1, n:] == 0).all()

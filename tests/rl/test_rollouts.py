@@ -40,11 +40,13 @@ def test_every_completion_token_once_within_the_cap(case, layout):
         assert (rows == rows[0]).all() and r.input_ids[rows, cols].tolist() == toks
         assert (np.diff(cols) == 1).all() and (preds[1:] == cols[:-1]).all()
         seg, row = r.segment_ids[rows[0]], rows[0]
-        prompt_cols = np.flatnonzero((seg == seg[cols[0]]) & ((r.branch_ids[row] == 0) if layout == "shared-prefix" else True))
+        prompt_cols = np.flatnonzero(
+            (seg == seg[cols[0]]) & ((r.branch_ids[row] == 0) if layout == "shared-prefix" else True)
+        )
         prompt_cols = prompt_cols[prompt_cols < cols[0]]
         i = int(np.searchsorted(r.group_offsets, c, side="right") - 1)
         if layout == "pairs":
-            prompt_cols = prompt_cols[-len(prompts[i]):]
+            prompt_cols = prompt_cols[-len(prompts[i]) :]
         assert r.input_ids[row, prompt_cols].tolist() == prompts[i]  # its own prompt, just before it (in its unit)
         assert preds[0] == prompt_cols[-1]  # its first token follows the prompt, not a sibling
         assert r.position_ids[rows, cols].tolist() == list(range(len(prompts[i]), len(prompts[i]) + len(toks)))
@@ -53,7 +55,17 @@ def test_every_completion_token_once_within_the_cap(case, layout):
             if len(p) + sum(len(c) for c in g) <= cap:
                 lo, hi = r.group_offsets[i], r.group_offsets[i + 1]
                 toks = slice(r.offsets[lo], r.offsets[hi])
-                assert len(set(zip(r.token_rows[toks].tolist(), r.segment_ids[r.token_rows[toks], r.token_cols[toks]].tolist()))) == 1
+                assert (
+                    len(
+                        set(
+                            zip(
+                                r.token_rows[toks].tolist(),
+                                r.segment_ids[r.token_rows[toks], r.token_cols[toks]].tolist(),
+                            )
+                        )
+                    )
+                    == 1
+                )
 
 
 def test_a_group_too_long_for_a_row_is_cut_with_its_prompt_again():
@@ -64,16 +76,24 @@ def test_a_group_too_long_for_a_row_is_cut_with_its_prompt_again():
     assert units == [[1, 2, 3, 4, 6, 6], [1, 2, 3, 5, 5, 5, 5, 5]]
 
 
-@pytest.mark.parametrize(("prompts", "groups", "cap", "message"), [
-    ([[1, 2]], [[[3] * 7]], 8, "completion 0 of prompt 0 (7 tokens) with its prompt (2) is 9 tokens, over max_len=8"),
-    ([[1, 2]], [[]], 8, "prompt 0 has no completions (an empty group)"),
-    ([[1, 2], [3]], [[[4]]], 8, "2 prompts but 1 lists of completions"),
-    ([[]], [[[4]]], 8, "prompt 0 is empty"),
-    ([[1]], [[[4], []]], 8, "completion 1 of prompt 0 is empty"),
-    ([[1]], [[[-4]]], 8, "negative token id"),
-    ([[1]], [[[4]]], 1, "max_len must be an int >= 2"),
-    ([], [], 8, "no rollouts to pack"),
-])
+@pytest.mark.parametrize(
+    ("prompts", "groups", "cap", "message"),
+    [
+        (
+            [[1, 2]],
+            [[[3] * 7]],
+            8,
+            "completion 0 of prompt 0 (7 tokens) with its prompt (2) is 9 tokens, over max_len=8",
+        ),
+        ([[1, 2]], [[]], 8, "prompt 0 has no completions (an empty group)"),
+        ([[1, 2], [3]], [[[4]]], 8, "2 prompts but 1 lists of completions"),
+        ([[]], [[[4]]], 8, "prompt 0 is empty"),
+        ([[1]], [[[4], []]], 8, "completion 1 of prompt 0 is empty"),
+        ([[1]], [[[-4]]], 8, "negative token id"),
+        ([[1]], [[[4]]], 1, "max_len must be an int >= 2"),
+        ([], [], 8, "no rollouts to pack"),
+    ],
+)
 def test_bad_rollouts_are_one_line(prompts, groups, cap, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
         pack_rollouts(prompts, groups, max_len=cap)
@@ -106,6 +126,6 @@ def test_row_costs_count_a_shared_prompt_once():
     group = pack_rollouts([[1] * 4], [[[2] * 3, [3] * 5]], max_len=16)
     flat = pack_rollouts([[1] * 4], [[[2] * 3, [3] * 5]], max_len=16, layout="pairs")
     assert group.squares.tolist() == [16 + (24 + 9) + (40 + 25)]  # the prompt's queries once, each completion's
-    assert sorted(flat.squares.tolist()) == [7 ** 2 + 9 ** 2] and group.num_tokens == 12 and flat.num_tokens == 16
+    assert sorted(flat.squares.tolist()) == [7**2 + 9**2] and group.num_tokens == 12 and flat.num_tokens == 16
     with pytest.raises(ValueError, match="pack with world_size=3"):
         group.rank_rows(3)

@@ -31,7 +31,9 @@ def reward(completions: list[str], **_: Any) -> list[float]:
     return [len(c) / 10 for c in completions]  # a toy reward: the completion's length
 
 
-def make(cls: Any, root: Path, impl: str = "sdpa", attention: Any = "seqpack_packed", kind: str = "llama", **config: Any) -> Any:
+def make(
+    cls: Any, root: Path, impl: str = "sdpa", attention: Any = "seqpack_packed", kind: str = "llama", **config: Any
+) -> Any:
     """A trainer on a tiny Llama or Qwen2 (random init, saved locally: TRL loads a reference model from its path)."""
     from seqpack.nn.hf_attention import register_packed_attention
 
@@ -40,18 +42,49 @@ def make(cls: Any, root: Path, impl: str = "sdpa", attention: Any = "seqpack_pac
     path = root / f"{kind}-{impl}"
     if not path.exists():
         torch.manual_seed(0)
-        config_cls, model_cls = (tf.LlamaConfig, tf.LlamaForCausalLM) if kind == "llama" else (tf.Qwen2Config, tf.Qwen2ForCausalLM)
-        model_cls(config_cls(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, pad_token_id=tok.pad_token_id,
-                             eos_token_id=tok.eos_token_id)).save_pretrained(path)
-    args = trl.GRPOConfig(**{"output_dir": str(root / "out"), "per_device_train_batch_size": 8, "num_generations": 4,
-                             "max_completion_length": 24, "max_steps": 3, "learning_rate": 1e-2, "report_to": [],
-                             "use_cpu": True, "logging_steps": 1, "save_strategy": "no", "seed": 0, "bf16": False,
-                             "disable_tqdm": True, "model_init_kwargs": {"attn_implementation": impl, "dtype": torch.float32},
-                             **config})
+        config_cls, model_cls = (
+            (tf.LlamaConfig, tf.LlamaForCausalLM) if kind == "llama" else (tf.Qwen2Config, tf.Qwen2ForCausalLM)
+        )
+        model_cls(
+            config_cls(
+                vocab_size=len(tok),
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+        ).save_pretrained(path)
+    args = trl.GRPOConfig(
+        **{
+            "output_dir": str(root / "out"),
+            "per_device_train_batch_size": 8,
+            "num_generations": 4,
+            "max_completion_length": 24,
+            "max_steps": 3,
+            "learning_rate": 1e-2,
+            "report_to": [],
+            "use_cpu": True,
+            "logging_steps": 1,
+            "save_strategy": "no",
+            "seed": 0,
+            "bf16": False,
+            "disable_tqdm": True,
+            "model_init_kwargs": {"attn_implementation": impl, "dtype": torch.float32},
+            **config,
+        }
+    )
     extra = {} if cls is trl.GRPOTrainer else {"attention": attention}
-    return cls(model=str(path), reward_funcs=reward, args=args, train_dataset=datasets.Dataset.from_dict({"prompt": texts(16, seed=3)}),
-               processing_class=tok, **extra)
+    return cls(
+        model=str(path),
+        reward_funcs=reward,
+        args=args,
+        train_dataset=datasets.Dataset.from_dict({"prompt": texts(16, seed=3)}),
+        processing_class=tok,
+        **extra,
+    )
 
 
 def trl_rows(prompts: list[list[int]], comps: list[list[int]], P: int, C: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,9 +109,13 @@ def trainer(root: Path) -> Any:
     return make(trl.GRPOTrainer, root)
 
 
-CASES = [(lt, beta, level) for lt in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
-         for beta in (0.0, 0.04) for level in ("token", "sequence")
-         if not (level == "sequence" and lt in ("bnpo", "dr_grpo", "dapo", "cispo"))]  # TRL refuses those
+CASES = [
+    (lt, beta, level)
+    for lt in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
+    for beta in (0.0, 0.04)
+    for level in ("token", "sequence")
+    if not (level == "sequence" and lt in ("bnpo", "dr_grpo", "dapo", "cispo"))
+]  # TRL refuses those
 
 
 @pytest.mark.parametrize(("loss_type", "beta", "level"), CASES)
@@ -91,8 +128,15 @@ def test_grpo_loss_equals_trl(trainer: Any, loss_type: str, beta: float, level: 
     old = logps + torch.from_numpy(rng.normal(0, 0.3, (B, T))).float()  # ratios off 1: the clip bites
     ref = logps + torch.from_numpy(rng.normal(0, 0.5, (B, T))).float()
     adv = torch.from_numpy(rng.normal(0, 1, B)).float()
-    opts = GRPOLoss(loss_type=loss_type, beta=beta, epsilon=0.2, epsilon_high=0.28, importance_sampling_level=level,
-                    max_completion_length=T, delta=1.5 if loss_type == "grpo" else None)
+    opts = GRPOLoss(
+        loss_type=loss_type,
+        beta=beta,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        importance_sampling_level=level,
+        max_completion_length=T,
+        delta=1.5 if loss_type == "grpo" else None,
+    )
     t = trainer
     t.loss_type, t.beta, t.importance_sampling_level, t.max_completion_length = loss_type, beta, level, T
     t.epsilon_low, t.epsilon_high = 0.2, 0.28
@@ -100,16 +144,32 @@ def test_grpo_loss_equals_trl(trainer: Any, loss_type: str, beta: float, level: 
     t.args.loss_type, t.args.delta = loss_type, opts.delta  # what _compute_loss reads of its arguments
     want_logps = logps.clone().requires_grad_(True)
     t._get_per_token_logps_and_entropies = lambda *a, **k: (want_logps, torch.ones(B, T), None)
-    inputs = {"prompt_ids": torch.zeros(B, 2, dtype=torch.long), "prompt_mask": torch.ones(B, 2, dtype=torch.long),
-              "completion_ids": torch.zeros(B, T, dtype=torch.long), "completion_mask": mask, "advantages": adv,
-              "old_per_token_logps": old, "ref_per_token_logps": ref, "num_items_in_batch": mask.sum()}
+    inputs = {
+        "prompt_ids": torch.zeros(B, 2, dtype=torch.long),
+        "prompt_mask": torch.ones(B, 2, dtype=torch.long),
+        "completion_ids": torch.zeros(B, T, dtype=torch.long),
+        "completion_mask": mask,
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "ref_per_token_logps": ref,
+        "num_items_in_batch": mask.sum(),
+    }
     t.model.train()
     want = t._compute_loss(t.model, inputs)
     want.backward()
     got_logps = logps.clone().requires_grad_(True)
-    got = grpo_loss(got_logps, mask, adv, opts, old_logps=old, ref_logps=ref, num_items_in_batch=int(mask.sum()),
-                    accumulation=t.current_gradient_accumulation_steps, num_processes=t.accelerator.num_processes,
-                    steps_per_generation=t.args.steps_per_generation)
+    got = grpo_loss(
+        got_logps,
+        mask,
+        adv,
+        opts,
+        old_logps=old,
+        ref_logps=ref,
+        num_items_in_batch=int(mask.sum()),
+        accumulation=t.current_gradient_accumulation_steps,
+        num_processes=t.accelerator.num_processes,
+        steps_per_generation=t.args.steps_per_generation,
+    )
     got.backward()
     torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=0.0)
     torch.testing.assert_close(got_logps.grad, want_logps.grad, rtol=1e-6, atol=1e-9)
@@ -129,7 +189,9 @@ def test_grpo_loss_refusals() -> None:
         grpo_loss(torch.zeros(2, 3), m, torch.zeros(2), old_logps=torch.zeros(2, 4))
 
 
-@pytest.mark.parametrize(("kind", "attention"), [("llama", "seqpack_packed"), ("llama", None), ("qwen2", "seqpack_packed")])
+@pytest.mark.parametrize(
+    ("kind", "attention"), [("llama", "seqpack_packed"), ("llama", None), ("qwen2", "seqpack_packed")]
+)
 def test_packed_pass_equals_trls_padded_pass(root: Path, kind: str, attention: str | None) -> None:
     """TRL's own padded pass (left-padded prompts, right-padded completions, its fused head) and
     PackedGRPOTrainer's on the same rows: groups of 4 sharing a prompt, completions of 1-24 tokens;
@@ -137,14 +199,19 @@ def test_packed_pass_equals_trls_padded_pass(root: Path, kind: str, attention: s
     attention is its own again after the pass."""
     from seqpack.train.trl_grpo import PackedGRPOTrainer
 
-    trainer, packed = make(trl.GRPOTrainer, root, kind=kind), make(PackedGRPOTrainer, root, attention=attention, kind=kind)
+    trainer, packed = (
+        make(trl.GRPOTrainer, root, kind=kind),
+        make(PackedGRPOTrainer, root, attention=attention, kind=kind),
+    )
     rng = np.random.default_rng(1)
     prompts = [rng.integers(3, 300, n).tolist() for n in (5, 11, 2, 8)]
     comps = [rng.integers(3, 300, rng.integers(1, 25)).tolist() for _ in range(16)]
     P, C = max(map(len, prompts)), max(map(len, comps))
     ids, mask = trl_rows(prompts, comps, P, C)
     with torch.no_grad():
-        want, want_ent, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, C, compute_entropy=True)
+        want, want_ent, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, C, compute_entropy=True
+        )
         got, got_ent, _ = packed._get_per_token_logps_and_entropies(packed.model, ids, mask, C, compute_entropy=True)
     assert packed._own_attention == "sdpa" and packed.model.config._attn_implementation == (attention or "sdpa")
     keep = mask[:, P:].bool()
@@ -171,7 +238,9 @@ def test_masked_out_completions_score_zero_and_the_rest_match_trl(root: Path) ->
         got, got_ent, _ = packed._get_per_token_logps_and_entropies(packed.model, ids, mask, C, compute_entropy=True)
         all_masked = mask.clone()
         all_masked[:, P:] = 0
-        none, none_ent, _ = packed._get_per_token_logps_and_entropies(packed.model, ids, all_masked, C, compute_entropy=True)
+        none, none_ent, _ = packed._get_per_token_logps_and_entropies(
+            packed.model, ids, all_masked, C, compute_entropy=True
+        )
     keep = mask[:, P:].bool()
     assert got.shape == want.shape and got_ent is not None
     torch.testing.assert_close(got[keep], want[keep], rtol=0.0, atol=5e-5)

@@ -155,4 +155,7 @@ def test_store_and_data_import_no_torch():
         "import sys, seqpack.store, seqpack.data, seqpack.tasks.mlm, seqpack.tasks.qa, seqpack.tasks.classification;"
         "print('torch' in sys.modules)"
     )
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )

@@ -76,9 +76,12 @@ def _task_names_spelled(tree: ast.AST, names: set[str]) -> list[int]:
 
 
 def test_no_task_name_is_compared_outside_the_registry() -> None:
-    offenders = [f"{p.relative_to(SRC)}:{i}" for p in sorted(SRC.rglob("*.py"))
-                 if p.relative_to(SRC).parts[0] != "tasks" and str(p.relative_to(SRC)) not in TASK_NAMES_ALLOWED
-                 for i in _task_names_spelled(ast.parse(p.read_text(encoding="utf-8")), set(TASKS))]
+    offenders = [
+        f"{p.relative_to(SRC)}:{i}"
+        for p in sorted(SRC.rglob("*.py"))
+        if p.relative_to(SRC).parts[0] != "tasks" and str(p.relative_to(SRC)) not in TASK_NAMES_ALLOWED
+        for i in _task_names_spelled(ast.parse(p.read_text(encoding="utf-8")), set(TASKS))
+    ]
     assert offenders == []
 
 

@@ -29,7 +29,10 @@ def text_docs(n=30, seed=0):
     words = ["alpha", "beta", "gamma", "delta", "eps"]
     docs = []
     for _ in range(n):
-        sents = [" ".join(rng.choice(words, rng.integers(1, 12))).capitalize() + rng.choice([".", "!", "?"]) for _ in range(rng.integers(1, 15))]
+        sents = [
+            " ".join(rng.choice(words, rng.integers(1, 12))).capitalize() + rng.choice([".", "!", "?"])
+            for _ in range(rng.integers(1, 15))
+        ]
         docs.append(" ".join(sents))
     return docs
 
@@ -43,7 +46,13 @@ def store(tok, tmp_path_factory):
 def test_sentence_ends(tok):
     ids = np.array(tok.encode("Ab. Cd! e\nf. g.h"))
     ends = sentence_ends(ids, np.array([0, ids.size]), sentence_tables(tok))
-    assert [tok.decode(ids[a:b].tolist()) for a, b in zip([0, *ends[:-1]], ends)] == ["Ab.", " Cd!", " e\n", "f.", " g.h"]
+    assert [tok.decode(ids[a:b].tolist()) for a, b in zip([0, *ends[:-1]], ends)] == [
+        "Ab.",
+        " Cd!",
+        " e\n",
+        "f.",
+        " g.h",
+    ]
 
 
 def test_mlm_structure_and_masking(tok, store):
@@ -84,10 +93,21 @@ def test_mlm_deterministic_per_seed(tok, store):
     c = mlm_sequences(store, tok, MLMConfig(max_len=48, seed=6))
     assert np.array_equal(a.token_fields["input_ids"], b.token_fields["input_ids"])
     assert np.array_equal(a.token_fields["labels"], b.token_fields["labels"])
-    assert not np.array_equal(a.token_fields["input_ids"], c.token_fields["input_ids"]) or a.num_sequences != c.num_sequences
+    assert (
+        not np.array_equal(a.token_fields["input_ids"], c.token_fields["input_ids"])
+        or a.num_sequences != c.num_sequences
+    )
 
 
-@pytest.mark.parametrize("bad", [dict(max_len=4), dict(max_len=64, mask_prob=1.5), dict(max_len=64, dupe_factor=0), dict(max_len=64, max_predictions=0)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(max_len=4),
+        dict(max_len=64, mask_prob=1.5),
+        dict(max_len=64, dupe_factor=0),
+        dict(max_len=64, max_predictions=0),
+    ],
+)
 def test_mlm_config_validation(bad):
     with pytest.raises(ValueError):
         MLMConfig(**bad)
@@ -95,7 +115,11 @@ def test_mlm_config_validation(bad):
 
 # ------------------------------------------------------- classification
 def test_classification_labels_pairs_and_overflow(tok):
-    rows = [{"a": "hello", "b": "yo", "y": "pos"}, {"a": "", "b": "", "y": "neg"}, {"a": "x" * 50, "b": "y" * 10, "y": "neg"}]
+    rows = [
+        {"a": "hello", "b": "yo", "y": "pos"},
+        {"a": "", "b": "", "y": "neg"},
+        {"a": "x" * 50, "b": "y" * 10, "y": "neg"},
+    ]
     s = classification_sequences(rows, tok, max_len=20, text_field="a", text_pair_field="b", label_field="y")
     assert s.info["label_names"] == ["neg", "pos"] and s.seq_fields["labels"].tolist() == [1, 0]
     assert s.dropped == {"empty": 1} and s.info["truncated"] == 1 and s.example_ids.tolist() == [0, 2]
@@ -104,10 +128,14 @@ def test_classification_labels_pairs_and_overflow(tok):
     assert q["token_type_ids"].tolist() == [0] * 7 + [1] * 3
     long = s.sequence(1)["input_ids"].tolist()
     assert len(long) == 20 and long.count(ord("x")) == 8 and long.count(ord("y")) == 9  # longest first
-    d = classification_sequences(rows, tok, max_len=20, text_field="a", text_pair_field="b", label_field="y", overflow="drop")
+    d = classification_sequences(
+        rows, tok, max_len=20, text_field="a", text_pair_field="b", label_field="y", overflow="drop"
+    )
     assert d.dropped == {"empty": 1, "too_long": 1}
     with pytest.raises(ValueError, match=r"1 sequences exceed max_len=20; pass --overflow truncate\|drop"):
-        classification_sequences(rows, tok, max_len=20, text_field="a", text_pair_field="b", label_field="y", overflow="error")
+        classification_sequences(
+            rows, tok, max_len=20, text_field="a", text_pair_field="b", label_field="y", overflow="error"
+        )
 
 
 @pytest.mark.parametrize(
@@ -143,8 +171,13 @@ def qa_rows():
     rows = []
     for i in range(12):
         ctx = " ".join(f"w{j}" for j in range(3 * i + 5)) + f" answer{i} ünï end."
-        rows.append({"question": f"where is {i}?", "context": ctx,
-                     "answers": {"text": [f"answer{i} ünï"], "answer_start": [ctx.index("answer")]}})
+        rows.append(
+            {
+                "question": f"where is {i}?",
+                "context": ctx,
+                "answers": {"text": [f"answer{i} ünï"], "answer_start": [ctx.index("answer")]},
+            }
+        )
     return rows
 
 
@@ -200,7 +233,12 @@ def test_qa_bad_answers(tok, answers, match):
 
 
 def test_qa_unanswerable_and_room(tok):
-    s = qa_sequences([{"question": "q", "context": "abc", "answers": {"text": [], "answer_start": []}}], tok, max_len=16, doc_stride=2)
+    s = qa_sequences(
+        [{"question": "q", "context": "abc", "answers": {"text": [], "answer_start": []}}],
+        tok,
+        max_len=16,
+        doc_stride=2,
+    )
     assert s.seq_fields["start_positions"].tolist() == [0]
     with pytest.raises(ValueError, match="raise --max-len or lower --doc-stride"):
         qa_sequences([{"question": "q", "context": "abc", "answers": []}], tok, max_len=8, doc_stride=4)
@@ -223,8 +261,15 @@ def test_build_checks_source_and_tokenizer(tok, store, tmp_path):
 
 @pytest.mark.parametrize(
     "bad",
-    [dict(task="nope"), dict(task="clm", max_len=0), dict(task="qa", overflow="split"), dict(task="classification", overflow="split"),
-     dict(task="clm", algorithm="x"), dict(task="clm", max_depth=0), dict(task="clm", position_offset=-1)],
+    [
+        dict(task="nope"),
+        dict(task="clm", max_len=0),
+        dict(task="qa", overflow="split"),
+        dict(task="classification", overflow="split"),
+        dict(task="clm", algorithm="x"),
+        dict(task="clm", max_depth=0),
+        dict(task="clm", position_offset=-1),
+    ],
 )
 def test_pack_config_validation(bad):
     with pytest.raises(ValueError):

@@ -26,8 +26,12 @@ A, B = "Alice visited Paris yesterday", "Bob lives in London"
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("toks")
-    return {"bert": bert_tokenizer_dir(root / "bert"), "roberta": roberta_tokenizer_dir(root / "roberta"),
-            "roberta-no-mask": roberta_tokenizer_dir(root / "nomask", mask=False), "chat": bpe_tokenizer_dir(root / "chat")}
+    return {
+        "bert": bert_tokenizer_dir(root / "bert"),
+        "roberta": roberta_tokenizer_dir(root / "roberta"),
+        "roberta-no-mask": roberta_tokenizer_dir(root / "nomask", mask=False),
+        "chat": bpe_tokenizer_dir(root / "chat"),
+    }
 
 
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
@@ -56,8 +60,12 @@ def test_roberta_pairs_and_masks(dirs):
     tok = open_tokenizer(dirs["roberta"])
     theirs = transformers.AutoTokenizer.from_pretrained(dirs["roberta"])
     ctx = "Alice went to Paris yesterday"
-    q = qa_sequences([{"question": "who went", "context": ctx, "answers": {"text": ["Alice"], "answer_start": [0]}}],
-                     tok, max_len=64, doc_stride=8)
+    q = qa_sequences(
+        [{"question": "who went", "context": ctx, "answers": {"text": ["Alice"], "answer_start": [0]}}],
+        tok,
+        max_len=64,
+        doc_stride=8,
+    )
     s = q.sequence(0)
     assert s["input_ids"].tolist() == theirs("who went", ctx)["input_ids"]
     assert tok.decode(s["input_ids"][int(s["start_positions"]) : int(s["end_positions"]) + 1].tolist()) == "Alice"
@@ -72,16 +80,29 @@ def test_roberta_pairs_and_masks(dirs):
     for i in range(m.num_sequences):
         ids, lab = m.sequence(i)["input_ids"], m.sequence(i)["labels"]
         sep = np.flatnonzero(ids == 2)
-        assert ids[0] == 0 and sep.size == 3 and sep[1] == sep[0] + 1 and sep[2] == ids.size - 1  # <s> A </s></s> B </s>
+        assert (
+            ids[0] == 0 and sep.size == 3 and sep[1] == sep[0] + 1 and sep[2] == ids.size - 1
+        )  # <s> A </s></s> B </s>
         assert np.all(lab[[0, *sep]] == IGNORE_INDEX) and not np.any(m.sequence(i)["token_type_ids"])
     masked = m.token_fields["labels"] != IGNORE_INDEX
     assert np.any(m.token_fields["input_ids"][masked] == 4)
 
 
-@pytest.mark.parametrize(("kind", "task", "match"), [
-    ("roberta-no-mask", "mlm", r"task mlm: the tokenizer declares no mask_token, .*add \"mask_token\": \"\[MASK\]\""),
-    ("chat", "classification", r"declares no cls_token \(nor a bos_token\).*tokenizer_config.json \(a pretrained tokenizer is never given new ids\)"),
-])
+@pytest.mark.parametrize(
+    ("kind", "task", "match"),
+    [
+        (
+            "roberta-no-mask",
+            "mlm",
+            r"task mlm: the tokenizer declares no mask_token, .*add \"mask_token\": \"\[MASK\]\"",
+        ),
+        (
+            "chat",
+            "classification",
+            r"declares no cls_token \(nor a bos_token\).*tokenizer_config.json \(a pretrained tokenizer is never given new ids\)",
+        ),
+    ],
+)
 def test_a_missing_special_is_refused_in_one_line(dirs, kind, task, match):
     with pytest.raises(ValueError, match=match) as e:
         task_specials(open_tokenizer(dirs[kind]), task, mask=task == "mlm")
@@ -107,7 +128,9 @@ def test_seqpack_s_own_tokenizer_and_its_export_write_the_same_rows(tmp_path):
     from seqpack.train.pretrained import tokenizer_files
 
     bert = ["[CLS]", "[SEP]", "[MASK]"]
-    own = Tokenizer({**{i: bytes([i]) for i in range(256)}, 256: b" w"}, [(b" ", b"w")], special_tokens=["<|endoftext|>", *bert])
+    own = Tokenizer(
+        {**{i: bytes([i]) for i in range(256)}, 256: b" w"}, [(b" ", b"w")], special_tokens=["<|endoftext|>", *bert]
+    )
     own.save(tmp_path / "own")
     (tmp_path / "hf").mkdir()
     for name, data in tokenizer_files(tmp_path / "own").items():
@@ -116,7 +139,11 @@ def test_seqpack_s_own_tokenizer_and_its_export_write_the_same_rows(tmp_path):
     assert type(hf).__name__ == "HFTokenizer"
     rows = [{"text": "we went", "b": "why", "label": 1}]
     a, b = (classification_sequences(rows, t, max_len=16, text_pair_field="b") for t in (own, hf))
-    assert a.sequence(0)["input_ids"].tolist() == b.sequence(0)["input_ids"].tolist() == [258, 119, 101, 256, 101, 110, 116, 259, 119, 104, 121, 259]
+    assert (
+        a.sequence(0)["input_ids"].tolist()
+        == b.sequence(0)["input_ids"].tolist()
+        == [258, 119, 101, 256, 101, 110, 116, 259, 119, 104, 121, 259]
+    )
     assert a.info["special_ids"] == {"[CLS]": 258, "[SEP]": 259, "[MASK]": 260}
     assert b.info["special_ids"] == {**a.info["special_ids"], "<|endoftext|>": 257}  # its pad_token too
     bare = task_specials(Tokenizer({i: bytes([i]) for i in range(256)}, []), "mlm", mask=True)

@@ -45,14 +45,16 @@ def test_two_sentences_golden(tok):
 
 def test_label_all_subtokens_turns_b_into_i(tok):
     rows = [{"tokens": ["Al", "went"], "ner_tags": [0, 2]}]
-    s = token_classification_sequences(rows, tok, max_len=16, tag_names=["B-PER", "I-PER", "O"], label_all_subtokens=True)
+    s = token_classification_sequences(
+        rows, tok, max_len=16, tag_names=["B-PER", "I-PER", "O"], label_all_subtokens=True
+    )
     assert s.sequence(0)["labels"].tolist() == [-100, 0, 1, 2, 2, 2, 2, -100]  # A: B-PER, l: I-PER, went: O x4
     s = token_classification_sequences(TWO, tok, max_len=16, label_all_subtokens=True)  # no I-PER: B stays
     assert s.sequence(0)["labels"].tolist() == [-100, 0, 0, 1, 1, 1, 1, -100]
 
 
 def test_overflow(tok):
-    """"abc de" is 6 tokens (a b c, then " " d e), "Al" 2: at max_len 5, 3 tokens of words fit."""
+    """ "abc de" is 6 tokens (a b c, then " " d e), "Al" 2: at max_len 5, 3 tokens of words fit."""
     rows = [{"tokens": ["abc", "de"], "ner_tags": [1, 2]}, {"tokens": ["Al"], "ner_tags": [0]}]
     s = token_classification_sequences(rows, tok, max_len=5)
     assert s.sequence(0)["input_ids"].tolist() == [CLS, 97, 98, 99, SEP]  # "de" and its tag cut
@@ -64,18 +66,25 @@ def test_overflow(tok):
         token_classification_sequences(rows, tok, max_len=5, overflow="error")
 
 
-@pytest.mark.parametrize(("rows", "kw", "match"), [
-    ([{"tokens": ["a"], "tags": [0]}], {}, r"example 0: no field 'ner_tags' \(fields: tags, tokens\); pass --tags-field"),
-    ([{"tokens": "a b", "ner_tags": [0]}], {}, "field 'tokens' is str, expected list"),
-    ([{"tokens": ["a", 3], "ner_tags": [0, 0]}], {}, "must be a list of strings"),
-    ([{"tokens": ["a", "b"], "ner_tags": [0]}], {}, "example 0: 2 words in 'tokens' but 1 tags in 'ner_tags'"),
-    ([{"tokens": ["a"], "ner_tags": [True]}], {}, "must be a list of ints or strings"),
-    ([{"tokens": ["a"], "ner_tags": [0]}, {"tokens": ["b"], "ner_tags": ["O"]}], {}, "mix int and str"),
-    ([{"tokens": ["a"], "ner_tags": [-1]}], {}, "example 0: tag -1 in field 'ner_tags'; integer tags must be >= 0"),
-    ([{"tokens": ["a"], "ner_tags": [3]}], {"tag_names": ["O", "B-X"]}, "must be below the 2 --tag-names"),
-    ([{"tokens": ["a"], "ner_tags": ["B-Y"]}], {"tag_names": ["O", "B-X"]}, "tag 'B-Y' is not one of --tag-names"),
-    ([{"tokens": ["a", ""], "ner_tags": [0, 0]}], {}, "example 0: word 1 is blank; remove it and its tag"),
-])
+@pytest.mark.parametrize(
+    ("rows", "kw", "match"),
+    [
+        (
+            [{"tokens": ["a"], "tags": [0]}],
+            {},
+            r"example 0: no field 'ner_tags' \(fields: tags, tokens\); pass --tags-field",
+        ),
+        ([{"tokens": "a b", "ner_tags": [0]}], {}, "field 'tokens' is str, expected list"),
+        ([{"tokens": ["a", 3], "ner_tags": [0, 0]}], {}, "must be a list of strings"),
+        ([{"tokens": ["a", "b"], "ner_tags": [0]}], {}, "example 0: 2 words in 'tokens' but 1 tags in 'ner_tags'"),
+        ([{"tokens": ["a"], "ner_tags": [True]}], {}, "must be a list of ints or strings"),
+        ([{"tokens": ["a"], "ner_tags": [0]}, {"tokens": ["b"], "ner_tags": ["O"]}], {}, "mix int and str"),
+        ([{"tokens": ["a"], "ner_tags": [-1]}], {}, "example 0: tag -1 in field 'ner_tags'; integer tags must be >= 0"),
+        ([{"tokens": ["a"], "ner_tags": [3]}], {"tag_names": ["O", "B-X"]}, "must be below the 2 --tag-names"),
+        ([{"tokens": ["a"], "ner_tags": ["B-Y"]}], {"tag_names": ["O", "B-X"]}, "tag 'B-Y' is not one of --tag-names"),
+        ([{"tokens": ["a", ""], "ner_tags": [0, 0]}], {}, "example 0: word 1 is blank; remove it and its tag"),
+    ],
+)
 def test_bad_records_are_refused_in_one_line(tok, rows, kw, match):
     with pytest.raises(ValueError, match=match):
         token_classification_sequences(rows, tok, max_len=16, **kw)
@@ -89,7 +98,9 @@ def test_empty_examples_are_counted_and_int_tags_named(tok):
     assert s.info["label_names"] is None and s.info["num_labels"] == 3  # ints: one past the largest
 
 
-WORDS = st.lists(st.text("abw ,.", min_size=1, max_size=5).filter(lambda w: w.strip() == w and w), min_size=1, max_size=12)
+WORDS = st.lists(
+    st.text("abw ,.", min_size=1, max_size=5).filter(lambda w: w.strip() == w and w), min_size=1, max_size=12
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -115,8 +126,10 @@ def test_a_pretrained_tokenizer_s_rows_are_its_own_encoding_of_the_text(tmp_path
 
     d = (bert_tokenizer_dir if kind == "bert" else roberta_tokenizer_dir)(tmp_path / "tok")
     theirs = transformers.AutoTokenizer.from_pretrained(d)
-    rows = [{"tokens": ["Alice", "visited", "Paris", "yesterday"], "ner_tags": ["B-PER", "O", "B-LOC", "O"]},
-            {"tokens": ["unbelievable", "reorganisation", "café"], "ner_tags": ["O", "O", "O"]}]
+    rows = [
+        {"tokens": ["Alice", "visited", "Paris", "yesterday"], "ner_tags": ["B-PER", "O", "B-LOC", "O"]},
+        {"tokens": ["unbelievable", "reorganisation", "café"], "ner_tags": ["O", "O", "O"]},
+    ]
     s = token_classification_sequences(rows, open_tokenizer(d), max_len=64)
     for i, r in enumerate(rows):
         want = theirs(" ".join(r["tokens"]))["input_ids"]
@@ -138,7 +151,9 @@ def test_sharded_job_numbers_tags_as_one_and_streams_need_names(tok, tmp_path):
     def sequences(path):
         _, c = load_packed(path)
         seg, lab = c["segment_ids"], c["labels"]
-        return sorted(tuple(lab[r][seg[r] == k].tolist()) for r in range(seg.shape[0]) for k in range(1, seg[r].max() + 1))
+        return sorted(
+            tuple(lab[r][seg[r] == k].tolist()) for r in range(seg.shape[0]) for k in range(1, seg[r].max() + 1)
+        )
 
     assert sequences(tmp_path / "whole") == sequences(tmp_path / "sharded")
     from seqpack.tasks import sequence_task
@@ -151,13 +166,19 @@ def test_sharded_job_numbers_tags_as_one_and_streams_need_names(tok, tmp_path):
 
 
 # ------------------------------------------------------------------ entities
-@pytest.mark.parametrize(("tags", "want"), [
-    (["B-PER", "I-PER", "O", "B-LOC", "I-LOC", "O", "B-ORG"], {("PER", 0, 1), ("LOC", 3, 4), ("ORG", 6, 6)}),
-    (["I-PER", "I-PER", "B-PER", "O"], {("PER", 0, 1), ("PER", 2, 2)}),  # IOB1: B only between two of a type
-    (["B-PER", "I-LOC", "O"], {("PER", 0, 0), ("LOC", 1, 1)}),  # another type ends the entity
-    (["S-PER", "B-LOC", "E-LOC", "B-ORG", "I-ORG", "E-ORG"], {("PER", 0, 0), ("LOC", 1, 2), ("ORG", 3, 5)}),  # IOBES
-    (["O", "O"], set()),
-])
+@pytest.mark.parametrize(
+    ("tags", "want"),
+    [
+        (["B-PER", "I-PER", "O", "B-LOC", "I-LOC", "O", "B-ORG"], {("PER", 0, 1), ("LOC", 3, 4), ("ORG", 6, 6)}),
+        (["I-PER", "I-PER", "B-PER", "O"], {("PER", 0, 1), ("PER", 2, 2)}),  # IOB1: B only between two of a type
+        (["B-PER", "I-LOC", "O"], {("PER", 0, 0), ("LOC", 1, 1)}),  # another type ends the entity
+        (
+            ["S-PER", "B-LOC", "E-LOC", "B-ORG", "I-ORG", "E-ORG"],
+            {("PER", 0, 0), ("LOC", 1, 2), ("ORG", 3, 5)},
+        ),  # IOBES
+        (["O", "O"], set()),
+    ],
+)
 def test_entities(tags, want):
     assert entities(tags) == want
 
@@ -174,8 +195,12 @@ def test_entity_counts_hand_computed():
 def test_a_hugging_face_dataset_names_its_integer_tags(tok):
     """``Sequence(ClassLabel)`` tags (CoNLL-2003 on the Hub): their names are the dataset's own."""
     datasets = pytest.importorskip("datasets")
-    features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
-                                  "ner_tags": datasets.Sequence(datasets.ClassLabel(names=["O", "B-PER", "I-PER"]))})
+    features = datasets.Features(
+        {
+            "tokens": datasets.Sequence(datasets.Value("string")),
+            "ner_tags": datasets.Sequence(datasets.ClassLabel(names=["O", "B-PER", "I-PER"])),
+        }
+    )
     ds = datasets.Dataset.from_dict({"tokens": [["Al", "went"]], "ner_tags": [[1, 0]]}, features=features)
     s = token_classification_sequences(ds, tok, max_len=16)
     assert s.info["label_names"] == ["O", "B-PER", "I-PER"] and s.info["num_labels"] == 3

@@ -47,20 +47,34 @@ class CopyTask(Task):
             labels.append(np.array([IGNORE_INDEX] * (len(t) + 1) + t, dtype=np.int64))
             examples.append(i)
         lengths = np.array([len(x) for x in ids], dtype=np.int64)
-        return Sequences(task=self.name, offsets=offsets_of(lengths), example_ids=np.array(examples, dtype=np.int64),
-                         token_fields={"input_ids": np.concatenate(ids).astype(np.uint16),
-                                       "labels": np.concatenate(labels).astype(np.int16)},
-                         num_examples=i + 1, info={"vocab_size": tokenizer.vocab_size})
+        return Sequences(
+            task=self.name,
+            offsets=offsets_of(lengths),
+            example_ids=np.array(examples, dtype=np.int64),
+            token_fields={
+                "input_ids": np.concatenate(ids).astype(np.uint16),
+                "labels": np.concatenate(labels).astype(np.int16),
+            },
+            num_examples=i + 1,
+            info={"vocab_size": tokenizer.vocab_size},
+        )
 
-    def seqpack_model(self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    def seqpack_model(
+        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
+    ) -> tuple[Any, Any]:
         from seqpack.nn.models import GPT, GPTConfig
 
         mc = GPTConfig.of_size(size, vocab_size=vocab, **extra)
         return GPT(mc), mc
 
     def forward(self, model: Any, batch: Mapping[str, Any], *, reduction: str) -> Any:  # type: ignore[override]  # a plugin's forward without objective: train passes it only when set
-        return model(batch["input_ids"], batch["segment_ids"], reduction=reduction, position_ids=batch["position_ids"],
-                     labels=batch.get("labels"))
+        return model(
+            batch["input_ids"],
+            batch["segment_ids"],
+            reduction=reduction,
+            position_ids=batch["position_ids"],
+            labels=batch.get("labels"),
+        )
 
     def loss_units(self, batch: Mapping[str, Any], reduction: str) -> Any:
         import torch
@@ -68,7 +82,11 @@ class CopyTask(Task):
         n = float((batch["labels"] != IGNORE_INDEX).sum()) if "labels" in batch else 0.0
         if reduction != "token":  # sequences with a target
             seg = batch["segment_ids"].long()
-            n = float(torch.unique((seg * 10_000 + torch.arange(seg.shape[0])[:, None])[batch["labels"] != IGNORE_INDEX]).numel())
+            n = float(
+                torch.unique(
+                    (seg * 10_000 + torch.arange(seg.shape[0])[:, None])[batch["labels"] != IGNORE_INDEX]
+                ).numel()
+            )
         return torch.tensor([n, 0.0, 0.0], dtype=torch.float64)
 
     def component_means(self, out: Any) -> list[Any]:
@@ -78,7 +96,9 @@ class CopyTask(Task):
         totals.add("lm_loss", float(out.per_sequence[out.present].sum()), float(out.present.sum()))
 
 
-TOY = CopyTask(name="copy", summary="copy the text after a separator", reads="examples", models=("gpt",), token_labels=True)
+TOY = CopyTask(
+    name="copy", summary="copy the text after a separator", reads="examples", models=("gpt",), token_labels=True
+)
 
 
 @pytest.fixture
@@ -127,8 +147,19 @@ def test_packs_in_memory_and_from_a_file_alike_and_trains(toy: Task, tok: Tokeni
     from seqpack.train import TrainConfig, train
     from seqpack.train.checkpoint import read_metrics
 
-    summary = train(TrainConfig(data=str(tmp_path / "a"), out=str(tmp_path / "run"), size="tiny", steps=6,
-                                batch_size=4, lr=3e-3, eval_fraction=0.1, progress=False, eval_at_start=True))
+    summary = train(
+        TrainConfig(
+            data=str(tmp_path / "a"),
+            out=str(tmp_path / "run"),
+            size="tiny",
+            steps=6,
+            batch_size=4,
+            lr=3e-3,
+            eval_fraction=0.1,
+            progress=False,
+            eval_at_start=True,
+        )
+    )
     recs = read_metrics(tmp_path / "run")
     assert summary["model"] == "GPT" and summary["task"] == "copy" and summary["steps"] == 6
     assert [r["step"] for r in recs if "eval" not in r] == [1, 2, 3, 4, 5, 6]

@@ -40,10 +40,26 @@ SCRIPTS = [  # one line per script, written for this test
     "emoji 👩‍👩‍👧‍👦 🇫🇷 ✔️ and math ∑ᵢ xᵢ² ≤ ∞, ﬁ ligature, zero\u200bwidth",
 ]
 EDGES = [
-    "", " ", "  ", "\n", "\n\n\n", " \n ", "\t\t x", "a" * 5000, " " * 300 + "x",
-    f"{EOT}", f"{EOT}{EOT}", f"\n\n{EOT}\n\nhello", f"text{EOT}", f"{EOT} trailing  \n\n",
-    "<|endoftext", "|>", "<|end" + "oftext|> split?", "don't I'll we've they're you'd 'S 'LL",
-    "123 4567 89012345 3.14159 1e-9 0x1F", "CamelCaseWords and snake_case_words",
+    "",
+    " ",
+    "  ",
+    "\n",
+    "\n\n\n",
+    " \n ",
+    "\t\t x",
+    "a" * 5000,
+    " " * 300 + "x",
+    f"{EOT}",
+    f"{EOT}{EOT}",
+    f"\n\n{EOT}\n\nhello",
+    f"text{EOT}",
+    f"{EOT} trailing  \n\n",
+    "<|endoftext",
+    "|>",
+    "<|end" + "oftext|> split?",
+    "don't I'll we've they're you'd 'S 'LL",
+    "123 4567 89012345 3.14159 1e-9 0x1F",
+    "CamelCaseWords and snake_case_words",
 ]
 
 
@@ -52,12 +68,15 @@ def pair():
     """Our tokenizer and tiktoken built from the same merges."""
     tiktoken = pytest.importorskip("tiktoken")  # a dev extra: `make test` installs it
     docs = python_docs()
-    r = train_bpe_corpus(documents=docs[:TRAIN_DOCS], config=BPEConfig(vocab_size=3000, special_tokens=(EOT,), workers=1))
+    r = train_bpe_corpus(
+        documents=docs[:TRAIN_DOCS], config=BPEConfig(vocab_size=3000, special_tokens=(EOT,), workers=1)
+    )
     ours = Tokenizer(r.vocab, r.merges, [EOT])
     special = EOT.encode()
     ranks = {b: i for i, b in r.vocab.items() if b != special}
-    theirs = tiktoken.Encoding("seqpack-local", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                               special_tokens={EOT: ours.special_ids[EOT]})
+    theirs = tiktoken.Encoding(
+        "seqpack-local", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={EOT: ours.special_ids[EOT]}
+    )
     return ours, theirs, docs[TRAIN_DOCS:]
 
 
@@ -98,6 +117,9 @@ def test_scripts_and_edges(pair, text):
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(max_size=200) | st.lists(st.sampled_from([EOT, "<|", " a", "\n", " ", "é", "'s", "1"]), max_size=12).map("".join))
+@given(
+    text=st.text(max_size=200)
+    | st.lists(st.sampled_from([EOT, "<|", " a", "\n", " ", "é", "'s", "1"]), max_size=12).map("".join)
+)
 def test_arbitrary_unicode(pair, text):
     _same(pair, text)

@@ -74,8 +74,11 @@ def test_chunk_view_is_the_chunk_read_in_place(tmp_path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from([b"ab", b"<s>", b"<s><s>", b"x", b"<", b"s>", b"\n"]), max_size=60),
-       st.integers(1, 9), st.booleans())
+@given(
+    st.lists(st.sampled_from([b"ab", b"<s>", b"<s><s>", b"x", b"<", b"s>", b"\n"]), max_size=60),
+    st.integers(1, 9),
+    st.booleans(),
+)
 def test_special_starts_window_by_window_equal_one_search(tmp_path_factory, parts, window, one):
     """The special-token search maps a window at a time and lets each go once searched; it finds
     exactly what one search over the whole file finds, matches across window edges included. With

@@ -21,8 +21,11 @@ def small() -> Tokenizer:
 
 
 @settings(max_examples=40, deadline=None)
-@given(docs=st.lists(st.text(max_size=30) | st.sampled_from([EOT, "the cat", "don't  stop\n\n"]), max_size=30),
-       batch_chars=st.integers(1, 60), workers=st.sampled_from([1, 2]))
+@given(
+    docs=st.lists(st.text(max_size=30) | st.sampled_from([EOT, "the cat", "don't  stop\n\n"]), max_size=30),
+    batch_chars=st.integers(1, 60),
+    workers=st.sampled_from([1, 2]),
+)
 def test_encode_batches_equal_each_document_encoded(small, docs, batch_chars, workers):
     got = [a.tolist() for a in encode_documents(small, iter(docs), workers=workers, batch_chars=batch_chars)]
     assert got == [small.encode_oracle(d) for d in docs]

@@ -22,7 +22,10 @@ def tok() -> Tokenizer:
 def test_save_load_round_trip(tok, tmp_path):
     tok.save(tmp_path / "t")
     assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [
-        "merges.txt", "meta.json", "tokenizer.json", "vocab.json",
+        "merges.txt",
+        "meta.json",
+        "tokenizer.json",
+        "vocab.json",
     ]
     back = Tokenizer.load(tmp_path / "t")
     assert back.vocab == tok.vocab and back.merges == tok.merges
@@ -129,8 +132,13 @@ def test_tokenizer_json_is_what_the_tokenizers_library_writes(tok):
     taken = set(hf_vocab(tok))  # a special token written as an existing token's string is refused either way
 
     @settings(max_examples=40, deadline=None)
-    @given(st.lists(st.text(min_size=1, max_size=6).filter(lambda t: t.encode() not in tok.vocab.values() and t not in taken),
-                    max_size=3, unique=True))
+    @given(
+        st.lists(
+            st.text(min_size=1, max_size=6).filter(lambda t: t.encode() not in tok.vocab.values() and t not in taken),
+            max_size=3,
+            unique=True,
+        )
+    )
     def check(specials: list[str]) -> None:
         other = Tokenizer(tok.vocab, tok.merges, specials)
         assert hf_tokenizer_json(other) == build_hf_tokenizer(other).to_str()
@@ -197,10 +205,17 @@ def _random_vocab_tokenizer(data: st.DataObject) -> Tokenizer:
             vocab[len(vocab)] = made
             merges.append((vocab[a], vocab[b]))
     tokens = list(vocab.values())
-    specials = data.draw(st.lists(st.one_of(
-        st.text(min_size=1, max_size=6),
-        st.sampled_from(tokens).filter(lambda t: t.isascii()).map(lambda t: t.decode()),
-        st.sampled_from(tokens).map(bytes_to_str)), max_size=3, unique=True))
+    specials = data.draw(
+        st.lists(
+            st.one_of(
+                st.text(min_size=1, max_size=6),
+                st.sampled_from(tokens).filter(lambda t: t.isascii()).map(lambda t: t.decode()),
+                st.sampled_from(tokens).map(bytes_to_str),
+            ),
+            max_size=3,
+            unique=True,
+        )
+    )
     return Tokenizer(vocab, merges, specials)
 
 

@@ -44,7 +44,9 @@ def test_its_assistant_mask_is_seqpacks_chat_labels(exported: Path) -> None:
     records = conversations(12, seed=5)
     seqs = build_sequences(records, open_tokenizer(exported), PackConfig.for_task("chat", max_len=4096))
     for i, rec in enumerate(records):
-        out = hf.apply_chat_template(rec["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        out = hf.apply_chat_template(
+            rec["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
         s = seqs.sequence(i)
         assert out["input_ids"] == s["input_ids"].tolist()
         assert [int(m) for m in out["assistant_masks"]] == [int(x != IGNORE_INDEX) for x in s["labels"]]
@@ -60,8 +62,17 @@ def test_sft_trainer_trains_on_it_with_assistant_only_loss(exported: Path, tmp_p
     torch.manual_seed(0)
     cfg = {k: v for k, v in LLAMA.items() if k != "model_type"}
     model = tf.LlamaForCausalLM(tf.LlamaConfig(**{**cfg, "vocab_size": len(hf)}))
-    args = trl.SFTConfig(output_dir=str(tmp_path / "trl"), assistant_only_loss=True, max_steps=1, logging_steps=1,
-                         per_device_train_batch_size=4, report_to=[], save_strategy="no", use_cpu=True, max_length=256)
+    args = trl.SFTConfig(
+        output_dir=str(tmp_path / "trl"),
+        assistant_only_loss=True,
+        max_steps=1,
+        logging_steps=1,
+        per_device_train_batch_size=4,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        max_length=256,
+    )
     data = datasets.Dataset.from_list(conversations(16, seed=7))
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=data, processing_class=hf)
     trainer.train()
@@ -72,9 +83,36 @@ def test_sft_trainer_trains_on_it_with_assistant_only_loss(exported: Path, tmp_p
 def test_chat_template_needs_hf_and_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     corpus = tmp_path / "c.txt"
     corpus.write_text("hello world " * 50, encoding="utf-8")
-    assert main(["train-tokenizer", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "t"),
-                 "--chat-template", "x.jinja"]) == 2
+    assert (
+        main(
+            [
+                "train-tokenizer",
+                str(corpus),
+                "--vocab-size",
+                "300",
+                "--out",
+                str(tmp_path / "t"),
+                "--chat-template",
+                "x.jinja",
+            ]
+        )
+        == 2
+    )
     assert "--chat-template is written by --hf" in capsys.readouterr().err
-    assert main(["train-tokenizer", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "t"), "--hf",
-                 "--chat-template", str(tmp_path / "none.jinja")]) == 2
+    assert (
+        main(
+            [
+                "train-tokenizer",
+                str(corpus),
+                "--vocab-size",
+                "300",
+                "--out",
+                str(tmp_path / "t"),
+                "--hf",
+                "--chat-template",
+                str(tmp_path / "none.jinja"),
+            ]
+        )
+        == 2
+    )
     assert "no such file" in capsys.readouterr().err

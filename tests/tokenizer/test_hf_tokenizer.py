@@ -59,14 +59,14 @@ def test_offsets_cover_the_text(bpe_dir: Path, wp_dir: Path) -> None:
     WordPiece (lower-cased, accents stripped) spans the original word it came from."""
     bpe = open_tokenizer(bpe_dir)
     text = "why café<|im_end|> über straße"
-    (ids, spans), = bpe.encode_with_offsets([text])
+    ((ids, spans),) = bpe.encode_with_offsets([text])
     assert ids.tolist() == bpe.encode(text)
     assert "".join(bpe.decode([i]) for i in ids) == text
     for i, (a, b) in zip(ids.tolist(), spans.tolist()):
         piece = bpe.decode([i])
         assert "\ufffd" in piece or text[a:b] == piece
     wp = open_tokenizer(wp_dir)
-    (ids, spans), = wp.encode_with_offsets(["WHY Café"])
+    ((ids, spans),) = wp.encode_with_offsets(["WHY Café"])
     a, b = spans[0].tolist()
     assert "WHY Café"[a:b] == "WHY"
 
@@ -77,7 +77,7 @@ def test_seqpack_tokenizer_offsets(text: str) -> None:
     """seqpack's own tokenizer: spans tile the text in order; a token inside a multi-byte
     character spans that character."""
     tok = Tokenizer({i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b" \xc3"}, [(b"a", b"b"), (b" ", b"\xc3")])
-    (ids, spans), = tok.encode_with_offsets([text])
+    ((ids, spans),) = tok.encode_with_offsets([text])
     assert ids.tolist() == tok.encode(text)
     if ids.size:
         assert spans[0, 0] == 0 and spans[-1, 1] == len(text)
@@ -140,8 +140,10 @@ def test_every_task_packs_with_a_pretrained_tokenizer(bpe_dir: Path, wp_dir: Pat
     elif task == "classification":
         source = [{"text": d, "label": i % 3} for i, d in enumerate(docs)]
     else:
-        source = [{"question": "what", "context": "WHY Café " + d, "answers": {"text": ["Café"], "answer_start": [4]}}
-                  for d in docs]
+        source = [
+            {"question": "what", "context": "WHY Café " + d, "answers": {"text": ["Café"], "answer_start": [4]}}
+            for d in docs
+        ]
     opts = {"eos_token": "<|endoftext|>"} if task == "clm" else {"doc_stride": 16} if task == "qa" else {}
     seqs = build_sequences(source, tok, PackConfig.for_task(task, max_len=64, **opts))
     assert seqs.num_sequences > 0 and int(seqs.token_fields["input_ids"].max()) < tok.vocab_size

@@ -22,7 +22,20 @@ EOT = "<|endoftext|>"
 # characters at the pattern's edges: the apostrophe forms, the optional space, whitespace
 # that is (U+00A0, U+3000, U+2028) and is not (U+001C..U+001F: str.isspace but not \s)
 _EDGES = list("'sdmtlvre \t\n\r\x0b\x0c\x1c\x1f\u00a0\u3000\u2028\u2029\u200b\u0085") + [
-    "a", "Z", "é", "日", "٣", "Ⅷ", "½", "5", "!", "😀", "\u0301", "_", "-", "ß",
+    "a",
+    "Z",
+    "é",
+    "日",
+    "٣",
+    "Ⅷ",
+    "½",
+    "5",
+    "!",
+    "😀",
+    "\u0301",
+    "_",
+    "-",
+    "ß",
 ]
 _edge_text = st.lists(st.sampled_from(_EDGES), max_size=60).map("".join)
 _any_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=80)
@@ -88,8 +101,9 @@ def test_utf8_validation_reports_where_python_does(data):
     assert _native.utf8_error(data) == want
 
 
-def _random_tokenizer(rng: random.Random, alphabet: bytes, n_merges: int, *, shuffle: bool,
-                      permute: bool = False) -> Tokenizer:
+def _random_tokenizer(
+    rng: random.Random, alphabet: bytes, n_merges: int, *, shuffle: bool, permute: bool = False
+) -> Tokenizer:
     """Random merges over ``alphabet``; ``shuffle`` puts later tokens' merges before their parts';
     ``permute`` gives the bytes ids in a random order (as GPT-2's do: byte b is not id b)."""
     toks = [bytes([c]) for c in alphabet]
@@ -110,8 +124,12 @@ def _random_tokenizer(rng: random.Random, alphabet: bytes, n_merges: int, *, shu
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10**6), shuffle=st.booleans(), permute=st.booleans(),
-       text=st.lists(st.sampled_from(["a", "b", "ab", " ", "1", EOT]), max_size=400).map("".join))
+@given(
+    seed=st.integers(0, 10**6),
+    shuffle=st.booleans(),
+    permute=st.booleans(),
+    text=st.lists(st.sampled_from(["a", "b", "ab", " ", "1", EOT]), max_size=400).map("".join),
+)
 def test_encoder_equals_the_reference_for_any_merge_order(seed, shuffle, permute, text):
     # long words (> 64 bytes) take the heap path, short ones the scan; shuffled merges
     # make pairs formed during one rank's pass rank lower than it (the deferral case); permuted
@@ -395,8 +413,13 @@ def gpt2_or_small() -> Tokenizer:
 
 
 @settings(max_examples=200, deadline=None)
-@given(seed=st.integers(0, 10**6), size=st.integers(2, 12),
-       text=st.lists(st.sampled_from(["a", "b", "ab", " ", "  ", "\n", "x\ny", "1", ".", "é", EOT + " "]), max_size=300).map("".join))
+@given(
+    seed=st.integers(0, 10**6),
+    size=st.integers(2, 12),
+    text=st.lists(
+        st.sampled_from(["a", "b", "ab", " ", "  ", "\n", "x\ny", "1", ".", "é", EOT + " "]), max_size=300
+    ).map("".join),
+)
 def test_a_long_text_encoded_a_piece_at_a_time_equals_it_whole(seed, size, text):
     """Above 2 x ``_PIECE_CHARS`` characters ``encode`` cuts the text (bounded working memory); the
     cuts (a space between letters, a newline between printable characters, never in a special
@@ -452,8 +475,11 @@ def test_id_lists_behave_as_lists_of_their_length(n):
     tok = Tokenizer(vocab, [])
     text = "".join(chr(97 + i % 26) for i in range(n))
     want = [97 + i % 26 for i in range(n)]
-    for ids in (tok.native.encode(text), tok.native.encode_lists([text, "z" * 70], 1)[0],
-                tok.native.encode_lists(["y", text], 2, thread_bytes=0)[1]):
+    for ids in (
+        tok.native.encode(text),
+        tok.native.encode_lists([text, "z" * 70], 1)[0],
+        tok.native.encode_lists(["y", text], 2, thread_bytes=0)[1],
+    ):
         assert type(ids) is list and len(ids) == n and ids == want
         assert not gc.is_tracked(ids)
         ids.append(-1)

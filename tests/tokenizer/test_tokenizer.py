@@ -66,9 +66,12 @@ def test_fingerprint_is_pinned():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.binary(min_size=2, max_size=5), max_size=8),
-       st.lists(st.tuples(st.binary(min_size=1, max_size=3), st.binary(min_size=1, max_size=3)), max_size=6),
-       st.lists(st.text(min_size=1, max_size=4), max_size=2, unique=True), st.integers(0, 2**40))
+@given(
+    st.lists(st.binary(min_size=2, max_size=5), max_size=8),
+    st.lists(st.tuples(st.binary(min_size=1, max_size=3), st.binary(min_size=1, max_size=3)), max_size=6),
+    st.lists(st.text(min_size=1, max_size=4), max_size=2, unique=True),
+    st.integers(0, 2**40),
+)
 def test_fingerprint_equals_its_reference(extra, merges, specials, gap):
     """The compiled stream equals the field-by-field reference: any tokens (ids with gaps, up to 2^40),
     merges (their tokens added), special tokens."""
@@ -104,7 +107,9 @@ def test_gpt2_conformance_with_tiktoken(gpt2, tiktoken_gpt2, cs336, name):
 
 
 @settings(max_examples=200, deadline=None)
-@given(text=st.text(max_size=200) | st.lists(st.sampled_from(["<|endoftext|>", "<|", " a", "\n"]), max_size=8).map("".join))
+@given(
+    text=st.text(max_size=200) | st.lists(st.sampled_from(["<|endoftext|>", "<|", " a", "\n"]), max_size=8).map("".join)
+)
 def test_gpt2_conformance_on_unicode(gpt2, tiktoken_gpt2, text):
     ids = gpt2.encode(text)
     assert ids == tiktoken_gpt2.encode(text, allowed_special={EOT})
@@ -205,8 +210,11 @@ def test_encode_batch_flat_golden():
 
 
 @settings(max_examples=60, deadline=None)
-@given(texts=st.lists(st.text(max_size=40) | st.sampled_from([EOT, f"a{EOT}b", "don't  stop\n\n"]), max_size=12),
-       workers=st.sampled_from([1, 2, 3]), as_iter=st.booleans())
+@given(
+    texts=st.lists(st.text(max_size=40) | st.sampled_from([EOT, f"a{EOT}b", "don't  stop\n\n"]), max_size=12),
+    workers=st.sampled_from([1, 2, 3]),
+    as_iter=st.booleans(),
+)
 def test_encode_batch_flat_equals_each_text_encoded(small, texts, workers, as_iter):
     ids, offsets = small.encode_batch_flat(iter(texts) if as_iter else texts, workers=workers)
     assert (ids.tolist(), offsets.tolist()) == _flat_oracle(small, texts)

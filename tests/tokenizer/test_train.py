@@ -30,7 +30,12 @@ def test_hand_computed_golden():
     counts = {"low": 5, "lower": 2, "widest": 3, "newest": 6}
     vocab, merges = _fast(counts, 262)
     assert merges == [
-        (b"s", b"t"), (b"e", b"st"), (b"o", b"w"), (b"l", b"ow"), (b"w", b"est"), (b"n", b"e"),
+        (b"s", b"t"),
+        (b"e", b"st"),
+        (b"o", b"w"),
+        (b"l", b"ow"),
+        (b"w", b"est"),
+        (b"n", b"e"),
     ]
     assert vocab[261] == b"ne"
     assert (vocab, merges) == train_bpe_oracle_from_counts(counts, 262)
@@ -238,9 +243,11 @@ def test_training_runs_without_numpy(tmp_path: Path):
 
 
 @settings(max_examples=40, deadline=None)
-@given(docs=st.lists(st.text(alphabet="ab c\nde", max_size=40), min_size=1, max_size=8),
-       extra=st.integers(0, 30),
-       specials=st.lists(st.sampled_from(["<s>", "a", "ab", " c", "<|endoftext|>", "é"]), max_size=3, unique=True))
+@given(
+    docs=st.lists(st.text(alphabet="ab c\nde", max_size=40), min_size=1, max_size=8),
+    extra=st.integers(0, 30),
+    specials=st.lists(st.sampled_from(["<s>", "a", "ab", " c", "<|endoftext|>", "é"]), max_size=3, unique=True),
+)
 def test_the_trained_tokenizer_is_the_one_built_from_its_vocab_and_merges(docs, extra, specials):
     """``BPEResult.tokenizer()`` builds from the ids the trainer made (``Tokenizer._trained``): the same
     tokenizer, attribute by attribute, as ``Tokenizer(vocab, merges, specials)`` looks them up, special

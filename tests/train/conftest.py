@@ -7,8 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-WORDS = ("the a of to and in is was he she it that for on with as his her at by this had from not but be are "
-         "king queen lord lady night day love death sword crown heart blood fair good noble").split()
+WORDS = (
+    "the a of to and in is was he she it that for on with as his her at by this had from not but be are "
+    "king queen lord lady night day love death sword crown heart blood fair good noble"
+).split()
 
 
 def synthetic_documents(n: int, seed: int = 0) -> list[str]:
@@ -16,7 +18,9 @@ def synthetic_documents(n: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
     docs = []
     for _ in range(n):
-        lines = [" ".join(rng.choice(WORDS, size=rng.integers(3, 14))).capitalize() + "." for _ in range(rng.integers(1, 7))]
+        lines = [
+            " ".join(rng.choice(WORDS, size=rng.integers(3, 14))).capitalize() + "." for _ in range(rng.integers(1, 7))
+        ]
         docs.append("\n".join(lines))
     return docs
 
@@ -28,7 +32,9 @@ def build_datasets(root: Path, n_docs: int = 240) -> dict[str, Path]:
     from seqpack.tokenizer.train import train_bpe_corpus
 
     docs = synthetic_documents(n_docs)
-    res = train_bpe_corpus(documents=docs, config=BPEConfig(vocab_size=320, special_tokens=("<|endoftext|>",), workers=1))
+    res = train_bpe_corpus(
+        documents=docs, config=BPEConfig(vocab_size=320, special_tokens=("<|endoftext|>",), workers=1)
+    )
     tok = Tokenizer(res.vocab, res.merges, list(res.special_tokens))
     tok.save(root / "tokenizer")
     store = build_store(docs, tok, root / "store", workers=1)
@@ -36,7 +42,9 @@ def build_datasets(root: Path, n_docs: int = 240) -> dict[str, Path]:
     for task, max_len in (("mlm", 64), ("clm", 64)):
         build_packed_dataset(store, tok, root / task, PackConfig(task=task, max_len=max_len))
         out[task] = root / task
-    build_packed_dataset(qa_examples(docs[:120]), tok, root / "qa", PackConfig.for_task("qa", max_len=64, doc_stride=16))
+    build_packed_dataset(
+        qa_examples(docs[:120]), tok, root / "qa", PackConfig.for_task("qa", max_len=64, doc_stride=16)
+    )
     out["qa"] = root / "qa"
     return out
 
@@ -51,8 +59,13 @@ def qa_examples(docs: list[str], seed: int = 1) -> list[dict]:
         answer = " ".join(words[a : a + int(rng.integers(1, 4))])
         start = len(" ".join(words[:a])) + (1 if a else 0)
         assert doc.replace("\n", " ")[start : start + len(answer)] == answer
-        rows.append({"question": " ".join(rng.choice(WORDS, size=5)), "context": doc.replace("\n", " "),
-                     "answers": {"text": [answer], "answer_start": [start]}})
+        rows.append(
+            {
+                "question": " ".join(rng.choice(WORDS, size=5)),
+                "context": doc.replace("\n", " "),
+                "answers": {"text": [answer], "answer_start": [start]},
+            }
+        )
     return rows
 
 
@@ -66,8 +79,22 @@ def torchrun_train(data: Path, out: Path, *opts: str, ranks: int = 2) -> None:
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
-           "-m", "seqpack.cli.main", "train", "--data", str(data), "--out", str(out), *opts]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(ranks),
+        "-m",
+        "seqpack.cli.main",
+        "train",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        *opts,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 

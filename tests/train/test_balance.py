@@ -35,14 +35,42 @@ def test_balanced_epochs_hold_every_pack_once_and_even_ranks(datasets):
 
 
 def test_two_ranks_balanced_equal_one_process_replaying_them(datasets, tmp_path):
-    opts = ["--steps", "3", "--batch-size", "4", "--dropout", "0", "--eval-fraction", "0.1", "--threads", "1",
-            "--balance", "compute", "--quiet", "--json"]
+    opts = [
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--dropout",
+        "0",
+        "--eval-fraction",
+        "0.1",
+        "--threads",
+        "1",
+        "--balance",
+        "compute",
+        "--quiet",
+        "--json",
+    ]
     two = tmp_path / "two"
     torchrun_train(datasets["clm"], two, *opts)
     cfg = json.loads((two / "config.json").read_text())
-    assert cfg["balance"]["world"] == 2 and cfg["balance"]["imbalance_balanced"] <= cfg["balance"]["imbalance_sequential"]
-    train(TrainConfig(data=str(datasets["clm"]), out=str(tmp_path / "one"), steps=3, batch_size=4, dropout=0.0,
-                      eval_fraction=0.1, threads=1, progress=False, balance="compute", balance_world=2))
+    assert (
+        cfg["balance"]["world"] == 2 and cfg["balance"]["imbalance_balanced"] <= cfg["balance"]["imbalance_sequential"]
+    )
+    train(
+        TrainConfig(
+            data=str(datasets["clm"]),
+            out=str(tmp_path / "one"),
+            steps=3,
+            batch_size=4,
+            dropout=0.0,
+            eval_fraction=0.1,
+            threads=1,
+            progress=False,
+            balance="compute",
+            balance_world=2,
+        )
+    )
     a, b = ([r for r in read_metrics(run) if "loss" in r] for run in (two, tmp_path / "one"))
     assert [r["step_sequences"] for r in a] == [r["step_sequences"] for r in b]  # the same packs in every step
     for ra, rb in zip(a, b):
@@ -82,7 +110,13 @@ def _scheduled_clm(datasets, root, world=2, micro=2):
 
     tok = Tokenizer.load(datasets["tokenizer"])
     store = build_store(synthetic_documents(240), tok, root / "store", workers=1)
-    build_packed_dataset(store, tok, root / "sched", PackConfig(task="clm", max_len=64), output=OutputOptions(schedule=ScheduleOptions(world_size=world, micro_batch=micro)))
+    build_packed_dataset(
+        store,
+        tok,
+        root / "sched",
+        PackConfig(task="clm", max_len=64),
+        output=OutputOptions(schedule=ScheduleOptions(world_size=world, micro_batch=micro)),
+    )
     return root / "sched"
 
 
@@ -105,22 +139,57 @@ def test_training_reads_the_datasets_steps(datasets, tmp_path):
     again = TrainData(path, eval_fraction=0.1, by_schedule=True)
     assert np.array_equal(again.units_at(5, 7, n), data.units_at(5, 7, n))  # a resume reads the same rows
     with pytest.raises(ValueError, match="--batch-size 4"):
-        train(TrainConfig(data=str(path), out=str(tmp_path / "r"), steps=1, batch_size=6, balance="schedule",
-                          balance_world=2, progress=False))
+        train(
+            TrainConfig(
+                data=str(path),
+                out=str(tmp_path / "r"),
+                steps=1,
+                batch_size=6,
+                balance="schedule",
+                balance_world=2,
+                progress=False,
+            )
+        )
     with pytest.raises(ValueError, match="no balanced schedule"):
         TrainData(datasets["clm"], by_schedule=True)
 
 
 def test_two_ranks_on_the_datasets_schedule_equal_one_process(datasets, tmp_path):
     path = _scheduled_clm(datasets, tmp_path)
-    opts = ["--steps", "3", "--batch-size", "4", "--dropout", "0", "--eval-fraction", "0.1", "--threads", "1",
-            "--balance", "schedule", "--quiet", "--json"]
+    opts = [
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--dropout",
+        "0",
+        "--eval-fraction",
+        "0.1",
+        "--threads",
+        "1",
+        "--balance",
+        "schedule",
+        "--quiet",
+        "--json",
+    ]
     two = tmp_path / "two"
     torchrun_train(path, two, *opts)
     cfg = json.loads((two / "config.json").read_text())
     assert cfg["balance"]["world_size"] == 2 and cfg["balance"]["cost_source"] == "the dataset's schedule"
-    train(TrainConfig(data=str(path), out=str(tmp_path / "one"), steps=3, batch_size=4, dropout=0.0, eval_fraction=0.1,
-                      threads=1, progress=False, balance="schedule", balance_world=2))
+    train(
+        TrainConfig(
+            data=str(path),
+            out=str(tmp_path / "one"),
+            steps=3,
+            batch_size=4,
+            dropout=0.0,
+            eval_fraction=0.1,
+            threads=1,
+            progress=False,
+            balance="schedule",
+            balance_world=2,
+        )
+    )
     a, b = ([r for r in read_metrics(run) if "loss" in r] for run in (two, tmp_path / "one"))
     assert [r["step_sequences"] for r in a] == [r["step_sequences"] for r in b]
     for ra, rb in zip(a, b):  # as in the test above: fp32 summation order, carried by Adam

@@ -15,10 +15,23 @@ from seqpack.train import TrainConfig, train
 
 transformers = pytest.importorskip("transformers")
 
-LLAMA = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-         "intermediate_size": 64, "max_position_embeddings": 64}
-BERT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
-        "max_position_embeddings": 64, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+LLAMA = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "intermediate_size": 64,
+    "max_position_embeddings": 64,
+}
+BERT = {
+    "hidden_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 64,
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,24 +64,34 @@ def released(datasets, tmp_path_factory) -> dict[str, Path]:
     build_packed_dataset(store, tok, root / "mlm", PackConfig(task="mlm", max_len=64))
     build_packed_dataset(qa_examples(docs[:60]), tok, root / "qa", PackConfig.for_task("qa", max_len=64, doc_stride=16))
     tags = ["a", "b", "c"]
-    multi = [{"text": d.replace("\n", " "), "label": sorted({str(t) for t in rng.choice(tags, int(rng.integers(0, 3)))})}
-             for d in docs]
+    multi = [
+        {"text": d.replace("\n", " "), "label": sorted({str(t) for t in rng.choice(tags, int(rng.integers(0, 3)))})}
+        for d in docs
+    ]
     build_packed_dataset(multi, tok, root / "multi", PackConfig.for_task("multilabel", max_len=64))
     info = {k: json.loads((root / k / "manifest.json").read_text())["task_info"] for k in ("cls", "mlm", "qa", "multi")}
     torch.manual_seed(0)
     llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(vocab_size=vocab, **LLAMA))
     llama.save_pretrained(root / "llama")
     bert = transformers.BertForSequenceClassification(
-        transformers.BertConfig(vocab_size=info["cls"]["vocab_size"], num_labels=2, **BERT))
+        transformers.BertConfig(vocab_size=info["cls"]["vocab_size"], num_labels=2, **BERT)
+    )
     bert.save_pretrained(root / "bert")
     # a pre-training checkpoint, as BERT's are released: MLM and next-sentence heads (the mlm task trains both)
-    transformers.BertForPreTraining(transformers.BertConfig(vocab_size=info["mlm"]["vocab_size"], **BERT)).save_pretrained(
-        root / "bert_mlm")
+    transformers.BertForPreTraining(
+        transformers.BertConfig(vocab_size=info["mlm"]["vocab_size"], **BERT)
+    ).save_pretrained(root / "bert_mlm")
     transformers.BertForQuestionAnswering(
-        transformers.BertConfig(vocab_size=info["qa"]["vocab_size"], num_labels=2, **BERT)).save_pretrained(root / "bert_qa")
-    transformers.BertForSequenceClassification(transformers.BertConfig(
-        vocab_size=info["multi"]["vocab_size"], num_labels=len(tags), problem_type="multi_label_classification", **BERT,
-    )).save_pretrained(root / "bert_multi")
+        transformers.BertConfig(vocab_size=info["qa"]["vocab_size"], num_labels=2, **BERT)
+    ).save_pretrained(root / "bert_qa")
+    transformers.BertForSequenceClassification(
+        transformers.BertConfig(
+            vocab_size=info["multi"]["vocab_size"],
+            num_labels=len(tags),
+            problem_type="multi_label_classification",
+            **BERT,
+        )
+    ).save_pretrained(root / "bert_multi")
     models = ("llama", "bert", "bert_mlm", "bert_qa", "bert_multi")
     for d in models:
         for name, data in files.items():
@@ -87,13 +110,16 @@ def _weights(directory: Path) -> dict[str, torch.Tensor]:
     return load_file(str(directory / "model.safetensors"))
 
 
-@pytest.mark.parametrize(("data", "model", "auto"), [
-    ("clm", "llama", "AutoModelForCausalLM"),
-    ("cls", "bert", "AutoModelForSequenceClassification"),
-    ("mlm", "bert_mlm", "AutoModelForMaskedLM"),
-    ("qa", "bert_qa", "AutoModelForQuestionAnswering"),
-    ("multi", "bert_multi", "AutoModelForSequenceClassification"),
-])
+@pytest.mark.parametrize(
+    ("data", "model", "auto"),
+    [
+        ("clm", "llama", "AutoModelForCausalLM"),
+        ("cls", "bert", "AutoModelForSequenceClassification"),
+        ("mlm", "bert_mlm", "AutoModelForMaskedLM"),
+        ("qa", "bert_qa", "AutoModelForQuestionAnswering"),
+        ("multi", "bert_multi", "AutoModelForSequenceClassification"),
+    ],
+)
 def test_a_checkpoint_s_weights_are_loaded_and_written_back(released, tmp_path, capsys, data, model, auto):
     """A vanishing learning rate leaves RUN/model/ holding the checkpoint's weights: AdamW moves a
     weight by at most ~lr = 1e-12 a step (its update is normalised), below float32's spacing near any
@@ -116,8 +142,10 @@ def test_a_checkpoint_s_weights_are_loaded_and_written_back(released, tmp_path, 
     assert 0 < delta < 0.05  # two steps of at most ~lr each
     m = getattr(transformers, auto).from_pretrained(tmp_path / "moved" / "model", local_files_only=True)
     assert m.config._attn_implementation in ("sdpa", "eager")
-    assert torch.equal(m.get_input_embeddings().weight, moved[next(k for k in moved if ("embed" in k and "word" in k)
-                                                                     or k.endswith("embed_tokens.weight"))])
+    assert torch.equal(
+        m.get_input_embeddings().weight,
+        moved[next(k for k in moved if ("embed" in k and "word" in k) or k.endswith("embed_tokens.weight"))],
+    )
     transformers.AutoTokenizer.from_pretrained(tmp_path / "moved" / "model")
 
 
@@ -134,8 +162,9 @@ def test_the_first_step_s_loss_is_transformers_own_loss_of_the_checkpoint(releas
     first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     data = TrainData(str(released["clm"]), eval_fraction=0.1, eval_tokens=0)
     b = data.batch(data.units_at(0, 0, 4))
-    model = transformers.LlamaForCausalLM.from_pretrained(released["llama"], local_files_only=True,
-                                                           attn_implementation="eager").eval()
+    model = transformers.LlamaForCausalLM.from_pretrained(
+        released["llama"], local_files_only=True, attn_implementation="eager"
+    ).eval()
     total, count = 0.0, 0
     with torch.no_grad():
         for r in range(b["input_ids"].shape[0]):
@@ -165,14 +194,16 @@ def test_a_classifier_s_first_loss_is_transformers_own_loss_of_the_checkpoint(re
 
     records = [{"text": " ".join(["a short review"] * (1 + i % 5)), "label": i % 2} for i in range(60)]
     short = tmp_path / "short"  # texts of 4 to 16 tokens: several to a row
-    build_packed_dataset(records, open_tokenizer(released["root"] / "tok"), short,
-                         PackConfig.for_task("classification", max_len=64))
+    build_packed_dataset(
+        records, open_tokenizer(released["root"] / "tok"), short, PackConfig.for_task("classification", max_len=64)
+    )
     _run(short, released["bert"], tmp_path / "run", steps=1, lr=1e-12)
     first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     data = TrainData(str(short), eval_fraction=0.1, eval_tokens=0)
     b = data.batch(data.units_at(0, 0, 4))
-    model = transformers.BertForSequenceClassification.from_pretrained(released["bert"], local_files_only=True,
-                                                                        attn_implementation="eager").eval()
+    model = transformers.BertForSequenceClassification.from_pretrained(
+        released["bert"], local_files_only=True, attn_implementation="eager"
+    ).eval()
     losses = []
     with torch.no_grad():
         for r in range(b["input_ids"].shape[0]):
@@ -181,8 +212,11 @@ def test_a_classifier_s_first_loss_is_transformers_own_loss_of_the_checkpoint(re
                 if k == 0:
                     continue
                 sel = seg == k
-                out = model(b["input_ids"][r][sel][None].long(), token_type_ids=b["token_type_ids"][r][sel][None].long(),
-                            labels=b["labels"][r, k - 1][None].long())
+                out = model(
+                    b["input_ids"][r][sel][None].long(),
+                    token_type_ids=b["token_type_ids"][r][sel][None].long(),
+                    labels=b["labels"][r, k - 1][None].long(),
+                )
                 losses.append(float(out.loss))
     assert len(losses) > 4  # packed: more texts than the step's 4 rows
     want = sum(losses) / len(losses)
@@ -224,10 +258,32 @@ def test_from_pretrained_after_a_resumed_run(released, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train(TrainConfig(data=str(released["clm"]), out=str(tmp_path / "part"), hf_model=str(released["llama"]),
-                          steps=3, batch_size=4, progress=False, eval_fraction=0.1, checkpoint_every=1), on_step=on_step)
-    train(TrainConfig(data=str(released["clm"]), out=str(tmp_path / "part"), hf_model=str(released["llama"]),
-                      steps=3, batch_size=4, progress=False, eval_fraction=0.1, checkpoint_every=1), resume=True)
+        train(
+            TrainConfig(
+                data=str(released["clm"]),
+                out=str(tmp_path / "part"),
+                hf_model=str(released["llama"]),
+                steps=3,
+                batch_size=4,
+                progress=False,
+                eval_fraction=0.1,
+                checkpoint_every=1,
+            ),
+            on_step=on_step,
+        )
+    train(
+        TrainConfig(
+            data=str(released["clm"]),
+            out=str(tmp_path / "part"),
+            hf_model=str(released["llama"]),
+            steps=3,
+            batch_size=4,
+            progress=False,
+            eval_fraction=0.1,
+            checkpoint_every=1,
+        ),
+        resume=True,
+    )
     a, b = _weights(tmp_path / "whole" / "model"), _weights(tmp_path / "part" / "model")
     assert all(torch.equal(a[k], b[k]) for k in a)
     transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "part" / "model", local_files_only=True)
@@ -275,8 +331,9 @@ def test_packed_rows_stay_exact_with_adapters(released):
     b = data.batch(data.units_at(0, 0, 4))
     b = {k: v for k, v in b.items() if k != "num_sequences"}
     with torch.no_grad():
-        packed = packed_forward(model, {k: v.long() if v.dtype != torch.bool else v for k, v in b.items()},
-                                reduction="token")
+        packed = packed_forward(
+            model, {k: v.long() if v.dtype != torch.bool else v for k, v in b.items()}, reduction="token"
+        )
         total, count = 0.0, 0
         for r in range(b["input_ids"].shape[0]):
             seg = b["segment_ids"][r]
@@ -304,12 +361,15 @@ def test_lora_on_a_classifier_trains_its_new_head_whole(released, tmp_path):
     assert not torch.equal(tuned.base_model.model.classifier.modules_to_save["default"].weight, head)
 
 
-@pytest.mark.parametrize(("kw", "match"), [
-    ({"lora_rank": 4}, "pass --hf-model DIR too"),
-    ({"hf_model": "m", "lora_merge": True}, "pass --lora-rank R too"),
-    ({"hf_model": "m", "lora_rank": -1}, "lora_rank must be >= 0"),
-    ({"hf_model": "m", "lora_rank": 2, "lora_targets": " , "}, "module names like q_proj"),
-])
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"lora_rank": 4}, "pass --hf-model DIR too"),
+        ({"hf_model": "m", "lora_merge": True}, "pass --lora-rank R too"),
+        ({"hf_model": "m", "lora_rank": -1}, "lora_rank must be >= 0"),
+        ({"hf_model": "m", "lora_rank": 2, "lora_targets": " , "}, "module names like q_proj"),
+    ],
+)
 def test_lora_options_are_checked(kw, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(data="d", out="o", **kw)
@@ -363,10 +423,22 @@ def test_a_head_of_another_size_is_refused_unless_started_anew(released, tmp_pat
 
     records = [{"text": f"a review number {i}", "label": "pos" if i % 3 else "neg"} for i in range(40)]
     named = tmp_path / "named"
-    build_packed_dataset(records, open_tokenizer(released["root"] / "tok"), named,
-                         PackConfig.for_task("classification", max_len=64))
-    args = ["train", "--data", str(named), "--hf-model", str(released["bert_multi"]), "--steps", "1",
-            "--batch-size", "2", "--quiet", "--out"]
+    build_packed_dataset(
+        records, open_tokenizer(released["root"] / "tok"), named, PackConfig.for_task("classification", max_len=64)
+    )
+    args = [
+        "train",
+        "--data",
+        str(named),
+        "--hf-model",
+        str(released["bert_multi"]),
+        "--steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--quiet",
+        "--out",
+    ]
     assert main([*args, str(tmp_path / "refused")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "classifier.bias is (3,) in the checkpoint but (2,)" in err, err
@@ -389,8 +461,9 @@ def test_lora_trains_a_head_new_to_the_checkpoint_whole(released, tmp_path):
     trained = [k for k in state if "qa_outputs.modules_to_save" in k]
     original = [k for k in state if "qa_outputs.original_module" in k]
     assert trained and original
-    assert any(not torch.equal(state[k], state[k.replace("modules_to_save.default", "original_module")])
-               for k in trained)
+    assert any(
+        not torch.equal(state[k], state[k.replace("modules_to_save.default", "original_module")]) for k in trained
+    )
 
 
 def test_ignore_mismatched_sizes_needs_a_checkpoint():

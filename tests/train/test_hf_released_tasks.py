@@ -23,8 +23,14 @@ from tests.hf_tokenizers import bpe_tokenizer_dir, conversations, preference_rec
 
 transformers = pytest.importorskip("transformers")
 
-LLAMA = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-         "intermediate_size": 64, "max_position_embeddings": 256}
+LLAMA = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "intermediate_size": 64,
+    "max_position_embeddings": 256,
+}
 
 
 def _weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -50,8 +56,12 @@ def chat_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tok_dir = bpe_tokenizer_dir(root / "tok")
     tok = open_tokenizer(tok_dir)
     build_packed_dataset(conversations(60), tok, root / "sft", PackConfig.for_task("chat", max_len=256))
-    build_packed_dataset(preference_records(80, seed=1), tok, root / "pref",
-                         PackConfig.for_task("preference", max_len=128, layout="shared-prefix"))
+    build_packed_dataset(
+        preference_records(80, seed=1),
+        tok,
+        root / "pref",
+        PackConfig.for_task("preference", max_len=128, layout="shared-prefix"),
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(vocab_size=tok.vocab_size, **LLAMA))
     model.save_pretrained(root / "llama")
@@ -79,8 +89,9 @@ def test_chat_starts_from_the_checkpoint_and_its_first_loss_is_transformers_own(
     first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     data = TrainData(str(chat_model["sft"]), eval_fraction=0.1, eval_tokens=0)
     b = data.batch(data.units_at(0, 0, 4))
-    model = transformers.LlamaForCausalLM.from_pretrained(chat_model["llama"], local_files_only=True,
-                                                           attn_implementation="eager").eval()
+    model = transformers.LlamaForCausalLM.from_pretrained(
+        chat_model["llama"], local_files_only=True, attn_implementation="eager"
+    ).eval()
     total, count = 0.0, 0
     with torch.no_grad():
         for r in range(b["input_ids"].shape[0]):
@@ -105,8 +116,9 @@ def test_chat_packed_with_another_tokenizer_is_refused_before_any_step(chat_mode
     from seqpack.tokenizer import open_tokenizer
 
     other = bpe_tokenizer_dir(tmp_path / "other", vocab_size=300)
-    build_packed_dataset(conversations(20), open_tokenizer(other), tmp_path / "sft",
-                         PackConfig.for_task("chat", max_len=256))
+    build_packed_dataset(
+        conversations(20), open_tokenizer(other), tmp_path / "sft", PackConfig.for_task("chat", max_len=256)
+    )
     with pytest.raises(ValueError, match=r"packed with another tokenizer than the model's; re-pack .* --tokenizer"):
         _run(tmp_path / "sft", chat_model["llama"], tmp_path / "run")
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
@@ -138,8 +150,24 @@ def test_an_image_text_checkpoint_and_its_processor(tmp_path):
     model.save_pretrained(tmp_path / "vlm")
     processor.save_pretrained(tmp_path / "vlm")
     jsonl, _ = write_records(tmp_path / "records", n=12)
-    assert main(["pack", str(jsonl), "--task", "vision", "--max-len", "512", "--tokenizer", str(tmp_path / "vlm"),
-                 "--out", str(tmp_path / "packs"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "pack",
+                str(jsonl),
+                "--task",
+                "vision",
+                "--max-len",
+                "512",
+                "--tokenizer",
+                str(tmp_path / "vlm"),
+                "--out",
+                str(tmp_path / "packs"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     _run(tmp_path / "packs", tmp_path / "vlm", tmp_path / "run", batch_size=2, eval_fraction=0.2)
     _still(_weights(tmp_path / "run" / "model"), _weights(tmp_path / "vlm"), steps=1)
     from seqpack.tasks.vision.processor import load_processor

@@ -21,8 +21,9 @@ from .conftest import synthetic_documents
 
 
 def cfg(data, out, **kw):
-    base = dict(data=str(data), out=str(out), steps=2, batch_size=6, progress=False, eval_fraction=0.1, threads=1,
-                eval_tokens=0)
+    base = dict(
+        data=str(data), out=str(out), steps=2, batch_size=6, progress=False, eval_fraction=0.1, threads=1, eval_tokens=0
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -39,7 +40,9 @@ def cls_data(datasets, tmp_path_factory):
     docs = synthetic_documents(90, seed=3)
     rows = [{"text": d, "label": ("kings", "queens", "swords")[i % 3]} for i, d in enumerate(docs)]
     out = tmp_path_factory.mktemp("cls") / "cls"
-    build_packed_dataset(rows, open_tokenizer(datasets["tokenizer"]), out, PackConfig.for_task("classification", max_len=64))
+    build_packed_dataset(
+        rows, open_tokenizer(datasets["tokenizer"]), out, PackConfig.for_task("classification", max_len=64)
+    )
     return out
 
 
@@ -105,7 +108,10 @@ def test_refusals_are_one_line_before_any_step_and_write_nothing(datasets, cls_d
     common = ["--data", str(cls_data), "--out", str(out), "--steps", "1", "--batch-size", "4", "--quiet"]
     cases = {
         "another size": (["--init-from", str(mlm_run), "--size", "small"], "another size (hidden 128 vs 256"),
-        "GPT into BERT": (["--init-from", str(gpt)], "its model is GPT, this run builds BERT (BertForSequenceClassification)"),
+        "GPT into BERT": (
+            ["--init-from", str(gpt)],
+            "its model is GPT, this run builds BERT (BertForSequenceClassification)",
+        ),
         "a vocabulary mismatch": (["--init-from", str(other_tok / "run")], "re-pack with the earlier run's tokenizer"),
         "with --resume": (["--init-from", str(mlm_run), "--resume"], "--resume continues"),
         "not a run": (["--init-from", str(datasets["mlm"])], "not a seqpack training run"),
@@ -136,7 +142,9 @@ def _other_vocab_run(datasets, root):
     from seqpack.tokenizer.train import train_bpe_corpus
 
     docs = synthetic_documents(60, seed=5)
-    res = train_bpe_corpus(documents=docs, config=BPEConfig(vocab_size=300, special_tokens=("<|endoftext|>",), workers=1))
+    res = train_bpe_corpus(
+        documents=docs, config=BPEConfig(vocab_size=300, special_tokens=("<|endoftext|>",), workers=1)
+    )
     tok = Tokenizer(res.vocab, res.merges, list(res.special_tokens))
     store = build_store(docs, tok, root / "store", workers=1)
     build_packed_dataset(store, tok, root / "mlm", PackConfig(task="mlm", max_len=64))

@@ -20,8 +20,16 @@ TIMING = ("step_seconds", "compute_seconds", "data_seconds", "train_seconds", "t
 
 
 def cfg(data, out, **kw):
-    base = dict(data=str(data), out=str(out), steps=4, batch_size=6, progress=False, eval_fraction=0.1, threads=2,
-                eval_at_start=True)
+    base = dict(
+        data=str(data),
+        out=str(out),
+        steps=4,
+        batch_size=6,
+        progress=False,
+        eval_fraction=0.1,
+        threads=2,
+        eval_at_start=True,
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -44,15 +52,18 @@ def test_runs_and_writes_its_files(datasets, tmp_path, task, padded):
     if padded:
         assert all(r["step_sequences"] == 6 for r in recs if "eval" not in r)
     ev = s["eval"]
-    keys = {"loss", "lm_loss", "lm_token_loss", "lm_accuracy"} | ({"nsp_loss", "nsp_accuracy"} if task == "mlm" else set())
+    keys = {"loss", "lm_loss", "lm_token_loss", "lm_accuracy"} | (
+        {"nsp_loss", "nsp_accuracy"} if task == "mlm" else set()
+    )
     assert keys <= set(ev) and np.isfinite(ev["loss"])
     assert ev["loss"] < recs[0]["eval"]["loss"]  # 4 steps of 1e-3 learn something
     for f in ("config.json", "summary.json", "checkpoint.pt"):
         assert (tmp_path / "run" / f).is_file()
 
 
-@pytest.mark.parametrize("task,reduction", [("mlm", "sequence"), ("mlm", "token"), ("clm", "sequence"), ("clm", "token"),
-                                             ("qa", "sequence")])
+@pytest.mark.parametrize(
+    "task,reduction", [("mlm", "sequence"), ("mlm", "token"), ("clm", "sequence"), ("clm", "token"), ("qa", "sequence")]
+)
 def test_packed_batch_equals_its_sequences_padded(datasets, task, reduction):
     """Same sequences, packed rows vs one per row: the same loss and the same gradient."""
     packed, padded = TrainData(datasets[task]), TrainData(datasets[task], padded=True)
@@ -67,7 +78,9 @@ def test_packed_batch_equals_its_sequences_padded(datasets, task, reduction):
         out = TaskModule(model, task, reduction)(b)
         loss = step_loss(component_means(out, task), n, n)
         loss.backward()
-        results.append((loss.detach(), n, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}))
+        results.append(
+            (loss.detach(), n, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None})
+        )
     (l1, n1, g1), (l2, n2, g2) = results
     assert torch.equal(n1, n2)
     torch.testing.assert_close(l1, l2, rtol=1e-5, atol=1e-6)
@@ -157,7 +170,9 @@ def test_cli_train_and_bad_input(datasets, tmp_path, capsys):
     base = ["train", "--data", str(datasets["mlm"]), "--out", str(run), "--steps", "2", "--batch-size", "4", "--quiet"]
     code, out, err = run_cli(capsys, *base, "--json")
     assert code == 0 and json.loads(out)["steps"] == 2
-    code, out, err = run_cli(capsys, *base[:4], str(tmp_path / "bf16"), *base[5:], "--dtype", "bf16", "--gradient-checkpointing")
+    code, out, err = run_cli(
+        capsys, *base[:4], str(tmp_path / "bf16"), *base[5:], "--dtype", "bf16", "--gradient-checkpointing"
+    )
     assert code == 0, err
     recorded = json.loads((tmp_path / "bf16" / "config.json").read_text())["train"]
     assert recorded["dtype"] == "bf16" and recorded["gradient_checkpointing"] is True
@@ -223,8 +238,10 @@ def test_gradient_checkpointing_trains_the_same_weights(datasets, tmp_path, task
     """Recomputing each block in the backward pass repeats the same float operations on the same
     inputs, with the RNG replayed (dropout is on: the same masks), so the weights after 3 steps are
     bitwise those of the run that kept its activations."""
-    runs = {on: train(cfg(datasets[task], tmp_path / str(on), steps=3, dropout=0.1, gradient_checkpointing=on))
-            for on in (False, True)}
+    runs = {
+        on: train(cfg(datasets[task], tmp_path / str(on), steps=3, dropout=0.1, gradient_checkpointing=on))
+        for on in (False, True)
+    }
     a, b = params(tmp_path / "False"), params(tmp_path / "True")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert runs[True]["eval"] == runs[False]["eval"]
@@ -279,7 +296,9 @@ def test_a_run_in_a_log_says_what_it_does_at_once_and_then_every_so_often(datase
     monkeypatch.setattr(loop, "LOG_INTERVAL", 0.0)  # a line at every step
     train(cfg(datasets["clm"], tmp_path / "run", steps=3, progress=True, eval_at_start=False))
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("packed GPT, attention auto: steps 1-3 of 6 rows; eval at the end on ") and err[0].endswith("metrics.jsonl")
+    assert err[0].startswith("packed GPT, attention auto: steps 1-3 of 6 rows; eval at the end on ") and err[
+        0
+    ].endswith("metrics.jsonl")
     steps = [ln for ln in err if ln.startswith("packed: step ")]
     assert [ln.split(",")[0] for ln in steps] == ["packed: step 1/3", "packed: step 2/3", "packed: step 3/3"]
     assert all(", loss " in ln for ln in steps)
@@ -307,7 +326,9 @@ def test_an_evaluation_reads_a_bounded_fixed_sample_of_the_held_out_packs(datase
         assert set(data.eval_packs) <= set(held) and list(data.eval_packs) == sorted(data.eval_packs)
         assert data.eval_tokens == int(fill[data.eval_packs].sum())
         assert data.eval_tokens <= bound or len(data.eval_packs) == 1
-        assert np.array_equal(data.eval_packs, TrainData(datasets["clm"], eval_fraction=0.3, eval_tokens=bound).eval_packs)
+        assert np.array_equal(
+            data.eval_packs, TrainData(datasets["clm"], eval_fraction=0.3, eval_tokens=bound).eval_packs
+        )
     assert np.array_equal(TrainData(datasets["clm"], eval_fraction=0.3, eval_tokens=10**9).eval_packs, held)
 
     @settings(max_examples=50, deadline=None)
@@ -332,7 +353,9 @@ def test_an_evaluation_reads_a_bounded_fixed_sample_of_the_held_out_packs(datase
     run = tmp_path / "run"
     s = train(cfg(datasets["clm"], run, steps=2, eval_tokens=int(fill[held].min())))
     described = json.loads((run / "config.json").read_text())["data"]
-    assert described["eval_packs"] == 1 and described["held_out_packs"] == len(TrainData(datasets["clm"], eval_fraction=0.1).eval_packs)
+    assert described["eval_packs"] == 1 and described["held_out_packs"] == len(
+        TrainData(datasets["clm"], eval_fraction=0.1).eval_packs
+    )
     assert "loss" in s["eval"]
 
 
@@ -349,6 +372,8 @@ def test_the_default_evaluation_is_sized_to_the_run(datasets, tmp_path, capsys):
     whole = TrainData(datasets["clm"], eval_fraction=0.3)
     trained = 2 * 2 * float(whole.unit_tokens.mean())
     assert described["held_out_packs"] == len(whole.eval_packs) and described["eval_packs"] < len(whole.eval_packs)
-    assert described["eval_tokens"] <= max(run_eval_tokens(int(trained)), int(whole.pack_stats[whole.eval_packs, 0].max()))
+    assert described["eval_tokens"] <= max(
+        run_eval_tokens(int(trained)), int(whole.pack_stats[whole.eval_packs, 0].max())
+    )
     assert f"({described['eval_tokens']:,} tokens, " in err and "of the ~" in err and "tokens trained on" in err
     assert run_eval_tokens(10**12) == EVAL_TOKENS_CAP and "loss" in s["eval"]

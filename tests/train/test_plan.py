@@ -40,7 +40,9 @@ def test_the_plan_of_a_run(datasets) -> None:
 def test_a_step_the_data_or_the_ranks_cannot_hold_is_refused(datasets) -> None:
     data = _data(datasets["clm"])
     too_many = TrainConfig(data=str(datasets["clm"]), out="o", batch_size=data.num_units + 1, steps=1)
-    with pytest.raises(UserError, match=r"rows per step .* is more than the .* training packs of .*; pass --batch-size"):
+    with pytest.raises(
+        UserError, match=r"rows per step .* is more than the .* training packs of .*; pass --batch-size"
+    ):
         plan_run(too_many, data, world_size=1, model_config=GPT)
     few = TrainConfig(data=str(datasets["clm"]), out="o", batch_size=2, steps=1)
     with pytest.raises(UserError, match="2 rows per micro-batch cannot be shared by 4 data-parallel ranks"):

@@ -35,7 +35,9 @@ def corpus(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("stream-train")
     docs = synthetic_documents(120, seed=5)
-    res = train_bpe_corpus(documents=docs, config=BPEConfig(vocab_size=300, special_tokens=("<|endoftext|>",), workers=1))
+    res = train_bpe_corpus(
+        documents=docs, config=BPEConfig(vocab_size=300, special_tokens=("<|endoftext|>",), workers=1)
+    )
     Tokenizer(res.vocab, res.merges, list(res.special_tokens)).save(root / "tok")
     with open(root / "docs.jsonl", "w", encoding="utf-8") as f:
         for d in docs:
@@ -45,9 +47,21 @@ def corpus(tmp_path_factory):
 
 def cfg(corpus: Path, out: Path, **kw) -> TrainConfig:
     # buffer 40 < the 100 training documents: several buffers an epoch; 14 steps x 6 rows cross an epoch
-    base = dict(data=str(corpus / "docs.jsonl"), out=str(out), stream=True, tokenizer=str(corpus / "tok"), max_len=64,
-                buffer_size=40, eval_examples=20, steps=14, batch_size=6, progress=False, threads=1, eval_every=5,
-                checkpoint_every=4)
+    base = dict(
+        data=str(corpus / "docs.jsonl"),
+        out=str(out),
+        stream=True,
+        tokenizer=str(corpus / "tok"),
+        max_len=64,
+        buffer_size=40,
+        eval_examples=20,
+        steps=14,
+        batch_size=6,
+        progress=False,
+        threads=1,
+        eval_every=5,
+        checkpoint_every=4,
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -62,14 +76,21 @@ def test_batches_are_the_streams_rows_in_order(corpus):
     c = cfg(corpus, corpus / "unused")
     data = StreamTrainData(c)
     tok = open_tokenizer(corpus / "tok")
-    rows = list(PackedStream(_Records([str(corpus / "docs.jsonl")], 20), tokenizer=tok,
-                             config=StreamConfig(max_len=64, buffer_size=40, seed=0)))
+    rows = list(
+        PackedStream(
+            _Records([str(corpus / "docs.jsonl")], 20),
+            tokenizer=tok,
+            config=StreamConfig(max_len=64, buffer_size=40, seed=0),
+        )
+    )
     n = len(rows)
     got = torch.cat([data.batch(data.units_at(0, s, 7))["input_ids"] for s in range(0, n + 7, 7)])
     want = np.stack([r["input_ids"] for r in rows])
     assert torch.equal(got[:n], torch.from_numpy(want.astype(np.int64)))
     assert got.shape[0] > n  # the next epoch follows
-    held = PackedStream(_Records([str(corpus / "docs.jsonl")], 0, 20), tokenizer=tok, config=StreamConfig(max_len=64, buffer_size=40))
+    held = PackedStream(
+        _Records([str(corpus / "docs.jsonl")], 0, 20), tokenizer=tok, config=StreamConfig(max_len=64, buffer_size=40)
+    )
     assert sum(int(r["num_sequences"]) for r in held) == data.eval_sequences
 
 
@@ -105,18 +126,23 @@ def test_resume_refuses_other_inputs_and_other_stream_settings(corpus, tmp_path)
         train(cfg(corpus, run, buffer_size=50), resume=True)
     other = tmp_path / "other.jsonl"
     lines = (corpus / "docs.jsonl").read_text(encoding="utf-8").splitlines()
-    other.write_text("\n".join(lines[:-1] + [json.dumps({"text": "a changed last document."})]) + "\n", encoding="utf-8")
+    other.write_text(
+        "\n".join(lines[:-1] + [json.dumps({"text": "a changed last document."})]) + "\n", encoding="utf-8"
+    )
     with pytest.raises(ValueError, match="trained on other data"):
         train(cfg(corpus, run, data=str(other)), resume=True)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--stream"], "pass --max-len"),
-    (["--stream", "--max-len", "64"], "pass --steps N"),
-    (["--stream", "--max-len", "64", "--steps", "2"], "pass --tokenizer DIR"),
-    (["--max-len", "64"], "pass --stream too"),
-    (["--stream", "--max-len", "64", "--steps", "2", "--padded"], "drop --padded"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--stream"], "pass --max-len"),
+        (["--stream", "--max-len", "64"], "pass --steps N"),
+        (["--stream", "--max-len", "64", "--steps", "2"], "pass --tokenizer DIR"),
+        (["--max-len", "64"], "pass --stream too"),
+        (["--stream", "--max-len", "64", "--steps", "2", "--padded"], "drop --padded"),
+    ],
+)
 def test_stream_refusals_are_one_line(corpus, tmp_path, capsys, args, message):
     code = main(["train", "--data", str(corpus / "docs.jsonl"), "--out", str(tmp_path / "run"), "--quiet", *args])
     err = capsys.readouterr().err
@@ -147,8 +173,19 @@ def test_two_ranks_resume_their_streams_exactly(corpus, tmp_path):
     script.write_text(textwrap.dedent(SCRIPT), encoding="utf-8")
 
     def torchrun(out: Path, cut: int) -> None:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
-               str(corpus / "docs.jsonl"), str(out), str(corpus / "tok"), str(cut)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            str(corpus / "docs.jsonl"),
+            str(out),
+            str(corpus / "tok"),
+            str(cut),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
         assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -167,8 +204,21 @@ def test_a_small_stream_holds_out_a_share_by_default(corpus, tmp_path, capsys):
     leave nothing to train on; holding out every record is refused in one line saying what fits."""
     small = tmp_path / "small.jsonl"
     small.write_text("".join((corpus / "docs.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:60]))
-    base = ["train", "--data", str(small), "--stream", "--tokenizer", str(corpus / "tok"), "--max-len", "64",
-            "--steps", "2", "--batch-size", "2", "--quiet"]
+    base = [
+        "train",
+        "--data",
+        str(small),
+        "--stream",
+        "--tokenizer",
+        str(corpus / "tok"),
+        "--max-len",
+        "64",
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--quiet",
+    ]
     assert main([*base, "--out", str(tmp_path / "run")]) == 0
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["data"]["eval_examples"] == 3 and config["data"]["held_out_packs"] >= 1

@@ -22,9 +22,16 @@ from tests.train.conftest import WORDS
 
 TASK = "token-classification"
 PEOPLE = {"king", "queen", "lord", "lady"}
-BERT = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "intermediate_size": 64, "max_position_embeddings": 64, "hidden_dropout_prob": 0.0,
-        "attention_probs_dropout_prob": 0.0}
+BERT = {
+    "model_type": "bert",
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 64,
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+}
 
 
 def ner_records(n: int, seed: int = 0) -> list[dict]:
@@ -33,7 +40,9 @@ def ner_records(n: int, seed: int = 0) -> list[dict]:
     out = []
     for _ in range(n):
         words = [str(w) for w in rng.choice(WORDS, size=int(rng.integers(2, 14)))]
-        tags = [("I-PER" if k and words[k - 1] in PEOPLE else "B-PER") if w in PEOPLE else "O" for k, w in enumerate(words)]
+        tags = [
+            ("I-PER" if k and words[k - 1] in PEOPLE else "B-PER") if w in PEOPLE else "O" for k, w in enumerate(words)
+        ]
         out.append({"tokens": words, "ner_tags": tags})
     return out
 
@@ -51,8 +60,16 @@ def ner(datasets, tmp_path_factory) -> Path:
 
 
 def cfg(data, out, **kw) -> TrainConfig:
-    base = {"data": str(data), "out": str(out), "steps": 3, "batch_size": 4, "progress": False, "eval_fraction": 0.1,
-            "threads": 1, "dropout": 0.0}
+    base = {
+        "data": str(data),
+        "out": str(out),
+        "steps": 3,
+        "batch_size": 4,
+        "progress": False,
+        "eval_fraction": 0.1,
+        "threads": 1,
+        "dropout": 0.0,
+    }
     return TrainConfig(**{**base, **kw})
 
 
@@ -76,7 +93,9 @@ def test_packed_batch_equals_its_sequences_padded(ner, hf, reduction):
         n = loss_units(b, TASK, reduction)
         loss = step_loss(component_means(TaskModule(model, TASK, reduction)(b), TASK), n, n)
         loss.backward()
-        results.append((loss.detach(), n, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}))
+        results.append(
+            (loss.detach(), n, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None})
+        )
     (l1, n1, g1), (l2, n2, g2) = results
     assert torch.equal(n1, n2) and n1[0] > 0
     torch.testing.assert_close(l1, l2, rtol=1e-5, atol=1e-6)
@@ -98,7 +117,15 @@ def test_padded_run_matched_by_packs_takes_the_packed_runs_steps(ner, tmp_path, 
         assert abs(x["loss"] - y["loss"]) <= 1e-5 * abs(x["loss"])
     assert a["model"] == "BertForTokenClassification"  # seqpack's, or transformers' of that name
     ev = a["eval"]
-    assert {"loss", "cls_loss", "cls_token_loss", "token_accuracy", "entity_precision", "entity_recall", "entity_f1"} <= set(ev)
+    assert {
+        "loss",
+        "cls_loss",
+        "cls_token_loss",
+        "token_accuracy",
+        "entity_precision",
+        "entity_recall",
+        "entity_f1",
+    } <= set(ev)
     assert 0.0 <= ev["token_accuracy"] <= 1.0 and 0.0 <= ev["entity_f1"] <= 1.0
     assert abs(ev["loss"] - b["eval"]["loss"]) <= 1e-5 * abs(ev["loss"])
 
@@ -128,29 +155,101 @@ def test_cli_packs_and_trains_token_classification(datasets, tmp_path, capsys):
 
     f = tmp_path / "ner.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in ner_records(60, seed=3)))
-    assert main(["pack", str(f), "--task", TASK, "--max-len", "48", "--tokenizer", str(datasets["tokenizer"]),
-                 "--out", str(tmp_path / "p"), "--label-all-subtokens", "--tags-field", "ner_tags"]) == 0
+    assert (
+        main(
+            [
+                "pack",
+                str(f),
+                "--task",
+                TASK,
+                "--max-len",
+                "48",
+                "--tokenizer",
+                str(datasets["tokenizer"]),
+                "--out",
+                str(tmp_path / "p"),
+                "--label-all-subtokens",
+                "--tags-field",
+                "ner_tags",
+            ]
+        )
+        == 0
+    )
     m = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert m["task"] == TASK and m["task_info"]["label_all_subtokens"] is True and m["token_labels"] is True
     assert m["task_info"]["label_names"] == ["B-PER", "I-PER", "O"]
-    assert main(["train", "--data", str(tmp_path / "p"), "--out", str(tmp_path / "run"), "--size", "tiny",
-                 "--steps", "2", "--batch-size", "4", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp_path / "p"),
+                "--out",
+                str(tmp_path / "run"),
+                "--size",
+                "tiny",
+                "--steps",
+                "2",
+                "--batch-size",
+                "4",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["model"] == "BertForTokenClassification" and "entity_f1" in summary["eval"]
     capsys.readouterr()
-    assert main(["pack", str(f), "--task", TASK, "--max-len", "48", "--tokenizer", str(datasets["tokenizer"]),
-                 "--out", str(tmp_path / "q"), "--text-field", "x"]) == 2
+    assert (
+        main(
+            [
+                "pack",
+                str(f),
+                "--task",
+                TASK,
+                "--max-len",
+                "48",
+                "--tokenizer",
+                str(datasets["tokenizer"]),
+                "--out",
+                str(tmp_path / "q"),
+                "--text-field",
+                "x",
+            ]
+        )
+        == 2
+    )
     assert "--text-field does not apply to task token-classification" in capsys.readouterr().err
 
 
-SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-         "max_position_embeddings": 64, "vocab_size": 100, "num_labels": 3, "hidden_dropout_prob": 0.0,
-         "attention_probs_dropout_prob": 0.0}
+SMALL = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 64,
+    "vocab_size": 100,
+    "num_labels": 3,
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+}
 ENCODERS = {
-    "bert": SMALL, "roberta": SMALL, "xlm-roberta": SMALL, "electra": {**SMALL, "embedding_size": 32},
+    "bert": SMALL,
+    "roberta": SMALL,
+    "xlm-roberta": SMALL,
+    "electra": {**SMALL, "embedding_size": 32},
     "albert": {**SMALL, "embedding_size": 16},
-    "distilbert": {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64, "max_position_embeddings": 64,
-                   "vocab_size": 100, "num_labels": 3, "dropout": 0.0, "attention_dropout": 0.0},
+    "distilbert": {
+        "dim": 32,
+        "n_layers": 2,
+        "n_heads": 2,
+        "hidden_dim": 64,
+        "max_position_embeddings": 64,
+        "vocab_size": 100,
+        "num_labels": 3,
+        "dropout": 0.0,
+        "attention_dropout": 0.0,
+    },
 }
 
 
@@ -173,8 +272,13 @@ def test_a_transformers_token_classifier_on_a_packed_row_is_each_sequence_alone(
     ids = torch.cat([a, b, torch.zeros(4, dtype=torch.long)])[None]
     seg = torch.tensor([[1] * 7 + [2] * 5 + [0] * 4])
     offset = config.pad_token_id + 1 if model_type in ("roberta", "xlm-roberta") else 0
-    batch = {"input_ids": ids, "segment_ids": seg, "position_ids": (position_ids(seg) + offset) * (seg > 0),
-             "token_type_ids": torch.zeros_like(ids), "labels": torch.tensor([[0, 1, 2, -100, 1, 0, 2, 2, 1, 0, -100, 1] + [-100] * 4])}
+    batch = {
+        "input_ids": ids,
+        "segment_ids": seg,
+        "position_ids": (position_ids(seg) + offset) * (seg > 0),
+        "token_type_ids": torch.zeros_like(ids),
+        "labels": torch.tensor([[0, 1, 2, -100, 1, 0, 2, 2, 1, 0, -100, 1] + [-100] * 4]),
+    }
     with torch.no_grad():
         out = hf_token_forward(model, batch, reduction="sequence")
         alone = [model(x[None]).logits[0] for x in (a, b)]
@@ -185,12 +289,28 @@ def test_a_transformers_token_classifier_on_a_packed_row_is_each_sequence_alone(
 
 LOCAL = {
     # local windows of 8 tokens on every layer but each second: a packed row must narrow them per sequence
-    "modernbert": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-                   "max_position_embeddings": 64, "local_attention": 8, "global_attn_every_n_layers": 2},
+    "modernbert": {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+        "local_attention": 8,
+        "global_attn_every_n_layers": 2,
+    },
     # relative position buckets: a packed row must keep each sequence's distances and mask
-    "deberta-v2": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-                   "max_position_embeddings": 64, "relative_attention": True, "position_buckets": 16,
-                   "pos_att_type": ["p2c", "c2p"], "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+    "deberta-v2": {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+        "relative_attention": True,
+        "position_buckets": 16,
+        "pos_att_type": ["p2c", "c2p"],
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+    },
 }
 
 

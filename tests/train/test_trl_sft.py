@@ -20,8 +20,9 @@ def _tokenizer(tmp_path):
     from tokenizers import Tokenizer, models
 
     vocab = {f"t{i}": i for i in range(61)}
-    tok = tf.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
-                                     pad_token="t0", eos_token="t1")
+    tok = tf.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")), pad_token="t0", eos_token="t1"
+    )
     return tok
 
 
@@ -38,12 +39,32 @@ def _packed() -> object:
 
 def _run(cls, tmp_path, ds, **kw):
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(vocab_size=61, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=64, attn_implementation=register_varlen_attention())
+    cfg = tf.LlamaConfig(
+        vocab_size=61,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation=register_varlen_attention(),
+    )
     model = tf.LlamaForCausalLM(cfg)
-    args = trl.SFTConfig(output_dir=str(tmp_path / cls.__name__), padding_free=True, max_length=None, use_cpu=True,
-                         per_device_train_batch_size=4, max_steps=3, learning_rate=1e-3, report_to=[], save_strategy="no",
-                         logging_steps=1, disable_tqdm=True, seed=0, dataset_kwargs={"skip_prepare_dataset": True})
+    args = trl.SFTConfig(
+        output_dir=str(tmp_path / cls.__name__),
+        padding_free=True,
+        max_length=None,
+        use_cpu=True,
+        per_device_train_batch_size=4,
+        max_steps=3,
+        learning_rate=1e-3,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
+        dataset_kwargs={"skip_prepare_dataset": True},
+    )
     trainer = cls(model=model, args=args, train_dataset=ds, processing_class=_tokenizer(tmp_path), **kw)
     trainer.train()
     return [h for h in trainer.state.log_history if "loss" in h]
@@ -75,16 +96,38 @@ def test_a_packed_directory_is_taken_as_the_dpo_trainer_takes_one(tmp_path) -> N
 
     def run(**how):
         torch.manual_seed(0)
-        cfg = tf.LlamaConfig(vocab_size=int(m["vocab_size"]), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                             attn_implementation=register_varlen_attention())
-        base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, per_device_train_batch_size=2, max_steps=2,
-                    learning_rate=1e-3, report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0)
+        cfg = tf.LlamaConfig(
+            vocab_size=int(m["vocab_size"]),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            attn_implementation=register_varlen_attention(),
+        )
+        base = dict(
+            output_dir=str(tmp_path / "out"),
+            use_cpu=True,
+            per_device_train_batch_size=2,
+            max_steps=2,
+            learning_rate=1e-3,
+            report_to=[],
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
+            seed=0,
+        )
         if "train_dataset" in how:
             base.update(padding_free=True, max_length=None, dataset_kwargs={"skip_prepare_dataset": True})
         args = trl.SFTConfig(**base)
-        trainer = PackedSFTTrainer(model=tf.LlamaForCausalLM(cfg), args=args, processing_class=_tokenizer(tmp_path),
-                                   compile_blocks=False, **how)
+        trainer = PackedSFTTrainer(
+            model=tf.LlamaForCausalLM(cfg),
+            args=args,
+            processing_class=_tokenizer(tmp_path),
+            compile_blocks=False,
+            **how,
+        )
         assert args.dataset_kwargs in (None, {}) or "train_dataset" in how  # the caller's config is left as it was
         trainer.train()
         return [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -92,5 +135,9 @@ def test_a_packed_directory_is_taken_as_the_dpo_trainer_takes_one(tmp_path) -> N
     by_dir = run(packed=tmp_path / "sft")
     assert by_dir == run(train_dataset=trl_examples(tmp_path / "sft")) and len(by_dir) == 2
     with pytest.raises(ValueError, match="not both"):
-        PackedSFTTrainer(model=None, packed=tmp_path / "sft", train_dataset=[],
-                         args=trl.SFTConfig(output_dir=str(tmp_path / "x"), use_cpu=True))
+        PackedSFTTrainer(
+            model=None,
+            packed=tmp_path / "sft",
+            train_dataset=[],
+            args=trl.SFTConfig(output_dir=str(tmp_path / "x"), use_cpu=True),
+        )

@@ -24,7 +24,8 @@ def test_the_installed_trl_is_in_the_range() -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "name"), [("trl_sft", "PackedSFTTrainer"), ("trl_dpo", "PackedDPOTrainer"), ("trl_grpo", "PackedGRPOTrainer")]
+    ("module", "name"),
+    [("trl_sft", "PackedSFTTrainer"), ("trl_dpo", "PackedDPOTrainer"), ("trl_grpo", "PackedGRPOTrainer")],
 )
 def test_each_trainer_refuses_a_trl_outside_it(monkeypatch, module, name) -> None:
     import importlib

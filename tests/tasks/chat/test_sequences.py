@@ -55,10 +55,13 @@ def test_golden_one_exchange(tok: Tokenizer) -> None:
     assert s.info["target_tokens"] == 3
 
 
-@pytest.mark.parametrize("train_on, want", [
-    ("assistant", b("a1") + [E] + b("a2") + [E]),
-    ("last", b("a2") + [E]),
-])
+@pytest.mark.parametrize(
+    "train_on, want",
+    [
+        ("assistant", b("a1") + [E] + b("a2") + [E]),
+        ("last", b("a2") + [E]),
+    ],
+)
 def test_train_on(tok: Tokenizer, train_on: str, want: list[int]) -> None:
     assert targets(seqs(tok, [conv("q1", "a1", "q2", "a2")], train_on=train_on)) == want
 
@@ -82,7 +85,9 @@ def test_truncate_at_a_turn_boundary(tok: Tokenizer) -> None:
     s = seqs(tok, [rec], max_len=first_end - 1)  # not even the first answer fits: dropped, never kept without targets
     assert s.num_sequences == 0 and s.dropped == {"too_long": 1}
     assert seqs(tok, [rec], max_len=first_end + 10, overflow="drop").dropped == {"too_long": 1}
-    with pytest.raises(ValueError, match=r"1 sequences exceed max_len=\d+; pass --overflow truncate\|truncate-tokens\|drop"):
+    with pytest.raises(
+        ValueError, match=r"1 sequences exceed max_len=\d+; pass --overflow truncate\|truncate-tokens\|drop"
+    ):
         seqs(tok, [rec], max_len=first_end + 10, overflow="error")
 
 
@@ -114,25 +119,34 @@ def test_no_assistant_turn_is_dropped_with_one_warning(tok: Tokenizer, tmp_path)
         m = build_packed_dataset(path, tok, tmp_path / "o", PackConfig.for_task("chat", max_len=64), shard_examples=2)
     # one warning with the job's total, not one per shard of 2 examples
     assert [str(w.message) for w in caught] == [
-        "dropped 6 conversation(s) with no assistant turn (--train-on assistant has nothing to learn from them)"]
+        "dropped 6 conversation(s) with no assistant turn (--train-on assistant has nothing to learn from them)"
+    ]
     assert m["dropped"] == {"no_assistant": 6}
 
 
-@pytest.mark.parametrize("record, match", [
-    ({"text": "x"}, "example 0: no field 'messages'.*--messages-field"),
-    ({"messages": [{"role": "robot", "content": "x"}]}, "example 0: message 0 has role 'robot'"),
-    ({"messages": [{"role": "user", "content": None}]}, r"example 0: message 0 \(user\) has no content"),
-])
+@pytest.mark.parametrize(
+    "record, match",
+    [
+        ({"text": "x"}, "example 0: no field 'messages'.*--messages-field"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "example 0: message 0 has role 'robot'"),
+        ({"messages": [{"role": "user", "content": None}]}, r"example 0: message 0 \(user\) has no content"),
+    ],
+)
 def test_bad_records(tok: Tokenizer, record: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         seqs(tok, [record])
 
 
 def test_template_error_names_the_record(tok: Tokenizer) -> None:
-    t = ChatTemplate("{% if messages[0].role != 'system' %}{{ raise_exception('needs a system prompt') }}{% endif %}"
-                     "{% for m in messages %}{{ m.content }}{% endfor %}", name="strict.jinja")
+    t = ChatTemplate(
+        "{% if messages[0].role != 'system' %}{{ raise_exception('needs a system prompt') }}{% endif %}"
+        "{% for m in messages %}{{ m.content }}{% endfor %}",
+        name="strict.jinja",
+    )
     ok = {"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}]}
-    with pytest.raises(ValueError, match=r"example 1: the chat template strict\.jinja failed to render: needs a system prompt"):
+    with pytest.raises(
+        ValueError, match=r"example 1: the chat template strict\.jinja failed to render: needs a system prompt"
+    ):
         chat_sequences([ok, conv("q", "a")], tok, template=t, max_len=64)
 
 

@@ -21,11 +21,18 @@ message = st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "ass
 
 
 def test_chatml_golden() -> None:
-    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a1"},
-            {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "q2"},
+        {"role": "assistant", "content": "a2"},
+    ]
     text, spans = ChatTemplate(CHATML).render_with_spans(msgs)
-    assert text == ("<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na1<|im_end|>\n"
-                    "<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\na2<|im_end|>\n")
+    assert text == (
+        "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na1<|im_end|>\n"
+        "<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\na2<|im_end|>\n"
+    )
     assert [text[a:b] for a, b in spans] == ["a1<|im_end|>", "a2<|im_end|>"]
     assert ChatTemplate(CHATML).render(msgs[:2], add_generation_prompt=True).endswith("<|im_start|>assistant\n")
 
@@ -38,7 +45,9 @@ def test_generation_blocks_and_incremental_rendering_agree(msgs: list[dict[str, 
     tagged, plain = ChatTemplate(CHATML).render_with_spans(msgs), ChatTemplate(PLAIN_CHATML).render_with_spans(msgs)
     assert tagged[0] == plain[0]
     assert tagged[1] == plain[1]
-    assert [tagged[0][a:b] for a, b in tagged[1]] == [m["content"] + "<|im_end|>" for m in msgs if m["role"] == "assistant"]
+    assert [tagged[0][a:b] for a, b in tagged[1]] == [
+        m["content"] + "<|im_end|>" for m in msgs if m["role"] == "assistant"
+    ]
 
 
 def test_same_mask_as_transformers(tmp_path) -> None:
@@ -54,10 +63,11 @@ def test_same_mask_as_transformers(tmp_path) -> None:
     theirs = transformers.AutoTokenizer.from_pretrained(str(d))
     ours = open_tokenizer(d)
     for rec in conversations(20, seed=4):
-        out = theirs.apply_chat_template(rec["messages"], chat_template=CHATML, tokenize=True, return_dict=True,
-                                         return_assistant_tokens_mask=True)
+        out = theirs.apply_chat_template(
+            rec["messages"], chat_template=CHATML, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
         text, spans = ChatTemplate(CHATML).render_with_spans(rec["messages"])
-        (ids, tok_spans), = ours.encode_with_offsets([text])
+        ((ids, tok_spans),) = ours.encode_with_offsets([text])
         assert ids.tolist() == list(out["input_ids"])  # type: ignore[call-overload,index]  # return_dict=True: a mapping
         assert target_mask(tok_spans, spans).astype(int).tolist() == list(out["assistant_masks"])  # type: ignore[call-overload,index]  # return_dict=True: a mapping
 
@@ -71,14 +81,17 @@ def test_template_that_rewrites_turns_is_refused() -> None:
         ChatTemplate("{% for m in messages %}")
 
 
-@pytest.mark.parametrize("messages, match", [
-    ([], "non-empty list"),
-    ("hi", "non-empty list"),
-    ([{"role": "bot", "content": "x"}], "message 0 has role 'bot'; roles: system|user|assistant|tool"),
-    ([{"role": "user"}], r"message 0 \(user\) has no content"),
-    ([{"role": "user", "content": 3}], "content of type int"),
-    (["hi"], "message 0 is str"),
-])
+@pytest.mark.parametrize(
+    "messages, match",
+    [
+        ([], "non-empty list"),
+        ("hi", "non-empty list"),
+        ([{"role": "bot", "content": "x"}], "message 0 has role 'bot'; roles: system|user|assistant|tool"),
+        ([{"role": "user"}], r"message 0 \(user\) has no content"),
+        ([{"role": "user", "content": 3}], "content of type int"),
+        (["hi"], "message 0 is str"),
+    ],
+)
 def test_check_message(messages: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         check_message(messages, 7)

@@ -19,8 +19,16 @@ from tests.hf_tokenizers import chat_dataset, llama_config
 tf = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-GPT2 = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 1024,
-        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+GPT2 = {
+    "model_type": "gpt2",
+    "n_embd": 32,
+    "n_layer": 2,
+    "n_head": 4,
+    "n_positions": 1024,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "attn_pdrop": 0.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +45,9 @@ def model_for(chat: dict[str, Path], which: str, impl: str) -> tuple[Any, dict]:
     manifest = PackedDataset(chat["sft"]).manifest
     hf = None if which == "gpt" else str(chat[which])
     torch.manual_seed(0)
-    model, _ = build_model(manifest, TrainConfig(data=str(chat["sft"]), out="x", hf_model=hf, dropout=0.0 if hf is None else None))
+    model, _ = build_model(
+        manifest, TrainConfig(data=str(chat["sft"]), out="x", hf_model=hf, dropout=0.0 if hf is None else None)
+    )
     if hf is not None:
         model.config._attn_implementation = impl  # type: ignore[union-attr]  # a transformers model's config
     return model, manifest
@@ -47,8 +57,12 @@ def alone(batch: dict[str, torch.Tensor], b: int, k: int) -> dict[str, torch.Ten
     """Sequence ``k`` of row ``b`` as a batch of its own, unpadded."""
     sel = batch["segment_ids"][b] == k
     n = int(sel.sum())
-    return {"input_ids": batch["input_ids"][b][sel][None], "labels": batch["labels"][b][sel][None],
-            "segment_ids": torch.ones(1, n, dtype=torch.long), "position_ids": torch.arange(n)[None]}
+    return {
+        "input_ids": batch["input_ids"][b][sel][None],
+        "labels": batch["labels"][b][sel][None],
+        "segment_ids": torch.ones(1, n, dtype=torch.long),
+        "position_ids": torch.arange(n)[None],
+    }
 
 
 def logits_of(out: Any, batch: dict[str, torch.Tensor], b: int, k: int) -> torch.Tensor:

@@ -36,7 +36,7 @@ def test_string_pairs_follow_trl(tok: Path) -> None:
     p = read_pairs([rec], t, eos="<|im_end|>")
     eos = t.token_to_id("<|im_end|>")
     assert p.prompt[0].tolist() == t.encode_batch(["Q: the cat"])[0]
-    assert p.chosen[0].tolist() == t.encode_batch(["Q: the cat sat on the mat"])[0][len(p.prompt[0]):] + [eos]
+    assert p.chosen[0].tolist() == t.encode_batch(["Q: the cat sat on the mat"])[0][len(p.prompt[0]) :] + [eos]
     assert p.rejected[0][-1] == eos and p.margin is None
 
 
@@ -47,8 +47,11 @@ def test_conversational_and_implicit_prompts(tok: Path) -> None:
     t = open_tokenizer(tok)
     tpl = ChatTemplate(PLAIN_CHATML, name="test")
     user = [{"role": "user", "content": "why the cat"}]
-    explicit = {"prompt": user, "chosen": [{"role": "assistant", "content": "it sat"}],
-                "rejected": [{"role": "assistant", "content": "a dog"}]}
+    explicit = {
+        "prompt": user,
+        "chosen": [{"role": "assistant", "content": "it sat"}],
+        "rejected": [{"role": "assistant", "content": "a dog"}],
+    }
     implicit = {"chosen": user + explicit["chosen"], "rejected": user + explicit["rejected"]}
     a, b = read_pairs([explicit], t, template=tpl), read_pairs([implicit], t, template=tpl)
     for x, y in ((a.prompt, b.prompt), (a.chosen, b.chosen), (a.rejected, b.rejected)):
@@ -59,13 +62,16 @@ def test_conversational_and_implicit_prompts(tok: Path) -> None:
     assert t.decode(s.prompt[0].tolist()) == "Q: sky? A:" and s.margin is not None and s.margin.tolist() == [2.0]
 
 
-@pytest.mark.parametrize(("record", "message"), [
-    ({"prompt": "Q", "chosen": " a"}, "no field 'rejected'"),
-    ({"prompt": "Q: the", "chosen": " cat", "rejected": " cat"}, "identical"),
-    ({"prompt": "", "chosen": " cat", "rejected": " dog"}, "empty prompt"),
-    ({"chosen": "cat", "rejected": "dog"}, "empty prompt"),
-    ({"prompt": "Q", "chosen": " a", "rejected": [{"role": "assistant", "content": "b"}]}, "both be strings"),
-])
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"prompt": "Q", "chosen": " a"}, "no field 'rejected'"),
+        ({"prompt": "Q: the", "chosen": " cat", "rejected": " cat"}, "identical"),
+        ({"prompt": "", "chosen": " cat", "rejected": " dog"}, "empty prompt"),
+        ({"chosen": "cat", "rejected": "dog"}, "empty prompt"),
+        ({"prompt": "Q", "chosen": " a", "rejected": [{"role": "assistant", "content": "b"}]}, "both be strings"),
+    ],
+)
 def test_bad_records_are_named(tok: Path, record: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         read_pairs([{"prompt": "Q: fine", "chosen": " a", "rejected": " b"}, record], open_tokenizer(tok))
@@ -73,19 +79,49 @@ def test_bad_records_are_named(tok: Path, record: dict, message: str) -> None:
 
 def test_bad_input_is_one_line_exit_2(capsys, tmp_path, tok):
     data = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "Q: x", "chosen": " same", "rejected": " same"}])
-    code, _, err = run(capsys, "pack", str(data), "--task", "preference", "--tokenizer", str(tok), "--max-len", "64",
-                         "--out", str(tmp_path / "o"))
+    code, _, err = run(
+        capsys,
+        "pack",
+        str(data),
+        "--task",
+        "preference",
+        "--tokenizer",
+        str(tok),
+        "--max-len",
+        "64",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 2 and "example 0: chosen and rejected are identical" in err and len(err.strip().splitlines()) == 1
     data = write_jsonl(tmp_path / "long.jsonl", preference_records(20, prompt_words=(30, 40), response_words=(30, 40)))
-    code, _out, err = run(capsys, "pack", str(data), "--task", "preference", "--tokenizer", str(tok), "--max-len", "96",
-                         "--overflow", "error", "--out", str(tmp_path / "o"))
+    code, _out, err = run(
+        capsys,
+        "pack",
+        str(data),
+        "--task",
+        "preference",
+        "--tokenizer",
+        str(tok),
+        "--max-len",
+        "96",
+        "--overflow",
+        "error",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 2 and "exceed max_len=96" in err and len(err.strip().splitlines()) == 1
 
 
 def _pairs(lengths: list[tuple[int, int, int]]) -> Pairs:
     mk = lambda n, base: np.arange(base, base + n) % 90 + 5  # noqa: E731
-    return Pairs([mk(p, 1) for p, _, _ in lengths], [mk(c, 2) for _, c, _ in lengths], [mk(r, 3) for _, _, r in lengths],
-                 np.arange(len(lengths)), None, len(lengths))
+    return Pairs(
+        [mk(p, 1) for p, _, _ in lengths],
+        [mk(c, 2) for _, c, _ in lengths],
+        [mk(r, 3) for _, _, r in lengths],
+        np.arange(len(lengths)),
+        None,
+        len(lengths),
+    )
 
 
 @pytest.mark.parametrize("layout", ["shared-prefix", "pairs"])
@@ -103,8 +139,11 @@ def test_overflow_keeps_the_prompt_and_counts(layout: str) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 12), st.integers(1, 12), st.integers(1, 12)), min_size=1, max_size=40),
-       st.sampled_from(["shared-prefix", "pairs"]), st.sampled_from(["best", "lpfhp", "spfhp"]))
+@given(
+    st.lists(st.tuples(st.integers(1, 12), st.integers(1, 12), st.integers(1, 12)), min_size=1, max_size=40),
+    st.sampled_from(["shared-prefix", "pairs"]),
+    st.sampled_from(["best", "lpfhp", "spfhp"]),
+)
 def test_every_pair_lands_whole_in_one_row_once(lengths, layout, algorithm) -> None:
     """Each pair packed exactly once, its tokens contiguous in one row, positions as it has alone."""
     p = _pairs(lengths)
@@ -140,8 +179,25 @@ def test_sharded_pack_equals_in_memory(tmp_path: Path, tok: Path) -> None:
     build_packed_dataset(preference_records(60, seed=3), t, tmp_path / "mem", cfg)
     from seqpack.cli.main import main
 
-    assert main(["pack", str(data), "--task", "preference", "--tokenizer", str(tok), "--max-len", "128",
-                 "--shard-examples", "17", "--out", str(tmp_path / "sharded")]) == 0
+    assert (
+        main(
+            [
+                "pack",
+                str(data),
+                "--task",
+                "preference",
+                "--tokenizer",
+                str(tok),
+                "--max-len",
+                "128",
+                "--shard-examples",
+                "17",
+                "--out",
+                str(tmp_path / "sharded"),
+            ]
+        )
+        == 0
+    )
     a, b = load_packed(tmp_path / "mem")[1], load_packed(tmp_path / "sharded")[1]
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     m = json.loads((tmp_path / "sharded" / "manifest.json").read_text())
@@ -161,8 +217,11 @@ def test_jsonl_parquet_and_hf_datasets_pack_alike(tmp_path: Path, tok: Path) -> 
     pq.write_table(pa.Table.from_pylist(recs), tmp_path / "p.parquet")
     t = open_tokenizer(tok)
     cfg = PackConfig.for_task("preference", max_len=96, layout="pairs")
-    sources = {"jsonl": write_jsonl(tmp_path / "p.jsonl", recs), "parquet": tmp_path / "p.parquet",
-               "hf": datasets.Dataset.from_list(recs)}
+    sources = {
+        "jsonl": write_jsonl(tmp_path / "p.jsonl", recs),
+        "parquet": tmp_path / "p.parquet",
+        "hf": datasets.Dataset.from_list(recs),
+    }
     cols = {}
     for name, src in sources.items():
         build_packed_dataset(src, t, tmp_path / name, cfg)
@@ -176,8 +235,12 @@ def test_jsonl_parquet_and_hf_datasets_pack_alike(tmp_path: Path, tok: Path) -> 
 def test_every_column_is_stored_since_the_task_gives_its_own_positions(tmp_path: Path, tok: Path) -> None:
     """The preference task lays out its own ``position_ids`` (the rejected response continues its
     prompt's), so no column is derived from them (:mod:`seqpack.data.derived`): it stores every column."""
-    build_packed_dataset(preference_records(40, seed=2), open_tokenizer(tok), tmp_path / "p",
-                         PackConfig.for_task("preference", max_len=128))
+    build_packed_dataset(
+        preference_records(40, seed=2),
+        open_tokenizer(tok),
+        tmp_path / "p",
+        PackConfig.for_task("preference", max_len=128),
+    )
     m = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert m["format_version"] == 1 and "derived_columns" not in m
     assert sorted(pq_columns(tmp_path / "p")) == sorted(m["columns"])

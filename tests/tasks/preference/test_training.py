@@ -29,8 +29,12 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tok = bpe_tokenizer_dir(root / "tok")
     out = {"tok": tok, "llama": llama_config(root / "llama.json")}
     for layout in ("shared-prefix", "pairs"):
-        build_packed_dataset(preference_records(160, seed=1), open_tokenizer(tok), root / layout,
-                             PackConfig.for_task("preference", max_len=128, layout=layout))
+        build_packed_dataset(
+            preference_records(160, seed=1),
+            open_tokenizer(tok),
+            root / layout,
+            PackConfig.for_task("preference", max_len=128, layout=layout),
+        )
         out[layout] = root / layout
     return out
 
@@ -65,10 +69,19 @@ def test_reward_model_and_llama(data: dict[str, Path], tmp_path: Path) -> None:
     s = train(cfg(data["pairs"], tmp_path / "rm", model="reward", preference_loss="bt"))
     assert np.isfinite(s["eval"]["loss"]) and s["model"] == "GPTReward"
     s = train(cfg(data["shared-prefix"], tmp_path / "llama", hf_model=str(data["llama"])))
-    assert s["model"] == "LlamaForCausalLM" and abs(
-        next(r for r in metrics(tmp_path / "llama") if "eval" not in r)["loss"] - math.log(2)) < 1e-6
-    s = train(cfg(data["shared-prefix"], tmp_path / "llama_rm", hf_model=str(data["llama"]), model="reward",
-                  preference_loss="bt"))
+    assert (
+        s["model"] == "LlamaForCausalLM"
+        and abs(next(r for r in metrics(tmp_path / "llama") if "eval" not in r)["loss"] - math.log(2)) < 1e-6
+    )
+    s = train(
+        cfg(
+            data["shared-prefix"],
+            tmp_path / "llama_rm",
+            hf_model=str(data["llama"]),
+            model="reward",
+            preference_loss="bt",
+        )
+    )
     assert s["model"] == "LlamaForSequenceClassification"
 
 
@@ -93,9 +106,11 @@ def test_resume_reuses_the_reference(data: dict[str, Path], tmp_path: Path) -> N
 
 def test_wrong_combinations_are_one_line(capsys, data, tmp_path):
     base = ["train", "--data", str(data["pairs"]), "--out", str(tmp_path / "x"), "--steps", "1", "--quiet"]
-    for extra, message in ((["--preference-loss", "bt"], "pass --model reward"),
-                           (["--model", "reward"], "--preference-loss bt"),
-                           (["--padded"], "--padded is not offered"),
-                           (["--model", "bert"], "does not train a preference dataset")):
+    for extra, message in (
+        (["--preference-loss", "bt"], "pass --model reward"),
+        (["--model", "reward"], "--preference-loss bt"),
+        (["--padded"], "--padded is not offered"),
+        (["--model", "bert"], "does not train a preference dataset"),
+    ):
         code, _out, err = run(capsys, *base, *extra)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (extra, err)

@@ -40,8 +40,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tok_dir = bpe_tokenizer_dir(root / "tok")
     records = preference_records(N)
     for layout in LAYOUTS:
-        build_packed_dataset(records, open_tokenizer(tok_dir), root / layout,
-                             PackConfig.for_task("preference", max_len=160, layout=layout))
+        build_packed_dataset(
+            records,
+            open_tokenizer(tok_dir),
+            root / layout,
+            PackConfig.for_task("preference", max_len=160, layout=layout),
+        )
     return {"root": root, "tok": tok_dir, "records": records}
 
 
@@ -62,7 +66,9 @@ def llama_pair(vocab: int, impl: str = "sdpa") -> tuple[Any, Any]:
 
     register_packed_attention()
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"}, vocab_size=vocab, attn_implementation=impl)
+    cfg = tf.LlamaConfig(
+        **{k: v for k, v in LLAMA.items() if k != "model_type"}, vocab_size=vocab, attn_implementation=impl
+    )
     ref = tf.LlamaForCausalLM(cfg)
     policy = copy.deepcopy(ref)
     with torch.no_grad():
@@ -77,15 +83,34 @@ def as_sdpa(model: Any) -> Any:
     return out
 
 
-def trl_dpo(setup: dict[str, Any], policy: Any, ref: Any, ref_logps: tuple[torch.Tensor, torch.Tensor],
-            loss_type: str = "sigmoid") -> tuple[float, dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def trl_dpo(
+    setup: dict[str, Any],
+    policy: Any,
+    ref: Any,
+    ref_logps: tuple[torch.Tensor, torch.Tensor],
+    loss_type: str = "sigmoid",
+) -> tuple[float, dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One DPOTrainer loss on all pairs, with the given reference log-probabilities: loss, metrics, grads, inputs."""
     tok = tf.AutoTokenizer.from_pretrained(str(setup["tok"]))
-    args = trl.DPOConfig(output_dir=str(setup["root"] / "trl"), per_device_train_batch_size=N, report_to=[], use_cpu=True,
-                         beta=0.1, max_length=None, save_strategy="no", loss_type=[loss_type], precompute_ref_log_probs=True)
+    args = trl.DPOConfig(
+        output_dir=str(setup["root"] / "trl"),
+        per_device_train_batch_size=N,
+        report_to=[],
+        use_cpu=True,
+        beta=0.1,
+        max_length=None,
+        save_strategy="no",
+        loss_type=[loss_type],
+        precompute_ref_log_probs=True,
+    )
     policy, ref = (as_sdpa(m) for m in (policy, ref))  # TRL's side: the standard attention
-    trainer = trl.DPOTrainer(model=copy.deepcopy(policy), ref_model=copy.deepcopy(ref), args=args,
-                             train_dataset=datasets.Dataset.from_list(setup["records"]), processing_class=tok)
+    trainer = trl.DPOTrainer(
+        model=copy.deepcopy(policy),
+        ref_model=copy.deepcopy(ref),
+        args=args,
+        train_dataset=datasets.Dataset.from_list(setup["records"]),
+        processing_class=tok,
+    )
     inputs = trainer.data_collator([trainer.train_dataset[i] for i in range(N)])
     # the same reference numbers on both sides (TRL's own evaluation-mode wrapper computes them ~1e-5
     # relative off the float64 value; the reference pass is checked separately below)
@@ -196,13 +221,28 @@ def test_gpt_packed_equals_unpacked(setup: dict[str, Any]) -> None:
 def test_reward_model_matches_trl(setup: dict[str, Any], layout: str) -> None:
     tok = tf.AutoTokenizer.from_pretrained(str(setup["tok"]))
     torch.manual_seed(0)
-    cfg = tf.LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"}, vocab_size=len(tok), num_labels=1,
-                         pad_token_id=tok.pad_token_id, attn_implementation="sdpa")
+    cfg = tf.LlamaConfig(
+        **{k: v for k, v in LLAMA.items() if k != "model_type"},
+        vocab_size=len(tok),
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+        attn_implementation="sdpa",
+    )
     model = tf.LlamaForSequenceClassification(cfg)
-    args = trl.RewardConfig(output_dir=str(setup["root"] / "rm"), per_device_train_batch_size=N, report_to=[], use_cpu=True,
-                            max_length=None, save_strategy="no")
-    trainer = trl.RewardTrainer(model=copy.deepcopy(model), args=args, processing_class=tok,
-                                train_dataset=datasets.Dataset.from_list(setup["records"]))
+    args = trl.RewardConfig(
+        output_dir=str(setup["root"] / "rm"),
+        per_device_train_batch_size=N,
+        report_to=[],
+        use_cpu=True,
+        max_length=None,
+        save_strategy="no",
+    )
+    trainer = trl.RewardTrainer(
+        model=copy.deepcopy(model),
+        args=args,
+        processing_class=tok,
+        train_dataset=datasets.Dataset.from_list(setup["records"]),
+    )
     inputs = trainer.data_collator([trainer.train_dataset[i] for i in range(N)])
     trainer.model.train()
     trl_loss = trainer.compute_loss(trainer.model, dict(inputs))
@@ -215,8 +255,10 @@ def test_reward_model_matches_trl(setup: dict[str, Any], layout: str) -> None:
     out = preference_forward(mine, batch, PreferenceLoss(kind="bt"))
     out.loss.backward()  # type: ignore[union-attr]  # PackedOutput.loss: set when the batch has targets
     assert abs(float(out.loss) - float(trl_loss)) <= 1e-5 * abs(float(trl_loss))  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
-    assert abs(float(by_example(out.extra["chosen_rewards"] - out.extra["rejected_rewards"], out.present, ex).mean())  # type: ignore[arg-type]  # out.present: set for preference batches
-               - trainer._metrics["train"]["margin"][-1]) <= 1e-5 + 1e-5 * abs(trainer._metrics["train"]["margin"][-1])
+    assert abs(
+        float(by_example(out.extra["chosen_rewards"] - out.extra["rejected_rewards"], out.present, ex).mean())  # type: ignore[arg-type]  # out.present: set for preference batches
+        - trainer._metrics["train"]["margin"][-1]
+    ) <= 1e-5 + 1e-5 * abs(trainer._metrics["train"]["margin"][-1])
     scale = max(float(g.abs().max()) for g in trl_grads.values())
     for name, p in mine.named_parameters():
         torch.testing.assert_close(p.grad, trl_grads[name], rtol=0.0, atol=1e-5 * scale, msg=name)
@@ -236,10 +278,21 @@ def test_packed_dpo_trainer(setup: dict[str, Any]) -> None:
         batch["ref_chosen_logps"], batch["ref_rejected_logps"] = r.chosen, r.rejected
         want = float(preference_forward(copy.deepcopy(policy), batch, PreferenceLoss()).loss)  # type: ignore[arg-type]  # PackedOutput.loss: set when the batch has targets
     P = batch["input_ids"].shape[0]
-    args = trl.DPOConfig(output_dir=str(setup["root"] / "packed-trl"), per_device_train_batch_size=P, max_steps=1, bf16=False,
-                         logging_steps=1, report_to=[], use_cpu=True, save_strategy="no", beta=0.1)
+    args = trl.DPOConfig(
+        output_dir=str(setup["root"] / "packed-trl"),
+        per_device_train_batch_size=P,
+        max_steps=1,
+        bf16=False,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        beta=0.1,
+    )
     assert args.remove_unused_columns  # TRL's default
-    trainer = PackedDPOTrainer(copy.deepcopy(policy), path, ref_model=copy.deepcopy(ref), args=args, processing_class=tok)
+    trainer = PackedDPOTrainer(
+        copy.deepcopy(policy), path, ref_model=copy.deepcopy(ref), args=args, processing_class=tok
+    )
     assert args.remove_unused_columns and not trainer.args.remove_unused_columns  # the caller's args untouched
     trainer.train()
     got = next(h["loss"] for h in trainer.state.log_history if "loss" in h)
@@ -248,8 +301,12 @@ def test_packed_dpo_trainer(setup: dict[str, Any]) -> None:
     assert abs(got - want) <= 1e-5 * want, (got, want)
     assert trainer.ref_model is None and np.isfinite(got)
     with pytest.raises(ValueError, match=r"sigmoid|ipo"):
-        PackedDPOTrainer(copy.deepcopy(policy), path, args=trl.DPOConfig(output_dir=str(setup["root"] / "x"), loss_type=["hinge"],
-                                                                         report_to=[], use_cpu=True), processing_class=tok)
+        PackedDPOTrainer(
+            copy.deepcopy(policy),
+            path,
+            args=trl.DPOConfig(output_dir=str(setup["root"] / "x"), loss_type=["hinge"], report_to=[], use_cpu=True),
+            processing_class=tok,
+        )
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -306,10 +363,17 @@ def test_pair_outputs_are_keyed_by_record(setup: dict[str, Any], layout: str) ->
     with pytest.raises(ValueError, match="no example_ids column"):
         pair_outputs(policy, {k: v for k, v in batch.items() if k != "example_ids"})
     # PackedDPOTrainer's batches keep example_ids, so its model's outputs map to records the same way
-    args = trl.DPOConfig(output_dir=str(setup["root"] / "pairs-trl"), per_device_train_batch_size=2, report_to=[],
-                         use_cpu=True, save_strategy="no", bf16=False)
-    trainer = PackedDPOTrainer(copy.deepcopy(policy), setup["root"] / layout, ref_model=copy.deepcopy(ref), args=args,
-                               processing_class=tok)
+    args = trl.DPOConfig(
+        output_dir=str(setup["root"] / "pairs-trl"),
+        per_device_train_batch_size=2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        bf16=False,
+    )
+    trainer = PackedDPOTrainer(
+        copy.deepcopy(policy), setup["root"] / layout, ref_model=copy.deepcopy(ref), args=args, processing_class=tok
+    )
     assert "example_ids" in trainer.train_dataset.column_names  # type: ignore[union-attr]  # the trainer's packed dataset
     got = {}
     for b in trainer.get_train_dataloader():

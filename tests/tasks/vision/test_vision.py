@@ -10,6 +10,7 @@ holds with margin, while one token attending across samples moves logits by 1e-2
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import numpy as np
 import pytest
@@ -41,7 +42,9 @@ def records(seed: int = 0) -> list[dict]:
 
 def write(recs: list[dict], processor, out, max_len: int = 512) -> dict:
     """The pack job on records in memory: a packed dataset, its images in the example table."""
-    return build_packed_dataset(recs, ProcessorTokenizer(processor), out, PackConfig.for_task("vision", max_len=max_len))  # type: ignore[arg-type]  # build_packed_dataset's annotation (AnyTokenizer) does not name the vision processor
+    # build_packed_dataset's annotation (AnyTokenizer) does not name the vision processor
+    tok: Any = ProcessorTokenizer(processor)
+    return build_packed_dataset(recs, tok, out, PackConfig.for_task("vision", max_len=max_len))
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -58,11 +61,13 @@ def pil(data: bytes):
 
 def as_row(parts: list[dict]) -> dict:
     """Samples (``VisionSamples.sample``) side by side as one row."""
-    return {"input_ids": np.concatenate([p["input_ids"] for p in parts]),
-            "labels": np.concatenate([p["labels"] for p in parts]),
-            "seq_lengths": np.array([p["input_ids"].size for p in parts]),
-            "images": [b for p in parts for b in p["images"]],
-            "image_grids": np.concatenate([p["grids"] for p in parts]).reshape(-1, 3)}
+    return {
+        "input_ids": np.concatenate([p["input_ids"] for p in parts]),
+        "labels": np.concatenate([p["labels"] for p in parts]),
+        "seq_lengths": np.array([p["input_ids"].size for p in parts]),
+        "images": [b for p in parts for b in p["images"]],
+        "image_grids": np.concatenate([p["grids"] for p in parts]).reshape(-1, 3),
+    }
 
 
 def test_each_sample_is_the_processors_own_and_trls_labels(vlm):
@@ -80,7 +85,9 @@ def test_each_sample_is_the_processors_own_and_trls_labels(vlm):
         assert one["images"] == r["images"]
         assert np.array_equal(one["input_ids"], batch["input_ids"][i, :n].numpy())
         assert np.array_equal(one["labels"], batch["labels"][i, :n].numpy())
-        assert (one["labels"] != -100).any() and not (one["input_ids"][one["labels"] != -100] == processor.image_token_id).any()
+        assert (one["labels"] != -100).any() and not (
+            one["input_ids"][one["labels"] != -100] == processor.image_token_id
+        ).any()
 
 
 def test_packed_rows_equal_each_sample_alone(vlm):
@@ -102,7 +109,7 @@ def test_packed_rows_equal_each_sample_alone(vlm):
         one = s.sample(int(i))
         alone = model(**collate([as_row([one])]))
         n = one["input_ids"].size
-        assert torch.allclose(out.logits[0, at:at + n], alone.logits[0], atol=ATOL, rtol=0)
+        assert torch.allclose(out.logits[0, at : at + n], alone.logits[0], atol=ATOL, rtol=0)
         k = int((one["labels"] != -100).sum())  # the model shifts; the first label is always -100
         (alone.loss * k / targets).backward()  # the sum of per-sample sums over all targets: the packed mean
         total += float(alone.loss) * k
@@ -145,8 +152,8 @@ def test_no_token_attends_across_samples(vlm):
     other = vision_samples(records(seed=41), processor, max_len=1024).sample(2)
     collate = VisionCollator(processor)
     with torch.no_grad():
-        first = model(**collate([as_row([a, b])])).logits[0, a["input_ids"].size:]
-        changed = model(**collate([as_row([other, b])])).logits[0, other["input_ids"].size:]
+        first = model(**collate([as_row([a, b])])).logits[0, a["input_ids"].size :]
+        changed = model(**collate([as_row([other, b])])).logits[0, other["input_ids"].size :]
     # masked keys get exactly zero weight, so b's logits differ only by the attention sums' lengths
     assert torch.allclose(first, changed, atol=ATOL, rtol=0)
 
@@ -186,8 +193,8 @@ def test_a_samples_positions_in_any_row_are_its_own():
         at = 0
         for i in mix:
             n = alone[i].shape[1]
-            assert np.array_equal(pos[:, at:at + n], alone[i])
-            assert np.array_equal(pos[0, at:at + n], np.arange(n))
+            assert np.array_equal(pos[:, at : at + n], alone[i])
+            assert np.array_equal(pos[0, at : at + n], np.arange(n))
             at += n
         assert at == pos.shape[1]
 
@@ -227,22 +234,39 @@ def test_sft_trainer_trains_on_the_packed_rows(tmp_path):
     collate = VisionCollator(processor)
     with torch.no_grad():
         want = float(model(**collate([packs.row(i) for i in range(packs.num_rows)])).loss)
-    args = SFTConfig(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=packs.num_rows,
-                     remove_unused_columns=False, dataset_kwargs={"skip_prepare_dataset": True}, report_to=[],
-                     bf16=False, logging_steps=1, save_strategy="no", disable_tqdm=True)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=hf_dataset(tmp_path / "packs", cache_dir=tmp_path / "c"),
-                         data_collator=collate, processing_class=processor)
+    args = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        per_device_train_batch_size=packs.num_rows,
+        remove_unused_columns=False,
+        dataset_kwargs={"skip_prepare_dataset": True},
+        report_to=[],
+        bf16=False,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=hf_dataset(tmp_path / "packs", cache_dir=tmp_path / "c"),
+        data_collator=collate,
+        processing_class=processor,
+    )
     trainer.train()
     # the same tokens in another row order: only the loss mean's summation order differs
     assert trainer.state.log_history[0]["loss"] == pytest.approx(want, abs=ATOL)
 
 
-@pytest.mark.parametrize("case, message", [
-    ({"images": ["no/such.png"]}, "example 0: image 0: no such file no/such.png"),
-    ({"images": [b"not an image"]}, "example 0: image 0: not a readable image"),
-    ({"images": []}, "example 0: its messages hold 1 image placeholder(s) but 'images' has 0 image(s)"),
-    ({"side": 600}, "example 0: image 0 alone becomes"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ({"images": ["no/such.png"]}, "example 0: image 0: no such file no/such.png"),
+        ({"images": [b"not an image"]}, "example 0: image 0: not a readable image"),
+        ({"images": []}, "example 0: its messages hold 1 image placeholder(s) but 'images' has 0 image(s)"),
+        ({"side": 600}, "example 0: image 0 alone becomes"),
+    ],
+)
 def test_bad_input_is_refused_in_one_line(case, message):
     processor = tiny_processor("qwen2_vl")
     rec = synthetic_records(1, seed=3, images=(1, 1), side=(case.get("side", 40),) * 2)[0]
@@ -293,7 +317,9 @@ def test_seqpack_packed_attention_gives_the_same_pass(family):
         model.zero_grad()
         out = model(**batch)
         out.loss.backward()
-        runs.append((out.logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}))
+        runs.append(
+            (out.logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None})
+        )
     handle.remove()
     assert model.config.get_text_config()._attn_implementation == PACKED_IMPL
     assert model.config.vision_config._attn_implementation != PACKED_IMPL
@@ -318,7 +344,10 @@ def test_records_from_a_jsonl_file_with_image_paths_beside_it(tmp_path):
             names.append(f"img/{i}-{k}.png")
         on_disk.append({"messages": r["messages"], "images": names})
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in on_disk), encoding="utf-8")
-    a, b = vision_samples(recs, processor, max_len=1024), vision_samples(tmp_path / "train.jsonl", processor, max_len=1024)
+    a, b = (
+        vision_samples(recs, processor, max_len=1024),
+        vision_samples(tmp_path / "train.jsonl", processor, max_len=1024),
+    )
     assert np.array_equal(a.input_ids, b.input_ids) and np.array_equal(a.labels, b.labels) and a.images == b.images
 
 
@@ -332,12 +361,16 @@ def test_records_from_parquet_bytes_and_an_hf_dataset_of_images(tmp_path):
     processor = tiny_processor("qwen2_vl")
     recs = records()
     want = vision_samples(recs, processor, max_len=1024)
-    pq.write_table(pa.table({"messages": [r["messages"] for r in recs], "images": [r["images"] for r in recs]}),
-                   tmp_path / "train.parquet")
+    pq.write_table(
+        pa.table({"messages": [r["messages"] for r in recs], "images": [r["images"] for r in recs]}),
+        tmp_path / "train.parquet",
+    )
     got = vision_samples(tmp_path / "train.parquet", processor, max_len=1024)
     assert np.array_equal(got.input_ids, want.input_ids) and got.images == want.images
-    ds = datasets.Dataset.from_dict({"messages": [r["messages"] for r in recs], "images": [[pil(b) for b in r["images"]] for r in recs]},
-                                    features=None).cast_column("images", datasets.Sequence(datasets.Image()))
+    ds = datasets.Dataset.from_dict(
+        {"messages": [r["messages"] for r in recs], "images": [[pil(b) for b in r["images"]] for r in recs]},
+        features=None,
+    ).cast_column("images", datasets.Sequence(datasets.Image()))
     hf = vision_samples(ds, processor, max_len=1024)
     assert np.array_equal(hf.input_ids, want.input_ids) and np.array_equal(hf.labels, want.labels)
     assert np.array_equal(hf.grids, want.grids) and all(b[:8] == b"\x89PNG\r\n\x1a\n" for b in hf.images)

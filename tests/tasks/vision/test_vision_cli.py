@@ -57,8 +57,21 @@ def packed(request, tmp_path_factory):
     processor.save_pretrained(d / "processor")
     tiny_config(family, processor).save_pretrained(d / "model")
     jsonl, recs = write_records(d)
-    code = main(["pack", str(jsonl), "--task", "vision", "--max-len", "512", "--tokenizer", str(d / "processor"),
-                 "--out", str(d / "packs"), "--json"])
+    code = main(
+        [
+            "pack",
+            str(jsonl),
+            "--task",
+            "vision",
+            "--max-len",
+            "512",
+            "--tokenizer",
+            str(d / "processor"),
+            "--out",
+            str(d / "packs"),
+            "--json",
+        ]
+    )
     assert code == 0
     return family, d, recs
 
@@ -101,9 +114,33 @@ def test_every_job_option_packs_the_same_rows(packed, tmp_path):
 
     _family, d, recs = packed
     out = tmp_path / "opts"
-    code = main(["pack", str(d / "train.jsonl"), "--task", "vision", "--max-len", "512", "--tokenizer",
-                 str(d / "processor"), "--out", str(out), "--shard-examples", "7", "--stages", "2", "--shard-packs", "3",
-                 "--export-bin", "--compression", "lz4", "--encoding", "plain", "--write-derived", "--json"])
+    code = main(
+        [
+            "pack",
+            str(d / "train.jsonl"),
+            "--task",
+            "vision",
+            "--max-len",
+            "512",
+            "--tokenizer",
+            str(d / "processor"),
+            "--out",
+            str(out),
+            "--shard-examples",
+            "7",
+            "--stages",
+            "2",
+            "--shard-packs",
+            "3",
+            "--export-bin",
+            "--compression",
+            "lz4",
+            "--encoding",
+            "plain",
+            "--write-derived",
+            "--json",
+        ]
+    )
     assert code == 0
     a, b = VisionRows(d / "packs"), VisionRows(out)
     parts = b.manifest["example_table"]["parts"]
@@ -141,8 +178,13 @@ def test_train_batch_losses_are_each_samples_own(packed):
     losses = []
     for j, e in enumerate(examples.tolist()):
         one = samples.sample(int(np.flatnonzero(samples.example_ids == e)[0]))
-        row = {"input_ids": one["input_ids"], "labels": one["labels"], "seq_lengths": np.array([one["input_ids"].size]),
-               "images": one["images"], "image_grids": one["grids"]}
+        row = {
+            "input_ids": one["input_ids"],
+            "labels": one["labels"],
+            "seq_lengths": np.array([one["input_ids"].size]),
+            "images": one["images"],
+            "image_grids": one["grids"],
+        }
         with torch.no_grad():
             losses.append(float(alone_model(**collate([row])).loss))
         assert float(out.per_sequence[0, j]) == pytest.approx(losses[-1], abs=ATOL), j
@@ -155,8 +197,17 @@ def test_train_cli_runs_and_resumes_exactly(packed, tmp_path):
     """`seqpack train --hf-model` on the rows; a run cut at step 2 and resumed ends with the weights
     and metrics of the uninterrupted one (the same sums in the same order: equal bits)."""
     _family, d, _ = packed
-    base = dict(data=str(d / "packs"), hf_model=str(d / "model"), steps=4, batch_size=2, progress=False,
-                eval_fraction=0.2, eval_batch_size=2, threads=2, dropout=None)
+    base = dict(
+        data=str(d / "packs"),
+        hf_model=str(d / "model"),
+        steps=4,
+        batch_size=2,
+        progress=False,
+        eval_fraction=0.2,
+        eval_batch_size=2,
+        threads=2,
+        dropout=None,
+    )
     whole = tmp_path / "whole"
     s = train(TrainConfig(out=str(whole), **base))
     assert s["steps"] == 4 and s["sequences"] > 4 and s["task"] == "vision" and np.isfinite(s["eval"]["lm_loss"])
@@ -178,46 +229,99 @@ def test_train_cli_runs_and_resumes_exactly(packed, tmp_path):
 
 def test_train_cli_prints_its_summary(packed, tmp_path, capsys):
     _family, d, _ = packed
-    code = main(["train", "--data", str(d / "packs"), "--hf-model", str(d / "model"), "--out", str(tmp_path / "run"),
-                 "--steps", "1", "--batch-size", "2", "--eval-fraction", "0.2", "--quiet", "--reduction", "token"])
+    code = main(
+        [
+            "train",
+            "--data",
+            str(d / "packs"),
+            "--hf-model",
+            str(d / "model"),
+            "--out",
+            str(tmp_path / "run"),
+            "--steps",
+            "1",
+            "--batch-size",
+            "2",
+            "--eval-fraction",
+            "0.2",
+            "--quiet",
+            "--reduction",
+            "token",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "ForConditionalGeneration: 1 steps" in out and "attention: seqpack_packed" in out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--model", "gpt"], "pass --hf-model"),
-    ([], "pass --hf-model"),
-    (["--padded"], "--padded is not offered for task vision"),
-    (["--hf-model", "LLAMA"], "not a vision-language model"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "gpt"], "pass --hf-model"),
+        ([], "pass --hf-model"),
+        (["--padded"], "--padded is not offered for task vision"),
+        (["--hf-model", "LLAMA"], "not a vision-language model"),
+    ],
+)
 def test_train_refusals_are_one_line(packed, tmp_path, capsys, args, message):
     _family, d, _ = packed
     if "LLAMA" in args:
         from transformers import LlamaConfig
 
-        LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path / "llama")
+        LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(
+            tmp_path / "llama"
+        )
         args = ["--hf-model", str(tmp_path / "llama")]
     elif "--hf-model" not in args and args != [] and args[0] != "--model":
         args = args + ["--hf-model", str(d / "model")]
-    code = main(["train", "--data", str(d / "packs"), "--out", str(tmp_path / "run"), "--steps", "1", "--batch-size", "2", "--quiet", *args])
+    code = main(
+        [
+            "train",
+            "--data",
+            str(d / "packs"),
+            "--out",
+            str(tmp_path / "run"),
+            "--steps",
+            "1",
+            "--batch-size",
+            "2",
+            "--quiet",
+            *args,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err, err
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--position-offset", "2"], "--position-offset is not taken by task vision"),
-    (["--context-parallel", "2"], "--context-parallel is not taken by task vision"),
-    (["--overflow", "split"], "overflow must be one of truncate|drop|error"),
-    (["--tokenizer-is-a-file"], "task vision reads the model's processor"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--position-offset", "2"], "--position-offset is not taken by task vision"),
+        (["--context-parallel", "2"], "--context-parallel is not taken by task vision"),
+        (["--overflow", "split"], "overflow must be one of truncate|drop|error"),
+        (["--tokenizer-is-a-file"], "task vision reads the model's processor"),
+    ],
+)
 def test_pack_refusals_are_one_line_and_write_nothing(packed, tmp_path, capsys, extra, message):
     _family, d, _ = packed
     tok = str(d / "processor")
     if extra == ["--tokenizer-is-a-file"]:
         tok, extra = str(d / "train.jsonl.missing"), []
-    code = main(["pack", str(d / "train.jsonl"), "--task", "vision", "--max-len", "512", "--tokenizer", tok,
-                 "--out", str(tmp_path / "out"), *extra])
+    code = main(
+        [
+            "pack",
+            str(d / "train.jsonl"),
+            "--task",
+            "vision",
+            "--max-len",
+            "512",
+            "--tokenizer",
+            tok,
+            "--out",
+            str(tmp_path / "out"),
+            *extra,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
@@ -231,12 +335,26 @@ def test_two_cpu_ranks_agree_with_one_process(packed, tmp_path):
     from tests.train.conftest import assert_adam_weights_close, torchrun_train
 
     _family, d, _ = packed
-    opts = ["--hf-model", str(d / "model"), "--steps", "3", "--batch-size", "4", "--eval-fraction", "0.2", "--threads", "1"]
+    opts = [
+        "--hf-model",
+        str(d / "model"),
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--eval-fraction",
+        "0.2",
+        "--threads",
+        "1",
+    ]
     torchrun_train(d / "packs", tmp_path / "two", *opts, "--quiet")
     main(["train", "--data", str(d / "packs"), "--out", str(tmp_path / "one"), *opts, "--quiet"])
     p2, p1 = (torch.load(tmp_path / r / "checkpoint.pt", weights_only=True)["model_state"] for r in ("two", "one"))
     assert_adam_weights_close(p2, p1, lr=1e-3, steps=3)  # the default AdamW, 3 steps
-    steps = lambda run: [(r["step"], r["step_sequences"], round(r["loss"], 4)) for r in read_metrics(run) if "loss" in r]  # noqa: E731
+
+    def steps(run: Path) -> list[tuple[int, int, float]]:
+        return [(r["step"], r["step_sequences"], round(r["loss"], 4)) for r in read_metrics(run) if "loss" in r]
+
     assert steps(tmp_path / "two") == steps(tmp_path / "one")
 
 
@@ -249,7 +367,11 @@ def test_the_processor_travels_to_other_processes_by_its_directory(packed):
     tok = get_task("vision").open_tokenizer(d / "processor")
     again = pickle.loads(pickle.dumps(tok))
     assert again.processor is not tok.processor and again.vocab_size == tok.vocab_size
-    assert again.fingerprint() == tok.fingerprint() == get_task("vision").open_tokenizer(d / "packs" / "processor").fingerprint()
+    assert (
+        again.fingerprint()
+        == tok.fingerprint()
+        == get_task("vision").open_tokenizer(d / "packs" / "processor").fingerprint()
+    )
 
 
 def test_a_stream_of_image_text_records_is_refused_in_one_line(packed):
@@ -274,14 +396,21 @@ def test_ray_workers_pack_the_same_rows(packed, tmp_path):
         pytest.skip("one family is enough for the engine")
     tok, engine = get_task("vision").open_tokenizer(d / "processor"), get_engine("ray", num_cpus=1)
     try:
-        build_packed_dataset(d / "train.jsonl", tok, tmp_path / "ray", PackConfig.for_task("vision", max_len=512),
-                             engine=engine, shard_examples=12)
+        build_packed_dataset(
+            d / "train.jsonl",
+            tok,
+            tmp_path / "ray",
+            PackConfig.for_task("vision", max_len=512),
+            engine=engine,
+            shard_examples=12,
+        )
     finally:
         engine.close()
     a, b = VisionRows(d / "packs"), VisionRows(tmp_path / "ray")
     assert len(a) == len(b) and len(b.manifest["example_table"]["parts"]) == 2
-    assert all(a[i]["images"] == b[i]["images"] and np.array_equal(a[i]["input_ids"], b[i]["input_ids"])
-               for i in range(len(a)))
+    assert all(
+        a[i]["images"] == b[i]["images"] and np.array_equal(a[i]["input_ids"], b[i]["input_ids"]) for i in range(len(a))
+    )
 
 
 def test_a_rerun_redoes_the_shard_whose_image_file_changed(packed, tmp_path, monkeypatch):
@@ -298,8 +427,21 @@ def test_a_rerun_redoes_the_shard_whose_image_file_changed(packed, tmp_path, mon
     src = tmp_path / "src"
     shutil.copytree(d / "img", src / "img")
     shutil.copy(d / "train.jsonl", src / "train.jsonl")
-    args = ["pack", str(src / "train.jsonl"), "--task", "vision", "--max-len", "512", "--tokenizer",
-            str(d / "processor"), "--out", str(tmp_path / "out"), "--shard-examples", "12", "--json"]
+    args = [
+        "pack",
+        str(src / "train.jsonl"),
+        "--task",
+        "vision",
+        "--max-len",
+        "512",
+        "--tokenizer",
+        str(d / "processor"),
+        "--out",
+        str(tmp_path / "out"),
+        "--shard-examples",
+        "12",
+        "--json",
+    ]
     real = job_mod.packs_stage
     monkeypatch.setattr(job_mod, "packs_stage", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
     assert main(args) == 2
@@ -311,8 +453,14 @@ def test_a_rerun_redoes_the_shard_whose_image_file_changed(packed, tmp_path, mon
     from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
 
     tok = get_task("vision").open_tokenizer(d / "processor")
-    m = build_packed_dataset(src / "train.jsonl", tok, tmp_path / "out", PackConfig.for_task("vision", max_len=512),
-                             output=OutputOptions(), shard_examples=12)
+    m = build_packed_dataset(
+        src / "train.jsonl",
+        tok,
+        tmp_path / "out",
+        PackConfig.for_task("vision", max_len=512),
+        output=OutputOptions(),
+        shard_examples=12,
+    )
     assert "sequences-00000" in m["reused"] and "sequences-00001" in m["redone"]
     rows = VisionRows(tmp_path / "out")
     table = rows.examples.rows([k])[0]
