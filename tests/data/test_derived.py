@@ -55,11 +55,11 @@ def test_every_tasks_rules_rebuild_what_it_would_store(case: str, tmp_path: Path
     lean = build(case, tmp_path / "lean", tmp_path / "w2")
     task = get_task(full["task"])
     assert "derived_columns" not in full and full["format_version"] == 1
-    assert lean.get("derived_columns", {}) == dict(task.derived_columns)
-    assert lean["format_version"] == (2 if task.derived_columns else 1)
+    assert lean.get("derived_columns", {}) == dict(task.rows.derived_columns)
+    assert lean["format_version"] == (2 if task.rows.derived_columns else 1)
     assert lean["columns"] == full["columns"]  # the manifest lists every column, in the same order
     _, cols = load_packed(tmp_path / "full", mmap=False)
-    for name, rule in task.derived_columns:
+    for name, rule in task.rows.derived_columns:
         assert np.array_equal(RULES[rule].make(cols, cols[name].dtype, full["position_offset"]), cols[name]), name
     _, got = load_packed(tmp_path / "lean", mmap=False)
     assert list(got) == list(cols) and all(

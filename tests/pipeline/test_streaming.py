@@ -310,7 +310,7 @@ def test_memory_stays_bounded_on_a_long_stream():
 
 
 def test_tasks_that_cannot_stream_say_why():
-    with pytest.raises(ValueError, match="mlm does not stream"):
+    with pytest.raises(ValueError, match="task mlm is not streamed"):
         list(PackedStream([[1, 2]], config=StreamConfig(max_len=8, task="mlm")))
     with pytest.raises(ValueError, match="needs num_labels"):
         StreamConfig(max_len=8, task="classification") and PackedStream(

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from seqpack.errors import UserError
 from seqpack.pipeline import PackConfig
-from seqpack.tasks import REGISTRY, TASKS, get_task
+from seqpack.tasks import REGISTRY, TASKS, Task, get_task
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "seqpack"
 
@@ -24,12 +25,46 @@ def test_unknown_task_lists_the_known_ones() -> None:
 @pytest.mark.parametrize("name", TASKS)
 def test_every_task_owns_its_options(name: str) -> None:
     task = REGISTRY[name]
-    assert task.name == name and task.models, name
+    assert task.name == name and task.packing is not None and task.training is not None, name
+    assert task.models is not None or task.hf is not None, name  # some model trains it
     opts = task.options()
     assert dataclasses.is_dataclass(opts) and type(opts) is task.options_type
     assert PackConfig(task=name, max_len=64).options == opts  # the defaults live in the dataclass only
     with pytest.raises(ValueError, match=f"--no-such-option does not apply to task {name}"):
         task.options(no_such_option=1)
+
+
+def test_an_absent_part_is_refused_in_one_line_where_it_is_asked_for() -> None:
+    bare = Task(name="bare", summary="nothing but a name")
+    for ask, words in (
+        (bare.packs, "task bare has no sequences of its own; the pack job cannot pack it"),
+        (bare.trains, "task bare is not trained by seqpack train"),
+        (bare.own_models, "task bare trains no seqpack model: pass --hf-model CONFIG"),
+        (bare.hf_models, r"task bare trains seqpack's own models \(--model \.\.\.\), not --hf-model"),
+    ):
+        with pytest.raises(UserError, match=f"^{words}"):
+            ask()
+    vision, qa = get_task("vision"), get_task("qa")
+    assert vision.model_kind(None, hf=True) == "hf" and qa.model_kind(None) == "bert"
+    with pytest.raises(UserError, match=r"task vision trains no seqpack model: pass --hf-model CONFIG \(the config"):
+        vision.model_kind(None)
+    with pytest.raises(UserError, match="--model gpt does not train a qa dataset; use --model bert"):
+        qa.model_kind("gpt")
+    with pytest.raises(UserError, match="task vision is not streamed: its images go in"):
+        vision.packs().stream_context(PackConfig(task="vision", max_len=8))
+    assert get_task("clm").packs().derived_fields == ("labels",) and qa.packs().derived_fields == ()
+
+
+def test_no_function_of_a_task_only_raises() -> None:
+    """A task's absent part is absent (``None``), not a function whose body only refuses."""
+    offenders = []
+    for path in sorted((SRC / "tasks").rglob("*.py")):
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = [b for b in n.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+                if len(body) == 1 and isinstance(body[0], ast.Raise):
+                    offenders.append(f"{path.relative_to(SRC)}:{n.lineno} {n.name}")
+    assert not offenders, offenders
 
 
 def test_options_validate_and_stay_apart() -> None:

@@ -317,7 +317,8 @@ def test_clm_store_lengths_are_the_lengths_clm_inputs_makes(overflow, eos):
     from seqpack.tasks import get_task
     from seqpack.tasks.clm import CLMOptions, clm_inputs
 
-    task = get_task("clm")
+    store_lengths = get_task("clm").packs().store_lengths
+    assert store_lengths is not None
 
     @settings(max_examples=40, deadline=None)
     @given(st.lists(st.integers(0, 30), max_size=12), st.integers(2, 12))
@@ -326,6 +327,6 @@ def test_clm_store_lengths_are_the_lengths_clm_inputs_makes(overflow, eos):
         tokens = np.ones(int(offsets[-1]), np.int64)
         seqs, _ = clm_inputs(tokens, offsets, max_len=max_len, eos_id=eos, overflow=overflow)
         opts = CLMOptions(overflow=overflow, eos_token="" if eos is None else "<|endoftext|>")
-        assert task.store_lengths(np.asarray(lengths), max_len, opts).tolist() == np.diff(seqs.offsets).tolist()
+        assert store_lengths(np.asarray(lengths), max_len, opts).tolist() == np.diff(seqs.offsets).tolist()
 
     check()

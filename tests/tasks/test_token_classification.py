@@ -156,12 +156,13 @@ def test_sharded_job_numbers_tags_as_one_and_streams_need_names(tok, tmp_path):
         )
 
     assert sequences(tmp_path / "whole") == sequences(tmp_path / "sharded")
-    from seqpack.tasks import sequence_task
+    from seqpack.tasks import get_task
 
+    packing = get_task("token-classification").packs()
     with pytest.raises(ValueError, match="needs tag_names"):
-        sequence_task("token-classification").stream_context(cfg)
+        packing.stream_context(cfg)
     named = PackConfig.for_task("token-classification", max_len=16, tag_names="B-X,I-X,O")
-    assert sequence_task("token-classification").stream_context(named)["tag_names"] == ["B-X", "I-X", "O"]
+    assert packing.stream_context(named)["tag_names"] == ["B-X", "I-X", "O"]
     assert build_sequences(rows, tok, named).info["num_labels"] == 3
 
 

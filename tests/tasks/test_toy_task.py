@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ import pytest
 from seqpack.data import IGNORE_INDEX, Sequences, load_packed
 from seqpack.data.sequences import offsets_of
 from seqpack.pipeline import PackConfig, build_packed_dataset
-from seqpack.tasks import REGISTRY, Task, get_task, register_task
+from seqpack.tasks import REGISTRY, OwnModels, Packing, PackSettings, Rows, Task, Training, get_task, register_task
 from seqpack.tokenizer import Tokenizer
 
 SEP = "<|sep|>"
@@ -30,74 +30,76 @@ class CopyOptions:
     text_field: str = field(default="text", metadata={"help": "the text column"})
 
 
-@dataclass(frozen=True, kw_only=True)
-class CopyTask(Task):
-    options_type: ClassVar[type] = CopyOptions
+def copy_sequences(source: Any, tokenizer: Any, config: PackSettings) -> Sequences:
+    """Each record's text, the separator, and the text again; labels on the copy only."""
+    from seqpack.corpus.records import iter_records
 
-    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Sequences:
-        from seqpack.corpus.records import iter_records
+    sep = tokenizer.token_to_id(SEP)
+    ids, labels, examples = [], [], []
+    for i, row in enumerate(iter_records(source)):
+        t = tokenizer.encode(row[config.options.text_field])
+        if not t or 2 * len(t) + 1 > config.max_len:
+            continue
+        ids.append(np.array([*t, sep, *t], dtype=np.int64))
+        labels.append(np.array([IGNORE_INDEX] * (len(t) + 1) + t, dtype=np.int64))
+        examples.append(i)
+    lengths = np.array([len(x) for x in ids], dtype=np.int64)
+    return Sequences(
+        task=config.task,
+        offsets=offsets_of(lengths),
+        example_ids=np.array(examples, dtype=np.int64),
+        token_fields={
+            "input_ids": np.concatenate(ids).astype(np.uint16),
+            "labels": np.concatenate(labels).astype(np.int16),
+        },
+        num_examples=i + 1,
+        info={"vocab_size": tokenizer.vocab_size},
+    )
 
-        sep = tokenizer.token_to_id(SEP)
-        ids, labels, examples = [], [], []
-        for i, row in enumerate(iter_records(source)):
-            t = tokenizer.encode(row[config.options.text_field])
-            if not t or 2 * len(t) + 1 > config.max_len:
-                continue
-            ids.append(np.array([*t, sep, *t], dtype=np.int64))
-            labels.append(np.array([IGNORE_INDEX] * (len(t) + 1) + t, dtype=np.int64))
-            examples.append(i)
-        lengths = np.array([len(x) for x in ids], dtype=np.int64)
-        return Sequences(
-            task=self.name,
-            offsets=offsets_of(lengths),
-            example_ids=np.array(examples, dtype=np.int64),
-            token_fields={
-                "input_ids": np.concatenate(ids).astype(np.uint16),
-                "labels": np.concatenate(labels).astype(np.int16),
-            },
-            num_examples=i + 1,
-            info={"vocab_size": tokenizer.vocab_size},
+
+def gpt(kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    from seqpack.nn.models import GPT, GPTConfig
+
+    mc = GPTConfig.of_size(size, vocab_size=vocab, **extra)
+    return GPT(mc), mc
+
+
+def forward(model: Any, batch: Mapping[str, Any], *, reduction: str, objective: Any = None) -> Any:
+    return model(
+        batch["input_ids"],
+        batch["segment_ids"],
+        reduction=reduction,
+        position_ids=batch["position_ids"],
+        labels=batch.get("labels"),
+    )
+
+
+def loss_units(batch: Mapping[str, Any], reduction: str) -> Any:
+    import torch
+
+    n = float((batch["labels"] != IGNORE_INDEX).sum()) if "labels" in batch else 0.0
+    if reduction != "token":  # sequences with a target
+        seg = batch["segment_ids"].long()
+        n = float(
+            torch.unique((seg * 10_000 + torch.arange(seg.shape[0])[:, None])[batch["labels"] != IGNORE_INDEX]).numel()
         )
-
-    def seqpack_model(
-        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
-    ) -> tuple[Any, Any]:
-        from seqpack.nn.models import GPT, GPTConfig
-
-        mc = GPTConfig.of_size(size, vocab_size=vocab, **extra)
-        return GPT(mc), mc
-
-    def forward(self, model: Any, batch: Mapping[str, Any], *, reduction: str) -> Any:  # type: ignore[override]  # a plugin's forward without objective: train passes it only when set
-        return model(
-            batch["input_ids"],
-            batch["segment_ids"],
-            reduction=reduction,
-            position_ids=batch["position_ids"],
-            labels=batch.get("labels"),
-        )
-
-    def loss_units(self, batch: Mapping[str, Any], reduction: str) -> Any:
-        import torch
-
-        n = float((batch["labels"] != IGNORE_INDEX).sum()) if "labels" in batch else 0.0
-        if reduction != "token":  # sequences with a target
-            seg = batch["segment_ids"].long()
-            n = float(
-                torch.unique(
-                    (seg * 10_000 + torch.arange(seg.shape[0])[:, None])[batch["labels"] != IGNORE_INDEX]
-                ).numel()
-            )
-        return torch.tensor([n, 0.0, 0.0], dtype=torch.float64)
-
-    def component_means(self, out: Any) -> list[Any]:
-        return [out.loss, None, None]
-
-    def update_eval(self, totals: Any, out: Any, batch: Mapping[str, Any]) -> None:
-        totals.add("lm_loss", float(out.per_sequence[out.present].sum()), float(out.present.sum()))
+    return torch.tensor([n, 0.0, 0.0], dtype=torch.float64)
 
 
-TOY = CopyTask(
-    name="copy", summary="copy the text after a separator", reads="examples", models=("gpt",), token_labels=True
+def update_eval(totals: Any, out: Any, batch: Mapping[str, Any]) -> None:
+    totals.add("lm_loss", float(out.per_sequence[out.present].sum()), float(out.present.sum()))
+
+
+TOY = Task(
+    name="copy",
+    summary="copy the text after a separator",
+    options_type=CopyOptions,
+    rows=Rows(token_labels=True, causal_lm=True),
+    packing=Packing(reads="examples", build=copy_sequences),
+    training=Training(
+        loss_units=loss_units, component_means=lambda out: [out.loss, None, None], update_eval=update_eval
+    ),
+    models=OwnModels(kinds=("gpt",), build=gpt, forward=forward),
 )
 
 

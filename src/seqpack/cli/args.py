@@ -156,7 +156,7 @@ HISTOGRAM_HELP = (
 
 
 def add_store_task_option(p: Any) -> None:
-    """``--task``: what a token store's documents become (`seqpack.tasks.Task.store_lengths`)."""
+    """``--task``: what a token store's documents become (`seqpack.tasks.Packing.store_lengths`)."""
     from seqpack.tasks import TASKS
 
     p.add_argument(
@@ -186,12 +186,16 @@ def read_histogram(source: str, max_len: int, *, task: str = "clm") -> Any:
         hist = np.asarray(read_manifest(source)["histogram"]["counts"], dtype=np.int64)
     elif os.path.isdir(source):
         from seqpack.store import open_store
-        from seqpack.tasks import sequence_task
+        from seqpack.tasks import get_task
 
-        t = sequence_task(task)
-        return histogram(
-            t.store_lengths(open_store(source).lengths(), max_len, t.options_type()), max_len, hint=MAX_LEN_HINT
-        )
+        t = get_task(task)
+        lengths = t.packs().store_lengths
+        if lengths is None:
+            raise UserError(
+                f"task {task}'s sequences are not the store's document lengths; pack the store with "
+                f"seqpack pack --task {task}, then plan the packed dataset (--histogram PACKED_DIR)"
+            )
+        return histogram(lengths(open_store(source).lengths(), max_len, t.options_type()), max_len, hint=MAX_LEN_HINT)
     else:
         hist = load_histogram(source, max_len, hint=MAX_LEN_HINT)
     return check_histogram(hist, max_len, hint=MAX_LEN_HINT)

@@ -218,15 +218,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _pack_job(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
     from seqpack.pipeline import OutputOptions, build_packed_dataset
-    from seqpack.tasks import sequence_task
+    from seqpack.tasks import get_task
 
     schedule = schedule_from_args(args, seed=args.seed)
-    tok = sequence_task(cfg.task).open_tokenizer(args.tokenizer)
+    tok = get_task(cfg.task).packs().open_tokenizer(args.tokenizer)
     engine = engine_from_args(args)
     try:
         m = build_packed_dataset(
             args.source,
-            tok,
+            tok,  # type: ignore[arg-type]
             args.out,
             cfg,
             engine=engine,
@@ -280,6 +280,6 @@ def _report(args: argparse.Namespace, m: dict[str, Any]) -> None:
                 f"context parallel: rows split per document for {c['size']} ranks; rounding lengths to multiples of "
                 f"{2 * c['size']} adds {c['padding_tokens']:,} padding tokens ({c['padding_fraction']:.2%} of the planned)"
             )
-        line = get_task(m["task"]).pack_summary(m)
-        if line:
+        describe = get_task(m["task"]).packs().summary
+        if describe is not None and (line := describe(m)):
             print(line)

@@ -65,7 +65,8 @@ class PackConfig:
             raise TypeError(
                 f"task {self.task} takes {t.options_type.__name__} options, got {type(self.options).__name__}"
             )
-        t.check_pack_config(self)
+        if t.packing is not None and t.packing.check_config is not None:
+            t.packing.check_config(self)
 
     @classmethod
     def for_task(cls, task: str, **kw: Any) -> PackConfig:
@@ -136,4 +137,4 @@ class OutputOptions(WriteOptions):
         >>> OutputOptions().derived("clm"), OutputOptions(write_derived=True).derived("clm")
         ({'labels': 'lm_labels', 'segment_ids': 'segments'}, {})
         """
-        return {} if self.write_derived else dict(get_task(task).derived_columns)
+        return {} if self.write_derived else dict(get_task(task).rows.derived_columns)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from seqpack.data.columns import pack_sequences
-from seqpack.tasks import get_task, sequence_task
+from seqpack.tasks import get_task
 
 if TYPE_CHECKING:
     from seqpack.data.columns import PackedColumns
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def build_sequences(source: Any, tokenizer: AnyTokenizer, config: PackConfig) -> Sequences:
     """The task's sequences (not yet packed); see `seqpack.pipeline.PackConfig`."""
-    return sequence_task(config.task).build_sequences(source, tokenizer, config)
+    return get_task(config.task).packs().build(source, tokenizer, config)
 
 
 def manifest_extra(

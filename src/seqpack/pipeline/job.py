@@ -70,7 +70,7 @@ from seqpack.pipeline.stages import (
     sequences_key,
     sequences_stage,
 )
-from seqpack.tasks import sequence_task
+from seqpack.tasks import get_task
 
 if TYPE_CHECKING:
     from seqpack.pipeline.engine import Engine
@@ -118,7 +118,7 @@ def pack_example_shards(
     if shard_examples < 1:
         raise UserError(f"shard_examples must be >= 1, got {shard_examples}")
     files = record_files(source, glob=glob)
-    context = sequence_task(config.task).shard_context(files, config)
+    context = get_task(config.task).packs().shard_context(files, config)
 
     def inputs() -> Iterator[ShardInput]:
         it, base = iter_records(files), 0
@@ -172,7 +172,7 @@ def run_job(
             keys: list[str] = []
             reused: list[str] = []
             rebuild: list[Any] = []  # per input shard: what its route stage makes the tokens again from, or None
-            task = sequence_task(config.task)
+            sequencer = get_task(config.task).packs()
             redone: dict[str, str] = {}
 
             def items() -> Iterator[tuple[Any, ...]]:
@@ -180,13 +180,17 @@ def run_job(
                     d = work / f"sequences-{i:05d}"
                     cfg = dataclasses.replace(config, seed=config.seed + i)
                     identity = input_identity(src)
-                    more = None if isinstance(src, str) else task.shard_identity(src, cfg, context or {})
+                    more = None
+                    if not isinstance(src, str) and sequencer.identity is not None:
+                        more = sequencer.identity(src, cfg, context or {})
                     if more is not None:  # files the records name (their images): a changed one redoes the shard
                         identity = [identity, more]
                     key = sequences_key(d.name, base, identity, cfg, tokenizer)
                     dirs.append(str(d))
                     keys.append(key)
-                    rebuild.append((src, tokenizer, cfg) if isinstance(src, str) and task.tokens_from_store else None)
+                    rebuild.append(
+                        (src, tokenizer, cfg) if isinstance(src, str) and sequencer.tokens_from_store else None
+                    )
                     done, why = log.check(d.name, key, outputs=[d])
                     if done is not None:
                         reused.append(d.name)
@@ -223,7 +227,8 @@ def run_job(
             }
             if any(s.get("examples") for s in summaries):
                 extra["example_table"] = _example_table(final, dirs)
-            task.write_beside(tokenizer, final)
+            if sequencer.beside is not None:
+                sequencer.beside(tokenizer, final)
             if output.schedule is not None:
                 steps, extra["schedule"] = packing_schedule(
                     packing.lengths, packing.pack_offsets, packing.sequence_index, output.schedule

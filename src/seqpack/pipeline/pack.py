@@ -5,7 +5,7 @@
 
 Store tasks (``clm``, ``mlm``) read a token store (``seqpack tokenize``); example tasks
 (``classification``, ``multilabel``, ``qa``, ``chat``) read labelled examples (``.jsonl``,
-``.parquet`` or an HF dataset). The task says which (`seqpack.tasks.Task.reads_store`).
+``.parquet`` or an HF dataset). The task says which (`seqpack.tasks.Packing.reads`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from seqpack.pipeline.config import SHARD_EXAMPLES, OutputOptions, PackConfig
 from seqpack.pipeline.in_memory import pack_task
 from seqpack.pipeline.job import pack_example_shards, pack_store_shards
 from seqpack.store.sharded import SHARDS, ShardedTokenStore
-from seqpack.tasks import get_task, sequence_task
+from seqpack.tasks import get_task
+from seqpack.tasks.base import check_examples
 
 if TYPE_CHECKING:
     from seqpack.pipeline.engine import Engine
@@ -67,13 +68,14 @@ def build_packed_dataset(
     """
     output = output if output is not None else OutputOptions()
     task = get_task(config.task)
+    packing = task.packs()
     source_path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "path", None)
     check_not_input(out, [source_path])  # --out must not replace or sit inside what it reads
     sharded = isinstance(source, ShardedTokenStore) or (
         isinstance(source, (str, os.PathLike)) and (Path(source) / SHARDS).is_file()
     )
     if not task.reads_store and isinstance(source, (str, os.PathLike)):
-        task.check_examples(source)
+        check_examples(source, task.name)
         m = pack_example_shards(
             source, tokenizer, out, config, output=output, engine=engine, shard_examples=shard_examples, glob=glob
         )
@@ -95,8 +97,8 @@ def build_packed_dataset(
             extra=extra,
             arrays=arrays,
             derived=output.derived(config.task),
-            beside=lambda root: sequence_task(config.task).write_beside(tokenizer, root),
+            beside=None if (keep := packing.beside) is None else lambda root: keep(tokenizer, root),
         )
-    for message in task.pack_warnings(m):  # once, from the whole job's counts (not once per shard)
+    for message in packing.warnings(m) if packing.warnings is not None else []:  # once, from the whole job's counts
         warnings.warn(message, stacklevel=2)
     return m

@@ -35,7 +35,7 @@ from seqpack.data.sequences import Sequences, offsets_of
 from seqpack.errors import UserError
 from seqpack.packing import Packing
 from seqpack.store import TokenStore
-from seqpack.tasks import sequence_task
+from seqpack.tasks import get_task
 from seqpack.tasks.base import split_derived
 
 #: a sequences stage's example table (`seqpack.data.example_table`), when its task keeps one
@@ -63,13 +63,13 @@ def sequences_stage(
         return done
     out = Path(path)
     log = StageLog(out.parent)
-    task = sequence_task(config.task)
+    packing = get_task(config.task).packs()
     if isinstance(shard, str):  # the derived fields (made again after the gather) not even made
-        seqs, derived = task.stored_sequences(TokenStore(shard), tokenizer, config)
+        seqs, derived = packing.stored_sequences(TokenStore(shard), tokenizer, config)
     else:
         try:
             seqs, derived = split_derived(
-                task.build_shard(shard, tokenizer, config, context or {}), task.derived_fields
+                packing.build_shard(shard, tokenizer, config, context or {}), packing.derived_fields
             )
         except ValueError as e:  # "example i" counts within the shard: say which records it holds
             raise UserError(f"examples {doc_base}..{doc_base + len(shard) - 1} of the file: {e}") from e
@@ -77,7 +77,7 @@ def sequences_stage(
         np.save(tmp / "offsets.npy", seqs.offsets)
         np.save(tmp / "example_ids.npy", seqs.example_ids + doc_base)
         for name, v in seqs.token_fields.items():
-            if not (isinstance(shard, str) and task.tokens_from_store):  # else the route stage makes them again
+            if not (isinstance(shard, str) and packing.tokens_from_store):  # else the route stage makes them again
                 np.save(tmp / f"token.{name}.npy", v)
         for name, v in seqs.seq_fields.items():
             np.save(tmp / f"seq.{name}.npy", v)
@@ -145,7 +145,7 @@ def route_stage(
     each, and the slot count), then by slot (``slots``: the plan position of each of its
     sequences). Memory: one shard. Recorded under ``key`` (`route_key`). ``rebuild``:
     ``(store shard, tokenizer, config)`` of a task whose token fields were not saved
-    (``Task.tokens_from_store``): they are made again from the store shard.
+    (``Packing.tokens_from_store``): they are made again from the store shard.
 
         >>> # sequences 0, 1, 2 of a shard sit at slots 5, 0, 3; groups hold slots 0-1, 2-3, 4-5:
         >>> np.lexsort((np.array([5, 0, 3]), np.array([2, 0, 1]))).tolist()  # routed order
@@ -160,7 +160,7 @@ def route_stage(
     made: dict[str, np.ndarray] = {}
     if rebuild is not None:
         shard, tokenizer, config = rebuild
-        seqs, _ = sequence_task(config.task).stored_sequences(TokenStore(shard), tokenizer, config)
+        seqs, _ = get_task(config.task).packs().stored_sequences(TokenStore(shard), tokenizer, config)
         if not np.array_equal(seqs.offsets, off):
             raise OSError(f"{shard}: the store shard changed while it was being packed; run the job again")
         made = seqs.token_fields
@@ -299,9 +299,10 @@ def _read_group(
             at += n
         assert at == out.size, (at, out.size)
         tok[k] = out
-    task = sequence_task(meta["task"])
+    rule = get_task(meta["task"]).packs().derived
+    assert rule is not None or not derived, derived  # a job saves derived fields only for a task that makes them
     return {
-        k: task.rebuild_field(k, tok, offsets, dt) if k in derived else tok[k]
+        k: rule.rebuild(k, tok, offsets, dt) if rule is not None and k in derived else tok[k]
         for k, dt in dtypes.items()
         if k not in skip
     }

@@ -83,7 +83,7 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         stream = self._reader()
         for row in stream:
-            yield to_tensors(row, float_labels=stream.task.float_labels)
+            yield to_tensors(row, float_labels=stream.task.rows.float_labels)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this reader is: after the rows it has yielded (see `PackedStream.state_dict`)."""

@@ -39,7 +39,7 @@ from seqpack.packing.assign import assign
 from seqpack.packing.plan import plan
 from seqpack.pipeline.config import PackConfig
 from seqpack.pipeline.mixture import Mixture
-from seqpack.tasks import sequence_task
+from seqpack.tasks import get_task
 
 STATE_KIND = "seqpack-stream-state"
 STATE_VERSION = 1
@@ -222,9 +222,10 @@ class PackedStream:
         self.shard = config.rank if shard is None else shard
         if not 0 <= self.shard < self.shards:
             raise UserError(f"shard {self.shard} is outside 0..{self.shards - 1}")
-        self.task = sequence_task(config.task)
+        self.task = get_task(config.task)
+        self.packing = self.task.packs()
         self.pack_config = config.pack_config()
-        self.context = self.task.stream_context(self.pack_config)
+        self.context = self.packing.stream_context(self.pack_config)
         self.sources = examples.names if isinstance(examples, Mixture) else None
         self._state = self._fresh(epoch=0)
         self._mix = [0] * len(self.sources or ())
@@ -320,7 +321,7 @@ class PackedStream:
         """The sequences of a chunk of examples, their ``example_ids`` global, and each one's piece
         (its rank among its example's sequences)."""
         ids = np.array([i for i, _ in batch], dtype=np.int64)
-        seqs = self.task.stream_sequences([x for _, x in batch], self.tokenizer, self.pack_config, self.context)
+        seqs = self.packing.stream_sequences([x for _, x in batch], self.tokenizer, self.pack_config, self.context)
         seqs = dataclasses.replace(seqs, example_ids=ids[seqs.example_ids])
         return seqs, piece_keys(seqs.example_ids)[:, 1]
 

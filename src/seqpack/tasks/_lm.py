@@ -1,17 +1,21 @@
-"""What the language-model tasks (clm, mlm) share: the store's empty documents, the LM units
-of a batch and the LM evaluation metrics."""
+"""What the language-model tasks (clm, mlm, chat, token classification, image-text) share: the
+store's empty documents, the LM units of a batch, the LM evaluation metrics, and the `Training`
+part of a task whose loss is a causal LM's (`LM_TRAINING`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from seqpack.data.sequences import IGNORE_INDEX
+from seqpack.tasks.spec import Training
 
 if TYPE_CHECKING:
     import torch
 
     from seqpack.data.sequences import Sequences
+    from seqpack.nn.models.common import PackedOutput
     from seqpack.store import TokenStore
 
 
@@ -64,3 +68,32 @@ def target_logits(out: Any, batch: Mapping[str, torch.Tensor], *, shift: bool) -
     if logits.ndim == 3:
         logits = logits[mask]
     return logits, labels[mask]
+
+
+def lm_loss_units(batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
+    """``[lm_units, 0, 0]``, ``(3,)`` float64: the loss is the LM component alone.
+
+    >>> import torch
+    >>> b = {"labels": torch.tensor([[-100, 5, 6, -100, 7]]), "segment_ids": torch.tensor([[1, 1, 1, 2, 2]])}
+    >>> lm_loss_units(b, "sequence").tolist(), lm_loss_units(b, "token").tolist()
+    ([2.0, 0.0, 0.0], [3.0, 0.0, 0.0])
+    """
+    import torch
+
+    return torch.tensor([lm_units(batch, reduction), 0.0, 0.0], dtype=torch.float64)
+
+
+def lm_mean(out: PackedOutput) -> list[torch.Tensor | None]:
+    """The model's loss as the LM component's mean."""
+    return [out.loss, None, None]
+
+
+def slot_mean(out: PackedOutput) -> list[torch.Tensor | None]:
+    """The model's loss as the per-sequence (``cls``) component's mean."""
+    return [None, None, out.loss]
+
+
+#: the training part of a task whose loss is a causal LM's at its labels (shifted by the model)
+LM_TRAINING = Training(
+    loss_units=lm_loss_units, component_means=lm_mean, update_eval=partial(add_lm_metrics, shift=True)
+)

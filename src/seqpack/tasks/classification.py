@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,13 +34,16 @@ from seqpack.data.sequences import (
 )
 from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
-from seqpack.tasks.base import Task, add_slot_metrics, num_labels, slot_units
+from seqpack.tasks._lm import slot_mean
+from seqpack.tasks.base import add_slot_metrics, check_examples, num_labels, slot_units
 from seqpack.tasks.examples import get_field
+from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Streaming, Task, Training
 from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
 
+    from seqpack.nn.models.common import PackedOutput
     from seqpack.tokenizer.types import AnyTokenizer
 
 
@@ -266,108 +270,143 @@ class ClassificationOptions:
             check_label_count(self.num_labels, self.label_field)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ClassificationTask(Task):
-    lora_task_type: ClassVar[str | None] = "SEQ_CLS"
-    options_type: ClassVar[type] = ClassificationOptions
-    multilabel: bool = False
+def _sequences(
+    source: Any,
+    tokenizer: AnyTokenizer,
+    config: PackSettings,
+    context: Mapping[str, Any],
+    *,
+    multilabel: bool,
+) -> Sequences:
+    o: ClassificationOptions = config.options
+    return classification_sequences(
+        source,
+        tokenizer,
+        max_len=config.max_len,
+        text_field=o.text_field,
+        text_pair_field=o.text_pair_field,
+        label_field=o.label_field,
+        multilabel=multilabel,
+        num_labels=context.get("num_labels", o.num_labels),
+        overflow=o.overflow,
+        label_names=context.get("label_names"),
+    )
 
-    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        self.check_examples(source)
-        o: ClassificationOptions = config.options
-        return classification_sequences(
-            source,
-            tokenizer,
-            max_len=config.max_len,
-            text_field=o.text_field,
-            text_pair_field=o.text_pair_field,
-            label_field=o.label_field,
-            multilabel=self.multilabel,
-            num_labels=o.num_labels,
-            overflow=o.overflow,
+
+def build(source: Any, tokenizer: AnyTokenizer, config: PackSettings, *, multilabel: bool) -> Sequences:
+    """The sequences of labelled examples, their label set read from them."""
+    check_examples(source, config.task)
+    return _sequences(source, tokenizer, config, {}, multilabel=multilabel)
+
+
+def build_shard(
+    records: list[dict[str, Any]],
+    tokenizer: AnyTokenizer,
+    config: PackSettings,
+    context: dict[str, Any],
+    *,
+    multilabel: bool,
+) -> Sequences:
+    """One shard's sequences, its labels mapped by the whole job's label set (``context``)."""
+    return _sequences(records, tokenizer, config, context, multilabel=multilabel)
+
+
+def shard_context(source: Any, config: PackSettings, *, multilabel: bool) -> dict[str, Any]:
+    """The label set of all examples, so that every shard maps labels the same way."""
+    o: ClassificationOptions = config.options
+    names, count = label_space(source, o.label_field, multilabel=multilabel, num_labels=o.num_labels)
+    return {"label_names": names, "num_labels": count}
+
+
+def stream_context(config: PackSettings) -> dict[str, Any]:
+    """A stream cannot be read ahead for its label set: integer labels and ``num_labels``."""
+    o: ClassificationOptions = config.options
+    if o.num_labels is None:
+        raise UserError(
+            f"a stream of {config.task} examples needs num_labels (integer labels): its label set "
+            "cannot be read ahead; pass options={'num_labels': N}"
         )
-
-    def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
-        """The label set of all examples, so that every shard maps labels the same way."""
-        o: ClassificationOptions = config.options
-        names, count = label_space(source, o.label_field, multilabel=self.multilabel, num_labels=o.num_labels)
-        return {"label_names": names, "num_labels": count}
-
-    def stream_context(self, config: Any) -> dict[str, Any]:
-        """A stream cannot be read ahead for its label set: integer labels and ``num_labels``."""
-        o: ClassificationOptions = config.options
-        if o.num_labels is None:
-            raise UserError(
-                f"a stream of {self.name} examples needs num_labels (integer labels): its label set "
-                "cannot be read ahead; pass options={'num_labels': N}"
-            )
-        return {"label_names": None, "num_labels": o.num_labels}
-
-    def build_shard(self, records: list[dict[str, Any]], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
-        o: ClassificationOptions = config.options
-        return classification_sequences(
-            records,
-            tokenizer,
-            max_len=config.max_len,
-            text_field=o.text_field,
-            text_pair_field=o.text_pair_field,
-            label_field=o.label_field,
-            multilabel=self.multilabel,
-            num_labels=context["num_labels"],
-            overflow=o.overflow,
-            label_names=context["label_names"],
-        )
-
-    def seqpack_model(
-        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
-    ) -> tuple[Any, Any]:
-        from seqpack.nn.models import BertConfig, BertForSequenceClassification
-
-        mc = BertConfig.of_size(
-            size, vocab_size=vocab, num_labels=num_labels(manifest), multilabel=self.multilabel, **extra
-        )
-        return BertForSequenceClassification(mc), mc
-
-    def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
-        """The label count and, for named labels, ``id2label``/``label2id`` the data's (so a pipeline
-        over ``RUN/model/`` answers with the data's label names; integer labels keep a checkpoint's
-        names of the same count)."""
-        n = num_labels(manifest)
-        names = (manifest.get("task_info") or {}).get("label_names")
-        d["num_labels"] = n
-        # the data's kind of labels, whatever a checkpoint's config said
-        d["problem_type"] = "multi_label_classification" if self.multilabel else "single_label_classification"
-        if names and len(names) == n:
-            d["id2label"] = {str(i): str(x) for i, x in enumerate(names)}
-            d["label2id"] = {str(x): i for i, x in enumerate(names)}
-        elif len(d.get("id2label") or ()) != n:  # a checkpoint's names of another label count
-            d.pop("id2label", None)
-            d.pop("label2id", None)
-
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
-        import transformers
-
-        return transformers.AutoModelForSequenceClassification.from_config(config)
-
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
-        return model(
-            batch["input_ids"],
-            batch["segment_ids"],
-            position_ids=batch["position_ids"],
-            labels=batch.get("labels"),
-            token_type_ids=batch.get("token_type_ids"),
-        )
-
-    def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
-        import torch
-
-        labels = batch.get("labels")
-        return torch.tensor([0.0, 0.0, slot_units(labels) if labels is not None else 0.0], dtype=torch.float64)
-
-    def update_eval(self, totals: Any, out: Any, batch: Mapping[str, torch.Tensor]) -> None:
-        add_slot_metrics(totals, "cls", out.per_sequence, batch.get("labels"), out.slot_logits)
+    return {"label_names": None, "num_labels": o.num_labels}
 
 
-TASK = ClassificationTask(
-    name="classification", summary="one label per text or text pair", reads="examples", models=("bert",)
-)
+def bert(
+    kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any], *, multilabel: bool
+) -> tuple[Any, Any]:
+    """seqpack's BERT with a classification head over the dataset's labels."""
+    from seqpack.nn.models import BertConfig, BertForSequenceClassification
+
+    mc = BertConfig.of_size(size, vocab_size=vocab, num_labels=num_labels(manifest), multilabel=multilabel, **extra)
+    return BertForSequenceClassification(mc), mc
+
+
+def hf_config(d: dict[str, Any], manifest: Mapping[str, Any], *, multilabel: bool) -> None:
+    """The label count and, for named labels, ``id2label``/``label2id`` the data's (so a pipeline
+    over ``RUN/model/`` answers with the data's label names; integer labels keep a checkpoint's
+    names of the same count)."""
+    n = num_labels(manifest)
+    names = (manifest.get("task_info") or {}).get("label_names")
+    d["num_labels"] = n
+    # the data's kind of labels, whatever a checkpoint's config said
+    d["problem_type"] = "multi_label_classification" if multilabel else "single_label_classification"
+    if names and len(names) == n:
+        d["id2label"] = {str(i): str(x) for i, x in enumerate(names)}
+        d["label2id"] = {str(x): i for i, x in enumerate(names)}
+    elif len(d.get("id2label") or ()) != n:  # a checkpoint's names of another label count
+        d.pop("id2label", None)
+        d.pop("label2id", None)
+
+
+def sequence_classifier(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+    """A transformers sequence classifier of ``config``."""
+    import transformers
+
+    return transformers.AutoModelForSequenceClassification.from_config(config)
+
+
+def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+    """The classifier's forward pass: one prediction per sequence, the loss at its labels."""
+    return model(
+        batch["input_ids"],
+        batch["segment_ids"],
+        position_ids=batch["position_ids"],
+        labels=batch.get("labels"),
+        token_type_ids=batch.get("token_type_ids"),
+    )
+
+
+def loss_units(batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
+    """``[0, 0, labelled sequences]``, ``(3,)`` float64."""
+    import torch
+
+    labels = batch.get("labels")
+    return torch.tensor([0.0, 0.0, slot_units(labels) if labels is not None else 0.0], dtype=torch.float64)
+
+
+def update_eval(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+    """``cls_loss`` over labelled sequences and, single-label, ``cls_accuracy``."""
+    add_slot_metrics(totals, "cls", out.per_sequence, batch.get("labels"), out.slot_logits)
+
+
+def classification_task(*, name: str, summary: str, multilabel: bool) -> Task:
+    """The spec of a classification task: one label (or, ``multilabel``, a multi-hot set) per text."""
+    return Task(
+        name=name,
+        summary=summary,
+        options_type=ClassificationOptions,
+        rows=Rows(float_labels=multilabel),
+        packing=Packing(
+            reads="examples",
+            build=partial(build, multilabel=multilabel),
+            shard=partial(build_shard, multilabel=multilabel),
+            context=partial(shard_context, multilabel=multilabel),
+            stream=Streaming(context=stream_context),
+        ),
+        training=Training(loss_units=loss_units, component_means=slot_mean, update_eval=update_eval),
+        models=OwnModels(kinds=("bert",), build=partial(bert, multilabel=multilabel), forward=forward),
+        hf=HFModels(
+            build=sequence_classifier, config=partial(hf_config, multilabel=multilabel), lora_task_type="SEQ_CLS"
+        ),
+    )
+
+
+TASK = classification_task(name="classification", summary="one label per text or text pair", multilabel=False)

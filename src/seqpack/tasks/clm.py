@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Mapping
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,11 +40,26 @@ from seqpack.data.sequences import (
 )
 from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
-from seqpack.tasks._lm import add_lm_metrics, count_empty, lm_units
-from seqpack.tasks.base import Task
+from seqpack.tasks._lm import LM_TRAINING, count_empty
+from seqpack.tasks.base import open_store
+from seqpack.tasks.spec import (
+    SEGMENTS,
+    Derived,
+    HFModels,
+    OwnModels,
+    Packing,
+    PackSettings,
+    Rows,
+    Streaming,
+    Task,
+)
 
 if TYPE_CHECKING:
     import torch
+
+    from seqpack.nn.models.common import PackedOutput
+    from seqpack.store import TokenStore
+    from seqpack.tokenizer.types import AnyTokenizer
 
 
 def _append_eos(tokens: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -224,140 +239,144 @@ class CLMOptions:
         check_overflow(self.overflow, allowed=OVERFLOW)
 
 
-@dataclass(frozen=True, kw_only=True)
-class CLMTask(Task):
-    lora_task_type: ClassVar[str | None] = "CAUSAL_LM"
-    options_type: ClassVar[type] = CLMOptions
-    derived_fields: ClassVar[tuple[str, ...]] = ("labels",)
-    tokens_from_store: ClassVar[bool] = True  # the store's tokens and an EOS a document: a compiled copy
-    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = (("labels", "lm_labels"), ("segment_ids", "segments"))
+def _rebuild_labels(name: str, fields: Mapping[str, np.ndarray], offsets: np.ndarray, dtype: Any) -> np.ndarray:
+    """The labels a sharded job did not save, made again from the gathered ``input_ids``."""
+    assert name == "labels", name
+    return shifted_labels(fields["input_ids"], offsets, np.dtype(dtype))
 
-    def rebuild_field(self, name: str, fields: Mapping[str, Any], offsets: Any, dtype: Any) -> Any:
-        assert name == "labels", name
-        return shifted_labels(fields["input_ids"], offsets, np.dtype(dtype))
 
-    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        store, kw = self._inputs(source, tokenizer, config)
-        return count_empty(store, clm_sequences(store.tokens, store.offsets, **kw))
+def _inputs(source: Any, tokenizer: AnyTokenizer, config: PackSettings) -> tuple[TokenStore, dict[str, Any]]:
+    """The store, and `clm_sequences`'s options."""
+    o: CLMOptions = config.options
+    if config.max_len < 2:  # each sequence's first token has no target: one token per row learns nothing
+        raise UserError(f"--max-len {config.max_len} leaves a causal LM no target; pass --max-len 2 or more")
+    store = open_store(source, tokenizer, config.task)
+    eos = None
+    if o.eos_token:
+        eos = tokenizer.token_to_id(o.eos_token)
+        if eos is None:
+            raise UserError(
+                f"tokenizer has no token {o.eos_token!r}; pass --eos-token TOKEN, or --eos-token '' for none"
+            )
+    return store, {
+        "max_len": config.max_len,
+        "eos_id": eos,
+        "overflow": o.overflow,
+        "vocab_size": tokenizer.vocab_size,
+    }
 
-    def stored_sequences(self, source: Any, tokenizer: Any, config: Any) -> tuple[Any, dict[str, Any]]:
-        store, kw = self._inputs(source, tokenizer, config)  # the labels are not made: not saved
-        seqs, labels_dtype = clm_inputs(store.tokens, store.offsets, **kw)
-        return count_empty(store, seqs), {"labels": labels_dtype}
 
-    def store_lengths(self, lengths: Any, max_len: int, options: Any) -> Any:
-        """What `clm_inputs` makes of documents of ``lengths``: an EOS each (with ``eos_token``),
-        then ``overflow`` at ``max_len`` (split into pieces of ``max_len``, the last shorter).
+def build(source: Any, tokenizer: AnyTokenizer, config: PackSettings) -> Sequences:
+    """The sequences of a token store's documents (`clm_sequences`)."""
+    store, kw = _inputs(source, tokenizer, config)
+    return count_empty(store, clm_sequences(store.tokens, store.offsets, **kw))
 
-            >>> from seqpack.tasks import get_task
-            >>> get_task("clm").store_lengths(np.array([3, 0, 9]), 4, CLMOptions()).tolist()
-            [4, 1, 4, 4, 2]
-        """
-        o: CLMOptions = options
-        n = np.asarray(lengths, dtype=np.int64) + (1 if o.eos_token else 0)
-        n = n[n > 0]
-        if o.overflow == "split":
-            pieces = -(-n // max_len)
-            within = np.arange(int(pieces.sum())) - np.repeat(offsets_of(pieces)[:-1], pieces)
-            return np.minimum(max_len, np.repeat(n, pieces) - within * max_len)
-        if o.overflow == "truncate":
-            return np.minimum(n, max_len)
-        if o.overflow == "drop":
-            return n[n <= max_len]
-        return n  # error: the histogram refuses what is too long, naming the option
 
-    def _inputs(self, source: Any, tokenizer: Any, config: Any) -> tuple[Any, dict[str, Any]]:
-        """The store, and `clm_sequences`'s options."""
-        o: CLMOptions = config.options
-        if config.max_len < 2:  # each sequence's first token has no target: one token per row learns nothing
-            raise UserError(f"--max-len {config.max_len} leaves a causal LM no target; pass --max-len 2 or more")
-        store = self.open_store(source, tokenizer)
-        eos = None
+def stored(source: Any, tokenizer: AnyTokenizer, config: PackSettings) -> tuple[Sequences, dict[str, Any]]:
+    """What a sharded job saves: the sequences without their labels (made again after the gather)."""
+    store, kw = _inputs(source, tokenizer, config)
+    seqs, labels_dtype = clm_inputs(store.tokens, store.offsets, **kw)
+    return count_empty(store, seqs), {"labels": labels_dtype}
+
+
+def store_lengths(lengths: np.ndarray, max_len: int, options: CLMOptions) -> np.ndarray:
+    """What `clm_inputs` makes of documents of ``lengths``: an EOS each (with ``eos_token``),
+    then ``overflow`` at ``max_len`` (split into pieces of ``max_len``, the last shorter).
+
+        >>> store_lengths(np.array([3, 0, 9]), 4, CLMOptions()).tolist()
+        [4, 1, 4, 4, 2]
+    """
+    n = np.asarray(lengths, dtype=np.int64) + (1 if options.eos_token else 0)
+    n = n[n > 0]
+    if options.overflow == "split":
+        pieces = -(-n // max_len)
+        within = np.arange(int(pieces.sum())) - np.repeat(offsets_of(pieces)[:-1], pieces)
+        return np.minimum(max_len, np.repeat(n, pieces) - within * max_len)
+    if options.overflow == "truncate":
+        return np.minimum(n, max_len)
+    if options.overflow == "drop":
+        return n[n <= max_len]
+    return n  # error: the histogram refuses what is too long, naming the option
+
+
+def stream(
+    records: list[Any], tokenizer: AnyTokenizer | None, config: PackSettings, context: dict[str, Any]
+) -> Sequences:
+    """Documents of a stream: token-id lists taken as they are (no tokenizer: no EOS added), or
+    texts (strings, or records with ``text``) encoded by ``tokenizer`` with its EOS after each."""
+    o: CLMOptions = config.options
+    eos = None
+    if tokenizer is None:
+        docs = [_token_list(r, i) for i, r in enumerate(records)]
+    else:
+        texts = [r if isinstance(r, str) else r.get("text") if isinstance(r, Mapping) else None for r in records]
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise UserError(
+                f"example {bad}: a clm stream with a tokenizer reads strings or records with a 'text' "
+                f"string, got {type(records[bad]).__name__}"
+            )
+        docs = [np.asarray(tokenizer.encode(t), dtype=np.int64) for t in texts if isinstance(t, str)]  # all are
         if o.eos_token:
             eos = tokenizer.token_to_id(o.eos_token)
             if eos is None:
-                raise UserError(
-                    f"tokenizer has no token {o.eos_token!r}; pass --eos-token TOKEN, or --eos-token '' for none"
-                )
-        return store, {
-            "max_len": config.max_len,
-            "eos_id": eos,
-            "overflow": o.overflow,
-            "vocab_size": tokenizer.vocab_size,
-        }
-
-    def stream_context(self, config: Any) -> dict[str, Any]:
-        return {}
-
-    def stream_sequences(self, records: list[Any], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
-        """Documents of a stream: token-id lists taken as they are (no tokenizer: no EOS added), or
-        texts (strings, or records with ``text``) encoded by ``tokenizer`` with its EOS after each."""
-        o: CLMOptions = config.options
-        eos = None
-        if tokenizer is None:
-            docs = [_token_list(r, i) for i, r in enumerate(records)]
-        else:
-            texts = [r if isinstance(r, str) else r.get("text") if isinstance(r, Mapping) else None for r in records]
-            bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
-            if bad is not None:
-                raise UserError(
-                    f"example {bad}: a clm stream with a tokenizer reads strings or records with a 'text' "
-                    f"string, got {type(records[bad]).__name__}"
-                )
-            docs = [np.asarray(tokenizer.encode(t), dtype=np.int64) for t in texts]
-            if o.eos_token:
-                eos = tokenizer.token_to_id(o.eos_token)
-                if eos is None:
-                    raise UserError(
-                        f"tokenizer has no token {o.eos_token!r}; pass options={{'eos_token': ''}} for none"
-                    )
-        lens = np.array([d.size for d in docs], dtype=np.int64)
-        flat = np.concatenate(docs) if docs else np.zeros(0, np.int64)
-        vocab = tokenizer.vocab_size if tokenizer is not None else None
-        return clm_sequences(
-            flat, offsets_of(lens), max_len=config.max_len, eos_id=eos, overflow=o.overflow, vocab_size=vocab
-        )
-
-    def seqpack_model(
-        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
-    ) -> tuple[Any, Any]:
-        from seqpack.nn.models import GPT, GPTConfig
-
-        mc = GPTConfig.of_size(size, vocab_size=vocab, **extra)
-        return GPT(mc), mc
-
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
-        import transformers
-
-        return transformers.AutoModelForCausalLM.from_config(config)
-
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
-        return model(
-            batch["input_ids"],
-            batch["segment_ids"],
-            reduction=reduction,
-            position_ids=batch["position_ids"],
-            labels=batch.get("labels"),
-        )
-
-    def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
-        """
-        >>> import torch
-        >>> b = {"labels": torch.tensor([[-100, 5, 6, -100, 7]]), "segment_ids": torch.tensor([[1, 1, 1, 2, 2]])}
-        >>> TASK.loss_units(b, "sequence").tolist(), TASK.loss_units(b, "token").tolist()
-        ([2.0, 0.0, 0.0], [3.0, 0.0, 0.0])
-        """
-        import torch
-
-        return torch.tensor([lm_units(batch, reduction), 0.0, 0.0], dtype=torch.float64)
-
-    def component_means(self, out: Any) -> list[Any]:
-        return [out.loss, None, None]
-
-    def update_eval(self, totals: Any, out: Any, batch: Mapping[str, torch.Tensor]) -> None:
-        add_lm_metrics(totals, out, batch, shift=True)
+                raise UserError(f"tokenizer has no token {o.eos_token!r}; pass options={{'eos_token': ''}} for none")
+    lens = np.array([d.size for d in docs], dtype=np.int64)
+    flat = np.concatenate(docs) if docs else np.zeros(0, np.int64)
+    vocab = tokenizer.vocab_size if tokenizer is not None else None
+    return clm_sequences(
+        flat, offsets_of(lens), max_len=config.max_len, eos_id=eos, overflow=o.overflow, vocab_size=vocab
+    )
 
 
-TASK = CLMTask(
-    name="clm", summary="causal language modelling on a token store", reads="store", models=("gpt",), token_labels=True
+def gpt(kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    """seqpack's GPT of ``size`` over ``vocab`` tokens."""
+    from seqpack.nn.models import GPT, GPTConfig
+
+    mc = GPTConfig.of_size(size, vocab_size=vocab, **extra)
+    return GPT(mc), mc
+
+
+def gpt_forward(
+    model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+) -> PackedOutput:
+    """GPT's forward pass on a packed batch, the loss at the (shifted) labels."""
+    return model(
+        batch["input_ids"],
+        batch["segment_ids"],
+        reduction=reduction,
+        position_ids=batch["position_ids"],
+        labels=batch.get("labels"),
+    )
+
+
+def causal_lm(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+    """A transformers causal LM of ``config``."""
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_config(config)
+
+
+#: seqpack's GPT trains a causal-LM task (clm, chat)
+GPT_MODELS = OwnModels(kinds=("gpt",), build=gpt, forward=gpt_forward)
+#: transformers' causal LMs train it
+HF_CAUSAL_LMS = HFModels(build=causal_lm, lora_task_type="CAUSAL_LM")
+
+TASK = Task(
+    name="clm",
+    summary="causal language modelling on a token store",
+    options_type=CLMOptions,
+    rows=Rows(token_labels=True, causal_lm=True, derived_columns=(("labels", "lm_labels"), *SEGMENTS)),
+    packing=Packing(
+        reads="store",
+        build=build,
+        stored=stored,
+        derived=Derived(fields=("labels",), rebuild=_rebuild_labels),
+        tokens_from_store=True,  # the store's tokens and an EOS a document: a compiled copy
+        store_lengths=store_lengths,
+        stream=Streaming(build=stream),
+    ),
+    training=LM_TRAINING,
+    models=GPT_MODELS,
+    hf=HF_CAUSAL_LMS,
 )

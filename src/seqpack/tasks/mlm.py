@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,12 +39,14 @@ from seqpack.data.sequences import (
 from seqpack.errors import UserError
 from seqpack.packing.histogram import MAX_LEN_LIMIT, check_max_len
 from seqpack.tasks._lm import add_lm_metrics, count_empty, lm_units
-from seqpack.tasks.base import Task, add_slot_metrics, slot_units
+from seqpack.tasks.base import add_slot_metrics, open_store, slot_units
+from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Task, Training
 from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
 
+    from seqpack.nn.models.common import PackedOutput
     from seqpack.store import TokenStore
     from seqpack.tokenizer.types import AnyTokenizer
 
@@ -299,74 +301,86 @@ class MLMOptions:
         MLMConfig(max_len=512, **dataclasses.asdict(self))  # the validation lives in MLMConfig
 
 
-@dataclass(frozen=True, kw_only=True)
-class MLMTask(Task):
-    options_type: ClassVar[type] = MLMOptions
-
-    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        store = self.open_store(source, tokenizer)
-        mcfg = MLMConfig(max_len=config.max_len, seed=config.seed, **dataclasses.asdict(config.options))
-        return count_empty(store, mlm_sequences(store, tokenizer, mcfg))
-
-    def stream_sequences(self, records: list[Any], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
-        raise UserError(
-            "mlm does not stream: its next-sentence pairs draw segments from the whole corpus; "
-            "pack it with seqpack pack (or stream task='clm')"
-        )
-
-    def seqpack_model(
-        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
-    ) -> tuple[Any, Any]:
-        from seqpack.nn.models import BertConfig, BertForPreTraining
-
-        mc = BertConfig.of_size(size, vocab_size=vocab, **extra)
-        return BertForPreTraining(mc), mc
-
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
-        import transformers
-
-        if "next_sentence_label" in manifest["columns"] and model_type == "bert":
-            return transformers.BertForPreTraining(config)
-        return transformers.AutoModelForMaskedLM.from_config(config)
-
-    def hf_batch(self, model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if type(model).__name__ != "BertForPreTraining":
-            batch.pop("next_sentence_label", None)
-        return batch
-
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
-        return model(
-            batch["input_ids"],
-            batch["segment_ids"],
-            reduction=reduction,
-            position_ids=batch["position_ids"],
-            labels=batch.get("labels"),
-            token_type_ids=batch.get("token_type_ids"),
-            next_sentence_label=batch.get("next_sentence_label"),
-        )
-
-    def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
-        import torch
-
-        nsp = batch.get("next_sentence_label")
-        return torch.tensor(
-            [lm_units(batch, reduction), slot_units(nsp) if nsp is not None else 0.0, 0.0], dtype=torch.float64
-        )
-
-    def component_means(self, out: Any) -> list[Any]:
-        return [out.extra.get("mlm_loss", out.loss), out.extra.get("nsp_loss"), None]
-
-    def update_eval(self, totals: Any, out: Any, batch: Mapping[str, torch.Tensor]) -> None:
-        add_lm_metrics(totals, out, batch, shift=False)
-        add_slot_metrics(
-            totals, "nsp", out.extra.get("nsp_per_sequence"), batch.get("next_sentence_label"), out.slot_logits
-        )
+def build(source: Any, tokenizer: AnyTokenizer, config: PackSettings) -> Sequences:
+    """The pre-training pairs of a token store's documents (`mlm_sequences`)."""
+    store = open_store(source, tokenizer, config.task)
+    mcfg = MLMConfig(max_len=config.max_len, seed=config.seed, **dataclasses.asdict(config.options))
+    return count_empty(store, mlm_sequences(store, tokenizer, mcfg))
 
 
-TASK = MLMTask(
+def bert(kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    """seqpack's BERT with its pre-training heads (masked LM + next sentence)."""
+    from seqpack.nn.models import BertConfig, BertForPreTraining
+
+    mc = BertConfig.of_size(size, vocab_size=vocab, **extra)
+    return BertForPreTraining(mc), mc
+
+
+def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+    """BERT pre-training's forward pass: the masked-LM loss and, with its labels, next sentence's."""
+    return model(
+        batch["input_ids"],
+        batch["segment_ids"],
+        reduction=reduction,
+        position_ids=batch["position_ids"],
+        labels=batch.get("labels"),
+        token_type_ids=batch.get("token_type_ids"),
+        next_sentence_label=batch.get("next_sentence_label"),
+    )
+
+
+def masked_lm(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+    """transformers' BERT pre-training model for rows with next-sentence labels, else a masked LM."""
+    import transformers
+
+    if "next_sentence_label" in manifest["columns"] and model_type == "bert":
+        return transformers.BertForPreTraining(config)
+    return transformers.AutoModelForMaskedLM.from_config(config)
+
+
+def hf_batch(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch without next-sentence labels for a model with no next-sentence head."""
+    if type(model).__name__ != "BertForPreTraining":
+        batch.pop("next_sentence_label", None)
+    return batch
+
+
+def loss_units(batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
+    """``[lm units, next-sentence slots, 0]``, ``(3,)`` float64."""
+    import torch
+
+    nsp = batch.get("next_sentence_label")
+    return torch.tensor(
+        [lm_units(batch, reduction), slot_units(nsp) if nsp is not None else 0.0, 0.0], dtype=torch.float64
+    )
+
+
+def component_means(out: PackedOutput) -> list[torch.Tensor | None]:
+    """The masked-LM and next-sentence means (the model's loss when it has no parts)."""
+    return [out.extra.get("mlm_loss", out.loss), out.extra.get("nsp_loss"), None]
+
+
+def update_eval(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+    """LM metrics at the masked tokens (unshifted), next-sentence loss and accuracy."""
+    add_lm_metrics(totals, out, batch, shift=False)
+    add_slot_metrics(
+        totals, "nsp", out.extra.get("nsp_per_sequence"), batch.get("next_sentence_label"), out.slot_logits
+    )
+
+
+TASK = Task(
     name="mlm",
     summary="BERT pre-training (masked LM + next sentence) on a token store",
-    reads="store",
-    models=("bert",),
-    token_labels=True,
+    options_type=MLMOptions,
+    rows=Rows(token_labels=True),
+    packing=Packing(
+        reads="store",
+        build=build,
+        stream=None,
+        unstreamed="its next-sentence pairs draw segments from the whole corpus; pack it with seqpack pack "
+        "(or stream task='clm')",
+    ),
+    training=Training(loss_units=loss_units, component_means=component_means, update_eval=update_eval),
+    models=OwnModels(kinds=("bert",), build=bert, forward=forward),
+    hf=HFModels(build=masked_lm, batch=hf_batch),
 )

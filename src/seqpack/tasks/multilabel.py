@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from seqpack.tasks.classification import ClassificationTask
+from seqpack.tasks.classification import classification_task
 
-TASK = ClassificationTask(
-    name="multilabel",
-    summary="a set of labels per text or text pair (multi-hot)",
-    reads="examples",
-    models=("bert",),
-    multilabel=True,
-    float_labels=True,
+TASK = classification_task(
+    name="multilabel", summary="a set of labels per text or text pair (multi-hot)", multilabel=True
 )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,13 +33,16 @@ from seqpack.corpus.records import iter_records
 from seqpack.data.sequences import IGNORE_INDEX, Sequences, id_dtype, offsets_of
 from seqpack.errors import UserError
 from seqpack.packing.histogram import MAX_LEN_LIMIT, check_max_len
-from seqpack.tasks.base import Task, slot_units
+from seqpack.tasks._lm import slot_mean
+from seqpack.tasks.base import check_examples, slot_units
 from seqpack.tasks.examples import get_field
+from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Task, Training
 from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
 
+    from seqpack.nn.models.common import PackedOutput
     from seqpack.tokenizer.types import AnyTokenizer
 
 
@@ -202,70 +205,81 @@ class QAOptions:
             raise UserError("doc_stride must be >= 0 and max_question_len >= 1")
 
 
-@dataclass(frozen=True, kw_only=True)
-class QATask(Task):
-    lora_task_type: ClassVar[str | None] = "QUESTION_ANS"
-    options_type: ClassVar[type] = QAOptions
-
-    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        self.check_examples(source)
-        o: QAOptions = config.options
-        return qa_sequences(
-            source,
-            tokenizer,
-            max_len=config.max_len,
-            question_field=o.question_field,
-            context_field=o.context_field,
-            answers_field=o.answers_field,
-            doc_stride=o.doc_stride,
-            max_question_len=o.max_question_len,
-        )
-
-    def seqpack_model(
-        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
-    ) -> tuple[Any, Any]:
-        from seqpack.nn.models import BertConfig, BertForQuestionAnswering
-
-        mc = BertConfig.of_size(size, vocab_size=vocab, **extra)
-        return BertForQuestionAnswering(mc), mc
-
-    def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
-        d["num_labels"] = 2  # start, end
-
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
-        import transformers
-
-        return transformers.AutoModelForQuestionAnswering.from_config(config)
-
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
-        return model(
-            batch["input_ids"],
-            batch["segment_ids"],
-            position_ids=batch["position_ids"],
-            token_type_ids=batch.get("token_type_ids"),
-            start_positions=batch.get("start_positions"),
-            end_positions=batch.get("end_positions"),
-        )
-
-    def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
-        import torch
-
-        start = batch.get("start_positions")
-        return torch.tensor([0.0, 0.0, slot_units(start) if start is not None else 0.0], dtype=torch.float64)
-
-    def update_eval(self, totals: Any, out: Any, batch: Mapping[str, torch.Tensor]) -> None:
-        """``span_loss`` (per window) and ``exact_match``: argmax start and argmax end both right."""
-        start, end = batch.get("start_positions"), batch.get("end_positions")
-        if start is None or end is None or out.per_sequence is None:
-            return
-        present = start != IGNORE_INDEX  # (B, D)
-        totals.add("span_loss", float(out.per_sequence[present].sum()), float(present.sum()))
-        s_logits, e_logits = out.extra["start_logits"], out.extra["end_logits"]  # (B, D', T), -inf outside
-        D = start.shape[1]
-        hit = (s_logits[:, :D].argmax(-1) == start) & (e_logits[:, :D].argmax(-1) == end)
-        totals.add("exact_match", float(hit[present].sum()), float(present.sum()))
+def build(source: Any, tokenizer: AnyTokenizer, config: PackSettings) -> Sequences:
+    """The doc-stride windows of question-answer examples (`qa_sequences`)."""
+    check_examples(source, config.task)
+    o: QAOptions = config.options
+    return qa_sequences(
+        source,
+        tokenizer,
+        max_len=config.max_len,
+        question_field=o.question_field,
+        context_field=o.context_field,
+        answers_field=o.answers_field,
+        doc_stride=o.doc_stride,
+        max_question_len=o.max_question_len,
+    )
 
 
-TASK = QATask(
-    name="qa", summary="extractive question answering in doc-stride windows", reads="examples", models=("bert",)
+def bert(kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    """seqpack's BERT with a span head (start and end logits)."""
+    from seqpack.nn.models import BertConfig, BertForQuestionAnswering
+
+    mc = BertConfig.of_size(size, vocab_size=vocab, **extra)
+    return BertForQuestionAnswering(mc), mc
+
+
+def hf_config(d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
+    """Two labels: start, end."""
+    d["num_labels"] = 2
+
+
+def span_model(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+    """A transformers question-answering model of ``config``."""
+    import transformers
+
+    return transformers.AutoModelForQuestionAnswering.from_config(config)
+
+
+def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+    """The span model's forward pass, the loss at each window's start and end."""
+    return model(
+        batch["input_ids"],
+        batch["segment_ids"],
+        position_ids=batch["position_ids"],
+        token_type_ids=batch.get("token_type_ids"),
+        start_positions=batch.get("start_positions"),
+        end_positions=batch.get("end_positions"),
+    )
+
+
+def loss_units(batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
+    """``[0, 0, windows]``, ``(3,)`` float64."""
+    import torch
+
+    start = batch.get("start_positions")
+    return torch.tensor([0.0, 0.0, slot_units(start) if start is not None else 0.0], dtype=torch.float64)
+
+
+def update_eval(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+    """``span_loss`` (per window) and ``exact_match``: argmax start and argmax end both right."""
+    start, end = batch.get("start_positions"), batch.get("end_positions")
+    if start is None or end is None or out.per_sequence is None:
+        return
+    present = start != IGNORE_INDEX  # (B, D)
+    totals.add("span_loss", float(out.per_sequence[present].sum()), float(present.sum()))
+    s_logits, e_logits = out.extra["start_logits"], out.extra["end_logits"]  # (B, D', T), -inf outside
+    D = start.shape[1]
+    hit = (s_logits[:, :D].argmax(-1) == start) & (e_logits[:, :D].argmax(-1) == end)
+    totals.add("exact_match", float(hit[present].sum()), float(present.sum()))
+
+
+TASK = Task(
+    name="qa",
+    summary="extractive question answering in doc-stride windows",
+    options_type=QAOptions,
+    packing=Packing(reads="examples", build=build),
+    training=Training(loss_units=loss_units, component_means=slot_mean, update_eval=update_eval),
+    models=OwnModels(kinds=("bert",), build=bert, forward=forward),
+    hf=HFModels(build=span_model, config=hf_config, lora_task_type="QUESTION_ANS"),
 )

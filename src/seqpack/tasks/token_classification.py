@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,15 +33,17 @@ from seqpack.data.sequences import IGNORE_INDEX, Sequences, check_overflow, id_d
 from seqpack.data.sequences import overflow_error as _overflow_error
 from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
-from seqpack.tasks._lm import lm_units
-from seqpack.tasks.base import Task, num_labels
+from seqpack.tasks._lm import lm_loss_units, lm_mean
+from seqpack.tasks.base import check_examples, num_labels
 from seqpack.tasks.classification import check_label_count
 from seqpack.tasks.examples import get_field
+from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Streaming, Task, Training
 from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
 
+    from seqpack.nn.models.common import PackedOutput
     from seqpack.tokenizer.types import AnyTokenizer
 
 OVERFLOW = ("truncate", "drop", "error")
@@ -290,109 +292,121 @@ class TokenClassificationOptions:
 TAG_NAMES = "tag_names"
 
 
-@dataclass(frozen=True, kw_only=True)
-class TokenClassificationTask(Task):
-    lora_task_type: ClassVar[str | None] = "TOKEN_CLS"
-    options_type: ClassVar[type] = TokenClassificationOptions
+def _sequences(source: Any, tokenizer: AnyTokenizer, config: PackSettings, context: Mapping[str, Any]) -> Sequences:
+    o: TokenClassificationOptions = config.options
+    return token_classification_sequences(
+        source,
+        tokenizer,
+        max_len=config.max_len,
+        tokens_field=o.tokens_field,
+        tags_field=o.tags_field,
+        tag_names=context.get("tag_names", parse_names(o.tag_names)),
+        label_all_subtokens=o.label_all_subtokens,
+        overflow=o.overflow,
+        num_labels=context.get("num_labels"),
+    )
 
-    def _sequences(self, source: Any, tokenizer: Any, config: Any, context: Mapping[str, Any]) -> Sequences:
-        o: TokenClassificationOptions = config.options
-        return token_classification_sequences(
-            source,
-            tokenizer,
-            max_len=config.max_len,
-            tokens_field=o.tokens_field,
-            tags_field=o.tags_field,
-            tag_names=context.get("tag_names", parse_names(o.tag_names)),
-            label_all_subtokens=o.label_all_subtokens,
-            overflow=o.overflow,
-            num_labels=context.get("num_labels"),
+
+def build(source: Any, tokenizer: AnyTokenizer, config: PackSettings) -> Sequences:
+    """The tagged sequences of word-tagged examples, their tag set read from them."""
+    check_examples(source, config.task)
+    return _sequences(source, tokenizer, config, {})
+
+
+def build_shard(
+    records: list[dict[str, Any]], tokenizer: AnyTokenizer, config: PackSettings, context: dict[str, Any]
+) -> Sequences:
+    """One shard's sequences, its tags numbered by the whole job's tag set (``context``)."""
+    return _sequences(records, tokenizer, config, context)
+
+
+def shard_context(source: Any, config: PackSettings) -> dict[str, Any]:
+    """The tag set of all examples, so that every shard numbers the tags the same way."""
+    o: TokenClassificationOptions = config.options
+    given = parse_names(o.tag_names) or _features_names(source, o.tags_field)
+    names, count = tag_space(source, o.tokens_field, o.tags_field, given)
+    return {"tag_names": names, "num_labels": count}
+
+
+def stream_context(config: PackSettings) -> dict[str, Any]:
+    """A stream cannot be read ahead for its tag set: ``tag_names`` names it."""
+    names = parse_names(config.options.tag_names)
+    if names is None:
+        raise UserError(
+            f"a stream of {config.task} examples needs tag_names: its tag set cannot be read ahead; "
+            "pass options={'tag_names': 'O,B-PER,I-PER,...'}"
         )
-
-    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        self.check_examples(source)
-        return self._sequences(source, tokenizer, config, {})
-
-    def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
-        """The tag set of all examples, so that every shard numbers the tags the same way."""
-        o: TokenClassificationOptions = config.options
-        given = parse_names(o.tag_names) or _features_names(source, o.tags_field)
-        names, count = tag_space(source, o.tokens_field, o.tags_field, given)
-        return {"tag_names": names, "num_labels": count}
-
-    def stream_context(self, config: Any) -> dict[str, Any]:
-        """A stream cannot be read ahead for its tag set: ``tag_names`` names it."""
-        names = parse_names(config.options.tag_names)
-        if names is None:
-            raise UserError(
-                f"a stream of {self.name} examples needs tag_names: its tag set cannot be read ahead; "
-                "pass options={'tag_names': 'O,B-PER,I-PER,...'}"
-            )
-        return {"tag_names": names, "num_labels": len(names)}
-
-    def build_shard(self, records: list[dict[str, Any]], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
-        return self._sequences(records, tokenizer, config, context)
-
-    def seqpack_model(
-        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
-    ) -> tuple[Any, Any]:
-        from seqpack.nn.models import BertConfig, BertForTokenClassification
-
-        mc = BertConfig.of_size(size, vocab_size=vocab, num_labels=num_labels(manifest), **extra)
-        model = BertForTokenClassification(mc)
-        setattr(model, TAG_NAMES, manifest.get("task_info", {}).get("label_names"))  # read by forward
-        return model, mc
-
-    def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
-        d["num_labels"] = num_labels(manifest)
-        names = manifest.get("task_info", {}).get("label_names")
-        if names:
-            d["id2label"] = dict(enumerate(names))
-            d["label2id"] = {n: i for i, n in enumerate(names)}
-
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
-        import transformers
-
-        return transformers.AutoModelForTokenClassification.from_config(config)
-
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
-        from seqpack.tasks.token_forward import with_tag_scheme
-
-        out = model(
-            batch["input_ids"],
-            batch["segment_ids"],
-            position_ids=batch["position_ids"],
-            token_type_ids=batch.get("token_type_ids"),
-            labels=batch.get("labels"),
-            reduction=reduction,
-        )
-        return with_tag_scheme(out, getattr(getattr(model, "module", model), TAG_NAMES, None))
-
-    def hf_forward(
-        self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
-    ) -> Any:
-        from seqpack.tasks.token_forward import hf_token_forward
-
-        return hf_token_forward(model, batch, reduction=reduction)
-
-    def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
-        import torch
-
-        return torch.tensor([lm_units(batch, reduction), 0.0, 0.0], dtype=torch.float64)
-
-    def component_means(self, out: Any) -> list[Any]:
-        return [out.loss, None, None]
-
-    def update_eval(self, totals: Any, out: Any, batch: Mapping[str, torch.Tensor]) -> None:
-        from seqpack.tasks.token_forward import add_token_metrics
-
-        add_token_metrics(totals, out, batch)
+    return {"tag_names": names, "num_labels": len(names)}
 
 
-TASK = TokenClassificationTask(
+def bert(kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    """seqpack's BERT with a tag head, its tag names kept for the entity metrics."""
+    from seqpack.nn.models import BertConfig, BertForTokenClassification
+
+    mc = BertConfig.of_size(size, vocab_size=vocab, num_labels=num_labels(manifest), **extra)
+    model = BertForTokenClassification(mc)
+    setattr(model, TAG_NAMES, manifest.get("task_info", {}).get("label_names"))  # read by forward
+    return model, mc
+
+
+def hf_config(d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
+    """The tag count and the data's tag names."""
+    d["num_labels"] = num_labels(manifest)
+    names = manifest.get("task_info", {}).get("label_names")
+    if names:
+        d["id2label"] = dict(enumerate(names))
+        d["label2id"] = {n: i for i, n in enumerate(names)}
+
+
+def token_classifier(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+    """A transformers token classifier of ``config``."""
+    import transformers
+
+    return transformers.AutoModelForTokenClassification.from_config(config)
+
+
+def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+    """The tagger's forward pass, its output carrying the tag scheme for the entity metrics."""
+    from seqpack.tasks.token_forward import with_tag_scheme
+
+    out = model(
+        batch["input_ids"],
+        batch["segment_ids"],
+        position_ids=batch["position_ids"],
+        token_type_ids=batch.get("token_type_ids"),
+        labels=batch.get("labels"),
+        reduction=reduction,
+    )
+    return with_tag_scheme(out, getattr(getattr(model, "module", model), TAG_NAMES, None))
+
+
+def hf_forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+    """A transformers token classifier's forward pass (`seqpack.tasks.token_forward`)."""
+    from seqpack.tasks.token_forward import hf_token_forward
+
+    return hf_token_forward(model, batch, reduction=reduction)
+
+
+def update_eval(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+    """Token accuracy and, for IOB tags, entity precision, recall and F1."""
+    from seqpack.tasks.token_forward import add_token_metrics
+
+    add_token_metrics(totals, out, batch)
+
+
+TASK = Task(
     name=NAME,
     summary="a tag per word (named entities, parts of speech)",
-    reads="examples",
-    models=("bert",),
-    token_labels=True,
+    options_type=TokenClassificationOptions,
+    rows=Rows(token_labels=True),
+    packing=Packing(
+        reads="examples",
+        build=build,
+        shard=build_shard,
+        context=shard_context,
+        stream=Streaming(context=stream_context),
+    ),
+    training=Training(loss_units=lm_loss_units, component_means=lm_mean, update_eval=update_eval),
+    models=OwnModels(kinds=("bert",), build=bert, forward=forward),
+    hf=HFModels(build=token_classifier, config=hf_config, forward=hf_forward, lora_task_type="TOKEN_CLS"),
 )

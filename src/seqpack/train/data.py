@@ -36,7 +36,7 @@ from seqpack.data.padded import padded_rows, sequence_spans
 from seqpack.data.rows import PackedRows
 from seqpack.data.torch_dataset import to_tensors
 from seqpack.errors import UserError
-from seqpack.tasks import trained_task
+from seqpack.tasks import get_task
 
 SPLIT_SEED = 20_240_101
 EVAL_SAMPLE_SEED = SPLIT_SEED + 1
@@ -236,10 +236,11 @@ class TrainData(Units):
         eval_tokens: int = 0,
     ) -> None:
         manifest = read_manifest(path)
-        task = trained_task(manifest["task"])
+        task = get_task(manifest["task"])
         task.check_manifest(manifest, str(path))
+        maker = task.trains().batch_maker
         #: the task's own batches of the packs' columns (image-text: rows with their images), or None
-        self.make_batch = task.batch_maker(path, manifest)
+        self.make_batch = maker(path, manifest) if maker is not None else None
         if self.make_batch is not None and padded:
             raise UserError(
                 f"{path}: --padded is not offered for task {task.name}; its padded baseline is TRL's "

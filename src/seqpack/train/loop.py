@@ -42,7 +42,7 @@ from seqpack._stages import partial_dir
 from seqpack.errors import UserError
 from seqpack.nn.heads import embedding_rows
 from seqpack.nn.models.common import PackedOutput
-from seqpack.tasks import trained_task
+from seqpack.tasks import get_task
 from seqpack.train.checkpoint import (
     CHECKPOINT,
     CONFIG,
@@ -145,7 +145,7 @@ def train(
 
 def open_train_data(cfg: TrainConfig, world: World) -> Units:
     """The run's data: a stream of examples (``cfg.stream``), or a packed dataset of any task (its
-    task makes the batches: `seqpack.tasks.Trains.batch_maker`)."""
+    task makes the batches: `seqpack.tasks.Training.batch_maker`)."""
     if cfg.stream:
         return StreamTrainData(cfg, rank=world.rank, world_size=world.size)
     return TrainData(
@@ -260,8 +260,10 @@ class _Run:
 
     def _build_objective(self) -> None:
         """The task's objective (a preference loss, say; None: the model's own loss)."""
-        task = trained_task(self.task)
-        self.objective = task.objective(self.cfg, task.model_kind(self.cfg.model))
+        task = get_task(self.task)
+        objective = task.trains().objective
+        kind = task.model_kind(self.cfg.model, hf=bool(self.cfg.hf_model))
+        self.objective = objective(self.cfg, kind) if objective is not None else None
         if self.objective is not None and self.cfg.padded:
             raise UserError(
                 f"{self.cfg.data}: --padded is not offered for {self.task} data; its padded baseline is TRL "
@@ -299,7 +301,7 @@ class _Run:
         if world.size > 1:
             ids = [world.device.index] if world.device.type == "cuda" else None
             wrapped = torch.nn.parallel.DistributedDataParallel(
-                wrapped, device_ids=ids, find_unused_parameters=trained_task(self.task).partial_graph
+                wrapped, device_ids=ids, find_unused_parameters=get_task(self.task).trains().partial_graph
             )
         return wrapped
 

@@ -16,7 +16,7 @@ import torch
 
 from seqpack.errors import UserError
 from seqpack.nn.models.common import PackedOutput
-from seqpack.tasks import Trains, trained_task
+from seqpack.tasks import HFModels, Task, get_task
 from seqpack.train.config import TrainConfig
 
 
@@ -29,8 +29,9 @@ def dataset_vocab_size(manifest: Mapping[str, Any]) -> int:
 
 def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn.Module, dict[str, Any]]:
     """A freshly initialised model (seeded by the caller) and its description."""
-    task = trained_task(manifest["task"])
-    kind = task.model_kind(cfg.model)
+    task = get_task(manifest["task"])
+    task.trains()  # a task seqpack train cannot train: refused before the model is built
+    kind = task.model_kind(cfg.model, hf=bool(cfg.hf_model))
     vocab = dataset_vocab_size(manifest)
     need = int(manifest["max_len"]) + int(manifest.get("position_offset", 0))
     if cfg.hf_model:
@@ -49,7 +50,7 @@ def build_model(manifest: Mapping[str, Any], cfg: TrainConfig) -> tuple[torch.nn
             hint=f"pass --max-position {need} (what the dataset's rows need) or a little more",
         )
         extra["max_position"] = cfg.max_position
-    model, mc = task.seqpack_model(kind, cfg.size, vocab, manifest, extra)
+    model, mc = task.own_models().build(kind, cfg.size, vocab, manifest, extra)
     if need > mc.max_position:
         raise UserError(
             f"the dataset's rows need {need} positions, more than the model's max_position="
@@ -86,7 +87,7 @@ def max_positions(config: Any) -> int | None:
 
 
 def _hf_config(
-    file: Path, task: Trains, manifest: Mapping[str, Any], *, vocab: int | None, need: int
+    file: Path, hf: HFModels, manifest: Mapping[str, Any], *, vocab: int | None, need: int
 ) -> tuple[dict[str, Any], str, Any]:
     """``(config dict, model_type, transformers config)`` of ``--hf-model``'s ``file``, with the
     task's fields and, for a model trained from scratch (``vocab`` given), the data's vocabulary;
@@ -102,7 +103,8 @@ def _hf_config(
     named = d.get("attn_implementation")  # a config saved by to_json_file() usually names none
     d["attn_implementation"] = named or "sdpa"
     _register(d["attn_implementation"])
-    task.hf_config(d, manifest)
+    if hf.config is not None:
+        hf.config(d, manifest)
     if model_type not in transformers.CONFIG_MAPPING:
         near = sorted(t for t in transformers.CONFIG_MAPPING if t[:3] == str(model_type)[:3])[:5]
         raise UserError(
@@ -123,7 +125,7 @@ def _hf_config(
 
 
 def _hf_model(
-    cfg: TrainConfig, task: Trains, vocab: int, need: int, manifest: Mapping[str, Any], kind: str
+    cfg: TrainConfig, task: Task, vocab: int, need: int, manifest: Mapping[str, Any], kind: str
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     from seqpack.train.pretrained import check_vocabulary, has_weights, load_weights
 
@@ -133,18 +135,22 @@ def _hf_model(
     file = p / "config.json" if p.is_dir() else p
     if not file.is_file():
         raise UserError(f"--hf-model {source}: no such config file (give a config.json or a directory holding one)")
-    d, model_type, config = _hf_config(file, task, manifest, vocab=None if pretrained else vocab, need=need)
+    hf = task.hf_models()
+    d, model_type, config = _hf_config(file, hf, manifest, vocab=None if pretrained else vocab, need=need)
     named = d.pop("_named")
 
     parts: dict[str, list[str]] = {}
 
+    def build(config: Any) -> Any:
+        return hf.build(config, model_type, manifest, kind)
+
     def make(config: Any) -> Any:
-        build = lambda c: task.hf_model(c, model_type, manifest, kind=kind)  # noqa: E731
-        if not pretrained:
-            return task.hf_ready(build(config))
-        model, loaded = load_weights(p, config, build, resize=cfg.ignore_mismatched_sizes)
-        parts.update(loaded)
-        return task.hf_ready(model)
+        if pretrained:
+            model, loaded = load_weights(p, config, build, resize=cfg.ignore_mismatched_sizes)
+            parts.update(loaded)
+        else:
+            model = build(config)
+        return hf.ready(model) if hf.ready is not None else model
 
     try:
         model = make(config)
@@ -155,9 +161,7 @@ def _hf_model(
         config = config_for(file, model_type, {**d, "attn_implementation": "eager"})
         model = make(config)
     if pretrained:  # the data must be the model's tokens: refused here, before any step
-        from seqpack.tasks.base import PacksSequences
-
-        opener = task.open_tokenizer if isinstance(task, PacksSequences) else None  # as the data's task opened it
+        opener = task.packing.open_tokenizer if task.packing is not None else None  # as the data's task opened it
         check_vocabulary(model, manifest, source=source, data=cfg.data, vocab=vocab, opener=opener, stream=cfg.stream)
     from seqpack.nn.hf_adapter import is_causal_lm, takes_plan
     from seqpack.nn.hf_attention import PACKED_IMPL
@@ -166,8 +170,8 @@ def _hf_model(
     spec: dict[str, Any] = {"library": "transformers", "class": type(model).__name__, "config": config.to_diff_dict()}
     if pretrained:
         spec.update({"weights": "pretrained", **parts})
-    if not task.hf_adapted:  # the task runs the model itself (its hf_forward), attention included
-        return _lora(model, spec, cfg, task.lora_task_type), spec
+    if not hf.adapted:  # the task runs the model itself (its forward), attention included
+        return _lora(model, spec, cfg, hf.lora_task_type), spec
     encoder = is_encoder(model)
     if not takes_plan(model) and not encoder:
         raise UserError(
@@ -189,7 +193,7 @@ def _hf_model(
     if named is None and takes_plan(model) and not attention_dropout(config):
         _register(PACKED_IMPL)  # seqpack's packed attention unless the config names one (or needs dropout in it)
         model.set_attn_implementation(PACKED_IMPL)
-    return _lora(model, spec, cfg, task.lora_task_type), spec
+    return _lora(model, spec, cfg, hf.lora_task_type), spec
 
 
 #: a config's token ids that name tokens of its tokenizer (a model trained from scratch on another one)
@@ -287,10 +291,9 @@ def forward(
     model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, task: str, reduction: str, objective: Any = None
 ) -> PackedOutput:
     """One forward pass on a batch from `seqpack.train.data.TrainData` (``objective``: the
-    task's, `seqpack.tasks.Task.objective`)."""
+    task's, `seqpack.tasks.Training.objective`)."""
     inner: Any = getattr(model, "module", model)  # DistributedDataParallel wraps the model
-    t = trained_task(task)
-    kw = {} if objective is None else {"objective": objective}  # a plugin task's forward may not take it
+    t = get_task(task)
     if type(inner).__module__.startswith("transformers"):
-        return t.hf_forward(model, batch, reduction=reduction, **kw)
-    return t.forward(model, batch, reduction=reduction, **kw)
+        return t.hf_models().run(model, batch, reduction=reduction, objective=objective)
+    return t.own_models().forward(model, batch, reduction=reduction, objective=objective)

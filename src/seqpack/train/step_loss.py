@@ -18,7 +18,7 @@ import torch
 
 from seqpack.errors import UserError
 from seqpack.nn.models.common import PackedOutput
-from seqpack.tasks import COMPONENTS, trained_task
+from seqpack.tasks import COMPONENTS, get_task
 
 __all__ = ["COMPONENTS", "EvalTotals", "component_means", "loss_units", "step_loss"]
 
@@ -30,12 +30,12 @@ def loss_units(batch: Mapping[str, torch.Tensor], task: str, reduction: str) -> 
     >>> loss_units(b, "clm", "sequence").tolist(), loss_units(b, "clm", "token").tolist()
     ([2.0, 0.0, 0.0], [3.0, 0.0, 0.0])
     """
-    return trained_task(task).loss_units(batch, reduction)
+    return get_task(task).trains().loss_units(batch, reduction)
 
 
 def component_means(out: PackedOutput, task: str) -> list[torch.Tensor | None]:
     """The model's mean loss per component (None where the model has none)."""
-    return trained_task(task).component_means(out)
+    return get_task(task).trains().component_means(out)
 
 
 def step_loss(
@@ -53,7 +53,7 @@ LOSS_KEYS = ("lm_loss", "nsp_loss", "cls_loss", "span_loss")  # summed into the 
 
 class EvalTotals:
     """Sums over an evaluation pass: per-sequence and per-token losses, accuracies (the task
-    says which: `seqpack.tasks.Task.update_eval`)."""
+    says which: `seqpack.tasks.Training.update_eval`)."""
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
@@ -64,7 +64,7 @@ class EvalTotals:
 
     @torch.no_grad()
     def update(self, out: PackedOutput, batch: Mapping[str, torch.Tensor], task: str) -> None:
-        trained_task(task).update_eval(self, out, batch)
+        get_task(task).trains().update_eval(self, out, batch)
 
     def result(self) -> dict[str, float]:
         out = {k: v / max(self.sums[k + "#n"], 1.0) for k, v in self.sums.items() if not k.endswith("#n")}

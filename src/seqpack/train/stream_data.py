@@ -113,10 +113,8 @@ class StreamTrainData(Units):
         self._rows: Iterator[dict[str, np.ndarray]] | None = None
         self._counts: dict[int, tuple[int, int]] = {}
         self._read = np.zeros(2, np.int64)  # rows and sequences this rank has trained on
-        self.float_labels = task.float_labels
-        self.facts = DatasetFacts(
-            token_labels=task.token_labels, float_labels=task.float_labels, causal_lm=task.causal_lm
-        )
+        self.float_labels = task.rows.float_labels
+        self.facts = DatasetFacts(**task.facts())
         #: what a resume must find again: the task, the row length, the stream's settings, each input's checksum
         self.manifest: dict[str, Any] = {
             "task": self.task,

@@ -170,7 +170,7 @@ def test_train_batch_losses_are_each_samples_own(packed):
     batch = data.batch(units)
     task = get_task("vision")
     with torch.no_grad():
-        out = task.hf_forward(model, batch, reduction="sequence")
+        out = task.hf_models().run(model, batch, reduction="sequence")
     rows = VisionRows(d / "packs")
     examples = np.concatenate([rows[int(i)]["example_ids"] for i in data.train_packs[units]])
     samples = vision_samples(recs, processor, max_len=512)
@@ -190,7 +190,7 @@ def test_train_batch_losses_are_each_samples_own(packed):
         assert float(out.per_sequence[0, j]) == pytest.approx(losses[-1], abs=ATOL), j
     assert bool(out.present.all()) and out.per_sequence.shape == (1, len(examples))
     assert float(out.loss) == pytest.approx(float(np.mean(losses)), abs=ATOL)
-    assert float(task.loss_units(batch, "sequence")[0]) == len(examples)
+    assert float(task.trains().loss_units(batch, "sequence")[0]) == len(examples)
 
 
 def test_train_cli_runs_and_resumes_exactly(packed, tmp_path):
@@ -364,13 +364,13 @@ def test_the_processor_travels_to_other_processes_by_its_directory(packed):
     import pickle
 
     _family, d, _ = packed
-    tok = get_task("vision").open_tokenizer(d / "processor")
+    tok = get_task("vision").packs().open_tokenizer(d / "processor")
     again = pickle.loads(pickle.dumps(tok))
     assert again.processor is not tok.processor and again.vocab_size == tok.vocab_size
     assert (
         again.fingerprint()
         == tok.fingerprint()
-        == get_task("vision").open_tokenizer(d / "packs" / "processor").fingerprint()
+        == get_task("vision").packs().open_tokenizer(d / "packs" / "processor").fingerprint()
     )
 
 
@@ -378,7 +378,7 @@ def test_a_stream_of_image_text_records_is_refused_in_one_line(packed):
     from seqpack.pipeline.streaming import PackedStream, StreamConfig
 
     _family, d, recs = packed
-    tok = get_task("vision").open_tokenizer(d / "processor")
+    tok = get_task("vision").packs().open_tokenizer(d / "processor")
     with pytest.raises(ValueError, match="task vision is not streamed") as e:
         PackedStream(recs, config=StreamConfig(task="vision", max_len=512), tokenizer=tok)
     assert "\n" not in str(e.value)
@@ -394,7 +394,7 @@ def test_ray_workers_pack_the_same_rows(packed, tmp_path):
     family, d, _recs = packed
     if family != "qwen2_vl":
         pytest.skip("one family is enough for the engine")
-    tok, engine = get_task("vision").open_tokenizer(d / "processor"), get_engine("ray", num_cpus=1)
+    tok, engine = get_task("vision").packs().open_tokenizer(d / "processor"), get_engine("ray", num_cpus=1)
     try:
         build_packed_dataset(
             d / "train.jsonl",
@@ -452,7 +452,7 @@ def test_a_rerun_redoes_the_shard_whose_image_file_changed(packed, tmp_path, mon
     (src / "img" / f"{k}_0.png").write_bytes(new)
     from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
 
-    tok = get_task("vision").open_tokenizer(d / "processor")
+    tok = get_task("vision").packs().open_tokenizer(d / "processor")
     m = build_packed_dataset(
         src / "train.jsonl",
         tok,

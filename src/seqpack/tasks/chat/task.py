@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from seqpack.data.sequences import check_overflow
 from seqpack.errors import UserError
-from seqpack.tasks.base import Task
+from seqpack.tasks._lm import LM_TRAINING
+from seqpack.tasks.base import check_examples
 from seqpack.tasks.chat.sequences import CHAT_OVERFLOW, TRAIN_ON, chat_sequences
 from seqpack.tasks.chat.template import (
     CHATML,
@@ -23,7 +24,12 @@ from seqpack.tasks.chat.template import (
     ChatTemplate,
     resolve_template,
 )
-from seqpack.tasks.clm import CLMTask
+from seqpack.tasks.clm import GPT_MODELS, HF_CAUSAL_LMS
+from seqpack.tasks.spec import Packing, PackSettings, Rows, Task
+
+if TYPE_CHECKING:
+    from seqpack.data.sequences import Sequences
+    from seqpack.tokenizer.types import AnyTokenizer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,70 +61,65 @@ class ChatOptions:
             raise UserError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {self.train_on!r}")
 
 
-@dataclass(frozen=True, kw_only=True)
-class ChatTask(CLMTask):
-    options_type: ClassVar[type] = ChatOptions
-    derived_fields: ClassVar[tuple[str, ...]] = ()  # the labels mark targets: saved, not derived
-    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = (("segment_ids", "segments"),)  # labels are written
-
-    def template(self, tokenizer: Any, options: ChatOptions) -> Any:
-        """The compiled chat template, its special tokens checked against ``tokenizer``."""
-        source, name = resolve_template(options.chat_template, tokenizer)
-        if source == CHATML:
-            missing = [s for s in CHATML_SPECIALS if s not in tokenizer.special_tokens]
-            if missing:
-                raise UserError(
-                    f"the chatml template writes {' and '.join(missing)}, which the tokenizer lacks as special tokens; "
-                    "train it with --special-token '<|im_start|>' --special-token '<|im_end|>', or pass --chat-template FILE"
-                )
-        return ChatTemplate(source, name=name, variables=dict(getattr(tokenizer, "special_map", {})))
-
-    def pack_summary(self, manifest: Mapping[str, Any]) -> str:
-        """How the conversations fared against max_len (one sequence per conversation kept)."""
-        info, dropped = manifest.get("task_info", {}), manifest.get("dropped", {})
-        cut = int(info.get("truncated", 0))
-        return (
-            f"conversations: {int(manifest['num_sequences']) - cut:,} whole, {cut:,} cut "
-            f"(--overflow {info.get('overflow', 'truncate')}), {int(dropped.get('too_long', 0)):,} dropped as too long"
-        )
-
-    def pack_warnings(self, manifest: Mapping[str, Any]) -> list[str]:
-        dropped, train_on = manifest.get("dropped", {}), manifest.get("task_info", {}).get("train_on", "assistant")
-        out = []
-        if dropped.get("no_assistant"):
-            out.append(
-                f"dropped {dropped['no_assistant']:,} conversation(s) with no assistant turn "
-                f"(--train-on {train_on} has nothing to learn from them)"
+def chat_template(tokenizer: AnyTokenizer, options: ChatOptions) -> ChatTemplate:
+    """The compiled chat template, its special tokens checked against ``tokenizer``."""
+    source, name = resolve_template(options.chat_template, tokenizer)
+    if source == CHATML:
+        missing = [s for s in CHATML_SPECIALS if s not in tokenizer.special_tokens]
+        if missing:
+            raise UserError(
+                f"the chatml template writes {' and '.join(missing)}, which the tokenizer lacks as special tokens; "
+                "train it with --special-token '<|im_start|>' --special-token '<|im_end|>', or pass --chat-template FILE"
             )
-        if dropped.get("no_target"):
-            out.append(f"dropped {dropped['no_target']:,} conversation(s) whose targets tokenized to nothing")
-        return out
+    return ChatTemplate(source, name=name, variables=dict(getattr(tokenizer, "special_map", {})))
 
-    def stream_context(self, config: Any) -> dict[str, Any]:
-        return {}
 
-    def stream_sequences(self, records: list[Any], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
-        """Conversations as the pack job builds them (not `CLMTask`'s documents)."""
-        return Task.stream_sequences(self, records, tokenizer, config, context)
+def pack_summary(manifest: Mapping[str, Any]) -> str:
+    """How the conversations fared against max_len (one sequence per conversation kept)."""
+    info, dropped = manifest.get("task_info", {}), manifest.get("dropped", {})
+    cut = int(info.get("truncated", 0))
+    return (
+        f"conversations: {int(manifest['num_sequences']) - cut:,} whole, {cut:,} cut "
+        f"(--overflow {info.get('overflow', 'truncate')}), {int(dropped.get('too_long', 0)):,} dropped as too long"
+    )
 
-    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        self.check_examples(source)
-        o: ChatOptions = config.options
-        return chat_sequences(
-            source,
-            tokenizer,
-            template=self.template(tokenizer, o),
-            max_len=config.max_len,
-            messages_field=o.messages_field,
-            train_on=o.train_on,
-            overflow=o.overflow,
+
+def pack_warnings(manifest: Mapping[str, Any]) -> list[str]:
+    """Conversations dropped for having nothing to learn from."""
+    dropped, train_on = manifest.get("dropped", {}), manifest.get("task_info", {}).get("train_on", "assistant")
+    out = []
+    if dropped.get("no_assistant"):
+        out.append(
+            f"dropped {dropped['no_assistant']:,} conversation(s) with no assistant turn "
+            f"(--train-on {train_on} has nothing to learn from them)"
         )
+    if dropped.get("no_target"):
+        out.append(f"dropped {dropped['no_target']:,} conversation(s) whose targets tokenized to nothing")
+    return out
 
 
-TASK = ChatTask(
+def build(source: Any, tokenizer: AnyTokenizer, config: PackSettings) -> Sequences:
+    """One sequence per conversation, rendered by its chat template (`chat_sequences`)."""
+    check_examples(source, config.task)
+    o: ChatOptions = config.options
+    return chat_sequences(
+        source,
+        tokenizer,
+        template=chat_template(tokenizer, o),
+        max_len=config.max_len,
+        messages_field=o.messages_field,
+        train_on=o.train_on,
+        overflow=o.overflow,
+    )
+
+
+TASK = Task(
     name="chat",
     summary="conversations (messages) for a causal LM, loss on assistant turns",
-    reads="examples",
-    models=("gpt",),
-    token_labels=True,
+    options_type=ChatOptions,
+    rows=Rows(token_labels=True, causal_lm=True),  # the labels mark targets: written, not derived
+    packing=Packing(reads="examples", build=build, summary=pack_summary, warnings=pack_warnings),
+    training=LM_TRAINING,
+    models=GPT_MODELS,
+    hf=HF_CAUSAL_LMS,
 )

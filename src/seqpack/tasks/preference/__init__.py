@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from seqpack.tasks.preference.task import TASK, PreferenceOptions, PreferenceTask
+from seqpack.tasks.preference.task import TASK, PreferenceOptions
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; pair_outputs loads torch, on first use
 if TYPE_CHECKING:
     from seqpack.tasks.preference.forward import PairOutputs, pair_outputs
 
-__all__ = ["TASK", "PairOutputs", "PreferenceOptions", "PreferenceTask", "pair_outputs"]
+__all__ = ["TASK", "PairOutputs", "PreferenceOptions", "pair_outputs"]
 
 
 def __getattr__(name: str) -> Any:

@@ -13,20 +13,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from seqpack.data.sequences import check_overflow
 from seqpack.errors import UserError
-from seqpack.tasks.base import Task
+from seqpack.tasks._lm import slot_mean
+from seqpack.tasks.base import check_examples
 from seqpack.tasks.preference.records import read_pairs
 from seqpack.tasks.preference.sequences import (
     LAYOUTS,
     PREFERENCE_OVERFLOW,
     preference_sequences,
 )
+from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Task, Training
 
 if TYPE_CHECKING:
     import torch
+
+    from seqpack.data.sequences import Sequences
+    from seqpack.nn.models.common import PackedOutput
+    from seqpack.tokenizer.types import AnyTokenizer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,11 +88,10 @@ def _eos(tokenizer: Any, option: str | None) -> str | None:
 
 def _template(tokenizer: Any, option: str | None) -> Any:
     """The chat template for conversational pairs, or None when none can be had (string pairs need none)."""
-    from seqpack.tasks.chat.task import TASK as CHAT
-    from seqpack.tasks.chat.task import ChatOptions
+    from seqpack.tasks.chat.task import ChatOptions, chat_template
 
     try:
-        return CHAT.template(tokenizer, ChatOptions(chat_template=option))
+        return chat_template(tokenizer, ChatOptions(chat_template=option))
     except ValueError:
         if option:
             raise
@@ -98,98 +103,97 @@ def pair_units(batch: Mapping[str, torch.Tensor]) -> int:
     return int(batch["segment_ids"].amax(dim=1).sum())
 
 
-@dataclass(frozen=True, kw_only=True)
-class PreferenceTask(Task):
-    options_type: ClassVar[type] = PreferenceOptions
-    derived_columns: ClassVar[tuple[tuple[str, str], ...]] = ()  # its own positions do not restart per sequence
-
-    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Any:
-        self.check_examples(source)
-        o: PreferenceOptions = config.options
-        pairs = read_pairs(
-            source,
-            tokenizer,
-            fields=(o.prompt_field, o.chosen_field, o.rejected_field),
-            margin_field=o.margin_field,
-            template=_template(tokenizer, o.chat_template),
-            eos=_eos(tokenizer, o.eos_token),
-        )
-        return preference_sequences(
-            pairs, layout=o.layout, max_len=config.max_len, overflow=o.overflow, vocab_size=tokenizer.vocab_size
-        )
-
-    def pack_summary(self, manifest: Mapping[str, Any]) -> str:
-        info, dropped = manifest.get("task_info", {}), manifest.get("dropped", {})
-        cut = int(info.get("truncated", 0))
-        return (
-            f"pairs ({info.get('layout')}): {int(manifest['num_sequences']) - cut:,} whole, {cut:,} with responses cut "
-            f"(--overflow {info.get('overflow', 'truncate')}), {int(dropped.get('too_long', 0)):,} dropped as too long"
-        )
-
-    # ---- models -----------------------------------------------------------------------------
-    def seqpack_model(
-        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
-    ) -> tuple[Any, Any]:
-        from seqpack.nn.models import GPT, GPTConfig, GPTReward
-
-        mc = GPTConfig.of_size(size, vocab_size=vocab, **extra)
-        return (GPTReward(mc) if kind == "reward" else GPT(mc)), mc
-
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
-        import transformers
-
-        if kind == "reward":
-            config.num_labels = 1
-            return transformers.AutoModelForSequenceClassification.from_config(config)
-        return transformers.AutoModelForCausalLM.from_config(config)
-
-    def forward(self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> Any:
-        from seqpack.tasks.preference.forward import preference_forward
-
-        return preference_forward(model, batch, objective)
-
-    def hf_forward(
-        self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
-    ) -> Any:
-        from seqpack.tasks.preference.forward import preference_forward
-
-        return preference_forward(model, batch, objective)
-
-    def objective(self, options: Any, kind: str) -> Any:
-        """``options.preference()`` (a `PreferenceLoss`), checked against the model kind."""
-        loss = options.preference()
-        if loss.reward_model and kind != "reward":
-            raise UserError(f"--preference-loss {loss.kind} trains a reward model; pass --model reward")
-        if kind == "reward" and not loss.reward_model:
-            raise UserError(f"--model reward is trained with --preference-loss bt, not {loss.kind}")
-        return loss
-
-    # ---- loss and metrics -------------------------------------------------------------------
-    def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
-        import torch
-
-        return torch.tensor([0.0, 0.0, float(pair_units(batch))], dtype=torch.float64)
-
-    def component_means(self, out: Any) -> list[Any]:
-        return [None, None, out.loss]
-
-    def update_eval(self, totals: Any, out: Any, batch: Mapping[str, torch.Tensor]) -> None:
-        present = out.present
-        n = float(present.sum())
-        e = out.extra
-        totals.add("cls_loss", float(out.per_sequence[present].sum()), n)
-        margin = (e["chosen_rewards"] - e["rejected_rewards"])[present]
-        totals.add("reward_accuracy", float((margin > 0).sum()), n)
-        totals.add("reward_margin", float(margin.sum()), n)
-        if "chosen_logps" in e:
-            totals.add("chosen_logps", float(e["chosen_logps"][present].sum()), n)
-            totals.add("rejected_logps", float(e["rejected_logps"][present].sum()), n)
+def build(source: Any, tokenizer: AnyTokenizer, config: PackSettings) -> Sequences:
+    """One packing unit per pair (`preference_sequences`), its responses rendered and labelled."""
+    check_examples(source, config.task)
+    o: PreferenceOptions = config.options
+    pairs = read_pairs(
+        source,
+        tokenizer,
+        fields=(o.prompt_field, o.chosen_field, o.rejected_field),
+        margin_field=o.margin_field,
+        template=_template(tokenizer, o.chat_template),
+        eos=_eos(tokenizer, o.eos_token),
+    )
+    return preference_sequences(
+        pairs, layout=o.layout, max_len=config.max_len, overflow=o.overflow, vocab_size=tokenizer.vocab_size
+    )
 
 
-TASK = PreferenceTask(
+def pack_summary(manifest: Mapping[str, Any]) -> str:
+    """How the pairs fared against max_len."""
+    info, dropped = manifest.get("task_info", {}), manifest.get("dropped", {})
+    cut = int(info.get("truncated", 0))
+    return (
+        f"pairs ({info.get('layout')}): {int(manifest['num_sequences']) - cut:,} whole, {cut:,} with responses cut "
+        f"(--overflow {info.get('overflow', 'truncate')}), {int(dropped.get('too_long', 0)):,} dropped as too long"
+    )
+
+
+def gpt(kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]) -> tuple[Any, Any]:
+    """seqpack's GPT, or with ``kind="reward"`` its reward model (a scalar head)."""
+    from seqpack.nn.models import GPT, GPTConfig, GPTReward
+
+    mc = GPTConfig.of_size(size, vocab_size=vocab, **extra)
+    return (GPTReward(mc) if kind == "reward" else GPT(mc)), mc
+
+
+def hf_model(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+    """A transformers causal LM, or with ``kind="reward"`` a one-label sequence classifier."""
+    import transformers
+
+    if kind == "reward":
+        config.num_labels = 1
+        return transformers.AutoModelForSequenceClassification.from_config(config)
+    return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+    """Each response's summed log-probability (or reward), then the pair loss (`preference_forward`)."""
+    from seqpack.tasks.preference.forward import preference_forward
+
+    return preference_forward(model, batch, objective)
+
+
+def objective(options: Any, kind: str) -> Any:
+    """``options.preference()`` (a `PreferenceLoss`), checked against the model kind."""
+    loss = options.preference()
+    if loss.reward_model and kind != "reward":
+        raise UserError(f"--preference-loss {loss.kind} trains a reward model; pass --model reward")
+    if kind == "reward" and not loss.reward_model:
+        raise UserError(f"--model reward is trained with --preference-loss bt, not {loss.kind}")
+    return loss
+
+
+def loss_units(batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
+    """``[0, 0, pairs]``, ``(3,)`` float64."""
+    import torch
+
+    return torch.tensor([0.0, 0.0, float(pair_units(batch))], dtype=torch.float64)
+
+
+def update_eval(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+    """The pair loss, reward accuracy and margin, and the responses' log-probabilities."""
+    assert out.present is not None and out.per_sequence is not None
+    present = out.present
+    n = float(present.sum())
+    e = out.extra
+    totals.add("cls_loss", float(out.per_sequence[present].sum()), n)
+    margin = (e["chosen_rewards"] - e["rejected_rewards"])[present]
+    totals.add("reward_accuracy", float((margin > 0).sum()), n)
+    totals.add("reward_margin", float(margin.sum()), n)
+    if "chosen_logps" in e:
+        totals.add("chosen_logps", float(e["chosen_logps"][present].sum()), n)
+        totals.add("rejected_logps", float(e["rejected_logps"][present].sum()), n)
+
+
+TASK = Task(
     name="preference",
-    reads="examples",
-    models=("gpt", "reward"),
-    token_labels=True,
     summary="preference pairs (prompt, chosen, rejected) for DPO/IPO/SimPO/ORPO and reward models",
+    options_type=PreferenceOptions,
+    rows=Rows(token_labels=True, causal_lm=True, derived_columns=()),  # its positions do not restart per sequence
+    packing=Packing(reads="examples", build=build, summary=pack_summary),
+    training=Training(loss_units=loss_units, component_means=slot_mean, update_eval=update_eval, objective=objective),
+    models=OwnModels(kinds=("gpt", "reward"), build=gpt, forward=forward),
+    hf=HFModels(build=hf_model, forward=forward),
 )

@@ -15,21 +15,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from seqpack.data.sequences import check_overflow
 from seqpack.errors import UserError
-from seqpack.tasks._lm import add_lm_metrics, lm_units
-from seqpack.tasks.base import Task
+from seqpack.tasks._lm import LM_TRAINING
 from seqpack.tasks.chat.sequences import TRAIN_ON
+from seqpack.tasks.spec import HFModels, Packing, PackSettings, Rows, Task
 from seqpack.tasks.vision.samples import VISION_OVERFLOW
 
 if TYPE_CHECKING:
     import torch
 
     from seqpack.data.sequences import Sequences
+    from seqpack.nn.models.common import PackedOutput
+    from seqpack.tasks.vision.processor import ProcessorTokenizer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,202 +64,197 @@ class VisionOptions:
             raise UserError(f"train_on must be one of {'|'.join(TRAIN_ON)}, got {self.train_on!r}")
 
 
-def _refuse_seqpack_model() -> UserError:
-    return UserError(
-        "image-text data trains a transformers vision-language model: pass --hf-model CONFIG "
-        "(the config.json of a Qwen2-VL, Qwen2.5-VL or LLaVA model, or its directory)"
+def check_config(config: PackSettings) -> None:
+    """Image-text samples keep the positions they have alone (the collator makes them), and their
+    rows are not split across context-parallel ranks."""
+    for name, flag in (("position_offset", "--position-offset"), ("context_parallel", "--context-parallel")):
+        if getattr(config, name) != getattr(type(config), "__dataclass_fields__")[name].default:  # noqa: B009
+            raise UserError(
+                f"{flag} is not taken by task vision (its samples keep the positions they have alone, "
+                "one padding-free row per micro-batch); drop it"
+            )
+
+
+def open_processor(path: str | os.PathLike[str]) -> ProcessorTokenizer:
+    """``--tokenizer`` names the model's processor directory (``processor.save_pretrained(DIR)``)."""
+    from seqpack.tasks.vision.processor import ProcessorTokenizer, load_processor
+
+    if not Path(path).is_dir():
+        raise UserError(
+            f"--tokenizer {path}: task vision reads the model's processor; give the directory "
+            "it was saved to (processor.save_pretrained(DIR))"
+        )
+    return ProcessorTokenizer(load_processor(path), path=path)
+
+
+def _processor(tokenizer: Any) -> ProcessorTokenizer:
+    from seqpack.tasks.vision.processor import ProcessorTokenizer
+
+    if not isinstance(tokenizer, ProcessorTokenizer):
+        raise UserError(
+            "task vision makes its samples with the model's processor: pass ProcessorTokenizer(processor) "
+            "(seqpack.tasks.vision), or --tokenizer PROCESSOR_DIR"
+        )
+    return tokenizer
+
+
+def write_processor(tokenizer: Any, root: Path) -> None:
+    """The processor the samples were made with, in ``processor/`` (what training reads images with)."""
+    from seqpack.tasks.vision.packed import PROCESSOR
+
+    _processor(tokenizer).save(root / PROCESSOR)
+
+
+def _sequences(source: Any, tokenizer: Any, config: PackSettings, image_root: str | None) -> Sequences:
+    from seqpack.tasks.vision.packed import vision_sequences
+    from seqpack.tasks.vision.samples import vision_samples
+
+    tok = _processor(tokenizer)
+    o: VisionOptions = config.options
+    samples = vision_samples(
+        source,
+        tok.processor,
+        max_len=config.max_len,
+        images_field=o.images_field,
+        messages_field=o.messages_field,
+        train_on=o.train_on,
+        overflow=o.overflow,
+        image_root=o.image_root or image_root,
+    )
+    return vision_sequences(samples, vocab_size=tok.vocab_size)
+
+
+def build(source: Any, tokenizer: Any, config: PackSettings) -> Sequences:
+    """One sample per record of ``source``, as the processor makes it (`vision_samples`)."""
+    return _sequences(source, tokenizer, config, None)
+
+
+def build_shard(
+    records: list[dict[str, Any]], tokenizer: Any, config: PackSettings, context: dict[str, Any]
+) -> Sequences:
+    """One shard's samples, relative image paths read from the job's ``image_root``."""
+    return _sequences(records, tokenizer, config, context.get("image_root"))
+
+
+def shard_context(source: Any, config: PackSettings) -> dict[str, Any]:
+    """Where relative image paths point: ``--image-root``, or the folder that holds the record files."""
+    from seqpack.tasks.vision.samples import image_root_of
+
+    return {"image_root": config.options.image_root or image_root_of(list(source))}
+
+
+def shard_identity(records: list[dict[str, Any]], config: PackSettings, context: dict[str, Any]) -> Any:
+    """The size and mtime of every image file the records name (a path, or a dict holding only
+    a path): an image rewritten under the same name changes the shard's key."""
+    from seqpack._stages import file_fingerprint
+    from seqpack.tasks.vision.images import image_path
+
+    o: VisionOptions = config.options
+    root = o.image_root or context.get("image_root")
+    out: list[Any] = []
+    for r in records:
+        values = r.get(o.images_field) if isinstance(r, Mapping) else None
+        for path in (image_path(v, root) for v in (values if isinstance(values, list) else [])):
+            if path is not None:
+                out.append([str(path), file_fingerprint(path) if path.is_file() else None])
+    return out
+
+
+def pack_summary(manifest: Mapping[str, Any]) -> str:
+    """The images and where their pixels come from."""
+    info = manifest["task_info"]
+    return (
+        f"images: {info['images']:,} ({info['positions']} positions), kept encoded in the example table; "
+        "the processor makes their pixels when a row is read"
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class VisionTask(Task):
-    """Image-text samples packed by the pack job, their images in the example table
-    (`seqpack.tasks.vision.packed`), trained through a transformers vision-language model."""
+def batch_maker(path: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Any:
+    """The rows side by side with their images' pixels (`VisionBatches`)."""
+    from seqpack.tasks.vision.collate import VisionBatches
 
-    options_type: ClassVar[type] = VisionOptions
-    hf_adapted: ClassVar[bool] = False  # hf_forward runs the model; its text attention is seqpack_packed
-    partial_graph: ClassVar[bool] = True  # a rank's rows may hold no image: its vision encoder then has no gradient
+    return VisionBatches(path, manifest)
 
-    def forward(self, model: Any, batch: Mapping[str, Any], *, reduction: str, objective: Any = None) -> Any:
-        raise _refuse_seqpack_model()
 
-    # ---- packing -------------------------------------------------------------------------------
-    def check_pack_config(self, config: Any) -> None:
-        """Image-text samples keep the positions they have alone (the collator makes them), and their
-        rows are not split across context-parallel ranks."""
-        for name, flag in (("position_offset", "--position-offset"), ("context_parallel", "--context-parallel")):
-            if getattr(config, name) != type(config).__dataclass_fields__[name].default:
-                raise UserError(
-                    f"{flag} is not taken by task vision (its samples keep the positions they have alone, "
-                    "one padding-free row per micro-batch); drop it"
-                )
+def hf_config(d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
+    """The text model's vocabulary is the processor's (a model built from its config; a checkpoint
+    keeps its own, checked against the rows); the image placeholder is the rows'."""
+    text = d.setdefault("text_config", {})
+    if isinstance(text, dict) and "vocab_size" in d:
+        text["vocab_size"] = d["vocab_size"]
+    d["image_token_id"] = int(manifest["task_info"]["image_token_id"])
+    d.pop("image_token_index", None)  # an older name of the same id
 
-    def open_tokenizer(self, path: str | os.PathLike[str]) -> Any:
-        """``--tokenizer`` names the model's processor directory (``processor.save_pretrained(DIR)``)."""
-        from seqpack.tasks.vision.processor import ProcessorTokenizer, load_processor
 
-        if not Path(path).is_dir():
-            raise UserError(
-                f"--tokenizer {path}: task vision reads the model's processor; give the directory "
-                "it was saved to (processor.save_pretrained(DIR))"
-            )
-        return ProcessorTokenizer(load_processor(path), path=path)
+def hf_model(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+    """A transformers vision-language model of ``config`` (refused for a config of another kind)."""
+    import transformers
 
-    def write_beside(self, tokenizer: Any, root: Path) -> None:
-        """The processor the samples were made with, in ``processor/`` (what training reads images with)."""
-        from seqpack.tasks.vision.packed import PROCESSOR
-
-        self._processor(tokenizer).save(root / PROCESSOR)
-
-    def _processor(self, tokenizer: Any) -> Any:
-        from seqpack.tasks.vision.processor import ProcessorTokenizer
-
-        if not isinstance(tokenizer, ProcessorTokenizer):
-            raise UserError(
-                "task vision makes its samples with the model's processor: pass ProcessorTokenizer(processor) "
-                "(seqpack.tasks.vision), or --tokenizer PROCESSOR_DIR"
-            )
-        return tokenizer
-
-    def build_sequences(self, source: Any, tokenizer: Any, config: Any) -> Sequences:
-        """One sample per record of ``source``, as the processor makes it (`vision_samples`)."""
-        return self._sequences(source, tokenizer, config, None)
-
-    def shard_context(self, source: Any, config: Any) -> dict[str, Any]:
-        """Where relative image paths point: ``--image-root``, or the folder that holds the record files."""
-        from seqpack.tasks.vision.samples import image_root_of
-
-        return {"image_root": config.options.image_root or image_root_of(list(source))}
-
-    def shard_identity(self, records: list[dict[str, Any]], config: Any, context: dict[str, Any]) -> Any:
-        """The size and mtime of every image file the records name (a path, or a dict holding only
-        a path): an image rewritten under the same name changes the shard's key."""
-        from seqpack._stages import file_fingerprint
-        from seqpack.tasks.vision.images import image_path
-
-        o: VisionOptions = config.options
-        root = o.image_root or context.get("image_root")
-        out: list[Any] = []
-        for r in records:
-            values = r.get(o.images_field) if isinstance(r, Mapping) else None
-            for path in (image_path(v, root) for v in (values if isinstance(values, list) else [])):
-                if path is not None:
-                    out.append([str(path), file_fingerprint(path) if path.is_file() else None])
-        return out
-
-    def build_shard(self, records: list[dict[str, Any]], tokenizer: Any, config: Any, context: dict[str, Any]) -> Any:
-        return self._sequences(records, tokenizer, config, context.get("image_root"))
-
-    def stream_context(self, config: Any) -> dict[str, Any]:
+    if type(config) not in transformers.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING:
         raise UserError(
-            "task vision is not streamed: its images go in the packed dataset's example table; "
-            "pack the records with seqpack pack --task vision and train on the directory"
+            f"--hf-model: a {model_type} config is not a vision-language model; give the config of "
+            "one transformers builds with AutoModelForImageTextToText (Qwen2-VL, Qwen2.5-VL, LLaVA, ...)"
         )
+    return transformers.AutoModelForImageTextToText.from_config(config)
 
-    def _sequences(self, source: Any, tokenizer: Any, config: Any, image_root: Any) -> Sequences:
-        from seqpack.tasks.vision.packed import vision_sequences
-        from seqpack.tasks.vision.samples import vision_samples
 
-        tok = self._processor(tokenizer)
-        o: VisionOptions = config.options
-        samples = vision_samples(
-            source,
-            tok.processor,
-            max_len=config.max_len,
-            images_field=o.images_field,
-            messages_field=o.messages_field,
-            train_on=o.train_on,
-            overflow=o.overflow,
-            image_root=o.image_root or image_root,
+def hf_ready(model: Any) -> Any:
+    """The text model's attention packed (sum(l^2) work); the vision encoder keeps its own."""
+    from seqpack.nn.hf_attention import attach_packed_attention
+
+    attach_packed_attention(model)
+    return model
+
+
+def hf_forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+    """Logits of the whole ``(1, T)`` row, then the loss of each sample's target tokens (shifted)."""
+    from seqpack.nn.losses import mean_over, sequence_token_losses, token_loss
+    from seqpack.nn.models.common import PackedOutput
+
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "segment_ids")}
+    logits = model(**inputs, use_cache=False).logits  # (1, T, V)
+    out = PackedOutput(logits=logits)
+    labels, seg = batch.get("labels"), batch["segment_ids"]
+    if labels is not None:
+        out.per_sequence, out.present = sequence_token_losses(logits, labels, seg, shift=True)  # (1, S)
+        out.loss = (
+            mean_over(out.per_sequence, out.present)
+            if reduction == "sequence"
+            else token_loss(logits, labels, seg, reduction=reduction, shift=True)
         )
-        return vision_sequences(samples, vocab_size=tok.vocab_size)
-
-    def pack_summary(self, manifest: Mapping[str, Any]) -> str:
-        info = manifest["task_info"]
-        return (
-            f"images: {info['images']:,} ({info['positions']} positions), kept encoded in the example table; "
-            "the processor makes their pixels when a row is read"
-        )
-
-    # ---- models -------------------------------------------------------------------------------
-    def model_kind(self, asked: str | None) -> str:
-        if asked is not None:
-            raise _refuse_seqpack_model()
-        return "hf"
-
-    def seqpack_model(
-        self, kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: dict[str, Any]
-    ) -> tuple[Any, Any]:
-        raise _refuse_seqpack_model()
-
-    def batch_maker(self, path: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Any:
-        """The rows side by side with their images' pixels (`VisionBatches`)."""
-        from seqpack.tasks.vision.collate import VisionBatches
-
-        return VisionBatches(path, manifest)
-
-    def hf_config(self, d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
-        """The text model's vocabulary is the processor's (a model built from its config; a checkpoint
-        keeps its own, checked against the rows); the image placeholder is the rows'."""
-        text = d.setdefault("text_config", {})
-        if isinstance(text, dict) and "vocab_size" in d:
-            text["vocab_size"] = d["vocab_size"]
-        d["image_token_id"] = int(manifest["task_info"]["image_token_id"])
-        d.pop("image_token_index", None)  # an older name of the same id
-
-    def hf_model(self, config: Any, model_type: str, manifest: Mapping[str, Any], *, kind: str = "") -> Any:
-        import transformers
-
-        if type(config) not in transformers.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING:
-            raise UserError(
-                f"--hf-model: a {model_type} config is not a vision-language model; give the config of "
-                "one transformers builds with AutoModelForImageTextToText (Qwen2-VL, Qwen2.5-VL, LLaVA, ...)"
-            )
-        return transformers.AutoModelForImageTextToText.from_config(config)
-
-    def hf_ready(self, model: Any) -> Any:
-        from seqpack.nn.hf_attention import attach_packed_attention
-
-        attach_packed_attention(model)  # the text model's attention: sum(l^2) work; the vision encoder keeps its own
-        return model
-
-    def hf_forward(
-        self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
-    ) -> Any:
-        """Logits of the whole ``(1, T)`` row, then the loss of each sample's target tokens (shifted)."""
-        from seqpack.nn.losses import mean_over, sequence_token_losses, token_loss
-        from seqpack.nn.models.common import PackedOutput
-
-        inputs = {k: v for k, v in batch.items() if k not in ("labels", "segment_ids")}
-        logits = model(**inputs, use_cache=False).logits  # (1, T, V)
-        out = PackedOutput(logits=logits)
-        labels, seg = batch.get("labels"), batch["segment_ids"]
-        if labels is not None:
-            out.per_sequence, out.present = sequence_token_losses(logits, labels, seg, shift=True)  # (1, S)
-            out.loss = (
-                mean_over(out.per_sequence, out.present)
-                if reduction == "sequence"
-                else token_loss(logits, labels, seg, reduction=reduction, shift=True)
-            )
-        return out
-
-    # ---- loss and metrics ---------------------------------------------------------------------
-    def loss_units(self, batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
-        import torch
-
-        return torch.tensor([lm_units(batch, reduction), 0.0, 0.0], dtype=torch.float64)
-
-    def component_means(self, out: Any) -> list[Any]:
-        return [out.loss, None, None]
-
-    def update_eval(self, totals: Any, out: Any, batch: Mapping[str, torch.Tensor]) -> None:
-        add_lm_metrics(totals, out, batch, shift=True)
+    return out
 
 
-TASK = VisionTask(
+#: image-text samples packed by the pack job, their images in the example table
+#: (`seqpack.tasks.vision.packed`), trained through a transformers vision-language model
+TASK = Task(
     name="vision",
     summary="image-text SFT of a vision-language model (Qwen2-VL family, LLaVA)",
-    reads="examples",
-    models=("hf",),
-    token_labels=True,
+    options_type=VisionOptions,
+    rows=Rows(token_labels=True),
+    packing=Packing(
+        reads="examples",
+        build=build,
+        shard=build_shard,
+        context=shard_context,
+        identity=shard_identity,
+        stream=None,
+        unstreamed="its images go in the packed dataset's example table; pack the records with seqpack pack "
+        "--task vision and train on the directory",
+        open_tokenizer=open_processor,
+        beside=write_processor,
+        check_config=check_config,
+        summary=pack_summary,
+    ),
+    # a rank's rows may hold no image: its vision encoder then has no gradient
+    training=replace(LM_TRAINING, batch_maker=batch_maker, partial_graph=True),
+    models=None,  # seqpack has no model of its own for images
+    hf=HFModels(
+        build=hf_model,
+        config=hf_config,
+        ready=hf_ready,
+        forward=hf_forward,
+        adapted=False,  # its forward runs the model; its text attention is packed by `ready`
+        what="the config.json of a Qwen2-VL, Qwen2.5-VL or LLaVA model, or its directory",
+    ),
 )
