@@ -22,10 +22,10 @@ def attend(
     so that only the kernel is left to the GPU suite."""
     if backend != VARLEN_ON_CPU:
         return packed_attention(q, k, v, plan_attention(seg, causal=causal, backend=backend))
-    from seqpack.nn.attention.varlen import VARLEN, attend_runs, varlen_oracle
+    from seqpack.nn.attention.varlen import attend_runs, plan_varlen, varlen_oracle
 
     return attend_runs(
-        q, k, v, VARLEN.plan(seg, causal=causal, dtype=q.dtype), 1 / math.sqrt(q.shape[-1]), varlen_oracle
+        q, k, v, plan_varlen(seg, causal=causal, dtype=q.dtype), 1 / math.sqrt(q.shape[-1]), varlen_oracle
     )
 
 
@@ -80,9 +80,9 @@ def test_gradients_agree_across_backends(pack) -> None:
 def _varlen_on_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg: torch.Tensor, causal: bool) -> torch.Tensor:
     """The varlen backends' own plan and flattening, with the per-run SDPA reference kernel in
     place of the CUDA one: what is left to the GPU is the kernel alone."""
-    from seqpack.nn.attention.varlen import VARLEN, attend_runs, varlen_oracle
+    from seqpack.nn.attention.varlen import attend_runs, plan_varlen, varlen_oracle
 
-    plan = VARLEN.plan(seg, causal=causal, dtype=q.dtype)
+    plan = plan_varlen(seg, causal=causal, dtype=q.dtype)
     return attend_runs(q, k, v, plan, 1 / math.sqrt(q.shape[-1]), varlen_oracle)
 
 

@@ -117,13 +117,13 @@ def test_shared_prefix_branches_keep_each_completions_positions() -> None:
 
 
 def test_varlen_runs_take_the_window_on_the_reference_kernel() -> None:
-    from seqpack.nn.attention.varlen import VARLEN, attend_runs, varlen_oracle
+    from seqpack.nn.attention.varlen import attend_runs, plan_varlen, varlen_oracle
 
     seg = torch.tensor([[1] * 9 + [2] * 5 + [0, 0]])
     torch.manual_seed(1)
     q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
     layer = LayerAttention(window=4)
-    out = attend_runs(q, k, v, VARLEN.plan(seg, causal=True, dtype=q.dtype), 8**-0.5, varlen_oracle, layer)
+    out = attend_runs(q, k, v, plan_varlen(seg, causal=True, dtype=q.dtype), 8**-0.5, varlen_oracle, layer)
     for at, n in ((0, 9), (9, 5)):
         sl = slice(at, at + n)
         assert (out[0, :, sl] - alone(q[0, :, sl], k[0, :, sl], v[0, :, sl], layer)).abs().max() <= 1e-5

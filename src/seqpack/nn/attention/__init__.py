@@ -55,7 +55,7 @@ import contextlib
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -231,11 +231,8 @@ def plan_attention(
         segment_ids = split_branches(segment_ids, branch_ids)
     if backend == "auto":
         backend = choose_backend(segment_ids, dtype=dtype, needs=needs)
-    entry = _entry(backend, needs)
-    reason = entry.unavailable(segment_ids, dtype)
-    if reason is not None:
-        raise UserError(reason)
-    return _counted(_with_positions(entry.plan(segment_ids, causal=causal, dtype=dtype), positions))
+    make = _planner(_entry(backend, needs), segment_ids, dtype)
+    return _counted(_with_positions(make(segment_ids, causal=causal, dtype=dtype), positions))
 
 
 def _entry(backend: str, needs: frozenset[str]) -> Backend:
@@ -247,6 +244,14 @@ def _entry(backend: str, needs: frozenset[str]) -> Backend:
             f"use --attention auto or one of {'|'.join(backends_for(needs))}"
         )
     return entry
+
+
+def _planner(entry: Backend, segment_ids: torch.Tensor, dtype: torch.dtype) -> Callable[..., AttentionPlan]:
+    """The backend's plan maker, where the backend can run on ``segment_ids`` (else refused)."""
+    reason = entry.unavailable(segment_ids, dtype)
+    if reason is not None or entry.plan is None:
+        raise UserError(reason or f"attention backend {entry.name} makes no plan from segment_ids")
+    return entry.plan
 
 
 def _with_positions(plan: AttentionPlan, positions: torch.Tensor | None) -> AttentionPlan:
@@ -271,11 +276,8 @@ def _shared_prefix_plan(
             f"attention backend {backend} runs whole sequences and cannot share a prompt between two "
             f"responses; use --attention {'|'.join(SHARED_PREFIX)}, or pack with --layout pairs"
         )
-    entry = _entry(backend, needs)
-    reason = entry.unavailable(segment_ids, dtype)
-    if reason is not None:
-        raise UserError(reason)
-    return entry.plan(segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
+    plan = _planner(_entry(backend, needs), segment_ids, dtype)
+    return plan(segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
 
 
 def packed_attention(

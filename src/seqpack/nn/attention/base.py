@@ -82,13 +82,14 @@ class Backend:
     """One entry of the backend registry.
 
     ``unavailable(segment_ids, dtype)`` returns ``None`` when the backend can run on those
-    tensors, else the reason (the ``ValueError`` message a user sees).
+    tensors, else the reason (the `UserError` message a user sees). ``plan`` is ``None`` for a
+    backend whose plans are made elsewhere (context parallelism: from a row's shard across ranks).
     """
 
     name: str
     summary: str
-    plan: Callable[..., AttentionPlan]  # (segment_ids, *, causal, dtype) -> plan
     attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionPlan, float, LayerAttention], torch.Tensor]
+    plan: Callable[..., AttentionPlan] | None = None  # (segment_ids, *, causal, dtype) -> plan
     unavailable: Callable[[torch.Tensor, torch.dtype], str | None] = lambda seg, dtype: None
     #: the `LayerAttention` fields this backend computes (`FEATURES`)
     features: frozenset[str] = frozenset()

@@ -128,10 +128,6 @@ def plan_context_parallel(
     )
 
 
-def _refuse_plan(segment_ids: torch.Tensor, *, causal: bool, dtype: torch.dtype, **_: Any) -> CPPlan:
-    raise UserError(_WHY)
-
-
 _WHY = (
     "context_parallel attention needs each token's document position across ranks: make its plan with "
     "seqpack.nn.attention.context_parallel.plan_context_parallel from a row's CP shard"
@@ -155,7 +151,6 @@ def attend_context_parallel(
 CONTEXT_PARALLEL = Backend(
     name="context_parallel",
     summary="one rank's share of rows split across context-parallel ranks: all-gathered keys and values",
-    plan=_refuse_plan,
     attend=attend_context_parallel,
     unavailable=lambda seg, dtype: _WHY,
     features=frozenset({"window", "chunk"}),

@@ -220,9 +220,12 @@ FLASH_VARLEN = Backend(
     features=frozenset({"window"}),
     summary="flash_attn_varlen_func on the rows as they are (CUDA, fp16/bf16, the flash-attn package)",
 )
+#: the varlen plan of ``segment_ids`` ``(B, T)``: every row's documents as one flat run
+plan_varlen = _plan("varlen")
+
 VARLEN = Backend(
     name="varlen",
-    plan=_plan("varlen"),
+    plan=plan_varlen,
     attend=attend_torch,
     unavailable=_torch_unavailable,
     features=frozenset({"window"}),
