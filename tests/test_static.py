@@ -10,7 +10,6 @@ that no longer exists.
 from __future__ import annotations
 
 import importlib.util
-import re
 import sys
 from pathlib import Path
 
@@ -34,14 +33,23 @@ def test_the_native_stub_is_what_the_built_module_gives() -> None:
     assert got == want, "src/seqpack/_native.pyi is stale: run python csrc/gen_stub.py"
 
 
-def test_ruff_and_mypy_check_the_same_folders() -> None:
-    """The Makefile's ``LINTED`` (ruff's folders) are mypy's ``files`` (``pyproject.toml``)."""
+def test_the_static_checks_cover_every_python_file() -> None:
+    """``make lint`` runs ruff on the whole checkout and mypy on its ``files`` (``pyproject.toml``),
+    which hold every Python file of the repository (a new top-level folder must join them)."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # Python 3.10: tomllib's predecessor
         tomllib = pytest.importorskip("tomli")
-    linted = re.search(r"^LINTED := (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
-    assert linted is not None, "the Makefile's lint target names its folders in LINTED"
-    mypy = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
-    files = {"src" if f == "src/seqpack" else f for f in mypy["files"]}  # the package: src/'s code
-    assert files == set(linted.group(1).split())
+    make = (ROOT / "Makefile").read_text()
+    assert "ruff check .\n" in make and "ruff format --check .\n" in make, "make lint runs ruff on the checkout"
+    roots = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+    ours = [p for p in ROOT.rglob("*.py") if not ({".venv", "build", "site", ".git"} & set(p.relative_to(ROOT).parts))]
+    ours = [
+        p
+        for p in ours
+        if not any(part.startswith(".") or part.endswith(".egg-info") for part in p.relative_to(ROOT).parts)
+    ]
+    unchecked = [
+        str(p.relative_to(ROOT)) for p in ours if not any(p.relative_to(ROOT).as_posix().startswith(r) for r in roots)
+    ]
+    assert not unchecked, f"Python files outside mypy's files: {unchecked[:5]}"
