@@ -74,8 +74,8 @@ from seqpack.tasks import sequence_task
 
 if TYPE_CHECKING:
     from seqpack.pipeline.engine import Engine
+    from seqpack.pipeline.types import PackTokenizer
     from seqpack.store.sharded import ShardedTokenStore
-    from seqpack.tokenizer.types import AnyTokenizer
 
 #: one input shard: (a store shard's path or a batch of records, its first document's number, the task's context)
 ShardInput = tuple[Any, int, "dict[str, Any] | None"]
@@ -83,7 +83,7 @@ ShardInput = tuple[Any, int, "dict[str, Any] | None"]
 
 def pack_store_shards(
     store: ShardedTokenStore,
-    tokenizer: AnyTokenizer,
+    tokenizer: PackTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     *,
@@ -99,7 +99,7 @@ def pack_store_shards(
 
 def pack_example_shards(
     source: str | os.PathLike[str],
-    tokenizer: AnyTokenizer,
+    tokenizer: PackTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     *,
@@ -142,7 +142,7 @@ def pack_example_shards(
 def run_job(
     key: dict[str, Any],
     inputs: Iterable[ShardInput],
-    tokenizer: AnyTokenizer,
+    tokenizer: PackTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     output: OutputOptions,
@@ -223,7 +223,7 @@ def run_job(
             }
             if any(s.get("examples") for s in summaries):
                 extra["example_table"] = _example_table(final, dirs)
-            task.write_beside(tokenizer, final)
+            task.write_beside(tokenizer, final)  # type: ignore[arg-type]  # the task's signature says AnyTokenizer; vision's takes a ProcessorTokenizer
             if output.schedule is not None:
                 steps, extra["schedule"] = packing_schedule(
                     packing.lengths, packing.pack_offsets, packing.sequence_index, output.schedule

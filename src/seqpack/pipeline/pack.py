@@ -28,13 +28,13 @@ from seqpack.tasks import get_task, sequence_task
 
 if TYPE_CHECKING:
     from seqpack.pipeline.engine import Engine
+    from seqpack.pipeline.types import PackTokenizer
     from seqpack.store import TokenStore
-    from seqpack.tokenizer.types import AnyTokenizer
 
 
 def build_packed_dataset(
     source: str | os.PathLike[str] | Iterable[Any] | TokenStore,
-    tokenizer: AnyTokenizer,
+    tokenizer: PackTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     *,
@@ -95,7 +95,7 @@ def build_packed_dataset(
             extra=extra,
             arrays=arrays,
             derived=output.derived(config.task),
-            beside=lambda root: sequence_task(config.task).write_beside(tokenizer, root),
+            beside=lambda root: sequence_task(config.task).write_beside(tokenizer, root),  # type: ignore[arg-type]  # the task's signature says AnyTokenizer; vision's takes a ProcessorTokenizer
         )
     for message in task.pack_warnings(m):  # once, from the whole job's counts (not once per shard)
         warnings.warn(message, stacklevel=2)

@@ -43,12 +43,12 @@ EXAMPLES_FILE = "examples.parquet"
 
 if TYPE_CHECKING:
     from seqpack.pipeline.config import PackConfig
-    from seqpack.tokenizer.types import AnyTokenizer
+    from seqpack.pipeline.types import PackTokenizer
 
 
 def sequences_stage(
     shard: str | list[dict[str, Any]],
-    tokenizer: AnyTokenizer,
+    tokenizer: PackTokenizer,
     config: PackConfig,
     doc_base: int,
     path: str,
@@ -65,11 +65,12 @@ def sequences_stage(
     log = StageLog(out.parent)
     task = sequence_task(config.task)
     if isinstance(shard, str):  # the derived fields (made again after the gather) not even made
-        seqs, derived = task.stored_sequences(TokenStore(shard), tokenizer, config)
+        seqs, derived = task.stored_sequences(TokenStore(shard), tokenizer, config)  # type: ignore[arg-type]  # the task's signature says AnyTokenizer; vision's takes a ProcessorTokenizer
     else:
         try:
             seqs, derived = split_derived(
-                task.build_shard(shard, tokenizer, config, context or {}), task.derived_fields
+                task.build_shard(shard, tokenizer, config, context or {}),  # type: ignore[arg-type]  # the task's signature says AnyTokenizer; vision's takes a ProcessorTokenizer
+                task.derived_fields,
             )
         except ValueError as e:  # "example i" counts within the shard: say which records it holds
             raise UserError(f"examples {doc_base}..{doc_base + len(shard) - 1} of the file: {e}") from e
@@ -125,7 +126,7 @@ def input_identity(shard: str | list[dict[str, Any]]) -> Any:
 SEQUENCES_FORMAT = 3
 
 
-def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, tokenizer: AnyTokenizer) -> str:
+def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, tokenizer: PackTokenizer) -> str:
     """The key a sequences stage is recorded under: its inputs' identity and everything that changes its bytes."""
     return content_hash(SEQUENCES_FORMAT, name, doc_base, identity, config.to_dict(), tokenizer.fingerprint())
 
@@ -138,7 +139,7 @@ def route_stage(
     fields: list[str],
     key: str,
     done: dict[str, Any] | None = None,
-    rebuild: tuple[str, AnyTokenizer, PackConfig] | None = None,
+    rebuild: tuple[str, PackTokenizer, PackConfig] | None = None,
 ) -> dict[str, Any]:
     """Write input shard ``src``'s saved token ``fields`` again under ``path``, as raw ``.bin``
     files in plan order: its sequences sorted by row group (``group_bounds``: the first slot of
@@ -160,7 +161,7 @@ def route_stage(
     made: dict[str, np.ndarray] = {}
     if rebuild is not None:
         shard, tokenizer, config = rebuild
-        seqs, _ = sequence_task(config.task).stored_sequences(TokenStore(shard), tokenizer, config)
+        seqs, _ = sequence_task(config.task).stored_sequences(TokenStore(shard), tokenizer, config)  # type: ignore[arg-type]  # the task's signature says AnyTokenizer; vision's takes a ProcessorTokenizer
         if not np.array_equal(seqs.offsets, off):
             raise OSError(f"{shard}: the store shard changed while it was being packed; run the job again")
         made = seqs.token_fields
