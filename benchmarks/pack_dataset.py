@@ -1,4 +1,4 @@
-"""Pack + materialise + write 1,000,000 sequences with Wikipedia lengths (issue 4 goals), vs TRL.
+"""Pack + materialise + write 1,000,000 sequences with Wikipedia lengths, vs TRL.
 
 Run: .venv/bin/python benchmarks/pack_dataset.py [--quick] [--no-trl] [--out results/pack_dataset.json]
 Lengths are sampled from ../shared/data/histograms/wikipedia_len512_histogram.npy (seed 0),
