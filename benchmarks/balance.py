@@ -1,4 +1,4 @@
-"""Compute-balanced steps (issue 27, first part): simulated imbalance of data-parallel steps.
+"""Compute-balanced steps: simulated imbalance of data-parallel steps.
 
 Run: .venv/bin/python benchmarks/balance.py [--cost FILE] [--out benchmarks/results/balance.json]
 

@@ -1,4 +1,4 @@
-"""Compute-balanced steps, measured (issue 27): ``torchrun --nproc-per-node 2`` (gloo, CPU, one
+"""Compute-balanced steps, measured: ``torchrun --nproc-per-node 2`` (gloo, CPU, one
 thread per rank), seqpack's GPT at max_len 4096 on a long-tailed length mix, the same packs trained
 in the sequential order (``--balance none``) and balanced (``--balance compute``).
 

@@ -14,7 +14,7 @@ file's lines). Also: the CS336 speed case (corpus.en, vocab 500, a new process).
         [--big-vocab-size 32000] [--json] [--out results/bpe_train.json]
 
 No arm imports another arm's package: the rustbpe and HF processes get the GPT-2 pattern as a
-string (until issue 30 the rustbpe process imported seqpack for it, +0.12-0.19 s and +24 MB).
+string (importing seqpack for it would add 0.12-0.19 s and 24 MB to the rustbpe process).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def main() -> None:
     ap.add_argument("--big-runs", type=int, default=3)
     ap.add_argument("--big-mb", type=int, default=200, help="0 skips the generated corpus")
     ap.add_argument("--vocab-size", type=int, default=10_000, help="for Shakespeare")
-    ap.add_argument("--big-vocab-size", type=int, default=32_000, help="for the generated corpus (issue 28: 32K)")
+    ap.add_argument("--big-vocab-size", type=int, default=32_000, help="for the generated corpus")
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
         "--out",

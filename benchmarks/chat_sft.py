@@ -1,4 +1,4 @@
-"""Chat fine-tuning (issue 16): packing a synthetic SFT set, against TRL, and packed vs padded training.
+"""Chat fine-tuning: packing a synthetic SFT set, against TRL, and packed vs padded training.
 
 Run: .venv/bin/python benchmarks/chat_sft.py [--quick] [--out benchmarks/results/chat_sft.json]
 

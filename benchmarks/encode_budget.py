@@ -1,6 +1,6 @@
 """Where a per-document ``Tokenizer.encode`` call spends its time, against a tenth of tiktoken's.
 
-Issue 28 asks ``Tokenizer.encode`` per document for >= 10x tiktoken's ``encode_ordinary``, first pass
+The goal: ``Tokenizer.encode`` per document at >= 10x tiktoken's ``encode_ordinary``, first pass
 (cold word cache) and warm. This splits seqpack's time on the sets of ``encode.py`` (GPT-2's merges):
 
 - ``tiktoken``: ``[enc.encode_ordinary(d) for d in docs]`` (``_common.compare_arms``: processes of its

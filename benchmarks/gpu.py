@@ -1,4 +1,4 @@
-"""Every CUDA path measured on one GPU (issue 18): attention backends alone, packed vs padded
+"""Every CUDA path measured on one GPU: attention backends alone, packed vs padded
 training throughput (BERT base/large at 512, GPT at 2048, a Llama-style HF model padding-free),
 and torch.compile. Results go to ``--out`` as JSON lines; figures are recorded in docs/benchmarks/gpu.md.
 
@@ -427,7 +427,7 @@ def main() -> None:
     if "gpt" in cases:
         for attn in ("auto", "per_document", "sdpa", "flex"):
             emit(throughput("gpt", "base", 2048, 16, attn, args.steps, args.repeats))
-    if "bert_varlen" in cases:  # issue 29: the gather-free varlen path against sdpa at 512
+    if "bert_varlen" in cases:  # the gather-free varlen path against sdpa at 512
         emit(throughput("bert", "base", 512, 64, "varlen", args.steps, args.repeats))
         emit(throughput("bert", "base", 512, 64, "sdpa", args.steps, args.repeats))
         emit(throughput("bert", "large", 512, 32, "varlen", args.steps, args.repeats))

@@ -1,4 +1,4 @@
-"""Pack + materialise + write 1,000,000 sequences with Wikipedia lengths (issue 4 goals), vs TRL.
+"""Pack + materialise + write 1,000,000 sequences with Wikipedia lengths, vs TRL.
 
 Run: .venv/bin/python benchmarks/pack_dataset.py [--quick] [--no-trl] [--out results/pack_dataset.json]
 Lengths are sampled from ../shared/data/histograms/wikipedia_len512_histogram.npy (seed 0),
@@ -31,6 +31,8 @@ from seqpack.packing import pack_lengths
 from seqpack.tasks.clm import clm_sequences
 
 MAX_LEN, VOCAB = 512, 30522
+#: what a reader of the rows must know of the task (`seqpack.data.format.DatasetFacts`): a causal LM's rows
+CLM_FACTS = {"token_labels": True, "float_labels": False, "causal_lm": True}
 
 
 def sample(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +153,7 @@ def main() -> None:
     for comp in ("zstd", "snappy", "none"):
 
         def write(c: str = comp) -> None:
-            write_packed(pc, f"{tmp}/out", options=WriteOptions(overwrite=True, compression=c))
+            write_packed(pc, f"{tmp}/out", options=WriteOptions(overwrite=True, compression=c), extra=CLM_FACTS)
 
         _, t_write, _ = timed(write, max(2, runs // 2))
         size = sum(f.stat().st_size for f in Path(tmp, "out").rglob("*")) / 1e6

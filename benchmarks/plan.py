@@ -1,4 +1,4 @@
-"""Packing plans and assignment on the BERT Wikipedia histogram (issue 3 goals), plus other shapes.
+"""Packing plans and assignment on the BERT Wikipedia histogram, plus other shapes.
 
 Run: .venv/bin/python benchmarks/plan.py [--quick] [--out FILE]
 Timings go through the harness (each plan in processes of its own, a warm-up call, median);

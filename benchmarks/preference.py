@@ -1,4 +1,4 @@
-"""Preference data (issue 26): TRL ``DPOTrainer`` padded against seqpack's ``pairs`` and
+"""Preference data: TRL ``DPOTrainer`` padded against seqpack's ``pairs`` and
 ``shared-prefix`` layouts, packed: tokens processed per pair, rows, and DPO training throughput.
 
 Run: .venv/bin/python benchmarks/preference.py [--quick] [--out benchmarks/results/preference.json]

@@ -1,4 +1,4 @@
-"""Packed vs padded training throughput on CPU (issue 5 goals): forward + backward, fp32, 2 threads.
+"""Packed vs padded training throughput on CPU against its goals: forward + backward, fp32, 2 threads.
 
 Run: .venv/bin/python benchmarks/throughput.py [--quick] [--repeats 3] [--out results/throughput.json]
 

@@ -219,7 +219,7 @@ def cli_loop(records, steps: int, rounds: int) -> dict:  # type: ignore[no-untyp
     with tempfile.TemporaryDirectory() as d:
         build_packed_dataset(
             recs,
-            ProcessorTokenizer(processor),  # type: ignore[arg-type]  # the annotation (AnyTokenizer) does not name the vision processor
+            ProcessorTokenizer(processor),
             Path(d, "packs"),
             PackConfig.for_task("vision", max_len=MAX_LEN),
         )

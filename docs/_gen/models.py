@@ -1,9 +1,11 @@
 """Regenerate docs/integrations/models.md and the pinned statuses from one run of the model matrix
 and the encoder matrix: ``python docs/_gen/models.py``.
 
-Both are outputs, never edited by hand. ``tests/nn/test_model_matrix.py`` checks the page against a
-fresh run when the installed transformers is the one it names, and fails when any architecture's
-build or any cell's status differs from ``tests/nn/model_matrix_status.json``.
+Both are outputs, never edited by hand. ``tests/nn/test_model_matrix.py`` writes them again with
+`write` into a temporary folder and compares: the whole page where the installed transformers and
+torch are the ones it names, and otherwise every line that no version decides (the prose, the
+headings, the columns), reporting which rows differ; and it fails when any architecture's build or
+any cell's status differs from ``tests/nn/model_matrix_status.json``.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from seqpack.experiments.encoder_matrix import encoder_statuses, render_encoders, run_encoder_matrix
-from seqpack.experiments.model_matrix import render_markdown, run_matrix, statuses
+from seqpack.experiments.encoder_matrix import EncoderRow, encoder_statuses, render_encoders, run_encoder_matrix
+from seqpack.experiments.model_matrix import Row, render_markdown, run_matrix, statuses
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "integrations" / "models.md"
@@ -32,9 +34,12 @@ def dump(pinned: dict[str, Any]) -> str:
     return json.dumps(head)[:-1] + ", " + ", ".join(parts) + "}\n"
 
 
+def write(rows: list[Row], encoders: list[EncoderRow], page: Path = PAGE, status: Path = STATUS) -> tuple[Path, Path]:
+    """The page and the pinned statuses from one run of each matrix, written to ``page`` and ``status``."""
+    page.write_text(render_markdown(rows) + "\n" + render_encoders(encoders), encoding="utf-8")
+    status.write_text(dump({**statuses(rows), "encoders": encoder_statuses(encoders)}), encoding="utf-8")
+    return page, status
+
+
 if __name__ == "__main__":
-    rows = run_matrix()
-    encoders = run_encoder_matrix()
-    PAGE.write_text(render_markdown(rows) + "\n" + render_encoders(encoders), encoding="utf-8")
-    STATUS.write_text(dump({**statuses(rows), "encoders": encoder_statuses(encoders)}), encoding="utf-8")
-    print(f"wrote {PAGE} and {STATUS}")
+    print("wrote {} and {}".format(*write(run_matrix(), run_encoder_matrix())))

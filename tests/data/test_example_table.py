@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from seqpack.data import PackedDataset, hf_dataset, pack_sequences, read_manifest, write_packed
 from seqpack.data.example_table import ExampleTable, check_table
 from seqpack.data.sequences import from_lists
+from tests.data import CLM_FACTS, NO_LABELS
 
 
 def seqs_with_table(lengths: list[int], ids: list[int] | None = None):
@@ -38,7 +39,7 @@ def test_every_row_joins_its_own_examples(tmp_path_factory, lengths, shift):
     ids = [e * 7 + shift for e in range(len(lengths))]  # ids that are not row numbers
     pc = pack_sequences(seqs_with_table(lengths, ids), 12)
     out = tmp_path_factory.mktemp("t") / "p"
-    m = write_packed(pc, out, derived={"segment_ids": "segments"})
+    m = write_packed(pc, out, derived={"segment_ids": "segments"}, extra=CLM_FACTS)
     table = ExampleTable(out, m)
     assert len(table) == len(lengths) and m["example_table"]["columns"] == ["example_id", "word", "nums"]
     ex = pc.columns["example_ids"]
@@ -50,7 +51,7 @@ def test_every_row_joins_its_own_examples(tmp_path_factory, lengths, shift):
 
 def test_hf_dataset_adds_each_rows_example_columns_lists_joined(tmp_path):
     pc = pack_sequences(seqs_with_table([3, 4, 2, 5]), 8)
-    write_packed(pc, tmp_path / "p")
+    write_packed(pc, tmp_path / "p", extra=CLM_FACTS)
     ds = hf_dataset(tmp_path / "p", cache_dir=tmp_path / "cache")
     for p in range(pc.num_packs):
         ex = [e for e in pc.columns["example_ids"][p].tolist() if e >= 0]
@@ -60,14 +61,14 @@ def test_hf_dataset_adds_each_rows_example_columns_lists_joined(tmp_path):
 
 
 def test_a_dataset_without_examples_has_no_table(tmp_path):
-    m = write_packed(pack_sequences(from_lists([[1, 2], [3]]), 4), tmp_path / "p")
+    m = write_packed(pack_sequences(from_lists([[1, 2], [3]]), 4), tmp_path / "p", extra=NO_LABELS)
     assert "example_table" not in m and not (tmp_path / "p" / "examples").exists()
     with pytest.raises(ValueError, match="holds no example table"):
         ExampleTable(tmp_path / "p", m)
 
 
 def test_an_edited_part_or_manifest_is_refused_in_one_line(tmp_path):
-    m = write_packed(pack_sequences(seqs_with_table([3, 4, 2]), 8), tmp_path / "p")
+    m = write_packed(pack_sequences(seqs_with_table([3, 4, 2]), 8), tmp_path / "p", extra=CLM_FACTS)
     part = tmp_path / "p" / m["example_table"]["parts"][0]["file"]
     data = bytearray(part.read_bytes())
     data[len(data) // 2] ^= 1
@@ -91,6 +92,6 @@ def test_a_table_the_writer_cannot_key_is_refused():
 
 
 def test_an_id_missing_from_the_table_is_a_key_error(tmp_path):
-    m = write_packed(pack_sequences(seqs_with_table([3, 4]), 8), tmp_path / "p")
+    m = write_packed(pack_sequences(seqs_with_table([3, 4]), 8), tmp_path / "p", extra=CLM_FACTS)
     with pytest.raises(KeyError, match="example 9 is not in its example table"):
         ExampleTable(tmp_path / "p", m).rows(np.array([0, 9]))

@@ -30,6 +30,7 @@ from seqpack.tasks.clm import (
     clm_oracle,
     clm_sequences,
 )
+from tests.data import NO_LABELS
 
 docs_st = st.lists(st.lists(st.integers(1, 500), max_size=40), min_size=1, max_size=30)
 
@@ -219,7 +220,9 @@ def test_position_fields_are_shifted():
 def test_write_load_roundtrip(tmp_path):
     s = random_sequences(np.random.default_rng(0), 300, 32)
     pc = pack_sequences(s, 32, seed=1)
-    m = write_packed(pc, tmp_path / "p", extra={"note": "x"}, options=WriteOptions(shard_packs=37, export_bin=True))
+    m = write_packed(
+        pc, tmp_path / "p", extra={"note": "x", **NO_LABELS}, options=WriteOptions(shard_packs=37, export_bin=True)
+    )
     assert len(m["shards"]) == -(-pc.num_packs // 37) and m["note"] == "x"
     assert read_manifest(tmp_path / "p") == m
     assert (
@@ -234,14 +237,17 @@ def test_write_load_roundtrip(tmp_path):
     with pytest.raises(ValueError, match="no column 'nope'"):
         load_packed(tmp_path / "p", columns=["nope"])
     with pytest.raises(FileExistsError, match="--overwrite"):
-        write_packed(pc, tmp_path / "p")
+        write_packed(pc, tmp_path / "p", extra=NO_LABELS)
 
 
 def test_same_inputs_same_bytes(tmp_path):
     s = random_sequences(np.random.default_rng(0), 500, 64)
     for name in ("a", "b"):
         write_packed(
-            pack_sequences(s, 64, seed=3), tmp_path / name, options=WriteOptions(shard_packs=50, export_bin=True)
+            pack_sequences(s, 64, seed=3),
+            tmp_path / name,
+            options=WriteOptions(shard_packs=50, export_bin=True),
+            extra=NO_LABELS,
         )
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert len(files) > 5
@@ -259,7 +265,7 @@ def test_killed_mid_write_leaves_nothing_complete(tmp_path):
         "def die(*a):\n"
         "    real(*a); os._exit(9)\n"
         "io.write_parquet_part = die\n"
-        f"io.write_packed(pc, {str(tmp_path / 'p')!r}, options=io.WriteOptions(shard_packs=5), workers=1)\n"
+        f"io.write_packed(pc, {str(tmp_path / 'p')!r}, options=io.WriteOptions(shard_packs=5), workers=1, extra={NO_LABELS})\n"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 9
     assert not (tmp_path / "p").exists()
@@ -271,7 +277,7 @@ def test_killed_mid_write_leaves_nothing_complete(tmp_path):
 
 def test_corrupt_shard_is_named(tmp_path):
     pc = pack_sequences(random_sequences(np.random.default_rng(0), 20, 8), 8)
-    write_packed(pc, tmp_path / "p")
+    write_packed(pc, tmp_path / "p", extra=NO_LABELS)
     (tmp_path / "p" / "data" / "part-00000.parquet").write_bytes(b"junk")
     with pytest.raises(ValueError, match=r"part-00000\.parquet: missing or corrupt"):
         load_packed(tmp_path / "p")
@@ -280,7 +286,7 @@ def test_corrupt_shard_is_named(tmp_path):
 def test_hf_datasets_loads_it(tmp_path):
     datasets = pytest.importorskip("datasets")
     pc = pack_sequences(random_sequences(np.random.default_rng(0), 100, 16), 16)
-    write_packed(pc, tmp_path / "p", options=WriteOptions(shard_packs=10))
+    write_packed(pc, tmp_path / "p", options=WriteOptions(shard_packs=10), extra=NO_LABELS)
     ds = datasets.load_dataset(
         "parquet", data_files=str(tmp_path / "p" / "data" / "*.parquet"), split="train", cache_dir=str(tmp_path / "hf")
     )
@@ -297,7 +303,7 @@ def test_torch_dataset_and_collate(tmp_path):
 
     s = random_sequences(np.random.default_rng(0), 100, 16)
     pc = pack_sequences(s, 16)
-    write_packed(pc, tmp_path / "p", options=WriteOptions(export_bin=True))
+    write_packed(pc, tmp_path / "p", options=WriteOptions(export_bin=True), extra=NO_LABELS)
     ds = PackedDataset(tmp_path / "p")
     assert len(ds) == pc.num_packs
     batch = next(iter(torch.utils.data.DataLoader(ds, batch_size=4, collate_fn=collate_packed)))

@@ -15,6 +15,7 @@ from seqpack.packing.balance import RowCost, ScheduleOptions, imbalance
 from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
 from seqpack.tokenizer.tokenizer import Tokenizer
 from tests.cli.test_cli import EOT, run
+from tests.data import CLM_FACTS
 
 WORLD, MICRO = 4, 2
 
@@ -40,7 +41,7 @@ def scheduled(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pc.packing.sequence_index,
         ScheduleOptions(world_size=WORLD, micro_batch=MICRO),
     )
-    write_packed(pc, out, extra={"schedule": info}, arrays={SCHEDULE: steps})
+    write_packed(pc, out, extra={"schedule": info, **CLM_FACTS}, arrays={SCHEDULE: steps})
     return out
 
 
@@ -115,7 +116,7 @@ def test_wrong_world_and_damaged_schedule_refused(scheduled: Path, tmp_path: Pat
 def test_unscheduled_dataset_says_how_to_get_one(tmp_path: Path) -> None:
     from seqpack.data import pack_sequences, write_packed
 
-    write_packed(pack_sequences(from_lists([np.arange(5)] * 4, task="clm"), 16), tmp_path / "p")
+    write_packed(pack_sequences(from_lists([np.arange(5)] * 4, task="clm"), 16), tmp_path / "p", extra=CLM_FACTS)
     with pytest.raises(ValueError, match="--world-size W"):
         read_schedule(tmp_path / "p")
 

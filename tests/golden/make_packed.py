@@ -146,15 +146,11 @@ def build(case: str, out: Path, work: Path, *, engine: Any = None, **more: Any) 
     if engine is not None:
         options = {**options, "engine": engine}
     options = {**options, **more}
-    try:  # the output options in one OutputOptions (the form before it took them as keywords of their own)
-        from seqpack.pipeline import OutputOptions
+    from seqpack.pipeline import OutputOptions
 
-        names = set(OutputOptions.__dataclass_fields__)
-        output = {k: options.pop(k) for k in list(options) if k in names}
-        options["output"] = OutputOptions(**output)
-    except ImportError:
-        pass
-    return build_packed_dataset(src, tok, out, PackConfig.for_task(task, **fields), **options)
+    names = set(OutputOptions.__dataclass_fields__)  # the output options go in one OutputOptions
+    output = OutputOptions(**{k: options.pop(k) for k in list(options) if k in names})
+    return build_packed_dataset(src, tok, out, PackConfig.for_task(task, **fields), output=output, **options)
 
 
 def files_of(d: Path) -> list[str]:

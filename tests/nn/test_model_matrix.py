@@ -7,6 +7,8 @@ the same runs by ``python docs/_gen/models.py``."""
 from __future__ import annotations
 
 import json
+import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -17,7 +19,6 @@ from seqpack.experiments.encoder_matrix import (
     EncoderRow,
     encoder_statuses,
     encoder_types,
-    render_encoders,
     run_encoder_matrix,
 )
 from seqpack.experiments.model_matrix import (
@@ -25,14 +26,14 @@ from seqpack.experiments.model_matrix import (
     Row,
     architectures,
     compare_statuses,
-    render_markdown,
     run_matrix,
     run_row,
     statuses,
 )
 from seqpack.experiments.tiny_configs import tiny_config
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "models.md"
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "integrations" / "models.md"
 STATUS = Path(__file__).resolve().parent / "model_matrix_status.json"
 #: the hybrids and the layer kinds each tiny config must hold: a recurrent kind (Mamba, linear
 #: attention, short convolution; "hybrid" layers run attention and Mamba side by side) and an attention kind
@@ -142,17 +143,122 @@ def test_a_dropped_window_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert row.cells["logprobs pairs"].status == "wrong"
 
 
-def test_the_supported_models_page_is_the_matrix(matrix: dict[str, Row], encoders: dict[str, EncoderRow]) -> None:
-    import transformers
-
-    text = PAGE.read_text(encoding="utf-8")
-    if f"transformers {transformers.__version__} " not in text:
-        pytest.skip(
-            f"the page was made with another transformers than {transformers.__version__}: "
-            "regenerate it with python docs/_gen/models.py"
+def test_the_supported_models_page_is_the_matrix(
+    matrix: dict[str, Row], encoders: dict[str, EncoderRow], tmp_path: Path
+) -> None:
+    """The page and the pinned statuses written again by their generator (docs/_gen/models.py) from
+    this run: the same bytes where the installed transformers and torch are those the page names;
+    under others, the same lines where no version decides (the prose, the headings, the columns),
+    and the rows that differ (which the installed transformers decides) named in one warning."""
+    sys.path.insert(0, str(ROOT / "docs" / "_gen"))
+    try:
+        import models
+    finally:
+        sys.path.pop(0)
+    page, status = models.write(
+        list(matrix.values()), list(encoders.values()), tmp_path / "models.md", tmp_path / "status.json"
+    )
+    committed, generated = PAGE.read_text(encoding="utf-8"), page.read_text(encoding="utf-8")
+    fix = "regenerate it: python docs/_gen/models.py"
+    fixed, rows = page_differences(committed, generated)
+    assert not fixed, f"the page and its generator disagree beyond the versions ({fix}):\n" + "\n".join(fixed)
+    made, now = MADE_WITH.search(committed), MADE_WITH.search(generated)
+    assert made and now, "the page names no versions"
+    if made.groups() == now.groups():
+        assert not rows, f"rows that differ from this run ({fix}):\n" + "\n".join(rows)
+        assert committed == generated, fix
+        assert status.read_text(encoding="utf-8") == STATUS.read_text(encoding="utf-8"), f"{STATUS.name}: {fix}"
+    elif rows:
+        warnings.warn(
+            f"the supported-models page was made with transformers {made[1]} and torch {made[2]}, this run has "
+            f"{now[1]} and {now[2]}; {len(rows)} rows differ: {'; '.join(rows)} ({fix})",
+            stacklevel=1,
         )
-    page = render_markdown(list(matrix.values())) + "\n" + render_encoders(list(encoders.values()))
-    assert text == page, "regenerate it: python docs/_gen/models.py"
+
+
+#: the page's sentence naming the versions it was made with
+MADE_WITH = re.compile(r"Made with transformers (\S+) and torch (\S+),")
+#: a line of the page that an architecture or encoder decides: a table row or a reason, by its model type
+ROW = re.compile(r"(?:\| |- )`([^`]+)`")
+
+
+def page_parts(text: str) -> tuple[list[str], dict[tuple[str, str], list[str]]]:
+    """The page's lines that no version decides (its versions and counts masked), and its rows by
+    (section, model type)."""
+    fixed: list[str] = []
+    rows: dict[tuple[str, str], list[str]] = {}
+    section = ""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            section = line.lstrip("# ")
+        row = ROW.match(line)
+        if row:
+            rows.setdefault((section, row[1]), []).append(line)
+            continue
+        line = re.sub(r"\b(transformers|torch) \d[\w.+]*", r"\1 V", line)
+        fixed.append(re.sub(r"\*\*\d+\*\*", "**N**", re.sub(r"\b\d+ do not build", "N do not build", line)))
+    return fixed, rows
+
+
+def page_differences(committed: str, generated: str) -> tuple[list[str], list[str]]:
+    """What differs between two pages: the lines no version decides (as a diff, `-` committed, `+`
+    generated), and the rows that differ, each named by its model type and section."""
+    import difflib
+
+    fixed_a, rows_a = page_parts(committed)
+    fixed_b, rows_b = page_parts(generated)
+    fixed = [d for d in difflib.unified_diff(fixed_a, fixed_b, lineterm="", n=0) if d[:2] not in ("--", "++", "@@")]
+    if [k for k in rows_a if k in rows_b] != [k for k in rows_b if k in rows_a]:
+        fixed.append("the rows are in another order")
+    rows = [
+        f"`{t}` in {section}: " + ("only in the committed page" if (section, t) not in rows_b else "differs")
+        for (section, t), lines in rows_a.items()
+        if rows_b.get((section, t)) != lines
+    ]
+    rows += [f"`{t}` in {section}: only in the generated page" for section, t in rows_b if (section, t) not in rows_a]
+    return fixed, rows
+
+
+def test_what_the_page_comparison_catches() -> None:
+    """Versions and counts are no difference; a changed sentence or column is one under any versions;
+    a changed, new or gone row is named by its model type and section."""
+    page = "\n".join(
+        [
+            "# Supported models",
+            "Made with transformers 5.0.0 and torch 2.0.0, on the CPU.",
+            "**2** architectures are exact; 1 do not build tiny.",
+            "| model_type | a |",
+            "|---|---|",
+            "| `llama` | exact |",
+            "| `gpt2` | exact |",
+            "## Why a cell is refused",
+            "- `gpt2`: no",
+        ]
+    )
+    other = page.replace("5.0.0", "6.1.0.dev0").replace("2.0.0", "2.1.0+cpu").replace("**2**", "**3**")
+    assert page_differences(page, other.replace("1 do not", "4 do not")) == ([], [])
+    assert page_differences(page, page.replace("on the CPU", "on a GPU").replace("| a |", "| b |")) == (
+        [
+            "-Made with transformers V and torch V, on the CPU.",
+            "+Made with transformers V and torch V, on a GPU.",
+            "-| model_type | a |",
+            "+| model_type | b |",
+        ],
+        [],
+    )
+    changed = page.replace("| `llama` | exact", "| `llama` | refused").replace("- `gpt2`", "- `mamba`")
+    assert page_differences(page, changed) == (
+        [],
+        [
+            "`llama` in Supported models: differs",
+            "`gpt2` in Why a cell is refused: only in the committed page",
+            "`mamba` in Why a cell is refused: only in the generated page",
+        ],
+    )
+    swapped = page.replace("`llama` | exact |\n| `gpt2`", "`gpt2` | exact |\n| `llama`")
+    assert page_differences(page, swapped) == (["the rows are in another order"], [])
+    made = MADE_WITH.search(other)
+    assert made and made.groups() == ("6.1.0.dev0", "2.1.0+cpu")
 
 
 @pytest.mark.parametrize("model_type", sorted(HYBRIDS))

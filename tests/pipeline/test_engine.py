@@ -12,16 +12,16 @@ def test_local_engine_maps_in_order():
     assert isinstance(get_engine(), LocalEngine)
 
 
-def test_local_stages_on_threads_keep_the_order():
+def test_shards_at_once_on_threads_keep_the_order():
     import time
 
     def slow(x):
         time.sleep(0.01 * (5 - x))  # later items finish first
         return x * x
 
-    assert list(get_engine("local", stages=2).map(slow, [(i,) for i in range(5)])) == [0, 1, 4, 9, 16]
-    with pytest.raises(ValueError, match="stages"):
-        get_engine("local", stages=0)
+    assert list(get_engine("local", shards_at_once=2).map(slow, [(i,) for i in range(5)])) == [0, 1, 4, 9, 16]
+    with pytest.raises(ValueError, match="--shards-at-once must be >= 1"):
+        get_engine("local", shards_at_once=0)
 
 
 def test_bad_engine_choices_say_how_to_fix():
@@ -54,13 +54,31 @@ def test_ray_engine_runs_tasks_and_reraises_their_errors():
         engine.close()
 
 
-def test_more_stages_than_cores_is_refused():
+def test_more_shards_at_once_than_cores_is_refused():
     from seqpack._parallel import default_workers
 
     n = max(default_workers(), 2)
-    assert get_engine("local", stages=n).stages == n
-    assert get_engine("local").stages == min(2, default_workers())  # the default: two stages where two cores are
+    assert get_engine("local", shards_at_once=n).shards_at_once == n
+    assert get_engine("local").shards_at_once == min(2, default_workers())  # the default: two where two cores are
     with pytest.raises(
-        ValueError, match=rf"--stages 1000: more stages than this machine's .*pass --stages {n} or less"
+        ValueError,
+        match=rf"--shards-at-once 1000: more shards at once than this machine's .*pass --shards-at-once {n} or less",
     ):
-        get_engine("local", stages=1000)
+        get_engine("local", shards_at_once=1000)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["tokenize", "corpus", "--tokenizer", "t", "--out", "s"],
+        ["pack", "s", "--task", "clm", "--max-len", "8", "--tokenizer", "t", "--out", "o"],
+    ],
+)
+def test_shards_at_once_is_an_option_of_the_local_engine(command):
+    from seqpack.cli.args import engine_from_args
+    from seqpack.cli.main import build_parser
+
+    args = build_parser().parse_args([*command, "--shards-at-once", "1"])
+    assert args.shards_at_once == 1 and engine_from_args(args).shards_at_once == 1
+    with pytest.raises(ValueError, match=r"--shards-at-once applies to --engine local"):
+        engine_from_args(build_parser().parse_args([*command, "--engine", "ray", "--shards-at-once", "2"]))

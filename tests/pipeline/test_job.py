@@ -112,14 +112,14 @@ def test_a_failed_job_leaves_no_dataset_and_the_rerun_reuses_its_work(tok, store
     assert _same_dataset(tmp_path / "a", tmp_path / "b")
 
 
-def test_local_stages_on_threads_write_the_same_bytes(tok, stores, tmp_path):
+def test_shards_at_once_on_threads_write_the_same_bytes(tok, stores, tmp_path):
     cfg = PackConfig.for_task("mlm", max_len=64)
     build_packed_dataset(
         stores["many"],
         tok,
         tmp_path / "a",
         cfg,
-        engine=get_engine("local", stages=1),
+        engine=get_engine("local", shards_at_once=1),
         output=OutputOptions(shard_packs=5),
     )
     build_packed_dataset(
@@ -127,7 +127,7 @@ def test_local_stages_on_threads_write_the_same_bytes(tok, stores, tmp_path):
         tok,
         tmp_path / "b",
         cfg,
-        engine=get_engine("local", stages=2),
+        engine=get_engine("local", shards_at_once=2),
         output=OutputOptions(shard_packs=5),
     )
     assert _same_dataset(tmp_path / "a", tmp_path / "b")

@@ -10,6 +10,7 @@ import pytest
 
 from seqpack.data import WriteOptions, from_lists, pack_sequences, read_manifest, write_packed
 from seqpack.pipeline import OutputOptions, PackConfig, build_packed_dataset
+from tests.data import CLM_FACTS
 
 
 def _pc():
@@ -32,10 +33,10 @@ def test_every_writer_refuses_the_same_bad_options(tmp_path, bad) -> None:
 
 
 def test_the_writers_take_their_options_alone(tmp_path) -> None:
-    m = write_packed(_pc(), tmp_path / "new", options=WriteOptions(shard_packs=2))
+    m = write_packed(_pc(), tmp_path / "new", options=WriteOptions(shard_packs=2), extra=CLM_FACTS)
     assert m == read_manifest(tmp_path / "new") and len(m["shards"]) > 1
     with pytest.raises(TypeError, match="unexpected keyword argument 'shard_packs'"):
-        write_packed(_pc(), tmp_path / "x", shard_packs=2)  # type: ignore[call-arg]
+        write_packed(_pc(), tmp_path / "x", shard_packs=2, extra=CLM_FACTS)  # type: ignore[call-arg]
 
 
 def test_build_packed_dataset_takes_output_options(tmp_path) -> None:

@@ -133,7 +133,7 @@ def test_every_tasks_rows_equal_the_offline_builders(tok, task):
     recs = records(task, 120, seed=1)
     cfg = StreamConfig(max_len=128, buffer_size=32, chunk=8, task=task, options=OPTIONS[task])
     rows = list(PackedStream(recs, config=cfg, tokenizer=tok))
-    t = get_task(task)
+    t = get_task(task).packs()
     offline = t.stream_sequences(recs, tok, cfg.pack_config(), t.stream_context(cfg.pack_config()))
     if task != "clm":  # the offline pack job's own builder for the examples tasks
         ref = t.build_shard(recs, tok, cfg.pack_config(), t.stream_context(cfg.pack_config()))

@@ -17,6 +17,7 @@ import pytest
 
 from seqpack.cli.main import main
 from seqpack.data.format import CHECKSUM, manifest_checksum, read_manifest, write_manifest
+from tests.data import CLM_FACTS, NO_LABELS
 from tests.golden.make_packed import GOLDEN
 from tests.reliability.test_trust import cli, one_line
 
@@ -66,7 +67,9 @@ def test_every_writer_seals_the_manifest_last(tmp_path: Path) -> None:
     from seqpack.data import pack_sequences, write_packed
     from seqpack.data.sequences import from_lists
 
-    written = write_packed(pack_sequences(from_lists([[1, 2], [3]]), 4), tmp_path / "p")  # the in-memory writer's
+    written = write_packed(
+        pack_sequences(from_lists([[1, 2], [3]]), 4), tmp_path / "p", extra=NO_LABELS
+    )  # the in-memory writer's
     assert list(written)[-1] == CHECKSUM and read_manifest(tmp_path / "p") == written
 
 
@@ -140,7 +143,7 @@ def test_an_example_table_part_listed_twice_is_refused(tmp_path: Path) -> None:
     from tests.data.test_example_table import seqs_with_table
 
     d = tmp_path / "p"
-    write_packed(pack_sequences(seqs_with_table([3, 4, 2]), 8), d)
+    write_packed(pack_sequences(seqs_with_table([3, 4, 2]), 8), d, extra=CLM_FACTS)
     edit(d, lambda m: m["example_table"]["parts"].append(m["example_table"]["parts"][0]), reseal=True)
     with pytest.raises(ValueError, match=r"example table part 'examples/part-00000\.parquet' twice"):
         read_manifest(d)
@@ -172,6 +175,32 @@ def test_a_field_missing_or_mistyped_is_one_line(change: str, reseal: bool, tmp_
     for argv in commands(d).values():
         code, err = cli(capsys, *argv)
         assert one_line(code, err) and "manifest.json" in err and "re-run seqpack pack" in err, err
+
+
+FACTS_MISSING = {
+    "token_labels": lambda m: m.pop("token_labels"),
+    "float_labels": lambda m: m.pop("float_labels"),
+    "causal_lm": lambda m: m.pop("causal_lm"),
+    "causal_lm a number": lambda m: m.update(causal_lm=1),
+}
+
+
+@pytest.mark.parametrize("change", list(FACTS_MISSING))
+def test_a_manifest_without_the_tasks_facts_is_refused_by_its_readers(change: str, tmp_path: Path, capsys) -> None:
+    """A manifest that does not record the task's facts (as a writer would have sealed it) is refused
+    by every reader of the rows, saying to pack again; `write_packed` will not write one."""
+    pytest.importorskip("torch")
+    from seqpack.data import PackedDataset, pack_sequences, write_packed
+    from seqpack.data.sequences import from_lists
+
+    d = copy(tmp_path)
+    edit(d, FACTS_MISSING[change], reseal=True)
+    with pytest.raises(ValueError, match=r"packed: its manifest does not record token_labels, .*seqpack pack$"):
+        PackedDataset(d)
+    code, err = cli(capsys, "train", "--data", str(d), "--out", str(tmp_path / "run"), "--quiet")
+    assert one_line(code, err) and str(d) in err and "pack the data again with seqpack pack" in err, err
+    with pytest.raises(TypeError, match="extra has no boolean token_labels, float_labels, causal_lm"):
+        write_packed(pack_sequences(from_lists([[1, 2], [3]]), 4), tmp_path / "p")
 
 
 # ---- 4. hf_dataset reads exactly the manifest's parts ------------------------------------------------------

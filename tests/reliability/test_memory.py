@@ -86,9 +86,22 @@ CASES = {
         ["pack", "big_multi.jsonl", "--task", "multilabel", "--max-len", "16", "--tokenizer", "tok", "--out", "o"],
         "the most one classifier takes",
     ),
-    "pack, --stages 1000": (
-        ["pack", "store", "--task", "clm", "--max-len", "64", "--tokenizer", "tok", "--out", "o", "--stages", "1000"],
-        "--stages 1000",
+    "pack, --shards-at-once 1000": (
+        [
+            "pack",
+            "store",
+            "--task",
+            "clm",
+            "--max-len",
+            "64",
+            "--tokenizer",
+            "tok",
+            "--out",
+            "o",
+            "--shards-at-once",
+            "1000",
+        ],
+        "--shards-at-once 1000",
     ),
 }
 

@@ -86,22 +86,23 @@ def add_engine_options(p: Any) -> None:
         help="an existing Ray cluster (e.g. auto or ray://head:10001); default: a local Ray instance",
     )
     p.add_argument(
-        "--stages",
-        type=integer("--stages", 1, WORKERS_LIMIT),
+        "--shards-at-once",
+        type=integer("--shards-at-once", 1, WORKERS_LIMIT),
         default=None,
-        help="local engine: shards processed at once (default: 2 on 2 or more cores, about 1.5-2x "
-        "faster than 1 on 2 cores; memory grows with it)",
+        metavar="N",
+        help="local engine: shards processed at once, on threads (default: 2 on 2 or more cores, about "
+        "1.5-2x faster than 1 on 2 cores; memory grows with it)",
     )
 
 
 def engine_from_args(args: argparse.Namespace) -> Any:
     from seqpack.pipeline.engine import get_engine
 
-    if args.stages is not None and args.engine != "local":
-        raise UserError("--stages applies to --engine local (Ray runs as many stages as it has CPUs)")
+    if args.shards_at_once is not None and args.engine != "local":
+        raise UserError("--shards-at-once applies to --engine local (Ray runs as many shards at once as it has CPUs)")
     if args.engine == "ray":
         require("ray")
-    return get_engine(args.engine, address=args.ray_address, stages=args.stages)
+    return get_engine(args.engine, address=args.ray_address, shards_at_once=args.shards_at_once)
 
 
 def add_balance_options(p: argparse.ArgumentParser) -> None:

@@ -226,7 +226,7 @@ def _pack_job(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
     try:
         m = build_packed_dataset(
             args.source,
-            tok,  # type: ignore[arg-type]
+            tok,
             args.out,
             cfg,
             engine=engine,

@@ -55,6 +55,10 @@ INTEGER_COLUMNS = (*TOKEN_COLUMNS, "num_sequences", "example_ids")
 ENCODINGS = ("byte_stream_split", "plain")
 
 
+#: the task's facts every manifest records (`DatasetFacts`)
+FACTS = ("token_labels", "float_labels", "causal_lm")
+
+
 @dataclass(frozen=True)
 class DatasetFacts:
     """What a reader of packed rows must know of the task that wrote them, read from the manifest
@@ -62,8 +66,6 @@ class DatasetFacts:
 
     >>> DatasetFacts.of({"token_labels": True, "float_labels": False, "causal_lm": True})
     DatasetFacts(token_labels=True, float_labels=False, causal_lm=True)
-    >>> DatasetFacts.of({"max_len": 8, "columns": {"labels": {"dtype": "int8", "shape": [2, 5]}}})  # an older manifest
-    DatasetFacts(token_labels=False, float_labels=True, causal_lm=False)
     """
 
     token_labels: bool  # ``labels`` is a per-token (P, L) column
@@ -71,16 +73,15 @@ class DatasetFacts:
     causal_lm: bool  # trained by a causal LM (the model shifts the labels)
 
     @classmethod
-    def of(cls, manifest: Mapping[str, Any]) -> DatasetFacts:
-        if "token_labels" in manifest:
-            return cls(
-                bool(manifest["token_labels"]), bool(manifest.get("float_labels")), bool(manifest.get("causal_lm"))
+    def of(cls, manifest: Mapping[str, Any], where: str | os.PathLike[str] = "the packed dataset") -> DatasetFacts:
+        """The facts ``manifest`` records; one that lacks any (or holds a non-boolean) is refused,
+        naming ``where`` (the dataset's directory)."""
+        if not all(isinstance(manifest.get(n), bool) for n in FACTS):
+            raise UserError(
+                f"{where}: its manifest does not record {', '.join(FACTS)} as true or false, which readers of "
+                "packed rows need; pack the data again with seqpack pack"
             )
-        # written before the facts were recorded: per-token columns are (L,) per row, multi-hot labels (D, C)
-        cols = manifest.get("columns", {})
-        shape = cols.get("labels", {}).get("shape")
-        token = shape == [manifest.get("max_len")]
-        return cls(token, shape is not None and len(shape) == 2, token and "token_type_ids" not in cols)
+        return cls(*(manifest[n] for n in FACTS))
 
 
 def manifest_of(
@@ -103,8 +104,15 @@ def manifest_fields(
     *,
     derived: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """`manifest_of` from its parts (the sharded writer has no columns in memory). ``derived``:
-    the columns left out of the Parquet parts, and the rule that rebuilds each (`seqpack.data.derived`)."""
+    """`manifest_of` from its parts (the sharded writer has no columns in memory). ``extra`` holds
+    the task's `FACTS` (`DatasetFacts`: a reader refuses rows without them) and any other fields;
+    ``derived``: the columns left out of the Parquet parts, and the rule that rebuilds each
+    (`seqpack.data.derived`)."""
+    missing = [n for n in FACTS if not isinstance(extra.get(n), bool)]
+    if missing:
+        raise TypeError(
+            f"a packed dataset's manifest needs the task's facts: extra has no boolean {', '.join(missing)}"
+        )
     plan_d = plan.to_dict()
     plan_d.pop("seconds", None)  # timings would make equal inputs give different bytes
     plan_d["info"] = {k: v for k, v in plan_d.get("info", {}).items() if "seconds" not in k}
@@ -318,7 +326,7 @@ def write_packed(
     beside: Callable[[Path], None] | None = None,
 ) -> dict[str, Any]:
     """Write ``pc`` to ``out`` (atomically, manifest last) as ``options`` say; returns the manifest.
-    ``arrays``: more files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest
+    ``extra``: more manifest fields, the task's `FACTS` among them (`DatasetFacts`). ``arrays``: more files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest
     names them). ``derived``: columns left out of the Parquet parts, ``name -> rule``
     (`seqpack.data.derived`). ``pc.examples``, when given, is written as the example table
     (`seqpack.data.example_table`); ``beside(directory)`` writes more files the rows' readers need

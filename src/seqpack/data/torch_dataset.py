@@ -49,7 +49,7 @@ class PackedDataset(torch.utils.data.Dataset):
         self.rows = PackedRows(path, columns=list(columns) if columns else None, mmap=mmap)
         self.manifest = self.rows.manifest
         self.task: str = self.manifest["task"]
-        self.facts = DatasetFacts.of(self.manifest)
+        self.facts = DatasetFacts.of(self.manifest, path)
 
     def __len__(self) -> int:
         return int(self.manifest["num_packs"])

@@ -56,7 +56,7 @@ def trl_examples(path: str | os.PathLike[str], packs: Sequence[int] | np.ndarray
     from seqpack.data.rows import PackedRows
 
     rows = PackedRows(path, columns=["input_ids", "labels", "segment_ids"])
-    if not DatasetFacts.of(rows.manifest).causal_lm:
+    if not DatasetFacts.of(rows.manifest, path).causal_lm:
         raise UserError(
             f"{path}: a {rows.manifest.get('task')} dataset; TRL's SFTTrainer trains causal-LM datasets "
             "(packed by a task whose model is a causal LM, such as clm or chat)"

@@ -22,41 +22,41 @@ from seqpack.errors import UserError
 ENGINES = ("local", "ray")
 
 
-def default_stages() -> int:
-    """Stages at once when none is asked for: two where there are two cores or more (one stage
-    leaves a core idle while it reads, hashes or writes; a third adds memory, not speed, where
-    the kernels already use every core)."""
+def default_shards_at_once() -> int:
+    """Shards processed at once when no count is asked for: two where there are two cores or more
+    (one shard's stage leaves a core idle while it reads, hashes or writes; a third adds memory, not
+    speed, where the kernels already use every core)."""
     return min(2, default_workers())
 
 
 class LocalEngine:
-    """Stages in this process: ``stages`` at a time on threads (default `default_stages`;
-    the compiled kernels and pyarrow release the GIL; memory grows with ``stages``)."""
+    """Stages in this process, on ``shards_at_once`` threads (default `default_shards_at_once`;
+    the compiled kernels and pyarrow release the GIL; memory grows with ``shards_at_once``)."""
 
     name = "local"
 
-    def __init__(self, stages: int | None = None) -> None:
-        stages = default_stages() if stages is None else stages
-        if stages < 1:
-            raise UserError(f"stages must be >= 1, got {stages}")
+    def __init__(self, shards_at_once: int | None = None) -> None:
+        n = default_shards_at_once() if shards_at_once is None else shards_at_once
+        if n < 1:
+            raise UserError(f"--shards-at-once must be >= 1, got {n}")
         cores = default_workers()
-        if stages > max(cores, 2):  # each stage in flight holds a shard: memory grows with stages, speed with cores
+        if n > max(cores, 2):  # each shard in flight is held in memory: memory grows with the count, speed with cores
             raise UserError(
-                f"--stages {stages}: more stages than this machine's {cores} core(s) add no speed and "
-                f"hold one shard each in memory; pass --stages {max(cores, 2)} or less"
+                f"--shards-at-once {n}: more shards at once than this machine's {cores} core(s) add no speed "
+                f"and hold one shard each in memory; pass --shards-at-once {max(cores, 2)} or less"
             )
-        self.stages = stages
+        self.shards_at_once = n
 
     def map(self, fn: Callable[..., Any], items: Iterable[tuple[Any, ...]]) -> Iterator[Any]:
-        if self.stages == 1:
+        if self.shards_at_once == 1:
             for item in items:
                 yield fn(*item)
             return
         from concurrent.futures import ThreadPoolExecutor
 
         it = iter(items)
-        with ThreadPoolExecutor(self.stages, thread_name_prefix="seqpack-stage") as pool:
-            pending = [pool.submit(fn, *item) for item in islice(it, self.stages)]
+        with ThreadPoolExecutor(self.shards_at_once, thread_name_prefix="seqpack-stage") as pool:
+            pending = [pool.submit(fn, *item) for item in islice(it, self.shards_at_once)]
             while pending:
                 result = pending.pop(0).result()
                 pending.extend(pool.submit(fn, *item) for item in islice(it, 1))
@@ -181,13 +181,17 @@ def _check_reachable(address: str, timeout: float = 3.0) -> None:
 
 
 def get_engine(
-    name: str = "local", *, address: str | None = None, num_cpus: int | None = None, stages: int | None = None
+    name: str = "local",
+    *,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    shards_at_once: int | None = None,
 ) -> Engine:
     """``local`` or ``ray`` (``address``: an existing cluster, e.g. ``ray://head:10001`` or ``auto``)."""
     if name == "local":
         if address:
             raise UserError("--ray-address needs --engine ray")
-        return LocalEngine(stages)
+        return LocalEngine(shards_at_once)
     if name == "ray":
         return RayEngine(address, num_cpus=num_cpus)
     raise UserError(f"engine must be one of {'|'.join(ENGINES)}, got {name!r}")

@@ -16,17 +16,17 @@ if TYPE_CHECKING:
     from seqpack.data.columns import PackedColumns
     from seqpack.data.sequences import Sequences
     from seqpack.pipeline.config import PackConfig
-    from seqpack.tokenizer.types import AnyTokenizer
+    from seqpack.tasks.spec import PackTokenizer
 
 
-def build_sequences(source: Any, tokenizer: AnyTokenizer, config: PackConfig) -> Sequences:
+def build_sequences(source: Any, tokenizer: PackTokenizer, config: PackConfig) -> Sequences:
     """The task's sequences (not yet packed); see `seqpack.pipeline.PackConfig`."""
     return get_task(config.task).packs().build(source, tokenizer, config)
 
 
 def manifest_extra(
     config: PackConfig,
-    tokenizer: AnyTokenizer,
+    tokenizer: PackTokenizer,
     *,
     num_examples: int,
     dropped: Mapping[str, int],
@@ -47,7 +47,7 @@ def manifest_extra(
     }
 
 
-def pack_task(source: Any, tokenizer: AnyTokenizer, config: PackConfig) -> tuple[PackedColumns, dict[str, Any]]:
+def pack_task(source: Any, tokenizer: PackTokenizer, config: PackConfig) -> tuple[PackedColumns, dict[str, Any]]:
     """Sequences packed into columns, and the manifest fields that describe where they came from."""
     seqs = build_sequences(source, tokenizer, config)
     pc = pack_sequences(

@@ -75,7 +75,7 @@ from seqpack.tasks import get_task
 if TYPE_CHECKING:
     from seqpack.pipeline.engine import Engine
     from seqpack.store.sharded import ShardedTokenStore
-    from seqpack.tokenizer.types import AnyTokenizer
+    from seqpack.tasks.spec import PackTokenizer
 
 #: one input shard: (a store shard's path or a batch of records, its first document's number, the task's context)
 ShardInput = tuple[Any, int, "dict[str, Any] | None"]
@@ -83,7 +83,7 @@ ShardInput = tuple[Any, int, "dict[str, Any] | None"]
 
 def pack_store_shards(
     store: ShardedTokenStore,
-    tokenizer: AnyTokenizer,
+    tokenizer: PackTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     *,
@@ -99,7 +99,7 @@ def pack_store_shards(
 
 def pack_example_shards(
     source: str | os.PathLike[str],
-    tokenizer: AnyTokenizer,
+    tokenizer: PackTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     *,
@@ -142,7 +142,7 @@ def pack_example_shards(
 def run_job(
     key: dict[str, Any],
     inputs: Iterable[ShardInput],
-    tokenizer: AnyTokenizer,
+    tokenizer: PackTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     output: OutputOptions,

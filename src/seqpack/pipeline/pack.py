@@ -30,12 +30,12 @@ from seqpack.tasks.base import check_examples
 if TYPE_CHECKING:
     from seqpack.pipeline.engine import Engine
     from seqpack.store import TokenStore
-    from seqpack.tokenizer.types import AnyTokenizer
+    from seqpack.tasks.spec import PackTokenizer
 
 
 def build_packed_dataset(
     source: str | os.PathLike[str] | Iterable[Any] | TokenStore,
-    tokenizer: AnyTokenizer,
+    tokenizer: PackTokenizer,
     out: str | os.PathLike[str],
     config: PackConfig,
     *,

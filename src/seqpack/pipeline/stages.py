@@ -43,12 +43,12 @@ EXAMPLES_FILE = "examples.parquet"
 
 if TYPE_CHECKING:
     from seqpack.pipeline.config import PackConfig
-    from seqpack.tokenizer.types import AnyTokenizer
+    from seqpack.tasks.spec import PackTokenizer
 
 
 def sequences_stage(
     shard: str | list[dict[str, Any]],
-    tokenizer: AnyTokenizer,
+    tokenizer: PackTokenizer,
     config: PackConfig,
     doc_base: int,
     path: str,
@@ -125,7 +125,7 @@ def input_identity(shard: str | list[dict[str, Any]]) -> Any:
 SEQUENCES_FORMAT = 3
 
 
-def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, tokenizer: AnyTokenizer) -> str:
+def sequences_key(name: str, doc_base: int, identity: Any, config: PackConfig, tokenizer: PackTokenizer) -> str:
     """The key a sequences stage is recorded under: its inputs' identity and everything that changes its bytes."""
     return content_hash(SEQUENCES_FORMAT, name, doc_base, identity, config.to_dict(), tokenizer.fingerprint())
 
@@ -138,7 +138,7 @@ def route_stage(
     fields: list[str],
     key: str,
     done: dict[str, Any] | None = None,
-    rebuild: tuple[str, AnyTokenizer, PackConfig] | None = None,
+    rebuild: tuple[str, PackTokenizer, PackConfig] | None = None,
 ) -> dict[str, Any]:
     """Write input shard ``src``'s saved token ``fields`` again under ``path``, as raw ``.bin``
     files in plan order: its sequences sorted by row group (``group_bounds``: the first slot of

@@ -28,6 +28,7 @@ from seqpack.tasks.spec import (
     OwnModels,
     Packing,
     PackSettings,
+    PackTokenizer,
     Rows,
     Streaming,
     Task,
@@ -84,6 +85,7 @@ __all__ = [
     "HFModels",
     "NoOptions",
     "PackSettings",
+    "PackTokenizer",
     "get_task",
     "register_task",
 ]

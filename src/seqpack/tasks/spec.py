@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from seqpack.errors import UserError
 
@@ -41,6 +41,11 @@ if TYPE_CHECKING:
     from seqpack.nn.models.common import PackedOutput
     from seqpack.tasks.vision.processor import ProcessorTokenizer
     from seqpack.tokenizer.types import AnyTokenizer
+
+
+#: what the pack job takes as a tokenizer: a seqpack or transformers tokenizer, or the processor of
+#: an image-text model (what ``--tokenizer`` opens for ``--task vision``)
+PackTokenizer: TypeAlias = "AnyTokenizer | ProcessorTokenizer"
 
 
 class PackSettings(Protocol):
@@ -69,9 +74,12 @@ class Forward(Protocol):
 
 
 Records = list[dict[str, Any]]
-Build = Callable[[Any, "AnyTokenizer", PackSettings], "Sequences"]
-BuildShard = Callable[[Records, "AnyTokenizer", PackSettings, dict[str, Any]], "Sequences"]
-BuildStream = Callable[[list[Any], "AnyTokenizer | None", PackSettings, dict[str, Any]], "Sequences"]
+#: the tokenizer a task's builders take: what its `Packing.open_tokenizer` opens (an `AnyTokenizer`;
+#: image-text: a `ProcessorTokenizer`), so typed by each task, not here
+Tok = Any
+Build = Callable[[Any, Tok, PackSettings], "Sequences"]
+BuildShard = Callable[[Records, Tok, PackSettings, dict[str, Any]], "Sequences"]
+BuildStream = Callable[[list[Any], Tok, PackSettings, dict[str, Any]], "Sequences"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +137,7 @@ class Streaming:
     build: BuildStream | None = None
 
 
-def _open_tokenizer(path: str | os.PathLike[str]) -> AnyTokenizer | ProcessorTokenizer:
+def _open_tokenizer(path: str | os.PathLike[str]) -> PackTokenizer:
     from seqpack.tokenizer import open_tokenizer
 
     return open_tokenizer(path)
@@ -170,14 +178,14 @@ class Packing:
     shard: BuildShard | None = None
     context: Callable[[Any, PackSettings], dict[str, Any]] | None = None
     identity: Callable[[Records, PackSettings, dict[str, Any]], Any] | None = None
-    stored: Callable[[Any, AnyTokenizer, PackSettings], tuple[Sequences, dict[str, Any]]] | None = None
+    stored: Callable[[Any, Tok, PackSettings], tuple[Sequences, dict[str, Any]]] | None = None
     derived: Derived | None = None
     tokens_from_store: bool = False
     store_lengths: Callable[[np.ndarray, int, Any], np.ndarray] | None = None
     stream: Streaming | None = field(default_factory=Streaming)
     unstreamed: str = ""
-    open_tokenizer: Callable[[str | os.PathLike[str]], AnyTokenizer | ProcessorTokenizer] = _open_tokenizer
-    beside: Callable[[AnyTokenizer, Path], None] | None = None
+    open_tokenizer: Callable[[str | os.PathLike[str]], PackTokenizer] = _open_tokenizer
+    beside: Callable[[Tok, Path], None] | None = None
     check_config: Callable[[PackSettings], None] | None = None
     summary: Callable[[Mapping[str, Any]], str] | None = None
     warnings: Callable[[Mapping[str, Any]], list[str]] | None = None
@@ -196,7 +204,7 @@ class Packing:
         return self.context(source, config) if self.context is not None else {}
 
     def build_shard(
-        self, records: Records, tokenizer: AnyTokenizer, config: PackSettings, context: dict[str, Any]
+        self, records: Records, tokenizer: PackTokenizer, config: PackSettings, context: dict[str, Any]
     ) -> Sequences:
         """One shard's sequences (`shard`, or `build` of the records)."""
         if self.shard is not None:
@@ -204,7 +212,7 @@ class Packing:
         return self.build(records, tokenizer, config)
 
     def stored_sequences(
-        self, source: Any, tokenizer: AnyTokenizer, config: PackSettings
+        self, source: Any, tokenizer: PackTokenizer, config: PackSettings
     ) -> tuple[Sequences, dict[str, Any]]:
         """`stored`, or `build` with the `derived` fields split off."""
         if self.stored is not None:
@@ -225,7 +233,7 @@ class Packing:
         return s.context(config) if s.context is not None else self.shard_context([], config)
 
     def stream_sequences(
-        self, records: list[Any], tokenizer: AnyTokenizer | None, config: PackSettings, context: dict[str, Any]
+        self, records: list[Any], tokenizer: PackTokenizer | None, config: PackSettings, context: dict[str, Any]
     ) -> Sequences:
         """One chunk of a stream's sequences (`Streaming.build`, or `build_shard` with a tokenizer)."""
         s = self.streaming(config.task)
@@ -451,6 +459,7 @@ __all__ = [
     "NoOptions",
     "OwnModels",
     "PackSettings",
+    "PackTokenizer",
     "Packing",
     "Rows",
     "SEGMENTS",

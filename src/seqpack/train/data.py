@@ -253,7 +253,7 @@ class TrainData(Units):
         self.rows = PackedRows(path, columns=columns)
         self.manifest = self.rows.manifest
         self.task: str = self.manifest["task"]
-        self.facts = DatasetFacts.of(self.manifest)
+        self.facts = DatasetFacts.of(self.manifest, path)
         self.padded = padded
         self.max_len = int(self.manifest["max_len"])
         self.position_fields = tuple(self.manifest.get("position_fields", ()))

@@ -10,7 +10,6 @@ holds with margin, while one token attending across samples moves logits by 1e-2
 from __future__ import annotations
 
 import io
-from typing import Any
 
 import numpy as np
 import pytest
@@ -42,9 +41,9 @@ def records(seed: int = 0) -> list[dict]:
 
 def write(recs: list[dict], processor, out, max_len: int = 512) -> dict:
     """The pack job on records in memory: a packed dataset, its images in the example table."""
-    # build_packed_dataset's annotation (AnyTokenizer) does not name the vision processor
-    tok: Any = ProcessorTokenizer(processor)
-    return build_packed_dataset(recs, tok, out, PackConfig.for_task("vision", max_len=max_len))
+    return build_packed_dataset(
+        recs, ProcessorTokenizer(processor), out, PackConfig.for_task("vision", max_len=max_len)
+    )
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

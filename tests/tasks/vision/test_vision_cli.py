@@ -128,7 +128,7 @@ def test_every_job_option_packs_the_same_rows(packed, tmp_path):
             str(out),
             "--shard-examples",
             "7",
-            "--stages",
+            "--shards-at-once",
             "2",
             "--shard-packs",
             "3",
