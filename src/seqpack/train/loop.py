@@ -15,13 +15,15 @@ only steps, evaluates, checkpoints and sums up.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+from types import FrameType
 from typing import Any
 
 import torch
@@ -31,7 +33,7 @@ from seqpack.errors import UserError
 from seqpack.train.config import TrainConfig
 from seqpack.train.distributed import close_world, init_world
 from seqpack.train.lines import run_start_line
-from seqpack.train.parts import RunParts, build_run, open_train_data
+from seqpack.train.parts import Progress, RunParts, build_run, open_train_data
 from seqpack.train.run_dir import finish_run, save_run
 from seqpack.train.update import evaluate, train_step
 
@@ -39,29 +41,19 @@ from seqpack.train.update import evaluate, train_step
 LOG_INTERVAL = 30.0
 
 
-@dataclass(kw_only=True)
-class Progress:
-    """How far the run is: what a checkpoint saves as its ``state`` and a resume restores."""
-
-    step: int = 0
-    sequences: int = 0
-    tokens: int = 0
-    train_seconds: float = 0.0
-
-
 class _Interrupt:
     """Turns SIGINT into a flag checked between steps (main thread only)."""
 
     def __init__(self) -> None:
         self.hit = False
-        self._old: Any = None
+        self._old: Callable[[int, FrameType | None], Any] | int | signal.Handlers | None = None
 
     def __enter__(self) -> _Interrupt:
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGINT, self._handle)
         return self
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.hit = True
 
     def __exit__(self, *exc: object) -> None:
@@ -106,8 +98,8 @@ class _Loop:
     def __init__(self, parts: RunParts) -> None:
         self.parts, self.plan, self.cfg, self.world = parts, parts.plan, parts.plan.cfg, parts.world
         resumed = parts.resumed
-        self.progress = Progress() if resumed is None else Progress(**resumed)
-        self.saved_step: int | None = None if resumed is None else int(resumed["step"])  # the last checkpoint's step
+        self.progress = Progress() if resumed is None else dataclasses.replace(resumed)  # the loop's own counters
+        self.saved_step: int | None = None if resumed is None else resumed.step  # the last checkpoint's step
         self.last_eval: dict[str, float] = {}  # the last evaluation's metrics (the first rank's)
 
     def run(self, on_step: Callable[[int, dict[str, Any]], None] | None) -> dict[str, Any]:

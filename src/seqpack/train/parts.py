@@ -37,6 +37,16 @@ from seqpack.train.steps import make_optimizer, precision
 from seqpack.train.stream_data import StreamTrainData
 
 
+@dataclass(kw_only=True)
+class Progress:
+    """How far a run is: what a checkpoint saves as its ``state`` and a resume restores."""
+
+    step: int = 0
+    sequences: int = 0
+    tokens: int = 0
+    train_seconds: float = 0.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunParts:
     """A run ready for its first step (or, resumed, its next): what the loop reads."""
@@ -54,9 +64,7 @@ class RunParts:
     init_record: dict[str, Any] | None  # where the first weights came from, as config.json and summary.json record it
     tokenizer_files: dict[str, bytes]  # what RUN/model/ gets of the tokenizer (--hf-model, first rank)
     log: RunLog  # the metrics log: the first rank's metrics.jsonl, a log that writes nothing on the others
-    resumed: (
-        dict[str, Any] | None
-    )  # the checkpoint's counters (step, sequences, tokens, train_seconds); None: a new run
+    resumed: Progress | None  # the checkpoint's counters (None: a new run, from step 0)
 
 
 def open_train_data(cfg: TrainConfig, world: World) -> Units:
@@ -114,7 +122,7 @@ def build_run(cfg: TrainConfig, data: Units, world: World, *, resume: bool, over
         wrapped = torch.nn.parallel.DistributedDataParallel(
             wrapped, device_ids=ids, find_unused_parameters=task.partial_graph
         )
-    step = 0 if resumed is None else int(resumed["step"])
+    step = 0 if resumed is None else resumed.step
     log = open_run(plan, data, world, step=step, init_record=init_record, reference=reference)
     return RunParts(
         plan=plan,
@@ -167,7 +175,7 @@ def _restore(
     data: Units,
     world: World,
     init_record: dict[str, Any] | None,
-) -> tuple[dict[str, Any], RunPlan, dict[str, Any] | None]:
+) -> tuple[Progress, RunPlan, dict[str, Any] | None]:
     """The weights, optimizer, data position and random state of the run's checkpoint restored;
     its counters, the plan with its first run's --init-from, and where those weights came from."""
     ck = load_checkpoint(plan.run_dir, model=plan.model, data=plan.identity, options=plan.options)
@@ -181,4 +189,4 @@ def _restore(
     torch.set_rng_state(ck["rng"]["torch"])
     if torch.cuda.is_available() and ck["rng"].get("cuda") is not None:
         torch.cuda.set_rng_state(ck["rng"]["cuda"])
-    return ck["state"], plan, init_record
+    return Progress(**ck["state"]), plan, init_record
