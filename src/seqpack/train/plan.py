@@ -23,7 +23,8 @@ from seqpack.train.context_parallel import dp_size
 from seqpack.train.data import Units
 from seqpack.train.steps import rows_per_batch, total_steps
 
-#: plan fields that config.json records under their own keys ("train", "model", "attention", "data")
+#: plan fields that config.json records under keys of their own ("train", "model", "attention", "data"),
+#: or not at all (run_dir: a partial directory, renamed when the run finishes)
 RECORDED_APART = ("cfg", "model", "attention", "identity", "options", "run_dir")
 
 
@@ -31,7 +32,7 @@ RECORDED_APART = ("cfg", "model", "attention", "identity", "options", "run_dir")
 class RunPlan:
     """A run: its options and model, its sizes and schedule, what a resume must match, where it writes."""
 
-    cfg: TrainConfig  # the options (a resumed run's keep its first run's --init-from: `resumed_from`)
+    cfg: TrainConfig  # the options (a resumed run's: with its first run's --init-from, `resumed_from`)
     model: dict[str, Any]  # the model's description (library, class, config): what a resume must build again
     attention: str  # the attention the model runs (a transformers model's implementation)
     rows: int  # rows per micro-batch, all data-parallel ranks together
@@ -50,9 +51,6 @@ class RunPlan:
     def final(self) -> Path:
         """Where the finished run lies (``--out``)."""
         return Path(self.cfg.out)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     def record(self) -> dict[str, Any]:
         """What config.json's ``plan`` holds: every field it does not record under a key of its own."""
