@@ -13,8 +13,7 @@ import torch
 from seqpack.cli.main import main
 from seqpack.train import TrainConfig, train
 from seqpack.train.data import TrainData
-from seqpack.train.loop import TaskModule
-from seqpack.train.models import build_model
+from seqpack.train.models import TaskModule, build_model
 from seqpack.train.step_loss import component_means, loss_units, step_loss
 
 from .conftest import synthetic_documents

@@ -12,8 +12,7 @@ from seqpack.cli.main import main
 from seqpack.train import TrainConfig, train
 from seqpack.train.checkpoint import read_metrics
 from seqpack.train.data import TrainData
-from seqpack.train.loop import TaskModule
-from seqpack.train.models import build_model
+from seqpack.train.models import TaskModule, build_model
 from seqpack.train.step_loss import component_means, loss_units, step_loss
 
 TIMING = ("step_seconds", "compute_seconds", "data_seconds", "train_seconds", "tokens_per_s", "sequences_per_s")

@@ -15,8 +15,7 @@ import torch
 from seqpack.train import TrainConfig, train
 from seqpack.train.checkpoint import read_metrics
 from seqpack.train.data import TrainData
-from seqpack.train.loop import TaskModule
-from seqpack.train.models import build_model
+from seqpack.train.models import TaskModule, build_model
 from seqpack.train.step_loss import component_means, loss_units, step_loss
 from tests.train.conftest import WORDS
 

@@ -22,6 +22,8 @@ from seqpack.data.context_parallel import cp_shard
 from seqpack.data.sequences import IGNORE_INDEX
 from seqpack.errors import UserError
 from seqpack.nn.models.common import PackedOutput
+from seqpack.train.config import TrainConfig
+from seqpack.train.data import Units
 from seqpack.train.distributed import World
 
 
@@ -59,6 +61,23 @@ def cp_groups(world: World, cp: int) -> CPGroups:
             if g == world.rank // cp:
                 group = made
     return CPGroups(cp=cp, cp_rank=world.rank % cp, dp_rank=world.rank // cp, dp_size=dp, group=group)
+
+
+def run_groups(cfg: TrainConfig, data: Units, model: torch.nn.Module, world: World) -> CPGroups | None:
+    """A run's CP groups with ``--context-parallel C`` (None without), once the data (packed for
+    ``C``, causal-LM rows) and the model are checked; every rank must call it."""
+    if cfg.context_parallel == 1:
+        return None
+    packed_for = int((data.manifest.get("config") or {}).get("context_parallel", 1))
+    if packed_for != cfg.context_parallel:
+        raise UserError(
+            f"{cfg.data} was packed for --context-parallel {packed_for}; its rows split per document only "
+            f"for that size: re-pack it with seqpack pack --context-parallel {cfg.context_parallel}"
+        )
+    if not data.facts.causal_lm:
+        raise UserError(f"--context-parallel trains causal-LM rows (clm, chat); {cfg.data} holds {data.task} rows")
+    check_cp_model(model)
+    return cp_groups(world, cfg.context_parallel)
 
 
 def aligned_targets(labels: torch.Tensor) -> torch.Tensor:
@@ -163,5 +182,6 @@ __all__ = [
     "cp_groups",
     "dp_size",
     "is_transformers",
+    "run_groups",
     "shard_batch",
 ]

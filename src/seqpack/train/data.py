@@ -26,7 +26,7 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,6 +37,9 @@ from seqpack.data.rows import PackedRows
 from seqpack.data.torch_dataset import to_tensors
 from seqpack.errors import UserError
 from seqpack.tasks import get_task
+
+if TYPE_CHECKING:
+    from seqpack.packing.balance import RowCost
 
 SPLIT_SEED = 20_240_101
 EVAL_SAMPLE_SEED = SPLIT_SEED + 1
@@ -172,14 +175,6 @@ class Units(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """What a run's config.json records of its data."""
 
-    def check_balance(self) -> None:
-        """Refuse ``--balance`` in one line where these units can't be balanced (default: they can)."""
-        return None  # a default, not a step left out: the units can be balanced
-
-    def balance(self, cost: Any, *, world: int, rows: int) -> dict[str, float]:
-        """Balance the packs across ``world`` ranks under ``cost`` (after `check_balance` let it)."""
-        raise NotImplementedError
-
     def counts(self, units: np.ndarray) -> tuple[int, int]:
         """Sequences and real tokens of ``units`` (after `batch` read them)."""
         return int(self.unit_sequences[units].sum()), int(self.unit_tokens[units].sum())
@@ -307,7 +302,7 @@ class TrainData(Units):
         self.pack_columns: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
         self._balance: tuple[np.ndarray, int, int] | None = None
 
-    def balance(self, cost: Any, *, world: int, rows: int) -> dict[str, float]:
+    def balance(self, cost: RowCost, *, world: int, rows: int) -> dict[str, float]:
         """Order each epoch's packs into compute-balanced steps (`seqpack.packing.balance`):
         every micro-batch of ``rows`` rows gives each of ``world`` ranks packs of even cost (its
         share ``[r::world]``). Returns the first epoch's imbalance, sequential and balanced."""

@@ -7,6 +7,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from seqpack.train.data import Units
+    from seqpack.train.init_from import Loaded
+    from seqpack.train.plan import RunPlan
+
 #: transformers implementations that give a packed row a dense ``T x T`` mask
 DENSE = ("sdpa", "eager")
 
@@ -50,6 +57,31 @@ def start_line(
         f"{desc} {model}{f', {init}' if init else ''}, {attention_text(attention, transformers=transformers)}: steps {first}-{total} of {rows} rows; "
         f"eval {when} on {eval_packs:,} held-out pack{'s' if eval_packs != 1 else ''} ({eval_tokens:,} tokens{share}); "
         f"metrics in {metrics}"
+    )
+
+
+def run_start_line(desc: str, plan: RunPlan, data: Units, *, first: int, loaded: Loaded | None) -> str:
+    """`start_line` of a run of ``plan`` on ``data`` whose first step is ``first`` (``desc``: packed
+    or padded; ``loaded``: what --init-from gave)."""
+    model = plan.model["class"]
+    if plan.cfg.hf_model:  # a checkpoint's weights, or a model initialised from its config
+        from seqpack.train.pretrained import describe
+
+        model = f"{model} ({describe(plan.model)})"
+    return start_line(
+        desc,
+        model,
+        attention=plan.attention,
+        first=first,
+        total=plan.total,
+        rows=plan.rows,
+        eval_every=plan.eval_every,
+        eval_packs=len(data.eval_packs),
+        eval_tokens=data.eval_tokens,
+        train_tokens=plan.train_tokens,
+        metrics=f"{plan.final}/metrics.jsonl",
+        transformers=plan.model["library"] == "transformers",
+        init="" if loaded is None else loaded.text(),
     )
 
 

@@ -297,3 +297,15 @@ def forward(
     if type(inner).__module__.startswith("transformers"):
         return t.hf_models().run(model, batch, reduction=reduction, objective=objective)
     return t.own_models().forward(model, batch, reduction=reduction, objective=objective)
+
+
+class TaskModule(torch.nn.Module):
+    """The model and its task (and objective) in one module, so that ``DistributedDataParallel``
+    sees one forward call: `forward`."""
+
+    def __init__(self, model: torch.nn.Module, task: str, reduction: str, objective: Any = None) -> None:
+        super().__init__()
+        self.model, self.task, self.reduction, self.objective = model, task, reduction, objective
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> PackedOutput:
+        return forward(self.model, batch, task=self.task, reduction=self.reduction, objective=self.objective)

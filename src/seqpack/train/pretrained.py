@@ -274,6 +274,21 @@ def _portable_attention(model: Any) -> Any:
             c._attn_implementation = impl
 
 
+def run_tokenizer_files(hf_model: str, tokenizer: str | None, data: str) -> dict[str, bytes]:
+    """What ``RUN/model/`` gets of the tokenizer: the --hf-model directory's (checked against the
+    data when the weights were loaded), else a stream's --tokenizer (seqpack's exported), else the
+    processor saved beside image-text rows (in ``data``)."""
+    from seqpack.tasks.vision.packed import PROCESSOR
+
+    hf = Path(hf_model)
+    files = tokenizer_files(hf) if hf.is_dir() else {}
+    if not files and tokenizer:
+        files = tokenizer_files(Path(tokenizer))
+    if not files:  # image-text rows keep the processor they were made with
+        files = tokenizer_files(Path(data) / PROCESSOR)
+    return files
+
+
 def write_model_dir(model: Any, run_dir: Path, *, tokenizer: dict[str, bytes], merge: bool) -> Path:
     """``run_dir/model/``: the model (``save_pretrained``, safetensors) or, LoRA-wrapped, its adapter
     (and with ``merge`` the merged model in ``model/merged/``), plus the tokenizer files; written
