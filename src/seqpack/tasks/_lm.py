@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from seqpack.data.sequences import IGNORE_INDEX
-from seqpack.tasks.spec import Training
+from seqpack.tasks.spec import Totals, Training
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +44,7 @@ def lm_units(batch: Mapping[str, torch.Tensor], reduction: str) -> float:
     return float(int(mask.sum()) if reduction == "token" else sequences_with_targets(mask, batch["segment_ids"]))
 
 
-def add_lm_metrics(totals: Any, out: Any, batch: Mapping[str, torch.Tensor], *, shift: bool) -> None:
+def add_lm_metrics(totals: Totals, out: PackedOutput, batch: Mapping[str, torch.Tensor], *, shift: bool) -> None:
     """Per-sequence and per-token LM loss and accuracy at the targets."""
     import torch.nn.functional as F
 
@@ -55,7 +55,9 @@ def add_lm_metrics(totals: Any, out: Any, batch: Mapping[str, torch.Tensor], *, 
     totals.add("lm_accuracy", float((logits.argmax(-1) == targets).sum()), targets.numel())
 
 
-def target_logits(out: Any, batch: Mapping[str, torch.Tensor], *, shift: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def target_logits(
+    out: PackedOutput, batch: Mapping[str, torch.Tensor], *, shift: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logits (N, V), targets (N,))`` at the LM targets, whichever shape the model returned."""
     labels = batch["labels"]
     logits = out.logits

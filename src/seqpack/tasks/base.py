@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from seqpack.data.sequences import Sequences
     from seqpack.store import TokenStore
+    from seqpack.tasks.spec import Totals
     from seqpack.tokenizer.types import AnyTokenizer
 
 COMPONENTS = ("lm", "nsp", "cls")  # loss components, in the order of Training.loss_units
@@ -64,7 +65,9 @@ def slot_units(labels: torch.Tensor) -> int:
     return int((present.all(dim=-1) if labels.ndim == 3 else present).sum())
 
 
-def add_slot_metrics(totals: Any, key: str, per: Any, slots: Any, slot_logits: Any) -> None:
+def add_slot_metrics(
+    totals: Totals, key: str, per: torch.Tensor | None, slots: torch.Tensor | None, slot_logits: torch.Tensor | None
+) -> None:
     """``{key}_loss`` over real slots and, single-label, ``{key}_accuracy``."""
     if slots is None or per is None:
         return

@@ -37,7 +37,7 @@ from seqpack.packing.histogram import check_max_len
 from seqpack.tasks._lm import slot_mean
 from seqpack.tasks.base import add_slot_metrics, check_examples, num_labels, slot_units
 from seqpack.tasks.examples import get_field
-from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Streaming, Task, Training
+from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Streaming, Task, Totals, Training
 from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
@@ -382,7 +382,7 @@ def loss_units(batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tenso
     return torch.tensor([0.0, 0.0, slot_units(labels) if labels is not None else 0.0], dtype=torch.float64)
 
 
-def update_eval(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+def update_eval(totals: Totals, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
     """``cls_loss`` over labelled sequences and, single-label, ``cls_accuracy``."""
     add_slot_metrics(totals, "cls", out.per_sequence, batch.get("labels"), out.slot_logits)
 

@@ -40,7 +40,7 @@ from seqpack.errors import UserError
 from seqpack.packing.histogram import MAX_LEN_LIMIT, check_max_len
 from seqpack.tasks._lm import add_lm_metrics, count_empty, lm_units
 from seqpack.tasks.base import add_slot_metrics, open_store, slot_units
-from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Task, Training
+from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Task, Totals, Training
 from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
@@ -360,7 +360,7 @@ def component_means(out: PackedOutput) -> list[torch.Tensor | None]:
     return [out.extra.get("mlm_loss", out.loss), out.extra.get("nsp_loss"), None]
 
 
-def update_eval(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+def update_eval(totals: Totals, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
     """LM metrics at the masked tokens (unshifted), next-sentence loss and accuracy."""
     add_lm_metrics(totals, out, batch, shift=False)
     add_slot_metrics(

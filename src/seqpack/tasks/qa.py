@@ -36,7 +36,7 @@ from seqpack.packing.histogram import MAX_LEN_LIMIT, check_max_len
 from seqpack.tasks._lm import slot_mean
 from seqpack.tasks.base import check_examples, slot_units
 from seqpack.tasks.examples import get_field
-from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Task, Training
+from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Task, Totals, Training
 from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ def loss_units(batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tenso
     return torch.tensor([0.0, 0.0, slot_units(start) if start is not None else 0.0], dtype=torch.float64)
 
 
-def update_eval(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+def update_eval(totals: Totals, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
     """``span_loss`` (per window) and ``exact_match``: argmax start and argmax end both right."""
     start, end = batch.get("start_positions"), batch.get("end_positions")
     if start is None or end is None or out.per_sequence is None:

@@ -65,6 +65,12 @@ class PackSettings(Protocol):
     def options(self) -> Any: ...  # the task's own options dataclass
 
 
+class Totals(Protocol):
+    """Sums over an evaluation pass (`seqpack.train.step_loss.EvalTotals`): a task's metrics add to it."""
+
+    def add(self, key: str, value: float, count: float) -> None: ...
+
+
 class Forward(Protocol):
     """One forward pass on a training batch ``{column: (B, L)}``; ``objective``: `Training.objective`'s."""
 
@@ -266,7 +272,7 @@ class Training:
 
     loss_units: Callable[[Mapping[str, torch.Tensor], str], torch.Tensor]
     component_means: Callable[[PackedOutput], list[torch.Tensor | None]]
-    update_eval: Callable[[Any, PackedOutput, Mapping[str, torch.Tensor]], None]
+    update_eval: Callable[[Totals, PackedOutput, Mapping[str, torch.Tensor]], None]
     objective: Callable[[Any, str], Any] | None = None
     batch_maker: Callable[[str | os.PathLike[str], Mapping[str, Any]], Any] | None = None
     partial_graph: bool = False
@@ -465,5 +471,6 @@ __all__ = [
     "SEGMENTS",
     "Streaming",
     "Task",
+    "Totals",
     "Training",
 ]

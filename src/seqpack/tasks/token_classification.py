@@ -37,7 +37,7 @@ from seqpack.tasks._lm import lm_loss_units, lm_mean
 from seqpack.tasks.base import check_examples, num_labels
 from seqpack.tasks.classification import check_label_count
 from seqpack.tasks.examples import get_field
-from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Streaming, Task, Training
+from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Streaming, Task, Totals, Training
 from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
@@ -387,7 +387,7 @@ def hf_forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str,
     return hf_token_forward(model, batch, reduction=reduction)
 
 
-def update_eval(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+def update_eval(totals: Totals, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
     """Token accuracy and, for IOB tags, entity precision, recall and F1."""
     from seqpack.tasks.token_forward import add_token_metrics
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import torch
 
     from seqpack.nn.models.common import PackedOutput
+    from seqpack.tasks.spec import Totals
 
 #: what ``out.extra`` holds the tag scheme under: ``(C, 2)`` prefix (an index of `PREFIXES`) and entity type
 SCHEME = "tag_scheme"
@@ -68,7 +69,7 @@ def _tags(ids: list[int], scheme: list[list[int]]) -> list[str]:
     return ["O" if scheme[i][0] == 0 else f"{PREFIXES[scheme[i][0]]}-{scheme[i][1]}" for i in ids]
 
 
-def add_token_metrics(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+def add_token_metrics(totals: Totals, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
     """``cls_loss`` (each sequence's mean over its tagged tokens, averaged over sequences),
     ``cls_token_loss`` and ``token_accuracy`` (over tagged tokens) and, when the tags are IOB,
     ``entity_precision``, ``entity_recall`` and ``entity_f1`` (conlleval's, `seqpack.tasks.entities`)."""

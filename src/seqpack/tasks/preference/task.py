@@ -25,7 +25,7 @@ from seqpack.tasks.preference.sequences import (
     PREFERENCE_OVERFLOW,
     preference_sequences,
 )
-from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Task, Training
+from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Task, Totals, Training
 
 if TYPE_CHECKING:
     import torch
@@ -172,7 +172,7 @@ def loss_units(batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tenso
     return torch.tensor([0.0, 0.0, float(pair_units(batch))], dtype=torch.float64)
 
 
-def update_eval(totals: Any, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
+def update_eval(totals: Totals, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
     """The pair loss, reward accuracy and margin, and the responses' log-probabilities."""
     assert out.present is not None and out.per_sequence is not None
     present = out.present
