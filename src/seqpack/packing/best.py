@@ -15,11 +15,11 @@
 
 Before all this, when LPFHP or SPFHP already meets the counting bound (``counting_bound``: the
 tokens over ``max_len``, the sequences over ``max_depth``), that plan is optimal and no LP runs:
-long rows of short sequences (chat SFT at 2048: 4,985 conversations, 12.4 s of LP for the
-1,115 packs best fit had found in 6 ms).
+long rows of short sequences (chat SFT at 2048), where the LP would only find again the packs
+best fit had found.
 
-On the Wikipedia histogram this lands within a few dozen packs of the LP bound, in well
-under a second.
+On the Wikipedia histogram this lands within a few dozen packs of the LP bound
+(`benchmarks/plan.py` times it).
 """
 
 from __future__ import annotations
