@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,11 @@ from seqpack._version import __version__
 from seqpack.data.columns import PackedColumns
 from seqpack.data.derived import check_rules, derive_columns, stored_needed
 from seqpack.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from seqpack.packing import PackingPlan
 
 FORMAT_VERSION = 1
 #: the version of a dataset whose Parquet parts leave out derived columns (``derived_columns``,
@@ -95,7 +100,7 @@ def manifest_of(
 
 def manifest_fields(
     task: str,
-    plan: Any,
+    plan: PackingPlan,
     max_len: int,
     max_depth: int,
     columns: dict[str, Any],
@@ -107,7 +112,7 @@ def manifest_fields(
     the columns left out of the Parquet parts, and the rule that rebuilds each (`seqpack.data.derived`)."""
     plan_d = plan.to_dict()
     plan_d.pop("seconds", None)  # timings would make equal inputs give different bytes
-    plan_d["info"] = {k: v for k, v in plan_d.get("info", {}).items() if "seconds" not in k}
+    plan_d["info"] = {k: v for k, v in plan.info.items() if "seconds" not in k}
     return {
         "kind": KIND,
         "format_version": DERIVED_FORMAT_VERSION if derived else FORMAT_VERSION,
@@ -156,13 +161,13 @@ def dump_manifest(m: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
-def _arrow_column(a: np.ndarray) -> Any:
+def _arrow_column(a: np.ndarray) -> pa.Array:
     """``(N, *shape)`` -> an Arrow column of (nested) fixed-size lists; no value may be null, so
     Parquet stores it REQUIRED (no definition levels to write or read)."""
     import pyarrow as pa
 
     flat = np.ascontiguousarray(a).reshape(-1)
-    if flat.dtype.kind in "iuf":  # the array over numpy's buffer: pa.array would import pandas (0.14 s) to ask
+    if flat.dtype.kind in "iuf":  # the array over numpy's buffer: pa.array would import pandas to ask
         arr = pa.Array.from_buffers(pa.from_numpy_dtype(flat.dtype), len(flat), [None, pa.py_buffer(flat)])
     else:
         arr = pa.array(flat)
@@ -298,11 +303,25 @@ class WriteOptions:
                 raise UserError(f"{name} must be >= 1, got {v}")
 
     def parts(self, *, max_len: int) -> int:
-        """Packs per Parquet part."""
+        """Packs per Parquet part.
+
+        Args:
+            max_len: the row length, which sets the default.
+
+        Returns:
+            The packs per part.
+        """
         return self.shard_packs or default_shard_packs(max_len)
 
     def row_groups(self, *, max_len: int) -> int:
-        """Packs per Parquet row group."""
+        """Packs per Parquet row group.
+
+        Args:
+            max_len: the row length, which sets the default.
+
+        Returns:
+            The packs per row group.
+        """
         return self.row_group_packs or default_row_group_packs(max_len)
 
 
@@ -317,12 +336,26 @@ def write_packed(
     derived: Mapping[str, str] | None = None,
     beside: Callable[[Path], None] | None = None,
 ) -> dict[str, Any]:
-    """Write ``pc`` to ``out`` (atomically, manifest last) as ``options`` say; returns the manifest.
-    ``arrays``: more files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest
-    names them). ``derived``: columns left out of the Parquet parts, ``name -> rule``
-    (`seqpack.data.derived`). ``pc.examples``, when given, is written as the example table
-    (`seqpack.data.example_table`); ``beside(directory)`` writes more files the rows' readers need
-    (a task's processor) into the dataset before its manifest."""
+    """Write ``pc`` to ``out`` (atomically, manifest last) as ``options`` say. ``pc.examples``, when
+    given, is written as the example table (`seqpack.data.example_table`).
+
+    Args:
+        pc: the packed rows.
+        out: the dataset's directory.
+        options: how the files are written (`None`: `WriteOptions()`).
+        extra: more manifest fields.
+        workers: threads writing the parts (`None`: the cores this process may use).
+        arrays: more files of the dataset, `name -> array` saved as `name` (`.npy`; the manifest names them).
+        derived: columns left out of the Parquet parts, `name -> rule` (`seqpack.data.derived`).
+        beside: writes more files the rows' readers need (a task's processor) into the dataset's
+            directory, before its manifest.
+
+    Returns:
+        The manifest written.
+
+    Raises:
+        FileExistsError: a dataset already at `out` without `options.overwrite`, or a folder seqpack did not make.
+    """
     opts = options if options is not None else WriteOptions()
     overwrite, export_bin, compression, encoding = opts.overwrite, opts.export_bin, opts.compression, opts.encoding
     workers = workers or default_workers()  # pyarrow writes shards without the GIL
@@ -419,9 +452,9 @@ def parquet_column_specs(path: str | os.PathLike[str]) -> dict[str, Any]:
     return out
 
 
-def numpy_dtype(t: Any) -> np.dtype:
+def numpy_dtype(t: pa.DataType) -> np.dtype:
     """The numpy dtype of an Arrow integer, float or boolean type: what ``t.to_pandas_dtype()``
-    gives, without the pandas import that method makes (0.14 s of ``seqpack pack``'s start-up).
+    gives, without the pandas import that method makes (slow, in ``seqpack pack``'s start-up).
 
         >>> import pyarrow as pa
         >>> numpy_dtype(pa.uint16()), numpy_dtype(pa.float32()), numpy_dtype(pa.bool_())
@@ -440,7 +473,17 @@ def numpy_dtype(t: Any) -> np.dtype:
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The manifest of a packed dataset directory (checked kind, format version and the fields
-    readers rely on, so that a hand-edited one is refused in one line, naming it)."""
+    readers rely on, so that a hand-edited one is refused in one line, naming it).
+
+    Args:
+        path: the packed dataset's directory.
+
+    Returns:
+        The manifest, as read from its JSON.
+
+    Raises:
+        UserError: no manifest, another kind or format version, or a malformed field.
+    """
     m = read_versioned_json(
         Path(path), MANIFEST, kind=KIND, version=READS, what="packed dataset", hint="make one with seqpack pack"
     )
@@ -556,7 +599,19 @@ def manifest_histogram(path: str | os.PathLike[str]) -> np.ndarray:
 def load_packed(
     path: str | os.PathLike[str], *, columns: list[str] | None = None, mmap: bool = True
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``(manifest, {column: array})``; ``.bin`` columns are memory-mapped when present."""
+    """``(manifest, {column: array})``; ``.bin`` columns are memory-mapped when present.
+
+    Args:
+        path: the packed dataset's directory.
+        columns: the columns to read (`None`: all).
+        mmap: memory-map the `.bin` columns where the dataset has them.
+
+    Returns:
+        `(manifest, columns)`: the manifest, and each column's array `(P, L)`, `(P, D)` or `(P,)`.
+
+    Raises:
+        UserError: no packed dataset at `path`, or an unknown column.
+    """
     p = Path(path)
     m = read_manifest(p)
     names = list(m["columns"]) if columns is None else columns
@@ -577,6 +632,12 @@ def add_derived_columns(path: str | os.PathLike[str]) -> Callable[[Mapping[str, 
 
         ds = datasets.load_dataset("parquet", data_files="packed/data/*.parquet", split="train")
         ds = ds.map(add_derived_columns("packed/"), batched=True)   # + clm's labels
+
+    Args:
+        path: the packed dataset's directory.
+
+    Returns:
+        A function of a batch (column name -> values) that returns the derived columns `(B, L)`.
     """
     m = read_manifest(path)
     derived = m.get("derived_columns", {})

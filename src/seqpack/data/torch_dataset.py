@@ -41,6 +41,14 @@ class PackedDataset(torch.utils.data.Dataset):
 
     Rows are read on demand (`seqpack.data.rows.PackedRows`): memory-mapped ``.bin``
     columns, or Parquet row groups with a small cache; the dataset is never loaded whole.
+
+    Args:
+        path: the packed dataset's directory.
+        columns: the columns to read (`None`: all).
+        mmap: memory-map the `.bin` columns where the dataset has them.
+
+    Raises:
+        UserError: no packed dataset at `path`, or an unknown column.
     """
 
     def __init__(
@@ -69,7 +77,14 @@ class PackedDataset(torch.utils.data.Dataset):
 
 
 def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Stack a list of items into batch tensors: ``(B, L)``, ``(B, D)``, ``(B,)``..."""
+    """Stack a list of items into batch tensors: ``(B, L)``, ``(B, D)``, ``(B,)``...
+
+    Args:
+        batch: the items, each a dict of arrays or tensors of one row.
+
+    Returns:
+        The stacked tensors, by column: `(B, L)`, `(B, D)`, `(B,)`.
+    """
     if not batch:
         raise UserError("collate_packed got an empty batch")
     return {k: torch.stack([torch.as_tensor(item[k]) for item in batch]) for k in batch[0]}

@@ -46,7 +46,7 @@ def build_store(
         The store, open.
 
     Raises:
-        UserError: a store already at `out` without `overwrite`.
+        FileExistsError: a store already at `out` without `overwrite`, or a folder seqpack did not make.
     """
     from seqpack.tokenizer.fast import encode_batches
 

@@ -598,7 +598,7 @@ class Tokenizer:
             chat_template: the Jinja chat template to record (with `hf`).
 
         Raises:
-            UserError: a tokenizer already in `directory` without `overwrite`.
+            FileExistsError: a tokenizer already in `directory` without `overwrite`.
         """
         from seqpack.tokenizer.files import save_tokenizer
 
