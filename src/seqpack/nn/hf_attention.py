@@ -98,7 +98,11 @@ def layer_attention(module: torch.nn.Module, kwargs: dict[str, Any], *, causal: 
 
 
 def register_packed_attention() -> str:
-    """Register ``seqpack_packed`` with transformers (idempotent); returns the name."""
+    """Register ``seqpack_packed`` with transformers (idempotent); returns the name.
+
+    Returns:
+        `"seqpack_packed"`, the attention implementation's name.
+    """
     from transformers import AttentionInterface
 
     AttentionInterface.register(PACKED_IMPL, packed_attention_forward)
@@ -171,6 +175,13 @@ def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> to
 
         handle = attach_packed_attention(vlm)
         vlm(input_ids=ids, position_ids=pos, pixel_values=..., use_cache=False)   # sum(l^2) attention
+
+    Args:
+        model: a transformers model.
+        config: the config whose attention implementation changes (`None`: the text model's).
+
+    Returns:
+        The forward pre-hook's handle.
     """
     from seqpack.nn.attention import plan_attention
 
