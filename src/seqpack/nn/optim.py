@@ -137,6 +137,14 @@ class Lamb(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]  # torch's stub overloads step on the closure
+        """One update of every parameter with a gradient.
+
+        Args:
+            closure: re-evaluates the model and returns the loss (`None`: none).
+
+        Returns:
+            The closure's loss, or `None`.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
