@@ -116,7 +116,7 @@ def manifest_fields(
     return {
         "kind": KIND,
         "format_version": DERIVED_FORMAT_VERSION if derived else FORMAT_VERSION,
-        "seqpack_version": __version__,  # what wrote it (a bug report's first question)
+        "seqpack_version": __version__,  # what wrote it
         "task": task,
         "max_len": max_len,
         "max_depth": max_depth,
@@ -185,8 +185,8 @@ def _leaf_path(name: str, ndim: int) -> str:
 def parquet_encodings(cols: Mapping[str, np.ndarray]) -> dict[str, str]:
     """BYTE_STREAM_SPLIT for every numeric column (Parquet's own encoding, read by pyarrow >= 16 and so by
     ``datasets``): token ids widened to Parquet's INT32 have two zero bytes each, which the split gathers
-    into runs, so zstd compresses half the data. On a 2 GB corpus's 16M-token part (clm at 2048) it
-    writes in 0.53 s instead of 0.75 s and 12% smaller (benchmarks/results/pack_profile.txt).
+    into runs, so zstd compresses half the data: a part is written faster and smaller
+    (benchmarks/results/pack_profile.txt).
 
     >>> parquet_encodings({"input_ids": np.zeros((2, 4), np.uint16), "num_sequences": np.zeros(2, np.uint8)})
     {'input_ids.list.element': 'BYTE_STREAM_SPLIT', 'num_sequences': 'BYTE_STREAM_SPLIT'}
@@ -256,8 +256,8 @@ def default_shard_packs(max_len: int) -> int:
 
 #: Tokens per Parquet row group when row_group_packs is not given. A reader decodes (and caches) a whole
 #: row group to return any of its rows, and the writer lays one out at a time: at 2**20 tokens (512 packs
-#: at 2048) than at 4,096 packs a group, PackedRows reads 2.2x faster in order and a pack at random 10x
-#: faster, and pack peaks at half the memory in the same time (benchmarks/row_groups.py)
+#: at 2048) than at 4,096 packs a group, PackedRows reads faster in order and at random, and pack
+#: peaks at half the memory in the same time (benchmarks/row_groups.py measures it)
 ROW_GROUP_TOKENS = 1 << 20
 
 

@@ -89,7 +89,7 @@ PRETRAINED = "packed"
 TIMING_ROUNDS = (
     5  # rounds of alternating packed / padded steps (the same batches each round) behind each realised speed-up
 )
-#: below this budget the Wikipedia table leaves NNLSHP out (its least-squares solve takes ~18 s at 512)
+#: below this budget the Wikipedia table leaves NNLSHP out (its least-squares solve takes many seconds at 512)
 NNLSHP_BUDGET = 0.5
 #: below this budget the paper-regime model is a small stand-in (tests), not the 768x2 BERT
 REGIME_BUDGET = 0.1

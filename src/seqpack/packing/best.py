@@ -48,8 +48,8 @@ def fill_templates(templates: Packs, hist: np.ndarray) -> tuple[Packs, np.ndarra
 
     A slot of length ``s`` holds one sequence of length ``<= s``. Sequences go longest first
     into the smallest free slot that holds them. The compiled kernel (``csrc/packing.h``) runs
-    `fill_templates_oracle` step for step (the same packs, in the same order): on the
-    2 GB benchmark's 1.08M sequences, 0.78 s in Python, serial in every pack job's plan.
+    `fill_templates_oracle` step for step (the same packs, in the same order), which is slow in
+    Python on a large dataset and serial in every pack job's plan.
 
     >>> packs, rest = fill_templates([((3, 2), 2)], np.array([1, 2, 1]))
     >>> sorted(packs), rest.tolist()

@@ -27,7 +27,7 @@ DEFAULT_ALGORITHM = "best"
 #: the default algorithm of a stream, which plans each buffer as it fills, on the path to the next
 #: row: `lpfhp`, milliseconds a buffer (`best` solves a linear program each time)
 STREAM_ALGORITHM = "lpfhp"
-#: what an algorithm imports when it first plans (scipy's solvers: ~0.4 s)
+#: what an algorithm imports when it first plans (scipy's solvers, slow to import)
 SOLVERS = {"best": solvers.SCIPY, "nnlshp": solvers.SCIPY}
 
 
