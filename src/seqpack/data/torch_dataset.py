@@ -11,8 +11,7 @@ multi-label target becomes ``float32`` with -100 kept in empty slots.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -76,7 +75,7 @@ class PackedDataset(torch.utils.data.Dataset):
         ]
 
 
-def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+def collate_packed(batch: Sequence[Mapping[str, np.ndarray | torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Stack a list of items into batch tensors: ``(B, L)``, ``(B, D)``, ``(B,)``...
 
     Args:
@@ -84,6 +83,9 @@ def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
 
     Returns:
         The stacked tensors, by column: `(B, L)`, `(B, D)`, `(B,)`.
+
+    Raises:
+        UserError: an empty batch.
     """
     if not batch:
         raise UserError("collate_packed got an empty batch")

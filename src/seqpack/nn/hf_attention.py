@@ -17,13 +17,16 @@ FlexAttention's block mask, or a varlen kernel, and the preference task's shared
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from seqpack.errors import UserError
 from seqpack.nn.attention import AttentionPlan, LayerAttention, packed_attention
 from seqpack.nn.hf_support import PACKED_IMPL, UNPACKED, config_window, prepare_packed, require_documents
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 #: keywords transformers hands an attention function that change nothing it computes over one
 #: document in a packed row (positions, caches, document boundaries the plan already holds, flags for
@@ -166,7 +169,9 @@ def same_head_dim(
     return torch.nn.functional.pad(q, (0, dv - d)), torch.nn.functional.pad(k, (0, dv - d)), v
 
 
-def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> torch.utils.hooks.RemovableHandle:
+def attach_packed_attention(
+    model: torch.nn.Module, *, config: PretrainedConfig | None = None
+) -> torch.utils.hooks.RemovableHandle:
     """Run ``model``'s attention as ``seqpack_packed`` with a plan made at each call from its
     ``position_ids``: a sample starts where the positions restart at 0 (the first row of a
     ``(4, B, T)`` mRoPE tensor). ``config``: the config whose attention changes, by default the text
