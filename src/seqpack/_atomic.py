@@ -26,7 +26,7 @@ from pathlib import Path
 
 from seqpack.errors import UserError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~2 ms of a command's start-up)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a cost in every start-up)
 if TYPE_CHECKING:
     from typing import Any
 

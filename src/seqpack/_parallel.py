@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a cost in every start-up)
 if TYPE_CHECKING:
     from typing import Any, TypeVar
 
@@ -30,7 +30,7 @@ def map_threads(fn: Callable[[T], R], items: Iterable[T], workers: int) -> Itera
     Each thread draws the next item when it is free, so at most ``workers`` items are in flight
     (``items`` may be a lazy stream of large chunks). The first error stops the drawing and is
     raised here, once the threads are done. (Threads and a queue rather than
-    ``concurrent.futures``, whose import, logging with it, costs ~4 ms of the trainer's start-up.)
+    ``concurrent.futures``, whose import, logging with it, slows the trainer's start-up.)
 
         >>> sorted(map_threads(lambda x: x * x, range(5), 2))
         [0, 1, 4, 9, 16]

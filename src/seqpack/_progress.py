@@ -3,7 +3,7 @@
 When stderr is not a terminal (a log file, CI, ``make demo > log``) a bar's every refresh
 would become a line of its own, thousands of them; there the bars stay silent and the
 callers' own one-line summaries are the log. A silent bar does not import tqdm (with
-``tqdm.auto`` and asyncio, ~40 ms of a command's start-up).
+``tqdm.auto`` and asyncio, a cost in a command's start-up).
 """
 
 from __future__ import annotations

@@ -50,7 +50,9 @@ def machine_memory() -> int:
     roots = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
     for f in dict.fromkeys([*cgroup_limit_files(), *roots]):
         try:
-            with open(f, encoding="ascii") as fh:  # open, not pathlib: the trainer imports this module (pathlib: ~3 ms)
+            with open(
+                f, encoding="ascii"
+            ) as fh:  # open, not pathlib: the trainer imports this module (pathlib would slow its start-up)
                 text = fh.read().strip()
         except (OSError, ValueError):
             continue
@@ -74,8 +76,8 @@ def small_pages() -> Iterator[None]:
     """numpy's large arrays on ordinary pages inside the block: numpy asks Linux for huge pages
     (``madvise``) for every array of 4 MB or more. A pack job makes and drops gigabytes of such
     arrays, each written once: a huge page is zeroed 2 MB at a time and may first need memory
-    compacted, which cost the 2 GB pack on this VM 0.7 s of system time (alternated runs, 10.7-11.4 s
-    against 9.9-10.3 s). Where numpy lacks the switch, nothing changes.
+    compacted, system time a large pack job spends for nothing. Where numpy lacks the switch,
+    nothing changes.
 
         >>> with small_pages():
         ...     pass
@@ -97,8 +99,8 @@ def small_pages() -> Iterator[None]:
 def collector_paused() -> Iterator[None]:
     """Python's cycle collector off inside the block (as it was after it; also a decorator). A block that
     makes tens of thousands of containers holding no cycles (a tokenizer's merge pairs, its id maps)
-    otherwise runs the collector every 700 of them, each run walking what came before, for nothing:
-    GPT-2's files loaded in 167-190 ms with it, 149-157 ms without.
+    otherwise runs the collector every 700 of them, each run walking what came before, for nothing
+    (loading GPT-2's files is faster without it).
 
         >>> with collector_paused():
         ...     gc.isenabled()

@@ -27,13 +27,17 @@ online (`seqpack.packing.StreamPacker`) in buffers of ``map_kwargs["batch_size"]
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from seqpack._ids import token_ids
 from seqpack.errors import UserError
 from seqpack.packing import ALGORITHMS, DEFAULT_ALGORITHM, StreamPacker, pack_lengths
+
+if TYPE_CHECKING:
+    import datasets
+    import pyarrow as pa
 
 STRATEGIES = (*ALGORITHMS, *(f"{a}_split" for a in ALGORITHMS), "bfd", "bfd_split")
 _ALIASES = {"bfd": "lpfhp"}  # best fit decreasing is seqpack's lpfhp, here over the whole dataset
@@ -52,7 +56,22 @@ def pack_dataset(
     dataset: Any, seq_length: int, strategy: str = "best", map_kwargs: dict[str, Any] | None = None
 ) -> Any:
     """Pack the sequences of ``dataset`` (a ``datasets.Dataset``, ``IterableDataset`` or ``DatasetDict``
-    whose columns are all lists of equal length per row) into rows of at most ``seq_length``; see the module."""
+    whose columns are all lists of equal length per row) into rows of at most ``seq_length``; see the module.
+
+    Args:
+        dataset: a `datasets.Dataset`, `IterableDataset`, `DatasetDict` or `IterableDatasetDict`.
+        seq_length: the row length.
+        strategy: a planner of `seqpack.packing.ALGORITHMS` or `bfd` (TRL's name), `_split` after it to
+            cut sequences longer than `seq_length` rather than truncate them.
+        map_kwargs: TRL's argument; its `batch_size` is a stream's buffer.
+
+    Returns:
+        The packed dataset, of the same kind, with a `seq_lengths` column.
+
+    Raises:
+        UserError: a bad `seq_length` or strategy, or columns that are not lists of one length per row.
+        TypeError: not a `datasets` dataset.
+    """
     import datasets
 
     if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 1:
@@ -87,7 +106,7 @@ def _holds_ids(name: str) -> bool:
     return name.endswith("input_ids")
 
 
-def _list_columns(table: Any) -> tuple[list[Any], np.ndarray]:
+def _list_columns(table: pa.Table) -> tuple[list[pa.ListArray], np.ndarray]:
     """The table's columns as list arrays, and the list lengths they all share."""
     import pyarrow as pa
 
@@ -113,13 +132,13 @@ def _list_columns(table: Any) -> tuple[list[Any], np.ndarray]:
     return cols, lengths[0]
 
 
-def _lengths(column: Any) -> np.ndarray:
+def _lengths(column: pa.ListArray) -> np.ndarray:
     import pyarrow.compute as pc
 
     return pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _split_pieces(column: Any, lengths: np.ndarray, seq_length: int) -> Any:
+def _split_pieces(column: pa.ListArray, lengths: np.ndarray, seq_length: int) -> pa.ListArray:
     """Each list cut into pieces of ``seq_length`` (the last shorter), in order."""
     import pyarrow as pa
 
@@ -136,8 +155,8 @@ def _split_pieces(column: Any, lengths: np.ndarray, seq_length: int) -> Any:
 
 
 def pack_table(
-    table: Any, seq_length: int, *, algorithm: str = DEFAULT_ALGORITHM, split: bool = False, seed: int = 0
-) -> Any:
+    table: pa.Table, seq_length: int, *, algorithm: str = DEFAULT_ALGORITHM, split: bool = False, seed: int = 0
+) -> pa.Table:
     """A ``pyarrow.Table`` of list columns packed into rows (one global plan); adds ``seq_lengths``."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -176,7 +195,9 @@ def pack_table(
     return pa.table(out)
 
 
-def _pack_iterable(dataset: Any, seq_length: int, algorithm: str, split: bool, *, buffer: int) -> Any:
+def _pack_iterable(
+    dataset: datasets.IterableDataset, seq_length: int, algorithm: str, split: bool, *, buffer: int
+) -> datasets.IterableDataset:
     import datasets
 
     def rows() -> Iterator[dict[str, Any]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from seqpack.cli.args import default_of, from_args
 from seqpack.cli.numbers import COUNT_LIMIT, WORKERS_LIMIT, integer
@@ -12,18 +12,23 @@ from seqpack.cli.numbers import max_len as _max_len
 from seqpack.cli.paths import declare_paths
 from seqpack.errors import UserError
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from seqpack.experiments.bench import BenchConfig
+
 NAME = "bench"
 HELP = "padded vs packed training throughput, side by side"
 EXAMPLE = "seqpack bench --lengths wikipedia --max-len 512 --model bert"
 DOCS = "docs/guides/training.md"
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from seqpack.experiments.bench import DEVICES, DTYPES, HEADS, BenchConfig
     from seqpack.nn.attention import BACKENDS
     from seqpack.nn.models.common import SIZES
 
-    def pos(name: str, maximum: int = 2**31 - 1) -> Any:
+    def pos(name: str, maximum: int = 2**31 - 1) -> Callable[[str], int]:
         return integer(name, 1, maximum)
 
     p = sub.add_parser(
@@ -116,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _calibrate(cfg: Any, args: argparse.Namespace) -> int:
+def _calibrate(cfg: BenchConfig, args: argparse.Namespace) -> int:
     from seqpack.experiments.calibrate import calibrate, format_calibration
     from seqpack.packing.balance import RowCost
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from seqpack.cli.numbers import integer
 from seqpack.cli.paths import declare_paths
@@ -16,7 +15,7 @@ EXAMPLE = "seqpack compare --data packed/ --out cmp/ --sequences 60000"
 DOCS = "docs/guides/training.md"
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         NAME,
         help=HELP,

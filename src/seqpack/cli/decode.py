@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP
 from seqpack.errors import UserError
@@ -25,7 +24,7 @@ def parse_ids(text: str, source: str) -> list[int]:
     return ids
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(NAME, help=HELP, description="Decode whitespace-separated token ids (FILE or stdin) to text.")
     p.add_argument("file", nargs="?", help="file of ids (default: stdin)")
     p.add_argument("--tokenizer", required=True, help=TOKENIZER_HELP)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from seqpack.cli.paths import declare_paths
 
@@ -14,7 +13,7 @@ EXAMPLE = "seqpack demo --out demo_out"
 DOCS = "docs/guides/demo.md"
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from seqpack.cli.numbers import WORKERS_LIMIT, integer, number
     from seqpack.experiments.demo import MAX_BUDGET
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP
 
@@ -15,7 +14,7 @@ EXAMPLE = 'echo "Hello world" | seqpack encode --tokenizer tok/'
 DOCS = "docs/guides/tokenizer.md"
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         NAME, help=HELP, description="Encode text (FILE or stdin) to token ids, printed space-separated."
     )

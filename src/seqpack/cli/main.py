@@ -23,7 +23,7 @@ from seqpack.errors import UserError
 
 #: the subcommands, as ``seqpack --help`` lists them: name -> its module in ``seqpack.cli`` (which has
 #: ``NAME``, ``HELP`` and ``add_parser``). A command imports its own module only: the others' imports
-#: (dataclasses, pathlib, ...) cost a short command such as ``train-tokenizer`` ~10 ms.
+#: (dataclasses, pathlib, ...) would slow a short command such as ``train-tokenizer``.
 COMMANDS = {
     "train-tokenizer": "train_tokenizer",
     "encode": "encode",
@@ -192,8 +192,8 @@ def _exiting() -> None:
     """The command is done and the process exits next (``main`` ran as the program: a caller of
     ``main(argv)`` keeps its collector as it was): what it holds is left to the OS. CPython's
     last collection at exit otherwise walks every object still alive, the imported modules' functions
-    and classes above all (~13K objects): 5 ms of `seqpack train-tokenizer`'s 140 (alternated runs,
-    the imports alone: 47.9 -> 42.6 ms). The young generations are collected first, so that recent
+    and classes above all, a measurable part of a short command such as `seqpack train-tokenizer`
+    (``benchmarks/first_command.py``). The young generations are collected first, so that recent
     garbage in reference cycles still has its finalizers run; atexit handlers run as before."""
     gc.collect(1)
     gc.freeze()

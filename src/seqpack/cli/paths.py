@@ -13,7 +13,11 @@ if TYPE_CHECKING:
 
 
 def declare_paths(
-    p: Any, *, reads: tuple[str, ...] = (), files: dict[str, str] | None = None, dirs: tuple[str, ...] = ()
+    p: argparse.ArgumentParser,
+    *,
+    reads: tuple[str, ...] = (),
+    files: dict[str, str] | None = None,
+    dirs: tuple[str, ...] = (),
 ) -> None:
     """Say which options (by ``dest``) name what a command reads and what it writes: ``files`` maps
     each file option to the format it writes (``json``, ``png``: an existing file is replaced only

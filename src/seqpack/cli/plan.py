@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqpack.cli.args import (
     HISTOGRAM_HELP,
@@ -18,13 +18,17 @@ from seqpack.cli.numbers import depth as _depth
 from seqpack.cli.numbers import max_len as _max_len
 from seqpack.cli.paths import declare_paths
 
+if TYPE_CHECKING:
+    from seqpack.packing import PackingPlan
+    from seqpack.packing.balance import ScheduleOptions
+
 NAME = "plan"
 HELP = "pack a length histogram"
 EXAMPLE = "seqpack plan --histogram wikipedia --max-len 512 --compare"
 DOCS = "docs/concepts/plans.md"
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from seqpack.packing import ALGORITHMS, DEFAULT_ALGORITHM
 
     p = sub.add_parser(NAME, help=HELP, description="Plan packs for a length histogram.")
@@ -78,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _balance(plan: Any, schedule: Any, source: str) -> dict[str, Any]:
+def _balance(plan: PackingPlan, schedule: ScheduleOptions, source: str) -> dict[str, Any]:
     """How evenly data-parallel ranks are loaded by this plan's packs, shuffled and balanced."""
     from seqpack.packing.balance import balance_report, plan_costs
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from seqpack.cli.args import HISTOGRAM_HELP, MAX_LEN_HINT, add_store_task_option, read_histogram
 from seqpack.cli.numbers import max_len as _max_len
@@ -15,7 +14,7 @@ EXAMPLE = "seqpack stats --histogram wikipedia --max-len 512"
 DOCS = "docs/concepts/plans.md"
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(NAME, help=HELP, description="Sequences, tokens, padding, speed-up bound.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--lengths", help=".npy of sequence lengths (one per sequence)")

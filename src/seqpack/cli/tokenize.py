@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any
 
 from seqpack.cli.args import TOKENIZER_HELP, add_engine_options, engine_from_args
 from seqpack.cli.inputs import add_input_options, files, report_replacements
@@ -19,7 +18,7 @@ EXAMPLE = "seqpack tokenize my_corpus/ --tokenizer tok/ --out store/"
 DOCS = "docs/getting-started.md"
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # imported here: the store brings numpy, which the other commands' start-up skips
     from seqpack.corpus.readers import DEFAULT_ERRORS, DEFAULT_SEPARATOR
     from seqpack.store.sharded import DEFAULT_SHARD_CHARS

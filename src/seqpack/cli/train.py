@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqpack.cli.args import default_of, from_args
 from seqpack.cli.numbers import COUNT_LIMIT, TOKENS_PER_ROW, WORKERS_LIMIT, integer, max_len, number, seed
 from seqpack.cli.paths import declare_paths
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from seqpack.train.config import TrainConfig
 
 NAME = "train"
 HELP = "train BERT/GPT on a packed dataset (or its padded baseline)"
@@ -17,7 +22,7 @@ EXAMPLE = "seqpack train --data packed/ --out runs/gpt --size small --steps 1000
 DOCS = "docs/guides/training.md"
 
 
-def pos(name: str, maximum: int = COUNT_LIMIT) -> Any:
+def pos(name: str, maximum: int = COUNT_LIMIT) -> Callable[[str], int]:
     """An argparse type: an int in ``1..maximum``, refused in a line naming ``name``."""
     return integer(name, 1, maximum)
 
@@ -246,7 +251,7 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from seqpack.train.config import MATCH, TrainConfig
 
     p = sub.add_parser(
@@ -336,11 +341,12 @@ def add_parser(sub: Any) -> None:
     declare_paths(p, reads=("data", "hf_model", "tokenizer", "balance_cost", "init_from"), dirs=("out",))
 
 
-def config_from_args(args: argparse.Namespace, **changes: Any) -> Any:
+def config_from_args(args: argparse.Namespace, **changes: Any) -> TrainConfig:
     from seqpack.train.config import TrainConfig
 
     progress = not (args.quiet or getattr(args, "json", False))
-    return from_args(TrainConfig, args, **{"progress": progress, **changes})
+    config: TrainConfig = from_args(TrainConfig, args, **{"progress": progress, **changes})
+    return config
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from seqpack.errors import UserError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~2 ms of a command's start-up)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a cost in every start-up)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -21,7 +21,7 @@ EXAMPLE = "seqpack train-tokenizer my_corpus/ --vocab-size 32000 --hf --out tok/
 DOCS = "docs/guides/tokenizer.md"
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from seqpack.cli.inputs import add_input_options
     from seqpack.cli.numbers import WORKERS_LIMIT, integer
     from seqpack.cli.paths import declare_paths

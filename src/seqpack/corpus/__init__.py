@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from seqpack._lazy import keep, listing
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a cost in every start-up)
 if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any

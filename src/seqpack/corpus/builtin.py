@@ -21,8 +21,9 @@ import sysconfig
 import threading
 from pathlib import Path
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~2 ms of a command's start-up)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a cost in every start-up)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 _SKIP_PARTS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
@@ -71,13 +72,13 @@ def extract_python_docs() -> list[str]:
     return docs
 
 
-def _cached(name: str, build: Any, use_cache: bool) -> list[Any]:
+def _cached(name: str, build: Callable[[], list[Any]], use_cache: bool) -> list[Any]:
     """``build()``, cached as JSON lines under `cache_dir` (keyed by Python version and stdlib path)."""
     with _BUILDING:
         return _cached_locked(name, build, use_cache)
 
 
-def _cached_locked(name: str, build: Any, use_cache: bool) -> list[Any]:
+def _cached_locked(name: str, build: Callable[[], list[Any]], use_cache: bool) -> list[Any]:
     if not use_cache:
         return build()
     stdlib = sysconfig.get_paths()["stdlib"]
@@ -100,7 +101,14 @@ def _cached_locked(name: str, build: Any, use_cache: bool) -> list[Any]:
 
 
 def python_docs(*, use_cache: bool = True) -> list[str]:
-    """The built-in corpus as a list of documents (cached after the first call)."""
+    """The built-in corpus as a list of documents (cached after the first call).
+
+    Args:
+        use_cache: read and write the cache (`False`: build the corpus again).
+
+    Returns:
+        The documents: the standard library's documentation, one text each.
+    """
     return _cached("python-docs", extract_python_docs, use_cache)
 
 
@@ -132,7 +140,17 @@ def python_docstrings(
     """A labelled set from the built-in corpus: which standard-library package a docstring comes from.
 
     The ``packages`` packages with the most docstrings, ``per_package`` docstrings of each drawn at
-    random (``seed``), shuffled: records ``{"text", "label"}`` (the package name)."""
+    random (``seed``), shuffled: records ``{"text", "label"}`` (the package name).
+
+    Args:
+        packages: how many packages (the classes).
+        per_package: docstrings drawn from each.
+        seed: the draw's seed.
+        use_cache: read and write the cache.
+
+    Returns:
+        The records `{"text", "label"}`, shuffled.
+    """
     import random
 
     items = _cached("python-docstrings", extract_docstrings, use_cache)

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from seqpack.errors import UserError
 
 # json and pathlib are imported where used: a training run needs only readable_file, and these
-# (with typing) were ~12 ms of its start-up
+# (with typing) would slow its start-up
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from pathlib import Path
@@ -75,6 +75,17 @@ def expand_inputs(
         ['a.jsonl', 'b.txt', 'sub/c.txt']
         >>> [pathlib.Path(p).relative_to(d).as_posix() for p in expand_inputs([d], glob="*.txt")]
         ['b.txt', 'sub/c.txt']
+
+    Args:
+        paths: files and directories.
+        glob: a pattern a directory's files must match (`None`: by `suffixes`).
+        suffixes: the suffixes a directory's files must have, without `glob`.
+
+    Returns:
+        The files, as strings.
+
+    Raises:
+        FileNotFoundError: a path that does not exist, or a directory with no such file.
     """
     import fnmatch
 
@@ -173,6 +184,17 @@ def iter_decoded(
 
     Invalid UTF-8 with ``errors="strict"`` raises ``ValueError`` naming the file
     and the absolute byte offset. A byte-order mark at the start is not text: it is dropped.
+
+    Args:
+        path: the file, or `None` for standard input.
+        errors: `strict` (invalid UTF-8 refused) or `replace` (U+FFFD in its place).
+        hint: what an invalid byte should make the caller do.
+
+    Yields:
+        The text, a block at a time.
+
+    Raises:
+        UserError: invalid UTF-8 with `errors="strict"`.
     """
     import sys
 
@@ -225,6 +247,19 @@ def read_text(
         >>> import tempfile; p = tempfile.mktemp(); _ = open(p, "wb").write(b"a\\r\\n\\r\\nb\\r\\n")
         >>> list(read_text(p, one_per_line=True))
         ['a', 'b']
+
+    Args:
+        path: the text file.
+        separator: what separates documents (`None`: the file is one document, unless `one_per_line`).
+        one_per_line: each non-blank line is a document.
+        errors: `replace` (the default: U+FFFD for invalid UTF-8, reported) or `strict`.
+
+    Yields:
+        Each document's text.
+
+    Raises:
+        UserError: invalid UTF-8 with `errors="strict"`, or an empty `separator`.
+        FileNotFoundError: no such file.
     """
     sep = "\n" if one_per_line else separator
     if sep == "":
@@ -278,7 +313,18 @@ def iter_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
 
 
 def read_jsonl(path: str | os.PathLike[str], *, text_field: str = "text") -> Iterator[str]:
-    """The ``text_field`` of each JSON object per line (blank lines skipped)."""
+    """The ``text_field`` of each JSON object per line (blank lines skipped).
+
+    Args:
+        path: the `.jsonl` file.
+        text_field: the field holding each document's text.
+
+    Yields:
+        Each line's text.
+
+    Raises:
+        UserError: a line that is not a JSON object with a string `text_field`.
+    """
     for lineno, obj in iter_json_lines(path):
         yield _field(obj, text_field, f"{path}: line {lineno}")
 
@@ -296,7 +342,18 @@ def _field(obj: Any, field: str, where: str) -> str:
 
 
 def read_parquet(path: str | os.PathLike[str], *, text_field: str = "text") -> Iterator[str]:
-    """The ``text_field`` column of a Parquet file, batch by batch."""
+    """The ``text_field`` column of a Parquet file, batch by batch.
+
+    Args:
+        path: the `.parquet` file.
+        text_field: the column holding the text.
+
+    Yields:
+        Each row's text.
+
+    Raises:
+        UserError: not a readable Parquet file, no such column, or a value that is not a string.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -316,7 +373,18 @@ def read_parquet(path: str | os.PathLike[str], *, text_field: str = "text") -> I
 
 
 def from_hf_dataset(dataset: Iterable[Any], *, text_field: str = "text") -> Iterator[str]:
-    """Documents of a Hugging Face ``datasets`` object (or any iterable of dicts)."""
+    """Documents of a Hugging Face ``datasets`` object (or any iterable of dicts).
+
+    Args:
+        dataset: a `datasets.Dataset`, or any iterable of dicts.
+        text_field: the field holding each document's text.
+
+    Yields:
+        Each record's text.
+
+    Raises:
+        UserError: a record without `text_field`, or whose field is not a string.
+    """
     for i, row in enumerate(dataset):
         yield _field(row, text_field, f"dataset row {i}")
 
@@ -330,7 +398,22 @@ def read_documents(
     errors: str = DEFAULT_ERRORS,
 ) -> Iterator[str]:
     """Documents of several files (a directory: its files, `expand_inputs`), chosen by suffix:
-    ``.jsonl``, ``.parquet``, else text."""
+    ``.jsonl``, ``.parquet``, else text.
+
+    Args:
+        paths: files and directories.
+        text_field: the field holding the text, in `.jsonl` and `.parquet` files.
+        separator: what separates documents in a text file (`None`: a file is one document).
+        one_per_line: a text file's lines are its documents.
+        errors: `replace` (the default: U+FFFD for invalid UTF-8, reported) or `strict`.
+
+    Yields:
+        Each document's text, file by file.
+
+    Raises:
+        UserError: invalid UTF-8 with `errors="strict"`, or a record without a string `text_field`.
+        FileNotFoundError: a path that does not exist.
+    """
     for path in expand_inputs(paths):
         suffix = _suffix(path)
         if suffix in (".jsonl", ".ndjson"):

@@ -32,6 +32,16 @@ def record_files(source: str | os.PathLike[str], *, glob: str | None = None) -> 
         ...     _ = (d / name).write_text("")
         >>> [pathlib.Path(p).relative_to(d).as_posix() for p in record_files(d)]
         ['a/part-0.parquet', 'b.jsonl']
+
+    Args:
+        source: a record file or a folder of them.
+        glob: a pattern a folder's files must match (`None`: by suffix).
+
+    Returns:
+        The files, as strings.
+
+    Raises:
+        FileNotFoundError: a path that does not exist, or a folder with no record file.
     """
     if os.path.isdir(source):
         return expand_inputs([source], glob=glob, suffixes=RECORD_SUFFIXES)
@@ -46,7 +56,19 @@ def iter_records(
     source: str | os.PathLike[str] | Iterable[Any], *, glob: str | None = None
 ) -> Iterator[dict[str, Any]]:
     """Dict records of a ``.jsonl``/``.parquet`` file, of a folder of them (`record_files`;
-    ``glob`` picks its files), of a list of such paths, or of any iterable of dicts (HF ``Dataset``)."""
+    ``glob`` picks its files), of a list of such paths, or of any iterable of dicts (HF ``Dataset``).
+
+    Args:
+        source: a file, a folder, a list of paths, or an iterable of dicts.
+        glob: a pattern a folder's files must match.
+
+    Yields:
+        Each record, a dict.
+
+    Raises:
+        UserError: a file that is not `.jsonl` or `.parquet`, or a record that is not an object.
+        FileNotFoundError: a path that does not exist.
+    """
     if _is_paths(source):
         for path in source:  # type: ignore[union-attr]  # _is_paths checked: a list of paths
             yield from iter_records(path, glob=glob)

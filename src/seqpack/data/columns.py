@@ -26,7 +26,7 @@ continues from its prompt, not from the chosen response); they replace the resta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from seqpack.data.sequences import IGNORE_INDEX, Sequences
 from seqpack.errors import UserError
 from seqpack.packing import DEFAULT_ALGORITHM, Packing, pack_lengths
 from seqpack.packing.histogram import check_max_len
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _TOKEN_PAD = {"labels": IGNORE_INDEX}
 
@@ -63,7 +66,7 @@ class PackedColumns:
     max_len: int
     max_depth: int
     info: dict[str, Any] = field(default_factory=dict)
-    examples: Any = None  # the sequences' example table (`seqpack.data.example_table`), or None
+    examples: pa.Table | None = None  # the sequences' example table (`seqpack.data.example_table`), or None
 
     @property
     def num_packs(self) -> int:
@@ -141,7 +144,19 @@ def materialize(
     without_segments: bool = False,
 ) -> dict[str, np.ndarray]:
     """All columns, built by the compiled kernels (``csrc/packing.h``; packs split over threads).
-    ``without_segments``: all but ``segment_ids`` (a pack job that does not write them)."""
+    ``without_segments``: all but ``segment_ids`` (a pack job that does not write them).
+
+    Args:
+        seqs: the sequences.
+        packing: which sequences each pack holds.
+        max_len: the row length `L`.
+        max_depth: the most sequences a pack holds (`None`: the packing's deepest).
+        position_offset: the first position id of each sequence.
+        without_segments: leave out `segment_ids`.
+
+    Returns:
+        Each column's array: token columns `(P, L)`, per-slot columns `(P, D, ...)`, per-row `(P,)`.
+    """
     from seqpack import _native
     from seqpack._parallel import default_workers
 
@@ -171,7 +186,18 @@ def materialize(
 def materialize_oracle(
     seqs: Sequences, packing: Packing, *, max_len: int, max_depth: int | None = None, position_offset: int = 0
 ) -> dict[str, np.ndarray]:
-    """The same columns, one pack and one sequence at a time (slow, obviously correct)."""
+    """The same columns, one pack and one sequence at a time (slow, obviously correct).
+
+    Args:
+        seqs: the sequences.
+        packing: which sequences each pack holds.
+        max_len: the row length `L`.
+        max_depth: the most sequences a pack holds (`None`: the packing's deepest).
+        position_offset: the first position id of each sequence.
+
+    Returns:
+        The columns `materialize` returns.
+    """
     depth = pack_depth(packing, max_depth)
     dts = _dtypes(seqs, max_len, depth, position_offset)
     P = packing.num_packs
@@ -222,7 +248,23 @@ def pack_sequences(
     round_to: int = 1,
 ) -> PackedColumns:
     """Plan with `seqpack.packing.pack_lengths` (``round_to``: its rounding of the lengths),
-    assign, and build every column."""
+    assign, and build every column.
+
+    Args:
+        seqs: the sequences.
+        max_len: the row length.
+        algorithm: the planner (`seqpack.packing.ALGORITHMS`).
+        max_depth: the most sequences a pack holds (`None`: no limit).
+        seed: the assignment's seed.
+        position_offset: the first position id of each sequence.
+        round_to: plan each length rounded up to a multiple of this.
+
+    Returns:
+        The `PackedColumns`.
+
+    Raises:
+        UserError: a sequence longer than `max_len`, or a bad option.
+    """
     check_max_len(max_len)
     if isinstance(position_offset, bool) or not isinstance(position_offset, int) or position_offset < 0:
         raise UserError(f"position_offset must be an int >= 0, got {position_offset!r}")

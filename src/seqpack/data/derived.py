@@ -20,15 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from seqpack.data.sequences import IGNORE_INDEX
 from seqpack.errors import UserError
 
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
-def lm_labels(cols: Mapping[str, np.ndarray], dtype: Any, position_offset: int) -> np.ndarray:
+
+def lm_labels(cols: Mapping[str, np.ndarray], dtype: DTypeLike, position_offset: int) -> np.ndarray:
     """Causal-LM labels of packed rows: ``input_ids``, with -100 on each sequence's first token and
     on padding, which are where ``position_ids`` is at most ``position_offset`` (positions restart at
     the offset in each sequence; padding holds 0). Shapes: ``(P, L)`` -> ``(P, L)``.
@@ -42,7 +45,7 @@ def lm_labels(cols: Mapping[str, np.ndarray], dtype: Any, position_offset: int) 
     return out
 
 
-def segments(cols: Mapping[str, np.ndarray], dtype: Any, position_offset: int) -> np.ndarray:
+def segments(cols: Mapping[str, np.ndarray], dtype: DTypeLike, position_offset: int) -> np.ndarray:
     """``segment_ids`` of packed rows (k for the k-th sequence of a pack, 0 for padding) from
     ``position_ids``, which restart at ``position_offset`` in each sequence, and ``num_sequences``
     (padding follows the last sequence and holds position 0, so it is what lies below the offset or
@@ -67,7 +70,7 @@ class Rule:
     ``make(cols, dtype, position_offset)`` (the manifest's ``position_offset``)."""
 
     needs: tuple[str, ...]
-    make: Callable[[Mapping[str, np.ndarray], Any, int], np.ndarray]
+    make: Callable[[Mapping[str, np.ndarray], DTypeLike, int], np.ndarray]
 
 
 RULES: dict[str, Rule] = {

@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from seqpack.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 EXAMPLES = "examples"  # the folder of the table's parts
 KEY = "example_id"  # the column that keys it (the ids of the rows' example_ids column)
@@ -41,7 +45,7 @@ def part_name(i: int) -> str:
     return f"{EXAMPLES}/part-{i:05d}.parquet"
 
 
-def check_table(table: Any, where: str) -> None:
+def check_table(table: object, where: str) -> None:
     """A table the writer takes: a ``pyarrow.Table`` with an integer `KEY` column, each id once."""
     import pyarrow as pa
 
@@ -54,7 +58,7 @@ def check_table(table: Any, where: str) -> None:
         raise UserError(f"{where}: the example table holds an example id twice")
 
 
-def rebase(table: Any, base: int) -> Any:
+def rebase(table: pa.Table, base: int) -> pa.Table:
     """``table`` with ``base`` added to every id (a shard's local ids made the dataset's)."""
     import pyarrow as pa
 
@@ -64,7 +68,7 @@ def rebase(table: Any, base: int) -> Any:
     return table.set_column(table.column_names.index(KEY), KEY, pa.array(ids))
 
 
-def write_part(table: Any, path: str | os.PathLike[str]) -> None:
+def write_part(table: pa.Table, path: str | os.PathLike[str]) -> None:
     """One part of the table, uncompressed (its bulk is encoded images, already compressed)."""
     import pyarrow.parquet as pq
 
@@ -85,7 +89,7 @@ def table_entry(root: Path, files: Sequence[str]) -> dict[str, Any]:
     return {"key": KEY, "columns": list(columns), "parts": parts}
 
 
-def check_entry(entry: Any, root: Path, bad: Any) -> None:
+def check_entry(entry: Any, root: Path, bad: Callable[[str], Exception]) -> None:
     """The manifest's ``example_table`` as `table_entry` writes it; ``bad(what)`` makes the error."""
     ok = isinstance(entry, dict) and entry.get("key") == KEY and isinstance(entry.get("parts"), list)
     ok = ok and all(
@@ -134,7 +138,16 @@ def rows_example_ids(path: str | os.PathLike[str], manifest: Mapping[str, Any]) 
 
 class ExampleTable:
     """The example table of a packed dataset, joined by id (see the module); parts are read against
-    their checksums when opened, row groups on demand (the last few kept)."""
+    their checksums when opened, row groups on demand (the last few kept).
+
+    Args:
+        path: the packed dataset's directory.
+        manifest: its manifest (`read_manifest`).
+        cache_groups: row groups kept in memory.
+
+    Raises:
+        UserError: no example table, or a part missing, changed or inconsistent with the rows.
+    """
 
     def __init__(self, path: str | os.PathLike[str], manifest: Mapping[str, Any], *, cache_groups: int = 4) -> None:
         import pyarrow as pa
@@ -184,7 +197,7 @@ class ExampleTable:
                         f"{EXAMPLES}/ emptied, left out or from another dataset); re-run seqpack pack"
                     )
         self._starts = starts
-        self._open: dict[int, Any] = {}
+        self._open: dict[int, pq.ParquetFile] = {}
         self._cache: OrderedDict[tuple[int, int], list[dict[str, Any]]] = OrderedDict()
         self.cache_groups = max(1, cache_groups)
 
@@ -211,7 +224,14 @@ class ExampleTable:
         return rows
 
     def rows(self, example_ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        """The table's row of each id, in the order given; a ``KeyError`` names an id it lacks."""
+        """The table's row of each id, in the order given; a ``KeyError`` names an id it lacks.
+
+        Args:
+            example_ids: the ids, ints `(K,)`.
+
+        Returns:
+            One dict per id, by column name.
+        """
         ids = np.asarray(example_ids, dtype=np.int64).reshape(-1)
         at = np.searchsorted(self._ids, ids)
         out = []

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,11 @@ from seqpack._version import __version__
 from seqpack.data.columns import PackedColumns
 from seqpack.data.derived import check_rules, derive_columns, stored_needed
 from seqpack.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from seqpack.packing import PackingPlan
 
 FORMAT_VERSION = 1
 #: the version of a dataset whose Parquet parts leave out derived columns (``derived_columns``,
@@ -96,7 +101,7 @@ def manifest_of(
 
 def manifest_fields(
     task: str,
-    plan: Any,
+    plan: PackingPlan,
     max_len: int,
     max_depth: int,
     columns: dict[str, Any],
@@ -115,11 +120,11 @@ def manifest_fields(
         )
     plan_d = plan.to_dict()
     plan_d.pop("seconds", None)  # timings would make equal inputs give different bytes
-    plan_d["info"] = {k: v for k, v in plan_d.get("info", {}).items() if "seconds" not in k}
+    plan_d["info"] = {k: v for k, v in plan.info.items() if "seconds" not in k}
     return {
         "kind": KIND,
         "format_version": DERIVED_FORMAT_VERSION if derived else FORMAT_VERSION,
-        "seqpack_version": __version__,  # what wrote it (a bug report's first question)
+        "seqpack_version": __version__,  # what wrote it
         "task": task,
         "max_len": max_len,
         "max_depth": max_depth,
@@ -164,13 +169,13 @@ def dump_manifest(m: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
-def _arrow_column(a: np.ndarray) -> Any:
+def _arrow_column(a: np.ndarray) -> pa.Array:
     """``(N, *shape)`` -> an Arrow column of (nested) fixed-size lists; no value may be null, so
     Parquet stores it REQUIRED (no definition levels to write or read)."""
     import pyarrow as pa
 
     flat = np.ascontiguousarray(a).reshape(-1)
-    if flat.dtype.kind in "iuf":  # the array over numpy's buffer: pa.array would import pandas (0.14 s) to ask
+    if flat.dtype.kind in "iuf":  # the array over numpy's buffer: pa.array would import pandas to ask
         arr = pa.Array.from_buffers(pa.from_numpy_dtype(flat.dtype), len(flat), [None, pa.py_buffer(flat)])
     else:
         arr = pa.array(flat)
@@ -188,8 +193,8 @@ def _leaf_path(name: str, ndim: int) -> str:
 def parquet_encodings(cols: Mapping[str, np.ndarray]) -> dict[str, str]:
     """BYTE_STREAM_SPLIT for every numeric column (Parquet's own encoding, read by pyarrow >= 16 and so by
     ``datasets``): token ids widened to Parquet's INT32 have two zero bytes each, which the split gathers
-    into runs, so zstd compresses half the data. On a 2 GB corpus's 16M-token part (clm at 2048) it
-    writes in 0.53 s instead of 0.75 s and 12% smaller (benchmarks/results/pack_profile.txt).
+    into runs, so zstd compresses half the data: a part is written faster and smaller
+    (benchmarks/results/pack_profile.txt).
 
     >>> parquet_encodings({"input_ids": np.zeros((2, 4), np.uint16), "num_sequences": np.zeros(2, np.uint8)})
     {'input_ids.list.element': 'BYTE_STREAM_SPLIT', 'num_sequences': 'BYTE_STREAM_SPLIT'}
@@ -259,8 +264,8 @@ def default_shard_packs(max_len: int) -> int:
 
 #: Tokens per Parquet row group when row_group_packs is not given. A reader decodes (and caches) a whole
 #: row group to return any of its rows, and the writer lays one out at a time: at 2**20 tokens (512 packs
-#: at 2048) than at 4,096 packs a group, PackedRows reads 2.2x faster in order and a pack at random 10x
-#: faster, and pack peaks at half the memory in the same time (benchmarks/row_groups.py)
+#: at 2048) than at 4,096 packs a group, PackedRows reads faster in order and at random, and pack
+#: peaks at half the memory in the same time (benchmarks/row_groups.py measures it)
 ROW_GROUP_TOKENS = 1 << 20
 
 
@@ -306,11 +311,25 @@ class WriteOptions:
                 raise UserError(f"{name} must be >= 1, got {v}")
 
     def parts(self, *, max_len: int) -> int:
-        """Packs per Parquet part."""
+        """Packs per Parquet part.
+
+        Args:
+            max_len: the row length, which sets the default.
+
+        Returns:
+            The packs per part.
+        """
         return self.shard_packs or default_shard_packs(max_len)
 
     def row_groups(self, *, max_len: int) -> int:
-        """Packs per Parquet row group."""
+        """Packs per Parquet row group.
+
+        Args:
+            max_len: the row length, which sets the default.
+
+        Returns:
+            The packs per row group.
+        """
         return self.row_group_packs or default_row_group_packs(max_len)
 
 
@@ -325,12 +344,26 @@ def write_packed(
     derived: Mapping[str, str] | None = None,
     beside: Callable[[Path], None] | None = None,
 ) -> dict[str, Any]:
-    """Write ``pc`` to ``out`` (atomically, manifest last) as ``options`` say; returns the manifest.
-    ``extra``: more manifest fields, the task's `FACTS` among them (`DatasetFacts`). ``arrays``: more files of the dataset, ``name -> array`` saved as ``name`` (``.npy``; the manifest
-    names them). ``derived``: columns left out of the Parquet parts, ``name -> rule``
-    (`seqpack.data.derived`). ``pc.examples``, when given, is written as the example table
-    (`seqpack.data.example_table`); ``beside(directory)`` writes more files the rows' readers need
-    (a task's processor) into the dataset before its manifest."""
+    """Write ``pc`` to ``out`` (atomically, manifest last) as ``options`` say. ``pc.examples``, when
+    given, is written as the example table (`seqpack.data.example_table`).
+
+    Args:
+        pc: the packed rows.
+        out: the dataset's directory.
+        options: how the files are written (`None`: `WriteOptions()`).
+        extra: more manifest fields, the task's `FACTS` among them (`DatasetFacts`).
+        workers: threads writing the parts (`None`: the cores this process may use).
+        arrays: more files of the dataset, `name -> array` saved as `name` (`.npy`; the manifest names them).
+        derived: columns left out of the Parquet parts, `name -> rule` (`seqpack.data.derived`).
+        beside: writes more files the rows' readers need (a task's processor) into the dataset's
+            directory, before its manifest.
+
+    Returns:
+        The manifest written.
+
+    Raises:
+        FileExistsError: a dataset already at `out` without `options.overwrite`, or a folder seqpack did not make.
+    """
     opts = options if options is not None else WriteOptions()
     overwrite, export_bin, compression, encoding = opts.overwrite, opts.export_bin, opts.compression, opts.encoding
     workers = workers or default_workers()  # pyarrow writes shards without the GIL
@@ -427,9 +460,9 @@ def parquet_column_specs(path: str | os.PathLike[str]) -> dict[str, Any]:
     return out
 
 
-def numpy_dtype(t: Any) -> np.dtype:
+def numpy_dtype(t: pa.DataType) -> np.dtype:
     """The numpy dtype of an Arrow integer, float or boolean type: what ``t.to_pandas_dtype()``
-    gives, without the pandas import that method makes (0.14 s of ``seqpack pack``'s start-up).
+    gives, without the pandas import that method makes (slow, in ``seqpack pack``'s start-up).
 
         >>> import pyarrow as pa
         >>> numpy_dtype(pa.uint16()), numpy_dtype(pa.float32()), numpy_dtype(pa.bool_())
@@ -448,7 +481,17 @@ def numpy_dtype(t: Any) -> np.dtype:
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The manifest of a packed dataset directory (checked kind, format version and the fields
-    readers rely on, so that a hand-edited one is refused in one line, naming it)."""
+    readers rely on, so that a hand-edited one is refused in one line, naming it).
+
+    Args:
+        path: the packed dataset's directory.
+
+    Returns:
+        The manifest, as read from its JSON.
+
+    Raises:
+        UserError: no manifest, another kind or format version, or a malformed field.
+    """
     m = read_versioned_json(
         Path(path), MANIFEST, kind=KIND, version=READS, what="packed dataset", hint="make one with seqpack pack"
     )
@@ -564,7 +607,19 @@ def manifest_histogram(path: str | os.PathLike[str]) -> np.ndarray:
 def load_packed(
     path: str | os.PathLike[str], *, columns: list[str] | None = None, mmap: bool = True
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``(manifest, {column: array})``; ``.bin`` columns are memory-mapped when present."""
+    """``(manifest, {column: array})``; ``.bin`` columns are memory-mapped when present.
+
+    Args:
+        path: the packed dataset's directory.
+        columns: the columns to read (`None`: all).
+        mmap: memory-map the `.bin` columns where the dataset has them.
+
+    Returns:
+        `(manifest, columns)`: the manifest, and each column's array `(P, L)`, `(P, D)` or `(P,)`.
+
+    Raises:
+        UserError: no packed dataset at `path`, or an unknown column.
+    """
     p = Path(path)
     m = read_manifest(p)
     names = list(m["columns"]) if columns is None else columns
@@ -585,6 +640,12 @@ def add_derived_columns(path: str | os.PathLike[str]) -> Callable[[Mapping[str, 
 
         ds = datasets.load_dataset("parquet", data_files="packed/data/*.parquet", split="train")
         ds = ds.map(add_derived_columns("packed/"), batched=True)   # + clm's labels
+
+    Args:
+        path: the packed dataset's directory.
+
+    Returns:
+        A function of a batch (column name -> values) that returns the derived columns `(B, L)`.
     """
     m = read_manifest(path)
     derived = m.get("derived_columns", {})

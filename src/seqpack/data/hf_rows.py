@@ -16,15 +16,29 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqpack.data.format import add_derived_columns, read_manifest, verify_parts
 from seqpack.errors import UserError
 
+if TYPE_CHECKING:
+    import datasets
 
-def hf_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> Any:
+
+def hf_dataset(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> datasets.Dataset:
     """The packed rows at ``path``, every column (the derived ones made again), as a
-    ``datasets.Dataset``; ``cache_dir``: where ``datasets`` keeps its Arrow copy."""
+    ``datasets.Dataset``; ``cache_dir``: where ``datasets`` keeps its Arrow copy.
+
+    Args:
+        path: the packed dataset's directory.
+        cache_dir: where `datasets` keeps its Arrow copy (`None`: its default).
+
+    Returns:
+        The `datasets.Dataset`, one row per pack.
+
+    Raises:
+        UserError: no packed dataset at `path`, or a damaged part.
+    """
     import datasets
 
     m = read_manifest(path)

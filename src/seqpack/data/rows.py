@@ -16,13 +16,16 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from seqpack.data.derived import derive_columns, stored_needed
 from seqpack.data.format import bin_column, check_part, read_manifest
 from seqpack.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 
 class PackedRows:
@@ -72,7 +75,7 @@ class PackedRows:
         self._files = files
         self._groups = groups
         self._starts = np.asarray([*starts, row], dtype=np.int64)
-        self._open: dict[int, Any] = {}
+        self._open: dict[int, pq.ParquetFile] = {}
         self._cache: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
 
     def __len__(self) -> int:

@@ -31,7 +31,17 @@ from seqpack.errors import UserError
 
 def read_schedule(path: str | os.PathLike[str]) -> np.ndarray:
     """A dataset's balanced steps, ``(steps, world, micro_batch)`` pack indices (-1: an empty slot
-    of the last, partial step), checked against its manifest."""
+    of the last, partial step), checked against its manifest.
+
+    Args:
+        path: the packed dataset's directory.
+
+    Returns:
+        The pack indices, int `(steps, world, micro_batch)`.
+
+    Raises:
+        UserError: no schedule, or one that does not hold every pack once.
+    """
     m = read_manifest(path)
     info = m.get("schedule")
     if not info:
@@ -66,6 +76,17 @@ class BalancedSampler:
     ([2, 3], 2)
     >>> list(BalancedSampler(steps, rank=1, world_size=2, drop_last=False, start_step=1))
     [6, 1]
+
+    Args:
+        schedule: the dataset's directory (its balanced schedule), or the steps `(steps, world, micro_batch)`.
+        rank: this rank, in `0..world_size - 1`.
+        world_size: the ranks; must equal the schedule's.
+        seed: the seed of each epoch's order of steps.
+        drop_last: leave out a last step with empty slots.
+        start_step: the first step of the first epoch (a resume).
+
+    Raises:
+        UserError: a schedule of another shape or world size, or a bad rank.
     """
 
     def __init__(
@@ -106,7 +127,12 @@ class BalancedSampler:
         return start
 
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
-        """The epoch to iterate next, from ``start_step`` (a resume) or its start."""
+        """The epoch to iterate next, from ``start_step`` (a resume) or its start.
+
+        Args:
+            epoch: the epoch, which seeds its order of steps.
+            start_step: the step to start at (0: the epoch's start).
+        """
         self.epoch = epoch
         self.start_step = self._checked_start(start_step)
 

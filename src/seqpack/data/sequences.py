@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from seqpack.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 IGNORE_INDEX = -100
 #: ``Sequences.info`` entries that count things: summed when shards are combined
@@ -54,7 +57,7 @@ class Sequences:
     info: dict[str, Any] = field(default_factory=dict)
     #: what the examples hold beyond tokens (image-text: their images), a ``pyarrow.Table`` keyed by
     #: ``example_id`` (`seqpack.data.example_table`), written beside the packed rows; ``None``: nothing
-    examples: Any = None
+    examples: pa.Table | None = None
 
     def __post_init__(self) -> None:
         n = self.offsets.size - 1
@@ -80,7 +83,14 @@ class Sequences:
         return np.diff(self.offsets)
 
     def sequence(self, i: int) -> dict[str, np.ndarray]:
-        """All fields of sequence ``i`` (the slow, obvious view used by tests)."""
+        """All fields of sequence ``i`` (the slow, obvious view used by tests).
+
+        Args:
+            i: the sequence's index, in `0..N - 1`.
+
+        Returns:
+            Its token fields `(T_i,)` and per-sequence fields `(...)`, by name.
+        """
         a, b = int(self.offsets[i]), int(self.offsets[i + 1])
         out = {k: v[a:b] for k, v in self.token_fields.items()}
         out.update({k: v[i] for k, v in self.seq_fields.items()})
@@ -120,7 +130,17 @@ def from_lists(
     task: str = "custom",
     **seq_fields: Any,
 ) -> Sequences:
-    """Sequences from Python lists of ids (small inputs and tests)."""
+    """Sequences from Python lists of ids (small inputs and tests).
+
+    Args:
+        sequences: each sequence's token ids.
+        example_ids: each sequence's example (`None`: one example each, in order).
+        task: the task name the rows record.
+        **seq_fields: per-sequence fields, each `(N, ...)`.
+
+    Returns:
+        The `Sequences`.
+    """
     lengths = np.array([len(s) for s in sequences], dtype=np.int64)
     flat = (
         np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences]) if len(sequences) else np.zeros(0, np.int64)

@@ -11,8 +11,7 @@ multi-label target becomes ``float32`` with -100 kept in empty slots.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -41,6 +40,14 @@ class PackedDataset(torch.utils.data.Dataset):
 
     Rows are read on demand (`seqpack.data.rows.PackedRows`): memory-mapped ``.bin``
     columns, or Parquet row groups with a small cache; the dataset is never loaded whole.
+
+    Args:
+        path: the packed dataset's directory.
+        columns: the columns to read (`None`: all).
+        mmap: memory-map the `.bin` columns where the dataset has them.
+
+    Raises:
+        UserError: no packed dataset at `path`, or an unknown column.
     """
 
     def __init__(
@@ -68,8 +75,18 @@ class PackedDataset(torch.utils.data.Dataset):
         ]
 
 
-def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Stack a list of items into batch tensors: ``(B, L)``, ``(B, D)``, ``(B,)``..."""
+def collate_packed(batch: Sequence[Mapping[str, np.ndarray | torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Stack a list of items into batch tensors: ``(B, L)``, ``(B, D)``, ``(B,)``...
+
+    Args:
+        batch: the items, each a dict of arrays or tensors of one row.
+
+    Returns:
+        The stacked tensors, by column: `(B, L)`, `(B, D)`, `(B,)`.
+
+    Raises:
+        UserError: an empty batch.
+    """
     if not batch:
         raise UserError("collate_packed got an empty batch")
     return {k: torch.stack([torch.as_tensor(item[k]) for item in batch]) for k in batch[0]}

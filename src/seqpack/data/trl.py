@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from seqpack.data.sequences import IGNORE_INDEX
 from seqpack.errors import UserError
+
+if TYPE_CHECKING:
+    import datasets
 
 
 def padding_free_examples(rows: dict[str, np.ndarray]) -> list[dict[str, list[int]]]:
@@ -48,8 +51,19 @@ def padding_free_examples(rows: dict[str, np.ndarray]) -> list[dict[str, list[in
     return out
 
 
-def trl_examples(path: str | os.PathLike[str], packs: Sequence[int] | np.ndarray | None = None) -> Any:
-    """A ``datasets.Dataset`` of TRL padding-free examples, one per pack (``packs``: these only)."""
+def trl_examples(path: str | os.PathLike[str], packs: Sequence[int] | np.ndarray | None = None) -> datasets.Dataset:
+    """A ``datasets.Dataset`` of TRL padding-free examples, one per pack (``packs``: these only).
+
+    Args:
+        path: a causal-LM packed dataset's directory.
+        packs: the packs to convert (`None`: all).
+
+    Returns:
+        The `datasets.Dataset` of `input_ids`, `labels` and `seq_lengths`, one row per pack.
+
+    Raises:
+        UserError: a dataset whose task is not a causal LM.
+    """
     import datasets
 
     from seqpack.data.format import DatasetFacts

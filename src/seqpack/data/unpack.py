@@ -16,11 +16,14 @@ example); the default ``"error"`` refuses. Examples with no slot (dropped) get
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from seqpack.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 REDUCE = ("error", "mean", "max", "list")
 
@@ -32,14 +35,28 @@ def _numpy(x: Any) -> np.ndarray:
 
 
 def unpack_predictions(
-    predictions: Any,
-    example_ids: Any,
+    predictions: np.ndarray | torch.Tensor,
+    example_ids: np.ndarray | torch.Tensor,
     *,
     num_examples: int | None = None,
     reduce: str = "error",
     fill: float = np.nan,
-) -> Any:
-    """Outputs in example order: ``(num_examples, ...)`` (or a list with ``reduce="list"``)."""
+) -> np.ndarray | list[np.ndarray]:
+    """Outputs in example order: ``(num_examples, ...)`` (or a list with ``reduce="list"``).
+
+    Args:
+        predictions: one output per slot, `(P, D, ...)`, numpy or torch.
+        example_ids: each slot's example, int `(P, D)`; -1 marks an empty slot.
+        num_examples: the examples (`None`: the largest id + 1).
+        reduce: for an example in several slots: `error`, `mean`, `max` or `list`.
+        fill: the value of an example no slot holds.
+
+    Returns:
+        `(num_examples, ...)` in example order, or with `reduce="list"` one array per example.
+
+    Raises:
+        UserError: shapes that do not match, an id past `num_examples`, an unknown `reduce`, or an example in several slots with `reduce="error"`.
+    """
     if reduce not in REDUCE:
         raise UserError(f"reduce must be one of {'|'.join(REDUCE)}, got {reduce!r}")
     preds, ex = _numpy(predictions), _numpy(example_ids).astype(np.int64)

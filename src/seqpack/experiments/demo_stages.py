@@ -25,9 +25,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from seqpack.train import TrainConfig
 
 #: the paper's Table 1 (Krell et al., 2021), millions of packs, to set beside the run's own figures
 PAPER_TABLE1 = {
@@ -89,7 +92,7 @@ PRETRAINED = "packed"
 TIMING_ROUNDS = (
     5  # rounds of alternating packed / padded steps (the same batches each round) behind each realised speed-up
 )
-#: below this budget the Wikipedia table leaves NNLSHP out (its least-squares solve takes ~18 s at 512)
+#: below this budget the Wikipedia table leaves NNLSHP out (its least-squares solve takes many seconds at 512)
 NNLSHP_BUDGET = 0.5
 #: below this budget the paper-regime model is a small stand-in (tests), not the 768x2 BERT
 REGIME_BUDGET = 0.1
@@ -250,7 +253,7 @@ def convergence(out: Path, task: str, threads: int | None, progress: bool, budge
     return r
 
 
-def tiny_split(cfg: Any) -> dict[str, dict[str, float]]:
+def tiny_split(cfg: TrainConfig) -> dict[str, dict[str, float]]:
     """`time_split` of the run's BERT on one step's padded and packed rows."""
     import torch
 

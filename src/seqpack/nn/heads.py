@@ -26,7 +26,19 @@ def embedding_rows(model: nn.Module) -> int:
 
 
 def gather_slots(hidden: torch.Tensor, segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each sequence's first token (its [CLS]): ``(B, D, H)`` and ``present`` ``(B, D)``."""
+    """Each sequence's first token (its [CLS]): ``(B, D, H)`` and ``present`` ``(B, D)``.
+
+    Args:
+        hidden: the hidden states `(B, T, H)`.
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        max_depth: the slots per row `D`.
+
+    Returns:
+        `(cls, present)`: `(B, D, H)`, and bool `(B, D)`; an empty slot holds position 0's state.
+
+    Raises:
+        UserError: `hidden` and `segment_ids` of different `(B, T)`.
+    """
     if hidden.shape[:2] != segment_ids.shape:
         raise UserError(f"hidden {tuple(hidden.shape)} must be (B, T, H) for segment_ids {tuple(segment_ids.shape)}")
     starts, present = sequence_starts(segment_ids, max_depth)  # (B, D)
@@ -47,7 +59,11 @@ def slot_count(segment_ids: torch.Tensor, *labels: torch.Tensor | None, max_dept
 
 
 class PackedPooler(nn.Module):
-    """BERT's pooler (dense + tanh) applied to every sequence's [CLS], found by index."""
+    """BERT's pooler (dense + tanh) applied to every sequence's [CLS], found by index.
+
+    Args:
+        hidden: the model's width `H`.
+    """
 
     def __init__(self, hidden: int) -> None:
         super().__init__()
@@ -56,6 +72,16 @@ class PackedPooler(nn.Module):
     def forward(
         self, hidden: torch.Tensor, segment_ids: torch.Tensor, max_depth: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pooled [CLS] of every slot.
+
+        Args:
+            hidden: the hidden states `(B, T, H)`.
+            segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+            max_depth: the slots per row `D`.
+
+        Returns:
+            `(pooled, present)`: `(B, D, H)`, and bool `(B, D)` for the slots that hold a sequence.
+        """
         cls, present = gather_slots(hidden, segment_ids, max_depth)
         return torch.tanh(self.dense(cls)), present  # (B, D, H), (B, D)
 
@@ -72,8 +98,7 @@ def vocab_logits(
 
     With an odd vocabulary (BERT's 30,522, GPT-2's 50,257) the logits' rows are not 16-byte
     aligned, and cuBLAS falls back to its slow unaligned kernels for the product and both of its
-    gradients (on an H100, GPT's tied head over 16 x 2048 positions: 18.2 ms of unaligned kernels
-    a step; padded to 30,528 the step's kernels took 9.5 ms less; docs/benchmarks/gpu.md). The padding rows are zeros
+    gradients (docs/benchmarks/gpu.md measures the difference). The padding rows are zeros
     and the extra columns are cut off, so the values are those of the plain product; the
     gradient of the padding rows is discarded with them. ``align``: the multiple (default 64 on
     CUDA, 1 elsewhere: the CPU's kernels have no alignment rule).
@@ -91,7 +116,13 @@ def vocab_logits(
 
 
 class MLMHead(nn.Module):
-    """Transform (dense, gelu, LayerNorm) then the tied vocabulary projection."""
+    """Transform (dense, gelu, LayerNorm) then the tied vocabulary projection.
+
+    Args:
+        hidden: the model's width `H`.
+        embedding: the input embedding, whose weight the projection shares.
+        eps: the LayerNorm's epsilon.
+    """
 
     def __init__(self, hidden: int, embedding: nn.Embedding, *, eps: float = 1e-12) -> None:
         super().__init__()
@@ -101,5 +132,13 @@ class MLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(embedding.num_embeddings))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Vocabulary logits of the hidden states.
+
+        Args:
+            hidden: the hidden states `(..., H)`.
+
+        Returns:
+            The logits `(..., V)`.
+        """
         h = self.ln(F.gelu(self.dense(hidden)))
         return vocab_logits(h, self.embedding.weight, self.bias)  # (..., V)

@@ -169,7 +169,18 @@ def hf_attention_mask(
 ) -> torch.Tensor:
     """The 4-D mask a transformers model with this attention implementation reads correctly:
     bool for ``sdpa`` (and flex), additive float of ``dtype`` for ``eager`` (``branch_ids``: a
-    shared prefix, `seqpack.nn.masks.attention_mask`).  # (B, 1, T, T)"""
+    shared prefix, `seqpack.nn.masks.attention_mask`).  # (B, 1, T, T)
+
+    Args:
+        model_or_config: a transformers model or its config (its attention implementation).
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        causal: each token sees only the tokens before it.
+        dtype: the dtype of an additive mask (`eager`).
+        branch_ids: each token's branch, 0 for a shared prefix `(B, T)`.
+
+    Returns:
+        The mask `(B, 1, T, T)`, bool or additive.
+    """
     impl = _impl(model_or_config)
     if impl == "eager":
         return attention_mask(segment_ids, causal=causal, dtype=dtype, branch_ids=branch_ids)
@@ -182,7 +193,15 @@ def hf_attention_mask(
 
 
 def check_hf_mask(model_or_config: Any, mask: torch.Tensor) -> None:
-    """Refuse a 4-D mask whose dtype the model's attention would misread."""
+    """Refuse a 4-D mask whose dtype the model's attention would misread.
+
+    Args:
+        model_or_config: a transformers model or its config (its attention implementation).
+        mask: the 4-D mask `(B, 1, T, T)`.
+
+    Raises:
+        UserError: a mask that is not 4-D, or a bool mask under `eager`.
+    """
     impl = _impl(model_or_config)
     if mask.ndim != 4:
         raise UserError(f"attention_mask must be 4-D (B, 1, T, T) for packed rows, got shape {tuple(mask.shape)}")
@@ -209,7 +228,15 @@ def hf_inputs(model: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     """``model(**inputs)`` keywords: ``input_ids`` and restarting ``position_ids``; for an encoder the
     4-D ``attention_mask``, its family's positions and ``token_type_ids``; for a causal LM under
     ``sdpa``/``eager``/``flex_attention`` no mask (transformers derives it from ``position_ids``) and
-    ``use_cache=False``."""
+    ``use_cache=False``.
+
+    Args:
+        model: a supported transformers model.
+        batch: packed columns: `input_ids`, `segment_ids` `(B, T)`, and the task's others.
+
+    Returns:
+        The keyword arguments of `model(**inputs)`.
+    """
     name = _name(model)
     causal = is_causal_lm(model)
     encoder = not causal and is_encoder(model)
@@ -264,7 +291,21 @@ def packed_forward(
 ) -> PackedOutput:
     """Run a supported transformers model on a packed batch; see the module. ``padded`` (encoders):
     rows of one document each run the model's own padded forward, an ordinary 2-D mask (None: when
-    the rows are so; `seqpack.nn.hf_encoder.encoder_forward`)."""
+    the rows are so; `seqpack.nn.hf_encoder.encoder_forward`).
+
+    Args:
+        model: a supported transformers model (the supported models page lists them).
+        batch: packed columns: `input_ids`, `segment_ids` `(B, T)`, labels as the task has them.
+        reduction: `sequence` or `token` (`seqpack.nn.token_loss`).
+        max_depth: the slots per row `D` (`None`: from the labels, else the deepest row).
+        padded: run rows of one document each padded (`None`: when the rows are so).
+
+    Returns:
+        The `PackedOutput`, as seqpack's own models return it.
+
+    Raises:
+        UserError: an unknown reduction, a model family seqpack does not support, or malformed columns.
+    """
     check_reduction(reduction)
     causal = is_causal_lm(model)
     if not causal and is_encoder(model):

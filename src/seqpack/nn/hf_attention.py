@@ -17,13 +17,16 @@ FlexAttention's block mask, or a varlen kernel, and the preference task's shared
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from seqpack.errors import UserError
 from seqpack.nn.attention import AttentionPlan, LayerAttention, packed_attention
 from seqpack.nn.hf_support import PACKED_IMPL, UNPACKED, config_window, prepare_packed, require_documents
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 #: keywords transformers hands an attention function that change nothing it computes over one
 #: document in a packed row (positions, caches, document boundaries the plan already holds, flags for
@@ -98,7 +101,11 @@ def layer_attention(module: torch.nn.Module, kwargs: dict[str, Any], *, causal: 
 
 
 def register_packed_attention() -> str:
-    """Register ``seqpack_packed`` with transformers (idempotent); returns the name."""
+    """Register ``seqpack_packed`` with transformers (idempotent); returns the name.
+
+    Returns:
+        `"seqpack_packed"`, the attention implementation's name.
+    """
     from transformers import AttentionInterface
 
     AttentionInterface.register(PACKED_IMPL, packed_attention_forward)
@@ -162,7 +169,9 @@ def same_head_dim(
     return torch.nn.functional.pad(q, (0, dv - d)), torch.nn.functional.pad(k, (0, dv - d)), v
 
 
-def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> torch.utils.hooks.RemovableHandle:
+def attach_packed_attention(
+    model: torch.nn.Module, *, config: PretrainedConfig | None = None
+) -> torch.utils.hooks.RemovableHandle:
     """Run ``model``'s attention as ``seqpack_packed`` with a plan made at each call from its
     ``position_ids``: a sample starts where the positions restart at 0 (the first row of a
     ``(4, B, T)`` mRoPE tensor). ``config``: the config whose attention changes, by default the text
@@ -171,6 +180,13 @@ def attach_packed_attention(model: torch.nn.Module, *, config: Any = None) -> to
 
         handle = attach_packed_attention(vlm)
         vlm(input_ids=ids, position_ids=pos, pixel_values=..., use_cache=False)   # sum(l^2) attention
+
+    Args:
+        model: a transformers model.
+        config: the config whose attention implementation changes (`None`: the text model's).
+
+    Returns:
+        The forward pre-hook's handle.
     """
     from seqpack.nn.attention import plan_attention
 

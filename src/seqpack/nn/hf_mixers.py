@@ -46,11 +46,14 @@ import functools
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from seqpack.errors import UserError
+
+if TYPE_CHECKING:
+    from seqpack.nn.attention.per_document import BucketPlan
 
 #: parameters that only a recurrent or state-space layer owns: Mamba's and gated linear attention's
 #: ``A_log`` and ``dt_bias``, RWKV's ``time_decay`` and ``time_first``
@@ -100,9 +103,9 @@ class Documents:
     """Where a packed row's documents are: the bucket plan of ``(B, T)`` rows (`plan_per_document`)."""
 
     shape: tuple[int, int]
-    #: seqpack.nn.attention.per_document.BucketPlan; None when every row holds at most one document,
+    #: the bucket plan; None when every row holds at most one document,
     #: from its first token (padded rows): a causal layer then runs on the rows as they are
-    plan: Any
+    plan: BucketPlan | None
     #: (B, T) bool, the real tokens, when ``plan`` is None: padding outputs are zeroed, as a gather gives them
     real: torch.Tensor | None = None
 
@@ -157,14 +160,14 @@ def _per_token(value: Any, shape: tuple[int, int]) -> bool:
     return isinstance(value, torch.Tensor) and value.ndim >= 2 and tuple(value.shape[:2]) == shape
 
 
-def _gather(x: torch.Tensor, plan: Any) -> list[torch.Tensor]:
+def _gather(x: torch.Tensor, plan: BucketPlan) -> list[torch.Tensor]:
     """``(B, T, ...)`` -> one ``(n, Lb, ...)`` per bucket."""
     flat = x.reshape(-1, *x.shape[2:]).index_select(0, plan.gather)
     sizes = [bk.n * bk.size for bk in plan.buckets]
     return [part.view(bk.n, bk.size, *x.shape[2:]) for bk, part in zip(plan.buckets, flat.split(sizes))]
 
 
-def _scatter(parts: list[torch.Tensor], plan: Any, shape: tuple[int, int]) -> torch.Tensor:
+def _scatter(parts: list[torch.Tensor], plan: BucketPlan, shape: tuple[int, int]) -> torch.Tensor:
     """One ``(n, Lb, ...)`` per bucket -> ``(B, T, ...)``; padding tokens get zeros."""
     tail = parts[0].shape[2:]
     flat = [p.reshape(-1, *tail) for p in parts]

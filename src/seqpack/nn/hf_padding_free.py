@@ -23,13 +23,16 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from seqpack.errors import UserError
 from seqpack.nn.hf_support import PADDING_FREE, UNPACKED, VARLEN_IMPL, require_documents
 from seqpack.nn.masks import cu_seqlens, max_seqlen, position_ids, unpad_index
+
+if TYPE_CHECKING:
+    from seqpack.nn.attention.base import LayerAttention
 
 #: set while seqpack runs a model on the padding-free form: an attention call without
 #: ``cu_seq_lens_q`` then means the model dropped them on the way (it would attend across documents)
@@ -179,7 +182,13 @@ def varlen_attention_forward(
 
 
 def _layer_oracle(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, causal: bool, scale: float, layer: Any
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu: torch.Tensor,
+    causal: bool,
+    scale: float,
+    layer: LayerAttention,
 ) -> torch.Tensor:
     """Each run (one document, positions from 0) through the oracle attention with the layer's
     window, chunk, cap and sinks.  # (total, H, d) -> (total, H, d)"""

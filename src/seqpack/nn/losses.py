@@ -56,12 +56,18 @@ def sequence_token_losses(
     max_depth: int | None = None,
     shift: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean cross-entropy of each sequence's target tokens.
+    """Mean cross-entropy of each sequence's target tokens. ``shift=True`` is the causal-LM
+    convention: logits at ``t`` predict ``labels[t + 1]``.
 
-    ``logits`` (B, T, V), ``labels`` (B, T) with -100 where there is no target,
-    ``segment_ids`` (B, T). ``shift=True`` is the causal-LM convention: logits at ``t``
-    predict ``labels[t + 1]``. Returns ``(losses, present)``, both ``(B, D)``; slots with no
-    target token have loss 0 and ``present`` False.
+    Args:
+        logits: the logits `(B, T, V)`.
+        labels: the targets `(B, T)`, -100 where there is none.
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        max_depth: the slots per row `D` (`None`: the deepest row's).
+        shift: logits at `t` predict `labels[t + 1]` (causal LM).
+
+    Returns:
+        `(losses, present)`, each `(B, D)`: a slot with no target has loss 0 and `present` False.
     """
     _check_same(logits, "logits", labels, "labels", 2)
     _check_same(labels, "labels", segment_ids, "segment_ids", 2)
@@ -152,7 +158,21 @@ def token_loss(
     reduction: str = "sequence",
     shift: bool = False,
 ) -> torch.Tensor:
-    """Scalar MLM (``shift=False``) or causal-LM (``shift=True``) loss of a packed batch."""
+    """Scalar MLM (``shift=False``) or causal-LM (``shift=True``) loss of a packed batch.
+
+    Args:
+        logits: the logits `(B, T, V)`.
+        labels: the targets `(B, T)`, -100 where there is none.
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        reduction: `sequence` (each sequence's mean, then their mean) or `token` (the mean over tokens).
+        shift: logits at `t` predict `labels[t + 1]` (causal LM).
+
+    Returns:
+        The loss, a scalar.
+
+    Raises:
+        UserError: an unknown reduction.
+    """
     check_reduction(reduction)
     if reduction == "token":
         _check_same(logits, "logits", labels, "labels", 2)
@@ -180,11 +200,22 @@ def target_loss(
     *,
     reduction: str = "sequence",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Token loss from logits computed only at the N target tokens: ``logits`` (N, V),
-    ``targets`` (N,), and the row and segment of each target (N,).
+    """Token loss from logits computed only at the N target tokens. Projecting onto the
+    vocabulary only where there is a target is what BERT pre-training does (``max_predictions``).
 
-    Returns ``(loss, per_sequence (B, D), present (B, D))``. Projecting onto the vocabulary
-    only where there is a target is what BERT pre-training does (``max_predictions``).
+    Args:
+        logits: the logits at the targets `(N, V)`.
+        targets: the target ids `(N,)`.
+        rows: each target's row `(N,)`.
+        segs: each target's segment id `(N,)`.
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        reduction: `sequence` (each sequence's mean, then their mean) or `token` (the mean over tokens).
+
+    Returns:
+        `(loss, per_sequence, present)`: a scalar, `(B, D)` and bool `(B, D)`.
+
+    Raises:
+        UserError: an unknown reduction.
     """
     check_reduction(reduction)
     per, present = _token_slot_losses(logits, targets, rows, segs, segment_ids.shape[0], None, segment_ids)
@@ -196,8 +227,18 @@ def target_loss(
 
 
 def slot_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Classification / NSP over slots: ``logits`` (B, D, C), ``labels`` (B, D) with -100 in
-    empty slots. Returns ``(mean loss over real slots, per-slot loss (B, D))``."""
+    """Classification / NSP cross-entropy over slots.
+
+    Args:
+        logits: per-slot logits `(B, D, C)`.
+        labels: per-slot class ids `(B, D)`, -100 in empty slots.
+
+    Returns:
+        `(loss, per_slot)`: the mean over real slots, and `(B, D)`.
+
+    Raises:
+        UserError: shapes other than `(B, D, C)` and `(B, D)`.
+    """
     if logits.ndim != 3 or labels.shape != logits.shape[:2]:
         raise UserError(
             f"logits must be (B, D, C) and labels (B, D); got {tuple(logits.shape)} and {tuple(labels.shape)}"
@@ -209,7 +250,15 @@ def slot_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torc
 def multilabel_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Multi-label BCE over slots: ``logits`` and ``targets`` (B, D, C), targets -100 in empty
     slots. Mean over real sequences x labels; also returns the per-slot mean (B, D), 0 in
-    empty slots."""
+    empty slots.
+
+    Args:
+        logits: per-slot logits `(B, D, C)`.
+        targets: per-slot 0/1 targets `(B, D, C)`, -100 in empty slots.
+
+    Returns:
+        `(loss, per_slot)`: a scalar, and `(B, D)`.
+    """
     if logits.shape != targets.shape or logits.ndim != 3:
         raise UserError(
             f"logits and targets must both be (B, D, C); got {tuple(logits.shape)} and {tuple(targets.shape)}"
@@ -225,7 +274,17 @@ def qa_logits(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Unpack row logits (B, T) into per-slot logits (B, D, T): slot ``d`` keeps its own
     sequence's tokens and is ``-inf`` everywhere else (0 would leak probability mass to the
-    other sequences' tokens, a known pitfall)."""
+    other sequences' tokens, a known pitfall).
+
+    Args:
+        start_logits: the rows' start logits `(B, T)`.
+        end_logits: the rows' end logits `(B, T)`.
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        max_depth: the slots per row `D`.
+
+    Returns:
+        `(start, end)`, each `(B, D, T)`.
+    """
     for name, x in (("start_logits", start_logits), ("end_logits", end_logits)):
         if x.shape != segment_ids.shape:
             raise UserError(f"{name} {tuple(x.shape)} must have the shape of segment_ids {tuple(segment_ids.shape)}")
@@ -242,8 +301,20 @@ def qa_logits(
 def qa_loss(
     start_slots: torch.Tensor, end_slots: torch.Tensor, start_positions: torch.Tensor, end_positions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """SQuAD loss per slot, ``(CE(start) + CE(end)) / 2``, positions in row coordinates
-    (B, D) with -100 in empty slots. Returns ``(mean over real slots, per slot (B, D))``."""
+    """SQuAD loss per slot, ``(CE(start) + CE(end)) / 2``.
+
+    Args:
+        start_slots: per-slot start logits `(B, D, T)` (`qa_logits`).
+        end_slots: per-slot end logits `(B, D, T)`.
+        start_positions: each slot's answer start, in row coordinates `(B, D)`, -100 in empty slots.
+        end_positions: each slot's answer end `(B, D)`.
+
+    Returns:
+        `(loss, per_slot)`: the mean over real slots, and `(B, D)`.
+
+    Raises:
+        UserError: positions that are not `(B, D)`.
+    """
     if start_positions.shape != start_slots.shape[:2] or end_positions.shape != start_positions.shape:
         raise UserError(
             f"start/end_positions {tuple(start_positions.shape)}/{tuple(end_positions.shape)} must be (B, D) "

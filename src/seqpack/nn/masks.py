@@ -24,11 +24,14 @@ A packed row holds sequences 1..k as contiguous runs, then padding 0::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from seqpack.errors import UserError
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
 
 
 def _check_2d(x: torch.Tensor, name: str) -> None:
@@ -41,13 +44,20 @@ def _check_2d(x: torch.Tensor, name: str) -> None:
 
 
 def check_segment_ids(segment_ids: torch.Tensor, *, name: str = "segment_ids") -> None:
-    """Raise ``ValueError`` unless every row is runs ``1, 2, .., k`` in order, then only 0s.
+    """Check that every row is runs ``1, 2, .., k`` in order, then only 0s.
 
     >>> check_segment_ids(torch.tensor([[1, 1, 2, 0], [1, 2, 3, 3]]))
     >>> check_segment_ids(torch.tensor([[1, 0, 2, 2]]))
     Traceback (most recent call last):
     ...
     seqpack.errors.UserError: segment_ids row 0 is not contiguous runs 1..k followed by 0s: position 2 goes from 0 to 2
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        name: the argument's name, for the message.
+
+    Raises:
+        UserError: a row that is not runs `1..k` followed by 0s.
     """
     _check_2d(segment_ids, name)
     if segment_ids.shape[1] == 0:
@@ -64,7 +74,15 @@ def check_segment_ids(segment_ids: torch.Tensor, *, name: str = "segment_ids") -
 
 
 def position_ids(segment_ids: torch.Tensor, *, start: int = 0) -> torch.Tensor:
-    """Position of each token inside its sequence, plus ``start``; padding gets ``start``.  # (B, T)"""
+    """Position of each token inside its sequence, plus ``start``; padding gets ``start``.  # (B, T)
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        start: the first position of each sequence.
+
+    Returns:
+        The positions, int64 `(B, T)`.
+    """
     _check_2d(segment_ids, "segment_ids")
     B, T = segment_ids.shape
     t = torch.arange(T, device=segment_ids.device).expand(B, T)
@@ -104,6 +122,15 @@ def attention_mask(
     >>> seg, br = torch.tensor([[1, 1, 1, 1, 1, 1]]), torch.tensor([[0, 0, 1, 1, 2, 2]])
     >>> attention_mask(seg, causal=True, branch_ids=br)[0, 0, 4].int().tolist()
     [1, 1, 0, 0, 1, 0]
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        causal: also hide the keys after each query.
+        dtype: `torch.bool`, or a float dtype for an additive mask.
+        branch_ids: each token's branch, 0 for the shared prefix `(B, T)` (`None`: no branches).
+
+    Returns:
+        The mask `(B, 1, T, T)`.
     """
     _check_2d(segment_ids, "segment_ids")
     s = segment_ids
@@ -130,6 +157,14 @@ def segment_ids_from_eos(input_ids: torch.Tensor, eos_id: int, *, pad_id: int | 
 
     >>> segment_ids_from_eos(torch.tensor([[5, 6, 0, 7, 0, 9, 9]]), 0, pad_id=9).tolist()
     [[1, 1, 1, 2, 2, 0, 0]]
+
+    Args:
+        input_ids: packed rows `(B, T)`.
+        eos_id: the token that ends a sequence.
+        pad_id: the padding token after the last EOS (`None`: no padding).
+
+    Returns:
+        The segment ids `(B, T)`.
     """
     _check_2d(input_ids, "input_ids")
     is_eos = input_ids == eos_id
@@ -147,6 +182,14 @@ def segment_ids_from_bos(input_ids: torch.Tensor, bos_id: int, *, pad_id: int | 
 
     >>> segment_ids_from_bos(torch.tensor([[1, 5, 1, 6, 6, 0]]), 1, pad_id=0).tolist()
     [[1, 1, 2, 2, 2, 0]]
+
+    Args:
+        input_ids: packed rows `(B, T)`.
+        bos_id: the token that starts a sequence.
+        pad_id: the padding token at a row's end (`None`: no padding).
+
+    Returns:
+        The segment ids `(B, T)`.
     """
     _check_2d(input_ids, "input_ids")
     starts = input_ids == bos_id
@@ -193,13 +236,27 @@ def split_branches(segment_ids: torch.Tensor, branch_ids: torch.Tensor) -> torch
 
 
 def unpad_index(segment_ids: torch.Tensor) -> torch.Tensor:
-    """Flat indices ``b * T + t`` of the real tokens, row-major.  # (total,)"""
+    """Flat indices ``b * T + t`` of the real tokens, row-major.  # (total,)
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+
+    Returns:
+        The indices, int64 `(total,)`.
+    """
     _check_2d(segment_ids, "segment_ids")
     return (segment_ids.reshape(-1) > 0).nonzero().squeeze(1)
 
 
 def sequence_lengths(segment_ids: torch.Tensor) -> torch.Tensor:
-    """Length of every sequence, row-major (row 0's sequences, then row 1's...).  # (N,)"""
+    """Length of every sequence, row-major (row 0's sequences, then row 1's...).  # (N,)
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+
+    Returns:
+        The lengths `(N,)`.
+    """
     _check_2d(segment_ids, "segment_ids")
     s = segment_ids
     depth = int(s.max()) if s.numel() else 0
@@ -210,7 +267,14 @@ def sequence_lengths(segment_ids: torch.Tensor) -> torch.Tensor:
 
 
 def cu_seqlens(segment_ids: torch.Tensor) -> torch.Tensor:
-    """Cumulative sequence lengths ``[0, l0, l0+l1, ...]`` as int32, for varlen kernels.  # (N+1,)"""
+    """Cumulative sequence lengths ``[0, l0, l0+l1, ...]`` as int32, for varlen kernels.  # (N+1,)
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+
+    Returns:
+        The boundaries, int32 `(N + 1,)`.
+    """
     lengths = sequence_lengths(segment_ids)
     out = torch.zeros(lengths.numel() + 1, dtype=torch.int32, device=segment_ids.device)
     out[1:] = lengths.cumsum(0)
@@ -231,6 +295,13 @@ def row_runs(segment_ids: torch.Tensor, *, pad_block: int = PAD_BLOCK) -> torch.
 
     >>> row_runs(torch.tensor([[1, 1, 2, 0, 0, 0], [1, 1, 1, 1, 1, 1]]), pad_block=2).tolist()
     [0, 2, 3, 4, 6, 12]
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        pad_block: the padding's run length at most.
+
+    Returns:
+        The boundaries, int32 `(R + 1,)`.
     """
     _check_2d(segment_ids, "segment_ids")
     if pad_block < 1:
@@ -251,7 +322,14 @@ def row_runs(segment_ids: torch.Tensor, *, pad_block: int = PAD_BLOCK) -> torch.
 
 
 def max_seqlen(segment_ids: torch.Tensor) -> int:
-    """The longest sequence in the batch (a Python int, as varlen kernels take it)."""
+    """The longest sequence in the batch (a Python int, as varlen kernels take it).
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+
+    Returns:
+        Its length (0 for no sequence).
+    """
     lengths = sequence_lengths(segment_ids)
     return int(lengths.max()) if lengths.numel() else 0
 
@@ -270,13 +348,18 @@ def check_depth(segment_ids: torch.Tensor, max_depth: int | None) -> int:
 
 
 def sequence_starts(segment_ids: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Index of each slot's first token (its [CLS]) and which slots are real.
-
-    Returns ``(starts, present)``, both ``(B, max_depth)``; empty slots have start 0.
+    """Index of each slot's first token (its [CLS]) and which slots are real; empty slots have start 0.
 
     >>> s, p = sequence_starts(torch.tensor([[1, 1, 2, 2, 2, 0]]), 3)
     >>> s.tolist(), p.tolist()
     ([[0, 2, 0]], [[True, True, False]])
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        max_depth: the slots per row `D`.
+
+    Returns:
+        `(starts, present)`: int64 and bool, each `(B, D)`.
     """
     _check_2d(segment_ids, "segment_ids")
     s = segment_ids
@@ -302,13 +385,28 @@ def block_mask(
     positions: torch.Tensor | None = None,
     window: int | None = None,
     chunk: int | None = None,
-) -> Any:
+) -> BlockMask:
     """A FlexAttention ``BlockMask`` for the packed rows (blocks with no allowed pair are skipped);
     ``branch_ids`` as in `attention_mask` (a shared prefix: the blocks where one response
     would see the other are skipped too); ``window`` / ``chunk`` (with the tokens' document
     ``positions`` (B, T)) narrow it as `seqpack.nn.attention.LayerAttention` says.
 
     Works on CUDA and, forward only, on CPU (torch 2.13 has no CPU backward for FlexAttention).
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        causal: also hide the keys after each query.
+        block_size: the mask's block, in tokens.
+        branch_ids: each token's branch, 0 for the shared prefix `(B, T)`.
+        positions: each token's position in its document `(B, T)`, needed by `window` and `chunk`.
+        window: keys at most `window - 1` positions back (`None`: no window).
+        chunk: keys in the query's chunk of `chunk` positions (`None`: no chunks).
+
+    Returns:
+        The `BlockMask`.
+
+    Raises:
+        UserError: a window or a chunk without `positions`.
     """
     _check_2d(segment_ids, "segment_ids")
     from torch.nn.attention.flex_attention import create_block_mask
@@ -318,7 +416,7 @@ def block_mask(
         raise UserError("block_mask: a window or a chunk needs the tokens' positions")
     pos = positions if positions is not None else segment_ids  # read only under a window or a chunk
 
-    def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:
+    def mask_mod(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         keep = (seg[b, q] == seg[b, kv]) & (seg[b, kv] > 0)
         if br is not None:
             keep = keep & ((br[b, kv] == 0) | (br[b, kv] == br[b, q]))

@@ -38,7 +38,18 @@ def _check_factor(packing_factor: float) -> float:
 
 
 def adjust_betas(betas: tuple[float, float], packing_factor: float) -> tuple[float, float]:
-    """``(beta1 ** p, beta2 ** p)``."""
+    """``(beta1 ** p, beta2 ** p)``.
+
+    Args:
+        betas: Adam's `(beta1, beta2)`, each in `[0, 1)`.
+        packing_factor: sequences per row `p`, >= 1.
+
+    Returns:
+        The betas for packed steps.
+
+    Raises:
+        UserError: a beta outside `[0, 1)` or a packing factor below 1.
+    """
     p = _check_factor(packing_factor)
     b1, b2 = betas
     for name, b in (("beta1", b1), ("beta2", b2)):
@@ -48,7 +59,19 @@ def adjust_betas(betas: tuple[float, float], packing_factor: float) -> tuple[flo
 
 
 def packed_learning_rate(lr: float, packing_factor: float, *, rule: str = "none") -> float:
-    """``lr`` unchanged (the paper's advice), ``* p`` (linear) or ``* sqrt(p)``."""
+    """``lr`` unchanged (the paper's advice), ``* p`` (linear) or ``* sqrt(p)``.
+
+    Args:
+        lr: the learning rate of the padded run.
+        packing_factor: sequences per row `p`, >= 1.
+        rule: `none`, `linear` or `sqrt` (`LR_RULES`).
+
+    Returns:
+        The learning rate for packed steps.
+
+    Raises:
+        UserError: an unknown rule or a packing factor below 1.
+    """
     p = _check_factor(packing_factor)
     if rule not in LR_RULES:
         raise UserError(f"rule must be one of {'|'.join(LR_RULES)}, got {rule!r}")
@@ -56,7 +79,18 @@ def packed_learning_rate(lr: float, packing_factor: float, *, rule: str = "none"
 
 
 def packed_accumulation(accumulation: int, packing_factor: float) -> int:
-    """Accumulation steps that keep the sequences per optimiser step on average (>= 1)."""
+    """Accumulation steps that keep the sequences per optimiser step on average (>= 1).
+
+    Args:
+        accumulation: the padded run's accumulation steps, >= 1.
+        packing_factor: sequences per row `p`, >= 1.
+
+    Returns:
+        `round(accumulation / p)`, at least 1.
+
+    Raises:
+        UserError: an accumulation below 1 or a packing factor below 1.
+    """
     p = _check_factor(packing_factor)
     if accumulation < 1:
         raise UserError(f"accumulation must be >= 1, got {accumulation}")
@@ -103,6 +137,14 @@ class Lamb(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]  # torch's stub overloads step on the closure
+        """One update of every parameter with a gradient.
+
+        Args:
+            closure: re-evaluates the model and returns the loss (`None`: none).
+
+        Returns:
+            The closure's loss, or `None`.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():

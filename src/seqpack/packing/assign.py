@@ -36,10 +36,25 @@ class Packing:
         return int(self.pack_offsets.size - 1)
 
     def pack(self, i: int) -> np.ndarray:
-        """Input indices of the sequences in pack ``i``."""
+        """Input indices of the sequences in pack ``i``.
+
+        Args:
+            i: the pack's index, in `0..num_packs - 1`.
+
+        Returns:
+            The input indices of its sequences, int64 `(sequences in pack i,)`.
+        """
         return self.sequence_index[self.pack_offsets[i] : self.pack_offsets[i + 1]]
 
     def lengths_of(self, i: int) -> np.ndarray:
+        """Lengths of the sequences in pack ``i``, in the order of `pack(i)`.
+
+        Args:
+            i: the pack's index, in `0..num_packs - 1`.
+
+        Returns:
+            Their lengths `(sequences in pack i,)`.
+        """
         return self.lengths[self.pack(i)]
 
     @property
@@ -102,6 +117,20 @@ def pack_lengths(
         >>> p = pack_lengths([3, 5, 1], 8, round_to=4)
         >>> sorted(sorted(p.lengths_of(i).tolist()) for i in range(p.num_packs))
         [[1, 3], [5]]
+
+    Args:
+        lengths: one length per sequence, positive ints `(N,)`.
+        max_len: the row length.
+        algorithm: the planner (`ALGORITHMS`); the default is the LP optimum.
+        max_depth: the most sequences a pack holds (`None`: no limit).
+        seed: the shuffle's seed: equal seeds give equal packings.
+        round_to: plan each length rounded up to a multiple of this (1: as it is).
+
+    Returns:
+        The `Packing`: every input index in exactly one pack.
+
+    Raises:
+        UserError: a length outside `1..max_len`, or a bad option.
     """
     arr = check_lengths(lengths, max_len)
     if not arr.size:

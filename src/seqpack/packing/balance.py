@@ -25,11 +25,14 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from seqpack.errors import UserError
+
+if TYPE_CHECKING:
+    from seqpack.packing.plan_types import PackingPlan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,7 +158,7 @@ def pack_costs(lengths: np.ndarray, pack_offsets: np.ndarray, sequence_index: np
     return cost.of(tokens, squares, np.diff(pack_offsets))
 
 
-def plan_costs(plan: Any, cost: RowCost) -> np.ndarray:
+def plan_costs(plan: PackingPlan, cost: RowCost) -> np.ndarray:
     """Cost of every pack of a `PackingPlan` (strategy by strategy, no
     sequences needed).  # (P,)"""
     per = np.array([cost.of(sum(s), sum(x * x for x in s), len(s)) for s in plan.strategies], dtype=np.float64)

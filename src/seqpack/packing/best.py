@@ -15,11 +15,11 @@
 
 Before all this, when LPFHP or SPFHP already meets the counting bound (``counting_bound``: the
 tokens over ``max_len``, the sequences over ``max_depth``), that plan is optimal and no LP runs:
-long rows of short sequences (chat SFT at 2048: 4,985 conversations, 12.4 s of LP for the
-1,115 packs best fit had found in 6 ms).
+long rows of short sequences (chat SFT at 2048), where the LP would only find again the packs
+best fit had found.
 
-On the Wikipedia histogram this lands within a few dozen packs of the LP bound, in well
-under a second.
+On the Wikipedia histogram this lands within a few dozen packs of the LP bound
+(`benchmarks/plan.py` times it).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def fill_templates(templates: Packs, hist: np.ndarray) -> tuple[Packs, np.ndarra
 
     A slot of length ``s`` holds one sequence of length ``<= s``. Sequences go longest first
     into the smallest free slot that holds them. The compiled kernel (``csrc/packing.h``) runs
-    `fill_templates_oracle` step for step (the same packs, in the same order): on the
-    2 GB benchmark's 1.08M sequences, 0.78 s in Python, serial in every pack job's plan.
+    `fill_templates_oracle` step for step (the same packs, in the same order), which is slow in
+    Python on a large dataset and serial in every pack job's plan.
 
     >>> packs, rest = fill_templates([((3, 2), 2)], np.array([1, 2, 1]))
     >>> sorted(packs), rest.tolist()

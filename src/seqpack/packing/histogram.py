@@ -125,7 +125,18 @@ def check_lengths(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -
 
 def histogram(lengths: object, max_len: int, *, hint: str = OVERFLOW_HINT) -> np.ndarray:
     """Counts of each length: ``h[i]`` = number of sequences of length ``i + 1``.  # (max_len,)
-    ``hint``: what a length over ``max_len`` should make the caller do (``{longest}`` is filled in)."""
+
+    Args:
+        lengths: one length per sequence, positive ints `(N,)`.
+        max_len: the row length: the histogram's size.
+        hint: what a length over `max_len` should make the caller do (`{longest}` is filled in).
+
+    Returns:
+        The counts, int64 `(max_len,)`.
+
+    Raises:
+        UserError: a length below 1 or over `max_len`.
+    """
     arr = check_lengths(lengths, max_len, hint=hint)
     check_max_len_for(max_len, int(arr.sum()))
     return np.bincount(arr - 1, minlength=int(max_len)).astype(np.int64)
@@ -138,6 +149,18 @@ def check_histogram(
 
     With ``max_len`` given, a shorter histogram is zero-extended and a longer one
     must have no sequences above ``max_len``.
+
+    Args:
+        hist: counts, `hist[i]` the sequences of length `i + 1` `(L,)`.
+        max_len: the row length, or `None` to keep the histogram's own size.
+        allow_empty: accept a histogram with no sequences.
+        hint: what a length over `max_len` should make the caller do (`{longest}` is filled in).
+
+    Returns:
+        The histogram, int64 `(max_len,)` (or `(L,)` without `max_len`).
+
+    Raises:
+        UserError: not 1-D, a negative or fractional count, sequences over `max_len`, or empty.
     """
     arr = np.asarray(hist)
     if arr.ndim != 1:
@@ -202,6 +225,11 @@ class LengthStats:
         return self.sequences * self.max_len / self.tokens
 
     def to_dict(self) -> dict[str, object]:
+        """The figures as a JSON-ready dict, the properties included.
+
+        Returns:
+            The fields and `padding_fraction`, `theoretical_speedup`, by name.
+        """
         return {
             "sequences": self.sequences,
             "tokens": self.tokens,
@@ -214,6 +242,18 @@ class LengthStats:
 
 
 def length_stats(hist: object, max_len: int) -> LengthStats:
+    """What padding costs on the histogram ``hist`` (one sequence per row of ``max_len``).
+
+    Args:
+        hist: counts, `hist[i]` the sequences of length `i + 1` `(L,)`, with at least one sequence.
+        max_len: the row length of the padded rows.
+
+    Returns:
+        The `LengthStats`.
+
+    Raises:
+        UserError: a malformed or empty histogram, or sequences over `max_len`.
+    """
     h = check_histogram(hist, max_len)
     lens = np.arange(1, h.size + 1, dtype=np.int64)
     n, tokens = int(h.sum()), int(h @ lens)
@@ -247,6 +287,15 @@ def builtin_histogram(name: str) -> np.ndarray:
     >>> h = builtin_histogram("wikipedia")
     >>> int(h.sum()), h.size
     (16279552, 512)
+
+    Args:
+        name: a key of `BUILTIN_HISTOGRAMS` (`wikipedia`).
+
+    Returns:
+        The counts, int64 `(max length,)`.
+
+    Raises:
+        UserError: an unknown name.
     """
     if name not in BUILTIN_HISTOGRAMS:
         raise UserError(f"no built-in histogram {name!r}; built in: {', '.join(BUILTIN_HISTOGRAMS)}")
@@ -258,7 +307,19 @@ def load_histogram(path: str | Path, max_len: int | None = None, *, hint: str = 
 
     A ``.csv`` row's length is checked before the histogram is laid out (an array as long as the
     longest length): past ``max_len`` when it is given (``hint`` says what to do, ``{longest}``
-    filled in), past `MAX_LEN_LIMIT` in any case; the error names the file and the line."""
+    filled in), past `MAX_LEN_LIMIT` in any case; the error names the file and the line.
+
+    Args:
+        path: a `.npy` or `.csv` file.
+        max_len: the row length to lay the histogram out to, or `None` for its longest length.
+        hint: what a length over `max_len` should make the caller do.
+
+    Returns:
+        The counts, int64 `(max_len,)`.
+
+    Raises:
+        UserError: a missing, unreadable or malformed file, or a length over `max_len`.
+    """
     p = Path(path)
     if not p.is_file():
         raise UserError(f"histogram file not found: {p}")

@@ -33,7 +33,7 @@ MAX_ENUMERATED_PAIRS = 300_000  # depth <= 3: enumerate all maximal packs up to 
 SMOOTHING = 0.5
 #: Column generation stops by rules that depend on the input alone, so that equal inputs give equal
 #: plans on any machine: a pricing budget in knapsack cells (distinct lengths x max_len per pricing;
-#: about 5 s on a 2-core CPU), and a stall: over the last STALL_ROUNDS rounds neither the LP value
+#: seconds on a 2-core CPU), and a stall: over the last STALL_ROUNDS rounds neither the LP value
 #: fell nor its lower bound rose by STALL_PACKS (a tail that can neither win nor prove a whole
 #: pack). ``time_limit`` is only a guard.
 WORK_LIMIT = 400_000_000

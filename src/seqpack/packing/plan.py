@@ -27,7 +27,7 @@ DEFAULT_ALGORITHM = "best"
 #: the default algorithm of a stream, which plans each buffer as it fills, on the path to the next
 #: row: `lpfhp`, milliseconds a buffer (`best` solves a linear program each time)
 STREAM_ALGORITHM = "lpfhp"
-#: what an algorithm imports when it first plans (scipy's solvers: ~0.4 s)
+#: what an algorithm imports when it first plans (scipy's solvers, slow to import)
 SOLVERS = {"best": solvers.SCIPY, "nnlshp": solvers.SCIPY}
 
 
@@ -60,7 +60,7 @@ def plan(
 ) -> PackingPlan:
     """Pack a length histogram (``h[i]`` = sequences of length ``i + 1``) into rows of ``max_len``.
 
-    ``algorithm``: ``spfhp`` (the paper's worst fit, ~ms), ``lpfhp`` (best fit, ~ms),
+    ``algorithm``: ``spfhp`` (the paper's worst fit, fast), ``lpfhp`` (best fit, fast),
     ``nnlshp`` (the paper's NNLS, depth <= 3, seconds), ``best`` (LP + rounding; see
     ``seqpack.packing.best``). ``max_depth`` bounds sequences per pack (``None``: no limit;
     ``nnlshp`` then uses 3). The plan holds every sequence exactly once. Equal inputs give equal
@@ -68,6 +68,19 @@ def plan(
     a guard, and its ``info["lp_stop"]`` says "time" if the guard ever stopped it). ``best`` runs
     no LP when a greedy plan already meets the counting bound (total tokens over ``max_len``,
     sequences over ``max_depth``): no plan has fewer packs (``lp_stop``: "counting bound met").
+
+    Args:
+        histogram: counts, `histogram[i]` the sequences of length `i + 1` `(L,)`.
+        max_len: the row length.
+        algorithm: the planner, one of `ALGORITHMS`.
+        max_depth: the most sequences a row holds (`None`: no limit).
+        time_limit: seconds after which `best` stops its LP (a guard only).
+
+    Returns:
+        The `PackingPlan`: how many rows of each pattern of lengths.
+
+    Raises:
+        UserError: an unknown algorithm, a bad option, or a malformed histogram.
     """
     if algorithm not in ALGORITHMS:
         raise UserError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")

@@ -117,7 +117,11 @@ class PackingPlan:
         return int(self.depths.max()) if self.counts.size else 0
 
     def histogram(self) -> np.ndarray:
-        """The lengths this plan holds, as a histogram.  # (max_len,)"""
+        """The lengths this plan holds, as a histogram.  # (max_len,)
+
+        Returns:
+            The counts, int64 `(max_len,)`.
+        """
         h = np.zeros(self.max_len, dtype=np.int64)
         for s, c in zip(self.strategies, self.counts.tolist()):
             for length in s:
@@ -125,14 +129,25 @@ class PackingPlan:
         return h
 
     def covers(self, hist: np.ndarray) -> bool:
-        """True when the plan holds every sequence of ``hist`` exactly once."""
+        """True when the plan holds every sequence of ``hist`` exactly once.
+
+        Args:
+            hist: counts, `hist[i]` the sequences of length `i + 1` `(L,)`.
+
+        Returns:
+            Whether the plan's histogram equals `hist`.
+        """
         h = np.zeros(self.max_len, dtype=np.int64)
         h[: min(len(hist), self.max_len)] = np.asarray(hist)[: self.max_len]
         return bool(np.array_equal(self.histogram(), h)) and int(np.asarray(hist)[self.max_len :].sum()) == 0
 
     # -- serialisation -------------------------------------------------------------------
     def summary(self) -> dict[str, object]:
-        """The scalar figures (the keys of ``seqpack plan --json``)."""
+        """The scalar figures (the keys of ``seqpack plan --json``).
+
+        Returns:
+            The algorithm, sizes, packs, efficiency and bounds, by name.
+        """
         return {
             "algorithm": self.algorithm,
             "max_len": self.max_len,
@@ -149,6 +164,11 @@ class PackingPlan:
         }
 
     def to_dict(self) -> dict[str, object]:
+        """The plan as a JSON-ready dict: its `summary`, strategies, counts and info.
+
+        Returns:
+            The dict `from_dict` reads back.
+        """
         d = {"format_version": PLAN_FORMAT_VERSION, **self.summary()}
         d["strategies"] = [list(s) for s in self.strategies]
         d["counts"] = self.counts.tolist()
@@ -157,6 +177,17 @@ class PackingPlan:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PackingPlan:
+        """The plan a `to_dict` wrote.
+
+        Args:
+            d: the dict, as read from JSON.
+
+        Returns:
+            The `PackingPlan`.
+
+        Raises:
+            UserError: another format version, or a missing or malformed field.
+        """
         version = d.get("format_version")
         if version != PLAN_FORMAT_VERSION:
             raise UserError(f"unsupported plan format_version {version!r} (this seqpack reads {PLAN_FORMAT_VERSION})")
@@ -174,13 +205,28 @@ class PackingPlan:
             raise UserError(f"malformed plan: missing or bad field {e}") from e
 
     def save(self, path: str | Path) -> None:
-        """Write the plan as JSON, atomically (temp file, then rename), saying what it is (its ``kind``)."""
+        """Write the plan as JSON, atomically (temp file, then rename), saying what it is (its ``kind``).
+
+        Args:
+            path: the JSON file to write.
+        """
         from seqpack._atomic import write_text_atomic
 
         write_text_atomic(path, json.dumps({"kind": PLAN_KIND, **self.to_dict()}))
 
     @classmethod
     def load(cls, path: str | Path) -> PackingPlan:
+        """Read a plan that `save` wrote.
+
+        Args:
+            path: the JSON file.
+
+        Returns:
+            The `PackingPlan`.
+
+        Raises:
+            UserError: not JSON, another format version, or a malformed field.
+        """
         p = Path(path)
         try:
             d = json.loads(p.read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""The solvers' imports (``scipy.optimize``: ~0.4 s), started early on a thread of their own, and
+"""The solvers' imports (``scipy.optimize``, slow to import), started early on a thread of their own, and
 the wait for them.
 
 A job that plans only after reading its shards starts the import while it reads (`preload`).

@@ -26,7 +26,16 @@ from seqpack.packing.plan import STREAM_ALGORITHM, check_max_depth, plan
 
 
 class StreamPacker:
-    """Pack a stream of ``(key, length)`` into lists of keys, each list fitting ``max_len``."""
+    """Pack a stream of ``(key, length)`` into lists of keys, each list fitting ``max_len``.
+
+    Args:
+        max_len: the row length.
+        buffer_size: the sequences buffered before a plan is made.
+        max_depth: the most sequences a pack holds (`None`: no limit).
+        algorithm: the planner of each buffer (`STREAM_ALGORITHM` by default).
+        carry: the fraction of the buffer, at most, kept back for the next plan, in `[0, 1)`.
+        seed: the assignment's seed.
+    """
 
     def __init__(
         self,
@@ -53,7 +62,18 @@ class StreamPacker:
         self.tokens_out = 0
 
     def add(self, length: int, key: Hashable | None = None) -> list[list[Any]]:
-        """Buffer one sequence (key defaults to its position in the stream); return finished packs."""
+        """Buffer one sequence (key defaults to its position in the stream); return finished packs.
+
+        Args:
+            length: the sequence's length, in `1..max_len`.
+            key: what the packs hold for it (`None`: its position in the stream).
+
+        Returns:
+            The packs finished by this call (often none), each a list of keys.
+
+        Raises:
+            UserError: a length outside `1..max_len`.
+        """
         length = int(length)
         if not 1 <= length <= self.max_len:
             raise UserError(
@@ -67,11 +87,22 @@ class StreamPacker:
         return []
 
     def flush(self) -> list[list[Any]]:
-        """Pack everything still buffered."""
+        """Pack everything still buffered.
+
+        Returns:
+            The last packs, each a list of keys.
+        """
         return self._drain(final=True) if self._lengths else []
 
     def pack(self, items: Iterable[int | tuple[Hashable, int]]) -> Iterator[list[Any]]:
-        """Stream packs from lengths or ``(key, length)`` pairs, flushing at the end."""
+        """Stream packs from lengths or ``(key, length)`` pairs, flushing at the end.
+
+        Args:
+            items: lengths (keyed by position) or `(key, length)` pairs.
+
+        Yields:
+            Each pack, a list of keys.
+        """
         for item in items:
             if isinstance(item, tuple):
                 yield from self.add(item[1], item[0])

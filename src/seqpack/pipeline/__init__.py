@@ -50,7 +50,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     """The names load on first use (PEP 562): ``seqpack tokenize`` needs the engine and the store,
-    not the tasks, the packed format or the planners behind `PackConfig` (~40 ms of imports)."""
+    not the tasks, the packed format or the planners behind `PackConfig`."""
     module: ModuleType
     if name in ("OutputOptions", "PackConfig"):
         from seqpack.pipeline import config as module

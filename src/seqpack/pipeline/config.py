@@ -7,7 +7,7 @@ out = OutputOptions(shard_packs=4096, export_bin=True)
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from seqpack.packing.balance import ScheduleOptions
 from seqpack.packing.histogram import check_max_len, round_up
 from seqpack.packing.plan import ALGORITHMS, DEFAULT_ALGORITHM, check_max_depth
 from seqpack.tasks import get_task
+
+if TYPE_CHECKING:
+    from seqpack.packing import Packing
 
 #: labelled examples per stage of the sharded pack job (classification, multilabel, qa, ...)
 SHARD_EXAMPLES = 100_000
@@ -30,6 +33,16 @@ class PackConfig:
 
     >>> PackConfig.for_task("clm", max_len=512, overflow="drop").options
     CLMOptions(overflow='drop', eos_token='<|endoftext|>')
+
+    Attributes:
+        task: the task's name (`seqpack.tasks`).
+        max_len: the row length.
+        algorithm: the planner (`seqpack.packing.ALGORITHMS`); the default is the LP optimum.
+        max_depth: the most sequences a row holds (`None`: no limit).
+        seed: the seed of the assignment of sequences to rows.
+        position_offset: the first position id of each sequence.
+        context_parallel: C > 1 plans each length rounded up to a multiple of 2C.
+        options: the task's options dataclass (`None`: its defaults).
     """
 
     task: str
@@ -70,7 +83,18 @@ class PackConfig:
 
     @classmethod
     def for_task(cls, task: str, **kw: Any) -> PackConfig:
-        """Packing fields and the task's options in one call (each option checked against the task)."""
+        """Packing fields and the task's options in one call (each option checked against the task).
+
+        Args:
+            task: the task's name.
+            **kw: `PackConfig` fields and the task's options, by name.
+
+        Returns:
+            The `PackConfig`.
+
+        Raises:
+            UserError: an option the task does not take, or a bad value.
+        """
         common = {k: v for k, v in kw.items() if k in COMMON}
         options = get_task(task).options(**{k: v for k, v in kw.items() if k not in COMMON})
         return cls(task=task, options=options, **common)
@@ -80,9 +104,16 @@ class PackConfig:
         """What the plan rounds each length up to a multiple of: ``2 * context_parallel`` (1 without CP)."""
         return 2 * self.context_parallel if self.context_parallel > 1 else 1
 
-    def cp_summary(self, packing: Any) -> dict[str, Any]:
+    def cp_summary(self, packing: Packing) -> dict[str, Any]:
         """With ``context_parallel`` > 1: the manifest's real-token counts (the plan counted rounded
-        lengths) and the padding the rounding adds; ``{}`` otherwise."""
+        lengths) and the padding the rounding adds; ``{}`` otherwise.
+
+        Args:
+            packing: the packing of the rows.
+
+        Returns:
+            `num_tokens`, `efficiency` and `context_parallel` (its padding), or `{}`.
+        """
         cp = self.context_parallel
         if cp == 1:
             return {}
@@ -101,7 +132,11 @@ class PackConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The config as the manifest records it (the options' class named; ``context_parallel`` only
-        when set, so that the manifests of other packs stay as they were)."""
+        when set, so that the manifests of other packs stay as they were).
+
+        Returns:
+            The fields and `options_type`, JSON-ready.
+        """
         d = {**asdict(self), "options_type": type(self.options).__name__}
         if self.context_parallel == 1:
             del d["context_parallel"]
@@ -128,7 +163,11 @@ class OutputOptions(WriteOptions):
     write_derived: bool = False
 
     def write(self) -> WriteOptions:
-        """The options of the files alone (`seqpack.data.write_packed`'s)."""
+        """The options of the files alone (`seqpack.data.write_packed`'s).
+
+        Returns:
+            The `WriteOptions` part of these options.
+        """
         return WriteOptions(**{f.name: getattr(self, f.name) for f in fields(WriteOptions)})
 
     def derived(self, task: str) -> dict[str, str]:
@@ -136,5 +175,11 @@ class OutputOptions(WriteOptions):
 
         >>> OutputOptions().derived("clm"), OutputOptions(write_derived=True).derived("clm")
         ({'labels': 'lm_labels', 'segment_ids': 'segments'}, {})
+
+        Args:
+            task: the task's name.
+
+        Returns:
+            The derived columns and their rules (`{}` with `write_derived`).
         """
         return {} if self.write_derived else dict(get_task(task).rows.derived_columns)

@@ -20,7 +20,16 @@ if TYPE_CHECKING:
 
 
 def build_sequences(source: Any, tokenizer: PackTokenizer, config: PackConfig) -> Sequences:
-    """The task's sequences (not yet packed); see `seqpack.pipeline.PackConfig`."""
+    """The task's sequences (not yet packed); see `seqpack.pipeline.PackConfig`.
+
+    Args:
+        source: what the task reads: a token store, records, or a path to them.
+        tokenizer: the tokenizer the task encodes with.
+        config: the task and its options.
+
+    Returns:
+        The `Sequences`.
+    """
     return get_task(config.task).packs().build(source, tokenizer, config)
 
 
@@ -48,7 +57,16 @@ def manifest_extra(
 
 
 def pack_task(source: Any, tokenizer: PackTokenizer, config: PackConfig) -> tuple[PackedColumns, dict[str, Any]]:
-    """Sequences packed into columns, and the manifest fields that describe where they came from."""
+    """Sequences packed into columns, and the manifest fields that describe where they came from.
+
+    Args:
+        source: what the task reads: a token store, records, or a path to them.
+        tokenizer: the tokenizer the task encodes with.
+        config: the task and how to pack.
+
+    Returns:
+        `(columns, manifest fields)`.
+    """
     seqs = build_sequences(source, tokenizer, config)
     pc = pack_sequences(
         seqs,

@@ -22,7 +22,16 @@ from seqpack.errors import UserError
 
 
 class Mixture:
-    """``sources`` (name -> iterable of examples) mixed by ``weights`` (name -> weight > 0; default equal)."""
+    """``sources`` (name -> iterable of examples) mixed by ``weights`` (name -> weight > 0; default equal).
+
+    Args:
+        sources: name -> an iterable of examples.
+        weights: name -> weight > 0 (`None`: equal weights).
+        seed: the seed of the draw.
+
+    Raises:
+        UserError: no source, a weight <= 0, or weights that name other sources.
+    """
 
     def __init__(
         self, sources: Mapping[str, Iterable[Any]], *, weights: Mapping[str, float] | None = None, seed: int = 0
@@ -54,6 +63,13 @@ class Mixture:
                 live[k] = False
 
     def fractions(self, counts: Mapping[str, int]) -> dict[str, float]:
-        """``counts`` per source as fractions of their sum (the realised mix)."""
+        """``counts`` per source as fractions of their sum (the realised mix).
+
+        Args:
+            counts: examples drawn per source, by name.
+
+        Returns:
+            Each source's fraction of the total, by name.
+        """
         total = sum(counts.values())
         return {k: (v / total if total else 0.0) for k, v in counts.items()}

@@ -65,6 +65,23 @@ def build_packed_dataset(
 
         >>> build_packed_dataset("chat.jsonl", tok, "packed/", PackConfig(task="chat", max_len=2048),
         ...                      output=OutputOptions(overwrite=True, compression="lz4"))  # doctest: +SKIP
+
+    Args:
+        source: a token store, an examples file or folder, an HF dataset, or a list of records.
+        tokenizer: the tokenizer the task encodes with.
+        out: the dataset's directory.
+        config: the task and how to pack.
+        output: how the dataset is written (`None`: `OutputOptions()`).
+        engine: where the shards' stages run (`None`: this process).
+        shard_examples: examples per stage of a sharded job.
+        glob: which files of a folder of examples.
+
+    Returns:
+        The manifest.
+
+    Raises:
+        UserError: a malformed input, or a sequence that does not fit with `overflow="error"`.
+        FileExistsError: a dataset already at `out` without `output.overwrite`.
     """
     output = output if output is not None else OutputOptions()
     task = get_task(config.task)

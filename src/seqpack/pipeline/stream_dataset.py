@@ -17,7 +17,7 @@ pads those to the batch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +26,9 @@ from seqpack.data.torch_dataset import to_tensors
 from seqpack.packing.plan import STREAM_ALGORITHM
 from seqpack.pipeline.streaming import PackedStream, StreamConfig, require_reiterable
 
+if TYPE_CHECKING:
+    from seqpack.tokenizer.types import AnyTokenizer
+
 
 class StreamingPackedDataset(torch.utils.data.IterableDataset):
     """Packed rows of a stream (see the module and `seqpack.pipeline.streaming.PackedStream`).
@@ -33,7 +36,26 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):
     ``examples`` must give the same examples in the same order each time it is iterated (a list, a
     file reader, an HF ``IterableDataset`` without shuffling, a `seqpack.pipeline.Mixture`):
     every rank and dataloader worker reads it and keeps its own share (example ``i`` goes to
-    reader ``i % (world_size * num_workers)``), and a resume reads it again up to where it stopped."""
+    reader ``i % (world_size * num_workers)``), and a resume reads it again up to where it stopped.
+
+    Args:
+        examples: the stream, the same on each iteration.
+        max_len: the row length.
+        buffer_size: the sequences buffered before a plan is made.
+        task: the task's name.
+        tokenizer: the tokenizer of a task that reads text (`None`: the examples are token ids).
+        seed: the seed of each buffer's assignment.
+        rank: this rank, in `0..world_size - 1`.
+        world_size: the ranks.
+        algorithm: the planner of each buffer.
+        carry: the fraction of a buffer, at most, kept back for the next plan.
+        chunk: examples turned into sequences at a time.
+        position_offset: the first position id of each sequence.
+        options: the task's options, by name.
+
+    Raises:
+        UserError: a bad option, or examples that can be read only once.
+    """
 
     def __init__(
         self,
@@ -42,7 +64,7 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):
         max_len: int,
         buffer_size: int = 10_000,
         task: str = "clm",
-        tokenizer: Any = None,
+        tokenizer: AnyTokenizer | None = None,
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
@@ -86,11 +108,22 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):
             yield to_tensors(row, float_labels=stream.task.rows.float_labels)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this reader is: after the rows it has yielded (see `PackedStream.state_dict`)."""
+        """Where this reader is: after the rows it has yielded (see `PackedStream.state_dict`).
+
+        Returns:
+            The state, JSON-ready.
+        """
         return self._reader().state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from ``state``; a state of another configuration, input or shard is refused in one line."""
+        """Resume from ``state``; a state of another configuration, input or shard is refused in one line.
+
+        Args:
+            state: a state `state_dict` returned.
+
+        Raises:
+            UserError: a state of another configuration, input or shard.
+        """
         self._reader().load_state_dict(state)
 
     @property
@@ -101,7 +134,14 @@ class StreamingPackedDataset(torch.utils.data.IterableDataset):
 
 def collate_stream(rows: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Stack rows of `StreamingPackedDataset`: per-token columns ``(B, L)``; per-sequence ones
-    padded to the batch's most sequences, ``(B, D)`` (``example_ids`` with -1, the others with -100)."""
+    padded to the batch's most sequences, ``(B, D)`` (``example_ids`` with -1, the others with -100).
+
+    Args:
+        rows: the rows, each a dict of tensors.
+
+    Returns:
+        The batch, by column: `(B, L)` per-token, `(B, D)` per-sequence.
+    """
     out: dict[str, torch.Tensor] = {}
     for k in rows[0]:
         vals = [r[k] for r in rows]

@@ -49,7 +49,21 @@ _TOKEN_COLUMNS = ("segment_ids", "position_ids")
 
 @dataclass(frozen=True, kw_only=True)
 class StreamConfig:
-    """How a stream is packed; what a saved state must agree with (`fingerprint`)."""
+    """How a stream is packed; what a saved state must agree with (`fingerprint`).
+
+    Attributes:
+        max_len: the row length.
+        buffer_size: the sequences buffered before a plan is made.
+        task: the task's name.
+        seed: the seed of each buffer's assignment.
+        rank: this rank, in `0..world_size - 1`.
+        world_size: the ranks reading the stream.
+        algorithm: the planner of each buffer.
+        carry: the fraction of a buffer, at most, kept back for the next plan, in `[0, 1)`.
+        chunk: examples turned into sequences at a time.
+        position_offset: the first position id of each sequence.
+        options: the task's options, by name.
+    """
 
     max_len: int
     buffer_size: int = 10_000
@@ -77,11 +91,21 @@ class StreamConfig:
         self.pack_config()  # the task and its options, checked now
 
     def pack_config(self) -> PackConfig:
+        """The `PackConfig` of the task and its options (checked).
+
+        Returns:
+            The `PackConfig`.
+        """
         return PackConfig.for_task(
             self.task, max_len=self.max_len, seed=self.seed, position_offset=self.position_offset, **dict(self.options)
         )
 
     def fingerprint(self) -> dict[str, Any]:
+        """What a saved state must agree with: the fields, the options sorted.
+
+        Returns:
+            The fields, JSON-ready.
+        """
         d = dataclasses.asdict(self)
         d["options"] = dict(sorted(dict(self.options).items()))
         return d
@@ -205,7 +229,18 @@ class PackedStream:
     it is), or the records the task reads (``text`` strings or records for ``clm`` with a
     tokenizer; ``messages`` for ``chat``; ...), or a `seqpack.pipeline.Mixture` of sources.
     ``shard``/``shards``: this reader's place among all of them (``rank * num_workers + worker`` of
-    ``world_size * num_workers``)."""
+    ``world_size * num_workers``).
+
+    Args:
+        examples: the stream (see above).
+        config: how it is packed.
+        tokenizer: the tokenizer of a task that reads text (`None`: the examples are token ids).
+        shard: this reader's index (`None`: `config.rank`).
+        shards: the readers (`None`: `config.world_size`).
+
+    Raises:
+        UserError: a shard outside `0..shards - 1`.
+    """
 
     def __init__(
         self,
@@ -248,7 +283,11 @@ class PackedStream:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the stream is (JSON-able; see the module): after the rows yielded so far."""
+        """Where the stream is (JSON-able; see the module): after the rows yielded so far.
+
+        Returns:
+            The state, JSON-ready.
+        """
         s = self._state
         return {
             "kind": STATE_KIND,
@@ -264,7 +303,14 @@ class PackedStream:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state`` (made by `state_dict` of a stream with the same configuration
-        and shard); the next iteration yields the rows that followed it."""
+        and shard); the next iteration yields the rows that followed it.
+
+        Args:
+            state: a state `state_dict` returned.
+
+        Raises:
+            UserError: a state of another configuration, input or shard.
+        """
         if not isinstance(state, Mapping) or state.get("kind") != STATE_KIND:
             raise UserError("not a seqpack stream state (save one with state_dict())")
         if state.get("format_version") != STATE_VERSION:

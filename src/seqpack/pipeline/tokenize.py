@@ -90,6 +90,22 @@ def build_sharded_store(
 
     ``engine`` (default: this process) runs one stage per shard; a shard's documents are
     held in memory only while it is being encoded (``2 x`` the engine's window at most).
+
+    Args:
+        documents: the texts, one per document.
+        tokenizer: the tokenizer.
+        out: the store's directory.
+        shard_chars: characters per shard.
+        workers: encoding threads per shard (`None`: the cores this process may use).
+        engine: where the shards' stages run (`None`: this process).
+        overwrite: replace a store already at `out`.
+        source: what the documents came from, recorded in the store.
+
+    Returns:
+        The `ShardedTokenStore`.
+
+    Raises:
+        FileExistsError: a store already at `out` without `overwrite`.
     """
     if shard_chars < 1:
         raise UserError(f"shard_chars must be >= 1, got {shard_chars}")

@@ -13,8 +13,7 @@ gradients are needed, so the ``(N, V)`` logits are never held whole.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +39,11 @@ def rollout_tensors(packed: PackedRollouts, device: torch.device | str | None = 
 
 
 def _chunk(
-    head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool
+    head: Callable[[torch.Tensor], torch.Tensor],
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     logits = head(hidden).float() / temperature  # (n, V)
     logp = F.log_softmax(logits, dim=-1)
@@ -50,10 +53,23 @@ def _chunk(
 
 
 def rollout_logprobs(
-    model: Any, packed: PackedRollouts, *, temperature: float = 1.0, entropies: bool = False
+    model: torch.nn.Module, packed: PackedRollouts, *, temperature: float = 1.0, entropies: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Each completion token's log-probability under ``model`` (and the entropy of the distribution
-    that predicts it), in rollout order.  # (N,), (N,) or None"""
+    that predicts it), in rollout order.  # (N,), (N,) or None
+
+    Args:
+        model: a transformers causal LM or seqpack's `GPT`.
+        packed: the packed rollouts.
+        temperature: the logits are divided by it, > 0.
+        entropies: also return each distribution's entropy (detached).
+
+    Returns:
+        `(logps, entropies)`: float32 `(N,)`, and `(N,)` or `None`.
+
+    Raises:
+        UserError: a temperature <= 0, or an id past the model's vocabulary.
+    """
     if not temperature > 0:
         raise UserError(f"temperature must be > 0, got {temperature}")
     device = next(model.parameters()).device
@@ -77,7 +93,15 @@ def rollout_logprobs(
 
 
 def split_completions(values: torch.Tensor, packed: PackedRollouts) -> list[list[torch.Tensor]]:
-    """``(N,)`` values in rollout order -> per prompt, per completion, a 1-D tensor."""
+    """``(N,)`` values in rollout order -> per prompt, per completion, a 1-D tensor.
+
+    Args:
+        values: one value per completion token, in rollout order `(N,)`.
+        packed: the packed rollouts.
+
+    Returns:
+        Per prompt, per completion, `(completion length,)`.
+    """
     flat = list(torch.split(values, packed.completion_lengths.tolist()))
     g = packed.group_offsets
     return [flat[g[i] : g[i + 1]] for i in range(len(g) - 1)]
@@ -86,7 +110,17 @@ def split_completions(values: torch.Tensor, packed: PackedRollouts) -> list[list
 def to_padded(
     values: torch.Tensor, packed: PackedRollouts, *, width: int | None = None, fill: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(N,)`` values in rollout order -> TRL's right-padded ``(C, width)`` form and its mask."""
+    """``(N,)`` values in rollout order -> TRL's right-padded ``(C, width)`` form and its mask.
+
+    Args:
+        values: one value per completion token, in rollout order `(N,)`.
+        packed: the packed rollouts.
+        width: the padded width (`None`: the longest completion).
+        fill: the value of padding.
+
+    Returns:
+        `(padded, mask)`: `(C, width)` each, the mask bool.
+    """
     completion, column = (torch.from_numpy(x).to(values.device) for x in packed.padded_index())
     width = int(packed.completion_lengths.max()) if width is None else width
     out = values.new_full((packed.completion_lengths.size, width), fill)
@@ -98,7 +132,7 @@ def to_padded(
 
 
 def packed_logprobs(
-    model: Any,
+    model: torch.nn.Module,
     prompt_ids: Sequence[Sequence[int]],
     completion_ids: Sequence[Sequence[Sequence[int]]],
     *,
@@ -109,7 +143,22 @@ def packed_logprobs(
     """Per prompt, per completion, a 1-D float32 tensor of its tokens' log-probabilities under
     ``model`` (a transformers causal LM or seqpack's GPT), carrying gradients to it; the rollouts
     packed into rows of at most ``max_len`` tokens (`seqpack.rl.pack_rollouts`, ``layout``
-    ``shared-prefix`` or ``pairs``), the model run once over them."""
+    ``shared-prefix`` or ``pairs``), the model run once over them.
+
+    Args:
+        model: a transformers causal LM or seqpack's `GPT`.
+        prompt_ids: each prompt's token ids.
+        completion_ids: per prompt, its completions' token ids.
+        max_len: the row length.
+        layout: `shared-prefix` or `pairs`.
+        temperature: the logits are divided by it, > 0.
+
+    Returns:
+        Per prompt, per completion, float32 `(completion length,)`.
+
+    Raises:
+        UserError: a temperature <= 0, an id past the model's vocabulary, or rollouts that do not fit.
+    """
     packed = pack_rollouts(prompt_ids, completion_ids, max_len=max_len, layout=layout)
     logps, _ = rollout_logprobs(model, packed, temperature=temperature)
     return split_completions(logps, packed)

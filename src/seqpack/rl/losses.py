@@ -31,7 +31,20 @@ LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
 
 @dataclass(frozen=True, kw_only=True)
 class GRPOLoss:
-    """The options of `grpo_loss`, named and defaulted as in ``trl.GRPOConfig`` (TRL 1.16)."""
+    """The options of `grpo_loss`, named and defaulted as in ``trl.GRPOConfig`` (TRL 1.16).
+
+    Attributes:
+        loss_type: one of `LOSS_TYPES` (`grpo`, `bnpo`, `dr_grpo`, `dapo`, `cispo`, `sapo`, `luspo`), as TRL names them.
+        beta: the KL penalty's weight (0: no reference model).
+        epsilon: the lower clip of the importance ratio.
+        epsilon_high: its upper clip (`None`: `epsilon`).
+        delta: a cap on the ratio before it is clipped (`None`: none).
+        importance_sampling_level: `token` or `sequence`.
+        max_completion_length: the normaliser of `dr_grpo`.
+        sapo_temperature_pos: SAPO's temperature for positive advantages.
+        sapo_temperature_neg: SAPO's temperature for negative advantages.
+        use_bias_correction_kl: weight the KL term by the importance ratio.
+    """
 
     loss_type: str = "dapo"
     beta: float = 0.0
@@ -72,6 +85,21 @@ def grpo_loss(
     ``logps``, ``mask``, ``old_logps``, ``ref_logps``: ``(B, T)`` (``old_logps`` None: on-policy,
     ``logps`` detached); ``advantages``: ``(B,)`` or ``(B, T)``; ``num_items_in_batch``: for ``dapo``
     and ``cispo``, the completion tokens of the whole generation batch (TRL's input of that name).
+
+    Args:
+        logps: the completion tokens' log-probabilities `(B, T)`, with gradients.
+        mask: which of them count `(B, T)`.
+        advantages: the advantages `(B,)` or `(B, T)`.
+        options: the loss's options.
+        old_logps: the log-probabilities at generation `(B, T)` (`None`: on-policy).
+        ref_logps: the reference model's `(B, T)`, with `options.beta` > 0.
+        num_items_in_batch: the completion tokens of the whole generation batch (`dapo`, `cispo`).
+        accumulation: micro-batches per optimizer step.
+        num_processes: data-parallel ranks.
+        steps_per_generation: optimizer steps per generation batch.
+
+    Returns:
+        The loss, a scalar tensor.
     """
     o = options
     _check_shapes(logps, mask, advantages, old_logps, ref_logps)

@@ -78,7 +78,14 @@ class PackedRollouts:
 
     def row_costs(self, cost: RowCost | None = None) -> np.ndarray:
         """Each row's cost (`seqpack.packing.balance.RowCost`; default its FLOP model at the
-        default hidden size).  # (R,)"""
+        default hidden size).  # (R,)
+
+        Args:
+            cost: the cost model (`None`: its FLOP model at the default hidden size).
+
+        Returns:
+            Each row's cost, float `(R,)`.
+        """
         cost = cost or RowCost.from_flops(hidden=DEFAULT_HIDDEN, layers=1)
         tokens = (self.segment_ids > 0).sum(axis=1)
         units = self.segment_ids.max(axis=1)
@@ -92,6 +99,17 @@ class PackedRollouts:
             >>> r = pack_rollouts([[1]] * 4, [[[2] * n] for n in (1, 5, 2, 6)], max_len=8, world_size=2)
             >>> r.rank_rows(2).shape
             (2, 2)
+
+        Args:
+            world: the data-parallel ranks.
+            cost: the cost model (`None`: its FLOP model).
+            seed: the seed of the order of micro-batches.
+
+        Returns:
+            Row indices, int `(micro_batches, world)`.
+
+        Raises:
+            UserError: rows not a multiple of `world`.
         """
         if self.num_rows % world:
             raise UserError(
@@ -101,7 +119,11 @@ class PackedRollouts:
 
     def padded_index(self) -> tuple[np.ndarray, np.ndarray]:
         """Where each completion token goes in TRL's right-padded ``(C, max completion length)``
-        layout: ``(completion, column)``, each ``(N,)``."""
+        layout: ``(completion, column)``, each ``(N,)``.
+
+        Returns:
+            `(completion, column)`, each int `(N,)`.
+        """
         lengths = self.completion_lengths
         completion = np.repeat(np.arange(lengths.size), lengths)
         return completion, np.arange(completion.size) - self.offsets[completion]
@@ -265,7 +287,24 @@ def pack_rollouts(
     ``max_len`` tokens (see the module): the fewest rows the ``algorithm`` finds; with
     ``world_size`` > 1, a multiple of that many rows of even ``cost`` (each unit's, by
     `RowCost`, default its FLOP model), so that every data-parallel
-    rank gets as many rows and each micro-batch's ranks the same work (`PackedRollouts.rank_rows`)."""
+    rank gets as many rows and each micro-batch's ranks the same work (`PackedRollouts.rank_rows`).
+
+    Args:
+        prompt_ids: each prompt's token ids.
+        completion_ids: per prompt, its completions' token ids.
+        max_len: the row length.
+        layout: `shared-prefix` (the prompt once, each completion after it) or `pairs`.
+        algorithm: the planner (`seqpack.packing.ALGORITHMS`).
+        seed: the assignment's seed.
+        world_size: data-parallel ranks: rows come in a multiple of it, balanced by cost.
+        cost: the cost model (`None`: its FLOP model).
+
+    Returns:
+        The `PackedRollouts`.
+
+    Raises:
+        UserError: a bad option, an empty prompt or completion, or one that does not fit `max_len`.
+    """
     prompts, groups = _check(prompt_ids, completion_ids, max_len, layout)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise UserError(f"world_size must be an int >= 1, got {world_size!r}")

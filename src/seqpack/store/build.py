@@ -31,6 +31,22 @@ def build_store(
     characters at a time), and each batch's ids go straight to disk, so memory stays
     bounded whatever the corpus size.
     ``meta.json`` records the input bytes and the encode time (``mb_per_s``).
+
+    Args:
+        documents: the texts, one per document.
+        tokenizer: a `Tokenizer` or `HFTokenizer`.
+        out: the store's directory.
+        workers: encoding threads (`None`: the cores this process may use).
+        overwrite: replace a store already at `out` (otherwise refused).
+        source: what the documents came from, recorded in `meta.json`.
+        batch_chars: the characters encoded per batch.
+        extra: more fields for `meta.json`.
+
+    Returns:
+        The store, open.
+
+    Raises:
+        FileExistsError: a store already at `out` without `overwrite`, or a folder seqpack did not make.
     """
     from seqpack.tokenizer.fast import encode_batches
 

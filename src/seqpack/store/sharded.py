@@ -78,6 +78,12 @@ class ShardedTokenStore(StoreMeta):
 
     Documents are numbered across shards (shard 0's first); ``store[i]``, ``len(store)`` and
     ``store.lengths()`` work as on one store.
+
+    Args:
+        path: the store's directory (holding `shards.json`).
+
+    Raises:
+        UserError: a missing, malformed or damaged store.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -117,7 +123,11 @@ class ShardedTokenStore(StoreMeta):
         return self.shards[k][i - int(self.document_bases[k])]
 
     def lengths(self) -> np.ndarray:
-        """Tokens per document, across shards.  # (num_documents,) int64"""
+        """Tokens per document, across shards.  # (num_documents,) int64
+
+        Returns:
+            The lengths, int64 `(num_documents,)`.
+        """
         return np.concatenate([s.lengths() for s in self.shards]) if self.shards else np.zeros(0, np.int64)
 
     def __repr__(self) -> str:
@@ -128,7 +138,17 @@ class ShardedTokenStore(StoreMeta):
 
 
 def open_store(path: str | os.PathLike[str] | TokenStore | ShardedTokenStore) -> TokenStore | ShardedTokenStore:
-    """The store at ``path``, one or sharded."""
+    """The store at ``path``, one or sharded.
+
+    Args:
+        path: a store's directory, or a store already open (returned as it is).
+
+    Returns:
+        A `TokenStore`, or a `ShardedTokenStore` where `path` holds shards.
+
+    Raises:
+        UserError: no store at `path`, or a damaged one.
+    """
     if isinstance(path, (TokenStore, ShardedTokenStore)):
         return path
     p = Path(path)

@@ -35,7 +35,17 @@ _FLUSH_OFFSETS = 1 << 16
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
-    """The smallest unsigned dtype that holds ids ``0 .. vocab_size - 1``."""
+    """The smallest unsigned dtype that holds ids ``0 .. vocab_size - 1``.
+
+    Args:
+        vocab_size: the tokenizer's vocabulary size, >= 1.
+
+    Returns:
+        `uint16` or `uint32`.
+
+    Raises:
+        UserError: a `vocab_size` below 1.
+    """
     if vocab_size < 1:
         raise UserError(f"vocab_size must be >= 1, got {vocab_size}")
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
@@ -46,6 +56,13 @@ class StoreWriter:
 
     Use as a context manager: the directory appears, complete, only when the block
     ends without an error (temp dir, then rename; ``meta.json`` written last).
+
+    Args:
+        path: the store's directory, made when the block ends.
+        vocab_size: the tokenizer's vocabulary: the ids' bound and the dtype (`token_dtype`).
+        tokenizer_hash: the tokenizer's fingerprint, recorded in `meta.json`.
+        overwrite: replace a store already at `path` (otherwise refused).
+        extra: more fields for `meta.json`.
     """
 
     def __init__(
@@ -87,7 +104,14 @@ class StoreWriter:
         return self
 
     def add(self, ids: np.ndarray | list[int]) -> None:
-        """Append one document's token ids (an empty one is counted, not stored)."""
+        """Append one document's token ids (an empty one is counted, not stored).
+
+        Args:
+            ids: the document's token ids, 1-D integers `(T,)`.
+
+        Raises:
+            UserError: an id outside `0..vocab_size - 1`.
+        """
         if self._stack is None:
             raise RuntimeError("use StoreWriter as a context manager: with StoreWriter(...) as w")
         arr = np.asarray(ids)
@@ -110,6 +134,13 @@ class StoreWriter:
         """Append many documents at once: document ``i`` is ``ids[offsets[i]:offsets[i + 1]]``.
 
         Same result as `add` per document, with one write per batch.
+
+        Args:
+            ids: the documents' ids, concatenated, 1-D integers `(total,)`.
+            offsets: where each document starts, int `(documents + 1,)`, rising from 0 to `len(ids)`.
+
+        Raises:
+            UserError: offsets that do not rise from 0 to `len(ids)`, or an id outside the vocabulary.
         """
         if self._stack is None:
             raise RuntimeError("use StoreWriter as a context manager: with StoreWriter(...) as w")
@@ -139,6 +170,11 @@ class StoreWriter:
         self._pending.clear()
 
     def meta(self) -> dict[str, Any]:
+        """What ``meta.json`` will say: sizes, dtype, the tokenizer's fingerprint and the ``extra`` fields.
+
+        Returns:
+            The JSON-ready dict.
+        """
         return {
             "kind": KIND,
             "format_version": FORMAT_VERSION,
@@ -201,7 +237,13 @@ class TokenStore(StoreMeta):
 
     ``store[i]`` is document ``i`` (a read-only array view), ``len(store)`` the number
     of documents, ``store.lengths()`` all lengths at once. Corrupt or truncated files
-    raise ``ValueError`` naming the file.
+    are refused, the error naming the file.
+
+    Args:
+        path: the store's directory.
+
+    Raises:
+        UserError: a missing, truncated or corrupt file.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -219,8 +261,14 @@ class TokenStore(StoreMeta):
 
     def verify(self) -> bool:
         """Read ``tokens.bin`` and ``offsets.idx`` against the checksums ``meta.json`` recorded when
-        they were written; raise ``ValueError`` naming a file that changed since. False for a store
-        written before checksums (nothing to check against)."""
+        they were written, and name a file that changed since.
+
+        Returns:
+            True when every checksum matches, False when the store recorded none.
+
+        Raises:
+            UserError: a file whose checksum differs.
+        """
         from seqpack._stages import file_checksum
 
         sums = self.meta.get("checksums")
@@ -242,7 +290,11 @@ class TokenStore(StoreMeta):
         return self.tokens[self.offsets[i] : self.offsets[i + 1]]
 
     def lengths(self) -> np.ndarray:
-        """Tokens per document.  # (num_documents,) int64"""
+        """Tokens per document.  # (num_documents,) int64
+
+        Returns:
+            The lengths, int64 `(num_documents,)`.
+        """
         return np.diff(self.offsets)
 
     def __repr__(self) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from seqpack.data.sequences import IGNORE_INDEX
 from seqpack.tasks.spec import Totals, Training

@@ -23,7 +23,7 @@ from seqpack.tokenizer.byte_unicode import (
     strs_to_bytes,
 )
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~2 ms of a command's start-up)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a cost in every start-up)
 if TYPE_CHECKING:
     from seqpack.tokenizer.tokenizer import Tokenizer
 
@@ -102,7 +102,7 @@ def read_merges(path: str | os.PathLike[str]) -> list[tuple[bytes, bytes]]:
 
 def _json_lines(obj: dict[str, int]) -> str:
     """``json.dumps(obj, ensure_ascii=False, indent=0)`` (one entry a line: GPT-2's ``vocab.json``), through
-    json's C encoder, which an ``indent`` turns off (3 ms of a 10K vocab's save).
+    json's C encoder, which an ``indent`` turns off.
 
     >>> _json_lines({"a": 0, '"': 1})
     '{\\n"a": 0,\\n"\\\\"": 1\\n}'
@@ -114,8 +114,8 @@ def _json_lines(obj: dict[str, int]) -> str:
 
 def tokenizer_file_texts(tok: Tokenizer) -> dict[str, bytes]:
     """``vocab.json``, ``merges.txt`` and ``tokenizer.json`` as UTF-8 bytes, from the compiled writer
-    (``CoreBPE.tokenizer_texts``: a 10K tokenizer's in ~2.4 ms, against ~15 ms for `_file_texts_oracle`,
-    which makes the same bytes and is tested against it). A vocabulary that a file cannot hold (two ids
+    (``CoreBPE.tokenizer_texts``; `_file_texts_oracle`, slower,
+    makes the same bytes and is tested against it). A vocabulary that a file cannot hold (two ids
     with one token; a special token whose text is another token's GPT-2 string, in ``tokenizer.json``)
     goes to the oracle, which says what is wrong."""
     from seqpack.tokenizer.core import CoreBPE

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from seqpack.errors import UserError
 
-if TYPE_CHECKING:  # numpy is imported where arrays are made: `seqpack encode` needs none (~45 ms)
+if TYPE_CHECKING:  # numpy is imported where arrays are made: `seqpack encode` needs none
     import numpy as np
 
     from seqpack.tokenizer.tokenizer import Tokenizer
@@ -66,7 +66,14 @@ def without_truncation_or_padding(hf: Any) -> Any:
 
 
 class HFTokenizer:
-    """A ``tokenizers.Tokenizer`` plus the special tokens and chat template of its directory."""
+    """A ``tokenizers.Tokenizer`` plus the special tokens and chat template of its directory.
+
+    Args:
+        hf: a `tokenizers.Tokenizer` (truncation and padding are turned off in a copy).
+        config: the directory's `tokenizer_config.json` (special tokens, chat template).
+        chat_template: a Jinja chat template (`None`: the config's).
+        name: where it came from, for messages.
+    """
 
     def __init__(
         self, hf: Any, config: dict[str, Any] | None = None, *, chat_template: str | None = None, name: str = ""
@@ -87,7 +94,17 @@ class HFTokenizer:
     @classmethod
     def from_dir(cls, directory: str | os.PathLike[str]) -> HFTokenizer:
         """Load ``tokenizer.json`` (+ ``tokenizer_config.json``, ``special_tokens_map.json``,
-        ``chat_template.jinja`` when present) from ``directory``."""
+        ``chat_template.jinja`` when present) from ``directory``.
+
+        Args:
+            directory: a Hugging Face tokenizer directory.
+
+        Returns:
+            The `HFTokenizer`.
+
+        Raises:
+            UserError: no `tokenizer.json`, or a malformed file.
+        """
         from tokenizers import Tokenizer as RustTokenizer
 
         d = Path(directory)
@@ -112,15 +129,37 @@ class HFTokenizer:
 
     # ------------------------------------------------------------------ encode / decode
     def encode(self, text: str) -> list[int]:
-        """Ids of ``text`` (special tokens written in it are matched; nothing is added)."""
+        """Ids of ``text`` (special tokens written in it are matched; nothing is added).
+
+        Args:
+            text: the text.
+
+        Returns:
+            Its ids.
+        """
         return list(self.hf.encode(text, add_special_tokens=False).ids)
 
     def encode_batch(self, texts: Iterable[str], **_: Any) -> list[list[int]]:
-        """``[encode(t) for t in texts]``, on the ``tokenizers`` thread pool."""
+        """``[encode(t) for t in texts]``, on the ``tokenizers`` thread pool.
+
+        Args:
+            texts: the texts.
+            **_: ignored (the signature of `Tokenizer.encode_batch`).
+
+        Returns:
+            Each text's ids, in order.
+        """
         return [e.ids for e in self.hf.encode_batch_fast(list(texts), add_special_tokens=False)]
 
     def encode_with_offsets(self, texts: Iterable[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per text: ids ``(n,)`` and the character span of each token ``(n, 2)`` (start, end)."""
+        """Per text: ids ``(n,)`` and the character span of each token ``(n, 2)`` (start, end).
+
+        Args:
+            texts: the texts.
+
+        Returns:
+            Per text, `(ids, spans)`: `(n,)` and int `(n, 2)`.
+        """
         import numpy as np
 
         out = []
@@ -132,7 +171,15 @@ class HFTokenizer:
 
     def encode_batch_flat(self, texts: Iterable[str], *, workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """`encode_batch` as flat ``uint32`` ids and ``int64`` offsets (the token store's layout):
-        text ``i``'s ids are ``ids[offsets[i]:offsets[i + 1]]`` (``workers``: the ``tokenizers`` pool's)."""
+        text ``i``'s ids are ``ids[offsets[i]:offsets[i + 1]]`` (``workers``: the ``tokenizers`` pool's).
+
+        Args:
+            texts: the texts.
+            workers: unused: the `tokenizers` pool sizes itself.
+
+        Returns:
+            `(ids, offsets)`: uint32 `(total,)` and int64 `(len(texts) + 1,)`.
+        """
         import numpy as np
 
         encs = self.encode_batch(texts)
@@ -143,10 +190,28 @@ class HFTokenizer:
         return flat, offsets
 
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
-        """Ids of the concatenated text (read whole: a cut could change a pretrained tokenizer's ids)."""
+        """Ids of the concatenated text (read whole: a cut could change a pretrained tokenizer's ids).
+
+        Args:
+            iterable: the pieces of one text, in order.
+
+        Yields:
+            The ids of their concatenation.
+        """
         yield from self.encode("".join(iterable))
 
     def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids``, special tokens included.
+
+        Args:
+            ids: token ids, ints.
+
+        Returns:
+            The text.
+
+        Raises:
+            UserError: an id outside the vocabulary.
+        """
         ids = list(ids)
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
@@ -160,12 +225,24 @@ class HFTokenizer:
         return int(self.hf.get_vocab_size(with_added_tokens=True))
 
     def token_to_id(self, token: bytes | str) -> int | None:
+        """The id of one token, given as its text (or its UTF-8 bytes).
+
+        Args:
+            token: the token's text, or its bytes.
+
+        Returns:
+            Its id, or `None` where the vocabulary has no such token.
+        """
         t = token.decode("utf-8") if isinstance(token, bytes) else token
         i = self.hf.token_to_id(t)
         return None if i is None else int(i)
 
     def fingerprint(self) -> str:
-        """sha256 over the tokenizer pipeline and the special tokens: names this exact tokenizer (computed once)."""
+        """sha256 over the tokenizer pipeline and the special tokens: names this exact tokenizer (computed once).
+
+        Returns:
+            The hex digest.
+        """
         return self._fingerprint
 
     @cached_property
@@ -207,7 +284,18 @@ class HFTokenizer:
 
 def open_tokenizer(directory: str | os.PathLike[str]) -> Tokenizer | HFTokenizer:
     """seqpack's own tokenizer (``meta.json`` + ``vocab.json`` + ``merges.txt``), else a Hugging Face
-    tokenizer directory (``tokenizer.json``)."""
+    tokenizer directory (``tokenizer.json``).
+
+    Args:
+        directory: a tokenizer directory.
+
+    Returns:
+        A `Tokenizer` or an `HFTokenizer`.
+
+    Raises:
+        FileNotFoundError: no such directory.
+        UserError: a directory that holds neither kind.
+    """
     from seqpack.tokenizer.tokenizer import Tokenizer
 
     d = Path(directory)

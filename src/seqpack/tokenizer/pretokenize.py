@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a cost in every start-up)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -38,7 +38,7 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 
 @functools.cache
 def _word_re() -> Any:
-    """The GPT-2 pattern compiled by the ``regex`` module (imported on first use: ~20 ms that the
+    """The GPT-2 pattern compiled by the ``regex`` module (imported on first use: an import the
     compiled paths never need)."""
     import regex
 

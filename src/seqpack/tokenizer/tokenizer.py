@@ -31,12 +31,14 @@ from seqpack._resources import collector_paused
 from seqpack.errors import UserError
 from seqpack.tokenizer.pretokenize import doc_chunks, special_pattern, split_words
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~2 ms of a command's start-up)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a cost in every start-up)
 if TYPE_CHECKING:
     import os
+    import re
     from typing import Any
 
     import numpy as np
+    import tokenizers
 
     from seqpack.tokenizer.core import CoreBPE
 
@@ -77,7 +79,7 @@ def _safe_cut(text: str, start: int) -> int:
     return -1
 
 
-def _straddles_special(text: str, cut: int, specials_re: Any, longest: int) -> bool:
+def _straddles_special(text: str, cut: int, specials_re: re.Pattern[str] | None, longest: int) -> bool:
     """Whether ``cut`` falls inside a special token (``specials_re`` matches them; ``longest``
     characters the longest)."""
     if specials_re is None:
@@ -87,7 +89,7 @@ def _straddles_special(text: str, cut: int, specials_re: Any, longest: int) -> b
     return any(m.start() < cut - lo < m.end() for m in specials_re.finditer(window))
 
 
-def _pieces(text: str, size: int, specials_re: Any, longest: int) -> Iterator[str]:
+def _pieces(text: str, size: int, specials_re: re.Pattern[str] | None, longest: int) -> Iterator[str]:
     """``text`` cut where the ids cannot change (`_safe_cut`, never inside a special token)
     into pieces of ``size / 2 .. size`` characters; the rest whole where no such cut is found.
 
@@ -105,7 +107,9 @@ def _pieces(text: str, size: int, specials_re: Any, longest: int) -> Iterator[st
     yield text[pos:]
 
 
-def _encode_pieces(encode: Callable[[str], list[int]], specials_re: Any, longest: int, text: str) -> list[int]:
+def _encode_pieces(
+    encode: Callable[[str], list[int]], specials_re: re.Pattern[str] | None, longest: int, text: str
+) -> list[int]:
     """``encode(text)`` a piece of about ``_PIECE_CHARS`` at a time (bounded working memory)."""
     out: list[int] = []
     for piece in _pieces(text, _PIECE_CHARS, specials_re, longest):
@@ -133,6 +137,11 @@ class Tokenizer:
     """Byte-level BPE tokenizer from ``vocab`` (id -> bytes) and ordered ``merges``.
 
     Special tokens not yet in ``vocab`` are appended to it with new ids.
+
+    Args:
+        vocab: id -> the token's bytes.
+        merges: the merges, in priority order.
+        special_tokens: tokens matched whole in a text, never split.
     """
 
     #: seqpack's own tokenizers carry no chat template (the chat task uses its default, ChatML)
@@ -195,7 +204,7 @@ class Tokenizer:
         self._specials_re = special_pattern(self.special_tokens)
         self._longest_special = max((len(t) for t in self.special_tokens), default=0)
         self._cache: dict[str, list[int]] = {}
-        self._hf: Any = None
+        self._hf: tokenizers.Tokenizer | None = None
         self._native: CoreBPE | None = None
         self._fingerprint: str | None = None  # of immutable vocab and merges: computed once, on first use
 
@@ -308,7 +317,14 @@ class Tokenizer:
         return _pieces(text, size, self._specials_re, self._longest_special)
 
     def encode_oracle(self, text: str) -> list[int]:
-        """`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the oracle."""
+        """`encode` in plain Python (the ``regex`` pre-tokenizer, a dict cache): the oracle.
+
+        Args:
+            text: the text.
+
+        Returns:
+            Its ids, equal to `encode(text)`.
+        """
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}")
         out: list[int] = []
@@ -330,6 +346,12 @@ class Tokenizer:
         ``"a b"``), so the ids are exactly ``encode("".join(iterable))``. Only input with
         neither (no newline between printable characters, no space between letters) is
         buffered whole.
+
+        Args:
+            iterable: the pieces of one text, in order.
+
+        Yields:
+            The ids of their concatenation.
         """
         buf = ""
         for piece in iterable:
@@ -350,7 +372,14 @@ class Tokenizer:
     # ------------------------------------------------------------------ decode
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids``; byte sequences that are not valid UTF-8 become U+FFFD. Ids are integers
-        (`seqpack._ids.token_ids`: a float, a text or a nested list is refused, not cast)."""
+        (`seqpack._ids.token_ids`: a float, a text or a nested list is refused, not cast).
+
+        Args:
+            ids: token ids, ints.
+
+        Returns:
+            The text.
+        """
         from seqpack._ids import token_ids  # numpy: `seqpack encode` starts without it
 
         vocab = self.vocab
@@ -362,8 +391,12 @@ class Tokenizer:
         return data.decode("utf-8", errors="replace")
 
     # --------------------------------------------------------------- fast path
-    def to_hf(self) -> Any:
-        """An equivalent ``tokenizers.Tokenizer`` (same ids, same merges)."""
+    def to_hf(self) -> tokenizers.Tokenizer:
+        """An equivalent ``tokenizers.Tokenizer`` (same ids, same merges).
+
+        Returns:
+            The `tokenizers.Tokenizer`.
+        """
         if self._hf is None:
             from seqpack.tokenizer.hf_export import build_hf_tokenizer
 
@@ -380,6 +413,14 @@ class Tokenizer:
         ``backend="python"``: `encode_oracle`, one text after another.
         ``backend="hf"``: the equivalent Hugging Face tokenizer (Rust, threads; tested
         identical).
+
+        Args:
+            texts: the texts.
+            backend: `native`, `python` or `hf`.
+            workers: threads of the native backend (`None`: the cores this process may use).
+
+        Returns:
+            Each text's ids, in order.
         """
         if isinstance(texts, (str, bytes)):  # a str is an iterable of characters: never what was meant
             raise TypeError(f"encode_batch takes a list of texts, got one {type(texts).__name__}; use encode(text)")
@@ -409,6 +450,13 @@ class Tokenizer:
         >>> ids, offsets = tok.encode_batch_flat(["ab", "cab", ""])
         >>> ids.tolist(), offsets.tolist()
         ([256, 99, 256], [0, 1, 3, 3])
+
+        Args:
+            texts: the texts.
+            workers: threads (`None`: the cores this process may use).
+
+        Returns:
+            `(ids, offsets)`: uint32 `(total,)` and int64 `(len(texts) + 1,)`.
         """
         if isinstance(texts, (str, bytes)):  # a str is an iterable of characters: never what was meant
             raise TypeError(
@@ -434,6 +482,12 @@ class Tokenizer:
         >>> ids, spans = tok.encode_with_offsets(["abé"])[0]
         >>> ids.tolist(), spans.tolist()
         ([256, 195, 169], [[0, 2], [2, 3], [2, 3]])
+
+        Args:
+            texts: the texts.
+
+        Returns:
+            Per text, `(ids, spans)`: `(n,)` and int `(n, 2)` character spans (start, end).
         """
         import numpy as np  # here: training and saving a tokenizer need no numpy (see counts.py)
 
@@ -455,17 +509,29 @@ class Tokenizer:
         return len(self.vocab)
 
     def token_to_id(self, token: bytes | str) -> int | None:
+        """The id of one token, given as its bytes or its text.
+
+        Args:
+            token: the token's bytes, or its text (encoded as UTF-8).
+
+        Returns:
+            Its id, or `None` where the vocabulary has no such token.
+        """
         b = token.encode("utf-8") if isinstance(token, str) else token
         return self._id_of.get(b)
 
     def fingerprint(self) -> str:
-        """sha256 over vocab, merges and special tokens: names this exact tokenizer (computed once)."""
+        """sha256 over vocab, merges and special tokens: names this exact tokenizer (computed once).
+
+        Returns:
+            The hex digest.
+        """
         if self._fingerprint is None:
             self._fingerprint = self._compute_fingerprint()
         return self._fingerprint
 
     def _compute_fingerprint(self) -> str:
-        # the bytes of _fingerprint_oracle, made by the compiled core (45 ms -> 4 ms for GPT-2's 50K)
+        # the bytes of _fingerprint_oracle, made by the compiled core (faster than the oracle)
         from seqpack.tokenizer.core import CoreBPE
 
         ids = sorted(self.vocab)
@@ -497,7 +563,19 @@ class Tokenizer:
         merges_path: str | os.PathLike[str],
         special_tokens: Sequence[str] | None = None,
     ) -> Tokenizer:
-        """Load GPT-2 format ``vocab.json`` + ``merges.txt``."""
+        """Load GPT-2 format ``vocab.json`` + ``merges.txt``.
+
+        Args:
+            vocab_path: `vocab.json` (GPT-2 strings -> ids).
+            merges_path: `merges.txt`, one merge a line.
+            special_tokens: tokens matched whole.
+
+        Returns:
+            The `Tokenizer`.
+
+        Raises:
+            UserError: a missing or malformed file.
+        """
         from seqpack.tokenizer.files import read_merges, read_vocab
 
         return cls(read_vocab(vocab_path), read_merges(merges_path), special_tokens)
@@ -511,14 +589,34 @@ class Tokenizer:
         chat_template: str | None = None,
     ) -> None:
         """Write vocab.json, merges.txt, tokenizer.json and meta.json (atomically); ``hf``: also the
-        files that make the directory a complete Hugging Face tokenizer (with ``chat_template``)."""
+        files that make the directory a complete Hugging Face tokenizer (with ``chat_template``).
+
+        Args:
+            directory: where to write, made if missing.
+            overwrite: replace a tokenizer already there (otherwise refused).
+            hf: also write what makes the directory a complete Hugging Face tokenizer.
+            chat_template: the Jinja chat template to record (with `hf`).
+
+        Raises:
+            FileExistsError: a tokenizer already in `directory` without `overwrite`.
+        """
         from seqpack.tokenizer.files import save_tokenizer
 
         save_tokenizer(self, directory, overwrite=overwrite, hf=hf, chat_template=chat_template)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Tokenizer:
-        """Load a directory written by `save` (checks the fingerprint in its ``meta.json``)."""
+        """Load a directory written by `save` (checks the fingerprint in its ``meta.json``).
+
+        Args:
+            directory: the tokenizer's directory.
+
+        Returns:
+            The `Tokenizer`, with its chat template where the directory has one.
+
+        Raises:
+            UserError: a missing or malformed file, or files that do not match the fingerprint.
+        """
         from seqpack.tokenizer.files import read_tokenizer_dir
 
         vocab, merges, specials, expected = read_tokenizer_dir(directory)

@@ -37,7 +37,7 @@ from seqpack.errors import UserError
 from seqpack.tokenizer.counts import WordCounts, count_into
 from seqpack.tokenizer.pretokenize import doc_chunks, file_chunks
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~3 ms of a training run's start-up)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a cost in every start-up)
 if TYPE_CHECKING:  # training itself runs without numpy (see counts.py); arrays are made on request
     from typing import Any
 
@@ -58,7 +58,16 @@ MAX_VOCAB = 2**31 - 1
 
 @dataclass(frozen=True, kw_only=True)
 class BPEConfig:
-    """Options of a BPE training run (validated on creation)."""
+    """Options of a BPE training run (validated on creation).
+
+    Attributes:
+        vocab_size: the tokens to reach: 256 bytes, the special tokens, then merges.
+        special_tokens: tokens kept whole, never merged across (each a distinct, non-empty string).
+        workers: parallel workers counting pre-tokens (`None`: the cores this process may use).
+        errors: how bytes that are not UTF-8 are decoded: `strict` (refused) or `replace`.
+        chunk_bytes: bytes of input counted at a time (`None`: chosen from the input's size).
+        progress: show a progress bar.
+    """
 
     vocab_size: int
     special_tokens: tuple[str, ...] = ()
@@ -98,7 +107,20 @@ class BPEConfig:
 
 @dataclass(frozen=True)
 class BPEResult:
-    """What a training run produced, with timings."""
+    """What a training run produced, with timings.
+
+    Attributes:
+        vocab: id -> the token's bytes.
+        merges: the merges, in the order they were made.
+        special_tokens: the special tokens, in `vocab` after the merges' tokens.
+        num_words: distinct pre-tokens counted.
+        num_pretokens: pre-tokens counted, repeats included.
+        input_bytes: bytes read.
+        pretokenize_seconds: time spent counting pre-tokens.
+        merge_seconds: time spent merging.
+        stopped_early: whether no pair was left to merge before `requested_vocab_size`.
+        requested_vocab_size: the `vocab_size` asked for.
+    """
 
     vocab: Vocab
     merges: Merges
@@ -120,9 +142,12 @@ class BPEResult:
 
     def tokenizer(self) -> Tokenizer:
         """The trained tokenizer, ``Tokenizer(vocab, merges, special_tokens)``: built from the ids the
-        trainer made, without copying the merges or looking their tokens up again (4 of a 10K
-        tokenizer's 5 ms), unless a special token is also a byte or a merge's token (its id is then
-        the lower one's: looked up)."""
+        trainer made, without copying the merges or looking their tokens up again, unless a special
+        token is also a byte or a merge's token (its id is then the lower one's: looked up).
+
+        Returns:
+            The `Tokenizer`.
+        """
         from seqpack.tokenizer.tokenizer import Tokenizer
 
         specials = list(self.special_tokens)
@@ -175,7 +200,7 @@ def _spooled(paths: list[str]) -> Iterator[list[str]]:
             if stat.S_ISREG(st.st_mode) and st.st_size > 0:  # /proc files say 0 bytes: read them as a stream
                 out.append(p)
                 continue
-            import shutil  # here: a stream is rare, and these cost ~4 ms of every trainer's start-up
+            import shutil  # here: a stream is rare, and these imports slow every trainer's start-up
             import tempfile
 
             fd, tmp = tempfile.mkstemp(prefix="seqpack-stream-", suffix=".txt")
@@ -288,7 +313,19 @@ def train_bpe_corpus(
     *,
     config: BPEConfig,
 ) -> BPEResult:
-    """Train on text files (each read whole, specials split it) and/or documents."""
+    """Train on text files (each read whole, specials split it) and/or documents.
+
+    Args:
+        files: text files, each read whole and split at its special tokens.
+        documents: more texts, one per document.
+        config: the run's options.
+
+    Returns:
+        The vocabulary, the merges and the run's figures.
+
+    Raises:
+        UserError: a missing or unreadable file.
+    """
     t0 = time.perf_counter()
     counts, size = _count_corpus(files, documents, config=config)
     t1 = time.perf_counter()
@@ -336,6 +373,16 @@ def train_bpe(
     """Train a byte-level BPE on the text file ``input_path`` (the CS336 interface).
 
     Returns ``(vocab, merges)``: ``vocab[id] = bytes``, ``merges`` in creation order.
+
+    Args:
+        input_path: the text file.
+        vocab_size: the tokens to reach (256 bytes + special tokens + merges).
+        special_tokens: tokens kept whole.
+        workers: parallel workers counting pre-tokens (`None`: the cores this process may use).
+        errors: how bytes that are not UTF-8 are decoded: `strict` (refused) or `replace`.
+
+    Returns:
+        `(vocab, merges)`: `vocab[id]` is the token's bytes, `merges` in creation order.
     """
     config = BPEConfig(
         vocab_size=vocab_size,
@@ -356,7 +403,7 @@ def train_bpe_inputs(inputs: Sequence[PathLike], *, config: BPEConfig, text_fiel
     from seqpack.corpus.readers import is_structured, read_documents
 
     if not inputs:
-        from seqpack.corpus import python_docs  # here: the built-in corpus's module costs ~2 ms to import
+        from seqpack.corpus import python_docs  # here: the built-in corpus's module is imported only when used
 
         return train_bpe_corpus(documents=python_docs(), config=config)
     files = [p for p in inputs if not is_structured(p)]

@@ -59,7 +59,7 @@ def data_identity(manifest: dict[str, Any], padded: bool) -> dict[str, Any]:
     keys = ("task", "max_len", "num_packs", "num_sequences", "num_tokens", "tokenizer_hash", "seed", "algorithm")
     out = {**{k: manifest.get(k) for k in keys}, "padded": padded}
     sums = [s.get("checksum") for s in manifest.get("shards", [])]
-    if any(sums):  # datasets written before checksums are known by their shape alone
+    if any(sums):  # a dataset without checksums is known by its shape alone
         out["content"] = zlib.crc32(json.dumps(sums).encode())
     return out
 

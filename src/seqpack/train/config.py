@@ -292,15 +292,35 @@ class TrainConfig:
             )
 
     def preference(self) -> PreferenceLoss:
-        """The preference loss these options describe (used by the preference task)."""
+        """The preference loss these options describe (used by the preference task).
+
+        Returns:
+            The `PreferenceLoss`.
+        """
         return PreferenceLoss(
             kind=self.preference_loss, beta=self.beta, label_smoothing=self.label_smoothing, gamma=self.simpo_gamma
         )
 
     def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with ``changes`` (checked again).
+
+        Args:
+            **changes: fields to set, by name.
+
+        Returns:
+            The new `TrainConfig`.
+
+        Raises:
+            UserError: a value or combination the checks refuse.
+        """
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as a run records it (JSON-ready).
+
+        Returns:
+            The fields, by name.
+        """
         d = dataclasses.asdict(self)
         d["betas"] = list(self.betas)
         return d

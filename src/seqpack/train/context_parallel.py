@@ -13,7 +13,7 @@ micro-batch's rows) and the ``C`` ranks of a group split each of the group's row
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ from seqpack.train.config import TrainConfig
 from seqpack.train.data import Units
 from seqpack.train.distributed import World
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
 
 @dataclass(frozen=True)
 class CPGroups:
@@ -36,7 +39,7 @@ class CPGroups:
     cp_rank: int
     dp_rank: int
     dp_size: int
-    group: Any
+    group: ProcessGroup | None
 
 
 def dp_size(world_size: int, cp: int) -> int:
@@ -150,7 +153,7 @@ class CPTaskModule(torch.nn.Module):
     """seqpack's GPT, or a transformers causal LM with ``seqpack_packed`` attention, on one rank's
     share (`shard_batch`); the output's loss is this rank's part."""
 
-    def __init__(self, model: torch.nn.Module, group: Any, reduction: str) -> None:
+    def __init__(self, model: torch.nn.Module, group: ProcessGroup | None, reduction: str) -> None:
         super().__init__()
         self.model, self.group, self.reduction = model, group, reduction
 

@@ -118,6 +118,17 @@ class PackedDPOTrainer(trl.DPOTrainer):
     def compute_loss(
         self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch: Any = None
     ) -> Any:
+        """The preference loss of one packed batch (`Trainer.compute_loss`), its metrics recorded.
+
+        Args:
+            model: the policy being trained.
+            inputs: the packed batch's tensors.
+            return_outputs: also return the outputs.
+            num_items_in_batch: unused (the loss is a mean over pairs).
+
+        Returns:
+            The loss (with the outputs when `return_outputs`).
+        """
         mode = "train" if self.model is not None and self.model.training else "eval"
         out = preference_forward(model, inputs, self.objective)
         with torch.no_grad():

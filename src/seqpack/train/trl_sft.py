@@ -94,6 +94,17 @@ class PackedSFTTrainer(trl.SFTTrainer):
     def compute_loss(
         self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
     ) -> Any:
+        """The loss of one packed batch, the head applied only at the target positions (`Trainer.compute_loss`).
+
+        Args:
+            model: the model being trained.
+            inputs: the packed batch's tensors.
+            return_outputs: also return the outputs (evaluation: TRL's own path).
+            num_items_in_batch: the target tokens of the whole step (`Trainer`'s).
+
+        Returns:
+            The loss (with the outputs when `return_outputs`).
+        """
         if return_outputs:  # evaluation asking for logits: TRL's own path
             return super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         mode = "train" if self._training() else "eval"
@@ -118,6 +129,12 @@ class PackedSFTTrainer(trl.SFTTrainer):
         return self.model is not None and self.model.training
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """``Trainer.log``, with the token accuracy counted since the last log.
+
+        Args:
+            logs: the figures to log.
+            start_time: when the run started (`Trainer`'s).
+        """
         mode = "train" if self._training() else "eval"
         counts = self._counts.pop(mode, None)
         if counts is not None:

@@ -99,7 +99,17 @@ SHARED_PREFIX: tuple[str, ...] = ("sdpa", "eager", "per_document", "flex")
 
 
 def get_backend(name: str) -> Backend:
-    """The registry entry of ``name``; a ``ValueError`` listing the known names otherwise."""
+    """The registry entry of ``name``; an error listing the known names otherwise.
+
+    Args:
+        name: a key of `REGISTRY`.
+
+    Returns:
+        The `Backend`.
+
+    Raises:
+        UserError: an unknown name.
+    """
     if name not in REGISTRY:
         raise UserError(f"unknown attention backend {name!r}; known: {'|'.join(BACKENDS)}")
     return REGISTRY[name]
@@ -110,6 +120,15 @@ def backends_for(needs: frozenset[str] | set[str]) -> tuple[str, ...]:
 
     >>> backends_for({"softcap"})
     ('eager', 'per_document', 'flex')
+
+    Args:
+        needs: names of `FEATURES` (`window`, `chunk`, `softcap`, `sinks`).
+
+    Returns:
+        The backends' names, in registry order.
+
+    Raises:
+        UserError: an unknown feature.
     """
     unknown = set(needs) - set(FEATURES)
     if unknown:
@@ -125,21 +144,26 @@ def choose_backend(segment_ids: torch.Tensor, *, dtype: torch.dtype, needs: froz
     """The ``auto`` rule (the fastest exact backend measured; docs/benchmarks/gpu.md, docs/concepts/attention.md).
 
     CUDA, half precision: ``flash_varlen`` when flash-attn is installed, else PyTorch's
-    ``varlen`` (the rows as they are, no cross-document blocks; alone at 16 x 2048 causal on an
-    H100 1.83 ms fwd+bwd, against flex 1.95 and a dense mask 3.76). At 512 the dense mask is
-    faster alone (1.79 vs 2.12 ms) but not in training: packed/padded BERT-base 1.943x varlen vs
-    1.890x sdpa, BERT-large 1.920x vs 1.882x on an H200 (1.898x vs 1.863x, 1.889x vs 1.907x on
-    an H100). CUDA in fp32: dense ``sdpa``. Otherwise (CPU) ``per_document`` on rows of at least
-    1024 tokens unless every row is one document filling it (``sum(l_i^2) == B * T^2``), else
-    dense ``sdpa``: a packed row's dense mask sends SDPA to its materialising kernel, while each
-    bucket runs the fused causal one. Measured
-    (GPT small, 4096, one thread, forward + backward): 2 x 2048 documents 4.61 s dense, 2.00 s
-    per-document; 8 x 512 4.46 / 1.44 s; one 4096 document 2.96 / 2.98 s.
+    ``varlen`` (the rows as they are, no cross-document blocks), faster than flex and a dense mask
+    at long rows; at 512 the dense mask is faster alone but not in a training step, where varlen
+    gives the larger speed-up. CUDA in fp32: dense ``sdpa``. Otherwise (CPU) ``per_document`` on
+    rows of at least 1024 tokens unless every row is one document filling it
+    (``sum(l_i^2) == B * T^2``), else dense ``sdpa``: a packed row's dense mask sends SDPA to its
+    materialising kernel, while each bucket runs the fused causal one. The measurements behind
+    the rule are in docs/benchmarks/gpu.md and ``benchmarks/layer_attention.py``.
 
     With ``needs`` (a layer's window, chunk, soft-capping or sinks), the first of these that
     computes them all: on CUDA in half precision the varlen kernels (a window), then ``flex``
     (softcap), ``sdpa``, ``per_document`` (sinks); on CPU the rule above for a window or a chunk, ``per_document``
     for soft-capping or sinks (the oracle attention per bucket; FlexAttention has no CPU backward).
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        dtype: the dtype of q/k/v.
+        needs: the layer features the model asks for (`FEATURES`).
+
+    Returns:
+        The backend's name.
     """
     B, T = segment_ids.shape
     if segment_ids.is_cuda:
@@ -170,6 +194,9 @@ def count_backends() -> Iterator[Counter[str]]:
         ...     _ = plan_attention(torch.tensor([[1, 1, 2, 0]]), causal=True)
         >>> dict(ran)
         {'sdpa': 1}
+
+    Yields:
+        The counter, backend name -> plans made, filled as the block runs.
     """
     counter: Counter[str] = Counter()
     _COUNTERS.append(counter)
@@ -199,7 +226,25 @@ def plan_attention(
     """Masks or indices for ``packed_attention`` (``dtype`` is the dtype of q/k/v; ``branch_ids``:
     see the module docstring). ``needs``: the layer arguments (`FEATURES`) the model's layers
     will ask for; a window or a chunk reads each token's position in its document from
-    ``position_ids`` (B, T) (restarting at each sequence when None)."""
+    ``position_ids`` (B, T) (restarting at each sequence when None).
+
+    Args:
+        segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+        causal: each token sees only the tokens before it.
+        backend: a name of `BACKENDS` (`auto`: `choose_backend`).
+        dtype: the dtype of q/k/v.
+        validate: check `segment_ids` (runs `1..k`, then 0s).
+        branch_ids: each token's branch, 0 for a shared prefix `(B, T)` (`None`: none).
+        needs: the layer features the model's layers will ask for (`FEATURES`).
+        position_ids: each token's position in its document `(B, T)` (`None`: restarting at each sequence).
+
+    Returns:
+        The plan, for every layer of one batch.
+
+    Raises:
+        UserError: an unknown backend or feature, shapes that differ, a backend that cannot run here or
+            cannot take a shared prefix, or malformed `segment_ids`.
+    """
     needs = frozenset(needs)
     if backend != "auto":
         get_backend(backend)
@@ -290,7 +335,22 @@ def packed_attention(
     layer: LayerAttention = PLAIN,
 ) -> torch.Tensor:
     """Attention that never mixes sequences of one row; ``layer``: what this layer computes beyond
-    plain attention, refused in one line when the plan's backend cannot.  # (B, H, T, d) x3 -> (B, H, T, d)"""
+    plain attention, refused in one line when the plan's backend cannot.  # (B, H, T, d) x3 -> (B, H, T, d)
+
+    Args:
+        q: queries `(B, H, T, d)`.
+        k: keys `(B, H, T, d)` (or fewer heads, grouped).
+        v: values `(B, H, T, d)`.
+        plan: the batch's plan (`plan_attention`).
+        scale: the scores' scale (`None`: `d ** -0.5`).
+        layer: what this layer computes beyond plain attention (a window, soft-capping, sinks).
+
+    Returns:
+        The output `(B, H, T, d)`.
+
+    Raises:
+        UserError: shapes that do not match the plan, or a layer feature its backend cannot compute.
+    """
     check_qkv(q, k, v, plan)
     entry = get_backend(plan.backend)
     check_layer(entry, layer, plan)

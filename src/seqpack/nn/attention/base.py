@@ -58,7 +58,11 @@ class LayerAttention:
             raise UserError(f"attention softcap must be > 0, got {self.softcap!r}")
 
     def features(self) -> frozenset[str]:
-        """The names of the fields set."""
+        """The names of the fields set.
+
+        Returns:
+            The set fields' names.
+        """
         return frozenset(f for f in FEATURES if getattr(self, f) is not None)
 
 
@@ -151,6 +155,17 @@ def oracle_attention(
         >>> q, k, v = torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1)
         >>> oracle_attention(q, k, v, None, scale=1.0, layer=LayerAttention(sinks=torch.zeros(1))).item()  # e^0 / (e^0 + e^0)
         0.5
+
+    Args:
+        q: queries `(B, H, Tq, d)`.
+        k: keys `(B, H, Tk, d)`.
+        v: values `(B, H, Tk, dv)`.
+        allowed: bool, broadcast to `(B, H, Tq, Tk)` (`None`: every pair).
+        scale: the scores' scale.
+        layer: soft-capping, sinks, as `LayerAttention` says.
+
+    Returns:
+        The output `(B, H, Tq, dv)`, in q's dtype.
     """
     scores = (q.float() @ k.float().transpose(-2, -1)) * scale  # (B, H, Tq, Tk)
     if layer.softcap is not None:

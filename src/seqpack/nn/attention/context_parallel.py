@@ -19,7 +19,7 @@ all-gather's memory is that of the whole row's keys and values, per layer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -27,17 +27,20 @@ import torch.nn.functional as F
 from seqpack.errors import UserError
 from seqpack.nn.attention.base import PLAIN, AttentionPlan, Backend, LayerAttention, band, common
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
 
 @dataclass(frozen=True, kw_only=True)
 class CPPlan(AttentionPlan):
-    group: Any  # the CP process group (None: this process alone)
+    group: ProcessGroup | None  # the CP process group (None: this process alone)
     rank: int  # this process's rank in the group
     size: int  # ranks in the group
     mask: torch.Tensor  # (B, 1, T_local, T_local * size) bool: which gathered keys each local query attends
     positions_all: torch.Tensor  # (B, T_local * size): every rank's tokens' positions, gathered
 
 
-def _group_info(group: Any) -> tuple[int, int]:
+def _group_info(group: ProcessGroup | None) -> tuple[int, int]:
     import torch.distributed as dist
 
     if group is None and not (dist.is_available() and dist.is_initialized()):
@@ -45,7 +48,7 @@ def _group_info(group: Any) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def gather_tokens(x: torch.Tensor, group: Any, *, dim: int) -> torch.Tensor:
+def gather_tokens(x: torch.Tensor, group: ProcessGroup | None, *, dim: int) -> torch.Tensor:
     """Every rank's ``x`` side by side along ``dim`` (rank order), without gradient."""
     import torch.distributed as dist
 
@@ -61,7 +64,7 @@ class _GatherWithGrad(torch.autograd.Function):
     """All-gather along ``dim`` whose backward gives each rank the sum over ranks of its slice's gradient."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any, dim: int) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, group: ProcessGroup | None, dim: int) -> torch.Tensor:
         ctx.group, ctx.dim = group, dim
         ctx.rank, ctx.size = _group_info(group)
         ctx.local = x.shape[dim]
@@ -78,7 +81,7 @@ class _GatherWithGrad(torch.autograd.Function):
         return g.narrow(ctx.dim, ctx.rank * ctx.local, ctx.local), None, None
 
 
-def gather_with_grad(x: torch.Tensor, group: Any, *, dim: int) -> torch.Tensor:
+def gather_with_grad(x: torch.Tensor, group: ProcessGroup | None, *, dim: int) -> torch.Tensor:
     """`gather_tokens` with a gradient (see `_GatherWithGrad`)."""
     return _GatherWithGrad.apply(x, group, dim)
 
@@ -103,11 +106,21 @@ def cp_mask(
 
 
 def plan_context_parallel(
-    segment_ids: torch.Tensor, position_ids: torch.Tensor, *, group: Any = None, causal: bool = True
+    segment_ids: torch.Tensor, position_ids: torch.Tensor, *, group: ProcessGroup | None = None, causal: bool = True
 ) -> CPPlan:
     """The plan of one rank's share (``segment_ids``/``position_ids`` (B, T_local), documents'
     ids as in the whole row); gathers every rank's ids and positions once (a collective: every
-    rank of ``group`` calls it together)."""
+    rank of ``group`` calls it together).
+
+    Args:
+        segment_ids: this rank's share of the rows `(B, T_local)`, ids as in the whole row.
+        position_ids: its tokens' positions in their documents `(B, T_local)`.
+        group: the context-parallel process group (`None`: the default group, or this process alone).
+        causal: each token sees only the tokens before it.
+
+    Returns:
+        The `CPPlan`.
+    """
     if segment_ids.shape != position_ids.shape or segment_ids.ndim != 2:
         raise UserError(
             f"segment_ids {tuple(segment_ids.shape)} and position_ids {tuple(position_ids.shape)} must "

@@ -102,6 +102,19 @@ def eager_attention(
 
     A bool mask here would be added as 0/1 and silently attend everywhere, so it is refused.
     Rows with no allowed key (padding) return 0, as SDPA does.
+
+    Args:
+        q: queries `(B, H, T, d)`.
+        k: keys `(B, H, T, d)`.
+        v: values `(B, H, T, d)`.
+        mask: the additive float mask, broadcast to `(B, H, T, T)` (`None`: none).
+        scale: the scores' scale.
+
+    Returns:
+        The output `(B, H, T, d)`.
+
+    Raises:
+        UserError: a bool mask.
     """
     if mask is not None and not mask.dtype.is_floating_point:
         raise UserError(

@@ -7,9 +7,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
 
 from seqpack.nn.attention.base import PLAIN, AttentionPlan, Backend, LayerAttention, common
 from seqpack.nn.masks import block_mask
@@ -17,10 +20,10 @@ from seqpack.nn.masks import block_mask
 
 @dataclass(frozen=True, kw_only=True)
 class FlexPlan(AttentionPlan):
-    block_mask: Any  # torch.nn.attention.flex_attention.BlockMask
+    block_mask: BlockMask
     segment_ids: torch.Tensor  # (B, T), for the block masks of layers with a window or a chunk
     branch_ids: torch.Tensor | None = None
-    layer_masks: dict[tuple[int | None, int | None], Any] = field(default_factory=dict, compare=False, repr=False)
+    layer_masks: dict[tuple[int | None, int | None], BlockMask] = field(default_factory=dict, compare=False, repr=False)
 
 
 def plan_flex(
@@ -35,7 +38,7 @@ def plan_flex(
     )
 
 
-def _layer_block_mask(plan: FlexPlan, layer: LayerAttention) -> Any:
+def _layer_block_mask(plan: FlexPlan, layer: LayerAttention) -> BlockMask:
     if layer.window is None and layer.chunk is None:
         return plan.block_mask
     key = (layer.window, layer.chunk)
@@ -51,8 +54,10 @@ def _layer_block_mask(plan: FlexPlan, layer: LayerAttention) -> Any:
     return plan.layer_masks[key]
 
 
-def _softcap_mod(cap: float) -> Callable[..., Any]:
-    def score_mod(score: Any, b: Any, h: Any, q: Any, kv: Any) -> Any:
+def _softcap_mod(cap: float) -> Callable[..., torch.Tensor]:
+    def score_mod(
+        score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor
+    ) -> torch.Tensor:
         return cap * torch.tanh(score / cap)
 
     return score_mod

@@ -43,6 +43,23 @@ from seqpack.nn.models.layers import (
 
 @dataclass(frozen=True, kw_only=True)
 class BertConfig:
+    """The size and options of seqpack's BERT.
+
+    Attributes:
+        vocab_size: the vocabulary `V`.
+        hidden: the width `H`.
+        layers: the transformer blocks.
+        heads: the attention heads.
+        intermediate: the feed-forward width (0: `4 * hidden`).
+        max_position: the position embeddings: the longest sequence.
+        type_vocab: the token types (segments A, B).
+        dropout: the dropout probability.
+        eps: the LayerNorms' epsilon.
+        attention: the attention backend (`seqpack.nn.BACKENDS`; `auto` chooses per batch).
+        num_labels: the classes of a classification or tagging head.
+        multilabel: the classification head is multi-label (BCE over `num_labels`).
+    """
+
     vocab_size: int
     hidden: int = 256
     layers: int = 4
@@ -65,12 +82,27 @@ class BertConfig:
 
     @classmethod
     def of_size(cls, size: str, **overrides: object) -> BertConfig:
-        """``tiny`` (128/2/2), ``small`` (256/4/4, the benchmark model), ``base`` (768/12/12)."""
+        """``tiny`` (128/2/2), ``small`` (256/4/4, the benchmark model), ``base`` (768/12/12).
+
+        Args:
+            size: a key of `SIZES`.
+            **overrides: fields to set, `vocab_size` among them.
+
+        Returns:
+            The `BertConfig`.
+
+        Raises:
+            UserError: an unknown size or a bad field.
+        """
         return cls(**sized(size, overrides))  # type: ignore[arg-type]  # sized() merges the fields as dict[str, object]
 
 
 class Bert(nn.Module):
-    """Encoder: ``(B, T)`` ids -> ``(B, T, H)`` hidden states, sequences kept apart."""
+    """Encoder: ``(B, T)`` ids -> ``(B, T, H)`` hidden states, sequences kept apart.
+
+    Args:
+        config: its size and options.
+    """
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -95,6 +127,18 @@ class Bert(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         plan: AttentionPlan | None = None,
     ) -> torch.Tensor:
+        """Hidden states of packed rows, sequences kept apart.
+
+        Args:
+            input_ids: packed rows of token ids `(B, T)`.
+            segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+            position_ids: positions `(B, T)` (`None`: restarting at each sequence).
+            token_type_ids: segment A/B of each token `(B, T)` (`None`: all 0).
+            plan: the attention plan (`None`: made from `segment_ids`).
+
+        Returns:
+            The hidden states `(B, T, H)`.
+        """
         check_batch(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
         position_ids, plan = positions_and_plan(
             segment_ids,
@@ -114,7 +158,11 @@ class Bert(nn.Module):
 
 
 class BertForPreTraining(nn.Module):
-    """MLM (+ NSP when ``next_sentence_label`` is given) over packed rows."""
+    """MLM (+ NSP when ``next_sentence_label`` is given) over packed rows.
+
+    Args:
+        config: its size and options.
+    """
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -140,7 +188,21 @@ class BertForPreTraining(nn.Module):
         max_depth: int | None = None,
     ) -> PackedOutput:
         """Without ``labels``: full token logits (B, T, V). With them: logits only at the
-        N target tokens (N, V), and the loss."""
+        N target tokens (N, V), and the loss.
+
+        Args:
+            input_ids: packed rows of token ids `(B, T)`.
+            segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+            position_ids: positions `(B, T)` (`None`: restarting at each sequence).
+            token_type_ids: segment A/B of each token `(B, T)` (`None`: all 0).
+            labels: MLM targets `(B, T)`, -100 where there is none (`None`: no loss).
+            next_sentence_label: NSP labels per slot `(B, D)`, -100 in empty slots (`None`: no NSP).
+            reduction: `sequence` or `token` (`seqpack.nn.token_loss`).
+            max_depth: the slots per row `D` (`None`: from the labels, else the deepest row).
+
+        Returns:
+            The `PackedOutput`: `logits`, and with labels `loss`, `per_sequence`, `present`, `slot_logits`.
+        """
         check_reduction(reduction)
         check_batch(input_ids, segment_ids, labels=labels)
         h = self.bert(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
@@ -172,6 +234,9 @@ class BertForSequenceClassification(nn.Module):
 
     ``labels`` (B, D) class ids, or (B, D, C) multi-hot targets when ``config.multilabel``;
     -100 marks empty slots either way.
+
+    Args:
+        config: its size and options.
     """
 
     def __init__(self, config: BertConfig) -> None:
@@ -194,6 +259,19 @@ class BertForSequenceClassification(nn.Module):
         labels: torch.Tensor | None = None,
         max_depth: int | None = None,
     ) -> PackedOutput:
+        """Each sequence's class logits, and the loss with ``labels``.
+
+        Args:
+            input_ids: packed rows of token ids `(B, T)`.
+            segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+            position_ids: positions `(B, T)` (`None`: restarting at each sequence).
+            token_type_ids: segment A/B of each token `(B, T)` (`None`: all 0).
+            labels: class ids `(B, D)`, or multi-hot `(B, D, C)`, -100 in empty slots (`None`: no loss).
+            max_depth: the slots per row `D` (`None`: from the labels, else the deepest row).
+
+        Returns:
+            The `PackedOutput`: `slot_logits` `(B, D, C)`, and with labels `loss`, `per_sequence`, `present`.
+        """
         h = self.bert(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
         pooled, present = self.pooler(h, segment_ids, slot_count(segment_ids, labels, max_depth=max_depth))
         slot_logits = self.classifier(self.dropout(pooled))
@@ -208,7 +286,11 @@ class BertForSequenceClassification(nn.Module):
 
 class BertForQuestionAnswering(nn.Module):
     """Span prediction per packed sequence: ``extra["start_logits"]``/``["end_logits"]`` are
-    (B, D, T), -inf outside each slot's own tokens; positions are row coordinates."""
+    (B, D, T), -inf outside each slot's own tokens; positions are row coordinates.
+
+    Args:
+        config: its size and options.
+    """
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -228,6 +310,20 @@ class BertForQuestionAnswering(nn.Module):
         end_positions: torch.Tensor | None = None,
         max_depth: int | None = None,
     ) -> PackedOutput:
+        """Each sequence's start and end logits, and the loss with the positions.
+
+        Args:
+            input_ids: packed rows of token ids `(B, T)`.
+            segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+            position_ids: positions `(B, T)` (`None`: restarting at each sequence).
+            token_type_ids: segment A/B of each token `(B, T)` (`None`: all 0).
+            start_positions: each slot's answer start in row coordinates `(B, D)`, -100 in empty slots.
+            end_positions: each slot's answer end `(B, D)`.
+            max_depth: the slots per row `D` (`None`: from the positions, else the deepest row).
+
+        Returns:
+            The `PackedOutput`: `extra["start_logits"]`, `extra["end_logits"]` `(B, D, T)`, and the loss.
+        """
         h = self.bert(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
         start, end = self.qa(h).unbind(dim=-1)  # (B, T) each
         D = slot_count(segment_ids, start_positions, max_depth=max_depth)
@@ -258,7 +354,11 @@ def token_class_output(
 
 class BertForTokenClassification(nn.Module):
     """A tag per token of every packed sequence: ``logits`` (B, T, num_labels); ``labels`` (B, T),
-    -100 where a token has no tag (padding, specials, a word's later sub-tokens)."""
+    -100 where a token has no tag (padding, specials, a word's later sub-tokens).
+
+    Args:
+        config: its size and options.
+    """
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -278,6 +378,19 @@ class BertForTokenClassification(nn.Module):
         labels: torch.Tensor | None = None,
         reduction: str = "sequence",
     ) -> PackedOutput:
+        """Each token's tag logits, and the loss with ``labels``.
+
+        Args:
+            input_ids: packed rows of token ids `(B, T)`.
+            segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+            position_ids: positions `(B, T)` (`None`: restarting at each sequence).
+            token_type_ids: segment A/B of each token `(B, T)` (`None`: all 0).
+            labels: tag ids `(B, T)`, -100 where a token has none (`None`: no loss).
+            reduction: `sequence` or `token` (`seqpack.nn.token_loss`).
+
+        Returns:
+            The `PackedOutput`: `logits` `(B, T, C)`, and with labels `loss`, `per_sequence`, `present`.
+        """
         check_batch(input_ids, segment_ids, labels=labels)
         h = self.bert(input_ids, segment_ids, position_ids=position_ids, token_type_ids=token_type_ids)
         out = token_class_output(self.classifier(self.dropout(h)), labels, segment_ids, reduction)

@@ -31,6 +31,19 @@ from seqpack.nn.models.layers import (
 
 @dataclass(frozen=True, kw_only=True)
 class GPTConfig:
+    """The size and options of seqpack's GPT.
+
+    Attributes:
+        vocab_size: the vocabulary `V`.
+        hidden: the width `H`.
+        layers: the transformer blocks.
+        heads: the attention heads.
+        max_position: the position embeddings: the longest sequence.
+        dropout: the dropout probability.
+        eps: the LayerNorms' epsilon.
+        attention: the attention backend (`seqpack.nn.BACKENDS`; `auto` chooses per batch).
+    """
+
     vocab_size: int
     hidden: int = 256
     layers: int = 4
@@ -45,11 +58,28 @@ class GPTConfig:
 
     @classmethod
     def of_size(cls, size: str, **overrides: object) -> GPTConfig:
-        """``tiny`` (128/2/2), ``small`` (256/4/4), ``base`` (768/12/12)."""
+        """``tiny`` (128/2/2), ``small`` (256/4/4), ``base`` (768/12/12).
+
+        Args:
+            size: a key of `SIZES`.
+            **overrides: fields to set, `vocab_size` among them.
+
+        Returns:
+            The `GPTConfig`.
+
+        Raises:
+            UserError: an unknown size or a bad field.
+        """
         return cls(**sized(size, overrides))  # type: ignore[arg-type]  # sized() merges the fields as dict[str, object]
 
 
 class GPT(nn.Module):
+    """A causal LM (pre-norm GPT-2 blocks, tied head) over packed rows.
+
+    Args:
+        config: its size and options.
+    """
+
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         c = self.config = config
@@ -78,7 +108,21 @@ class GPT(nn.Module):
         """Without ``labels``: ``logits`` (B, T, V) (``logits=False``: only ``hidden``, for a caller
         that projects the positions it needs with `token_logits`). With ``labels`` (B, T) (HF
         convention, the model shifts): the loss, and logits only at the N positions that have a
-        target (N, V). ``branch_ids``: a shared prefix (`seqpack.nn.masks.attention_mask`)."""
+        target (N, V). ``branch_ids``: a shared prefix (`seqpack.nn.masks.attention_mask`).
+
+        Args:
+            input_ids: packed rows of token ids `(B, T)`.
+            segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+            position_ids: positions `(B, T)` (`None`: restarting at each sequence).
+            labels: targets `(B, T)`, unshifted, -100 where there is none (`None`: no loss).
+            reduction: `sequence` or `token` (`seqpack.nn.token_loss`).
+            plan: the attention plan (`None`: made from `segment_ids`).
+            branch_ids: each token's branch, 0 for a shared prefix `(B, T)`.
+            logits: compute the logits (`False`: only `hidden`).
+
+        Returns:
+            The `PackedOutput`: `hidden`, `logits`, and with labels `loss`, `per_sequence`, `present`.
+        """
         check_reduction(reduction)
         check_batch(input_ids, segment_ids, position_ids=position_ids, labels=labels, branch_ids=branch_ids)
         position_ids, plan = positions_and_plan(
@@ -108,7 +152,14 @@ class GPT(nn.Module):
         return out
 
     def token_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The LM head (tied to the embeddings).  # (..., H) -> (..., V)"""
+        """The LM head (tied to the embeddings).  # (..., H) -> (..., V)
+
+        Args:
+            hidden: hidden states `(..., H)`.
+
+        Returns:
+            The logits `(..., V)`.
+        """
         return vocab_logits(hidden, self.wte.weight)
 
 
@@ -116,6 +167,9 @@ class GPTReward(nn.Module):
     """A reward model: the GPT body and a scalar score per token (read at a response's last token).
 
     score = GPTReward(cfg)(input_ids, segment_ids)        # (B, T)
+
+    Args:
+        config: its size and options.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -133,5 +187,16 @@ class GPTReward(nn.Module):
         position_ids: torch.Tensor | None = None,
         branch_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """A score per token; a response's reward is the score at its last token.
+
+        Args:
+            input_ids: packed rows of token ids `(B, T)`.
+            segment_ids: each token's sequence in its row, 0 for padding `(B, T)`.
+            position_ids: positions `(B, T)` (`None`: restarting at each sequence).
+            branch_ids: each token's branch, 0 for a shared prefix `(B, T)`.
+
+        Returns:
+            The scores `(B, T)`.
+        """
         h = self.gpt(input_ids, segment_ids, position_ids=position_ids, branch_ids=branch_ids, logits=False).hidden
         return self.score(h).squeeze(-1)
