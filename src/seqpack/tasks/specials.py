@@ -174,8 +174,8 @@ def post_processor_templates(tok: HFTokenizer) -> tuple[Template, Template] | No
     if probe is None:
         return None
     templates = []
-    for pair in (None, probe):
-        enc = hf.post_process(probe, pair, add_special_tokens=True)
+    for second in (None, probe):
+        enc = hf.post_process(probe, second, add_special_tokens=True)
         parts: list[tuple[int | str, int]] = []
         for i, seq, kind in zip(enc.ids, enc.sequence_ids, enc.type_ids):
             if seq is None:

@@ -31,6 +31,7 @@ from seqpack.errors import UserError
 
 if TYPE_CHECKING:  # numpy is imported where arrays are made: `seqpack encode` needs none
     import numpy as np
+    import tokenizers
 
     from seqpack.tokenizer.tokenizer import Tokenizer
 
@@ -54,7 +55,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     return d
 
 
-def without_truncation_or_padding(hf: Any) -> Any:
+def without_truncation_or_padding(hf: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
     """``hf`` (a ``tokenizers.Tokenizer``), or a copy of it with truncation and padding turned off
     when it has either set; the tokenizer given is left as it was."""
     if getattr(hf, "truncation", None) is None and getattr(hf, "padding", None) is None:
@@ -76,7 +77,12 @@ class HFTokenizer:
     """
 
     def __init__(
-        self, hf: Any, config: dict[str, Any] | None = None, *, chat_template: str | None = None, name: str = ""
+        self,
+        hf: tokenizers.Tokenizer,
+        config: dict[str, Any] | None = None,
+        *,
+        chat_template: str | None = None,
+        name: str = "",
     ) -> None:
         self.hf = without_truncation_or_padding(hf)
         self.config = dict(config or {})
