@@ -42,6 +42,7 @@ from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PretrainedConfig
 
     from seqpack.nn.models.common import PackedOutput
     from seqpack.tokenizer.types import AnyTokenizer
@@ -356,14 +357,18 @@ def hf_config(d: dict[str, Any], manifest: Mapping[str, Any], *, multilabel: boo
         d.pop("label2id", None)
 
 
-def sequence_classifier(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+def sequence_classifier(
+    config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str
+) -> torch.nn.Module:
     """A transformers sequence classifier of ``config``."""
     import transformers
 
     return transformers.AutoModelForSequenceClassification.from_config(config)
 
 
-def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+def forward(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+) -> PackedOutput:
     """The classifier's forward pass: one prediction per sequence, the loss at its labels."""
     return model(
         batch["input_ids"],

@@ -56,6 +56,7 @@ from seqpack.tasks.spec import (
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PretrainedConfig
 
     from seqpack.nn.models.common import PackedOutput
     from seqpack.store import TokenStore
@@ -338,7 +339,7 @@ def gpt(kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: di
 
 
 def gpt_forward(
-    model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
 ) -> PackedOutput:
     """GPT's forward pass on a packed batch, the loss at the (shifted) labels."""
     return model(
@@ -350,7 +351,7 @@ def gpt_forward(
     )
 
 
-def causal_lm(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+def causal_lm(config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str) -> torch.nn.Module:
     """A transformers causal LM of ``config``."""
     import transformers
 

@@ -45,6 +45,7 @@ from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PretrainedConfig
 
     from seqpack.nn.models.common import PackedOutput
     from seqpack.store import TokenStore
@@ -316,7 +317,9 @@ def bert(kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: d
     return BertForPreTraining(mc), mc
 
 
-def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+def forward(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+) -> PackedOutput:
     """BERT pre-training's forward pass: the masked-LM loss and, with its labels, next sentence's."""
     return model(
         batch["input_ids"],
@@ -329,16 +332,20 @@ def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, ob
     )
 
 
-def masked_lm(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+def masked_lm(config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str) -> torch.nn.Module:
     """transformers' BERT pre-training model for rows with next-sentence labels, else a masked LM."""
     import transformers
 
-    if "next_sentence_label" in manifest["columns"] and model_type == "bert":
+    if (
+        "next_sentence_label" in manifest["columns"]
+        and model_type == "bert"
+        and isinstance(config, transformers.BertConfig)
+    ):
         return transformers.BertForPreTraining(config)
     return transformers.AutoModelForMaskedLM.from_config(config)
 
 
-def hf_batch(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def hf_batch(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The batch without next-sentence labels for a model with no next-sentence head."""
     if type(model).__name__ != "BertForPreTraining":
         batch.pop("next_sentence_label", None)

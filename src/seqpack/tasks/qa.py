@@ -41,6 +41,7 @@ from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PretrainedConfig
 
     from seqpack.nn.models.common import PackedOutput
     from seqpack.tokenizer.types import AnyTokenizer
@@ -234,14 +235,16 @@ def hf_config(d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
     d["num_labels"] = 2
 
 
-def span_model(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+def span_model(config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str) -> torch.nn.Module:
     """A transformers question-answering model of ``config``."""
     import transformers
 
     return transformers.AutoModelForQuestionAnswering.from_config(config)
 
 
-def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+def forward(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+) -> PackedOutput:
     """The span model's forward pass, the loss at each window's start and end."""
     return model(
         batch["input_ids"],

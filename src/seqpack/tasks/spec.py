@@ -36,6 +36,7 @@ from seqpack.errors import UserError
 if TYPE_CHECKING:
     import numpy as np
     import torch
+    from transformers import PretrainedConfig
 
     from seqpack.data.sequences import Sequences
     from seqpack.nn.models.common import PackedOutput
@@ -75,7 +76,7 @@ class Forward(Protocol):
     """One forward pass on a training batch ``{column: (B, L)}``; ``objective``: `Training.objective`'s."""
 
     def __call__(
-        self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+        self, model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
     ) -> PackedOutput: ...
 
 
@@ -294,7 +295,7 @@ class OwnModels:
 
 
 def _packed_forward(
-    model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
 ) -> PackedOutput:
     from seqpack.nn.hf_adapter import packed_forward
 
@@ -319,17 +320,17 @@ class HFModels:
         what: what ``--hf-model`` must name, for messages.
     """
 
-    build: Callable[[Any, str, Mapping[str, Any], str], Any]
+    build: Callable[[PretrainedConfig, str, Mapping[str, Any], str], torch.nn.Module]
     config: Callable[[dict[str, Any], Mapping[str, Any]], None] | None = None
-    ready: Callable[[Any], Any] | None = None
-    batch: Callable[[Any, dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None
+    ready: Callable[[torch.nn.Module], torch.nn.Module] | None = None
+    batch: Callable[[torch.nn.Module, dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None
     forward: Forward | None = None
     adapted: bool = True
     lora_task_type: str | None = None
     what: str = "a transformers model config"
 
     def run(
-        self, model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+        self, model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
     ) -> PackedOutput:
         """One forward pass: `forward`, or `batch` then ``packed_forward``."""
         if self.forward is not None:

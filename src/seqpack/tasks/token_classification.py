@@ -42,6 +42,7 @@ from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PretrainedConfig
 
     from seqpack.nn.models.common import PackedOutput
     from seqpack.tokenizer.types import AnyTokenizer
@@ -358,14 +359,18 @@ def hf_config(d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
         d["label2id"] = {n: i for i, n in enumerate(names)}
 
 
-def token_classifier(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+def token_classifier(
+    config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str
+) -> torch.nn.Module:
     """A transformers token classifier of ``config``."""
     import transformers
 
     return transformers.AutoModelForTokenClassification.from_config(config)
 
 
-def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+def forward(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+) -> PackedOutput:
     """The tagger's forward pass, its output carrying the tag scheme for the entity metrics."""
     from seqpack.tasks.token_forward import with_tag_scheme
 
@@ -380,7 +385,9 @@ def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, ob
     return with_tag_scheme(out, getattr(getattr(model, "module", model), TAG_NAMES, None))
 
 
-def hf_forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+def hf_forward(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+) -> PackedOutput:
     """A transformers token classifier's forward pass (`seqpack.tasks.token_forward`)."""
     from seqpack.tasks.token_forward import hf_token_forward
 

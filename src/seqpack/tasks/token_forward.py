@@ -11,7 +11,7 @@ logits are those of each sequence alone; an encoder packed rows cannot keep exac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from seqpack.data.sequences import IGNORE_INDEX
 from seqpack.tasks.entities import entity_counts, is_iob
@@ -50,7 +50,7 @@ def with_tag_scheme(out: PackedOutput, names: Sequence[str] | None) -> PackedOut
     return out
 
 
-def hf_token_forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str) -> PackedOutput:
+def hf_token_forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str) -> PackedOutput:
     """A transformers ``*ForTokenClassification`` model on a packed batch (`packed_forward`): its
     logits ``(B, T, C)`` and, with ``labels``, the loss reduced per sequence or per token
     (``reduction``), the tag scheme of its ``id2label`` beside them."""

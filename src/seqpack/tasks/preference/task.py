@@ -29,6 +29,7 @@ from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows,
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PretrainedConfig
 
     from seqpack.data.sequences import Sequences
     from seqpack.nn.models.common import PackedOutput
@@ -138,7 +139,7 @@ def gpt(kind: str, size: str, vocab: int, manifest: Mapping[str, Any], extra: di
     return (GPTReward(mc) if kind == "reward" else GPT(mc)), mc
 
 
-def hf_model(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+def hf_model(config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str) -> torch.nn.Module:
     """A transformers causal LM, or with ``kind="reward"`` a one-label sequence classifier."""
     import transformers
 
@@ -148,7 +149,9 @@ def hf_model(config: Any, model_type: str, manifest: Mapping[str, Any], kind: st
     return transformers.AutoModelForCausalLM.from_config(config)
 
 
-def forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+def forward(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+) -> PackedOutput:
     """Each response's summed log-probability (or reward), then the pair loss (`preference_forward`)."""
     from seqpack.tasks.preference.forward import preference_forward
 

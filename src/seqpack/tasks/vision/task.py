@@ -28,6 +28,7 @@ from seqpack.tasks.vision.samples import VISION_OVERFLOW
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PretrainedConfig
 
     from seqpack.data.sequences import Sequences
     from seqpack.nn.models.common import PackedOutput
@@ -186,7 +187,7 @@ def hf_config(d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
     d.pop("image_token_index", None)  # an older name of the same id
 
 
-def hf_model(config: Any, model_type: str, manifest: Mapping[str, Any], kind: str) -> Any:
+def hf_model(config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str) -> torch.nn.Module:
     """A transformers vision-language model of ``config`` (refused for a config of another kind)."""
     import transformers
 
@@ -198,7 +199,7 @@ def hf_model(config: Any, model_type: str, manifest: Mapping[str, Any], kind: st
     return transformers.AutoModelForImageTextToText.from_config(config)
 
 
-def hf_ready(model: Any) -> Any:
+def hf_ready(model: torch.nn.Module) -> torch.nn.Module:
     """The text model's attention packed (sum(l^2) work); the vision encoder keeps its own."""
     from seqpack.nn.hf_attention import attach_packed_attention
 
@@ -206,7 +207,9 @@ def hf_ready(model: Any) -> Any:
     return model
 
 
-def hf_forward(model: Any, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None) -> PackedOutput:
+def hf_forward(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
+) -> PackedOutput:
     """Logits of the whole ``(1, T)`` row, then the loss of each sample's target tokens (shifted)."""
     from seqpack.nn.losses import mean_over, sequence_token_losses, token_loss
     from seqpack.nn.models.common import PackedOutput
