@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ from seqpack.errors import UserError
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PretrainedConfig
 
     from seqpack.data.sequences import Sequences
     from seqpack.store import TokenStore
@@ -63,6 +64,36 @@ def slot_units(labels: torch.Tensor) -> int:
     """Real slots of a per-slot label column ``(B, D)`` or ``(B, D, C)``."""
     present = labels != IGNORE_INDEX
     return int((present.all(dim=-1) if labels.ndim == 3 else present).sum())
+
+
+def slot_loss_units(column: str) -> Callable[[Mapping[str, torch.Tensor], str], torch.Tensor]:
+    """A `Training.loss_units` whose loss is the per-sequence (``cls``) component alone, counted
+    in the real slots of label ``column``: ``[0, 0, slots]``, ``(3,)`` float64.
+
+    >>> import torch
+    >>> slot_loss_units("labels")({"labels": torch.tensor([[1, 0, -100]])}, "sequence").tolist()
+    [0.0, 0.0, 2.0]
+    """
+
+    def loss_units(batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
+        import torch
+
+        labels = batch.get(column)
+        return torch.tensor([0.0, 0.0, slot_units(labels) if labels is not None else 0.0], dtype=torch.float64)
+
+    return loss_units
+
+
+def auto_model(auto_class: str) -> Callable[[PretrainedConfig, str, Mapping[str, Any], str], torch.nn.Module]:
+    """A `HFModels.build` that makes transformers' ``auto_class`` (``"AutoModelForCausalLM"``) of a config."""
+
+    def build(config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str) -> torch.nn.Module:
+        import transformers
+
+        made: torch.nn.Module = getattr(transformers, auto_class).from_config(config)
+        return made
+
+    return build
 
 
 def add_slot_metrics(

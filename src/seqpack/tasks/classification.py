@@ -35,14 +35,13 @@ from seqpack.data.sequences import (
 from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
 from seqpack.tasks._lm import slot_mean
-from seqpack.tasks.base import add_slot_metrics, check_examples, num_labels, slot_units
+from seqpack.tasks.base import add_slot_metrics, auto_model, check_examples, num_labels, slot_loss_units
 from seqpack.tasks.examples import get_field
 from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Streaming, Task, Totals, Training
 from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PretrainedConfig
 
     from seqpack.nn.models.common import PackedOutput
     from seqpack.tokenizer.types import AnyTokenizer
@@ -357,15 +356,6 @@ def hf_config(d: dict[str, Any], manifest: Mapping[str, Any], *, multilabel: boo
         d.pop("label2id", None)
 
 
-def sequence_classifier(
-    config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str
-) -> torch.nn.Module:
-    """A transformers sequence classifier of ``config``."""
-    import transformers
-
-    return transformers.AutoModelForSequenceClassification.from_config(config)
-
-
 def forward(
     model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
 ) -> PackedOutput:
@@ -377,14 +367,6 @@ def forward(
         labels=batch.get("labels"),
         token_type_ids=batch.get("token_type_ids"),
     )
-
-
-def loss_units(batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
-    """``[0, 0, labelled sequences]``, ``(3,)`` float64."""
-    import torch
-
-    labels = batch.get("labels")
-    return torch.tensor([0.0, 0.0, slot_units(labels) if labels is not None else 0.0], dtype=torch.float64)
 
 
 def update_eval(totals: Totals, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
@@ -406,10 +388,12 @@ def classification_task(*, name: str, summary: str, multilabel: bool) -> Task:
             context=partial(shard_context, multilabel=multilabel),
             stream=Streaming(context=stream_context),
         ),
-        training=Training(loss_units=loss_units, component_means=slot_mean, update_eval=update_eval),
+        training=Training(loss_units=slot_loss_units("labels"), component_means=slot_mean, update_eval=update_eval),
         models=OwnModels(kinds=("bert",), build=partial(bert, multilabel=multilabel), forward=forward),
         hf=HFModels(
-            build=sequence_classifier, config=partial(hf_config, multilabel=multilabel), lora_task_type="SEQ_CLS"
+            build=auto_model("AutoModelForSequenceClassification"),
+            config=partial(hf_config, multilabel=multilabel),
+            lora_task_type="SEQ_CLS",
         ),
     )
 

@@ -41,7 +41,7 @@ from seqpack.data.sequences import (
 from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
 from seqpack.tasks._lm import LM_TRAINING, count_empty
-from seqpack.tasks.base import open_store
+from seqpack.tasks.base import auto_model, open_store
 from seqpack.tasks.spec import (
     SEGMENTS,
     Derived,
@@ -56,7 +56,6 @@ from seqpack.tasks.spec import (
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PretrainedConfig
 
     from seqpack.nn.models.common import PackedOutput
     from seqpack.store import TokenStore
@@ -351,17 +350,10 @@ def gpt_forward(
     )
 
 
-def causal_lm(config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str) -> torch.nn.Module:
-    """A transformers causal LM of ``config``."""
-    import transformers
-
-    return transformers.AutoModelForCausalLM.from_config(config)
-
-
 #: seqpack's GPT trains a causal-LM task (clm, chat)
 GPT_MODELS = OwnModels(kinds=("gpt",), build=gpt, forward=gpt_forward)
 #: transformers' causal LMs train it
-HF_CAUSAL_LMS = HFModels(build=causal_lm, lora_task_type="CAUSAL_LM")
+HF_CAUSAL_LMS = HFModels(build=auto_model("AutoModelForCausalLM"), lora_task_type="CAUSAL_LM")
 
 TASK = Task(
     name="clm",

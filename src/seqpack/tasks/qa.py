@@ -34,14 +34,13 @@ from seqpack.data.sequences import IGNORE_INDEX, Sequences, id_dtype, offsets_of
 from seqpack.errors import UserError
 from seqpack.packing.histogram import MAX_LEN_LIMIT, check_max_len
 from seqpack.tasks._lm import slot_mean
-from seqpack.tasks.base import check_examples, slot_units
+from seqpack.tasks.base import auto_model, check_examples, slot_loss_units
 from seqpack.tasks.examples import get_field
 from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Task, Totals, Training
 from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PretrainedConfig
 
     from seqpack.nn.models.common import PackedOutput
     from seqpack.tokenizer.types import AnyTokenizer
@@ -235,13 +234,6 @@ def hf_config(d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
     d["num_labels"] = 2
 
 
-def span_model(config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str) -> torch.nn.Module:
-    """A transformers question-answering model of ``config``."""
-    import transformers
-
-    return transformers.AutoModelForQuestionAnswering.from_config(config)
-
-
 def forward(
     model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
 ) -> PackedOutput:
@@ -254,14 +246,6 @@ def forward(
         start_positions=batch.get("start_positions"),
         end_positions=batch.get("end_positions"),
     )
-
-
-def loss_units(batch: Mapping[str, torch.Tensor], reduction: str) -> torch.Tensor:
-    """``[0, 0, windows]``, ``(3,)`` float64."""
-    import torch
-
-    start = batch.get("start_positions")
-    return torch.tensor([0.0, 0.0, slot_units(start) if start is not None else 0.0], dtype=torch.float64)
 
 
 def update_eval(totals: Totals, out: PackedOutput, batch: Mapping[str, torch.Tensor]) -> None:
@@ -282,7 +266,9 @@ TASK = Task(
     summary="extractive question answering in doc-stride windows",
     options_type=QAOptions,
     packing=Packing(reads="examples", build=build),
-    training=Training(loss_units=loss_units, component_means=slot_mean, update_eval=update_eval),
+    training=Training(
+        loss_units=slot_loss_units("start_positions"), component_means=slot_mean, update_eval=update_eval
+    ),
     models=OwnModels(kinds=("bert",), build=bert, forward=forward),
-    hf=HFModels(build=span_model, config=hf_config, lora_task_type="QUESTION_ANS"),
+    hf=HFModels(build=auto_model("AutoModelForQuestionAnswering"), config=hf_config, lora_task_type="QUESTION_ANS"),
 )

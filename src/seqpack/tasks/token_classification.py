@@ -34,7 +34,7 @@ from seqpack.data.sequences import overflow_error as _overflow_error
 from seqpack.errors import UserError
 from seqpack.packing.histogram import check_max_len
 from seqpack.tasks._lm import lm_loss_units, lm_mean
-from seqpack.tasks.base import check_examples, num_labels
+from seqpack.tasks.base import auto_model, check_examples, num_labels
 from seqpack.tasks.classification import check_label_count
 from seqpack.tasks.examples import get_field
 from seqpack.tasks.spec import HFModels, OwnModels, Packing, PackSettings, Rows, Streaming, Task, Totals, Training
@@ -42,7 +42,6 @@ from seqpack.tasks.specials import task_specials
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PretrainedConfig
 
     from seqpack.nn.models.common import PackedOutput
     from seqpack.tokenizer.types import AnyTokenizer
@@ -359,15 +358,6 @@ def hf_config(d: dict[str, Any], manifest: Mapping[str, Any]) -> None:
         d["label2id"] = {n: i for i, n in enumerate(names)}
 
 
-def token_classifier(
-    config: PretrainedConfig, model_type: str, manifest: Mapping[str, Any], kind: str
-) -> torch.nn.Module:
-    """A transformers token classifier of ``config``."""
-    import transformers
-
-    return transformers.AutoModelForTokenClassification.from_config(config)
-
-
 def forward(
     model: torch.nn.Module, batch: Mapping[str, torch.Tensor], *, reduction: str, objective: Any = None
 ) -> PackedOutput:
@@ -415,5 +405,10 @@ TASK = Task(
     ),
     training=Training(loss_units=lm_loss_units, component_means=lm_mean, update_eval=update_eval),
     models=OwnModels(kinds=("bert",), build=bert, forward=forward),
-    hf=HFModels(build=token_classifier, config=hf_config, forward=hf_forward, lora_task_type="TOKEN_CLS"),
+    hf=HFModels(
+        build=auto_model("AutoModelForTokenClassification"),
+        config=hf_config,
+        forward=hf_forward,
+        lora_task_type="TOKEN_CLS",
+    ),
 )
