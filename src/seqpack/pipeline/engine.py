@@ -48,6 +48,15 @@ class LocalEngine:
         self.shards_at_once = n
 
     def map(self, fn: Callable[..., Any], items: Iterable[tuple[Any, ...]]) -> Iterator[Any]:
+        """``fn(*item)`` of each item, in the items' order, `shards_at_once` in flight.
+
+        Args:
+            fn: a stage function.
+            items: its arguments, one tuple per stage.
+
+        Returns:
+            The stages' results, as each is due.
+        """
         if self.shards_at_once == 1:
             for item in items:
                 yield fn(*item)
@@ -63,7 +72,7 @@ class LocalEngine:
                 yield result
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the threads end with each `map`."""
 
 
 class RayEngine:
@@ -103,6 +112,19 @@ class RayEngine:
         self.window = window or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
 
     def map(self, fn: Callable[..., Any], items: Iterable[tuple[Any, ...]]) -> Iterator[Any]:
+        """``fn(*item)`` of each item as a Ray task (retried on a lost worker), in the items' order.
+
+        Args:
+            fn: a stage function (sent to the workers by value).
+            items: its arguments, one tuple per stage.
+
+        Returns:
+            The stages' results, as each is due.
+
+        Raises:
+            ChildProcessError: a worker died running a stage, past its retries (one line; the stages
+                that finished are kept). A stage's own error is raised as it is.
+        """
         ray = self._ray
         remote = ray.remote(max_retries=self.retries)(_apply)
         lost = _lost_worker_errors(ray)
@@ -131,6 +153,7 @@ class RayEngine:
             _cancel(ray, pending)
 
     def close(self) -> None:
+        """Shut down the Ray instance this engine started (a cluster it joined keeps running)."""
         if self._started:
             self._ray.shutdown()
             self._started = False
@@ -187,7 +210,20 @@ def get_engine(
     num_cpus: int | None = None,
     shards_at_once: int | None = None,
 ) -> Engine:
-    """``local`` or ``ray`` (``address``: an existing cluster, e.g. ``ray://head:10001`` or ``auto``)."""
+    """The engine that runs a sharded job's stages.
+
+    Args:
+        name: ``"local"`` (this process, on threads) or ``"ray"`` (a Ray cluster).
+        address: ray: an existing cluster (``ray://head:10001``, ``auto``); ``None``: a local Ray instance.
+        num_cpus: ray: the CPUs of a local instance (``None``: all of them).
+        shards_at_once: local: shards processed at once (``None``: `default_shards_at_once`).
+
+    Returns:
+        A `LocalEngine` or a `RayEngine`.
+
+    Raises:
+        UserError: an unknown ``name``, or ``address`` without ray.
+    """
     if name == "local":
         if address:
             raise UserError("--ray-address needs --engine ray")

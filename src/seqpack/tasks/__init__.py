@@ -54,7 +54,17 @@ TASKS: tuple[str, ...] = tuple(REGISTRY)
 
 
 def get_task(name: str) -> Task:
-    """The registered task ``name``; a `UserError` listing the known tasks otherwise."""
+    """The registered task ``name``.
+
+    Args:
+        name: a task's name (``"clm"``, ``"chat"``, ...).
+
+    Returns:
+        Its `Task`.
+
+    Raises:
+        UserError: an unknown name (the message lists the known ones).
+    """
     if name not in REGISTRY:
         raise UserError(f"unknown task {name!r}; known: {'|'.join(REGISTRY)}")
     return REGISTRY[name]
@@ -62,7 +72,18 @@ def get_task(name: str) -> Task:
 
 def register_task(task: Task) -> Task:
     """Add a task defined outside this package; the pack job, ``PackedDataset`` and ``seqpack train``
-    then treat it like the built-in ones (the CLI's ``--task`` choices stay `TASKS`)."""
+    then treat it like the built-in ones (the CLI's ``--task`` choices stay `TASKS`).
+
+    Args:
+        task: its spec.
+
+    Returns:
+        ``task``.
+
+    Raises:
+        TypeError: ``task`` is not a `Task`.
+        UserError: a task of that name is registered already.
+    """
     if not isinstance(task, Task):
         raise TypeError(f"register_task takes a seqpack.tasks.Task, got {type(task).__name__}")
     if task.name in REGISTRY:

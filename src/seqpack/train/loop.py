@@ -68,7 +68,22 @@ def train(
     overwrite: bool = False,
     on_step: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run (or continue, with ``resume``) a training run; returns ``RUN/summary.json``'s content."""
+    """Run (or continue, with ``resume``) a training run.
+
+    Args:
+        cfg: the run's options (`TrainConfig`): the packed data, the model, the schedule, ``out``.
+        resume: continue ``cfg.out`` from its checkpoint (the same data and options, checked).
+        overwrite: replace a finished run at ``cfg.out`` (only a run seqpack made).
+        on_step: called after every step with its number and metrics line.
+
+    Returns:
+        ``RUN/summary.json``'s content: the run's directory, steps, sequences, tokens, throughput,
+        the last evaluation, the attention plans that ran.
+
+    Raises:
+        UserError: options or data the run cannot honour (one line, before any step).
+        KeyboardInterrupt: Ctrl-C, after the checkpoint is saved (``--resume`` continues it).
+    """
     if resume and cfg.init_from:
         raise UserError(
             f"--init-from starts a new run from {cfg.init_from}'s weights; --resume continues {cfg.out} from its own "
