@@ -1,21 +1,10 @@
 """Every task packs to the same bytes as the committed goldens.
 
 The goldens are written by ``tests/golden/make_packed.py`` (regenerate, never edit). Every file
-must be equal byte for byte: Parquet parts, ``.bin`` columns and ``manifest.json``.
-
-They were made before the layering moved code (issue 23) and regenerated once since, when the
-Parquet parts became BYTE_STREAM_SPLIT-encoded REQUIRED columns (issue 28): every column of
-every part was then checked equal, value for value, to the previous goldens', and every manifest
-equal but for the keys written since (the task facts; the plan's ``lp_stop``). The ``clm`` goldens were
-made again when their parts began to leave out the derived labels (format version 2): every column
-read back through :func:`seqpack.data.load_packed` (labels rebuilt), from the Parquet parts and from
-the ``.bin`` files, was checked equal to the previous goldens'. The manifests were made again when
-they began to record each part's checksum: every other file was byte-identical to the previous
-goldens', and every manifest equal to its previous one but for the new ``checksum`` entries.
-They were made again when manifests began to record ``seqpack_version`` and the ``bin/`` columns'
-``bin_checksums``: every other file byte-identical, every manifest equal but for those keys.
-They were made again when manifests began to carry their own checksum (``manifest_checksum``, the
-last key): every other file byte-identical, every manifest equal but for that key.
+must be equal byte for byte: Parquet parts, ``.bin`` columns and ``manifest.json``. When a change
+of the format makes them again on purpose, the regenerated files are checked against the previous
+ones first: every column read back equal, value for value, and every manifest equal but for the
+keys the change adds.
 """
 
 from __future__ import annotations
