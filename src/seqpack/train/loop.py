@@ -17,13 +17,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from types import FrameType
 from typing import Any
 
 import torch
@@ -32,6 +29,7 @@ from seqpack._atomic import output_lock
 from seqpack.errors import UserError
 from seqpack.train.config import TrainConfig
 from seqpack.train.distributed import close_world, init_world
+from seqpack.train.interrupt import StopFlag
 from seqpack.train.lines import run_start_line
 from seqpack.train.parts import Progress, RunParts, build_run, open_train_data
 from seqpack.train.run_dir import finish_run, save_run
@@ -39,26 +37,6 @@ from seqpack.train.update import evaluate, train_step
 
 #: off a terminal, a progress line at most this often (seconds), and at the first and last step
 LOG_INTERVAL = 30.0
-
-
-class _Interrupt:
-    """Turns SIGINT into a flag checked between steps (main thread only)."""
-
-    def __init__(self) -> None:
-        self.hit = False
-        self._old: Callable[[int, FrameType | None], Any] | int | signal.Handlers | None = None
-
-    def __enter__(self) -> _Interrupt:
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.hit = True
-
-    def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
 
 
 def train(
@@ -133,7 +111,7 @@ class _Loop:
             bar = progress_bar(
                 show, lines=LOG_INTERVAL, total=total, initial=st.step, desc=desc, unit="step", dynamic_ncols=True
             )
-            with _Interrupt() as stop:
+            with StopFlag() as stop:
                 while st.step < total:
                     rec = self._step()
                     bar.set_postfix(loss=f"{rec['loss']:.3f}", refresh=False)  # before the update that shows it
